@@ -1,0 +1,368 @@
+//! Configuration from the environment: one `Config::from_env`, errors that name the variable.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// A secret string whose `Debug` and `Display` never print its value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself: call only where it is used (HMAC key, Authorization header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// Slack's signing secrets: several during a rotation, any one of them verifies a request.
+#[derive(Clone, Debug)]
+pub struct SigningSecrets(Vec<Secret>);
+
+impl SigningSecrets {
+    pub fn new(secrets: Vec<Secret>) -> Result<Self, &'static str> {
+        if secrets.is_empty() {
+            return Err("at least one signing secret is needed");
+        }
+        if secrets.iter().any(|s| s.expose().is_empty()) {
+            return Err("a signing secret is empty");
+        }
+        Ok(Self(secrets))
+    }
+
+    /// Parses a comma-separated list, as `SLACK_SIGNING_SECRET` holds during a rotation.
+    pub fn parse(list: &str) -> Result<Self, &'static str> {
+        Self::new(list.split(',').map(|s| Secret::new(s.trim())).collect())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Secret> {
+        self.0.iter()
+    }
+
+    /// The secret new signatures are made with (the first one listed).
+    pub fn primary(&self) -> &Secret {
+        &self.0[0]
+    }
+}
+
+/// Where the process runs: decided by `AWS_LAMBDA_RUNTIME_API`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Lambda,
+    Local,
+}
+
+/// Slack's "Delayed Events" option retries hourly for 24 hours: remember events a little longer.
+pub const MIN_TTL: Duration = Duration::from_secs(25 * 3600);
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Longer than Lambda's 15-minute maximum timeout makes no sense for a lease.
+pub const MAX_LEASE: Duration = Duration::from_secs(900);
+pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
+pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub mode: Mode,
+    pub signing_secrets: SigningSecrets,
+    /// `None` only in local mode: replies are then logged instead of posted.
+    pub bot_token: Option<Secret>,
+    /// Web API base without a trailing slash; method names are appended.
+    pub slack_api_url: String,
+    /// `None` only in local mode: the in-memory ledger is used.
+    pub dedup_table: Option<String>,
+    pub ttl: Duration,
+    /// Local mode's processing deadline and claim lease; on Lambda the invocation deadline is used.
+    pub lease: Duration,
+    pub listen_addr: SocketAddr,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("{var} is not set: {hint}")]
+    Missing {
+        var: &'static str,
+        hint: &'static str,
+    },
+    #[error("{var} is invalid: {reason}")]
+    Invalid { var: &'static str, reason: String },
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads configuration through `lookup`, so tests need not touch the process environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let mode = if get("AWS_LAMBDA_RUNTIME_API").is_some() {
+            Mode::Lambda
+        } else {
+            Mode::Local
+        };
+
+        let signing_secrets = match get("SLACK_SIGNING_SECRET") {
+            None => {
+                return Err(ConfigError::Missing {
+                    var: "SLACK_SIGNING_SECRET",
+                    hint: "copy it from your Slack app's Basic Information page \
+                           (several may be given, comma-separated, during a rotation)",
+                })
+            }
+            Some(list) => SigningSecrets::parse(&list).map_err(|reason| ConfigError::Invalid {
+                var: "SLACK_SIGNING_SECRET",
+                reason: reason.to_string(),
+            })?,
+        };
+
+        let bot_token = get("SLACK_BOT_TOKEN").map(|t| Secret::new(t.trim()));
+        if bot_token.is_none() && mode == Mode::Lambda {
+            return Err(ConfigError::Missing {
+                var: "SLACK_BOT_TOKEN",
+                hint: "on Lambda the bot must post its replies: set the bot token (xoxb-…) \
+                       from your Slack app's OAuth & Permissions page",
+            });
+        }
+
+        let slack_api_url = get("SLACK_API_URL")
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .unwrap_or_else(|| DEFAULT_SLACK_API_URL.to_string());
+        if !(slack_api_url.starts_with("https://") || slack_api_url.starts_with("http://")) {
+            return Err(ConfigError::Invalid {
+                var: "SLACK_API_URL",
+                reason: "must start with https:// (or http:// for a local stand-in)".into(),
+            });
+        }
+        if slack_api_url.parse::<http::Uri>().is_err() {
+            return Err(ConfigError::Invalid {
+                var: "SLACK_API_URL",
+                reason: "is not a valid URL".into(),
+            });
+        }
+
+        let dedup_table = get("DEDUP_TABLE").map(|t| t.trim().to_string());
+        if let Some(table) = &dedup_table {
+            let valid = (3..=255).contains(&table.len())
+                && table
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid {
+                return Err(ConfigError::Invalid {
+                    var: "DEDUP_TABLE",
+                    reason: "a DynamoDB table name is 3-255 characters of a-z, A-Z, 0-9, _ - ."
+                        .into(),
+                });
+            }
+        } else if mode == Mode::Lambda {
+            return Err(ConfigError::Missing {
+                var: "DEDUP_TABLE",
+                hint: "on Lambda the ledger must be shared by every instance: \
+                       name the DynamoDB table (the SAM template sets it)",
+            });
+        }
+
+        let ttl = match get("DEDUP_TTL_SECONDS") {
+            None => MIN_TTL,
+            Some(v) => {
+                let ttl = Duration::from_secs(parse_seconds("DEDUP_TTL_SECONDS", &v)?);
+                if ttl < MIN_TTL {
+                    return Err(ConfigError::Invalid {
+                        var: "DEDUP_TTL_SECONDS",
+                        reason: format!(
+                            "must be at least {} (25 h): Slack's Delayed Events retry for 24 h",
+                            MIN_TTL.as_secs()
+                        ),
+                    });
+                }
+                ttl
+            }
+        };
+
+        let lease = match get("DEDUP_LEASE_SECONDS") {
+            None => DEFAULT_LEASE,
+            Some(v) => {
+                let lease = Duration::from_secs(parse_seconds("DEDUP_LEASE_SECONDS", &v)?);
+                if lease.is_zero() || lease > MAX_LEASE {
+                    return Err(ConfigError::Invalid {
+                        var: "DEDUP_LEASE_SECONDS",
+                        reason: format!("must be between 1 and {}", MAX_LEASE.as_secs()),
+                    });
+                }
+                lease
+            }
+        };
+
+        let listen_addr = get("LISTEN_ADDR")
+            .unwrap_or_else(|| DEFAULT_LISTEN_ADDR.to_string())
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError::Invalid {
+                var: "LISTEN_ADDR",
+                reason: "must be an IP address and port, such as 127.0.0.1:3000".into(),
+            })?;
+
+        Ok(Self {
+            mode,
+            signing_secrets,
+            bot_token,
+            slack_api_url,
+            dedup_table,
+            ttl,
+            lease,
+            listen_addr,
+        })
+    }
+}
+
+fn parse_seconds(var: &'static str, value: &str) -> Result<u64, ConfigError> {
+    value.trim().parse().map_err(|_| ConfigError::Invalid {
+        var,
+        reason: format!("{value:?} is not a whole number of seconds"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn local_mode_needs_only_the_signing_secret() {
+        let c = config(&[("SLACK_SIGNING_SECRET", "s3cret")]).unwrap();
+        assert_eq!(c.mode, Mode::Local);
+        assert!(c.bot_token.is_none());
+        assert!(c.dedup_table.is_none());
+        assert_eq!(c.slack_api_url, "https://slack.com/api");
+        assert_eq!(c.ttl, Duration::from_secs(90_000));
+        assert_eq!(c.lease, Duration::from_secs(30));
+        assert_eq!(c.listen_addr, "127.0.0.1:3000".parse().unwrap());
+    }
+
+    #[test]
+    fn a_missing_signing_secret_names_the_variable() {
+        let err = config(&[]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Missing {
+                var: "SLACK_SIGNING_SECRET",
+                ..
+            }
+        ));
+        assert!(err
+            .to_string()
+            .starts_with("SLACK_SIGNING_SECRET is not set"));
+    }
+
+    #[test]
+    fn lambda_mode_requires_token_and_table() {
+        let err = config(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("SLACK_SIGNING_SECRET", "s"),
+        ])
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Missing {
+                var: "SLACK_BOT_TOKEN",
+                ..
+            }
+        ));
+        let err = config(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("SLACK_BOT_TOKEN", "xoxb-1"),
+        ])
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Missing {
+                var: "DEDUP_TABLE",
+                ..
+            }
+        ));
+        let c = config(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("SLACK_BOT_TOKEN", "xoxb-1"),
+            ("DEDUP_TABLE", "slack-once-ledger"),
+        ])
+        .unwrap();
+        assert_eq!(c.mode, Mode::Lambda);
+    }
+
+    #[test]
+    fn several_signing_secrets_are_accepted_during_a_rotation() {
+        let c = config(&[("SLACK_SIGNING_SECRET", "old, new")]).unwrap();
+        let all: Vec<_> = c.signing_secrets.iter().map(|s| s.expose()).collect();
+        assert_eq!(all, ["old", "new"]);
+        let err = config(&[("SLACK_SIGNING_SECRET", "old,,new")]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                var: "SLACK_SIGNING_SECRET",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn invalid_values_are_refused_with_the_variable_named() {
+        for (var, value) in [
+            ("DEDUP_TTL_SECONDS", "3600"),
+            ("DEDUP_TTL_SECONDS", "a day"),
+            ("DEDUP_LEASE_SECONDS", "0"),
+            ("DEDUP_LEASE_SECONDS", "901"),
+            ("LISTEN_ADDR", "localhost"),
+            ("SLACK_API_URL", "slack.com/api"),
+            ("DEDUP_TABLE", "a b"),
+        ] {
+            let err = config(&[("SLACK_SIGNING_SECRET", "s"), (var, value)]).unwrap_err();
+            match err {
+                ConfigError::Invalid { var: named, .. } => assert_eq!(named, var),
+                other => panic!("{var}={value}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_api_url_loses_its_trailing_slash() {
+        let c = config(&[
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("SLACK_API_URL", "http://127.0.0.1:9/api/"),
+        ])
+        .unwrap();
+        assert_eq!(c.slack_api_url, "http://127.0.0.1:9/api");
+    }
+
+    #[test]
+    fn secrets_never_appear_in_debug_output() {
+        let c = config(&[
+            ("SLACK_SIGNING_SECRET", "signing-value-1,signing-value-2"),
+            ("SLACK_BOT_TOKEN", "xoxb-token-value"),
+        ])
+        .unwrap();
+        let printed = format!("{c:?}");
+        assert!(!printed.contains("signing-value"), "{printed}");
+        assert!(!printed.contains("xoxb-token-value"), "{printed}");
+        assert!(printed.contains("redacted"));
+    }
+}

@@ -1,0 +1,230 @@
+//! Routes, the body limit, and the one place failures become HTTP statuses.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderValue, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use tokio::time::Instant;
+
+use crate::ledger::LedgerError;
+use crate::process::{error_chain, Delivery, Outcome, ProcessError, Processor};
+
+/// Slack's event payloads are small; a body above 1 MiB is refused before more is read.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Tells Slack not to redeliver an event: only on answers no retry could change.
+const NO_RETRY: (&str, &str) = ("x-slack-no-retry", "1");
+
+/// The router both modes serve: `POST /slack/events` (also `POST /`, for a Request URL that is
+/// the bare Function URL) and `GET /healthz`.
+pub fn router(processor: Arc<Processor>) -> Router {
+    Router::new()
+        .route("/slack/events", post(slack_events))
+        .route("/", post(slack_events))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(processor)
+}
+
+async fn slack_events(State(processor): State<Arc<Processor>>, request: Request) -> Response {
+    let now = SystemTime::now();
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return too_large();
+    }
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Err(e) => {
+            tracing::warn!(error = %e, "the request body could not be read");
+            return json(
+                StatusCode::BAD_REQUEST,
+                "unreadable_body",
+                "the request body could not be read",
+            );
+        }
+    };
+
+    // On Lambda, lambda_http puts the invocation's context (and its deadline) in the extensions.
+    let invocation_deadline = parts
+        .extensions
+        .get::<lambda_http::Context>()
+        .filter(|context| context.deadline > 0)
+        .map(|context| SystemTime::UNIX_EPOCH + Duration::from_millis(context.deadline));
+
+    let result = processor
+        .handle(Delivery {
+            headers: &parts.headers,
+            body: &body,
+            now,
+            started,
+            invocation_deadline,
+        })
+        .await;
+    respond(result)
+}
+
+/// The one mapping of outcomes and failures to statuses (see the README's status table).
+pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
+    match result {
+        Ok(Outcome::Challenge(challenge)) => (
+            StatusCode::OK,
+            [(CONTENT_TYPE, "application/json")],
+            serde_json::json!({ "challenge": challenge }).to_string(),
+        )
+            .into_response(),
+        // No reply, and not 2xx: if the claimant dies, Slack's next retry takes the event over.
+        Ok(Outcome::InProgress) => json(
+            StatusCode::CONFLICT,
+            "in_progress",
+            "another delivery of this event holds a live claim",
+        ),
+        Ok(outcome) => (
+            StatusCode::OK,
+            [(CONTENT_TYPE, "application/json")],
+            serde_json::json!({ "ok": true, "outcome": outcome.as_str() }).to_string(),
+        )
+            .into_response(),
+        Err(error) => {
+            let status = status_of(&error);
+            let mut response = match &error {
+                ProcessError::Signature(e) => json(status, "invalid_signature", &e.to_string()),
+                ProcessError::Malformed(_) => json(status, "invalid_payload", &error.to_string()),
+                ProcessError::Ledger(LedgerError::Unavailable(_)) => json(
+                    status,
+                    "ledger_unavailable",
+                    "the ledger is unavailable; retry later",
+                ),
+                ProcessError::Slack(_) => json(
+                    status,
+                    "slack_failed",
+                    "posting to Slack failed; retry later",
+                ),
+                ProcessError::Deadline => json(
+                    status,
+                    "deadline_exceeded",
+                    "processing ran out of time; retry later",
+                ),
+                ProcessError::Bot(_) | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {
+                    json(status, "internal_error", "internal error")
+                }
+            };
+            if matches!(error, ProcessError::Malformed(_)) {
+                response
+                    .headers_mut()
+                    .insert(NO_RETRY.0, HeaderValue::from_static(NO_RETRY.1));
+            }
+            response
+        }
+    }
+}
+
+pub fn status_of(error: &ProcessError) -> StatusCode {
+    match error {
+        ProcessError::Signature(_) => StatusCode::UNAUTHORIZED,
+        ProcessError::Malformed(_) => StatusCode::BAD_REQUEST,
+        ProcessError::Ledger(LedgerError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        ProcessError::Slack(_) => StatusCode::BAD_GATEWAY,
+        ProcessError::Deadline => StatusCode::GATEWAY_TIMEOUT,
+        ProcessError::Bot(_) | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
+fn too_large() -> Response {
+    tracing::warn!(limit = MAX_BODY_BYTES, "request body too large: refused");
+    let mut response = json(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the body is larger than 1 MiB",
+    );
+    response
+        .headers_mut()
+        .insert(NO_RETRY.0, HeaderValue::from_static(NO_RETRY.1));
+    response
+}
+
+fn json(status: StatusCode, error: &str, message: &str) -> Response {
+    let body = serde_json::json!({ "ok": false, "error": error, "message": message }).to_string();
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Logs an unexpected error with its whole cause chain (used where no request span exists).
+pub fn log_unexpected(error: &(dyn std::error::Error + 'static)) {
+    tracing::error!(error = %error_chain(error), "unexpected error");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::SignatureError;
+    use crate::slack::SlackError;
+
+    #[test]
+    fn every_failure_has_its_status() {
+        let cases: Vec<(ProcessError, u16)> = vec![
+            (ProcessError::Signature(SignatureError::Mismatch), 401),
+            (
+                ProcessError::Malformed(serde_json::from_str::<u8>("x").unwrap_err()),
+                400,
+            ),
+            (
+                ProcessError::Ledger(LedgerError::Unavailable("down".into())),
+                503,
+            ),
+            (ProcessError::Slack(SlackError::Timeout), 502),
+            (ProcessError::Deadline, 504),
+            (ProcessError::Bot("boom".into()), 500),
+        ];
+        for (error, status) in cases {
+            assert_eq!(status_of(&error).as_u16(), status, "{error:?}");
+            assert_eq!(respond(Err(error)).status().as_u16(), status);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_500_says_nothing_of_its_cause() {
+        let response = respond(Err(ProcessError::Bot("secret detail".into())));
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        assert!(!body.contains("secret detail"), "{body}");
+        assert!(body.contains("internal_error"));
+    }
+
+    #[test]
+    fn in_progress_is_not_2xx_so_slack_retries() {
+        let response = respond(Ok(Outcome::InProgress));
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert!(response.headers().get(NO_RETRY.0).is_none());
+    }
+
+    #[test]
+    fn permanent_refusals_tell_slack_not_to_retry() {
+        let response = respond(Err(ProcessError::Malformed(
+            serde_json::from_str::<u8>("x").unwrap_err(),
+        )));
+        assert_eq!(response.headers().get(NO_RETRY.0).unwrap(), "1");
+        assert_eq!(too_large().headers().get(NO_RETRY.0).unwrap(), "1");
+        // A bad signature may be a secret being rotated: let Slack retry.
+        let response = respond(Err(ProcessError::Signature(SignatureError::Mismatch)));
+        assert!(response.headers().get(NO_RETRY.0).is_none());
+    }
+}

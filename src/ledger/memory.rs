@@ -1,0 +1,279 @@
+//! The in-memory ledger: local mode's default and the reference for the shared semantics.
+//! It de-duplicates within one process only; several processes need the DynamoDB ledger.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use super::{existing_blocks_claim, Claim, ClaimRequest, Ledger, LedgerError, OwnerToken, Status};
+use crate::envelope::EventId;
+
+#[derive(Clone, Debug)]
+struct Entry {
+    status: Status,
+    owner: OwnerToken,
+    lease_until_ms: u64,
+    expires_at_s: u64,
+    attempts: u32,
+}
+
+/// Above this many entries, a claim first drops the expired ones, so memory stays bounded by
+/// the events of one TTL rather than growing for the life of the process.
+const SWEEP_THRESHOLD: usize = 10_000;
+
+#[derive(Debug, Default)]
+pub struct MemoryLedger {
+    entries: Mutex<HashMap<EventId, Entry>>,
+}
+
+impl MemoryLedger {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of entries held, expired ones included until the next sweep.
+    pub fn len(&self) -> usize {
+        self.entries.lock().expect("ledger lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn finish(
+        &self,
+        event_id: &EventId,
+        owner: &OwnerToken,
+        to: Status,
+    ) -> Result<(), LedgerError> {
+        let mut entries = self.entries.lock().expect("ledger lock");
+        match entries.get_mut(event_id) {
+            Some(entry) if entry.owner == *owner && entry.status == Status::InProgress => {
+                entry.status = to;
+                Ok(())
+            }
+            _ => Err(LedgerError::NotOwner {
+                event_id: event_id.clone(),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl Ledger for MemoryLedger {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
+        let mut entries = self.entries.lock().expect("ledger lock");
+        if entries.len() >= SWEEP_THRESHOLD {
+            let now_s = request.now_ms / 1000;
+            entries.retain(|_, e| e.expires_at_s > now_s);
+        }
+        let mut attempts = 0;
+        if let Some(existing) = entries.get(request.event_id) {
+            if let Some(found) = existing_blocks_claim(
+                existing.status,
+                existing.lease_until_ms,
+                existing.expires_at_s,
+                request.now_ms,
+            ) {
+                return Ok(found);
+            }
+            // As in DynamoDB's `if_not_exists(attempts, 0) + 1`: the count goes on.
+            attempts = existing.attempts;
+        }
+        let attempt = attempts + 1;
+        entries.insert(
+            request.event_id.clone(),
+            Entry {
+                status: Status::InProgress,
+                owner: request.owner.clone(),
+                lease_until_ms: request.lease_until_ms,
+                expires_at_s: request.expires_at_s,
+                attempts: attempt,
+            },
+        );
+        Ok(Claim::Acquired { attempt })
+    }
+
+    async fn complete(
+        &self,
+        event_id: &EventId,
+        owner: &OwnerToken,
+        _now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.finish(event_id, owner, Status::Done)
+    }
+
+    async fn release(
+        &self,
+        event_id: &EventId,
+        owner: &OwnerToken,
+        _now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.finish(event_id, owner, Status::Released)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_700_000_000_000;
+    const LEASE: u64 = 30_000;
+
+    fn id(s: &str) -> EventId {
+        EventId::try_from(s.to_string()).unwrap()
+    }
+
+    fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) -> ClaimRequest<'a> {
+        ClaimRequest {
+            event_id,
+            owner,
+            now_ms,
+            lease_until_ms: now_ms + LEASE,
+            expires_at_s: now_ms / 1000 + 90_000,
+            team_id: Some("T1"),
+            retry_num: None,
+            retry_reason: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_claim_acquires_and_a_copy_finds_it_in_progress() {
+        let ledger = MemoryLedger::new();
+        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        assert_eq!(
+            ledger.claim(&request(&e, &a, NOW)).await.unwrap(),
+            Claim::Acquired { attempt: 1 }
+        );
+        assert_eq!(
+            ledger.claim(&request(&e, &b, NOW + 1)).await.unwrap(),
+            Claim::InProgress {
+                lease_until_ms: NOW + LEASE
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_completed_event_is_done_for_every_later_copy() {
+        let ledger = MemoryLedger::new();
+        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        ledger.complete(&e, &a, NOW + 5).await.unwrap();
+        assert_eq!(
+            ledger.claim(&request(&e, &b, NOW + 6)).await.unwrap(),
+            Claim::AlreadyDone
+        );
+        // Even long after the lease: done stays done until the TTL.
+        assert_eq!(
+            ledger
+                .claim(&request(&e, &b, NOW + 10 * LEASE))
+                .await
+                .unwrap(),
+            Claim::AlreadyDone
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_is_taken_over_and_the_old_owner_is_refused() {
+        let ledger = MemoryLedger::new();
+        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        assert_eq!(
+            ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap(),
+            Claim::Acquired { attempt: 2 }
+        );
+        assert!(matches!(
+            ledger.complete(&e, &a, NOW + LEASE + 1).await,
+            Err(LedgerError::NotOwner { .. })
+        ));
+        assert!(matches!(
+            ledger.release(&e, &a, NOW + LEASE + 1).await,
+            Err(LedgerError::NotOwner { .. })
+        ));
+        ledger.complete(&e, &b, NOW + LEASE + 2).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_released_claim_is_taken_at_once() {
+        let ledger = MemoryLedger::new();
+        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        ledger.release(&e, &a, NOW + 1).await.unwrap();
+        assert_eq!(
+            ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap(),
+            Claim::Acquired { attempt: 2 }
+        );
+        // A released claim cannot be completed by its old owner either.
+        assert!(ledger.complete(&e, &a, NOW + 3).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_entry_past_its_ttl_counts_as_absent() {
+        let ledger = MemoryLedger::new();
+        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        ledger.complete(&e, &a, NOW).await.unwrap();
+        let after_ttl = NOW + 90_000 * 1000;
+        assert_eq!(
+            ledger.claim(&request(&e, &b, after_ttl)).await.unwrap(),
+            Claim::Acquired { attempt: 2 }
+        );
+    }
+
+    #[tokio::test]
+    async fn complete_and_release_by_a_stranger_are_refused() {
+        let ledger = MemoryLedger::new();
+        let (e, a, stranger) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        assert!(
+            ledger.complete(&e, &a, NOW).await.is_err(),
+            "nothing claimed yet"
+        );
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        assert!(ledger.complete(&e, &stranger, NOW).await.is_err());
+        assert!(ledger.release(&e, &stranger, NOW).await.is_err());
+        ledger.complete(&e, &a, NOW).await.unwrap();
+        assert!(
+            ledger.complete(&e, &a, NOW).await.is_err(),
+            "completing twice"
+        );
+    }
+
+    #[tokio::test]
+    async fn expired_entries_are_swept_so_memory_stays_bounded() {
+        let ledger = MemoryLedger::new();
+        let owner = OwnerToken::random();
+        for i in 0..SWEEP_THRESHOLD {
+            let e = id(&format!("Ev{i}"));
+            ledger.claim(&request(&e, &owner, NOW)).await.unwrap();
+        }
+        assert_eq!(ledger.len(), SWEEP_THRESHOLD);
+        let later = NOW + 90_001 * 1000;
+        ledger
+            .claim(&request(&id("EvLate"), &owner, later))
+            .await
+            .unwrap();
+        assert_eq!(ledger.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn concurrent_claims_of_one_event_have_one_winner() {
+        let ledger = std::sync::Arc::new(MemoryLedger::new());
+        let e = id("EvRace");
+        let mut tasks = Vec::new();
+        for _ in 0..200 {
+            let (ledger, e) = (ledger.clone(), e.clone());
+            tasks.push(tokio::spawn(async move {
+                let owner = OwnerToken::random();
+                ledger.claim(&request(&e, &owner, NOW)).await.unwrap()
+            }));
+        }
+        let mut acquired = 0;
+        for t in tasks {
+            if matches!(t.await.unwrap(), Claim::Acquired { .. }) {
+                acquired += 1;
+            }
+        }
+        assert_eq!(acquired, 1);
+    }
+}

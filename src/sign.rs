@@ -1,0 +1,221 @@
+//! `slack-once sign FILE`: signs a request the way Slack would, with a fresh timestamp.
+//!
+//! Slack signatures expire after five minutes, so sample events cannot be stored signed. Given
+//! a Lambda HTTP event (API Gateway v2, Function URL or REST v1), it prints the event with new
+//! `x-slack-request-timestamp` and `x-slack-signature` headers, for `cargo lambda invoke
+//! --data-file`. Given a plain Slack body, it prints a `curl` command for the local server.
+
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use serde_json::Value;
+
+use crate::config::{Secret, SigningSecrets};
+use crate::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+
+pub const DEFAULT_URL: &str = "http://127.0.0.1:3000/slack/events";
+
+/// Re-signs a Lambda HTTP event in place: the signature covers the decoded body bytes.
+pub fn resign_lambda_event(
+    event: &mut Value,
+    secret: &Secret,
+    timestamp: u64,
+) -> Result<(), String> {
+    let object = event
+        .as_object_mut()
+        .ok_or("the event is not a JSON object")?;
+    let body = object.get("body").and_then(Value::as_str).unwrap_or("");
+    let encoded = object
+        .get("isBase64Encoded")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let bytes = if encoded {
+        base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .map_err(|e| format!("the body is marked base64 but does not decode: {e}"))?
+    } else {
+        body.as_bytes().to_vec()
+    };
+    let signature = sign(secret, timestamp, &bytes);
+    let timestamp = timestamp.to_string();
+
+    let headers = object
+        .entry("headers")
+        .or_insert_with(|| Value::Object(Default::default()))
+        .as_object_mut()
+        .ok_or("headers is not an object")?;
+    headers.retain(|k, _| {
+        !k.eq_ignore_ascii_case(TIMESTAMP_HEADER) && !k.eq_ignore_ascii_case(SIGNATURE_HEADER)
+    });
+    headers.insert(TIMESTAMP_HEADER.into(), Value::String(timestamp.clone()));
+    headers.insert(SIGNATURE_HEADER.into(), Value::String(signature.clone()));
+
+    // REST API (v1) events carry every header twice.
+    if let Some(multi) = object
+        .get_mut("multiValueHeaders")
+        .and_then(Value::as_object_mut)
+    {
+        multi.retain(|k, _| {
+            !k.eq_ignore_ascii_case(TIMESTAMP_HEADER) && !k.eq_ignore_ascii_case(SIGNATURE_HEADER)
+        });
+        multi.insert(
+            TIMESTAMP_HEADER.into(),
+            Value::Array(vec![Value::String(timestamp)]),
+        );
+        multi.insert(
+            SIGNATURE_HEADER.into(),
+            Value::Array(vec![Value::String(signature)]),
+        );
+    }
+    Ok(())
+}
+
+/// Whether a JSON value is a Lambda HTTP event rather than a Slack body.
+pub fn is_lambda_event(value: &Value) -> bool {
+    value.get("requestContext").is_some() && value.get("body").is_some()
+}
+
+/// A `curl` command that sends the file's exact bytes, signed at `timestamp`.
+pub fn curl_command(url: &str, path: &str, secret: &Secret, timestamp: u64, body: &[u8]) -> String {
+    format!(
+        "curl -sS -i -X POST {url} \\\n  -H 'Content-Type: application/json' \\\n  -H '{TIMESTAMP_HEADER}: {timestamp}' \\\n  -H '{SIGNATURE_HEADER}: {sig}' \\\n  --data-binary @{path}",
+        url = shell_quote(url),
+        sig = sign(secret, timestamp, body),
+        path = shell_quote(path),
+    )
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-:@=".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+const USAGE: &str = "usage: slack-once sign FILE [--secret SECRET] [--url URL]
+  FILE      a Lambda HTTP event (events/*.json): printed re-signed, for cargo lambda invoke --data-file
+            or a Slack request body: a curl command is printed that sends it signed
+  --secret  the signing secret (default: the first of SLACK_SIGNING_SECRET)
+  --url     where the curl command sends the body (default: http://LISTEN_ADDR/slack/events)";
+
+pub fn run(args: &[String]) -> ExitCode {
+    let mut file = None;
+    let mut secret = None;
+    let mut url = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--secret" => secret = args.next().cloned(),
+            "--url" => url = args.next().cloned(),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other if file.is_none() && !other.starts_with("--") => file = Some(other.to_string()),
+            other => {
+                eprintln!("slack-once sign: unexpected argument {other:?}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Some(file) = file else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let secret = match secret.or_else(|| std::env::var("SLACK_SIGNING_SECRET").ok()) {
+        Some(list) => match SigningSecrets::parse(&list) {
+            Ok(secrets) => secrets.primary().clone(),
+            Err(e) => {
+                eprintln!("slack-once sign: the signing secret is invalid: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => {
+            eprintln!("slack-once sign: give --secret or set SLACK_SIGNING_SECRET");
+            return ExitCode::from(2);
+        }
+    };
+    let bytes = match std::fs::read(&file) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            eprintln!("slack-once sign: cannot read {file}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(mut event) if is_lambda_event(&event) => {
+            if let Err(e) = resign_lambda_event(&mut event, &secret, now) {
+                eprintln!("slack-once sign: {file}: {e}");
+                return ExitCode::from(2);
+            }
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&event).expect("JSON serialises")
+            );
+        }
+        _ => {
+            let url = url.unwrap_or_else(|| match std::env::var("LISTEN_ADDR") {
+                Ok(addr) if !addr.trim().is_empty() => {
+                    format!("http://{}/slack/events", addr.trim())
+                }
+                _ => DEFAULT_URL.to_string(),
+            });
+            println!("{}", curl_command(&url, &file, &secret, now, &bytes));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::verify_at;
+
+    #[test]
+    fn a_resigned_lambda_event_verifies_at_its_new_timestamp() {
+        let mut event = serde_json::json!({
+            "version": "2.0",
+            "headers": {"X-Slack-Signature": "v0=old", "content-type": "application/json"},
+            "requestContext": {"http": {"method": "POST"}},
+            "body": base64::engine::general_purpose::STANDARD.encode("{\"type\":\"x\"} — ünïcode"),
+            "isBase64Encoded": true,
+            "multiValueHeaders": {"x-slack-signature": ["v0=old"]}
+        });
+        let secret = Secret::new("s3cret");
+        resign_lambda_event(&mut event, &secret, 1_700_000_000).unwrap();
+        let headers = event["headers"].as_object().unwrap();
+        assert!(!headers.contains_key("X-Slack-Signature"));
+        let mut map = http::HeaderMap::new();
+        for name in [TIMESTAMP_HEADER, SIGNATURE_HEADER] {
+            map.insert(name, headers[name].as_str().unwrap().parse().unwrap());
+        }
+        let secrets = SigningSecrets::parse("s3cret").unwrap();
+        let body = "{\"type\":\"x\"} — ünïcode".as_bytes();
+        assert_eq!(verify_at(&secrets, &map, body, 1_700_000_000), Ok(()));
+        assert_eq!(
+            event["multiValueHeaders"][SIGNATURE_HEADER][0],
+            headers[SIGNATURE_HEADER]
+        );
+    }
+
+    #[test]
+    fn the_curl_command_quotes_what_the_shell_would_split() {
+        let cmd = curl_command(
+            "http://127.0.0.1:3000/slack/events",
+            "my file.json",
+            &Secret::new("s"),
+            1,
+            b"{}",
+        );
+        assert!(cmd.contains("--data-binary @'my file.json'"), "{cmd}");
+        assert!(cmd.contains(&sign(&Secret::new("s"), 1, b"{}")));
+    }
+}

@@ -1,0 +1,278 @@
+//! The Slack Web API client: `chat.postMessage` with the bot token, within a deadline.
+//!
+//! Built on hyper directly rather than reqwest: the AWS SDK already links hyper 1, hyper-util
+//! and rustls on ring, so this adds almost nothing to the binary or the cold start, and the root
+//! certificates are compiled in (no certificate store read at start-up).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::config::Secret;
+
+/// Slack's answers are small; anything larger than this is not Slack's.
+const MAX_RESPONSE_BYTES: usize = 1 << 20;
+/// Used when a 429 comes without a usable `Retry-After`.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A message to post with `chat.postMessage`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PostMessage {
+    pub channel: String,
+    pub text: String,
+    /// The parent message's `ts`: set to answer in a thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_ts: Option<String>,
+    /// Message metadata (`event_type`, `event_payload`), returned by conversations.history and
+    /// conversations.replies with `include_all_metadata=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// What happened to a reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivered {
+    /// Slack accepted it; `ts` identifies the new message.
+    Posted { ts: Option<String> },
+    /// Local mode without `SLACK_BOT_TOKEN`: the reply was written to the log instead.
+    Logged,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SlackError {
+    /// Slack answered `ok: false`; the code is Slack's (`channel_not_found`, `internal_error`…).
+    #[error("Slack answered ok:false with {code}")]
+    Api { code: String },
+    /// Rate limited, and waiting `retry_after` would pass the deadline.
+    #[error("Slack rate-limited the post (Retry-After {retry_after:?}) and the deadline leaves no time to wait")]
+    RateLimited { retry_after: Duration },
+    #[error("Slack answered HTTP {status}")]
+    Status { status: StatusCode },
+    #[error("the request to Slack failed")]
+    Transport(#[source] hyper_util::client::legacy::Error),
+    #[error("Slack did not answer before the deadline")]
+    Timeout,
+    #[error("Slack's answer could not be read")]
+    InvalidResponse(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl SlackError {
+    /// Whether the message may have been posted although this call failed. Slack says
+    /// `internal_error` and `fatal_error` posts may have succeeded; a timeout or a connection
+    /// lost after the request was sent leaves the same doubt. Such failures are never retried here.
+    pub fn may_have_posted(&self) -> bool {
+        match self {
+            SlackError::Api { code } => matches!(code.as_str(), "internal_error" | "fatal_error"),
+            SlackError::Timeout | SlackError::InvalidResponse(_) => true,
+            SlackError::Transport(e) => !e.is_connect(),
+            SlackError::Status { status } => status.is_server_error(),
+            SlackError::RateLimited { .. } => false,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ApiAnswer {
+    ok: bool,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    ts: Option<String>,
+}
+
+/// The Web API client. Built once per process and shared.
+#[derive(Clone)]
+pub struct SlackClient {
+    base_url: String,
+    token: Option<Secret>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+impl std::fmt::Debug for SlackClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlackClient")
+            .field("base_url", &self.base_url)
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+impl SlackClient {
+    /// `base_url` is the Web API base (`https://slack.com/api`); method names are appended.
+    /// Without a token, replies are logged instead of posted.
+    pub fn new(base_url: impl Into<String>, token: Option<Secret>) -> Self {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(Duration::from_secs(2)));
+        http.set_nodelay(true);
+        let tls = rustls::ClientConfig::builder_with_provider(
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .with_safe_default_protocol_versions()
+        .expect("ring supports TLS 1.2 and 1.3")
+        .with_root_certificates(rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        })
+        .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let http = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        Self {
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            token,
+            http,
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Posts `message`, waiting out HTTP 429s only while `deadline` allows. Nothing else is
+    /// retried: a failed post may have gone through (see [`SlackError::may_have_posted`]).
+    pub async fn post_message(
+        &self,
+        message: &PostMessage,
+        deadline: Instant,
+    ) -> Result<Delivered, SlackError> {
+        let Some(token) = &self.token else {
+            tracing::info!(
+                channel = %message.channel,
+                thread_ts = message.thread_ts.as_deref().unwrap_or(""),
+                text = %message.text,
+                "SLACK_BOT_TOKEN is not set: the reply is logged, not posted"
+            );
+            return Ok(Delivered::Logged);
+        };
+        let body = Bytes::from(serde_json::to_vec(message).expect("a message serialises"));
+        let url = format!("{}/chat.postMessage", self.base_url);
+        loop {
+            let request = Request::builder()
+                .method(Method::POST)
+                .uri(&url)
+                .header(CONTENT_TYPE, "application/json; charset=utf-8")
+                .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
+                .body(Full::new(body.clone()))
+                .expect("a valid request");
+            let answer = tokio::time::timeout_at(deadline, self.send(request))
+                .await
+                .map_err(|_| SlackError::Timeout)??;
+            match answer {
+                Answer::RateLimited(retry_after) => {
+                    if Instant::now() + retry_after >= deadline {
+                        return Err(SlackError::RateLimited { retry_after });
+                    }
+                    tracing::warn!(?retry_after, "Slack rate-limited chat.postMessage; waiting");
+                    tokio::time::sleep(retry_after).await;
+                }
+                Answer::Done(ts) => return Ok(Delivered::Posted { ts }),
+            }
+        }
+    }
+
+    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Answer, SlackError> {
+        let response = self
+            .http
+            .request(request)
+            .await
+            .map_err(SlackError::Transport)?;
+        let status = response.status();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs)
+                .unwrap_or(DEFAULT_RETRY_AFTER);
+            return Ok(Answer::RateLimited(retry_after));
+        }
+        if !status.is_success() {
+            return Err(SlackError::Status { status });
+        }
+        let bytes = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(SlackError::InvalidResponse)?
+            .to_bytes();
+        let answer: ApiAnswer =
+            serde_json::from_slice(&bytes).map_err(|e| SlackError::InvalidResponse(Box::new(e)))?;
+        if answer.ok {
+            Ok(Answer::Done(answer.ts))
+        } else {
+            Err(SlackError::Api {
+                code: answer.error.unwrap_or_else(|| "unknown_error".into()),
+            })
+        }
+    }
+}
+
+enum Answer {
+    Done(Option<String>),
+    RateLimited(Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ambiguous_failures_are_recognised() {
+        let api = |code: &str| SlackError::Api { code: code.into() };
+        assert!(api("internal_error").may_have_posted());
+        assert!(api("fatal_error").may_have_posted());
+        assert!(!api("channel_not_found").may_have_posted());
+        assert!(SlackError::Timeout.may_have_posted());
+        assert!(!SlackError::RateLimited {
+            retry_after: Duration::from_secs(3)
+        }
+        .may_have_posted());
+        assert!(SlackError::Status {
+            status: StatusCode::BAD_GATEWAY
+        }
+        .may_have_posted());
+        assert!(!SlackError::Status {
+            status: StatusCode::NOT_FOUND
+        }
+        .may_have_posted());
+    }
+
+    #[test]
+    fn the_token_never_appears_in_debug_output() {
+        let client = SlackClient::new(
+            "http://127.0.0.1:1/api/",
+            Some(Secret::new("xoxb-very-secret")),
+        );
+        let printed = format!("{client:?}");
+        assert!(!printed.contains("xoxb-very-secret"), "{printed}");
+        assert_eq!(client.base_url(), "http://127.0.0.1:1/api");
+    }
+
+    #[test]
+    fn a_message_serialises_as_slack_expects() {
+        let m = PostMessage {
+            channel: "C1".into(),
+            text: "hi".into(),
+            thread_ts: None,
+            metadata: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"channel":"C1","text":"hi"}"#
+        );
+    }
+}
