@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Limited};
 use tokio::time::Instant;
 
 use crate::ledger::LedgerError;
-use crate::process::{error_chain, Delivery, Outcome, ProcessError, Processor};
+use crate::process::{Delivery, Outcome, ProcessError, Processor};
 
 /// Slack's event payloads are small; a body above 1 MiB is refused before more is read.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -165,11 +165,6 @@ fn json(status: StatusCode, error: &str, message: &str) -> Response {
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
-}
-
-/// Logs an unexpected error with its whole cause chain (used where no request span exists).
-pub fn log_unexpected(error: &(dyn std::error::Error + 'static)) {
-    tracing::error!(error = %error_chain(error), "unexpected error");
 }
 
 #[cfg(test)]

@@ -268,7 +268,10 @@ impl Processor {
             self.slack
                 .post_message(&message, times.work_deadline)
                 .await
-                .map_err(ProcessError::Slack)?;
+                .map_err(|e| match e {
+                    SlackError::Timeout => ProcessError::Deadline,
+                    e => ProcessError::Slack(e),
+                })?;
             Ok(true)
         };
         let worked = match tokio::time::timeout_at(times.work_deadline, work).await {
@@ -303,13 +306,16 @@ impl Processor {
                 })
             }
             Err(error) => {
-                if let ProcessError::Slack(slack) = &error {
-                    if slack.may_have_posted() {
-                        tracing::warn!(
-                            "Slack's answer leaves it unknown whether the reply was posted; \
-                             releasing, so Slack's next delivery decides (it may answer twice)"
-                        );
-                    }
+                let ambiguous = match &error {
+                    ProcessError::Slack(slack) => slack.may_have_posted(),
+                    ProcessError::Deadline => true,
+                    _ => false,
+                };
+                if ambiguous {
+                    tracing::warn!(
+                        "it is unknown whether the reply was posted; releasing, so Slack's \
+                         next delivery decides (it may answer twice)"
+                    );
                 }
                 let released = tokio::time::timeout_at(
                     times.lease_deadline,

@@ -190,12 +190,8 @@ impl DynamoLedger {
 /// The SDK client, built once per process: rustls on ring, retries and timeouts bounded so that
 /// a slow DynamoDB turns into a 503 (and a Slack retry) rather than a Lambda timeout.
 pub async fn client_from_env() -> Client {
-    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https();
     let config = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(http)
+        .http_client(http_client())
         .retry_config(RetryConfig::standard().with_max_attempts(3))
         .timeout_config(
             TimeoutConfig::builder()
@@ -207,6 +203,14 @@ pub async fn client_from_env() -> Client {
         .load()
         .await;
     Client::new(&config)
+}
+
+/// The SDK's HTTP client on rustls with ring (the SDK's default, aws-lc, is a second C build).
+pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }
 
 #[async_trait]

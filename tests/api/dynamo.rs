@@ -1,0 +1,234 @@
+//! The DynamoDB ledger on AWS's DynamoDB Local (the real engine) at 127.0.0.1: every
+//! transition, atomicity under 200 concurrent claims, and the cost in requests.
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use http::StatusCode;
+use slack_once::envelope::EventId;
+use slack_once::ledger::{Claim, ClaimRequest, DynamoLedger, Ledger, LedgerError, OwnerToken};
+
+use crate::helpers::*;
+
+const NOW: u64 = 1_700_000_000_000;
+const LEASE: u64 = 30_000;
+const TTL_S: u64 = 90_000;
+
+fn id(s: &str) -> EventId {
+    EventId::try_from(s.to_string()).unwrap()
+}
+
+fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) -> ClaimRequest<'a> {
+    ClaimRequest {
+        event_id,
+        owner,
+        now_ms,
+        lease_until_ms: now_ms + LEASE,
+        expires_at_s: now_ms / 1000 + TTL_S,
+        team_id: Some("T0001"),
+        retry_num: Some(2),
+        retry_reason: Some("http_timeout"),
+    }
+}
+
+async fn ledger() -> Arc<DynamoLedger> {
+    fresh_table(&dynamodb_endpoint()).await.1
+}
+
+fn n(item: &std::collections::HashMap<String, AttributeValue>, key: &str) -> u64 {
+    item[key].as_n().unwrap().parse().unwrap()
+}
+
+fn s<'a>(item: &'a std::collections::HashMap<String, AttributeValue>, key: &str) -> &'a str {
+    item[key].as_s().unwrap()
+}
+
+#[tokio::test]
+async fn an_absent_event_is_acquired_and_the_item_holds_the_documented_schema() {
+    let ledger = ledger().await;
+    let (e, a) = (id("EvD1"), OwnerToken::random());
+    assert_eq!(ledger.claim(&request(&e, &a, NOW)).await.unwrap(), Claim::Acquired { attempt: 1 });
+    let item = ledger.get_item("EvD1").await.unwrap().expect("the item exists");
+    assert_eq!(s(&item, "pk"), "EvD1");
+    assert_eq!(s(&item, "status"), "in_progress");
+    assert_eq!(s(&item, "owner"), a.as_str());
+    assert_eq!(n(&item, "lease_until"), NOW + LEASE);
+    assert_eq!(n(&item, "expires_at"), NOW / 1000 + TTL_S);
+    assert_eq!(n(&item, "attempts"), 1);
+    assert_eq!(s(&item, "team_id"), "T0001");
+    assert_eq!(n(&item, "retry_num"), 2);
+    assert_eq!(s(&item, "retry_reason"), "http_timeout");
+    assert_eq!(n(&item, "created_at"), NOW);
+    assert_eq!(n(&item, "claimed_at"), NOW);
+
+    ledger.complete(&e, &a, NOW + 7).await.unwrap();
+    let item = ledger.get_item("EvD1").await.unwrap().unwrap();
+    assert_eq!(s(&item, "status"), "done");
+    assert_eq!(n(&item, "completed_at"), NOW + 7);
+}
+
+#[tokio::test]
+async fn a_done_event_is_reported_done_by_one_failed_write() {
+    let ledger = ledger().await;
+    let (e, a, b) = (id("EvD2"), OwnerToken::random(), OwnerToken::random());
+    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    ledger.complete(&e, &a, NOW + 1).await.unwrap();
+    let before = ledger.requests_sent();
+    assert_eq!(ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap(), Claim::AlreadyDone);
+    assert_eq!(ledger.requests_sent() - before, 1, "a duplicate costs one request");
+    // Done stays done long after the lease, until the TTL.
+    assert_eq!(
+        ledger.claim(&request(&e, &b, NOW + 100 * LEASE)).await.unwrap(),
+        Claim::AlreadyDone
+    );
+}
+
+#[tokio::test]
+async fn a_live_claim_is_reported_in_progress_and_not_overwritten() {
+    let ledger = ledger().await;
+    let (e, a, b) = (id("EvD3"), OwnerToken::random(), OwnerToken::random());
+    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    assert_eq!(
+        ledger.claim(&request(&e, &b, NOW + LEASE - 1)).await.unwrap(),
+        Claim::InProgress { lease_until_ms: NOW + LEASE }
+    );
+    let item = ledger.get_item("EvD3").await.unwrap().unwrap();
+    assert_eq!(s(&item, "owner"), a.as_str());
+}
+
+#[tokio::test]
+async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
+    let ledger = ledger().await;
+    let (e, a, b) = (id("EvD4"), OwnerToken::random(), OwnerToken::random());
+    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    assert_eq!(
+        ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap(),
+        Claim::Acquired { attempt: 2 }
+    );
+    assert!(matches!(ledger.complete(&e, &a, NOW + LEASE + 1).await, Err(LedgerError::NotOwner { .. })));
+    assert!(matches!(ledger.release(&e, &a, NOW + LEASE + 1).await, Err(LedgerError::NotOwner { .. })));
+    ledger.complete(&e, &b, NOW + LEASE + 2).await.unwrap();
+    let item = ledger.get_item("EvD4").await.unwrap().unwrap();
+    assert_eq!((s(&item, "status"), s(&item, "owner")), ("done", b.as_str()));
+    assert_eq!(n(&item, "created_at"), NOW, "created_at keeps the first claim's time");
+}
+
+#[tokio::test]
+async fn a_released_claim_is_taken_at_once() {
+    let ledger = ledger().await;
+    let (e, a, b) = (id("EvD5"), OwnerToken::random(), OwnerToken::random());
+    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    ledger.release(&e, &a, NOW + 1).await.unwrap();
+    assert_eq!(s(&ledger.get_item("EvD5").await.unwrap().unwrap(), "status"), "released");
+    assert_eq!(
+        ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap(),
+        Claim::Acquired { attempt: 2 }
+    );
+    let item = ledger.get_item("EvD5").await.unwrap().unwrap();
+    assert!(!item.contains_key("released_at"), "a new claim clears the old release");
+}
+
+#[tokio::test]
+async fn an_item_past_its_ttl_counts_as_absent_though_not_yet_deleted() {
+    let ledger = ledger().await;
+    let (e, a, b) = (id("EvD6"), OwnerToken::random(), OwnerToken::random());
+    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    ledger.complete(&e, &a, NOW + 1).await.unwrap();
+    // TTL is disabled on test tables (DynamoDB Local deletes within a second, AWS takes up to
+    // ~48 h): the expired item is still there, as it may be on AWS, and must not count.
+    let after_ttl = NOW + TTL_S * 1000;
+    assert!(ledger.get_item("EvD6").await.unwrap().is_some());
+    assert!(matches!(
+        ledger.claim(&request(&e, &b, after_ttl)).await.unwrap(),
+        Claim::Acquired { .. }
+    ));
+    let item = ledger.get_item("EvD6").await.unwrap().unwrap();
+    assert_eq!(s(&item, "status"), "in_progress");
+    assert!(!item.contains_key("completed_at"));
+}
+
+#[tokio::test]
+async fn complete_and_release_by_a_stranger_are_refused() {
+    let ledger = ledger().await;
+    let (e, a, stranger) = (id("EvD7"), OwnerToken::random(), OwnerToken::random());
+    assert!(matches!(ledger.complete(&e, &a, NOW).await, Err(LedgerError::NotOwner { .. })), "nothing claimed yet");
+    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    assert!(matches!(ledger.complete(&e, &stranger, NOW).await, Err(LedgerError::NotOwner { .. })));
+    assert!(matches!(ledger.release(&e, &stranger, NOW).await, Err(LedgerError::NotOwner { .. })));
+    ledger.complete(&e, &a, NOW).await.unwrap();
+    assert!(matches!(ledger.complete(&e, &a, NOW).await, Err(LedgerError::NotOwner { .. })), "twice");
+    assert!(matches!(ledger.release(&e, &a, NOW).await, Err(LedgerError::NotOwner { .. })), "after done");
+}
+
+#[tokio::test]
+async fn a_claim_without_optional_fields_removes_an_earlier_deliverys() {
+    let ledger = ledger().await;
+    let (e, a, b) = (id("EvD8"), OwnerToken::random(), OwnerToken::random());
+    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    ledger.release(&e, &a, NOW + 1).await.unwrap();
+    let bare = ClaimRequest { team_id: None, retry_num: None, retry_reason: None, ..request(&e, &b, NOW + 2) };
+    ledger.claim(&bare).await.unwrap();
+    let item = ledger.get_item("EvD8").await.unwrap().unwrap();
+    assert!(!item.contains_key("retry_num") && !item.contains_key("retry_reason") && !item.contains_key("team_id"));
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_claims_of_one_event_have_exactly_one_winner() {
+    let ledger = ledger().await;
+    let e = id("EvRace");
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let (ledger, e) = (ledger.clone(), e.clone());
+        tasks.push(tokio::spawn(async move {
+            let owner = OwnerToken::random();
+            ledger.claim(&request(&e, &owner, NOW)).await.unwrap()
+        }));
+    }
+    let mut acquired = 0;
+    let mut in_progress = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Claim::Acquired { .. } => acquired += 1,
+            Claim::InProgress { .. } => in_progress += 1,
+            Claim::AlreadyDone => panic!("nobody completed"),
+        }
+    }
+    assert_eq!((acquired, in_progress), (1, 199));
+}
+
+#[tokio::test]
+async fn through_the_app_a_first_delivery_costs_two_writes_and_a_duplicate_one() {
+    let ledger = ledger().await;
+    let app = spawn_app_with(Options {
+        ledger: Some(ledger.clone() as Arc<dyn Ledger>),
+        ..Default::default()
+    })
+    .await;
+    let body = app_mention("EvD9", "count me");
+    let before = ledger.requests_sent();
+    assert_eq!(app.send(&body, None).await.outcome(), "answered");
+    assert_eq!(ledger.requests_sent() - before, 2, "claim + complete");
+    let before = ledger.requests_sent();
+    assert_eq!(app.send(&body, Some(1)).await.outcome(), "duplicate");
+    assert_eq!(ledger.requests_sent() - before, 1, "one failed conditional write");
+    assert_eq!(app.slack.posted().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_ledger_answers_503_and_posts_nothing() {
+    // A port nothing listens on: connection refused, as when DynamoDB is down.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let ledger = DynamoLedger::new(dynamodb_client(&format!("http://{closed}")), "nowhere");
+    let app = spawn_app_with(Options {
+        ledger: Some(Arc::new(ledger) as Arc<dyn Ledger>),
+        ..Default::default()
+    })
+    .await;
+    let answer = app.send(&app_mention("EvD10", "anyone?"), None).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{}", answer.body);
+    assert_eq!(answer.json()["error"], "ledger_unavailable");
+    assert!(app.slack.received().is_empty(), "never a reply without a claim");
+}

@@ -1,0 +1,408 @@
+//! Test helpers: the app on port 0, a real HTTP stand-in for Slack's Web API, signed requests,
+//! and DynamoDB Local on 127.0.0.1. Nothing here talks to an address outside the loopback.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use slack_once::bot::ReferenceBot;
+use slack_once::config::{Config, Secret};
+use slack_once::ledger::{DynamoLedger, Ledger, MemoryLedger};
+use slack_once::Application;
+use tokio::sync::oneshot;
+
+pub const SECRET: &str = "test-signing-secret";
+pub const TOKEN: &str = "xoxb-test-token";
+pub const BOT_USER: &str = "UBOT";
+
+// ---------------------------------------------------------------- Slack stand-in
+
+/// What the stand-in does with the next `chat.postMessage`.
+#[derive(Clone, Debug)]
+pub enum Behaviour {
+    /// `{"ok": true}`: the message is posted.
+    Ok,
+    /// HTTP 429 with `Retry-After` in seconds: nothing posted.
+    RateLimited(u64),
+    /// This HTTP status with an empty body: nothing posted.
+    Status(u16),
+    /// `{"ok": false, "error": code}`; `posted` says whether Slack posted it anyway (as it may
+    /// for `internal_error`).
+    OkFalse { code: &'static str, posted: bool },
+    /// Wait, then post.
+    Delay(Duration),
+}
+
+#[derive(Clone, Debug)]
+pub struct Post {
+    pub authorization: Option<String>,
+    pub body: serde_json::Value,
+}
+
+#[derive(Default)]
+struct StandinState {
+    script: VecDeque<Behaviour>,
+    /// Every request received, in order.
+    received: Vec<Post>,
+    /// The messages actually posted (what a Slack user would see).
+    posted: Vec<Post>,
+}
+
+/// A real HTTP server on 127.0.0.1 standing in for `https://slack.com/api`.
+pub struct SlackStandin {
+    pub base_url: String,
+    state: Arc<Mutex<StandinState>>,
+    _shutdown: oneshot::Sender<()>,
+}
+
+impl SlackStandin {
+    pub async fn start() -> Self {
+        let state = Arc::new(Mutex::new(StandinState::default()));
+        let app = Router::new()
+            .route("/api/chat.postMessage", post(post_message))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+        Self {
+            base_url: format!("http://{addr}/api"),
+            state,
+            _shutdown: tx,
+        }
+    }
+
+    /// Queues behaviours for the next posts; after the queue, every post succeeds.
+    pub fn script(&self, behaviours: impl IntoIterator<Item = Behaviour>) {
+        self.state.lock().unwrap().script.extend(behaviours);
+    }
+
+    pub fn posted(&self) -> Vec<Post> {
+        self.state.lock().unwrap().posted.clone()
+    }
+
+    pub fn received(&self) -> Vec<Post> {
+        self.state.lock().unwrap().received.clone()
+    }
+
+    /// Posts per event id, read from the metadata slack-once attaches to each reply.
+    pub fn posts_per_event(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for post in self.posted() {
+            let id = post.body["metadata"]["event_payload"]["event_id"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string();
+            *counts.entry(id).or_default() += 1;
+        }
+        counts
+    }
+}
+
+async fn post_message(
+    State(state): State<Arc<Mutex<StandinState>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let post = Post {
+        authorization: headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    };
+    let behaviour = {
+        let mut s = state.lock().unwrap();
+        s.received.push(post.clone());
+        s.script.pop_front().unwrap_or(Behaviour::Ok)
+    };
+    let ok = |state: &Arc<Mutex<StandinState>>, post: Post| {
+        let mut s = state.lock().unwrap();
+        let ts = format!("1700000000.{:06}", s.posted.len() + 1);
+        s.posted.push(post);
+        json_response(serde_json::json!({"ok": true, "channel": "C1", "ts": ts}))
+    };
+    match behaviour {
+        Behaviour::Ok => ok(&state, post),
+        Behaviour::Delay(d) => {
+            tokio::time::sleep(d).await;
+            ok(&state, post)
+        }
+        Behaviour::RateLimited(secs) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", secs.to_string())],
+            "",
+        )
+            .into_response(),
+        Behaviour::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
+        Behaviour::OkFalse { code, posted } => {
+            if posted {
+                state.lock().unwrap().posted.push(post);
+            }
+            json_response(serde_json::json!({"ok": false, "error": code}))
+        }
+    }
+}
+
+fn json_response(value: serde_json::Value) -> Response {
+    ([("content-type", "application/json")], value.to_string()).into_response()
+}
+
+// ---------------------------------------------------------------- signed requests
+
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+pub fn signed_headers(secret: &str, timestamp: u64, body: &[u8]) -> Vec<(String, String)> {
+    vec![
+        ("content-type".into(), "application/json".into()),
+        ("x-slack-request-timestamp".into(), timestamp.to_string()),
+        (
+            "x-slack-signature".into(),
+            slack_once::signature::sign(&Secret::new(secret), timestamp, body),
+        ),
+    ]
+}
+
+/// An `app_mention` envelope, as Slack sends it.
+pub fn app_mention(event_id: &str, text: &str) -> String {
+    serde_json::json!({
+        "token": "unused", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
+        "event_id": event_id, "event_time": 1_700_000_000,
+        "event": {
+            "type": "app_mention", "user": "U0001", "text": format!("<@{BOT_USER}> {text}"),
+            "ts": "1700000000.000100", "channel": "C0001", "event_ts": "1700000000.000100"
+        },
+        "authorizations": [{"enterprise_id": null, "team_id": "T0001", "user_id": BOT_USER, "is_bot": true}]
+    })
+    .to_string()
+}
+
+/// A direct message to the bot (`message.im`) with the given author.
+pub fn direct_message(event_id: &str, user: &str, text: &str) -> String {
+    serde_json::json!({
+        "token": "unused", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
+        "event_id": event_id, "event_time": 1_700_000_000,
+        "event": {
+            "type": "message", "channel_type": "im", "user": user, "text": text,
+            "ts": "1700000000.000200", "channel": "D0001", "event_ts": "1700000000.000200"
+        },
+        "authorizations": [{"team_id": "T0001", "user_id": BOT_USER, "is_bot": true}]
+    })
+    .to_string()
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    pub fn outcome(&self) -> String {
+        self.json()["outcome"].as_str().unwrap_or("").to_string()
+    }
+}
+
+/// A plain HTTP client for 127.0.0.1.
+#[derive(Clone)]
+pub struct HttpClient(Client<HttpConnector, Full<Bytes>>);
+
+impl Default for HttpClient {
+    fn default() -> Self {
+        Self(Client::builder(TokioExecutor::new()).build_http())
+    }
+}
+
+impl HttpClient {
+    pub async fn request(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(String, String)],
+        body: impl Into<Bytes>,
+    ) -> Answer {
+        let mut request = http::Request::builder().method(method).uri(url);
+        for (k, v) in headers {
+            request = request.header(k.as_str(), v.as_str());
+        }
+        let response = self
+            .0
+            .request(request.body(Full::new(body.into())).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("request to {url} failed: {e}"));
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the app
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub slack: SlackStandin,
+    pub http: HttpClient,
+    _shutdown: oneshot::Sender<()>,
+}
+
+pub struct Options {
+    pub vars: Vec<(&'static str, String)>,
+    pub ledger: Option<Arc<dyn Ledger>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            vars: vec![],
+            ledger: None,
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(Options::default()).await
+}
+
+pub async fn spawn_app_with(options: Options) -> TestApp {
+    let slack = SlackStandin::start().await;
+    let mut vars: HashMap<String, String> = [
+        ("SLACK_SIGNING_SECRET", SECRET.to_string()),
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+        ("LISTEN_ADDR", "127.0.0.1:0".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    for (k, v) in options.vars {
+        vars.insert(k.to_string(), v);
+    }
+    let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test configuration");
+    let ledger = options
+        .ledger
+        .unwrap_or_else(|| Arc::new(MemoryLedger::new()) as Arc<dyn Ledger>);
+    let app = Application::with_parts(config, ledger, Arc::new(ReferenceBot));
+    let server = app.bind().await.unwrap();
+    let addr = server.local_addr();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(server.run_until(async {
+        let _ = rx.await;
+    }));
+    TestApp {
+        addr,
+        slack,
+        http: HttpClient::default(),
+        _shutdown: tx,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Sends `body` signed now, as Slack would, with `X-Slack-Retry-Num` when `retry` is set.
+    pub async fn send(&self, body: &str, retry: Option<u32>) -> Answer {
+        let mut headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+        if let Some(n) = retry {
+            headers.push(("x-slack-retry-num".into(), n.to_string()));
+            headers.push(("x-slack-retry-reason".into(), "http_timeout".into()));
+        }
+        self.send_raw(&headers, body.as_bytes().to_vec()).await
+    }
+
+    pub async fn send_raw(&self, headers: &[(String, String)], body: Vec<u8>) -> Answer {
+        self.http
+            .request("POST", &self.url("/slack/events"), headers, body)
+            .await
+    }
+}
+
+// ---------------------------------------------------------------- DynamoDB Local
+
+pub const DYNAMODB_SCRIPT: &str = "scripts/dynamodb-local.sh start";
+
+/// DynamoDB Local's endpoint on 127.0.0.1 (port from DYNAMODB_LOCAL_PORT, default 8000).
+/// Fails the test, naming the script, when nothing answers there: never skips silently.
+pub fn dynamodb_endpoint() -> String {
+    let port: u16 = std::env::var("DYNAMODB_LOCAL_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(8000);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+        panic!(
+            "DynamoDB Local is not answering on 127.0.0.1:{port}: start it with `{DYNAMODB_SCRIPT}` \
+             (scripts/test.sh starts and stops it for you)"
+        );
+    }
+    format!("http://{addr}")
+}
+
+/// The variables that point the SDK (and the binary) at DynamoDB Local.
+pub fn dynamodb_env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL_DYNAMODB", endpoint.to_string()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        // Keep the SDK away from ~/.aws and the instance metadata service.
+        ("AWS_CONFIG_FILE", "/dev/null".into()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]
+}
+
+pub fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .http_client(slack_once::ledger::dynamo::http_client())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+/// A fresh table on DynamoDB Local, and a ledger on it.
+pub async fn fresh_table(endpoint: &str) -> (String, Arc<DynamoLedger>) {
+    let client = dynamodb_client(endpoint);
+    let table = format!("test-{}", uuid::Uuid::new_v4().simple());
+    DynamoLedger::create_table(&client, &table)
+        .await
+        .expect("create the test table on DynamoDB Local");
+    (table.clone(), Arc::new(DynamoLedger::new(client, table)))
+}

@@ -1,0 +1,6 @@
+//! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
+
+mod core;
+mod dynamo;
+mod helpers;
+mod rejections;
