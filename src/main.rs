@@ -50,6 +50,7 @@ async fn serve() -> ExitCode {
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
             .init();
     }
 

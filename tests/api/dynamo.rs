@@ -47,8 +47,15 @@ fn s<'a>(item: &'a std::collections::HashMap<String, AttributeValue>, key: &str)
 async fn an_absent_event_is_acquired_and_the_item_holds_the_documented_schema() {
     let ledger = ledger().await;
     let (e, a) = (id("EvD1"), OwnerToken::random());
-    assert_eq!(ledger.claim(&request(&e, &a, NOW)).await.unwrap(), Claim::Acquired { attempt: 1 });
-    let item = ledger.get_item("EvD1").await.unwrap().expect("the item exists");
+    assert_eq!(
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap(),
+        Claim::Acquired { attempt: 1 }
+    );
+    let item = ledger
+        .get_item("EvD1")
+        .await
+        .unwrap()
+        .expect("the item exists");
     assert_eq!(s(&item, "pk"), "EvD1");
     assert_eq!(s(&item, "status"), "in_progress");
     assert_eq!(s(&item, "owner"), a.as_str());
@@ -74,11 +81,21 @@ async fn a_done_event_is_reported_done_by_one_failed_write() {
     ledger.claim(&request(&e, &a, NOW)).await.unwrap();
     ledger.complete(&e, &a, NOW + 1).await.unwrap();
     let before = ledger.requests_sent();
-    assert_eq!(ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap(), Claim::AlreadyDone);
-    assert_eq!(ledger.requests_sent() - before, 1, "a duplicate costs one request");
+    assert_eq!(
+        ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap(),
+        Claim::AlreadyDone
+    );
+    assert_eq!(
+        ledger.requests_sent() - before,
+        1,
+        "a duplicate costs one request"
+    );
     // Done stays done long after the lease, until the TTL.
     assert_eq!(
-        ledger.claim(&request(&e, &b, NOW + 100 * LEASE)).await.unwrap(),
+        ledger
+            .claim(&request(&e, &b, NOW + 100 * LEASE))
+            .await
+            .unwrap(),
         Claim::AlreadyDone
     );
 }
@@ -89,8 +106,13 @@ async fn a_live_claim_is_reported_in_progress_and_not_overwritten() {
     let (e, a, b) = (id("EvD3"), OwnerToken::random(), OwnerToken::random());
     ledger.claim(&request(&e, &a, NOW)).await.unwrap();
     assert_eq!(
-        ledger.claim(&request(&e, &b, NOW + LEASE - 1)).await.unwrap(),
-        Claim::InProgress { lease_until_ms: NOW + LEASE }
+        ledger
+            .claim(&request(&e, &b, NOW + LEASE - 1))
+            .await
+            .unwrap(),
+        Claim::InProgress {
+            lease_until_ms: NOW + LEASE
+        }
     );
     let item = ledger.get_item("EvD3").await.unwrap().unwrap();
     assert_eq!(s(&item, "owner"), a.as_str());
@@ -105,12 +127,25 @@ async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
         ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap(),
         Claim::Acquired { attempt: 2 }
     );
-    assert!(matches!(ledger.complete(&e, &a, NOW + LEASE + 1).await, Err(LedgerError::NotOwner { .. })));
-    assert!(matches!(ledger.release(&e, &a, NOW + LEASE + 1).await, Err(LedgerError::NotOwner { .. })));
+    assert!(matches!(
+        ledger.complete(&e, &a, NOW + LEASE + 1).await,
+        Err(LedgerError::NotOwner { .. })
+    ));
+    assert!(matches!(
+        ledger.release(&e, &a, NOW + LEASE + 1).await,
+        Err(LedgerError::NotOwner { .. })
+    ));
     ledger.complete(&e, &b, NOW + LEASE + 2).await.unwrap();
     let item = ledger.get_item("EvD4").await.unwrap().unwrap();
-    assert_eq!((s(&item, "status"), s(&item, "owner")), ("done", b.as_str()));
-    assert_eq!(n(&item, "created_at"), NOW, "created_at keeps the first claim's time");
+    assert_eq!(
+        (s(&item, "status"), s(&item, "owner")),
+        ("done", b.as_str())
+    );
+    assert_eq!(
+        n(&item, "created_at"),
+        NOW,
+        "created_at keeps the first claim's time"
+    );
 }
 
 #[tokio::test]
@@ -119,13 +154,19 @@ async fn a_released_claim_is_taken_at_once() {
     let (e, a, b) = (id("EvD5"), OwnerToken::random(), OwnerToken::random());
     ledger.claim(&request(&e, &a, NOW)).await.unwrap();
     ledger.release(&e, &a, NOW + 1).await.unwrap();
-    assert_eq!(s(&ledger.get_item("EvD5").await.unwrap().unwrap(), "status"), "released");
+    assert_eq!(
+        s(&ledger.get_item("EvD5").await.unwrap().unwrap(), "status"),
+        "released"
+    );
     assert_eq!(
         ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap(),
         Claim::Acquired { attempt: 2 }
     );
     let item = ledger.get_item("EvD5").await.unwrap().unwrap();
-    assert!(!item.contains_key("released_at"), "a new claim clears the old release");
+    assert!(
+        !item.contains_key("released_at"),
+        "a new claim clears the old release"
+    );
 }
 
 #[tokio::test]
@@ -151,13 +192,37 @@ async fn an_item_past_its_ttl_counts_as_absent_though_not_yet_deleted() {
 async fn complete_and_release_by_a_stranger_are_refused() {
     let ledger = ledger().await;
     let (e, a, stranger) = (id("EvD7"), OwnerToken::random(), OwnerToken::random());
-    assert!(matches!(ledger.complete(&e, &a, NOW).await, Err(LedgerError::NotOwner { .. })), "nothing claimed yet");
+    assert!(
+        matches!(
+            ledger.complete(&e, &a, NOW).await,
+            Err(LedgerError::NotOwner { .. })
+        ),
+        "nothing claimed yet"
+    );
     ledger.claim(&request(&e, &a, NOW)).await.unwrap();
-    assert!(matches!(ledger.complete(&e, &stranger, NOW).await, Err(LedgerError::NotOwner { .. })));
-    assert!(matches!(ledger.release(&e, &stranger, NOW).await, Err(LedgerError::NotOwner { .. })));
+    assert!(matches!(
+        ledger.complete(&e, &stranger, NOW).await,
+        Err(LedgerError::NotOwner { .. })
+    ));
+    assert!(matches!(
+        ledger.release(&e, &stranger, NOW).await,
+        Err(LedgerError::NotOwner { .. })
+    ));
     ledger.complete(&e, &a, NOW).await.unwrap();
-    assert!(matches!(ledger.complete(&e, &a, NOW).await, Err(LedgerError::NotOwner { .. })), "twice");
-    assert!(matches!(ledger.release(&e, &a, NOW).await, Err(LedgerError::NotOwner { .. })), "after done");
+    assert!(
+        matches!(
+            ledger.complete(&e, &a, NOW).await,
+            Err(LedgerError::NotOwner { .. })
+        ),
+        "twice"
+    );
+    assert!(
+        matches!(
+            ledger.release(&e, &a, NOW).await,
+            Err(LedgerError::NotOwner { .. })
+        ),
+        "after done"
+    );
 }
 
 #[tokio::test]
@@ -166,10 +231,19 @@ async fn a_claim_without_optional_fields_removes_an_earlier_deliverys() {
     let (e, a, b) = (id("EvD8"), OwnerToken::random(), OwnerToken::random());
     ledger.claim(&request(&e, &a, NOW)).await.unwrap();
     ledger.release(&e, &a, NOW + 1).await.unwrap();
-    let bare = ClaimRequest { team_id: None, retry_num: None, retry_reason: None, ..request(&e, &b, NOW + 2) };
+    let bare = ClaimRequest {
+        team_id: None,
+        retry_num: None,
+        retry_reason: None,
+        ..request(&e, &b, NOW + 2)
+    };
     ledger.claim(&bare).await.unwrap();
     let item = ledger.get_item("EvD8").await.unwrap().unwrap();
-    assert!(!item.contains_key("retry_num") && !item.contains_key("retry_reason") && !item.contains_key("team_id"));
+    assert!(
+        !item.contains_key("retry_num")
+            && !item.contains_key("retry_reason")
+            && !item.contains_key("team_id")
+    );
 }
 
 #[tokio::test]
@@ -210,7 +284,11 @@ async fn through_the_app_a_first_delivery_costs_two_writes_and_a_duplicate_one()
     assert_eq!(ledger.requests_sent() - before, 2, "claim + complete");
     let before = ledger.requests_sent();
     assert_eq!(app.send(&body, Some(1)).await.outcome(), "duplicate");
-    assert_eq!(ledger.requests_sent() - before, 1, "one failed conditional write");
+    assert_eq!(
+        ledger.requests_sent() - before,
+        1,
+        "one failed conditional write"
+    );
     assert_eq!(app.slack.posted().len(), 1);
 }
 
@@ -228,7 +306,15 @@ async fn an_unreachable_ledger_answers_503_and_posts_nothing() {
     })
     .await;
     let answer = app.send(&app_mention("EvD10", "anyone?"), None).await;
-    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{}", answer.body);
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
     assert_eq!(answer.json()["error"], "ledger_unavailable");
-    assert!(app.slack.received().is_empty(), "never a reply without a claim");
+    assert!(
+        app.slack.received().is_empty(),
+        "never a reply without a claim"
+    );
 }

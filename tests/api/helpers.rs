@@ -42,6 +42,8 @@ pub enum Behaviour {
     OkFalse { code: &'static str, posted: bool },
     /// Wait, then post.
     Delay(Duration),
+    /// Never answer and never post: a request lost on its way to Slack.
+    Hang,
 }
 
 #[derive(Clone, Debug)]
@@ -152,6 +154,7 @@ async fn post_message(
             "",
         )
             .into_response(),
+        Behaviour::Hang => std::future::pending().await,
         Behaviour::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
         Behaviour::OkFalse { code, posted } => {
             if posted {
@@ -248,23 +251,34 @@ impl HttpClient {
         headers: &[(String, String)],
         body: impl Into<Bytes>,
     ) -> Answer {
+        self.try_request(method, url, headers, body)
+            .await
+            .unwrap_or_else(|e| panic!("request to {url} failed: {e}"))
+    }
+
+    pub async fn try_request(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(String, String)],
+        body: impl Into<Bytes>,
+    ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
         let mut request = http::Request::builder().method(method).uri(url);
         for (k, v) in headers {
             request = request.header(k.as_str(), v.as_str());
         }
         let response = self
             .0
-            .request(request.body(Full::new(body.into())).unwrap())
-            .await
-            .unwrap_or_else(|e| panic!("request to {url} failed: {e}"));
+            .request(request.body(Full::new(body.into()))?)
+            .await?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        Answer {
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok(Answer {
             status,
             headers,
             body: String::from_utf8_lossy(&body).into_owned(),
-        }
+        })
     }
 }
 
@@ -277,18 +291,10 @@ pub struct TestApp {
     _shutdown: oneshot::Sender<()>,
 }
 
+#[derive(Default)]
 pub struct Options {
     pub vars: Vec<(&'static str, String)>,
     pub ledger: Option<Arc<dyn Ledger>>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            vars: vec![],
-            ledger: None,
-        }
-    }
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -405,4 +411,187 @@ pub async fn fresh_table(endpoint: &str) -> (String, Arc<DynamoLedger>) {
         .await
         .expect("create the test table on DynamoDB Local");
     (table.clone(), Arc::new(DynamoLedger::new(client, table)))
+}
+
+// ---------------------------------------------------------------- the built binary
+
+/// One `slack-once` process in local mode, killed (by its PID) when dropped.
+pub struct BotProcess {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl BotProcess {
+    /// Starts the binary with `vars` (plus the test secret and LISTEN_ADDR=127.0.0.1:0) and
+    /// waits until it says where it listens.
+    pub fn spawn(vars: &[(&str, String)]) -> Self {
+        use std::io::BufRead;
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("SLACK_SIGNING_SECRET", SECRET)
+            .env("LISTEN_ADDR", "127.0.0.1:0")
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in vars {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("the slack-once binary starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let (log, tx) = (log.clone(), tx.clone());
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stream)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if let Some(addr) = line
+                        .split("addr=")
+                        .nth(1)
+                        .and_then(|rest| rest.split_whitespace().next())
+                        .and_then(|a| a.parse::<SocketAddr>().ok())
+                    {
+                        let _ = tx.send(addr);
+                    }
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "slack-once did not start; its log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+        };
+        Self { child, addr, log }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/slack/events", self.addr)
+    }
+
+    /// SIGKILL: no cleanup, no release, as when an instance dies.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for BotProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Sends `body` signed now to `url`, with `X-Slack-Retry-Num` when `retry` is set.
+pub async fn deliver(http: &HttpClient, url: &str, body: &str, retry: Option<u32>) -> Answer {
+    let mut headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+    if let Some(n) = retry {
+        headers.push(("x-slack-retry-num".into(), n.to_string()));
+        headers.push(("x-slack-retry-reason".into(), "http_timeout".into()));
+    }
+    http.request("POST", url, &headers, body.as_bytes().to_vec())
+        .await
+}
+
+// ---------------------------------------------------------------- a private DynamoDB Local
+
+/// A DynamoDB Local of the test's own, on a free port with its data on disk, so the test can
+/// stop and restart it. Stopped (by PID) when dropped.
+pub struct PrivateDynamoDb {
+    pub port: u16,
+    data: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl PrivateDynamoDb {
+    pub fn start() -> Self {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let data =
+            std::env::temp_dir().join(format!("slack-once-ddb-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&data).unwrap();
+        let mut db = Self {
+            port,
+            data,
+            child: None,
+        };
+        db.restart();
+        db
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        let dir = std::env::var("DYNAMODB_LOCAL_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|_| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".dynamodb-local")
+            })
+            .join("package/emulator");
+        let jar = dir.join("DynamoDBLocal.jar");
+        assert!(
+            jar.exists(),
+            "DynamoDB Local is not installed at {}: run `scripts/dynamodb-local.sh install`",
+            jar.display()
+        );
+        let child = std::process::Command::new("java")
+            .arg(format!(
+                "-Djava.library.path={}",
+                dir.join("DynamoDBLocal_lib").display()
+            ))
+            .arg("-jar")
+            .arg(&jar)
+            .args(["-sharedDb", "-dbPath"])
+            .arg(&self.data)
+            .args(["-port", &self.port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("java starts DynamoDB Local");
+        self.child = Some(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "DynamoDB Local did not start on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for PrivateDynamoDb {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
 }

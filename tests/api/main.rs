@@ -1,6 +1,8 @@
 //! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
 
+mod binary;
 mod core;
 mod dynamo;
 mod helpers;
+mod processes;
 mod rejections;

@@ -1,0 +1,111 @@
+//! The built binary as a user runs it: start-up errors, graceful shutdown, `slack-once sign`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::helpers::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_slack-once");
+
+#[test]
+fn a_missing_signing_secret_stops_the_start_with_a_message_naming_it() {
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("LISTEN_ADDR", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("SLACK_SIGNING_SECRET is not set"), "{text}");
+}
+
+#[test]
+fn an_invalid_value_stops_the_start_naming_the_variable_and_no_secret_is_printed() {
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("SLACK_SIGNING_SECRET", "super-secret-value")
+        .env("SLACK_BOT_TOKEN", "xoxb-secret-token")
+        .env("DEDUP_LEASE_SECONDS", "forever")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("DEDUP_LEASE_SECONDS is invalid"), "{text}");
+    assert!(!text.contains("super-secret-value") && !text.contains("xoxb-secret-token"));
+}
+
+#[test]
+fn on_lambda_a_missing_table_stops_the_start() {
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
+        .env("SLACK_SIGNING_SECRET", "s")
+        .env("SLACK_BOT_TOKEN", "xoxb-1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("DEDUP_TABLE is not set"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_the_request_in_flight_and_exits_0() {
+    let slack = SlackStandin::start().await;
+    slack.script([Behaviour::Delay(Duration::from_millis(700))]);
+    let mut bot = BotProcess::spawn(&[
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ]);
+    let http = HttpClient::default();
+    let url = bot.url();
+    let in_flight = tokio::spawn(async move {
+        deliver(&http, &url, &app_mention("EvTerm", "slow one"), None).await
+    });
+    while slack.received().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &bot.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let answer = in_flight.await.unwrap();
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    let exit = tokio::task::spawn_blocking(move || {
+        let code = bot.child.wait().unwrap();
+        (code, bot.log())
+    })
+    .await
+    .unwrap();
+    assert_eq!(exit.0.code(), Some(0), "{}", exit.1);
+    assert_eq!(slack.posted().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_curl_command_printed_by_sign_is_accepted_by_the_local_server() {
+    let slack = SlackStandin::start().await;
+    let bot = BotProcess::spawn(&[
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ]);
+    let file =
+        std::env::temp_dir().join(format!("slack-once-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, app_mention("EvSign", "signed by the CLI")).unwrap();
+    let out = Command::new(BIN)
+        .args(["sign", file.to_str().unwrap(), "--url", &bot.url()])
+        .env("SLACK_SIGNING_SECRET", SECRET)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let curl = String::from_utf8(out.stdout).unwrap();
+    assert!(curl.contains(&bot.url()), "{curl}");
+    let sent = Command::new("sh").arg("-c").arg(&curl).output().unwrap();
+    let response = String::from_utf8_lossy(&sent.stdout);
+    assert!(response.contains("\"outcome\":\"answered\""), "{response}");
+    let _ = std::fs::remove_file(file);
+    assert_eq!(slack.posted().len(), 1);
+}
