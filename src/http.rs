@@ -22,11 +22,13 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 const NO_RETRY: (&str, &str) = ("x-slack-no-retry", "1");
 
 /// The router both modes serve: `POST /slack/events` (also `POST /`, for a Request URL that is
-/// the bare Function URL) and `GET /healthz`.
+/// the bare Function URL, and `POST /{stage}/slack/events`, as lambda_http presents REST API
+/// paths with their stage) and `GET /healthz`.
 pub fn router(processor: Arc<Processor>) -> Router {
     Router::new()
         .route("/slack/events", post(slack_events))
         .route("/", post(slack_events))
+        .route("/{stage}/slack/events", post(slack_events))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(processor)
 }

@@ -361,9 +361,13 @@ impl Times {
         }
         let margin = (lease / 4).min(MAX_LEASE_MARGIN);
         let now_ms = unix_ms(delivery.now);
+        let lease_until_ms = match delivery.invocation_deadline {
+            Some(deadline) => unix_ms(deadline),
+            None => now_ms + lease.as_millis() as u64,
+        };
         Some(Self {
             now_ms,
-            lease_until_ms: now_ms + lease.as_millis() as u64,
+            lease_until_ms,
             work_deadline: delivery.started + (lease - margin),
             lease_deadline: delivery.started + lease,
         })

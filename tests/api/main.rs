@@ -4,5 +4,6 @@ mod binary;
 mod core;
 mod dynamo;
 mod helpers;
+mod lambda;
 mod processes;
 mod rejections;
