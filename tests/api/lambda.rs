@@ -99,11 +99,12 @@ async fn every_sample_event_gets_the_status_it_should_through_lambda_http_and_th
 // ---------------------------------------------------------------- a Lambda Runtime API stand-in
 
 type Invocation = (String, String, u64);
+type Waiting = Arc<Mutex<HashMap<String, oneshot::Sender<Result<String, String>>>>>;
 
 #[derive(Clone)]
 struct RuntimeState {
     next: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Invocation>>>,
-    waiting: Arc<Mutex<HashMap<String, oneshot::Sender<Result<String, String>>>>>,
+    waiting: Waiting,
 }
 
 /// Serves `/2018-06-01/runtime/...` as Lambda does, one invocation at a time.
