@@ -84,6 +84,9 @@ pub struct Config {
     /// Local mode's processing deadline and claim lease; on Lambda the invocation deadline is used.
     pub lease: Duration,
     pub listen_addr: SocketAddr,
+    /// The deployed version answering (Lambda sets `AWS_LAMBDA_FUNCTION_VERSION`), written into
+    /// each reply's metadata, so it shows which version answered during a gradual deploy.
+    pub function_version: String,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -212,6 +215,10 @@ impl Config {
                 reason: "must be an IP address and port, such as 127.0.0.1:3000".into(),
             })?;
 
+        let function_version = get("AWS_LAMBDA_FUNCTION_VERSION")
+            .map(|v| v.trim().chars().take(64).collect())
+            .unwrap_or_else(|| "local".to_string());
+
         Ok(Self {
             mode,
             signing_secrets,
@@ -221,6 +228,7 @@ impl Config {
             ttl,
             lease,
             listen_addr,
+            function_version,
         })
     }
 }

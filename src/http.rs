@@ -63,8 +63,7 @@ async fn slack_events(State(processor): State<Arc<Processor>>, request: Request)
     let invocation_deadline = parts
         .extensions
         .get::<lambda_http::Context>()
-        .filter(|context| context.deadline > 0)
-        .map(|context| SystemTime::UNIX_EPOCH + Duration::from_millis(context.deadline));
+        .and_then(|context| invocation_deadline(context.deadline));
 
     let result = processor
         .handle(Delivery {
@@ -76,6 +75,21 @@ async fn slack_events(State(processor): State<Arc<Processor>>, request: Request)
         })
         .await;
     respond(result)
+}
+
+/// Lambda's `Lambda-Runtime-Deadline-Ms` is epoch milliseconds. Some emulators send a duration
+/// instead (`cargo lambda watch` sends 600000): a value before 2001 is not an epoch time, and the
+/// configured lease (`DEDUP_LEASE_SECONDS`) is used instead.
+fn invocation_deadline(deadline_ms: u64) -> Option<SystemTime> {
+    const EPOCH_MS_2001: u64 = 1_000_000_000_000;
+    if deadline_ms < EPOCH_MS_2001 {
+        tracing::debug!(
+            deadline_ms,
+            "not an epoch deadline: using the configured lease"
+        );
+        return None;
+    }
+    Some(SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms))
 }
 
 /// The one mapping of outcomes and failures to statuses (see the README's status table).
@@ -204,6 +218,20 @@ mod tests {
         let body = String::from_utf8(body.to_vec()).unwrap();
         assert!(!body.contains("secret detail"), "{body}");
         assert!(body.contains("internal_error"));
+    }
+
+    #[test]
+    fn only_an_epoch_deadline_is_taken_as_the_lease() {
+        assert_eq!(invocation_deadline(0), None);
+        assert_eq!(
+            invocation_deadline(600_000),
+            None,
+            "cargo lambda watch sends a duration"
+        );
+        assert_eq!(
+            invocation_deadline(1_795_966_663_386),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_966_663_386))
+        );
     }
 
     #[test]

@@ -59,6 +59,7 @@ impl Application {
             bot,
             config.ttl,
             config.lease,
+            config.function_version.clone(),
         ));
         Self { config, processor }
     }

@@ -88,7 +88,7 @@ pub enum ProcessError {
     Slack(#[source] SlackError),
     #[error("the bot failed (claim released)")]
     Bot(#[source] BotError),
-    #[error("the processing deadline passed before the reply was posted (claim released)")]
+    #[error("the processing deadline passed before the reply was posted")]
     Deadline,
 }
 
@@ -100,6 +100,7 @@ pub struct Processor {
     bot: Arc<dyn Bot>,
     ttl: Duration,
     lease: Duration,
+    version: String,
 }
 
 impl Processor {
@@ -110,6 +111,7 @@ impl Processor {
         bot: Arc<dyn Bot>,
         ttl: Duration,
         lease: Duration,
+        version: String,
     ) -> Self {
         Self {
             secrets,
@@ -118,6 +120,7 @@ impl Processor {
             bot,
             ttl,
             lease,
+            version,
         }
     }
 
@@ -208,9 +211,12 @@ impl Processor {
             return Ok(Outcome::Skipped(reason));
         }
 
-        let times = Times::new(delivery, self.lease);
-        let Some(times) = times else {
-            tracing::warn!("the invocation deadline has passed already: not claiming");
+        let Some(times) = Times::new(delivery, self.lease) else {
+            tracing::warn!(
+                deadline_ms = delivery.invocation_deadline.map(unix_ms),
+                now_ms = unix_ms(delivery.now),
+                "the invocation deadline has passed already: not claiming"
+            );
             return Err(ProcessError::Deadline);
         };
         let owner = OwnerToken::random();
@@ -262,7 +268,11 @@ impl Processor {
                 thread_ts: reply.thread_ts,
                 metadata: Some(serde_json::json!({
                     "event_type": REPLY_METADATA_TYPE,
-                    "event_payload": { "event_id": callback.event_id.as_str(), "attempt": attempt },
+                    "event_payload": {
+                        "event_id": callback.event_id.as_str(),
+                        "attempt": attempt,
+                        "version": self.version,
+                    },
                 })),
             };
             self.slack

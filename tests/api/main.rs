@@ -2,6 +2,7 @@
 
 mod binary;
 mod core;
+mod deploy;
 mod dynamo;
 mod helpers;
 mod lambda;
