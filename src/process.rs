@@ -15,12 +15,10 @@ use crate::config::SigningSecrets;
 use crate::envelope::{Envelope, EventCallback, SkipReason};
 use crate::ledger::{Claim, ClaimRequest, Ledger, LedgerError, OwnerToken};
 use crate::signature::{self, SignatureError};
-use crate::slack::{PostMessage, SlackClient, SlackError};
+use crate::slack::{PostMessage, SlackClient, SlackError, REPLY_METADATA_TYPE};
 
 pub const RETRY_NUM_HEADER: &str = "x-slack-retry-num";
 pub const RETRY_REASON_HEADER: &str = "x-slack-retry-reason";
-/// The `event_type` of the metadata attached to every reply, naming the event it answers.
-pub const REPLY_METADATA_TYPE: &str = "slack_once_reply";
 
 /// Processing stops this long before the lease ends (at most 1 s, at most a quarter of the
 /// lease), leaving time to release the claim and answer, and absorbing clock skew between
@@ -47,6 +45,9 @@ pub enum Outcome {
     Challenge(String),
     /// This delivery claimed the event, and its reply was posted (or, without a token, logged).
     Answered { attempt: u32 },
+    /// This delivery took the event over and found the earlier claim's reply already in Slack:
+    /// marked done without posting again.
+    Recovered,
     /// This delivery claimed the event; the bot had nothing to say.
     NoReply,
     /// The event was answered already.
@@ -66,6 +67,7 @@ impl Outcome {
         match self {
             Outcome::Challenge(_) => "challenge",
             Outcome::Answered { .. } => "answered",
+            Outcome::Recovered => "recovered",
             Outcome::NoReply => "no_reply",
             Outcome::Duplicate => "duplicate",
             Outcome::InProgress => "in_progress",
@@ -260,8 +262,36 @@ impl Processor {
                 .await
                 .map_err(ProcessError::Bot)?;
             let Some(reply) = reply else {
-                return Ok(false);
+                return Ok(Worked::NothingToSay);
             };
+            if attempt > 1 {
+                // An earlier claim of this event ended without completing: it may have posted
+                // before it died or gave up. Slack knows: look for its reply first.
+                let found = self
+                    .slack
+                    .find_reply(
+                        &reply.channel,
+                        reply.thread_ts.as_deref(),
+                        callback.event.ts.as_deref(),
+                        callback.event_id.as_str(),
+                        times.work_deadline,
+                    )
+                    .await;
+                match found {
+                    Ok(Some(ts)) => {
+                        tracing::info!(
+                            ts,
+                            "an earlier claim's reply is already in Slack: not posting again"
+                        );
+                        return Ok(Worked::FoundEarlierReply);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(
+                        error = %error_chain(&e),
+                        "could not look for an earlier claim's reply; posting (it may be a second answer)"
+                    ),
+                }
+            }
             let message = PostMessage {
                 channel: reply.channel,
                 text: reply.text,
@@ -282,7 +312,7 @@ impl Processor {
                     SlackError::Timeout => ProcessError::Deadline,
                     e => ProcessError::Slack(e),
                 })?;
-            Ok(true)
+            Ok(Worked::Posted)
         };
         let worked = match tokio::time::timeout_at(times.work_deadline, work).await {
             Ok(result) => result,
@@ -290,7 +320,7 @@ impl Processor {
         };
         let now_ms = || unix_ms(delivery.now) + delivery.started.elapsed().as_millis() as u64;
         match worked {
-            Ok(posted) => {
+            Ok(worked) => {
                 let completed = tokio::time::timeout_at(
                     times.lease_deadline,
                     self.ledger.complete(&callback.event_id, &owner, now_ms()),
@@ -309,10 +339,10 @@ impl Processor {
                          a copy arriving after the lease could answer again"
                     ),
                 }
-                Ok(if posted {
-                    Outcome::Answered { attempt }
-                } else {
-                    Outcome::NoReply
+                Ok(match worked {
+                    Worked::Posted => Outcome::Answered { attempt },
+                    Worked::FoundEarlierReply => Outcome::Recovered,
+                    Worked::NothingToSay => Outcome::NoReply,
                 })
             }
             Err(error) => {
@@ -346,6 +376,13 @@ impl Processor {
             }
         }
     }
+}
+
+/// What the work under a claim did.
+enum Worked {
+    Posted,
+    FoundEarlierReply,
+    NothingToSay,
 }
 
 /// The times of one claim.

@@ -14,10 +14,14 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::config::Secret;
+
+/// The `event_type` of the metadata attached to every reply, naming the event it answers.
+pub const REPLY_METADATA_TYPE: &str = "slack_once_reply";
 
 /// Slack's answers are small; anything larger than this is not Slack's.
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
@@ -80,13 +84,40 @@ impl SlackError {
     }
 }
 
+/// Every Web API answer: `ok`, Slack's `error` code when not ok, and the method's own fields.
 #[derive(Deserialize)]
-struct ApiAnswer {
+struct ApiAnswer<T> {
     ok: bool,
     #[serde(default)]
     error: Option<String>,
+    #[serde(flatten)]
+    rest: Option<T>,
+}
+
+#[derive(Deserialize)]
+struct Posted {
     #[serde(default)]
     ts: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct History {
+    #[serde(default)]
+    messages: Vec<HistoryMessage>,
+}
+
+#[derive(Deserialize)]
+struct HistoryMessage {
+    ts: String,
+    #[serde(default)]
+    metadata: Option<MessageMetadata>,
+}
+
+#[derive(Deserialize)]
+struct MessageMetadata {
+    event_type: String,
+    #[serde(default)]
+    event_payload: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The Web API client. Built once per process and shared.
@@ -168,10 +199,10 @@ impl SlackClient {
                 .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
                 .body(Full::new(body.clone()))
                 .expect("a valid request");
-            let answer = tokio::time::timeout_at(deadline, self.send(request))
+            match tokio::time::timeout_at(deadline, self.call::<Posted>(request))
                 .await
-                .map_err(|_| SlackError::Timeout)??;
-            match answer {
+                .map_err(|_| SlackError::Timeout)??
+            {
                 Answer::RateLimited(retry_after) => {
                     if Instant::now() + retry_after >= deadline {
                         return Err(SlackError::RateLimited { retry_after });
@@ -179,12 +210,75 @@ impl SlackClient {
                     tracing::warn!(?retry_after, "Slack rate-limited chat.postMessage; waiting");
                     tokio::time::sleep(retry_after).await;
                 }
-                Answer::Done(ts) => return Ok(Delivered::Posted { ts }),
+                Answer::Done(posted) => return Ok(Delivered::Posted { ts: posted.ts }),
             }
         }
     }
 
-    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Answer, SlackError> {
+    /// Looks for a reply slack-once already posted for `event_id`, by the metadata every reply
+    /// carries, among the messages of `channel` (of the thread `thread_ts`, when set) from
+    /// `oldest` on: `conversations.replies` or `conversations.history` with
+    /// `include_all_metadata=true`. Used only when taking an event over, to learn whether the
+    /// earlier claimant's post went through. Not retried: a 429 is an error here.
+    pub async fn find_reply(
+        &self,
+        channel: &str,
+        thread_ts: Option<&str>,
+        oldest: Option<&str>,
+        event_id: &str,
+        deadline: Instant,
+    ) -> Result<Option<String>, SlackError> {
+        let Some(token) = &self.token else {
+            return Ok(None);
+        };
+        let mut query = vec![
+            ("channel", channel),
+            ("include_all_metadata", "true"),
+            ("inclusive", "true"),
+            ("limit", "100"),
+        ];
+        let method = match thread_ts {
+            Some(ts) => {
+                query.push(("ts", ts));
+                "conversations.replies"
+            }
+            None => "conversations.history",
+        };
+        if let Some(oldest) = oldest {
+            query.push(("oldest", oldest));
+        }
+        let query: Vec<String> = query
+            .iter()
+            .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+            .collect();
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(format!("{}/{method}?{}", self.base_url, query.join("&")))
+            .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
+            .body(Full::new(Bytes::new()))
+            .expect("a valid request");
+        let history = match tokio::time::timeout_at(deadline, self.call::<History>(request))
+            .await
+            .map_err(|_| SlackError::Timeout)??
+        {
+            Answer::Done(history) => history,
+            Answer::RateLimited(retry_after) => {
+                return Err(SlackError::RateLimited { retry_after })
+            }
+        };
+        Ok(history.messages.into_iter().find_map(|m| {
+            let metadata = m.metadata?;
+            (metadata.event_type == REPLY_METADATA_TYPE
+                && metadata.event_payload.get("event_id")?.as_str()? == event_id)
+                .then_some(m.ts)
+        }))
+    }
+
+    /// Sends one Web API request; `ok: false` becomes [`SlackError::Api`] with Slack's code.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Answer<T>, SlackError> {
         let response = self
             .http
             .request(request)
@@ -209,21 +303,34 @@ impl SlackClient {
             .await
             .map_err(SlackError::InvalidResponse)?
             .to_bytes();
-        let answer: ApiAnswer =
+        let answer: ApiAnswer<T> =
             serde_json::from_slice(&bytes).map_err(|e| SlackError::InvalidResponse(Box::new(e)))?;
-        if answer.ok {
-            Ok(Answer::Done(answer.ts))
-        } else {
-            Err(SlackError::Api {
+        match (answer.ok, answer.rest) {
+            (true, Some(rest)) => Ok(Answer::Done(rest)),
+            (true, None) => Err(SlackError::InvalidResponse("ok without a result".into())),
+            (false, _) => Err(SlackError::Api {
                 code: answer.error.unwrap_or_else(|| "unknown_error".into()),
-            })
+            }),
         }
     }
 }
 
-enum Answer {
-    Done(Option<String>),
+enum Answer<T> {
+    Done(T),
     RateLimited(Duration),
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -249,6 +356,12 @@ mod tests {
             status: StatusCode::NOT_FOUND
         }
         .may_have_posted());
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(percent_encode("1700000000.000100"), "1700000000.000100");
+        assert_eq!(percent_encode("a b&c=d"), "a%20b%26c%3Dd");
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub trait Ledger: Send + Sync + 'static {
 }
 
 /// The state of one event in a ledger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
     InProgress,
     Done,

@@ -290,3 +290,70 @@ async fn without_a_bot_token_local_mode_logs_the_reply_instead_of_posting() {
     assert_eq!(answer.outcome(), "answered");
     assert!(app.slack.received().is_empty());
 }
+
+// ---------------------------------------------------------------- takeovers look before posting
+
+#[tokio::test]
+async fn a_takeover_finds_the_earlier_claims_reply_in_slack_and_does_not_post_again() {
+    let app = spawn_app().await;
+    // Slack posted the message but answered internal_error: the first delivery cannot know.
+    app.slack.script([Behaviour::OkFalse {
+        code: "internal_error",
+        posted: true,
+    }]);
+    let body = app_mention("Ev0020", "did it post?");
+    let first = app.send(&body, None).await;
+    assert_eq!(first.status, StatusCode::BAD_GATEWAY, "{}", first.body);
+    assert_eq!(app.slack.posted().len(), 1);
+
+    let retry = app.send(&body, Some(1)).await;
+    assert_eq!(
+        (retry.status, retry.outcome().as_str()),
+        (StatusCode::OK, "recovered"),
+        "{}",
+        retry.body
+    );
+    assert_eq!(app.slack.lookups(), 1);
+    assert_eq!(app.slack.posted().len(), 1, "no second answer");
+    assert_eq!(
+        app.send(&body, Some(2)).await.outcome(),
+        "duplicate",
+        "marked done"
+    );
+}
+
+#[tokio::test]
+async fn a_first_claim_never_looks_in_slack() {
+    let app = spawn_app().await;
+    app.send(&app_mention("Ev0021", "hi"), None).await;
+    app.send(&direct_message("Ev0022", "U0001", "hi"), None)
+        .await;
+    assert_eq!(app.slack.lookups(), 0);
+    assert_eq!(app.slack.posted().len(), 2);
+}
+
+#[tokio::test]
+async fn a_takeover_in_a_direct_message_looks_in_the_conversations_history() {
+    let app = spawn_app().await;
+    app.slack.script([Behaviour::OkFalse {
+        code: "fatal_error",
+        posted: true,
+    }]);
+    let body = direct_message("Ev0023", "U0001", "ping");
+    assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(app.send(&body, Some(1)).await.outcome(), "recovered");
+    assert_eq!(app.slack.posted().len(), 1);
+}
+
+#[tokio::test]
+async fn when_slack_cannot_be_searched_the_takeover_posts() {
+    let app = spawn_app().await;
+    // Without channels:history the lookup fails: the takeover posts, as it must when the
+    // earlier attempt posted nothing.
+    app.slack.fail_lookups("missing_scope");
+    app.slack.script([Behaviour::Status(503)]);
+    let body = app_mention("Ev0024", "x");
+    assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(app.send(&body, Some(1)).await.outcome(), "answered");
+    assert_eq!(app.slack.posted().len(), 1);
+}

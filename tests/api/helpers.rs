@@ -44,17 +44,24 @@ pub enum Behaviour {
     Delay(Duration),
     /// Never answer and never post: a request lost on its way to Slack.
     Hang,
+    /// Post, then never answer: the answer is lost on its way back.
+    PostThenHang,
 }
 
 #[derive(Clone, Debug)]
 pub struct Post {
     pub authorization: Option<String>,
     pub body: serde_json::Value,
+    /// The `ts` Slack gave the message (empty until posted).
+    pub ts: String,
 }
 
 #[derive(Default)]
 struct StandinState {
     script: VecDeque<Behaviour>,
+    /// When set, conversations.replies / conversations.history answer `ok:false` with it.
+    lookup_error: Option<&'static str>,
+    lookups: usize,
     /// Every request received, in order.
     received: Vec<Post>,
     /// The messages actually posted (what a Slack user would see).
@@ -73,6 +80,8 @@ impl SlackStandin {
         let state = Arc::new(Mutex::new(StandinState::default()));
         let app = Router::new()
             .route("/api/chat.postMessage", post(post_message))
+            .route("/api/conversations.replies", axum::routing::get(lookup))
+            .route("/api/conversations.history", axum::routing::get(lookup))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -95,6 +104,16 @@ impl SlackStandin {
     /// Queues behaviours for the next posts; after the queue, every post succeeds.
     pub fn script(&self, behaviours: impl IntoIterator<Item = Behaviour>) {
         self.state.lock().unwrap().script.extend(behaviours);
+    }
+
+    /// Makes conversations.replies / .history fail with this Slack error code.
+    pub fn fail_lookups(&self, code: &'static str) {
+        self.state.lock().unwrap().lookup_error = Some(code);
+    }
+
+    /// How many conversations.replies / .history calls were answered.
+    pub fn lookups(&self) -> usize {
+        self.state.lock().unwrap().lookups
     }
 
     pub fn posted(&self) -> Vec<Post> {
@@ -130,23 +149,29 @@ async fn post_message(
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
         body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        ts: String::new(),
     };
     let behaviour = {
         let mut s = state.lock().unwrap();
         s.received.push(post.clone());
         s.script.pop_front().unwrap_or(Behaviour::Ok)
     };
-    let ok = |state: &Arc<Mutex<StandinState>>, post: Post| {
-        let mut s = state.lock().unwrap();
-        let ts = format!("1700000000.{:06}", s.posted.len() + 1);
-        s.posted.push(post);
-        json_response(serde_json::json!({"ok": true, "channel": "C1", "ts": ts}))
-    };
     match behaviour {
-        Behaviour::Ok => ok(&state, post),
+        Behaviour::Ok => ok_posted(&state, post),
+        // Slack finishes a post it accepted even if the caller has gone: the post runs on its own.
         Behaviour::Delay(d) => {
-            tokio::time::sleep(d).await;
-            ok(&state, post)
+            let state = state.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(d).await;
+                ok_posted(&state, post)
+            })
+            .await
+            .unwrap()
+        }
+        Behaviour::Hang => std::future::pending().await,
+        Behaviour::PostThenHang => {
+            ok_posted(&state, post);
+            std::future::pending().await
         }
         Behaviour::RateLimited(secs) => (
             StatusCode::TOO_MANY_REQUESTS,
@@ -154,15 +179,50 @@ async fn post_message(
             "",
         )
             .into_response(),
-        Behaviour::Hang => std::future::pending().await,
         Behaviour::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
         Behaviour::OkFalse { code, posted } => {
             if posted {
-                state.lock().unwrap().posted.push(post);
+                ok_posted(&state, post);
             }
             json_response(serde_json::json!({"ok": false, "error": code}))
         }
     }
+}
+
+/// Records the post as a message in the channel and answers as Slack does.
+fn ok_posted(state: &Arc<Mutex<StandinState>>, mut post: Post) -> Response {
+    let mut s = state.lock().unwrap();
+    post.ts = format!("1800000000.{:06}", s.posted.len() + 1);
+    let ts = post.ts.clone();
+    s.posted.push(post);
+    json_response(serde_json::json!({"ok": true, "channel": "C1", "ts": ts}))
+}
+
+/// conversations.replies (with `ts`) and conversations.history: the posted messages of the
+/// channel (and thread), with their metadata.
+async fn lookup(State(state): State<Arc<Mutex<StandinState>>>, uri: http::Uri) -> Response {
+    let query: HashMap<String, String> = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let mut s = state.lock().unwrap();
+    if let Some(code) = s.lookup_error {
+        return json_response(serde_json::json!({"ok": false, "error": code}));
+    }
+    s.lookups += 1;
+    let channel = query.get("channel").map(String::as_str);
+    let thread = query.get("ts").map(String::as_str);
+    let messages: Vec<serde_json::Value> = s
+        .posted
+        .iter()
+        .filter(|p| p.body["channel"].as_str() == channel)
+        .filter(|p| thread.is_none() || p.body["thread_ts"].as_str() == thread)
+        .map(|p| serde_json::json!({"type": "message", "ts": p.ts, "text": p.body["text"], "metadata": p.body["metadata"]}))
+        .collect();
+    json_response(serde_json::json!({"ok": true, "messages": messages, "has_more": false}))
 }
 
 fn json_response(value: serde_json::Value) -> Response {

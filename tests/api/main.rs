@@ -4,6 +4,7 @@ mod binary;
 mod core;
 mod deploy;
 mod dynamo;
+mod faults;
 mod helpers;
 mod lambda;
 mod processes;

@@ -130,9 +130,20 @@ async fn every_rejection_gets_its_4xx_and_changes_nothing() {
     })
     .await;
     for r in rejections("Ev0100") {
-        let answer = app.send_raw(&r.headers, r.body).await;
-        assert_eq!(answer.status, r.status, "{}: {}", r.name, answer.body);
-        assert_eq!(answer.json()["ok"], false, "{}", r.name);
+        let sent = app
+            .http
+            .try_request("POST", &app.url("/slack/events"), &r.headers, r.body)
+            .await;
+        match sent {
+            Ok(answer) => {
+                assert_eq!(answer.status, r.status, "{}: {}", r.name, answer.body);
+                assert_eq!(answer.json()["ok"], false, "{}", r.name);
+            }
+            // The 413 is sent before the body is read and the connection closed: a client
+            // still sending may see the close first.
+            Err(_) if r.status == StatusCode::PAYLOAD_TOO_LARGE => {}
+            Err(e) => panic!("{}: {e}", r.name),
+        }
         assert!(ledger.is_empty(), "{} touched the ledger", r.name);
     }
     assert!(app.slack.received().is_empty());
