@@ -4,6 +4,8 @@
 pub mod bot;
 pub mod config;
 pub mod envelope;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod ledger;
 pub mod process;
