@@ -321,23 +321,14 @@ impl Processor {
         let now_ms = || unix_ms(delivery.now) + delivery.started.elapsed().as_millis() as u64;
         match worked {
             Ok(worked) => {
-                let completed = tokio::time::timeout_at(
-                    times.lease_deadline,
-                    self.ledger.complete(&callback.event_id, &owner, now_ms()),
-                )
-                .await;
-                match completed {
-                    Ok(Ok(())) => {}
+                let complete = self.ledger.complete(&callback.event_id, &owner, now_ms());
+                if let Err(error) = before_lease_ends(times.lease_deadline, complete).await {
                     // The reply is out: answer 2xx all the same so Slack stops redelivering.
-                    Ok(Err(e)) => tracing::error!(
-                        error = %error_chain(&e),
-                        "the reply was posted but the event could not be marked done; \
-                         a copy arriving after the lease could answer again"
-                    ),
-                    Err(_) => tracing::error!(
-                        "the reply was posted but marking the event done timed out; \
-                         a copy arriving after the lease could answer again"
-                    ),
+                    tracing::error!(
+                        error,
+                        "the reply is out but the event could not be marked done; a copy \
+                         arriving after the lease takes over and looks in Slack first"
+                    );
                 }
                 Ok(match worked {
                     Worked::Posted => Outcome::Answered { attempt },
@@ -353,24 +344,16 @@ impl Processor {
                 };
                 if ambiguous {
                     tracing::warn!(
-                        "it is unknown whether the reply was posted; releasing, so Slack's \
-                         next delivery decides (it may answer twice)"
+                        "it is unknown whether the reply was posted; releasing: Slack's next \
+                         delivery takes over and looks in Slack before posting"
                     );
                 }
-                let released = tokio::time::timeout_at(
-                    times.lease_deadline,
-                    self.ledger.release(&callback.event_id, &owner, now_ms()),
-                )
-                .await;
-                match released {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(
-                        error = %error_chain(&e),
+                let release = self.ledger.release(&callback.event_id, &owner, now_ms());
+                if let Err(error) = before_lease_ends(times.lease_deadline, release).await {
+                    tracing::warn!(
+                        error,
                         "could not release the claim: the next copy waits for the lease to end"
-                    ),
-                    Err(_) => tracing::warn!(
-                        "releasing the claim timed out: the next copy waits for the lease to end"
-                    ),
+                    );
                 }
                 Err(error)
             }
@@ -418,6 +401,18 @@ impl Times {
             work_deadline: delivery.started + (lease - margin),
             lease_deadline: delivery.started + lease,
         })
+    }
+}
+
+/// A completion or release, which must finish before the lease ends.
+async fn before_lease_ends(
+    lease_deadline: Instant,
+    call: impl std::future::Future<Output = Result<(), LedgerError>>,
+) -> Result<(), String> {
+    match tokio::time::timeout_at(lease_deadline, call).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(error_chain(&e)),
+        Err(_) => Err("no answer before the lease ended".into()),
     }
 }
 

@@ -193,22 +193,12 @@ impl LedgerProxy {
             held: held.clone(),
         };
         let app = axum::Router::new().fallback(forward).with_state(ctx);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (addr, shutdown) = serve_loopback(app).await;
         Self {
             url: format!("http://{addr}"),
             state,
             held,
-            _shutdown: tx,
+            _shutdown: shutdown,
         }
     }
 
@@ -300,14 +290,14 @@ async fn forward(State(ctx): State<ProxyCtx>, request: Request) -> Response {
 
 // ---------------------------------------------------------------- shared set-up
 
-fn bot_vars(slack: &SlackStandin, endpoint: &str, table: &str) -> Vec<(&'static str, String)> {
-    let mut vars = dynamodb_env(endpoint);
-    vars.extend([
-        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
-        ("SLACK_API_URL", slack.base_url.clone()),
-        ("DEDUP_TABLE", table.to_string()),
-        ("DEDUP_LEASE_SECONDS", LEASE_SECS.to_string()),
-    ]);
+/// A process with the 2 s lease of these scenarios.
+fn bot_vars_leased(
+    slack: &SlackStandin,
+    endpoint: &str,
+    table: &str,
+) -> Vec<(&'static str, String)> {
+    let mut vars = bot_vars(slack, endpoint, table);
+    vars.push(("DEDUP_LEASE_SECONDS", LEASE_SECS.to_string()));
     vars
 }
 
@@ -331,8 +321,7 @@ async fn storm_every_event_delivered_four_times_in_random_order_to_random_proces
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
-    let mut vars = bot_vars(&slack, &endpoint, &table);
-    vars.retain(|(k, _)| *k != "DEDUP_LEASE_SECONDS");
+    let vars = bot_vars(&slack, &endpoint, &table);
     let bots: Vec<BotProcess> = (0..processes).map(|_| BotProcess::spawn(&vars)).collect();
     let urls: Vec<String> = bots.iter().map(BotProcess::url).collect();
     let mut rng = Rng::from_env();
@@ -410,8 +399,8 @@ async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
         slack.fail_lookups("missing_scope");
     }
     let proxy = LedgerProxy::start(&endpoint).await;
-    let mut a = BotProcess::spawn(&bot_vars(&slack, &proxy.url, &table));
-    let b = BotProcess::spawn(&bot_vars(&slack, &endpoint, &table));
+    let mut a = BotProcess::spawn(&bot_vars_leased(&slack, &proxy.url, &table));
+    let b = BotProcess::spawn(&bot_vars_leased(&slack, &endpoint, &table));
     let body = app_mention(&format!("EvCrash{at:?}"), "crash me");
 
     match at {
@@ -534,7 +523,7 @@ async fn a_ledger_outage_mid_run_causes_no_double_and_no_loss_while_retries_rema
         .await
         .unwrap();
     let slack = SlackStandin::start().await;
-    let vars = bot_vars(&slack, &endpoint, "ledger");
+    let vars = bot_vars_leased(&slack, &endpoint, "ledger");
     let bots: Vec<BotProcess> = (0..2).map(|_| BotProcess::spawn(&vars)).collect();
     let urls: Vec<String> = bots.iter().map(BotProcess::url).collect();
     // Retries long enough apart that the last ones land after the restart.
@@ -622,7 +611,7 @@ async fn bursts_of_slack_429_and_5xx_cause_no_double_and_no_loss_while_retries_r
         })
         .collect();
     slack.script(script);
-    let vars = bot_vars(&slack, &endpoint, &table);
+    let vars = bot_vars_leased(&slack, &endpoint, &table);
     let bots: Vec<BotProcess> = (0..2).map(|_| BotProcess::spawn(&vars)).collect();
     let urls: Vec<String> = bots.iter().map(BotProcess::url).collect();
     let slack_like = scaled_slack();
@@ -679,48 +668,45 @@ async fn bursts_of_slack_429_and_5xx_cause_no_double_and_no_loss_while_retries_r
     assert_eq!(lost_with_retries_left, 0);
 }
 
-/// Slack accepts a post but completes it after the claimant's deadline: the claimant has
-/// abandoned and released, and the retry's search runs before the late post exists.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn window_a_slack_call_slower_than_the_lease_can_answer_twice() {
+/// A Slack that accepts a post and applies it only after the claimant's deadline: the claimant
+/// abandons (504) and releases; the retry takes over and looks in Slack. Returns the replies and
+/// the statuses of the deliveries, the retry coming `retry_after` after the 504.
+async fn slow_slack(event_id: &str, retry_after: Duration) -> (usize, Vec<u16>) {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
     slack.script([Behaviour::Delay(LEASE + Duration::from_secs(1))]);
-    let bot = BotProcess::spawn(&bot_vars(&slack, &endpoint, &table));
+    let bot = BotProcess::spawn(&bot_vars_leased(&slack, &endpoint, &table));
     let url = bot.url();
-    let body = app_mention("EvSlow", "slow slack");
-    let log = scaled_slack().deliver(&body, 0, |_| url.clone()).await;
+    let body = app_mention(event_id, "slow slack");
+    let log = SlackLike::new([retry_after, LEASE * 2, LEASE * 2])
+        .deliver(&body, 0, |_| url.clone())
+        .await;
     // Let the late post land.
     tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
-    let replies = slack.posted().len();
-    println!(
-        "window (Slack slower than the lease): replies {replies}, deliveries {:?}",
-        log.statuses
-    );
+    (slack.posted().len(), log.statuses)
+}
+
+/// The retry comes at once (Slack's first retry), before the late post exists: a second answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_a_slack_call_slower_than_the_lease_can_answer_twice() {
+    let (replies, statuses) = slow_slack("EvSlow", Duration::from_millis(200)).await;
+    println!("window (Slack slower than the lease): replies {replies}, deliveries {statuses:?}");
     assert_eq!(
-        log.statuses,
+        statuses,
         [504, 200],
         "abandoned at the deadline, retried at once"
     );
     assert_eq!(replies, 2, "the documented window: see RELIABILITY.md");
 }
 
-/// The same slow Slack, but Slack's next delivery comes after the late post landed (as Slack's
-/// one-minute retry would): the takeover finds it and does not answer again.
+/// The retry comes after the late post landed (as Slack's one-minute retry would): found, not
+/// answered again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slack_call_slower_than_the_lease_is_recovered_when_the_retry_comes_later() {
-    let endpoint = dynamodb_endpoint();
-    let (table, _) = fresh_table(&endpoint).await;
-    let slack = SlackStandin::start().await;
-    slack.script([Behaviour::Delay(LEASE + Duration::from_secs(1))]);
-    let bot = BotProcess::spawn(&bot_vars(&slack, &endpoint, &table));
-    let url = bot.url();
-    let body = app_mention("EvSlow2", "slow slack");
-    let late = SlackLike::new([LEASE + Duration::from_secs(2), LEASE * 2, LEASE * 2]);
-    let log = late.deliver(&body, 0, |_| url.clone()).await;
-    assert_eq!(log.statuses, [504, 200]);
-    assert_eq!(slack.posted().len(), 1);
+    let (replies, statuses) = slow_slack("EvSlow2", LEASE + Duration::from_secs(2)).await;
+    assert_eq!(statuses, [504, 200]);
+    assert_eq!(replies, 1);
 }
 
 // ---------------------------------------------------------------- hostile input, memory bounded
@@ -740,7 +726,7 @@ async fn a_barrage_of_hostile_requests_is_refused_without_a_panic_and_memory_sta
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
-    let bot = BotProcess::spawn(&bot_vars(&slack, &endpoint, &table));
+    let bot = BotProcess::spawn(&bot_vars_leased(&slack, &endpoint, &table));
     let http = HttpClient::default();
     let url = bot.url();
     let now = now_unix();

@@ -26,6 +26,22 @@ pub const SECRET: &str = "test-signing-secret";
 pub const TOKEN: &str = "xoxb-test-token";
 pub const BOT_USER: &str = "UBOT";
 
+/// Serves `router` on a free port of 127.0.0.1 until the returned sender is dropped.
+pub async fn serve_loopback(router: Router) -> (SocketAddr, oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+    });
+    (addr, tx)
+}
+
 // ---------------------------------------------------------------- Slack stand-in
 
 /// What the stand-in does with the next `chat.postMessage`.
@@ -83,21 +99,11 @@ impl SlackStandin {
             .route("/api/conversations.replies", axum::routing::get(lookup))
             .route("/api/conversations.history", axum::routing::get(lookup))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (addr, shutdown) = serve_loopback(app).await;
         Self {
             base_url: format!("http://{addr}/api"),
             state,
-            _shutdown: tx,
+            _shutdown: shutdown,
         }
     }
 
@@ -435,6 +441,18 @@ pub fn dynamodb_endpoint() -> String {
         );
     }
     format!("http://{addr}")
+}
+
+/// The variables of a `slack-once` process posting to `slack` with its ledger in `table` at
+/// `endpoint`.
+pub fn bot_vars(slack: &SlackStandin, endpoint: &str, table: &str) -> Vec<(&'static str, String)> {
+    let mut vars = dynamodb_env(endpoint);
+    vars.extend([
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+        ("DEDUP_TABLE", table.to_string()),
+    ]);
+    vars
 }
 
 /// The variables that point the SDK (and the binary) at DynamoDB Local.

@@ -131,22 +131,12 @@ impl RuntimeApi {
             .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
             .route("/2018-06-01/runtime/init/error", post(init_error))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (addr, shutdown) = serve_loopback(app).await;
         Self {
             addr,
             queue: tx,
             state,
-            _shutdown: stop,
+            _shutdown: shutdown,
         }
     }
 

@@ -6,16 +6,6 @@ use http::StatusCode;
 
 use crate::helpers::*;
 
-fn bot_vars(slack: &SlackStandin, endpoint: &str, table: &str) -> Vec<(&'static str, String)> {
-    let mut vars = dynamodb_env(endpoint);
-    vars.extend([
-        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
-        ("SLACK_API_URL", slack.base_url.clone()),
-        ("DEDUP_TABLE", table.to_string()),
-    ]);
-    vars
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_receiving_the_same_copies_concurrently_answer_each_event_once() {
     let endpoint = dynamodb_endpoint();
