@@ -1,0 +1,154 @@
+//! criterion benches: signature verification, envelope parsing, and the router handling one
+//! signed app_mention end to end (in-memory ledger; Slack stand-in on 127.0.0.1).
+//!
+//!   cargo bench --bench micro
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use http::HeaderMap;
+use slack_once::bot::ReferenceBot;
+use slack_once::config::{Config, Secret, SigningSecrets};
+use slack_once::envelope::Envelope;
+use slack_once::ledger::MemoryLedger;
+use slack_once::Application;
+use support::*;
+use tower::ServiceExt;
+
+fn body_of_size(size: usize) -> Vec<u8> {
+    let mut body = app_mention("EvBenchSig").into_bytes();
+    body.pop(); // the closing brace
+    body.extend_from_slice(b",\"padding\":\"");
+    while body.len() < size - 2 {
+        body.push(b'x');
+    }
+    body.extend_from_slice(b"\"}");
+    body
+}
+
+fn signature(c: &mut Criterion) {
+    let secrets = SigningSecrets::parse(SECRET).unwrap();
+    let mut group = c.benchmark_group("signature");
+    for (name, size) in [("verify_1KB", 1024), ("verify_40KB", 40 * 1024)] {
+        let body = body_of_size(size);
+        let now = now_unix();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-slack-request-timestamp",
+            now.to_string().parse().unwrap(),
+        );
+        headers.insert(
+            "x-slack-signature",
+            slack_once::signature::sign(&Secret::new(SECRET), now, &body)
+                .parse()
+                .unwrap(),
+        );
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(name, |b| {
+            b.iter(|| slack_once::signature::verify_at(&secrets, &headers, &body, now).unwrap())
+        });
+    }
+    group.finish();
+}
+
+fn envelope(c: &mut Criterion) {
+    let body = app_mention("EvBenchParse");
+    c.bench_function("envelope/parse_app_mention", |b| {
+        b.iter(|| match serde_json::from_str::<Envelope>(&body).unwrap() {
+            Envelope::EventCallback(cb) => cb,
+            _ => unreachable!(),
+        })
+    });
+}
+
+fn router(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let slack = rt.block_on(SlackStub::start());
+    let app = |token: Option<&str>| {
+        let vars: std::collections::HashMap<&str, String> = [
+            Some(("SLACK_SIGNING_SECRET", SECRET.to_string())),
+            Some(("SLACK_API_URL", slack.base_url.clone())),
+            token.map(|t| ("SLACK_BOT_TOKEN", t.to_string())),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let config = Config::from_lookup(|k| vars.get(k).cloned()).unwrap();
+        Application::with_parts(
+            config,
+            Arc::new(MemoryLedger::new()),
+            Arc::new(ReferenceBot),
+        )
+        .router()
+    };
+    let counter = AtomicUsize::new(0);
+    let request = |body: &str| {
+        let mut request = http::Request::builder().method("POST").uri("/slack/events");
+        for (k, v) in signed_headers(body.as_bytes()) {
+            request = request.header(k, v);
+        }
+        request
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap()
+    };
+
+    let mut group = c.benchmark_group("router");
+    // The whole path with a real HTTP post to the stand-in on 127.0.0.1.
+    let with_slack = app(Some("xoxb-bench"));
+    group.bench_function("app_mention_first_delivery", |b| {
+        b.to_async(&rt).iter_batched(
+            || {
+                request(&app_mention(&format!(
+                    "EvFirst{}",
+                    counter.fetch_add(1, Ordering::Relaxed)
+                )))
+            },
+            |req| {
+                let router = with_slack.clone();
+                async move { assert_eq!(router.oneshot(req).await.unwrap().status(), 200) }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    // Without a token the reply is logged, not posted: the handler's own overhead.
+    let no_network = app(None);
+    group.bench_function("app_mention_first_delivery_no_network", |b| {
+        b.to_async(&rt).iter_batched(
+            || {
+                request(&app_mention(&format!(
+                    "EvLocal{}",
+                    counter.fetch_add(1, Ordering::Relaxed)
+                )))
+            },
+            |req| {
+                let router = no_network.clone();
+                async move { assert_eq!(router.oneshot(req).await.unwrap().status(), 200) }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    let dup = app_mention("EvDuplicate");
+    rt.block_on(with_slack.clone().oneshot(request(&dup)))
+        .unwrap();
+    group.bench_function("app_mention_duplicate", |b| {
+        b.to_async(&rt).iter_batched(
+            || request(&dup),
+            |req| {
+                let router = with_slack.clone();
+                async move { assert_eq!(router.oneshot(req).await.unwrap().status(), 200) }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, signature, envelope, router);
+criterion_main!(benches);

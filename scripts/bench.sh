@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The benchmark report (benches/report.rs): starts DynamoDB Local if nothing answers on
+# 127.0.0.1:8000, installs Bolt for JavaScript into bench/bolt/node_modules (never committed),
+# builds the release binary and prints one table; stops only what it started.
+#   scripts/bench.sh            the report
+#   scripts/bench.sh micro      the criterion micro-benchmarks as well
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
+
+started=""
+if ! scripts/dynamodb-local.sh status >/dev/null 2>&1; then
+  scripts/dynamodb-local.sh start
+  started=1
+fi
+cleanup() { if [ -n "$started" ]; then scripts/dynamodb-local.sh stop; fi; }
+trap cleanup EXIT
+
+if [ ! -d bench/bolt/node_modules/@slack/bolt ]; then
+  echo "bench: installing Bolt for JavaScript into bench/bolt" >&2
+  (cd bench/bolt && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
+fi
+
+cargo bench --locked --bench report
+if [ "${1:-}" = micro ]; then
+  cargo bench --locked --bench micro
+fi
