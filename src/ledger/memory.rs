@@ -18,13 +18,21 @@ struct Entry {
     attempts: u32,
 }
 
-/// Above this many entries, a claim first drops the expired ones, so memory stays bounded by
-/// the events of one TTL rather than growing for the life of the process.
+/// From this many entries on, a claim first drops the expired ones, so memory stays bounded by
+/// the events of one TTL rather than growing for the life of the process. The next sweep waits
+/// until the map has doubled, so sweeping costs O(1) per claim, amortized.
 const SWEEP_THRESHOLD: usize = 10_000;
 
 #[derive(Debug, Default)]
+struct Entries {
+    map: HashMap<EventId, Entry>,
+    /// Size at which the next claim sweeps (0 until the first claim sets it).
+    sweep_at: usize,
+}
+
+#[derive(Debug, Default)]
 pub struct MemoryLedger {
-    entries: Mutex<HashMap<EventId, Entry>>,
+    entries: Mutex<Entries>,
 }
 
 impl MemoryLedger {
@@ -34,7 +42,7 @@ impl MemoryLedger {
 
     /// The number of entries held, expired ones included until the next sweep.
     pub fn len(&self) -> usize {
-        self.entries.lock().expect("ledger lock").len()
+        self.entries.lock().expect("ledger lock").map.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -48,7 +56,7 @@ impl MemoryLedger {
         to: Status,
     ) -> Result<(), LedgerError> {
         let mut entries = self.entries.lock().expect("ledger lock");
-        match entries.get_mut(event_id) {
+        match entries.map.get_mut(event_id) {
             Some(entry) if entry.owner == *owner && entry.status == Status::InProgress => {
                 entry.status = to;
                 Ok(())
@@ -63,11 +71,14 @@ impl MemoryLedger {
 #[async_trait]
 impl Ledger for MemoryLedger {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
-        let mut entries = self.entries.lock().expect("ledger lock");
-        if entries.len() >= SWEEP_THRESHOLD {
+        let mut guard = self.entries.lock().expect("ledger lock");
+        let entries = &mut *guard;
+        if entries.map.len() >= entries.sweep_at.max(SWEEP_THRESHOLD) {
             let now_s = request.now_ms / 1000;
-            entries.retain(|_, e| e.expires_at_s > now_s);
+            entries.map.retain(|_, e| e.expires_at_s > now_s);
+            entries.sweep_at = (entries.map.len() * 2).max(SWEEP_THRESHOLD);
         }
+        let entries = &mut entries.map;
         let mut attempts = 0;
         if let Some(existing) = entries.get(request.event_id) {
             if let Some(found) = existing_blocks_claim(
@@ -254,6 +265,22 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(ledger.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn with_nothing_expired_the_next_sweep_waits_until_the_map_doubles() {
+        let ledger = MemoryLedger::new();
+        let owner = OwnerToken::random();
+        for i in 0..=SWEEP_THRESHOLD {
+            let e = id(&format!("Ev{i}"));
+            ledger.claim(&request(&e, &owner, NOW)).await.unwrap();
+        }
+        let sweep_at = ledger.entries.lock().unwrap().sweep_at;
+        assert_eq!(
+            sweep_at,
+            2 * SWEEP_THRESHOLD,
+            "one sweep found nothing to drop"
+        );
     }
 
     #[tokio::test]
