@@ -12,6 +12,7 @@ use base64::Engine;
 use serde_json::Value;
 
 use crate::config::{Secret, SigningSecrets};
+use crate::process::{RETRY_NUM_HEADER, RETRY_REASON_HEADER};
 use crate::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 pub const DEFAULT_URL: &str = "http://127.0.0.1:3000/slack/events";
@@ -76,14 +77,47 @@ pub fn is_lambda_event(value: &Value) -> bool {
     value.get("requestContext").is_some() && value.get("body").is_some()
 }
 
-/// A `curl` command that sends the file's exact bytes, signed at `timestamp`.
-pub fn curl_command(url: &str, path: &str, secret: &Secret, timestamp: u64, body: &[u8]) -> String {
+/// A `curl` command that sends the file's exact bytes, signed at `timestamp`, as Slack's
+/// retry number `retry` when given.
+pub fn curl_command(
+    url: &str,
+    path: &str,
+    secret: &Secret,
+    timestamp: u64,
+    body: &[u8],
+    retry: Option<u32>,
+) -> String {
+    let retry = retry
+        .map(|n| {
+            format!("  -H '{RETRY_NUM_HEADER}: {n}' \\\n  -H '{RETRY_REASON_HEADER}: http_timeout' \\\n")
+        })
+        .unwrap_or_default();
     format!(
-        "curl -sS -i -X POST {url} \\\n  -H 'Content-Type: application/json' \\\n  -H '{TIMESTAMP_HEADER}: {timestamp}' \\\n  -H '{SIGNATURE_HEADER}: {sig}' \\\n  --data-binary @{path}",
+        "curl -sS -i -X POST {url} \\\n  -H 'Content-Type: application/json' \\\n  -H '{TIMESTAMP_HEADER}: {timestamp}' \\\n  -H '{SIGNATURE_HEADER}: {sig}' \\\n{retry}  --data-binary @{path}",
         url = shell_quote(url),
         sig = sign(secret, timestamp, body),
         path = shell_quote(path),
     )
+}
+
+/// Marks a Lambda event as Slack's retry number `n` (reason `http_timeout`).
+pub fn set_retry(event: &mut Value, n: u32) {
+    for (name, value) in [
+        (RETRY_NUM_HEADER, n.to_string()),
+        (RETRY_REASON_HEADER, "http_timeout".to_string()),
+    ] {
+        if let Some(headers) = event.get_mut("headers").and_then(Value::as_object_mut) {
+            headers.retain(|k, _| !k.eq_ignore_ascii_case(name));
+            headers.insert(name.into(), Value::String(value.clone()));
+        }
+        if let Some(multi) = event
+            .get_mut("multiValueHeaders")
+            .and_then(Value::as_object_mut)
+        {
+            multi.retain(|k, _| !k.eq_ignore_ascii_case(name));
+            multi.insert(name.into(), Value::Array(vec![Value::String(value)]));
+        }
+    }
 }
 
 fn shell_quote(s: &str) -> String {
@@ -96,21 +130,30 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-const USAGE: &str = "usage: slack-once sign FILE [--secret SECRET] [--url URL]
+const USAGE: &str = "usage: slack-once sign FILE [--secret SECRET] [--url URL] [--retry N]
   FILE      a Lambda HTTP event (events/*.json): printed re-signed, for cargo lambda invoke --data-file
             or a Slack request body: a curl command is printed that sends it signed
   --secret  the signing secret (default: the first of SLACK_SIGNING_SECRET)
-  --url     where the curl command sends the body (default: http://LISTEN_ADDR/slack/events)";
+  --url     where the curl command sends the body (default: http://LISTEN_ADDR/slack/events)
+  --retry   send it as Slack's retry N (X-Slack-Retry-Num: N, X-Slack-Retry-Reason: http_timeout)";
 
 pub fn run(args: &[String]) -> ExitCode {
     let mut file = None;
     let mut secret = None;
     let mut url = None;
+    let mut retry = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--secret" => secret = args.next().cloned(),
             "--url" => url = args.next().cloned(),
+            "--retry" => match args.next().and_then(|n| n.parse::<u32>().ok()) {
+                Some(n) => retry = Some(n),
+                None => {
+                    eprintln!("slack-once sign: --retry takes a number (Slack sends 1 to 3)");
+                    return ExitCode::from(2);
+                }
+            },
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -156,6 +199,9 @@ pub fn run(args: &[String]) -> ExitCode {
                 eprintln!("slack-once sign: {file}: {e}");
                 return ExitCode::from(2);
             }
+            if let Some(n) = retry {
+                set_retry(&mut event, n);
+            }
             println!(
                 "{}",
                 serde_json::to_string_pretty(&event).expect("JSON serialises")
@@ -168,7 +214,7 @@ pub fn run(args: &[String]) -> ExitCode {
                 }
                 _ => DEFAULT_URL.to_string(),
             });
-            println!("{}", curl_command(&url, &file, &secret, now, &bytes));
+            println!("{}", curl_command(&url, &file, &secret, now, &bytes, retry));
         }
     }
     ExitCode::SUCCESS
@@ -214,7 +260,9 @@ mod tests {
             &Secret::new("s"),
             1,
             b"{}",
+            Some(2),
         );
+        assert!(cmd.contains("-H 'x-slack-retry-num: 2'"), "{cmd}");
         assert!(cmd.contains("--data-binary @'my file.json'"), "{cmd}");
         assert!(cmd.contains(&sign(&Secret::new("s"), 1, b"{}")));
     }

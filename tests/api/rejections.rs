@@ -28,6 +28,13 @@ fn rejections(event_id: &str) -> Vec<Rejection> {
         h
     };
     let bytes = body.as_bytes().to_vec();
+    // The same event id twice, the second one another event's: refused, not "last one wins".
+    let duplicate_keys = body.replacen(
+        &format!("\"event_id\":\"{event_id}\""),
+        &format!("\"event_id\":\"{event_id}\",\"event_id\":\"EvOther\""),
+        1,
+    );
+    assert_ne!(duplicate_keys, body);
     let reserialised = {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         serde_json::to_vec_pretty(&v).unwrap()
@@ -99,6 +106,12 @@ fn rejections(event_id: &str) -> Vec<Rejection> {
             headers: valid(now, &reserialised),
             body: bytes.clone(),
             status: StatusCode::UNAUTHORIZED,
+        },
+        Rejection {
+            name: "validly signed duplicate JSON keys",
+            headers: valid(now, duplicate_keys.as_bytes()),
+            body: duplicate_keys.clone().into_bytes(),
+            status: StatusCode::BAD_REQUEST,
         },
         Rejection {
             name: "validly signed malformed JSON",
