@@ -430,7 +430,7 @@ fn zip_size(binary: &Path) -> Option<u64> {
     size
 }
 
-async fn fresh_table(endpoint: &str) -> String {
+fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
     use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
@@ -439,11 +439,33 @@ async fn fresh_table(endpoint: &str) -> String {
         .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
         .http_client(slack_once::ledger::dynamo::http_client())
         .build();
-    let client = aws_sdk_dynamodb::Client::from_conf(config);
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+async fn fresh_table(endpoint: &str) -> String {
+    let client = dynamodb_client(endpoint);
     let table = format!("bench-{}", std::process::id());
     let _ = client.delete_table().table_name(&table).send().await;
     DynamoLedger::create_table(&client, &table).await.unwrap();
     table
+}
+
+/// DynamoDB Local is a JVM: its first few hundred requests run interpreted. Warm it up so that
+/// the figures measure slack-once, not the emulator's JIT.
+async fn warm_up_dynamodb_local(endpoint: &str, table: &str) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let client = dynamodb_client(endpoint);
+    for i in 0..500 {
+        client
+            .update_item()
+            .table_name(table)
+            .key("pk", AttributeValue::S(format!("warm-up-{}", i % 50)))
+            .update_expression("SET n = :n")
+            .expression_attribute_values(":n", AttributeValue::N(i.to_string()))
+            .send()
+            .await
+            .expect("DynamoDB Local answers");
+    }
 }
 
 // ---------------------------------------------------------------- the table
@@ -476,6 +498,7 @@ async fn report() {
     );
     let slack = SlackStub::start().await;
     let table = fresh_table(&endpoint).await;
+    warm_up_dynamodb_local(&endpoint, &table).await;
     eprintln!("measuring… (cold starts: {runs} runs each; warm: {n} events; load: {load_n} events, {concurrency} in flight)");
 
     let cold_local = cold_start_local(&slack, runs).await;

@@ -5,24 +5,19 @@
 #   scripts/bench.sh            the report
 #   scripts/bench.sh micro      the criterion micro-benchmarks as well
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
-
-started=""
-if ! scripts/dynamodb-local.sh status >/dev/null 2>&1; then
-  scripts/dynamodb-local.sh start
-  started=1
-fi
-cleanup() { if [ -n "$started" ]; then scripts/dynamodb-local.sh stop; fi; }
-trap cleanup EXIT
 
 if [ ! -d bench/bolt/node_modules/@slack/bolt ]; then
   echo "bench: installing Bolt for JavaScript into bench/bolt" >&2
   (cd bench/bolt && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
 fi
 
-cargo bench --locked --bench report
-if [ "${1:-}" = micro ]; then
-  cargo bench --locked --bench micro
-fi
+benches() {
+  cargo bench --locked --bench report
+  if [ "${1:-}" = micro ]; then
+    cargo bench --locked --bench micro
+  fi
+}
+export -f benches
+exec scripts/dynamodb-local.sh run bash -c 'benches "$@"' bench "$@"

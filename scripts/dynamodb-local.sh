@@ -5,6 +5,8 @@
 #   scripts/dynamodb-local.sh start     install if needed, start in memory on 127.0.0.1:$DYNAMODB_LOCAL_PORT, wait until ready
 #   scripts/dynamodb-local.sh stop      stop the server this script started (by its PID file)
 #   scripts/dynamodb-local.sh status    say whether it answers
+#   scripts/dynamodb-local.sh run CMD…  start it unless something answers already, run CMD,
+#                                       then stop it if this call started it
 #
 # DynamoDB Local listens on all interfaces; everything here connects to 127.0.0.1 only.
 # The jar is never committed: it is installed under .dynamodb-local/ (ignored by git).
@@ -77,10 +79,25 @@ stop() {
   fi
 }
 
+run() {
+  local started=""
+  if ! answers; then
+    start
+    started=1
+  fi
+  # The jar is needed even when a server already answers: some tests start their own.
+  install
+  local status=0
+  "$@" || status=$?
+  if [ -n "$started" ]; then stop; fi
+  return "$status"
+}
+
 case "${1:-}" in
   install) install ;;
+  run) shift; run "$@" ;;
   start) start ;;
   stop) stop ;;
   status) if answers; then echo "answering on 127.0.0.1:$PORT"; else echo "not answering on 127.0.0.1:$PORT"; exit 1; fi ;;
-  *) echo "usage: $0 install|start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|status|run CMD..." >&2; exit 2 ;;
 esac
