@@ -1,5 +1,31 @@
 //! What the bot says: the part users replace. Implement [`Bot`] and pass it to
-//! [`crate::Application::with_parts`]; the ledger, signatures and Slack stay as they are.
+//! [`crate::Application::build_with_bot`]; the ledger, signatures and Slack stay as they are.
+//!
+//! ```
+//! use slack_once::bot::{Bot, BotError, Reply};
+//! use slack_once::envelope::EventCallback;
+//!
+//! /// Answers every mention and DM with its own text, in the thread.
+//! struct Echo;
+//!
+//! #[async_trait::async_trait]
+//! impl Bot for Echo {
+//!     async fn respond(&self, cb: &EventCallback) -> Result<Option<Reply>, BotError> {
+//!         Ok(cb.event.channel.clone().map(|channel| Reply {
+//!             channel,
+//!             text: cb.event.text.clone().unwrap_or_default(),
+//!             thread_ts: cb.event.thread_ts.clone().or_else(|| cb.event.ts.clone()),
+//!         }))
+//!     }
+//! }
+//!
+//! # async fn wire() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = slack_once::config::Config::from_env()?;
+//! let app = slack_once::Application::build_with_bot(config, std::sync::Arc::new(Echo)).await;
+//! # let _ = app.router();
+//! # Ok(())
+//! # }
+//! ```
 
 use async_trait::async_trait;
 

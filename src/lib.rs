@@ -36,6 +36,11 @@ impl Application {
     /// Wires the configured ledger (DynamoDB when `DEDUP_TABLE` is set, else in memory) and the
     /// reference bot.
     pub async fn build(config: Config) -> Self {
+        Self::build_with_bot(config, Arc::new(ReferenceBot)).await
+    }
+
+    /// As [`Application::build`], with your own bot.
+    pub async fn build_with_bot(config: Config, bot: Arc<dyn Bot>) -> Self {
         let ledger: Arc<dyn Ledger> = match &config.dedup_table {
             Some(table) => {
                 tracing::info!(table = %table, "ledger: DynamoDB");
@@ -48,7 +53,7 @@ impl Application {
                 Arc::new(MemoryLedger::new())
             }
         };
-        Self::with_parts(config, ledger, Arc::new(ReferenceBot))
+        Self::with_parts(config, ledger, bot)
     }
 
     /// Wires a given ledger and bot: the seam for tests and for users' own bots.
