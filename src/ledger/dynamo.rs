@@ -305,6 +305,14 @@ impl Ledger for DynamoLedger {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
                     Ok(blocking_claim(failed.item(), request.now_ms))
                 }
+                UpdateItemError::ResourceNotFoundException(_) => Err(LedgerError::Unavailable(
+                    format!(
+                        "the ledger table {:?} does not exist: create it (`slack-once create-table`, \
+                         or deploy the SAM template) or fix DEDUP_TABLE",
+                        self.table
+                    )
+                    .into(),
+                )),
                 _ => Err(unavailable(SdkError::ServiceError(e))),
             },
             Err(e) => Err(unavailable(e)),

@@ -318,3 +318,23 @@ async fn an_unreachable_ledger_answers_503_and_posts_nothing() {
         "never a reply without a claim"
     );
 }
+
+#[tokio::test]
+async fn a_missing_table_answers_503_and_posts_nothing() {
+    let ledger = DynamoLedger::new(dynamodb_client(&dynamodb_endpoint()), "no-such-table");
+    let app = spawn_app_with(Options {
+        ledger: Some(Arc::new(ledger) as Arc<dyn Ledger>),
+        ..Default::default()
+    })
+    .await;
+    let answer = app
+        .send(&app_mention("EvD11", "where is the table?"), None)
+        .await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    assert!(app.slack.received().is_empty());
+}
