@@ -47,9 +47,9 @@ start() {
   fi
   install
   mkdir -p "$DIR"
-  # -disableTelemetry: DynamoDB Local would otherwise try to reach AWS (and it writes its
-  # metadata file into the working directory, hence the cd).
-  (cd "$DIR" && exec nohup java -Djava.library.path="$JAR_DIR/DynamoDBLocal_lib" -jar "$JAR_DIR/DynamoDBLocal.jar" \
+  # -disableTelemetry and DDB_LOCAL_TELEMETRY=0: DynamoDB Local would otherwise try to reach AWS
+  # (and it writes its metadata file into the working directory, hence the cd).
+  (cd "$DIR" && DDB_LOCAL_TELEMETRY=0 exec nohup java -Djava.library.path="$JAR_DIR/DynamoDBLocal_lib" -jar "$JAR_DIR/DynamoDBLocal.jar" \
     -inMemory -sharedDb -disableTelemetry -port "$PORT" >"$LOGFILE" 2>&1) &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 100); do

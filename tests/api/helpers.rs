@@ -651,6 +651,7 @@ impl PrivateDynamoDb {
             .arg(&self.data)
             .args(["-port", &self.port.to_string()])
             .current_dir(&self.data)
+            .env("DDB_LOCAL_TELEMETRY", "0")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
