@@ -100,53 +100,43 @@ fn router(c: &mut Criterion) {
     };
 
     let mut group = c.benchmark_group("router");
+    // Each iteration sends the request `next()` makes through `router` and expects a 200.
+    let mut bench =
+        |name: &str, router: &axum::Router, next: &dyn Fn() -> http::Request<axum::body::Body>| {
+            group.bench_function(name, |b| {
+                b.to_async(&rt).iter_batched(
+                    next,
+                    |req| {
+                        let router = router.clone();
+                        async move { assert_eq!(router.oneshot(req).await.unwrap().status(), 200) }
+                    },
+                    BatchSize::SmallInput,
+                )
+            });
+        };
+    let fresh = |prefix: &str| {
+        request(&app_mention(&format!(
+            "{prefix}{}",
+            counter.fetch_add(1, Ordering::Relaxed)
+        )))
+    };
     // The whole path with a real HTTP post to the stand-in on 127.0.0.1.
     let with_slack = app(Some("xoxb-bench"));
-    group.bench_function("app_mention_first_delivery", |b| {
-        b.to_async(&rt).iter_batched(
-            || {
-                request(&app_mention(&format!(
-                    "EvFirst{}",
-                    counter.fetch_add(1, Ordering::Relaxed)
-                )))
-            },
-            |req| {
-                let router = with_slack.clone();
-                async move { assert_eq!(router.oneshot(req).await.unwrap().status(), 200) }
-            },
-            BatchSize::SmallInput,
-        )
+    bench("app_mention_first_delivery", &with_slack, &|| {
+        fresh("EvFirst")
     });
     // Without a token the reply is logged, not posted: the handler's own overhead.
     let no_network = app(None);
-    group.bench_function("app_mention_first_delivery_no_network", |b| {
-        b.to_async(&rt).iter_batched(
-            || {
-                request(&app_mention(&format!(
-                    "EvLocal{}",
-                    counter.fetch_add(1, Ordering::Relaxed)
-                )))
-            },
-            |req| {
-                let router = no_network.clone();
-                async move { assert_eq!(router.oneshot(req).await.unwrap().status(), 200) }
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    bench(
+        "app_mention_first_delivery_no_network",
+        &no_network,
+        &|| fresh("EvLocal"),
+    );
+    // Every copy after the first: one failed conditional claim.
     let dup = app_mention("EvDuplicate");
     rt.block_on(with_slack.clone().oneshot(request(&dup)))
         .unwrap();
-    group.bench_function("app_mention_duplicate", |b| {
-        b.to_async(&rt).iter_batched(
-            || request(&dup),
-            |req| {
-                let router = with_slack.clone();
-                async move { assert_eq!(router.oneshot(req).await.unwrap().status(), 200) }
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    bench("app_mention_duplicate", &with_slack, &|| request(&dup));
     group.finish();
 }
 
