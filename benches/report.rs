@@ -108,6 +108,24 @@ fn spawn_bot(vars: &[(&str, String)]) -> Child {
     command.spawn().expect("the release binary starts")
 }
 
+/// A local-mode process posting to `slack`, its ledger in `table` at `dynamodb` when given (else
+/// in memory), listening on a free port: the process and its events URL.
+fn spawn_local(slack: &SlackStub, ledger: Option<(&str, &str)>) -> (Child, u16) {
+    let port = free_port();
+    let mut vars = ledger
+        .map(|(endpoint, _)| aws_env(endpoint))
+        .unwrap_or_default();
+    vars.extend([
+        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        ("SLACK_BOT_TOKEN", "xoxb-bench".into()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ]);
+    if let Some((_, table)) = ledger {
+        vars.push(("DEDUP_TABLE", table.to_string()));
+    }
+    (spawn_bot(&vars), port)
+}
+
 fn stop(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -371,15 +389,7 @@ async fn round_trips(
     table: &str,
 ) -> (f64, f64, HashMap<String, usize>) {
     let proxy = CountingProxy::start(endpoint).await;
-    let port = free_port();
-    let mut vars = aws_env(&proxy.url);
-    vars.extend([
-        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-        ("SLACK_BOT_TOKEN", "xoxb-bench".into()),
-        ("SLACK_API_URL", slack.base_url.clone()),
-        ("DEDUP_TABLE", table.to_string()),
-    ]);
-    let child = spawn_bot(&vars);
+    let (child, port) = spawn_local(slack, Some((&proxy.url, table)));
     let http = HttpClient::default();
     wait_ready(&http, port).await;
     let url = format!("http://127.0.0.1:{port}/slack/events");
@@ -506,21 +516,8 @@ async fn report() {
     let cold_bolt = cold_start_bolt(&slack, runs);
 
     // Long-running processes: in-memory ledger and DynamoDB ledger.
-    let mem_port = free_port();
-    let mem = spawn_bot(&[
-        ("LISTEN_ADDR", format!("127.0.0.1:{mem_port}")),
-        ("SLACK_BOT_TOKEN", "xoxb-bench".into()),
-        ("SLACK_API_URL", slack.base_url.clone()),
-    ]);
-    let ddb_port = free_port();
-    let mut ddb_vars = aws_env(&endpoint);
-    ddb_vars.extend([
-        ("LISTEN_ADDR", format!("127.0.0.1:{ddb_port}")),
-        ("SLACK_BOT_TOKEN", "xoxb-bench".into()),
-        ("SLACK_API_URL", slack.base_url.clone()),
-        ("DEDUP_TABLE", table.clone()),
-    ]);
-    let ddb = spawn_bot(&ddb_vars);
+    let (mem, mem_port) = spawn_local(&slack, None);
+    let (ddb, ddb_port) = spawn_local(&slack, Some((&endpoint, &table)));
     let http = HttpClient::default();
     wait_ready(&http, mem_port).await;
     wait_ready(&http, ddb_port).await;
