@@ -101,19 +101,38 @@ impl Bot for ReferenceBot {
     }
 }
 
-/// The user's text without mentions of the form `<@U123>`, trimmed and cut to a short length.
+/// The user's text made safe to echo: mentions of users (`<@U123>`) removed, and Slack's
+/// special mentions (`<!here>`, `<!channel>`, `<!everyone>`, `<!subteam^S123|@team>`, any
+/// `<!…>`) turned into plain text that notifies no one, so a user cannot make the bot ping a
+/// channel or a group; trimmed and cut to a short length.
 fn echo(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_ECHO_CHARS * 4));
     let mut rest = text;
-    while let Some(start) = rest.find("<@") {
+    while let Some(start) = rest.find('<') {
         out.push_str(&rest[..start]);
-        match rest[start..].find('>') {
-            Some(end) => rest = &rest[start + end + 1..],
-            None => {
-                rest = &rest[start..];
-                break;
-            }
+        let tail = &rest[start..];
+        let Some(end) = tail.find('>') else {
+            // No closing bracket: not a control sequence, but never let one form.
+            out.push_str(&tail.replace('<', "&lt;"));
+            rest = "";
+            break;
+        };
+        let inner = &tail[1..end];
+        if let Some(special) = inner.strip_prefix('!') {
+            // `<!here>`, `<!subteam^S1|@team>`: keep the label, as plain text with a
+            // zero-width space after the `@`.
+            let label = special
+                .split_once('|')
+                .map_or(special, |(_, label)| label)
+                .trim_start_matches('@');
+            let label = label.split('^').next().unwrap_or(label);
+            out.push_str("@\u{200B}");
+            out.push_str(label);
+        } else if !inner.starts_with('@') {
+            // Links and channel references (`<#C1|general>`, `<https://…|text>`) are harmless.
+            out.push_str(&tail[..=end]);
         }
+        rest = &tail[end + 1..];
     }
     out.push_str(rest);
     let trimmed = out.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -179,9 +198,30 @@ mod tests {
     }
 
     #[test]
+    fn echo_never_pings_a_channel_or_a_group() {
+        for (said, shown) in [
+            ("<!channel> look", "@\u{200B}channel look"),
+            ("<!here>", "@\u{200B}here"),
+            ("<!everyone> hi", "@\u{200B}everyone hi"),
+            (
+                "ping <!subteam^S0123|@oncall> now",
+                "ping @\u{200B}oncall now",
+            ),
+            ("<!subteam^S0123>", "@\u{200B}subteam"),
+            ("<!here|here> x", "@\u{200B}here x"),
+        ] {
+            let echoed = echo(said);
+            assert_eq!(echoed, shown, "{said}");
+            assert!(!echoed.contains("<!"), "{said} -> {echoed}");
+        }
+        assert_eq!(echo("see <#C1|general>"), "see <#C1|general>");
+        assert_eq!(echo("a <b"), "a &lt;b");
+    }
+
+    #[test]
     fn echo_strips_mentions_and_cuts_long_text() {
         assert_eq!(echo("<@U1>  hello <@U2> world "), "hello world");
-        assert_eq!(echo("<@U1"), "<@U1");
+        assert_eq!(echo("<@U1"), "&lt;@U1");
         let long = "é".repeat(500);
         let cut = echo(&long);
         assert_eq!(cut.chars().count(), MAX_ECHO_CHARS + 1);

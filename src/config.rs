@@ -67,6 +67,11 @@ pub const MIN_TTL: Duration = Duration::from_secs(25 * 3600);
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// Longer than Lambda's 15-minute maximum timeout makes no sense for a lease.
 pub const MAX_LEASE: Duration = Duration::from_secs(900);
+/// Answering inside Slack's request, a lease must end before Slack's one-minute retry (with
+/// room for clock skew): a longer one lets a crashed claim swallow that retry, and the
+/// five-minute one with it if the claimant dies again.
+pub const MAX_SYNC_LEASE: Duration = Duration::from_secs(50);
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 
@@ -84,6 +89,8 @@ pub struct Config {
     /// Local mode's processing deadline and claim lease; on Lambda the invocation deadline is used.
     pub lease: Duration,
     pub listen_addr: SocketAddr,
+    /// Local mode: connections served at once.
+    pub max_connections: usize,
     /// The deployed version answering (Lambda sets `AWS_LAMBDA_FUNCTION_VERSION`), written into
     /// each reply's metadata, so it shows which version answered during a gradual deploy.
     pub function_version: String,
@@ -202,8 +209,32 @@ impl Config {
                         reason: format!("must be between 1 and {}", MAX_LEASE.as_secs()),
                     });
                 }
+                if lease > MAX_SYNC_LEASE {
+                    return Err(ConfigError::Invalid {
+                        var: "DEDUP_LEASE_SECONDS",
+                        reason: format!(
+                            "must be at most {} when events are answered inside Slack's request: \
+                             a lease that outlives Slack's one-minute retry lets a crashed claim \
+                             swallow the later retries",
+                            MAX_SYNC_LEASE.as_secs()
+                        ),
+                    });
+                }
                 lease
             }
+        };
+
+        let max_connections = match get("MAX_CONNECTIONS") {
+            None => DEFAULT_MAX_CONNECTIONS,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=65_536).contains(&n) => n,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: "MAX_CONNECTIONS",
+                        reason: "must be a whole number from 1 to 65536".into(),
+                    })
+                }
+            },
         };
 
         let listen_addr = get("LISTEN_ADDR")
@@ -228,6 +259,7 @@ impl Config {
             ttl,
             lease,
             listen_addr,
+            max_connections,
             function_version,
         })
     }
@@ -339,6 +371,8 @@ mod tests {
             ("DEDUP_TTL_SECONDS", "a day"),
             ("DEDUP_LEASE_SECONDS", "0"),
             ("DEDUP_LEASE_SECONDS", "901"),
+            ("DEDUP_LEASE_SECONDS", "51"),
+            ("MAX_CONNECTIONS", "0"),
             ("LISTEN_ADDR", "localhost"),
             ("SLACK_API_URL", "slack.com/api"),
             ("DEDUP_TABLE", "a b"),

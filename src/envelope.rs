@@ -1,8 +1,15 @@
 //! The Slack Events API envelope as typed serde values (docs.slack.dev, "Events API").
+//!
+//! Parsing is strict only where the protocol needs it (the envelope's `type`, a plain bounded
+//! `event_id`, an inner `event` object with a `type`) and lenient everywhere else: Slack sends
+//! `user` as a full object in `team_join` and `user_change`, `channel` as an object in
+//! `channel_created`, `channel_rename` and `im_created`, and fields this version has never
+//! heard of. The whole inner event is kept as raw JSON for bots.
 
 use std::fmt;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 
 /// Slack's `event_id`: globally unique across workspaces, the same on every retry of one event.
 /// It is the ledger's key, so its size and alphabet are bounded here, before it reaches DynamoDB.
@@ -56,9 +63,9 @@ pub enum Envelope {
     /// Slack stopped delivering events for this app in this workspace for the rest of the hour
     /// (more than 30,000 deliveries an hour).
     AppRateLimited {
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient_string")]
         team_id: Option<String>,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient_u64")]
         minute_rate_limited: Option<u64>,
     },
     /// Any envelope type this version does not know: acknowledged and ignored.
@@ -69,47 +76,123 @@ pub enum Envelope {
 #[derive(Debug, Deserialize)]
 pub struct EventCallback {
     pub event_id: EventId,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_string")]
     pub team_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub enterprise_id: Option<String>,
+    #[serde(default, deserialize_with = "lenient_string")]
     pub api_app_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_i64")]
     pub event_time: Option<i64>,
     pub event: Event,
-    /// One installation: `user_id` is the bot user's own id.
-    #[serde(default)]
+    /// The installation this delivery is for (one entry; `is_bot` marks the bot user).
+    #[serde(default, deserialize_with = "lenient_authorizations")]
     pub authorizations: Vec<Authorization>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Authorization {
-    #[serde(default)]
+    pub team_id: Option<String>,
+    pub enterprise_id: Option<String>,
     pub user_id: Option<String>,
-    #[serde(default)]
-    pub is_bot: Option<bool>,
+    pub is_bot: bool,
 }
 
-/// The inner event: the fields the router and the reference bot use. Unknown fields are ignored.
-#[derive(Debug, Deserialize)]
+/// The inner event: the fields the protocol and the router use, read leniently, and the whole
+/// event as Slack sent it (`raw`), for bots.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Event {
-    #[serde(rename = "type")]
+    /// `type`: the one field required.
     pub kind: String,
-    #[serde(default)]
     pub subtype: Option<String>,
-    #[serde(default)]
+    /// The acting user's id: a string in most events, the `id` of a user object in `team_join`
+    /// and `user_change`.
     pub user: Option<String>,
-    #[serde(default)]
     pub bot_id: Option<String>,
-    #[serde(default)]
     pub text: Option<String>,
-    #[serde(default)]
+    /// The channel's id: a string in most events, the `id` of a channel object in
+    /// `channel_created`, `channel_rename`, `im_created`; `item.channel` for reactions.
     pub channel: Option<String>,
-    #[serde(default)]
     pub channel_type: Option<String>,
-    #[serde(default)]
     pub ts: Option<String>,
-    #[serde(default)]
     pub thread_ts: Option<String>,
+    pub event_ts: Option<String>,
+    /// The client's id of one user message, the same in every event that carries it.
+    pub client_msg_id: Option<String>,
+    pub raw: Value,
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(deserializer)?;
+        let Value::Object(map) = &raw else {
+            return Err(serde::de::Error::custom("event must be an object"));
+        };
+        let Some(kind) = map.get("type").and_then(Value::as_str).map(str::to_string) else {
+            return Err(serde::de::Error::custom("event must have a string type"));
+        };
+        let text = |key: &str| map.get(key).and_then(Value::as_str).map(str::to_string);
+        // A string id, or the `id` of an object.
+        let id = |key: &str| match map.get(key) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Object(o)) => o.get("id").and_then(Value::as_str).map(str::to_string),
+            _ => None,
+        };
+        let item = |key: &str| {
+            map.get("item")
+                .and_then(|i| i.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        Ok(Event {
+            subtype: text("subtype"),
+            user: id("user"),
+            bot_id: text("bot_id"),
+            text: text("text"),
+            channel: id("channel").or_else(|| item("channel")),
+            channel_type: text("channel_type"),
+            ts: text("ts"),
+            thread_ts: text("thread_ts"),
+            event_ts: text("event_ts"),
+            client_msg_id: text("client_msg_id"),
+            kind,
+            raw,
+        })
+    }
+}
+
+fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
+}
+
+fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_u64())
+}
+
+fn lenient_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_i64())
+}
+
+fn lenient_authorizations<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Authorization>, D::Error> {
+    let Value::Array(items) = Value::deserialize(d)? else {
+        return Ok(Vec::new());
+    };
+    Ok(items
+        .iter()
+        .filter_map(Value::as_object)
+        .map(|a| {
+            let s = |k: &str| a.get(k).and_then(Value::as_str).map(str::to_string);
+            Authorization {
+                team_id: s("team_id"),
+                enterprise_id: s("enterprise_id"),
+                user_id: s("user_id"),
+                is_bot: a.get("is_bot").and_then(Value::as_bool).unwrap_or(false),
+            }
+        })
+        .collect())
 }
 
 /// Message subtypes that are a new message from a person; every other subtype (edits,
@@ -134,29 +217,44 @@ impl SkipReason {
     }
 }
 
+/// Events whose `user` may be the bot itself and still matter (as in Bolt's ignoreSelf): the bot
+/// joining or leaving a channel.
+const KEPT_WHEN_BY_THE_BOT: &[&str] = &["member_joined_channel", "member_left_channel"];
+
 impl EventCallback {
-    /// The bot user of the installation this delivery is for.
+    /// The bot user of the installation this delivery is for: the authorization marked
+    /// `is_bot` (an event can carry a user's authorization too).
     pub fn bot_user_id(&self) -> Option<&str> {
-        self.authorizations.first()?.user_id.as_deref()
+        self.authorizations
+            .iter()
+            .find(|a| a.is_bot)?
+            .user_id
+            .as_deref()
+    }
+
+    /// The workspace: `team_id`, or the installation's team.
+    pub fn team(&self) -> Option<&str> {
+        self.team_id
+            .as_deref()
+            .or_else(|| self.authorizations.first()?.team_id.as_deref())
     }
 
     /// Events the bot must never answer, decided before the ledger is touched.
     pub fn skip_reason(&self) -> Option<SkipReason> {
         let event = &self.event;
-        if event.bot_id.is_some() {
+        if event.bot_id.is_some() || event.subtype.as_deref() == Some("bot_message") {
             return Some(SkipReason::OwnMessage);
         }
         if let (Some(user), Some(bot)) = (event.user.as_deref(), self.bot_user_id()) {
-            if user == bot {
+            if user == bot && !KEPT_WHEN_BY_THE_BOT.contains(&event.kind.as_str()) {
                 return Some(SkipReason::OwnMessage);
             }
         }
-        if let Some(subtype) = event.subtype.as_deref() {
-            if subtype == "bot_message" {
-                return Some(SkipReason::OwnMessage);
-            }
-            if !USER_MESSAGE_SUBTYPES.contains(&subtype) {
-                return Some(SkipReason::NotANewMessage);
+        if event.kind == "message" {
+            if let Some(subtype) = event.subtype.as_deref() {
+                if !USER_MESSAGE_SUBTYPES.contains(&subtype) {
+                    return Some(SkipReason::NotANewMessage);
+                }
             }
         }
         None

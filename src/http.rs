@@ -1,4 +1,4 @@
-//! Routes, the body limit, and the one place failures become HTTP statuses.
+//! Routes, the body limit and read timeout, and the one place failures become HTTP statuses.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -12,28 +12,39 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::ledger::LedgerError;
 use crate::process::{Delivery, Outcome, ProcessError, Processor};
 
 /// Slack's event payloads are small; a body above 1 MiB is refused before more is read.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// A body still arriving after this long is refused (408): Slack itself gives up after 3 s.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the routes share: the processor, and the deliveries still running (local mode waits
+/// for them at shutdown, also those whose client has gone).
+#[derive(Clone)]
+pub struct AppState {
+    pub processor: Arc<Processor>,
+    pub in_flight: TaskTracker,
+}
 /// Tells Slack not to redeliver an event: only on answers no retry could change.
 const NO_RETRY: (&str, &str) = ("x-slack-no-retry", "1");
 
 /// The router both modes serve: `POST /slack/events` (also `POST /`, for a Request URL that is
 /// the bare Function URL, and `POST /{stage}/slack/events`, as lambda_http presents REST API
 /// paths with their stage) and `GET /healthz`.
-pub fn router(processor: Arc<Processor>) -> Router {
+pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/slack/events", post(slack_events))
         .route("/", post(slack_events))
         .route("/{stage}/slack/events", post(slack_events))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(processor)
+        .with_state(state)
 }
 
-async fn slack_events(State(processor): State<Arc<Processor>>, request: Request) -> Response {
+async fn slack_events(State(state): State<AppState>, request: Request) -> Response {
     let now = SystemTime::now();
     let started = Instant::now();
     let (parts, body) = request.into_parts();
@@ -46,10 +57,22 @@ async fn slack_events(State(processor): State<Arc<Processor>>, request: Request)
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
         return too_large();
     }
-    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
-        Err(e) => {
+    let read = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        Limited::new(body, MAX_BODY_BYTES).collect(),
+    );
+    let body = match read.await {
+        Err(_) => {
+            tracing::warn!(timeout = ?BODY_READ_TIMEOUT, "the request body was not sent in time");
+            return json(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                "the request body was not sent in time",
+            );
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "the request body could not be read");
             return json(
                 StatusCode::BAD_REQUEST,
@@ -65,16 +88,33 @@ async fn slack_events(State(processor): State<Arc<Processor>>, request: Request)
         .get::<lambda_http::Context>()
         .and_then(|context| invocation_deadline(context.deadline));
 
-    let result = processor
-        .handle(Delivery {
-            headers: &parts.headers,
-            body: &body,
-            now,
-            started,
-            invocation_deadline,
-        })
-        .await;
-    respond(result)
+    // The delivery runs to its end on its own task: should the client go away (Slack gives
+    // up after 3 s), the claim is still completed or released rather than left to block the
+    // event until its lease ends.
+    let processor = state.processor.clone();
+    let delivery = state.in_flight.spawn(async move {
+        let result = processor
+            .handle(Delivery {
+                headers: &parts.headers,
+                body: &body,
+                now,
+                started,
+                invocation_deadline,
+            })
+            .await;
+        respond(result)
+    });
+    match delivery.await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!(error = %e, "the delivery's task failed");
+            json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "internal error",
+            )
+        }
+    }
 }
 
 /// Lambda's `Lambda-Runtime-Deadline-Ms` is epoch milliseconds. Some emulators send a duration
@@ -128,6 +168,11 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
                     "slack_failed",
                     "posting to Slack failed; retry later",
                 ),
+                ProcessError::LookupUnavailable(_) => json(
+                    status,
+                    "slack_lookup_unavailable",
+                    "an earlier attempt may have answered and Slack could not be asked; retry later",
+                ),
                 ProcessError::Deadline => json(
                     status,
                     "deadline_exceeded",
@@ -151,7 +196,9 @@ pub fn status_of(error: &ProcessError) -> StatusCode {
     match error {
         ProcessError::Signature(_) => StatusCode::UNAUTHORIZED,
         ProcessError::Malformed(_) => StatusCode::BAD_REQUEST,
-        ProcessError::Ledger(LedgerError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        ProcessError::Ledger(LedgerError::Unavailable(_)) | ProcessError::LookupUnavailable(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         ProcessError::Slack(_) => StatusCode::BAD_GATEWAY,
         ProcessError::Deadline => StatusCode::GATEWAY_TIMEOUT,
         ProcessError::Bot(_) | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {

@@ -9,16 +9,16 @@ pub mod fuzzing;
 pub mod http;
 pub mod ledger;
 pub mod process;
+pub mod server;
 pub mod sign;
 pub mod signature;
 pub mod slack;
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
 
 use crate::bot::{Bot, ReferenceBot};
 use crate::config::Config;
@@ -26,10 +26,13 @@ use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
 use crate::process::Processor;
 use crate::slack::SlackClient;
 
+pub use crate::server::LocalServer;
+
 /// The wired application: configuration, ledger, Slack client and bot, built once per process.
 pub struct Application {
     config: Config,
     processor: Arc<Processor>,
+    in_flight: TaskTracker,
 }
 
 impl Application {
@@ -68,7 +71,11 @@ impl Application {
             config.lease,
             config.function_version.clone(),
         ));
-        Self { config, processor }
+        Self {
+            config,
+            processor,
+            in_flight: TaskTracker::new(),
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -76,7 +83,10 @@ impl Application {
     }
 
     pub fn router(&self) -> Router {
-        http::router(self.processor.clone())
+        http::router(http::AppState {
+            processor: self.processor.clone(),
+            in_flight: self.in_flight.clone(),
+        })
     }
 
     /// Binds `LISTEN_ADDR` (port 0 picks a free port: see [`LocalServer::local_addr`]).
@@ -85,30 +95,8 @@ impl Application {
         Ok(LocalServer {
             listener,
             router: self.router(),
+            in_flight: self.in_flight.clone(),
+            max_connections: self.config.max_connections,
         })
-    }
-}
-
-/// Local mode's HTTP server, bound and ready.
-pub struct LocalServer {
-    listener: TcpListener,
-    router: Router,
-}
-
-impl LocalServer {
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
-    }
-
-    /// Serves until `shutdown` completes, then stops accepting and finishes in-flight requests.
-    pub async fn run_until(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await
     }
 }

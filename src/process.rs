@@ -1,7 +1,11 @@
-//! The use case: verify → parse → skip own → claim → bot → reply → complete or release.
+//! The use case: verify → parse → skip own → claim → bot → its Slack writes, each a journaled
+//! step → finish (done, released, or failed).
 //!
 //! The ledger is touched only after the signature verifies and the envelope parses, so a forged
-//! or malformed request can never claim, poison or block a real event.
+//! or malformed request can never claim, poison or block a real event. Every Slack write is
+//! announced in the ledger (its intent, conditioned on the claim's owner) before it is made, so
+//! a later claim looks in Slack only where an earlier one may have written, and never writes
+//! blind while a delivery of the event remains.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,20 +14,30 @@ use http::HeaderMap;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::bot::{Bot, BotError};
+use crate::bot::{Bot, BotError, Reply};
 use crate::config::SigningSecrets;
 use crate::envelope::{Envelope, EventCallback, SkipReason};
-use crate::ledger::{Claim, ClaimRequest, Ledger, LedgerError, OwnerToken};
+use crate::ledger::{
+    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
+    StepRecord,
+};
 use crate::signature::{self, SignatureError};
-use crate::slack::{PostMessage, SlackClient, SlackError, REPLY_METADATA_TYPE};
+use crate::slack::{
+    Delivered, PostMessage, ReplyQuery, SlackClient, SlackError, REPLY_METADATA_TYPE,
+};
 
 pub const RETRY_NUM_HEADER: &str = "x-slack-retry-num";
 pub const RETRY_REASON_HEADER: &str = "x-slack-retry-reason";
+/// Slack retries an event 3 times: the delivery with `X-Slack-Retry-Num: 3` is its last.
+pub const SLACK_LAST_RETRY: u32 = 3;
 
 /// Processing stops this long before the lease ends (at most 1 s, at most a quarter of the
 /// lease), leaving time to release the claim and answer, and absorbing clock skew between
 /// instances: no other instance sees the lease expired before the claimant has stopped.
 const MAX_LEASE_MARGIN: Duration = Duration::from_secs(1);
+/// On Lambda the ledger writes end this long before the invocation deadline, so the answer
+/// still gets out (at most a quarter of the time left).
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(250);
 
 /// One delivery of a request, as received.
 #[derive(Clone, Copy, Debug)]
@@ -33,6 +47,21 @@ pub struct Delivery<'a> {
     /// The wall-clock time the request arrived: signatures and leases are judged against it.
     pub now: SystemTime,
     /// The monotonic time it arrived: deadlines are measured from it.
+    pub started: Instant,
+    /// On Lambda, the invocation's deadline: it is the lease. Elsewhere the configured lease.
+    pub invocation_deadline: Option<SystemTime>,
+}
+
+/// What the protocol needs to know of one delivery of a verified event.
+#[derive(Clone, Copy, Debug)]
+pub struct EventDelivery<'a> {
+    /// `X-Slack-Retry-Num`: absent on the original.
+    pub retry_num: Option<u32>,
+    pub retry_reason: Option<&'a str>,
+    /// No delivery of this event follows this one: a look-up in Slack that cannot be made no
+    /// longer holds a write back (it is made, and logged as possibly a second answer).
+    pub last_chance: bool,
+    pub now: SystemTime,
     pub started: Instant,
     /// On Lambda, the invocation's deadline: it is the lease. Elsewhere the configured lease.
     pub invocation_deadline: Option<SystemTime>,
@@ -52,6 +81,11 @@ pub enum Outcome {
     NoReply,
     /// The event was answered already.
     Duplicate,
+    /// Slack refused the reply with an error no retry can fix (`code`): the event is marked
+    /// `failed`, and 2xx stops Slack from redelivering it.
+    Failed { code: String },
+    /// The event ended `failed` already: nothing to do.
+    AlreadyFailed,
     /// Another delivery holds a live claim: no reply here, and a non-2xx so Slack retries.
     InProgress,
     /// The bot's own message, an edit, a join…: acknowledged, never claimed.
@@ -70,6 +104,8 @@ impl Outcome {
             Outcome::Recovered => "recovered",
             Outcome::NoReply => "no_reply",
             Outcome::Duplicate => "duplicate",
+            Outcome::Failed { .. } => "failed",
+            Outcome::AlreadyFailed => "already_failed",
             Outcome::InProgress => "in_progress",
             Outcome::Skipped(_) => "skipped",
             Outcome::RateLimitNotice => "app_rate_limited",
@@ -88,6 +124,8 @@ pub enum ProcessError {
     Ledger(#[source] LedgerError),
     #[error("posting the reply to Slack failed (claim released)")]
     Slack(#[source] SlackError),
+    #[error("an earlier claim may have posted and Slack could not be asked (claim released)")]
+    LookupUnavailable(#[source] SlackError),
     #[error("the bot failed (claim released)")]
     Bot(#[source] BotError),
     #[error("the processing deadline passed before the reply was posted")]
@@ -167,12 +205,7 @@ impl Processor {
         delivery: Delivery<'_>,
         retry_num: Option<u32>,
     ) -> Result<Outcome, ProcessError> {
-        let now_unix = unix_ms(delivery.now) / 1000;
-        // The exact bytes Slack signed, before anything parses them.
-        signature::verify_at(&self.secrets, delivery.headers, delivery.body, now_unix)?;
-        let envelope: Envelope =
-            serde_json::from_slice(delivery.body).map_err(ProcessError::Malformed)?;
-        match envelope {
+        match self.verify_and_parse(&delivery)? {
             Envelope::UrlVerification { challenge } => Ok(Outcome::Challenge(challenge)),
             Envelope::AppRateLimited {
                 team_id,
@@ -187,32 +220,49 @@ impl Processor {
             }
             Envelope::Unknown => Ok(Outcome::Ignored),
             Envelope::EventCallback(callback) => {
-                self.process_event(&callback, &delivery, retry_num).await
+                let retry_reason = header_str(delivery.headers, RETRY_REASON_HEADER)
+                    .filter(|r| r.len() <= 64 && r.bytes().all(|b| b.is_ascii_graphic()));
+                let event = EventDelivery {
+                    retry_num,
+                    retry_reason,
+                    // Slack's last retry: no delivery follows it.
+                    last_chance: retry_num.is_some_and(|n| n >= SLACK_LAST_RETRY),
+                    now: delivery.now,
+                    started: delivery.started,
+                    invocation_deadline: delivery.invocation_deadline,
+                };
+                self.run_event(&callback, &event).await
             }
         }
     }
 
-    async fn process_event(
+    /// Verifies the exact bytes Slack signed, then parses them: nothing else is read before
+    /// the signature holds.
+    pub fn verify_and_parse(&self, delivery: &Delivery<'_>) -> Result<Envelope, ProcessError> {
+        let now_unix = unix_ms(delivery.now) / 1000;
+        signature::verify_at(&self.secrets, delivery.headers, delivery.body, now_unix)?;
+        serde_json::from_slice(delivery.body).map_err(ProcessError::Malformed)
+    }
+
+    /// The protocol for one verified event, shared by every path that runs one: skip → claim
+    /// → work (the bot, then its Slack writes as journaled steps) → finish.
+    pub async fn run_event(
         &self,
         callback: &EventCallback,
-        delivery: &Delivery<'_>,
-        retry_num: Option<u32>,
+        delivery: &EventDelivery<'_>,
     ) -> Result<Outcome, ProcessError> {
         let span = tracing::Span::current();
         span.record("event_id", callback.event_id.as_str());
-        if let Some(team) = &callback.team_id {
-            span.record("team", team.as_str());
+        if let Some(team) = callback.team() {
+            span.record("team", team);
         }
-        let retry_reason = header_str(delivery.headers, RETRY_REASON_HEADER)
-            .filter(|r| r.len() <= 64 && r.bytes().all(|b| b.is_ascii_graphic()));
-        if let Some(reason) = retry_reason {
+        if let Some(reason) = delivery.retry_reason {
             span.record("retry_reason", reason);
         }
         if let Some(reason) = callback.skip_reason() {
             tracing::debug!(reason = reason.as_str(), "not answering this event");
             return Ok(Outcome::Skipped(reason));
         }
-
         let Some(times) = Times::new(delivery, self.lease) else {
             tracing::warn!(
                 deadline_ms = delivery.invocation_deadline.map(unix_ms),
@@ -222,107 +272,238 @@ impl Processor {
             return Err(ProcessError::Deadline);
         };
         let owner = OwnerToken::random();
+        let (attempt, journal) = match self.claim(callback, delivery, &times, &owner).await? {
+            Claimed::Acquired { attempt, journal } => (attempt, journal),
+            Claimed::Ended(outcome) => return Ok(outcome),
+        };
+        let mut run = ClaimRun {
+            held: Held {
+                event_id: &callback.event_id,
+                owner: &owner,
+            },
+            attempt,
+            journal,
+            next_step: 1,
+            unrecorded: None,
+            last_chance: delivery.last_chance,
+            times: &times,
+        };
+        let worked =
+            match tokio::time::timeout_at(times.work_deadline, self.work(&mut run, callback)).await
+            {
+                Ok(result) => result,
+                Err(_) => Err(ProcessError::Deadline),
+            };
+        self.finish(&mut run, worked).await
+    }
+
+    /// Claims the event in the ledger, within the processing deadline.
+    async fn claim(
+        &self,
+        callback: &EventCallback,
+        delivery: &EventDelivery<'_>,
+        times: &Times,
+        owner: &OwnerToken,
+    ) -> Result<Claimed, ProcessError> {
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
         let request = ClaimRequest {
             event_id: &callback.event_id,
-            owner: &owner,
+            owner,
             now_ms: times.now_ms,
             lease_until_ms: times.lease_until_ms,
             expires_at_s,
-            team_id: callback.team_id.as_deref(),
-            retry_num,
-            retry_reason,
+            team_id: callback.team(),
+            retry_num: delivery.retry_num,
+            retry_reason: delivery.retry_reason,
         };
         let claim = tokio::time::timeout_at(times.work_deadline, self.ledger.claim(&request))
             .await
             .map_err(|_| ledger_timeout())?
             .map_err(ProcessError::Ledger)?;
-        let attempt = match claim {
-            Claim::AlreadyDone => return Ok(Outcome::Duplicate),
+        match claim {
+            Claim::AlreadyDone => Ok(Claimed::Ended(Outcome::Duplicate)),
+            Claim::AlreadyFailed { error } => {
+                tracing::info!(error, "this event ended failed already: not answering");
+                Ok(Claimed::Ended(Outcome::AlreadyFailed))
+            }
             Claim::InProgress { lease_until_ms } => {
                 tracing::info!(
                     lease_until_ms,
                     "another delivery holds a live claim: not answering"
                 );
-                return Ok(Outcome::InProgress);
+                Ok(Claimed::Ended(Outcome::InProgress))
             }
-            Claim::Acquired { attempt } => attempt,
-        };
-        if attempt > 1 {
-            tracing::info!(
-                attempt,
-                "taking over an event whose earlier claim expired or was released"
-            );
+            Claim::Acquired { attempt, journal } => {
+                if attempt > 1 {
+                    tracing::info!(
+                        attempt,
+                        steps_recorded = journal.len(),
+                        "taking over an event whose earlier claim expired or was released"
+                    );
+                }
+                Ok(Claimed::Acquired { attempt, journal })
+            }
         }
+    }
 
-        let work = async {
-            let reply = self
-                .bot
-                .respond(callback)
-                .await
-                .map_err(ProcessError::Bot)?;
-            let Some(reply) = reply else {
-                return Ok(Worked::NothingToSay);
-            };
-            if attempt > 1 {
-                // An earlier claim of this event ended without completing: it may have posted
-                // before it died or gave up. Slack knows: look for its reply first.
-                let found = self
-                    .slack
-                    .find_reply(
-                        &reply.channel,
-                        reply.thread_ts.as_deref(),
-                        callback.event.ts.as_deref(),
-                        callback.event_id.as_str(),
-                        times.work_deadline,
-                    )
-                    .await;
-                match found {
+    /// The bot decides; its reply is step 1.
+    async fn work(
+        &self,
+        run: &mut ClaimRun<'_>,
+        callback: &EventCallback,
+    ) -> Result<Worked, ProcessError> {
+        let reply = self
+            .bot
+            .respond(callback)
+            .await
+            .map_err(ProcessError::Bot)?;
+        let Some(reply) = reply else {
+            return Ok(Worked::NothingToSay);
+        };
+        let event = &callback.event;
+        let event_time = callback.event_time.map(|t| t.to_string());
+        let oldest = event
+            .ts
+            .as_deref()
+            .or(event.event_ts.as_deref())
+            .or(event_time.as_deref());
+        self.post_step(run, callback, reply, oldest).await
+    }
+
+    /// One post as a journaled step: its intent is recorded before the call, so a later claim
+    /// looks in Slack only where this one may have posted.
+    async fn post_step(
+        &self,
+        run: &mut ClaimRun<'_>,
+        callback: &EventCallback,
+        reply: Reply,
+        oldest: Option<&str>,
+    ) -> Result<Worked, ProcessError> {
+        let step = run.next_step;
+        run.next_step += 1;
+        let earlier = run.journal.get(&step).cloned();
+        match &earlier {
+            Some(StepRecord::Done { .. }) => {
+                tracing::info!(step, "the reply is recorded done by an earlier claim");
+                return Ok(Worked::FoundEarlierReply);
+            }
+            Some(StepRecord::Intent { attempt }) => {
+                // An earlier claim was about to post this step and never recorded how it went.
+                let query = ReplyQuery {
+                    channel: &reply.channel,
+                    thread_ts: reply.thread_ts.as_deref(),
+                    oldest,
+                    event_id: callback.event_id.as_str(),
+                    step,
+                };
+                match self.slack.find_reply(&query, run.times.work_deadline).await {
                     Ok(Some(ts)) => {
                         tracing::info!(
                             ts,
+                            step,
+                            earlier_attempt = attempt,
                             "an earlier claim's reply is already in Slack: not posting again"
                         );
+                        run.unrecorded = Some(Settled::Done {
+                            step,
+                            result: posted_result(Some(&ts)),
+                        });
                         return Ok(Worked::FoundEarlierReply);
                     }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(
-                        error = %error_chain(&e),
-                        "could not look for an earlier claim's reply; posting (it may be a second answer)"
+                    Ok(None) => tracing::info!(
+                        step,
+                        earlier_attempt = attempt,
+                        "the earlier claim's reply is not in Slack: posting"
                     ),
+                    Err(error) if run.last_chance => tracing::warn!(
+                        error = %error_chain(&error),
+                        step,
+                        "could not look for an earlier claim's reply, and no delivery follows \
+                         this one: posting (it may be a second answer)"
+                    ),
+                    Err(error) => {
+                        tracing::warn!(
+                            error = %error_chain(&error),
+                            step,
+                            "could not look for an earlier claim's reply: releasing, so a later \
+                             delivery looks again rather than risk a second answer"
+                        );
+                        return Err(ProcessError::LookupUnavailable(error));
+                    }
                 }
             }
-            let message = PostMessage {
-                channel: reply.channel,
-                text: reply.text,
-                thread_ts: reply.thread_ts,
-                metadata: Some(serde_json::json!({
-                    "event_type": REPLY_METADATA_TYPE,
-                    "event_payload": {
-                        "event_id": callback.event_id.as_str(),
-                        "attempt": attempt,
-                        "version": self.version,
-                    },
-                })),
-            };
-            self.slack
-                .post_message(&message, times.work_deadline)
-                .await
-                .map_err(|e| match e {
+            None => {}
+        }
+
+        // The intent, conditioned on the owner: no post without a claim still held.
+        let intent = run.begin_step(&*self.ledger, step).await;
+        if let Err(error) = intent {
+            if earlier.is_none() {
+                // Nothing was posted: should the intent have been written after all, a later
+                // claim need not look.
+                run.unrecorded = Some(Settled::NotDone { step });
+            }
+            return Err(error);
+        }
+        let message = PostMessage {
+            channel: reply.channel,
+            text: reply.text,
+            thread_ts: reply.thread_ts,
+            metadata: Some(serde_json::json!({
+                "event_type": REPLY_METADATA_TYPE,
+                "event_payload": {
+                    "event_id": callback.event_id.as_str(),
+                    "step": step,
+                    "attempt": run.attempt,
+                    "version": self.version,
+                },
+            })),
+        };
+        match self
+            .slack
+            .post_message(&message, run.times.work_deadline)
+            .await
+        {
+            Ok(delivered) => {
+                let ts = match &delivered {
+                    Delivered::Posted { ts } => ts.as_deref(),
+                    Delivered::Logged => None,
+                };
+                run.unrecorded = Some(Settled::Done {
+                    step,
+                    result: posted_result(ts),
+                });
+                Ok(Worked::Posted)
+            }
+            Err(error) => {
+                if !error.may_have_posted() && earlier.is_none() {
+                    // Certainly not posted, and no earlier claim tried: no one need look.
+                    run.unrecorded = Some(Settled::NotDone { step });
+                }
+                Err(match error {
                     SlackError::Timeout => ProcessError::Deadline,
                     e => ProcessError::Slack(e),
-                })?;
-            Ok(Worked::Posted)
-        };
-        let worked = match tokio::time::timeout_at(times.work_deadline, work).await {
-            Ok(result) => result,
-            Err(_) => Err(ProcessError::Deadline),
-        };
-        let now_ms = || unix_ms(delivery.now) + delivery.started.elapsed().as_millis() as u64;
+                })
+            }
+        }
+    }
+
+    /// Ends the claim: done after the work, `failed` after an error no retry can fix,
+    /// released after any other failure. The finishing write carries the last step's result
+    /// and must end before the lease (on Lambda: early enough to return the answer).
+    async fn finish(
+        &self,
+        run: &mut ClaimRun<'_>,
+        worked: Result<Worked, ProcessError>,
+    ) -> Result<Outcome, ProcessError> {
+        let now_ms = run.times.now_ms + run.times.started.elapsed().as_millis() as u64;
+        let settled = run.unrecorded.take();
         match worked {
             Ok(worked) => {
-                let complete = self.ledger.complete(&callback.event_id, &owner, now_ms());
-                if let Err(error) = before_lease_ends(times.lease_deadline, complete).await {
+                let complete =
+                    self.ledger
+                        .finish(run.held, &Finish::Done, settled.as_ref(), now_ms);
+                if let Err(error) = before(run.times.finish_deadline, complete).await {
                     // The reply is out: answer 2xx all the same so Slack stops redelivering.
                     tracing::error!(
                         error,
@@ -331,10 +512,36 @@ impl Processor {
                     );
                 }
                 Ok(match worked {
-                    Worked::Posted => Outcome::Answered { attempt },
+                    Worked::Posted => Outcome::Answered {
+                        attempt: run.attempt,
+                    },
                     Worked::FoundEarlierReply => Outcome::Recovered,
                     Worked::NothingToSay => Outcome::NoReply,
                 })
+            }
+            Err(ProcessError::Slack(error)) if error.is_permanent() => {
+                let code = error.code().unwrap_or("unknown_error").to_string();
+                tracing::error!(
+                    slack_error = code.as_str(),
+                    "Slack refused the reply with an error no retry can fix: the event ends \
+                     failed, and no copy of it is answered"
+                );
+                let failed = Finish::Failed {
+                    error: code.clone(),
+                };
+                let write = self
+                    .ledger
+                    .finish(run.held, &failed, settled.as_ref(), now_ms);
+                match before(run.times.finish_deadline, write).await {
+                    Ok(()) => Ok(Outcome::Failed { code }),
+                    Err(e) => {
+                        tracing::warn!(
+                            error = e,
+                            "could not mark the event failed: releasing it to the next copy"
+                        );
+                        Err(ProcessError::Slack(error))
+                    }
+                }
             }
             Err(error) => {
                 let ambiguous = match &error {
@@ -344,14 +551,16 @@ impl Processor {
                 };
                 if ambiguous {
                     tracing::warn!(
-                        "it is unknown whether the reply was posted; releasing: Slack's next \
+                        "it is unknown whether the reply was posted; releasing: the next \
                          delivery takes over and looks in Slack before posting"
                     );
                 }
-                let release = self.ledger.release(&callback.event_id, &owner, now_ms());
-                if let Err(error) = before_lease_ends(times.lease_deadline, release).await {
+                let release =
+                    self.ledger
+                        .finish(run.held, &Finish::Released, settled.as_ref(), now_ms);
+                if let Err(e) = before(run.times.finish_deadline, release).await {
                     tracing::warn!(
-                        error,
+                        error = e,
                         "could not release the claim: the next copy waits for the lease to end"
                     );
                 }
@@ -359,6 +568,58 @@ impl Processor {
             }
         }
     }
+}
+
+/// What a claim attempt came to.
+enum Claimed {
+    Acquired {
+        attempt: u32,
+        journal: Journal,
+    },
+    /// No work for this delivery: done, failed or in progress elsewhere.
+    Ended(Outcome),
+}
+
+/// One held claim while its work runs: what the ledger knows of its steps, and what it has not
+/// been told yet.
+struct ClaimRun<'a> {
+    held: Held<'a>,
+    attempt: u32,
+    /// As the claim found it.
+    journal: Journal,
+    next_step: u32,
+    /// The last step's fate, for the claim's next write.
+    unrecorded: Option<Settled>,
+    /// No delivery follows this one.
+    last_chance: bool,
+    times: &'a Times,
+}
+
+impl ClaimRun<'_> {
+    /// Records step `step`'s intent (with the previous step's fate), within the work deadline.
+    async fn begin_step(&mut self, ledger: &dyn Ledger, step: u32) -> Result<(), ProcessError> {
+        let now_ms = self.times.now_ms + self.times.started.elapsed().as_millis() as u64;
+        let write = ledger.begin_step(
+            self.held,
+            step,
+            self.attempt,
+            self.unrecorded.as_ref(),
+            now_ms,
+        );
+        match tokio::time::timeout_at(self.times.work_deadline, write).await {
+            Ok(Ok(())) => {
+                self.unrecorded = None;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(ProcessError::Ledger(e)),
+            Err(_) => Err(ledger_timeout()),
+        }
+    }
+}
+
+/// The result journaled for a post: the message's `ts`.
+fn posted_result(ts: Option<&str>) -> String {
+    serde_json::json!({ "ts": ts }).to_string()
 }
 
 /// What the work under a claim did.
@@ -371,25 +632,33 @@ enum Worked {
 /// The times of one claim.
 struct Times {
     now_ms: u64,
+    started: Instant,
     /// Written to the ledger: the claim is live until then.
     lease_until_ms: u64,
-    /// Monotonic instants: bot, Slack and claim must finish by `work_deadline`; completing or
-    /// releasing by `lease_deadline`.
+    /// Monotonic instants: bot, Slack and the step writes must finish by `work_deadline`; the
+    /// finishing write by `finish_deadline`, which leaves the answer time to get out.
     work_deadline: Instant,
-    lease_deadline: Instant,
+    finish_deadline: Instant,
 }
 
 impl Times {
     /// `None` when the invocation deadline has already passed.
-    fn new(delivery: &Delivery<'_>, configured_lease: Duration) -> Option<Self> {
+    fn new(delivery: &EventDelivery<'_>, configured_lease: Duration) -> Option<Self> {
         let lease = match delivery.invocation_deadline {
             Some(deadline) => deadline.duration_since(delivery.now).ok()?,
             None => configured_lease,
         };
-        if lease.is_zero() {
+        // On Lambda the response must be returned before the deadline, or Lambda answers 502
+        // itself and Slack redelivers an event already answered.
+        let answer_margin = match delivery.invocation_deadline {
+            Some(_) => ANSWER_MARGIN.min(lease / 4),
+            None => Duration::ZERO,
+        };
+        let usable = lease.checked_sub(answer_margin)?;
+        if usable.is_zero() {
             return None;
         }
-        let margin = (lease / 4).min(MAX_LEASE_MARGIN);
+        let margin = (usable / 4).min(MAX_LEASE_MARGIN);
         let now_ms = unix_ms(delivery.now);
         let lease_until_ms = match delivery.invocation_deadline {
             Some(deadline) => unix_ms(deadline),
@@ -397,19 +666,20 @@ impl Times {
         };
         Some(Self {
             now_ms,
+            started: delivery.started,
             lease_until_ms,
-            work_deadline: delivery.started + (lease - margin),
-            lease_deadline: delivery.started + lease,
+            work_deadline: delivery.started + (usable - margin),
+            finish_deadline: delivery.started + usable,
         })
     }
 }
 
-/// A completion or release, which must finish before the lease ends.
-async fn before_lease_ends(
-    lease_deadline: Instant,
+/// A ledger write that must finish by `deadline`.
+async fn before(
+    deadline: Instant,
     call: impl std::future::Future<Output = Result<(), LedgerError>>,
 ) -> Result<(), String> {
-    match tokio::time::timeout_at(lease_deadline, call).await {
+    match tokio::time::timeout_at(deadline, call).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(error_chain(&e)),
         Err(_) => Err("no answer before the lease ended".into()),
@@ -449,31 +719,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_lease_is_the_invocation_deadline_on_lambda() {
-        let headers = HeaderMap::new();
+    fn the_lease_is_the_invocation_deadline_on_lambda_and_the_answer_keeps_a_margin() {
         let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let started = Instant::now();
-        let delivery = Delivery {
-            headers: &headers,
-            body: b"",
+        let delivery = EventDelivery {
+            retry_num: None,
+            retry_reason: None,
+            last_chance: false,
             now,
             started,
             invocation_deadline: Some(now + Duration::from_secs(10)),
         };
         let t = Times::new(&delivery, Duration::from_secs(30)).unwrap();
         assert_eq!(t.lease_until_ms, 1_700_000_010_000);
-        assert_eq!(t.work_deadline, started + Duration::from_secs(9));
-        assert_eq!(t.lease_deadline, started + Duration::from_secs(10));
+        // The ledger writes end 250 ms before the deadline; the work 1 s before that.
+        assert_eq!(t.finish_deadline, started + Duration::from_millis(9_750));
+        assert_eq!(t.work_deadline, started + Duration::from_millis(8_750));
 
-        let local = Delivery {
+        let local = EventDelivery {
             invocation_deadline: None,
             ..delivery
         };
         let t = Times::new(&local, Duration::from_secs(2)).unwrap();
         assert_eq!(t.lease_until_ms, 1_700_000_002_000);
         assert_eq!(t.work_deadline, started + Duration::from_millis(1500));
+        assert_eq!(t.finish_deadline, started + Duration::from_secs(2));
 
-        let late = Delivery {
+        let late = EventDelivery {
             invocation_deadline: Some(now - Duration::from_secs(1)),
             ..delivery
         };

@@ -1,4 +1,5 @@
-//! The Slack Web API client: `chat.postMessage` with the bot token, within a deadline.
+//! The Slack Web API client: `chat.postMessage` with the bot token, and the look-up of an
+//! earlier reply by its metadata, within a deadline.
 //!
 //! Built on hyper directly rather than reqwest: the AWS SDK already links hyper 1, hyper-util
 //! and rustls on ring, so this adds almost nothing to the binary or the cold start, and the root
@@ -27,6 +28,64 @@ pub const REPLY_METADATA_TYPE: &str = "slack_once_reply";
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
 /// Used when a 429 comes without a usable `Retry-After`.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// conversations.history / .replies page size: since 2025-05-29, new commercially distributed
+/// apps outside the Marketplace get at most 15 items a call (and 1 call a minute).
+pub const LOOKUP_PAGE_SIZE: u32 = 15;
+
+/// chat.postMessage's documented errors that no retry can fix: the event ends `failed`.
+/// (`ratelimited`, `request_timeout`, `service_unavailable`, `team_added_to_org`,
+/// `internal_error`, `fatal_error` and codes not listed here are treated as transient.)
+pub const PERMANENT_POST_ERRORS: &[&str] = &[
+    "access_denied",
+    "account_inactive",
+    "as_user_not_supported",
+    "cannot_reply_to_message",
+    "channel_not_found",
+    "deprecated_endpoint",
+    "duplicate_channel_not_found",
+    "duplicate_message_not_found",
+    "ekm_access_denied",
+    "enterprise_is_restricted",
+    "invalid_arg_name",
+    "invalid_arguments",
+    "invalid_array_arg",
+    "invalid_auth",
+    "invalid_blocks",
+    "invalid_blocks_format",
+    "invalid_charset",
+    "invalid_form_data",
+    "invalid_metadata_format",
+    "invalid_metadata_schema",
+    "invalid_post_type",
+    "is_archived",
+    "messages_tab_disabled",
+    "metadata_must_be_sent_from_app",
+    "metadata_too_large",
+    "method_deprecated",
+    "missing_post_type",
+    "missing_scope",
+    "msg_blocks_too_long",
+    "msg_too_long",
+    "no_permission",
+    "no_text",
+    "not_allowed_token_type",
+    "not_authed",
+    "not_in_channel",
+    "restricted_action",
+    "restricted_action_non_threadable_channel",
+    "restricted_action_read_only_channel",
+    "restricted_action_thread_locked",
+    "restricted_action_thread_only_channel",
+    "slack_connect_canvas_sharing_blocked",
+    "slack_connect_file_link_sharing_blocked",
+    "slack_connect_lists_sharing_blocked",
+    "team_access_not_granted",
+    "token_expired",
+    "token_revoked",
+    "too_many_attachments",
+    "too_many_contact_cards",
+    "two_factor_setup_required",
+];
 
 /// A message to post with `chat.postMessage`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -70,6 +129,23 @@ pub enum SlackError {
 }
 
 impl SlackError {
+    /// Whether no retry can fix this (a documented permanent error of chat.postMessage): the
+    /// event then ends `failed` instead of burning Slack's retries.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            SlackError::Api { code } => PERMANENT_POST_ERRORS.contains(&code.as_str()),
+            _ => false,
+        }
+    }
+
+    /// Slack's error code, if Slack answered `ok:false`.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            SlackError::Api { code } => Some(code),
+            _ => None,
+        }
+    }
+
     /// Whether the message may have been posted although this call failed. Slack says
     /// `internal_error` and `fatal_error` posts may have succeeded; a timeout or a connection
     /// lost after the request was sent leaves the same doubt. Such failures are never retried here.
@@ -104,6 +180,16 @@ struct Posted {
 struct History {
     #[serde(default)]
     messages: Vec<HistoryMessage>,
+    #[serde(default)]
+    has_more: bool,
+    #[serde(default)]
+    response_metadata: Option<ResponseMetadata>,
+}
+
+#[derive(Deserialize)]
+struct ResponseMetadata {
+    #[serde(default)]
+    next_cursor: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -118,6 +204,18 @@ struct MessageMetadata {
     event_type: String,
     #[serde(default)]
     event_payload: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Where to look for a message slack-once may have posted.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplyQuery<'a> {
+    pub channel: &'a str,
+    /// The thread's parent `ts`, for a reply in a thread.
+    pub thread_ts: Option<&'a str>,
+    /// Nothing older can be the reply: the `ts` of the event being answered.
+    pub oldest: Option<&'a str>,
+    pub event_id: &'a str,
+    pub step: u32,
 }
 
 /// The Web API client. Built once per process and shared.
@@ -215,63 +313,101 @@ impl SlackClient {
         }
     }
 
-    /// Looks for a reply slack-once already posted for `event_id`, by the metadata every reply
-    /// carries, among the messages of `channel` (of the thread `thread_ts`, when set) from
-    /// `oldest` on: `conversations.replies` or `conversations.history` with
-    /// `include_all_metadata=true`. Used only when taking an event over, to learn whether the
-    /// earlier claimant's post went through. Not retried: a 429 is an error here.
+    /// Looks for the message slack-once posted as step `step` of `event_id`, by the metadata
+    /// every post carries, among the messages of `channel` (of the thread `thread_ts`, when
+    /// set) from `oldest` on: `conversations.replies` or `conversations.history` with
+    /// `include_all_metadata=true`, at most [`LOOKUP_PAGE_SIZE`] messages a page, following
+    /// the cursor and waiting out 429s while `deadline` allows. Used only where an earlier
+    /// claim may have posted. `Err` means Slack could not be asked: the caller must not take
+    /// "not found" from it.
     pub async fn find_reply(
         &self,
-        channel: &str,
-        thread_ts: Option<&str>,
-        oldest: Option<&str>,
-        event_id: &str,
+        query: &ReplyQuery<'_>,
         deadline: Instant,
     ) -> Result<Option<String>, SlackError> {
         let Some(token) = &self.token else {
             return Ok(None);
         };
-        let mut query = vec![
-            ("channel", channel),
+        let limit = LOOKUP_PAGE_SIZE.to_string();
+        let mut params = vec![
+            ("channel", query.channel),
             ("include_all_metadata", "true"),
             ("inclusive", "true"),
-            ("limit", "100"),
+            ("limit", limit.as_str()),
         ];
-        let method = match thread_ts {
+        let method = match query.thread_ts {
             Some(ts) => {
-                query.push(("ts", ts));
+                params.push(("ts", ts));
                 "conversations.replies"
             }
             None => "conversations.history",
         };
-        if let Some(oldest) = oldest {
-            query.push(("oldest", oldest));
+        if let Some(oldest) = query.oldest {
+            params.push(("oldest", oldest));
         }
-        let query: Vec<String> = query
-            .iter()
-            .map(|(k, v)| format!("{k}={}", percent_encode(v)))
-            .collect();
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(format!("{}/{method}?{}", self.base_url, query.join("&")))
-            .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
-            .body(Full::new(Bytes::new()))
-            .expect("a valid request");
-        let history = match tokio::time::timeout_at(deadline, self.call::<History>(request))
-            .await
-            .map_err(|_| SlackError::Timeout)??
-        {
-            Answer::Done(history) => history,
-            Answer::RateLimited(retry_after) => {
-                return Err(SlackError::RateLimited { retry_after })
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut all = params.clone();
+            if let Some(c) = cursor.as_deref() {
+                all.push(("cursor", c));
             }
-        };
-        Ok(history.messages.into_iter().find_map(|m| {
-            let metadata = m.metadata?;
-            (metadata.event_type == REPLY_METADATA_TYPE
-                && metadata.event_payload.get("event_id")?.as_str()? == event_id)
+            let encoded: Vec<String> = all
+                .iter()
+                .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+                .collect();
+            let uri = format!("{}/{method}?{}", self.base_url, encoded.join("&"));
+            let history = loop {
+                let request = Request::builder()
+                    .method(Method::GET)
+                    .uri(&uri)
+                    .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
+                    .body(Full::new(Bytes::new()))
+                    .expect("a valid request");
+                match tokio::time::timeout_at(deadline, self.call::<History>(request))
+                    .await
+                    .map_err(|_| SlackError::Timeout)??
+                {
+                    Answer::Done(history) => break history,
+                    Answer::RateLimited(retry_after) => {
+                        if Instant::now() + retry_after >= deadline {
+                            return Err(SlackError::RateLimited { retry_after });
+                        }
+                        tracing::warn!(
+                            ?retry_after,
+                            method,
+                            "Slack rate-limited the look-up; waiting"
+                        );
+                        tokio::time::sleep(retry_after).await;
+                    }
+                }
+            };
+            let found = history.messages.into_iter().find_map(|m| {
+                let metadata = m.metadata?;
+                let payload = &metadata.event_payload;
+                let step = payload.get("step").and_then(|s| s.as_u64()).unwrap_or(1);
+                (metadata.event_type == REPLY_METADATA_TYPE
+                    && payload.get("event_id")?.as_str()? == query.event_id
+                    && step == u64::from(query.step))
                 .then_some(m.ts)
-        }))
+            });
+            if found.is_some() {
+                return Ok(found);
+            }
+            let next = history
+                .response_metadata
+                .and_then(|m| m.next_cursor)
+                .filter(|c| !c.is_empty());
+            match (history.has_more, next) {
+                (false, _) => return Ok(None),
+                (true, Some(next)) => cursor = Some(next),
+                // More messages that cannot be reached: "not found" would be a guess.
+                (true, None) => {
+                    return Err(SlackError::InvalidResponse(
+                        "has_more without a next_cursor".into(),
+                    ))
+                }
+            }
+        }
     }
 
     /// Sends one Web API request; `ok: false` becomes [`SlackError::Api`] with Slack's code.

@@ -3,7 +3,8 @@
 //! One item per event, keyed by Slack's `event_id` alone (nothing derived from the function's
 //! name or version, so old and new versions share it during a deploy). Each operation is one
 //! conditional write; a duplicate learns what it hit from the failed write itself
-//! (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), with no extra read.
+//! (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), with no extra read, and so does a write the
+//! SDK sent again after its answer was lost: the item it finds carries this claim's own owner.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +22,10 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use super::{existing_blocks_claim, Claim, ClaimRequest, Ledger, LedgerError, OwnerToken, Status};
-use crate::envelope::EventId;
+use super::{
+    applied_already, existing_blocks_claim, Blocked, Claim, ClaimRequest, Finish, Held, Journal,
+    Ledger, LedgerError, Settled, Status, StepRecord,
+};
 
 /// Attribute names of the ledger item (see the README's item schema).
 pub mod attr {
@@ -39,7 +42,18 @@ pub mod attr {
     pub const CLAIMED_AT: &str = "claimed_at";
     pub const COMPLETED_AT: &str = "completed_at";
     pub const RELEASED_AT: &str = "released_at";
+    pub const FAILED_AT: &str = "failed_at";
+    /// Slack's error code of a `failed` event.
+    pub const ERROR: &str = "error";
+    /// The step journal: a map from step number ("1", "2", …) to a map of the fields below.
+    pub const JOURNAL: &str = "journal";
+    pub const STEP_STATE: &str = "state";
+    pub const STEP_ATTEMPT: &str = "attempt";
+    pub const STEP_RESULT: &str = "result";
 }
+
+const STEP_INTENT: &str = "intent";
+const STEP_DONE: &str = "done";
 
 /// The claim's condition: the write succeeds only where the event counts as absent.
 /// - `attribute_not_exists(pk)`: never seen;
@@ -55,7 +69,7 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
     OR #status = :released \
     OR (#status = :in_progress AND #lease_until <= :now_ms)";
 
-/// Completion and release: only by the owner of a claim still in progress.
+/// Steps, completion and release: only by the owner of a claim still in progress.
 const OWNER_CONDITION: &str = "#owner = :owner AND #status = :in_progress";
 
 pub struct DynamoLedger {
@@ -145,45 +159,56 @@ impl DynamoLedger {
         Ok(out.item)
     }
 
-    async fn finish(
+    /// Sends a write conditioned on the owner; `settled` is folded into it.
+    async fn owner_write(
         &self,
-        event_id: &EventId,
-        owner: &OwnerToken,
-        now_ms: u64,
-        to: Status,
-    ) -> Result<(), LedgerError> {
-        let at = match to {
-            Status::Done => attr::COMPLETED_AT,
-            _ => attr::RELEASED_AT,
-        };
+        held: Held<'_>,
+        mut set: Vec<String>,
+        mut remove: Vec<String>,
+        mut names: Vec<(String, String)>,
+        mut values: Vec<(String, AttributeValue)>,
+        settled: Option<&Settled>,
+    ) -> Result<(), SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>> {
+        match settled {
+            Some(Settled::Done { step, result }) => {
+                names.push(("#settled".into(), step.to_string()));
+                set.push("#journal.#settled = :settled".into());
+                values.push((":settled".into(), done_record(result)));
+            }
+            Some(Settled::NotDone { step }) => {
+                names.push(("#settled".into(), step.to_string()));
+                remove.push("#journal.#settled".into());
+            }
+            None => {}
+        }
+        names.extend(
+            [attr::STATUS, attr::OWNER]
+                .into_iter()
+                .map(|a| (format!("#{a}"), a.to_string())),
+        );
+        // DynamoDB refuses a name the expression does not use.
+        if set.iter().chain(&remove).any(|e| e.contains("#journal")) {
+            names.push(("#journal".into(), attr::JOURNAL.into()));
+        }
+        values.push((":owner".into(), s(held.owner.as_str())));
+        values.push((":in_progress".into(), s(Status::InProgress.as_str())));
+        let mut expression = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        }
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let result = self
-            .client
+        self.client
             .update_item()
             .table_name(&self.table)
-            .key(attr::PK, AttributeValue::S(event_id.to_string()))
-            .update_expression("SET #status = :to, #at = :now_ms")
+            .key(attr::PK, AttributeValue::S(held.event_id.to_string()))
+            .update_expression(expression)
             .condition_expression(OWNER_CONDITION)
-            .expression_attribute_names("#at", at)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#owner", attr::OWNER)
-            .expression_attribute_values(":to", s(to.as_str()))
-            .expression_attribute_values(":now_ms", n(now_ms))
-            .expression_attribute_values(":owner", s(owner.as_str()))
-            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .set_expression_attribute_names(Some(names.into_iter().collect()))
+            .set_expression_attribute_values(Some(values.into_iter().collect()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Err(LedgerError::NotOwner {
-                    event_id: event_id.clone(),
-                })
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+            .await
+            .map(|_| ())
     }
 }
 
@@ -225,8 +250,15 @@ impl Ledger for DynamoLedger {
             "#attempts = if_not_exists(#attempts, :zero) + :one".to_string(),
             "#created_at = if_not_exists(#created_at, :now_ms)".to_string(),
             "#claimed_at = :now_ms".to_string(),
+            // The journal goes on across claims: a takeover learns what earlier claims did.
+            "#journal = if_not_exists(#journal, :empty_journal)".to_string(),
         ];
-        let mut remove = vec!["#completed_at".to_string(), "#released_at".to_string()];
+        let mut remove = vec![
+            "#completed_at".to_string(),
+            "#released_at".to_string(),
+            "#failed_at".to_string(),
+            "#error".to_string(),
+        ];
         let mut update = self
             .client
             .update_item()
@@ -248,6 +280,9 @@ impl Ledger for DynamoLedger {
                     attr::CLAIMED_AT,
                     attr::COMPLETED_AT,
                     attr::RELEASED_AT,
+                    attr::FAILED_AT,
+                    attr::ERROR,
+                    attr::JOURNAL,
                 ]
                 .into_iter()
                 .map(|a| (format!("#{a}"), a.to_string()))
@@ -262,7 +297,8 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":now_s", n(request.now_ms / 1000))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
-            .return_values(ReturnValue::UpdatedNew)
+            .expression_attribute_values(":empty_journal", AttributeValue::M(HashMap::new()))
+            .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         // Optional attributes: set what this delivery has, remove what an earlier one left.
         let optional = [
@@ -291,19 +327,13 @@ impl Ledger for DynamoLedger {
 
         self.requests.fetch_add(1, Ordering::Relaxed);
         match update.update_expression(expression).send().await {
-            Ok(out) => {
-                let attempt = out
-                    .attributes()
-                    .and_then(|a| a.get(attr::ATTEMPTS))
-                    .and_then(number)
-                    .unwrap_or(1);
-                Ok(Claim::Acquired {
-                    attempt: attempt.try_into().unwrap_or(u32::MAX),
-                })
-            }
+            Ok(out) => Ok(Claim::Acquired {
+                attempt: attempts_of(out.attributes()),
+                journal: journal_of(out.attributes()),
+            }),
             Err(SdkError::ServiceError(e)) => match e.err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
-                    Ok(blocking_claim(failed.item(), request.now_ms))
+                    Ok(blocking_claim(failed.item(), request))
                 }
                 UpdateItemError::ResourceNotFoundException(_) => Err(LedgerError::Unavailable(
                     format!(
@@ -319,43 +349,182 @@ impl Ledger for DynamoLedger {
         }
     }
 
-    async fn complete(
+    async fn begin_step(
         &self,
-        event_id: &EventId,
-        owner: &OwnerToken,
-        now_ms: u64,
+        held: Held<'_>,
+        step: u32,
+        attempt: u32,
+        settled: Option<&Settled>,
+        _now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.finish(event_id, owner, now_ms, Status::Done).await
+        // The condition still holds when the SDK sends this write again: it is idempotent.
+        let result = self
+            .owner_write(
+                held,
+                vec!["#journal.#step = :intent".into()],
+                vec![],
+                vec![("#step".into(), step.to_string())],
+                vec![(":intent".into(), intent_record(attempt))],
+                settled,
+            )
+            .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Err(LedgerError::NotOwner {
+                    event_id: held.event_id.clone(),
+                })
+            }
+            Err(e) => Err(unavailable(e)),
+        }
     }
 
-    async fn release(
+    async fn finish(
         &self,
-        event_id: &EventId,
-        owner: &OwnerToken,
+        held: Held<'_>,
+        to: &Finish,
+        settled: Option<&Settled>,
         now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.finish(event_id, owner, now_ms, Status::Released).await
+        let at = match to {
+            Finish::Done => attr::COMPLETED_AT,
+            Finish::Released => attr::RELEASED_AT,
+            Finish::Failed { .. } => attr::FAILED_AT,
+        };
+        let mut set = vec!["#status = :to".to_string(), "#at = :now_ms".to_string()];
+        let mut names = vec![("#at".to_string(), at.to_string())];
+        let mut values = vec![
+            (":to".to_string(), s(to.status().as_str())),
+            (":now_ms".to_string(), n(now_ms)),
+        ];
+        if let Finish::Failed { error } = to {
+            set.push("#error = :error".into());
+            names.push(("#error".into(), attr::ERROR.into()));
+            values.push((":error".into(), s(error)));
+        }
+        let result = self
+            .owner_write(held, set, vec![], names, values, settled)
+            .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                UpdateItemError::ConditionalCheckFailedException(failed) => {
+                    let item = failed.item();
+                    let owner = item
+                        .and_then(|i| i.get(attr::OWNER))
+                        .and_then(|v| v.as_s().ok());
+                    let status = item
+                        .and_then(|i| i.get(attr::STATUS))
+                        .and_then(|v| v.as_s().ok())
+                        .and_then(|v| Status::parse(v));
+                    if applied_already(owner.map(String::as_str), status, held.owner, to.status()) {
+                        // This write, sent again by the SDK after its answer was lost.
+                        Ok(())
+                    } else {
+                        Err(LedgerError::NotOwner {
+                            event_id: held.event_id.clone(),
+                        })
+                    }
+                }
+                _ => Err(unavailable(SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(unavailable(e)),
+        }
     }
 }
 
-/// What the item returned by a failed claim means. The server judged it with the same `now`, so
-/// it blocks; should it not parse, the safe answer is "in progress": no reply, Slack retries.
-fn blocking_claim(item: Option<&HashMap<String, AttributeValue>>, now_ms: u64) -> Claim {
-    let parsed = item.and_then(|item| {
-        let status = Status::parse(item.get(attr::STATUS)?.as_s().ok()?)?;
-        let lease_until = item.get(attr::LEASE_UNTIL).and_then(number).unwrap_or(0);
-        let expires_at = item.get(attr::EXPIRES_AT).and_then(number)?;
-        Some((status, lease_until, expires_at))
-    });
-    match parsed {
-        Some((status, lease_until, expires_at)) => {
-            existing_blocks_claim(status, lease_until, expires_at, now_ms).unwrap_or(
-                Claim::InProgress {
-                    lease_until_ms: lease_until,
+fn intent_record(attempt: u32) -> AttributeValue {
+    AttributeValue::M(HashMap::from([
+        (attr::STEP_STATE.to_string(), s(STEP_INTENT)),
+        (attr::STEP_ATTEMPT.to_string(), n(attempt as u64)),
+    ]))
+}
+
+fn done_record(result: &str) -> AttributeValue {
+    AttributeValue::M(HashMap::from([
+        (attr::STEP_STATE.to_string(), s(STEP_DONE)),
+        (attr::STEP_RESULT.to_string(), s(result)),
+    ]))
+}
+
+/// The journal of a stored item; records that do not parse are read as intents of an unknown
+/// attempt (the safe reading: someone looks before writing again).
+fn journal_of(item: Option<&HashMap<String, AttributeValue>>) -> Journal {
+    let Some(AttributeValue::M(entries)) = item.and_then(|i| i.get(attr::JOURNAL)) else {
+        return Journal::new();
+    };
+    entries
+        .iter()
+        .filter_map(|(step, record)| {
+            let step: u32 = step.parse().ok()?;
+            let fields = record.as_m().ok();
+            let field = |k: &str| fields.and_then(|f| f.get(k));
+            let state = field(attr::STEP_STATE).and_then(|v| v.as_s().ok());
+            let record = match (state.map(String::as_str), field(attr::STEP_RESULT)) {
+                (Some(STEP_DONE), Some(AttributeValue::S(result))) => StepRecord::Done {
+                    result: result.clone(),
                 },
-            )
+                _ => StepRecord::Intent {
+                    attempt: field(attr::STEP_ATTEMPT)
+                        .and_then(number)
+                        .unwrap_or(0)
+                        .try_into()
+                        .unwrap_or(u32::MAX),
+                },
+            };
+            Some((step, record))
+        })
+        .collect()
+}
+
+fn attempts_of(item: Option<&HashMap<String, AttributeValue>>) -> u32 {
+    item.and_then(|a| a.get(attr::ATTEMPTS))
+        .and_then(number)
+        .unwrap_or(1)
+        .try_into()
+        .unwrap_or(u32::MAX)
+}
+
+/// What the item returned by a failed claim means. The server judged it with the same `now`, so
+/// it blocks, unless it is this request's own claim, applied by an attempt whose answer was lost
+/// and found by the SDK's retry of the same write: then the claim is acquired. Should the item
+/// not parse, the safe answer is "in progress": no reply, Slack retries.
+fn blocking_claim(
+    item: Option<&HashMap<String, AttributeValue>>,
+    request: &ClaimRequest<'_>,
+) -> Claim {
+    let text = |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
+    let status = text(attr::STATUS).and_then(|v| Status::parse(v));
+    if status == Some(Status::InProgress)
+        && text(attr::OWNER).map(String::as_str) == Some(request.owner.as_str())
+    {
+        return Claim::Acquired {
+            attempt: attempts_of(item),
+            journal: journal_of(item),
+        };
+    }
+    let lease_until = item
+        .and_then(|i| i.get(attr::LEASE_UNTIL))
+        .and_then(number)
+        .unwrap_or(0);
+    let expires_at = item.and_then(|i| i.get(attr::EXPIRES_AT)).and_then(number);
+    let blocked = match (status, expires_at) {
+        (Some(status), Some(expires_at)) => {
+            existing_blocks_claim(status, lease_until, expires_at, request.now_ms)
         }
-        None => Claim::InProgress { lease_until_ms: 0 },
+        _ => None,
+    };
+    match blocked {
+        Some(Blocked::Done) => Claim::AlreadyDone,
+        Some(Blocked::Failed) => Claim::AlreadyFailed {
+            error: text(attr::ERROR).cloned().unwrap_or_default(),
+        },
+        Some(Blocked::InProgress { lease_until_ms }) => Claim::InProgress { lease_until_ms },
+        None => Claim::InProgress {
+            lease_until_ms: lease_until,
+        },
     }
 }
 
@@ -386,21 +555,56 @@ mod tests {
             .collect()
     }
 
+    fn request<'a>(
+        event_id: &'a crate::envelope::EventId,
+        owner: &'a super::super::OwnerToken,
+        now_ms: u64,
+    ) -> ClaimRequest<'a> {
+        ClaimRequest {
+            event_id,
+            owner,
+            now_ms,
+            lease_until_ms: now_ms + 1000,
+            expires_at_s: now_ms / 1000 + 90_000,
+            team_id: None,
+            retry_num: None,
+            retry_reason: None,
+        }
+    }
+
     #[test]
-    fn a_failed_claim_reads_done_or_in_progress_from_the_returned_item() {
+    fn a_failed_claim_reads_done_failed_or_in_progress_from_the_returned_item() {
+        let e = crate::envelope::EventId::try_from("Ev1".to_string()).unwrap();
+        let me = super::super::OwnerToken::from("me");
         let done = item(&[
             (attr::STATUS, s("done")),
+            (attr::OWNER, s("other")),
             (attr::LEASE_UNTIL, n(10)),
             (attr::EXPIRES_AT, n(2_000)),
         ]);
-        assert_eq!(blocking_claim(Some(&done), 1_000_000), Claim::AlreadyDone);
+        assert_eq!(
+            blocking_claim(Some(&done), &request(&e, &me, 1_000_000)),
+            Claim::AlreadyDone
+        );
+        let failed = item(&[
+            (attr::STATUS, s("failed")),
+            (attr::ERROR, s("is_archived")),
+            (attr::EXPIRES_AT, n(2_000)),
+        ]);
+        assert_eq!(
+            blocking_claim(Some(&failed), &request(&e, &me, 1_000_000)),
+            Claim::AlreadyFailed {
+                error: "is_archived".into()
+            }
+        );
         let live = item(&[
             (attr::STATUS, s("in_progress")),
+            (attr::OWNER, s("other")),
             (attr::LEASE_UNTIL, n(1_000_500)),
             (attr::EXPIRES_AT, n(2_000)),
         ]);
         assert_eq!(
-            blocking_claim(Some(&live), 1_000_000),
+            blocking_claim(Some(&live), &request(&e, &me, 1_000_000)),
             Claim::InProgress {
                 lease_until_ms: 1_000_500
             }
@@ -408,14 +612,49 @@ mod tests {
     }
 
     #[test]
-    fn an_unreadable_item_is_treated_as_in_progress() {
+    fn a_live_claim_with_this_requests_owner_is_its_own_and_acquired() {
+        let e = crate::envelope::EventId::try_from("Ev1".to_string()).unwrap();
+        let me = super::super::OwnerToken::from("me");
+        let mine = item(&[
+            (attr::STATUS, s("in_progress")),
+            (attr::OWNER, s("me")),
+            (attr::ATTEMPTS, n(2)),
+            (attr::LEASE_UNTIL, n(1_000_500)),
+            (attr::EXPIRES_AT, n(2_000)),
+            (
+                attr::JOURNAL,
+                AttributeValue::M(HashMap::from([
+                    ("1".to_string(), done_record(r#"{"ts":"1.5"}"#)),
+                    ("2".to_string(), intent_record(1)),
+                ])),
+            ),
+        ]);
+        let Claim::Acquired { attempt, journal } =
+            blocking_claim(Some(&mine), &request(&e, &me, 1_000_000))
+        else {
+            panic!("not acquired")
+        };
+        assert_eq!(attempt, 2);
         assert_eq!(
-            blocking_claim(None, 5),
+            journal.get(&1),
+            Some(&StepRecord::Done {
+                result: r#"{"ts":"1.5"}"#.into()
+            })
+        );
+        assert_eq!(journal.get(&2), Some(&StepRecord::Intent { attempt: 1 }));
+    }
+
+    #[test]
+    fn an_unreadable_item_is_treated_as_in_progress() {
+        let e = crate::envelope::EventId::try_from("Ev1".to_string()).unwrap();
+        let me = super::super::OwnerToken::from("me");
+        assert_eq!(
+            blocking_claim(None, &request(&e, &me, 5)),
             Claim::InProgress { lease_until_ms: 0 }
         );
         let odd = item(&[(attr::STATUS, s("weird"))]);
         assert_eq!(
-            blocking_claim(Some(&odd), 5),
+            blocking_claim(Some(&odd), &request(&e, &me, 5)),
             Claim::InProgress { lease_until_ms: 0 }
         );
     }

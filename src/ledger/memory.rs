@@ -6,7 +6,10 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use super::{existing_blocks_claim, Claim, ClaimRequest, Ledger, LedgerError, OwnerToken, Status};
+use super::{
+    applied_already, existing_blocks_claim, Blocked, Claim, ClaimRequest, Finish, Held, Journal,
+    Ledger, LedgerError, OwnerToken, Settled, Status, StepRecord,
+};
 use crate::envelope::EventId;
 
 #[derive(Clone, Debug)]
@@ -16,6 +19,8 @@ struct Entry {
     lease_until_ms: u64,
     expires_at_s: u64,
     attempts: u32,
+    journal: Journal,
+    error: Option<String>,
 }
 
 /// From this many entries on, a claim first drops the expired ones, so memory stays bounded by
@@ -49,22 +54,33 @@ impl MemoryLedger {
         self.len() == 0
     }
 
-    fn finish(
-        &self,
-        event_id: &EventId,
-        owner: &OwnerToken,
-        to: Status,
-    ) -> Result<(), LedgerError> {
-        let mut entries = self.entries.lock().expect("ledger lock");
-        match entries.map.get_mut(event_id) {
-            Some(entry) if entry.owner == *owner && entry.status == Status::InProgress => {
-                entry.status = to;
-                Ok(())
-            }
-            _ => Err(LedgerError::NotOwner {
-                event_id: event_id.clone(),
-            }),
+    /// The journal of an event, as stored (for tests).
+    pub fn journal(&self, event_id: &EventId) -> Option<Journal> {
+        let entries = self.entries.lock().expect("ledger lock");
+        entries.map.get(event_id).map(|e| e.journal.clone())
+    }
+
+    /// The status of an event, as stored (for tests).
+    pub fn status(&self, event_id: &EventId) -> Option<Status> {
+        let entries = self.entries.lock().expect("ledger lock");
+        entries.map.get(event_id).map(|e| e.status)
+    }
+}
+
+fn record(journal: &mut Journal, settled: Option<&Settled>) {
+    match settled {
+        Some(Settled::Done { step, result }) => {
+            journal.insert(
+                *step,
+                StepRecord::Done {
+                    result: result.clone(),
+                },
+            );
         }
+        Some(Settled::NotDone { step }) => {
+            journal.remove(step);
+        }
+        None => {}
     }
 }
 
@@ -80,17 +96,35 @@ impl Ledger for MemoryLedger {
         }
         let entries = &mut entries.map;
         let mut attempts = 0;
+        let mut journal = Journal::new();
         if let Some(existing) = entries.get(request.event_id) {
-            if let Some(found) = existing_blocks_claim(
+            if existing.owner == *request.owner && existing.status == Status::InProgress {
+                // This request's own claim, already applied.
+                return Ok(Claim::Acquired {
+                    attempt: existing.attempts,
+                    journal: existing.journal.clone(),
+                });
+            }
+            match existing_blocks_claim(
                 existing.status,
                 existing.lease_until_ms,
                 existing.expires_at_s,
                 request.now_ms,
             ) {
-                return Ok(found);
+                Some(Blocked::Done) => return Ok(Claim::AlreadyDone),
+                Some(Blocked::Failed) => {
+                    return Ok(Claim::AlreadyFailed {
+                        error: existing.error.clone().unwrap_or_default(),
+                    })
+                }
+                Some(Blocked::InProgress { lease_until_ms }) => {
+                    return Ok(Claim::InProgress { lease_until_ms })
+                }
+                None => {}
             }
-            // As in DynamoDB's `if_not_exists(attempts, 0) + 1`: the count goes on.
+            // As in DynamoDB's `if_not_exists(attempts, 0) + 1`: the count and the journal go on.
             attempts = existing.attempts;
+            journal = existing.journal.clone();
         }
         let attempt = attempts + 1;
         entries.insert(
@@ -101,27 +135,65 @@ impl Ledger for MemoryLedger {
                 lease_until_ms: request.lease_until_ms,
                 expires_at_s: request.expires_at_s,
                 attempts: attempt,
+                journal: journal.clone(),
+                error: None,
             },
         );
-        Ok(Claim::Acquired { attempt })
+        Ok(Claim::Acquired { attempt, journal })
     }
 
-    async fn complete(
+    async fn begin_step(
         &self,
-        event_id: &EventId,
-        owner: &OwnerToken,
+        held: Held<'_>,
+        step: u32,
+        attempt: u32,
+        settled: Option<&Settled>,
         _now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.finish(event_id, owner, Status::Done)
+        let mut entries = self.entries.lock().expect("ledger lock");
+        match entries.map.get_mut(held.event_id) {
+            Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
+                record(&mut entry.journal, settled);
+                entry.journal.insert(step, StepRecord::Intent { attempt });
+                Ok(())
+            }
+            _ => Err(LedgerError::NotOwner {
+                event_id: held.event_id.clone(),
+            }),
+        }
     }
 
-    async fn release(
+    async fn finish(
         &self,
-        event_id: &EventId,
-        owner: &OwnerToken,
+        held: Held<'_>,
+        to: &Finish,
+        settled: Option<&Settled>,
         _now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.finish(event_id, owner, Status::Released)
+        let mut entries = self.entries.lock().expect("ledger lock");
+        match entries.map.get_mut(held.event_id) {
+            Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
+                record(&mut entry.journal, settled);
+                entry.status = to.status();
+                if let Finish::Failed { error } = to {
+                    entry.error = Some(error.clone());
+                }
+                Ok(())
+            }
+            Some(entry)
+                if applied_already(
+                    Some(entry.owner.as_str()),
+                    Some(entry.status),
+                    held.owner,
+                    to.status(),
+                ) =>
+            {
+                Ok(())
+            }
+            _ => Err(LedgerError::NotOwner {
+                event_id: held.event_id.clone(),
+            }),
+        }
     }
 }
 
@@ -155,7 +227,10 @@ mod tests {
         let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
         assert_eq!(
             ledger.claim(&request(&e, &a, NOW)).await.unwrap(),
-            Claim::Acquired { attempt: 1 }
+            Claim::Acquired {
+                attempt: 1,
+                journal: Journal::new()
+            }
         );
         assert_eq!(
             ledger.claim(&request(&e, &b, NOW + 1)).await.unwrap(),
@@ -192,7 +267,10 @@ mod tests {
         ledger.claim(&request(&e, &a, NOW)).await.unwrap();
         assert_eq!(
             ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap(),
-            Claim::Acquired { attempt: 2 }
+            Claim::Acquired {
+                attempt: 2,
+                journal: Journal::new()
+            }
         );
         assert!(matches!(
             ledger.complete(&e, &a, NOW + LEASE + 1).await,
@@ -213,7 +291,10 @@ mod tests {
         ledger.release(&e, &a, NOW + 1).await.unwrap();
         assert_eq!(
             ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap(),
-            Claim::Acquired { attempt: 2 }
+            Claim::Acquired {
+                attempt: 2,
+                journal: Journal::new()
+            }
         );
         // A released claim cannot be completed by its old owner either.
         assert!(ledger.complete(&e, &a, NOW + 3).await.is_err());
@@ -228,7 +309,10 @@ mod tests {
         let after_ttl = NOW + 90_000 * 1000;
         assert_eq!(
             ledger.claim(&request(&e, &b, after_ttl)).await.unwrap(),
-            Claim::Acquired { attempt: 2 }
+            Claim::Acquired {
+                attempt: 2,
+                journal: Journal::new()
+            }
         );
     }
 
@@ -244,9 +328,107 @@ mod tests {
         assert!(ledger.complete(&e, &stranger, NOW).await.is_err());
         assert!(ledger.release(&e, &stranger, NOW).await.is_err());
         ledger.complete(&e, &a, NOW).await.unwrap();
+        ledger
+            .complete(&e, &a, NOW)
+            .await
+            .expect("a completion sent again finds itself applied");
         assert!(
-            ledger.complete(&e, &a, NOW).await.is_err(),
-            "completing twice"
+            ledger.release(&e, &a, NOW).await.is_err(),
+            "a done claim is not released"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_claim_sent_again_finds_its_own_claim_and_acquires_it() {
+        let ledger = MemoryLedger::new();
+        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        ledger.release(&e, &a, NOW + 1).await.unwrap();
+        let second = ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap();
+        assert_eq!(
+            ledger.claim(&request(&e, &b, NOW + 3)).await.unwrap(),
+            second,
+            "the same owner's claim, with its stored attempt"
+        );
+        assert!(matches!(second, Claim::Acquired { attempt: 2, .. }));
+    }
+
+    #[tokio::test]
+    async fn the_journal_survives_a_takeover_and_settlements_ride_on_the_next_write() {
+        let ledger = MemoryLedger::new();
+        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        let held = Held {
+            event_id: &e,
+            owner: &a,
+        };
+        ledger.begin_step(held, 1, 1, None, NOW).await.unwrap();
+        let done = Settled::Done {
+            step: 1,
+            result: r#"{"ts":"1.1"}"#.into(),
+        };
+        ledger
+            .begin_step(held, 2, 1, Some(&done), NOW)
+            .await
+            .unwrap();
+        // A dies; B takes over after the lease and sees step 1 done, step 2 attempted.
+        let Claim::Acquired { attempt, journal } =
+            ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap()
+        else {
+            panic!("not acquired")
+        };
+        assert_eq!(attempt, 2);
+        assert_eq!(
+            journal.get(&1),
+            Some(&StepRecord::Done {
+                result: r#"{"ts":"1.1"}"#.into()
+            })
+        );
+        assert_eq!(journal.get(&2), Some(&StepRecord::Intent { attempt: 1 }));
+        // The old owner can journal nothing more.
+        assert!(ledger.begin_step(held, 3, 1, None, NOW).await.is_err());
+        // B learns step 2 never happened: its intent goes with the release.
+        let held_b = Held {
+            event_id: &e,
+            owner: &b,
+        };
+        ledger
+            .finish(
+                held_b,
+                &Finish::Released,
+                Some(&Settled::NotDone { step: 2 }),
+                NOW + LEASE,
+            )
+            .await
+            .unwrap();
+        assert_eq!(ledger.journal(&e).unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_event_blocks_every_later_copy_with_its_error() {
+        let ledger = MemoryLedger::new();
+        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
+        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        let failed = Finish::Failed {
+            error: "channel_not_found".into(),
+        };
+        let held = Held {
+            event_id: &e,
+            owner: &a,
+        };
+        ledger.finish(held, &failed, None, NOW).await.unwrap();
+        ledger
+            .finish(held, &failed, None, NOW)
+            .await
+            .expect("sent again: applied already");
+        assert_eq!(
+            ledger
+                .claim(&request(&e, &b, NOW + 10 * LEASE))
+                .await
+                .unwrap(),
+            Claim::AlreadyFailed {
+                error: "channel_not_found".into()
+            }
         );
     }
 

@@ -9,16 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use http::StatusCode;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use tokio::sync::{oneshot, Notify, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::helpers::*;
 
@@ -140,154 +131,6 @@ impl SlackLike {
     }
 }
 
-// ---------------------------------------------------------------- a proxy in front of DynamoDB
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LedgerOp {
-    Claim,
-    Complete,
-    Release,
-    Other,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum HoldAt {
-    /// The request never reaches DynamoDB.
-    BeforeForwarding,
-    /// DynamoDB applies the write; its answer never comes back.
-    AfterForwarding,
-}
-
-#[derive(Default)]
-struct ProxyState {
-    hold: Option<(LedgerOp, HoldAt)>,
-    held: usize,
-    seen: Vec<LedgerOp>,
-}
-
-/// An HTTP proxy on 127.0.0.1 in front of DynamoDB Local that can hold the next claim,
-/// completion or release, before or after DynamoDB applies it: a crash point on demand.
-struct LedgerProxy {
-    url: String,
-    state: Arc<Mutex<ProxyState>>,
-    held: Arc<Notify>,
-    _shutdown: oneshot::Sender<()>,
-}
-
-#[derive(Clone)]
-struct ProxyCtx {
-    upstream: String,
-    client: Client<HttpConnector, Full<Bytes>>,
-    state: Arc<Mutex<ProxyState>>,
-    held: Arc<Notify>,
-}
-
-impl LedgerProxy {
-    async fn start(upstream: &str) -> Self {
-        let state = Arc::new(Mutex::new(ProxyState::default()));
-        let held = Arc::new(Notify::new());
-        let ctx = ProxyCtx {
-            upstream: upstream.to_string(),
-            client: Client::builder(TokioExecutor::new()).build_http(),
-            state: state.clone(),
-            held: held.clone(),
-        };
-        let app = axum::Router::new().fallback(forward).with_state(ctx);
-        let (addr, shutdown) = serve_loopback(app).await;
-        Self {
-            url: format!("http://{addr}"),
-            state,
-            held,
-            _shutdown: shutdown,
-        }
-    }
-
-    fn hold_next(&self, op: LedgerOp, at: HoldAt) {
-        self.state.lock().unwrap().hold = Some((op, at));
-    }
-
-    async fn wait_held(&self) {
-        let notified = self.held.notified();
-        if self.state.lock().unwrap().held > 0 {
-            return;
-        }
-        tokio::time::timeout(Duration::from_secs(10), notified)
-            .await
-            .expect("the held request arrived");
-    }
-}
-
-fn classify(body: &[u8]) -> LedgerOp {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return LedgerOp::Other;
-    };
-    if v["ConditionExpression"]
-        .as_str()
-        .is_some_and(|c| c.contains("attribute_not_exists"))
-    {
-        return LedgerOp::Claim;
-    }
-    match v["ExpressionAttributeValues"][":to"]["S"].as_str() {
-        Some("done") => LedgerOp::Complete,
-        Some("released") => LedgerOp::Release,
-        _ => LedgerOp::Other,
-    }
-}
-
-async fn forward(State(ctx): State<ProxyCtx>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    let op = classify(&body);
-    let hold = {
-        let mut s = ctx.state.lock().unwrap();
-        s.seen.push(op);
-        match s.hold {
-            Some((wanted, at)) if wanted == op => {
-                s.hold = None;
-                s.held += 1;
-                Some(at)
-            }
-            _ => None,
-        }
-    };
-    if hold == Some(HoldAt::BeforeForwarding) {
-        ctx.held.notify_waiters();
-        return std::future::pending().await;
-    }
-    let uri = format!(
-        "{}{}",
-        ctx.upstream,
-        parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-    );
-    let mut upstream = http::Request::builder().method(parts.method).uri(uri);
-    for (k, v) in &parts.headers {
-        upstream = upstream.header(k, v);
-    }
-    let response = match ctx
-        .client
-        .request(upstream.body(Full::new(body)).unwrap())
-        .await
-    {
-        Ok(r) => r,
-        Err(_) => return StatusCode::BAD_GATEWAY.into_response(),
-    };
-    let (parts, body) = response.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    if hold == Some(HoldAt::AfterForwarding) {
-        ctx.held.notify_waiters();
-        return std::future::pending().await;
-    }
-    Response::from_parts(parts, Body::from(body))
-}
-
 // ---------------------------------------------------------------- shared set-up
 
 /// A process with the 2 s lease of these scenarios.
@@ -380,6 +223,10 @@ async fn storm_every_event_delivered_four_times_in_random_order_to_random_proces
 enum CrashAt {
     BeforeClaim,
     AfterClaim,
+    /// The post's intent never reached the ledger.
+    BeforeIntent,
+    /// The intent is recorded; the post was never sent.
+    AfterIntent,
     DuringSlackCallUnposted,
     DuringSlackCallPosted,
     AfterPostBeforeCompletion,
@@ -388,6 +235,8 @@ enum CrashAt {
 struct CrashResult {
     replies: usize,
     deliveries: Deliveries,
+    /// conversations.replies / .history requests made by the takeover.
+    lookups: usize,
 }
 
 /// Process A receives the original and is SIGKILLed at `at`; Slack's retries go to B.
@@ -406,6 +255,8 @@ async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
     match at {
         CrashAt::BeforeClaim => proxy.hold_next(LedgerOp::Claim, HoldAt::BeforeForwarding),
         CrashAt::AfterClaim => proxy.hold_next(LedgerOp::Claim, HoldAt::AfterForwarding),
+        CrashAt::BeforeIntent => proxy.hold_next(LedgerOp::Intent, HoldAt::BeforeForwarding),
+        CrashAt::AfterIntent => proxy.hold_next(LedgerOp::Intent, HoldAt::AfterForwarding),
         CrashAt::DuringSlackCallUnposted => slack.script([Behaviour::Hang]),
         CrashAt::DuringSlackCallPosted => slack.script([Behaviour::PostThenHang]),
         CrashAt::AfterPostBeforeCompletion => {
@@ -423,9 +274,11 @@ async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
     };
     // Wait for the crash point, then SIGKILL.
     match at {
-        CrashAt::BeforeClaim | CrashAt::AfterClaim | CrashAt::AfterPostBeforeCompletion => {
-            proxy.wait_held().await
-        }
+        CrashAt::BeforeClaim
+        | CrashAt::AfterClaim
+        | CrashAt::BeforeIntent
+        | CrashAt::AfterIntent
+        | CrashAt::AfterPostBeforeCompletion => proxy.wait_held().await,
         CrashAt::DuringSlackCallUnposted | CrashAt::DuringSlackCallPosted => {
             let deadline = Instant::now() + Duration::from_secs(10);
             while slack.received().is_empty() {
@@ -447,14 +300,15 @@ async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
     CrashResult {
         replies: slack.posted().len(),
         deliveries,
+        lookups: slack.lookup_queries().len(),
     }
 }
 
 async fn assert_crash_answered_once(at: CrashAt) {
     let r = crash(at, true).await;
     println!(
-        "crash {at:?}: replies {}, retries {:?}",
-        r.replies, r.deliveries.statuses
+        "crash {at:?}: replies {}, retries {:?}, look-ups {}",
+        r.replies, r.deliveries.statuses, r.lookups
     );
     assert!(
         r.deliveries.acked(),
@@ -487,6 +341,33 @@ async fn crash_after_the_claim_is_answered_once_after_the_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_before_the_posts_intent_is_taken_over_without_looking_in_slack() {
+    let r = crash(CrashAt::BeforeIntent, true).await;
+    println!(
+        "crash BeforeIntent: replies {}, retries {:?}, look-ups {}",
+        r.replies, r.deliveries.statuses, r.lookups
+    );
+    assert_eq!(r.deliveries.statuses, [409, 200]);
+    assert_eq!(r.replies, 1);
+    assert_eq!(r.lookups, 0, "no intent recorded: nothing can be in Slack");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_the_posts_intent_is_taken_over_after_looking_in_slack() {
+    let r = crash(CrashAt::AfterIntent, true).await;
+    println!(
+        "crash AfterIntent: replies {}, retries {:?}, look-ups {}",
+        r.replies, r.deliveries.statuses, r.lookups
+    );
+    assert_eq!(r.deliveries.statuses, [409, 200]);
+    assert_eq!(r.replies, 1);
+    assert_eq!(
+        r.lookups, 1,
+        "the intent says a post may have been made: look first"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_during_a_slack_call_that_never_posted_is_answered_once() {
     assert_crash_answered_once(CrashAt::DuringSlackCallUnposted).await;
 }
@@ -501,14 +382,20 @@ async fn crash_after_the_post_before_completion_is_recovered_without_a_second_re
     assert_crash_answered_once(CrashAt::AfterPostBeforeCompletion).await;
 }
 
-/// The window Slack's help closes: when the takeover cannot search Slack (no history scope), a
-/// post that went through before the crash is answered again. Measured, not hidden.
+/// The window Slack's help closes: when the takeover can never search Slack (no history
+/// scope), a post that went through before the crash is held back while a retry remains, and
+/// posted again by Slack's last retry. Measured, not hidden.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn window_a_crash_after_posting_without_searchable_history_answers_twice() {
+async fn window_a_crash_after_posting_without_searchable_history_answers_twice_on_the_last_retry() {
     let r = crash(CrashAt::AfterPostBeforeCompletion, false).await;
     println!(
         "window (no history scope): replies {}, retries {:?}",
         r.replies, r.deliveries.statuses
+    );
+    assert_eq!(
+        r.deliveries.statuses,
+        [409, 503, 200],
+        "retry 1 finds the live lease, retry 2 cannot look and holds back, retry 3 posts"
     );
     assert_eq!(r.replies, 2, "the documented window: see RELIABILITY.md");
 }

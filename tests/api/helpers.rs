@@ -72,12 +72,30 @@ pub struct Post {
     pub ts: String,
 }
 
+/// What the stand-in does with the next conversations.replies / .history call.
+#[derive(Clone, Debug)]
+pub enum LookupBehaviour {
+    /// HTTP 429 with `Retry-After` in seconds.
+    RateLimited(u64),
+    /// `{"ok": false, "error": code}`.
+    Error(&'static str),
+}
+
+/// Most messages a look-up page returns, whatever `limit` asks (Slack's cap for new
+/// non-Marketplace apps since 2025-05-29).
+pub const LOOKUP_PAGE_CAP: usize = 15;
+
 #[derive(Default)]
 struct StandinState {
     script: VecDeque<Behaviour>,
+    lookup_script: VecDeque<LookupBehaviour>,
     /// When set, conversations.replies / conversations.history answer `ok:false` with it.
     lookup_error: Option<&'static str>,
     lookups: usize,
+    /// The query of every look-up request, answered or not.
+    lookup_queries: Vec<HashMap<String, String>>,
+    /// Messages of other people in the conversations, to make the look-up page.
+    others: Vec<Post>,
     /// Every request received, in order.
     received: Vec<Post>,
     /// The messages actually posted (what a Slack user would see).
@@ -117,9 +135,33 @@ impl SlackStandin {
         self.state.lock().unwrap().lookup_error = Some(code);
     }
 
+    /// Queues behaviours for the next look-ups; after the queue, look-ups are answered.
+    pub fn script_lookups(&self, behaviours: impl IntoIterator<Item = LookupBehaviour>) {
+        self.state.lock().unwrap().lookup_script.extend(behaviours);
+    }
+
     /// How many conversations.replies / .history calls were answered.
     pub fn lookups(&self) -> usize {
         self.state.lock().unwrap().lookups
+    }
+
+    /// The query of every look-up request received, answered or refused.
+    pub fn lookup_queries(&self) -> Vec<HashMap<String, String>> {
+        self.state.lock().unwrap().lookup_queries.clone()
+    }
+
+    /// Adds `count` messages of other people to `channel` (in the thread `thread_ts`), newer
+    /// than every event of the tests, so that a look-up has pages to turn.
+    pub fn add_other_messages(&self, channel: &str, thread_ts: Option<&str>, count: usize) {
+        let mut s = self.state.lock().unwrap();
+        for _ in 0..count {
+            let n = s.posted.len() + s.others.len() + 1;
+            s.others.push(Post {
+                authorization: None,
+                body: serde_json::json!({"channel": channel, "thread_ts": thread_ts, "text": "chatter"}),
+                ts: format!("1800000000.{n:06}"),
+            });
+        }
     }
 
     pub fn posted(&self) -> Vec<Post> {
@@ -198,14 +240,16 @@ async fn post_message(
 /// Records the post as a message in the channel and answers as Slack does.
 fn ok_posted(state: &Arc<Mutex<StandinState>>, mut post: Post) -> Response {
     let mut s = state.lock().unwrap();
-    post.ts = format!("1800000000.{:06}", s.posted.len() + 1);
+    post.ts = format!("1800000000.{:06}", s.posted.len() + s.others.len() + 1);
     let ts = post.ts.clone();
     s.posted.push(post);
     json_response(serde_json::json!({"ok": true, "channel": "C1", "ts": ts}))
 }
 
-/// conversations.replies (with `ts`) and conversations.history: the posted messages of the
-/// channel (and thread), with their metadata.
+/// conversations.replies (with `ts`) and conversations.history, as Slack answers them: the
+/// messages of the channel (and thread) from `oldest` on, with their metadata, at most
+/// `min(limit, 15)` a page, oldest first for replies and newest first for history, the next
+/// page behind `response_metadata.next_cursor`.
 async fn lookup(State(state): State<Arc<Mutex<StandinState>>>, uri: http::Uri) -> Response {
     let query: HashMap<String, String> = uri
         .query()
@@ -215,20 +259,69 @@ async fn lookup(State(state): State<Arc<Mutex<StandinState>>>, uri: http::Uri) -
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let mut s = state.lock().unwrap();
+    s.lookup_queries.push(query.clone());
+    match s.lookup_script.pop_front() {
+        Some(LookupBehaviour::RateLimited(secs)) => {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", secs.to_string())],
+                "",
+            )
+                .into_response()
+        }
+        Some(LookupBehaviour::Error(code)) => {
+            return json_response(serde_json::json!({"ok": false, "error": code}))
+        }
+        None => {}
+    }
     if let Some(code) = s.lookup_error {
         return json_response(serde_json::json!({"ok": false, "error": code}));
     }
     s.lookups += 1;
     let channel = query.get("channel").map(String::as_str);
     let thread = query.get("ts").map(String::as_str);
-    let messages: Vec<serde_json::Value> = s
+    let oldest: f64 = query
+        .get("oldest")
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(0.0);
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(100)
+        .clamp(1, LOOKUP_PAGE_CAP);
+    let offset: usize = query
+        .get("cursor")
+        .and_then(|c| c.strip_prefix("page-"))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut messages: Vec<&Post> = s
         .posted
         .iter()
+        .chain(s.others.iter())
         .filter(|p| p.body["channel"].as_str() == channel)
         .filter(|p| thread.is_none() || p.body["thread_ts"].as_str() == thread)
+        .filter(|p| p.ts.parse::<f64>().unwrap_or(0.0) >= oldest)
+        .collect();
+    messages.sort_by(|a, b| a.ts.cmp(&b.ts));
+    if thread.is_none() {
+        messages.reverse();
+    }
+    let page: Vec<serde_json::Value> = messages
+        .iter()
+        .skip(offset)
+        .take(limit)
         .map(|p| serde_json::json!({"type": "message", "ts": p.ts, "text": p.body["text"], "metadata": p.body["metadata"]}))
         .collect();
-    json_response(serde_json::json!({"ok": true, "messages": messages, "has_more": false}))
+    let has_more = offset + limit < messages.len();
+    let next_cursor = if has_more {
+        format!("page-{}", offset + limit)
+    } else {
+        String::new()
+    };
+    json_response(serde_json::json!({
+        "ok": true, "messages": page, "has_more": has_more,
+        "response_metadata": {"next_cursor": next_cursor}
+    }))
 }
 
 fn json_response(value: serde_json::Value) -> Response {
@@ -361,6 +454,8 @@ pub struct TestApp {
 pub struct Options {
     pub vars: Vec<(&'static str, String)>,
     pub ledger: Option<Arc<dyn Ledger>>,
+    /// The bot answering (the reference bot when unset).
+    pub bot: Option<Arc<dyn slack_once::bot::Bot>>,
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -385,7 +480,8 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     let ledger = options
         .ledger
         .unwrap_or_else(|| Arc::new(MemoryLedger::new()) as Arc<dyn Ledger>);
-    let app = Application::with_parts(config, ledger, Arc::new(ReferenceBot));
+    let bot = options.bot.unwrap_or_else(|| Arc::new(ReferenceBot));
+    let app = Application::with_parts(config, ledger, bot);
     let server = app.bind().await.unwrap();
     let addr = server.local_addr();
     let (tx, rx) = oneshot::channel::<()>();
@@ -673,5 +769,217 @@ impl Drop for PrivateDynamoDb {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+// ---------------------------------------------------------------- a proxy in front of DynamoDB
+
+/// The ledger write a DynamoDB request is, read from its body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LedgerOp {
+    Claim,
+    /// A step's intent (`begin_step`).
+    Intent,
+    Complete,
+    Release,
+    Fail,
+    Other,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldAt {
+    /// The request never reaches DynamoDB, and no answer comes.
+    BeforeForwarding,
+    /// DynamoDB applies the write; its answer never comes back.
+    AfterForwarding,
+    /// DynamoDB applies the write; the proxy reads its answer and closes the client's
+    /// connection without returning it (the SDK sees a lost answer and sends the write again).
+    DropAnswer,
+    /// DynamoDB applies the write; the client gets a 500 InternalServerError instead of the
+    /// answer (the SDK retries it).
+    Error500AfterForwarding,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    hold: Option<(LedgerOp, HoldAt)>,
+    held: usize,
+    seen: Vec<LedgerOp>,
+}
+
+/// A proxy on 127.0.0.1 in front of DynamoDB Local that can hold, or lose the answer of, the
+/// next claim, intent, completion or release: a crash point, or a lost answer, on demand.
+pub struct LedgerProxy {
+    pub url: String,
+    state: Arc<Mutex<ProxyState>>,
+    held: Arc<tokio::sync::Notify>,
+    _shutdown: oneshot::Sender<()>,
+}
+
+#[derive(Clone)]
+struct ProxyCtx {
+    upstream: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+    state: Arc<Mutex<ProxyState>>,
+    held: Arc<tokio::sync::Notify>,
+}
+
+impl LedgerProxy {
+    pub async fn start(upstream: &str) -> Self {
+        let state = Arc::new(Mutex::new(ProxyState::default()));
+        let held = Arc::new(tokio::sync::Notify::new());
+        let ctx = ProxyCtx {
+            upstream: upstream.to_string(),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            state: state.clone(),
+            held: held.clone(),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, mut rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            loop {
+                let stream = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(_) => continue,
+                    },
+                    _ = &mut rx => return,
+                };
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        proxy_forward(ctx.clone(), request)
+                    });
+                    // A service error closes the connection without an answer: what DropAnswer needs.
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            url: format!("http://{addr}"),
+            state,
+            held,
+            _shutdown: tx,
+        }
+    }
+
+    /// The next request of kind `op` is held (or its answer lost) as `at` says; later ones pass.
+    pub fn hold_next(&self, op: LedgerOp, at: HoldAt) {
+        self.state.lock().unwrap().hold = Some((op, at));
+    }
+
+    /// Waits until the request to hold has arrived (and, after forwarding, DynamoDB answered).
+    pub async fn wait_held(&self) {
+        let notified = self.held.notified();
+        if self.state.lock().unwrap().held > 0 {
+            return;
+        }
+        tokio::time::timeout(Duration::from_secs(10), notified)
+            .await
+            .expect("the held request arrived");
+    }
+
+    /// How many requests were held so far.
+    pub fn held(&self) -> usize {
+        self.state.lock().unwrap().held
+    }
+
+    /// The ledger writes seen, in order.
+    pub fn seen(&self) -> Vec<LedgerOp> {
+        self.state.lock().unwrap().seen.clone()
+    }
+}
+
+fn classify(body: &[u8]) -> LedgerOp {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return LedgerOp::Other;
+    };
+    if v["ConditionExpression"]
+        .as_str()
+        .is_some_and(|c| c.contains("attribute_not_exists"))
+    {
+        return LedgerOp::Claim;
+    }
+    if v["ExpressionAttributeValues"][":intent"].is_object() {
+        return LedgerOp::Intent;
+    }
+    match v["ExpressionAttributeValues"][":to"]["S"].as_str() {
+        Some("done") => LedgerOp::Complete,
+        Some("released") => LedgerOp::Release,
+        Some("failed") => LedgerOp::Fail,
+        _ => LedgerOp::Other,
+    }
+}
+
+type ProxyError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn proxy_forward(
+    ctx: ProxyCtx,
+    request: http::Request<hyper::body::Incoming>,
+) -> Result<http::Response<Full<Bytes>>, ProxyError> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let op = classify(&body);
+    let hold = {
+        let mut s = ctx.state.lock().unwrap();
+        s.seen.push(op);
+        match s.hold {
+            Some((wanted, at)) if wanted == op => {
+                s.hold = None;
+                s.held += 1;
+                Some(at)
+            }
+            _ => None,
+        }
+    };
+    if hold == Some(HoldAt::BeforeForwarding) {
+        ctx.held.notify_waiters();
+        return std::future::pending().await;
+    }
+    let uri = format!(
+        "{}{}",
+        ctx.upstream,
+        parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+    );
+    let mut upstream = http::Request::builder().method(parts.method).uri(uri);
+    for (k, v) in &parts.headers {
+        upstream = upstream.header(k, v);
+    }
+    let response = match ctx.client.request(upstream.body(Full::new(body))?).await {
+        Ok(r) => r,
+        Err(_) => {
+            return Ok(http::Response::builder()
+                .status(StatusCode::BAD_GATEWAY)
+                .body(Full::new(Bytes::new()))?)
+        }
+    };
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await?.to_bytes();
+    match hold {
+        Some(HoldAt::AfterForwarding) => {
+            ctx.held.notify_waiters();
+            std::future::pending().await
+        }
+        Some(HoldAt::DropAnswer) => {
+            ctx.held.notify_waiters();
+            Err("the answer is dropped: the connection closes".into())
+        }
+        Some(HoldAt::Error500AfterForwarding) => {
+            ctx.held.notify_waiters();
+            Ok(http::Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .header("content-type", "application/x-amz-json-1.0")
+                .body(Full::new(Bytes::from_static(
+                    br#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected after the write"}"#,
+                )))?)
+        }
+        _ => Ok(http::Response::from_parts(parts, Full::new(body))),
     }
 }

@@ -323,3 +323,33 @@ async fn on_lambda_a_slack_call_is_abandoned_before_the_invocation_deadline() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lambda_the_answer_gets_out_before_the_deadline_though_the_ledger_hangs() {
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    // The completion never comes back: the ledger writes run into the deadline.
+    let proxy = LedgerProxy::start(&endpoint).await;
+    proxy.hold_next(LedgerOp::Complete, HoldAt::BeforeForwarding);
+    let runtime = RuntimeApi::start().await;
+    let mut child = spawn_lambda(&lambda_vars(&runtime, &slack, &proxy.url, &table));
+
+    let (answer, deadline) = runtime
+        .invoke(&resigned("app_mention.json"), Duration::from_secs(3))
+        .await;
+    let answered_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        answered_at + 100 <= deadline,
+        "the answer came {} ms before the deadline",
+        deadline as i64 - answered_at as i64
+    );
+    assert_eq!(answer["statusCode"], 200, "{answer}");
+    assert_eq!(proxy.held(), 1, "the completion was held");
+    assert_eq!(slack.posted().len(), 1);
+    let _ = child.kill();
+    let _ = child.wait();
+}

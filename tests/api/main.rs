@@ -5,6 +5,7 @@ mod core;
 mod deploy;
 mod dynamo;
 mod faults;
+mod hardening;
 mod helpers;
 mod lambda;
 mod processes;
