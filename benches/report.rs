@@ -1,7 +1,7 @@
 //! The benchmark report: one table of cold start, warm latency, throughput, memory, sizes and
 //! DynamoDB round trips, beside Bolt for JavaScript measured in the same run on the same machine.
 //!
-//!   scripts/bench.sh              (starts DynamoDB Local, installs Bolt, then runs this)
+//!   scripts/bench.sh              (starts DynamoDB Local and the SQS server, installs Bolt, then runs this)
 //!   cargo bench --bench report    (when both are already there)
 //!
 //! Everything runs on 127.0.0.1. Figures are medians of repeated runs; on a noisy 2-core machine
@@ -78,6 +78,15 @@ fn dynamodb_endpoint() -> String {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port as u16));
     if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
         panic!("DynamoDB Local is not answering on {addr}: run scripts/bench.sh (or scripts/dynamodb-local.sh start)");
+    }
+    format!("http://{addr}")
+}
+
+fn sqs_endpoint() -> String {
+    let port = env_usize("SQS_LOCAL_PORT", 9324);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port as u16));
+    if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+        panic!("the SQS server is not answering on {addr}: run scripts/bench.sh (or scripts/sqs-local.sh start)");
     }
     format!("http://{addr}")
 }
@@ -420,6 +429,142 @@ async fn round_trips(
     )
 }
 
+struct DeferredFigures {
+    ack: Latency,
+    end_to_end: Latency,
+    drain_per_s: f64,
+    ledger_per_event: f64,
+    ledger_per_duplicate: f64,
+    sqs_per_event: f64,
+}
+
+/// Deferred mode: an ingress sending to the SQS server, one worker on DynamoDB Local, both
+/// behind counting proxies. `n` events are queued (acknowledgement latency), then drained by one
+/// worker (events per second); `m` more go one at a time from the ingress to the post (end to
+/// end); the same `m` again count what a duplicate costs.
+async fn deferred(
+    slack: &SlackStub,
+    dynamodb: &str,
+    table: &str,
+    n: usize,
+    m: usize,
+) -> DeferredFigures {
+    let sqs = sqs_endpoint();
+    let client = {
+        use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+        aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::Config::builder()
+                .behavior_version(BehaviorVersion::latest())
+                .region(Region::new("us-east-1"))
+                .endpoint_url(&sqs)
+                .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
+                .http_client(slack_once::ledger::dynamo::http_client())
+                .build(),
+        )
+    };
+    let name = format!("bench-{}-{}", std::process::id(), now_unix());
+    let (queue_url, _) = slack_once::queue::SqsQueue::create_with_dead_letters(
+        &client,
+        &name,
+        5,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let sqs_proxy = CountingProxy::start(&sqs).await;
+    let ddb_proxy = CountingProxy::start(dynamodb).await;
+    let port = free_port();
+    let mut vars = aws_env("http://127.0.0.1:9");
+    vars.extend([
+        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        ("AWS_ENDPOINT_URL_SQS", sqs_proxy.url.clone()),
+        ("WORK_QUEUE_URL", queue_url.clone()),
+    ]);
+    let ingress = spawn_bot(&vars);
+    let http = HttpClient::default();
+    wait_ready(&http, port).await;
+    let url = format!("http://127.0.0.1:{port}/slack/events");
+
+    // Acknowledgement latency, nothing consuming the queue yet.
+    let ack = warm_http(&url, n, "EvDefAck").await;
+
+    // One worker drains the n events.
+    let posts_before = slack.posts();
+    let mut worker_vars = aws_env(&ddb_proxy.url);
+    worker_vars.extend([
+        ("AWS_ENDPOINT_URL_SQS", sqs_proxy.url.clone()),
+        ("WORK_QUEUE_URL", queue_url.clone()),
+        ("DEDUP_TABLE", table.to_string()),
+        ("SLACK_BOT_TOKEN", "xoxb-bench".into()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+        ("SLACK_ONCE_ROLE", "worker".into()),
+    ]);
+    let started = Instant::now();
+    let worker = spawn_bot(&worker_vars);
+    while slack.posts() < posts_before + n {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the worker did not drain the queue"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let drain_per_s = n as f64 / started.elapsed().as_secs_f64();
+
+    // End to end, one event at a time; then the same events again as duplicates.
+    let count = |proxy: &CountingProxy, op: &str| proxy.snapshot().get(op).copied().unwrap_or(0);
+    let ledger_before: usize = ddb_proxy.snapshot().values().sum();
+    let sends_before = count(&sqs_proxy, "SendMessage") + count(&sqs_proxy, "DeleteMessage");
+    let mut lat = Vec::with_capacity(m);
+    for i in 0..m {
+        let before = slack.posts();
+        let started = Instant::now();
+        assert_eq!(
+            http.send_event(&url, &app_mention(&format!("EvDefE2e{i}")))
+                .await,
+            200
+        );
+        while slack.posts() == before {
+            assert!(started.elapsed() < Duration::from_secs(30), "no post");
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        lat.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let ledger_after_first: usize = ddb_proxy.snapshot().values().sum();
+    let sqs_per_event = (count(&sqs_proxy, "SendMessage") + count(&sqs_proxy, "DeleteMessage")
+        - sends_before) as f64
+        / m as f64;
+    for i in 0..m {
+        assert_eq!(
+            http.send_event(&url, &app_mention(&format!("EvDefE2e{i}")))
+                .await,
+            200
+        );
+    }
+    // Wait for the duplicates to be taken and deleted.
+    let deletes = count(&sqs_proxy, "DeleteMessage");
+    let started = Instant::now();
+    while count(&sqs_proxy, "DeleteMessage") < deletes + m
+        && started.elapsed() < Duration::from_secs(60)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let ledger_after_dup: usize = ddb_proxy.snapshot().values().sum();
+    stop(worker);
+    stop(ingress);
+    DeferredFigures {
+        ack,
+        end_to_end: Latency {
+            p50_us: percentile(&lat, 50.0),
+            p99_us: percentile(&lat, 99.0),
+        },
+        drain_per_s,
+        ledger_per_event: (ledger_after_first - ledger_before) as f64 / m as f64,
+        ledger_per_duplicate: (ledger_after_dup - ledger_after_first) as f64 / m as f64,
+        sqs_per_event,
+    }
+}
+
 fn file_size(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.len())
 }
@@ -540,6 +685,9 @@ async fn report() {
     stop(ddb);
 
     let (first_trips, dup_trips, ops) = round_trips(&slack, &endpoint, &table).await;
+    let deferred_n = env_usize("BENCH_DEFERRED_EVENTS", 1000);
+    let deferred_m = env_usize("BENCH_DEFERRED_E2E", 200);
+    let def = deferred(&slack, &endpoint, &table, deferred_n, deferred_m).await;
     let release = Path::new(BIN);
     let bin_size = file_size(release).unwrap_or(0);
     let zip = zip_size(release);
@@ -635,6 +783,26 @@ async fn report() {
     println!(
         "| DynamoDB requests per duplicate (counted) | {dup_trips:.2} | – (answers every copy) | | 1 write, 0 reads: {} |",
         verdict(dup_trips == 1.0 && !ops.contains_key("GetItem") && !ops.contains_key("Query"))
+    );
+    println!(
+        "| deferred mode: acknowledgement latency, ingress → SQS server (µs p50 / p99, {deferred_n} sequential) | {:.0} / {:.0} | – | | |",
+        def.ack.p50_us, def.ack.p99_us
+    );
+    println!(
+        "| deferred mode: end to end, Slack's request → the post by a worker (µs p50 / p99, {deferred_m} sequential) | {:.0} / {:.0} | – | | |",
+        def.end_to_end.p50_us, def.end_to_end.p99_us
+    );
+    println!(
+        "| deferred mode: events per second through one worker (8 in flight), DynamoDB Local | {:.0} | – | | |",
+        def.drain_per_s
+    );
+    println!(
+        "| deferred mode: DynamoDB requests per event / per duplicate (counted) | {:.2} / {:.2} | – | | |",
+        def.ledger_per_event, def.ledger_per_duplicate
+    );
+    println!(
+        "| deferred mode: SQS SendMessage + DeleteMessage per event (counted; receives are batched long polls) | {:.2} | – | | |",
+        def.sqs_per_event
     );
     println!("\nDynamoDB operations seen by the counting proxy: {ops:?}");
     println!("posts at the Slack stand-in: {}", slack.posts());

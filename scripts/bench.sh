@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The benchmark report (benches/report.rs): starts DynamoDB Local if nothing answers on
-# 127.0.0.1:8000, installs Bolt for JavaScript into bench/bolt/node_modules (never committed),
+# The benchmark report (benches/report.rs): starts DynamoDB Local (127.0.0.1:8000) and the SQS
+# server (127.0.0.1:9324) if nothing answers there, installs Bolt for JavaScript into bench/bolt/node_modules (never committed),
 # builds the release binary and prints one table; stops only what it started.
 #   scripts/bench.sh            the report
 #   scripts/bench.sh micro      the criterion micro-benchmarks as well
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
+export SQS_LOCAL_PORT="${SQS_LOCAL_PORT:-9324}"
 
 if [ ! -d bench/bolt/node_modules/@slack/bolt ]; then
   echo "bench: installing Bolt for JavaScript into bench/bolt" >&2
@@ -20,4 +21,4 @@ benches() {
   fi
 }
 export -f benches
-exec scripts/dynamodb-local.sh run bash -c 'benches "$@"' bench "$@"
+exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run bash -c 'benches "$@"' bench "$@"

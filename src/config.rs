@@ -62,6 +62,16 @@ pub enum Mode {
     Local,
 }
 
+/// What the process does: decided by `SLACK_ONCE_ROLE` (or the `worker` subcommand).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Receives Slack's requests: answers each event itself, or in deferred mode
+    /// (`WORK_QUEUE_URL` set) puts it on the work queue and acknowledges.
+    Ingress,
+    /// Takes events from the work queue and answers them.
+    Worker,
+}
+
 /// Slack's "Delayed Events" option retries hourly for 24 hours: remember events a little longer.
 pub const MIN_TTL: Duration = Duration::from_secs(25 * 3600);
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -72,21 +82,29 @@ pub const MAX_LEASE: Duration = Duration::from_secs(900);
 /// five-minute one with it if the claimant dies again.
 pub const MAX_SYNC_LEASE: Duration = Duration::from_secs(50);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// The template's `maxReceiveCount`.
+pub const DEFAULT_MAX_RECEIVES: u32 = 5;
+pub const DEFAULT_WORKER_CONCURRENCY: usize = 8;
 pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 
 #[derive(Clone, Debug)]
 pub struct Config {
     pub mode: Mode,
-    pub signing_secrets: SigningSecrets,
-    /// `None` only in local mode: replies are then logged instead of posted.
+    pub role: Role,
+    /// Required by an ingress; a worker verifies nothing (the queue is private).
+    pub signing_secrets: Option<SigningSecrets>,
+    /// `None` only in local mode (replies are then logged instead of posted), or for a
+    /// deferred-mode ingress, which posts nothing.
     pub bot_token: Option<Secret>,
     /// Web API base without a trailing slash; method names are appended.
     pub slack_api_url: String,
-    /// `None` only in local mode: the in-memory ledger is used.
+    /// `None` only where no ledger is needed (a deferred-mode ingress) or in local mode (the
+    /// in-memory ledger is used).
     pub dedup_table: Option<String>,
     pub ttl: Duration,
-    /// Local mode's processing deadline and claim lease; on Lambda the invocation deadline is used.
+    /// The claim's lease where the runtime gives no deadline (local mode; the local worker,
+    /// which also hides each message this long); on Lambda the invocation deadline is used.
     pub lease: Duration,
     pub listen_addr: SocketAddr,
     /// Local mode: connections served at once.
@@ -94,6 +112,19 @@ pub struct Config {
     /// The deployed version answering (Lambda sets `AWS_LAMBDA_FUNCTION_VERSION`), written into
     /// each reply's metadata, so it shows which version answered during a gradual deploy.
     pub function_version: String,
+    /// Deferred mode's work queue: the ingress sends to it, the local worker receives from it.
+    pub work_queue_url: Option<String>,
+    /// The queue's `maxReceiveCount`: a receive with this count is a message's last.
+    pub max_receives: u32,
+    /// The local worker: messages in flight at once.
+    pub worker_concurrency: usize,
+}
+
+impl Config {
+    /// Whether this ingress answers events itself, inside Slack's request.
+    pub fn answers_synchronously(&self) -> bool {
+        self.role == Role::Ingress && self.work_queue_url.is_none()
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -121,23 +152,61 @@ impl Config {
         } else {
             Mode::Local
         };
+        let role = match get("SLACK_ONCE_ROLE").as_deref().map(str::trim) {
+            None | Some("ingress") => Role::Ingress,
+            Some("worker") => Role::Worker,
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    var: "SLACK_ONCE_ROLE",
+                    reason: format!("{other:?} is neither ingress nor worker"),
+                })
+            }
+        };
 
-        let signing_secrets = match get("SLACK_SIGNING_SECRET") {
-            None => {
+        let work_queue_url = get("WORK_QUEUE_URL").map(|u| u.trim().to_string());
+        if let Some(url) = &work_queue_url {
+            let valid = (url.starts_with("https://") || url.starts_with("http://"))
+                && url.parse::<http::Uri>().is_ok();
+            if !valid {
+                return Err(ConfigError::Invalid {
+                    var: "WORK_QUEUE_URL",
+                    reason:
+                        "must be an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME, \
+                             or http:// for a local server)"
+                            .into(),
+                });
+            }
+        } else if role == Role::Worker && mode == Mode::Local {
+            return Err(ConfigError::Missing {
+                var: "WORK_QUEUE_URL",
+                hint: "the local worker long-polls this SQS queue: set its URL \
+                       (`slack-once create-queue NAME` prints one for a local server)",
+            });
+        }
+        // Where the ledger and Slack are used: a worker, or an ingress answering itself.
+        let answers = role == Role::Worker || work_queue_url.is_none();
+
+        let signing_secrets = match (get("SLACK_SIGNING_SECRET"), role) {
+            (None, Role::Ingress) => {
                 return Err(ConfigError::Missing {
                     var: "SLACK_SIGNING_SECRET",
                     hint: "copy it from your Slack app's Basic Information page \
                            (several may be given, comma-separated, during a rotation)",
                 })
             }
-            Some(list) => SigningSecrets::parse(&list).map_err(|reason| ConfigError::Invalid {
-                var: "SLACK_SIGNING_SECRET",
-                reason: reason.to_string(),
-            })?,
+            (None, Role::Worker) => None,
+            (Some(list), _) => {
+                Some(
+                    SigningSecrets::parse(&list).map_err(|reason| ConfigError::Invalid {
+                        var: "SLACK_SIGNING_SECRET",
+                        reason: reason.to_string(),
+                    })?,
+                )
+            }
         };
 
         let bot_token = get("SLACK_BOT_TOKEN").map(|t| Secret::new(t.trim()));
-        if bot_token.is_none() && mode == Mode::Lambda {
+        if bot_token.is_none() && mode == Mode::Lambda && answers {
             return Err(ConfigError::Missing {
                 var: "SLACK_BOT_TOKEN",
                 hint: "on Lambda the bot must post its replies: set the bot token (xoxb-…) \
@@ -174,7 +243,13 @@ impl Config {
                         .into(),
                 });
             }
-        } else if mode == Mode::Lambda {
+        } else if role == Role::Worker {
+            return Err(ConfigError::Missing {
+                var: "DEDUP_TABLE",
+                hint: "a worker shares the ledger with every other worker: name the DynamoDB \
+                       table (the SAM template sets it)",
+            });
+        } else if mode == Mode::Lambda && answers {
             return Err(ConfigError::Missing {
                 var: "DEDUP_TABLE",
                 hint: "on Lambda the ledger must be shared by every instance: \
@@ -209,14 +284,16 @@ impl Config {
                         reason: format!("must be between 1 and {}", MAX_LEASE.as_secs()),
                     });
                 }
-                if lease > MAX_SYNC_LEASE {
+                if role == Role::Ingress && work_queue_url.is_none() && lease > MAX_SYNC_LEASE {
                     return Err(ConfigError::Invalid {
                         var: "DEDUP_LEASE_SECONDS",
                         reason: format!(
                             "must be at most {} when events are answered inside Slack's request: \
                              a lease that outlives Slack's one-minute retry lets a crashed claim \
-                             swallow the later retries",
-                            MAX_SYNC_LEASE.as_secs()
+                             swallow the later retries (a worker of deferred mode may take up \
+                             to {})",
+                            MAX_SYNC_LEASE.as_secs(),
+                            MAX_LEASE.as_secs()
                         ),
                     });
                 }
@@ -224,18 +301,24 @@ impl Config {
             }
         };
 
-        let max_connections = match get("MAX_CONNECTIONS") {
-            None => DEFAULT_MAX_CONNECTIONS,
-            Some(v) => match v.trim().parse::<usize>() {
-                Ok(n) if (1..=65_536).contains(&n) => n,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: "MAX_CONNECTIONS",
-                        reason: "must be a whole number from 1 to 65536".into(),
-                    })
-                }
-            },
-        };
+        let max_connections = parse_count(
+            "MAX_CONNECTIONS",
+            get("MAX_CONNECTIONS"),
+            DEFAULT_MAX_CONNECTIONS,
+            65_536,
+        )?;
+        let max_receives = parse_count(
+            "WORK_QUEUE_MAX_RECEIVES",
+            get("WORK_QUEUE_MAX_RECEIVES"),
+            DEFAULT_MAX_RECEIVES as usize,
+            1_000,
+        )? as u32;
+        let worker_concurrency = parse_count(
+            "WORKER_CONCURRENCY",
+            get("WORKER_CONCURRENCY"),
+            DEFAULT_WORKER_CONCURRENCY,
+            1_000,
+        )?;
 
         let listen_addr = get("LISTEN_ADDR")
             .unwrap_or_else(|| DEFAULT_LISTEN_ADDR.to_string())
@@ -252,6 +335,7 @@ impl Config {
 
         Ok(Self {
             mode,
+            role,
             signing_secrets,
             bot_token,
             slack_api_url,
@@ -261,7 +345,29 @@ impl Config {
             listen_addr,
             max_connections,
             function_version,
+            work_queue_url,
+            max_receives,
+            worker_concurrency,
         })
+    }
+}
+
+/// A whole number from 1 to `max`, or `default` when unset.
+fn parse_count(
+    var: &'static str,
+    value: Option<String>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(ConfigError::Invalid {
+                var,
+                reason: format!("must be a whole number from 1 to {max}"),
+            }),
+        },
     }
 }
 
@@ -352,7 +458,12 @@ mod tests {
     #[test]
     fn several_signing_secrets_are_accepted_during_a_rotation() {
         let c = config(&[("SLACK_SIGNING_SECRET", "old, new")]).unwrap();
-        let all: Vec<_> = c.signing_secrets.iter().map(|s| s.expose()).collect();
+        let all: Vec<_> = c
+            .signing_secrets
+            .unwrap()
+            .iter()
+            .map(|s| s.expose().to_string())
+            .collect();
         assert_eq!(all, ["old", "new"]);
         let err = config(&[("SLACK_SIGNING_SECRET", "old,,new")]).unwrap_err();
         assert!(matches!(
@@ -373,6 +484,10 @@ mod tests {
             ("DEDUP_LEASE_SECONDS", "901"),
             ("DEDUP_LEASE_SECONDS", "51"),
             ("MAX_CONNECTIONS", "0"),
+            ("SLACK_ONCE_ROLE", "both"),
+            ("WORK_QUEUE_URL", "sqs/queue"),
+            ("WORK_QUEUE_MAX_RECEIVES", "0"),
+            ("WORKER_CONCURRENCY", "many"),
             ("LISTEN_ADDR", "localhost"),
             ("SLACK_API_URL", "slack.com/api"),
             ("DEDUP_TABLE", "a b"),
@@ -383,6 +498,74 @@ mod tests {
                 other => panic!("{var}={value}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_worker_needs_the_table_and_locally_the_queue_but_no_signing_secret() {
+        let err = config(&[("SLACK_ONCE_ROLE", "worker")]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Missing {
+                var: "WORK_QUEUE_URL",
+                ..
+            }
+        ));
+        let err = config(&[
+            ("SLACK_ONCE_ROLE", "worker"),
+            ("WORK_QUEUE_URL", "http://127.0.0.1:9324/123456789012/work"),
+        ])
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Missing {
+                var: "DEDUP_TABLE",
+                ..
+            }
+        ));
+        let c = config(&[
+            ("SLACK_ONCE_ROLE", "worker"),
+            ("WORK_QUEUE_URL", "http://127.0.0.1:9324/123456789012/work"),
+            ("DEDUP_TABLE", "ledger"),
+            ("DEDUP_LEASE_SECONDS", "600"),
+        ])
+        .unwrap();
+        assert_eq!(c.role, Role::Worker);
+        assert!(c.signing_secrets.is_none());
+        assert_eq!(
+            c.lease,
+            Duration::from_secs(600),
+            "a worker may lease up to 900 s"
+        );
+        assert_eq!((c.max_receives, c.worker_concurrency), (5, 8));
+        // On Lambda the event source mapping feeds it: no queue URL needed, but a token.
+        let err = config(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("SLACK_ONCE_ROLE", "worker"),
+            ("DEDUP_TABLE", "ledger"),
+        ])
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Missing {
+                var: "SLACK_BOT_TOKEN",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_deferred_ingress_on_lambda_needs_neither_table_nor_token() {
+        let c = config(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("SLACK_SIGNING_SECRET", "s"),
+            (
+                "WORK_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/123456789012/work",
+            ),
+        ])
+        .unwrap();
+        assert!(!c.answers_synchronously());
+        assert!(c.dedup_table.is_none() && c.bot_token.is_none());
     }
 
     #[test]

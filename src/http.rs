@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::ledger::LedgerError;
 use crate::process::{Delivery, Outcome, ProcessError, Processor};
+use crate::queue::QueueError;
 
 /// Slack's event payloads are small; a body above 1 MiB is refused before more is read.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -120,7 +121,7 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
 /// Lambda's `Lambda-Runtime-Deadline-Ms` is epoch milliseconds. Some emulators send a duration
 /// instead (`cargo lambda watch` sends 600000): a value before 2001 is not an epoch time, and the
 /// configured lease (`DEDUP_LEASE_SECONDS`) is used instead.
-fn invocation_deadline(deadline_ms: u64) -> Option<SystemTime> {
+pub fn invocation_deadline(deadline_ms: u64) -> Option<SystemTime> {
     const EPOCH_MS_2001: u64 = 1_000_000_000_000;
     if deadline_ms < EPOCH_MS_2001 {
         tracing::debug!(
@@ -178,11 +179,24 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
                     "deadline_exceeded",
                     "processing ran out of time; retry later",
                 ),
+                ProcessError::Queue(QueueError::TooLarge { .. }) => json(
+                    status,
+                    "payload_too_large",
+                    "the body is larger than a work queue message (256 KiB)",
+                ),
+                ProcessError::Queue(QueueError::Unavailable(_)) => json(
+                    status,
+                    "queue_unavailable",
+                    "the work queue did not take the event; retry later",
+                ),
                 ProcessError::Bot(_) | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {
                     json(status, "internal_error", "internal error")
                 }
             };
-            if matches!(error, ProcessError::Malformed(_)) {
+            if matches!(
+                error,
+                ProcessError::Malformed(_) | ProcessError::Queue(QueueError::TooLarge { .. })
+            ) {
                 response
                     .headers_mut()
                     .insert(NO_RETRY.0, HeaderValue::from_static(NO_RETRY.1));
@@ -196,9 +210,10 @@ pub fn status_of(error: &ProcessError) -> StatusCode {
     match error {
         ProcessError::Signature(_) => StatusCode::UNAUTHORIZED,
         ProcessError::Malformed(_) => StatusCode::BAD_REQUEST,
-        ProcessError::Ledger(LedgerError::Unavailable(_)) | ProcessError::LookupUnavailable(_) => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        ProcessError::Ledger(LedgerError::Unavailable(_))
+        | ProcessError::LookupUnavailable(_)
+        | ProcessError::Queue(QueueError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        ProcessError::Queue(QueueError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
         ProcessError::Slack(_) => StatusCode::BAD_GATEWAY,
         ProcessError::Deadline => StatusCode::GATEWAY_TIMEOUT,
         ProcessError::Bot(_) | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {

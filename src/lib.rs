@@ -9,6 +9,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod ledger;
 pub mod process;
+pub mod queue;
 pub mod server;
 pub mod sign;
 pub mod signature;
@@ -21,14 +22,18 @@ use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
 use crate::bot::{Bot, ReferenceBot};
-use crate::config::Config;
+use crate::config::{Config, Role};
 use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
-use crate::process::Processor;
+use crate::process::{Processor, Settings};
+use crate::queue::sqs::CallBudget;
+use crate::queue::worker::Worker;
+use crate::queue::{SqsQueue, WorkQueue};
 use crate::slack::SlackClient;
 
 pub use crate::server::LocalServer;
 
-/// The wired application: configuration, ledger, Slack client and bot, built once per process.
+/// The wired application: configuration, ledger, Slack client, work queue and bot, built once
+/// per process.
 pub struct Application {
     config: Config,
     processor: Arc<Processor>,
@@ -36,8 +41,8 @@ pub struct Application {
 }
 
 impl Application {
-    /// Wires the configured ledger (DynamoDB when `DEDUP_TABLE` is set, else in memory) and the
-    /// reference bot.
+    /// Wires the configured ledger (DynamoDB when `DEDUP_TABLE` is set, else in memory), the
+    /// work queue (deferred mode, when `WORK_QUEUE_URL` is set) and the reference bot.
     pub async fn build(config: Config) -> Self {
         Self::build_with_bot(config, Arc::new(ReferenceBot)).await
     }
@@ -50,30 +55,54 @@ impl Application {
                 Arc::new(DynamoLedger::from_env(table.clone()).await)
             }
             None => {
-                tracing::info!(
-                    "ledger: in memory (this process only; set DEDUP_TABLE to share one)"
-                );
+                if config.answers_synchronously() {
+                    tracing::info!(
+                        "ledger: in memory (this process only; set DEDUP_TABLE to share one)"
+                    );
+                }
                 Arc::new(MemoryLedger::new())
             }
         };
-        Self::with_parts(config, ledger, bot)
+        let queue: Option<Arc<dyn WorkQueue>> = match (&config.work_queue_url, config.role) {
+            (Some(url), Role::Ingress) => {
+                tracing::info!(queue = %url, "deferred mode: events go to the work queue");
+                Some(Arc::new(
+                    SqsQueue::from_env(url.clone(), CallBudget::Ingress).await,
+                ))
+            }
+            _ => None,
+        };
+        Self::with_queue(config, ledger, bot, queue)
     }
 
     /// Wires a given ledger and bot: the seam for tests and for users' own bots.
     pub fn with_parts(config: Config, ledger: Arc<dyn Ledger>, bot: Arc<dyn Bot>) -> Self {
+        Self::with_queue(config, ledger, bot, None)
+    }
+
+    /// As [`Application::with_parts`], with the ingress's work queue (deferred mode).
+    pub fn with_queue(
+        config: Config,
+        ledger: Arc<dyn Ledger>,
+        bot: Arc<dyn Bot>,
+        queue: Option<Arc<dyn WorkQueue>>,
+    ) -> Self {
         let slack = SlackClient::new(config.slack_api_url.clone(), config.bot_token.clone());
-        let processor = Arc::new(Processor::new(
-            config.signing_secrets.clone(),
-            ledger,
-            slack,
-            bot,
-            config.ttl,
-            config.lease,
-            config.function_version.clone(),
-        ));
+        let settings = Settings {
+            ttl: config.ttl,
+            lease: config.lease,
+            version: config.function_version.clone(),
+        };
+        let mut processor = Processor::new(ledger, slack, bot, settings);
+        if let Some(secrets) = config.signing_secrets.clone() {
+            processor = processor.with_secrets(secrets);
+        }
+        if let Some(queue) = queue {
+            processor = processor.with_queue(queue);
+        }
         Self {
             config,
-            processor,
+            processor: Arc::new(processor),
             in_flight: TaskTracker::new(),
         }
     }
@@ -87,6 +116,14 @@ impl Application {
             processor: self.processor.clone(),
             in_flight: self.in_flight.clone(),
         })
+    }
+
+    /// The worker of deferred mode, on this application's ledger, Slack client and bot.
+    pub fn worker(&self) -> Arc<Worker> {
+        Arc::new(Worker::new(
+            self.processor.clone(),
+            self.config.max_receives,
+        ))
     }
 
     /// Binds `LISTEN_ADDR` (port 0 picks a free port: see [`LocalServer::local_addr`]).

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
+use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -21,6 +22,7 @@ use crate::ledger::{
     Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
     StepRecord,
 };
+use crate::queue::{QueueError, QueuedEvent, WorkQueue, QUEUED_EVENT_VERSION};
 use crate::signature::{self, SignatureError};
 use crate::slack::{
     Delivered, PostMessage, ReplyQuery, SlackClient, SlackError, REPLY_METADATA_TYPE,
@@ -38,6 +40,9 @@ const MAX_LEASE_MARGIN: Duration = Duration::from_secs(1);
 /// On Lambda the ledger writes end this long before the invocation deadline, so the answer
 /// still gets out (at most a quarter of the time left).
 pub const ANSWER_MARGIN: Duration = Duration::from_millis(250);
+/// Deferred mode: the ingress gives the queue this long from the request's arrival (Slack
+/// waits 3 s for a 2xx); a send not done by then answers 503 and Slack retries.
+pub const ENQUEUE_BUDGET: Duration = Duration::from_millis(2500);
 
 /// One delivery of a request, as received.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +99,37 @@ pub enum Outcome {
     RateLimitNotice,
     /// An envelope type this version does not know.
     Ignored,
+    /// Deferred mode: the event is on the work queue; a worker answers it.
+    Queued,
+}
+
+impl ProcessError {
+    /// A short code for the ledger's `error` attribute and the logs.
+    pub fn failure_code(&self) -> String {
+        match self {
+            ProcessError::Signature(_) => "invalid_signature".into(),
+            ProcessError::Malformed(_) => "invalid_payload".into(),
+            ProcessError::Ledger(_) => "ledger_unavailable".into(),
+            ProcessError::Slack(e) | ProcessError::LookupUnavailable(e) => {
+                let prefix = match self {
+                    ProcessError::LookupUnavailable(_) => "lookup_",
+                    _ => "",
+                };
+                let kind = match e {
+                    SlackError::Api { code } => code.clone(),
+                    SlackError::RateLimited { .. } => "ratelimited".into(),
+                    SlackError::Status { status } => format!("http_{}", status.as_u16()),
+                    SlackError::Transport(_) => "connection_failed".into(),
+                    SlackError::Timeout => "timeout".into(),
+                    SlackError::InvalidResponse(_) => "invalid_response".into(),
+                };
+                format!("{prefix}{kind}")
+            }
+            ProcessError::Bot(_) => "bot_failed".into(),
+            ProcessError::Deadline => "deadline_exceeded".into(),
+            ProcessError::Queue(_) => "queue_unavailable".into(),
+        }
+    }
 }
 
 impl Outcome {
@@ -110,6 +146,7 @@ impl Outcome {
             Outcome::Skipped(_) => "skipped",
             Outcome::RateLimitNotice => "app_rate_limited",
             Outcome::Ignored => "ignored",
+            Outcome::Queued => "queued",
         }
     }
 }
@@ -130,38 +167,64 @@ pub enum ProcessError {
     Bot(#[source] BotError),
     #[error("the processing deadline passed before the reply was posted")]
     Deadline,
+    #[error("the event could not be put on the work queue")]
+    Queue(#[source] QueueError),
 }
 
 /// Everything a delivery needs, built once per process and shared by every request.
 pub struct Processor {
-    secrets: SigningSecrets,
+    /// `None` in a worker, which serves no HTTP request.
+    secrets: Option<SigningSecrets>,
     ledger: Arc<dyn Ledger>,
     slack: SlackClient,
     bot: Arc<dyn Bot>,
+    /// Deferred mode: verified events go to this queue instead of being run here.
+    queue: Option<Arc<dyn WorkQueue>>,
     ttl: Duration,
     lease: Duration,
     version: String,
 }
 
+/// The protocol's settings, from the configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How long an event is remembered.
+    pub ttl: Duration,
+    /// The lease when the runtime gives no deadline.
+    pub lease: Duration,
+    /// The version answering, written into each post's metadata.
+    pub version: String,
+}
+
 impl Processor {
     pub fn new(
-        secrets: SigningSecrets,
         ledger: Arc<dyn Ledger>,
         slack: SlackClient,
         bot: Arc<dyn Bot>,
-        ttl: Duration,
-        lease: Duration,
-        version: String,
+        settings: Settings,
     ) -> Self {
         Self {
-            secrets,
+            secrets: None,
             ledger,
             slack,
             bot,
-            ttl,
-            lease,
-            version,
+            queue: None,
+            ttl: settings.ttl,
+            lease: settings.lease,
+            version: settings.version,
         }
+    }
+
+    /// The secrets HTTP deliveries are verified with (an ingress needs them).
+    pub fn with_secrets(mut self, secrets: SigningSecrets) -> Self {
+        self.secrets = Some(secrets);
+        self
+    }
+
+    /// Deferred mode: the ingress puts verified events on `queue` and acknowledges.
+    pub fn with_queue(mut self, queue: Arc<dyn WorkQueue>) -> Self {
+        self.queue = Some(queue);
+        self
     }
 
     /// Handles one delivery inside a span carrying the event id, team, retry number and outcome.
@@ -181,22 +244,35 @@ impl Processor {
             .handle_in_span(delivery, retry_num)
             .instrument(span.clone())
             .await;
-        span.record("latency_ms", delivery.started.elapsed().as_millis() as u64);
-        match &result {
-            Ok(outcome) => {
-                span.record("outcome", outcome.as_str());
-                span.in_scope(|| tracing::info!("delivery handled"));
-            }
-            Err(error) => {
-                span.record("outcome", "error");
-                span.in_scope(|| match error {
-                    ProcessError::Signature(_) | ProcessError::Malformed(_) => {
-                        tracing::warn!(error = %error, "delivery refused")
-                    }
-                    _ => tracing::error!(error = %error_chain(error), "delivery failed"),
-                });
-            }
-        }
+        log_result(&span, delivery.started, &result, "delivery");
+        result
+    }
+
+    /// Runs one event taken from the work queue, inside a span carrying the event id, team,
+    /// Slack's retry number, the message and its receive count, and the outcome.
+    pub async fn run_queued(
+        &self,
+        callback: &EventCallback,
+        delivery: &EventDelivery<'_>,
+        message_id: &str,
+        receive_count: u32,
+    ) -> Result<Outcome, ProcessError> {
+        let span = tracing::info_span!(
+            "queued_event",
+            event_id = tracing::field::Empty,
+            team = tracing::field::Empty,
+            retry_num = delivery.retry_num,
+            retry_reason = tracing::field::Empty,
+            message_id,
+            receive_count,
+            outcome = tracing::field::Empty,
+            latency_ms = tracing::field::Empty,
+        );
+        let result = self
+            .run_event(callback, delivery)
+            .instrument(span.clone())
+            .await;
+        log_result(&span, delivery.started, &result, "queued event");
         result
     }
 
@@ -222,6 +298,11 @@ impl Processor {
             Envelope::EventCallback(callback) => {
                 let retry_reason = header_str(delivery.headers, RETRY_REASON_HEADER)
                     .filter(|r| r.len() <= 64 && r.bytes().all(|b| b.is_ascii_graphic()));
+                if let Some(queue) = &self.queue {
+                    return self
+                        .enqueue(&**queue, &callback, &delivery, retry_num, retry_reason)
+                        .await;
+                }
                 let event = EventDelivery {
                     retry_num,
                     retry_reason,
@@ -240,8 +321,60 @@ impl Processor {
     /// the signature holds.
     pub fn verify_and_parse(&self, delivery: &Delivery<'_>) -> Result<Envelope, ProcessError> {
         let now_unix = unix_ms(delivery.now) / 1000;
-        signature::verify_at(&self.secrets, delivery.headers, delivery.body, now_unix)?;
+        let Some(secrets) = &self.secrets else {
+            // A worker serves no HTTP request; should one reach it, nothing verifies.
+            return Err(ProcessError::Signature(SignatureError::Mismatch));
+        };
+        signature::verify_at(secrets, delivery.headers, delivery.body, now_unix)?;
         serde_json::from_slice(delivery.body).map_err(ProcessError::Malformed)
+    }
+
+    /// Deferred mode's ingress: the verified event goes to the work queue as Slack sent it,
+    /// with its retry number and reason, and Slack gets its 2xx once the queue holds it. No
+    /// ledger write: a duplicate on the queue is harmless, the worker de-duplicates.
+    async fn enqueue(
+        &self,
+        queue: &dyn WorkQueue,
+        callback: &EventCallback,
+        delivery: &Delivery<'_>,
+        retry_num: Option<u32>,
+        retry_reason: Option<&str>,
+    ) -> Result<Outcome, ProcessError> {
+        let span = tracing::Span::current();
+        span.record("event_id", callback.event_id.as_str());
+        if let Some(team) = callback.team() {
+            span.record("team", team);
+        }
+        if let Some(reason) = callback.skip_reason() {
+            tracing::debug!(reason = reason.as_str(), "not answering this event");
+            return Ok(Outcome::Skipped(reason));
+        }
+        // The body parsed as JSON, so it is UTF-8 and a valid raw value.
+        let envelope = std::str::from_utf8(delivery.body)
+            .ok()
+            .and_then(|b| RawValue::from_string(b.to_string()).ok())
+            .ok_or_else(|| {
+                ProcessError::Malformed(<serde_json::Error as serde::de::Error>::custom(
+                    "the body is not UTF-8 JSON",
+                ))
+            })?;
+        let message = QueuedEvent {
+            v: QUEUED_EVENT_VERSION,
+            envelope,
+            retry_num,
+            retry_reason: retry_reason.map(str::to_string),
+            received_at_ms: unix_ms(delivery.now),
+        };
+        let body = serde_json::to_string(&message).expect("a queued event serialises");
+        // Slack waits 3 s for the 2xx; the send must be done well before.
+        let deadline = delivery.started + ENQUEUE_BUDGET;
+        match tokio::time::timeout_at(deadline, queue.send(&body)).await {
+            Ok(Ok(())) => Ok(Outcome::Queued),
+            Ok(Err(e)) => Err(ProcessError::Queue(e)),
+            Err(_) => Err(ProcessError::Queue(QueueError::Unavailable(
+                "the queue did not take the event within Slack's acknowledgement window".into(),
+            ))),
+        }
     }
 
     /// The protocol for one verified event, shared by every path that runs one: skip → claim
@@ -528,6 +661,7 @@ impl Processor {
                 );
                 let failed = Finish::Failed {
                     error: code.clone(),
+                    retryable: false,
                 };
                 let write = self
                     .ledger
@@ -555,10 +689,23 @@ impl Processor {
                          delivery takes over and looks in Slack before posting"
                     );
                 }
-                let release =
-                    self.ledger
-                        .finish(run.held, &Finish::Released, settled.as_ref(), now_ms);
-                if let Err(e) = before(run.times.finish_deadline, release).await {
+                // No delivery follows: the event ends failed, and says why. Not for good: a
+                // copy redriven from a dead-letter queue may claim it again.
+                let to = if run.last_chance {
+                    tracing::error!(
+                        error = %error_chain(&error),
+                        failure = error.failure_code(),
+                        "the last delivery of this event failed: it ends failed, unanswered"
+                    );
+                    Finish::Failed {
+                        error: error.failure_code(),
+                        retryable: true,
+                    }
+                } else {
+                    Finish::Released
+                };
+                let write = self.ledger.finish(run.held, &to, settled.as_ref(), now_ms);
+                if let Err(e) = before(run.times.finish_deadline, write).await {
                     tracing::warn!(
                         error = e,
                         "could not release the claim: the next copy waits for the lease to end"
@@ -683,6 +830,31 @@ async fn before(
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(error_chain(&e)),
         Err(_) => Err("no answer before the lease ended".into()),
+    }
+}
+
+/// One line per delivery or queued event, at the level its result deserves, in its span.
+fn log_result(
+    span: &tracing::Span,
+    started: Instant,
+    result: &Result<Outcome, ProcessError>,
+    what: &'static str,
+) {
+    span.record("latency_ms", started.elapsed().as_millis() as u64);
+    match result {
+        Ok(outcome) => {
+            span.record("outcome", outcome.as_str());
+            span.in_scope(|| tracing::info!("{what} handled"));
+        }
+        Err(error) => {
+            span.record("outcome", "error");
+            span.in_scope(|| match error {
+                ProcessError::Signature(_) | ProcessError::Malformed(_) => {
+                    tracing::warn!(error = %error, "{what} refused")
+                }
+                _ => tracing::error!(error = %error_chain(error), "{what} failed"),
+            });
+        }
     }
 }
 

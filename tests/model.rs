@@ -169,7 +169,7 @@ impl Protocol {
         }
         let found = s.item.as_ref().and_then(|item| {
             let lease_until = if item.lease_live { LIVE } else { NOW };
-            existing_blocks_claim(item.status, lease_until, TTL_S, NOW)
+            existing_blocks_claim(item.status, lease_until, TTL_S, NOW, false)
         });
         match found {
             Some(Blocked::Done) | Some(Blocked::Failed) => {

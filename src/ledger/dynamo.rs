@@ -45,6 +45,9 @@ pub mod attr {
     pub const FAILED_AT: &str = "failed_at";
     /// Slack's error code of a `failed` event.
     pub const ERROR: &str = "error";
+    /// A `failed` event whose failure was not final (the work queue's receives ran out): a copy
+    /// redriven from the dead-letter queue may claim it again.
+    pub const RETRYABLE: &str = "retryable";
     /// The step journal: a map from step number ("1", "2", …) to a map of the fields below.
     pub const JOURNAL: &str = "journal";
     pub const STEP_STATE: &str = "state";
@@ -60,6 +63,8 @@ const STEP_DONE: &str = "done";
 /// - `expires_at <= :now_s`: past its TTL but not yet deleted (TTL deletion is lazy, up to
 ///   about 48 h late, and an expired item can still be read and written until then);
 /// - `#status = :released`: its claimant gave it up (the Slack call failed);
+/// - `#status = :failed AND #retryable = :true`: it failed, but not for good (the work queue's
+///   receives ran out on a transient failure): a copy redriven from the dead-letter queue;
 /// - `#status = :in_progress AND lease_until <= :now_ms`: its claimant's lease ran out (it
 ///   crashed or was killed at its deadline), so this copy takes it over.
 ///
@@ -67,6 +72,7 @@ const STEP_DONE: &str = "done";
 const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
     OR #expires_at <= :now_s \
     OR #status = :released \
+    OR (#status = :failed AND #retryable = :true) \
     OR (#status = :in_progress AND #lease_until <= :now_ms)";
 
 /// Steps, completion and release: only by the owner of a claim still in progress.
@@ -258,6 +264,7 @@ impl Ledger for DynamoLedger {
             "#released_at".to_string(),
             "#failed_at".to_string(),
             "#error".to_string(),
+            "#retryable".to_string(),
         ];
         let mut update = self
             .client
@@ -282,6 +289,7 @@ impl Ledger for DynamoLedger {
                     attr::RELEASED_AT,
                     attr::FAILED_AT,
                     attr::ERROR,
+                    attr::RETRYABLE,
                     attr::JOURNAL,
                 ]
                 .into_iter()
@@ -290,6 +298,8 @@ impl Ledger for DynamoLedger {
             ))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":released", s(Status::Released.as_str()))
+            .expression_attribute_values(":failed", s(Status::Failed.as_str()))
+            .expression_attribute_values(":true", AttributeValue::Bool(true))
             .expression_attribute_values(":owner", s(request.owner.as_str()))
             .expression_attribute_values(":lease_until", n(request.lease_until_ms))
             .expression_attribute_values(":expires_at", n(request.expires_at_s))
@@ -399,10 +409,13 @@ impl Ledger for DynamoLedger {
             (":to".to_string(), s(to.status().as_str())),
             (":now_ms".to_string(), n(now_ms)),
         ];
-        if let Finish::Failed { error } = to {
+        if let Finish::Failed { error, retryable } = to {
             set.push("#error = :error".into());
+            set.push("#retryable = :retryable".into());
             names.push(("#error".into(), attr::ERROR.into()));
+            names.push(("#retryable".into(), attr::RETRYABLE.into()));
             values.push((":error".into(), s(error)));
+            values.push((":retryable".into(), AttributeValue::Bool(*retryable)));
         }
         let result = self
             .owner_write(held, set, vec![], names, values, settled)
@@ -510,9 +523,14 @@ fn blocking_claim(
         .and_then(number)
         .unwrap_or(0);
     let expires_at = item.and_then(|i| i.get(attr::EXPIRES_AT)).and_then(number);
+    let retryable = item
+        .and_then(|i| i.get(attr::RETRYABLE))
+        .and_then(|v| v.as_bool().ok())
+        .copied()
+        .unwrap_or(false);
     let blocked = match (status, expires_at) {
         (Some(status), Some(expires_at)) => {
-            existing_blocks_claim(status, lease_until, expires_at, request.now_ms)
+            existing_blocks_claim(status, lease_until, expires_at, request.now_ms, retryable)
         }
         _ => None,
     };

@@ -21,6 +21,7 @@ struct Entry {
     attempts: u32,
     journal: Journal,
     error: Option<String>,
+    retryable: bool,
 }
 
 /// From this many entries on, a claim first drops the expired ones, so memory stays bounded by
@@ -110,6 +111,7 @@ impl Ledger for MemoryLedger {
                 existing.lease_until_ms,
                 existing.expires_at_s,
                 request.now_ms,
+                existing.retryable,
             ) {
                 Some(Blocked::Done) => return Ok(Claim::AlreadyDone),
                 Some(Blocked::Failed) => {
@@ -137,6 +139,7 @@ impl Ledger for MemoryLedger {
                 attempts: attempt,
                 journal: journal.clone(),
                 error: None,
+                retryable: false,
             },
         );
         Ok(Claim::Acquired { attempt, journal })
@@ -175,8 +178,9 @@ impl Ledger for MemoryLedger {
             Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
                 record(&mut entry.journal, settled);
                 entry.status = to.status();
-                if let Finish::Failed { error } = to {
+                if let Finish::Failed { error, retryable } = to {
                     entry.error = Some(error.clone());
+                    entry.retryable = *retryable;
                 }
                 Ok(())
             }
@@ -411,6 +415,7 @@ mod tests {
         ledger.claim(&request(&e, &a, NOW)).await.unwrap();
         let failed = Finish::Failed {
             error: "channel_not_found".into(),
+            retryable: false,
         };
         let held = Held {
             event_id: &e,

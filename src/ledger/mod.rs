@@ -119,9 +119,12 @@ pub enum Finish {
     Done,
     /// Given up, so the next copy may take the event at once.
     Released,
-    /// Ended for good with an error no retry can fix: later copies get `AlreadyFailed`.
+    /// Ended with an error: later copies get `AlreadyFailed`. `retryable`: the error was not
+    /// final (the work queue's receives ran out on a transient failure), so a copy redriven from
+    /// the dead-letter queue may claim the event again, as after a release.
     Failed {
         error: String,
+        retryable: bool,
     },
 }
 
@@ -237,18 +240,21 @@ pub enum Blocked {
 }
 
 /// What an existing entry means to a new claim at `now`: the one rule both ledgers apply.
-/// `None`: the entry counts as absent and the claim succeeds.
+/// `None`: the entry counts as absent and the claim succeeds. `retryable` marks a `failed`
+/// entry whose failure was not final (see [`Finish::Failed`]).
 pub fn existing_blocks_claim(
     status: Status,
     lease_until_ms: u64,
     expires_at_s: u64,
     now_ms: u64,
+    retryable: bool,
 ) -> Option<Blocked> {
     if expires_at_s.saturating_mul(1000) <= now_ms {
         return None;
     }
     match status {
         Status::Done => Some(Blocked::Done),
+        Status::Failed if retryable => None,
         Status::Failed => Some(Blocked::Failed),
         Status::InProgress if lease_until_ms > now_ms => {
             Some(Blocked::InProgress { lease_until_ms })
@@ -276,34 +282,45 @@ mod tests {
     fn expired_entries_and_leases_count_as_absent() {
         let now = 1_000_000;
         // TTL passed: absent whatever the status.
-        assert_eq!(existing_blocks_claim(Status::Done, 0, 1_000, now), None);
-        assert_eq!(existing_blocks_claim(Status::Failed, 0, 1_000, now), None);
         assert_eq!(
-            existing_blocks_claim(Status::InProgress, now + 5, 1_000, now),
+            existing_blocks_claim(Status::Done, 0, 1_000, now, false),
+            None
+        );
+        assert_eq!(
+            existing_blocks_claim(Status::Failed, 0, 1_000, now, false),
+            None
+        );
+        assert_eq!(
+            existing_blocks_claim(Status::InProgress, now + 5, 1_000, now, false),
             None
         );
         // Live entries.
         assert_eq!(
-            existing_blocks_claim(Status::Done, 0, 2_000, now),
+            existing_blocks_claim(Status::Done, 0, 2_000, now, false),
             Some(Blocked::Done)
         );
         assert_eq!(
-            existing_blocks_claim(Status::Failed, 0, 2_000, now),
+            existing_blocks_claim(Status::Failed, 0, 2_000, now, false),
             Some(Blocked::Failed)
         );
         assert_eq!(
-            existing_blocks_claim(Status::InProgress, now + 1, 2_000, now),
+            existing_blocks_claim(Status::InProgress, now + 1, 2_000, now, false),
             Some(Blocked::InProgress {
                 lease_until_ms: now + 1
             })
         );
         // Lease passed, or released: absent.
         assert_eq!(
-            existing_blocks_claim(Status::InProgress, now, 2_000, now),
+            existing_blocks_claim(Status::InProgress, now, 2_000, now, false),
             None
         );
         assert_eq!(
-            existing_blocks_claim(Status::Released, now + 9, 2_000, now),
+            existing_blocks_claim(Status::Released, now + 9, 2_000, now, false),
+            None
+        );
+        // A failure that was not final: a redriven copy may claim it again.
+        assert_eq!(
+            existing_blocks_claim(Status::Failed, 0, 2_000, now, true),
             None
         );
     }

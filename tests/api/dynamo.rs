@@ -441,6 +441,7 @@ async fn a_failed_event_keeps_its_error_and_blocks_every_later_copy() {
     };
     let failed = Finish::Failed {
         error: "channel_not_found".into(),
+        retryable: false,
     };
     ledger.finish(held, &failed, None, NOW + 3).await.unwrap();
     ledger

@@ -88,6 +88,8 @@ pub const LOOKUP_PAGE_CAP: usize = 15;
 #[derive(Default)]
 struct StandinState {
     script: VecDeque<Behaviour>,
+    /// Until then, every chat.postMessage answers HTTP 500 and posts nothing.
+    outage_until: Option<tokio::time::Instant>,
     lookup_script: VecDeque<LookupBehaviour>,
     /// When set, conversations.replies / conversations.history answer `ok:false` with it.
     lookup_error: Option<&'static str>,
@@ -128,6 +130,11 @@ impl SlackStandin {
     /// Queues behaviours for the next posts; after the queue, every post succeeds.
     pub fn script(&self, behaviours: impl IntoIterator<Item = Behaviour>) {
         self.state.lock().unwrap().script.extend(behaviours);
+    }
+
+    /// For `duration` from now, every chat.postMessage answers HTTP 500 and posts nothing.
+    pub fn outage(&self, duration: Duration) {
+        self.state.lock().unwrap().outage_until = Some(tokio::time::Instant::now() + duration);
     }
 
     /// Makes conversations.replies / .history fail with this Slack error code.
@@ -202,7 +209,10 @@ async fn post_message(
     let behaviour = {
         let mut s = state.lock().unwrap();
         s.received.push(post.clone());
-        s.script.pop_front().unwrap_or(Behaviour::Ok)
+        match s.outage_until {
+            Some(until) if tokio::time::Instant::now() < until => Behaviour::Status(500),
+            _ => s.script.pop_front().unwrap_or(Behaviour::Ok),
+        }
     };
     match behaviour {
         Behaviour::Ok => ok_posted(&state, post),
@@ -600,9 +610,20 @@ impl BotProcess {
     /// Starts the binary with `vars` (plus the test secret and LISTEN_ADDR=127.0.0.1:0) and
     /// waits until it says where it listens.
     pub fn spawn(vars: &[(&str, String)]) -> Self {
+        Self::spawn_with(&[], vars)
+    }
+
+    /// Starts `slack-once worker` with `vars` and waits until it receives.
+    pub fn spawn_worker(vars: &[(&str, String)]) -> Self {
+        Self::spawn_with(&["worker"], vars)
+    }
+
+    fn spawn_with(args: &[&str], vars: &[(&str, String)]) -> Self {
         use std::io::BufRead;
+        let worker = args.first() == Some(&"worker");
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
         command
+            .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("SLACK_SIGNING_SECRET", SECRET)
@@ -633,6 +654,9 @@ impl BotProcess {
                         .and_then(|a| a.parse::<SocketAddr>().ok())
                     {
                         let _ = tx.send(addr);
+                    }
+                    if worker && line.contains("worker: receiving") {
+                        let _ = tx.send(SocketAddr::from(([127, 0, 0, 1], 0)));
                     }
                     log.lock().unwrap().push(line);
                 }
@@ -981,5 +1005,170 @@ async fn proxy_forward(
                 )))?)
         }
         _ => Ok(http::Response::from_parts(parts, Full::new(body))),
+    }
+}
+
+// ---------------------------------------------------------------- the SQS server (moto)
+
+pub const SQS_SCRIPT: &str = "scripts/sqs-local.sh start";
+
+/// The SQS server's endpoint on 127.0.0.1 (port from SQS_LOCAL_PORT, default 9324). Fails the
+/// test, naming the script, when nothing answers there: never skips silently.
+pub fn sqs_endpoint() -> String {
+    let port: u16 = std::env::var("SQS_LOCAL_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(9324);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+        panic!(
+            "the SQS server is not answering on 127.0.0.1:{port}: start it with `{SQS_SCRIPT}` \
+             (scripts/test.sh starts and stops it for you)"
+        );
+    }
+    format!("http://{addr}")
+}
+
+pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
+    use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .http_client(slack_once::ledger::dynamo::http_client())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// A fresh work queue and its dead-letter queue on the SQS server.
+pub struct TestQueue {
+    pub url: String,
+    pub dlq_url: String,
+    pub client: aws_sdk_sqs::Client,
+}
+
+impl TestQueue {
+    pub async fn create(endpoint: &str, max_receives: u32) -> Self {
+        let client = sqs_client(endpoint);
+        let name = format!("test-{}", uuid::Uuid::new_v4().simple());
+        let (url, dlq_url) = slack_once::queue::SqsQueue::create_with_dead_letters(
+            &client,
+            &name,
+            max_receives,
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("create the test queues on the SQS server");
+        Self {
+            url,
+            dlq_url,
+            client,
+        }
+    }
+
+    /// Messages in the queue, visible or in flight (SQS's approximate counts, exact on moto).
+    pub async fn depth(&self, url: &str) -> usize {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .unwrap();
+        let attrs = out.attributes().unwrap();
+        [
+            A::ApproximateNumberOfMessages,
+            A::ApproximateNumberOfMessagesNotVisible,
+        ]
+        .iter()
+        .map(|a| {
+            attrs
+                .get(a)
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+    }
+
+    /// The bodies waiting in the dead-letter queue (received, then left there).
+    pub async fn dead_letters(&self) -> Vec<String> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.dlq_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(1)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        out.messages()
+            .iter()
+            .filter_map(|m| m.body().map(str::to_string))
+            .collect()
+    }
+}
+
+/// The variables of a deferred-mode ingress sending to `queue` at `endpoint`: no ledger.
+pub fn ingress_vars(queue: &TestQueue, sqs: &str) -> Vec<(&'static str, String)> {
+    let mut vars = dynamodb_env("http://127.0.0.1:9");
+    vars.extend([
+        ("AWS_ENDPOINT_URL_SQS", sqs.to_string()),
+        ("WORK_QUEUE_URL", queue.url.clone()),
+    ]);
+    vars
+}
+
+/// The variables of a worker on `queue`, ledger `table`, posting to `slack`.
+pub fn worker_vars(
+    slack: &SlackStandin,
+    dynamodb: &str,
+    table: &str,
+    queue: &TestQueue,
+    sqs: &str,
+    lease_s: u64,
+    max_receives: u32,
+) -> Vec<(&'static str, String)> {
+    let mut vars = bot_vars(slack, dynamodb, table);
+    vars.extend([
+        ("AWS_ENDPOINT_URL_SQS", sqs.to_string()),
+        ("WORK_QUEUE_URL", queue.url.clone()),
+        ("DEDUP_LEASE_SECONDS", lease_s.to_string()),
+        ("WORK_QUEUE_MAX_RECEIVES", max_receives.to_string()),
+    ]);
+    vars
+}
+
+/// Waits until `check` holds, polling every 50 ms, for at most `limit`.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check()
+}
+
+/// Waits until the asynchronous `check` holds, polling every 100 ms, for at most `limit`.
+pub async fn eventually_async<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -353,3 +353,90 @@ async fn on_lambda_the_answer_gets_out_before_the_deadline_though_the_ledger_han
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// An SQS record as the event source mapping hands it to the function.
+fn sqs_record(message_id: &str, body: &str, receive_count: u32) -> serde_json::Value {
+    serde_json::json!({
+        "messageId": message_id,
+        "receiptHandle": format!("handle-{message_id}"),
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": receive_count.to_string(),
+            "SentTimestamp": "1767225600000",
+            "SenderId": "AIDAEXAMPLE",
+            "ApproximateFirstReceiveTimestamp": "1767225600001"
+        },
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:slack-once-work",
+        "awsRegion": "us-east-1"
+    })
+}
+
+/// What the ingress puts on the queue for `envelope`.
+fn queued(envelope: &str) -> String {
+    serde_json::json!({
+        "v": 1,
+        "envelope": serde_json::from_str::<serde_json::Value>(envelope).unwrap(),
+        "received_at_ms": 1_767_225_600_000u64
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
+    use slack_once::ledger::{ClaimRequest, Ledger, OwnerToken};
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    let runtime = RuntimeApi::start().await;
+    let mut vars = lambda_vars(&runtime, &slack, &endpoint, &table);
+    vars.push(("SLACK_ONCE_ROLE", "worker".to_string()));
+    let mut child = spawn_lambda(&vars);
+
+    // EvLamBusy: another worker holds a live claim. EvLamDone: answered already.
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for (id, complete) in [("EvLamBusy", false), ("EvLamDone", true)] {
+        let event_id = slack_once::envelope::EventId::try_from(id.to_string()).unwrap();
+        let owner = OwnerToken::random();
+        ledger
+            .claim(&ClaimRequest {
+                event_id: &event_id,
+                owner: &owner,
+                now_ms,
+                lease_until_ms: now_ms + 600_000,
+                expires_at_s: now_ms / 1000 + 90_000,
+                team_id: None,
+                retry_num: None,
+                retry_reason: None,
+            })
+            .await
+            .unwrap();
+        if complete {
+            ledger.complete(&event_id, &owner, now_ms).await.unwrap();
+        }
+    }
+    let batch = serde_json::json!({"Records": [
+        sqs_record("m-answer", &queued(&app_mention("EvLamNew", "hi")), 1),
+        sqs_record("m-busy", &queued(&app_mention("EvLamBusy", "hi")), 2),
+        sqs_record("m-garbage", "this is not a queued event", 1),
+        sqs_record("m-done", &queued(&app_mention("EvLamDone", "hi")), 1),
+    ]});
+    let (answer, _) = runtime.invoke(&batch, Duration::from_secs(20)).await;
+    let failures: Vec<&str> = answer["batchItemFailures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .map(|f| f["itemIdentifier"].as_str().unwrap())
+        .collect();
+    assert_eq!(failures, ["m-busy", "m-garbage"], "{answer}");
+    assert_eq!(slack.posted().len(), 1);
+    let item = ledger.get_item("EvLamNew").await.unwrap().unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "done");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -2,6 +2,7 @@
 
 mod binary;
 mod core;
+mod deferred;
 mod deploy;
 mod dynamo;
 mod faults;

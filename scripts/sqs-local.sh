@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# An SQS-compatible server for the tests and for deferred mode on a laptop: moto's server mode
+# (`moto_server`, from PyPI), in its own virtual environment under .tools/moto (never committed).
+# Only its SQS API is used: moto's DynamoDB is not atomic, the ledger stays on DynamoDB Local.
+#
+#   scripts/sqs-local.sh install   create .tools/moto and install moto[server] into it
+#   scripts/sqs-local.sh start     install if needed, start on 127.0.0.1:$SQS_LOCAL_PORT, wait until ready
+#   scripts/sqs-local.sh stop      stop the server this script started (by its PID file)
+#   scripts/sqs-local.sh status    say whether it answers
+#   scripts/sqs-local.sh run CMD…  start it unless something answers already, run CMD,
+#                                  then stop it if this call started it
+set -euo pipefail
+
+MOTO_VERSION="${MOTO_VERSION:-5.2.5}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SQS_LOCAL_VENV:-$ROOT/.tools/moto}"
+PORT="${SQS_LOCAL_PORT:-9324}"
+RUN_DIR="$ROOT/.tools/run"
+PIDFILE="$RUN_DIR/sqs-local-$PORT.pid"
+LOGFILE="$RUN_DIR/sqs-local-$PORT.log"
+PY="${PYTHON:-python3}"
+
+answers() {
+  curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$PORT/moto-api/" 2>/dev/null
+}
+
+install() {
+  if [ -x "$VENV/bin/moto_server" ]; then return 0; fi
+  echo "sqs-local: installing moto[server]==$MOTO_VERSION into $VENV" >&2
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+  [ -x "$VENV/bin/moto_server" ] || { echo "sqs-local: moto_server is missing after the install" >&2; exit 1; }
+}
+
+start() {
+  if answers; then
+    echo "sqs-local: already answering on 127.0.0.1:$PORT" >&2
+    return 0
+  fi
+  install
+  mkdir -p "$RUN_DIR"
+  # Loopback only; no credentials or region are checked by moto.
+  (cd "$RUN_DIR" && exec nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$PORT" >"$LOGFILE" 2>&1) &
+  echo $! >"$PIDFILE"
+  for _ in $(seq 1 150); do
+    if answers; then
+      echo "sqs-local: ready on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))" >&2
+      return 0
+    fi
+    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+      echo "sqs-local: the server exited; its log:" >&2
+      cat "$LOGFILE" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  echo "sqs-local: not ready after 30 s; see $LOGFILE" >&2
+  exit 1
+}
+
+stop() {
+  if [ -f "$PIDFILE" ]; then
+    pid="$(cat "$PIDFILE")"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid"
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+      echo "sqs-local: stopped (pid $pid)" >&2
+    fi
+    rm -f "$PIDFILE"
+  fi
+}
+
+run() {
+  local started=""
+  if ! answers; then
+    start
+    started=1
+  fi
+  local status=0
+  "$@" || status=$?
+  if [ -n "$started" ]; then stop; fi
+  return "$status"
+}
+
+case "${1:-}" in
+  install) install ;;
+  run) shift; run "$@" ;;
+  start) start ;;
+  stop) stop ;;
+  status) if answers; then echo "answering on 127.0.0.1:$PORT"; else echo "not answering on 127.0.0.1:$PORT"; exit 1; fi ;;
+  *) echo "usage: $0 install|start|stop|status|run CMD..." >&2; exit 2 ;;
+esac

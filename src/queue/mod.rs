@@ -1,0 +1,77 @@
+//! Deferred mode's work queue: the ingress acknowledges Slack as soon as the verified event is
+//! on the queue, and workers take it from there through the same ledger protocol.
+//!
+//! The queue seam is three calls (send, receive, delete) with an SQS implementation (`sqs.rs`)
+//! and an in-memory one for tests; `worker.rs` holds what a worker does with each message, on
+//! Lambda (an SQS event batch) and locally (a long-polling loop).
+
+pub mod memory;
+pub mod sqs;
+pub mod worker;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+pub use memory::MemoryQueue;
+pub use sqs::SqsQueue;
+
+/// The format version of [`QueuedEvent`]; a worker refuses a message of another.
+pub const QUEUED_EVENT_VERSION: u32 = 1;
+/// SQS's largest message body (256 KiB).
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// What the ingress puts on the queue: the verified envelope exactly as Slack sent it, and how
+/// it arrived. The queue is reachable only by the functions' IAM roles, so the worker does not
+/// verify the signature again (it could not: it would have expired).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct QueuedEvent {
+    pub v: u32,
+    pub envelope: Box<RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_num: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_reason: Option<String>,
+    /// When the ingress received it (epoch ms): time to the answer is measured from it.
+    pub received_at_ms: u64,
+}
+
+/// One message as received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub message_id: String,
+    /// What deletes it (valid for this receive only).
+    pub receipt_handle: String,
+    pub body: String,
+    /// SQS's ApproximateReceiveCount: 1 on the first receive.
+    pub receive_count: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("the work queue is unavailable")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the message is {size} bytes, more than a queue message holds ({MAX_MESSAGE_BYTES})")]
+    TooLarge { size: usize },
+}
+
+/// The queue seam.
+#[async_trait]
+pub trait WorkQueue: Send + Sync + 'static {
+    /// Sends one message: once this returns `Ok`, the queue holds it durably.
+    async fn send(&self, body: &str) -> Result<(), QueueError>;
+
+    /// Receives up to `max` messages, hiding each for `visibility`, waiting up to `wait` for
+    /// the first.
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<Received>, QueueError>;
+
+    /// Deletes a received message for good.
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError>;
+}

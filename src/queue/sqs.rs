@@ -1,0 +1,209 @@
+//! The work queue on Amazon SQS (a standard queue with a redrive policy to a dead-letter queue).
+//! The client comes from aws-config like the DynamoDB one: `AWS_ENDPOINT_URL_SQS` points it at
+//! a local server (moto's, in the tests).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::Client;
+
+use super::{QueueError, Received, WorkQueue, MAX_MESSAGE_BYTES};
+
+/// SQS's longest long poll.
+pub const MAX_WAIT: Duration = Duration::from_secs(20);
+
+pub struct SqsQueue {
+    client: Client,
+    url: String,
+    sent: AtomicU64,
+}
+
+impl std::fmt::Debug for SqsQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqsQueue").field("url", &self.url).finish()
+    }
+}
+
+/// How long one SQS call may take: short for the ingress, which must answer Slack within 3 s;
+/// past a long poll for a worker.
+#[derive(Clone, Copy, Debug)]
+pub enum CallBudget {
+    Ingress,
+    Worker,
+}
+
+/// The SQS client, built once per process (rustls on ring, like the DynamoDB client), with at
+/// most 3 attempts in total.
+pub async fn client_from_env(budget: CallBudget) -> Client {
+    let (attempt, operation) = match budget {
+        CallBudget::Ingress => (Duration::from_millis(1200), Duration::from_millis(2500)),
+        CallBudget::Worker => (
+            MAX_WAIT + Duration::from_secs(5),
+            MAX_WAIT + Duration::from_secs(15),
+        ),
+    };
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(crate::ledger::dynamo::http_client())
+        .retry_config(RetryConfig::standard().with_max_attempts(3))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(1))
+                .operation_attempt_timeout(attempt)
+                .operation_timeout(operation)
+                .build(),
+        )
+        .load()
+        .await;
+    Client::new(&config)
+}
+
+impl SqsQueue {
+    pub fn new(client: Client, url: impl Into<String>) -> Self {
+        Self {
+            client,
+            url: url.into(),
+            sent: AtomicU64::new(0),
+        }
+    }
+
+    pub async fn from_env(url: impl Into<String>, budget: CallBudget) -> Self {
+        Self::new(client_from_env(budget).await, url)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// SendMessage requests made (for benchmarks and tests that count them).
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Creates `name` and its dead-letter queue `name-dlq` (messages move there after
+    /// `max_receives` receives), as the SAM template does; returns the queue's URL.
+    pub async fn create_with_dead_letters(
+        client: &Client,
+        name: &str,
+        max_receives: u32,
+        visibility: Duration,
+    ) -> Result<(String, String), QueueError> {
+        let dlq = client
+            .create_queue()
+            .queue_name(format!("{name}-dlq"))
+            .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let dlq_url = dlq.queue_url().unwrap_or_default().to_string();
+        let attributes = client
+            .get_queue_attributes()
+            .queue_url(&dlq_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let dlq_arn = attributes
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+            .cloned()
+            .unwrap_or_default();
+        let redrive = serde_json::json!({
+            "deadLetterTargetArn": dlq_arn,
+            "maxReceiveCount": max_receives.to_string(),
+        });
+        let queue = client
+            .create_queue()
+            .queue_name(name)
+            .set_attributes(Some(HashMap::from([
+                (QueueAttributeName::RedrivePolicy, redrive.to_string()),
+                (
+                    QueueAttributeName::VisibilityTimeout,
+                    visibility.as_secs().to_string(),
+                ),
+            ])))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok((queue.queue_url().unwrap_or_default().to_string(), dlq_url))
+    }
+}
+
+#[async_trait]
+impl WorkQueue for SqsQueue {
+    async fn send(&self, body: &str) -> Result<(), QueueError> {
+        if body.len() > MAX_MESSAGE_BYTES {
+            return Err(QueueError::TooLarge { size: body.len() });
+        }
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<Received>, QueueError> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(max.clamp(1, 10) as i32)
+            .visibility_timeout(visibility.as_secs().clamp(1, 43_200) as i32)
+            .wait_time_seconds(wait.min(MAX_WAIT).as_secs() as i32)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(out
+            .messages()
+            .iter()
+            .filter_map(|m| {
+                Some(Received {
+                    message_id: m.message_id()?.to_string(),
+                    receipt_handle: m.receipt_handle()?.to_string(),
+                    body: m.body().unwrap_or_default().to_string(),
+                    receive_count: m
+                        .attributes()
+                        .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(1),
+                })
+            })
+            .collect())
+    }
+
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        self.client
+            .delete_message()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+fn unavailable<E: std::error::Error + Send + Sync + 'static>(
+    e: aws_sdk_sqs::error::SdkError<E, aws_smithy_runtime_api::http::Response>,
+) -> QueueError {
+    QueueError::Unavailable(Box::new(e))
+}

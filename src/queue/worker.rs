@@ -1,0 +1,231 @@
+//! A worker: each queued event through the ledger protocol (claim, the bot, its Slack writes as
+//! journaled steps, finish), then the message deleted or left for SQS to hand out again.
+//!
+//! - done, duplicate, failed for good, nothing to do → deleted;
+//! - a live claim elsewhere → left: it comes back after its visibility timeout, when that claim
+//!   has ended one way or the other;
+//! - a transient failure → released and left: SQS's redeliveries are the retry schedule
+//!   (`maxReceiveCount` × the visibility timeout), never shortened here; on the last receive the
+//!   event ends `failed` (retryable, so a redrive from the dead-letter queue takes it again) and
+//!   the message goes to the dead-letter queue;
+//! - a message that is not an event of ours → left, and so dead-lettered for an operator to see.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use super::{QueuedEvent, Received, WorkQueue, QUEUED_EVENT_VERSION};
+use crate::envelope::Envelope;
+use crate::process::{EventDelivery, Outcome, Processor};
+
+/// What to do with a message after its event ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    Delete,
+    /// Left to come back after its visibility timeout (or go to the dead-letter queue).
+    Leave,
+}
+
+pub struct Worker {
+    processor: Arc<Processor>,
+    /// The queue's `maxReceiveCount`: a receive with this count is the message's last.
+    max_receives: u32,
+}
+
+impl Worker {
+    pub fn new(processor: Arc<Processor>, max_receives: u32) -> Self {
+        Self {
+            processor,
+            max_receives,
+        }
+    }
+
+    /// Runs one received message's event. `started`/`now`: when it was received;
+    /// `invocation_deadline`: on Lambda, the lease of every record of the batch.
+    pub async fn handle(
+        &self,
+        message: &Received,
+        now: SystemTime,
+        started: Instant,
+        invocation_deadline: Option<SystemTime>,
+    ) -> Disposition {
+        let queued: QueuedEvent = match serde_json::from_str(&message.body) {
+            Ok(queued) => queued,
+            Err(error) => {
+                tracing::error!(
+                    message_id = message.message_id,
+                    error = %error,
+                    "a message on the work queue is not a queued event: left for the dead-letter queue"
+                );
+                return Disposition::Leave;
+            }
+        };
+        if queued.v != QUEUED_EVENT_VERSION {
+            tracing::error!(
+                message_id = message.message_id,
+                version = queued.v,
+                "a queued event of another format version: left for the dead-letter queue"
+            );
+            return Disposition::Leave;
+        }
+        let callback = match serde_json::from_str::<Envelope>(queued.envelope.get()) {
+            Ok(Envelope::EventCallback(callback)) => callback,
+            Ok(_) => {
+                tracing::warn!(
+                    message_id = message.message_id,
+                    "a queued envelope that is not an event: deleted"
+                );
+                return Disposition::Delete;
+            }
+            Err(error) => {
+                tracing::error!(
+                    message_id = message.message_id,
+                    error = %error,
+                    "a queued envelope that does not parse: left for the dead-letter queue"
+                );
+                return Disposition::Leave;
+            }
+        };
+        let delivery = EventDelivery {
+            retry_num: queued.retry_num,
+            retry_reason: queued.retry_reason.as_deref(),
+            // The receive after which SQS dead-letters the message: no delivery follows.
+            last_chance: message.receive_count >= self.max_receives,
+            now,
+            started,
+            invocation_deadline,
+        };
+        let result = self
+            .processor
+            .run_queued(
+                &callback,
+                &delivery,
+                &message.message_id,
+                message.receive_count,
+            )
+            .await;
+        match result {
+            Ok(Outcome::InProgress) => Disposition::Leave,
+            Ok(_) => Disposition::Delete,
+            Err(_) => Disposition::Leave,
+        }
+    }
+
+    /// Locally: long-polls `queue` until `shutdown`, with at most `concurrency` messages in
+    /// flight, each hidden (and leased) for `lease`; then stops receiving and finishes what it
+    /// holds.
+    pub async fn run_local(
+        self: Arc<Self>,
+        queue: Arc<dyn WorkQueue>,
+        concurrency: usize,
+        lease: Duration,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+        let in_flight = TaskTracker::new();
+        tokio::pin!(shutdown);
+        loop {
+            let first = tokio::select! {
+                slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+                () = &mut shutdown => break,
+            };
+            let mut permits = vec![first];
+            while permits.len() < 10 {
+                match slots.clone().try_acquire_owned() {
+                    Ok(permit) => permits.push(permit),
+                    Err(_) => break,
+                }
+            }
+            let received = tokio::select! {
+                received = queue.receive(permits.len(), lease, super::sqs::MAX_WAIT) => received,
+                () = &mut shutdown => break,
+            };
+            // Each message's visibility timeout started when the long poll handed it out: so
+            // does its lease (the processing margin covers the way back).
+            let (now, started) = (SystemTime::now(), Instant::now());
+            let messages = match received {
+                Ok(messages) => messages,
+                Err(error) => {
+                    tracing::warn!(
+                        error = %crate::process::error_chain(&error),
+                        "receiving from the work queue failed; trying again in 1 s"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        () = &mut shutdown => break,
+                    }
+                }
+            };
+            for (message, permit) in messages.into_iter().zip(permits.drain(..)) {
+                let (worker, queue) = (self.clone(), queue.clone());
+                in_flight.spawn(async move {
+                    let disposition = worker.handle(&message, now, started, None).await;
+                    if disposition == Disposition::Delete {
+                        if let Err(error) = queue.delete(&message.receipt_handle).await {
+                            // Harmless: it comes back and is found done.
+                            tracing::warn!(
+                                message_id = message.message_id,
+                                error = %crate::process::error_chain(&error),
+                                "could not delete a handled message"
+                            );
+                        }
+                    }
+                    drop(permit);
+                });
+            }
+        }
+        tracing::info!("stopped receiving: finishing the messages in flight");
+        in_flight.close();
+        in_flight.wait().await;
+    }
+
+    /// On Lambda: one SQS event batch, its records run concurrently, each leased until the
+    /// invocation's deadline. Only the records to hand out again are reported as failures
+    /// (the event source mapping's ReportBatchItemFailures); the others are deleted by Lambda.
+    pub async fn handle_batch(
+        self: Arc<Self>,
+        event: SqsEvent,
+        invocation_deadline: Option<SystemTime>,
+    ) -> SqsBatchResponse {
+        let (now, started) = (SystemTime::now(), Instant::now());
+        let mut tasks = Vec::with_capacity(event.records.len());
+        for record in event.records {
+            let message_id = record.message_id.clone().unwrap_or_default();
+            let message = Received {
+                message_id: message_id.clone(),
+                receipt_handle: record.receipt_handle.clone().unwrap_or_default(),
+                body: record.body.clone().unwrap_or_default(),
+                receive_count: record
+                    .attributes
+                    .get("ApproximateReceiveCount")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(1),
+            };
+            let worker = self.clone();
+            tasks.push((
+                message_id,
+                tokio::spawn(async move {
+                    worker
+                        .handle(&message, now, started, invocation_deadline)
+                        .await
+                }),
+            ));
+        }
+        let mut response = SqsBatchResponse::default();
+        for (message_id, task) in tasks {
+            let disposition = task.await.unwrap_or_else(|error| {
+                tracing::error!(message_id, error = %error, "a record's task failed");
+                Disposition::Leave
+            });
+            if disposition == Disposition::Leave {
+                response.add_failure(message_id);
+            }
+        }
+        response
+    }
+}

@@ -1,0 +1,399 @@
+//! Deferred mode over the built binary: an ingress that acknowledges once the SQS server (moto,
+//! on 127.0.0.1) holds the event, workers that answer it through DynamoDB Local, the Slack
+//! stand-in. The ledger stays the one arbiter of every copy: Slack's retries, the queue's
+//! at-least-once duplicates, redeliveries after a crash, a redrive from the dead-letter queue.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+
+use crate::helpers::*;
+
+struct Deferred {
+    slack: SlackStandin,
+    dynamodb: String,
+    table: String,
+    ledger: std::sync::Arc<slack_once::ledger::DynamoLedger>,
+    sqs: String,
+    queue: TestQueue,
+    ingress: BotProcess,
+}
+
+impl Deferred {
+    async fn start(max_receives: u32) -> Self {
+        let dynamodb = dynamodb_endpoint();
+        let sqs = sqs_endpoint();
+        let (table, ledger) = fresh_table(&dynamodb).await;
+        let slack = SlackStandin::start().await;
+        let queue = TestQueue::create(&sqs, max_receives).await;
+        let ingress = BotProcess::spawn(&ingress_vars(&queue, &sqs));
+        Self {
+            slack,
+            dynamodb,
+            table,
+            ledger,
+            sqs,
+            queue,
+            ingress,
+        }
+    }
+
+    fn worker(&self, lease_s: u64, max_receives: u32) -> BotProcess {
+        BotProcess::spawn_worker(&worker_vars(
+            &self.slack,
+            &self.dynamodb,
+            &self.table,
+            &self.queue,
+            &self.sqs,
+            lease_s,
+            max_receives,
+        ))
+    }
+
+    async fn status(&self, event_id: &str) -> Option<String> {
+        let item = self.ledger.get_item(event_id).await.unwrap()?;
+        Some(item["status"].as_s().unwrap().clone())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_bot_is_acknowledged_in_milliseconds_and_answered_once_from_the_queue() {
+    let d = Deferred::start(5).await;
+    // Every post takes Slack 5 s: inside Slack's request this would be a retry each time.
+    d.slack
+        .script((0..5).map(|_| Behaviour::Delay(Duration::from_secs(5))));
+    let _worker = d.worker(30, 5);
+    let http = HttpClient::default();
+    let mut slowest = Duration::ZERO;
+    for n in 0..5 {
+        let started = Instant::now();
+        let answer = deliver(
+            &http,
+            &d.ingress.url(),
+            &app_mention(&format!("EvSlow{n}"), "take your time"),
+            None,
+        )
+        .await;
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(
+            (answer.status, answer.outcome().as_str()),
+            (StatusCode::OK, "queued"),
+            "{}",
+            answer.body
+        );
+    }
+    println!("deferred: slowest acknowledgement {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "acknowledged well inside Slack's 3 s"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || d.slack.posted().len() == 5).await,
+        "answered from the queue: {} posts",
+        d.slack.posted().len()
+    );
+    assert!(d.slack.posts_per_event().values().all(|&n| n == 1));
+    for n in 0..5 {
+        assert_eq!(
+            d.status(&format!("EvSlow{n}")).await.as_deref(),
+            Some("done")
+        );
+    }
+    assert!(
+        eventually_async(Duration::from_secs(10), || async {
+            d.queue.depth(&d.queue.url).await == 0
+        })
+        .await,
+        "every message deleted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_event_queued_twice_is_answered_once_and_both_messages_deleted() {
+    let d = Deferred::start(5).await;
+    let http = HttpClient::default();
+    let body = app_mention("EvTwice", "twice");
+    // Slack's original and its retry both reach the ingress: two messages.
+    for retry in [None, Some(1)] {
+        let answer = deliver(&http, &d.ingress.url(), &body, retry).await;
+        assert_eq!(answer.outcome(), "queued");
+    }
+    assert_eq!(d.queue.depth(&d.queue.url).await, 2);
+    // Received together, one finds the other's live claim and is left for its visibility
+    // timeout (the 4 s lease), then found done and deleted.
+    let _worker = d.worker(4, 5);
+    assert!(
+        eventually_async(Duration::from_secs(20), || async {
+            d.queue.depth(&d.queue.url).await == 0
+        })
+        .await,
+        "both messages deleted"
+    );
+    assert_eq!(d.slack.posted().len(), 1);
+    assert_eq!(d.status("EvTwice").await.as_deref(), Some("done"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_events_each_queued_three_times_over_four_workers_are_answered_once() {
+    let events = env_usize("DEFERRED_EVENTS", 200);
+    let d = Deferred::start(5).await;
+    let workers: Vec<BotProcess> = (0..4).map(|_| d.worker(30, 5)).collect();
+    let http = HttpClient::default();
+    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for copy in 0..3u32 {
+        for e in 0..events {
+            let permit = limit.clone().acquire_owned().await.unwrap();
+            let (http, url) = (http.clone(), d.ingress.url());
+            tasks.push(tokio::spawn(async move {
+                let body = app_mention(&format!("EvQ{e:04}"), "storm");
+                let answer = deliver(&http, &url, &body, (copy > 0).then_some(copy)).await;
+                drop(permit);
+                answer.outcome()
+            }));
+        }
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), "queued");
+    }
+    let queued_in = started.elapsed();
+    assert!(
+        eventually(Duration::from_secs(120), || d.slack.posted().len()
+            >= events)
+        .await,
+        "answered {} of {events}",
+        d.slack.posted().len()
+    );
+    assert!(
+        eventually_async(Duration::from_secs(60), || async {
+            d.queue.depth(&d.queue.url).await == 0
+        })
+        .await,
+        "every message deleted"
+    );
+    let per_event = d.slack.posts_per_event();
+    let doubles = per_event.values().filter(|&&n| n > 1).count();
+    println!(
+        "deferred storm: {events} events x 3 copies queued in {:.1} s, answered by 4 workers in {:.1} s; doubles {doubles}",
+        queued_in.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(doubles, 0);
+    assert_eq!(per_event.len(), events);
+    drop(workers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_post_is_taken_over_after_the_visibility_timeout_with_one_reply() {
+    let d = Deferred::start(5).await;
+    // Slack posts, and the answer never comes back: then the worker dies.
+    d.slack.script([Behaviour::PostThenHang]);
+    let mut a = d.worker(3, 5);
+    let http = HttpClient::default();
+    let answer = deliver(&http, &d.ingress.url(), &app_mention("EvKilled", "x"), None).await;
+    assert_eq!(answer.outcome(), "queued");
+    assert!(eventually(Duration::from_secs(20), || !d.slack.received().is_empty()).await);
+    a.kill();
+    let b = d.worker(3, 5);
+    let started = Instant::now();
+    assert!(
+        eventually_async(Duration::from_secs(30), || async {
+            d.status("EvKilled").await.as_deref() == Some("done")
+        })
+        .await,
+        "taken over:\n{}",
+        b.log()
+    );
+    println!("deferred: taken over after {:?}", started.elapsed());
+    assert_eq!(
+        d.slack.posted().len(),
+        1,
+        "found in Slack, not posted again"
+    );
+    assert_eq!(d.slack.lookup_queries().len(), 1);
+    assert!(b.log().contains("recovered"), "{}", b.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_down_longer_than_its_whole_retry_schedule_is_still_answered_once_from_the_queue() {
+    // Scaled: Slack's own schedule (original + 3 retries over ~6 min) becomes 2.6 s here, as
+    // in faults.rs; the queue's is 8 receives x a 2 s visibility timeout = 16 s.
+    let d = Deferred::start(8).await;
+    d.slack.outage(Duration::from_secs(7));
+    let worker = d.worker(2, 8);
+    let http = HttpClient::default();
+    let started = Instant::now();
+    let answer = deliver(&http, &d.ingress.url(), &app_mention("EvOutage", "x"), None).await;
+    assert_eq!(answer.outcome(), "queued");
+    assert!(
+        eventually_async(Duration::from_secs(30), || async {
+            d.status("EvOutage").await.as_deref() == Some("done")
+        })
+        .await,
+        "answered after the outage:\n{}",
+        worker.log()
+    );
+    let attempts = d.slack.received().len();
+    println!(
+        "deferred: Slack down 7 s, answered after {:.1} s and {attempts} post attempts",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(attempts >= 3, "the queue redelivered through the outage");
+    assert_eq!(d.slack.posted().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_always_fails_is_dead_lettered_failed_and_a_redrive_answers_it() {
+    let d = Deferred::start(3).await;
+    d.slack.outage(Duration::from_secs(3600));
+    let worker = d.worker(1, 3);
+    let http = HttpClient::default();
+    let answer = deliver(&http, &d.ingress.url(), &app_mention("EvDead", "x"), None).await;
+    assert_eq!(answer.outcome(), "queued");
+    assert!(
+        eventually_async(Duration::from_secs(30), || async {
+            d.status("EvDead").await.as_deref() == Some("failed")
+        })
+        .await,
+        "{}",
+        worker.log()
+    );
+    let item = d.ledger.get_item("EvDead").await.unwrap().unwrap();
+    assert_eq!(item["error"].as_s().unwrap(), "http_500");
+    assert_eq!(item["retryable"].as_bool().unwrap(), &true);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let dead = loop {
+        let dead = d.queue.dead_letters().await;
+        if !dead.is_empty() || Instant::now() > deadline {
+            break dead;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        dead.len(),
+        1,
+        "moved to the dead-letter queue after 3 receives"
+    );
+    assert_eq!(d.slack.posted().len(), 0);
+    assert_eq!(d.slack.received().len(), 3, "one post attempt per receive");
+
+    // Slack is back; an operator redrives the message.
+    d.slack.outage(Duration::ZERO);
+    d.queue
+        .client
+        .send_message()
+        .queue_url(&d.queue.url)
+        .message_body(&dead[0])
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        eventually_async(Duration::from_secs(20), || async {
+            d.status("EvDead").await.as_deref() == Some("done")
+        })
+        .await,
+        "the redriven event is answered:\n{}",
+        worker.log()
+    );
+    assert_eq!(d.slack.posted().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ingress_answers_503_when_the_queue_does_not_take_the_event() {
+    // A queue URL where nothing listens: the send fails within Slack's window.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut vars = dynamodb_env("http://127.0.0.1:9");
+    vars.extend([
+        ("AWS_ENDPOINT_URL_SQS", format!("http://{closed}")),
+        (
+            "WORK_QUEUE_URL",
+            format!("http://{closed}/123456789012/nowhere"),
+        ),
+    ]);
+    let ingress = BotProcess::spawn(&vars);
+    let http = HttpClient::default();
+    let started = Instant::now();
+    let answer = deliver(&http, &ingress.url(), &app_mention("EvNoQueue", "x"), None).await;
+    assert_eq!(
+        (answer.status, answer.json()["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("queue_unavailable")),
+        "{}",
+        answer.body
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "inside Slack's window"
+    );
+    // What needs no worker is still answered by the ingress itself.
+    let challenge = deliver(
+        &http,
+        &ingress.url(),
+        r#"{"token":"t","challenge":"c-1","type":"url_verification"}"#,
+        None,
+    )
+    .await;
+    assert_eq!(challenge.json()["challenge"], "c-1");
+    let own = deliver(
+        &http,
+        &ingress.url(),
+        &direct_message("EvOwnQ", BOT_USER, "me"),
+        None,
+    )
+    .await;
+    assert_eq!(own.outcome(), "skipped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_request_never_reaches_the_queue() {
+    let d = Deferred::start(5).await;
+    let http = HttpClient::default();
+    let body = app_mention("EvForgedQ", "x");
+    let headers = signed_headers("not-the-secret", now_unix(), body.as_bytes());
+    let answer = http
+        .request("POST", &d.ingress.url(), &headers, body.into_bytes())
+        .await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(d.queue.depth(&d.queue.url).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_worker_receiving_and_it_finishes_what_it_holds() {
+    let d = Deferred::start(5).await;
+    d.slack.script([Behaviour::Delay(Duration::from_secs(2))]);
+    let mut worker = d.worker(30, 5);
+    let http = HttpClient::default();
+    deliver(&http, &d.ingress.url(), &app_mention("EvTermQ", "x"), None).await;
+    assert!(eventually(Duration::from_secs(20), || !d.slack.received().is_empty()).await);
+    let started = Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &worker.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || {
+        let code = worker.child.wait().unwrap();
+        (code, worker.log())
+    })
+    .await
+    .unwrap();
+    assert_eq!(exit.0.code(), Some(0), "{}", exit.1);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no long poll waited out"
+    );
+    assert_eq!(d.slack.posted().len(), 1);
+    assert_eq!(d.status("EvTermQ").await.as_deref(), Some("done"));
+    assert_eq!(d.queue.depth(&d.queue.url).await, 0, "handled and deleted");
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
