@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use http::HeaderMap;
-use slack_once::bot::ReferenceBot;
+use slack_once::app::reference_app;
 use slack_once::config::{Config, Secret, SigningSecrets};
 use slack_once::envelope::Envelope;
 use slack_once::ledger::MemoryLedger;
@@ -81,12 +81,7 @@ fn router(c: &mut Criterion) {
         .flatten()
         .collect();
         let config = Config::from_lookup(|k| vars.get(k).cloned()).unwrap();
-        Application::with_parts(
-            config,
-            Arc::new(MemoryLedger::new()),
-            Arc::new(ReferenceBot),
-        )
-        .router()
+        Application::with_parts(config, Arc::new(MemoryLedger::new()), reference_app()).router()
     };
     let counter = AtomicUsize::new(0);
     let request = |body: &str| {

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slack_once::bot::ReferenceBot;
+use slack_once::app::reference_app;
 use slack_once::config::Config;
 use slack_once::ledger::{DynamoLedger, MemoryLedger};
 use slack_once::Application;
@@ -280,12 +280,8 @@ async fn warm_in_process(slack: Option<&SlackStub>, n: usize, prefix: &str) -> L
         vars.insert("SLACK_API_URL", slack.base_url.clone());
     }
     let config = Config::from_lookup(|k| vars.get(k).cloned()).unwrap();
-    let router = Application::with_parts(
-        config,
-        Arc::new(MemoryLedger::new()),
-        Arc::new(ReferenceBot),
-    )
-    .router();
+    let router =
+        Application::with_parts(config, Arc::new(MemoryLedger::new()), reference_app()).router();
     let mut lat = Vec::with_capacity(n);
     for i in 0..n {
         let body = app_mention(&format!("{prefix}{i}"));

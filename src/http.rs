@@ -189,7 +189,9 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
                     "queue_unavailable",
                     "the work queue did not take the event; retry later",
                 ),
-                ProcessError::Bot(_) | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {
+                ProcessError::Bot(_)
+                | ProcessError::Nondeterministic(_)
+                | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {
                     json(status, "internal_error", "internal error")
                 }
             };
@@ -216,9 +218,9 @@ pub fn status_of(error: &ProcessError) -> StatusCode {
         ProcessError::Queue(QueueError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
         ProcessError::Slack(_) => StatusCode::BAD_GATEWAY,
         ProcessError::Deadline => StatusCode::GATEWAY_TIMEOUT,
-        ProcessError::Bot(_) | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
+        ProcessError::Bot(_)
+        | ProcessError::Nondeterministic(_)
+        | ProcessError::Ledger(LedgerError::NotOwner { .. }) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

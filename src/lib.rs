@@ -1,7 +1,7 @@
 //! slack-once: a Slack Events API bot that answers every event exactly once, however many
 //! copies of it arrive, by passing each event through one ledger (DynamoDB in production).
 
-pub mod bot;
+pub mod app;
 pub mod config;
 pub mod envelope;
 #[doc(hidden)]
@@ -10,6 +10,7 @@ pub mod http;
 pub mod ledger;
 pub mod process;
 pub mod queue;
+mod run;
 pub mod server;
 pub mod sign;
 pub mod signature;
@@ -21,7 +22,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
-use crate::bot::{Bot, ReferenceBot};
+use crate::app::{reference_app, App};
 use crate::config::{Config, Role};
 use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
 use crate::process::{Processor, Settings};
@@ -30,10 +31,11 @@ use crate::queue::worker::Worker;
 use crate::queue::{SqsQueue, WorkQueue};
 use crate::slack::SlackClient;
 
+pub use crate::run::{run, serve};
 pub use crate::server::LocalServer;
 
-/// The wired application: configuration, ledger, Slack client, work queue and bot, built once
-/// per process.
+/// The wired application: configuration, ledger, Slack client, work queue and the bot's
+/// [`App`], built once per process.
 pub struct Application {
     config: Config,
     processor: Arc<Processor>,
@@ -44,11 +46,11 @@ impl Application {
     /// Wires the configured ledger (DynamoDB when `DEDUP_TABLE` is set, else in memory), the
     /// work queue (deferred mode, when `WORK_QUEUE_URL` is set) and the reference bot.
     pub async fn build(config: Config) -> Self {
-        Self::build_with_bot(config, Arc::new(ReferenceBot)).await
+        Self::build_with_app(config, reference_app()).await
     }
 
-    /// As [`Application::build`], with your own bot.
-    pub async fn build_with_bot(config: Config, bot: Arc<dyn Bot>) -> Self {
+    /// As [`Application::build`], with your own [`App`].
+    pub async fn build_with_app(config: Config, app: App) -> Self {
         let ledger: Arc<dyn Ledger> = match &config.dedup_table {
             Some(table) => {
                 tracing::info!(table = %table, "ledger: DynamoDB");
@@ -72,19 +74,19 @@ impl Application {
             }
             _ => None,
         };
-        Self::with_queue(config, ledger, bot, queue)
+        Self::with_queue(config, ledger, app, queue)
     }
 
-    /// Wires a given ledger and bot: the seam for tests and for users' own bots.
-    pub fn with_parts(config: Config, ledger: Arc<dyn Ledger>, bot: Arc<dyn Bot>) -> Self {
-        Self::with_queue(config, ledger, bot, None)
+    /// Wires a given ledger and app: the seam for tests.
+    pub fn with_parts(config: Config, ledger: Arc<dyn Ledger>, app: App) -> Self {
+        Self::with_queue(config, ledger, app, None)
     }
 
     /// As [`Application::with_parts`], with the ingress's work queue (deferred mode).
     pub fn with_queue(
         config: Config,
         ledger: Arc<dyn Ledger>,
-        bot: Arc<dyn Bot>,
+        app: App,
         queue: Option<Arc<dyn WorkQueue>>,
     ) -> Self {
         let slack = SlackClient::new(config.slack_api_url.clone(), config.bot_token.clone());
@@ -93,7 +95,7 @@ impl Application {
             lease: config.lease,
             version: config.function_version.clone(),
         };
-        let mut processor = Processor::new(ledger, slack, bot, settings);
+        let mut processor = Processor::new(ledger, slack, Arc::new(app), settings);
         if let Some(secrets) = config.signing_secrets.clone() {
             processor = processor.with_secrets(secrets);
         }

@@ -15,18 +15,15 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::bot::{Bot, BotError, Reply};
+use crate::app::{App, BotError, Ctx, Error as StepError, Steps, Tally};
 use crate::config::SigningSecrets;
-use crate::envelope::{Envelope, EventCallback, SkipReason};
+use crate::envelope::{Envelope, EventCallback, EventId, SkipReason};
 use crate::ledger::{
     Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
-    StepRecord,
 };
 use crate::queue::{QueueError, QueuedEvent, WorkQueue, QUEUED_EVENT_VERSION};
 use crate::signature::{self, SignatureError};
-use crate::slack::{
-    Delivered, PostMessage, ReplyQuery, SlackClient, SlackError, REPLY_METADATA_TYPE,
-};
+use crate::slack::{SlackClient, SlackError};
 
 pub const RETRY_NUM_HEADER: &str = "x-slack-retry-num";
 pub const RETRY_REASON_HEADER: &str = "x-slack-retry-reason";
@@ -82,8 +79,10 @@ pub enum Outcome {
     /// This delivery took the event over and found the earlier claim's reply already in Slack:
     /// marked done without posting again.
     Recovered,
-    /// This delivery claimed the event; the bot had nothing to say.
+    /// This delivery claimed the event; its listeners wrote nothing to Slack.
     NoReply,
+    /// No listener takes this event: acknowledged, never claimed.
+    NoListener,
     /// The event was answered already.
     Duplicate,
     /// Slack refused the reply with an error no retry can fix (`code`): the event is marked
@@ -126,6 +125,7 @@ impl ProcessError {
                 format!("{prefix}{kind}")
             }
             ProcessError::Bot(_) => "bot_failed".into(),
+            ProcessError::Nondeterministic(_) => "nondeterministic_listener".into(),
             ProcessError::Deadline => "deadline_exceeded".into(),
             ProcessError::Queue(_) => "queue_unavailable".into(),
         }
@@ -139,6 +139,7 @@ impl Outcome {
             Outcome::Answered { .. } => "answered",
             Outcome::Recovered => "recovered",
             Outcome::NoReply => "no_reply",
+            Outcome::NoListener => "no_listener",
             Outcome::Duplicate => "duplicate",
             Outcome::Failed { .. } => "failed",
             Outcome::AlreadyFailed => "already_failed",
@@ -163,8 +164,10 @@ pub enum ProcessError {
     Slack(#[source] SlackError),
     #[error("an earlier claim may have posted and Slack could not be asked (claim released)")]
     LookupUnavailable(#[source] SlackError),
-    #[error("the bot failed (claim released)")]
+    #[error("a listener failed (claim released)")]
     Bot(#[source] BotError),
+    #[error("a listener made other writes than when it first ran")]
+    Nondeterministic(#[source] BotError),
     #[error("the processing deadline passed before the reply was posted")]
     Deadline,
     #[error("the event could not be put on the work queue")]
@@ -177,7 +180,7 @@ pub struct Processor {
     secrets: Option<SigningSecrets>,
     ledger: Arc<dyn Ledger>,
     slack: SlackClient,
-    bot: Arc<dyn Bot>,
+    app: Arc<App>,
     /// Deferred mode: verified events go to this queue instead of being run here.
     queue: Option<Arc<dyn WorkQueue>>,
     ttl: Duration,
@@ -200,14 +203,14 @@ impl Processor {
     pub fn new(
         ledger: Arc<dyn Ledger>,
         slack: SlackClient,
-        bot: Arc<dyn Bot>,
+        app: Arc<App>,
         settings: Settings,
     ) -> Self {
         Self {
             secrets: None,
             ledger,
             slack,
-            bot,
+            app,
             queue: None,
             ttl: settings.ttl,
             lease: settings.lease,
@@ -234,6 +237,7 @@ impl Processor {
         let span = tracing::info_span!(
             "event",
             event_id = tracing::field::Empty,
+            key = tracing::field::Empty,
             team = tracing::field::Empty,
             retry_num,
             retry_reason = tracing::field::Empty,
@@ -252,7 +256,7 @@ impl Processor {
     /// Slack's retry number, the message and its receive count, and the outcome.
     pub async fn run_queued(
         &self,
-        callback: &EventCallback,
+        callback: &Arc<EventCallback>,
         delivery: &EventDelivery<'_>,
         message_id: &str,
         receive_count: u32,
@@ -260,6 +264,7 @@ impl Processor {
         let span = tracing::info_span!(
             "queued_event",
             event_id = tracing::field::Empty,
+            key = tracing::field::Empty,
             team = tracing::field::Empty,
             retry_num = delivery.retry_num,
             retry_reason = tracing::field::Empty,
@@ -296,6 +301,7 @@ impl Processor {
             }
             Envelope::Unknown => Ok(Outcome::Ignored),
             Envelope::EventCallback(callback) => {
+                let callback: Arc<EventCallback> = Arc::from(callback);
                 let retry_reason = header_str(delivery.headers, RETRY_REASON_HEADER)
                     .filter(|r| r.len() <= 64 && r.bytes().all(|b| b.is_ascii_graphic()));
                 if let Some(queue) = &self.queue {
@@ -335,7 +341,7 @@ impl Processor {
     async fn enqueue(
         &self,
         queue: &dyn WorkQueue,
-        callback: &EventCallback,
+        callback: &Arc<EventCallback>,
         delivery: &Delivery<'_>,
         retry_num: Option<u32>,
         retry_reason: Option<&str>,
@@ -348,6 +354,10 @@ impl Processor {
         if let Some(reason) = callback.skip_reason() {
             tracing::debug!(reason = reason.as_str(), "not answering this event");
             return Ok(Outcome::Skipped(reason));
+        }
+        if !self.app.takes(callback) {
+            tracing::debug!(kind = %callback.event.kind, "no listener takes this event: not queued");
+            return Ok(Outcome::NoListener);
         }
         // The body parsed as JSON, so it is UTF-8 and a valid raw value.
         let envelope = std::str::from_utf8(delivery.body)
@@ -377,11 +387,11 @@ impl Processor {
         }
     }
 
-    /// The protocol for one verified event, shared by every path that runs one: skip → claim
-    /// → work (the bot, then its Slack writes as journaled steps) → finish.
+    /// The protocol for one verified event, shared by every path that runs one: skip → route
+    /// to the listeners → claim → run them (their Slack writes as journaled steps) → finish.
     pub async fn run_event(
         &self,
-        callback: &EventCallback,
+        callback: &Arc<EventCallback>,
         delivery: &EventDelivery<'_>,
     ) -> Result<Outcome, ProcessError> {
         let span = tracing::Span::current();
@@ -396,6 +406,11 @@ impl Processor {
             tracing::debug!(reason = reason.as_str(), "not answering this event");
             return Ok(Outcome::Skipped(reason));
         }
+        let route = self.app.route(callback);
+        if route.runs.is_empty() {
+            tracing::debug!(kind = %callback.event.kind, "no listener takes this event: not claimed");
+            return Ok(Outcome::NoListener);
+        }
         let Some(times) = Times::new(delivery, self.lease) else {
             tracing::warn!(
                 deadline_ms = delivery.invocation_deadline.map(unix_ms),
@@ -404,35 +419,80 @@ impl Processor {
             );
             return Err(ProcessError::Deadline);
         };
+        let keys = LedgerKeys::of(callback, route.per_event_id);
+        if keys.primary != callback.event_id {
+            span.record("key", keys.primary.as_str());
+        }
         let owner = OwnerToken::random();
-        let (attempt, journal) = match self.claim(callback, delivery, &times, &owner).await? {
+        let (attempt, journal) = match self
+            .claim(&keys.primary, callback, delivery, &times, &owner)
+            .await?
+        {
             Claimed::Acquired { attempt, journal } => (attempt, journal),
             Claimed::Ended(outcome) => return Ok(outcome),
         };
-        let mut run = ClaimRun {
-            held: Held {
-                event_id: &callback.event_id,
-                owner: &owner,
-            },
-            attempt,
-            journal,
-            next_step: 1,
-            unrecorded: None,
-            last_chance: delivery.last_chance,
-            times: &times,
+        let aliases = match self
+            .claim_aliases(&keys, callback, delivery, &times, &owner)
+            .await
+        {
+            Ok(aliases) => aliases,
+            Err(ended) => return ended,
         };
-        let worked =
-            match tokio::time::timeout_at(times.work_deadline, self.work(&mut run, callback)).await
-            {
-                Ok(result) => result,
-                Err(_) => Err(ProcessError::Deadline),
-            };
-        self.finish(&mut run, worked).await
+
+        let ctx = Ctx::new(
+            callback.clone(),
+            self.slack.clone(),
+            times.work_deadline,
+            self.version.clone(),
+            Steps {
+                ledger: self.ledger.clone(),
+                key: keys.primary.clone(),
+                owner: owner.clone(),
+                attempt,
+                journal,
+                next: 1,
+                unrecorded: None,
+                last_chance: delivery.last_chance,
+                closed: false,
+                tally: Tally::default(),
+                now_ms: times.now_ms,
+                started: times.started,
+            },
+        );
+        let work = async {
+            for (name, run) in route.runs {
+                if let Err(error) = run(ctx.clone()).await {
+                    return Err(listener_failed(&name, error));
+                }
+            }
+            Ok(())
+        };
+        let worked = match tokio::time::timeout_at(times.work_deadline, work).await {
+            Ok(result) => result,
+            Err(_) => Err(ProcessError::Deadline),
+        };
+        let (settled, tally) = ctx.close().await;
+        let held = Held {
+            event_id: &keys.primary,
+            owner: &owner,
+        };
+        self.finish(
+            held,
+            &aliases,
+            attempt,
+            delivery.last_chance,
+            &times,
+            worked,
+            settled,
+            tally,
+        )
+        .await
     }
 
-    /// Claims the event in the ledger, within the processing deadline.
+    /// Claims `key` in the ledger, within the processing deadline.
     async fn claim(
         &self,
+        key: &EventId,
         callback: &EventCallback,
         delivery: &EventDelivery<'_>,
         times: &Times,
@@ -440,7 +500,7 @@ impl Processor {
     ) -> Result<Claimed, ProcessError> {
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
         let request = ClaimRequest {
-            event_id: &callback.event_id,
+            event_id: key,
             owner,
             now_ms: times.now_ms,
             lease_until_ms: times.lease_until_ms,
@@ -456,12 +516,13 @@ impl Processor {
         match claim {
             Claim::AlreadyDone => Ok(Claimed::Ended(Outcome::Duplicate)),
             Claim::AlreadyFailed { error } => {
-                tracing::info!(error, "this event ended failed already: not answering");
+                tracing::info!(error, key = %key, "this event ended failed already: not answering");
                 Ok(Claimed::Ended(Outcome::AlreadyFailed))
             }
             Claim::InProgress { lease_until_ms } => {
                 tracing::info!(
                     lease_until_ms,
+                    key = %key,
                     "another delivery holds a live claim: not answering"
                 );
                 Ok(Claimed::Ended(Outcome::InProgress))
@@ -470,6 +531,7 @@ impl Processor {
                 if attempt > 1 {
                     tracing::info!(
                         attempt,
+                        key = %key,
                         steps_recorded = journal.len(),
                         "taking over an event whose earlier claim expired or was released"
                     );
@@ -479,203 +541,110 @@ impl Processor {
         }
     }
 
-    /// The bot decides; its reply is step 1.
-    async fn work(
+    /// Claims the message's other identities (its `client_msg_id`) with the same owner. A copy
+    /// of the message under another `ts` that was answered, failed or is being answered ends
+    /// this delivery as a duplicate or in progress (`Err` carries the result, the primary
+    /// claim already finished or released).
+    async fn claim_aliases(
         &self,
-        run: &mut ClaimRun<'_>,
+        keys: &LedgerKeys,
         callback: &EventCallback,
-    ) -> Result<Worked, ProcessError> {
-        let reply = self
-            .bot
-            .respond(callback)
-            .await
-            .map_err(ProcessError::Bot)?;
-        let Some(reply) = reply else {
-            return Ok(Worked::NothingToSay);
-        };
-        let event = &callback.event;
-        let event_time = callback.event_time.map(|t| t.to_string());
-        let oldest = event
-            .ts
-            .as_deref()
-            .or(event.event_ts.as_deref())
-            .or(event_time.as_deref());
-        self.post_step(run, callback, reply, oldest).await
-    }
-
-    /// One post as a journaled step: its intent is recorded before the call, so a later claim
-    /// looks in Slack only where this one may have posted.
-    async fn post_step(
-        &self,
-        run: &mut ClaimRun<'_>,
-        callback: &EventCallback,
-        reply: Reply,
-        oldest: Option<&str>,
-    ) -> Result<Worked, ProcessError> {
-        let step = run.next_step;
-        run.next_step += 1;
-        let earlier = run.journal.get(&step).cloned();
-        match &earlier {
-            Some(StepRecord::Done { .. }) => {
-                tracing::info!(step, "the reply is recorded done by an earlier claim");
-                return Ok(Worked::FoundEarlierReply);
-            }
-            Some(StepRecord::Intent { attempt }) => {
-                // An earlier claim was about to post this step and never recorded how it went.
-                let query = ReplyQuery {
-                    channel: &reply.channel,
-                    thread_ts: reply.thread_ts.as_deref(),
-                    oldest,
-                    event_id: callback.event_id.as_str(),
-                    step,
+        delivery: &EventDelivery<'_>,
+        times: &Times,
+        owner: &OwnerToken,
+    ) -> Result<Vec<EventId>, Result<Outcome, ProcessError>> {
+        let mut held = Vec::new();
+        for alias in &keys.aliases {
+            let found = self.claim(alias, callback, delivery, times, owner).await;
+            let (to, ended) = match found {
+                Ok(Claimed::Acquired { .. }) => {
+                    held.push(alias.clone());
+                    continue;
+                }
+                Ok(Claimed::Ended(Outcome::Duplicate)) => (Finish::Done, Ok(Outcome::Duplicate)),
+                Ok(Claimed::Ended(Outcome::AlreadyFailed)) => (
+                    Finish::Failed {
+                        error: format!("failed as {alias}"),
+                        retryable: false,
+                    },
+                    Ok(Outcome::AlreadyFailed),
+                ),
+                Ok(Claimed::Ended(other)) => (Finish::Released, Ok(other)),
+                Err(error) => (Finish::Released, Err(error)),
+            };
+            let now_ms = times.now_ms + times.started.elapsed().as_millis() as u64;
+            for key in std::iter::once(&keys.primary).chain(&held) {
+                let held = Held {
+                    event_id: key,
+                    owner,
                 };
-                match self.slack.find_reply(&query, run.times.work_deadline).await {
-                    Ok(Some(ts)) => {
-                        tracing::info!(
-                            ts,
-                            step,
-                            earlier_attempt = attempt,
-                            "an earlier claim's reply is already in Slack: not posting again"
-                        );
-                        run.unrecorded = Some(Settled::Done {
-                            step,
-                            result: posted_result(Some(&ts)),
-                        });
-                        return Ok(Worked::FoundEarlierReply);
-                    }
-                    Ok(None) => tracing::info!(
-                        step,
-                        earlier_attempt = attempt,
-                        "the earlier claim's reply is not in Slack: posting"
-                    ),
-                    Err(error) if run.last_chance => tracing::warn!(
-                        error = %error_chain(&error),
-                        step,
-                        "could not look for an earlier claim's reply, and no delivery follows \
-                         this one: posting (it may be a second answer)"
-                    ),
-                    Err(error) => {
-                        tracing::warn!(
-                            error = %error_chain(&error),
-                            step,
-                            "could not look for an earlier claim's reply: releasing, so a later \
-                             delivery looks again rather than risk a second answer"
-                        );
-                        return Err(ProcessError::LookupUnavailable(error));
-                    }
+                let write = self.ledger.finish(held, &to, None, now_ms);
+                if let Err(e) = before(times.finish_deadline, write).await {
+                    tracing::warn!(error = e, key = %key, "could not end the claim");
                 }
             }
-            None => {}
+            return Err(ended);
         }
-
-        // The intent, conditioned on the owner: no post without a claim still held.
-        let intent = run.begin_step(&*self.ledger, step).await;
-        if let Err(error) = intent {
-            if earlier.is_none() {
-                // Nothing was posted: should the intent have been written after all, a later
-                // claim need not look.
-                run.unrecorded = Some(Settled::NotDone { step });
-            }
-            return Err(error);
-        }
-        let message = PostMessage {
-            channel: reply.channel,
-            text: reply.text,
-            thread_ts: reply.thread_ts,
-            metadata: Some(serde_json::json!({
-                "event_type": REPLY_METADATA_TYPE,
-                "event_payload": {
-                    "event_id": callback.event_id.as_str(),
-                    "step": step,
-                    "attempt": run.attempt,
-                    "version": self.version,
-                },
-            })),
-        };
-        match self
-            .slack
-            .post_message(&message, run.times.work_deadline)
-            .await
-        {
-            Ok(delivered) => {
-                let ts = match &delivered {
-                    Delivered::Posted { ts } => ts.as_deref(),
-                    Delivered::Logged => None,
-                };
-                run.unrecorded = Some(Settled::Done {
-                    step,
-                    result: posted_result(ts),
-                });
-                Ok(Worked::Posted)
-            }
-            Err(error) => {
-                if !error.may_have_posted() && earlier.is_none() {
-                    // Certainly not posted, and no earlier claim tried: no one need look.
-                    run.unrecorded = Some(Settled::NotDone { step });
-                }
-                Err(match error {
-                    SlackError::Timeout => ProcessError::Deadline,
-                    e => ProcessError::Slack(e),
-                })
-            }
-        }
+        Ok(held)
     }
 
-    /// Ends the claim: done after the work, `failed` after an error no retry can fix,
-    /// released after any other failure. The finishing write carries the last step's result
-    /// and must end before the lease (on Lambda: early enough to return the answer).
+    /// Ends the claim (and its aliases): done after the work, `failed` after an error no retry
+    /// can fix, released after any other failure (`failed`, retryable, when no delivery
+    /// follows). The finishing write carries the last step's result and must end before the
+    /// lease (on Lambda: early enough to return the answer).
+    #[allow(clippy::too_many_arguments)]
     async fn finish(
         &self,
-        run: &mut ClaimRun<'_>,
-        worked: Result<Worked, ProcessError>,
+        held: Held<'_>,
+        aliases: &[EventId],
+        attempt: u32,
+        last_chance: bool,
+        times: &Times,
+        worked: Result<(), ProcessError>,
+        settled: Option<Settled>,
+        tally: Tally,
     ) -> Result<Outcome, ProcessError> {
-        let now_ms = run.times.now_ms + run.times.started.elapsed().as_millis() as u64;
-        let settled = run.unrecorded.take();
-        match worked {
-            Ok(worked) => {
-                let complete =
-                    self.ledger
-                        .finish(run.held, &Finish::Done, settled.as_ref(), now_ms);
-                if let Err(error) = before(run.times.finish_deadline, complete).await {
-                    // The reply is out: answer 2xx all the same so Slack stops redelivering.
-                    tracing::error!(
-                        error,
-                        "the reply is out but the event could not be marked done; a copy \
-                         arriving after the lease takes over and looks in Slack first"
-                    );
-                }
-                Ok(match worked {
-                    Worked::Posted => Outcome::Answered {
-                        attempt: run.attempt,
-                    },
-                    Worked::FoundEarlierReply => Outcome::Recovered,
-                    Worked::NothingToSay => Outcome::NoReply,
-                })
-            }
+        let now_ms = times.now_ms + times.started.elapsed().as_millis() as u64;
+        let (to, result) = match worked {
+            Ok(()) => (
+                Finish::Done,
+                Ok(if tally.made > 0 {
+                    Outcome::Answered { attempt }
+                } else if tally.settled > 0 {
+                    Outcome::Recovered
+                } else {
+                    Outcome::NoReply
+                }),
+            ),
             Err(ProcessError::Slack(error)) if error.is_permanent() => {
                 let code = error.code().unwrap_or("unknown_error").to_string();
                 tracing::error!(
                     slack_error = code.as_str(),
-                    "Slack refused the reply with an error no retry can fix: the event ends \
+                    "Slack refused a write with an error no retry can fix: the event ends \
                      failed, and no copy of it is answered"
                 );
-                let failed = Finish::Failed {
-                    error: code.clone(),
-                    retryable: false,
-                };
-                let write = self
-                    .ledger
-                    .finish(run.held, &failed, settled.as_ref(), now_ms);
-                match before(run.times.finish_deadline, write).await {
-                    Ok(()) => Ok(Outcome::Failed { code }),
-                    Err(e) => {
-                        tracing::warn!(
-                            error = e,
-                            "could not mark the event failed: releasing it to the next copy"
-                        );
-                        Err(ProcessError::Slack(error))
-                    }
-                }
+                (
+                    Finish::Failed {
+                        error: code.clone(),
+                        retryable: false,
+                    },
+                    Ok(Outcome::Failed { code }),
+                )
+            }
+            Err(ProcessError::Nondeterministic(error)) => {
+                tracing::error!(
+                    error = %error,
+                    "the listener made other writes than when it first ran: the event ends \
+                     failed (a listener's writes must be the same each time it runs)"
+                );
+                let code = "nondeterministic_listener".to_string();
+                (
+                    Finish::Failed {
+                        error: code.clone(),
+                        retryable: false,
+                    },
+                    Ok(Outcome::Failed { code }),
+                )
             }
             Err(error) => {
                 let ambiguous = match &error {
@@ -685,13 +654,13 @@ impl Processor {
                 };
                 if ambiguous {
                     tracing::warn!(
-                        "it is unknown whether the reply was posted; releasing: the next \
-                         delivery takes over and looks in Slack before posting"
+                        "it is unknown whether the last write reached Slack; releasing: the next \
+                         delivery takes over and looks in Slack before writing again"
                     );
                 }
                 // No delivery follows: the event ends failed, and says why. Not for good: a
                 // copy redriven from a dead-letter queue may claim it again.
-                let to = if run.last_chance {
+                let to = if last_chance {
                     tracing::error!(
                         error = %error_chain(&error),
                         failure = error.failure_code(),
@@ -704,15 +673,129 @@ impl Processor {
                 } else {
                     Finish::Released
                 };
-                let write = self.ledger.finish(run.held, &to, settled.as_ref(), now_ms);
-                if let Err(e) = before(run.times.finish_deadline, write).await {
-                    tracing::warn!(
-                        error = e,
-                        "could not release the claim: the next copy waits for the lease to end"
-                    );
-                }
-                Err(error)
+                (to, Err(error))
             }
+        };
+        let write = self.ledger.finish(held, &to, settled.as_ref(), now_ms);
+        let written = before(times.finish_deadline, write).await;
+        for alias in aliases {
+            let held = Held {
+                event_id: alias,
+                owner: held.owner,
+            };
+            if let Err(e) = before(
+                times.finish_deadline,
+                self.ledger.finish(held, &to, None, now_ms),
+            )
+            .await
+            {
+                tracing::warn!(error = e, key = %alias, "could not end the claim of the message's alias");
+            }
+        }
+        match (written, to, result) {
+            (Ok(()), _, result) => result,
+            (Err(e), Finish::Done, result) => {
+                // The writes are out: answer 2xx all the same so Slack stops redelivering.
+                tracing::error!(
+                    error = e,
+                    "the event's writes are out but it could not be marked done; a copy arriving \
+                     after the lease takes over and looks in Slack first"
+                );
+                result
+            }
+            (
+                Err(e),
+                Finish::Failed {
+                    retryable: false, ..
+                },
+                _,
+            ) => {
+                tracing::warn!(
+                    error = e,
+                    "could not mark the event failed: the next copy runs it again"
+                );
+                Err(ProcessError::Ledger(LedgerError::Unavailable(e.into())))
+            }
+            (Err(e), _, result) => {
+                tracing::warn!(
+                    error = e,
+                    "could not release the claim: the next copy waits for the lease to end"
+                );
+                result
+            }
+        }
+    }
+}
+
+/// The ledger keys of one event: the claim's own (`primary`, holding the step journal) and
+/// the others it must also hold (`aliases`).
+struct LedgerKeys {
+    primary: EventId,
+    aliases: Vec<EventId>,
+}
+
+impl LedgerKeys {
+    /// A message from a person is keyed by its identity (team, channel, `ts`), so every event
+    /// that carries it (an `app_mention` and a `message.channels`, phantom copies with new
+    /// event ids) is one claim; its `client_msg_id`, when present, is held too, so a copy under
+    /// another `ts` is the same message. Anything else, or a listener that asked for it, is
+    /// keyed by `event_id`.
+    fn of(callback: &EventCallback, per_event_id: bool) -> Self {
+        let by_event = || Self {
+            primary: callback.event_id.clone(),
+            aliases: Vec::new(),
+        };
+        let event = &callback.event;
+        if per_event_id || !matches!(event.kind.as_str(), "message" | "app_mention") {
+            return by_event();
+        }
+        let (Some(channel), Some(ts)) = (event.channel.as_deref(), event.ts.as_deref()) else {
+            return by_event();
+        };
+        let team = callback.team().unwrap_or("-");
+        let Some(primary) = ledger_key(&format!("msg-{team}-{channel}-{ts}")) else {
+            return by_event();
+        };
+        let aliases = event
+            .client_msg_id
+            .as_deref()
+            .and_then(|id| ledger_key(&format!("cmid-{team}-{id}")))
+            .into_iter()
+            .collect();
+        Self { primary, aliases }
+    }
+}
+
+/// A ledger key from `raw`: the characters of an event id (others become `_`), at most 128.
+fn ledger_key(raw: &str) -> Option<EventId> {
+    let key: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    EventId::try_from(key).ok()
+}
+
+/// What a failed listener means to the protocol: a failed step's error as the step's failure,
+/// anything else as the bot's.
+fn listener_failed(name: &str, error: BotError) -> ProcessError {
+    match error.downcast::<StepError>() {
+        Ok(step) => match *step {
+            StepError::Slack(SlackError::Timeout) => ProcessError::Deadline,
+            StepError::Slack(e) => ProcessError::Slack(e),
+            StepError::LookupUnavailable(e) => ProcessError::LookupUnavailable(e),
+            StepError::Ledger(e) => ProcessError::Ledger(e),
+            StepError::Closed => ProcessError::Deadline,
+            e @ StepError::Nondeterministic { .. } => ProcessError::Nondeterministic(Box::new(e)),
+        },
+        Err(error) => {
+            tracing::warn!(listener = name, error = %error, "the listener failed");
+            ProcessError::Bot(error)
         }
     }
 }
@@ -725,55 +808,6 @@ enum Claimed {
     },
     /// No work for this delivery: done, failed or in progress elsewhere.
     Ended(Outcome),
-}
-
-/// One held claim while its work runs: what the ledger knows of its steps, and what it has not
-/// been told yet.
-struct ClaimRun<'a> {
-    held: Held<'a>,
-    attempt: u32,
-    /// As the claim found it.
-    journal: Journal,
-    next_step: u32,
-    /// The last step's fate, for the claim's next write.
-    unrecorded: Option<Settled>,
-    /// No delivery follows this one.
-    last_chance: bool,
-    times: &'a Times,
-}
-
-impl ClaimRun<'_> {
-    /// Records step `step`'s intent (with the previous step's fate), within the work deadline.
-    async fn begin_step(&mut self, ledger: &dyn Ledger, step: u32) -> Result<(), ProcessError> {
-        let now_ms = self.times.now_ms + self.times.started.elapsed().as_millis() as u64;
-        let write = ledger.begin_step(
-            self.held,
-            step,
-            self.attempt,
-            self.unrecorded.as_ref(),
-            now_ms,
-        );
-        match tokio::time::timeout_at(self.times.work_deadline, write).await {
-            Ok(Ok(())) => {
-                self.unrecorded = None;
-                Ok(())
-            }
-            Ok(Err(e)) => Err(ProcessError::Ledger(e)),
-            Err(_) => Err(ledger_timeout()),
-        }
-    }
-}
-
-/// The result journaled for a post: the message's `ts`.
-fn posted_result(ts: Option<&str>) -> String {
-    serde_json::json!({ "ts": ts }).to_string()
-}
-
-/// What the work under a claim did.
-enum Worked {
-    Posted,
-    FoundEarlierReply,
-    NothingToSay,
 }
 
 /// The times of one claim.

@@ -1,5 +1,5 @@
-//! The Slack Web API client: `chat.postMessage` with the bot token, and the look-up of an
-//! earlier reply by its metadata, within a deadline.
+//! The Slack Web API client: any method with the bot token within a deadline (429s waited
+//! out, nothing else retried), and the look-up of an earlier post by its metadata.
 //!
 //! Built on hyper directly rather than reqwest: the AWS SDK already links hyper 1, hyper-util
 //! and rustls on ring, so this adds almost nothing to the binary or the cold start, and the root
@@ -16,7 +16,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::config::Secret;
@@ -87,29 +87,6 @@ pub const PERMANENT_POST_ERRORS: &[&str] = &[
     "two_factor_setup_required",
 ];
 
-/// A message to post with `chat.postMessage`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct PostMessage {
-    pub channel: String,
-    pub text: String,
-    /// The parent message's `ts`: set to answer in a thread.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub thread_ts: Option<String>,
-    /// Message metadata (`event_type`, `event_payload`), returned by conversations.history and
-    /// conversations.replies with `include_all_metadata=true`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<serde_json::Value>,
-}
-
-/// What happened to a reply.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Delivered {
-    /// Slack accepted it; `ts` identifies the new message.
-    Posted { ts: Option<String> },
-    /// Local mode without `SLACK_BOT_TOKEN`: the reply was written to the log instead.
-    Logged,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum SlackError {
     /// Slack answered `ok: false`; the code is Slack's (`channel_not_found`, `internal_error`…).
@@ -171,12 +148,6 @@ struct ApiAnswer<T> {
 }
 
 #[derive(Deserialize)]
-struct Posted {
-    #[serde(default)]
-    ts: Option<String>,
-}
-
-#[derive(Deserialize)]
 struct History {
     #[serde(default)]
     messages: Vec<HistoryMessage>,
@@ -206,6 +177,70 @@ struct MessageMetadata {
     event_payload: serde_json::Map<String, serde_json::Value>,
 }
 
+/// A Web API method's arguments: a JSON body (write methods), or a form (any method).
+#[derive(Clone, Debug)]
+pub enum Args {
+    Json(serde_json::Value),
+    Form(Vec<(String, String)>),
+}
+
+impl Args {
+    /// The arguments of a form from a JSON object: strings as they are, anything else as JSON.
+    pub fn form_from(value: &serde_json::Value) -> Self {
+        let pairs = value
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            serde_json::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Args::Form(pairs)
+    }
+
+    fn get(&self, key: &str) -> Option<String> {
+        match self {
+            Args::Json(v) => v.get(key).and_then(|v| v.as_str()).map(str::to_string),
+            Args::Form(pairs) => pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()),
+        }
+    }
+
+    /// For the log: the arguments without anything that looks like a token.
+    fn describe(&self) -> String {
+        let text = match self {
+            Args::Json(v) => v.to_string(),
+            Args::Form(pairs) => format!("{pairs:?}"),
+        };
+        text.chars().take(2000).collect()
+    }
+}
+
+/// What a call answers without a token (local mode): `ok`, and for a message a `ts` made from
+/// the clock and its `channel`, so that a bot can go on (update the message it "posted").
+fn logged_answer(method: &str, args: &Args) -> serde_json::Value {
+    let mut answer = serde_json::json!({"ok": true, "logged": true});
+    if method.starts_with("chat.post") || method == "chat.update" {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let ts = args
+            .get("ts")
+            .unwrap_or_else(|| format!("{}.{:06}", now.as_secs(), now.subsec_micros()));
+        answer["ts"] = ts.into();
+        answer["channel"] = args.get("channel").unwrap_or_default().into();
+    }
+    if method == "conversations.open" {
+        answer["channel"] = serde_json::json!({"id": "D0LOCAL"});
+    }
+    answer
+}
+
 /// Where to look for a message slack-once may have posted.
 #[derive(Clone, Copy, Debug)]
 pub struct ReplyQuery<'a> {
@@ -214,8 +249,47 @@ pub struct ReplyQuery<'a> {
     pub thread_ts: Option<&'a str>,
     /// Nothing older can be the reply: the `ts` of the event being answered.
     pub oldest: Option<&'a str>,
-    pub event_id: &'a str,
+    /// The ledger key of the claim that posted (the event id, or the message's identity).
+    pub key: &'a str,
     pub step: u32,
+}
+
+/// The key under which slack-once keeps its own names in a message's metadata
+/// (`event_payload.slack_once`): reserved, a bot's own metadata cannot use it.
+pub const METADATA_KEY: &str = "slack_once";
+
+/// The metadata a post carries: the bot's own `{event_type, event_payload}` (or slack-once's
+/// default type) with `event_payload.slack_once` naming the claim and step that posted it.
+pub fn post_metadata(
+    own: Option<&serde_json::Value>,
+    names: serde_json::Value,
+) -> serde_json::Value {
+    let mut metadata = match own {
+        Some(own @ serde_json::Value::Object(_)) => own.clone(),
+        _ => serde_json::json!({"event_type": REPLY_METADATA_TYPE, "event_payload": {}}),
+    };
+    if !metadata["event_payload"].is_object() {
+        metadata["event_payload"] = serde_json::json!({});
+    }
+    metadata["event_payload"][METADATA_KEY] = names;
+    metadata
+}
+
+/// The (ledger key, step) a message's metadata names, if slack-once posted it. Replies of
+/// versions before the step journal carry `event_payload.event_id` and no step (step 1).
+fn metadata_names(metadata: &MessageMetadata) -> Option<(&str, u64)> {
+    let payload = &metadata.event_payload;
+    match payload.get(METADATA_KEY).and_then(|v| v.as_object()) {
+        Some(names) => Some((
+            names.get("key")?.as_str()?,
+            names.get("step").and_then(|s| s.as_u64()).unwrap_or(1),
+        )),
+        None if metadata.event_type == REPLY_METADATA_TYPE => Some((
+            payload.get("event_id")?.as_str()?,
+            payload.get("step").and_then(|s| s.as_u64()).unwrap_or(1),
+        )),
+        None => None,
+    }
 }
 
 /// The Web API client. Built once per process and shared.
@@ -271,33 +345,56 @@ impl SlackClient {
         &self.base_url
     }
 
-    /// Posts `message`, waiting out HTTP 429s only while `deadline` allows. Nothing else is
-    /// retried: a failed post may have gone through (see [`SlackError::may_have_posted`]).
-    pub async fn post_message(
+    /// Whether calls reach Slack (a bot token is set); without one, writes are logged.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Calls the Web API method `method` with `args` and returns Slack's answer (`ok: true`),
+    /// waiting out HTTP 429s while `deadline` allows: a 429 means Slack did nothing, so asking
+    /// again repeats nothing. Any other failure is returned as it is; whether the call may have
+    /// taken effect is [`SlackError::may_have_posted`]. Without a token (local mode), the call
+    /// is logged and a plausible answer returned (a `ts` for messages).
+    pub async fn api(
         &self,
-        message: &PostMessage,
+        method: &str,
+        args: &Args,
         deadline: Instant,
-    ) -> Result<Delivered, SlackError> {
+    ) -> Result<serde_json::Value, SlackError> {
         let Some(token) = &self.token else {
             tracing::info!(
-                channel = %message.channel,
-                thread_ts = message.thread_ts.as_deref().unwrap_or(""),
-                text = %message.text,
-                "SLACK_BOT_TOKEN is not set: the reply is logged, not posted"
+                method,
+                args = %args.describe(),
+                "SLACK_BOT_TOKEN is not set: the call is logged, not made"
             );
-            return Ok(Delivered::Logged);
+            return Ok(logged_answer(method, args));
         };
-        let body = Bytes::from(serde_json::to_vec(message).expect("a message serialises"));
-        let url = format!("{}/chat.postMessage", self.base_url);
+        let (content_type, body) = match args {
+            Args::Json(value) => (
+                "application/json; charset=utf-8",
+                Bytes::from(serde_json::to_vec(value).expect("JSON serialises")),
+            ),
+            Args::Form(pairs) => (
+                "application/x-www-form-urlencoded",
+                Bytes::from(
+                    pairs
+                        .iter()
+                        .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+                        .collect::<Vec<_>>()
+                        .join("&"),
+                ),
+            ),
+        };
+        let url = format!("{}/{method}", self.base_url);
         loop {
             let request = Request::builder()
                 .method(Method::POST)
                 .uri(&url)
-                .header(CONTENT_TYPE, "application/json; charset=utf-8")
+                .header(CONTENT_TYPE, content_type)
                 .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
                 .body(Full::new(body.clone()))
                 .expect("a valid request");
-            match tokio::time::timeout_at(deadline, self.call::<Posted>(request))
+            match tokio::time::timeout_at(deadline, self.call::<serde_json::Value>(request))
                 .await
                 .map_err(|_| SlackError::Timeout)??
             {
@@ -305,10 +402,16 @@ impl SlackClient {
                     if Instant::now() + retry_after >= deadline {
                         return Err(SlackError::RateLimited { retry_after });
                     }
-                    tracing::warn!(?retry_after, "Slack rate-limited chat.postMessage; waiting");
+                    tracing::warn!(?retry_after, method, "Slack rate-limited the call; waiting");
                     tokio::time::sleep(retry_after).await;
                 }
-                Answer::Done(posted) => return Ok(Delivered::Posted { ts: posted.ts }),
+                Answer::Done(mut answer) => {
+                    // `ok` was read off into the envelope: the method's answer is whole again.
+                    if let Some(fields) = answer.as_object_mut() {
+                        fields.insert("ok".into(), true.into());
+                    }
+                    return Ok(answer);
+                }
             }
         }
     }
@@ -383,12 +486,7 @@ impl SlackClient {
             };
             let found = history.messages.into_iter().find_map(|m| {
                 let metadata = m.metadata?;
-                let payload = &metadata.event_payload;
-                let step = payload.get("step").and_then(|s| s.as_u64()).unwrap_or(1);
-                (metadata.event_type == REPLY_METADATA_TYPE
-                    && payload.get("event_id")?.as_str()? == query.event_id
-                    && step == u64::from(query.step))
-                .then_some(m.ts)
+                (metadata_names(&metadata)? == (query.key, u64::from(query.step))).then_some(m.ts)
             });
             if found.is_some() {
                 return Ok(found);
@@ -512,16 +610,31 @@ mod tests {
     }
 
     #[test]
-    fn a_message_serialises_as_slack_expects() {
-        let m = PostMessage {
-            channel: "C1".into(),
-            text: "hi".into(),
-            thread_ts: None,
-            metadata: None,
-        };
+    fn a_posts_metadata_keeps_the_bots_own_and_names_the_claim_and_step() {
+        let names = serde_json::json!({"key": "msg-T1-C1-1_2", "step": 2});
+        let ours = post_metadata(None, names.clone());
+        assert_eq!(ours["event_type"], REPLY_METADATA_TYPE);
+        assert_eq!(ours["event_payload"]["slack_once"], names);
+        let own = serde_json::json!({"event_type": "order", "event_payload": {"id": 7, "slack_once": "mine"}});
+        let merged = post_metadata(Some(&own), names.clone());
+        assert_eq!(merged["event_type"], "order");
+        assert_eq!(merged["event_payload"]["id"], 7);
         assert_eq!(
-            serde_json::to_string(&m).unwrap(),
-            r#"{"channel":"C1","text":"hi"}"#
+            merged["event_payload"]["slack_once"], names,
+            "the key is reserved"
         );
+        let read: MessageMetadata = serde_json::from_value(merged).unwrap();
+        assert_eq!(metadata_names(&read), Some(("msg-T1-C1-1_2", 2)));
+        // A reply of a version before the journal: its event id, step 1.
+        let old: MessageMetadata = serde_json::from_value(serde_json::json!({
+            "event_type": REPLY_METADATA_TYPE, "event_payload": {"event_id": "Ev1", "attempt": 1}
+        }))
+        .unwrap();
+        assert_eq!(metadata_names(&old), Some(("Ev1", 1)));
+        let foreign: MessageMetadata = serde_json::from_value(
+            serde_json::json!({"event_type": "order", "event_payload": {"id": 7}}),
+        )
+        .unwrap();
+        assert_eq!(metadata_names(&foreign), None);
     }
 }

@@ -45,13 +45,21 @@ pub fn now_unix() -> u64 {
         .as_secs()
 }
 
-/// An app_mention with its own event id, as Slack sends it.
+/// An app_mention with its own event id and its own message (`ts`), as Slack sends it.
 pub fn app_mention(event_id: &str) -> String {
+    let h = event_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    let ts = format!(
+        "{}.{:06}",
+        1_700_000_000 + h % 100_000_000,
+        (h >> 40) % 1_000_000
+    );
     serde_json::json!({
         "token": "unused", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
         "event_id": event_id, "event_time": 1_700_000_000,
         "event": {"type": "app_mention", "user": "U0001", "text": "<@UBOT> benchmark",
-                  "ts": "1700000000.000100", "channel": "C0001", "event_ts": "1700000000.000100"},
+                  "ts": ts, "channel": "C0001", "event_ts": ts},
         "authorizations": [{"team_id": "T0001", "user_id": "UBOT", "is_bot": true}]
     })
     .to_string()

@@ -53,6 +53,8 @@ pub mod attr {
     pub const STEP_STATE: &str = "state";
     pub const STEP_ATTEMPT: &str = "attempt";
     pub const STEP_RESULT: &str = "result";
+    /// The Web API method of the step.
+    pub const STEP_OP: &str = "op";
 }
 
 const STEP_INTENT: &str = "intent";
@@ -176,10 +178,10 @@ impl DynamoLedger {
         settled: Option<&Settled>,
     ) -> Result<(), SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>> {
         match settled {
-            Some(Settled::Done { step, result }) => {
+            Some(Settled::Done { step, result, op }) => {
                 names.push(("#settled".into(), step.to_string()));
                 set.push("#journal.#settled = :settled".into());
-                values.push((":settled".into(), done_record(result)));
+                values.push((":settled".into(), done_record(result, op.as_deref())));
             }
             Some(Settled::NotDone { step }) => {
                 names.push(("#settled".into(), step.to_string()));
@@ -364,6 +366,7 @@ impl Ledger for DynamoLedger {
         held: Held<'_>,
         step: u32,
         attempt: u32,
+        op: Option<&str>,
         settled: Option<&Settled>,
         _now_ms: u64,
     ) -> Result<(), LedgerError> {
@@ -374,7 +377,7 @@ impl Ledger for DynamoLedger {
                 vec!["#journal.#step = :intent".into()],
                 vec![],
                 vec![("#step".into(), step.to_string())],
-                vec![(":intent".into(), intent_record(attempt))],
+                vec![(":intent".into(), intent_record(attempt, op))],
                 settled,
             )
             .await;
@@ -448,18 +451,26 @@ impl Ledger for DynamoLedger {
     }
 }
 
-fn intent_record(attempt: u32) -> AttributeValue {
-    AttributeValue::M(HashMap::from([
+fn intent_record(attempt: u32, op: Option<&str>) -> AttributeValue {
+    let mut fields = HashMap::from([
         (attr::STEP_STATE.to_string(), s(STEP_INTENT)),
         (attr::STEP_ATTEMPT.to_string(), n(attempt as u64)),
-    ]))
+    ]);
+    if let Some(op) = op {
+        fields.insert(attr::STEP_OP.to_string(), s(op));
+    }
+    AttributeValue::M(fields)
 }
 
-fn done_record(result: &str) -> AttributeValue {
-    AttributeValue::M(HashMap::from([
+fn done_record(result: &str, op: Option<&str>) -> AttributeValue {
+    let mut fields = HashMap::from([
         (attr::STEP_STATE.to_string(), s(STEP_DONE)),
         (attr::STEP_RESULT.to_string(), s(result)),
-    ]))
+    ]);
+    if let Some(op) = op {
+        fields.insert(attr::STEP_OP.to_string(), s(op));
+    }
+    AttributeValue::M(fields)
 }
 
 /// The journal of a stored item; records that do not parse are read as intents of an unknown
@@ -475,9 +486,11 @@ fn journal_of(item: Option<&HashMap<String, AttributeValue>>) -> Journal {
             let fields = record.as_m().ok();
             let field = |k: &str| fields.and_then(|f| f.get(k));
             let state = field(attr::STEP_STATE).and_then(|v| v.as_s().ok());
+            let op = field(attr::STEP_OP).and_then(|v| v.as_s().ok()).cloned();
             let record = match (state.map(String::as_str), field(attr::STEP_RESULT)) {
                 (Some(STEP_DONE), Some(AttributeValue::S(result))) => StepRecord::Done {
                     result: result.clone(),
+                    op,
                 },
                 _ => StepRecord::Intent {
                     attempt: field(attr::STEP_ATTEMPT)
@@ -485,6 +498,7 @@ fn journal_of(item: Option<&HashMap<String, AttributeValue>>) -> Journal {
                         .unwrap_or(0)
                         .try_into()
                         .unwrap_or(u32::MAX),
+                    op,
                 },
             };
             Some((step, record))
@@ -642,8 +656,8 @@ mod tests {
             (
                 attr::JOURNAL,
                 AttributeValue::M(HashMap::from([
-                    ("1".to_string(), done_record(r#"{"ts":"1.5"}"#)),
-                    ("2".to_string(), intent_record(1)),
+                    ("1".to_string(), done_record(r#"{"ts":"1.5"}"#, None)),
+                    ("2".to_string(), intent_record(1, Some("chat.update"))),
                 ])),
             ),
         ]);
@@ -656,10 +670,17 @@ mod tests {
         assert_eq!(
             journal.get(&1),
             Some(&StepRecord::Done {
-                result: r#"{"ts":"1.5"}"#.into()
+                result: r#"{"ts":"1.5"}"#.into(),
+                op: None
             })
         );
-        assert_eq!(journal.get(&2), Some(&StepRecord::Intent { attempt: 1 }));
+        assert_eq!(
+            journal.get(&2),
+            Some(&StepRecord::Intent {
+                attempt: 1,
+                op: Some("chat.update".into())
+            })
+        );
     }
 
     #[test]

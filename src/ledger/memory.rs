@@ -70,11 +70,12 @@ impl MemoryLedger {
 
 fn record(journal: &mut Journal, settled: Option<&Settled>) {
     match settled {
-        Some(Settled::Done { step, result }) => {
+        Some(Settled::Done { step, result, op }) => {
             journal.insert(
                 *step,
                 StepRecord::Done {
                     result: result.clone(),
+                    op: op.clone(),
                 },
             );
         }
@@ -150,6 +151,7 @@ impl Ledger for MemoryLedger {
         held: Held<'_>,
         step: u32,
         attempt: u32,
+        op: Option<&str>,
         settled: Option<&Settled>,
         _now_ms: u64,
     ) -> Result<(), LedgerError> {
@@ -157,7 +159,13 @@ impl Ledger for MemoryLedger {
         match entries.map.get_mut(held.event_id) {
             Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
                 record(&mut entry.journal, settled);
-                entry.journal.insert(step, StepRecord::Intent { attempt });
+                entry.journal.insert(
+                    step,
+                    StepRecord::Intent {
+                        attempt,
+                        op: op.map(str::to_string),
+                    },
+                );
                 Ok(())
             }
             _ => Err(LedgerError::NotOwner {
@@ -366,13 +374,17 @@ mod tests {
             event_id: &e,
             owner: &a,
         };
-        ledger.begin_step(held, 1, 1, None, NOW).await.unwrap();
+        ledger
+            .begin_step(held, 1, 1, None, None, NOW)
+            .await
+            .unwrap();
         let done = Settled::Done {
             step: 1,
             result: r#"{"ts":"1.1"}"#.into(),
+            op: None,
         };
         ledger
-            .begin_step(held, 2, 1, Some(&done), NOW)
+            .begin_step(held, 2, 1, None, Some(&done), NOW)
             .await
             .unwrap();
         // A dies; B takes over after the lease and sees step 1 done, step 2 attempted.
@@ -385,12 +397,22 @@ mod tests {
         assert_eq!(
             journal.get(&1),
             Some(&StepRecord::Done {
-                result: r#"{"ts":"1.1"}"#.into()
+                result: r#"{"ts":"1.1"}"#.into(),
+                op: None
             })
         );
-        assert_eq!(journal.get(&2), Some(&StepRecord::Intent { attempt: 1 }));
+        assert_eq!(
+            journal.get(&2),
+            Some(&StepRecord::Intent {
+                attempt: 1,
+                op: None
+            })
+        );
         // The old owner can journal nothing more.
-        assert!(ledger.begin_step(held, 3, 1, None, NOW).await.is_err());
+        assert!(ledger
+            .begin_step(held, 3, 1, None, None, NOW)
+            .await
+            .is_err());
         // B learns step 2 never happened: its intent goes with the release.
         let held_b = Held {
             event_id: &e,

@@ -78,11 +78,11 @@ pub struct Held<'a> {
 /// What the ledger knows of one Slack write of an event (a numbered step of its claims).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepRecord {
-    /// The claim numbered `attempt` was about to make the call: whether it reached Slack is
-    /// unknown until someone looks.
-    Intent { attempt: u32 },
-    /// The call took effect; its result as JSON text (for a post, `{"ts": …}`).
-    Done { result: String },
+    /// The claim numbered `attempt` was about to make the call `op` (the Web API method):
+    /// whether it reached Slack is unknown until someone looks.
+    Intent { attempt: u32, op: Option<String> },
+    /// The call `op` took effect; its result as JSON text (for a post, `{"ts": …}`).
+    Done { result: String, op: Option<String> },
 }
 
 /// The steps of an event, by number (1, 2, …).
@@ -107,8 +107,12 @@ pub enum Claim {
 /// next step's intent, or the finish) records it, so a step costs one write, not two.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settled {
-    /// The call took effect, with this result.
-    Done { step: u32, result: String },
+    /// The call `op` took effect, with this result.
+    Done {
+        step: u32,
+        result: String,
+        op: Option<String>,
+    },
     /// The call certainly did not take effect: its intent is removed, so no later claim looks.
     NotDone { step: u32 },
 }
@@ -156,14 +160,15 @@ pub trait Ledger: Send + Sync + 'static {
     /// claim found is this request's own (a claim sent again after its answer was lost).
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError>;
 
-    /// Records that step `step` of the claim is about to call Slack, and `settled` (the
-    /// previous step's fate) with it. Refused (`NotOwner`) when the claim is no longer held:
-    /// then the call must not be made.
+    /// Records that step `step` of the claim is about to call Slack's method `op`, and
+    /// `settled` (the previous step's fate) with it. Refused (`NotOwner`) when the claim is no
+    /// longer held: then the call must not be made.
     async fn begin_step(
         &self,
         held: Held<'_>,
         step: u32,
         attempt: u32,
+        op: Option<&str>,
         settled: Option<&Settled>,
         now_ms: u64,
     ) -> Result<(), LedgerError>;

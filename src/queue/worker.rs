@@ -74,7 +74,7 @@ impl Worker {
             return Disposition::Leave;
         }
         let callback = match serde_json::from_str::<Envelope>(queued.envelope.get()) {
-            Ok(Envelope::EventCallback(callback)) => callback,
+            Ok(Envelope::EventCallback(callback)) => Arc::from(callback),
             Ok(_) => {
                 tracing::warn!(
                     message_id = message.message_id,

@@ -51,8 +51,13 @@ impl Deferred {
         ))
     }
 
+    /// The ledger status of the message an `app_mention` of this event id carries.
     async fn status(&self, event_id: &str) -> Option<String> {
-        let item = self.ledger.get_item(event_id).await.unwrap()?;
+        let item = self
+            .ledger
+            .get_item(&mention_key(event_id))
+            .await
+            .unwrap()?;
         Some(item["status"].as_s().unwrap().clone())
     }
 }
@@ -140,7 +145,7 @@ async fn two_hundred_events_each_queued_three_times_over_four_workers_are_answer
     let d = Deferred::start(5).await;
     let workers: Vec<BotProcess> = (0..4).map(|_| d.worker(30, 5)).collect();
     let http = HttpClient::default();
-    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
+    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for copy in 0..3u32 {
@@ -149,14 +154,31 @@ async fn two_hundred_events_each_queued_three_times_over_four_workers_are_answer
             let (http, url) = (http.clone(), d.ingress.url());
             tasks.push(tokio::spawn(async move {
                 let body = app_mention(&format!("EvQ{e:04}"), "storm");
-                let answer = deliver(&http, &url, &body, (copy > 0).then_some(copy)).await;
+                // As Slack: a non-2xx is retried (here at once, up to 3 times).
+                let mut statuses = Vec::new();
+                for attempt in 0..4 {
+                    let retry = (copy > 0 || attempt > 0).then_some(copy + attempt);
+                    let answer = deliver(&http, &url, &body, retry).await;
+                    statuses.push(answer.status.as_u16());
+                    if answer.status.is_success() {
+                        assert_eq!(answer.outcome(), "queued");
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
                 drop(permit);
-                answer.outcome()
+                statuses
             }));
         }
     }
+    let mut refused = 0;
     for t in tasks {
-        assert_eq!(t.await.unwrap(), "queued");
+        let statuses = t.await.unwrap();
+        assert!(
+            statuses.last().is_some_and(|&s| s == 200),
+            "queued within Slack's retries: {statuses:?}"
+        );
+        refused += statuses.len() - 1;
     }
     let queued_in = started.elapsed();
     assert!(
@@ -176,7 +198,7 @@ async fn two_hundred_events_each_queued_three_times_over_four_workers_are_answer
     let per_event = d.slack.posts_per_event();
     let doubles = per_event.values().filter(|&&n| n > 1).count();
     println!(
-        "deferred storm: {events} events x 3 copies queued in {:.1} s, answered by 4 workers in {:.1} s; doubles {doubles}",
+        "deferred storm: {events} events x 3 copies queued in {:.1} s ({refused} deliveries refused 503 and retried), answered by 4 workers in {:.1} s; doubles {doubles}",
         queued_in.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
@@ -260,7 +282,12 @@ async fn a_message_that_always_fails_is_dead_lettered_failed_and_a_redrive_answe
         "{}",
         worker.log()
     );
-    let item = d.ledger.get_item("EvDead").await.unwrap().unwrap();
+    let item = d
+        .ledger
+        .get_item(&mention_key("EvDead"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(item["error"].as_s().unwrap(), "http_500");
     assert_eq!(item["retryable"].as_bool().unwrap(), &true);
     let deadline = Instant::now() + Duration::from_secs(15);

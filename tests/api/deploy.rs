@@ -70,7 +70,7 @@ async fn old_and_new_versions_overlapping_on_one_table_answer_each_event_once() 
         .posted()
         .iter()
         .map(|p| {
-            p.body["metadata"]["event_payload"]["version"]
+            p.body["metadata"]["event_payload"]["slack_once"]["version"]
                 .as_str()
                 .unwrap()
                 .to_string()

@@ -295,12 +295,18 @@ async fn through_the_app_a_first_delivery_costs_three_writes_and_a_duplicate_one
         3,
         "claim + the post's intent + complete (with the post's ts)"
     );
-    let item = ledger.get_item("EvD9").await.unwrap().unwrap();
+    let item = ledger
+        .get_item(&mention_key("EvD9"))
+        .await
+        .unwrap()
+        .unwrap();
     let step = item["journal"].as_m().unwrap()["1"].as_m().unwrap();
     assert_eq!(step["state"].as_s().unwrap(), "done");
     assert_eq!(
         step["result"].as_s().unwrap(),
-        &serde_json::json!({"ts": app.slack.posted()[0].ts}).to_string()
+        &serde_json::json!({"channel": "C0001", "ok": true, "ts": app.slack.posted()[0].ts})
+            .to_string(),
+        "the stand-in's answer to chat.postMessage, as journaled"
     );
     let before = ledger.requests_sent();
     assert_eq!(app.send(&body, Some(1)).await.outcome(), "duplicate");
@@ -368,17 +374,21 @@ async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
         event_id: &e,
         owner: &a,
     };
-    ledger.begin_step(held_a, 1, 1, None, NOW).await.unwrap();
     ledger
-        .begin_step(held_a, 1, 1, None, NOW)
+        .begin_step(held_a, 1, 1, None, None, NOW)
+        .await
+        .unwrap();
+    ledger
+        .begin_step(held_a, 1, 1, None, None, NOW)
         .await
         .expect("an intent sent twice is the same write");
     let done = Settled::Done {
         step: 1,
         result: r#"{"ts":"1.5"}"#.into(),
+        op: None,
     };
     ledger
-        .begin_step(held_a, 2, 1, Some(&done), NOW + 1)
+        .begin_step(held_a, 2, 1, None, Some(&done), NOW + 1)
         .await
         .unwrap();
     // A dies; B takes over after the lease.
@@ -394,15 +404,24 @@ async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
             (
                 1,
                 StepRecord::Done {
-                    result: r#"{"ts":"1.5"}"#.into()
+                    result: r#"{"ts":"1.5"}"#.into(),
+                    op: None
                 }
             ),
-            (2, StepRecord::Intent { attempt: 1 }),
+            (
+                2,
+                StepRecord::Intent {
+                    attempt: 1,
+                    op: None
+                }
+            ),
         ])
     );
     assert!(
         matches!(
-            ledger.begin_step(held_a, 3, 1, None, NOW + LEASE).await,
+            ledger
+                .begin_step(held_a, 3, 1, None, None, NOW + LEASE)
+                .await,
             Err(LedgerError::NotOwner { .. })
         ),
         "the old owner journals nothing more"

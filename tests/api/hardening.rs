@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use slack_once::bot::{Bot, BotError, Reply};
-use slack_once::envelope::EventCallback;
+use slack_once::app::{App, AppMention, Ctx};
 use slack_once::ledger::{DynamoLedger, Ledger, MemoryLedger, Status};
 
 use crate::helpers::*;
@@ -63,7 +62,7 @@ async fn a_claim_whose_answer_was_lost_is_this_deliverys_own_and_answered_once()
             .count();
         assert_eq!(claims, 2, "{at:?}: the SDK sent the claim again");
         assert_eq!(slack.posted().len(), 1, "{at:?}");
-        let item = ledger.get_item(&id).await.unwrap().unwrap();
+        let item = ledger.get_item(&mention_key(&id)).await.unwrap().unwrap();
         assert_eq!(item["status"].as_s().unwrap(), "done", "{at:?}");
         assert_eq!(item["attempts"].as_n().unwrap(), "1", "{at:?}");
     }
@@ -79,7 +78,11 @@ async fn a_completion_whose_answer_was_lost_is_success_not_an_error() {
     assert_eq!(proxy.held(), 1);
     let log = bot.log();
     assert!(!log.contains("could not be marked done"), "{log}");
-    let item = ledger.get_item("EvLostDone").await.unwrap().unwrap();
+    let item = ledger
+        .get_item(&mention_key("EvLostDone"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(item["status"].as_s().unwrap(), "done");
     let retry = deliver(&http, &bot.url(), &app_mention("EvLostDone", "hi"), Some(1)).await;
     assert_eq!(retry.outcome(), "duplicate");
@@ -99,7 +102,11 @@ async fn a_release_whose_answer_was_lost_is_success_and_the_retry_takes_over_at_
     assert_eq!(proxy.held(), 1);
     let log = bot.log();
     assert!(!log.contains("could not release"), "{log}");
-    let item = ledger.get_item("EvLostRelease").await.unwrap().unwrap();
+    let item = ledger
+        .get_item(&mention_key("EvLostRelease"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(item["status"].as_s().unwrap(), "released");
     let retry = deliver(&http, &bot.url(), &body, Some(1)).await;
     assert_eq!(retry.outcome(), "answered", "{}", retry.body);
@@ -132,24 +139,21 @@ async fn a_takeover_whose_earlier_claim_never_reached_its_post_does_not_look_in_
 
 #[tokio::test]
 async fn a_bot_failure_before_the_post_leaves_nothing_to_look_for() {
-    struct FailsOnce(Mutex<bool>);
-    #[async_trait::async_trait]
-    impl Bot for FailsOnce {
-        async fn respond(&self, cb: &EventCallback) -> Result<Option<Reply>, BotError> {
-            let mut failed = self.0.lock().unwrap();
-            if !*failed {
-                *failed = true;
+    // A listener whose own work fails the first time (an LLM call timing out), before it posts.
+    let failed = Arc::new(Mutex::new(false));
+    let bot = App::new().app_mention(move |ctx: Ctx, _m: AppMention| {
+        let failed = failed.clone();
+        async move {
+            let first = !std::mem::replace(&mut *failed.lock().unwrap(), true);
+            if first {
                 return Err("the model timed out".into());
             }
-            Ok(Some(Reply {
-                channel: cb.event.channel.clone().unwrap(),
-                text: "second try".into(),
-                thread_ts: cb.event.ts.clone(),
-            }))
+            ctx.reply("second try").await?;
+            Ok(())
         }
-    }
+    });
     let app = spawn_app_with(Options {
-        bot: Some(Arc::new(FailsOnce(Mutex::new(false)))),
+        app: Some(bot),
         ..Default::default()
     })
     .await;
@@ -274,7 +278,7 @@ async fn the_look_up_asks_15_at_a_time_from_the_events_ts_and_follows_the_cursor
     let app = spawn_app().await;
     // Forty messages in the thread before the reply: it is on the third page of 15.
     app.slack
-        .add_other_messages("C0001", Some("1700000000.000100"), 40);
+        .add_other_messages("C0001", Some(&ts_of("EvPages")), 40);
     app.slack.script([Behaviour::OkFalse {
         code: "internal_error",
         posted: true,
@@ -287,11 +291,8 @@ async fn the_look_up_asks_15_at_a_time_from_the_events_ts_and_follows_the_cursor
     assert_eq!(queries.len(), 3, "{queries:?}");
     for (n, q) in queries.iter().enumerate() {
         assert_eq!(q["limit"], "15");
-        assert_eq!(
-            q["oldest"], "1700000000.000100",
-            "bounded by the event's ts"
-        );
-        assert_eq!(q["ts"], "1700000000.000100", "the reply's thread");
+        assert_eq!(q["oldest"], ts_of("EvPages"), "bounded by the event's ts");
+        assert_eq!(q["ts"], ts_of("EvPages"), "the reply's thread");
         assert_eq!(q["include_all_metadata"], "true");
         assert_eq!(q.contains_key("cursor"), n > 0, "{q:?}");
     }
@@ -310,7 +311,7 @@ async fn messages_older_than_the_event_are_never_searched() {
     assert_eq!(app.send(&body, Some(1)).await.outcome(), "answered");
     let queries = app.slack.lookup_queries();
     assert_eq!(queries.len(), 1);
-    assert_eq!(queries[0]["oldest"], "1700000000.000200");
+    assert_eq!(queries[0]["oldest"], ts_of("EvOldest"));
     assert!(
         !queries[0].contains_key("ts"),
         "a DM reply is not in a thread"
@@ -354,7 +355,7 @@ async fn slack_errors_no_retry_can_fix_end_the_event_failed_with_200() {
             answer.body
         );
         assert!(answer.headers.get("x-slack-no-retry").is_none());
-        let id = slack_once::envelope::EventId::try_from("EvFail".to_string()).unwrap();
+        let id = slack_once::envelope::EventId::try_from(mention_key("EvFail")).unwrap();
         assert_eq!(ledger.status(&id), Some(Status::Failed), "{code}");
         for retry in 1..=3 {
             let copy = app.send(&body, Some(retry)).await;
@@ -415,7 +416,11 @@ async fn a_failed_event_is_logged_at_error_level_with_its_id_and_slacks_error() 
     let http = HttpClient::default();
     let answer = deliver(&http, &bot.url(), &app_mention("EvArchived", "x"), None).await;
     assert_eq!(answer.outcome(), "failed");
-    let item = ledger.get_item("EvArchived").await.unwrap().unwrap();
+    let item = ledger
+        .get_item(&mention_key("EvArchived"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(item["status"].as_s().unwrap(), "failed");
     assert_eq!(item["error"].as_s().unwrap(), "is_archived");
     let log = bot.log();
@@ -428,32 +433,32 @@ async fn a_failed_event_is_logged_at_error_level_with_its_id_and_slacks_error() 
 
 // ---------------------------------------------------------------- 4. every real event shape
 
-/// Records what each event looked like to the bot, and answers nothing.
-#[derive(Default)]
-struct Recorder(Mutex<Vec<Seen>>);
-
 /// An event as the bot saw it: type, user, channel, the raw event.
 type Seen = (String, Option<String>, Option<String>, serde_json::Value);
 
-#[async_trait::async_trait]
-impl Bot for Recorder {
-    async fn respond(&self, cb: &EventCallback) -> Result<Option<Reply>, BotError> {
-        let e = &cb.event;
-        self.0.lock().unwrap().push((
-            e.kind.clone(),
-            e.user.clone(),
-            e.channel.clone(),
-            e.raw.clone(),
-        ));
-        Ok(None)
-    }
+/// An app that records what each event looked like to it, and writes nothing.
+fn recorder() -> (App, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let app = App::new().any_event({
+        let seen = seen.clone();
+        move |_ctx, e| {
+            seen.lock().unwrap().push((
+                e.kind.clone(),
+                e.user.clone(),
+                e.channel.clone(),
+                e.raw.clone(),
+            ));
+            async { Ok(()) }
+        }
+    });
+    (app, seen)
 }
 
 #[tokio::test]
 async fn every_documented_event_shape_is_accepted_and_reaches_the_bot_whole() {
-    let recorder = Arc::new(Recorder::default());
+    let (bot, recorder) = recorder();
     let app = spawn_app_with(Options {
-        bot: Some(recorder.clone()),
+        app: Some(bot),
         ..Default::default()
     })
     .await;
@@ -476,11 +481,11 @@ async fn every_documented_event_shape_is_accepted_and_reaches_the_bot_whole() {
             answer.body
         );
         assert_eq!(answer.outcome(), "no_reply", "{}", file.display());
-        let seen = recorder.0.lock().unwrap().last().cloned().unwrap();
+        let seen = recorder.lock().unwrap().last().cloned().unwrap();
         assert_eq!(seen.0, sent["event"]["type"].as_str().unwrap());
         assert_eq!(seen.3, sent["event"], "{}: the whole event", file.display());
     }
-    let seen = recorder.0.lock().unwrap().clone();
+    let seen = recorder.lock().unwrap().clone();
     let by_kind = |kind: &str| seen.iter().find(|s| s.0 == kind).cloned().unwrap();
     // Object-valued fields read as ids.
     assert_eq!(by_kind("team_join").1.as_deref(), Some("W0NEWUSER"));

@@ -16,7 +16,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use slack_once::bot::ReferenceBot;
 use slack_once::config::{Config, Secret};
 use slack_once::ledger::{DynamoLedger, Ledger, MemoryLedger};
 use slack_once::Application;
@@ -100,8 +99,17 @@ struct StandinState {
     others: Vec<Post>,
     /// Every request received, in order.
     received: Vec<Post>,
-    /// The messages actually posted (what a Slack user would see).
+    /// The messages actually posted (what a Slack user would see; updates applied, deletions
+    /// removed).
     posted: Vec<Post>,
+    /// Every other write method called: (method, arguments), in order.
+    calls: Vec<(String, serde_json::Value)>,
+    /// Behaviours for the next calls of other methods, by method.
+    method_script: HashMap<String, VecDeque<Behaviour>>,
+    /// The reactions in place: (channel, ts, name).
+    reactions: std::collections::BTreeSet<(String, String, String)>,
+    /// Ephemeral messages (never in any look-up).
+    ephemerals: Vec<serde_json::Value>,
 }
 
 /// A real HTTP server on 127.0.0.1 standing in for `https://slack.com/api`.
@@ -116,6 +124,7 @@ impl SlackStandin {
         let state = Arc::new(Mutex::new(StandinState::default()));
         let app = Router::new()
             .route("/api/chat.postMessage", post(post_message))
+            .route("/api/{method}", post(other_method))
             .route("/api/conversations.replies", axum::routing::get(lookup))
             .route("/api/conversations.history", axum::routing::get(lookup))
             .with_state(state.clone());
@@ -125,6 +134,43 @@ impl SlackStandin {
             state,
             _shutdown: shutdown,
         }
+    }
+
+    /// Queues behaviours for the next calls of `method` (other than chat.postMessage): `Ok`,
+    /// `Hang`, `PostThenHang` (applied, never answered), `OkFalse`, `Status`, `RateLimited`.
+    pub fn script_method(&self, method: &str, behaviours: impl IntoIterator<Item = Behaviour>) {
+        self.state
+            .lock()
+            .unwrap()
+            .method_script
+            .entry(method.to_string())
+            .or_default()
+            .extend(behaviours);
+    }
+
+    /// Every other write method called, in order: (method, arguments).
+    pub fn calls(&self) -> Vec<(String, serde_json::Value)> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    /// How many times `method` was called.
+    pub fn calls_of(&self, method: &str) -> usize {
+        self.calls().iter().filter(|(m, _)| m == method).count()
+    }
+
+    /// The reactions in place: (channel, ts, name).
+    pub fn reactions(&self) -> Vec<(String, String, String)> {
+        self.state
+            .lock()
+            .unwrap()
+            .reactions
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    pub fn ephemerals(&self) -> Vec<serde_json::Value> {
+        self.state.lock().unwrap().ephemerals.clone()
     }
 
     /// Queues behaviours for the next posts; after the queue, every post succeeds.
@@ -183,7 +229,7 @@ impl SlackStandin {
     pub fn posts_per_event(&self) -> HashMap<String, usize> {
         let mut counts = HashMap::new();
         for post in self.posted() {
-            let id = post.body["metadata"]["event_payload"]["event_id"]
+            let id = post.body["metadata"]["event_payload"]["slack_once"]["event_id"]
                 .as_str()
                 .unwrap_or("?")
                 .to_string();
@@ -247,13 +293,173 @@ async fn post_message(
     }
 }
 
+/// The arguments of a Web API request: a JSON body, or a form (as a JSON object of strings).
+fn arguments(headers: &HeaderMap, body: &[u8]) -> serde_json::Value {
+    let json = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if json {
+        return serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+    }
+    let form: serde_json::Map<String, serde_json::Value> = String::from_utf8_lossy(body)
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (percent_decode(k), percent_decode(v).into()))
+        .collect();
+    serde_json::Value::Object(form)
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Every other method, as Slack answers it: chat.update and chat.delete act on the posted
+/// messages, reactions.add/remove on the reactions, chat.postEphemeral is kept aside,
+/// conversations.open, users.info and conversations.info answer plausibly.
+async fn other_method(
+    State(state): State<Arc<Mutex<StandinState>>>,
+    axum::extract::Path(method): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let args = arguments(&headers, &body);
+    let behaviour = {
+        let mut s = state.lock().unwrap();
+        s.calls.push((method.clone(), args.clone()));
+        s.method_script
+            .get_mut(&method)
+            .and_then(|q| q.pop_front())
+            .unwrap_or(Behaviour::Ok)
+    };
+    let apply = |state: &Arc<Mutex<StandinState>>| apply_method(state, &method, &args);
+    match behaviour {
+        Behaviour::Ok => json_response(apply(&state)),
+        Behaviour::Delay(d) => {
+            tokio::time::sleep(d).await;
+            json_response(apply(&state))
+        }
+        Behaviour::Hang => std::future::pending().await,
+        Behaviour::PostThenHang => {
+            apply(&state);
+            std::future::pending().await
+        }
+        Behaviour::RateLimited(secs) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", secs.to_string())],
+            "",
+        )
+            .into_response(),
+        Behaviour::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
+        Behaviour::OkFalse { code, posted } => {
+            if posted {
+                apply(&state);
+            }
+            json_response(serde_json::json!({"ok": false, "error": code}))
+        }
+    }
+}
+
+fn apply_method(
+    state: &Arc<Mutex<StandinState>>,
+    method: &str,
+    args: &serde_json::Value,
+) -> serde_json::Value {
+    let mut s = state.lock().unwrap();
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let channel = text(&args["channel"]);
+    match method {
+        "chat.update" => {
+            let ts = text(&args["ts"]);
+            match s
+                .posted
+                .iter_mut()
+                .find(|p| p.ts == ts && p.body["channel"].as_str() == Some(channel.as_str()))
+            {
+                Some(post) => {
+                    for key in ["text", "blocks", "attachments"] {
+                        if !args[key].is_null() {
+                            post.body[key] = args[key].clone();
+                        }
+                    }
+                    serde_json::json!({"ok": true, "channel": channel, "ts": ts})
+                }
+                None => serde_json::json!({"ok": false, "error": "message_not_found"}),
+            }
+        }
+        "chat.delete" => {
+            let ts = text(&args["ts"]);
+            let before = s.posted.len();
+            s.posted.retain(|p| p.ts != ts);
+            if s.posted.len() < before {
+                serde_json::json!({"ok": true, "channel": channel, "ts": ts})
+            } else {
+                serde_json::json!({"ok": false, "error": "message_not_found"})
+            }
+        }
+        "reactions.add" | "reactions.remove" => {
+            let key = (channel, text(&args["timestamp"]), text(&args["name"]));
+            let changed = if method == "reactions.add" {
+                s.reactions.insert(key)
+            } else {
+                s.reactions.remove(&key)
+            };
+            match (changed, method) {
+                (true, _) => serde_json::json!({"ok": true}),
+                (false, "reactions.add") => {
+                    serde_json::json!({"ok": false, "error": "already_reacted"})
+                }
+                (false, _) => serde_json::json!({"ok": false, "error": "no_reaction"}),
+            }
+        }
+        "chat.postEphemeral" => {
+            s.ephemerals.push(args.clone());
+            serde_json::json!({"ok": true, "message_ts": "1800000000.999999"})
+        }
+        "conversations.open" => {
+            let users = text(&args["users"]);
+            serde_json::json!({"ok": true, "channel": {"id": format!("D{}", users.replace(',', ""))}})
+        }
+        "users.info" => {
+            let user = text(&args["user"]);
+            serde_json::json!({"ok": true, "user": {"id": user, "name": format!("name-of-{user}"), "real_name": format!("Real {user}")}})
+        }
+        "conversations.info" => {
+            serde_json::json!({"ok": true, "channel": {"id": channel, "name": "general"}})
+        }
+        _ => serde_json::json!({"ok": true}),
+    }
+}
+
 /// Records the post as a message in the channel and answers as Slack does.
 fn ok_posted(state: &Arc<Mutex<StandinState>>, mut post: Post) -> Response {
     let mut s = state.lock().unwrap();
     post.ts = format!("1800000000.{:06}", s.posted.len() + s.others.len() + 1);
     let ts = post.ts.clone();
     s.posted.push(post);
-    json_response(serde_json::json!({"ok": true, "channel": "C1", "ts": ts}))
+    let channel = s.posted.last().map(|p| p.body["channel"].clone());
+    json_response(serde_json::json!({"ok": true, "channel": channel, "ts": ts}))
 }
 
 /// conversations.replies (with `ts`) and conversations.history, as Slack answers them: the
@@ -358,14 +564,38 @@ pub fn signed_headers(secret: &str, timestamp: u64, body: &[u8]) -> Vec<(String,
     ]
 }
 
+/// The `ts` of the message an event id of these tests carries: one message per event id, as in
+/// Slack (every copy of one event carries the same message; two events, two messages).
+pub fn ts_of(event_id: &str) -> String {
+    let h = event_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!(
+        "{}.{:06}",
+        1_700_000_000 + h % 100_000_000,
+        (h >> 40) % 1_000_000
+    )
+}
+
+/// The ledger key of a message: its identity (team, channel, `ts`).
+pub fn message_key(team: &str, channel: &str, ts: &str) -> String {
+    format!("msg-{team}-{channel}-{}", ts.replace('.', "_"))
+}
+
+/// The ledger key of the message an [`app_mention`] of this event id carries.
+pub fn mention_key(event_id: &str) -> String {
+    message_key("T0001", "C0001", &ts_of(event_id))
+}
+
 /// An `app_mention` envelope, as Slack sends it.
 pub fn app_mention(event_id: &str, text: &str) -> String {
+    let ts = ts_of(event_id);
     serde_json::json!({
         "token": "unused", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
         "event_id": event_id, "event_time": 1_700_000_000,
         "event": {
             "type": "app_mention", "user": "U0001", "text": format!("<@{BOT_USER}> {text}"),
-            "ts": "1700000000.000100", "channel": "C0001", "event_ts": "1700000000.000100"
+            "ts": ts, "channel": "C0001", "event_ts": ts
         },
         "authorizations": [{"enterprise_id": null, "team_id": "T0001", "user_id": BOT_USER, "is_bot": true}]
     })
@@ -374,12 +604,13 @@ pub fn app_mention(event_id: &str, text: &str) -> String {
 
 /// A direct message to the bot (`message.im`) with the given author.
 pub fn direct_message(event_id: &str, user: &str, text: &str) -> String {
+    let ts = ts_of(event_id);
     serde_json::json!({
         "token": "unused", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
         "event_id": event_id, "event_time": 1_700_000_000,
         "event": {
             "type": "message", "channel_type": "im", "user": user, "text": text,
-            "ts": "1700000000.000200", "channel": "D0001", "event_ts": "1700000000.000200"
+            "ts": ts, "channel": "D0001", "event_ts": ts
         },
         "authorizations": [{"team_id": "T0001", "user_id": BOT_USER, "is_bot": true}]
     })
@@ -464,8 +695,8 @@ pub struct TestApp {
 pub struct Options {
     pub vars: Vec<(&'static str, String)>,
     pub ledger: Option<Arc<dyn Ledger>>,
-    /// The bot answering (the reference bot when unset).
-    pub bot: Option<Arc<dyn slack_once::bot::Bot>>,
+    /// The app answering (the reference bot when unset).
+    pub app: Option<slack_once::app::App>,
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -490,8 +721,8 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     let ledger = options
         .ledger
         .unwrap_or_else(|| Arc::new(MemoryLedger::new()) as Arc<dyn Ledger>);
-    let bot = options.bot.unwrap_or_else(|| Arc::new(ReferenceBot));
-    let app = Application::with_parts(config, ledger, bot);
+    let app = options.app.unwrap_or_else(slack_once::app::reference_app);
+    let app = Application::with_parts(config, ledger, app);
     let server = app.bind().await.unwrap();
     let addr = server.local_addr();
     let (tx, rx) = oneshot::channel::<()>();
@@ -618,10 +849,36 @@ impl BotProcess {
         Self::spawn_with(&["worker"], vars)
     }
 
+    /// Starts the example bot `name` (built by `cargo test` into target/…/examples/) with `vars`;
+    /// `args` may be `["worker"]`.
+    pub fn spawn_example(name: &str, args: &[&str], vars: &[(&str, String)]) -> Self {
+        let examples = std::env::current_exe()
+            .unwrap()
+            .parent()
+            .and_then(|deps| deps.parent())
+            .map(|dir| dir.join("examples"))
+            .unwrap();
+        let binary = examples.join(name);
+        assert!(
+            binary.exists(),
+            "the example {name} is not built at {}: `cargo test` builds the examples",
+            binary.display()
+        );
+        Self::spawn_program(&binary, args, vars)
+    }
+
     fn spawn_with(args: &[&str], vars: &[(&str, String)]) -> Self {
+        Self::spawn_program(
+            std::path::Path::new(env!("CARGO_BIN_EXE_slack-once")),
+            args,
+            vars,
+        )
+    }
+
+    fn spawn_program(program: &std::path::Path, args: &[&str], vars: &[(&str, String)]) -> Self {
         use std::io::BufRead;
         let worker = args.first() == Some(&"worker");
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+        let mut command = std::process::Command::new(program);
         command
             .args(args)
             .env_clear()
@@ -826,7 +1083,8 @@ pub enum HoldAt {
 
 #[derive(Default)]
 struct ProxyState {
-    hold: Option<(LedgerOp, HoldAt)>,
+    /// The kind of request to hold, how many more of that kind pass first, and how.
+    hold: Option<(LedgerOp, usize, HoldAt)>,
     held: usize,
     seen: Vec<LedgerOp>,
 }
@@ -892,7 +1150,12 @@ impl LedgerProxy {
 
     /// The next request of kind `op` is held (or its answer lost) as `at` says; later ones pass.
     pub fn hold_next(&self, op: LedgerOp, at: HoldAt) {
-        self.state.lock().unwrap().hold = Some((op, at));
+        self.hold_nth(op, 1, at);
+    }
+
+    /// The `n`-th request of kind `op` from now (1: the next) is held as `at` says.
+    pub fn hold_nth(&self, op: LedgerOp, n: usize, at: HoldAt) {
+        self.state.lock().unwrap().hold = Some((op, n.saturating_sub(1), at));
     }
 
     /// Waits until the request to hold has arrived (and, after forwarding, DynamoDB answered).
@@ -951,10 +1214,14 @@ async fn proxy_forward(
         let mut s = ctx.state.lock().unwrap();
         s.seen.push(op);
         match s.hold {
-            Some((wanted, at)) if wanted == op => {
+            Some((wanted, 0, at)) if wanted == op => {
                 s.hold = None;
                 s.held += 1;
                 Some(at)
+            }
+            Some((wanted, more, at)) if wanted == op => {
+                s.hold = Some((wanted, more - 1, at));
+                None
             }
             _ => None,
         }

@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use slack_once::bot::ReferenceBot;
+use slack_once::app::reference_app;
 use slack_once::config::{Config, Secret};
 use slack_once::ledger::MemoryLedger;
 use slack_once::Application;
@@ -42,11 +42,7 @@ async fn every_sample_event_gets_the_status_it_should_through_lambda_http_and_th
     .into_iter()
     .collect();
     let config = Config::from_lookup(|k| vars.get(k).cloned()).unwrap();
-    let app = Application::with_parts(
-        config,
-        Arc::new(MemoryLedger::new()),
-        Arc::new(ReferenceBot),
-    );
+    let app = Application::with_parts(config, Arc::new(MemoryLedger::new()), reference_app());
 
     // (file, re-sign it?, status, outcome or error)
     let cases = [
@@ -270,7 +266,8 @@ async fn under_the_lambda_runtime_api_the_invocation_deadline_is_the_lease() {
     assert_eq!(answer["statusCode"], 200, "{answer}");
     let body: serde_json::Value = serde_json::from_str(answer["body"].as_str().unwrap()).unwrap();
     assert_eq!(body["outcome"], "answered");
-    let item = ledger.get_item("Ev0A1MENTION").await.unwrap().unwrap();
+    let key = message_key("T0001TEAM", "C0789CHAN", "1767225600.000100");
+    let item = ledger.get_item(&key).await.unwrap().unwrap();
     assert_eq!(
         item["lease_until"].as_n().unwrap(),
         &deadline.to_string(),
@@ -311,7 +308,8 @@ async fn on_lambda_a_slack_call_is_abandoned_before_the_invocation_deadline() {
         "answered before the deadline"
     );
     assert_eq!(answer["statusCode"], 504, "{answer}");
-    let item = ledger.get_item("Ev0A2DIRECT").await.unwrap().unwrap();
+    let key = message_key("T0001TEAM", "D0ABCDM", "1767225601.000200");
+    let item = ledger.get_item(&key).await.unwrap().unwrap();
     assert_eq!(item["status"].as_s().unwrap(), "released");
 
     // The next delivery takes the released event at once.
@@ -401,7 +399,7 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
         .unwrap()
         .as_millis() as u64;
     for (id, complete) in [("EvLamBusy", false), ("EvLamDone", true)] {
-        let event_id = slack_once::envelope::EventId::try_from(id.to_string()).unwrap();
+        let event_id = slack_once::envelope::EventId::try_from(mention_key(id)).unwrap();
         let owner = OwnerToken::random();
         ledger
             .claim(&ClaimRequest {
@@ -435,7 +433,11 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
         .collect();
     assert_eq!(failures, ["m-busy", "m-garbage"], "{answer}");
     assert_eq!(slack.posted().len(), 1);
-    let item = ledger.get_item("EvLamNew").await.unwrap().unwrap();
+    let item = ledger
+        .get_item(&mention_key("EvLamNew"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(item["status"].as_s().unwrap(), "done");
     let _ = child.kill();
     let _ = child.wait();

@@ -1,6 +1,7 @@
 //! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
 
 mod binary;
+mod bot_api;
 mod core;
 mod deferred;
 mod deploy;

@@ -93,7 +93,7 @@ async fn a_claimant_killed_before_replying_is_taken_over_after_its_lease_and_ans
     assert_eq!(retry3.outcome(), "duplicate");
     assert_eq!(slack.posted().len(), 1);
     assert_eq!(slack.posts_per_event()["EvCrash"], 1);
-    let item = fresh_ledger_view(&endpoint, &table, "EvCrash").await;
+    let item = fresh_ledger_view(&endpoint, &table, &mention_key("EvCrash")).await;
     assert_eq!(
         item["attempts"].as_n().unwrap(),
         "2",

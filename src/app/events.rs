@@ -1,0 +1,277 @@
+//! The common events, typed, read leniently from the event as Slack sent it; every typed event
+//! also carries the whole event as JSON (`raw`), and any event can be heard untyped as
+//! [`crate::envelope::Event`].
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+/// An id Slack sends as a string in most events and as an object with an `id` in others
+/// (`team_join`'s `user`, `channel_created`'s `channel`).
+fn id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        Value::Object(o) => o.get("id").and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    })
+}
+
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => s,
+        _ => String::new(),
+    })
+}
+
+/// Parses `raw` as `T`, keeping `raw` in it.
+pub(crate) fn typed<T: Typed>(raw: &Value) -> Option<T> {
+    let mut event: T = serde_json::from_value(raw.clone()).ok()?;
+    event.set_raw(raw.clone());
+    Some(event)
+}
+
+pub(crate) trait Typed: for<'de> Deserialize<'de> {
+    fn set_raw(&mut self, raw: Value);
+}
+
+macro_rules! typed {
+    ($($t:ty),*) => {
+        $(impl Typed for $t {
+            fn set_raw(&mut self, raw: Value) {
+                self.raw = raw;
+            }
+        })*
+    };
+}
+
+/// `app_mention`: the bot was mentioned in a conversation it is in.
+#[derive(Clone, Debug, Deserialize)]
+pub struct AppMention {
+    #[serde(default, deserialize_with = "id")]
+    pub user: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub text: String,
+    pub channel: String,
+    pub ts: String,
+    #[serde(default)]
+    pub thread_ts: Option<String>,
+    #[serde(default)]
+    pub client_msg_id: Option<String>,
+    #[serde(skip)]
+    pub raw: Value,
+}
+
+/// A message from a person: `message` events (channels, groups, DMs: `channel_type` says which)
+/// without a subtype or with `file_share`, `thread_broadcast` or `me_message`, and
+/// `app_mention`s (`mention` is then true, and `text` is without the leading mention of the
+/// bot), so that one listener hears a message however it arrives.
+#[derive(Clone, Debug, Deserialize)]
+pub struct MessageEvent {
+    pub channel: String,
+    #[serde(default)]
+    pub channel_type: Option<String>,
+    #[serde(default, deserialize_with = "id")]
+    pub user: Option<String>,
+    #[serde(default, deserialize_with = "text")]
+    pub text: String,
+    pub ts: String,
+    #[serde(default)]
+    pub thread_ts: Option<String>,
+    #[serde(default)]
+    pub subtype: Option<String>,
+    #[serde(default)]
+    pub client_msg_id: Option<String>,
+    #[serde(default)]
+    pub files: Vec<Value>,
+    /// Heard as an `app_mention`.
+    #[serde(skip)]
+    pub mention: bool,
+    /// A pattern listener's captures: `captures[0]` is the whole match, then each group
+    /// (`None` for a group that did not take part).
+    #[serde(skip)]
+    pub captures: Vec<Option<String>>,
+    #[serde(skip)]
+    pub raw: Value,
+}
+
+impl MessageEvent {
+    /// A direct message to the bot.
+    pub fn is_dm(&self) -> bool {
+        self.channel_type.as_deref() == Some("im")
+    }
+
+    /// The thread this message is in, or its own `ts` (to start a thread under it).
+    pub fn thread(&self) -> &str {
+        self.thread_ts.as_deref().unwrap_or(&self.ts)
+    }
+
+    /// The capture group `n` of a pattern listener (0: the whole match).
+    pub fn capture(&self, n: usize) -> Option<&str> {
+        self.captures.get(n)?.as_deref()
+    }
+}
+
+/// The item a reaction is on.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ReactionItem {
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub channel: Option<String>,
+    #[serde(default)]
+    pub ts: Option<String>,
+    #[serde(default)]
+    pub file: Option<String>,
+}
+
+/// `reaction_added` and `reaction_removed`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Reaction {
+    #[serde(default, deserialize_with = "id")]
+    pub user: Option<String>,
+    pub reaction: String,
+    #[serde(default)]
+    pub item_user: Option<String>,
+    #[serde(default)]
+    pub item: ReactionItem,
+    #[serde(default)]
+    pub event_ts: Option<String>,
+    #[serde(skip)]
+    pub raw: Value,
+}
+
+/// `member_joined_channel`: someone (the bot too) joined a conversation.
+#[derive(Clone, Debug, Deserialize)]
+pub struct MemberJoinedChannel {
+    #[serde(deserialize_with = "id")]
+    pub user: Option<String>,
+    #[serde(deserialize_with = "id")]
+    pub channel: Option<String>,
+    #[serde(default)]
+    pub channel_type: Option<String>,
+    #[serde(default)]
+    pub team: Option<String>,
+    #[serde(default)]
+    pub inviter: Option<String>,
+    #[serde(skip)]
+    pub raw: Value,
+}
+
+/// `app_home_opened`: someone opened the app's Home, Messages or About tab.
+#[derive(Clone, Debug, Deserialize)]
+pub struct AppHomeOpened {
+    #[serde(deserialize_with = "id")]
+    pub user: Option<String>,
+    #[serde(default, deserialize_with = "id")]
+    pub channel: Option<String>,
+    #[serde(default)]
+    pub tab: Option<String>,
+    #[serde(skip)]
+    pub raw: Value,
+}
+
+/// A user, as `team_join` and `user_change` carry it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct User {
+    pub id: String,
+    #[serde(default)]
+    pub team_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub real_name: Option<String>,
+    #[serde(default)]
+    pub is_bot: bool,
+    #[serde(default)]
+    pub deleted: bool,
+    #[serde(default)]
+    pub tz: Option<String>,
+    #[serde(default)]
+    pub profile: Value,
+}
+
+/// `team_join`: a new member of the workspace.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TeamJoin {
+    pub user: User,
+    #[serde(skip)]
+    pub raw: Value,
+}
+
+/// A channel, as `channel_created` carries it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Channel {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "id")]
+    pub creator: Option<String>,
+    #[serde(default)]
+    pub created: Option<i64>,
+}
+
+/// `channel_created`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChannelCreated {
+    pub channel: Channel,
+    #[serde(skip)]
+    pub raw: Value,
+}
+
+typed!(
+    AppMention,
+    MessageEvent,
+    Reaction,
+    MemberJoinedChannel,
+    AppHomeOpened,
+    TeamJoin,
+    ChannelCreated
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str) -> Value {
+        let path = format!(
+            "{}/tests/data/events/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let envelope: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        envelope["event"].clone()
+    }
+
+    #[test]
+    fn the_documented_payloads_read_as_their_types() {
+        let m: AppMention = typed(&file("app_mention")).unwrap();
+        assert_eq!(
+            (m.channel.as_str(), m.user.as_deref()),
+            ("C0789CHAN", Some("U0123USER"))
+        );
+        let msg: MessageEvent = typed(&file("message_im")).unwrap();
+        assert!(msg.is_dm());
+        assert_eq!(msg.thread(), msg.ts);
+        let r: Reaction = typed(&file("reaction_added")).unwrap();
+        assert_eq!(
+            (r.reaction.as_str(), r.item.ts.as_deref()),
+            ("eyes", Some("1767225601.000200"))
+        );
+        let j: MemberJoinedChannel = typed(&file("member_joined_channel")).unwrap();
+        assert_eq!(j.channel.as_deref(), Some("C0789CHAN"));
+        let h: AppHomeOpened = typed(&file("app_home_opened")).unwrap();
+        assert_eq!(h.tab.as_deref(), Some("home"));
+        let t: TeamJoin = typed(&file("team_join")).unwrap();
+        assert_eq!(t.user.id, "W0NEWUSER");
+        assert_eq!(t.raw["user"]["profile"]["display_name"], "newbie");
+        let c: ChannelCreated = typed(&file("channel_created")).unwrap();
+        assert_eq!(c.channel.name.as_deref(), Some("project-x"));
+    }
+
+    #[test]
+    fn an_event_without_what_its_type_needs_does_not_read_as_it() {
+        assert!(typed::<AppMention>(&serde_json::json!({"type": "app_mention"})).is_none());
+        assert!(
+            typed::<TeamJoin>(&serde_json::json!({"type": "team_join", "user": "W1"})).is_none()
+        );
+    }
+}

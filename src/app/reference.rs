@@ -1,0 +1,129 @@
+//! The reference bot, written on the bot API: it answers mentions in their thread and direct
+//! messages in the conversation, echoing what was said (never pinging anyone), once.
+
+use super::{App, AppMention, Ctx, HandlerResult, MessageEvent};
+
+/// Echoed text is cut to this many characters.
+const MAX_ECHO_CHARS: usize = 200;
+
+/// The reference bot: `slack-once`'s default application.
+pub fn reference_app() -> App {
+    App::new()
+        .app_mention(answer_mention)
+        .message_where(|m: &MessageEvent| m.is_dm() && !m.mention, answer_dm)
+}
+
+async fn answer_mention(ctx: Ctx, mention: AppMention) -> HandlerResult {
+    let user = mention.user.as_deref().unwrap_or("there");
+    let said = echo(&mention.text);
+    let text = if said.is_empty() || said.eq_ignore_ascii_case("help") {
+        format!(
+            "Hi <@{user}>! Mention me with a question and I answer here, in the thread: once, \
+             however many times Slack delivers your message."
+        )
+    } else {
+        format!("<@{user}> you said: “{said}”. This is my one answer to it.")
+    };
+    ctx.reply(text).await?;
+    Ok(())
+}
+
+async fn answer_dm(ctx: Ctx, message: MessageEvent) -> HandlerResult {
+    let said = echo(&message.text);
+    let text = if said.is_empty() {
+        "Hi! Send me a message, or mention me in a channel, and I answer it once.".to_string()
+    } else {
+        format!("You said: “{said}”. I answer every message exactly once.")
+    };
+    // In the conversation, unless the message was in a thread.
+    ctx.say(text).await?;
+    Ok(())
+}
+
+/// `text` made safe to repeat in a message: Slack's special mentions (`<!here>`,
+/// `<!channel>`, `<!everyone>`, `<!subteam^…>`) become plain text that notifies no one, and
+/// mentions of users are removed. Whitespace is collapsed.
+pub fn safe_text(text: &str) -> String {
+    defuse(text)
+}
+
+/// The user's text made safe to echo: mentions of users (`<@U123>`) removed, and Slack's
+/// special mentions (`<!here>`, `<!channel>`, `<!everyone>`, `<!subteam^S123|@team>`, any
+/// `<!…>`) turned into plain text that notifies no one, so a user cannot make the bot ping a
+/// channel or a group; trimmed and cut to a short length.
+fn echo(text: &str) -> String {
+    let trimmed = defuse(text);
+    match trimmed.char_indices().nth(MAX_ECHO_CHARS) {
+        Some((cut, _)) => format!("{}…", &trimmed[..cut]),
+        None => trimmed,
+    }
+}
+
+fn defuse(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_ECHO_CHARS * 4));
+    let mut rest = text;
+    while let Some(start) = rest.find('<') {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let Some(end) = tail.find('>') else {
+            // No closing bracket: not a control sequence, but never let one form.
+            out.push_str(&tail.replace('<', "&lt;"));
+            rest = "";
+            break;
+        };
+        let inner = &tail[1..end];
+        if let Some(special) = inner.strip_prefix('!') {
+            // `<!here>`, `<!subteam^S1|@team>`: keep the label, as plain text with a
+            // zero-width space after the `@`.
+            let label = special
+                .split_once('|')
+                .map_or(special, |(_, label)| label)
+                .trim_start_matches('@');
+            let label = label.split('^').next().unwrap_or(label);
+            out.push_str("@\u{200B}");
+            out.push_str(label);
+        } else if !inner.starts_with('@') {
+            // Links and channel references (`<#C1|general>`, `<https://…|text>`) are harmless.
+            out.push_str(&tail[..=end]);
+        }
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echo_never_pings_a_channel_or_a_group() {
+        for (said, shown) in [
+            ("<!channel> look", "@\u{200B}channel look"),
+            ("<!here>", "@\u{200B}here"),
+            ("<!everyone> hi", "@\u{200B}everyone hi"),
+            (
+                "ping <!subteam^S0123|@oncall> now",
+                "ping @\u{200B}oncall now",
+            ),
+            ("<!subteam^S0123>", "@\u{200B}subteam"),
+            ("<!here|here> x", "@\u{200B}here x"),
+        ] {
+            let echoed = echo(said);
+            assert_eq!(echoed, shown, "{said}");
+            assert!(!echoed.contains("<!"), "{said} -> {echoed}");
+        }
+        assert_eq!(echo("see <#C1|general>"), "see <#C1|general>");
+        assert_eq!(echo("a <b"), "a &lt;b");
+    }
+
+    #[test]
+    fn echo_strips_mentions_and_cuts_long_text() {
+        assert_eq!(echo("<@U1>  hello <@U2> world "), "hello world");
+        assert_eq!(echo("<@U1"), "&lt;@U1");
+        let long = "é".repeat(500);
+        let cut = echo(&long);
+        assert_eq!(cut.chars().count(), MAX_ECHO_CHARS + 1);
+        assert!(cut.ends_with('…'));
+    }
+}

@@ -1,0 +1,161 @@
+//! Running an [`App`]: the role (ingress, or the worker of deferred mode) comes from
+//! `SLACK_ONCE_ROLE` or the `worker` argument; the runtime is Lambda when
+//! `AWS_LAMBDA_RUNTIME_API` is set, otherwise local (a server on `LISTEN_ADDR`, or a worker
+//! long-polling `WORK_QUEUE_URL`). `main` of a bot is one line: `slack_once::run(app())`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use crate::app::App;
+use crate::config::{Config, Mode, Role};
+use crate::queue::sqs::CallBudget;
+use crate::queue::SqsQueue;
+use crate::Application;
+
+const USAGE: &str = "\
+usage: BOT           serve Slack's requests (Lambda when AWS_LAMBDA_RUNTIME_API is set, else on LISTEN_ADDR);
+                     SLACK_ONCE_ROLE=worker runs the worker instead
+       BOT worker    the worker of deferred mode: long-poll WORK_QUEUE_URL, answer each event";
+
+/// Runs `app` as the process's arguments and environment say, until SIGTERM (locally) or for
+/// the life of the Lambda environment. Exit code 2 on a configuration error, named.
+pub fn run(app: App) -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let role = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [] => None,
+        ["worker"] => Some(Role::Worker),
+        ["-h" | "--help" | "help"] => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        other => {
+            eprintln!("unknown arguments {other:?}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts")
+        .block_on(serve(app, role))
+}
+
+/// Serves `app` in `role` (or `SLACK_ONCE_ROLE`'s).
+pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
+    let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    if on_lambda {
+        // The Lambda log format: JSON when AWS_LAMBDA_LOG_FORMAT=JSON, level from AWS_LAMBDA_LOG_LEVEL/RUST_LOG.
+        lambda_http::tracing::init_default_subscriber();
+    } else {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init();
+    }
+
+    let config = match Config::from_lookup(|name| match (name, role) {
+        ("SLACK_ONCE_ROLE", Some(Role::Worker)) => Some("worker".to_string()),
+        _ => std::env::var(name).ok(),
+    }) {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::error!("configuration error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let (mode, role) = (config.mode, config.role);
+    let app = Application::build_with_app(config, app).await;
+    match (role, mode) {
+        (Role::Ingress, Mode::Lambda) => match lambda_http::run(app.router()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(error = %error, "the Lambda runtime stopped");
+                ExitCode::FAILURE
+            }
+        },
+        (Role::Ingress, Mode::Local) => {
+            let server = match app.bind().await {
+                Ok(server) => server,
+                Err(error) => {
+                    tracing::error!(error = %error, "cannot listen on LISTEN_ADDR");
+                    return ExitCode::FAILURE;
+                }
+            };
+            tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz");
+            match server.run_until(shutdown_signal()).await {
+                Ok(()) => {
+                    tracing::info!("stopped");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    tracing::error!(error = %error, "the server failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        (Role::Worker, Mode::Lambda) => {
+            let worker = app.worker();
+            let handler = lambda_http::service_fn(
+                move |event: lambda_http::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {
+                    let worker = worker.clone();
+                    async move {
+                        let deadline = crate::http::invocation_deadline(event.context.deadline);
+                        Ok::<_, lambda_http::Error>(
+                            worker.handle_batch(event.payload, deadline).await,
+                        )
+                    }
+                },
+            );
+            match lambda_http::lambda_runtime::run(handler).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!(error = %error, "the Lambda runtime stopped");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        (Role::Worker, Mode::Local) => {
+            let config = app.config();
+            let url = config
+                .work_queue_url
+                .clone()
+                .expect("the configuration requires WORK_QUEUE_URL for a local worker");
+            let queue = Arc::new(SqsQueue::from_env(url.clone(), CallBudget::Worker).await);
+            tracing::info!(
+                queue = %url,
+                concurrency = config.worker_concurrency,
+                lease_s = config.lease.as_secs(),
+                "worker: receiving"
+            );
+            app.worker()
+                .run_local(
+                    queue,
+                    config.worker_concurrency,
+                    config.lease,
+                    shutdown_signal(),
+                )
+                .await;
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// SIGTERM or Ctrl-C: stop accepting, finish what is in flight.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM can be handled");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
