@@ -15,6 +15,7 @@ pub mod server;
 pub mod sign;
 pub mod signature;
 pub mod slack;
+pub mod testing;
 
 use std::sync::Arc;
 
