@@ -85,6 +85,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// The template's `maxReceiveCount`.
 pub const DEFAULT_MAX_RECEIVES: u32 = 5;
 pub const DEFAULT_WORKER_CONCURRENCY: usize = 8;
+/// A secret read from Secrets Manager is read again at most this often.
+pub const DEFAULT_SECRETS_REFRESH: Duration = Duration::from_secs(30);
 pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 
@@ -118,6 +120,11 @@ pub struct Config {
     pub max_receives: u32,
     /// The local worker: messages in flight at once.
     pub worker_concurrency: usize,
+    /// Secrets Manager's secret (name or ARN) holding the Slack secrets: read at run time
+    /// instead of `SLACK_SIGNING_SECRET` / `SLACK_BOT_TOKEN`.
+    pub secrets_arn: Option<String>,
+    /// The secret is read again at most once per this long.
+    pub secrets_refresh: Duration,
 }
 
 impl Config {
@@ -186,12 +193,31 @@ impl Config {
         // Where the ledger and Slack are used: a worker, or an ingress answering itself.
         let answers = role == Role::Worker || work_queue_url.is_none();
 
+        let secrets_arn = get("SLACK_SECRETS_ARN").map(|v| v.trim().to_string());
+        let secrets_refresh = match get("SLACK_SECRETS_REFRESH_SECONDS") {
+            None => DEFAULT_SECRETS_REFRESH,
+            Some(v) => {
+                let secs = parse_seconds("SLACK_SECRETS_REFRESH_SECONDS", &v)?;
+                if !(1..=86_400).contains(&secs) {
+                    return Err(ConfigError::Invalid {
+                        var: "SLACK_SECRETS_REFRESH_SECONDS",
+                        reason: "must be between 1 and 86400".into(),
+                    });
+                }
+                Duration::from_secs(secs)
+            }
+        };
+        // From Secrets Manager, the values are checked when the secret is read.
+        let from_manager = secrets_arn.is_some();
+
         let signing_secrets = match (get("SLACK_SIGNING_SECRET"), role) {
+            (None, Role::Ingress) if from_manager => None,
             (None, Role::Ingress) => {
                 return Err(ConfigError::Missing {
                     var: "SLACK_SIGNING_SECRET",
                     hint: "copy it from your Slack app's Basic Information page \
-                           (several may be given, comma-separated, during a rotation)",
+                           (several may be given, comma-separated, during a rotation), \
+                           or name a Secrets Manager secret holding it in SLACK_SECRETS_ARN",
                 })
             }
             (None, Role::Worker) => None,
@@ -206,7 +232,7 @@ impl Config {
         };
 
         let bot_token = get("SLACK_BOT_TOKEN").map(|t| Secret::new(t.trim()));
-        if bot_token.is_none() && mode == Mode::Lambda && answers {
+        if bot_token.is_none() && mode == Mode::Lambda && answers && !from_manager {
             return Err(ConfigError::Missing {
                 var: "SLACK_BOT_TOKEN",
                 hint: "on Lambda the bot must post its replies: set the bot token (xoxb-…) \
@@ -348,6 +374,8 @@ impl Config {
             work_queue_url,
             max_receives,
             worker_concurrency,
+            secrets_arn,
+            secrets_refresh,
         })
     }
 }

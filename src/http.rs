@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::ledger::LedgerError;
+use crate::metrics::Metrics;
 use crate::process::{Delivery, Outcome, ProcessError, Processor};
 use crate::queue::QueueError;
 
@@ -56,6 +57,7 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        rejected(&state, "RejectedTooLarge");
         return too_large();
     }
     let read = tokio::time::timeout(
@@ -64,6 +66,7 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
     );
     let body = match read.await {
         Err(_) => {
+            rejected(&state, "RejectedBodyTimeout");
             tracing::warn!(timeout = ?BODY_READ_TIMEOUT, "the request body was not sent in time");
             return json(
                 StatusCode::REQUEST_TIMEOUT,
@@ -72,7 +75,10 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
             );
         }
         Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            rejected(&state, "RejectedTooLarge");
+            return too_large();
+        }
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "the request body could not be read");
             return json(
@@ -84,26 +90,38 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
     };
 
     // On Lambda, lambda_http puts the invocation's context (and its deadline) in the extensions.
-    let invocation_deadline = parts
-        .extensions
-        .get::<lambda_http::Context>()
-        .and_then(|context| invocation_deadline(context.deadline));
+    let context = parts.extensions.get::<lambda_http::Context>();
+    let invocation_deadline = context.and_then(|context| invocation_deadline(context.deadline));
+    let request_id = context.map(|context| context.request_id.clone());
 
     // The delivery runs to its end on its own task: should the client go away (Slack gives
     // up after 3 s), the claim is still completed or released rather than left to block the
     // event until its lease ends.
     let processor = state.processor.clone();
     let delivery = state.in_flight.spawn(async move {
-        let result = processor
-            .handle(Delivery {
+        // One metrics line per delivery: on Lambda, per invocation.
+        let metrics = Metrics::new();
+        let result = metrics
+            .scope(processor.handle(Delivery {
                 headers: &parts.headers,
                 body: &body,
                 now,
                 started,
                 invocation_deadline,
-            })
+                request_id: request_id.as_deref(),
+            }))
             .await;
-        respond(result)
+        let response = respond(result);
+        if response.status().is_server_error() {
+            metrics.add("Responses5xx", 1.0);
+        }
+        let properties: Vec<(&str, &str)> = request_id
+            .as_deref()
+            .map(|id| ("RequestId", id))
+            .into_iter()
+            .collect();
+        metrics.emit(processor.version(), &properties);
+        response
     });
     match delivery.await {
         Ok(response) => response,
@@ -116,6 +134,14 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
             )
         }
     }
+}
+
+/// A request refused before it reached the processor: its own metrics line.
+fn rejected(state: &AppState, reason: &'static str) {
+    let metrics = Metrics::new();
+    metrics.add("Deliveries", 1.0);
+    metrics.add(reason, 1.0);
+    metrics.emit(state.processor.version(), &[]);
 }
 
 /// Lambda's `Lambda-Runtime-Deadline-Ms` is epoch milliseconds. Some emulators send a duration

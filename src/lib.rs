@@ -8,9 +8,11 @@ pub mod envelope;
 pub mod fuzzing;
 pub mod http;
 pub mod ledger;
+pub mod metrics;
 pub mod process;
 pub mod queue;
 mod run;
+pub mod secrets;
 pub mod server;
 pub mod sign;
 pub mod signature;
@@ -30,10 +32,18 @@ use crate::process::{Processor, Settings};
 use crate::queue::sqs::CallBudget;
 use crate::queue::worker::Worker;
 use crate::queue::{SqsQueue, WorkQueue};
+use crate::secrets::{SecretsError, SlackSecrets};
 use crate::slack::SlackClient;
 
-pub use crate::run::{run, serve};
+pub use crate::run::{run, serve, VERSION};
 pub use crate::server::LocalServer;
+
+/// What can stop the start once the configuration is read.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Secrets(#[from] SecretsError),
+}
 
 /// The wired application: configuration, ledger, Slack client, work queue and the bot's
 /// [`App`], built once per process.
@@ -45,13 +55,31 @@ pub struct Application {
 
 impl Application {
     /// Wires the configured ledger (DynamoDB when `DEDUP_TABLE` is set, else in memory), the
-    /// work queue (deferred mode, when `WORK_QUEUE_URL` is set) and the reference bot.
-    pub async fn build(config: Config) -> Self {
+    /// work queue (deferred mode, when `WORK_QUEUE_URL` is set), the Slack secrets (from
+    /// Secrets Manager when `SLACK_SECRETS_ARN` is set) and the reference bot.
+    pub async fn build(config: Config) -> Result<Self, StartError> {
         Self::build_with_app(config, reference_app()).await
     }
 
     /// As [`Application::build`], with your own [`App`].
-    pub async fn build_with_app(config: Config, app: App) -> Self {
+    pub async fn build_with_app(config: Config, app: App) -> Result<Self, StartError> {
+        let secrets = match &config.secrets_arn {
+            Some(id) => {
+                let secrets = SlackSecrets::from_manager(id, config.secrets_refresh).await?;
+                let values = secrets.current();
+                if config.role == Role::Ingress && values.signing.is_none() {
+                    return Err(StartError::Secrets(SecretsError::Invalid {
+                        id: id.clone(),
+                        reason: "it has no signing_secret, which an ingress needs".into(),
+                    }));
+                }
+                if values.bot_token.is_none() && config.mode == config::Mode::Lambda {
+                    tracing::warn!("the secret has no bot_token: nothing can be posted");
+                }
+                secrets
+            }
+            None => SlackSecrets::fixed(config.signing_secrets.clone(), config.bot_token.clone()),
+        };
         let ledger: Arc<dyn Ledger> = match &config.dedup_table {
             Some(table) => {
                 tracing::info!(table = %table, "ledger: DynamoDB");
@@ -75,7 +103,13 @@ impl Application {
             }
             _ => None,
         };
-        Self::with_queue(config, ledger, app, queue)
+        Ok(Self::assemble(
+            config,
+            Arc::new(secrets),
+            ledger,
+            app,
+            queue,
+        ))
     }
 
     /// Wires a given ledger and app: the seam for tests.
@@ -90,16 +124,25 @@ impl Application {
         app: App,
         queue: Option<Arc<dyn WorkQueue>>,
     ) -> Self {
-        let slack = SlackClient::new(config.slack_api_url.clone(), config.bot_token.clone());
+        let secrets = SlackSecrets::fixed(config.signing_secrets.clone(), config.bot_token.clone());
+        Self::assemble(config, Arc::new(secrets), ledger, app, queue)
+    }
+
+    fn assemble(
+        config: Config,
+        secrets: Arc<SlackSecrets>,
+        ledger: Arc<dyn Ledger>,
+        app: App,
+        queue: Option<Arc<dyn WorkQueue>>,
+    ) -> Self {
+        let slack = SlackClient::with_secrets(config.slack_api_url.clone(), secrets.clone());
         let settings = Settings {
             ttl: config.ttl,
             lease: config.lease,
             version: config.function_version.clone(),
         };
-        let mut processor = Processor::new(ledger, slack, Arc::new(app), settings);
-        if let Some(secrets) = config.signing_secrets.clone() {
-            processor = processor.with_secrets(secrets);
-        }
+        let mut processor =
+            Processor::new(ledger, slack, Arc::new(app), settings).with_secrets(secrets);
         if let Some(queue) = queue {
             processor = processor.with_queue(queue);
         }

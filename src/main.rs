@@ -14,6 +14,7 @@ const USAGE: &str = "\
 usage: slack-once                 serve (Lambda when AWS_LAMBDA_RUNTIME_API is set, else LISTEN_ADDR);
                                   SLACK_ONCE_ROLE=worker runs the worker instead
        slack-once worker          the worker of deferred mode: long-poll WORK_QUEUE_URL, answer each event
+       slack-once --version
        slack-once sign FILE [--secret S] [--url URL]
                                   re-sign a Slack body or Lambda event file with a fresh timestamp
        slack-once create-table [TABLE]
@@ -25,8 +26,9 @@ usage: slack-once                 serve (Lambda when AWS_LAMBDA_RUNTIME_API is s
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        // Serving (`worker` included) is the library's: every bot binary runs the same way.
-        None | Some("worker") => {}
+        // Serving (`worker` and `--version` included) is the library's: every bot binary runs
+        // the same way.
+        None | Some("worker" | "-V" | "--version") => {}
         Some("sign") => return sign::run(&args[1..]),
         Some("create-table") => return runtime().block_on(create_table(args.get(1).cloned())),
         Some("create-queue") => return runtime().block_on(create_queue(args.get(1).cloned())),

@@ -16,12 +16,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::app::{App, BotError, Ctx, Error as StepError, Steps, Tally};
-use crate::config::SigningSecrets;
 use crate::envelope::{Envelope, EventCallback, EventId, SkipReason};
 use crate::ledger::{
     Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
 };
+use crate::metrics;
 use crate::queue::{QueueError, QueuedEvent, WorkQueue, QUEUED_EVENT_VERSION};
+use crate::secrets::{SecretValues, SlackSecrets};
 use crate::signature::{self, SignatureError};
 use crate::slack::{SlackClient, SlackError};
 
@@ -52,6 +53,20 @@ pub struct Delivery<'a> {
     pub started: Instant,
     /// On Lambda, the invocation's deadline: it is the lease. Elsewhere the configured lease.
     pub invocation_deadline: Option<SystemTime>,
+    /// On Lambda, the invocation's request id (for the logs and the metrics line).
+    pub request_id: Option<&'a str>,
+}
+
+/// A message of the work queue, as the worker received it.
+#[derive(Clone, Copy, Debug)]
+pub struct QueuedMessage<'a> {
+    pub message_id: &'a str,
+    /// SQS's ApproximateReceiveCount.
+    pub receive_count: u32,
+    /// When the ingress received the event (epoch ms).
+    pub received_at_ms: u64,
+    /// On Lambda, the worker invocation's request id.
+    pub request_id: Option<&'a str>,
 }
 
 /// What the protocol needs to know of one delivery of a verified event.
@@ -176,8 +191,8 @@ pub enum ProcessError {
 
 /// Everything a delivery needs, built once per process and shared by every request.
 pub struct Processor {
-    /// `None` in a worker, which serves no HTTP request.
-    secrets: Option<SigningSecrets>,
+    /// The signing secrets (a worker, which serves no HTTP request, has none).
+    secrets: Arc<SlackSecrets>,
     ledger: Arc<dyn Ledger>,
     slack: SlackClient,
     app: Arc<App>,
@@ -207,7 +222,7 @@ impl Processor {
         settings: Settings,
     ) -> Self {
         Self {
-            secrets: None,
+            secrets: Arc::new(SlackSecrets::fixed(None, None)),
             ledger,
             slack,
             app,
@@ -219,8 +234,8 @@ impl Processor {
     }
 
     /// The secrets HTTP deliveries are verified with (an ingress needs them).
-    pub fn with_secrets(mut self, secrets: SigningSecrets) -> Self {
-        self.secrets = Some(secrets);
+    pub fn with_secrets(mut self, secrets: Arc<SlackSecrets>) -> Self {
+        self.secrets = secrets;
         self
     }
 
@@ -241,6 +256,8 @@ impl Processor {
             team = tracing::field::Empty,
             retry_num,
             retry_reason = tracing::field::Empty,
+            function_version = %self.version,
+            request_id = delivery.request_id,
             outcome = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
         );
@@ -249,7 +266,15 @@ impl Processor {
             .instrument(span.clone())
             .await;
         log_result(&span, delivery.started, &result, "delivery");
+        metrics::count("Deliveries");
+        record_result(&result);
+        metrics::time_ms("TimeToAck", delivery.started.elapsed().as_secs_f64() * 1e3);
         result
+    }
+
+    /// The version answering (`AWS_LAMBDA_FUNCTION_VERSION`, or `local`).
+    pub fn version(&self) -> &str {
+        &self.version
     }
 
     /// Runs one event taken from the work queue, inside a span carrying the event id, team,
@@ -258,8 +283,7 @@ impl Processor {
         &self,
         callback: &Arc<EventCallback>,
         delivery: &EventDelivery<'_>,
-        message_id: &str,
-        receive_count: u32,
+        message: QueuedMessage<'_>,
     ) -> Result<Outcome, ProcessError> {
         let span = tracing::info_span!(
             "queued_event",
@@ -268,8 +292,10 @@ impl Processor {
             team = tracing::field::Empty,
             retry_num = delivery.retry_num,
             retry_reason = tracing::field::Empty,
-            message_id,
-            receive_count,
+            function_version = %self.version,
+            request_id = message.request_id,
+            message_id = message.message_id,
+            receive_count = message.receive_count,
             outcome = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
         );
@@ -278,6 +304,19 @@ impl Processor {
             .instrument(span.clone())
             .await;
         log_result(&span, delivery.started, &result, "queued event");
+        metrics::count("QueuedEvents");
+        record_result(&result);
+        if message.receive_count > 1 {
+            metrics::count("QueueRedeliveries");
+        }
+        if delivery.last_chance && result.is_err() {
+            // Left on its last receive: SQS moves it to the dead-letter queue.
+            metrics::count("DeadLettered");
+        }
+        if result.is_ok() {
+            let age = unix_ms(SystemTime::now()).saturating_sub(message.received_at_ms);
+            metrics::time_ms("TimeToAnswer", age as f64);
+        }
         result
     }
 
@@ -286,7 +325,7 @@ impl Processor {
         delivery: Delivery<'_>,
         retry_num: Option<u32>,
     ) -> Result<Outcome, ProcessError> {
-        match self.verify_and_parse(&delivery)? {
+        match self.verify_and_parse(&delivery).await? {
             Envelope::UrlVerification { challenge } => Ok(Outcome::Challenge(challenge)),
             Envelope::AppRateLimited {
                 team_id,
@@ -324,14 +363,33 @@ impl Processor {
     }
 
     /// Verifies the exact bytes Slack signed, then parses them: nothing else is read before
-    /// the signature holds.
-    pub fn verify_and_parse(&self, delivery: &Delivery<'_>) -> Result<Envelope, ProcessError> {
+    /// the signature holds. A well-formed, fresh signature that matches none of the signing
+    /// secrets may mean they were rotated: they are read again (at most once per refresh
+    /// interval) and the signature checked once more.
+    pub async fn verify_and_parse(
+        &self,
+        delivery: &Delivery<'_>,
+    ) -> Result<Envelope, ProcessError> {
         let now_unix = unix_ms(delivery.now) / 1000;
-        let Some(secrets) = &self.secrets else {
+        let verify = |values: &SecretValues| match &values.signing {
+            Some(signing) => {
+                signature::verify_at(signing, delivery.headers, delivery.body, now_unix)
+            }
             // A worker serves no HTTP request; should one reach it, nothing verifies.
-            return Err(ProcessError::Signature(SignatureError::Mismatch));
+            None => Err(SignatureError::Mismatch),
         };
-        signature::verify_at(secrets, delivery.headers, delivery.body, now_unix)?;
+        match verify(&self.secrets.current()) {
+            Ok(()) => {}
+            Err(SignatureError::Mismatch)
+                if self
+                    .secrets
+                    .refresh("a signature matched no signing secret")
+                    .await =>
+            {
+                verify(&self.secrets.current())?
+            }
+            Err(e) => return Err(e.into()),
+        }
         serde_json::from_slice(delivery.body).map_err(ProcessError::Malformed)
     }
 
@@ -467,10 +525,12 @@ impl Processor {
             }
             Ok(())
         };
+        let working = Instant::now();
         let worked = match tokio::time::timeout_at(times.work_deadline, work).await {
             Ok(result) => result,
             Err(_) => Err(ProcessError::Deadline),
         };
+        metrics::time_ms("HandlerLatency", working.elapsed().as_secs_f64() * 1e3);
         let (settled, tally) = ctx.close().await;
         let held = Held {
             event_id: &keys.primary,
@@ -529,6 +589,7 @@ impl Processor {
             }
             Claim::Acquired { attempt, journal } => {
                 if attempt > 1 {
+                    metrics::count("Takeovers");
                     tracing::info!(
                         attempt,
                         key = %key,
@@ -617,6 +678,7 @@ impl Processor {
                 }),
             ),
             Err(ProcessError::Slack(error)) if error.is_permanent() => {
+                metrics::count("SlackErrorsPermanent");
                 let code = error.code().unwrap_or("unknown_error").to_string();
                 tracing::error!(
                     slack_error = code.as_str(),
@@ -865,6 +927,41 @@ async fn before(
         Ok(Err(e)) => Err(error_chain(&e)),
         Err(_) => Err("no answer before the lease ended".into()),
     }
+}
+
+/// Counts a delivery's or queued event's result: its outcome, or its failure's kind.
+fn record_result(result: &Result<Outcome, ProcessError>) {
+    let name = match result {
+        Ok(outcome) => match outcome {
+            Outcome::Challenge(_) => "Challenge",
+            Outcome::Answered { .. } => "Answered",
+            Outcome::Recovered => "Recovered",
+            Outcome::NoReply => "NoReply",
+            Outcome::NoListener => "NoListener",
+            Outcome::Duplicate => "Duplicate",
+            Outcome::Failed { .. } => "Failed",
+            Outcome::AlreadyFailed => "AlreadyFailed",
+            Outcome::InProgress => "InProgress",
+            Outcome::Skipped(_) => "Skipped",
+            Outcome::RateLimitNotice => "AppRateLimited",
+            Outcome::Ignored => "Ignored",
+            Outcome::Queued => "Queued",
+        },
+        Err(error) => match error {
+            ProcessError::Signature(_) => "RejectedSignature",
+            ProcessError::Malformed(_) => "RejectedPayload",
+            ProcessError::Ledger(_) => "LedgerErrors",
+            ProcessError::Slack(e) if e.may_have_posted() => "SlackErrorsAmbiguous",
+            ProcessError::Slack(_) => "SlackErrorsTransient",
+            ProcessError::LookupUnavailable(_) => "SlackLookupUnavailable",
+            ProcessError::Bot(_) => "ListenerErrors",
+            ProcessError::Nondeterministic(_) => "NondeterministicListeners",
+            ProcessError::Deadline => "DeadlineExceeded",
+            ProcessError::Queue(QueueError::TooLarge { .. }) => "RejectedTooLarge",
+            ProcessError::Queue(_) => "QueueErrors",
+        },
+    };
+    metrics::count(name);
 }
 
 /// One line per delivery or queued event, at the level its result deserves, in its span.

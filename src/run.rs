@@ -12,6 +12,9 @@ use crate::queue::sqs::CallBudget;
 use crate::queue::SqsQueue;
 use crate::Application;
 
+/// slack-once's version (the crate's), in the startup line and `--version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 const USAGE: &str = "\
 usage: BOT           serve Slack's requests (Lambda when AWS_LAMBDA_RUNTIME_API is set, else on LISTEN_ADDR);
                      SLACK_ONCE_ROLE=worker runs the worker instead
@@ -31,6 +34,10 @@ pub fn run(app: App) -> ExitCode {
         ["worker"] => Some(Role::Worker),
         ["-h" | "--help" | "help"] => {
             println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        ["-V" | "--version"] => {
+            println!("slack-once {VERSION}");
             return ExitCode::SUCCESS;
         }
         other => {
@@ -72,7 +79,20 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
         }
     };
     let (mode, role) = (config.mode, config.role);
-    let app = Application::build_with_app(config, app).await;
+    tracing::info!(
+        version = VERSION,
+        function_version = %config.function_version,
+        role = ?role,
+        runtime = ?mode,
+        "slack-once starting"
+    );
+    let app = match Application::build_with_app(config, app).await {
+        Ok(app) => app,
+        Err(error) => {
+            tracing::error!("cannot start: {}", crate::process::error_chain(&error));
+            return ExitCode::from(2);
+        }
+    };
     match (role, mode) {
         (Role::Ingress, Mode::Lambda) => match lambda_http::run(app.router()).await {
             Ok(()) => ExitCode::SUCCESS,
@@ -108,8 +128,11 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
                     let worker = worker.clone();
                     async move {
                         let deadline = crate::http::invocation_deadline(event.context.deadline);
+                        let request_id = event.context.request_id.clone();
                         Ok::<_, lambda_http::Error>(
-                            worker.handle_batch(event.payload, deadline).await,
+                            worker
+                                .handle_batch(event.payload, deadline, &request_id)
+                                .await,
                         )
                     }
                 },

@@ -19,7 +19,10 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
 use crate::config::Secret;
+use crate::secrets::SlackSecrets;
 
 /// The `event_type` of the metadata attached to every reply, naming the event it answers.
 pub const REPLY_METADATA_TYPE: &str = "slack_once_reply";
@@ -292,11 +295,21 @@ fn metadata_names(metadata: &MessageMetadata) -> Option<(&str, u64)> {
     }
 }
 
+/// Slack's answers that mean the token is no longer good: the secrets are read again (bounded)
+/// and, if the token changed, the call is made once more (it did nothing the first time).
+const TOKEN_ERRORS: &[&str] = &[
+    "invalid_auth",
+    "not_authed",
+    "token_revoked",
+    "token_expired",
+    "account_inactive",
+];
+
 /// The Web API client. Built once per process and shared.
 #[derive(Clone)]
 pub struct SlackClient {
     base_url: String,
-    token: Option<Secret>,
+    secrets: Arc<SlackSecrets>,
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
@@ -304,15 +317,20 @@ impl std::fmt::Debug for SlackClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlackClient")
             .field("base_url", &self.base_url)
-            .field("token", &self.token)
+            .field("token", &self.secrets.current().bot_token)
             .finish()
     }
 }
 
 impl SlackClient {
-    /// `base_url` is the Web API base (`https://slack.com/api`); method names are appended.
-    /// Without a token, replies are logged instead of posted.
+    /// A client with a fixed token. Without one, writes are logged instead of made.
     pub fn new(base_url: impl Into<String>, token: Option<Secret>) -> Self {
+        Self::with_secrets(base_url, Arc::new(SlackSecrets::fixed(None, token)))
+    }
+
+    /// `base_url` is the Web API base (`https://slack.com/api`); method names are appended.
+    /// The token is the secrets' current one.
+    pub fn with_secrets(base_url: impl Into<String>, secrets: Arc<SlackSecrets>) -> Self {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(Duration::from_secs(2)));
@@ -336,7 +354,7 @@ impl SlackClient {
             .build(connector);
         Self {
             base_url: base_url.into().trim_end_matches('/').to_string(),
-            token,
+            secrets,
             http,
         }
     }
@@ -347,7 +365,7 @@ impl SlackClient {
 
     /// Whether calls reach Slack (a bot token is set); without one, writes are logged.
     pub fn has_token(&self) -> bool {
-        self.token.is_some()
+        self.secrets.current().bot_token.is_some()
     }
 
     /// Calls the Web API method `method` with `args` and returns Slack's answer (`ok: true`),
@@ -361,7 +379,32 @@ impl SlackClient {
         args: &Args,
         deadline: Instant,
     ) -> Result<serde_json::Value, SlackError> {
-        let Some(token) = &self.token else {
+        let used = self.secrets.current().bot_token.clone();
+        match self.api_with(used.as_ref(), method, args, deadline).await {
+            Err(SlackError::Api { code }) if TOKEN_ERRORS.contains(&code.as_str()) => {
+                // The token may have been rotated: read the secrets again (bounded), and if
+                // the token changed, ask once more.
+                let refreshed = self.secrets.refresh("Slack refused the bot token").await;
+                let now = self.secrets.current().bot_token.clone();
+                if refreshed && now.is_some() && now != used {
+                    tracing::info!(method, "calling again with the bot token read again");
+                    self.api_with(now.as_ref(), method, args, deadline).await
+                } else {
+                    Err(SlackError::Api { code })
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn api_with(
+        &self,
+        token: Option<&Secret>,
+        method: &str,
+        args: &Args,
+        deadline: Instant,
+    ) -> Result<serde_json::Value, SlackError> {
+        let Some(token) = token else {
             tracing::info!(
                 method,
                 args = %args.describe(),
@@ -402,6 +445,7 @@ impl SlackClient {
                     if Instant::now() + retry_after >= deadline {
                         return Err(SlackError::RateLimited { retry_after });
                     }
+                    crate::metrics::count("SlackRateLimitWaits");
                     tracing::warn!(?retry_after, method, "Slack rate-limited the call; waiting");
                     tokio::time::sleep(retry_after).await;
                 }
@@ -428,7 +472,8 @@ impl SlackClient {
         query: &ReplyQuery<'_>,
         deadline: Instant,
     ) -> Result<Option<String>, SlackError> {
-        let Some(token) = &self.token else {
+        let values = self.secrets.current();
+        let Some(token) = &values.bot_token else {
             return Ok(None);
         };
         let limit = LOOKUP_PAGE_SIZE.to_string();

@@ -21,7 +21,8 @@ use tokio_util::task::TaskTracker;
 
 use super::{QueuedEvent, Received, WorkQueue, QUEUED_EVENT_VERSION};
 use crate::envelope::Envelope;
-use crate::process::{EventDelivery, Outcome, Processor};
+use crate::metrics::Metrics;
+use crate::process::{EventDelivery, Outcome, Processor, QueuedMessage};
 
 /// What to do with a message after its event ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +54,7 @@ impl Worker {
         now: SystemTime,
         started: Instant,
         invocation_deadline: Option<SystemTime>,
+        request_id: Option<&str>,
     ) -> Disposition {
         let queued: QueuedEvent = match serde_json::from_str(&message.body) {
             Ok(queued) => queued,
@@ -100,14 +102,15 @@ impl Worker {
             started,
             invocation_deadline,
         };
+        let queued_message = QueuedMessage {
+            message_id: &message.message_id,
+            receive_count: message.receive_count,
+            received_at_ms: queued.received_at_ms,
+            request_id,
+        };
         let result = self
             .processor
-            .run_queued(
-                &callback,
-                &delivery,
-                &message.message_id,
-                message.receive_count,
-            )
+            .run_queued(&callback, &delivery, queued_message)
             .await;
         match result {
             Ok(Outcome::InProgress) => Disposition::Leave,
@@ -164,7 +167,15 @@ impl Worker {
             for (message, permit) in messages.into_iter().zip(permits.drain(..)) {
                 let (worker, queue) = (self.clone(), queue.clone());
                 in_flight.spawn(async move {
-                    let disposition = worker.handle(&message, now, started, None).await;
+                    // One metrics line per message: the local worker's invocation.
+                    let metrics = Metrics::new();
+                    let disposition = metrics
+                        .scope(worker.handle(&message, now, started, None, None))
+                        .await;
+                    metrics.emit(
+                        worker.processor.version(),
+                        &[("MessageId", &message.message_id)],
+                    );
                     if disposition == Disposition::Delete {
                         if let Err(error) = queue.delete(&message.receipt_handle).await {
                             // Harmless: it comes back and is found done.
@@ -191,8 +202,11 @@ impl Worker {
         self: Arc<Self>,
         event: SqsEvent,
         invocation_deadline: Option<SystemTime>,
+        request_id: &str,
     ) -> SqsBatchResponse {
         let (now, started) = (SystemTime::now(), Instant::now());
+        // One metrics line for the whole batch: the invocation.
+        let metrics = Metrics::new();
         let mut tasks = Vec::with_capacity(event.records.len());
         for record in event.records {
             let message_id = record.message_id.clone().unwrap_or_default();
@@ -206,14 +220,21 @@ impl Worker {
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(1),
             };
-            let worker = self.clone();
+            let (worker, metrics, request_id) =
+                (self.clone(), metrics.clone(), request_id.to_string());
             tasks.push((
                 message_id,
-                tokio::spawn(async move {
+                tokio::spawn(metrics.scope(async move {
                     worker
-                        .handle(&message, now, started, invocation_deadline)
+                        .handle(
+                            &message,
+                            now,
+                            started,
+                            invocation_deadline,
+                            Some(&request_id),
+                        )
                         .await
-                }),
+                })),
             ));
         }
         let mut response = SqsBatchResponse::default();
@@ -226,6 +247,7 @@ impl Worker {
                 response.add_failure(message_id);
             }
         }
+        metrics.emit(self.processor.version(), &[("RequestId", request_id)]);
         response
     }
 }

@@ -86,6 +86,8 @@ pub const LOOKUP_PAGE_CAP: usize = 15;
 
 #[derive(Default)]
 struct StandinState {
+    /// When set, a request with another bearer token gets `ok:false, invalid_auth`.
+    required_token: Option<String>,
     script: VecDeque<Behaviour>,
     /// Until then, every chat.postMessage answers HTTP 500 and posts nothing.
     outage_until: Option<tokio::time::Instant>,
@@ -134,6 +136,12 @@ impl SlackStandin {
             state,
             _shutdown: shutdown,
         }
+    }
+
+    /// From now on, only `token` is good: any other gets `ok:false` with `invalid_auth` (as
+    /// after a rotation) and changes nothing.
+    pub fn require_token(&self, token: &str) {
+        self.state.lock().unwrap().required_token = Some(format!("Bearer {token}"));
     }
 
     /// Queues behaviours for the next calls of `method` (other than chat.postMessage): `Ok`,
@@ -255,6 +263,12 @@ async fn post_message(
     let behaviour = {
         let mut s = state.lock().unwrap();
         s.received.push(post.clone());
+        if s.required_token
+            .as_ref()
+            .is_some_and(|t| post.authorization.as_ref() != Some(t))
+        {
+            return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
+        }
         match s.outage_until {
             Some(until) if tokio::time::Instant::now() < until => Behaviour::Status(500),
             _ => s.script.pop_front().unwrap_or(Behaviour::Ok),
@@ -1438,4 +1452,31 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+// ---------------------------------------------------------------- the Secrets Manager server (moto)
+
+pub fn secrets_client(endpoint: &str) -> aws_sdk_secretsmanager::Client {
+    use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_secretsmanager::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .http_client(slack_once::ledger::dynamo::http_client())
+        .build();
+    aws_sdk_secretsmanager::Client::from_conf(config)
+}
+
+/// The EMF metric lines a process printed, parsed.
+pub fn metric_lines(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter(|l| l.starts_with('{') && l.contains("\"_aws\""))
+        .map(|l| serde_json::from_str(l).expect("an EMF line is JSON"))
+        .collect()
+}
+
+/// The sum of metric `name` over `lines`.
+pub fn metric_sum(lines: &[serde_json::Value], name: &str) -> f64 {
+    lines.iter().filter_map(|l| l[name].as_f64()).sum()
 }

@@ -442,3 +442,72 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lambda_every_log_line_of_an_event_carries_its_ids_and_one_metrics_line_is_printed() {
+    use std::io::BufRead;
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    let runtime = RuntimeApi::start().await;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+    command
+        .env_clear()
+        .env("SLACK_SIGNING_SECRET", SECRET)
+        .env("RUST_LOG", "info")
+        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for (k, v) in lambda_vars(&runtime, &slack, &endpoint, &table) {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    };
+    // A retry (X-Slack-Retry-Num: 1) as the first delivery the function sees.
+    let (answer, _) = runtime
+        .invoke(&resigned("app_mention_retry.json"), Duration::from_secs(20))
+        .await;
+    assert_eq!(answer["statusCode"], 200, "{answer}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    let lines = lines.lock().unwrap().clone();
+    let parsed: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect();
+    let of_the_event: Vec<&serde_json::Value> = parsed
+        .iter()
+        .filter(|l| l["span"]["name"] == "event")
+        .collect();
+    assert!(!of_the_event.is_empty(), "{lines:?}");
+    for line in &of_the_event {
+        let span = &line["span"];
+        assert_eq!(span["event_id"], "Ev0A1MENTION", "{line}");
+        assert_eq!(span["team"], "T0001TEAM", "{line}");
+        assert_eq!(span["retry_num"], 1, "{line}");
+        assert_eq!(span["function_version"], "$LATEST", "{line}");
+        assert!(
+            span["request_id"].as_str().is_some_and(|id| !id.is_empty()),
+            "{line}"
+        );
+    }
+    let metrics = metric_lines(&lines.join("\n"));
+    assert_eq!(metrics.len(), 1, "one metrics line for the invocation");
+    assert_eq!(metrics[0]["Answered"], 1.0);
+    assert_eq!(metrics[0]["FunctionVersion"], "$LATEST");
+    assert!(metrics[0]["RequestId"].is_string());
+}

@@ -10,5 +10,6 @@ mod faults;
 mod hardening;
 mod helpers;
 mod lambda;
+mod operations;
 mod processes;
 mod rejections;

@@ -1,0 +1,318 @@
+//! Operations: the metrics lines (CloudWatch embedded metric format) for a scripted run, the
+//! logs' fields under Lambda, `--version`, and the Slack secrets read at run time from a
+//! Secrets Manager stand-in (moto) with a rotation mid-run.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::helpers::*;
+
+/// Checks `line` is a valid EMF document: every declared metric has its member, every
+/// dimension its value.
+fn assert_emf(line: &serde_json::Value) {
+    let aws = &line["_aws"];
+    assert!(aws["Timestamp"].as_u64().is_some(), "{line}");
+    let directives = aws["CloudWatchMetrics"].as_array().expect("directives");
+    for directive in directives {
+        assert_eq!(directive["Namespace"], "SlackOnce");
+        for set in directive["Dimensions"].as_array().unwrap() {
+            for key in set.as_array().unwrap() {
+                assert!(
+                    line[key.as_str().unwrap()].is_string(),
+                    "dimension {key} in {line}"
+                );
+            }
+        }
+        for metric in directive["Metrics"].as_array().unwrap() {
+            let name = metric["Name"].as_str().unwrap();
+            assert!(
+                matches!(metric["Unit"].as_str(), Some("Count" | "Milliseconds")),
+                "{line}"
+            );
+            assert!(
+                line[name].is_number() || line[name].is_array(),
+                "metric {name} has its value in {line}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_run_prints_emf_lines_with_the_right_counts() {
+    let slack = SlackStandin::start().await;
+    slack.script([
+        Behaviour::Ok,
+        Behaviour::OkFalse {
+            code: "channel_not_found",
+            posted: false,
+        },
+    ]);
+    let bot = BotProcess::spawn(&[
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "42".to_string()),
+    ]);
+    let http = HttpClient::default();
+    let answered = app_mention("EvMetrics1", "count me");
+    assert_eq!(
+        deliver(&http, &bot.url(), &answered, None).await.outcome(),
+        "answered"
+    );
+    assert_eq!(
+        deliver(&http, &bot.url(), &answered, Some(1))
+            .await
+            .outcome(),
+        "duplicate"
+    );
+    let forged = signed_headers("forged", now_unix(), answered.as_bytes());
+    let refused = http
+        .request("POST", &bot.url(), &forged, answered.clone().into_bytes())
+        .await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    let failing = app_mention("EvMetrics2", "to an archived channel");
+    assert_eq!(
+        deliver(&http, &bot.url(), &failing, None).await.outcome(),
+        "failed"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let lines = metric_lines(&bot.log());
+    assert_eq!(lines.len(), 4, "one line per delivery:\n{}", bot.log());
+    for line in &lines {
+        assert_emf(line);
+        assert_eq!(line["FunctionVersion"], "42");
+        assert_eq!(
+            line["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            serde_json::json!([["FunctionVersion"], []])
+        );
+    }
+    for (name, expected) in [
+        ("Deliveries", 4.0),
+        ("Answered", 1.0),
+        ("Duplicate", 1.0),
+        ("RejectedSignature", 1.0),
+        ("Failed", 1.0),
+        ("SlackErrorsPermanent", 1.0),
+        ("ColdStart", 1.0),
+    ] {
+        assert_eq!(metric_sum(&lines, name), expected, "{name}");
+    }
+    assert_eq!(
+        lines[0]["ColdStart"], 1.0,
+        "the first invocation of the process is the cold one"
+    );
+    let acks: Vec<f64> = lines
+        .iter()
+        .filter_map(|l| l["TimeToAck"].as_array())
+        .flatten()
+        .filter_map(|v| v.as_f64())
+        .collect();
+    assert_eq!(acks.len(), 4, "a time to acknowledgement per delivery");
+    assert!(lines.iter().any(|l| l["HandlerLatency"].is_array()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_is_printed_and_in_the_startup_line() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let version = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        version.trim(),
+        format!("slack-once {}", env!("CARGO_PKG_VERSION"))
+    );
+    let bot = BotProcess::spawn(&[]);
+    let log = bot.log();
+    let start = log
+        .lines()
+        .find(|l| l.contains("slack-once starting"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(start.contains(env!("CARGO_PKG_VERSION")), "{start}");
+}
+
+// ---------------------------------------------------------------- secrets at run time
+
+struct WithSecrets {
+    slack: SlackStandin,
+    client: aws_sdk_secretsmanager::Client,
+    name: String,
+    proxy: LedgerProxy,
+    bot: BotProcess,
+}
+
+impl WithSecrets {
+    async fn start(signing: &str, token: &str) -> Self {
+        let sqs = sqs_endpoint(); // moto serves Secrets Manager too
+        let client = secrets_client(&sqs);
+        let name = format!("slack-once/test-{}", uuid::Uuid::new_v4().simple());
+        client
+            .create_secret()
+            .name(&name)
+            .secret_string(
+                serde_json::json!({"signing_secret": signing, "bot_token": token}).to_string(),
+            )
+            .send()
+            .await
+            .expect("create the secret on the Secrets Manager stand-in");
+        // Counts the Secrets Manager calls.
+        let proxy = LedgerProxy::start(&sqs).await;
+        let slack = SlackStandin::start().await;
+        slack.require_token(token);
+        let bot = BotProcess::spawn(&[
+            ("SLACK_SECRETS_ARN", name.clone()),
+            ("SLACK_SECRETS_REFRESH_SECONDS", "1".to_string()),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER", proxy.url.clone()),
+            ("AWS_REGION", "us-east-1".to_string()),
+            ("AWS_ACCESS_KEY_ID", "test".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+            ("AWS_CONFIG_FILE", "/dev/null".to_string()),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".to_string()),
+            ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
+            ("SLACK_API_URL", slack.base_url.clone()),
+            // The environment's own values are not used when the secret is named.
+            ("SLACK_BOT_TOKEN", "xoxb-from-the-environment".to_string()),
+        ]);
+        Self {
+            slack,
+            client,
+            name,
+            proxy,
+            bot,
+        }
+    }
+
+    async fn rotate(&self, signing: &str, token: &str) {
+        self.client
+            .put_secret_value()
+            .secret_id(&self.name)
+            .secret_string(
+                serde_json::json!({"signing_secret": signing, "bot_token": token}).to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+
+    async fn send_signed(&self, secret: &str, body: &str) -> Answer {
+        let headers = signed_headers(secret, now_unix(), body.as_bytes());
+        HttpClient::default()
+            .request("POST", &self.bot.url(), &headers, body.as_bytes().to_vec())
+            .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_rotated_mid_run_are_read_again_and_no_delivery_fails() {
+    let s = WithSecrets::start("signing-one", "xoxb-one").await;
+    let first = s
+        .send_signed("signing-one", &app_mention("EvSecret1", "a"))
+        .await;
+    assert_eq!(
+        first.outcome(),
+        "answered",
+        "{}\n{}",
+        first.body,
+        s.bot.log()
+    );
+    let reads_at_start = s.proxy.seen().len();
+    assert_eq!(reads_at_start, 1, "read once at start");
+
+    // Both secrets rotated; Slack now takes only the new token.
+    s.rotate("signing-two", "xoxb-two").await;
+    s.slack.require_token("xoxb-two");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let second = s
+        .send_signed("signing-two", &app_mention("EvSecret2", "b"))
+        .await;
+    assert_eq!(
+        second.outcome(),
+        "answered",
+        "{}\n{}",
+        second.body,
+        s.bot.log()
+    );
+
+    // Only the token rotated: Slack refuses the cached one, the secret is read again.
+    s.rotate("signing-two", "xoxb-three").await;
+    s.slack.require_token("xoxb-three");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let third = s
+        .send_signed("signing-two", &app_mention("EvSecret3", "c"))
+        .await;
+    assert_eq!(
+        third.outcome(),
+        "answered",
+        "{}\n{}",
+        third.body,
+        s.bot.log()
+    );
+
+    let posted = s.slack.posted();
+    let tokens: Vec<&str> = posted
+        .iter()
+        .map(|p| p.authorization.as_deref().unwrap())
+        .collect();
+    assert_eq!(
+        tokens,
+        ["Bearer xoxb-one", "Bearer xoxb-two", "Bearer xoxb-three"]
+    );
+    assert_eq!(
+        s.proxy.seen().len(),
+        3,
+        "one read at start and one per rotation"
+    );
+    let log = s.bot.log();
+    assert!(!log.contains("xoxb-"), "no token in the log:\n{log}");
+    assert!(!log.contains("signing-one") && !log.contains("signing-two"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_requests_cannot_turn_into_secrets_manager_calls() {
+    let s = WithSecrets::start("signing-real", "xoxb-real").await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = std::time::Instant::now();
+    let mut refused = 0;
+    while started.elapsed() < Duration::from_millis(1900) {
+        let answer = s
+            .send_signed("forged", &app_mention("EvForgedFlood", "x"))
+            .await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+        refused += 1;
+    }
+    let reads = s.proxy.seen().len() - 1;
+    println!("{refused} forged requests in 1.9 s caused {reads} reads of the secret");
+    assert!(refused > 20);
+    assert!(
+        reads <= 2,
+        "bounded to one read per refresh interval: {reads}"
+    );
+    assert!(s.slack.received().is_empty());
+}
+
+#[test]
+fn a_secret_that_cannot_be_read_stops_the_start_naming_the_variable() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+        .env_clear()
+        .env("SLACK_SECRETS_ARN", "slack-once/missing")
+        .env(
+            "AWS_ENDPOINT_URL_SECRETS_MANAGER",
+            format!("http://{closed}"),
+        )
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("LISTEN_ADDR", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("SLACK_SECRETS_ARN"), "{text}");
+}
