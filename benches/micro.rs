@@ -1,5 +1,6 @@
-//! criterion benches: signature verification, envelope parsing, and the router handling one
-//! signed app_mention end to end (in-memory ledger; Slack stand-in on 127.0.0.1).
+//! criterion benches: signature verification, envelope parsing, the router handling one
+//! signed app_mention end to end (in-memory ledger; Slack stand-in on 127.0.0.1), and the
+//! metrics line of one invocation.
 //!
 //!   cargo bench --bench micro
 
@@ -75,6 +76,8 @@ fn router(c: &mut Criterion) {
         let vars: std::collections::HashMap<&str, String> = [
             Some(("SLACK_SIGNING_SECRET", SECRET.to_string())),
             Some(("SLACK_API_URL", slack.base_url.clone())),
+            // The metrics line is measured on its own below, not written to the report.
+            Some(("METRICS", "off".to_string())),
             token.map(|t| ("SLACK_BOT_TOKEN", t.to_string())),
         ]
         .into_iter()
@@ -135,5 +138,20 @@ fn router(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, signature, envelope, router);
+/// What one invocation's metrics line costs: its counts, then formatting it (not the write).
+fn metrics_line(c: &mut Criterion) {
+    c.bench_function("metrics/line_of_a_delivery", |b| {
+        b.iter(|| {
+            let metrics = slack_once::metrics::Metrics::new();
+            for name in ["Deliveries", "Answered"] {
+                metrics.add(name, 1.0);
+            }
+            metrics.time_ms("HandlerLatency", 0.1);
+            metrics.time_ms("TimeToAck", 0.2);
+            metrics.line("42", false, &[("RequestId", "8f5b0c6e-7a1d")])
+        })
+    });
+}
+
+criterion_group!(benches, signature, envelope, router, metrics_line);
 criterion_main!(benches);

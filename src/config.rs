@@ -125,6 +125,8 @@ pub struct Config {
     pub secrets_arn: Option<String>,
     /// The secret is read again at most once per this long.
     pub secrets_refresh: Duration,
+    /// Whether each invocation prints its metrics line (`METRICS=emf`, the default; `off`).
+    pub metrics: bool,
 }
 
 impl Config {
@@ -346,6 +348,17 @@ impl Config {
             1_000,
         )?;
 
+        let metrics = match get("METRICS").as_deref().map(str::trim) {
+            None | Some("emf") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    var: "METRICS",
+                    reason: format!("{other:?} is neither emf nor off"),
+                })
+            }
+        };
+
         let listen_addr = get("LISTEN_ADDR")
             .unwrap_or_else(|| DEFAULT_LISTEN_ADDR.to_string())
             .trim()
@@ -376,6 +389,7 @@ impl Config {
             worker_concurrency,
             secrets_arn,
             secrets_refresh,
+            metrics,
         })
     }
 }

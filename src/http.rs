@@ -120,7 +120,7 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
             .map(|id| ("RequestId", id))
             .into_iter()
             .collect();
-        metrics.emit(processor.version(), &properties);
+        processor.emit_metrics(&metrics, &properties);
         response
     });
     match delivery.await {
@@ -141,7 +141,7 @@ fn rejected(state: &AppState, reason: &'static str) {
     let metrics = Metrics::new();
     metrics.add("Deliveries", 1.0);
     metrics.add(reason, 1.0);
-    metrics.emit(state.processor.version(), &[]);
+    state.processor.emit_metrics(&metrics, &[]);
 }
 
 /// Lambda's `Lambda-Runtime-Deadline-Ms` is epoch milliseconds. Some emulators send a duration

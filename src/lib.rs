@@ -140,6 +140,7 @@ impl Application {
             ttl: config.ttl,
             lease: config.lease,
             version: config.function_version.clone(),
+            metrics: config.metrics,
         };
         let mut processor =
             Processor::new(ledger, slack, Arc::new(app), settings).with_secrets(secrets);

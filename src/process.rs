@@ -201,6 +201,7 @@ pub struct Processor {
     ttl: Duration,
     lease: Duration,
     version: String,
+    metrics: bool,
 }
 
 /// The protocol's settings, from the configuration.
@@ -212,6 +213,8 @@ pub struct Settings {
     pub lease: Duration,
     /// The version answering, written into each post's metadata.
     pub version: String,
+    /// Whether each invocation prints its metrics line.
+    pub metrics: bool,
 }
 
 impl Processor {
@@ -230,6 +233,7 @@ impl Processor {
             ttl: settings.ttl,
             lease: settings.lease,
             version: settings.version,
+            metrics: settings.metrics,
         }
     }
 
@@ -275,6 +279,13 @@ impl Processor {
     /// The version answering (`AWS_LAMBDA_FUNCTION_VERSION`, or `local`).
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// Prints `metrics`' line, unless `METRICS=off`.
+    pub fn emit_metrics(&self, metrics: &crate::metrics::Metrics, properties: &[(&str, &str)]) {
+        if self.metrics {
+            metrics.emit(&self.version, properties);
+        }
     }
 
     /// Runs one event taken from the work queue, inside a span carrying the event id, team,
