@@ -726,7 +726,7 @@ async fn report() {
     stop(ddb);
 
     let (first_trips, dup_trips, ops) = round_trips(&slack, &endpoint, &table).await;
-    let deferred_n = env_usize("BENCH_DEFERRED_EVENTS", 1000);
+    let deferred_n = env_usize("BENCH_DEFERRED_EVENTS", 200);
     let deferred_m = env_usize("BENCH_DEFERRED_E2E", 200);
     let def = deferred(&slack, &endpoint, &table, deferred_n, deferred_m).await;
     let release = Path::new(BIN);

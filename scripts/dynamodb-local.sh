@@ -52,54 +52,18 @@ start() {
   (cd "$DIR" && DDB_LOCAL_TELEMETRY=0 exec nohup java -Djava.library.path="$JAR_DIR/DynamoDBLocal_lib" -jar "$JAR_DIR/DynamoDBLocal.jar" \
     -inMemory -sharedDb -disableTelemetry -port "$PORT" >"$LOGFILE" 2>&1) &
   echo $! >"$PIDFILE"
-  for _ in $(seq 1 100); do
-    if answers; then
-      echo "dynamodb-local: ready on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))" >&2
-      return 0
-    fi
-    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
-      echo "dynamodb-local: the server exited; its log:" >&2
-      cat "$LOGFILE" >&2
-      exit 1
-    fi
-    sleep 0.2
-  done
-  echo "dynamodb-local: not ready after 20 s; see $LOGFILE" >&2
-  exit 1
+  wait_ready 200
 }
 
-stop() {
-  if [ -f "$PIDFILE" ]; then
-    pid="$(cat "$PIDFILE")"
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid"
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-      echo "dynamodb-local: stopped (pid $pid)" >&2
-    fi
-    rm -f "$PIDFILE"
-  fi
-}
+# `run` installs the jar even when a server already answers: some tests start their own.
+install_then() { install; "$@"; }
 
-run() {
-  local started=""
-  if ! answers; then
-    start
-    started=1
-  fi
-  # The jar is needed even when a server already answers: some tests start their own.
-  install
-  local status=0
-  "$@" || status=$?
-  if [ -n "$started" ]; then stop; fi
-  return "$status"
-}
-
-case "${1:-}" in
-  install) install ;;
-  run) shift; run "$@" ;;
-  start) start ;;
-  stop) stop ;;
-  status) if answers; then echo "answering on 127.0.0.1:$PORT"; else echo "not answering on 127.0.0.1:$PORT"; exit 1; fi ;;
-  *) echo "usage: $0 install|start|stop|status|run CMD..." >&2; exit 2 ;;
-esac
+NAME=dynamodb-local
+# shellcheck source=scripts/server-lib.sh
+. "$ROOT/scripts/server-lib.sh"
+if [ "${1:-}" = run ]; then
+  shift
+  run install_then "$@"
+else
+  dispatch "$@"
+fi

@@ -42,52 +42,10 @@ start() {
   # Loopback only; no credentials or region are checked by moto.
   (cd "$RUN_DIR" && exec nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$PORT" >"$LOGFILE" 2>&1) &
   echo $! >"$PIDFILE"
-  for _ in $(seq 1 150); do
-    if answers; then
-      echo "sqs-local: ready on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))" >&2
-      return 0
-    fi
-    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
-      echo "sqs-local: the server exited; its log:" >&2
-      cat "$LOGFILE" >&2
-      exit 1
-    fi
-    sleep 0.2
-  done
-  echo "sqs-local: not ready after 30 s; see $LOGFILE" >&2
-  exit 1
+  wait_ready 300
 }
 
-stop() {
-  if [ -f "$PIDFILE" ]; then
-    pid="$(cat "$PIDFILE")"
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid"
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-      echo "sqs-local: stopped (pid $pid)" >&2
-    fi
-    rm -f "$PIDFILE"
-  fi
-}
-
-run() {
-  local started=""
-  if ! answers; then
-    start
-    started=1
-  fi
-  local status=0
-  "$@" || status=$?
-  if [ -n "$started" ]; then stop; fi
-  return "$status"
-}
-
-case "${1:-}" in
-  install) install ;;
-  run) shift; run "$@" ;;
-  start) start ;;
-  stop) stop ;;
-  status) if answers; then echo "answering on 127.0.0.1:$PORT"; else echo "not answering on 127.0.0.1:$PORT"; exit 1; fi ;;
-  *) echo "usage: $0 install|start|stop|status|run CMD..." >&2; exit 2 ;;
-esac
+NAME=sqs-local
+# shellcheck source=scripts/server-lib.sh
+. "$ROOT/scripts/server-lib.sh"
+dispatch "$@"

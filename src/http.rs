@@ -24,12 +24,14 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// A body still arriving after this long is refused (408): Slack itself gives up after 3 s.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the routes share: the processor, and the deliveries still running (local mode waits
-/// for them at shutdown, also those whose client has gone).
+/// What the routes share: the processor, and, for a server whose clients can go away (local
+/// mode), the deliveries still running, each on its own task (waited for at shutdown).
 #[derive(Clone)]
 pub struct AppState {
     pub processor: Arc<Processor>,
-    pub in_flight: TaskTracker,
+    /// `Some`: each delivery runs detached from its connection. `None` (Lambda, where the
+    /// invocation is the request): inline.
+    pub in_flight: Option<TaskTracker>,
 }
 /// Tells Slack not to redeliver an event: only on answers no retry could change.
 const NO_RETRY: (&str, &str) = ("x-slack-no-retry", "1");
@@ -94,11 +96,8 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
     let invocation_deadline = context.and_then(|context| invocation_deadline(context.deadline));
     let request_id = context.map(|context| context.request_id.clone());
 
-    // The delivery runs to its end on its own task: should the client go away (Slack gives
-    // up after 3 s), the claim is still completed or released rather than left to block the
-    // event until its lease ends.
     let processor = state.processor.clone();
-    let delivery = state.in_flight.spawn(async move {
+    let delivery = async move {
         // One metrics line per delivery: on Lambda, per invocation.
         let metrics = Metrics::new();
         let result = metrics
@@ -122,8 +121,14 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
             .collect();
         processor.emit_metrics(&metrics, &properties);
         response
-    });
-    match delivery.await {
+    };
+    let Some(in_flight) = &state.in_flight else {
+        return delivery.await;
+    };
+    // The delivery runs to its end on its own task: should the client go away (Slack gives
+    // up after 3 s), the claim is still completed or released rather than left to block the
+    // event until its lease ends.
+    match in_flight.spawn(delivery).await {
         Ok(response) => response,
         Err(e) => {
             tracing::error!(error = %e, "the delivery's task failed");

@@ -2,6 +2,7 @@
 //! copies of it arrive, by passing each event through one ledger (DynamoDB in production).
 
 pub mod app;
+pub mod aws;
 pub mod config;
 pub mod envelope;
 #[doc(hidden)]
@@ -158,10 +159,11 @@ impl Application {
         &self.config
     }
 
+    /// The router, each delivery run inline (Lambda: the invocation is the request).
     pub fn router(&self) -> Router {
         http::router(http::AppState {
             processor: self.processor.clone(),
-            in_flight: self.in_flight.clone(),
+            in_flight: None,
         })
     }
 
@@ -176,9 +178,14 @@ impl Application {
     /// Binds `LISTEN_ADDR` (port 0 picks a free port: see [`LocalServer::local_addr`]).
     pub async fn bind(self) -> std::io::Result<LocalServer> {
         let listener = TcpListener::bind(self.config.listen_addr).await?;
+        // Local mode: clients can go away mid-request; deliveries run detached.
+        let router = http::router(http::AppState {
+            processor: self.processor.clone(),
+            in_flight: Some(self.in_flight.clone()),
+        });
         Ok(LocalServer {
             listener,
-            router: self.router(),
+            router,
             in_flight: self.in_flight.clone(),
             max_connections: self.config.max_connections,
         })

@@ -10,9 +10,6 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::BehaviorVersion;
 use serde::Deserialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -88,18 +85,7 @@ impl SlackSecrets {
     /// Reads the secret `id` (a name or an ARN) from Secrets Manager, where the environment
     /// points the client (`AWS_ENDPOINT_URL_SECRETS_MANAGER` for a local server).
     pub async fn from_manager(id: &str, min_interval: Duration) -> Result<Self, SecretsError> {
-        let config = aws_config::defaults(BehaviorVersion::latest())
-            .http_client(crate::ledger::dynamo::http_client())
-            .retry_config(RetryConfig::standard().with_max_attempts(3))
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(1))
-                    .operation_attempt_timeout(Duration::from_secs(2))
-                    .operation_timeout(Duration::from_secs(5))
-                    .build(),
-            )
-            .load()
-            .await;
+        let config = crate::aws::sdk_config(Duration::from_secs(2), Duration::from_secs(5)).await;
         let client = aws_sdk_secretsmanager::Client::new(&config);
         let values = read(&client, id).await?;
         tracing::info!(secret = id, "Slack secrets read from Secrets Manager");

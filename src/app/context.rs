@@ -295,28 +295,28 @@ impl Ctx {
     /// Adds the reaction `name` (without colons) to the message `ts` (`already_reacted` is
     /// success).
     pub async fn react(&self, channel: &str, ts: &str, name: &str) -> Result<(), Error> {
-        let args = json!({"channel": channel, "timestamp": ts, "name": name.trim_matches(':')});
-        self.step(
-            "reactions.add",
-            args,
-            Settle::Idempotent,
-            &["already_reacted"],
-        )
-        .await
-        .map(|_| ())
+        self.reaction("reactions.add", "already_reacted", channel, ts, name)
+            .await
     }
 
     /// Removes the reaction `name` from the message `ts` (`no_reaction` is success).
     pub async fn unreact(&self, channel: &str, ts: &str, name: &str) -> Result<(), Error> {
+        self.reaction("reactions.remove", "no_reaction", channel, ts, name)
+            .await
+    }
+
+    async fn reaction(
+        &self,
+        method: &str,
+        benign: &str,
+        channel: &str,
+        ts: &str,
+        name: &str,
+    ) -> Result<(), Error> {
         let args = json!({"channel": channel, "timestamp": ts, "name": name.trim_matches(':')});
-        self.step(
-            "reactions.remove",
-            args,
-            Settle::Idempotent,
-            &["no_reaction"],
-        )
-        .await
-        .map(|_| ())
+        self.step(method, args, Settle::Idempotent, &[benign])
+            .await
+            .map(|_| ())
     }
 
     /// Reacts to the event's own message.

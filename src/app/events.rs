@@ -24,7 +24,7 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 
 /// Parses `raw` as `T`, keeping `raw` in it.
 pub(crate) fn typed<T: Typed>(raw: &Value) -> Option<T> {
-    let mut event: T = serde_json::from_value(raw.clone()).ok()?;
+    let mut event = T::deserialize(raw).ok()?;
     event.set_raw(raw.clone());
     Some(event)
 }

@@ -11,9 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
@@ -220,31 +217,13 @@ impl DynamoLedger {
     }
 }
 
-/// The SDK client, built once per process: rustls on ring, retries and timeouts bounded so that
-/// a slow DynamoDB turns into a 503 (and a Slack retry) rather than a Lambda timeout.
+/// The SDK client, built once per process: a slow DynamoDB turns into a 503 (and a Slack
+/// retry) rather than a Lambda timeout.
 pub async fn client_from_env() -> Client {
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(http_client())
-        .retry_config(RetryConfig::standard().with_max_attempts(3))
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(1))
-                .operation_attempt_timeout(Duration::from_secs(2))
-                .operation_timeout(Duration::from_secs(5))
-                .build(),
-        )
-        .load()
-        .await;
-    Client::new(&config)
+    Client::new(&crate::aws::sdk_config(Duration::from_secs(2), Duration::from_secs(5)).await)
 }
 
-/// The SDK's HTTP client on rustls with ring (the SDK's default, aws-lc, is a second C build).
-pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
-    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https()
-}
+pub use crate::aws::http_client;
 
 #[async_trait]
 impl Ledger for DynamoLedger {

@@ -7,9 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::BehaviorVersion;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use aws_sdk_sqs::Client;
 
@@ -38,8 +35,7 @@ pub enum CallBudget {
     Worker,
 }
 
-/// The SQS client, built once per process (rustls on ring, like the DynamoDB client), with at
-/// most 3 attempts in total.
+/// The SQS client, built once per process.
 pub async fn client_from_env(budget: CallBudget) -> Client {
     let (attempt, operation) = match budget {
         CallBudget::Ingress => (Duration::from_millis(1200), Duration::from_millis(2500)),
@@ -48,18 +44,7 @@ pub async fn client_from_env(budget: CallBudget) -> Client {
             MAX_WAIT + Duration::from_secs(15),
         ),
     };
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(crate::ledger::dynamo::http_client())
-        .retry_config(RetryConfig::standard().with_max_attempts(3))
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(1))
-                .operation_attempt_timeout(attempt)
-                .operation_timeout(operation)
-                .build(),
-        )
-        .load()
-        .await;
+    let config = crate::aws::sdk_config(attempt, operation).await;
     Client::new(&config)
 }
 

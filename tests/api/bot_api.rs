@@ -668,44 +668,27 @@ async fn thinking_killed(at: KillAt) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_before_the_reactions_intent() {
-    thinking_killed(KillAt::Intent(1, HoldAt::BeforeForwarding)).await;
+/// One test per crash point.
+macro_rules! killed_at {
+    ($($name:ident: $at:expr;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                thinking_killed($at).await;
+            }
+        )*
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_after_the_reactions_intent() {
-    thinking_killed(KillAt::Intent(1, HoldAt::AfterForwarding)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_after_reacting_before_the_placeholders_intent() {
-    thinking_killed(KillAt::Intent(2, HoldAt::BeforeForwarding)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_after_the_placeholders_intent_before_posting() {
-    thinking_killed(KillAt::Intent(2, HoldAt::AfterForwarding)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_after_the_placeholder_was_posted_the_takeover_updates_the_same_message() {
-    thinking_killed(KillAt::PlaceholderPosted).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_before_the_updates_intent() {
-    thinking_killed(KillAt::Intent(3, HoldAt::BeforeForwarding)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_after_the_updates_intent() {
-    thinking_killed(KillAt::Intent(3, HoldAt::AfterForwarding)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_before_the_completion() {
-    thinking_killed(KillAt::BeforeCompletion).await;
+killed_at! {
+    killed_before_the_reactions_intent: KillAt::Intent(1, HoldAt::BeforeForwarding);
+    killed_after_the_reactions_intent: KillAt::Intent(1, HoldAt::AfterForwarding);
+    killed_after_reacting_before_the_placeholders_intent: KillAt::Intent(2, HoldAt::BeforeForwarding);
+    killed_after_the_placeholders_intent_before_posting: KillAt::Intent(2, HoldAt::AfterForwarding);
+    killed_after_the_placeholder_was_posted_the_takeover_updates_the_same_message: KillAt::PlaceholderPosted;
+    killed_before_the_updates_intent: KillAt::Intent(3, HoldAt::BeforeForwarding);
+    killed_after_the_updates_intent: KillAt::Intent(3, HoldAt::AfterForwarding);
+    killed_before_the_completion: KillAt::BeforeCompletion;
 }
 
 // ---------------------------------------------------------------- deferred mode

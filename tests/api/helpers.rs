@@ -777,6 +777,21 @@ impl TestApp {
 
 pub const DYNAMODB_SCRIPT: &str = "scripts/dynamodb-local.sh start";
 
+/// An SDK client for a local server at `endpoint`, with test credentials, in us-east-1.
+macro_rules! local_client {
+    ($sdk:ident, $endpoint:expr) => {{
+        use $sdk::config::{BehaviorVersion, Credentials, Region};
+        let config = $sdk::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url($endpoint)
+            .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+            .http_client(slack_once::aws::http_client())
+            .build();
+        $sdk::Client::from_conf(config)
+    }};
+}
+
 /// DynamoDB Local's endpoint on 127.0.0.1 (port from DYNAMODB_LOCAL_PORT, default 8000).
 /// Fails the test, naming the script, when nothing answers there: never skips silently.
 pub fn dynamodb_endpoint() -> String {
@@ -821,15 +836,7 @@ pub fn dynamodb_env(endpoint: &str) -> Vec<(&'static str, String)> {
 }
 
 pub fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
-    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-    let config = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-        .http_client(slack_once::ledger::dynamo::http_client())
-        .build();
-    aws_sdk_dynamodb::Client::from_conf(config)
+    local_client!(aws_sdk_dynamodb, endpoint)
 }
 
 /// A fresh table on DynamoDB Local, and a ledger on it.
@@ -1311,15 +1318,7 @@ pub fn sqs_endpoint() -> String {
 }
 
 pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
-    use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-    let config = aws_sdk_sqs::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-        .http_client(slack_once::ledger::dynamo::http_client())
-        .build();
-    aws_sdk_sqs::Client::from_conf(config)
+    local_client!(aws_sdk_sqs, endpoint)
 }
 
 /// A fresh work queue and its dead-letter queue on the SQS server.
@@ -1457,15 +1456,7 @@ where
 // ---------------------------------------------------------------- the Secrets Manager server (moto)
 
 pub fn secrets_client(endpoint: &str) -> aws_sdk_secretsmanager::Client {
-    use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
-    let config = aws_sdk_secretsmanager::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-        .http_client(slack_once::ledger::dynamo::http_client())
-        .build();
-    aws_sdk_secretsmanager::Client::from_conf(config)
+    local_client!(aws_sdk_secretsmanager, endpoint)
 }
 
 /// The EMF metric lines a process printed, parsed.
