@@ -847,7 +847,7 @@ async fn report() {
         def.ledger_per_event, def.ledger_per_duplicate
     );
     println!(
-        "| deferred mode: SQS SendMessage + DeleteMessage per event (counted; receives are batched long polls) | {:.2} | – | | |",
+        "| deferred mode: SQS SendMessage + DeleteMessage per event (counted; and one ReceiveMessage per message) | {:.2} | – | | |",
         def.sqs_per_event
     );
     println!("\nDynamoDB operations seen by the counting proxy: {ops:?}");
