@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
@@ -118,10 +119,12 @@ impl Worker {
         }
     }
 
-    /// Locally: `concurrency` pollers long-poll `queue` until `shutdown`, each taking one
-    /// message at a time, hidden (and leased) for `lease`; then they stop receiving and finish
-    /// what they hold. One message per receive keeps every message's lease for its own work
-    /// (a message received in a batch would wait for a free slot while its lease runs).
+    /// Locally: long-polls `queue` until `shutdown`, with at most `concurrency` messages in
+    /// flight, each hidden (and leased) for `lease`; then stops receiving and finishes what it
+    /// holds. One long poll at a time, asking for as many messages as there are free slots: no
+    /// received message waits for a slot while its lease runs, and a worker that dies leaves at
+    /// most one long poll behind (SQS may still hand it a message, which then comes back after
+    /// its visibility timeout, one receive spent; many pollers would spend many).
     pub async fn run_local(
         self: Arc<Self>,
         queue: Arc<dyn WorkQueue>,
@@ -129,35 +132,26 @@ impl Worker {
         lease: Duration,
         shutdown: impl Future<Output = ()>,
     ) {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let pollers = TaskTracker::new();
-        for _ in 0..concurrency.max(1) {
-            let (worker, queue, stopped) = (self.clone(), queue.clone(), stopped.clone());
-            pollers.spawn(worker.poll(queue, lease, stopped));
-        }
-        pollers.close();
-        shutdown.await;
-        tracing::info!("stopped receiving: finishing the messages in flight");
-        let _ = stop.send(true);
-        pollers.wait().await;
-    }
-
-    /// One poller: receive, handle, delete, until `stopped`.
-    async fn poll(
-        self: Arc<Self>,
-        queue: Arc<dyn WorkQueue>,
-        lease: Duration,
-        mut stopped: tokio::sync::watch::Receiver<bool>,
-    ) {
+        let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+        let in_flight = TaskTracker::new();
+        tokio::pin!(shutdown);
         loop {
-            if *stopped.borrow() {
-                return;
+            let first = tokio::select! {
+                slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+                () = &mut shutdown => break,
+            };
+            let mut permits = vec![first];
+            while permits.len() < 10 {
+                match slots.clone().try_acquire_owned() {
+                    Ok(permit) => permits.push(permit),
+                    Err(_) => break,
+                }
             }
             let received = tokio::select! {
-                received = queue.receive(1, lease, super::sqs::MAX_WAIT) => received,
-                _ = stopped.changed() => return,
+                received = queue.receive(permits.len(), lease, super::sqs::MAX_WAIT) => received,
+                () = &mut shutdown => break,
             };
-            // The message's visibility timeout started when the long poll handed it out: so
+            // Each message's visibility timeout started when the long poll handed it out: so
             // does its lease (the processing margin covers the way back).
             let (now, started) = (SystemTime::now(), Instant::now());
             let messages = match received {
@@ -169,30 +163,38 @@ impl Worker {
                     );
                     tokio::select! {
                         () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                        _ = stopped.changed() => return,
+                        () = &mut shutdown => break,
                     }
                 }
             };
-            for message in messages {
-                // One metrics line per message: the local worker's invocation.
-                let metrics = Metrics::new();
-                let disposition = metrics
-                    .scope(self.handle(&message, now, started, None, None))
-                    .await;
-                self.processor
-                    .emit_metrics(&metrics, &[("MessageId", &message.message_id)]);
-                if disposition == Disposition::Delete {
-                    if let Err(error) = queue.delete(&message.receipt_handle).await {
-                        // Harmless: it comes back and is found done.
-                        tracing::warn!(
-                            message_id = message.message_id,
-                            error = %crate::process::error_chain(&error),
-                            "could not delete a handled message"
-                        );
+            for (message, permit) in messages.into_iter().zip(permits.drain(..)) {
+                let (worker, queue) = (self.clone(), queue.clone());
+                in_flight.spawn(async move {
+                    // One metrics line per message: the local worker's invocation.
+                    let metrics = Metrics::new();
+                    let disposition = metrics
+                        .scope(worker.handle(&message, now, started, None, None))
+                        .await;
+                    worker
+                        .processor
+                        .emit_metrics(&metrics, &[("MessageId", &message.message_id)]);
+                    if disposition == Disposition::Delete {
+                        if let Err(error) = queue.delete(&message.receipt_handle).await {
+                            // Harmless: it comes back and is found done.
+                            tracing::warn!(
+                                message_id = message.message_id,
+                                error = %crate::process::error_chain(&error),
+                                "could not delete a handled message"
+                            );
+                        }
                     }
-                }
+                    drop(permit);
+                });
             }
         }
+        tracing::info!("stopped receiving: finishing the messages in flight");
+        in_flight.close();
+        in_flight.wait().await;
     }
 
     /// On Lambda: one SQS event batch, its records run concurrently, each leased until the
