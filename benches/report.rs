@@ -732,7 +732,12 @@ async fn report() {
     let release = Path::new(BIN);
     let bin_size = file_size(release).unwrap_or(0);
     let zip = zip_size(release);
-    let arm = Path::new(ROOT).join(".aws-sam/build/SlackOnceFunction/bootstrap");
+    // SAM builds the one binary once (`SlackOnceFunction-Shared` when the worker exists too).
+    let arm = ["SlackOnceFunction", "SlackOnceFunction-Shared"]
+        .iter()
+        .map(|dir| Path::new(ROOT).join(".aws-sam/build").join(dir).join("bootstrap"))
+        .find(|path| path.exists())
+        .unwrap_or_default();
     let arm_sizes = file_size(&arm).map(|s| (s, zip_size(&arm)));
 
     let machine = std::fs::read_to_string("/proc/cpuinfo")
