@@ -735,7 +735,12 @@ async fn report() {
     // SAM builds the one binary once (`SlackOnceFunction-Shared` when the worker exists too).
     let arm = ["SlackOnceFunction", "SlackOnceFunction-Shared"]
         .iter()
-        .map(|dir| Path::new(ROOT).join(".aws-sam/build").join(dir).join("bootstrap"))
+        .map(|dir| {
+            Path::new(ROOT)
+                .join(".aws-sam/build")
+                .join(dir)
+                .join("bootstrap")
+        })
         .find(|path| path.exists())
         .unwrap_or_default();
     let arm_sizes = file_size(&arm).map(|s| (s, zip_size(&arm)));

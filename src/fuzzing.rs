@@ -97,7 +97,37 @@ pub fn check_envelope(data: &[u8]) {
         );
         let _ = callback.skip_reason();
         let _ = callback.bot_user_id();
+        let callback = std::sync::Arc::from(callback);
+        // Every typed listener reads the event (or declines it) without a panic, and the
+        // ledger keys derived from it are valid ledger keys.
+        let _ = typed_listeners().takes(&callback);
+        let _ = crate::app::reference_app().takes(&callback);
+        for per_event_id in [false, true] {
+            let (primary, aliases) = crate::process::ledger_keys(&callback, per_event_id);
+            for key in std::iter::once(&primary).chain(&aliases) {
+                assert!(key.as_str().len() <= MAX_EVENT_ID_LEN, "key {key}");
+            }
+        }
     }
+}
+
+/// An app with one listener of every typed kind, each doing nothing.
+fn typed_listeners() -> crate::app::App {
+    use crate::app::*;
+    App::new()
+        .app_mention(|_: Ctx, _: AppMention| async { Ok(()) })
+        .message(r"(\w+)", |_: Ctx, _: MessageEvent| async { Ok(()) })
+        .message_where(
+            |m: &MessageEvent| m.is_dm(),
+            |_: Ctx, _: MessageEvent| async { Ok(()) },
+        )
+        .reaction_added(|_: Ctx, _: Reaction| async { Ok(()) })
+        .reaction_removed(|_: Ctx, _: Reaction| async { Ok(()) })
+        .member_joined_channel(|_: Ctx, _: MemberJoinedChannel| async { Ok(()) })
+        .app_home_opened(|_: Ctx, _: AppHomeOpened| async { Ok(()) })
+        .team_join(|_: Ctx, _: TeamJoin| async { Ok(()) })
+        .channel_created(|_: Ctx, _: ChannelCreated| async { Ok(()) })
+        .event("pin_added", |_: Ctx, _| async { Ok(()) })
 }
 
 #[cfg(test)]

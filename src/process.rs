@@ -839,6 +839,13 @@ impl LedgerKeys {
     }
 }
 
+/// The ledger keys of `callback` (primary, aliases), as a claim derives them: for the fuzzers.
+#[doc(hidden)]
+pub fn ledger_keys(callback: &EventCallback, per_event_id: bool) -> (EventId, Vec<EventId>) {
+    let keys = LedgerKeys::of(callback, per_event_id);
+    (keys.primary, keys.aliases)
+}
+
 /// A ledger key from `raw`: the characters of an event id (others become `_`), at most 128.
 fn ledger_key(raw: &str) -> Option<EventId> {
     let key: String = raw
