@@ -611,7 +611,11 @@ async fn thinking_killed(at: KillAt) {
     }
     let original = {
         let (http, url, body) = (HttpClient::default(), a.url(), body.clone());
-        tokio::spawn(async move { deliver(&http, &url, &body, None).await })
+        let headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+        tokio::spawn(async move {
+            http.try_request("POST", &url, &headers, body.into_bytes())
+                .await
+        })
     };
     match at {
         KillAt::PlaceholderPosted => {
@@ -729,4 +733,51 @@ async fn in_deferred_mode_a_four_second_handler_is_acknowledged_at_once_and_answ
     );
     assert_eq!(slack.posted().len(), 1);
     assert_eq!(slack.calls_of("reactions.add"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_welcome_example_killed_after_its_dm_is_taken_over_without_a_second_welcome() {
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    // The DM is posted, its answer never comes back: then A dies.
+    slack.script([Behaviour::PostThenHang]);
+    let vars = || {
+        let mut vars = bot_vars(&slack, &endpoint, &table);
+        vars.push(("DEDUP_LEASE_SECONDS", "2".to_string()));
+        vars
+    };
+    let mut a = BotProcess::spawn_example("welcome", &[], &vars());
+    let b = BotProcess::spawn_example("welcome", &[], &vars());
+    let body = fixture("team_join", "EvJoinKilled");
+    let original = {
+        let (http, url, body) = (HttpClient::default(), a.url(), body.clone());
+        let headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+        tokio::spawn(async move {
+            http.try_request("POST", &url, &headers, body.into_bytes())
+                .await
+        })
+    };
+    assert!(eventually(Duration::from_secs(10), || !slack.posted().is_empty()).await);
+    a.kill();
+    original.abort();
+    // Slack's retry after the lease, to B: `team_join` is keyed by its event id.
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let http = HttpClient::default();
+    let retry = deliver(&http, &b.url(), &body, Some(1)).await;
+    assert_eq!(retry.outcome(), "recovered", "{}\n{}", retry.body, b.log());
+    assert_eq!(slack.posted().len(), 1, "no second welcome");
+    let looked = slack.lookup_queries();
+    assert_eq!(looked.len(), 1, "the DM's history was read once");
+    assert_eq!(looked[0]["channel"], "DW0NEWUSER");
+    assert!(!looked[0].contains_key("ts"), "a DM, not a thread");
+    assert_eq!(
+        looked[0]["oldest"], "1767225608.000900",
+        "from the event's own time"
+    );
+    assert_eq!(
+        slack.calls_of("conversations.open"),
+        1,
+        "step 1's result (the DM's id) was recorded with step 2's intent: replayed, not called"
+    );
 }
