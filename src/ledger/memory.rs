@@ -212,6 +212,7 @@ impl Ledger for MemoryLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::contract;
 
     const NOW: u64 = 1_700_000_000_000;
     const LEASE: u64 = 30_000;
@@ -353,110 +354,24 @@ mod tests {
     #[tokio::test]
     async fn a_claim_sent_again_finds_its_own_claim_and_acquires_it() {
         let ledger = MemoryLedger::new();
-        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
-        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
-        ledger.release(&e, &a, NOW + 1).await.unwrap();
-        let second = ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap();
-        assert_eq!(
-            ledger.claim(&request(&e, &b, NOW + 3)).await.unwrap(),
-            second,
-            "the same owner's claim, with its stored attempt"
-        );
-        assert!(matches!(second, Claim::Acquired { attempt: 2, .. }));
+        contract::a_claim_sent_again_acquires_with_the_stored_attempt(&ledger, &id("Ev1")).await;
     }
 
     #[tokio::test]
     async fn the_journal_survives_a_takeover_and_settlements_ride_on_the_next_write() {
-        let ledger = MemoryLedger::new();
-        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
-        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
-        let held = Held {
-            event_id: &e,
-            owner: &a,
-        };
-        ledger
-            .begin_step(held, 1, 1, None, None, NOW)
-            .await
-            .unwrap();
-        let done = Settled::Done {
-            step: 1,
-            result: r#"{"ts":"1.1"}"#.into(),
-            op: None,
-        };
-        ledger
-            .begin_step(held, 2, 1, None, Some(&done), NOW)
-            .await
-            .unwrap();
-        // A dies; B takes over after the lease and sees step 1 done, step 2 attempted.
-        let Claim::Acquired { attempt, journal } =
-            ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap()
-        else {
-            panic!("not acquired")
-        };
-        assert_eq!(attempt, 2);
+        let (ledger, e) = (MemoryLedger::new(), id("Ev1"));
+        contract::the_journal_survives_a_takeover(&ledger, &e).await;
         assert_eq!(
-            journal.get(&1),
-            Some(&StepRecord::Done {
-                result: r#"{"ts":"1.1"}"#.into(),
-                op: None
-            })
+            ledger.journal(&e).unwrap().len(),
+            1,
+            "step 2 certainly not done: its intent is gone"
         );
-        assert_eq!(
-            journal.get(&2),
-            Some(&StepRecord::Intent {
-                attempt: 1,
-                op: None
-            })
-        );
-        // The old owner can journal nothing more.
-        assert!(ledger
-            .begin_step(held, 3, 1, None, None, NOW)
-            .await
-            .is_err());
-        // B learns step 2 never happened: its intent goes with the release.
-        let held_b = Held {
-            event_id: &e,
-            owner: &b,
-        };
-        ledger
-            .finish(
-                held_b,
-                &Finish::Released,
-                Some(&Settled::NotDone { step: 2 }),
-                NOW + LEASE,
-            )
-            .await
-            .unwrap();
-        assert_eq!(ledger.journal(&e).unwrap().len(), 1);
     }
 
     #[tokio::test]
     async fn a_failed_event_blocks_every_later_copy_with_its_error() {
         let ledger = MemoryLedger::new();
-        let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
-        ledger.claim(&request(&e, &a, NOW)).await.unwrap();
-        let failed = Finish::Failed {
-            error: "channel_not_found".into(),
-            retryable: false,
-        };
-        let held = Held {
-            event_id: &e,
-            owner: &a,
-        };
-        ledger.finish(held, &failed, None, NOW).await.unwrap();
-        ledger
-            .finish(held, &failed, None, NOW)
-            .await
-            .expect("sent again: applied already");
-        assert_eq!(
-            ledger
-                .claim(&request(&e, &b, NOW + 10 * LEASE))
-                .await
-                .unwrap(),
-            Claim::AlreadyFailed {
-                error: "channel_not_found".into()
-            }
-        );
+        contract::a_failed_event_blocks_every_later_copy(&ledger, &id("Ev1")).await;
     }
 
     #[tokio::test]

@@ -12,6 +12,8 @@
 //! - the journal (one record per Slack write of the claim, numbered from 1) survives takeovers,
 //!   so a later claim knows which writes were done and which may have been attempted.
 
+#[doc(hidden)]
+pub mod contract;
 pub mod dynamo;
 pub mod memory;
 

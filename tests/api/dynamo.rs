@@ -7,8 +7,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
 use slack_once::envelope::EventId;
 use slack_once::ledger::{
-    Claim, ClaimRequest, DynamoLedger, Finish, Held, Journal, Ledger, LedgerError, OwnerToken,
-    Settled, StepRecord,
+    contract, Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken,
 };
 
 use crate::helpers::*;
@@ -367,78 +366,8 @@ async fn a_missing_table_answers_503_and_posts_nothing() {
 
 #[tokio::test]
 async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
-    let ledger = ledger().await;
-    let (e, a, b) = (id("EvD10"), OwnerToken::random(), OwnerToken::random());
-    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
-    let held_a = Held {
-        event_id: &e,
-        owner: &a,
-    };
-    ledger
-        .begin_step(held_a, 1, 1, None, None, NOW)
-        .await
-        .unwrap();
-    ledger
-        .begin_step(held_a, 1, 1, None, None, NOW)
-        .await
-        .expect("an intent sent twice is the same write");
-    let done = Settled::Done {
-        step: 1,
-        result: r#"{"ts":"1.5"}"#.into(),
-        op: None,
-    };
-    ledger
-        .begin_step(held_a, 2, 1, None, Some(&done), NOW + 1)
-        .await
-        .unwrap();
-    // A dies; B takes over after the lease.
-    let Claim::Acquired { attempt, journal } =
-        ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap()
-    else {
-        panic!("not acquired")
-    };
-    assert_eq!(attempt, 2);
-    assert_eq!(
-        journal,
-        Journal::from([
-            (
-                1,
-                StepRecord::Done {
-                    result: r#"{"ts":"1.5"}"#.into(),
-                    op: None
-                }
-            ),
-            (
-                2,
-                StepRecord::Intent {
-                    attempt: 1,
-                    op: None
-                }
-            ),
-        ])
-    );
-    assert!(
-        matches!(
-            ledger
-                .begin_step(held_a, 3, 1, None, None, NOW + LEASE)
-                .await,
-            Err(LedgerError::NotOwner { .. })
-        ),
-        "the old owner journals nothing more"
-    );
-    let held_b = Held {
-        event_id: &e,
-        owner: &b,
-    };
-    ledger
-        .finish(
-            held_b,
-            &Finish::Released,
-            Some(&Settled::NotDone { step: 2 }),
-            NOW + LEASE + 1,
-        )
-        .await
-        .unwrap();
+    let (ledger, e) = (ledger().await, id("EvD10"));
+    contract::the_journal_survives_a_takeover(ledger.as_ref(), &e).await;
     let item = ledger.get_item("EvD10").await.unwrap().unwrap();
     let journal = item["journal"].as_m().unwrap();
     assert_eq!(
@@ -451,48 +380,18 @@ async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
 
 #[tokio::test]
 async fn a_failed_event_keeps_its_error_and_blocks_every_later_copy() {
-    let ledger = ledger().await;
-    let (e, a, b) = (id("EvD11"), OwnerToken::random(), OwnerToken::random());
-    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
-    let held = Held {
-        event_id: &e,
-        owner: &a,
-    };
-    let failed = Finish::Failed {
-        error: "channel_not_found".into(),
-        retryable: false,
-    };
-    ledger.finish(held, &failed, None, NOW + 3).await.unwrap();
-    ledger
-        .finish(held, &failed, None, NOW + 3)
-        .await
-        .expect("sent again: applied already");
+    let (ledger, e) = (ledger().await, id("EvD11"));
+    contract::a_failed_event_blocks_every_later_copy(ledger.as_ref(), &e).await;
     let item = ledger.get_item("EvD11").await.unwrap().unwrap();
     assert_eq!(s(&item, "status"), "failed");
     assert_eq!(s(&item, "error"), "channel_not_found");
-    assert_eq!(n(&item, "failed_at"), NOW + 3);
-    assert_eq!(
-        ledger
-            .claim(&request(&e, &b, NOW + 10 * LEASE))
-            .await
-            .unwrap(),
-        Claim::AlreadyFailed {
-            error: "channel_not_found".into()
-        }
-    );
+    assert_eq!(n(&item, "failed_at"), contract::NOW + 3);
 }
 
 #[tokio::test]
 async fn a_claim_that_finds_its_own_claim_acquires_it_with_the_stored_attempt() {
-    let ledger = ledger().await;
-    let (e, a, b) = (id("EvD12"), OwnerToken::random(), OwnerToken::random());
-    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
-    ledger.release(&e, &a, NOW + 1).await.unwrap();
-    let first = ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap();
-    // The same write again, as the SDK sends it when the answer was lost.
-    let again = ledger.claim(&request(&e, &b, NOW + 2)).await.unwrap();
-    assert_eq!(first, again);
-    assert!(matches!(again, Claim::Acquired { attempt: 2, .. }));
+    let (ledger, e) = (ledger().await, id("EvD12"));
+    contract::a_claim_sent_again_acquires_with_the_stored_attempt(ledger.as_ref(), &e).await;
     let item = ledger.get_item("EvD12").await.unwrap().unwrap();
     assert_eq!(n(&item, "attempts"), 2, "not counted twice");
 }
