@@ -52,7 +52,7 @@ fn on_lambda_a_missing_table_stops_the_start() {
 async fn sigterm_finishes_the_request_in_flight_and_exits_0() {
     let slack = SlackStandin::start().await;
     slack.script([Behaviour::Delay(Duration::from_millis(700))]);
-    let mut bot = BotProcess::spawn(&[
+    let bot = BotProcess::spawn(&[
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
         ("SLACK_API_URL", slack.base_url.clone()),
     ]);
@@ -64,20 +64,11 @@ async fn sigterm_finishes_the_request_in_flight_and_exits_0() {
     while slack.received().is_empty() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let status = Command::new("kill")
-        .args(["-TERM", &bot.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    bot.terminate();
     let answer = in_flight.await.unwrap();
     assert_eq!(answer.outcome(), "answered", "{}", answer.body);
-    let exit = tokio::task::spawn_blocking(move || {
-        let code = bot.child.wait().unwrap();
-        (code, bot.log())
-    })
-    .await
-    .unwrap();
-    assert_eq!(exit.0.code(), Some(0), "{}", exit.1);
+    let (code, log) = bot.exited().await;
+    assert_eq!(code, Some(0), "{}", log);
     assert_eq!(slack.posted().len(), 1);
 }
 

@@ -3,7 +3,6 @@
 //! stand-in. The ledger stays the one arbiter of every copy: Slack's retries, the queue's
 //! at-least-once duplicates, redeliveries after a crash, a redrive from the dead-letter queue.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
@@ -391,23 +390,14 @@ async fn a_forged_request_never_reaches_the_queue() {
 async fn sigterm_stops_the_worker_receiving_and_it_finishes_what_it_holds() {
     let d = Deferred::start(5).await;
     d.slack.script([Behaviour::Delay(Duration::from_secs(2))]);
-    let mut worker = d.worker(30, 5);
+    let worker = d.worker(30, 5);
     let http = HttpClient::default();
     deliver_as_slack(&http, &d.ingress.url(), &app_mention("EvTermQ", "x")).await;
     assert!(eventually(Duration::from_secs(20), || !d.slack.received().is_empty()).await);
     let started = Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &worker.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || {
-        let code = worker.child.wait().unwrap();
-        (code, worker.log())
-    })
-    .await
-    .unwrap();
-    assert_eq!(exit.0.code(), Some(0), "{}", exit.1);
+    worker.terminate();
+    let (code, log) = worker.exited().await;
+    assert_eq!(code, Some(0), "{}", log);
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "no long poll waited out"

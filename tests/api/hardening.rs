@@ -609,22 +609,13 @@ async fn connections_are_capped_and_a_freed_slot_serves_the_next() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_does_not_wait_on_slow_clients() {
-    let mut bot = BotProcess::spawn(&[]);
+    let bot = BotProcess::spawn(&[]);
     let _slow: Vec<_> = (0..3).map(|_| slowloris(bot.addr)).collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &bot.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || {
-        let code = bot.child.wait().unwrap();
-        (code, bot.log())
-    })
-    .await
-    .unwrap();
-    assert_eq!(exit.0.code(), Some(0), "{}", exit.1);
+    bot.terminate();
+    let (code, log) = bot.exited().await;
+    assert_eq!(code, Some(0), "{}", log);
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "exited after {:?}",

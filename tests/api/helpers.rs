@@ -274,37 +274,7 @@ async fn post_message(
             _ => s.script.pop_front().unwrap_or(Behaviour::Ok),
         }
     };
-    match behaviour {
-        Behaviour::Ok => ok_posted(&state, post),
-        // Slack finishes a post it accepted even if the caller has gone: the post runs on its own.
-        Behaviour::Delay(d) => {
-            let state = state.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(d).await;
-                ok_posted(&state, post)
-            })
-            .await
-            .unwrap()
-        }
-        Behaviour::Hang => std::future::pending().await,
-        Behaviour::PostThenHang => {
-            ok_posted(&state, post);
-            std::future::pending().await
-        }
-        Behaviour::RateLimited(secs) => (
-            StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after", secs.to_string())],
-            "",
-        )
-            .into_response(),
-        Behaviour::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
-        Behaviour::OkFalse { code, posted } => {
-            if posted {
-                ok_posted(&state, post);
-            }
-            json_response(serde_json::json!({"ok": false, "error": code}))
-        }
-    }
+    scripted(behaviour, move || ok_posted(&state, post)).await
 }
 
 /// The arguments of a Web API request: a JSON body, or a form (as a JSON object of strings).
@@ -367,16 +337,30 @@ async fn other_method(
             .and_then(|q| q.pop_front())
             .unwrap_or(Behaviour::Ok)
     };
-    let apply = |state: &Arc<Mutex<StandinState>>| apply_method(state, &method, &args);
+    scripted(behaviour, move || {
+        json_response(apply_method(&state, &method, &args))
+    })
+    .await
+}
+
+/// Answers a Web API call as `behaviour` scripts it; `apply` does the call's work and gives
+/// the `ok` answer. Slack finishes a call it accepted even if the caller has gone, so a delayed
+/// call runs on its own.
+async fn scripted(
+    behaviour: Behaviour,
+    apply: impl FnOnce() -> Response + Send + 'static,
+) -> Response {
     match behaviour {
-        Behaviour::Ok => json_response(apply(&state)),
-        Behaviour::Delay(d) => {
+        Behaviour::Ok => apply(),
+        Behaviour::Delay(d) => tokio::spawn(async move {
             tokio::time::sleep(d).await;
-            json_response(apply(&state))
-        }
+            apply()
+        })
+        .await
+        .unwrap(),
         Behaviour::Hang => std::future::pending().await,
         Behaviour::PostThenHang => {
-            apply(&state);
+            apply();
             std::future::pending().await
         }
         Behaviour::RateLimited(secs) => (
@@ -388,7 +372,7 @@ async fn other_method(
         Behaviour::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
         Behaviour::OkFalse { code, posted } => {
             if posted {
-                apply(&state);
+                apply();
             }
             json_response(serde_json::json!({"ok": false, "error": code}))
         }
@@ -961,6 +945,25 @@ impl BotProcess {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// SIGTERM, as Lambda or a process manager sends it: the process drains and exits.
+    pub fn terminate(&self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits, off the runtime's threads, until the process exits: its exit code and its log.
+    pub async fn exited(mut self) -> (Option<i32>, String) {
+        tokio::task::spawn_blocking(move || {
+            let status = self.child.wait().unwrap();
+            (status.code(), self.log())
+        })
+        .await
+        .unwrap()
     }
 
     pub fn log(&self) -> String {
