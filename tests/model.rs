@@ -334,15 +334,7 @@ impl Model for Protocol {
                 let Phase::Claimed { token, .. } = s.phases[i] else {
                     return None;
                 };
-                if !Self::intent_write(&mut s, token) {
-                    s.phases[i] = Phase::Idle;
-                    return Some(s);
-                }
-                s.phases[i] = Phase::Posting {
-                    token,
-                    earlier_intent: true,
-                    blind: false,
-                };
+                Self::post_after_intent(&mut s, i, token, true, false);
             }
             Action::LookupFailed(i) => {
                 let Phase::Claimed { d, token, .. } = s.phases[i] else {
@@ -354,31 +346,15 @@ impl Model for Protocol {
                     s.held_back = true;
                     s.phases[i] = Phase::Idle;
                 } else {
-                    if !Self::intent_write(&mut s, token) {
-                        s.phases[i] = Phase::Idle;
-                        return Some(s);
-                    }
-                    s.phases[i] = Phase::Posting {
-                        token,
-                        earlier_intent: true,
-                        // Allowed blind only on the last delivery.
-                        blind: self.last(d),
-                    };
+                    // Allowed blind only on the last delivery.
+                    Self::post_after_intent(&mut s, i, token, true, self.last(d));
                 }
             }
             Action::RecordIntent(i) => {
                 let Phase::Claimed { token, intent, .. } = s.phases[i] else {
                     return None;
                 };
-                if !Self::intent_write(&mut s, token) {
-                    s.phases[i] = Phase::Idle; // NotOwner: no post
-                    return Some(s);
-                }
-                s.phases[i] = Phase::Posting {
-                    token,
-                    earlier_intent: intent,
-                    blind: false,
-                };
+                Self::post_after_intent(&mut s, i, token, intent, false);
             }
             Action::PostOk(i) => {
                 let Phase::Posting { token, blind, .. } = s.phases[i] else {
@@ -492,15 +468,20 @@ impl Model for Protocol {
 }
 
 impl Protocol {
-    /// The intent write, conditioned on the owner: false when the claim is no longer held.
-    fn intent_write(s: &mut State, token: Token) -> bool {
-        match &mut s.item {
+    /// The intent write, conditioned on the owner, then the post: instance `i` goes on to
+    /// post, or, refused (NotOwner) because the claim is no longer held, posts nothing.
+    fn post_after_intent(s: &mut State, i: usize, token: Token, earlier_intent: bool, blind: bool) {
+        s.phases[i] = match &mut s.item {
             Some(item) if item.owner == token && item.status == Status::InProgress => {
                 item.intent = true;
-                true
+                Phase::Posting {
+                    token,
+                    earlier_intent,
+                    blind,
+                }
             }
-            _ => false,
-        }
+            _ => Phase::Idle,
+        };
     }
 }
 
