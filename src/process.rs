@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::app::{App, BotError, Ctx, Error as StepError, Steps, Tally};
+use crate::app::{App, BotError, Ctx, Error as StepError, Route, Steps, Tally};
 use crate::envelope::{Envelope, EventCallback, EventId, SkipReason};
 use crate::ledger::{
     Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
@@ -415,18 +415,8 @@ impl Processor {
         retry_num: Option<u32>,
         retry_reason: Option<&str>,
     ) -> Result<Outcome, ProcessError> {
-        let span = tracing::Span::current();
-        span.record("event_id", callback.event_id.as_str());
-        if let Some(team) = callback.team() {
-            span.record("team", team);
-        }
-        if let Some(reason) = callback.skip_reason() {
-            tracing::debug!(reason = reason.as_str(), "not answering this event");
-            return Ok(Outcome::Skipped(reason));
-        }
-        if !self.app.takes(callback) {
-            tracing::debug!(kind = %callback.event.kind, "no listener takes this event: not queued");
-            return Ok(Outcome::NoListener);
+        if let Err(outcome) = self.screen(callback) {
+            return Ok(outcome);
         }
         // The body parsed as JSON, so it is UTF-8 and a valid raw value.
         let envelope = std::str::from_utf8(delivery.body)
@@ -456,6 +446,27 @@ impl Processor {
         }
     }
 
+    /// Names the event on the current span, then routes it to the listeners that take it; the
+    /// outcome instead when it is not to be answered (the bot's own message, an edit…, or no
+    /// listener takes it): it is then neither queued nor claimed.
+    fn screen(&self, callback: &Arc<EventCallback>) -> Result<Route, Outcome> {
+        let span = tracing::Span::current();
+        span.record("event_id", callback.event_id.as_str());
+        if let Some(team) = callback.team() {
+            span.record("team", team);
+        }
+        if let Some(reason) = callback.skip_reason() {
+            tracing::debug!(reason = reason.as_str(), "not answering this event");
+            return Err(Outcome::Skipped(reason));
+        }
+        let route = self.app.route(callback);
+        if route.runs.is_empty() {
+            tracing::debug!(kind = %callback.event.kind, "no listener takes this event");
+            return Err(Outcome::NoListener);
+        }
+        Ok(route)
+    }
+
     /// The protocol for one verified event, shared by every path that runs one: skip → route
     /// to the listeners → claim → run them (their Slack writes as journaled steps) → finish.
     pub async fn run_event(
@@ -464,22 +475,13 @@ impl Processor {
         delivery: &EventDelivery<'_>,
     ) -> Result<Outcome, ProcessError> {
         let span = tracing::Span::current();
-        span.record("event_id", callback.event_id.as_str());
-        if let Some(team) = callback.team() {
-            span.record("team", team);
-        }
         if let Some(reason) = delivery.retry_reason {
             span.record("retry_reason", reason);
         }
-        if let Some(reason) = callback.skip_reason() {
-            tracing::debug!(reason = reason.as_str(), "not answering this event");
-            return Ok(Outcome::Skipped(reason));
-        }
-        let route = self.app.route(callback);
-        if route.runs.is_empty() {
-            tracing::debug!(kind = %callback.event.kind, "no listener takes this event: not claimed");
-            return Ok(Outcome::NoListener);
-        }
+        let route = match self.screen(callback) {
+            Ok(route) => route,
+            Err(outcome) => return Ok(outcome),
+        };
         let Some(times) = Times::new(delivery, self.lease) else {
             tracing::warn!(
                 deadline_ms = delivery.invocation_deadline.map(unix_ms),
@@ -644,20 +646,27 @@ impl Processor {
                 Ok(Claimed::Ended(other)) => (Finish::Released, Ok(other)),
                 Err(error) => (Finish::Released, Err(error)),
             };
-            let now_ms = times.now_ms + times.started.elapsed().as_millis() as u64;
-            for key in std::iter::once(&keys.primary).chain(&held) {
-                let held = Held {
-                    event_id: key,
-                    owner,
-                };
-                let write = self.ledger.finish(held, &to, None, now_ms);
-                if let Err(e) = before(times.finish_deadline, write).await {
-                    tracing::warn!(error = e, key = %key, "could not end the claim");
-                }
-            }
+            held.insert(0, keys.primary.clone());
+            self.end_claims(&held, owner, &to, times).await;
             return Err(ended);
         }
         Ok(held)
+    }
+
+    /// Ends the owner's claims of `keys` as `to`, each by its own write before the finishing
+    /// deadline; one that cannot be ended is logged and left to its lease.
+    async fn end_claims(&self, keys: &[EventId], owner: &OwnerToken, to: &Finish, times: &Times) {
+        let now_ms = times.now_ms();
+        for key in keys {
+            let held = Held {
+                event_id: key,
+                owner,
+            };
+            let write = self.ledger.finish(held, to, None, now_ms);
+            if let Err(e) = before(times.finish_deadline, write).await {
+                tracing::warn!(error = e, key = %key, "could not end the claim");
+            }
+        }
     }
 
     /// Ends the claim (and its aliases): done after the work, `failed` after an error no retry
@@ -676,7 +685,7 @@ impl Processor {
         settled: Option<Settled>,
         tally: Tally,
     ) -> Result<Outcome, ProcessError> {
-        let now_ms = times.now_ms + times.started.elapsed().as_millis() as u64;
+        let now_ms = times.now_ms();
         let (to, result) = match worked {
             Ok(()) => (
                 Finish::Done,
@@ -751,20 +760,7 @@ impl Processor {
         };
         let write = self.ledger.finish(held, &to, settled.as_ref(), now_ms);
         let written = before(times.finish_deadline, write).await;
-        for alias in aliases {
-            let held = Held {
-                event_id: alias,
-                owner: held.owner,
-            };
-            if let Err(e) = before(
-                times.finish_deadline,
-                self.ledger.finish(held, &to, None, now_ms),
-            )
-            .await
-            {
-                tracing::warn!(error = e, key = %alias, "could not end the claim of the message's alias");
-            }
-        }
+        self.end_claims(aliases, held.owner, &to, times).await;
         match (written, to, result) {
             (Ok(()), _, result) => result,
             (Err(e), Finish::Done, result) => {
@@ -903,6 +899,11 @@ struct Times {
 }
 
 impl Times {
+    /// The wall-clock time now (epoch ms), as measured from the delivery's arrival.
+    fn now_ms(&self) -> u64 {
+        self.now_ms + self.started.elapsed().as_millis() as u64
+    }
+
     /// `None` when the invocation deadline has already passed.
     fn new(delivery: &EventDelivery<'_>, configured_lease: Duration) -> Option<Self> {
         let lease = match delivery.invocation_deadline {
