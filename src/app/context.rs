@@ -110,6 +110,18 @@ impl Steps {
     fn now_ms(&self) -> u64 {
         self.now_ms + self.started.elapsed().as_millis() as u64
     }
+
+    /// Step `step` (`method`) was found done for an earlier claim: `answer` stands for its
+    /// result and is recorded with the claim's next write.
+    fn settled_earlier(&mut self, step: u32, method: &str, answer: Value) -> Value {
+        self.unrecorded = Some(Settled::Done {
+            step,
+            result: answer.to_string(),
+            op: Some(method.to_string()),
+        });
+        self.tally.settled += 1;
+        answer
+    }
 }
 
 struct Inner {
@@ -415,90 +427,11 @@ impl Ctx {
             }
             Some(StepRecord::Intent { attempt, op }) => {
                 check_same(step, op.as_deref(), method)?;
-                match settle {
-                    Settle::Lookup { channel, thread_ts } => {
-                        let event = &self.inner.event;
-                        let event_time = event.event_time.map(|t| t.to_string());
-                        let oldest = event
-                            .event
-                            .ts
-                            .as_deref()
-                            .or(event.event.event_ts.as_deref())
-                            .or(event_time.as_deref());
-                        let query = ReplyQuery {
-                            channel,
-                            thread_ts,
-                            oldest,
-                            key: steps.key.as_str(),
-                            step,
-                        };
-                        match self
-                            .inner
-                            .slack
-                            .find_reply(&query, self.inner.deadline)
-                            .await
-                        {
-                            Ok(Some(ts)) => {
-                                tracing::info!(
-                                    step,
-                                    ts,
-                                    earlier_attempt = attempt,
-                                    "an earlier claim's message is already in Slack: not posting again"
-                                );
-                                let answer = json!({"ok": true, "channel": channel, "ts": ts});
-                                steps.unrecorded = Some(Settled::Done {
-                                    step,
-                                    result: answer.to_string(),
-                                    op: Some(method.to_string()),
-                                });
-                                steps.tally.settled += 1;
-                                return Ok(answer);
-                            }
-                            Ok(None) => tracing::info!(
-                                step,
-                                earlier_attempt = attempt,
-                                "the earlier claim's message is not in Slack: posting"
-                            ),
-                            Err(error) if steps.last_chance => tracing::warn!(
-                                error = %crate::process::error_chain(&error),
-                                step,
-                                "could not look for an earlier claim's message, and no delivery \
-                                 follows this one: posting (it may be a second answer)"
-                            ),
-                            Err(error) => {
-                                tracing::warn!(
-                                    error = %crate::process::error_chain(&error),
-                                    step,
-                                    "could not look for an earlier claim's message: releasing, so \
-                                     a later delivery looks again rather than risk a second answer"
-                                );
-                                return Err(Error::LookupUnavailable(error));
-                            }
-                        }
-                    }
-                    Settle::Idempotent => {
-                        tracing::info!(
-                            step,
-                            method,
-                            "an earlier claim may have made this call: making it again (harmless)"
-                        );
-                    }
-                    Settle::AtMostOnce => {
-                        tracing::warn!(
-                            step,
-                            method,
-                            "an earlier claim may have made this call, which can be neither looked \
-                             for nor repeated: not made again"
-                        );
-                        let answer = json!({"ok": true, "unknown": true});
-                        steps.unrecorded = Some(Settled::Done {
-                            step,
-                            result: answer.to_string(),
-                            op: Some(method.to_string()),
-                        });
-                        steps.tally.settled += 1;
-                        return Ok(answer);
-                    }
+                let settled = self
+                    .settle_unknown(&mut steps, step, method, *attempt, settle)
+                    .await?;
+                if let Some(answer) = settled {
+                    return Ok(answer);
                 }
             }
             None => {}
@@ -564,6 +497,99 @@ impl Ctx {
             op: Some(method.to_string()),
         });
         Ok(answer)
+    }
+
+    /// A step an earlier claim announced but did not record done: whether it reached Slack is
+    /// unknown, and `settle` says how to find out. `Some(answer)` when it is settled without a
+    /// call; `None` when it is to be made.
+    async fn settle_unknown(
+        &self,
+        steps: &mut Steps,
+        step: u32,
+        method: &str,
+        earlier_attempt: u32,
+        settle: Settle<'_>,
+    ) -> Result<Option<Value>, Error> {
+        match settle {
+            Settle::Lookup { channel, thread_ts } => {
+                let event = &self.inner.event;
+                let event_time = event.event_time.map(|t| t.to_string());
+                let oldest = event
+                    .event
+                    .ts
+                    .as_deref()
+                    .or(event.event.event_ts.as_deref())
+                    .or(event_time.as_deref());
+                let query = ReplyQuery {
+                    channel,
+                    thread_ts,
+                    oldest,
+                    key: steps.key.as_str(),
+                    step,
+                };
+                match self
+                    .inner
+                    .slack
+                    .find_reply(&query, self.inner.deadline)
+                    .await
+                {
+                    Ok(Some(ts)) => {
+                        tracing::info!(
+                            step,
+                            ts,
+                            earlier_attempt,
+                            "an earlier claim's message is already in Slack: not posting again"
+                        );
+                        let answer = json!({"ok": true, "channel": channel, "ts": ts});
+                        Ok(Some(steps.settled_earlier(step, method, answer)))
+                    }
+                    Ok(None) => {
+                        tracing::info!(
+                            step,
+                            earlier_attempt,
+                            "the earlier claim's message is not in Slack: posting"
+                        );
+                        Ok(None)
+                    }
+                    Err(error) if steps.last_chance => {
+                        tracing::warn!(
+                            error = %crate::process::error_chain(&error),
+                            step,
+                            "could not look for an earlier claim's message, and no delivery \
+                             follows this one: posting (it may be a second answer)"
+                        );
+                        Ok(None)
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            error = %crate::process::error_chain(&error),
+                            step,
+                            "could not look for an earlier claim's message: releasing, so \
+                             a later delivery looks again rather than risk a second answer"
+                        );
+                        Err(Error::LookupUnavailable(error))
+                    }
+                }
+            }
+            Settle::Idempotent => {
+                tracing::info!(
+                    step,
+                    method,
+                    "an earlier claim may have made this call: making it again (harmless)"
+                );
+                Ok(None)
+            }
+            Settle::AtMostOnce => {
+                tracing::warn!(
+                    step,
+                    method,
+                    "an earlier claim may have made this call, which can be neither looked \
+                     for nor repeated: not made again"
+                );
+                let answer = json!({"ok": true, "unknown": true});
+                Ok(Some(steps.settled_earlier(step, method, answer)))
+            }
+        }
     }
 }
 
