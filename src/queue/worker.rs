@@ -211,11 +211,11 @@ impl Worker {
         let metrics = Metrics::new();
         let mut tasks = Vec::with_capacity(event.records.len());
         for record in event.records {
-            let message_id = record.message_id.clone().unwrap_or_default();
+            let message_id = record.message_id.unwrap_or_default();
             let message = Received {
                 message_id: message_id.clone(),
-                receipt_handle: record.receipt_handle.clone().unwrap_or_default(),
-                body: record.body.clone().unwrap_or_default(),
+                receipt_handle: record.receipt_handle.unwrap_or_default(),
+                body: record.body.unwrap_or_default(),
                 receive_count: record
                     .attributes
                     .get("ApproximateReceiveCount")
