@@ -429,35 +429,21 @@ impl SlackClient {
             ),
         };
         let url = format!("{}/{method}", self.base_url);
-        loop {
-            let request = Request::builder()
+        let request = || {
+            Request::builder()
                 .method(Method::POST)
                 .uri(&url)
                 .header(CONTENT_TYPE, content_type)
                 .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
                 .body(Full::new(body.clone()))
-                .expect("a valid request");
-            match tokio::time::timeout_at(deadline, self.call::<serde_json::Value>(request))
-                .await
-                .map_err(|_| SlackError::Timeout)??
-            {
-                Answer::RateLimited(retry_after) => {
-                    if Instant::now() + retry_after >= deadline {
-                        return Err(SlackError::RateLimited { retry_after });
-                    }
-                    crate::metrics::count("SlackRateLimitWaits");
-                    tracing::warn!(?retry_after, method, "Slack rate-limited the call; waiting");
-                    tokio::time::sleep(retry_after).await;
-                }
-                Answer::Done(mut answer) => {
-                    // `ok` was read off into the envelope: the method's answer is whole again.
-                    if let Some(fields) = answer.as_object_mut() {
-                        fields.insert("ok".into(), true.into());
-                    }
-                    return Ok(answer);
-                }
-            }
+                .expect("a valid request")
+        };
+        let mut answer: serde_json::Value = self.call_until(method, deadline, request).await?;
+        // `ok` was read off into the envelope: the method's answer is whole again.
+        if let Some(fields) = answer.as_object_mut() {
+            fields.insert("ok".into(), true.into());
         }
+        Ok(answer)
     }
 
     /// Looks for the message slack-once posted as step `step` of `event_id`, by the metadata
@@ -504,31 +490,15 @@ impl SlackClient {
                 .map(|(k, v)| format!("{k}={}", percent_encode(v)))
                 .collect();
             let uri = format!("{}/{method}?{}", self.base_url, encoded.join("&"));
-            let history = loop {
-                let request = Request::builder()
+            let request = || {
+                Request::builder()
                     .method(Method::GET)
                     .uri(&uri)
                     .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
                     .body(Full::new(Bytes::new()))
-                    .expect("a valid request");
-                match tokio::time::timeout_at(deadline, self.call::<History>(request))
-                    .await
-                    .map_err(|_| SlackError::Timeout)??
-                {
-                    Answer::Done(history) => break history,
-                    Answer::RateLimited(retry_after) => {
-                        if Instant::now() + retry_after >= deadline {
-                            return Err(SlackError::RateLimited { retry_after });
-                        }
-                        tracing::warn!(
-                            ?retry_after,
-                            method,
-                            "Slack rate-limited the look-up; waiting"
-                        );
-                        tokio::time::sleep(retry_after).await;
-                    }
-                }
+                    .expect("a valid request")
             };
+            let history: History = self.call_until(method, deadline, request).await?;
             let found = history.messages.into_iter().find_map(|m| {
                 let metadata = m.metadata?;
                 (metadata_names(&metadata)? == (query.key, u64::from(query.step))).then_some(m.ts)
@@ -548,6 +518,33 @@ impl SlackClient {
                     return Err(SlackError::InvalidResponse(
                         "has_more without a next_cursor".into(),
                     ))
+                }
+            }
+        }
+    }
+
+    /// Sends the request `request` makes, and again after each HTTP 429 while `deadline`
+    /// allows (a 429 means Slack did nothing, so asking again repeats nothing); the whole
+    /// exchange ends by `deadline`.
+    async fn call_until<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        deadline: Instant,
+        request: impl Fn() -> Request<Full<Bytes>>,
+    ) -> Result<T, SlackError> {
+        loop {
+            match tokio::time::timeout_at(deadline, self.call::<T>(request()))
+                .await
+                .map_err(|_| SlackError::Timeout)??
+            {
+                Answer::Done(answer) => return Ok(answer),
+                Answer::RateLimited(retry_after) => {
+                    if Instant::now() + retry_after >= deadline {
+                        return Err(SlackError::RateLimited { retry_after });
+                    }
+                    crate::metrics::count("SlackRateLimitWaits");
+                    tracing::warn!(?retry_after, method, "Slack rate-limited the call; waiting");
+                    tokio::time::sleep(retry_after).await;
                 }
             }
         }
