@@ -26,7 +26,7 @@ impl fmt::Debug for Secret {
 }
 
 /// Slack's signing secrets: several during a rotation, any one of them verifies a request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SigningSecrets(Vec<Secret>);
 
 impl SigningSecrets {

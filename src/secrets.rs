@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::config::{Secret, SigningSecrets};
 
 /// The secrets in use.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecretValues {
     pub signing: Option<SigningSecrets>,
     pub bot_token: Option<Secret>,
@@ -123,10 +123,7 @@ impl SlackSecrets {
         crate::metrics::count("SecretsRefreshes");
         match read(&manager.client, &manager.id).await {
             Ok(values) => {
-                let changed = {
-                    let old = self.current();
-                    !same(&old, &values)
-                };
+                let changed = *self.current() != values;
                 if changed {
                     tracing::info!(
                         why,
@@ -149,18 +146,6 @@ impl SlackSecrets {
             }
         }
     }
-}
-
-fn same(a: &SecretValues, b: &SecretValues) -> bool {
-    let signing = |v: &SecretValues| {
-        v.signing
-            .as_ref()
-            .map(|s| s.iter().map(|s| s.expose().to_string()).collect::<Vec<_>>())
-    };
-    let secret = |s: &Option<Secret>| s.as_ref().map(|s| s.expose().to_string());
-    signing(a) == signing(b)
-        && secret(&a.bot_token) == secret(&b.bot_token)
-        && secret(&a.client_secret) == secret(&b.client_secret)
 }
 
 async fn read(
