@@ -112,7 +112,7 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
             .await;
         let response = respond(result);
         if response.status().is_server_error() {
-            metrics.add("Responses5xx", 1.0);
+            metrics.count("Responses5xx");
         }
         let properties: Vec<(&str, &str)> = request_id
             .as_deref()
@@ -144,8 +144,8 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
 /// A request refused before it reached the processor: its own metrics line.
 fn rejected(state: &AppState, reason: &'static str) {
     let metrics = Metrics::new();
-    metrics.add("Deliveries", 1.0);
-    metrics.add(reason, 1.0);
+    metrics.count("Deliveries");
+    metrics.count(reason);
     state.processor.emit_metrics(&metrics, &[]);
 }
 

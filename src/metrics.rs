@@ -38,12 +38,7 @@ tokio::task_local! {
 
 /// Adds 1 to the count `name` of the current invocation (nothing outside one).
 pub fn count(name: &'static str) {
-    add(name, 1.0);
-}
-
-/// Adds `value` to the count `name` of the current invocation.
-pub fn add(name: &'static str, value: f64) {
-    let _ = CURRENT.try_with(|m| m.add(name, value));
+    let _ = CURRENT.try_with(|m| m.count(name));
 }
 
 /// Records a duration in milliseconds under `name` for the current invocation.
@@ -64,20 +59,15 @@ impl Metrics {
         CURRENT.scope(self.clone(), work)
     }
 
-    pub fn add(&self, name: &'static str, value: f64) {
+    /// Adds 1 to the count `name`.
+    pub fn count(&self, name: &'static str) {
         let mut values = self.0.lock().expect("metrics lock");
-        *values.counts.entry(name).or_default() += value;
+        *values.counts.entry(name).or_default() += 1.0;
     }
 
     pub fn time_ms(&self, name: &'static str, ms: f64) {
         let mut values = self.0.lock().expect("metrics lock");
         values.timings.entry(name).or_default().push(ms);
-    }
-
-    /// The count `name` so far (for tests).
-    pub fn get(&self, name: &str) -> f64 {
-        let values = self.0.lock().expect("metrics lock");
-        values.counts.get(name).copied().unwrap_or(0.0)
     }
 
     /// The EMF line of these metrics, `None` when nothing was recorded. `properties` are
