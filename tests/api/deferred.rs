@@ -243,7 +243,10 @@ async fn a_worker_killed_mid_post_is_taken_over_after_the_visibility_timeout_wit
         "found in Slack, not posted again"
     );
     assert_eq!(d.slack.lookup_queries().len(), 1);
-    assert!(b.log().contains("recovered"), "{}", b.log());
+    let log = b
+        .log_when(Duration::from_secs(10), |log| log.contains("recovered"))
+        .await;
+    assert!(log.contains("recovered"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

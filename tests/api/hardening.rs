@@ -76,7 +76,7 @@ async fn a_completion_whose_answer_was_lost_is_success_not_an_error() {
     let answer = deliver(&http, &bot.url(), &app_mention("EvLostDone", "hi"), None).await;
     assert_eq!(answer.outcome(), "answered", "{}", answer.body);
     assert_eq!(proxy.held(), 1);
-    let log = bot.log();
+    let log = bot.log_after(1).await;
     assert!(!log.contains("could not be marked done"), "{log}");
     let item = ledger
         .get_item(&mention_key("EvLostDone"))
@@ -100,7 +100,7 @@ async fn a_release_whose_answer_was_lost_is_success_and_the_retry_takes_over_at_
     let answer = deliver(&http, &bot.url(), &body, None).await;
     assert_eq!(answer.status, StatusCode::BAD_GATEWAY, "{}", answer.body);
     assert_eq!(proxy.held(), 1);
-    let log = bot.log();
+    let log = bot.log_after(1).await;
     assert!(!log.contains("could not release"), "{log}");
     let item = ledger
         .get_item(&mention_key("EvLostRelease"))
@@ -423,7 +423,7 @@ async fn a_failed_event_is_logged_at_error_level_with_its_id_and_slacks_error() 
         .unwrap();
     assert_eq!(item["status"].as_s().unwrap(), "failed");
     assert_eq!(item["error"].as_s().unwrap(), "is_archived");
-    let log = bot.log();
+    let log = bot.log_after(1).await;
     let line = log
         .lines()
         .find(|l| l.contains("ERROR") && l.contains("is_archived"))

@@ -969,6 +969,29 @@ impl BotProcess {
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
+
+    /// The log once `ready` holds of it, or as it is after `limit`: the process's lines are
+    /// read from its pipes by other threads, so a line written just before an answer or a
+    /// ledger write the test has seen may not be here yet.
+    pub async fn log_when(&self, limit: Duration, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let log = self.log();
+            if ready(&log) || tokio::time::Instant::now() >= deadline {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The log once it holds `deliveries` metrics lines: each delivery prints its line last,
+    /// after everything else it logs, so a check for what is absent is then sound.
+    pub async fn log_after(&self, deliveries: usize) -> String {
+        self.log_when(Duration::from_secs(10), |log| {
+            metric_lines(log).len() >= deliveries
+        })
+        .await
+    }
 }
 
 impl Drop for BotProcess {

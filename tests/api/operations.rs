@@ -75,10 +75,9 @@ async fn a_scripted_run_prints_emf_lines_with_the_right_counts() {
         deliver(&http, &bot.url(), &failing, None).await.outcome(),
         "failed"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
-    let lines = metric_lines(&bot.log());
-    assert_eq!(lines.len(), 4, "one line per delivery:\n{}", bot.log());
+    let log = bot.log_after(4).await;
+    let lines = metric_lines(&log);
+    assert_eq!(lines.len(), 4, "one line per delivery:\n{log}");
     for line in &lines {
         assert_emf(line);
         assert_eq!(line["FunctionVersion"], "42");
@@ -264,7 +263,7 @@ async fn secrets_rotated_mid_run_are_read_again_and_no_delivery_fails() {
         3,
         "one read at start and one per rotation"
     );
-    let log = s.bot.log();
+    let log = s.bot.log_after(3).await;
     assert!(!log.contains("xoxb-"), "no token in the log:\n{log}");
     assert!(!log.contains("signing-one") && !log.contains("signing-two"));
 }
