@@ -118,7 +118,8 @@ async fn a_copy_that_finds_a_live_claim_gets_409_and_no_reply() {
         .script([Behaviour::Delay(Duration::from_millis(800))]);
     let body = app_mention("Ev0004", "slow");
     let (first, copy) = tokio::join!(app.send(&body, None), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Once the first holds the claim and is posting (Slack takes 800 ms to answer).
+        assert!(eventually(Duration::from_secs(5), || !app.slack.received().is_empty()).await);
         app.send(&body, Some(1)).await
     });
     assert_eq!(first.outcome(), "answered");
