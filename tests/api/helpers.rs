@@ -1081,16 +1081,49 @@ impl PrivateDynamoDb {
             .spawn()
             .expect("java starts DynamoDB Local");
         self.child = Some(child);
+        // The port opens before the JVM serves requests briskly: ready once a few requests in
+        // a row are answered, so the bots' first ledger writes do not meet a cold start.
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut answered_in_a_row = 0;
+        while answered_in_a_row < 3 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "DynamoDB Local did not start on {addr}"
             );
-            std::thread::sleep(Duration::from_millis(100));
+            if dynamodb_answers(addr) {
+                answered_in_a_row += 1;
+            } else {
+                answered_in_a_row = 0;
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
+}
+
+/// Whether DynamoDB Local at `addr` answers a ListTables request within a second (any HTTP
+/// answer will do: DynamoDB Local does not check signatures).
+fn dynamodb_answers(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let body = "{}";
+    let request = format!(
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-amz-json-1.0\r\n\
+         X-Amz-Target: DynamoDB_20120810.ListTables\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 ")
 }
 
 impl Drop for PrivateDynamoDb {
