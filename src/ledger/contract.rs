@@ -10,14 +10,17 @@ use crate::envelope::EventId;
 pub const NOW: u64 = 1_700_000_000_000;
 /// The lease every scenario's claim asks for.
 pub const LEASE: u64 = 30_000;
+/// How long every scenario's event is remembered, in seconds.
+pub const TTL_S: u64 = 90_000;
 
-fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) -> ClaimRequest<'a> {
+/// A claim of `event_id` by `owner` at `now_ms`, for `LEASE` and `TTL_S`, as Slack's retry 2.
+pub fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) -> ClaimRequest<'a> {
     ClaimRequest {
         event_id,
         owner,
         now_ms,
         lease_until_ms: now_ms + LEASE,
-        expires_at_s: now_ms / 1000 + 90_000,
+        expires_at_s: now_ms / 1000 + TTL_S,
         team_id: Some("T0001"),
         retry_num: Some(2),
         retry_reason: Some("http_timeout"),

@@ -212,26 +212,10 @@ impl Ledger for MemoryLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::contract;
-
-    const NOW: u64 = 1_700_000_000_000;
-    const LEASE: u64 = 30_000;
+    use crate::ledger::contract::{self, request, LEASE, NOW};
 
     fn id(s: &str) -> EventId {
         EventId::try_from(s.to_string()).unwrap()
-    }
-
-    fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) -> ClaimRequest<'a> {
-        ClaimRequest {
-            event_id,
-            owner,
-            now_ms,
-            lease_until_ms: now_ms + LEASE,
-            expires_at_s: now_ms / 1000 + 90_000,
-            team_id: Some("T1"),
-            retry_num: None,
-            retry_reason: None,
-        }
     }
 
     #[tokio::test]

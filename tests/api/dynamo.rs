@@ -7,30 +7,14 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
 use slack_once::envelope::EventId;
 use slack_once::ledger::{
-    contract, Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken,
+    contract::{self, request, LEASE, NOW, TTL_S},
+    Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken,
 };
 
 use crate::helpers::*;
 
-const NOW: u64 = 1_700_000_000_000;
-const LEASE: u64 = 30_000;
-const TTL_S: u64 = 90_000;
-
 fn id(s: &str) -> EventId {
     EventId::try_from(s.to_string()).unwrap()
-}
-
-fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) -> ClaimRequest<'a> {
-    ClaimRequest {
-        event_id,
-        owner,
-        now_ms,
-        lease_until_ms: now_ms + LEASE,
-        expires_at_s: now_ms / 1000 + TTL_S,
-        team_id: Some("T0001"),
-        retry_num: Some(2),
-        retry_reason: Some("http_timeout"),
-    }
 }
 
 async fn ledger() -> Arc<DynamoLedger> {
