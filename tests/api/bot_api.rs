@@ -86,11 +86,7 @@ fn replier(per_event_id: bool) -> App {
 
 #[tokio::test]
 async fn an_app_mention_and_a_message_event_for_the_same_ts_get_one_answer() {
-    let app = spawn_app_with(Options {
-        app: Some(replier(false)),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_bot(replier(false)).await;
     let ts = "1700000123.000100";
     let mention = mention_of("EvTwinA", "C0001", ts, "hello", None);
     let channel_message = message("EvTwinB", "C0001", "channel", ts, "<@UBOT> hello", None);
@@ -118,11 +114,7 @@ async fn an_app_mention_and_a_message_event_for_the_same_ts_get_one_answer() {
 
 #[tokio::test]
 async fn a_listener_that_opts_out_answers_each_event_of_a_message() {
-    let app = spawn_app_with(Options {
-        app: Some(replier(true)),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_bot(replier(true)).await;
     let ts = "1700000124.000100";
     app.send(&mention_of("EvOptA", "C0001", ts, "hello", None), None)
         .await;
@@ -161,11 +153,7 @@ async fn a_phantom_copy_with_a_new_event_id_and_no_retry_header_gets_no_second_a
 
 #[tokio::test]
 async fn copies_of_one_client_message_under_another_ts_get_one_answer() {
-    let app = spawn_app_with(Options {
-        app: Some(replier(false)),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_bot(replier(false)).await;
     let client_msg_id = "5f0c2a57-3c4e-4a8e-9c1f-2b8b0f7a1e99";
     let first = message(
         "EvCmid1",
@@ -228,11 +216,7 @@ async fn a_handler_that_fails_after_step_1_is_released_and_the_retry_resumes_at_
             }
         }
     });
-    let app = spawn_app_with(Options {
-        app: Some(bot),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_bot(bot).await;
     let body = message(
         "EvResume",
         "C0001",
@@ -267,11 +251,7 @@ async fn an_ephemeral_whose_fate_is_unknown_is_not_sent_again() {
             Ok(())
         },
     );
-    let app = spawn_app_with(Options {
-        app: Some(bot),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_bot(bot).await;
     // Sent, but Slack answers internal_error: the delivery cannot know.
     app.slack.script_method(
         "chat.postEphemeral",

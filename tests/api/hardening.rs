@@ -152,11 +152,7 @@ async fn a_bot_failure_before_the_post_leaves_nothing_to_look_for() {
             Ok(())
         }
     });
-    let app = spawn_app_with(Options {
-        app: Some(bot),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_bot(bot).await;
     app.slack.fail_lookups("ratelimited");
     let body = app_mention("EvBotFails", "x");
     assert_eq!(
@@ -457,11 +453,7 @@ fn recorder() -> (App, Arc<Mutex<Vec<Seen>>>) {
 #[tokio::test]
 async fn every_documented_event_shape_is_accepted_and_reaches_the_bot_whole() {
     let (bot, recorder) = recorder();
-    let app = spawn_app_with(Options {
-        app: Some(bot),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_bot(bot).await;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/events");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

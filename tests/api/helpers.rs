@@ -701,6 +701,15 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(Options::default()).await
 }
 
+/// `app` answering, with the defaults otherwise.
+pub async fn spawn_bot(app: slack_once::app::App) -> TestApp {
+    spawn_app_with(Options {
+        app: Some(app),
+        ..Default::default()
+    })
+    .await
+}
+
 pub async fn spawn_app_with(options: Options) -> TestApp {
     let slack = SlackStandin::start().await;
     let mut vars: HashMap<String, String> = [
