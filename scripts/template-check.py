@@ -1,0 +1,897 @@
+#!/usr/bin/env python3
+"""Checks template.yaml through AWS SAM's own translator, for every value of Mode.
+
+What it asserts (each line of its output names one check and the mode it ran in):
+
+  ingress-role     the ingress's role allows dynamodb:UpdateItem on the ledger AND sqs:SendMessage
+                   on the work queue, whatever Mode says (the role is shared by every version and
+                   changes at once; the old version keeps most traffic during a gradual deploy)
+  queue-worker     the work queue (redriving to the dead-letter queue), the dead-letter queue and
+                   the worker exist, whatever Mode says (what old versions queued is answered)
+  ingress-env      the ingress's environment, which each published version captures, says the
+                   mode: DEDUP_TABLE only in synchronous mode, WORK_QUEUE_URL only in deferred mode
+  mapping          the worker's SQS event source mapping is declared explicitly (no SAM SQS event),
+                   on the work queue, invokes the worker's live alias (which CodeDeploy shifts), with
+                   ReportBatchItemFailures, BatchSize and MaximumConcurrency from the parameters
+  worker-role      the worker's role allows Receive/Delete/ChangeMessageVisibility/GetQueueAttributes
+                   on the work queue itself
+  no-sqs-star      no role has a managed policy that could allow SQS (only known ones are accepted),
+                   nor a statement allowing an SQS action on "*"
+  worker-alarm     the new worker version's failures alarm exists, counts that version's
+                   WorkerErrors and DeadLettered (and Failed in deferred mode), no other version's,
+                   decides within the canary, and is in the worker deployment's alarms
+  failure-rate     the Slack failure-rate alarm counts each event once in its denominator (a
+                   deferred event is a delivery, outcome Queued, and one of the worker's QueuedEvents)
+  mode-publishes   changing Mode alone publishes a new ingress version
+  no-spurious      changing LogRetentionDays alone (or any parameter no version captures) publishes
+                   no version (a publish with nothing changed fails the deploy)
+  version-params   per function: a parameter publishes a new version exactly when the version's
+                   configuration depends on it; the version description names exactly those
+  code-publishes   a code change publishes new versions of both functions
+  description-len  the version descriptions fit Lambda's 256 characters for the longest parameters
+
+"Publishes a new version" means: the AWS::Lambda::Version's logical id changes (SAM's hash of the
+code and the environment's text), or one of its create-only properties (CloudFormation's resource
+schema, as cfn-lint ships it) resolves differently, so that CloudFormation replaces it.
+
+Then it checks itself: it breaks the template in memory in the ways each check exists for and
+confirms that the check fails (--no-self-test skips that).
+
+Usage: .tools/sam/bin/python scripts/template-check.py [--template PATH] [--no-self-test] [-q]
+(the .tools/sam virtual environment, from scripts/tools.sh sam, has aws-sam-translator and cfn-lint).
+Exit status: 0 when every check passes, 1 when one fails, 2 when the template cannot be read.
+"""
+
+import argparse
+import ast
+import copy
+import fnmatch
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+logging.disable(logging.CRITICAL)  # the translator logs feature toggles and its own metrics
+
+try:
+    from samtranslator.parser.parser import Parser
+    from samtranslator.translator.translator import Translator
+    from samtranslator.yaml_helper import yaml_parse
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+except ImportError as e:  # pragma: no cover
+    sys.exit(f"template-check: {e}: run it with .tools/sam/bin/python (scripts/tools.sh sam installs it)")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+INGRESS, WORKER = "SlackOnceFunction", "SlackOnceWorker"
+LEDGER, QUEUE, DLQ = "LedgerTable", "WorkQueue", "WorkDeadLetterQueue"
+WORKER_ALARM, RATE_ALARM = "NewWorkerVersionFailuresAlarm", "SlackFailureRateAlarm"
+WORKER_SQS_ACTIONS = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+# Managed policies whose statements are known (AWS's documentation of each); any other one cannot be
+# read offline, so it fails no-sqs-star. Neither of these allows an SQS action.
+KNOWN_MANAGED = {
+    "service-role/AWSLambdaBasicExecutionRole": "logs:CreateLogGroup, logs:CreateLogStream, logs:PutLogEvents",
+    "service-role/AWSCodeDeployRoleForLambda": "cloudwatch:DescribeAlarms, lambda:*Alias, sns:Publish, s3:GetObject*, "
+    "lambda:InvokeFunction on CodeDeployHook_* functions",
+}
+SQS_ACTIONS = [f"sqs:{a}" for a in (
+    "SendMessage ReceiveMessage DeleteMessage ChangeMessageVisibility GetQueueAttributes GetQueueUrl "
+    "ListQueues PurgeQueue DeleteQueue CreateQueue SetQueueAttributes StartMessageMoveTask "
+    "ListDeadLetterSourceQueues ListMessageMoveTasks TagQueue AddPermission").split()]
+# Properties of the translated AWS::Lambda::Function that each published version captures (its code
+# and configuration). ReservedConcurrentExecutions, tags and the URL belong to the function.
+VERSION_CAPTURED = ["Environment", "Timeout", "MemorySize", "Architectures", "Runtime", "Handler", "Layers",
+                    "VpcConfig", "EphemeralStorage", "TracingConfig", "KmsKeyArn", "DeadLetterConfig",
+                    "FileSystemConfigs", "ImageConfig", "SnapStart", "LoggingConfig", "RuntimeManagementConfig",
+                    "PackageType", "Role"]
+NOVALUE = object()
+
+
+class CheckFailed(Exception):
+    pass
+
+
+# ------------------------------------------------------------------ translation and evaluation
+
+def packaged(template, code="code-1"):
+    """The template as `sam package` hands it to CloudFormation: each function's code in S3
+    (the key names the build, so another `code` is another build)."""
+    t = copy.deepcopy(template)
+    for name, r in t.get("Resources", {}).items():
+        if r.get("Type") == "AWS::Serverless::Function":
+            r.setdefault("Properties", {})["CodeUri"] = f"s3://template-check/{code}/{name}.zip"
+    return t
+
+
+def parameters(template, overrides=None):
+    """Every parameter's value as CloudFormation passes it: a string, the default unless given."""
+    values = {}
+    for name, p in template.get("Parameters", {}).items():
+        if "Default" in p:
+            values[name] = str(p["Default"])
+    values.update({k: str(v) for k, v in (overrides or {}).items()})
+    return values
+
+
+class Deployed:
+    """SAM's translation of the template for `params`, as CloudFormation would deploy it: the
+    conditions decided, each Fn::If taken, AWS::NoValue dropped, resources whose condition is false
+    left out, parameters substituted. References to resources stay as they are."""
+
+    def __init__(self, template, params, code="code-1"):
+        self.params = params
+        try:
+            out = Translator(managed_policy_map={}, sam_parser=Parser()).translate(
+                packaged(template, code), parameter_values=dict(params))
+        except Exception as e:  # the translator's InvalidDocumentException lists every error
+            raise CheckFailed(f"SAM's translator refuses the template: {e}") from e
+        self.raw = out
+        self.conditions = out.get("Conditions", {})
+        self._decided = {}
+        self.resources = {}
+        for name, r in out.get("Resources", {}).items():
+            if "Condition" in r and not self.condition(r["Condition"]):
+                continue
+            self.resources[name] = self.eval(r)
+
+    def condition(self, name):
+        if name not in self._decided:
+            self._decided[name] = self._cond(self.conditions[name])
+        return self._decided[name]
+
+    def _cond(self, c):
+        (fn, args), = c.items()
+        if fn == "Condition":
+            return self.condition(args)
+        if fn == "Fn::Equals":
+            a, b = (self.eval(x) for x in args)
+            return str(a) == str(b)
+        if fn == "Fn::Not":
+            return not self._cond(args[0])
+        if fn == "Fn::And":
+            return all(self._cond(x) for x in args)
+        if fn == "Fn::Or":
+            return any(self._cond(x) for x in args)
+        raise CheckFailed(f"unknown condition function {fn}")
+
+    def sub(self, text, local=None):
+        local = local or {}
+
+        def one(m):
+            name = m.group(1)
+            if name in local and isinstance(local[name], str):
+                return local[name]
+            if name in self.params:
+                return self.params[name]
+            return m.group(0)
+        return re.sub(r"\$\{([^!}][^}]*)\}", one, text)
+
+    def eval(self, node):
+        if isinstance(node, list):
+            return [v for v in (self.eval(x) for x in node) if v is not NOVALUE]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            (fn, args), = node.items()
+            if fn == "Ref":
+                if args == "AWS::NoValue":
+                    return NOVALUE
+                return self.params.get(args, node)
+            if fn == "Fn::If":
+                return self.eval(args[1] if self.condition(args[0]) else args[2])
+            if fn == "Fn::Sub":
+                if isinstance(args, str):
+                    text = self.sub(args)
+                else:
+                    text = self.sub(args[0], self.eval(args[1]))
+                return text if "${" not in text.replace("${!", "") else {"Fn::Sub": text}
+            if fn == "Fn::FindInMap":
+                keys = self.eval(args)
+                if all(isinstance(k, str) for k in keys):
+                    return self.eval(self.raw["Mappings"][keys[0]][keys[1]][keys[2]])
+        out = {}
+        for k, v in node.items():
+            v = self.eval(v)
+            if v is not NOVALUE:
+                out[k] = v
+        return out
+
+    # -------------------------------------------------------------- look-ups
+
+    def of_type(self, rtype):
+        return {k: r for k, r in self.resources.items() if r["Type"] == rtype}
+
+    def props(self, name):
+        r = self.resources.get(name)
+        if r is None:
+            raise CheckFailed(f"no resource {name}")
+        return r.get("Properties", {})
+
+    def version_of(self, function):
+        versions = [k for k, r in self.of_type("AWS::Lambda::Version").items()
+                    if r["Properties"].get("FunctionName") == {"Ref": function}]
+        if len(versions) != 1:
+            raise CheckFailed(f"{function} has {len(versions)} published versions, not 1 (AutoPublishAlias)")
+        return versions[0]
+
+    def alias_of(self, function):
+        aliases = [k for k, r in self.of_type("AWS::Lambda::Alias").items()
+                   if r["Properties"].get("FunctionName") == {"Ref": function}]
+        if len(aliases) != 1:
+            raise CheckFailed(f"{function} has {len(aliases)} aliases, not 1")
+        return aliases[0]
+
+    def role_of(self, function):
+        role = self.props(function).get("Role")
+        if isinstance(role, dict) and "Fn::GetAtt" in role:
+            return role["Fn::GetAtt"][0]
+        raise CheckFailed(f"{function}'s role is not one of this stack's: {role}")
+
+    def statements(self, role):
+        """Every statement of the role's inline policies, and of this stack's IAM policies attached to it."""
+        docs = [p["PolicyDocument"] for p in self.props(role).get("Policies", [])]
+        for r in self.resources.values():
+            if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::RolePolicy"):
+                p = r["Properties"]
+                if {"Ref": role} in p.get("Roles", []) or p.get("RoleName") == {"Ref": role}:
+                    docs.append(p["PolicyDocument"])
+        out = []
+        for d in docs:
+            s = d.get("Statement", [])
+            out.extend(s if isinstance(s, list) else [s])
+        return out
+
+    def identity(self, function, create_only):
+        """What decides whether a deploy publishes a new version of `function`: the version's
+        logical id and the values of its create-only properties."""
+        v = self.version_of(function)
+        props = self.resources[v]["Properties"]
+        return (v, tuple((p, json.dumps(props.get(p), sort_keys=True)) for p in create_only))
+
+
+def as_list(x):
+    return x if isinstance(x, list) else [x]
+
+
+def arn_of(resource):
+    return {"Fn::GetAtt": [resource, "Arn"]}
+
+
+def norm_resource(r):
+    if isinstance(r, dict) and list(r) == ["Fn::Sub"] and isinstance(r["Fn::Sub"], str):
+        m = re.fullmatch(r"\$\{([A-Za-z0-9]+)\.Arn\}", r["Fn::Sub"])
+        if m:
+            return arn_of(m.group(1))
+    return r
+
+
+def allows(statements, action, resource):
+    for s in statements:
+        if s.get("Effect") != "Allow" or "NotAction" in s or "NotResource" in s:
+            continue
+        if any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in as_list(s.get("Action", []))) and \
+                resource in [norm_resource(r) for r in as_list(s.get("Resource", []))]:
+            return True
+    return False
+
+
+def parameters_in(node, template, _seen=None):
+    """The parameters `node` (a piece of the source template) depends on: through Ref, Fn::Sub,
+    the conditions of Fn::If and the keys of Fn::FindInMap."""
+    params = template.get("Parameters", {})
+    found = set()
+    if isinstance(node, list):
+        for x in node:
+            found |= parameters_in(x, template)
+    elif isinstance(node, dict):
+        for fn, args in node.items():
+            if fn == "Ref" and isinstance(args, str) and args in params:
+                found.add(args)
+            elif fn == "Fn::Sub":
+                text = args if isinstance(args, str) else args[0]
+                local = {} if isinstance(args, str) else args[1]
+                found |= {n for n in re.findall(r"\$\{([^!}.][^}.]*)\}", text) if n in params and n not in local}
+                if not isinstance(args, str):
+                    found |= parameters_in(local, template)
+            elif fn in ("Fn::If", "Condition") and args:
+                name = args[0] if fn == "Fn::If" else args
+                if isinstance(name, str) and name in template.get("Conditions", {}):
+                    found |= parameters_in(template["Conditions"][name], template)
+                found |= parameters_in(args[1:] if fn == "Fn::If" else [], template)
+            else:
+                found |= parameters_in(args, template)
+    return found
+
+
+def alternative(name, p):
+    """Another valid value of parameter `name`."""
+    default = str(p.get("Default", ""))
+    if "AllowedValues" in p:
+        others = [str(v) for v in p["AllowedValues"] if str(v) != default]
+        return others[0]
+    if p.get("Type") == "Number":
+        v = int(float(default or 0)) + 1
+        if "MaxValue" in p and v > int(p["MaxValue"]):
+            v -= 2
+        return str(v)
+    if name == "AlarmTopicArn":
+        return "arn:aws:sns:us-east-1:123456789012:alarms"
+    return (default or "value") + "-2"
+
+
+def substitute(node, values):
+    """`node` (a string or Fn::Sub) with the ${NAME}s of `values` replaced."""
+    text = node["Fn::Sub"] if isinstance(node, dict) else node
+    if not isinstance(text, str):
+        raise CheckFailed(f"not a Fn::Sub of one string: {node}")
+    return re.sub(r"\$\{([^!}][^}]*)\}", lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def longest(p):
+    if "AllowedValues" in p:
+        return max((str(v) for v in p["AllowedValues"]), key=len)
+    if p.get("Type") == "Number":
+        return str(p["MaxValue"]) if "MaxValue" in p else None
+    return "x" * int(p["MaxLength"]) if "MaxLength" in p else None
+
+
+# ------------------------------------------------------------------ metric math
+
+def metric_value(alarm, scenario):
+    """The value an alarm compares with its threshold, with the metrics `scenario` says (a function
+    of namespace, metric name and dimensions; None for no data)."""
+    if "Metrics" not in alarm:
+        return scenario(alarm.get("Namespace"), alarm.get("MetricName"), dims(alarm.get("Dimensions")))
+    by_id = {m["Id"]: m for m in alarm["Metrics"]}
+    cache = {}
+
+    def value(i):
+        if i not in cache:
+            m = by_id[i]
+            if "MetricStat" in m:
+                met = m["MetricStat"]["Metric"]
+                cache[i] = scenario(met.get("Namespace"), met.get("MetricName"), dims(met.get("Dimensions")))
+            else:
+                cache[i] = expression(m["Expression"], value)
+        return cache[i]
+    returned = [m["Id"] for m in alarm["Metrics"] if m.get("ReturnData", True)]
+    if len(returned) != 1:
+        raise CheckFailed(f"the alarm returns {len(returned)} series, not 1")
+    return value(returned[0])
+
+
+def dims(ds):
+    return tuple(sorted((d["Name"], json.dumps(d["Value"], sort_keys=True)) for d in (ds or [])))
+
+
+def expression(text, value):
+    """CloudWatch metric math, as far as these alarms use it: + - * /, comparisons, FILL, IF."""
+    def ev(n):
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Name):
+            return value(n.id)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            v = ev(n.operand)
+            return None if v is None else -v
+        if isinstance(n, ast.BinOp):
+            a, b = ev(n.left), ev(n.right)
+            if a is None or b is None:
+                return None
+            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+                   ast.Div: lambda: a / b if b else None}
+            return ops[type(n.op)]()
+        if isinstance(n, ast.Compare) and len(n.ops) == 1:
+            a, b = ev(n.left), ev(n.comparators[0])
+            if a is None or b is None:
+                return None
+            ops = {ast.Gt: a > b, ast.GtE: a >= b, ast.Lt: a < b, ast.LtE: a <= b, ast.Eq: a == b}
+            return 1 if ops[type(n.ops[0])] else 0
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+            f = n.func.id.upper()
+            if f == "FILL":
+                v = ev(n.args[0])
+                return ev(n.args[1]) if v is None else v
+            if f == "IF":
+                c = ev(n.args[0])
+                return ev(n.args[1]) if c else ev(n.args[2])
+        raise CheckFailed(f"metric math this check cannot evaluate: {text!r}")
+    return ev(ast.parse(text, mode="eval"))
+
+
+# ------------------------------------------------------------------ the checks
+
+class Checks:
+    """verbosity: 2 prints every check, 1 the failures, 0 nothing."""
+
+    def __init__(self, template, verbosity=2):
+        self.template = template
+        self.verbosity = verbosity
+        self.failures = {}  # check id -> its first failure message
+        self.modes = [str(v) for v in template["Parameters"]["Mode"]["AllowedValues"]]
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::Lambda::Version").schema
+        self.create_only = [p.split("/")[-1] for p in schema.get("createOnlyProperties", [])]
+        self._deployed = {}
+
+    def deployed(self, overrides=None, code="code-1"):
+        params = parameters(self.template, overrides)
+        key = (json.dumps(params, sort_keys=True), code)
+        if key not in self._deployed:
+            self._deployed[key] = Deployed(self.template, params, code)
+        return self._deployed[key]
+
+    def run(self, cid, what, fn, *args):
+        try:
+            detail = fn(*args)
+            if self.verbosity >= 2:
+                print(f"ok      {cid:<16} {what}" + (f": {detail}" if detail else ""))
+        except CheckFailed as e:
+            self.failures.setdefault(cid, str(e))
+            if self.verbosity >= 1:
+                print(f"FAILED  {cid:<16} {what}: {e}")
+
+    def all(self):
+        for mode in self.modes:
+            try:
+                d = self.deployed({"Mode": mode})
+            except CheckFailed as e:
+                self.failures.setdefault("translate", str(e))
+                if self.verbosity >= 1:
+                    print(f"FAILED  {'translate':<16} [{mode}] SAM's translator takes the template: {e}")
+                continue
+            self.run("ingress-role", f"[{mode}] the ingress may UpdateItem the ledger and SendMessage to the queue",
+                     self.ingress_role, d)
+            self.run("queue-worker", f"[{mode}] the queue, its dead-letter queue and the worker exist",
+                     self.queue_worker, d)
+            self.run("ingress-env", f"[{mode}] the ingress's environment (each version's) says the mode",
+                     self.ingress_env, d, mode)
+            self.run("mapping", f"[{mode}] the worker's explicit SQS mapping invokes its live alias",
+                     self.mapping, d)
+            self.run("worker-role", f"[{mode}] the worker may receive, delete and extend on its queue only",
+                     self.worker_role, d)
+            self.run("no-sqs-star", f"[{mode}] no role allows SQS actions on \"*\" (managed policy or statement)",
+                     self.no_sqs_star, d)
+            self.run("worker-alarm", f"[{mode}] the new worker version's failures roll its canary back",
+                     self.worker_alarm, d, mode)
+            self.run("failure-rate", f"[{mode}] the Slack failure rate counts each event once",
+                     self.failure_rate, d)
+        self.run("mode-publishes", "changing Mode alone publishes a new ingress version", self.mode_publishes)
+        self.run("no-spurious", "changing LogRetentionDays, or any parameter no version captures, publishes none",
+                 self.no_spurious)
+        self.run("version-params", "a parameter publishes a version exactly when that version captures it",
+                 self.version_params)
+        self.run("code-publishes", "a code change publishes new versions of both functions", self.code_publishes)
+        self.run("description-len", "the version descriptions fit 256 characters", self.description_len)
+        return self.failures
+
+    # each returns a short detail, or raises CheckFailed
+
+    def ingress_role(self, d):
+        st = d.statements(d.role_of(INGRESS))
+        missing = [f"{a} on {r}" for a, r in (("dynamodb:UpdateItem", LEDGER), ("sqs:SendMessage", QUEUE))
+                   if not allows(st, a, arn_of(r))]
+        if missing:
+            raise CheckFailed("the ingress's role does not allow " + " nor ".join(missing) +
+                              ": a version of the other mode would fail while a switch shifts traffic")
+
+    def queue_worker(self, d):
+        for name, rtype in ((QUEUE, "AWS::SQS::Queue"), (DLQ, "AWS::SQS::Queue"), (WORKER, "AWS::Lambda::Function")):
+            if d.resources.get(name, {}).get("Type") != rtype:
+                raise CheckFailed(f"no {rtype} {name}: what old versions queued during a switch would not be answered")
+        redrive = d.props(QUEUE).get("RedrivePolicy", {})
+        if redrive.get("deadLetterTargetArn") != arn_of(DLQ):
+            raise CheckFailed(f"{QUEUE} does not redrive to {DLQ}: {redrive}")
+        env = d.props(WORKER).get("Environment", {}).get("Variables", {})
+        if env.get("SLACK_ONCE_ROLE") != "worker" or "DEDUP_TABLE" not in env:
+            raise CheckFailed(f"{WORKER} is not configured as a worker with the ledger: {sorted(env)}")
+
+    def ingress_env(self, d, mode):
+        env = d.props(INGRESS).get("Environment", {}).get("Variables", {})
+        want = {"DEDUP_TABLE": mode != "deferred", "WORK_QUEUE_URL": mode == "deferred"}
+        wrong = [f"{k} {'missing' if w else 'set'}" for k, w in want.items() if (k in env) != w]
+        if wrong:
+            raise CheckFailed(", ".join(wrong))
+        return "sets " + ", ".join(k for k, w in want.items() if w)
+
+    def mapping(self, d):
+        sam_sqs = [f"{n}.{e}" for n, r in self.template["Resources"].items()
+                   if r.get("Type") == "AWS::Serverless::Function"
+                   for e, ev in (r.get("Properties", {}).get("Events") or {}).items() if ev.get("Type") == "SQS"]
+        if sam_sqs:
+            raise CheckFailed(f"SAM SQS event {', '.join(sam_sqs)}: SAM attaches AWSLambdaSQSQueueExecutionRole with it")
+        explicit = [n for n, r in self.template["Resources"].items() if r.get("Type") == "AWS::Lambda::EventSourceMapping"]
+        maps = [(n, r["Properties"]) for n, r in d.of_type("AWS::Lambda::EventSourceMapping").items()
+                if r["Properties"].get("EventSourceArn") == arn_of(QUEUE)]
+        if len(maps) != 1 or maps[0][0] not in explicit:
+            raise CheckFailed(f"want one explicit AWS::Lambda::EventSourceMapping on {QUEUE}, found {[n for n, _ in maps]}")
+        name, m = maps[0]
+        alias = d.alias_of(WORKER)
+        if m.get("FunctionName") != {"Ref": alias}:
+            raise CheckFailed(f"{name} invokes {m.get('FunctionName')}, not the alias {alias}: CodeDeploy's shift would not apply")
+        if "CodeDeployLambdaAliasUpdate" not in d.resources[alias].get("UpdatePolicy", {}):
+            raise CheckFailed(f"{alias} has no CodeDeployLambdaAliasUpdate: no canary")
+        if "ReportBatchItemFailures" not in m.get("FunctionResponseTypes", []):
+            raise CheckFailed(f"{name} lacks FunctionResponseTypes ReportBatchItemFailures")
+        want = {"BatchSize": d.params["WorkerBatchSize"],
+                "MaximumConcurrency": d.params["WorkerMaxConcurrency"]}
+        got = {"BatchSize": str(m.get("BatchSize")),
+               "MaximumConcurrency": str(m.get("ScalingConfig", {}).get("MaximumConcurrency"))}
+        if got != want:
+            raise CheckFailed(f"{name}: {got}, want {want}")
+        return f"{name} -> {alias}"
+
+    def worker_role(self, d):
+        st = d.statements(d.role_of(WORKER))
+        missing = [a for a in WORKER_SQS_ACTIONS if not allows(st, a, arn_of(QUEUE))]
+        if missing:
+            raise CheckFailed(f"the worker's role does not allow {', '.join(missing)} on {QUEUE}")
+
+    def no_sqs_star(self, d):
+        problems = []
+        for role, r in d.of_type("AWS::IAM::Role").items():
+            for arn in r["Properties"].get("ManagedPolicyArns", []):
+                text = arn if isinstance(arn, str) else json.dumps(arn)
+                name = text.split(":policy/")[-1]
+                if name not in KNOWN_MANAGED:
+                    problems.append(f"{role} has the managed policy {name}, whose statements this check cannot "
+                                    "read (AWS's SQS ones, AWSLambdaSQSQueueExecutionRole among them, allow SQS "
+                                    "actions on \"*\"): allow SQS in an explicit statement on the queue instead")
+            for s in d.statements(role):
+                if s.get("Effect") != "Allow":
+                    continue
+                actions = SQS_ACTIONS if "NotAction" in s else as_list(s.get("Action", []))
+                sqs = [a for a in actions if any(fnmatch.fnmatchcase(x.lower(), a.lower()) for x in SQS_ACTIONS)]
+                wide = "NotResource" in s or any(isinstance(x, str) and "*" in x or
+                                                 isinstance(x, dict) and "*" in json.dumps(x)
+                                                 for x in as_list(s.get("Resource", [])))
+                if sqs and wide:
+                    problems.append(f"{role} allows {', '.join(sqs)} on {s.get('Resource', s.get('NotResource'))}")
+        if problems:
+            raise CheckFailed("; ".join(problems))
+
+    def worker_alarm(self, d, mode):
+        alarm = d.resources.get(WORKER_ALARM)
+        if not alarm or alarm["Type"] != "AWS::CloudWatch::Alarm":
+            raise CheckFailed(f"no alarm {WORKER_ALARM}")
+        a = alarm["Properties"]
+        group = d.resources[d.alias_of(WORKER)].get("UpdatePolicy", {}).get("CodeDeployLambdaAliasUpdate", {}) \
+            .get("DeploymentGroupName", {}).get("Ref")
+        config = d.props(group).get("AlarmConfiguration", {}) if group in d.resources else {}
+        if not config.get("Enabled") or {"Name": {"Ref": WORKER_ALARM}} not in config.get("Alarms", []):
+            raise CheckFailed(f"{WORKER_ALARM} is not among the alarms of the worker's deployment ({group}): "
+                              "a bad worker version would not roll back")
+        new = json.dumps({"Fn::GetAtt": [d.version_of(WORKER), "Version"]}, sort_keys=True)
+        old = json.dumps("1", sort_keys=True)
+        threshold = float(a["Threshold"])
+        if a.get("ComparisonOperator") != "GreaterThanThreshold":
+            raise CheckFailed(f"ComparisonOperator {a.get('ComparisonOperator')}, want GreaterThanThreshold")
+
+        def fires(metric, version):
+            def scenario(ns, name, ds):
+                return threshold + 1 if (ns, name, ds) == ("SlackOnce", metric, (("FunctionVersion", version),)) else None
+            v = metric_value(a, scenario)
+            return v is not None and v > threshold
+        counted = ["WorkerErrors", "DeadLettered"] + (["Failed"] if mode == "deferred" else [])
+        for metric in counted:
+            if not fires(metric, new):
+                raise CheckFailed(f"{metric} of the new worker version above the threshold does not fire it")
+        for metric in ["WorkerErrors", "DeadLettered", "Failed"]:
+            if fires(metric, old):
+                raise CheckFailed(f"{metric} of another version fires it")
+        if mode != "deferred" and fires("Failed", new):
+            raise CheckFailed("in synchronous mode it counts Failed, which an ingress version of the same "
+                              "number also emits")
+        periods = int(a.get("EvaluationPeriods", 1))
+        period = max(int(m.get("MetricStat", {}).get("Period", 60)) for m in a.get("Metrics", [{}]))
+        if periods * period > 300:
+            raise CheckFailed(f"it decides after {periods * period} s, later than a 5-minute canary")
+        return f"{' + '.join(counted)} of the new version, > {a['Threshold']} for {periods} x {period} s, in {group}"
+
+    def failure_rate(self, d):
+        a = d.props(RATE_ALARM)
+        # (metrics, the failure rate they mean): each deferred event is one Deliveries of outcome
+        # Queued at the ingress and one QueuedEvents at the worker.
+        cases = [
+            ("4 synchronous events, 1 failed", {"Deliveries": 4, "SlackErrorsPermanent": 1}, 0.25),
+            ("4 deferred events, 1 failed", {"Deliveries": 4, "Queued": 4, "QueuedEvents": 4,
+                                             "SlackErrorsPermanent": 1}, 0.25),
+            ("2 synchronous and 2 deferred events (a switch), 1 failed",
+             {"Deliveries": 4, "Queued": 2, "QueuedEvents": 2, "SlackErrorsTransient": 1}, 0.25),
+        ]
+        for what, metrics, want in cases:
+            got = metric_value(a, lambda ns, name, ds: metrics.get(name) if ns == "SlackOnce" and not ds else None)
+            if got is None or abs(got - want) > 1e-9:
+                raise CheckFailed(f"{what}: rate {got}, want {want} (is a deferred event counted twice?)")
+
+    def mode_publishes(self):
+        lines = []
+        ids = {m: self.deployed({"Mode": m}).identity(INGRESS, self.create_only) for m in self.modes}
+        for a in self.modes:
+            for b in self.modes:
+                if a < b and ids[a] == ids[b]:
+                    raise CheckFailed(f"Mode={a} and Mode={b} give the same ingress version {ids[a][0]} "
+                                      "with the same create-only properties: the alias would keep the old mode")
+        for m in self.modes:
+            v, props = ids[m]
+            desc = dict(props).get("Description")
+            lines.append(f"Mode={m}: {v}, Description {desc}")
+        same = len({ids[m][0] for m in self.modes}) == 1
+        how = ("same logical id, but Description is create-only (CloudFormation replaces the version)"
+               if same else "the logical id changes")
+        return "; ".join(lines) + f" ({how})"
+
+    def no_spurious(self):
+        base = self.deployed()
+        params = self.template["Parameters"]
+        captured = self.captured(INGRESS) | self.captured(WORKER)
+        names = ["LogRetentionDays"] + sorted(n for n in params if n not in captured and n != "LogRetentionDays")
+        for name in names:
+            if "Default" not in params[name]:
+                continue
+            alt = alternative(name, params[name])
+            changed = self.deployed({name: alt})
+            for f in (INGRESS, WORKER):
+                if base.identity(f, self.create_only) != changed.identity(f, self.create_only):
+                    raise CheckFailed(f"{name}={alt} alone makes CloudFormation publish a new {f} version (its "
+                                      "logical id or a create-only property changes) with nothing changed in it: "
+                                      "such a deploy fails")
+        return "same versions after changing " + ", ".join(names)
+
+    def captured(self, function):
+        """The parameters the version's configuration depends on (not the ones SAM's hash resolves)."""
+        props = self.template["Resources"][function]["Properties"]
+        glob = (self.template.get("Globals") or {}).get("Function") or {}
+        sam_names = {"Tracing": "TracingConfig", "DeadLetterQueue": "DeadLetterConfig"}
+        found = set()
+        for k in set(props) | set(glob):
+            if sam_names.get(k, k) in VERSION_CAPTURED:
+                found |= parameters_in(props.get(k, glob.get(k)), self.template)
+        return found
+
+    def described(self, function):
+        desc = self.template["Resources"][function]["Properties"].get("VersionDescription")
+        return parameters_in(desc, self.template) if desc is not None else set()
+
+    def version_params(self):
+        base = self.deployed()
+        details = []
+        for f in (INGRESS, WORKER):
+            captured, described = self.captured(f), self.described(f)
+            if captured != described:
+                raise CheckFailed(
+                    f"{f}'s configuration depends on {sorted(captured)} but its VersionDescription names "
+                    f"{sorted(described)}: " +
+                    "; ".join(x for x in (
+                        ("a change of " + ", ".join(sorted(captured - described)) + " would publish nothing, and "
+                         "the alias would keep the old configuration") if captured - described else "",
+                        ("a change of " + ", ".join(sorted(described - captured)) + " would publish a version "
+                         "with nothing changed, which fails the deploy") if described - captured else "") if x))
+            for name, p in self.template["Parameters"].items():
+                if "Default" not in p:
+                    continue
+                alt = alternative(name, p)
+                moved = base.identity(f, self.create_only) != self.deployed({name: alt}).identity(f, self.create_only)
+                if moved != (name in captured):
+                    raise CheckFailed(f"{name}={alt} {'publishes' if moved else 'does not publish'} a new {f} version, "
+                                      f"but {f}'s configuration {'does not depend' if moved else 'depends'} on it")
+            details.append(f"{f}: {', '.join(sorted(captured))}")
+        return "; ".join(details)
+
+    def code_publishes(self):
+        a, b = self.deployed(), self.deployed(code="code-2")
+        for f in (INGRESS, WORKER):
+            if a.identity(f, self.create_only) == b.identity(f, self.create_only):
+                raise CheckFailed(f"new code keeps {f}'s version {a.version_of(f)}: the alias would keep the old "
+                                  "code (AutoPublishCodeSha256 replaces SAM's hash of the code)")
+        return ", ".join(f"{a.version_of(f)} -> {b.version_of(f)}" for f in (INGRESS, WORKER))
+
+    def description_len(self):
+        out = []
+        params = self.template["Parameters"]
+        for f in (INGRESS, WORKER):
+            desc = self.template["Resources"][f]["Properties"].get("VersionDescription")
+            if desc is None:
+                continue
+            worst = {}
+            for n in parameters_in(desc, self.template):
+                v = longest(params[n])
+                if v is None:
+                    raise CheckFailed(f"{f}'s VersionDescription names {n}, which has no maximum length")
+                worst[n] = v
+            resolved = substitute(desc, worst)
+            if len(resolved) > 256:
+                raise CheckFailed(f"{f}'s VersionDescription can reach {len(resolved)} characters")
+            out.append(f"{f} at most {len(resolved)}")
+        return ", ".join(out)
+
+
+# ------------------------------------------------------------------ self-test
+
+def _props(t, name):
+    return t["Resources"][name]["Properties"]
+
+
+def _ingress_policy_if(t):
+    """The template before: the ingress allowed UpdateItem or SendMessage, as Mode said."""
+    for p in _props(t, INGRESS)["Policies"]:
+        st = p.get("Statement", []) if isinstance(p, dict) else []
+        if any(s.get("Action") == "sqs:SendMessage" for s in st if isinstance(s, dict)):
+            send = next(s for s in st if s.get("Action") == "sqs:SendMessage")
+            update = next(s for s in st if s.get("Action") == "dynamodb:UpdateItem")
+            p["Statement"] = [{"Fn::If": ["IsDeferred", send, update]}]
+            return
+    raise LookupError("no ingress statement allowing sqs:SendMessage")
+
+
+def _deferred_only(t):
+    """The template before: the queues and the worker only in deferred mode."""
+    for r in t["Resources"].values():
+        if r["Type"] in ("AWS::SQS::Queue", "AWS::Lambda::EventSourceMapping") or r is t["Resources"][WORKER]:
+            r["Condition"] = "IsDeferred"
+
+
+def _sam_sqs_event(t):
+    """The template before: the mapping as a SAM SQS event."""
+    name, m = next((n, r) for n, r in t["Resources"].items() if r["Type"] == "AWS::Lambda::EventSourceMapping")
+    del t["Resources"][name]
+    p = m["Properties"]
+    _props(t, WORKER)["Events"] = {"Work": {"Type": "SQS", "Properties": {
+        "Queue": p["EventSourceArn"], "BatchSize": p["BatchSize"],
+        "FunctionResponseTypes": p["FunctionResponseTypes"], "ScalingConfig": p["ScalingConfig"]}}}
+
+
+def _mapping_props(t):
+    return next(r for r in t["Resources"].values() if r["Type"] == "AWS::Lambda::EventSourceMapping")["Properties"]
+
+
+def _worker_sqs_statement(t):
+    for p in _props(t, WORKER)["Policies"]:
+        for s in p.get("Statement", []):
+            if "sqs:ReceiveMessage" in as_list(s.get("Action")):
+                return s
+    raise LookupError("no worker statement allowing sqs:ReceiveMessage")
+
+
+def _set(path_fn, key, value):
+    def mutate(t):
+        path_fn(t)[key] = value
+    return mutate
+
+
+def _without_key(path_fn, key):
+    def mutate(t):
+        del path_fn(t)[key]
+    return mutate
+
+
+def _alarm_metric(t, alarm, metric_id):
+    return next(m for m in _props(t, alarm)["Metrics"] if isinstance(m, dict) and m.get("Id") == metric_id)
+
+
+def _worker_alarm_dims_ingress(t):
+    for m in _props(t, WORKER_ALARM)["Metrics"]:
+        ms = [m] if isinstance(m, dict) and "MetricStat" in m else \
+            [x for x in (m.get("Fn::If", [None, {}, {}])[1:] if isinstance(m, dict) else []) if isinstance(x, dict) and "MetricStat" in x]
+        for x in ms:
+            for dim in x["MetricStat"]["Metric"].get("Dimensions", []):
+                dim["Value"] = {"Fn::GetAtt": [INGRESS + ".Version", "Version"]}
+
+
+def _worker_alarm_failed_always(t):
+    ms = _props(t, WORKER_ALARM)["Metrics"]
+    for i, m in enumerate(ms):
+        if isinstance(m, dict) and "Fn::If" in m:
+            ms[i] = m["Fn::If"][1]
+    _alarm_metric(t, WORKER_ALARM, "failures")["Expression"] = "FILL(errors, 0) + FILL(failed, 0) + FILL(deadlettered, 0)"
+
+
+def _remove_version_description(name):
+    return _without_key(lambda t: _props(t, name), "VersionDescription")
+
+
+def _describe_extra(name, param):
+    def mutate(t):
+        p = _props(t, name)
+        p["VersionDescription"] = {"Fn::Sub": p["VersionDescription"]["Fn::Sub"] + f" {param}=${{{param}}}"}
+    return mutate
+
+
+def _describe_without(name, param):
+    def mutate(t):
+        p = _props(t, name)
+        p["VersionDescription"] = {"Fn::Sub": re.sub(r"\s*\S*\$\{" + param + r"\}", "", p["VersionDescription"]["Fn::Sub"])}
+    return mutate
+
+
+MUTATIONS = [
+    # (what the mutation does, the checks that must fail, the mutation)
+    ("the ingress allows UpdateItem or SendMessage as Mode says (as before)", {"ingress-role"}, _ingress_policy_if),
+    ("the queues, the mapping and the worker only in deferred mode (as before)", {"queue-worker"}, _deferred_only),
+    ("the ingress's WORK_QUEUE_URL in both modes", {"ingress-env"},
+     _set(lambda t: _props(t, INGRESS)["Environment"]["Variables"], "WORK_QUEUE_URL", {"Ref": QUEUE})),
+    ("the mapping as a SAM SQS event (as before)", {"mapping", "no-sqs-star"}, _sam_sqs_event),
+    ("the mapping on the worker function, not its alias", {"mapping"},
+     _set(_mapping_props, "FunctionName", {"Ref": WORKER})),
+    ("the mapping without ReportBatchItemFailures", {"mapping"}, _without_key(_mapping_props, "FunctionResponseTypes")),
+    ("the worker's SQS statement on \"*\"", {"worker-role", "no-sqs-star"},
+     _set(_worker_sqs_statement, "Resource", "*")),
+    ("a managed SQS policy on the ingress", {"no-sqs-star"},
+     lambda t: _props(t, INGRESS)["Policies"].append("AmazonSQSFullAccess")),
+    ("the worker alarm left out of the worker's deployment", {"worker-alarm"},
+     lambda t: _props(t, WORKER)["DeploymentPreference"]["Alarms"].remove({"Ref": WORKER_ALARM})),
+    ("the worker alarm without WorkerErrors", {"worker-alarm"},
+     _set(lambda t: _alarm_metric(t, WORKER_ALARM, "failures"), "Expression",
+          {"Fn::If": ["IsDeferred", "FILL(failed, 0) + FILL(deadlettered, 0)", "FILL(deadlettered, 0)"]})),
+    ("the worker alarm on the ingress's version", {"worker-alarm"}, _worker_alarm_dims_ingress),
+    ("the worker alarm counting Failed in synchronous mode too", {"worker-alarm"}, _worker_alarm_failed_always),
+    ("the worker alarm deciding after 10 minutes", {"worker-alarm"},
+     _set(lambda t: _props(t, WORKER_ALARM), "EvaluationPeriods", 10)),
+    ("the failure rate over Deliveries + QueuedEvents (as before)", {"failure-rate"},
+     _set(lambda t: _alarm_metric(t, RATE_ALARM, "events"), "Expression", "FILL(deliveries, 0) + FILL(queuedevents, 0)")),
+    ("the ingress without VersionDescription (as before)", {"mode-publishes", "version-params"},
+     _remove_version_description(INGRESS)),
+    ("AutoPublishCodeSha256: !Ref Mode instead", {"code-publishes"},
+     lambda t: (_remove_version_description(INGRESS)(t),
+                _props(t, INGRESS).__setitem__("AutoPublishCodeSha256", {"Ref": "Mode"}))),
+    ("LogRetentionDays in the ingress's VersionDescription", {"no-spurious", "version-params"},
+     _describe_extra(INGRESS, "LogRetentionDays")),
+    ("the worker's VersionDescription without WorkerTimeout", {"version-params"},
+     _describe_without(WORKER, "WorkerTimeout")),
+    ("SlackSecretName up to 400 characters", {"description-len"},
+     _set(lambda t: t["Parameters"]["SlackSecretName"], "MaxLength", 400)),
+]
+
+
+def self_test(template, quiet=False):
+    print("== self-test: each check fails on the template broken the way it guards against")
+    bad = []
+    for what, expected, mutate in MUTATIONS:
+        t = copy.deepcopy(template)
+        try:
+            mutate(t)
+        except (LookupError, KeyError, StopIteration, ValueError, TypeError) as e:
+            bad.append(what)
+            print(f"FAILED  self-test        {what}: the mutation does not apply any more ({e!r}); update it with the template")
+            continue
+        failed = Checks(t, verbosity=0).all()
+        if expected <= set(failed):
+            also = sorted(set(failed) - expected)
+            if not quiet:
+                    print(f"ok      self-test        {what}: " + "; ".join(f"{c} failed ({failed[c]})" for c in sorted(expected)) +
+                      (f"; also {', '.join(also)}" if also else ""))
+        else:
+            bad.append(what)
+            print(f"FAILED  self-test        {what}: want {', '.join(sorted(expected))} to fail, "
+                  f"failed: {', '.join(sorted(failed)) or 'nothing'}")
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--template", default=str(ROOT / "template.yaml"))
+    ap.add_argument("--no-self-test", action="store_true", help="skip breaking the template to see each check fail")
+    ap.add_argument("-q", "--quiet", action="store_true", help="print the failures only")
+    args = ap.parse_args()
+    try:
+        template = yaml_parse(Path(args.template).read_text())
+    except (OSError, ValueError) as e:
+        print(f"template-check: cannot read {args.template}: {e}", file=sys.stderr)
+        return 2
+    print(f"== template-check: {args.template}, through aws-sam-translator, for every Mode")
+    failures = Checks(template, verbosity=1 if args.quiet else 2).all()
+    bad = [] if args.no_self_test else self_test(template, quiet=args.quiet)
+    if failures or bad:
+        print(f"template-check: {len(failures)} check(s) failed" +
+              (f", {len(bad)} self-test(s) failed" if bad else ""), file=sys.stderr)
+        return 1
+    print("template-check: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
