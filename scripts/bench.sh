@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark report (benches/report.rs): starts DynamoDB Local (127.0.0.1:8000) and the SQS
-# server (127.0.0.1:9324) if nothing answers there, installs Bolt for JavaScript into bench/bolt/node_modules (never committed),
-# builds the release binary and prints one table; stops only what it started.
+# server (127.0.0.1:9324) if nothing answers there, installs Bolt for JavaScript into bench/bolt/node_modules
+# and Bolt for Python with Powertools into .tools/bolt-python (neither committed), builds the
+# release binary and prints one table; stops only what it started.
 #   scripts/bench.sh            the report
 #   scripts/bench.sh micro      the criterion micro-benchmarks as well
 set -euo pipefail
@@ -13,6 +14,15 @@ if [ ! -d bench/bolt/node_modules/@slack/bolt ]; then
   echo "bench: installing Bolt for JavaScript into bench/bolt" >&2
   (cd bench/bolt && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
 fi
+
+# The venv keeps a copy of the requirements it was installed from: a change reinstalls.
+if ! cmp -s bench/bolt-python/requirements.txt .tools/bolt-python/requirements.txt; then
+  echo "bench: installing Bolt for Python and Powertools into .tools/bolt-python" >&2
+  [ -x .tools/bolt-python/bin/pip ] || "${PYTHON:-python3}" -m venv .tools/bolt-python
+  .tools/bolt-python/bin/pip install --quiet --disable-pip-version-check -r bench/bolt-python/requirements.txt
+  cp bench/bolt-python/requirements.txt .tools/bolt-python/requirements.txt
+fi
+export BOLT_PYTHON="$PWD/.tools/bolt-python/bin/python"
 
 benches() {
   cargo bench --locked --bench report
