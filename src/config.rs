@@ -185,6 +185,17 @@ impl Config {
                             .into(),
                 });
             }
+            if url.trim_end_matches('/').ends_with(".fifo") {
+                return Err(ConfigError::Invalid {
+                    var: "WORK_QUEUE_URL",
+                    reason: "is a FIFO queue: deferred mode needs a standard queue (a FIFO \
+                             queue's message groups would hold every event of a group behind one \
+                             that is still being answered, and its de-duplication is the \
+                             ledger's job here); create a standard queue with its dead-letter \
+                             queue (the SAM template does)"
+                        .into(),
+                });
+            }
         } else if role == Role::Worker && mode == Mode::Local {
             return Err(ConfigError::Missing {
                 var: "WORK_QUEUE_URL",
@@ -251,10 +262,19 @@ impl Config {
                 reason: "must start with https:// (or http:// for a local stand-in)".into(),
             });
         }
-        if slack_api_url.parse::<http::Uri>().is_err() {
+        let Ok(api_uri) = slack_api_url.parse::<http::Uri>() else {
             return Err(ConfigError::Invalid {
                 var: "SLACK_API_URL",
                 reason: "is not a valid URL".into(),
+            });
+        };
+        if api_uri.scheme_str() == Some("http") && !is_loopback(api_uri.host().unwrap_or("")) {
+            return Err(ConfigError::Invalid {
+                var: "SLACK_API_URL",
+                reason: "uses http:// for a host that is not this machine: the bot token would \
+                         travel in clear text. Use https://, or http:// only for a local \
+                         stand-in on 127.0.0.1, ::1 or localhost"
+                    .into(),
             });
         }
 
@@ -394,6 +414,15 @@ impl Config {
     }
 }
 
+/// Whether `host` (from a URL) is this machine: `localhost`, 127.0.0.0/8 or ::1.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// A whole number from 1 to `max`, or `default` when unset.
 fn parse_count(
     var: &'static str,
@@ -451,6 +480,47 @@ mod tests {
         assert_eq!(c.ttl, Duration::from_secs(90_000));
         assert_eq!(c.lease, Duration::from_secs(30));
         assert_eq!(c.listen_addr, "127.0.0.1:3000".parse().unwrap());
+    }
+
+    #[test]
+    fn plain_http_to_slack_is_refused_unless_the_host_is_this_machine() {
+        for url in [
+            "http://127.0.0.1:4000/api",
+            "http://localhost:4000/api",
+            "http://[::1]:4000/api",
+            "https://slack.com/api",
+            "https://proxy.example.com/slack",
+        ] {
+            let c = config(&[("SLACK_SIGNING_SECRET", "s"), ("SLACK_API_URL", url)]);
+            assert!(c.is_ok(), "{url}: {c:?}");
+        }
+        for url in [
+            "http://slack.com/api",
+            "http://10.0.0.5/api",
+            "http://127.0.0.1.evil.com/api",
+        ] {
+            let err = config(&[("SLACK_SIGNING_SECRET", "s"), ("SLACK_API_URL", url)]).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid { var: "SLACK_API_URL", reason } if reason.contains("clear text")),
+                "{url}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fifo_work_queue_is_refused_at_start() {
+        let err = config(&[
+            ("SLACK_SIGNING_SECRET", "s"),
+            (
+                "WORK_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/1/work.fifo",
+            ),
+        ])
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { var: "WORK_QUEUE_URL", reason } if reason.contains("FIFO")),
+            "{err}"
+        );
     }
 
     #[test]

@@ -195,14 +195,21 @@ fn lenient_authorizations<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Authori
         .collect())
 }
 
-/// Message subtypes that are a new message from a person; every other subtype (edits,
-/// deletions, joins, topic changes, bot messages…) is not something to answer.
-const USER_MESSAGE_SUBTYPES: &[&str] = &["file_share", "thread_broadcast", "me_message"];
+/// Message subtypes that are a new message (from a person, or `bot_message` from another
+/// bot or a workflow); every other subtype (edits, deletions, joins, topic changes…) is not
+/// something to answer.
+const NEW_MESSAGE_SUBTYPES: &[&str] = &[
+    "file_share",
+    "thread_broadcast",
+    "me_message",
+    "bot_message",
+];
 
 /// Why an event is acknowledged without being claimed or answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SkipReason {
-    /// The bot's own message (it has a `bot_id`, or its author is the installation's bot user).
+    /// The bot's own message (posted by this app, or authored by the installation's bot
+    /// user), or a bot's message that cannot be told from this app's own.
     OwnMessage,
     /// An edit, a deletion, a join… rather than a new message from a person.
     NotANewMessage,
@@ -239,20 +246,45 @@ impl EventCallback {
             .or_else(|| self.authorizations.first()?.team_id.as_deref())
     }
 
-    /// Events the bot must never answer, decided before the ledger is touched.
+    /// The app that posted the event's message, when it says (`app_id`, or its bot profile's).
+    fn posting_app(&self) -> Option<&str> {
+        let raw = &self.event.raw;
+        raw.get("app_id")
+            .or_else(|| raw.get("bot_profile").and_then(|p| p.get("app_id")))
+            .and_then(Value::as_str)
+    }
+
+    /// Whether the event is a message of a bot (`bot_id`, or `bot_message`).
+    fn by_a_bot(&self) -> bool {
+        self.event.bot_id.is_some() || self.event.subtype.as_deref() == Some("bot_message")
+    }
+
+    /// A message of another bot or a workflow (the bot's own are skipped before this matters):
+    /// heard only by listeners that ask for them.
+    pub fn from_other_bot(&self) -> bool {
+        self.by_a_bot()
+    }
+
+    /// Events the bot must never answer, decided before the ledger is touched. The bot's own
+    /// messages are told by the app that posted them (`app_id` = `api_app_id`) or by their
+    /// author (the bot user); a bot's message that says neither which app posted it, in an
+    /// event that does not name this app, is taken for the bot's own (never answer yourself).
     pub fn skip_reason(&self) -> Option<SkipReason> {
         let event = &self.event;
-        if event.bot_id.is_some() || event.subtype.as_deref() == Some("bot_message") {
-            return Some(SkipReason::OwnMessage);
-        }
         if let (Some(user), Some(bot)) = (event.user.as_deref(), self.bot_user_id()) {
             if user == bot && !KEPT_WHEN_BY_THE_BOT.contains(&event.kind.as_str()) {
                 return Some(SkipReason::OwnMessage);
             }
         }
+        if self.by_a_bot() {
+            match (self.posting_app(), self.api_app_id.as_deref()) {
+                (Some(posted_by), Some(us)) if posted_by != us => {}
+                _ => return Some(SkipReason::OwnMessage),
+            }
+        }
         if event.kind == "message" {
             if let Some(subtype) = event.subtype.as_deref() {
-                if !USER_MESSAGE_SUBTYPES.contains(&subtype) {
+                if !NEW_MESSAGE_SUBTYPES.contains(&subtype) {
                     return Some(SkipReason::NotANewMessage);
                 }
             }
@@ -355,9 +387,34 @@ mod tests {
     #[test]
     fn the_bots_own_messages_are_skipped() {
         let by_bot_id = callback(r#"{"type":"message","bot_id":"B1","text":"hi","channel":"D1"}"#);
-        assert_eq!(by_bot_id.skip_reason(), Some(SkipReason::OwnMessage));
+        assert_eq!(
+            by_bot_id.skip_reason(),
+            Some(SkipReason::OwnMessage),
+            "a bot's message that cannot be told from ours is taken for ours"
+        );
         let by_user = callback(r#"{"type":"message","user":"UBOT","text":"hi","channel":"D1"}"#);
         assert_eq!(by_user.skip_reason(), Some(SkipReason::OwnMessage));
+        let mut ours = callback(
+            r#"{"type":"message","bot_id":"B1","app_id":"A1","user":"U9","text":"hi","channel":"C1"}"#,
+        );
+        ours.api_app_id = Some("A1".into());
+        assert_eq!(ours.skip_reason(), Some(SkipReason::OwnMessage));
+    }
+
+    #[test]
+    fn another_apps_message_is_not_skipped_but_marked_as_a_bots() {
+        let mut other = callback(
+            r#"{"type":"message","bot_id":"B9","app_id":"A9","text":"deploy done","channel":"C1"}"#,
+        );
+        other.api_app_id = Some("A1".into());
+        assert_eq!(other.skip_reason(), None);
+        assert!(other.from_other_bot());
+        let mut workflow = callback(
+            r#"{"type":"message","subtype":"bot_message","bot_id":"B8","bot_profile":{"app_id":"A8"},"text":"x","channel":"C1"}"#,
+        );
+        workflow.api_app_id = Some("A1".into());
+        assert_eq!(workflow.skip_reason(), None);
+        assert!(workflow.from_other_bot());
     }
 
     #[test]

@@ -102,9 +102,9 @@ pub fn check_envelope(data: &[u8]) {
         // ledger keys derived from it are valid ledger keys.
         let _ = typed_listeners().takes(&callback);
         let _ = crate::app::reference_app().takes(&callback);
-        for per_event_id in [false, true] {
-            let (primary, aliases) = crate::process::ledger_keys(&callback, per_event_id);
-            for key in std::iter::once(&primary).chain(&aliases) {
+        for by_message in [false, true] {
+            let (primary, alias) = crate::process::ledger_keys(&callback, by_message);
+            for key in std::iter::once(&primary).chain(&alias) {
                 assert!(key.as_str().len() <= MAX_EVENT_ID_LEN, "key {key}");
             }
         }

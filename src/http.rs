@@ -213,7 +213,7 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
                 ProcessError::Queue(QueueError::TooLarge { .. }) => json(
                     status,
                     "payload_too_large",
-                    "the body is larger than a work queue message (256 KiB)",
+                    "the event is larger than a work queue message holds (1 MiB)",
                 ),
                 ProcessError::Queue(QueueError::Unavailable(_)) => json(
                     status,
@@ -222,7 +222,9 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
                 ),
                 ProcessError::Bot(_)
                 | ProcessError::Nondeterministic(_)
-                | ProcessError::Ledger(LedgerError::NotOwner { .. }) => {
+                | ProcessError::JournalFull(_)
+                | ProcessError::Ledger(LedgerError::NotOwner { .. })
+                | ProcessError::Ledger(LedgerError::ItemTooLarge(_)) => {
                     json(status, "internal_error", "internal error")
                 }
             };
@@ -251,7 +253,9 @@ pub fn status_of(error: &ProcessError) -> StatusCode {
         ProcessError::Deadline => StatusCode::GATEWAY_TIMEOUT,
         ProcessError::Bot(_)
         | ProcessError::Nondeterministic(_)
-        | ProcessError::Ledger(LedgerError::NotOwner { .. }) => StatusCode::INTERNAL_SERVER_ERROR,
+        | ProcessError::JournalFull(_)
+        | ProcessError::Ledger(LedgerError::NotOwner { .. })
+        | ProcessError::Ledger(LedgerError::ItemTooLarge(_)) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

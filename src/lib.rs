@@ -33,7 +33,7 @@ use crate::process::{Processor, Settings};
 use crate::queue::sqs::CallBudget;
 use crate::queue::worker::Worker;
 use crate::queue::{SqsQueue, WorkQueue};
-use crate::secrets::{SecretsError, SlackSecrets};
+use crate::secrets::{Needs, SecretsError, SlackSecrets};
 use crate::slack::SlackClient;
 
 pub use crate::run::{run, serve, VERSION};
@@ -66,18 +66,15 @@ impl Application {
     pub async fn build_with_app(config: Config, app: App) -> Result<Self, StartError> {
         let secrets = match &config.secrets_arn {
             Some(id) => {
-                let secrets = SlackSecrets::from_manager(id, config.secrets_refresh).await?;
-                let values = secrets.current();
-                if config.role == Role::Ingress && values.signing.is_none() {
-                    return Err(StartError::Secrets(SecretsError::Invalid {
-                        id: id.clone(),
-                        reason: "it has no signing_secret, which an ingress needs".into(),
-                    }));
-                }
-                if values.bot_token.is_none() && config.mode == config::Mode::Lambda {
-                    tracing::warn!("the secret has no bot_token: nothing can be posted");
-                }
-                secrets
+                // An ingress verifies; where events are answered on Lambda, the bot posts (in
+                // local mode a missing token logs each call instead).
+                let answers = config.role == Role::Worker || config.answers_synchronously();
+                let needs = Needs {
+                    signing_secret: config.role == Role::Ingress,
+                    bot_token: config.mode == config::Mode::Lambda && answers,
+                    answers,
+                };
+                SlackSecrets::from_manager(id, config.secrets_refresh, needs).await?
             }
             None => SlackSecrets::fixed(config.signing_secrets.clone(), config.bot_token.clone()),
         };

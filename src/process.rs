@@ -15,10 +15,11 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::app::{App, BotError, Ctx, Error as StepError, Route, Steps, Tally};
+use crate::app::{App, BotError, Ctx, Error as StepError, Identity, Route, Steps, Tally, Unit};
 use crate::envelope::{Envelope, EventCallback, EventId, SkipReason};
 use crate::ledger::{
-    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
+    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError,
+    OwnerToken, Settled,
 };
 use crate::metrics;
 use crate::queue::{QueueError, QueuedEvent, WorkQueue, QUEUED_EVENT_VERSION};
@@ -118,6 +119,15 @@ pub enum Outcome {
 }
 
 impl ProcessError {
+    /// Whether no retry can change this: the event then ends `failed` (200, never redelivered).
+    pub fn is_final(&self) -> bool {
+        match self {
+            ProcessError::Slack(e) => e.is_permanent(),
+            ProcessError::Nondeterministic(_) | ProcessError::JournalFull(_) => true,
+            _ => false,
+        }
+    }
+
     /// A short code for the ledger's `error` attribute and the logs.
     pub fn failure_code(&self) -> String {
         match self {
@@ -136,11 +146,14 @@ impl ProcessError {
                     SlackError::Transport(_) => "connection_failed".into(),
                     SlackError::Timeout => "timeout".into(),
                     SlackError::InvalidResponse(_) => "invalid_response".into(),
+                    SlackError::TokenUnconfirmed { code } => format!("{code}_unconfirmed"),
+                    SlackError::Unidentified => "app_unidentified".into(),
                 };
                 format!("{prefix}{kind}")
             }
             ProcessError::Bot(_) => "bot_failed".into(),
             ProcessError::Nondeterministic(_) => "nondeterministic_listener".into(),
+            ProcessError::JournalFull(_) => "journal_full".into(),
             ProcessError::Deadline => "deadline_exceeded".into(),
             ProcessError::Queue(_) => "queue_unavailable".into(),
         }
@@ -183,6 +196,8 @@ pub enum ProcessError {
     Bot(#[source] BotError),
     #[error("a listener made other writes than when it first ran")]
     Nondeterministic(#[source] BotError),
+    #[error("the listener's writes would not fit in the event's journal")]
+    JournalFull(#[source] BotError),
     #[error("the processing deadline passed before the reply was posted")]
     Deadline,
     #[error("the event could not be put on the work queue")]
@@ -320,9 +335,14 @@ impl Processor {
         if message.receive_count > 1 {
             metrics::count("QueueRedeliveries");
         }
-        if delivery.last_chance && result.is_err() {
-            // Left on its last receive: SQS moves it to the dead-letter queue.
-            metrics::count("DeadLettered");
+        if result.is_err() {
+            // Left for SQS to hand out again: what the worker's canary alarm watches (its
+            // batches never fail as invocations).
+            metrics::count("WorkerErrors");
+            if delivery.last_chance {
+                // Left on its last receive: SQS moves it to the dead-letter queue.
+                metrics::count("DeadLettered");
+            }
         }
         if result.is_ok() {
             let age = unix_ms(SystemTime::now()).saturating_sub(message.received_at_ms);
@@ -460,7 +480,7 @@ impl Processor {
             return Err(Outcome::Skipped(reason));
         }
         let route = self.app.route(callback);
-        if route.runs.is_empty() {
+        if route.is_empty() {
             tracing::debug!(kind = %callback.event.kind, "no listener takes this event");
             return Err(Outcome::NoListener);
         }
@@ -468,7 +488,9 @@ impl Processor {
     }
 
     /// The protocol for one verified event, shared by every path that runs one: skip → route
-    /// to the listeners → claim → run them (their Slack writes as journaled steps) → finish.
+    /// to the listeners → for each group of them (those keyed by the message the event carries,
+    /// those keyed by the event): claim → run them (their Slack writes as journaled steps) →
+    /// finish.
     pub async fn run_event(
         &self,
         callback: &Arc<EventCallback>,
@@ -490,48 +512,52 @@ impl Processor {
             );
             return Err(ProcessError::Deadline);
         };
-        let keys = LedgerKeys::of(callback, route.per_event_id);
-        if keys.primary != callback.event_id {
-            span.record("key", keys.primary.as_str());
+        let mut result: Option<Result<Outcome, ProcessError>> = None;
+        for unit in route.units {
+            let keys = LedgerKeys::of(callback, unit.identity == Identity::Message);
+            if keys.primary != callback.event_id {
+                span.record("key", keys.primary.as_str());
+            }
+            let ran = self.run_unit(callback, delivery, &times, &keys, unit).await;
+            result = Some(match result {
+                None => ran,
+                Some(earlier) => combine(earlier, ran),
+            });
         }
+        result.unwrap_or(Ok(Outcome::NoListener))
+    }
+
+    /// One group of listeners under one claim: claim its key (and its alias, in the same round
+    /// trip), run the listeners, finish.
+    async fn run_unit(
+        &self,
+        callback: &Arc<EventCallback>,
+        delivery: &EventDelivery<'_>,
+        times: &Times,
+        keys: &LedgerKeys,
+        unit: Unit,
+    ) -> Result<Outcome, ProcessError> {
         let owner = OwnerToken::random();
-        let (attempt, journal) = match self
-            .claim(&keys.primary, callback, delivery, &times, &owner)
-            .await?
-        {
+        let (attempt, journal) = match self.claim(keys, callback, delivery, times, &owner).await? {
             Claimed::Acquired { attempt, journal } => (attempt, journal),
             Claimed::Ended(outcome) => return Ok(outcome),
         };
-        let aliases = match self
-            .claim_aliases(&keys, callback, delivery, &times, &owner)
-            .await
-        {
-            Ok(aliases) => aliases,
-            Err(ended) => return ended,
-        };
-
         let ctx = Ctx::new(
             callback.clone(),
             self.slack.clone(),
             times.work_deadline,
             self.version.clone(),
-            Steps {
-                ledger: self.ledger.clone(),
-                key: keys.primary.clone(),
-                owner: owner.clone(),
-                attempt,
-                journal,
-                next: 1,
-                unrecorded: None,
-                last_chance: delivery.last_chance,
-                closed: false,
-                tally: Tally::default(),
-                now_ms: times.now_ms,
-                started: times.started,
-            },
+            Steps::new(
+                self.ledger.clone(),
+                keys.primary.clone(),
+                owner.clone(),
+                (attempt, journal),
+                delivery.last_chance,
+                (times.now_ms, times.started, times.lease_until_ms),
+            ),
         );
         let work = async {
-            for (name, run) in route.runs {
+            for (name, run) in unit.runs {
                 if let Err(error) = run(ctx.clone()).await {
                     return Err(listener_failed(&name, error));
                 }
@@ -551,10 +577,9 @@ impl Processor {
         };
         self.finish(
             held,
-            &aliases,
             attempt,
             delivery.last_chance,
-            &times,
+            times,
             worked,
             settled,
             tally,
@@ -562,15 +587,18 @@ impl Processor {
         .await
     }
 
-    /// Claims `key` in the ledger, within the processing deadline.
+    /// Claims `keys.primary` in the ledger and, in the same round trip, writes its alias (the
+    /// message's `client_msg_id`): a message whose alias belongs to another one is a copy of
+    /// it under another `ts`, and is finished as a duplicate. Within the processing deadline.
     async fn claim(
         &self,
-        key: &EventId,
+        keys: &LedgerKeys,
         callback: &EventCallback,
         delivery: &EventDelivery<'_>,
         times: &Times,
         owner: &OwnerToken,
     ) -> Result<Claimed, ProcessError> {
+        let key = &keys.primary;
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
         let request = ClaimRequest {
             event_id: key,
@@ -582,15 +610,31 @@ impl Processor {
             retry_num: delivery.retry_num,
             retry_reason: delivery.retry_reason,
         };
-        let claim = tokio::time::timeout_at(times.work_deadline, self.ledger.claim(&request))
+        let alias = keys.alias.as_ref().map(|alias| AliasRequest {
+            alias,
+            of: key,
+            now_ms: times.now_ms,
+            expires_at_s,
+        });
+        let both = async {
+            let claim = self.ledger.claim(&request);
+            match &alias {
+                Some(alias) => {
+                    let (claim, alias) = tokio::join!(claim, self.ledger.alias(alias));
+                    (claim, Some(alias))
+                }
+                None => (claim.await, None),
+            }
+        };
+        let (claim, alias) = tokio::time::timeout_at(times.work_deadline, both)
             .await
-            .map_err(|_| ledger_timeout())?
-            .map_err(ProcessError::Ledger)?;
-        match claim {
-            Claim::AlreadyDone => Ok(Claimed::Ended(Outcome::Duplicate)),
+            .map_err(|_| ledger_timeout())?;
+        let claim = claim.map_err(ProcessError::Ledger)?;
+        let (attempt, journal) = match claim {
+            Claim::AlreadyDone => return Ok(Claimed::Ended(Outcome::Duplicate)),
             Claim::AlreadyFailed { error } => {
                 tracing::info!(error, key = %key, "this event ended failed already: not answering");
-                Ok(Claimed::Ended(Outcome::AlreadyFailed))
+                return Ok(Claimed::Ended(Outcome::AlreadyFailed));
             }
             Claim::InProgress { lease_until_ms } => {
                 tracing::info!(
@@ -598,91 +642,66 @@ impl Processor {
                     key = %key,
                     "another delivery holds a live claim: not answering"
                 );
-                Ok(Claimed::Ended(Outcome::InProgress))
+                return Ok(Claimed::Ended(Outcome::InProgress));
             }
-            Claim::Acquired { attempt, journal } => {
-                if attempt > 1 {
-                    metrics::count("Takeovers");
-                    tracing::info!(
-                        attempt,
-                        key = %key,
-                        steps_recorded = journal.len(),
-                        "taking over an event whose earlier claim expired or was released"
-                    );
-                }
-                Ok(Claimed::Acquired { attempt, journal })
+            Claim::Acquired { attempt, journal } => (attempt, journal),
+        };
+        // The claim is this delivery's: whether it is a copy of another message decides.
+        let held = Held {
+            event_id: key,
+            owner,
+        };
+        let ended = match alias {
+            None | Some(Ok(Alias::Ours)) => None,
+            Some(Ok(Alias::CopyOf { key: of })) => {
+                tracing::info!(
+                    copy_of = of,
+                    "this message is a copy of another one (the same client_msg_id under \
+                     another ts): answered there, not here"
+                );
+                Some((Finish::Done, Ok(Claimed::Ended(Outcome::Duplicate))))
             }
-        }
-    }
-
-    /// Claims the message's other identities (its `client_msg_id`) with the same owner. A copy
-    /// of the message under another `ts` that was answered, failed or is being answered ends
-    /// this delivery as a duplicate or in progress (`Err` carries the result, the primary
-    /// claim already finished or released).
-    async fn claim_aliases(
-        &self,
-        keys: &LedgerKeys,
-        callback: &EventCallback,
-        delivery: &EventDelivery<'_>,
-        times: &Times,
-        owner: &OwnerToken,
-    ) -> Result<Vec<EventId>, Result<Outcome, ProcessError>> {
-        let mut held = Vec::new();
-        for alias in &keys.aliases {
-            let found = self.claim(alias, callback, delivery, times, owner).await;
-            let (to, ended) = match found {
-                Ok(Claimed::Acquired { .. }) => {
-                    held.push(alias.clone());
-                    continue;
-                }
-                Ok(Claimed::Ended(Outcome::Duplicate)) => (Finish::Done, Ok(Outcome::Duplicate)),
-                Ok(Claimed::Ended(Outcome::AlreadyFailed)) => (
-                    Finish::Failed {
-                        error: format!("failed as {alias}"),
-                        retryable: false,
-                    },
-                    Ok(Outcome::AlreadyFailed),
-                ),
-                Ok(Claimed::Ended(other)) => (Finish::Released, Ok(other)),
-                Err(error) => (Finish::Released, Err(error)),
-            };
-            held.insert(0, keys.primary.clone());
-            self.end_claims(&held, owner, &to, times).await;
-            return Err(ended);
-        }
-        Ok(held)
-    }
-
-    /// Ends the owner's claims of `keys` as `to`, each by its own write before the finishing
-    /// deadline; one that cannot be ended is logged and left to its lease.
-    async fn end_claims(&self, keys: &[EventId], owner: &OwnerToken, to: &Finish, times: &Times) {
-        let now_ms = times.now_ms();
-        for key in keys {
-            let held = Held {
-                event_id: key,
-                owner,
-            };
-            let write = self.ledger.finish(held, to, None, now_ms);
+            Some(Ok(Alias::Busy { lease_until_ms })) => {
+                tracing::info!(
+                    lease_until_ms,
+                    "an earlier version holds a live claim of this message's client_msg_id"
+                );
+                Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
+            }
+            Some(Err(error)) => Some((Finish::Released, Err(ProcessError::Ledger(error)))),
+        };
+        if let Some((to, ended)) = ended {
+            let write = self.ledger.finish(held, &to, &[], times.now_ms());
             if let Err(e) = before(times.finish_deadline, write).await {
                 tracing::warn!(error = e, key = %key, "could not end the claim");
             }
+            return ended;
         }
+        if attempt > 1 {
+            metrics::count("Takeovers");
+            tracing::info!(
+                attempt,
+                key = %key,
+                steps_recorded = journal.len(),
+                "taking over an event whose earlier claim expired or was released"
+            );
+        }
+        Ok(Claimed::Acquired { attempt, journal })
     }
 
-    /// Ends the claim (and its aliases): done after the work, `failed` after an error no retry
-    /// can fix, released after any other failure (`failed`, retryable, when no delivery
-    /// follows). The finishing write carries the last step's result and must end before the
-    /// lease (on Lambda: early enough to return the answer).
+    /// Ends the claim: done after the work, `failed` after an error no retry can fix, released
+    /// after any other failure (`failed`, retryable, when no delivery follows). The finishing
+    /// write carries the last step's result and must end before the lease (on Lambda: early
+    /// enough to return the answer).
     #[allow(clippy::too_many_arguments)]
     async fn finish(
         &self,
         held: Held<'_>,
-        aliases: &[EventId],
         attempt: u32,
         last_chance: bool,
         times: &Times,
         worked: Result<(), ProcessError>,
-        settled: Option<Settled>,
+        settled: Vec<Settled>,
         tally: Tally,
     ) -> Result<Outcome, ProcessError> {
         let now_ms = times.now_ms();
@@ -697,29 +716,23 @@ impl Processor {
                     Outcome::NoReply
                 }),
             ),
-            Err(ProcessError::Slack(error)) if error.is_permanent() => {
-                metrics::count("SlackErrorsPermanent");
-                let code = error.code().unwrap_or("unknown_error").to_string();
-                tracing::error!(
-                    slack_error = code.as_str(),
-                    "Slack refused a write with an error no retry can fix: the event ends \
-                     failed, and no copy of it is answered"
-                );
-                (
-                    Finish::Failed {
-                        error: code.clone(),
-                        retryable: false,
-                    },
-                    Ok(Outcome::Failed { code }),
-                )
-            }
-            Err(ProcessError::Nondeterministic(error)) => {
-                tracing::error!(
-                    error = %error,
-                    "the listener made other writes than when it first ran: the event ends \
-                     failed (a listener's writes must be the same each time it runs)"
-                );
-                let code = "nondeterministic_listener".to_string();
+            Err(error) if error.is_final() => {
+                let code = error.failure_code();
+                match &error {
+                    ProcessError::Slack(_) => {
+                        metrics::count("SlackErrorsPermanent");
+                        tracing::error!(
+                            slack_error = code.as_str(),
+                            "Slack refused a write with an error no retry can fix: the event \
+                             ends failed, and no copy of it is answered"
+                        );
+                    }
+                    _ => tracing::error!(
+                        error = %error_chain(&error),
+                        failure = code.as_str(),
+                        "the event ends failed: no retry can change this (see the error)"
+                    ),
+                }
                 (
                     Finish::Failed {
                         error: code.clone(),
@@ -758,9 +771,8 @@ impl Processor {
                 (to, Err(error))
             }
         };
-        let write = self.ledger.finish(held, &to, settled.as_ref(), now_ms);
+        let write = self.ledger.finish(held, &to, &settled, now_ms);
         let written = before(times.finish_deadline, write).await;
-        self.end_claims(aliases, held.owner, &to, times).await;
         match (written, to, result) {
             (Ok(()), _, result) => result,
             (Err(e), Finish::Done, result) => {
@@ -796,26 +808,52 @@ impl Processor {
     }
 }
 
-/// The ledger keys of one event: the claim's own (`primary`, holding the step journal) and
-/// the others it must also hold (`aliases`).
+/// The result of a delivery whose listeners ran under two claims (the message's, and the
+/// event's for listeners that opted out): a failure first (Slack retries; the claim that
+/// finished finds itself done), then a live claim elsewhere, then what was written.
+fn combine(
+    a: Result<Outcome, ProcessError>,
+    b: Result<Outcome, ProcessError>,
+) -> Result<Outcome, ProcessError> {
+    fn rank(result: &Result<Outcome, ProcessError>) -> u8 {
+        match result {
+            Err(_) => 0,
+            Ok(Outcome::InProgress) => 1,
+            Ok(Outcome::Failed { .. }) => 2,
+            Ok(Outcome::Answered { .. }) => 3,
+            Ok(Outcome::Recovered) => 4,
+            Ok(Outcome::NoReply) => 5,
+            Ok(Outcome::AlreadyFailed) => 6,
+            Ok(_) => 7,
+        }
+    }
+    if rank(&b) < rank(&a) {
+        b
+    } else {
+        a
+    }
+}
+
+/// The ledger keys of one claim: its own (`primary`, holding the step journal) and the alias
+/// it writes with it (a message's `client_msg_id`).
 struct LedgerKeys {
     primary: EventId,
-    aliases: Vec<EventId>,
+    alias: Option<EventId>,
 }
 
 impl LedgerKeys {
-    /// A message from a person is keyed by its identity (team, channel, `ts`), so every event
-    /// that carries it (an `app_mention` and a `message.channels`, phantom copies with new
-    /// event ids) is one claim; its `client_msg_id`, when present, is held too, so a copy under
-    /// another `ts` is the same message. Anything else, or a listener that asked for it, is
-    /// keyed by `event_id`.
-    fn of(callback: &EventCallback, per_event_id: bool) -> Self {
+    /// A message is keyed by its identity (team, channel, `ts`), so every event that carries
+    /// it (an `app_mention` and a `message.channels`, phantom copies with new event ids) is one
+    /// claim; its `client_msg_id`, when present, is written as an alias of that key, so a copy
+    /// under another `ts` is the same message. Anything else, or listeners that asked for it,
+    /// are keyed by `event_id`.
+    fn of(callback: &EventCallback, by_message: bool) -> Self {
         let by_event = || Self {
             primary: callback.event_id.clone(),
-            aliases: Vec::new(),
+            alias: None,
         };
         let event = &callback.event;
-        if per_event_id || !matches!(event.kind.as_str(), "message" | "app_mention") {
+        if !by_message || !matches!(event.kind.as_str(), "message" | "app_mention") {
             return by_event();
         }
         let (Some(channel), Some(ts)) = (event.channel.as_deref(), event.ts.as_deref()) else {
@@ -825,21 +863,19 @@ impl LedgerKeys {
         let Some(primary) = ledger_key(&format!("msg-{team}-{channel}-{ts}")) else {
             return by_event();
         };
-        let aliases = event
+        let alias = event
             .client_msg_id
             .as_deref()
-            .and_then(|id| ledger_key(&format!("cmid-{team}-{id}")))
-            .into_iter()
-            .collect();
-        Self { primary, aliases }
+            .and_then(|id| ledger_key(&format!("cmid-{team}-{id}")));
+        Self { primary, alias }
     }
 }
 
-/// The ledger keys of `callback` (primary, aliases), as a claim derives them: for the fuzzers.
+/// The ledger keys of `callback` (primary, alias), as a claim derives them: for the fuzzers.
 #[doc(hidden)]
-pub fn ledger_keys(callback: &EventCallback, per_event_id: bool) -> (EventId, Vec<EventId>) {
-    let keys = LedgerKeys::of(callback, per_event_id);
-    (keys.primary, keys.aliases)
+pub fn ledger_keys(callback: &EventCallback, by_message: bool) -> (EventId, Option<EventId>) {
+    let keys = LedgerKeys::of(callback, by_message);
+    (keys.primary, keys.alias)
 }
 
 /// A ledger key from `raw`: the characters of an event id (others become `_`), at most 128.
@@ -868,6 +904,7 @@ fn listener_failed(name: &str, error: BotError) -> ProcessError {
             StepError::Ledger(e) => ProcessError::Ledger(e),
             StepError::Closed => ProcessError::Deadline,
             e @ StepError::Nondeterministic { .. } => ProcessError::Nondeterministic(Box::new(e)),
+            e @ StepError::JournalFull { .. } => ProcessError::JournalFull(Box::new(e)),
         },
         Err(error) => {
             tracing::warn!(listener = name, error = %error, "the listener failed");
@@ -975,6 +1012,7 @@ fn record_result(result: &Result<Outcome, ProcessError>) {
             ProcessError::LookupUnavailable(_) => "SlackLookupUnavailable",
             ProcessError::Bot(_) => "ListenerErrors",
             ProcessError::Nondeterministic(_) => "NondeterministicListeners",
+            ProcessError::JournalFull(_) => "JournalFull",
             ProcessError::Deadline => "DeadlineExceeded",
             ProcessError::Queue(QueueError::TooLarge { .. }) => "RejectedTooLarge",
             ProcessError::Queue(_) => "QueueErrors",

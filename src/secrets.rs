@@ -1,11 +1,18 @@
 //! The Slack secrets: from the environment (`SLACK_SIGNING_SECRET`, `SLACK_BOT_TOKEN`), or read
 //! at run time from AWS Secrets Manager (`SLACK_SECRETS_ARN`: a secret whose JSON holds
 //! `signing_secret`, `bot_token` and, for distributed apps, `client_secret`). The secret is read
-//! once at start and cached; it is read again when Slack says the token is invalid, or when a
-//! well-formed, fresh signature matches none of the cached signing secrets: at most once per
-//! `SLACK_SECRETS_REFRESH_SECONDS`, so that forged requests cannot turn into Secrets Manager
-//! calls. A rotation therefore needs no redeploy, and no value sits in the function's
-//! configuration.
+//! once at start and cached, and read again on two occasions, each with its own bound:
+//! - a well-formed, fresh signature matches none of the cached signing secrets: at most once
+//!   per `SLACK_SECRETS_REFRESH_SECONDS`, so that forged requests cannot turn into Secrets
+//!   Manager calls;
+//! - Slack refuses the bot token in a call made for a verified request: read again unless a
+//!   read that began after the refused call has already ended, concurrent refusals sharing one
+//!   read (single flight), so a rotation is picked up by the first call that meets it, however
+//!   recently the secret was read, and forged requests can neither spend nor delay it.
+//!
+//! A value read again that lacks what this process needs (the signing secret of an ingress, the
+//! bot token of a process that answers) is not taken: the cached values stay, with an error in
+//! the log. A rotation needs no redeploy, and no value sits in the function's configuration.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -47,12 +54,59 @@ struct Stored {
     client_secret: Option<String>,
 }
 
+/// What a process needs of the secret: a value read again without it is not taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// An ingress verifies requests.
+    pub signing_secret: bool,
+    /// A process that answers events (a synchronous ingress, a worker) on Lambda posts: it
+    /// cannot start without a token.
+    pub bot_token: bool,
+    /// A process that answers events: once it has a token (in local mode it may start without
+    /// one, and log each call instead), a value read again without one is not taken.
+    pub answers: bool,
+}
+
+impl Needs {
+    /// The first field `values` lacks, if any.
+    pub fn missing(&self, values: &SecretValues) -> Option<&'static str> {
+        if self.signing_secret && values.signing.is_none() {
+            Some("signing_secret")
+        } else if self.bot_token && values.bot_token.is_none() {
+            Some("bot_token")
+        } else {
+            None
+        }
+    }
+}
+
+/// What a token Slack refused comes to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The secret holds another token now: the call can be made again with it.
+    Renewed(Secret),
+    /// Read after the refusal, the secret still holds the refused token (or cannot be read
+    /// again at all: it came from the environment): the refusal stands.
+    Confirmed,
+    /// The secret could not be read again, or what it holds now is unusable: unknown.
+    Unknown,
+}
+
 struct Manager {
     client: aws_sdk_secretsmanager::Client,
     id: String,
     min_interval: Duration,
-    /// When the secret was last read.
+    needs: Needs,
+    /// When the signature path last read the secret (its own bound).
     last_read: Mutex<Instant>,
+    /// When the latest read that ended had begun.
+    fresh_from: std::sync::Mutex<Instant>,
+    /// The token Slack refused, and when it first did: a read that began after that saw the
+    /// secret after the token was revoked (an operator puts the new token in the secret
+    /// before revoking the old one), so it is fresh for every refusal of that token.
+    first_refusal: std::sync::Mutex<Option<(Secret, Instant)>>,
+    /// One read at a time for the token path.
+    token_read: Mutex<()>,
 }
 
 /// The secrets, cached, with what it takes to read them again.
@@ -83,11 +137,32 @@ impl SlackSecrets {
     }
 
     /// Reads the secret `id` (a name or an ARN) from Secrets Manager, where the environment
-    /// points the client (`AWS_ENDPOINT_URL_SECRETS_MANAGER` for a local server).
-    pub async fn from_manager(id: &str, min_interval: Duration) -> Result<Self, SecretsError> {
+    /// points the client (`AWS_ENDPOINT_URL_SECRETS_MANAGER` for a local server). A secret that
+    /// lacks what `needs` names stops the start, naming the field.
+    pub async fn from_manager(
+        id: &str,
+        min_interval: Duration,
+        needs: Needs,
+    ) -> Result<Self, SecretsError> {
         let config = crate::aws::sdk_config(Duration::from_secs(2), Duration::from_secs(5)).await;
         let client = aws_sdk_secretsmanager::Client::new(&config);
+        let started = Instant::now();
         let values = read(&client, id).await?;
+        if let Some(field) = needs.missing(&values) {
+            return Err(SecretsError::Invalid {
+                id: id.to_string(),
+                reason: format!(
+                    "it has no {field}, which this process needs ({})",
+                    needs.why(field)
+                ),
+            });
+        }
+        // Once this process has a token it posts with, a value read again without one is not
+        // taken (see [`Needs::answers`]).
+        let needs = Needs {
+            bot_token: needs.bot_token || (needs.answers && values.bot_token.is_some()),
+            ..needs
+        };
         tracing::info!(secret = id, "Slack secrets read from Secrets Manager");
         Ok(Self {
             current: RwLock::new(Arc::new(values)),
@@ -95,7 +170,11 @@ impl SlackSecrets {
                 client,
                 id: id.to_string(),
                 min_interval,
-                last_read: Mutex::new(Instant::now()),
+                needs,
+                last_read: Mutex::new(started),
+                fresh_from: std::sync::Mutex::new(started),
+                first_refusal: std::sync::Mutex::new(None),
+                token_read: Mutex::new(()),
             }),
         })
     }
@@ -106,7 +185,9 @@ impl SlackSecrets {
     }
 
     /// Reads the secret again, if it comes from Secrets Manager and was not read in the last
-    /// `SLACK_SECRETS_REFRESH_SECONDS`. Returns whether the values changed. `why` is logged.
+    /// `SLACK_SECRETS_REFRESH_SECONDS` by this path. Returns whether the values changed. `why`
+    /// is logged. For a signature that matched no cached secret: its bound keeps forged
+    /// requests from turning into Secrets Manager calls.
     pub async fn refresh(&self, why: &'static str) -> bool {
         let Some(manager) = &self.manager else {
             return false;
@@ -120,30 +201,103 @@ impl SlackSecrets {
             return false;
         }
         *last_read = Instant::now();
-        crate::metrics::count("SecretsRefreshes");
-        match read(&manager.client, &manager.id).await {
-            Ok(values) => {
-                let changed = *self.current() != values;
-                if changed {
-                    tracing::info!(
-                        why,
-                        secret = manager.id,
-                        "Slack secrets read again: they changed"
-                    );
-                    *self.current.write().expect("secrets lock") = Arc::new(values);
-                } else {
-                    tracing::info!(
-                        why,
-                        secret = manager.id,
-                        "Slack secrets read again: unchanged"
-                    );
+        self.read_again(manager, why).await.unwrap_or(false)
+    }
+
+    /// Slack refused `refused`, the bot token of a call made for a verified request. Read the
+    /// secret again unless a read that began after the first refusal of that token has ended
+    /// since (concurrent refusals wait for one read and share it), then say what the refusal
+    /// comes to.
+    pub async fn token_refused(&self, refused: &Secret) -> Refused {
+        let renewed = |current: &SecretValues| match &current.bot_token {
+            Some(token) if token != refused => Some(token.clone()),
+            _ => None,
+        };
+        if let Some(token) = renewed(&self.current()) {
+            return Refused::Renewed(token);
+        }
+        let Some(manager) = &self.manager else {
+            return Refused::Confirmed;
+        };
+        let refused_at = {
+            let mut first = manager.first_refusal.lock().expect("secrets lock");
+            match &*first {
+                Some((token, at)) if token == refused => *at,
+                _ => {
+                    let now = Instant::now();
+                    *first = Some((refused.clone(), now));
+                    now
                 }
-                changed
             }
+        };
+        let _one_read = manager.token_read.lock().await;
+        let fresh = *manager.fresh_from.lock().expect("secrets lock") > refused_at;
+        if !fresh {
+            match self
+                .read_again(manager, "Slack refused the bot token")
+                .await
+            {
+                Some(_) => {}
+                None => return Refused::Unknown,
+            }
+        }
+        match renewed(&self.current()) {
+            Some(token) => Refused::Renewed(token),
+            None if self.current().bot_token.as_ref() == Some(refused) => Refused::Confirmed,
+            None => Refused::Unknown,
+        }
+    }
+
+    /// One read of the secret: `Some(changed)`, or `None` when it could not be read or what
+    /// it holds lacks what this process needs (the cached values stay).
+    async fn read_again(&self, manager: &Manager, why: &'static str) -> Option<bool> {
+        let started = Instant::now();
+        crate::metrics::count("SecretsRefreshes");
+        let values = match read(&manager.client, &manager.id).await {
+            Ok(values) => values,
             Err(error) => {
-                tracing::warn!(error = %crate::process::error_chain(&error), "reading the Slack secrets again failed: keeping the cached ones");
-                false
+                tracing::warn!(error = %crate::process::error_chain(&error), why, "reading the Slack secrets again failed: keeping the cached ones");
+                return None;
             }
+        };
+        if let Some(field) = manager.needs.missing(&values) {
+            tracing::error!(
+                why,
+                secret = manager.id,
+                field,
+                "the Slack secret read again has no {field}, which this process needs: keeping \
+                 the cached values (put the field back into the secret)"
+            );
+            return None;
+        }
+        {
+            let mut fresh_from = manager.fresh_from.lock().expect("secrets lock");
+            *fresh_from = (*fresh_from).max(started);
+        }
+        let changed = *self.current() != values;
+        if changed {
+            tracing::info!(
+                why,
+                secret = manager.id,
+                "Slack secrets read again: they changed"
+            );
+            *self.current.write().expect("secrets lock") = Arc::new(values);
+        } else {
+            tracing::info!(
+                why,
+                secret = manager.id,
+                "Slack secrets read again: unchanged"
+            );
+        }
+        Some(changed)
+    }
+}
+
+impl Needs {
+    fn why(&self, field: &str) -> &'static str {
+        match field {
+            "signing_secret" => "an ingress verifies every request with it",
+            _ => "this process answers events on Lambda and posts with it",
         }
     }
 }

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use std::sync::Arc;
 
 use crate::config::Secret;
-use crate::secrets::SlackSecrets;
+use crate::secrets::{Refused, SlackSecrets};
 
 /// The `event_type` of the metadata attached to every reply, naming the event it answers.
 pub const REPLY_METADATA_TYPE: &str = "slack_once_reply";
@@ -106,6 +106,14 @@ pub enum SlackError {
     Timeout,
     #[error("Slack's answer could not be read")]
     InvalidResponse(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Slack refused the bot token (`code`), and the secret could not be read again to learn
+    /// whether it was rotated: a later delivery tries again.
+    #[error("Slack refused the bot token ({code}) and the secret could not be read again")]
+    TokenUnconfirmed { code: String },
+    /// The event names neither this app (`api_app_id`) nor its bot user: its own messages
+    /// cannot be told from other apps', so none is taken for its own.
+    #[error("the event names neither the app nor its bot user: this app's messages cannot be told from other apps'")]
+    Unidentified,
 }
 
 impl SlackError {
@@ -135,7 +143,9 @@ impl SlackError {
             SlackError::Timeout | SlackError::InvalidResponse(_) => true,
             SlackError::Transport(e) => !e.is_connect(),
             SlackError::Status { status } => status.is_server_error(),
-            SlackError::RateLimited { .. } => false,
+            SlackError::RateLimited { .. }
+            | SlackError::TokenUnconfirmed { .. }
+            | SlackError::Unidentified => false,
         }
     }
 }
@@ -171,6 +181,51 @@ struct HistoryMessage {
     ts: String,
     #[serde(default)]
     metadata: Option<MessageMetadata>,
+    #[serde(default)]
+    app_id: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    bot_profile: Option<BotProfile>,
+}
+
+#[derive(Deserialize)]
+struct BotProfile {
+    #[serde(default)]
+    app_id: Option<String>,
+}
+
+/// This app, as an event names it: its `api_app_id` and its bot user in the workspace.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OurApp<'a> {
+    pub app_id: Option<&'a str>,
+    pub bot_user_id: Option<&'a str>,
+}
+
+impl OurApp<'_> {
+    /// Whether `message` was posted by this app: by its app id when the event names it (a
+    /// staging and a production app in one channel have different ids), else by its bot user.
+    fn posted(&self, message: &HistoryMessage) -> bool {
+        match (self.app_id, self.bot_user_id) {
+            (Some(app), _) => {
+                message.app_id.as_deref() == Some(app)
+                    || message
+                        .bot_profile
+                        .as_ref()
+                        .and_then(|p| p.app_id.as_deref())
+                        == Some(app)
+            }
+            (None, Some(user)) => message.user.as_deref() == Some(user),
+            (None, None) => false,
+        }
+    }
+}
+
+/// A message slack-once posted, found in Slack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub channel: String,
+    pub ts: String,
 }
 
 #[derive(Deserialize)]
@@ -247,14 +302,20 @@ fn logged_answer(method: &str, args: &Args) -> serde_json::Value {
 /// Where to look for a message slack-once may have posted.
 #[derive(Clone, Copy, Debug)]
 pub struct ReplyQuery<'a> {
+    /// A conversation's id, or a user's (`U…`, `W…`): a post to a user goes to the DM with the
+    /// bot, which is looked in.
     pub channel: &'a str,
     /// The thread's parent `ts`, for a reply in a thread.
     pub thread_ts: Option<&'a str>,
-    /// Nothing older can be the reply: the `ts` of the event being answered.
+    /// Nothing older can be the message (its claim's intent, less a margin).
     pub oldest: Option<&'a str>,
+    /// Nothing newer can be it (its claim's lease end, plus a margin).
+    pub latest: Option<&'a str>,
     /// The ledger key of the claim that posted (the event id, or the message's identity).
     pub key: &'a str,
     pub step: u32,
+    /// Only this app's messages can be the one.
+    pub app: OurApp<'a>,
 }
 
 /// The key under which slack-once keeps its own names in a message's metadata
@@ -295,8 +356,8 @@ fn metadata_names(metadata: &MessageMetadata) -> Option<(&str, u64)> {
     }
 }
 
-/// Slack's answers that mean the token is no longer good: the secrets are read again (bounded)
-/// and, if the token changed, the call is made once more (it did nothing the first time).
+/// Slack's answers that mean the token is no longer good: the secret is consulted and, if it
+/// holds another token, the call is made once more (it did nothing the first time).
 const TOKEN_ERRORS: &[&str] = &[
     "invalid_auth",
     "not_authed",
@@ -370,48 +431,24 @@ impl SlackClient {
 
     /// Calls the Web API method `method` with `args` and returns Slack's answer (`ok: true`),
     /// waiting out HTTP 429s while `deadline` allows: a 429 means Slack did nothing, so asking
-    /// again repeats nothing. Any other failure is returned as it is; whether the call may have
-    /// taken effect is [`SlackError::may_have_posted`]. Without a token (local mode), the call
-    /// is logged and a plausible answer returned (a `ts` for messages).
+    /// again repeats nothing. A refused token is asked about once more (see [`Self::authorized`]).
+    /// Any other failure is returned as it is; whether the call may have taken effect is
+    /// [`SlackError::may_have_posted`]. Without a token (local mode), the call is logged and a
+    /// plausible answer returned (a `ts` for messages).
     pub async fn api(
         &self,
         method: &str,
         args: &Args,
         deadline: Instant,
     ) -> Result<serde_json::Value, SlackError> {
-        let used = self.secrets.current().bot_token.clone();
-        match self.api_with(used.as_ref(), method, args, deadline).await {
-            Err(SlackError::Api { code }) if TOKEN_ERRORS.contains(&code.as_str()) => {
-                // The token may have been rotated: read the secrets again (bounded), and if
-                // the token changed, ask once more.
-                let refreshed = self.secrets.refresh("Slack refused the bot token").await;
-                let now = self.secrets.current().bot_token.clone();
-                if refreshed && now.is_some() && now != used {
-                    tracing::info!(method, "calling again with the bot token read again");
-                    self.api_with(now.as_ref(), method, args, deadline).await
-                } else {
-                    Err(SlackError::Api { code })
-                }
-            }
-            other => other,
-        }
-    }
-
-    async fn api_with(
-        &self,
-        token: Option<&Secret>,
-        method: &str,
-        args: &Args,
-        deadline: Instant,
-    ) -> Result<serde_json::Value, SlackError> {
-        let Some(token) = token else {
+        if self.secrets.current().bot_token.is_none() {
             tracing::info!(
                 method,
                 args = %args.describe(),
                 "SLACK_BOT_TOKEN is not set: the call is logged, not made"
             );
             return Ok(logged_answer(method, args));
-        };
+        }
         let (content_type, body) = match args {
             Args::Json(value) => (
                 "application/json; charset=utf-8",
@@ -429,16 +466,17 @@ impl SlackClient {
             ),
         };
         let url = format!("{}/{method}", self.base_url);
-        let request = || {
-            Request::builder()
-                .method(Method::POST)
-                .uri(&url)
-                .header(CONTENT_TYPE, content_type)
-                .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
-                .body(Full::new(body.clone()))
-                .expect("a valid request")
-        };
-        let mut answer: serde_json::Value = self.call_until(method, deadline, request).await?;
+        let mut answer: serde_json::Value = self
+            .authorized(method, deadline, |token| {
+                Request::builder()
+                    .method(Method::POST)
+                    .uri(&url)
+                    .header(CONTENT_TYPE, content_type)
+                    .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
+                    .body(Full::new(body.clone()))
+                    .expect("a valid request")
+            })
+            .await?;
         // `ok` was read off into the envelope: the method's answer is whole again.
         if let Some(fields) = answer.as_object_mut() {
             fields.insert("ok".into(), true.into());
@@ -446,25 +484,75 @@ impl SlackClient {
         Ok(answer)
     }
 
-    /// Looks for the message slack-once posted as step `step` of `event_id`, by the metadata
-    /// every post carries, among the messages of `channel` (of the thread `thread_ts`, when
-    /// set) from `oldest` on: `conversations.replies` or `conversations.history` with
-    /// `include_all_metadata=true`, at most [`LOOKUP_PAGE_SIZE`] messages a page, following
-    /// the cursor and waiting out 429s while `deadline` allows. Used only where an earlier
-    /// claim may have posted. `Err` means Slack could not be asked: the caller must not take
-    /// "not found" from it.
+    /// Sends the request `request` makes with the bot token, as [`Self::call_until`] does. When
+    /// Slack refuses the token (`invalid_auth`, `token_revoked`, …), it did nothing, so the call
+    /// can be made again: the secret is consulted ([`SlackSecrets::token_refused`]: read again
+    /// unless a read since the token's first refusal already did, one read for concurrent
+    /// refusals) and, if it
+    /// holds another token now, the call is made once more with it. A token still refused after
+    /// a fresh read stands refused; one whose secret could not be read is
+    /// [`SlackError::TokenUnconfirmed`] (a later delivery tries again).
+    async fn authorized<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        deadline: Instant,
+        request: impl Fn(&Secret) -> Request<Full<Bytes>>,
+    ) -> Result<T, SlackError> {
+        let Some(used) = self.secrets.current().bot_token.clone() else {
+            return Err(SlackError::Api {
+                code: "not_authed".into(),
+            });
+        };
+        match self.call_until(method, deadline, || request(&used)).await {
+            Err(SlackError::Api { code }) if TOKEN_ERRORS.contains(&code.as_str()) => {
+                match self.secrets.token_refused(&used).await {
+                    Refused::Renewed(token) => {
+                        tracing::info!(method, "calling again with the bot token read again");
+                        self.call_until(method, deadline, || request(&token)).await
+                    }
+                    Refused::Confirmed => Err(SlackError::Api { code }),
+                    Refused::Unknown => Err(SlackError::TokenUnconfirmed { code }),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Looks for the message slack-once posted as step `step` of `key`, by the metadata every
+    /// post carries, among this app's messages in `channel` (of the thread `thread_ts`, when
+    /// set) between `oldest` and `latest`: `conversations.replies` or `conversations.history`
+    /// with `include_all_metadata=true`, at most [`LOOKUP_PAGE_SIZE`] messages a page (newest
+    /// first in a channel), following the cursor and waiting out 429s while `deadline` allows.
+    /// A message of another app never matches, whatever its metadata says. Used only where an
+    /// earlier claim may have posted. `Err` means Slack could not be asked: the caller must not
+    /// take "not found" from it.
     pub async fn find_reply(
         &self,
         query: &ReplyQuery<'_>,
         deadline: Instant,
-    ) -> Result<Option<String>, SlackError> {
-        let values = self.secrets.current();
-        let Some(token) = &values.bot_token else {
+    ) -> Result<Option<Found>, SlackError> {
+        if self.secrets.current().bot_token.is_none() {
             return Ok(None);
+        }
+        if query.app.app_id.is_none() && query.app.bot_user_id.is_none() {
+            return Err(SlackError::Unidentified);
+        }
+        // A post to a user went to the DM between the bot and that user.
+        let channel = if is_user_id(query.channel) {
+            let args = Args::Form(vec![("users".into(), query.channel.to_string())]);
+            let opened = self.api("conversations.open", &args, deadline).await?;
+            opened["channel"]["id"]
+                .as_str()
+                .ok_or_else(|| {
+                    SlackError::InvalidResponse("conversations.open without a channel id".into())
+                })?
+                .to_string()
+        } else {
+            query.channel.to_string()
         };
         let limit = LOOKUP_PAGE_SIZE.to_string();
         let mut params = vec![
-            ("channel", query.channel),
+            ("channel", channel.as_str()),
             ("include_all_metadata", "true"),
             ("inclusive", "true"),
             ("limit", limit.as_str()),
@@ -476,9 +564,8 @@ impl SlackClient {
             }
             None => "conversations.history",
         };
-        if let Some(oldest) = query.oldest {
-            params.push(("oldest", oldest));
-        }
+        params.extend(query.oldest.map(|o| ("oldest", o)));
+        params.extend(query.latest.map(|l| ("latest", l)));
         let mut cursor: Option<String> = None;
         loop {
             let mut all = params.clone();
@@ -490,21 +577,23 @@ impl SlackClient {
                 .map(|(k, v)| format!("{k}={}", percent_encode(v)))
                 .collect();
             let uri = format!("{}/{method}?{}", self.base_url, encoded.join("&"));
-            let request = || {
-                Request::builder()
-                    .method(Method::GET)
-                    .uri(&uri)
-                    .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
-                    .body(Full::new(Bytes::new()))
-                    .expect("a valid request")
-            };
-            let history: History = self.call_until(method, deadline, request).await?;
+            let history: History = self
+                .authorized(method, deadline, |token| {
+                    Request::builder()
+                        .method(Method::GET)
+                        .uri(&uri)
+                        .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
+                        .body(Full::new(Bytes::new()))
+                        .expect("a valid request")
+                })
+                .await?;
             let found = history.messages.into_iter().find_map(|m| {
-                let metadata = m.metadata?;
-                (metadata_names(&metadata)? == (query.key, u64::from(query.step))).then_some(m.ts)
+                let names = metadata_names(m.metadata.as_ref()?)?;
+                (names == (query.key, u64::from(query.step)) && query.app.posted(&m))
+                    .then_some(m.ts)
             });
-            if found.is_some() {
-                return Ok(found);
+            if let Some(ts) = found {
+                return Ok(Some(Found { channel, ts }));
             }
             let next = history
                 .response_metadata
@@ -594,6 +683,15 @@ impl SlackClient {
 enum Answer<T> {
     Done(T),
     RateLimited(Duration),
+}
+
+/// A user's id (`U…`, or `W…` on Enterprise Grid), where Slack takes one for a channel.
+fn is_user_id(channel: &str) -> bool {
+    channel.len() > 1
+        && channel.starts_with(['U', 'W'])
+        && channel[1..]
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.

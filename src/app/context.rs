@@ -26,12 +26,24 @@ use tokio::time::Instant;
 
 use super::message::Message;
 use crate::envelope::{EventCallback, EventId};
-use crate::ledger::{Held, Journal, Ledger, LedgerError, OwnerToken, Settled, StepRecord};
-use crate::slack::{post_metadata, Args, ReplyQuery, SlackClient, SlackError};
+use crate::ledger::{
+    first_absent_step, same_step, step_op, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
+    StepRecord,
+};
+use crate::slack::{post_metadata, Args, OurApp, ReplyQuery, SlackClient, SlackError};
 
-/// A recorded result larger than this is kept trimmed to its `ts` and `channel` (the item
-/// holding the journal must stay far below DynamoDB's 400 KB).
-const MAX_RESULT_BYTES: usize = 16 * 1024;
+/// At most this many Slack writes (steps) per event. Each is a journal record in the event's
+/// ledger item, and every write of the item is billed by its size: a listener that would make
+/// more fails with [`Error::JournalFull`] and the event ends `failed` (`journal_full`), once.
+pub const MAX_STEPS: u32 = 500;
+/// The journal is kept under this many bytes (DynamoDB holds 400 KB an item).
+pub const MAX_JOURNAL_BYTES: usize = 64 * 1024;
+/// What a replay returns of a step is kept under this size: the ids (a message's `ts` and
+/// `channel`, a file's or a view's id), never Slack's whole answer.
+const MAX_RESULT_BYTES: usize = 1024;
+/// A look-up for a message an earlier claim may have posted searches the window from its
+/// intent to its lease's end, widened by this much on each side (clocks, Slack's own delay).
+const LOOKUP_SLACK_MS: u64 = 5_000;
 
 /// Why a step of a listener failed.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +71,12 @@ pub enum Error {
     /// The event's claim has ended (the listener returned, or ran out of time): no more steps.
     #[error("the event's claim has ended: no more writes")]
     Closed,
+    /// The listener would make more Slack writes for one event than its journal holds
+    /// ([`MAX_STEPS`], [`MAX_JOURNAL_BYTES`]): the write is not made, and the event ends
+    /// `failed` (`journal_full`). Make fewer, larger writes (one `chat.update` with the final
+    /// text rather than one per token).
+    #[error("step {step} would make the event's journal larger than it may grow ({MAX_STEPS} steps, {MAX_JOURNAL_BYTES} bytes)")]
+    JournalFull { step: u32 },
 }
 
 /// How a step whose fate is unknown is settled by a later claim.
@@ -96,32 +114,129 @@ pub(crate) struct Steps {
     pub key: EventId,
     pub owner: OwnerToken,
     pub attempt: u32,
+    /// As the claim found it (with earlier claims' began windows as [`StepRecord::Began`]),
+    /// kept up to date with what this claim writes.
     pub journal: Journal,
     pub next: u32,
-    pub unrecorded: Option<Settled>,
+    /// Fates learnt since the ledger was last written: the next write records them.
+    pub unrecorded: Vec<Settled>,
     pub last_chance: bool,
     pub closed: bool,
     pub tally: Tally,
     pub now_ms: u64,
     pub started: Instant,
+    /// The claim's lease end (epoch ms), written into each intent.
+    pub lease_until_ms: u64,
+    /// The step this claim's own began window stands for (the lowest absent from the journal):
+    /// while the claim has written nothing since, that step needs no intent of its own.
+    covered: u32,
+    /// No ledger write since the claim: its began window still stands.
+    began_stands: bool,
+    /// The covered step while its call is out, made without an intent of its own: should the
+    /// claim end before the call returns, its intent goes with the finish.
+    in_flight: Option<(u32, StepRecord)>,
 }
 
 impl Steps {
+    pub(crate) fn new(
+        ledger: Arc<dyn Ledger>,
+        key: EventId,
+        owner: OwnerToken,
+        claim: (u32, Journal),
+        last_chance: bool,
+        times: (u64, Instant, u64),
+    ) -> Self {
+        let (attempt, journal) = claim;
+        let (now_ms, started, lease_until_ms) = times;
+        Self {
+            covered: first_absent_step(&journal),
+            ledger,
+            key,
+            owner,
+            attempt,
+            journal,
+            next: 1,
+            unrecorded: Vec::new(),
+            last_chance,
+            closed: false,
+            tally: Tally::default(),
+            now_ms,
+            started,
+            lease_until_ms,
+            began_stands: true,
+            in_flight: None,
+        }
+    }
+
     fn now_ms(&self) -> u64 {
         self.now_ms + self.started.elapsed().as_millis() as u64
     }
 
-    /// Step `step` (`method`) was found done for an earlier claim: `answer` stands for its
-    /// result and is recorded with the claim's next write.
-    fn settled_earlier(&mut self, step: u32, method: &str, answer: Value) -> Value {
-        self.unrecorded = Some(Settled::Done {
+    /// The journal as the ledger holds it once `intent` (step `step`) and the unrecorded fates
+    /// are written.
+    fn after(&self, step: u32, intent: &StepRecord) -> Journal {
+        let mut journal: Journal = self
+            .journal
+            .iter()
+            .filter(|(_, r)| !matches!(r, StepRecord::Began { .. }))
+            .map(|(s, r)| (*s, r.clone()))
+            .collect();
+        apply(&mut journal, &self.unrecorded);
+        journal.insert(step, intent.clone());
+        journal
+    }
+
+    /// The ledger now holds the unrecorded fates, and this claim's began window is gone.
+    fn recorded(&mut self) {
+        let fates = std::mem::take(&mut self.unrecorded);
+        self.journal
+            .retain(|_, r| !matches!(r, StepRecord::Began { .. }));
+        apply(&mut self.journal, &fates);
+        self.began_stands = false;
+    }
+
+    /// Step `step` (its identity `op`) was found done for an earlier claim: `answer` stands
+    /// for its result and is recorded with the claim's next write.
+    fn settled_earlier(&mut self, step: u32, op: &str, answer: Value) -> Value {
+        self.unrecorded.push(Settled::Done {
             step,
-            result: answer.to_string(),
-            op: Some(method.to_string()),
+            result: recordable(&answer),
+            op: Some(op.to_string()),
         });
         self.tally.settled += 1;
         answer
     }
+}
+
+/// `fates` applied to `journal`, as a ledger write records them.
+fn apply(journal: &mut Journal, fates: &[Settled]) {
+    for fate in fates {
+        match fate {
+            Settled::Done { step, result, op } => {
+                journal.insert(
+                    *step,
+                    StepRecord::Done {
+                        result: result.clone(),
+                        op: op.clone(),
+                    },
+                );
+            }
+            Settled::NotDone { step } => {
+                journal.remove(step);
+            }
+            Settled::Unknown { step, intent } => {
+                journal.insert(*step, intent.clone());
+            }
+        }
+    }
+}
+
+/// The journal's size as the DynamoDB ledger stores it.
+fn journal_bytes(journal: &Journal) -> usize {
+    journal
+        .iter()
+        .map(|(s, r)| s.to_string().len() + r.encode().len() + 4)
+        .sum()
 }
 
 struct Inner {
@@ -169,12 +284,16 @@ impl Ctx {
         }
     }
 
-    /// Ends the steps: later writes fail with [`Error::Closed`]. Returns the last step's fate
-    /// for the finishing write, and the tally.
-    pub(crate) async fn close(&self) -> (Option<Settled>, Tally) {
+    /// Ends the steps: later writes fail with [`Error::Closed`]. Returns the fates for the
+    /// finishing write (a covered step whose call never returned among them, as an intent),
+    /// and the tally.
+    pub(crate) async fn close(&self) -> (Vec<Settled>, Tally) {
         let mut steps = self.inner.steps.lock().await;
         steps.closed = true;
-        (steps.unrecorded.take(), steps.tally)
+        if let Some((step, intent)) = steps.in_flight.take() {
+            steps.unrecorded.push(Settled::Unknown { step, intent });
+        }
+        (std::mem::take(&mut steps.unrecorded), steps.tally)
     }
 
     // ------------------------------------------------------------ the event
@@ -235,6 +354,7 @@ impl Ctx {
                     thread_ts: message.thread_ts.as_deref(),
                 },
                 &[],
+                Returns::Ids,
             )
             .await?;
         Ok(Posted {
@@ -273,9 +393,15 @@ impl Ctx {
         message: impl Into<Message>,
     ) -> Result<(), Error> {
         let args = message.into().args(channel, &[("user", user.into())]);
-        self.step("chat.postEphemeral", args, Settle::AtMostOnce, &[])
-            .await
-            .map(|_| ())
+        self.step(
+            "chat.postEphemeral",
+            args,
+            Settle::AtMostOnce,
+            &[],
+            Returns::Nothing,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Replaces the message `ts` in `channel` (`chat.update`).
@@ -286,9 +412,15 @@ impl Ctx {
         message: impl Into<Message>,
     ) -> Result<(), Error> {
         let args = message.into().args(channel, &[("ts", ts.into())]);
-        self.step("chat.update", args, Settle::Idempotent, &[])
-            .await
-            .map(|_| ())
+        self.step(
+            "chat.update",
+            args,
+            Settle::Idempotent,
+            &[],
+            Returns::Nothing,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Deletes the message `ts` in `channel` (`chat.delete`; already gone is success).
@@ -299,6 +431,7 @@ impl Ctx {
             args,
             Settle::Idempotent,
             &["message_not_found"],
+            Returns::Nothing,
         )
         .await
         .map(|_| ())
@@ -326,9 +459,15 @@ impl Ctx {
         name: &str,
     ) -> Result<(), Error> {
         let args = json!({"channel": channel, "timestamp": ts, "name": name.trim_matches(':')});
-        self.step(method, args, Settle::Idempotent, &[benign])
-            .await
-            .map(|_| ())
+        self.step(
+            method,
+            args,
+            Settle::Idempotent,
+            &[benign],
+            Returns::Nothing,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Reacts to the event's own message.
@@ -344,7 +483,13 @@ impl Ctx {
     pub async fn open_conversation(&self, users: &[&str]) -> Result<String, Error> {
         let args = json!({"users": users.join(",")});
         let answer = self
-            .step("conversations.open", args, Settle::Idempotent, &[])
+            .step(
+                "conversations.open",
+                args,
+                Settle::Idempotent,
+                &[],
+                Returns::Ids,
+            )
             .await?;
         Ok(answer["channel"]["id"]
             .as_str()
@@ -361,7 +506,7 @@ impl Ctx {
         args: Value,
         settle: Settle<'_>,
     ) -> Result<Value, Error> {
-        self.step(method, args, settle, &[]).await
+        self.step(method, args, settle, &[], Returns::Ids).await
     }
 
     // ------------------------------------------------------------ reads, straight to Slack
@@ -405,6 +550,7 @@ impl Ctx {
         mut args: Value,
         settle: Settle<'_>,
         benign: &[&str],
+        returns: Returns,
     ) -> Result<Value, Error> {
         // Held for the whole step: steps run one at a time, in the order they are made.
         let mut steps = self.inner.steps.lock().await;
@@ -413,10 +559,19 @@ impl Ctx {
         }
         let step = steps.next;
         steps.next += 1;
+        let op = step_identity(method, &args);
         let earlier = steps.journal.get(&step).cloned();
+        if let Some(recorded) = earlier.as_ref().and_then(StepRecord::op) {
+            if !same_step(recorded, &op) {
+                return Err(Error::Nondeterministic {
+                    step,
+                    recorded: recorded.to_string(),
+                    now: op,
+                });
+            }
+        }
         match &earlier {
-            Some(StepRecord::Done { result, op }) => {
-                check_same(step, op.as_deref(), method)?;
+            Some(StepRecord::Done { result, .. }) => {
                 steps.tally.settled += 1;
                 tracing::debug!(
                     step,
@@ -425,10 +580,12 @@ impl Ctx {
                 );
                 return Ok(serde_json::from_str(result).unwrap_or_else(|_| json!({"ok": true})));
             }
-            Some(StepRecord::Intent { attempt, op }) => {
-                check_same(step, op.as_deref(), method)?;
+            // An earlier claim stood for this step without an intent of its own; a step that is
+            // at most once always writes one first, so for it that claim made nothing.
+            Some(StepRecord::Began { .. }) if matches!(settle, Settle::AtMostOnce) => {}
+            Some(earlier @ (StepRecord::Intent { .. } | StepRecord::Began { .. })) => {
                 let settled = self
-                    .settle_unknown(&mut steps, step, method, *attempt, settle)
+                    .settle_unknown(&mut steps, step, (method, &op), earlier, settle)
                     .await?;
                 if let Some(answer) = settled {
                     return Ok(answer);
@@ -437,28 +594,44 @@ impl Ctx {
             None => {}
         }
 
-        // The intent, conditioned on the owner, with the previous step's fate: no write to
-        // Slack without a claim still held.
         let now_ms = steps.now_ms();
-        let held = Held {
-            event_id: &steps.key,
-            owner: &steps.owner,
+        let intent = StepRecord::Intent {
+            attempt: steps.attempt,
+            op: Some(op.clone()),
+            at_ms: Some(now_ms),
+            lease_until_ms: Some(steps.lease_until_ms),
         };
-        let intent = steps.ledger.begin_step(
-            held,
-            step,
-            steps.attempt,
-            Some(method),
-            steps.unrecorded.as_ref(),
-            now_ms,
-        );
-        match tokio::time::timeout_at(self.inner.deadline, intent).await {
-            Ok(Ok(())) => steps.unrecorded = None,
-            Ok(Err(e)) => return Err(Error::Ledger(e)),
-            Err(_) => {
-                return Err(Error::Ledger(LedgerError::Unavailable(
-                    "the ledger did not answer before the deadline".into(),
-                )))
+        let after = steps.after(step, &intent);
+        if step > MAX_STEPS || journal_bytes(&after) > MAX_JOURNAL_BYTES {
+            return Err(Error::JournalFull { step });
+        }
+        // The claim stands for the intent of its first new step while it has written nothing
+        // since; any other step records its intent first, conditioned on the owner, with the
+        // fates learnt so far: no write to Slack without a claim still held.
+        let stands =
+            step == steps.covered && steps.began_stands && !matches!(settle, Settle::AtMostOnce);
+        if stands {
+            steps.in_flight = Some((step, intent.clone()));
+        } else {
+            let held = Held {
+                event_id: &steps.key,
+                owner: &steps.owner,
+            };
+            let write = steps
+                .ledger
+                .begin_step(held, step, &intent, &steps.unrecorded, now_ms);
+            match tokio::time::timeout_at(self.inner.deadline, write).await {
+                Ok(Ok(())) => {
+                    steps.recorded();
+                    steps.journal.insert(step, intent.clone());
+                }
+                Ok(Err(LedgerError::ItemTooLarge(_))) => return Err(Error::JournalFull { step }),
+                Ok(Err(e)) => return Err(Error::Ledger(e)),
+                Err(_) => {
+                    return Err(Error::Ledger(LedgerError::Unavailable(
+                        "the ledger did not answer before the deadline".into(),
+                    )))
+                }
             }
         }
 
@@ -472,60 +645,96 @@ impl Ctx {
             });
             args["metadata"] = post_metadata(args.get("metadata"), names);
         }
-        let answer = match self
+        let answer = self
             .inner
             .slack
             .api(method, &Args::Json(args), self.inner.deadline)
-            .await
-        {
+            .await;
+        steps.in_flight = None;
+        let answer = match answer {
             Ok(answer) => answer,
             Err(SlackError::Api { code }) if benign.contains(&code.as_str()) => {
                 json!({"ok": true, "already": code})
             }
             Err(error) => {
-                if !error.may_have_posted() && earlier.is_none() {
+                if error.may_have_posted() {
+                    if stands {
+                        // No intent of its own in the ledger: the finish records one.
+                        steps.unrecorded.push(Settled::Unknown { step, intent });
+                    }
+                } else if earlier.is_none() && !stands {
                     // Certainly not made, and no earlier claim tried: no one need look.
-                    steps.unrecorded = Some(Settled::NotDone { step });
+                    steps.unrecorded.push(Settled::NotDone { step });
                 }
                 return Err(Error::Slack(error));
             }
         };
         steps.tally.made += 1;
-        steps.unrecorded = Some(Settled::Done {
+        let result = match returns {
+            Returns::Ids => recordable(&answer),
+            Returns::Nothing => "{}".to_string(),
+        };
+        steps.unrecorded.push(Settled::Done {
             step,
-            result: recordable(&answer),
-            op: Some(method.to_string()),
+            result,
+            op: Some(op),
         });
         Ok(answer)
     }
 
-    /// A step an earlier claim announced but did not record done: whether it reached Slack is
-    /// unknown, and `settle` says how to find out. `Some(answer)` when it is settled without a
-    /// call; `None` when it is to be made.
+    /// A step an earlier claim announced (`intent`) but did not record done: whether it reached
+    /// Slack is unknown, and `settle` says how to find out. `Some(answer)` when it is settled
+    /// without a call; `None` when it is to be made.
     async fn settle_unknown(
         &self,
         steps: &mut Steps,
         step: u32,
-        method: &str,
-        earlier_attempt: u32,
+        (method, op): (&str, &str),
+        earlier: &StepRecord,
         settle: Settle<'_>,
     ) -> Result<Option<Value>, Error> {
+        let (earlier_attempt, at_ms, lease_until_ms) = match *earlier {
+            StepRecord::Intent {
+                attempt,
+                at_ms,
+                lease_until_ms,
+                ..
+            } => (Some(attempt), at_ms, lease_until_ms),
+            StepRecord::Began {
+                at_ms,
+                lease_until_ms,
+            } => (None, Some(at_ms), Some(lease_until_ms)),
+            StepRecord::Done { .. } => return Ok(None),
+        };
         match settle {
             Settle::Lookup { channel, thread_ts } => {
                 let event = &self.inner.event;
+                // The earlier claim posted after its intent and before its lease ended: only
+                // that window is searched, so one page settles it however busy the channel.
+                // Records of earlier versions carry no times: from the event on.
                 let event_time = event.event_time.map(|t| t.to_string());
-                let oldest = event
+                let event_ts = event
                     .event
                     .ts
                     .as_deref()
                     .or(event.event.event_ts.as_deref())
                     .or(event_time.as_deref());
+                let oldest = match at_ms {
+                    Some(at) => Some(slack_ts(at.saturating_sub(LOOKUP_SLACK_MS))),
+                    None => event_ts.map(str::to_string),
+                };
+                let latest = lease_until_ms.map(|until| slack_ts(until + LOOKUP_SLACK_MS));
                 let query = ReplyQuery {
                     channel,
                     thread_ts,
-                    oldest,
+                    oldest: oldest.as_deref(),
+                    latest: latest.as_deref(),
                     key: steps.key.as_str(),
                     step,
+                    app: OurApp {
+                        app_id: event.api_app_id.as_deref(),
+                        bot_user_id: event.bot_user_id(),
+                    },
                 };
                 match self
                     .inner
@@ -533,15 +742,15 @@ impl Ctx {
                     .find_reply(&query, self.inner.deadline)
                     .await
                 {
-                    Ok(Some(ts)) => {
+                    Ok(Some(found)) => {
                         tracing::info!(
                             step,
-                            ts,
+                            ts = found.ts,
                             earlier_attempt,
                             "an earlier claim's message is already in Slack: not posting again"
                         );
-                        let answer = json!({"ok": true, "channel": channel, "ts": ts});
-                        Ok(Some(steps.settled_earlier(step, method, answer)))
+                        let answer = json!({"ok": true, "channel": found.channel, "ts": found.ts});
+                        Ok(Some(steps.settled_earlier(step, op, answer)))
                     }
                     Ok(None) => {
                         tracing::info!(
@@ -587,37 +796,67 @@ impl Ctx {
                      for nor repeated: not made again"
                 );
                 let answer = json!({"ok": true, "unknown": true});
-                Ok(Some(steps.settled_earlier(step, method, answer)))
+                Ok(Some(steps.settled_earlier(step, op, answer)))
             }
         }
     }
 }
 
-/// A replayed step must be the same write.
-fn check_same(step: u32, recorded: Option<&str>, now: &str) -> Result<(), Error> {
-    match recorded {
-        Some(recorded) if recorded != now => Err(Error::Nondeterministic {
-            step,
-            recorded: recorded.to_string(),
-            now: now.to_string(),
-        }),
-        _ => Ok(()),
-    }
+/// What a step gives its caller, and so what its journal record keeps for a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Returns {
+    /// The ids of Slack's answer (a message's `ts` and `channel`…).
+    Ids,
+    /// Nothing (an update, a deletion, a reaction): the record keeps no result at all.
+    Nothing,
 }
 
-/// The result to journal: the answer, or when too large its `ts` and `channel` only.
+/// A step's identity: its method, and the conversation and thread (or message) it writes to.
+fn step_identity(method: &str, args: &Value) -> String {
+    let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
+    let target = ["thread_ts", "ts", "timestamp", "users", "user"]
+        .iter()
+        .map(|k| text(k))
+        .find(|t| !t.is_empty())
+        .unwrap_or_default();
+    step_op(method, text("channel"), target)
+}
+
+/// Epoch milliseconds as a Slack `ts` (`"1700000000.123000"`).
+fn slack_ts(ms: u64) -> String {
+    format!("{}.{:03}000", ms / 1000, ms % 1000)
+}
+
+/// What a replay of a step needs of Slack's answer: the ids it returns (a message's `ts` and
+/// `channel`, an ephemeral's `message_ts`, a conversation's, file's or view's `id`), not the
+/// whole answer (a `chat.update`'s answer holds the whole message).
 fn recordable(answer: &Value) -> String {
-    let text = answer.to_string();
-    if text.len() <= MAX_RESULT_BYTES {
-        return text;
-    }
-    let mut small = json!({"ok": true, "trimmed": true});
-    for key in ["ts", "channel"] {
-        if let Some(v) = answer.get(key) {
-            small[key] = v.clone();
+    let mut kept = serde_json::Map::new();
+    kept.insert("ok".into(), true.into());
+    for key in ["ts", "message_ts", "thread_ts", "already"] {
+        if let Some(v @ Value::String(_)) = answer.get(key) {
+            kept.insert(key.into(), v.clone());
         }
     }
-    small.to_string()
+    for key in ["channel", "file", "view"] {
+        match answer.get(key) {
+            Some(v @ Value::String(_)) => {
+                kept.insert(key.into(), v.clone());
+            }
+            Some(Value::Object(o)) => {
+                if let Some(id) = o.get("id") {
+                    kept.insert(key.into(), json!({ "id": id }));
+                }
+            }
+            _ => {}
+        }
+    }
+    let text = Value::Object(kept).to_string();
+    if text.len() <= MAX_RESULT_BYTES {
+        text
+    } else {
+        json!({"ok": true, "trimmed": true}).to_string()
+    }
 }
 
 fn no_conversation() -> Error {

@@ -60,10 +60,28 @@ pub struct AppMention {
     pub raw: Value,
 }
 
+impl AppMention {
+    /// The mention a message is, whichever event carried it (`text` as Slack sent it, with
+    /// the mention of the bot).
+    pub(crate) fn from_message(m: &MessageEvent) -> Self {
+        Self {
+            user: m.user.clone(),
+            text: m.raw["text"].as_str().unwrap_or(&m.text).to_string(),
+            channel: m.channel.clone(),
+            ts: m.ts.clone(),
+            thread_ts: m.thread_ts.clone(),
+            client_msg_id: m.client_msg_id.clone(),
+            raw: m.raw.clone(),
+        }
+    }
+}
+
 /// A message from a person: `message` events (channels, groups, DMs: `channel_type` says which)
 /// without a subtype or with `file_share`, `thread_broadcast` or `me_message`, and
-/// `app_mention`s (`mention` is then true, and `text` is without the leading mention of the
-/// bot), so that one listener hears a message however it arrives.
+/// `app_mention`s, so that one listener hears a message however it arrives. `mention` is true
+/// when it mentions the bot (however it arrived), and `text` is without a leading mention of
+/// the bot. A listener built with [`crate::app::Listener::including_bots`] also hears messages
+/// of other bots (`bot_id` set, or the subtype `bot_message`).
 #[derive(Clone, Debug, Deserialize)]
 pub struct MessageEvent {
     pub channel: String,
@@ -82,7 +100,12 @@ pub struct MessageEvent {
     pub client_msg_id: Option<String>,
     #[serde(default)]
     pub files: Vec<Value>,
-    /// Heard as an `app_mention`.
+    /// Another bot's message: its bot id (and app id).
+    #[serde(default)]
+    pub bot_id: Option<String>,
+    #[serde(default)]
+    pub app_id: Option<String>,
+    /// The message mentions the bot.
     #[serde(skip)]
     pub mention: bool,
     /// A pattern listener's captures: `captures[0]` is the whole match, then each group
@@ -102,6 +125,11 @@ impl MessageEvent {
     /// The thread this message is in, or its own `ts` (to start a thread under it).
     pub fn thread(&self) -> &str {
         self.thread_ts.as_deref().unwrap_or(&self.ts)
+    }
+
+    /// A message of another bot or of a workflow.
+    pub fn is_from_bot(&self) -> bool {
+        self.bot_id.is_some() || self.subtype.as_deref() == Some("bot_message")
     }
 
     /// The capture group `n` of a pattern listener (0: the whole match).

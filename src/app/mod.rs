@@ -15,10 +15,16 @@
 //!     });
 //! ```
 //!
-//! Events that no listener takes are acknowledged and never claimed. A message-like event
-//! (`message`, `app_mention`) is claimed by the message's identity (team, channel and `ts`, and
-//! its `client_msg_id` when it has one) rather than by its `event_id`, so one message gets one
-//! answer whichever events carry it; a listener opts out with [`Listener::per_event_id`].
+//! Events that no listener takes are acknowledged and never claimed. A message (carried by a
+//! `message` event, by an `app_mention`, or by both) is heard **as the message**, not as the
+//! event that happens to carry it: every listener that takes the message in any of its forms
+//! runs, once, under one claim keyed by the message's identity (team, channel and `ts`, and its
+//! `client_msg_id` when it has one), whichever of its events arrives first and however many
+//! copies follow. An `app_mention` listener takes a message that mentions the bot, whether
+//! Slack delivers it as an `app_mention` or only as a `message` event. A listener opts out with
+//! [`Listener::per_event_id`]: it then runs once per event, under a claim of its own, without
+//! changing how the others are keyed. Messages of other bots and of workflows are heard only by
+//! listeners built with [`Listener::including_bots`]; the bot's own messages never are.
 
 pub mod blocks;
 mod context;
@@ -32,7 +38,7 @@ use std::sync::Arc;
 
 use regex::Regex;
 
-pub use context::{Ctx, Error, Posted, Settle, Tally};
+pub use context::{Ctx, Error, Posted, Settle, Tally, MAX_JOURNAL_BYTES, MAX_STEPS};
 pub use events::{
     AppHomeOpened, AppMention, ChannelCreated, MemberJoinedChannel, MessageEvent, Reaction,
     TeamJoin,
@@ -54,12 +60,20 @@ pub type HandlerResult = Result<(), BotError>;
 type BoxFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send>>;
 /// A listener's work for one event, ready to run with its context.
 pub(crate) type Prepared = Box<dyn FnOnce(Ctx) -> BoxFuture + Send>;
-type Take = Box<dyn Fn(&Arc<EventCallback>) -> Option<Prepared> + Send + Sync>;
+type Take = Box<dyn Fn(&Heard<'_>) -> Option<Prepared> + Send + Sync>;
+
+/// What listeners are offered: the event, and when it carries a message, the message as every
+/// listener hears it whichever event carried it.
+pub(crate) struct Heard<'a> {
+    pub callback: &'a Arc<EventCallback>,
+    pub message: Option<&'a MessageEvent>,
+}
 
 /// One handler and what it listens to.
 pub struct Listener {
     name: String,
     per_event_id: bool,
+    including_bots: bool,
     take: Take,
 }
 
@@ -68,6 +82,7 @@ impl std::fmt::Debug for Listener {
         f.debug_struct("Listener")
             .field("name", &self.name)
             .field("per_event_id", &self.per_event_id)
+            .field("including_bots", &self.including_bots)
             .finish()
     }
 }
@@ -82,6 +97,15 @@ where
 }
 
 impl Listener {
+    fn new(name: impl Into<String>, take: Take) -> Self {
+        Self {
+            name: name.into(),
+            per_event_id: false,
+            including_bots: false,
+            take,
+        }
+    }
+
     fn typed<E, F, Fut>(kind: &'static str, handler: F) -> Self
     where
         E: Typed + Send + 'static,
@@ -89,20 +113,22 @@ impl Listener {
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         let handler = Arc::new(handler);
-        Self {
-            name: kind.to_string(),
-            per_event_id: false,
-            take: Box::new(move |cb| {
+        Self::new(
+            kind,
+            Box::new(move |heard| {
+                let cb = heard.callback;
                 if cb.event.kind != kind {
                     return None;
                 }
                 let event: E = typed(&cb.event.raw)?;
                 Some(prepared(handler.clone(), event))
             }),
-        }
+        )
     }
 
-    /// Any event of type `kind`, untyped ([`Event`], with the whole event as `raw`).
+    /// Any event of type `kind`, untyped ([`Event`], with the whole event as `raw`). For
+    /// `message` and `app_mention` it takes the message as the typed listeners do (any message
+    /// from a person; one that mentions the bot), with the event that carried it.
     pub fn event<F, Fut>(kind: &str, handler: F) -> Self
     where
         F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
@@ -110,36 +136,50 @@ impl Listener {
     {
         let handler = Arc::new(handler);
         let kind = kind.to_string();
-        Self {
-            name: kind.clone(),
-            per_event_id: false,
-            take: Box::new(move |cb| {
-                (cb.event.kind == kind).then(|| prepared(handler.clone(), cb.event.clone()))
+        Self::new(
+            kind.clone(),
+            Box::new(move |heard| {
+                let takes = match (kind.as_str(), heard.message) {
+                    ("message", Some(_)) => true,
+                    ("app_mention", Some(m)) => m.mention,
+                    _ => heard.callback.event.kind == kind,
+                };
+                takes.then(|| prepared(handler.clone(), heard.callback.event.clone()))
             }),
-        }
+        )
     }
 
     /// Every event (after the bot's own are skipped), untyped: a catch-all, for logging or for
-    /// event types without a typed listener.
+    /// event types without a typed listener. A message is taken once, whichever of its events
+    /// carries it.
     pub fn any_event<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         let handler = Arc::new(handler);
-        Self {
-            name: "any event".to_string(),
-            per_event_id: false,
-            take: Box::new(move |cb| Some(prepared(handler.clone(), cb.event.clone()))),
-        }
+        Self::new(
+            "any event",
+            Box::new(move |heard| Some(prepared(handler.clone(), heard.callback.event.clone()))),
+        )
     }
 
+    /// A message that mentions the bot: an `app_mention`, or a `message` event whose text
+    /// mentions the bot user (Slack sends both for one message when the app subscribes to
+    /// both; either one runs this listener, once).
     pub fn app_mention<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, AppMention) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
-        Self::typed("app_mention", handler)
+        let handler = Arc::new(handler);
+        Self::new(
+            "app_mention",
+            Box::new(move |heard| {
+                let m = heard.message.filter(|m| m.mention)?;
+                Some(prepared(handler.clone(), AppMention::from_message(m)))
+            }),
+        )
     }
 
     /// Messages from people (see [`MessageEvent`]: `app_mention`s too) whose text matches
@@ -156,11 +196,10 @@ impl Listener {
         let regex = Regex::new(pattern)
             .unwrap_or_else(|e| panic!("the listener's pattern {pattern:?} is not valid: {e}"));
         let handler = Arc::new(handler);
-        Self {
-            name: format!("message {pattern:?}"),
-            per_event_id: false,
-            take: Box::new(move |cb| {
-                let mut m = message_event(cb)?;
+        Self::new(
+            format!("message {pattern:?}"),
+            Box::new(move |heard| {
+                let mut m = heard.message?.clone();
                 let captures = regex.captures(&m.text)?;
                 m.captures = captures
                     .iter()
@@ -168,7 +207,7 @@ impl Listener {
                     .collect();
                 Some(prepared(handler.clone(), m))
             }),
-        }
+        )
     }
 
     /// Messages from people (see [`MessageEvent`]) for which `predicate` holds.
@@ -179,14 +218,13 @@ impl Listener {
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         let handler = Arc::new(handler);
-        Self {
-            name: "message".to_string(),
-            per_event_id: false,
-            take: Box::new(move |cb| {
-                let m = message_event(cb)?;
-                predicate(&m).then(|| prepared(handler.clone(), m))
+        Self::new(
+            "message",
+            Box::new(move |heard| {
+                let m = heard.message?;
+                predicate(m).then(|| prepared(handler.clone(), m.clone()))
             }),
-        }
+        )
     }
 
     pub fn reaction_added<F, Fut>(handler: F) -> Self
@@ -238,31 +276,42 @@ impl Listener {
     }
 
     /// Claims the events this listener takes by their `event_id` alone, not by the identity
-    /// of the message they carry: every event of one message is then answered, each once.
+    /// of the message they carry: every event of one message then runs it, each once, under a
+    /// claim of its own (the other listeners of the message keep theirs).
     pub fn per_event_id(mut self) -> Self {
         self.per_event_id = true;
         self
     }
+
+    /// Also hears messages of other bots and of workflows (never the bot's own). Mind loops:
+    /// two bots that answer each other's messages answer forever.
+    pub fn including_bots(mut self) -> Self {
+        self.including_bots = true;
+        self
+    }
 }
 
-/// The message a `message` or `app_mention` event carries, if it is one from a person.
-fn message_event(cb: &EventCallback) -> Option<MessageEvent> {
+/// The message a `message` or `app_mention` event carries, as every listener hears it whichever
+/// of the two carried it: `mention` when it mentions the bot, the text without the leading
+/// mention of the bot, and `channel_type` filled in for a DM when the event leaves it out.
+pub(crate) fn message_view(cb: &EventCallback) -> Option<MessageEvent> {
     let event = &cb.event;
-    let mention = match event.kind.as_str() {
+    let carried_as_mention = match event.kind.as_str() {
         "app_mention" => true,
         "message" => false,
         _ => return None,
     };
     let mut m: MessageEvent = typed(&event.raw)?;
-    m.mention = mention;
-    if mention {
-        // The text without the leading mention of the bot: "<@U123> deploy api" → "deploy api".
-        if let Some(bot) = cb.bot_user_id() {
-            let prefix = format!("<@{bot}>");
-            if let Some(rest) = m.text.trim_start().strip_prefix(&prefix) {
-                m.text = rest.trim_start().to_string();
-            }
+    let tag = cb.bot_user_id().map(|bot| format!("<@{bot}>"));
+    m.mention = carried_as_mention || tag.as_ref().is_some_and(|t| m.text.contains(t.as_str()));
+    // The text without the leading mention of the bot: "<@U123> deploy api" → "deploy api".
+    if let Some(tag) = &tag {
+        if let Some(rest) = m.text.trim_start().strip_prefix(tag.as_str()) {
+            m.text = rest.trim_start().to_string();
         }
+    }
+    if m.channel_type.is_none() && m.channel.starts_with('D') {
+        m.channel_type = Some("im".into());
     }
     Some(m)
 }
@@ -281,11 +330,31 @@ impl std::fmt::Debug for App {
     }
 }
 
-/// The listeners that take one event, and how it is claimed.
-pub(crate) struct Route {
+/// How the writes of a group of listeners are claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// By the identity of the message the event carries.
+    Message,
+    /// By the event's `event_id`.
+    Event,
+}
+
+/// Listeners that run under one claim, in registration order.
+pub(crate) struct Unit {
+    pub identity: Identity,
     pub runs: Vec<(String, Prepared)>,
-    /// Claim by `event_id` even if the event carries a message.
-    pub per_event_id: bool,
+}
+
+/// The listeners that take one event, grouped by the claim they run under: at most one group
+/// keyed by the message the event carries, and one keyed by the event.
+pub(crate) struct Route {
+    pub units: Vec<Unit>,
+}
+
+impl Route {
+    pub fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
 }
 
 impl App {
@@ -392,21 +461,39 @@ impl App {
         self.listen(Listener::channel_created(handler))
     }
 
-    /// The listeners that take `event`, in registration order.
+    /// The listeners that take `event`, in registration order, grouped by their claim.
     pub(crate) fn route(&self, event: &Arc<EventCallback>) -> Route {
-        let mut runs = Vec::new();
-        let mut per_event_id = false;
+        let message = message_view(event);
+        let heard = Heard {
+            callback: event,
+            message: message.as_ref(),
+        };
+        let from_bot = event.from_other_bot();
+        let mut by_message = Vec::new();
+        let mut by_event = Vec::new();
         for listener in &self.listeners {
-            if let Some(run) = (listener.take)(event) {
-                per_event_id |= listener.per_event_id;
-                runs.push((listener.name.clone(), run));
+            if from_bot && !listener.including_bots {
+                continue;
+            }
+            if let Some(run) = (listener.take)(&heard) {
+                let group = if message.is_some() && !listener.per_event_id {
+                    &mut by_message
+                } else {
+                    &mut by_event
+                };
+                group.push((listener.name.clone(), run));
             }
         }
-        Route { runs, per_event_id }
+        let units = [(Identity::Message, by_message), (Identity::Event, by_event)]
+            .into_iter()
+            .filter(|(_, runs)| !runs.is_empty())
+            .map(|(identity, runs)| Unit { identity, runs })
+            .collect();
+        Route { units }
     }
 
     /// Whether some listener takes `event`.
     pub fn takes(&self, event: &Arc<EventCallback>) -> bool {
-        !self.route(event).runs.is_empty()
+        !self.route(event).is_empty()
     }
 }

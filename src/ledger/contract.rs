@@ -2,8 +2,8 @@
 //! ledger's unit tests and the DynamoDB Local tests run the same ones, and each then checks
 //! what its own storage holds.
 
-use super::{Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken};
-use super::{Settled, StepRecord};
+use super::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger};
+use super::{LedgerError, OwnerToken, Settled, StepRecord};
 use crate::envelope::EventId;
 
 /// The scenarios' clock: every write is at `NOW` plus a few milliseconds.
@@ -24,6 +24,16 @@ pub fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) ->
         team_id: Some("T0001"),
         retry_num: Some(2),
         retry_reason: Some("http_timeout"),
+    }
+}
+
+/// The intent of a step by claim `attempt` at `at_ms` (leased for `LEASE`), calling `op`.
+pub fn intent(attempt: u32, at_ms: u64, op: &str) -> StepRecord {
+    StepRecord::Intent {
+        attempt,
+        op: Some(op.to_string()),
+        at_ms: Some(at_ms),
+        lease_until_ms: Some(at_ms + LEASE),
     }
 }
 
@@ -54,20 +64,38 @@ pub async fn the_journal_survives_a_takeover(ledger: &dyn Ledger, e: &EventId) {
         owner: &a,
     };
     ledger
-        .begin_step(held_a, 1, 1, None, None, NOW)
+        .begin_step(
+            held_a,
+            1,
+            &intent(1, NOW, "chat.postMessage#00000001"),
+            &[],
+            NOW,
+        )
         .await
         .unwrap();
     ledger
-        .begin_step(held_a, 1, 1, None, None, NOW)
+        .begin_step(
+            held_a,
+            1,
+            &intent(1, NOW, "chat.postMessage#00000001"),
+            &[],
+            NOW,
+        )
         .await
         .expect("an intent sent twice is the same write");
     let done = Settled::Done {
         step: 1,
-        result: r#"{"ts":"1.5"}"#.into(),
-        op: None,
+        result: r#"{"channel":"C1","ts":"1.5"}"#.into(),
+        op: Some("chat.postMessage#00000001".into()),
     };
     ledger
-        .begin_step(held_a, 2, 1, None, Some(&done), NOW + 1)
+        .begin_step(
+            held_a,
+            2,
+            &intent(1, NOW + 1, "chat.update#00000002"),
+            &[done],
+            NOW + 1,
+        )
         .await
         .unwrap();
     // A dies; B takes over after the lease and sees step 1 done, step 2 attempted.
@@ -83,23 +111,17 @@ pub async fn the_journal_survives_a_takeover(ledger: &dyn Ledger, e: &EventId) {
             (
                 1,
                 StepRecord::Done {
-                    result: r#"{"ts":"1.5"}"#.into(),
-                    op: None
+                    result: r#"{"channel":"C1","ts":"1.5"}"#.into(),
+                    op: Some("chat.postMessage#00000001".into()),
                 }
             ),
-            (
-                2,
-                StepRecord::Intent {
-                    attempt: 1,
-                    op: None
-                }
-            ),
+            (2, intent(1, NOW + 1, "chat.update#00000002")),
         ])
     );
     assert!(
         matches!(
             ledger
-                .begin_step(held_a, 3, 1, None, None, NOW + LEASE)
+                .begin_step(held_a, 3, &intent(1, NOW + LEASE, "x#0"), &[], NOW + LEASE)
                 .await,
             Err(LedgerError::NotOwner { .. })
         ),
@@ -114,7 +136,7 @@ pub async fn the_journal_survives_a_takeover(ledger: &dyn Ledger, e: &EventId) {
         .finish(
             held_b,
             &Finish::Released,
-            Some(&Settled::NotDone { step: 2 }),
+            &[Settled::NotDone { step: 2 }],
             NOW + LEASE + 1,
         )
         .await
@@ -134,9 +156,9 @@ pub async fn a_failed_event_blocks_every_later_copy(ledger: &dyn Ledger, e: &Eve
         error: "channel_not_found".into(),
         retryable: false,
     };
-    ledger.finish(held, &failed, None, NOW + 3).await.unwrap();
+    ledger.finish(held, &failed, &[], NOW + 3).await.unwrap();
     ledger
-        .finish(held, &failed, None, NOW + 3)
+        .finish(held, &failed, &[], NOW + 3)
         .await
         .expect("sent again: applied already");
     assert_eq!(
@@ -148,4 +170,148 @@ pub async fn a_failed_event_blocks_every_later_copy(ledger: &dyn Ledger, e: &Eve
             error: "channel_not_found".into()
         }
     );
+}
+
+/// An alias belongs to the first key that writes it: the same key writing it again (a copy of
+/// the same message, or the write sent again) finds it its own, another key finds a copy of
+/// the first; past its TTL it counts as absent.
+pub async fn an_alias_belongs_to_the_first_message_that_writes_it(
+    ledger: &dyn Ledger,
+    alias: &EventId,
+    first: &EventId,
+    second: &EventId,
+) {
+    let write = |of, now_ms| AliasRequest {
+        alias,
+        of,
+        now_ms,
+        expires_at_s: NOW / 1000 + TTL_S,
+    };
+    assert_eq!(ledger.alias(&write(first, NOW)).await.unwrap(), Alias::Ours);
+    assert_eq!(
+        ledger.alias(&write(first, NOW + 1)).await.unwrap(),
+        Alias::Ours,
+        "the same message again"
+    );
+    assert_eq!(
+        ledger.alias(&write(second, NOW + 2)).await.unwrap(),
+        Alias::CopyOf {
+            key: first.to_string()
+        }
+    );
+    let after_ttl = (NOW / 1000 + TTL_S) * 1000;
+    let later = AliasRequest {
+        expires_at_s: after_ttl / 1000 + TTL_S,
+        ..write(second, after_ttl)
+    };
+    assert_eq!(
+        ledger.alias(&later).await.unwrap(),
+        Alias::Ours,
+        "past its TTL the alias counts as absent"
+    );
+}
+
+/// A claim stands for the intent of the lowest absent step until its claimant writes: claims
+/// that crashed having written nothing are seen by the next claim as one window spanning
+/// them (a claim sent again does not see its own), and a claimant's write ends them. A step
+/// made on the claim's standing whose fate is unknown is recorded as an intent by the finish.
+/// Leaves `e` released with step 1 done and step 2's intent recorded.
+pub async fn began_windows_stand_for_the_first_step_until_the_claimant_writes(
+    ledger: &dyn Ledger,
+    e: &EventId,
+) {
+    let (a, b, c) = (
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+    );
+    ledger.claim(&request(e, &a, NOW)).await.unwrap();
+    // A dies after its claim; B takes over after A's lease and dies too.
+    let Claim::Acquired { journal, .. } = ledger.claim(&request(e, &b, NOW + LEASE)).await.unwrap()
+    else {
+        panic!("not acquired")
+    };
+    let began = |at_ms, lease_until_ms| StepRecord::Began {
+        at_ms,
+        lease_until_ms,
+    };
+    assert_eq!(journal, Journal::from([(1, began(NOW, NOW + LEASE))]));
+    let later = NOW + 2 * LEASE;
+    let Claim::Acquired { attempt, journal } = ledger.claim(&request(e, &c, later)).await.unwrap()
+    else {
+        panic!("not acquired")
+    };
+    assert_eq!(attempt, 3);
+    assert_eq!(
+        journal,
+        Journal::from([(1, began(NOW, NOW + 2 * LEASE))]),
+        "one window spanning both crashed claims"
+    );
+    assert_eq!(
+        ledger.claim(&request(e, &c, later)).await.unwrap(),
+        Claim::Acquired { attempt, journal },
+        "sent again, the claim sees the earlier windows and not its own"
+    );
+    // C made step 1 on its claim's standing, then step 2 with an intent of its own (which
+    // records step 1 and ends the windows), whose fate it never learnt; then it released.
+    let held_c = Held {
+        event_id: e,
+        owner: &c,
+    };
+    let done = Settled::Done {
+        step: 1,
+        result: r#"{"channel":"C1","ts":"1.5"}"#.into(),
+        op: Some("chat.postMessage#00000001".into()),
+    };
+    ledger
+        .begin_step(
+            held_c,
+            2,
+            &intent(3, later + 5, "chat.update#00000002"),
+            &[done],
+            later + 5,
+        )
+        .await
+        .unwrap();
+    let unknown = Settled::Unknown {
+        step: 3,
+        intent: intent(3, later + 6, "reactions.add#00000003"),
+    };
+    ledger
+        .finish(held_c, &Finish::Released, &[unknown], later + 7)
+        .await
+        .unwrap();
+    let d = OwnerToken::random();
+    let Claim::Acquired { journal, .. } = ledger.claim(&request(e, &d, later + 8)).await.unwrap()
+    else {
+        panic!("not acquired")
+    };
+    assert_eq!(
+        journal,
+        Journal::from([
+            (
+                1,
+                StepRecord::Done {
+                    result: r#"{"channel":"C1","ts":"1.5"}"#.into(),
+                    op: Some("chat.postMessage#00000001".into()),
+                }
+            ),
+            (2, intent(3, later + 5, "chat.update#00000002")),
+            (3, intent(3, later + 6, "reactions.add#00000003")),
+        ]),
+        "C's writes ended the windows: no Began"
+    );
+    let held_d = Held {
+        event_id: e,
+        owner: &d,
+    };
+    ledger
+        .finish(
+            held_d,
+            &Finish::Released,
+            &[Settled::NotDone { step: 3 }],
+            later + 9,
+        )
+        .await
+        .unwrap();
 }

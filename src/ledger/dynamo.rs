@@ -20,8 +20,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 
 use super::{
-    applied_already, existing_blocks_claim, Blocked, Claim, ClaimRequest, Finish, Held, Journal,
-    Ledger, LedgerError, Settled, Status, StepRecord,
+    applied_already, existing_blocks_claim, with_began, Alias, AliasRequest, BeganWindow, Blocked,
+    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, Settled, Status, StepRecord,
 };
 
 /// Attribute names of the ledger item (see the README's item schema).
@@ -45,17 +45,33 @@ pub mod attr {
     /// A `failed` event whose failure was not final (the work queue's receives ran out): a copy
     /// redriven from the dead-letter queue may claim it again.
     pub const RETRYABLE: &str = "retryable";
-    /// The step journal: a map from step number ("1", "2", …) to a map of the fields below.
+    /// The step journal: a map from step number ("1", "2", …) to the step's record, one
+    /// string ([`super::StepRecord::encode`]). Versions before it wrote a map of the fields
+    /// below, still read.
     pub const JOURNAL: &str = "journal";
     pub const STEP_STATE: &str = "state";
     pub const STEP_ATTEMPT: &str = "attempt";
     pub const STEP_RESULT: &str = "result";
     /// The Web API method of the step.
     pub const STEP_OP: &str = "op";
+    /// An alias item (`cmid-…`): the key of the message it is an identity of.
+    pub const ALIAS_OF: &str = "alias_of";
+    /// The began windows (`"AT_MS LEASE_UNTIL_MS"`, a list) of claims that have written
+    /// nothing since: each may have made the lowest step absent from the journal. Appended by
+    /// every claim, removed by the claimant's next write.
+    pub const BEGAN: &str = "began";
 }
 
-const STEP_INTENT: &str = "intent";
 const STEP_DONE: &str = "done";
+
+/// An alias is written where it counts as absent (never written, past its TTL), where it is
+/// already this message's, or where a version before pointers left a claim item that is no
+/// longer live (released, or its lease ended).
+const ALIAS_CONDITION: &str = "attribute_not_exists(#pk) \
+    OR #expires_at <= :now_s \
+    OR #alias_of = :of \
+    OR (attribute_not_exists(#alias_of) \
+        AND (#status = :released OR (#status = :in_progress AND #lease_until <= :now_ms)))";
 
 /// The claim's condition: the write succeeds only where the event counts as absent.
 /// - `attribute_not_exists(pk)`: never seen;
@@ -172,20 +188,33 @@ impl DynamoLedger {
         mut remove: Vec<String>,
         mut names: Vec<(String, String)>,
         mut values: Vec<(String, AttributeValue)>,
-        settled: Option<&Settled>,
+        settled: &[Settled],
     ) -> Result<(), SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>> {
-        match settled {
-            Some(Settled::Done { step, result, op }) => {
-                names.push(("#settled".into(), step.to_string()));
-                set.push("#journal.#settled = :settled".into());
-                values.push((":settled".into(), done_record(result, op.as_deref())));
+        for (i, fate) in settled.iter().enumerate() {
+            let (name, value) = (format!("#settled{i}"), format!(":settled{i}"));
+            let (step, record) = match fate {
+                Settled::Done { step, result, op } => (
+                    step,
+                    Some(StepRecord::Done {
+                        result: result.clone(),
+                        op: op.clone(),
+                    }),
+                ),
+                Settled::NotDone { step } => (step, None),
+                Settled::Unknown { step, intent } => (step, Some(intent.clone())),
+            };
+            names.push((name.clone(), step.to_string()));
+            match record {
+                Some(record) => {
+                    set.push(format!("#journal.{name} = {value}"));
+                    values.push((value, s(&record.encode())));
+                }
+                None => remove.push(format!("#journal.{name}")),
             }
-            Some(Settled::NotDone { step }) => {
-                names.push(("#settled".into(), step.to_string()));
-                remove.push("#journal.#settled".into());
-            }
-            None => {}
         }
+        // The claimant writes: what its claim's began window stood for is recorded now.
+        remove.push("#began".into());
+        names.push(("#began".into(), attr::BEGAN.into()));
         names.extend(
             [attr::STATUS, attr::OWNER]
                 .into_iter()
@@ -197,10 +226,7 @@ impl DynamoLedger {
         }
         values.push((":owner".into(), s(held.owner.as_str())));
         values.push((":in_progress".into(), s(Status::InProgress.as_str())));
-        let mut expression = format!("SET {}", set.join(", "));
-        if !remove.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
-        }
+        let expression = format!("SET {} REMOVE {}", set.join(", "), remove.join(", "));
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.client
             .update_item()
@@ -239,6 +265,8 @@ impl Ledger for DynamoLedger {
             "#claimed_at = :now_ms".to_string(),
             // The journal goes on across claims: a takeover learns what earlier claims did.
             "#journal = if_not_exists(#journal, :empty_journal)".to_string(),
+            // This claim stands for the intent of its first new step.
+            "#began = list_append(if_not_exists(#began, :no_windows), :window)".to_string(),
         ];
         let mut remove = vec![
             "#completed_at".to_string(),
@@ -272,6 +300,7 @@ impl Ledger for DynamoLedger {
                     attr::ERROR,
                     attr::RETRYABLE,
                     attr::JOURNAL,
+                    attr::BEGAN,
                 ]
                 .into_iter()
                 .map(|a| (format!("#{a}"), a.to_string()))
@@ -289,7 +318,17 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":empty_journal", AttributeValue::M(HashMap::new()))
-            .return_values(ReturnValue::AllNew)
+            .expression_attribute_values(":no_windows", AttributeValue::L(Vec::new()))
+            .expression_attribute_values(
+                ":window",
+                AttributeValue::L(vec![s(&BeganWindow {
+                    at_ms: request.now_ms,
+                    lease_until_ms: request.lease_until_ms,
+                }
+                .encode())]),
+            )
+            // The item as it was: its journal and the began windows of earlier claims.
+            .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         // Optional attributes: set what this delivery has, remove what an earlier one left.
         let optional = [
@@ -318,10 +357,15 @@ impl Ledger for DynamoLedger {
 
         self.requests.fetch_add(1, Ordering::Relaxed);
         match update.update_expression(expression).send().await {
-            Ok(out) => Ok(Claim::Acquired {
-                attempt: attempts_of(out.attributes()),
-                journal: journal_of(out.attributes()),
-            }),
+            Ok(out) => {
+                // `if_not_exists(attempts, 0) + 1`, read from the item as it was.
+                let old = out.attributes().filter(|a| !a.is_empty());
+                let attempt = old.map_or(1, |old| attempts_of(Some(old)).saturating_add(1));
+                Ok(Claim::Acquired {
+                    attempt,
+                    journal: with_began(journal_of(old), &began_of(old, 0)),
+                })
+            }
             Err(SdkError::ServiceError(e)) => match e.err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
                     Ok(blocking_claim(failed.item(), request))
@@ -344,9 +388,8 @@ impl Ledger for DynamoLedger {
         &self,
         held: Held<'_>,
         step: u32,
-        attempt: u32,
-        op: Option<&str>,
-        settled: Option<&Settled>,
+        intent: &StepRecord,
+        settled: &[Settled],
         _now_ms: u64,
     ) -> Result<(), LedgerError> {
         // The condition still holds when the SDK sends this write again: it is idempotent.
@@ -356,7 +399,7 @@ impl Ledger for DynamoLedger {
                 vec!["#journal.#step = :intent".into()],
                 vec![],
                 vec![("#step".into(), step.to_string())],
-                vec![(":intent".into(), intent_record(attempt, op))],
+                vec![(":intent".into(), s(&intent.encode()))],
                 settled,
             )
             .await;
@@ -369,6 +412,49 @@ impl Ledger for DynamoLedger {
                     event_id: held.event_id.clone(),
                 })
             }
+            Err(e) => Err(write_failed(e)),
+        }
+    }
+
+    async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
+        let names = [
+            attr::PK,
+            attr::EXPIRES_AT,
+            attr::ALIAS_OF,
+            attr::STATUS,
+            attr::LEASE_UNTIL,
+        ];
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::PK, AttributeValue::S(request.alias.to_string()))
+            .update_expression("SET #alias_of = :of, #expires_at = :expires_at")
+            .condition_expression(ALIAS_CONDITION)
+            .set_expression_attribute_names(Some(
+                names
+                    .into_iter()
+                    .map(|a| (format!("#{a}"), a.to_string()))
+                    .collect(),
+            ))
+            .expression_attribute_values(":of", s(request.of.as_str()))
+            .expression_attribute_values(":expires_at", n(request.expires_at_s))
+            .expression_attribute_values(":now_s", n(request.now_ms / 1000))
+            .expression_attribute_values(":now_ms", n(request.now_ms))
+            .expression_attribute_values(":released", s(Status::Released.as_str()))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Alias::Ours),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                UpdateItemError::ConditionalCheckFailedException(failed) => {
+                    Ok(alias_found(failed.item()))
+                }
+                _ => Err(unavailable(SdkError::ServiceError(e))),
+            },
             Err(e) => Err(unavailable(e)),
         }
     }
@@ -377,7 +463,7 @@ impl Ledger for DynamoLedger {
         &self,
         held: Held<'_>,
         to: &Finish,
-        settled: Option<&Settled>,
+        settled: &[Settled],
         now_ms: u64,
     ) -> Result<(), LedgerError> {
         let at = match to {
@@ -423,33 +509,45 @@ impl Ledger for DynamoLedger {
                         })
                     }
                 }
-                _ => Err(unavailable(SdkError::ServiceError(e))),
+                _ => Err(write_failed(SdkError::ServiceError(e))),
             },
-            Err(e) => Err(unavailable(e)),
+            Err(e) => Err(write_failed(e)),
         }
     }
 }
 
-fn intent_record(attempt: u32, op: Option<&str>) -> AttributeValue {
-    let mut fields = HashMap::from([
-        (attr::STEP_STATE.to_string(), s(STEP_INTENT)),
-        (attr::STEP_ATTEMPT.to_string(), n(attempt as u64)),
-    ]);
-    if let Some(op) = op {
-        fields.insert(attr::STEP_OP.to_string(), s(op));
+/// What an alias item found by a failed alias write means: another message's alias, or (from a
+/// version before pointers) a live claim or an answered one.
+fn alias_found(item: Option<&HashMap<String, AttributeValue>>) -> Alias {
+    let text = |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
+    if let Some(of) = text(attr::ALIAS_OF) {
+        return Alias::CopyOf { key: of.clone() };
     }
-    AttributeValue::M(fields)
+    match text(attr::STATUS).and_then(|v| Status::parse(v)) {
+        Some(Status::Done | Status::Failed) => Alias::CopyOf {
+            key: "(a claim of an earlier version)".into(),
+        },
+        _ => Alias::Busy {
+            lease_until_ms: item
+                .and_then(|i| i.get(attr::LEASE_UNTIL))
+                .and_then(number)
+                .unwrap_or(0),
+        },
+    }
 }
 
-fn done_record(result: &str, op: Option<&str>) -> AttributeValue {
-    let mut fields = HashMap::from([
-        (attr::STEP_STATE.to_string(), s(STEP_DONE)),
-        (attr::STEP_RESULT.to_string(), s(result)),
-    ]);
-    if let Some(op) = op {
-        fields.insert(attr::STEP_OP.to_string(), s(op));
+/// A write that failed: too large for an item (no retry fixes it), or the ledger unavailable.
+fn write_failed(
+    e: SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>,
+) -> LedgerError {
+    let too_large = matches!(&e, SdkError::ServiceError(se)
+        if se.err().meta().code() == Some("ValidationException")
+            && se.err().meta().message().is_some_and(|m| m.contains("size")));
+    if too_large {
+        LedgerError::ItemTooLarge(Box::new(e))
+    } else {
+        unavailable(e)
     }
-    AttributeValue::M(fields)
 }
 
 /// The journal of a stored item; records that do not parse are read as intents of an unknown
@@ -462,6 +560,16 @@ fn journal_of(item: Option<&HashMap<String, AttributeValue>>) -> Journal {
         .iter()
         .filter_map(|(step, record)| {
             let step: u32 = step.parse().ok()?;
+            if let AttributeValue::S(text) = record {
+                let unknown = StepRecord::Intent {
+                    attempt: 0,
+                    op: None,
+                    at_ms: None,
+                    lease_until_ms: None,
+                };
+                return Some((step, StepRecord::decode(text).unwrap_or(unknown)));
+            }
+            // A record of a version before the one-string form.
             let fields = record.as_m().ok();
             let field = |k: &str| fields.and_then(|f| f.get(k));
             let state = field(attr::STEP_STATE).and_then(|v| v.as_s().ok());
@@ -478,9 +586,32 @@ fn journal_of(item: Option<&HashMap<String, AttributeValue>>) -> Journal {
                         .try_into()
                         .unwrap_or(u32::MAX),
                     op,
+                    at_ms: None,
+                    lease_until_ms: None,
                 },
             };
             Some((step, record))
+        })
+        .collect()
+}
+
+/// The began windows of a stored item, without its last `skip` (a claim's own).
+fn began_of(item: Option<&HashMap<String, AttributeValue>>, skip: usize) -> Vec<BeganWindow> {
+    let Some(AttributeValue::L(windows)) = item.and_then(|i| i.get(attr::BEGAN)) else {
+        return Vec::new();
+    };
+    let keep = windows.len().saturating_sub(skip);
+    windows[..keep]
+        .iter()
+        .map(|w| {
+            // Unreadable: the widest window, so a look-up searches everything.
+            w.as_s()
+                .ok()
+                .and_then(|t| BeganWindow::decode(t))
+                .unwrap_or(BeganWindow {
+                    at_ms: 0,
+                    lease_until_ms: u64::MAX / 2,
+                })
         })
         .collect()
 }
@@ -506,9 +637,10 @@ fn blocking_claim(
     if status == Some(Status::InProgress)
         && text(attr::OWNER).map(String::as_str) == Some(request.owner.as_str())
     {
+        // Its own window is the last of the began windows.
         return Claim::Acquired {
             attempt: attempts_of(item),
-            journal: journal_of(item),
+            journal: with_began(journal_of(item), &began_of(item, 1)),
         };
     }
     let lease_until = item
@@ -635,8 +767,15 @@ mod tests {
             (
                 attr::JOURNAL,
                 AttributeValue::M(HashMap::from([
-                    ("1".to_string(), done_record(r#"{"ts":"1.5"}"#, None)),
-                    ("2".to_string(), intent_record(1, Some("chat.update"))),
+                    (
+                        "1".to_string(),
+                        s(r#"d chat.postMessage#0a0b0c0d {"ts":"1.5"}"#),
+                    ),
+                    (
+                        "2".to_string(),
+                        s("i 1 999000 1000500 chat.update#01020304"),
+                    ),
+                    ("3".to_string(), s("garbage")),
                 ])),
             ),
         ]);
@@ -650,6 +789,59 @@ mod tests {
             journal.get(&1),
             Some(&StepRecord::Done {
                 result: r#"{"ts":"1.5"}"#.into(),
+                op: Some("chat.postMessage#0a0b0c0d".into())
+            })
+        );
+        assert_eq!(
+            journal.get(&2),
+            Some(&StepRecord::Intent {
+                attempt: 1,
+                op: Some("chat.update#01020304".into()),
+                at_ms: Some(999_000),
+                lease_until_ms: Some(1_000_500),
+            })
+        );
+        assert!(
+            matches!(
+                journal.get(&3),
+                Some(StepRecord::Intent {
+                    attempt: 0,
+                    op: None,
+                    ..
+                })
+            ),
+            "unreadable: an intent of an unknown attempt, so someone looks"
+        );
+    }
+
+    #[test]
+    fn a_journal_written_by_an_earlier_version_as_maps_is_still_read() {
+        let record = |fields: &[(&str, AttributeValue)]| AttributeValue::M(item(fields));
+        let old = item(&[(
+            attr::JOURNAL,
+            AttributeValue::M(HashMap::from([
+                (
+                    "1".to_string(),
+                    record(&[
+                        (attr::STEP_STATE, s(STEP_DONE)),
+                        (attr::STEP_RESULT, s(r#"{"ts":"1.5"}"#)),
+                    ]),
+                ),
+                (
+                    "2".to_string(),
+                    record(&[
+                        (attr::STEP_STATE, s("intent")),
+                        (attr::STEP_ATTEMPT, n(1)),
+                        (attr::STEP_OP, s("chat.update")),
+                    ]),
+                ),
+            ])),
+        )]);
+        let journal = journal_of(Some(&old));
+        assert_eq!(
+            journal.get(&1),
+            Some(&StepRecord::Done {
+                result: r#"{"ts":"1.5"}"#.into(),
                 op: None
             })
         );
@@ -657,9 +849,25 @@ mod tests {
             journal.get(&2),
             Some(&StepRecord::Intent {
                 attempt: 1,
-                op: Some("chat.update".into())
+                op: Some("chat.update".into()),
+                at_ms: None,
+                lease_until_ms: None,
             })
         );
+    }
+
+    #[test]
+    fn an_alias_item_names_its_message_and_a_claim_of_an_earlier_version_is_read() {
+        assert_eq!(
+            alias_found(Some(&item(&[(attr::ALIAS_OF, s("msg-T-C-1"))]))),
+            Alias::CopyOf {
+                key: "msg-T-C-1".into()
+            }
+        );
+        let answered = item(&[(attr::STATUS, s("done"))]);
+        assert!(matches!(alias_found(Some(&answered)), Alias::CopyOf { .. }));
+        let live = item(&[(attr::STATUS, s("in_progress")), (attr::LEASE_UNTIL, n(9))]);
+        assert_eq!(alias_found(Some(&live)), Alias::Busy { lease_until_ms: 9 });
     }
 
     #[test]

@@ -7,8 +7,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    applied_already, existing_blocks_claim, Blocked, Claim, ClaimRequest, Finish, Held, Journal,
-    Ledger, LedgerError, OwnerToken, Settled, Status, StepRecord,
+    applied_already, existing_blocks_claim, with_began, Alias, AliasRequest, BeganWindow, Blocked,
+    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled, Status,
+    StepRecord,
 };
 use crate::envelope::EventId;
 
@@ -20,6 +21,8 @@ struct Entry {
     expires_at_s: u64,
     attempts: u32,
     journal: Journal,
+    /// The began windows of claims that have written nothing since (see the ledger's rules).
+    began: Vec<BeganWindow>,
     error: Option<String>,
     retryable: bool,
 }
@@ -32,6 +35,8 @@ const SWEEP_THRESHOLD: usize = 10_000;
 #[derive(Debug, Default)]
 struct Entries {
     map: HashMap<EventId, Entry>,
+    /// Aliases: the key each belongs to, and when it expires (epoch seconds).
+    aliases: HashMap<EventId, (EventId, u64)>,
     /// Size at which the next claim sweeps (0 until the first claim sets it).
     sweep_at: usize,
 }
@@ -68,21 +73,28 @@ impl MemoryLedger {
     }
 }
 
-fn record(journal: &mut Journal, settled: Option<&Settled>) {
-    match settled {
-        Some(Settled::Done { step, result, op }) => {
-            journal.insert(
-                *step,
-                StepRecord::Done {
-                    result: result.clone(),
-                    op: op.clone(),
-                },
-            );
+fn record(entry: &mut Entry, settled: &[Settled]) {
+    // Any write of the claimant ends the began windows: what they stood for is recorded now.
+    entry.began.clear();
+    let journal = &mut entry.journal;
+    for fate in settled {
+        match fate {
+            Settled::Done { step, result, op } => {
+                journal.insert(
+                    *step,
+                    StepRecord::Done {
+                        result: result.clone(),
+                        op: op.clone(),
+                    },
+                );
+            }
+            Settled::NotDone { step } => {
+                journal.remove(step);
+            }
+            Settled::Unknown { step, intent } => {
+                journal.insert(*step, intent.clone());
+            }
         }
-        Some(Settled::NotDone { step }) => {
-            journal.remove(step);
-        }
-        None => {}
     }
 }
 
@@ -94,17 +106,26 @@ impl Ledger for MemoryLedger {
         if entries.map.len() >= entries.sweep_at.max(SWEEP_THRESHOLD) {
             let now_s = request.now_ms / 1000;
             entries.map.retain(|_, e| e.expires_at_s > now_s);
+            entries
+                .aliases
+                .retain(|_, (_, expires_at_s)| *expires_at_s > now_s);
             entries.sweep_at = (entries.map.len() * 2).max(SWEEP_THRESHOLD);
         }
         let entries = &mut entries.map;
         let mut attempts = 0;
         let mut journal = Journal::new();
+        let mut began = Vec::new();
+        let window = BeganWindow {
+            at_ms: request.now_ms,
+            lease_until_ms: request.lease_until_ms,
+        };
         if let Some(existing) = entries.get(request.event_id) {
             if existing.owner == *request.owner && existing.status == Status::InProgress {
-                // This request's own claim, already applied.
+                // This request's own claim, already applied (its window is the last).
+                let earlier = &existing.began[..existing.began.len().saturating_sub(1)];
                 return Ok(Claim::Acquired {
                     attempt: existing.attempts,
-                    journal: existing.journal.clone(),
+                    journal: with_began(existing.journal.clone(), earlier),
                 });
             }
             match existing_blocks_claim(
@@ -125,11 +146,15 @@ impl Ledger for MemoryLedger {
                 }
                 None => {}
             }
-            // As in DynamoDB's `if_not_exists(attempts, 0) + 1`: the count and the journal go on.
+            // As in DynamoDB's `if_not_exists(attempts, 0) + 1`: the count, the journal and
+            // the began windows go on.
             attempts = existing.attempts;
             journal = existing.journal.clone();
+            began = existing.began.clone();
         }
         let attempt = attempts + 1;
+        let seen = with_began(journal.clone(), &began);
+        began.push(window);
         entries.insert(
             request.event_id.clone(),
             Entry {
@@ -138,34 +163,31 @@ impl Ledger for MemoryLedger {
                 lease_until_ms: request.lease_until_ms,
                 expires_at_s: request.expires_at_s,
                 attempts: attempt,
-                journal: journal.clone(),
+                journal,
+                began,
                 error: None,
                 retryable: false,
             },
         );
-        Ok(Claim::Acquired { attempt, journal })
+        Ok(Claim::Acquired {
+            attempt,
+            journal: seen,
+        })
     }
 
     async fn begin_step(
         &self,
         held: Held<'_>,
         step: u32,
-        attempt: u32,
-        op: Option<&str>,
-        settled: Option<&Settled>,
+        intent: &StepRecord,
+        settled: &[Settled],
         _now_ms: u64,
     ) -> Result<(), LedgerError> {
         let mut entries = self.entries.lock().expect("ledger lock");
         match entries.map.get_mut(held.event_id) {
             Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
-                record(&mut entry.journal, settled);
-                entry.journal.insert(
-                    step,
-                    StepRecord::Intent {
-                        attempt,
-                        op: op.map(str::to_string),
-                    },
-                );
+                record(entry, settled);
+                entry.journal.insert(step, intent.clone());
                 Ok(())
             }
             _ => Err(LedgerError::NotOwner {
@@ -174,17 +196,36 @@ impl Ledger for MemoryLedger {
         }
     }
 
+    async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
+        let mut entries = self.entries.lock().expect("ledger lock");
+        let now_s = request.now_ms / 1000;
+        match entries.aliases.get(request.alias) {
+            Some((of, expires_at_s)) if *expires_at_s > now_s && of != request.of => {
+                Ok(Alias::CopyOf {
+                    key: of.to_string(),
+                })
+            }
+            _ => {
+                entries.aliases.insert(
+                    request.alias.clone(),
+                    (request.of.clone(), request.expires_at_s),
+                );
+                Ok(Alias::Ours)
+            }
+        }
+    }
+
     async fn finish(
         &self,
         held: Held<'_>,
         to: &Finish,
-        settled: Option<&Settled>,
+        settled: &[Settled],
         _now_ms: u64,
     ) -> Result<(), LedgerError> {
         let mut entries = self.entries.lock().expect("ledger lock");
         match entries.map.get_mut(held.event_id) {
             Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
-                record(&mut entry.journal, settled);
+                record(entry, settled);
                 entry.status = to.status();
                 if let Finish::Failed { error, retryable } = to {
                     entry.error = Some(error.clone());
@@ -262,11 +303,18 @@ mod tests {
         let ledger = MemoryLedger::new();
         let (e, a, b) = (id("Ev1"), OwnerToken::random(), OwnerToken::random());
         ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+        // A wrote nothing after its claim: it may have made step 1 in its window.
         assert_eq!(
             ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap(),
             Claim::Acquired {
                 attempt: 2,
-                journal: Journal::new()
+                journal: Journal::from([(
+                    1,
+                    StepRecord::Began {
+                        at_ms: NOW,
+                        lease_until_ms: NOW + LEASE
+                    }
+                )])
             }
         );
         assert!(matches!(
@@ -350,6 +398,26 @@ mod tests {
             1,
             "step 2 certainly not done: its intent is gone"
         );
+    }
+
+    #[tokio::test]
+    async fn began_windows_stand_for_the_first_step_until_the_claimant_writes() {
+        let (ledger, e) = (MemoryLedger::new(), id("Ev1"));
+        contract::began_windows_stand_for_the_first_step_until_the_claimant_writes(&ledger, &e)
+            .await;
+        assert_eq!(ledger.journal(&e).unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_alias_belongs_to_the_first_message_that_writes_it() {
+        let ledger = MemoryLedger::new();
+        contract::an_alias_belongs_to_the_first_message_that_writes_it(
+            &ledger,
+            &id("cmid-T1-X"),
+            &id("msg-T1-C1-1"),
+            &id("msg-T1-C1-2"),
+        )
+        .await;
     }
 
     #[tokio::test]

@@ -10,7 +10,13 @@
 //! - a write whose answer was lost and that the SDK sent again is recognised by its owner token:
 //!   a claim that finds its own claim is acquired, a finish that finds itself applied succeeded;
 //! - the journal (one record per Slack write of the claim, numbered from 1) survives takeovers,
-//!   so a later claim knows which writes were done and which may have been attempted.
+//!   so a later claim knows which writes were done and which may have been attempted;
+//! - the claim itself stands for the intent of the claimant's first new step: it records that
+//!   its claimant may make the lowest-numbered step absent from the journal (its *began*
+//!   window), so the first Slack write of a claim needs no ledger write of its own; the
+//!   claimant's next write (an intent, a finish) ends that record, so a claim that wrote
+//!   nothing to Slack and said so leaves no doubt behind. A claim that finds such records of
+//!   earlier claims sees them in its journal as [`StepRecord::Began`] at that step.
 
 #[doc(hidden)]
 pub mod contract;
@@ -78,17 +84,208 @@ pub struct Held<'a> {
 }
 
 /// What the ledger knows of one Slack write of an event (a numbered step of its claims).
+///
+/// A record holds what a later claim needs to replay or settle the step, and nothing more (an
+/// item is billed one write unit per KB on every write): the step's identity (`op`: the Web API
+/// method and a short hash of its target, see [`step_op`]), and for an intent the window in
+/// which its call could have reached Slack; for a done step the ids the call returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepRecord {
-    /// The claim numbered `attempt` was about to make the call `op` (the Web API method):
-    /// whether it reached Slack is unknown until someone looks.
-    Intent { attempt: u32, op: Option<String> },
-    /// The call `op` took effect; its result as JSON text (for a post, `{"ts": …}`).
+    /// The claim numbered `attempt` was about to make the call `op`, at `at_ms`, its lease
+    /// ending at `lease_until_ms` (epoch ms): whether it reached Slack is unknown until someone
+    /// looks, and a look-up need search only that window. Records of versions before this one
+    /// carry neither time.
+    Intent {
+        attempt: u32,
+        op: Option<String>,
+        at_ms: Option<u64>,
+        lease_until_ms: Option<u64>,
+    },
+    /// The call `op` took effect; what a replay returns as JSON text (for a post,
+    /// `{"channel": …, "ts": …}`).
     Done { result: String, op: Option<String> },
+    /// Never stored as a step: earlier claims that may have made this step (the lowest absent
+    /// from the journal) without an intent of its own, their claim standing for it; the window
+    /// spans their claims' times and lease ends.
+    Began { at_ms: u64, lease_until_ms: u64 },
+}
+
+/// The window of one claim that may have begun the lowest step absent from the journal:
+/// when it claimed, and when its lease ended (epoch ms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BeganWindow {
+    pub at_ms: u64,
+    pub lease_until_ms: u64,
+}
+
+impl BeganWindow {
+    /// As stored: `"AT_MS LEASE_UNTIL_MS"`.
+    pub fn encode(&self) -> String {
+        format!("{} {}", self.at_ms, self.lease_until_ms)
+    }
+
+    pub fn decode(text: &str) -> Option<Self> {
+        let (at, until) = text.split_once(' ')?;
+        Some(Self {
+            at_ms: at.parse().ok()?,
+            lease_until_ms: until.parse().ok()?,
+        })
+    }
+}
+
+/// The lowest step number with no record in `journal` (the step a claim's began window
+/// stands for).
+pub fn first_absent_step(journal: &Journal) -> u32 {
+    (1..)
+        .find(|n| {
+            !matches!(
+                journal.get(n),
+                Some(StepRecord::Intent { .. } | StepRecord::Done { .. })
+            )
+        })
+        .expect("a journal has fewer than u32::MAX steps")
+}
+
+/// `journal` as a claim sees it: with the began windows of earlier claims (if any) as one
+/// [`StepRecord::Began`] spanning them, at the lowest absent step.
+pub fn with_began(mut journal: Journal, earlier: &[BeganWindow]) -> Journal {
+    if let (Some(at_ms), Some(lease_until_ms)) = (
+        earlier.iter().map(|w| w.at_ms).min(),
+        earlier.iter().map(|w| w.lease_until_ms).max(),
+    ) {
+        let step = first_absent_step(&journal);
+        journal.insert(
+            step,
+            StepRecord::Began {
+                at_ms,
+                lease_until_ms,
+            },
+        );
+    }
+    journal
+}
+
+impl StepRecord {
+    /// The record as the DynamoDB ledger stores it: one short string,
+    /// `i ATTEMPT AT_MS LEASE_UNTIL_MS OP` or `d OP RESULT` (`-` for what is unknown).
+    pub fn encode(&self) -> String {
+        let op = |op: &Option<String>| op.clone().unwrap_or_else(|| "-".into());
+        let time = |t: &Option<u64>| t.map_or_else(|| "-".into(), |t| t.to_string());
+        match self {
+            StepRecord::Intent {
+                attempt,
+                op: o,
+                at_ms,
+                lease_until_ms,
+            } => format!(
+                "i {attempt} {} {} {}",
+                time(at_ms),
+                time(lease_until_ms),
+                op(o)
+            ),
+            StepRecord::Done { result, op: o } => format!("d {} {result}", op(o)),
+            StepRecord::Began {
+                at_ms,
+                lease_until_ms,
+            } => format!("b {at_ms} {lease_until_ms}"),
+        }
+    }
+
+    /// Reads [`StepRecord::encode`]'s form. Anything else is `None` (the caller reads it as an
+    /// intent of an unknown attempt: the safe reading, someone looks before writing again).
+    pub fn decode(text: &str) -> Option<Self> {
+        let known = |t: &str| (t != "-").then(|| t.to_string());
+        let (kind, rest) = text.split_once(' ')?;
+        match kind {
+            "i" => {
+                let mut parts = rest.splitn(4, ' ');
+                let attempt = parts.next()?.parse().ok()?;
+                let at_ms = known(parts.next()?).and_then(|t| t.parse().ok());
+                let lease_until_ms = known(parts.next()?).and_then(|t| t.parse().ok());
+                let op = known(parts.next()?);
+                Some(StepRecord::Intent {
+                    attempt,
+                    op,
+                    at_ms,
+                    lease_until_ms,
+                })
+            }
+            "d" => {
+                let (op, result) = rest.split_once(' ')?;
+                Some(StepRecord::Done {
+                    result: result.to_string(),
+                    op: known(op),
+                })
+            }
+            "b" => {
+                let window = BeganWindow::decode(rest)?;
+                Some(StepRecord::Began {
+                    at_ms: window.at_ms,
+                    lease_until_ms: window.lease_until_ms,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The step's identity, if recorded.
+    pub fn op(&self) -> Option<&str> {
+        match self {
+            StepRecord::Intent { op, .. } | StepRecord::Done { op, .. } => op.as_deref(),
+            StepRecord::Began { .. } => None,
+        }
+    }
+}
+
+/// A step's identity: its Web API `method` and a short hash of the conversation and message it
+/// writes to (`channel`, and the thread or message `target`), so a replay that writes somewhere
+/// else is told apart from the first run: `chat.postMessage#1a2b3c4d`.
+pub fn step_op(method: &str, channel: &str, target: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(method)
+        .chain_update([0])
+        .chain_update(channel)
+        .chain_update([0])
+        .chain_update(target)
+        .finalize();
+    format!("{method}#{}", hex::encode(&digest[..4]))
+}
+
+/// Whether `recorded` (a step's stored identity) is the same step as `now`. A record of a
+/// version before the identity hash names its method alone: then only the method is compared.
+pub fn same_step(recorded: &str, now: &str) -> bool {
+    if recorded.contains('#') {
+        recorded == now
+    } else {
+        now.split('#').next() == Some(recorded)
+    }
 }
 
 /// The steps of an event, by number (1, 2, …).
 pub type Journal = BTreeMap<u32, StepRecord>;
+
+/// An alias of a claim's key (a message's `client_msg_id`), and the key it belongs to.
+#[derive(Clone, Copy, Debug)]
+pub struct AliasRequest<'a> {
+    pub alias: &'a EventId,
+    /// The claim's key: the message this alias is an identity of.
+    pub of: &'a EventId,
+    pub now_ms: u64,
+    pub expires_at_s: u64,
+}
+
+/// What an alias write found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Alias {
+    /// The alias is this key's (written now, or before by a copy of the same message).
+    Ours,
+    /// The alias belongs to another key: this is a copy of that message, under another `ts`.
+    CopyOf { key: String },
+    /// An alias written as a claim by a version before aliases were pointers, still live:
+    /// answered as a live claim (a non-2xx; the next delivery tries again).
+    Busy { lease_until_ms: u64 },
+}
 
 /// What a claim found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +314,9 @@ pub enum Settled {
     },
     /// The call certainly did not take effect: its intent is removed, so no later claim looks.
     NotDone { step: u32 },
+    /// The call was made without an intent of its own (the claim stood for it) and its fate
+    /// is unknown: `intent` is recorded, so a later claim looks.
+    Unknown { step: u32, intent: StepRecord },
 }
 
 /// How a claim ends.
@@ -153,6 +353,10 @@ pub enum LedgerError {
     /// The ledger could not be reached or refused the request (throttling, timeout, network).
     #[error("the ledger is unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The write would make the event's item larger than the ledger holds (DynamoDB's 400 KB):
+    /// no retry can fix it.
+    #[error("the event's ledger item would be larger than the ledger allows")]
+    ItemTooLarge(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// The ledger seam: the in-memory and DynamoDB implementations share these semantics.
@@ -162,18 +366,22 @@ pub trait Ledger: Send + Sync + 'static {
     /// claim found is this request's own (a claim sent again after its answer was lost).
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError>;
 
-    /// Records that step `step` of the claim is about to call Slack's method `op`, and
-    /// `settled` (the previous step's fate) with it. Refused (`NotOwner`) when the claim is no
-    /// longer held: then the call must not be made.
+    /// Records `intent` (a [`StepRecord::Intent`]) as step `step` of the claim, and `settled`
+    /// (earlier steps' fates) with it. Refused (`NotOwner`) when the claim is no longer held:
+    /// then the call must not be made.
     async fn begin_step(
         &self,
         held: Held<'_>,
         step: u32,
-        attempt: u32,
-        op: Option<&str>,
-        settled: Option<&Settled>,
+        intent: &StepRecord,
+        settled: &[Settled],
         now_ms: u64,
     ) -> Result<(), LedgerError>;
+
+    /// Writes `request.alias` as an identity of `request.of`, unless it already belongs to
+    /// another key (then this is a copy of that message). An alias past its TTL counts as
+    /// absent. Sent again after its answer was lost, it finds itself written: `Ours`.
+    async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError>;
 
     /// Ends the owner's claim, recording `settled` with it. Sent again after its answer was
     /// lost, a finish that finds itself applied succeeds.
@@ -181,7 +389,7 @@ pub trait Ledger: Send + Sync + 'static {
         &self,
         held: Held<'_>,
         to: &Finish,
-        settled: Option<&Settled>,
+        settled: &[Settled],
         now_ms: u64,
     ) -> Result<(), LedgerError>;
 
@@ -192,7 +400,7 @@ pub trait Ledger: Send + Sync + 'static {
         owner: &OwnerToken,
         now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.finish(Held { event_id, owner }, &Finish::Done, None, now_ms)
+        self.finish(Held { event_id, owner }, &Finish::Done, &[], now_ms)
             .await
     }
 
@@ -203,7 +411,7 @@ pub trait Ledger: Send + Sync + 'static {
         owner: &OwnerToken,
         now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.finish(Held { event_id, owner }, &Finish::Released, None, now_ms)
+        self.finish(Held { event_id, owner }, &Finish::Released, &[], now_ms)
             .await
     }
 }
@@ -330,6 +538,51 @@ mod tests {
             existing_blocks_claim(Status::Failed, 0, 2_000, now, true),
             None
         );
+    }
+
+    #[test]
+    fn a_step_record_is_one_short_string_and_reads_back() {
+        let intent = StepRecord::Intent {
+            attempt: 2,
+            op: Some(step_op("chat.postMessage", "C1", "1.5")),
+            at_ms: Some(1_700_000_000_123),
+            lease_until_ms: Some(1_700_000_010_000),
+        };
+        let text = intent.encode();
+        assert!(
+            text.starts_with("i 2 1700000000123 1700000010000 chat.postMessage#"),
+            "{text}"
+        );
+        assert_eq!(StepRecord::decode(&text), Some(intent));
+        let done = StepRecord::Done {
+            result: r#"{"channel":"C1","ts":"1.6 x"}"#.into(),
+            op: Some("chat.update#01020304".into()),
+        };
+        assert_eq!(StepRecord::decode(&done.encode()), Some(done));
+        let unknown = StepRecord::Intent {
+            attempt: 1,
+            op: None,
+            at_ms: None,
+            lease_until_ms: None,
+        };
+        assert_eq!(unknown.encode(), "i 1 - - -");
+        assert_eq!(StepRecord::decode("i 1 - - -"), Some(unknown));
+        for bad in ["", "x", "i", "i two - - -", "d", "q 1 2 3 4"] {
+            assert_eq!(StepRecord::decode(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_step_is_the_same_only_with_the_same_method_channel_and_thread() {
+        let op = step_op("chat.postMessage", "C1", "1.5");
+        assert_eq!(op, step_op("chat.postMessage", "C1", "1.5"));
+        assert!(same_step(&op, &step_op("chat.postMessage", "C1", "1.5")));
+        assert!(!same_step(&op, &step_op("chat.postMessage", "C2", "1.5")));
+        assert!(!same_step(&op, &step_op("chat.postMessage", "C1", "1.6")));
+        assert!(!same_step(&op, &step_op("chat.update", "C1", "1.5")));
+        // A record of a version before the hash: the method alone.
+        assert!(same_step("chat.postMessage", &op));
+        assert!(!same_step("chat.update", &op));
     }
 
     #[test]

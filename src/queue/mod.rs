@@ -20,8 +20,9 @@ pub use sqs::SqsQueue;
 
 /// The format version of [`QueuedEvent`]; a worker refuses a message of another.
 pub const QUEUED_EVENT_VERSION: u32 = 1;
-/// SQS's largest message body (256 KiB).
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+/// SQS's largest message body: 1 MiB since August 2025 (256 KiB before). SQS bills each 64 KiB
+/// of a message as one request; Slack's events are a few KiB.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 /// What the ingress puts on the queue: the verified envelope exactly as Slack sent it, and how
 /// it arrived. The queue is reachable only by the functions' IAM roles, so the worker does not

@@ -82,10 +82,12 @@ impl SqsQueue {
         max_receives: u32,
         visibility: Duration,
     ) -> Result<(String, String), QueueError> {
+        let max_size = MAX_MESSAGE_BYTES.to_string();
         let dlq = client
             .create_queue()
             .queue_name(format!("{name}-dlq"))
             .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
+            .attributes(QueueAttributeName::MaximumMessageSize, &max_size)
             .send()
             .await
             .map_err(unavailable)?;
@@ -115,6 +117,7 @@ impl SqsQueue {
                     QueueAttributeName::VisibilityTimeout,
                     visibility.as_secs().to_string(),
                 ),
+                (QueueAttributeName::MaximumMessageSize, max_size),
             ])))
             .send()
             .await

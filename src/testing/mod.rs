@@ -18,7 +18,9 @@
 //! # }
 //! ```
 
-use std::collections::BTreeSet;
+mod workspace;
+
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -30,6 +32,8 @@ use axum::Router;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
+pub use workspace::{micros, Identity, Workspace, OTHER_APP, PAGE_CAP};
+
 use crate::app::App;
 use crate::config::{Config, Secret};
 use crate::ledger::MemoryLedger;
@@ -37,15 +41,19 @@ use crate::Application;
 
 const SECRET: &str = "slack-once-testing-secret";
 
-#[derive(Default)]
+/// The workspace a [`TestBot`] runs in: its team, its app and its bot.
+pub const TEAM: &str = "T0TEST";
+pub const APP_ID: &str = "A0TEST";
+pub const BOT_ID: &str = "B0TEST";
+pub const BOT_USER: &str = "U0BOT";
+
 struct Recorded {
     calls: Vec<(String, Value)>,
-    messages: Vec<Value>,
-    reactions: BTreeSet<(String, String, String)>,
-    next_ts: u64,
+    workspace: Workspace,
 }
 
-/// A stand-in for Slack's Web API on 127.0.0.1, for tests.
+/// A stand-in for Slack's Web API on 127.0.0.1, for tests: one [`Workspace`] served as Slack
+/// serves it.
 #[derive(Clone)]
 pub struct FakeSlack {
     base_url: String,
@@ -53,9 +61,13 @@ pub struct FakeSlack {
 }
 
 impl FakeSlack {
-    /// Starts it on a free port of 127.0.0.1 (it stops with the test's runtime).
-    pub async fn start() -> Self {
-        let state = Arc::new(Mutex::new(Recorded::default()));
+    /// Starts it on a free port of 127.0.0.1 (it stops with the test's runtime), for the app
+    /// `identity` names.
+    pub async fn start_for(identity: Identity) -> Self {
+        let state = Arc::new(Mutex::new(Recorded {
+            calls: Vec::new(),
+            workspace: Workspace::new(identity),
+        }));
         let router = Router::new()
             .route("/api/conversations.replies", get(look_up))
             .route("/api/conversations.history", get(look_up))
@@ -74,6 +86,17 @@ impl FakeSlack {
         }
     }
 
+    /// Starts it for the app a [`TestBot`] is ([`TEAM`], [`APP_ID`], [`BOT_ID`], [`BOT_USER`]).
+    pub async fn start() -> Self {
+        Self::start_for(Identity {
+            team: TEAM.into(),
+            app_id: APP_ID.into(),
+            bot_id: BOT_ID.into(),
+            bot_user: BOT_USER.into(),
+        })
+        .await
+    }
+
     /// The Web API base to give the bot (`SLACK_API_URL`).
     pub fn base_url(&self) -> &str {
         &self.base_url
@@ -84,21 +107,56 @@ impl FakeSlack {
         self.state.lock().expect("lock").calls.clone()
     }
 
-    /// The messages in Slack now (updates applied, deletions removed), each with its `ts`.
+    /// The bot's messages in Slack now (updates applied, deletions removed), each with its
+    /// `ts`, oldest first.
     pub fn messages(&self) -> Vec<Value> {
-        self.state.lock().expect("lock").messages.clone()
+        self.state.lock().expect("lock").workspace.ours()
     }
 
     /// The reactions in place: (channel, ts, name).
     pub fn reactions(&self) -> Vec<(String, String, String)> {
-        self.state
-            .lock()
-            .expect("lock")
-            .reactions
-            .iter()
-            .cloned()
-            .collect()
+        self.state.lock().expect("lock").workspace.reactions()
     }
+
+    /// Works on the workspace directly (add people's messages, another app's, chatter).
+    pub fn with_workspace<T>(&self, f: impl FnOnce(&mut Workspace) -> T) -> T {
+        f(&mut self.state.lock().expect("lock").workspace)
+    }
+}
+
+/// A form body or a query string as a JSON object of strings.
+fn form(text: &str) -> serde_json::Map<String, Value> {
+    text.split('&')
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (percent_decode(k), Value::String(percent_decode(v))))
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or(""),
+                    16,
+                ) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 async fn call(
@@ -106,72 +164,11 @@ async fn call(
     Path(method): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let args: Value = serde_json::from_slice(&body).unwrap_or_else(|_| {
-        // A form: key=value pairs (reads are sent so).
-        let pairs: serde_json::Map<String, Value> = String::from_utf8_lossy(&body)
-            .split('&')
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.to_string(), Value::String(v.replace("%2C", ","))))
-            .collect();
-        Value::Object(pairs)
-    });
+    let args: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::Object(form(&String::from_utf8_lossy(&body))));
     let mut s = state.lock().expect("lock");
     s.calls.push((method.clone(), args.clone()));
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let channel = text(&args["channel"]);
-    let answer = match method.as_str() {
-        "chat.postMessage" => {
-            s.next_ts += 1;
-            let ts = format!("1900000000.{:06}", s.next_ts);
-            let mut message = args.clone();
-            message["ts"] = ts.clone().into();
-            s.messages.push(message);
-            json!({"ok": true, "channel": channel, "ts": ts})
-        }
-        "chat.update" => {
-            let ts = text(&args["ts"]);
-            match s.messages.iter_mut().find(|m| m["ts"] == ts.as_str()) {
-                Some(m) => {
-                    for key in ["text", "blocks", "attachments"] {
-                        if !args[key].is_null() {
-                            m[key] = args[key].clone();
-                        }
-                    }
-                    json!({"ok": true, "channel": channel, "ts": ts})
-                }
-                None => json!({"ok": false, "error": "message_not_found"}),
-            }
-        }
-        "chat.delete" => {
-            let ts = text(&args["ts"]);
-            s.messages.retain(|m| m["ts"] != ts.as_str());
-            json!({"ok": true, "channel": channel, "ts": ts})
-        }
-        "reactions.add" => {
-            let new = (channel, text(&args["timestamp"]), text(&args["name"]));
-            if s.reactions.insert(new) {
-                json!({"ok": true})
-            } else {
-                json!({"ok": false, "error": "already_reacted"})
-            }
-        }
-        "reactions.remove" => {
-            let gone = (channel, text(&args["timestamp"]), text(&args["name"]));
-            if s.reactions.remove(&gone) {
-                json!({"ok": true})
-            } else {
-                json!({"ok": false, "error": "no_reaction"})
-            }
-        }
-        "conversations.open" => {
-            json!({"ok": true, "channel": {"id": format!("D{}", text(&args["users"]).replace(',', ""))}})
-        }
-        "users.info" => {
-            let user = text(&args["user"]);
-            json!({"ok": true, "user": {"id": user, "name": user.to_lowercase()}})
-        }
-        _ => json!({"ok": true}),
-    };
+    let answer = s.workspace.call(&method, &args);
     json_response(answer)
 }
 
@@ -180,24 +177,17 @@ fn json_response(value: Value) -> Response {
 }
 
 async fn look_up(State(state): State<Arc<Mutex<Recorded>>>, uri: http::Uri) -> Response {
-    let query: std::collections::HashMap<String, String> = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+    let query: HashMap<String, String> = form(uri.query().unwrap_or(""))
+        .into_iter()
+        .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
         .collect();
     let s = state.lock().expect("lock");
-    let channel = query.get("channel").cloned().unwrap_or_default();
-    let thread = query.get("ts");
-    let messages: Vec<Value> = s
-        .messages
-        .iter()
-        .filter(|m| m["channel"] == channel.as_str())
-        .filter(|m| thread.is_none_or(|t| m["thread_ts"] == t.as_str()))
-        .cloned()
-        .collect();
-    json_response(json!({"ok": true, "messages": messages, "has_more": false}))
+    let answer = if uri.path().ends_with("conversations.replies") {
+        s.workspace.replies(&query)
+    } else {
+        s.workspace.history(&query)
+    };
+    json_response(answer)
 }
 
 /// An [`App`] under test: in-process, on the in-memory ledger, writing to a [`FakeSlack`].
@@ -239,17 +229,20 @@ impl TestBot {
     pub async fn send(&self, event: Value) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         self.send_envelope(json!({
-            "type": "event_callback", "team_id": "T0TEST", "api_app_id": "A0TEST",
+            "type": "event_callback", "team_id": TEAM, "api_app_id": APP_ID,
             "event_id": format!("EvTest{n:06}"), "event_time": 1_767_225_600,
             "event": event,
-            "authorizations": [{"team_id": "T0TEST", "user_id": "U0BOT", "is_bot": true}]
+            "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": true}]
         }))
         .await
     }
 
     /// Sends a whole envelope (with its own `event_id`: send it twice to play Slack's retry).
+    /// The message it is about is in Slack first, as it would be.
     pub async fn send_envelope(&self, envelope: Value) -> String {
         let body = envelope.to_string();
+        self.slack
+            .with_workspace(|w| w.add_event_message(body.as_bytes()));
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())

@@ -316,6 +316,14 @@ async fn a_message_that_always_fails_is_dead_lettered_failed_and_a_redrive_answe
     );
     assert_eq!(d.slack.posted().len(), 0);
     assert_eq!(d.slack.received().len(), 3, "one post attempt per receive");
+    // What the worker's canary alarm watches: every failed receive, and the dead letter.
+    let lines = metric_lines(&worker.log_after(3).await);
+    assert_eq!(
+        metric_sum(&lines, "WorkerErrors"),
+        3.0,
+        "one per failed receive"
+    );
+    assert_eq!(metric_sum(&lines, "DeadLettered"), 1.0);
 
     // Slack is back; an operator redrives the message.
     d.slack.outage(Duration::ZERO);
@@ -446,4 +454,25 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_between_256_kib_and_1_mib_is_queued_and_answered() {
+    let d = Deferred::start(3).await;
+    let _worker = d.worker(30, 3);
+    let mut body: serde_json::Value =
+        serde_json::from_str(&app_mention("EvLarge", "a long one")).unwrap();
+    // Slack's events are small, but SQS takes 1 MiB since 2025: so does the ingress.
+    body["event"]["attachments"] = serde_json::json!([{"text": "x".repeat(700 * 1024)}]);
+    let body = body.to_string();
+    assert!(body.len() > 700 * 1024);
+    let answer = deliver_as_slack(&HttpClient::default(), &d.ingress.url(), &body).await;
+    assert_eq!(answer.outcome(), "queued", "{}", answer.body);
+    assert!(
+        eventually_async(Duration::from_secs(20), || async {
+            d.status("EvLarge").await.as_deref() == Some("done")
+        })
+        .await
+    );
+    assert_eq!(d.slack.posted().len(), 1);
 }

@@ -8,7 +8,7 @@ use http::StatusCode;
 use slack_once::envelope::EventId;
 use slack_once::ledger::{
     contract::{self, request, LEASE, NOW, TTL_S},
-    Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken,
+    Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken, StepRecord,
 };
 
 use crate::helpers::*;
@@ -112,11 +112,18 @@ async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD4"), OwnerToken::random(), OwnerToken::random());
     ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    // A wrote nothing after its claim: it may have made step 1 in its window.
     assert_eq!(
         ledger.claim(&request(&e, &b, NOW + LEASE)).await.unwrap(),
         Claim::Acquired {
             attempt: 2,
-            journal: Journal::new()
+            journal: Journal::from([(
+                1,
+                StepRecord::Began {
+                    at_ms: NOW,
+                    lease_until_ms: NOW + LEASE
+                }
+            )])
         }
     );
     assert!(matches!(
@@ -263,7 +270,7 @@ async fn two_hundred_concurrent_claims_of_one_event_have_exactly_one_winner() {
 }
 
 #[tokio::test]
-async fn through_the_app_a_first_delivery_costs_three_writes_and_a_duplicate_one() {
+async fn through_the_app_a_first_delivery_costs_two_writes_and_a_duplicate_one() {
     let ledger = ledger().await;
     let app = spawn_app_with(Options {
         ledger: Some(ledger.clone() as Arc<dyn Ledger>),
@@ -275,21 +282,28 @@ async fn through_the_app_a_first_delivery_costs_three_writes_and_a_duplicate_one
     assert_eq!(app.send(&body, None).await.outcome(), "answered");
     assert_eq!(
         ledger.requests_sent() - before,
-        3,
-        "claim + the post's intent + complete (with the post's ts)"
+        2,
+        "the claim (standing for the post's intent) + complete (with the post's ts)"
     );
     let item = ledger
         .get_item(&mention_key("EvD9"))
         .await
         .unwrap()
         .unwrap();
-    let step = item["journal"].as_m().unwrap()["1"].as_m().unwrap();
-    assert_eq!(step["state"].as_s().unwrap(), "done");
+    let step = item["journal"].as_m().unwrap()["1"].as_s().unwrap();
+    let StepRecord::Done { result, op } = StepRecord::decode(step).unwrap() else {
+        panic!("step 1 not done: {step}")
+    };
+    assert!(op.unwrap().starts_with("chat.postMessage#"));
     assert_eq!(
-        step["result"].as_s().unwrap(),
-        &serde_json::json!({"channel": "C0001", "ok": true, "ts": app.slack.posted()[0].ts})
+        result,
+        serde_json::json!({"channel": "C0001", "ok": true, "ts": app.slack.posted()[0].ts})
             .to_string(),
-        "the stand-in's answer to chat.postMessage, as journaled"
+        "what a replay needs of the stand-in's answer: the ids"
+    );
+    assert!(
+        !item.contains_key("began"),
+        "the completion ends the claim's window"
     );
     let before = ledger.requests_sent();
     assert_eq!(app.send(&body, Some(1)).await.outcome(), "duplicate");
@@ -360,6 +374,42 @@ async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
         "step 2 certainly not done: its intent is gone"
     );
     assert_eq!(s(&item, "status"), "released");
+}
+
+#[tokio::test]
+async fn a_claim_stands_for_its_first_steps_intent_until_its_claimant_writes() {
+    let (ledger, e) = (ledger().await, id("EvD13"));
+    contract::began_windows_stand_for_the_first_step_until_the_claimant_writes(ledger.as_ref(), &e)
+        .await;
+    let item = ledger.get_item("EvD13").await.unwrap().unwrap();
+    assert!(
+        !item.contains_key("began"),
+        "the claimant's writes end the windows"
+    );
+    assert_eq!(item["journal"].as_m().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn an_alias_is_one_small_item_naming_the_message_it_belongs_to() {
+    let ledger = ledger().await;
+    let (alias, first, second) = (id("cmid-T1-D1"), id("msg-T1-C1-1"), id("msg-T1-C1-2"));
+    contract::an_alias_belongs_to_the_first_message_that_writes_it(
+        ledger.as_ref(),
+        &alias,
+        &first,
+        &second,
+    )
+    .await;
+    let item = ledger.get_item("cmid-T1-D1").await.unwrap().unwrap();
+    assert_eq!(
+        s(&item, "alias_of"),
+        "msg-T1-C1-2",
+        "rewritten past its TTL"
+    );
+    assert!(
+        !item.contains_key("status"),
+        "an alias is no claim: {item:?}"
+    );
 }
 
 #[tokio::test]

@@ -222,11 +222,8 @@ async fn storm_every_event_delivered_four_times_in_random_order_to_random_proces
 #[derive(Clone, Copy, Debug)]
 enum CrashAt {
     BeforeClaim,
+    /// The claim (which stands for the post's intent) is recorded; the post was never sent.
     AfterClaim,
-    /// The post's intent never reached the ledger.
-    BeforeIntent,
-    /// The intent is recorded; the post was never sent.
-    AfterIntent,
     DuringSlackCallUnposted,
     DuringSlackCallPosted,
     AfterPostBeforeCompletion,
@@ -255,8 +252,6 @@ async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
     match at {
         CrashAt::BeforeClaim => proxy.hold_next(LedgerOp::Claim, HoldAt::BeforeForwarding),
         CrashAt::AfterClaim => proxy.hold_next(LedgerOp::Claim, HoldAt::AfterForwarding),
-        CrashAt::BeforeIntent => proxy.hold_next(LedgerOp::Intent, HoldAt::BeforeForwarding),
-        CrashAt::AfterIntent => proxy.hold_next(LedgerOp::Intent, HoldAt::AfterForwarding),
         CrashAt::DuringSlackCallUnposted => slack.script([Behaviour::Hang]),
         CrashAt::DuringSlackCallPosted => slack.script([Behaviour::PostThenHang]),
         CrashAt::AfterPostBeforeCompletion => {
@@ -274,11 +269,9 @@ async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
     };
     // Wait for the crash point, then SIGKILL.
     match at {
-        CrashAt::BeforeClaim
-        | CrashAt::AfterClaim
-        | CrashAt::BeforeIntent
-        | CrashAt::AfterIntent
-        | CrashAt::AfterPostBeforeCompletion => proxy.wait_held().await,
+        CrashAt::BeforeClaim | CrashAt::AfterClaim | CrashAt::AfterPostBeforeCompletion => {
+            proxy.wait_held().await
+        }
         CrashAt::DuringSlackCallUnposted | CrashAt::DuringSlackCallPosted => {
             let deadline = Instant::now() + Duration::from_secs(10);
             while slack.received().is_empty() {
@@ -330,40 +323,46 @@ async fn crash_before_the_claim_is_answered_once_by_the_first_retry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_after_the_claim_is_answered_once_after_the_lease() {
+async fn crash_after_the_claim_is_taken_over_after_the_lease_looking_in_slack_first() {
     let r = crash(CrashAt::AfterClaim, true).await;
+    println!(
+        "crash AfterClaim: replies {}, retries {:?}, look-ups {}",
+        r.replies, r.deliveries.statuses, r.lookups
+    );
     assert_eq!(
         r.deliveries.statuses,
         [409, 200],
         "retry 1 finds the live lease; retry 2 takes over"
     );
     assert_eq!(r.replies, 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_before_the_posts_intent_is_taken_over_without_looking_in_slack() {
-    let r = crash(CrashAt::BeforeIntent, true).await;
-    println!(
-        "crash BeforeIntent: replies {}, retries {:?}, look-ups {}",
-        r.replies, r.deliveries.statuses, r.lookups
-    );
-    assert_eq!(r.deliveries.statuses, [409, 200]);
-    assert_eq!(r.replies, 1);
-    assert_eq!(r.lookups, 0, "no intent recorded: nothing can be in Slack");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_after_the_posts_intent_is_taken_over_after_looking_in_slack() {
-    let r = crash(CrashAt::AfterIntent, true).await;
-    println!(
-        "crash AfterIntent: replies {}, retries {:?}, look-ups {}",
-        r.replies, r.deliveries.statuses, r.lookups
-    );
-    assert_eq!(r.deliveries.statuses, [409, 200]);
-    assert_eq!(r.replies, 1);
     assert_eq!(
         r.lookups, 1,
-        "the intent says a post may have been made: look first"
+        "the claim stands for the post's intent: a post may have been made, look first"
+    );
+}
+
+/// A claim that gave up before its first write (Slack refused at once: a 429 beyond the
+/// deadline) says so with its release: the next delivery posts without looking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_released_before_its_post_is_taken_over_without_looking_in_slack() {
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    slack.script([Behaviour::RateLimited(30)]);
+    let bot = BotProcess::spawn(&bot_vars_leased(&slack, &endpoint, &table));
+    let url = bot.url();
+    let body = app_mention("EvReleasedFirst", "x");
+    let deliveries = scaled_slack().deliver(&body, 0, |_| url.clone()).await;
+    assert_eq!(
+        deliveries.statuses,
+        [502, 200],
+        "the 429 released the claim; retry 1 takes it at once"
+    );
+    assert_eq!(slack.posted().len(), 1);
+    assert_eq!(
+        slack.lookup_queries().len(),
+        0,
+        "the release said nothing was posted: no look-up"
     );
 }
 

@@ -269,52 +269,6 @@ async fn a_look_up_longer_than_the_deadline_allows_is_held_back() {
     assert_eq!(app.slack.posted().len(), 1, "no second answer");
 }
 
-#[tokio::test]
-async fn the_look_up_asks_15_at_a_time_from_the_events_ts_and_follows_the_cursor() {
-    let app = spawn_app().await;
-    // Forty messages in the thread before the reply: it is on the third page of 15.
-    app.slack
-        .add_other_messages("C0001", Some(&ts_of("EvPages")), 40);
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: true,
-    }]);
-    let body = app_mention("EvPages", "x");
-    assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
-    let retry = app.send(&body, Some(1)).await;
-    assert_eq!(retry.outcome(), "recovered", "{}", retry.body);
-    let queries = app.slack.lookup_queries();
-    assert_eq!(queries.len(), 3, "{queries:?}");
-    for (n, q) in queries.iter().enumerate() {
-        assert_eq!(q["limit"], "15");
-        assert_eq!(q["oldest"], ts_of("EvPages"), "bounded by the event's ts");
-        assert_eq!(q["ts"], ts_of("EvPages"), "the reply's thread");
-        assert_eq!(q["include_all_metadata"], "true");
-        assert_eq!(q.contains_key("cursor"), n > 0, "{q:?}");
-    }
-    assert_eq!(app.slack.posted().len(), 1);
-}
-
-#[tokio::test]
-async fn messages_older_than_the_event_are_never_searched() {
-    let app = spawn_app().await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: false,
-    }]);
-    let body = direct_message("EvOldest", "U0001", "ping");
-    assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
-    assert_eq!(app.send(&body, Some(1)).await.outcome(), "answered");
-    let queries = app.slack.lookup_queries();
-    assert_eq!(queries.len(), 1);
-    assert_eq!(queries[0]["oldest"], ts_of("EvOldest"));
-    assert!(
-        !queries[0].contains_key("ts"),
-        "a DM reply is not in a thread"
-    );
-    assert_eq!(app.slack.posted().len(), 1);
-}
-
 // ---------------------------------------------------------------- 3. errors no retry fixes
 
 #[tokio::test]

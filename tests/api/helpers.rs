@@ -66,6 +66,7 @@ pub enum Behaviour {
 #[derive(Clone, Debug)]
 pub struct Post {
     pub authorization: Option<String>,
+    /// The message as Slack holds it (a posted one), or the request's arguments (received).
     pub body: serde_json::Value,
     /// The `ts` Slack gave the message (empty until posted).
     pub ts: String,
@@ -80,12 +81,44 @@ pub enum LookupBehaviour {
     Error(&'static str),
 }
 
-/// Most messages a look-up page returns, whatever `limit` asks (Slack's cap for new
-/// non-Marketplace apps since 2025-05-29).
-pub const LOOKUP_PAGE_CAP: usize = 15;
+/// The app the tests' events are for (their `api_app_id`, team and bot user).
+pub const APP_ID: &str = "A0001";
+pub const TEAM: &str = "T0001";
+pub const BOT_ID: &str = "B0001";
 
-#[derive(Default)]
+/// The messages the tests' events are about, by channel: every stand-in's conversations hold
+/// them, as Slack's do (the message an event is about exists in its conversation).
+static EVENT_MESSAGES: Mutex<Option<HashMap<String, Vec<serde_json::Value>>>> = Mutex::new(None);
+
+/// Records the message a signed event body is about (see [`EVENT_MESSAGES`]), when a person
+/// posted it (the tests' bots' messages are the stand-ins' own).
+pub fn register_event_message(body: &[u8]) {
+    let by_a_bot = serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| !v["event"]["bot_id"].is_null() || !v["event"]["app_id"].is_null());
+    if by_a_bot {
+        return;
+    }
+    let mut scratch = slack_once::testing::Workspace::new(identity());
+    scratch.add_event_message(body);
+    let mut all = EVENT_MESSAGES.lock().unwrap();
+    let all = all.get_or_insert_with(HashMap::new);
+    for message in scratch.messages() {
+        let channel = message["channel"].as_str().unwrap_or_default().to_string();
+        all.entry(channel).or_default().push(message.clone());
+    }
+}
+
+fn identity() -> slack_once::testing::Identity {
+    slack_once::testing::Identity {
+        team: TEAM.into(),
+        app_id: APP_ID.into(),
+        bot_id: BOT_ID.into(),
+        bot_user: BOT_USER.into(),
+    }
+}
+
 struct StandinState {
+    workspace: slack_once::testing::Workspace,
     /// When set, a request with another bearer token gets `ok:false, invalid_auth`.
     required_token: Option<String>,
     script: VecDeque<Behaviour>,
@@ -94,27 +127,43 @@ struct StandinState {
     lookup_script: VecDeque<LookupBehaviour>,
     /// When set, conversations.replies / conversations.history answer `ok:false` with it.
     lookup_error: Option<&'static str>,
+    /// At most this many look-ups a minute per method (Slack's 1 a minute for new commercially
+    /// distributed apps since 2025): more answer 429 with the seconds left in `Retry-After`.
+    lookups_per_minute: Option<usize>,
+    lookup_times: HashMap<String, Vec<tokio::time::Instant>>,
     lookups: usize,
     /// The query of every look-up request, answered or not.
     lookup_queries: Vec<HashMap<String, String>>,
-    /// Messages of other people in the conversations, to make the look-up page.
-    others: Vec<Post>,
-    /// Every request received, in order.
+    /// Every post request received, in order.
     received: Vec<Post>,
-    /// The messages actually posted (what a Slack user would see; updates applied, deletions
-    /// removed).
-    posted: Vec<Post>,
+    /// The bearer token each message was posted with, by `ts`.
+    posted_with: HashMap<String, Option<String>>,
     /// Every other write method called: (method, arguments), in order.
     calls: Vec<(String, serde_json::Value)>,
     /// Behaviours for the next calls of other methods, by method.
     method_script: HashMap<String, VecDeque<Behaviour>>,
-    /// The reactions in place: (channel, ts, name).
-    reactions: std::collections::BTreeSet<(String, String, String)>,
-    /// Ephemeral messages (never in any look-up).
-    ephemerals: Vec<serde_json::Value>,
 }
 
-/// A real HTTP server on 127.0.0.1 standing in for `https://slack.com/api`.
+impl StandinState {
+    /// The event messages of `channel` are in the conversation (see [`EVENT_MESSAGES`]).
+    fn sync(&mut self, channel: &str) {
+        let all = EVENT_MESSAGES.lock().unwrap();
+        if let Some(messages) = all.as_ref().and_then(|a| a.get(channel)) {
+            for m in messages {
+                self.workspace.add_message(m.clone());
+            }
+        }
+    }
+
+    fn refused(&self, authorization: Option<&String>) -> bool {
+        self.required_token
+            .as_ref()
+            .is_some_and(|t| authorization != Some(t))
+    }
+}
+
+/// A real HTTP server on 127.0.0.1 standing in for `https://slack.com/api`, serving a
+/// [`slack_once::testing::Workspace`] as Slack does, with faults to script.
 pub struct SlackStandin {
     pub base_url: String,
     state: Arc<Mutex<StandinState>>,
@@ -123,7 +172,22 @@ pub struct SlackStandin {
 
 impl SlackStandin {
     pub async fn start() -> Self {
-        let state = Arc::new(Mutex::new(StandinState::default()));
+        let state = Arc::new(Mutex::new(StandinState {
+            workspace: slack_once::testing::Workspace::new(identity()),
+            required_token: None,
+            script: VecDeque::new(),
+            outage_until: None,
+            lookup_script: VecDeque::new(),
+            lookup_error: None,
+            lookups_per_minute: None,
+            lookup_times: HashMap::new(),
+            lookups: 0,
+            lookup_queries: Vec::new(),
+            received: Vec::new(),
+            posted_with: HashMap::new(),
+            calls: Vec::new(),
+            method_script: HashMap::new(),
+        }));
         let app = Router::new()
             .route("/api/chat.postMessage", post(post_message))
             .route("/api/{method}", post(other_method))
@@ -168,17 +232,11 @@ impl SlackStandin {
 
     /// The reactions in place: (channel, ts, name).
     pub fn reactions(&self) -> Vec<(String, String, String)> {
-        self.state
-            .lock()
-            .unwrap()
-            .reactions
-            .iter()
-            .cloned()
-            .collect()
+        self.state.lock().unwrap().workspace.reactions()
     }
 
     pub fn ephemerals(&self) -> Vec<serde_json::Value> {
-        self.state.lock().unwrap().ephemerals.clone()
+        self.state.lock().unwrap().workspace.ephemerals().to_vec()
     }
 
     /// Queues behaviours for the next posts; after the queue, every post succeeds.
@@ -201,6 +259,12 @@ impl SlackStandin {
         self.state.lock().unwrap().lookup_script.extend(behaviours);
     }
 
+    /// Slack's 2025 limits for commercially distributed apps outside the Marketplace: `n`
+    /// look-ups a minute per method (15 messages a page always).
+    pub fn limit_lookups_per_minute(&self, n: usize) {
+        self.state.lock().unwrap().lookups_per_minute = Some(n);
+    }
+
     /// How many conversations.replies / .history calls were answered.
     pub fn lookups(&self) -> usize {
         self.state.lock().unwrap().lookups
@@ -211,22 +275,43 @@ impl SlackStandin {
         self.state.lock().unwrap().lookup_queries.clone()
     }
 
-    /// Adds `count` messages of other people to `channel` (in the thread `thread_ts`), newer
-    /// than every event of the tests, so that a look-up has pages to turn.
+    /// Adds `count` messages of people to `channel` (in the thread `thread_ts`), newer than
+    /// everything, so that a look-up has pages to turn.
     pub fn add_other_messages(&self, channel: &str, thread_ts: Option<&str>, count: usize) {
         let mut s = self.state.lock().unwrap();
-        for _ in 0..count {
-            let n = s.posted.len() + s.others.len() + 1;
-            s.others.push(Post {
-                authorization: None,
-                body: serde_json::json!({"channel": channel, "thread_ts": thread_ts, "text": "chatter"}),
-                ts: format!("1800000000.{n:06}"),
-            });
-        }
+        s.sync(channel);
+        s.workspace.add_chatter(channel, thread_ts, count);
     }
 
+    /// Adds a message of another app carrying `metadata` (see
+    /// [`slack_once::testing::Workspace::add_foreign`]); returns its `ts`.
+    pub fn add_foreign_message(
+        &self,
+        channel: &str,
+        thread_ts: Option<&str>,
+        metadata: serde_json::Value,
+    ) -> String {
+        let mut s = self.state.lock().unwrap();
+        s.sync(channel);
+        s.workspace.add_foreign(channel, thread_ts, metadata)
+    }
+
+    /// This app's messages in Slack (what a user sees of the bot: updates applied, deletions
+    /// removed), oldest first.
     pub fn posted(&self) -> Vec<Post> {
-        self.state.lock().unwrap().posted.clone()
+        let s = self.state.lock().unwrap();
+        s.workspace
+            .ours()
+            .into_iter()
+            .map(|m| {
+                let ts = m["ts"].as_str().unwrap_or_default().to_string();
+                Post {
+                    authorization: s.posted_with.get(&ts).cloned().flatten(),
+                    body: m,
+                    ts,
+                }
+            })
+            .collect()
     }
 
     pub fn received(&self) -> Vec<Post> {
@@ -247,26 +332,28 @@ impl SlackStandin {
     }
 }
 
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
 async fn post_message(
     State(state): State<Arc<Mutex<StandinState>>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let post = Post {
-        authorization: headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
-        ts: String::new(),
-    };
+    let args = arguments(&headers, &body);
+    let authorization = bearer(&headers);
     let behaviour = {
         let mut s = state.lock().unwrap();
-        s.received.push(post.clone());
-        if s.required_token
-            .as_ref()
-            .is_some_and(|t| post.authorization.as_ref() != Some(t))
-        {
+        s.received.push(Post {
+            authorization: authorization.clone(),
+            body: args.clone(),
+            ts: String::new(),
+        });
+        if s.refused(authorization.as_ref()) {
             return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
         }
         match s.outage_until {
@@ -274,7 +361,16 @@ async fn post_message(
             _ => s.script.pop_front().unwrap_or(Behaviour::Ok),
         }
     };
-    scripted(behaviour, move || ok_posted(&state, post)).await
+    scripted(behaviour, move || {
+        let mut s = state.lock().unwrap();
+        s.sync(args["channel"].as_str().unwrap_or_default());
+        let answer = s.workspace.call("chat.postMessage", &args);
+        if let Some(ts) = answer["ts"].as_str() {
+            s.posted_with.insert(ts.to_string(), authorization);
+        }
+        json_response(answer)
+    })
+    .await
 }
 
 /// The arguments of a Web API request: a JSON body, or a form (as a JSON object of strings).
@@ -286,12 +382,14 @@ fn arguments(headers: &HeaderMap, body: &[u8]) -> serde_json::Value {
     if json {
         return serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
     }
-    let form: serde_json::Map<String, serde_json::Value> = String::from_utf8_lossy(body)
-        .split('&')
+    serde_json::Value::Object(query_pairs(&String::from_utf8_lossy(body)))
+}
+
+fn query_pairs(text: &str) -> serde_json::Map<String, serde_json::Value> {
+    text.split('&')
         .filter_map(|pair| pair.split_once('='))
         .map(|(k, v)| (percent_decode(k), percent_decode(v).into()))
-        .collect();
-    serde_json::Value::Object(form)
+        .collect()
 }
 
 fn percent_decode(s: &str) -> String {
@@ -319,9 +417,7 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Every other method, as Slack answers it: chat.update and chat.delete act on the posted
-/// messages, reactions.add/remove on the reactions, chat.postEphemeral is kept aside,
-/// conversations.open, users.info and conversations.info answer plausibly.
+/// Every other method, as Slack answers it (see [`slack_once::testing::Workspace::call`]).
 async fn other_method(
     State(state): State<Arc<Mutex<StandinState>>>,
     axum::extract::Path(method): axum::extract::Path<String>,
@@ -329,16 +425,22 @@ async fn other_method(
     body: Bytes,
 ) -> Response {
     let args = arguments(&headers, &body);
+    let authorization = bearer(&headers);
     let behaviour = {
         let mut s = state.lock().unwrap();
         s.calls.push((method.clone(), args.clone()));
+        if s.refused(authorization.as_ref()) {
+            return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
+        }
         s.method_script
             .get_mut(&method)
             .and_then(|q| q.pop_front())
             .unwrap_or(Behaviour::Ok)
     };
     scripted(behaviour, move || {
-        json_response(apply_method(&state, &method, &args))
+        let mut s = state.lock().unwrap();
+        s.sync(args["channel"].as_str().unwrap_or_default());
+        json_response(s.workspace.call(&method, &args))
     })
     .await
 }
@@ -379,101 +481,28 @@ async fn scripted(
     }
 }
 
-fn apply_method(
-    state: &Arc<Mutex<StandinState>>,
-    method: &str,
-    args: &serde_json::Value,
-) -> serde_json::Value {
-    let mut s = state.lock().unwrap();
-    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-    let channel = text(&args["channel"]);
-    match method {
-        "chat.update" => {
-            let ts = text(&args["ts"]);
-            match s
-                .posted
-                .iter_mut()
-                .find(|p| p.ts == ts && p.body["channel"].as_str() == Some(channel.as_str()))
-            {
-                Some(post) => {
-                    for key in ["text", "blocks", "attachments"] {
-                        if !args[key].is_null() {
-                            post.body[key] = args[key].clone();
-                        }
-                    }
-                    serde_json::json!({"ok": true, "channel": channel, "ts": ts})
-                }
-                None => serde_json::json!({"ok": false, "error": "message_not_found"}),
-            }
-        }
-        "chat.delete" => {
-            let ts = text(&args["ts"]);
-            let before = s.posted.len();
-            s.posted.retain(|p| p.ts != ts);
-            if s.posted.len() < before {
-                serde_json::json!({"ok": true, "channel": channel, "ts": ts})
-            } else {
-                serde_json::json!({"ok": false, "error": "message_not_found"})
-            }
-        }
-        "reactions.add" | "reactions.remove" => {
-            let key = (channel, text(&args["timestamp"]), text(&args["name"]));
-            let changed = if method == "reactions.add" {
-                s.reactions.insert(key)
-            } else {
-                s.reactions.remove(&key)
-            };
-            match (changed, method) {
-                (true, _) => serde_json::json!({"ok": true}),
-                (false, "reactions.add") => {
-                    serde_json::json!({"ok": false, "error": "already_reacted"})
-                }
-                (false, _) => serde_json::json!({"ok": false, "error": "no_reaction"}),
-            }
-        }
-        "chat.postEphemeral" => {
-            s.ephemerals.push(args.clone());
-            serde_json::json!({"ok": true, "message_ts": "1800000000.999999"})
-        }
-        "conversations.open" => {
-            let users = text(&args["users"]);
-            serde_json::json!({"ok": true, "channel": {"id": format!("D{}", users.replace(',', ""))}})
-        }
-        "users.info" => {
-            let user = text(&args["user"]);
-            serde_json::json!({"ok": true, "user": {"id": user, "name": format!("name-of-{user}"), "real_name": format!("Real {user}")}})
-        }
-        "conversations.info" => {
-            serde_json::json!({"ok": true, "channel": {"id": channel, "name": "general"}})
-        }
-        _ => serde_json::json!({"ok": true}),
-    }
-}
-
-/// Records the post as a message in the channel and answers as Slack does.
-fn ok_posted(state: &Arc<Mutex<StandinState>>, mut post: Post) -> Response {
-    let mut s = state.lock().unwrap();
-    post.ts = format!("1800000000.{:06}", s.posted.len() + s.others.len() + 1);
-    let ts = post.ts.clone();
-    s.posted.push(post);
-    let channel = s.posted.last().map(|p| p.body["channel"].clone());
-    json_response(serde_json::json!({"ok": true, "channel": channel, "ts": ts}))
-}
-
-/// conversations.replies (with `ts`) and conversations.history, as Slack answers them: the
-/// messages of the channel (and thread) from `oldest` on, with their metadata, at most
-/// `min(limit, 15)` a page, oldest first for replies and newest first for history, the next
-/// page behind `response_metadata.next_cursor`.
-async fn lookup(State(state): State<Arc<Mutex<StandinState>>>, uri: http::Uri) -> Response {
-    let query: HashMap<String, String> = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+/// conversations.replies (with `ts`) and conversations.history, as Slack answers them (see
+/// [`slack_once::testing::Workspace::history`]), with the scripted faults and rate limits.
+async fn lookup(
+    State(state): State<Arc<Mutex<StandinState>>>,
+    headers: HeaderMap,
+    uri: http::Uri,
+) -> Response {
+    let query: HashMap<String, String> = query_pairs(uri.query().unwrap_or(""))
+        .into_iter()
+        .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
         .collect();
+    let method = uri
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
     let mut s = state.lock().unwrap();
     s.lookup_queries.push(query.clone());
+    if s.refused(bearer(&headers).as_ref()) {
+        return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
+    }
     match s.lookup_script.pop_front() {
         Some(LookupBehaviour::RateLimited(secs)) => {
             return (
@@ -491,51 +520,30 @@ async fn lookup(State(state): State<Arc<Mutex<StandinState>>>, uri: http::Uri) -
     if let Some(code) = s.lookup_error {
         return json_response(serde_json::json!({"ok": false, "error": code}));
     }
-    s.lookups += 1;
-    let channel = query.get("channel").map(String::as_str);
-    let thread = query.get("ts").map(String::as_str);
-    let oldest: f64 = query
-        .get("oldest")
-        .and_then(|o| o.parse().ok())
-        .unwrap_or(0.0);
-    let limit = query
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .unwrap_or(100)
-        .clamp(1, LOOKUP_PAGE_CAP);
-    let offset: usize = query
-        .get("cursor")
-        .and_then(|c| c.strip_prefix("page-"))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let mut messages: Vec<&Post> = s
-        .posted
-        .iter()
-        .chain(s.others.iter())
-        .filter(|p| p.body["channel"].as_str() == channel)
-        .filter(|p| thread.is_none() || p.body["thread_ts"].as_str() == thread)
-        .filter(|p| p.ts.parse::<f64>().unwrap_or(0.0) >= oldest)
-        .collect();
-    messages.sort_by(|a, b| a.ts.cmp(&b.ts));
-    if thread.is_none() {
-        messages.reverse();
+    if let Some(per_minute) = s.lookups_per_minute {
+        let now = tokio::time::Instant::now();
+        let times = s.lookup_times.entry(method.clone()).or_default();
+        times.retain(|t| now.duration_since(*t) < Duration::from_secs(60));
+        if times.len() >= per_minute {
+            let wait = Duration::from_secs(60) - now.duration_since(times[0]);
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", wait.as_secs().max(1).to_string())],
+                "",
+            )
+                .into_response();
+        }
+        times.push(now);
     }
-    let page: Vec<serde_json::Value> = messages
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|p| serde_json::json!({"type": "message", "ts": p.ts, "text": p.body["text"], "metadata": p.body["metadata"]}))
-        .collect();
-    let has_more = offset + limit < messages.len();
-    let next_cursor = if has_more {
-        format!("page-{}", offset + limit)
+    s.lookups += 1;
+    let channel = query.get("channel").cloned().unwrap_or_default();
+    s.sync(&channel);
+    let answer = if method == "conversations.replies" {
+        s.workspace.replies(&query)
     } else {
-        String::new()
+        s.workspace.history(&query)
     };
-    json_response(serde_json::json!({
-        "ok": true, "messages": page, "has_more": has_more,
-        "response_metadata": {"next_cursor": next_cursor}
-    }))
+    json_response(answer)
 }
 
 fn json_response(value: serde_json::Value) -> Response {
@@ -551,7 +559,10 @@ pub fn now_unix() -> u64 {
         .as_secs()
 }
 
+/// The headers Slack signs `body` with at `timestamp`. The message the body is about is in
+/// Slack's conversations from then on, as it would be ([`register_event_message`]).
 pub fn signed_headers(secret: &str, timestamp: u64, body: &[u8]) -> Vec<(String, String)> {
+    register_event_message(body);
     vec![
         ("content-type".into(), "application/json".into()),
         ("x-slack-request-timestamp".into(), timestamp.to_string()),
@@ -568,9 +579,10 @@ pub fn ts_of(event_id: &str) -> String {
     let h = event_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
     });
+    // Between 2020 and 2023: an event's message is older than anything the bot posts.
     format!(
         "{}.{:06}",
-        1_700_000_000 + h % 100_000_000,
+        1_600_000_000 + h % 100_000_000,
         (h >> 40) % 1_000_000
     )
 }
@@ -1010,6 +1022,7 @@ impl Drop for BotProcess {
 }
 
 /// Sends `body` signed now to `url`, with `X-Slack-Retry-Num` when `retry` is set.
+/// Delivers `body` to `url` signed now, as Slack would.
 pub async fn deliver(http: &HttpClient, url: &str, body: &str, retry: Option<u32>) -> Answer {
     let mut headers = signed_headers(SECRET, now_unix(), body.as_bytes());
     if let Some(n) = retry {
@@ -1148,6 +1161,8 @@ impl Drop for PrivateDynamoDb {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LedgerOp {
     Claim,
+    /// A message's alias (its `client_msg_id`), written with its claim.
+    Alias,
     /// A step's intent (`begin_step`).
     Intent,
     Complete,
@@ -1168,6 +1183,8 @@ pub enum HoldAt {
     /// DynamoDB applies the write; the client gets a 500 InternalServerError instead of the
     /// answer (the SDK retries it).
     Error500AfterForwarding,
+    /// The request is forwarded after this long (a slow service).
+    DelayForwarding(Duration),
 }
 
 #[derive(Default)]
@@ -1273,6 +1290,9 @@ fn classify(body: &[u8]) -> LedgerOp {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return LedgerOp::Other;
     };
+    if v["ExpressionAttributeValues"][":of"].is_object() {
+        return LedgerOp::Alias;
+    }
     if v["ConditionExpression"]
         .as_str()
         .is_some_and(|c| c.contains("attribute_not_exists"))
@@ -1315,9 +1335,16 @@ async fn proxy_forward(
             _ => None,
         }
     };
-    if hold == Some(HoldAt::BeforeForwarding) {
-        ctx.held.notify_waiters();
-        return std::future::pending().await;
+    match hold {
+        Some(HoldAt::BeforeForwarding) => {
+            ctx.held.notify_waiters();
+            return std::future::pending().await;
+        }
+        Some(HoldAt::DelayForwarding(delay)) => {
+            ctx.held.notify_waiters();
+            tokio::time::sleep(delay).await;
+        }
+        _ => {}
     }
     let uri = format!(
         "{}{}",

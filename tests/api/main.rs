@@ -8,6 +8,7 @@ mod deploy;
 mod dynamo;
 mod faults;
 mod hardening;
+mod hardening2;
 mod helpers;
 mod lambda;
 mod operations;

@@ -144,6 +144,16 @@ struct WithSecrets {
 
 impl WithSecrets {
     async fn start(signing: &str, token: &str) -> Self {
+        Self::start_with(signing, token, "1", &[]).await
+    }
+
+    /// With `SLACK_SECRETS_REFRESH_SECONDS=refresh` and more variables.
+    async fn start_with(
+        signing: &str,
+        token: &str,
+        refresh: &str,
+        more: &[(&'static str, String)],
+    ) -> Self {
         let sqs = sqs_endpoint(); // moto serves Secrets Manager too
         let client = secrets_client(&sqs);
         let name = format!("slack-once/test-{}", uuid::Uuid::new_v4().simple());
@@ -160,9 +170,9 @@ impl WithSecrets {
         let proxy = LedgerProxy::start(&sqs).await;
         let slack = SlackStandin::start().await;
         slack.require_token(token);
-        let bot = BotProcess::spawn(&[
+        let mut vars = vec![
             ("SLACK_SECRETS_ARN", name.clone()),
-            ("SLACK_SECRETS_REFRESH_SECONDS", "1".to_string()),
+            ("SLACK_SECRETS_REFRESH_SECONDS", refresh.to_string()),
             ("AWS_ENDPOINT_URL_SECRETS_MANAGER", proxy.url.clone()),
             ("AWS_REGION", "us-east-1".to_string()),
             ("AWS_ACCESS_KEY_ID", "test".to_string()),
@@ -173,7 +183,9 @@ impl WithSecrets {
             ("SLACK_API_URL", slack.base_url.clone()),
             // The environment's own values are not used when the secret is named.
             ("SLACK_BOT_TOKEN", "xoxb-from-the-environment".to_string()),
-        ]);
+        ];
+        vars.extend(more.iter().cloned());
+        let bot = BotProcess::spawn(&vars);
         Self {
             slack,
             client,
@@ -184,15 +196,23 @@ impl WithSecrets {
     }
 
     async fn rotate(&self, signing: &str, token: &str) {
+        self.put(serde_json::json!({"signing_secret": signing, "bot_token": token}))
+            .await;
+    }
+
+    async fn put(&self, value: serde_json::Value) {
         self.client
             .put_secret_value()
             .secret_id(&self.name)
-            .secret_string(
-                serde_json::json!({"signing_secret": signing, "bot_token": token}).to_string(),
-            )
+            .secret_string(value.to_string())
             .send()
             .await
             .unwrap();
+    }
+
+    /// Reads of the secret after the one at start.
+    fn reads_since_start(&self) -> usize {
+        self.proxy.seen().len() - 1
     }
 
     async fn send_signed(&self, secret: &str, body: &str) -> Answer {
@@ -269,6 +289,245 @@ async fn secrets_rotated_mid_run_are_read_again_and_no_delivery_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_rotated_just_after_the_start_is_read_again_at_once_and_the_event_answered() {
+    // The secret was read a moment ago, well inside the 30 s refresh bound.
+    let s = WithSecrets::start_with("signing", "xoxb-one", "30", &[]).await;
+    s.rotate("signing", "xoxb-two").await;
+    s.slack.require_token("xoxb-two");
+    let answer = s
+        .send_signed("signing", &app_mention("EvRotatedAtStart", "a"))
+        .await;
+    assert_eq!(
+        answer.outcome(),
+        "answered",
+        "{}\n{}",
+        answer.body,
+        s.bot.log()
+    );
+    let posted = s.slack.posted();
+    assert_eq!(posted.len(), 1);
+    assert_eq!(posted[0].authorization.as_deref(), Some("Bearer xoxb-two"));
+    assert_eq!(s.reads_since_start(), 1, "one read, for the refusal");
+    let again = s
+        .send_signed("signing", &app_mention("EvRotatedAtStart", "a"))
+        .await;
+    assert_eq!(again.outcome(), "duplicate");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_refusals_share_one_read_and_every_event_is_answered() {
+    let s = WithSecrets::start_with("signing", "xoxb-one", "30", &[]).await;
+    s.rotate("signing", "xoxb-two").await;
+    s.slack.require_token("xoxb-two");
+    // The read is slow: every delivery meets the refusal while it is under way.
+    s.proxy.hold_next(
+        LedgerOp::Other,
+        HoldAt::DelayForwarding(Duration::from_millis(500)),
+    );
+    let mut tasks = Vec::new();
+    for n in 0..6 {
+        let (url, body) = (
+            s.bot.url(),
+            app_mention(&format!("EvConcurrentRefusal{n}"), "x"),
+        );
+        tasks.push(tokio::spawn(async move {
+            let headers = signed_headers("signing", now_unix(), body.as_bytes());
+            HttpClient::default()
+                .request("POST", &url, &headers, body.into_bytes())
+                .await
+        }));
+    }
+    for t in tasks {
+        let answer = t.await.unwrap();
+        assert_eq!(
+            answer.outcome(),
+            "answered",
+            "{}\n{}",
+            answer.body,
+            s.bot.log()
+        );
+    }
+    assert_eq!(s.slack.posted().len(), 6);
+    assert_eq!(
+        s.reads_since_start(),
+        1,
+        "six refusals, one read of the secret"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_request_first_cannot_spend_or_delay_the_read_a_refused_token_needs() {
+    let s = WithSecrets::start_with("signing", "xoxb-one", "2", &[]).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // A fresh, well-formed signature with a wrong secret: the signature path reads, once.
+    let forged = s
+        .send_signed("forged", &app_mention("EvForgedFirst", "x"))
+        .await;
+    assert_eq!(forged.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(s.reads_since_start(), 1);
+    // Right after it, a token-only rotation: the refused token is read again all the same.
+    s.rotate("signing", "xoxb-two").await;
+    s.slack.require_token("xoxb-two");
+    let answer = s
+        .send_signed("signing", &app_mention("EvAfterForged", "x"))
+        .await;
+    assert_eq!(
+        answer.outcome(),
+        "answered",
+        "{}\n{}",
+        answer.body,
+        s.bot.log()
+    );
+    assert_eq!(s.reads_since_start(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_still_refused_after_a_fresh_read_ends_the_event_failed() {
+    let s = WithSecrets::start_with("signing", "xoxb-revoked", "30", &[]).await;
+    s.slack.require_token("xoxb-never-given");
+    let answer = s
+        .send_signed("signing", &app_mention("EvRevoked", "x"))
+        .await;
+    assert_eq!(
+        (answer.status, answer.outcome().as_str()),
+        (StatusCode::OK, "failed"),
+        "{}",
+        answer.body
+    );
+    assert_eq!(s.reads_since_start(), 1, "refused again after a fresh read");
+    assert!(s.slack.posted().is_empty());
+    let log = s.bot.log_after(1).await;
+    assert!(log.contains("invalid_auth"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_whose_secret_cannot_be_read_releases_the_event_for_a_later_delivery() {
+    let s = WithSecrets::start_with("signing", "xoxb-one", "30", &[]).await;
+    s.slack.require_token("xoxb-two");
+    // The secret cannot be read at the refusal (deleted; it comes back rotated later).
+    s.client
+        .delete_secret()
+        .secret_id(&s.name)
+        .force_delete_without_recovery(true)
+        .send()
+        .await
+        .unwrap();
+    let body = app_mention("EvUnreadable", "x");
+    let answer = s.send_signed("signing", &body).await;
+    assert!(
+        !answer.status.is_success(),
+        "not ended: released for a later delivery: {} {}",
+        answer.status,
+        answer.body
+    );
+    s.client
+        .create_secret()
+        .name(&s.name)
+        .secret_string(
+            serde_json::json!({"signing_secret": "signing", "bot_token": "xoxb-two"}).to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let retry = s.send_signed("signing", &body).await;
+    assert_eq!(
+        retry.outcome(),
+        "answered",
+        "{}\n{}",
+        retry.body,
+        s.bot.log()
+    );
+    assert_eq!(s.slack.posted().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_read_again_without_its_token_keeps_the_cached_values_with_an_error_logged() {
+    let s = WithSecrets::start_with("signing", "xoxb-one", "1", &[]).await;
+    s.put(serde_json::json!({"signing_secret": "signing-two"}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The new signing secret makes the ingress read the secret again: it has lost its token.
+    let refused = s
+        .send_signed("signing-two", &app_mention("EvLostToken1", "x"))
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNAUTHORIZED,
+        "the new values were not taken: {}\n{}",
+        refused.body,
+        s.bot.log()
+    );
+    let answer = s
+        .send_signed("signing", &app_mention("EvLostToken2", "x"))
+        .await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    assert_eq!(
+        s.slack.posted()[0].authorization.as_deref(),
+        Some("Bearer xoxb-one"),
+        "the cached token is still used"
+    );
+    let log = s
+        .bot
+        .log_when(Duration::from_secs(5), |l| l.contains("has no bot_token"))
+        .await;
+    assert!(log.contains("ERROR"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lambda_a_process_that_answers_refuses_to_start_without_a_bot_token_in_its_secret() {
+    let sqs = sqs_endpoint();
+    let client = secrets_client(&sqs);
+    let name = format!("slack-once/no-token-{}", uuid::Uuid::new_v4().simple());
+    client
+        .create_secret()
+        .name(&name)
+        .secret_string(serde_json::json!({"signing_secret": "signing"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let run = |role: &str, queue: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+        command
+            .env_clear()
+            .env("AWS_LAMBDA_RUNTIME_API", closed.to_string())
+            .env("SLACK_ONCE_ROLE", role)
+            .env("SLACK_SECRETS_ARN", &name)
+            .env("AWS_ENDPOINT_URL_SECRETS_MANAGER", &sqs)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("DEDUP_TABLE", "ledger");
+        if let Some(queue) = queue {
+            command.env("WORK_QUEUE_URL", queue);
+        }
+        let out = command.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    for role in ["ingress", "worker"] {
+        let (code, text) = run(role, None);
+        assert_eq!(code, Some(2), "{role}: {text}");
+        assert!(
+            text.contains("bot_token"),
+            "{role}: names the field: {text}"
+        );
+    }
+    // A deferred ingress posts nothing: it needs no token (it then fails to reach the runtime).
+    let (code, text) = run("ingress", Some("https://sqs.us-east-1.amazonaws.com/1/q"));
+    assert_ne!(code, Some(2), "{text}");
+    assert!(!text.contains("bot_token"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_requests_cannot_turn_into_secrets_manager_calls() {
     let s = WithSecrets::start("signing-real", "xoxb-real").await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -281,7 +540,10 @@ async fn forged_requests_cannot_turn_into_secrets_manager_calls() {
         assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
         refused += 1;
     }
-    let reads = s.proxy.seen().len() - 1;
+    // Reads as the process counts them (the SDK may send one read again when moto is slow
+    // under the test suite's load: that is one read, not two).
+    let lines = metric_lines(&s.bot.log_after(refused).await);
+    let reads = metric_sum(&lines, "SecretsRefreshes") as usize;
     println!("{refused} forged requests in 1.9 s caused {reads} reads of the secret");
     assert!(refused > 20);
     assert!(

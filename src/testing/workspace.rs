@@ -1,0 +1,576 @@
+//! A Slack workspace as its Web API shows it, for stand-ins: the conversations and their
+//! messages (people's, this app's, other apps'), reactions and ephemeral messages, and the
+//! answers Slack gives to the methods a bot uses. No HTTP here: [`super::FakeSlack`] and the
+//! integration tests' stand-in serve it.
+//!
+//! Where a bot's correctness depends on Slack, this behaves as Slack does:
+//! - the message an event is about exists in its conversation ([`Workspace::add_message`]);
+//! - every message this app posts carries its `bot_id`, `app_id`, bot user and `bot_profile`,
+//!   and another app's carry that app's ([`Workspace::add_foreign`]), whatever their metadata;
+//! - `ts` come from the clock, strictly increasing;
+//! - `conversations.history` pages top-level messages newest first, `conversations.replies`
+//!   a thread's parent and then its replies oldest first, both within `oldest`/`latest`
+//!   (exclusive, both included with `inclusive`), at most `limit` (capped at 15, Slack's 2025
+//!   cap for commercially distributed apps outside the Marketplace) a page, behind an opaque
+//!   `cursor`, metadata only with `include_all_metadata`;
+//! - a post to a user's id lands in that user's DM with the bot.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::SystemTime;
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+/// Slack's 2025 cap on `limit` for conversations.history / .replies (new commercially
+/// distributed apps outside the Marketplace).
+pub const PAGE_CAP: usize = 15;
+
+/// Who this workspace's app is.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub team: String,
+    pub app_id: String,
+    pub bot_id: String,
+    pub bot_user: String,
+}
+
+/// The app another bot's messages come from (see [`Workspace::add_foreign`]).
+pub const OTHER_APP: &str = "A0999OTHER";
+const OTHER_BOT: &str = "B0999OTHER";
+
+/// One workspace's conversations.
+#[derive(Debug)]
+pub struct Workspace {
+    pub identity: Identity,
+    /// Every message, in the order added.
+    messages: Vec<Value>,
+    reactions: BTreeSet<(String, String, String)>,
+    ephemerals: Vec<Value>,
+    last_micros: u128,
+}
+
+/// A `ts` as microseconds, for ordering (`"1700000000.000100"` → 1700000000000100).
+pub fn micros(ts: &str) -> Option<u128> {
+    let (secs, frac) = ts.split_once('.').unwrap_or((ts, "0"));
+    let frac = format!("{frac:0<6}");
+    Some(secs.parse::<u128>().ok()? * 1_000_000 + frac.get(..6)?.parse::<u128>().ok()?)
+}
+
+fn ts_of_micros(m: u128) -> String {
+    format!("{}.{:06}", m / 1_000_000, m % 1_000_000)
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+impl Workspace {
+    pub fn new(identity: Identity) -> Self {
+        Self {
+            identity,
+            messages: Vec::new(),
+            reactions: BTreeSet::new(),
+            ephemerals: Vec::new(),
+            last_micros: 0,
+        }
+    }
+
+    /// A new `ts` from the clock, later than every one given before.
+    pub fn next_ts(&mut self) -> String {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0);
+        self.last_micros = now.max(self.last_micros + 1);
+        ts_of_micros(self.last_micros)
+    }
+
+    /// Adds a message as Slack holds it (it needs `channel` and `ts`; a person's when it has
+    /// no `bot_id`). Adding one already there changes nothing: every copy of an event is about
+    /// the same message.
+    pub fn add_message(&mut self, mut message: Value) {
+        let (channel, ts) = (text(&message["channel"]), text(&message["ts"]));
+        if channel.is_empty() || ts.is_empty() || self.find(&channel, &ts).is_some() {
+            return;
+        }
+        message["type"] = "message".into();
+        self.messages.push(message);
+    }
+
+    /// Adds the message a signed event body is about (an `event_callback` whose event has a
+    /// `channel` and a `ts`: a message, a mention), as a person posted it.
+    pub fn add_event_message(&mut self, body: &[u8]) {
+        let Ok(envelope) = serde_json::from_slice::<Value>(body) else {
+            return;
+        };
+        let event = &envelope["event"];
+        if !matches!(event["type"].as_str(), Some("message" | "app_mention")) {
+            return;
+        }
+        if event["channel"].is_string() && event["ts"].is_string() {
+            let mut message = json!({
+                "channel": event["channel"], "ts": event["ts"], "user": event["user"],
+                "text": event["text"],
+            });
+            for key in ["thread_ts", "bot_id", "app_id", "client_msg_id"] {
+                if !event[key].is_null() {
+                    message[key] = event[key].clone();
+                }
+            }
+            self.add_message(message);
+        }
+    }
+
+    /// Adds a message of another app (`OTHER_APP`) to `channel` (in the thread `thread_ts`),
+    /// with `metadata`: the kind of message this app must never take for its own.
+    pub fn add_foreign(
+        &mut self,
+        channel: &str,
+        thread_ts: Option<&str>,
+        metadata: Value,
+    ) -> String {
+        let ts = self.next_ts();
+        let mut message = json!({
+            "channel": channel, "ts": ts, "text": "posted by another app", "user": "U0999OTHER",
+            "bot_id": OTHER_BOT, "app_id": OTHER_APP,
+            "bot_profile": {"id": OTHER_BOT, "app_id": OTHER_APP, "name": "other"},
+            "metadata": metadata,
+        });
+        if let Some(thread) = thread_ts {
+            message["thread_ts"] = thread.into();
+        }
+        self.add_message(message);
+        ts
+    }
+
+    /// Adds `count` messages of people to `channel` (in the thread `thread_ts`), newer than
+    /// everything, to make a conversation busy.
+    pub fn add_chatter(&mut self, channel: &str, thread_ts: Option<&str>, count: usize) {
+        for i in 0..count {
+            let ts = self.next_ts();
+            let mut message = json!({"channel": channel, "ts": ts, "user": "U0CHATTER", "text": format!("chatter {i}")});
+            if let Some(thread) = thread_ts {
+                message["thread_ts"] = thread.into();
+            }
+            self.add_message(message);
+        }
+    }
+
+    /// Every message now (updates applied, deletions removed).
+    pub fn messages(&self) -> &[Value] {
+        &self.messages
+    }
+
+    /// The messages this app posted (what a user sees of the bot), oldest first.
+    pub fn ours(&self) -> Vec<Value> {
+        self.messages
+            .iter()
+            .filter(|m| m["app_id"] == self.identity.app_id.as_str())
+            .cloned()
+            .collect()
+    }
+
+    pub fn reactions(&self) -> Vec<(String, String, String)> {
+        self.reactions.iter().cloned().collect()
+    }
+
+    pub fn ephemerals(&self) -> &[Value] {
+        &self.ephemerals
+    }
+
+    fn find(&self, channel: &str, ts: &str) -> Option<usize> {
+        self.messages
+            .iter()
+            .position(|m| m["channel"] == channel && m["ts"] == ts)
+    }
+
+    /// A write or simple read method, answered as Slack answers it; the conversation methods
+    /// with [`Workspace::history`] and [`Workspace::replies`].
+    pub fn call(&mut self, method: &str, args: &Value) -> Value {
+        let mut channel = text(&args["channel"]);
+        if channel.starts_with(['U', 'W']) {
+            // A post to a user goes to the DM between the bot and that user.
+            channel = format!("D{channel}");
+        }
+        match method {
+            "chat.postMessage" => {
+                let has_content = ["text", "blocks", "attachments"]
+                    .iter()
+                    .any(|k| !args[*k].is_null());
+                if channel.is_empty() {
+                    return json!({"ok": false, "error": "channel_not_found"});
+                }
+                if !has_content {
+                    return json!({"ok": false, "error": "no_text"});
+                }
+                let ts = self.next_ts();
+                let id = &self.identity;
+                let mut message = json!({
+                    "channel": channel, "ts": ts, "user": id.bot_user, "bot_id": id.bot_id,
+                    "app_id": id.app_id, "team": id.team,
+                    "bot_profile": {"id": id.bot_id, "app_id": id.app_id, "name": "slack-once", "team_id": id.team},
+                });
+                for key in [
+                    "text",
+                    "blocks",
+                    "attachments",
+                    "thread_ts",
+                    "metadata",
+                    "reply_broadcast",
+                ] {
+                    if !args[key].is_null() {
+                        let value = match (key, &args[key]) {
+                            // Form-encoded calls carry metadata as a JSON string.
+                            ("metadata", Value::String(s)) => {
+                                serde_json::from_str(s).unwrap_or(Value::Null)
+                            }
+                            (_, v) => v.clone(),
+                        };
+                        message[key] = value;
+                    }
+                }
+                let answer_message = message.clone();
+                self.messages.push(message);
+                json!({"ok": true, "channel": channel, "ts": ts, "message": answer_message})
+            }
+            "chat.update" => {
+                let ts = text(&args["ts"]);
+                let app = self.identity.app_id.clone();
+                match self.find(&channel, &ts) {
+                    None => json!({"ok": false, "error": "message_not_found"}),
+                    Some(i) if self.messages[i]["app_id"] != app.as_str() => {
+                        json!({"ok": false, "error": "cant_update_message"})
+                    }
+                    Some(i) => {
+                        let m = &mut self.messages[i];
+                        for key in ["text", "blocks", "attachments", "metadata"] {
+                            if !args[key].is_null() {
+                                m[key] = args[key].clone();
+                            }
+                        }
+                        m["edited"] = json!({"user": self.identity.bot_user});
+                        json!({"ok": true, "channel": channel, "ts": ts, "text": m["text"], "message": m.clone()})
+                    }
+                }
+            }
+            "chat.delete" => {
+                let ts = text(&args["ts"]);
+                let app = self.identity.app_id.clone();
+                match self.find(&channel, &ts) {
+                    None => json!({"ok": false, "error": "message_not_found"}),
+                    Some(i) if self.messages[i]["app_id"] != app.as_str() => {
+                        json!({"ok": false, "error": "cant_delete_message"})
+                    }
+                    Some(i) => {
+                        self.messages.remove(i);
+                        json!({"ok": true, "channel": channel, "ts": ts})
+                    }
+                }
+            }
+            "reactions.add" | "reactions.remove" => {
+                let key = (channel, text(&args["timestamp"]), text(&args["name"]));
+                if self.find(&key.0, &key.1).is_none() {
+                    return json!({"ok": false, "error": "message_not_found"});
+                }
+                let adding = method == "reactions.add";
+                let changed = if adding {
+                    self.reactions.insert(key)
+                } else {
+                    self.reactions.remove(&key)
+                };
+                match (changed, adding) {
+                    (true, _) => json!({"ok": true}),
+                    (false, true) => json!({"ok": false, "error": "already_reacted"}),
+                    (false, false) => json!({"ok": false, "error": "no_reaction"}),
+                }
+            }
+            "chat.postEphemeral" => {
+                self.ephemerals.push(args.clone());
+                let ts = self.next_ts();
+                json!({"ok": true, "message_ts": ts})
+            }
+            "conversations.open" => {
+                let users = text(&args["users"]);
+                json!({"ok": true, "channel": {"id": format!("D{}", users.replace(',', ""))}})
+            }
+            "users.info" => {
+                let user = text(&args["user"]);
+                json!({"ok": true, "user": {"id": user, "name": format!("name-of-{user}"), "real_name": format!("Real {user}")}})
+            }
+            "conversations.info" => {
+                json!({"ok": true, "channel": {"id": channel, "name": "general"}})
+            }
+            "auth.test" => {
+                let id = &self.identity;
+                json!({"ok": true, "team_id": id.team, "user_id": id.bot_user, "bot_id": id.bot_id})
+            }
+            _ => json!({"ok": true}),
+        }
+    }
+
+    /// `conversations.history`: the channel's top-level messages (and replies broadcast to it),
+    /// newest first.
+    pub fn history(&self, query: &HashMap<String, String>) -> Value {
+        let channel = query.get("channel").cloned().unwrap_or_default();
+        let listed: Vec<&Value> = self
+            .messages
+            .iter()
+            .filter(|m| m["channel"] == channel.as_str())
+            .filter(|m| {
+                m["thread_ts"].is_null()
+                    || m["thread_ts"] == m["ts"]
+                    || m["reply_broadcast"] == true
+            })
+            .collect();
+        let mut sorted = listed;
+        sorted.sort_by_key(|m| std::cmp::Reverse(micros(m["ts"].as_str().unwrap_or("0"))));
+        self.page(sorted, None, query)
+    }
+
+    /// `conversations.replies`: the thread's parent, then its replies oldest first.
+    pub fn replies(&self, query: &HashMap<String, String>) -> Value {
+        let channel = query.get("channel").cloned().unwrap_or_default();
+        let ts = query.get("ts").cloned().unwrap_or_default();
+        let Some(parent) = self.find(&channel, &ts).map(|i| &self.messages[i]) else {
+            return json!({"ok": false, "error": "thread_not_found"});
+        };
+        let mut replies: Vec<&Value> = self
+            .messages
+            .iter()
+            .filter(|m| {
+                m["channel"] == channel.as_str()
+                    && m["thread_ts"] == ts.as_str()
+                    && m["ts"] != ts.as_str()
+            })
+            .collect();
+        replies.sort_by_key(|m| micros(m["ts"].as_str().unwrap_or("0")));
+        self.page(replies, Some(parent), query)
+    }
+
+    /// One page of `listed` within the query's window, at most `limit` (capped), behind the
+    /// cursor; `parent` first on the first page (conversations.replies).
+    fn page(
+        &self,
+        listed: Vec<&Value>,
+        parent: Option<&Value>,
+        query: &HashMap<String, String>,
+    ) -> Value {
+        let bound = |key: &str| query.get(key).and_then(|t| micros(t));
+        let inclusive = matches!(
+            query.get("inclusive").map(String::as_str),
+            Some("true" | "1")
+        );
+        let (oldest, latest) = (bound("oldest"), bound("latest"));
+        let within = |m: &&Value| {
+            let t = micros(m["ts"].as_str().unwrap_or("0")).unwrap_or(0);
+            let after = oldest.is_none_or(|o| if inclusive { t >= o } else { t > o });
+            let before = latest.is_none_or(|l| if inclusive { t <= l } else { t < l });
+            after && before
+        };
+        let listed: Vec<&Value> = listed.into_iter().filter(within).collect();
+        let limit = query
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > 0)
+            .unwrap_or(100)
+            .min(PAGE_CAP);
+        let offset = match query.get("cursor").filter(|c| !c.is_empty()) {
+            None => 0,
+            Some(cursor) => {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(cursor)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .and_then(|s| {
+                        s.strip_prefix("next:")
+                            .and_then(|n| n.parse::<usize>().ok())
+                    });
+                match decoded {
+                    Some(offset) => offset,
+                    None => return json!({"ok": false, "error": "invalid_cursor"}),
+                }
+            }
+        };
+        let with_metadata = matches!(
+            query.get("include_all_metadata").map(String::as_str),
+            Some("true" | "1")
+        );
+        let shown = |m: &Value| {
+            let mut m = m.clone();
+            if !with_metadata {
+                if let Some(o) = m.as_object_mut() {
+                    o.remove("metadata");
+                }
+            }
+            m
+        };
+        let mut page: Vec<Value> = Vec::new();
+        let mut room = limit;
+        if let (Some(parent), 0) = (parent, offset) {
+            page.push(shown(parent));
+            room = room.saturating_sub(1).max(1);
+        }
+        page.extend(listed.iter().skip(offset).take(room).map(|m| shown(m)));
+        let next = offset + room;
+        let has_more = next < listed.len();
+        let next_cursor = if has_more {
+            base64::engine::general_purpose::STANDARD.encode(format!("next:{next}"))
+        } else {
+            String::new()
+        };
+        json!({
+            "ok": true, "messages": page, "has_more": has_more,
+            "response_metadata": {"next_cursor": next_cursor}
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> Workspace {
+        Workspace::new(Identity {
+            team: "T1".into(),
+            app_id: "A1".into(),
+            bot_id: "B1".into(),
+            bot_user: "UBOT".into(),
+        })
+    }
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn history_pages_newest_first_within_the_window_at_most_15_a_page() {
+        let mut w = workspace();
+        w.add_message(json!({"channel": "C1", "ts": "1600000000.000100", "user": "U1", "text": "the event's message"}));
+        let first = w.next_ts();
+        w.add_chatter("C1", None, 40);
+        let all = |cursor: &str| {
+            w.history(&query(&[
+                ("channel", "C1"),
+                ("limit", "100"),
+                ("cursor", cursor),
+            ]))
+        };
+        let page = all("");
+        assert_eq!(page["messages"].as_array().unwrap().len(), PAGE_CAP);
+        assert_eq!(page["messages"][0]["text"], "chatter 39", "newest first");
+        let mut seen = 0;
+        let mut cursor = String::new();
+        loop {
+            let page = all(&cursor);
+            seen += page["messages"].as_array().unwrap().len();
+            if page["has_more"] != true {
+                break;
+            }
+            cursor = page["response_metadata"]["next_cursor"]
+                .as_str()
+                .unwrap()
+                .to_string();
+        }
+        assert_eq!(seen, 41, "every message once, the event's own included");
+        // A window: only what lies in it, bounds exclusive unless inclusive.
+        let old = w.history(&query(&[("channel", "C1"), ("latest", &first)]));
+        assert_eq!(old["messages"].as_array().unwrap().len(), 1);
+        assert_eq!(old["messages"][0]["text"], "the event's message");
+        let none = w.history(&query(&[
+            ("channel", "C1"),
+            ("oldest", "1600000000.000100"),
+            ("latest", "1600000000.000100"),
+        ]));
+        assert_eq!(none["messages"].as_array().unwrap().len(), 0);
+        let one = w.history(&query(&[
+            ("channel", "C1"),
+            ("oldest", "1600000000.000100"),
+            ("latest", "1600000000.000100"),
+            ("inclusive", "true"),
+        ]));
+        assert_eq!(one["messages"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn our_posts_carry_our_ids_and_a_foreign_apps_carry_its_own() {
+        let mut w = workspace();
+        let ours = w.call("chat.postMessage", &json!({"channel": "C1", "text": "hi", "metadata": {"event_type": "x", "event_payload": {}}}));
+        let ts = ours["ts"].as_str().unwrap().to_string();
+        w.add_foreign("C1", None, json!({"event_type": "x", "event_payload": {}}));
+        let page = w.history(&query(&[
+            ("channel", "C1"),
+            ("include_all_metadata", "true"),
+        ]));
+        let messages = page["messages"].as_array().unwrap();
+        assert_eq!(messages[1]["ts"], ts.as_str());
+        assert_eq!(
+            (
+                messages[1]["app_id"].as_str(),
+                messages[1]["bot_id"].as_str(),
+                messages[1]["user"].as_str()
+            ),
+            (Some("A1"), Some("B1"), Some("UBOT"))
+        );
+        assert_eq!(messages[0]["app_id"], OTHER_APP);
+        assert!(messages[0]["metadata"].is_object());
+        let bare = w.history(&query(&[("channel", "C1")]));
+        assert!(
+            bare["messages"][0]["metadata"].is_null(),
+            "metadata only when asked for"
+        );
+        assert_eq!(
+            w.call(
+                "chat.update",
+                &json!({"channel": "C1", "ts": messages[0]["ts"], "text": "x"})
+            )["error"],
+            "cant_update_message"
+        );
+    }
+
+    #[test]
+    fn replies_show_the_parent_first_then_the_thread_oldest_first() {
+        let mut w = workspace();
+        w.add_message(
+            json!({"channel": "C1", "ts": "1600000000.000100", "user": "U1", "text": "question"}),
+        );
+        let reply = w.call(
+            "chat.postMessage",
+            &json!({"channel": "C1", "thread_ts": "1600000000.000100", "text": "answer"}),
+        );
+        w.add_chatter("C1", Some("1600000000.000100"), 3);
+        let page = w.replies(&query(&[("channel", "C1"), ("ts", "1600000000.000100")]));
+        let messages = page["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 5);
+        assert_eq!(messages[0]["text"], "question");
+        assert_eq!(messages[1]["ts"], reply["ts"]);
+        assert_eq!(
+            w.replies(&query(&[("channel", "C1"), ("ts", "1.2")]))["error"],
+            "thread_not_found"
+        );
+        // A reply in a thread is not in the channel's history.
+        let history = w.history(&query(&[("channel", "C1")]));
+        assert_eq!(history["messages"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_post_to_a_user_lands_in_their_dm() {
+        let mut w = workspace();
+        let posted = w.call(
+            "chat.postMessage",
+            &json!({"channel": "U7", "text": "welcome"}),
+        );
+        assert_eq!(posted["channel"], "DU7");
+        let opened = w.call("conversations.open", &json!({"users": "U7"}));
+        assert_eq!(opened["channel"]["id"], "DU7");
+        assert_eq!(
+            w.history(&query(&[("channel", "DU7")]))["messages"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
