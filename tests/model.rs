@@ -3,6 +3,12 @@
 //! leases that expire, Slack calls that fail cleanly, ambiguously or for good, a ledger that can
 //! fail or lose an answer, and a look-up in Slack that can be refused (rate limits, errors).
 //!
+//! The claim stands for the post's intent: it appends its began window, which the claimant's
+//! next write (a release, a failure, the completion) ends, recording an intent where the post's
+//! fate is unknown, and keeping earlier windows it did not settle as one. A second model checks
+//! a message's alias (its `client_msg_id`), written beside the claim: two copies of one message
+//! under two `ts` are answered once.
+//!
 //! The claim decision is the library's own rule (`ledger::existing_blocks_claim`).
 //!
 //! Assumptions (see RELIABILITY.md):
@@ -32,8 +38,11 @@ struct Item {
     owner: Token,
     lease_live: bool,
     attempts: u8,
-    /// The journal's record of the reply (step 1): a claim was about to post it.
+    /// The journal's record of the reply (step 1): a claim may have posted it.
     intent: bool,
+    /// The began windows: claims that have written nothing since they claimed (each may have
+    /// posted, its claim standing for the intent).
+    began: Vec<Token>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -48,11 +57,12 @@ enum Phase {
         d: u8,
         token: Token,
     },
-    /// Holds a claim; `intent` is what the journal said of the reply when claimed.
+    /// Holds a claim; `earlier` says an earlier claim may have posted (an intent, or a began
+    /// window of another claim).
     Claimed {
         d: u8,
         token: Token,
-        intent: bool,
+        earlier: bool,
     },
     /// The intent is recorded: about to post. `blind`: after a look-up that failed.
     Posting {
@@ -100,8 +110,8 @@ enum Action {
     LookupNotFound(usize),
     /// Rate-limited or refused: release and answer non-2xx, unless no delivery follows.
     LookupFailed(usize),
-    /// The intent write, conditioned on the owner.
-    RecordIntent(usize),
+    /// The post, its intent the claim: no write before it.
+    Post(usize),
     PostOk(usize),
     /// The post failed and did not happen; release; 502.
     PostFailed(usize),
@@ -128,6 +138,9 @@ struct Protocol {
     hold_back_without_lookup: bool,
     /// Whether a takeover looks in Slack at all before posting.
     search_slack: bool,
+    /// A claim that ends without settling the earlier claims' began windows keeps them as an
+    /// intent. `false` models a release that simply ends every window.
+    keep_unsettled_windows: bool,
 }
 
 impl Protocol {
@@ -136,6 +149,7 @@ impl Protocol {
             deliveries,
             hold_back_without_lookup: true,
             search_slack: true,
+            keep_unsettled_windows: true,
         }
     }
 
@@ -155,14 +169,15 @@ impl Protocol {
         d + 1 == self.deliveries
     }
 
-    /// The claim rule, with this request's own claim recognised.
+    /// The claim rule, with this request's own claim recognised (it sees the earlier began
+    /// windows, not its own).
     fn claim(s: &mut State, i: usize, d: u8, own: Option<Token>) {
         if let (Some(item), Some(own)) = (&s.item, own) {
             if item.owner == own && item.status == Status::InProgress {
                 s.phases[i] = Phase::Claimed {
                     d,
                     token: own,
-                    intent: item.intent,
+                    earlier: item.intent || item.began.iter().any(|t| *t != own),
                 };
                 return;
             }
@@ -182,29 +197,35 @@ impl Protocol {
                     s.claims_made[i] += 1;
                     (i, s.claims_made[i])
                 });
-                let (attempts, intent) = s
-                    .item
-                    .as_ref()
-                    .map_or((0, false), |it| (it.attempts, it.intent));
+                let (attempts, intent, mut began) =
+                    s.item.as_ref().map_or((0, false, Vec::new()), |it| {
+                        (it.attempts, it.intent, it.began.clone())
+                    });
+                let earlier = intent || !began.is_empty();
+                began.push(token);
                 s.item = Some(Item {
                     status: Status::InProgress,
                     owner: token,
                     lease_live: true,
                     attempts: attempts + 1,
                     intent,
+                    began,
                 });
-                s.phases[i] = Phase::Claimed { d, token, intent };
+                s.phases[i] = Phase::Claimed { d, token, earlier };
             }
         }
     }
 
-    fn finish(s: &mut State, token: Token, to: Status, clear_intent: bool) {
+    /// The claimant's finishing write: the began windows end; `intent` becomes what the
+    /// journal now says of the reply (`None`: unchanged).
+    fn finish(s: &mut State, token: Token, to: Status, intent: Option<bool>) {
         if let Some(item) = &mut s.item {
             if item.owner == token && item.status == Status::InProgress {
                 item.status = to;
                 item.lease_live = false;
-                if clear_intent {
-                    item.intent = false;
+                item.began.clear();
+                if let Some(intent) = intent {
+                    item.intent = intent;
                 }
             }
         }
@@ -263,8 +284,8 @@ impl Model for Protocol {
                     actions.push(Action::Claim(i));
                     actions.push(Action::Crash(i));
                 }
-                Phase::Claimed { intent, .. } => {
-                    if *intent && self.search_slack {
+                Phase::Claimed { earlier, .. } => {
+                    if *earlier && self.search_slack {
                         // Slack answers truthfully when it answers (assumption 4).
                         if s.replies > 0 {
                             actions.push(Action::LookupFound(i));
@@ -273,7 +294,7 @@ impl Model for Protocol {
                         }
                         actions.push(Action::LookupFailed(i));
                     } else {
-                        actions.push(Action::RecordIntent(i));
+                        actions.push(Action::Post(i));
                     }
                     actions.push(Action::Crash(i));
                 }
@@ -334,27 +355,41 @@ impl Model for Protocol {
                 let Phase::Claimed { token, .. } = s.phases[i] else {
                     return None;
                 };
-                Self::post_after_intent(&mut s, i, token, true, false);
+                s.phases[i] = Phase::Posting {
+                    token,
+                    earlier_intent: true,
+                    blind: false,
+                };
             }
             Action::LookupFailed(i) => {
                 let Phase::Claimed { d, token, .. } = s.phases[i] else {
                     return None;
                 };
                 if self.hold_back_without_lookup && !self.last(d) {
-                    // Release, keeping the intent; answer 503: a later delivery looks again.
-                    Self::finish(&mut s, token, Status::Released, false);
+                    // Release, the earlier claims' doubt kept as an intent; answer 503: a
+                    // later delivery looks again.
+                    let keep = self.keep_unsettled_windows.then_some(true);
+                    Self::finish(&mut s, token, Status::Released, keep);
                     s.held_back = true;
                     s.phases[i] = Phase::Idle;
                 } else {
                     // Allowed blind only on the last delivery.
-                    Self::post_after_intent(&mut s, i, token, true, self.last(d));
+                    s.phases[i] = Phase::Posting {
+                        token,
+                        earlier_intent: true,
+                        blind: self.last(d),
+                    };
                 }
             }
-            Action::RecordIntent(i) => {
-                let Phase::Claimed { token, intent, .. } = s.phases[i] else {
+            Action::Post(i) => {
+                let Phase::Claimed { token, earlier, .. } = s.phases[i] else {
                     return None;
                 };
-                Self::post_after_intent(&mut s, i, token, intent, false);
+                s.phases[i] = Phase::Posting {
+                    token,
+                    earlier_intent: earlier,
+                    blind: false,
+                };
             }
             Action::PostOk(i) => {
                 let Phase::Posting { token, blind, .. } = s.phases[i] else {
@@ -378,25 +413,27 @@ impl Model for Protocol {
                 else {
                     return None;
                 };
+                // An earlier claim's recorded intent stays (its fate was settled by the look-up,
+                // which found nothing; a later claim may look again).
+                let kept = if earlier_intent { None } else { Some(false) };
                 match action {
                     Action::PostAmbiguous(_) => {
                         s.replies += 1;
                         if blind {
                             s.blind_posts += 1;
                         }
-                        // The intent stays: whoever comes next looks.
-                        Self::finish(&mut s, token, Status::Released, false);
+                        // Its fate unknown: the release records its intent, whoever comes next
+                        // looks.
+                        Self::finish(&mut s, token, Status::Released, Some(true));
                     }
-                    // Certainly not posted: the intent goes, unless an earlier claim's was there.
-                    Action::PostFailed(_) => {
-                        Self::finish(&mut s, token, Status::Released, !earlier_intent)
-                    }
+                    // Certainly not posted: the claim's window ends with the release.
+                    Action::PostFailed(_) => Self::finish(&mut s, token, Status::Released, kept),
                     Action::PostPermanent(_) => {
-                        Self::finish(&mut s, token, Status::Failed, !earlier_intent);
+                        Self::finish(&mut s, token, Status::Failed, kept);
                         s.failed = true;
                         s.acked = true; // 200 failed
                     }
-                    _ => {} // the release is lost
+                    _ => {} // the release is lost: the windows stay
                 }
                 s.phases[i] = Phase::Idle;
             }
@@ -405,7 +442,7 @@ impl Model for Protocol {
                     return None;
                 };
                 if matches!(action, Action::Complete(_)) {
-                    Self::finish(&mut s, token, Status::Done, false);
+                    Self::finish(&mut s, token, Status::Done, None);
                 }
                 s.acked = true; // 200 answered, even when completion failed
                 s.phases[i] = Phase::Idle;
@@ -467,24 +504,6 @@ impl Model for Protocol {
     }
 }
 
-impl Protocol {
-    /// The intent write, conditioned on the owner, then the post: instance `i` goes on to
-    /// post, or, refused (NotOwner) because the claim is no longer held, posts nothing.
-    fn post_after_intent(s: &mut State, i: usize, token: Token, earlier_intent: bool, blind: bool) {
-        s.phases[i] = match &mut s.item {
-            Some(item) if item.owner == token && item.status == Status::InProgress => {
-                item.intent = true;
-                Phase::Posting {
-                    token,
-                    earlier_intent,
-                    blind,
-                }
-            }
-            _ => Phase::Idle,
-        };
-    }
-}
-
 #[test]
 fn the_protocol_never_answers_twice_while_a_retry_remains_and_loses_nothing() {
     // 3 deliveries, and 4: Slack's real maximum (the original and 3 retries).
@@ -504,9 +523,8 @@ fn the_protocol_never_answers_twice_while_a_retry_remains_and_loses_nothing() {
 fn posting_when_the_look_up_fails_is_found_to_answer_twice_while_a_retry_remains() {
     // The old rule (post anyway when Slack cannot be asked): the checker finds the double.
     let checker = Protocol {
-        deliveries: 3,
         hold_back_without_lookup: false,
-        search_slack: true,
+        ..Protocol::fixed(3)
     }
     .checker()
     .spawn_bfs()
@@ -522,9 +540,8 @@ fn without_searching_slack_the_checker_finds_the_double_reply() {
     // The checker is not vacuous: drop the takeover's search and it finds a second answer
     // (a post that went through ambiguously, or a crash between post and completion).
     let checker = Protocol {
-        deliveries: 3,
-        hold_back_without_lookup: true,
         search_slack: false,
+        ..Protocol::fixed(3)
     }
     .checker()
     .spawn_bfs()
@@ -534,4 +551,355 @@ fn without_searching_slack_the_checker_finds_the_double_reply() {
         .expect("a counterexample exists without the search");
     println!("counterexample: {:?}", path.into_actions());
     assert!(checker.discovery("no loss while a retry remains").is_none());
+}
+
+#[test]
+fn a_release_that_ends_the_earlier_claims_unsettled_windows_is_found_to_answer_twice() {
+    // A claim crashed during its post; the takeover cannot look and releases: had the release
+    // simply ended every began window, the next delivery would post without looking.
+    let checker = Protocol {
+        keep_unsettled_windows: false,
+        ..Protocol::fixed(4)
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("never two replies while a retry remains")
+        .expect("a counterexample exists");
+    println!("counterexample: {:?}", path.into_actions());
+}
+
+// ---------------------------------------------------------------- a message's alias
+
+/// Two copies of one client message under two `ts` (the same `client_msg_id`, as Slack has
+/// sent for one user gesture), each delivered twice, to 2 instances. Each delivery writes its
+/// message's claim and the alias (`cmid-…` → the message) in either order, then decides:
+/// claimed and the alias its own → post and complete; the alias another message's → a copy,
+/// finished done without a post. Crashes anywhere, leases that end. Posts are found by a
+/// takeover (the look-up of the first model), so this model isolates the alias.
+mod alias {
+    use stateright::{Model, Property};
+
+    const MESSAGES: usize = 2;
+    const INSTANCES: usize = 2;
+    const DELIVERIES: u8 = 2;
+
+    type Token = (usize, u8);
+
+    #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+    pub enum Claimed {
+        Acquired,
+        Blocked,
+    }
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    pub struct Primary {
+        done: bool,
+        owner: Token,
+        lease_live: bool,
+        /// Its post is in Slack (a takeover finds it).
+        posted: bool,
+    }
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    pub enum Phase {
+        Idle,
+        /// Holding delivery of message `m`; the claim's and the alias's writes, once each.
+        Claiming {
+            m: usize,
+            token: Token,
+            claim: Option<Claimed>,
+            alias_ours: Option<bool>,
+        },
+        Posting {
+            m: usize,
+            token: Token,
+        },
+        Replied {
+            m: usize,
+            token: Token,
+        },
+    }
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+    pub struct State {
+        primaries: [Option<Primary>; MESSAGES],
+        alias: Option<usize>,
+        phases: [Phase; INSTANCES],
+        tokens: [u8; INSTANCES],
+        sent: [u8; MESSAGES],
+        in_flight: Vec<usize>,
+        acked: [bool; MESSAGES],
+        replies: u8,
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum Action {
+        Deliver(usize),
+        Receive(usize, usize),
+        WriteClaim(usize),
+        WriteAlias(usize),
+        Decide(usize),
+        PostOk(usize),
+        Complete(usize),
+        Crash(usize),
+        LeaseEnds(usize),
+    }
+
+    /// `check_alias: false` models a claim that ignores the alias (no `client_msg_id` claim).
+    pub struct Aliases {
+        pub check_alias: bool,
+    }
+
+    fn working(s: &State, m: usize, token: Token) -> bool {
+        s.phases.iter().any(|p| match p {
+            Phase::Claiming {
+                m: pm, token: t, ..
+            }
+            | Phase::Posting { m: pm, token: t }
+            | Phase::Replied { m: pm, token: t } => *pm == m && *t == token,
+            Phase::Idle => false,
+        })
+    }
+
+    impl Model for Aliases {
+        type State = State;
+        type Action = Action;
+
+        fn init_states(&self) -> Vec<State> {
+            vec![State {
+                primaries: [None, None],
+                alias: None,
+                phases: [Phase::Idle, Phase::Idle],
+                tokens: [0; INSTANCES],
+                sent: [0; MESSAGES],
+                in_flight: vec![],
+                acked: [false; MESSAGES],
+                replies: 0,
+            }]
+        }
+
+        fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+            for m in 0..MESSAGES {
+                if !s.acked[m] && s.sent[m] < DELIVERIES {
+                    actions.push(Action::Deliver(m));
+                }
+                if let Some(p) = &s.primaries[m] {
+                    if !p.done && p.lease_live && !working(s, m, p.owner) {
+                        actions.push(Action::LeaseEnds(m));
+                    }
+                }
+            }
+            for i in 0..INSTANCES {
+                match &s.phases[i] {
+                    Phase::Idle => {
+                        for &m in &s.in_flight {
+                            actions.push(Action::Receive(i, m));
+                        }
+                    }
+                    Phase::Claiming {
+                        claim, alias_ours, ..
+                    } => {
+                        if claim.is_none() {
+                            actions.push(Action::WriteClaim(i));
+                        }
+                        if alias_ours.is_none() {
+                            actions.push(Action::WriteAlias(i));
+                        }
+                        if claim.is_some() && alias_ours.is_some() {
+                            actions.push(Action::Decide(i));
+                        }
+                        actions.push(Action::Crash(i));
+                    }
+                    Phase::Posting { .. } => {
+                        actions.push(Action::PostOk(i));
+                        actions.push(Action::Crash(i));
+                    }
+                    Phase::Replied { .. } => {
+                        actions.push(Action::Complete(i));
+                        actions.push(Action::Crash(i));
+                    }
+                }
+            }
+        }
+
+        fn next_state(&self, last: &State, action: Action) -> Option<State> {
+            let mut s = last.clone();
+            match action {
+                Action::Deliver(m) => {
+                    s.in_flight.push(m);
+                    s.sent[m] += 1;
+                }
+                Action::Receive(i, m) => {
+                    let at = s.in_flight.iter().position(|&x| x == m)?;
+                    s.in_flight.remove(at);
+                    s.tokens[i] += 1;
+                    s.phases[i] = Phase::Claiming {
+                        m,
+                        token: (i, s.tokens[i]),
+                        claim: None,
+                        alias_ours: None,
+                    };
+                }
+                Action::WriteClaim(i) => {
+                    let Phase::Claiming {
+                        m, token, claim, ..
+                    } = &mut s.phases[i]
+                    else {
+                        return None;
+                    };
+                    let free = s.primaries[*m]
+                        .as_ref()
+                        .is_none_or(|p| !p.done && !p.lease_live);
+                    *claim = Some(if free {
+                        let posted = s.primaries[*m].as_ref().is_some_and(|p| p.posted);
+                        s.primaries[*m] = Some(Primary {
+                            done: false,
+                            owner: *token,
+                            lease_live: true,
+                            posted,
+                        });
+                        Claimed::Acquired
+                    } else {
+                        Claimed::Blocked
+                    });
+                }
+                Action::WriteAlias(i) => {
+                    let Phase::Claiming { m, alias_ours, .. } = &mut s.phases[i] else {
+                        return None;
+                    };
+                    // Written where absent or already this message's.
+                    let ours = s.alias.is_none_or(|a| a == *m);
+                    if ours {
+                        s.alias = Some(*m);
+                    }
+                    *alias_ours = Some(ours);
+                }
+                Action::Decide(i) => {
+                    let Phase::Claiming {
+                        m,
+                        token,
+                        claim: Some(claim),
+                        alias_ours: Some(ours),
+                    } = s.phases[i].clone()
+                    else {
+                        return None;
+                    };
+                    let held = s.primaries[m].as_ref().is_some_and(|p| p.owner == token);
+                    let ours = ours || !self.check_alias;
+                    s.phases[i] = Phase::Idle;
+                    match (claim, ours) {
+                        (Claimed::Acquired, true) if held => {
+                            let posted = s.primaries[m].as_ref().is_some_and(|p| p.posted);
+                            s.phases[i] = if posted {
+                                Phase::Replied { m, token }
+                            } else {
+                                Phase::Posting { m, token }
+                            };
+                        }
+                        (Claimed::Acquired, false) if held => {
+                            // A copy of the other message: finished done, 200 duplicate.
+                            if let Some(p) = &mut s.primaries[m] {
+                                p.done = true;
+                                p.lease_live = false;
+                            }
+                            s.acked[m] = true;
+                        }
+                        _ => {
+                            // Done already (200) or a live claim elsewhere (409).
+                            if s.primaries[m].as_ref().is_some_and(|p| p.done) {
+                                s.acked[m] = true;
+                            }
+                        }
+                    }
+                }
+                Action::PostOk(i) => {
+                    let Phase::Posting { m, token } = s.phases[i] else {
+                        return None;
+                    };
+                    s.replies += 1;
+                    if let Some(p) = &mut s.primaries[m] {
+                        p.posted = true;
+                    }
+                    s.phases[i] = Phase::Replied { m, token };
+                }
+                Action::Complete(i) => {
+                    let Phase::Replied { m, token } = s.phases[i] else {
+                        return None;
+                    };
+                    if let Some(p) = &mut s.primaries[m] {
+                        if p.owner == token {
+                            p.done = true;
+                            p.lease_live = false;
+                        }
+                    }
+                    s.acked[m] = true;
+                    s.phases[i] = Phase::Idle;
+                }
+                Action::Crash(i) => s.phases[i] = Phase::Idle,
+                Action::LeaseEnds(m) => {
+                    if let Some(p) = &mut s.primaries[m] {
+                        p.lease_live = false;
+                    }
+                }
+            }
+            Some(s)
+        }
+
+        fn properties(&self) -> Vec<Property<Self>> {
+            vec![
+                Property::always("one client message, one answer", |_, s: &State| {
+                    s.replies <= 1
+                }),
+                Property::always(
+                    "no loss while the alias owner's delivery remains",
+                    |model: &Aliases, s: &State| {
+                        let mut next = Vec::new();
+                        model.actions(s, &mut next);
+                        let owner_exhausted = s.alias.is_some_and(|m| s.sent[m] == DELIVERIES);
+                        !next.is_empty() || s.replies == 1 || owner_exhausted || s.alias.is_none()
+                    },
+                ),
+                Property::sometimes("answered once, both copies acknowledged", |_, s: &State| {
+                    s.replies == 1 && s.acked == [true, true]
+                }),
+                Property::sometimes("a copy finished as a duplicate", |_, s: &State| {
+                    s.replies == 1
+                        && s.alias.is_some_and(|owner| {
+                            s.primaries[1 - owner]
+                                .as_ref()
+                                .is_some_and(|p| p.done && !p.posted)
+                        })
+                }),
+            ]
+        }
+    }
+}
+
+#[test]
+fn two_copies_of_one_client_message_under_two_ts_are_answered_once() {
+    let checker = alias::Aliases { check_alias: true }
+        .checker()
+        .spawn_bfs()
+        .join();
+    println!(
+        "alias model, 2 instances, 2 messages x 2 deliveries: {} states ({} unique), exhaustive",
+        checker.state_count(),
+        checker.unique_state_count()
+    );
+    checker.assert_properties();
+    assert!(checker.is_done());
+}
+
+#[test]
+fn without_the_alias_the_checker_finds_two_answers_to_one_client_message() {
+    let checker = alias::Aliases { check_alias: false }
+        .checker()
+        .spawn_bfs()
+        .join();
+    let path = checker
+        .discovery("one client message, one answer")
+        .expect("a counterexample exists without the alias");
+    println!("counterexample: {:?}", path.into_actions());
 }

@@ -132,6 +132,11 @@ pub(crate) struct Steps {
     covered: u32,
     /// No ledger write since the claim: its began window still stands.
     began_stands: bool,
+    /// The earlier claims' began windows at the covered step (a [`StepRecord::Began`]) were
+    /// settled: looked for, made again, or skipped. Until then the claim may not end without
+    /// keeping them as an intent, or a later claim would never look for what they may have
+    /// posted.
+    began_settled: bool,
     /// The covered step while its call is out, made without an intent of its own: should the
     /// claim end before the call returns, its intent goes with the finish.
     in_flight: Option<(u32, StepRecord)>,
@@ -164,6 +169,7 @@ impl Steps {
             started,
             lease_until_ms,
             began_stands: true,
+            began_settled: false,
             in_flight: None,
         }
     }
@@ -292,6 +298,27 @@ impl Ctx {
         steps.closed = true;
         if let Some((step, intent)) = steps.in_flight.take() {
             steps.unrecorded.push(Settled::Unknown { step, intent });
+        }
+        let covered = steps.covered;
+        if let (
+            Some(StepRecord::Began {
+                at_ms,
+                lease_until_ms,
+            }),
+            false,
+        ) = (steps.journal.get(&covered).cloned(), steps.began_settled)
+        {
+            // Not reached (a failure before it, a look-up that could not be made): what the
+            // earlier claims may have done there stays in doubt, as an intent of their window.
+            steps.unrecorded.push(Settled::Unknown {
+                step: covered,
+                intent: StepRecord::Intent {
+                    attempt: 0,
+                    op: None,
+                    at_ms: Some(at_ms),
+                    lease_until_ms: Some(lease_until_ms),
+                },
+            });
         }
         (std::mem::take(&mut steps.unrecorded), steps.tally)
     }
@@ -582,11 +609,16 @@ impl Ctx {
             }
             // An earlier claim stood for this step without an intent of its own; a step that is
             // at most once always writes one first, so for it that claim made nothing.
-            Some(StepRecord::Began { .. }) if matches!(settle, Settle::AtMostOnce) => {}
+            Some(StepRecord::Began { .. }) if matches!(settle, Settle::AtMostOnce) => {
+                steps.began_settled = true;
+            }
             Some(earlier @ (StepRecord::Intent { .. } | StepRecord::Began { .. })) => {
                 let settled = self
                     .settle_unknown(&mut steps, step, (method, &op), earlier, settle)
                     .await?;
+                if matches!(earlier, StepRecord::Began { .. }) {
+                    steps.began_settled = true;
+                }
                 if let Some(answer) = settled {
                     return Ok(answer);
                 }

@@ -238,12 +238,22 @@ struct CrashResult {
 
 /// Process A receives the original and is SIGKILLed at `at`; Slack's retries go to B.
 async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
+    crash_with(at, slack_searchable, Vec::new()).await
+}
+
+/// As [`crash`], the first look-ups answered as `lookups` says.
+async fn crash_with(
+    at: CrashAt,
+    slack_searchable: bool,
+    lookups: Vec<LookupBehaviour>,
+) -> CrashResult {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
     if !slack_searchable {
         slack.fail_lookups("missing_scope");
     }
+    slack.script_lookups(lookups);
     let proxy = LedgerProxy::start(&endpoint).await;
     let mut a = BotProcess::spawn(&bot_vars_leased(&slack, &proxy.url, &table));
     let b = BotProcess::spawn(&bot_vars_leased(&slack, &endpoint, &table));
@@ -379,6 +389,29 @@ async fn crash_during_a_slack_call_that_posted_is_recovered_without_a_second_rep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_the_post_before_completion_is_recovered_without_a_second_reply() {
     assert_crash_answered_once(CrashAt::AfterPostBeforeCompletion).await;
+}
+
+/// A claim crashed during its post (standing for its intent); the takeover's look-up is refused
+/// and it releases: the doubt is kept, so the next delivery looks again rather than post blind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_look_up_after_a_crash_keeps_the_doubt_for_the_next_delivery() {
+    let r = crash_with(
+        CrashAt::AfterPostBeforeCompletion,
+        true,
+        vec![LookupBehaviour::Error("ratelimited")],
+    )
+    .await;
+    println!(
+        "crash, then a refused look-up: replies {}, retries {:?}, look-ups {}",
+        r.replies, r.deliveries.statuses, r.lookups
+    );
+    assert_eq!(
+        r.deliveries.statuses,
+        [409, 503, 200],
+        "retry 2 cannot look and holds back; retry 3 looks again and finds the post"
+    );
+    assert_eq!(r.replies, 1, "no second answer");
+    assert_eq!(r.lookups, 2);
 }
 
 /// The window Slack's help closes: when the takeover can never search Slack (no history
