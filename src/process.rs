@@ -15,11 +15,13 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::app::{App, BotError, Ctx, Error as StepError, Identity, Route, Steps, Tally, Unit};
+use crate::app::{
+    App, BotError, Ctx, Error as StepError, Identity, Route, Run, Steps, Tally, Unit,
+};
 use crate::envelope::{Envelope, EventCallback, EventId, SkipReason};
 use crate::ledger::{
-    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError,
-    OwnerToken, Settled,
+    keep_doubt, Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
+    LedgerError, OwnerToken, Settled,
 };
 use crate::metrics;
 use crate::queue::{QueueError, QueuedEvent, WorkQueue, QUEUED_EVENT_VERSION};
@@ -528,7 +530,9 @@ impl Processor {
     }
 
     /// One group of listeners under one claim: claim its key (and its alias, in the same round
-    /// trip), run the listeners, finish.
+    /// trip), run the listeners, finish. A message answered already by other listeners than
+    /// some of these (Slack's other event of the message carried it, and a listener selects on
+    /// what only this one says) runs those others, each under a claim of its own.
     async fn run_unit(
         &self,
         callback: &Arc<EventCallback>,
@@ -540,8 +544,22 @@ impl Processor {
         let owner = OwnerToken::random();
         let (attempt, journal) = match self.claim(keys, callback, delivery, times, &owner).await? {
             Claimed::Acquired { attempt, journal } => (attempt, journal),
+            Claimed::Done { ran: Some(ran) } if unit.identity == Identity::Message => {
+                let missing: Vec<Run> = unit
+                    .runs
+                    .into_iter()
+                    .filter(|r| !ran.contains(&r.id))
+                    .collect();
+                if missing.is_empty() {
+                    return Ok(Outcome::Duplicate);
+                }
+                return Box::pin(self.run_stragglers(callback, delivery, times, keys, missing))
+                    .await;
+            }
+            Claimed::Done { .. } => return Ok(Outcome::Duplicate),
             Claimed::Ended(outcome) => return Ok(outcome),
         };
+        let ids: Vec<String> = unit.runs.iter().map(|r| r.id.clone()).collect();
         let ctx = Ctx::new(
             callback.clone(),
             self.slack.clone(),
@@ -557,9 +575,9 @@ impl Processor {
             ),
         );
         let work = async {
-            for (name, run) in unit.runs {
-                if let Err(error) = run(ctx.clone()).await {
-                    return Err(listener_failed(&name, error));
+            for run in unit.runs {
+                if let Err(error) = (run.work)(ctx.clone()).await {
+                    return Err(listener_failed(&run.name, error));
                 }
             }
             Ok(())
@@ -570,7 +588,11 @@ impl Processor {
             Err(_) => Err(ProcessError::Deadline),
         };
         metrics::time_ms("HandlerLatency", working.elapsed().as_secs_f64() * 1e3);
-        let (settled, tally) = ctx.close().await;
+        let (mut settled, tally) = ctx.close().await;
+        if unit.identity == Identity::Message && worked.is_ok() {
+            // Which listeners answered the message: another of its events runs only others.
+            settled.push(Settled::Ran { listeners: ids });
+        }
         let held = Held {
             event_id: &keys.primary,
             owner: &owner,
@@ -585,6 +607,43 @@ impl Processor {
             tally,
         )
         .await
+    }
+
+    /// Listeners of a message that its answer did not run (they take only this event of it),
+    /// each under a claim keyed by the message and the listener, so each runs once.
+    async fn run_stragglers(
+        &self,
+        callback: &Arc<EventCallback>,
+        delivery: &EventDelivery<'_>,
+        times: &Times,
+        keys: &LedgerKeys,
+        missing: Vec<Run>,
+    ) -> Result<Outcome, ProcessError> {
+        let mut result: Option<Result<Outcome, ProcessError>> = None;
+        for run in missing {
+            let Some(key) = ledger_key(&format!("{}-{}", keys.primary, run.id)) else {
+                continue;
+            };
+            tracing::info!(
+                listener = run.name,
+                key = %key,
+                "the message was answered by its other event's listeners: running this one"
+            );
+            let keys = LedgerKeys {
+                primary: key,
+                alias: None,
+            };
+            let unit = Unit {
+                identity: Identity::Event,
+                runs: vec![run],
+            };
+            let ran = self.run_unit(callback, delivery, times, &keys, unit).await;
+            result = Some(match result {
+                None => ran,
+                Some(earlier) => combine(earlier, ran),
+            });
+        }
+        result.unwrap_or(Ok(Outcome::Duplicate))
     }
 
     /// Claims `keys.primary` in the ledger and, in the same round trip, writes its alias (the
@@ -631,7 +690,7 @@ impl Processor {
             .map_err(|_| ledger_timeout())?;
         let claim = claim.map_err(ProcessError::Ledger)?;
         let (attempt, journal) = match claim {
-            Claim::AlreadyDone => return Ok(Claimed::Ended(Outcome::Duplicate)),
+            Claim::AlreadyDone { ran } => return Ok(Claimed::Done { ran }),
             Claim::AlreadyFailed { error } => {
                 tracing::info!(error, key = %key, "this event ended failed already: not answering");
                 return Ok(Claimed::Ended(Outcome::AlreadyFailed));
@@ -671,7 +730,13 @@ impl Processor {
             Some(Err(error)) => Some((Finish::Released, Err(ProcessError::Ledger(error)))),
         };
         if let Some((to, ended)) = ended {
-            let write = self.ledger.finish(held, &to, &[], times.now_ms());
+            // Released before the listeners ran: what earlier claims may have posted stays in
+            // doubt, as an intent.
+            let doubt: Vec<Settled> = match to {
+                Finish::Released => keep_doubt(&journal).into_iter().collect(),
+                _ => Vec::new(),
+            };
+            let write = self.ledger.finish(held, &to, &doubt, times.now_ms());
             if let Err(e) = before(times.finish_deadline, write).await {
                 tracing::warn!(error = e, key = %key, "could not end the claim");
             }
@@ -918,6 +983,10 @@ enum Claimed {
     Acquired {
         attempt: u32,
         journal: Journal,
+    },
+    /// Answered already (by the listeners `ran` names, when recorded).
+    Done {
+        ran: Option<Vec<String>>,
     },
     /// No work for this delivery: done, failed or in progress elsewhere.
     Ended(Outcome),

@@ -101,10 +101,10 @@ struct Manager {
     last_read: Mutex<Instant>,
     /// When the latest read that ended had begun.
     fresh_from: std::sync::Mutex<Instant>,
-    /// The token Slack refused, and when it first did: a read that began after that saw the
-    /// secret after the token was revoked (an operator puts the new token in the secret
-    /// before revoking the old one), so it is fresh for every refusal of that token.
-    first_refusal: std::sync::Mutex<Option<(Secret, Instant)>>,
+    /// A token Slack refused that a read of the secret (begun at that instant) found still
+    /// there: a call sent after that with it, refused again, is still refused after a fresh
+    /// read.
+    confirmed: std::sync::Mutex<Option<(Secret, Instant)>>,
     /// One read at a time for the token path.
     token_read: Mutex<()>,
 }
@@ -173,7 +173,7 @@ impl SlackSecrets {
                 needs,
                 last_read: Mutex::new(started),
                 fresh_from: std::sync::Mutex::new(started),
-                first_refusal: std::sync::Mutex::new(None),
+                confirmed: std::sync::Mutex::new(None),
                 token_read: Mutex::new(()),
             }),
         })
@@ -204,11 +204,15 @@ impl SlackSecrets {
         self.read_again(manager, why).await.unwrap_or(false)
     }
 
-    /// Slack refused `refused`, the bot token of a call made for a verified request. Read the
-    /// secret again unless a read that began after the first refusal of that token has ended
-    /// since (concurrent refusals wait for one read and share it), then say what the refusal
-    /// comes to.
-    pub async fn token_refused(&self, refused: &Secret) -> Refused {
+    /// Slack refused `refused`, the bot token of a call sent at `sent_at` for a verified
+    /// request. Unless a read of the secret began after the call was sent, read it (one read
+    /// at a time: concurrent refusals wait for it and share it). Then: the secret holds another
+    /// token → [`Refused::Renewed`], make the call again with it. It still holds the refused
+    /// one → [`Refused::Confirmed`] if an earlier read had already found it there before this
+    /// call was sent (still refused after a fresh read: the event ends), else
+    /// [`Refused::Unknown`] (the event is released, and Slack's next delivery meets the secret
+    /// as it is then: a token revoked before the new one was put in the secret is not the end).
+    pub async fn token_refused(&self, refused: &Secret, sent_at: Instant) -> Refused {
         let renewed = |current: &SecretValues| match &current.bot_token {
             Some(token) if token != refused => Some(token.clone()),
             _ => None,
@@ -219,20 +223,12 @@ impl SlackSecrets {
         let Some(manager) = &self.manager else {
             return Refused::Confirmed;
         };
-        let refused_at = {
-            let mut first = manager.first_refusal.lock().expect("secrets lock");
-            match &*first {
-                Some((token, at)) if token == refused => *at,
-                _ => {
-                    let now = Instant::now();
-                    *first = Some((refused.clone(), now));
-                    now
-                }
-            }
-        };
         let _one_read = manager.token_read.lock().await;
-        let fresh = *manager.fresh_from.lock().expect("secrets lock") > refused_at;
-        if !fresh {
+        if let Some(token) = renewed(&self.current()) {
+            return Refused::Renewed(token);
+        }
+        let fresh_from = *manager.fresh_from.lock().expect("secrets lock");
+        if fresh_from <= sent_at {
             match self
                 .read_again(manager, "Slack refused the bot token")
                 .await
@@ -241,10 +237,21 @@ impl SlackSecrets {
                 None => return Refused::Unknown,
             }
         }
-        match renewed(&self.current()) {
-            Some(token) => Refused::Renewed(token),
-            None if self.current().bot_token.as_ref() == Some(refused) => Refused::Confirmed,
-            None => Refused::Unknown,
+        if let Some(token) = renewed(&self.current()) {
+            return Refused::Renewed(token);
+        }
+        if self.current().bot_token.as_ref() != Some(refused) {
+            return Refused::Unknown;
+        }
+        // Read after this call was sent, the secret still holds the refused token.
+        let confirmed_at = *manager.fresh_from.lock().expect("secrets lock");
+        let mut confirmed = manager.confirmed.lock().expect("secrets lock");
+        let before = matches!(&*confirmed, Some((token, at)) if token == refused && *at < sent_at);
+        *confirmed = Some((refused.clone(), confirmed_at));
+        if before {
+            Refused::Confirmed
+        } else {
+            Refused::Unknown
         }
     }
 

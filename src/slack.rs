@@ -106,9 +106,10 @@ pub enum SlackError {
     Timeout,
     #[error("Slack's answer could not be read")]
     InvalidResponse(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// Slack refused the bot token (`code`), and the secret could not be read again to learn
-    /// whether it was rotated: a later delivery tries again.
-    #[error("Slack refused the bot token ({code}) and the secret could not be read again")]
+    /// Slack refused the bot token (`code`), and the secret, read again, did not settle it (it
+    /// could not be read, or it still holds that token for the first time): a later delivery
+    /// tries again.
+    #[error("Slack refused the bot token ({code}) and the secret held no other one yet")]
     TokenUnconfirmed { code: String },
     /// The event names neither this app (`api_app_id`) nor its bot user: its own messages
     /// cannot be told from other apps', so none is taken for its own.
@@ -487,11 +488,13 @@ impl SlackClient {
     /// Sends the request `request` makes with the bot token, as [`Self::call_until`] does. When
     /// Slack refuses the token (`invalid_auth`, `token_revoked`, …), it did nothing, so the call
     /// can be made again: the secret is consulted ([`SlackSecrets::token_refused`]: read again
-    /// unless a read since the token's first refusal already did, one read for concurrent
-    /// refusals) and, if it
-    /// holds another token now, the call is made once more with it. A token still refused after
-    /// a fresh read stands refused; one whose secret could not be read is
-    /// [`SlackError::TokenUnconfirmed`] (a later delivery tries again).
+    /// unless a read since this call was sent already did, one read for concurrent refusals)
+    /// and, if it
+    /// holds another token now, the call is made once more with it. A token the secret still
+    /// holds after a read begun since the call was sent stands refused when an earlier read had
+    /// already found it there before the call (Slack's error, for good); the first time, or
+    /// when the secret could not be read, it is [`SlackError::TokenUnconfirmed`] (released: a
+    /// later delivery meets the secret as it is then).
     async fn authorized<T: DeserializeOwned>(
         &self,
         method: &str,
@@ -503,9 +506,10 @@ impl SlackClient {
                 code: "not_authed".into(),
             });
         };
+        let sent_at = Instant::now();
         match self.call_until(method, deadline, || request(&used)).await {
             Err(SlackError::Api { code }) if TOKEN_ERRORS.contains(&code.as_str()) => {
-                match self.secrets.token_refused(&used).await {
+                match self.secrets.token_refused(&used, sent_at).await {
                     Refused::Renewed(token) => {
                         tracing::info!(method, "calling again with the bot token read again");
                         self.call_until(method, deadline, || request(&token)).await

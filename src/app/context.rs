@@ -27,8 +27,8 @@ use tokio::time::Instant;
 use super::message::Message;
 use crate::envelope::{EventCallback, EventId};
 use crate::ledger::{
-    first_absent_step, same_step, step_op, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
-    StepRecord,
+    first_absent_step, keep_doubt, same_step, step_op, Held, Journal, Ledger, LedgerError,
+    OwnerToken, Settled, StepRecord,
 };
 use crate::slack::{post_metadata, Args, OurApp, ReplyQuery, SlackClient, SlackError};
 
@@ -233,6 +233,7 @@ fn apply(journal: &mut Journal, fates: &[Settled]) {
             Settled::Unknown { step, intent } => {
                 journal.insert(*step, intent.clone());
             }
+            Settled::Ran { .. } => {}
         }
     }
 }
@@ -299,26 +300,11 @@ impl Ctx {
         if let Some((step, intent)) = steps.in_flight.take() {
             steps.unrecorded.push(Settled::Unknown { step, intent });
         }
-        let covered = steps.covered;
-        if let (
-            Some(StepRecord::Began {
-                at_ms,
-                lease_until_ms,
-            }),
-            false,
-        ) = (steps.journal.get(&covered).cloned(), steps.began_settled)
-        {
+        if !steps.began_settled {
             // Not reached (a failure before it, a look-up that could not be made): what the
             // earlier claims may have done there stays in doubt, as an intent of their window.
-            steps.unrecorded.push(Settled::Unknown {
-                step: covered,
-                intent: StepRecord::Intent {
-                    attempt: 0,
-                    op: None,
-                    at_ms: Some(at_ms),
-                    lease_until_ms: Some(lease_until_ms),
-                },
-            });
+            let doubt = keep_doubt(&steps.journal);
+            steps.unrecorded.extend(doubt);
         }
         (std::mem::take(&mut steps.unrecorded), steps.tally)
     }

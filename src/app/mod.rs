@@ -291,6 +291,13 @@ impl Listener {
     }
 }
 
+/// A listener's id: a short hash of its name, and its place among the listeners of that name.
+fn listener_id(name: &str, nth: usize) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(name.as_bytes());
+    format!("{}.{nth}", hex::encode(&digest[..3]))
+}
+
 /// The message a `message` or `app_mention` event carries, as every listener hears it whichever
 /// of the two carried it: `mention` when it mentions the bot, the text without the leading
 /// mention of the bot, and `channel_type` filled in for a DM when the event leaves it out.
@@ -339,10 +346,18 @@ pub(crate) enum Identity {
     Event,
 }
 
+/// One listener's work for one event: its id (stable across restarts: its name and how many
+/// listeners of that name come before it), its name, and the work.
+pub(crate) struct Run {
+    pub id: String,
+    pub name: String,
+    pub work: Prepared,
+}
+
 /// Listeners that run under one claim, in registration order.
 pub(crate) struct Unit {
     pub identity: Identity,
-    pub runs: Vec<(String, Prepared)>,
+    pub runs: Vec<Run>,
 }
 
 /// The listeners that take one event, grouped by the claim they run under: at most one group
@@ -471,17 +486,25 @@ impl App {
         let from_bot = event.from_other_bot();
         let mut by_message = Vec::new();
         let mut by_event = Vec::new();
+        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for listener in &self.listeners {
+            let nth = seen.entry(listener.name.as_str()).or_default();
+            let id = listener_id(&listener.name, *nth);
+            *nth += 1;
             if from_bot && !listener.including_bots {
                 continue;
             }
-            if let Some(run) = (listener.take)(&heard) {
+            if let Some(work) = (listener.take)(&heard) {
                 let group = if message.is_some() && !listener.per_event_id {
                     &mut by_message
                 } else {
                     &mut by_event
                 };
-                group.push((listener.name.clone(), run));
+                group.push(Run {
+                    id,
+                    name: listener.name.clone(),
+                    work,
+                });
             }
         }
         let units = [(Identity::Message, by_message), (Identity::Event, by_event)]

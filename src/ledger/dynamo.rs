@@ -60,6 +60,8 @@ pub mod attr {
     /// nothing since: each may have made the lowest step absent from the journal. Appended by
     /// every claim, removed by the claimant's next write.
     pub const BEGAN: &str = "began";
+    /// A message's completion: the ids of the listeners that ran (space-separated).
+    pub const RAN: &str = "ran";
 }
 
 const STEP_DONE: &str = "done";
@@ -202,6 +204,12 @@ impl DynamoLedger {
                 ),
                 Settled::NotDone { step } => (step, None),
                 Settled::Unknown { step, intent } => (step, Some(intent.clone())),
+                Settled::Ran { listeners } => {
+                    names.push(("#ran".into(), attr::RAN.into()));
+                    set.push("#ran = :ran".into());
+                    values.push((":ran".into(), s(&listeners.join(" "))));
+                    continue;
+                }
             };
             names.push((name.clone(), step.to_string()));
             match record {
@@ -430,7 +438,14 @@ impl Ledger for DynamoLedger {
             .update_item()
             .table_name(&self.table)
             .key(attr::PK, AttributeValue::S(request.alias.to_string()))
-            .update_expression("SET #alias_of = :of, #expires_at = :expires_at")
+            // `status` and `lease_until` as a released claim: a version before pointers, which
+            // claims this key as a claim of its own, can take it (and then finish it) instead
+            // of finding it live for good.
+            .update_expression(
+                "SET #alias_of = :of, #expires_at = :expires_at, \
+                 #status = if_not_exists(#status, :released), \
+                 #lease_until = if_not_exists(#lease_until, :zero)",
+            )
             .condition_expression(ALIAS_CONDITION)
             .set_expression_attribute_names(Some(
                 names
@@ -444,6 +459,7 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":now_ms", n(request.now_ms))
             .expression_attribute_values(":released", s(Status::Released.as_str()))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":zero", n(0))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -660,7 +676,9 @@ fn blocking_claim(
         _ => None,
     };
     match blocked {
-        Some(Blocked::Done) => Claim::AlreadyDone,
+        Some(Blocked::Done) => Claim::AlreadyDone {
+            ran: text(attr::RAN).map(|r| r.split_whitespace().map(str::to_string).collect()),
+        },
         Some(Blocked::Failed) => Claim::AlreadyFailed {
             error: text(attr::ERROR).cloned().unwrap_or_default(),
         },
@@ -727,7 +745,7 @@ mod tests {
         ]);
         assert_eq!(
             blocking_claim(Some(&done), &request(&e, &me, 1_000_000)),
-            Claim::AlreadyDone
+            Claim::AlreadyDone { ran: None }
         );
         let failed = item(&[
             (attr::STATUS, s("failed")),

@@ -23,6 +23,8 @@ struct Entry {
     journal: Journal,
     /// The began windows of claims that have written nothing since (see the ledger's rules).
     began: Vec<BeganWindow>,
+    /// A message's listeners that ran, as its completion recorded them.
+    ran: Option<Vec<String>>,
     error: Option<String>,
     retryable: bool,
 }
@@ -76,8 +78,8 @@ impl MemoryLedger {
 fn record(entry: &mut Entry, settled: &[Settled]) {
     // Any write of the claimant ends the began windows: what they stood for is recorded now.
     entry.began.clear();
-    let journal = &mut entry.journal;
     for fate in settled {
+        let journal = &mut entry.journal;
         match fate {
             Settled::Done { step, result, op } => {
                 journal.insert(
@@ -94,6 +96,7 @@ fn record(entry: &mut Entry, settled: &[Settled]) {
             Settled::Unknown { step, intent } => {
                 journal.insert(*step, intent.clone());
             }
+            Settled::Ran { listeners } => entry.ran = Some(listeners.clone()),
         }
     }
 }
@@ -135,7 +138,11 @@ impl Ledger for MemoryLedger {
                 request.now_ms,
                 existing.retryable,
             ) {
-                Some(Blocked::Done) => return Ok(Claim::AlreadyDone),
+                Some(Blocked::Done) => {
+                    return Ok(Claim::AlreadyDone {
+                        ran: existing.ran.clone(),
+                    })
+                }
                 Some(Blocked::Failed) => {
                     return Ok(Claim::AlreadyFailed {
                         error: existing.error.clone().unwrap_or_default(),
@@ -165,6 +172,7 @@ impl Ledger for MemoryLedger {
                 attempts: attempt,
                 journal,
                 began,
+                ran: None,
                 error: None,
                 retryable: false,
             },
@@ -286,7 +294,7 @@ mod tests {
         ledger.complete(&e, &a, NOW + 5).await.unwrap();
         assert_eq!(
             ledger.claim(&request(&e, &b, NOW + 6)).await.unwrap(),
-            Claim::AlreadyDone
+            Claim::AlreadyDone { ran: None }
         );
         // Even long after the lease: done stays done until the TTL.
         assert_eq!(
@@ -294,7 +302,7 @@ mod tests {
                 .claim(&request(&e, &b, NOW + 10 * LEASE))
                 .await
                 .unwrap(),
-            Claim::AlreadyDone
+            Claim::AlreadyDone { ran: None }
         );
     }
 

@@ -294,8 +294,9 @@ pub enum Claim {
     /// included: above 1, an earlier claim was released or its lease expired. `journal` holds
     /// what earlier claims recorded of their Slack writes.
     Acquired { attempt: u32, journal: Journal },
-    /// The event was answered already.
-    AlreadyDone,
+    /// The event was answered already; for a message, by the listeners `ran` names (when
+    /// the claim recorded them).
+    AlreadyDone { ran: Option<Vec<String>> },
     /// The event ended with an error no retry can fix (Slack's code in `error`).
     AlreadyFailed { error: String },
     /// Another delivery holds a live claim until `lease_until_ms`.
@@ -317,6 +318,30 @@ pub enum Settled {
     /// The call was made without an intent of its own (the claim stood for it) and its fate
     /// is unknown: `intent` is recorded, so a later claim looks.
     Unknown { step: u32, intent: StepRecord },
+    /// The listeners that ran under this claim (a message's, by their ids), recorded with the
+    /// completion: an event of the message that others would take runs only those.
+    Ran { listeners: Vec<String> },
+}
+
+/// What a claim that ends without reaching the step its earlier claims' began windows stand
+/// for must record so that their doubt is not lost: an intent spanning their window.
+pub fn keep_doubt(journal: &Journal) -> Option<Settled> {
+    let step = first_absent_step(journal);
+    match journal.get(&step) {
+        Some(StepRecord::Began {
+            at_ms,
+            lease_until_ms,
+        }) => Some(Settled::Unknown {
+            step,
+            intent: StepRecord::Intent {
+                attempt: 0,
+                op: None,
+                at_ms: Some(*at_ms),
+                lease_until_ms: Some(*lease_until_ms),
+            },
+        }),
+        _ => None,
+    }
 }
 
 /// How a claim ends.
@@ -393,7 +418,7 @@ pub trait Ledger: Send + Sync + 'static {
         now_ms: u64,
     ) -> Result<(), LedgerError>;
 
-    /// Marks the owner's claim done: every later copy gets `Claim::AlreadyDone`.
+    /// Marks the owner's claim done: every later copy gets [`Claim::AlreadyDone`].
     async fn complete(
         &self,
         event_id: &EventId,

@@ -14,3 +14,4 @@ mod lambda;
 mod operations;
 mod processes;
 mod rejections;
+mod review;
