@@ -94,13 +94,18 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
         }
     };
     match (role, mode) {
-        (Role::Ingress, Mode::Lambda) => match lambda_http::run(app.router()).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                tracing::error!(error = %error, "the Lambda runtime stopped");
-                ExitCode::FAILURE
+        // Several invocations at once when Lambda says so (`AWS_LAMBDA_MAX_CONCURRENCY`, set
+        // on Lambda Managed Instances); one at a time otherwise. Nothing per process is per
+        // invocation: each has its own deadline, claim owner and metrics line.
+        (Role::Ingress, Mode::Lambda) => {
+            match lambda_http::run_concurrent(lambda_service(app.router())).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!(error = %error, "the Lambda runtime stopped");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         (Role::Ingress, Mode::Local) => {
             let server = match app.bind().await {
                 Ok(server) => server,
@@ -137,7 +142,7 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
                     }
                 },
             );
-            match lambda_http::lambda_runtime::run(handler).await {
+            match lambda_http::lambda_runtime::run_concurrent(handler).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(error = %error, "the Lambda runtime stopped");
@@ -170,6 +175,44 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// The router as a Lambda handler: its answers are small JSON bodies, collected into the
+/// runtime's own body type (which concurrent invocations need to be `Sync`).
+fn lambda_service(
+    router: axum::Router,
+) -> impl tower::Service<
+    lambda_http::Request,
+    Response = lambda_http::Response<lambda_http::Body>,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<
+        Output = Result<lambda_http::Response<lambda_http::Body>, std::convert::Infallible>,
+    > + Send,
+> + Clone
+       + Send
+       + 'static {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    tower::service_fn(move |request: lambda_http::Request| {
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request).await?;
+            let (parts, body) = response.into_parts();
+            let body = match body.collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(error) => {
+                    tracing::error!(error = %error, "the answer's body could not be read");
+                    bytes::Bytes::new()
+                }
+            };
+            let body = match String::from_utf8(body.to_vec()) {
+                Ok(text) if text.is_empty() => lambda_http::Body::Empty,
+                Ok(text) => lambda_http::Body::Text(text),
+                Err(e) => lambda_http::Body::Binary(e.into_bytes()),
+            };
+            Ok(lambda_http::Response::from_parts(parts, body))
+        }
+    })
 }
 
 /// SIGTERM or Ctrl-C: stop accepting, finish what is in flight.

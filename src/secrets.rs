@@ -144,8 +144,13 @@ impl SlackSecrets {
         min_interval: Duration,
         needs: Needs,
     ) -> Result<Self, SecretsError> {
-        let config = crate::aws::sdk_config(Duration::from_secs(2), Duration::from_secs(5)).await;
-        let client = aws_sdk_secretsmanager::Client::new(&config);
+        let config = aws_sdk_secretsmanager::config::Builder::from(crate::aws::sdk_config().await)
+            .timeout_config(crate::aws::timeouts(
+                Duration::from_secs(2),
+                Duration::from_secs(5),
+            ))
+            .build();
+        let client = aws_sdk_secretsmanager::Client::from_conf(config);
         let started = Instant::now();
         let values = read(&client, id).await?;
         if let Some(field) = needs.missing(&values) {

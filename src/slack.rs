@@ -393,25 +393,10 @@ impl SlackClient {
     /// `base_url` is the Web API base (`https://slack.com/api`); method names are appended.
     /// The token is the secrets' current one.
     pub fn with_secrets(base_url: impl Into<String>, secrets: Arc<SlackSecrets>) -> Self {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(Duration::from_secs(2)));
-        http.set_nodelay(true);
-        let tls = rustls::ClientConfig::builder_with_provider(
-            rustls::crypto::ring::default_provider().into(),
-        )
-        .with_safe_default_protocol_versions()
-        .expect("ring supports TLS 1.2 and 1.3")
-        .with_root_certificates(rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        })
-        .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        // The process's one TLS configuration, shared with the AWS SDK's clients.
+        let connector = crate::aws::https_connector(Duration::from_secs(2));
         let http = Client::builder(TokioExecutor::new())
+            .pool_timer(hyper_util::rt::TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
         Self {

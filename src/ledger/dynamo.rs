@@ -254,7 +254,13 @@ impl DynamoLedger {
 /// The SDK client, built once per process: a slow DynamoDB turns into a 503 (and a Slack
 /// retry) rather than a Lambda timeout.
 pub async fn client_from_env() -> Client {
-    Client::new(&crate::aws::sdk_config(Duration::from_secs(2), Duration::from_secs(5)).await)
+    let config = aws_sdk_dynamodb::config::Builder::from(crate::aws::sdk_config().await)
+        .timeout_config(crate::aws::timeouts(
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+        ))
+        .build();
+    Client::from_conf(config)
 }
 
 pub use crate::aws::http_client;

@@ -44,8 +44,10 @@ pub async fn client_from_env(budget: CallBudget) -> Client {
             MAX_WAIT + Duration::from_secs(15),
         ),
     };
-    let config = crate::aws::sdk_config(attempt, operation).await;
-    Client::new(&config)
+    let config = aws_sdk_sqs::config::Builder::from(crate::aws::sdk_config().await)
+        .timeout_config(crate::aws::timeouts(attempt, operation))
+        .build();
+    Client::from_conf(config)
 }
 
 impl SqsQueue {
