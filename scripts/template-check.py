@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Checks template.yaml through AWS SAM's own translator, for every value of Mode.
+"""Checks template.yaml through AWS SAM's own translator, for every value of Mode and of
+ManagedInstances.
 
-What it asserts (each line of its output names one check and the mode it ran in):
+What it asserts (each line of its output names one check and the mode it ran in, ", LMI" when
+ManagedInstances=true; "the ingress" and "the worker" are then SlackOnceManagedFunction and
+SlackOnceManagedWorker, the twins of SlackOnceFunction and SlackOnceWorker):
 
   ingress-role     the ingress's role allows dynamodb:UpdateItem on the ledger AND sqs:SendMessage
                    on the work queue, whatever Mode says (the role is shared by every version and
@@ -29,6 +32,27 @@ What it asserts (each line of its output names one check and the mode it ran in)
                    configuration depends on it; the version description names exactly those
   code-publishes   a code change publishes new versions of both functions
   description-len  the version descriptions fit Lambda's 256 characters for the longest parameters
+  refs-exist       every Ref, GetAtt and ${...} of the deployed resources and outputs names a
+                   resource that exists for those parameters (one twin of each pair exists)
+  alarm-targets    the alarms of each function's deployment group watch that function's new version
+                   and nothing of another function
+  lmi-off          ManagedInstances=false: no capacity provider, no operator role, no function with
+                   CapacityProviderConfig, the ordinary functions; and no other ManagedInstances*
+                   parameter changes anything deployed (--baseline FILE also compares the whole
+                   deployed stack with FILE's, e.g. the template before Lambda Managed Instances)
+  lmi-on           ManagedInstances=true: one capacity provider in ManagedInstancesSubnetIds with the
+                   security groups (none: []) and the functions' architecture, MaxVCpuCount from its
+                   parameter; both functions attached to it with PerExecutionEnvironmentMaxConcurrency
+                   and the memory per vCPU from theirs, at least 2 GB, the same architecture, no
+                   ReservedConcurrentExecutions; the Function URL and the outputs on the managed ingress
+  operator-role    ManagedInstances=true: the provider's operator role trusts lambda.amazonaws.com
+                   (sts:AssumeRole) only, holds AWSLambdaManagedEC2ResourceOperator and nothing else,
+                   and no function's role holds that policy or any EC2 launch or iam:PassRole right
+  lmi-rules        the template's Rules refuse ManagedInstances=true without subnets (or with an empty
+                   entry), with a message naming ManagedInstancesSubnetIds, and accept the rest
+  twins            each managed twin's source properties equal its ordinary twin's but for
+                   CapacityProviderConfig, MemorySize, ReservedConcurrentExecutions and a
+                   VersionDescription that extends the ordinary one
 
 "Publishes a new version" means: the AWS::Lambda::Version's logical id changes (SAM's hash of the
 code and the environment's text), or one of its create-only properties (CloudFormation's resource
@@ -37,7 +61,7 @@ schema, as cfn-lint ships it) resolves differently, so that CloudFormation repla
 Then it checks itself: it breaks the template in memory in the ways each check exists for and
 confirms that the check fails (--no-self-test skips that).
 
-Usage: .tools/sam/bin/python scripts/template-check.py [--template PATH] [--no-self-test] [-q]
+Usage: .tools/sam/bin/python scripts/template-check.py [--template PATH] [--baseline PATH] [--no-self-test] [-q]
 (the .tools/sam virtual environment, from scripts/tools.sh sam, has aws-sam-translator and cfn-lint).
 Exit status: 0 when every check passes, 1 when one fails, 2 when the template cannot be read.
 """
@@ -67,6 +91,17 @@ except ImportError as e:  # pragma: no cover
 ROOT = Path(__file__).resolve().parent.parent
 
 INGRESS, WORKER = "SlackOnceFunction", "SlackOnceWorker"
+# Their twins on Lambda Managed Instances (ManagedInstances=true); exactly one of each pair exists.
+MANAGED_INGRESS, MANAGED_WORKER = "SlackOnceManagedFunction", "SlackOnceManagedWorker"
+TWINS = {INGRESS: MANAGED_INGRESS, WORKER: MANAGED_WORKER}
+PROVIDER, OPERATOR_POLICY = "ManagedInstancesProvider", "AWSLambdaManagedEC2ResourceOperator"
+SWITCH = "ManagedInstances"
+# What ManagedInstances=true is checked with (the subnets are required then).
+LMI_SUBNETS = "subnet-0a1b2c3d4e5f60718,subnet-0b1c2d3e4f5a60729,subnet-0c1d2e3f4a5b6073a"
+LMI_SECURITY_GROUPS = "sg-0123456789abcdef0"
+# Properties a managed twin may set otherwise than its ordinary twin (lmi-on checks what they are).
+TWIN_DIFFERENCES = {"CapacityProviderConfig", "MemorySize", "ReservedConcurrentExecutions", "VersionDescription"}
+LMI_MIN_MEMORY = 2048  # "The minimum supported function size is 2GB and 1 vCPU" (LMI best practices)
 LEDGER, QUEUE, DLQ = "LedgerTable", "WorkQueue", "WorkDeadLetterQueue"
 WORKER_ALARM, RATE_ALARM = "NewWorkerVersionFailuresAlarm", "SlackFailureRateAlarm"
 WORKER_SQS_ACTIONS = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
@@ -76,6 +111,10 @@ KNOWN_MANAGED = {
     "service-role/AWSLambdaBasicExecutionRole": "logs:CreateLogGroup, logs:CreateLogStream, logs:PutLogEvents",
     "service-role/AWSCodeDeployRoleForLambda": "cloudwatch:DescribeAlarms, lambda:*Alias, sns:Publish, s3:GetObject*, "
     "lambda:InvokeFunction on CodeDeployHook_* functions",
+    # The operator role's (docs.aws.amazon.com/lambda, "Lambda operator role for Lambda Managed Instances").
+    OPERATOR_POLICY: "ec2:RunInstances, CreateTags, AttachNetworkInterface on Lambda-managed instances "
+    "(ec2:ManagedResourceOperator = scaler.lambda.amazonaws.com), ec2:Describe*, RunInstances and "
+    "CreateNetworkInterface on subnets and security groups, RunInstances on Amazon-owned images",
 }
 SQS_ACTIONS = [f"sqs:{a}" for a in (
     "SendMessage ReceiveMessage DeleteMessage ChangeMessageVisibility GetQueueAttributes GetQueueUrl "
@@ -86,7 +125,7 @@ SQS_ACTIONS = [f"sqs:{a}" for a in (
 VERSION_CAPTURED = ["Environment", "Timeout", "MemorySize", "Architectures", "Runtime", "Handler", "Layers",
                     "VpcConfig", "EphemeralStorage", "TracingConfig", "KmsKeyArn", "DeadLetterConfig",
                     "FileSystemConfigs", "ImageConfig", "SnapStart", "LoggingConfig", "RuntimeManagementConfig",
-                    "PackageType", "Role"]
+                    "PackageType", "Role", "CapacityProviderConfig"]
 NOVALUE = object()
 
 
@@ -123,6 +162,9 @@ class Deployed:
 
     def __init__(self, template, params, code="code-1"):
         self.params = params
+        # A list parameter's value, as CloudFormation passes it: "" is [""].
+        self.lists = {n for n, p in template.get("Parameters", {}).items()
+                      if p.get("Type") == "CommaDelimitedList" or str(p.get("Type", "")).startswith("List<")}
         try:
             out = Translator(managed_policy_map={}, sam_parser=Parser()).translate(
                 packaged(template, code), parameter_values=dict(params))
@@ -136,6 +178,25 @@ class Deployed:
             if "Condition" in r and not self.condition(r["Condition"]):
                 continue
             self.resources[name] = self.eval(r)
+        self.outputs = {k: self.eval(v) for k, v in out.get("Outputs", {}).items()
+                        if "Condition" not in v or self.condition(v["Condition"])}
+
+    def function(self, ordinary):
+        """`ordinary` (INGRESS or WORKER) or its managed twin: whichever exists, which must be one."""
+        there = [n for n in (ordinary, TWINS[ordinary]) if n in self.resources]
+        if len(there) != 1:
+            raise CheckFailed(f"{' and '.join(there) or 'neither ' + ordinary + ' nor ' + TWINS[ordinary]} "
+                              f"{'exist' if there else 'exists'} for ManagedInstances={self.params.get(SWITCH)}: "
+                              "want exactly one of the twins")
+        return there[0]
+
+    @property
+    def ingress(self):
+        return self.function(INGRESS)
+
+    @property
+    def worker(self):
+        return self.function(WORKER)
 
     def condition(self, name):
         if name not in self._decided:
@@ -164,6 +225,12 @@ class Deployed:
             name = m.group(1)
             if name in local and isinstance(local[name], str):
                 return local[name]
+            # A variable that names a resource is that resource's ${...}, as if written in place.
+            if name in local and isinstance(local[name], dict) and list(local[name]) == ["Ref"]:
+                return "${" + local[name]["Ref"] + "}"
+            if name in local and isinstance(local[name], dict) and list(local[name]) == ["Fn::GetAtt"]:
+                att = local[name]["Fn::GetAtt"]
+                return "${" + (".".join(att) if isinstance(att, list) else att) + "}"
             if name in self.params:
                 return self.params[name]
             return m.group(0)
@@ -179,7 +246,14 @@ class Deployed:
             if fn == "Ref":
                 if args == "AWS::NoValue":
                     return NOVALUE
+                if args in self.lists and args in self.params:
+                    return self.params[args].split(",")
                 return self.params.get(args, node)
+            if fn == "Fn::Join":
+                sep, items = args
+                items = self.eval(items)
+                if isinstance(items, list) and all(isinstance(x, str) for x in items):
+                    return sep.join(items)
             if fn == "Fn::If":
                 return self.eval(args[1] if self.condition(args[0]) else args[2])
             if fn == "Fn::Sub":
@@ -256,6 +330,13 @@ def as_list(x):
     return x if isinstance(x, list) else [x]
 
 
+def managed_policy_name(arn):
+    """The name of a managed policy from its ARN: a string or a Fn::Sub of one."""
+    text = arn["Fn::Sub"] if isinstance(arn, dict) and isinstance(arn.get("Fn::Sub"), str) else arn
+    text = text if isinstance(text, str) else json.dumps(text)
+    return text.split(":policy/")[-1]
+
+
 def arn_of(resource):
     return {"Fn::GetAtt": [resource, "Arn"]}
 
@@ -276,6 +357,88 @@ def allows(statements, action, resource):
                 resource in [norm_resource(r) for r in as_list(s.get("Resource", []))]:
             return True
     return False
+
+
+def allows_action(statements, action):
+    """Whether a statement allows `action` on any resource."""
+    for s in statements:
+        if s.get("Effect") != "Allow":
+            continue
+        if "NotAction" in s:
+            if not any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in as_list(s["NotAction"])):
+                return True
+        elif any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in as_list(s.get("Action", []))):
+            return True
+    return False
+
+
+def references(node):
+    """The logical ids `node` (a deployed piece of the template) names: Ref, Fn::GetAtt, ${...} of Fn::Sub."""
+    found = set()
+    if isinstance(node, list):
+        for x in node:
+            found |= references(x)
+    elif isinstance(node, dict):
+        for fn, args in node.items():
+            if fn == "Ref" and isinstance(args, str) and not args.startswith("AWS::"):
+                found.add(args)
+            elif fn == "Fn::GetAtt":
+                found.add(args[0] if isinstance(args, list) else args.split(".")[0])
+            elif fn == "Fn::Sub":
+                text, local = (args, {}) if isinstance(args, str) else (args[0], args[1])
+                found |= {n.split(".")[0] for n in re.findall(r"\$\{([^!}][^}]*)\}", text)
+                          if not n.startswith("AWS::") and n not in local}
+                found |= references(local)
+            else:
+                found |= references(args)
+    return found
+
+
+def generated_by(name, function):
+    """Whether `name` is `function` or one of the resources SAM generates for it."""
+    return re.fullmatch(re.escape(function) + r"(Role|Version[0-9a-f]{10}|Alias\w+|Url|UrlPublicPermissions|"
+                        r"URLInvokeAllowPublicAccess|DeploymentGroup)?", name) is not None
+
+
+def canonical(d):
+    """The deployed resources and outputs of `d`, as text that compares equal when they are alike (the
+    names of the conditions that selected them left out)."""
+    resources = {n: {k: v for k, v in r.items() if k != "Condition"} for n, r in d.resources.items()}
+    return json.dumps({"resources": resources, "outputs": d.outputs}, sort_keys=True)
+
+
+def rule_failures(rules, params, lists):
+    """The AssertDescriptions of the template's Rules that `params` fail (CloudFormation's rule functions)."""
+    def ev(n):
+        if isinstance(n, (str, int, float)):
+            return str(n)
+        if isinstance(n, list):
+            return [ev(x) for x in n]
+        (fn, args), = n.items()
+        if fn == "Ref":
+            v = params.get(args, "")
+            return v.split(",") if args in lists else v
+        if fn == "Fn::Equals":
+            return ev(args[0]) == ev(args[1])
+        if fn == "Fn::Not":
+            return not ev(args[0])
+        if fn == "Fn::And":
+            return all(ev(x) for x in args)
+        if fn == "Fn::Or":
+            return any(ev(x) for x in args)
+        if fn == "Fn::Contains":
+            return ev(args[1]) in ev(args[0])
+        if fn == "Fn::EachMemberEquals":
+            return all(x == ev(args[1]) for x in ev(args[0]))
+        if fn == "Fn::EachMemberIn":
+            return all(x in ev(args[1]) for x in ev(args[0]))
+        raise CheckFailed(f"a rule function this check cannot evaluate: {fn}")
+    failed = []
+    for name, rule in (rules or {}).items():
+        if "RuleCondition" in rule and not ev(rule["RuleCondition"]):
+            continue
+        failed += [a.get("AssertDescription", name) for a in rule.get("Assertions", []) if not ev(a["Assert"])]
+    return failed
 
 
 def parameters_in(node, template, _seen=None):
@@ -319,6 +482,11 @@ def alternative(name, p):
         return str(v)
     if name == "AlarmTopicArn":
         return "arn:aws:sns:us-east-1:123456789012:alarms"
+    if p.get("Type") == "CommaDelimitedList" and "AllowedPattern" in p:
+        # Another list that the pattern accepts: one ID of the pattern's prefix ("subnet-", "sg-").
+        m = re.match(r"\^\(?([a-z]+-)", p["AllowedPattern"])
+        if m:
+            return m.group(1) + "0fedcba9876543210"
     return (default or "value") + "-2"
 
 
@@ -409,14 +577,32 @@ def expression(text, value):
 class Checks:
     """verbosity: 2 prints every check, 1 the failures, 0 nothing."""
 
-    def __init__(self, template, verbosity=2):
+    def __init__(self, template, verbosity=2, baseline=None):
         self.template = template
         self.verbosity = verbosity
+        self.baseline = baseline  # another template whose deployed stack ManagedInstances=false must equal
         self.failures = {}  # check id -> its first failure message
         self.modes = [str(v) for v in template["Parameters"]["Mode"]["AllowedValues"]]
+        switch = template["Parameters"].get(SWITCH)
+        self.lmi_values = [str(v) for v in switch["AllowedValues"]] if switch else ["false"]
         schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::Lambda::Version").schema
         self.create_only = [p.split("/")[-1] for p in schema.get("createOnlyProperties", [])]
         self._deployed = {}
+
+    def lmi(self, value):
+        """The parameters ManagedInstances=`value` is checked with."""
+        if value != "true":
+            return {SWITCH: value} if SWITCH in self.template["Parameters"] else {}
+        return {SWITCH: "true", "ManagedInstancesSubnetIds": LMI_SUBNETS,
+                "ManagedInstancesSecurityGroupIds": LMI_SECURITY_GROUPS}
+
+    def functions(self, value):
+        """The ingress and the worker for ManagedInstances=`value`."""
+        return (MANAGED_INGRESS, MANAGED_WORKER) if value == "true" else (INGRESS, WORKER)
+
+    def lmi_parameters(self):
+        """The ManagedInstances* parameters but the switch itself."""
+        return sorted(n for n in self.template["Parameters"] if n.startswith(SWITCH) and n != SWITCH)
 
     def deployed(self, overrides=None, code="code-1"):
         params = parameters(self.template, overrides)
@@ -437,29 +623,52 @@ class Checks:
 
     def all(self):
         for mode in self.modes:
-            try:
-                d = self.deployed({"Mode": mode})
-            except CheckFailed as e:
-                self.failures.setdefault("translate", str(e))
-                if self.verbosity >= 1:
-                    print(f"FAILED  {'translate':<16} [{mode}] SAM's translator takes the template: {e}")
-                continue
-            self.run("ingress-role", f"[{mode}] the ingress may UpdateItem the ledger and SendMessage to the queue",
-                     self.ingress_role, d)
-            self.run("queue-worker", f"[{mode}] the queue, its dead-letter queue and the worker exist",
-                     self.queue_worker, d)
-            self.run("ingress-env", f"[{mode}] the ingress's environment (each version's) says the mode",
-                     self.ingress_env, d, mode)
-            self.run("mapping", f"[{mode}] the worker's explicit SQS mapping invokes its live alias",
-                     self.mapping, d)
-            self.run("worker-role", f"[{mode}] the worker may receive, delete and extend on its queue only",
-                     self.worker_role, d)
-            self.run("no-sqs-star", f"[{mode}] no role allows SQS actions on \"*\" (managed policy or statement)",
-                     self.no_sqs_star, d)
-            self.run("worker-alarm", f"[{mode}] the new worker version's failures roll its canary back",
-                     self.worker_alarm, d, mode)
-            self.run("failure-rate", f"[{mode}] the Slack failure rate counts each event once",
-                     self.failure_rate, d)
+            for lmi in self.lmi_values:
+                tag = f"[{mode}{', LMI' if lmi == 'true' else ''}]"
+                try:
+                    d = self.deployed({"Mode": mode, **self.lmi(lmi)})
+                except CheckFailed as e:
+                    self.failures.setdefault("translate", str(e))
+                    if self.verbosity >= 1:
+                        print(f"FAILED  {'translate':<16} {tag} SAM's translator takes the template: {e}")
+                    continue
+                self.run("ingress-role", f"{tag} the ingress may UpdateItem the ledger and SendMessage to the queue",
+                         self.ingress_role, d)
+                self.run("queue-worker", f"{tag} the queue, its dead-letter queue and the worker exist",
+                         self.queue_worker, d)
+                self.run("ingress-env", f"{tag} the ingress's environment (each version's) says the mode",
+                         self.ingress_env, d, mode)
+                self.run("mapping", f"{tag} the worker's explicit SQS mapping invokes its live alias",
+                         self.mapping, d)
+                self.run("worker-role", f"{tag} the worker may receive, delete and extend on its queue only",
+                         self.worker_role, d)
+                self.run("no-sqs-star", f"{tag} no role allows SQS actions on \"*\" (managed policy or statement)",
+                         self.no_sqs_star, d)
+                self.run("worker-alarm", f"{tag} the new worker version's failures roll its canary back",
+                         self.worker_alarm, d, mode)
+                self.run("failure-rate", f"{tag} the Slack failure rate counts each event once",
+                         self.failure_rate, d)
+                self.run("refs-exist", f"{tag} every reference names a resource that exists", self.refs_exist, d)
+                self.run("alarm-targets", f"{tag} each deployment's alarms watch its own function's new version",
+                         self.alarm_targets, d)
+                if lmi == "true":
+                    self.run("lmi-on", f"{tag} both functions on one capacity provider in the given subnets",
+                             self.lmi_on, d)
+                    self.run("operator-role", f"{tag} the operator role is Lambda's only, with the documented policy only",
+                             self.operator_role, d)
+                else:
+                    self.run("lmi-off", f"{tag} no Lambda Managed Instances, and nothing of theirs changes the stack",
+                             self.lmi_off, d)
+        if "true" in self.lmi_values:
+            self.run("lmi-on", "[synchronous, LMI] other values: no security groups, x86_64, 8 at once, 4 GiB per vCPU",
+                     self.lmi_on_values)
+            self.run("lmi-rules", "the Rules refuse ManagedInstances=true without subnets, and only that",
+                     self.lmi_rules)
+            self.run("twins", "each managed twin is its ordinary twin but for what Lambda Managed Instances change",
+                     self.twins)
+        if self.baseline is not None:
+            self.run("lmi-off", "[every Mode] ManagedInstances=false deploys what the baseline template deploys",
+                     self.same_as_baseline)
         self.run("mode-publishes", "changing Mode alone publishes a new ingress version", self.mode_publishes)
         self.run("no-spurious", "changing LogRetentionDays, or any parameter no version captures, publishes none",
                  self.no_spurious)
@@ -472,7 +681,7 @@ class Checks:
     # each returns a short detail, or raises CheckFailed
 
     def ingress_role(self, d):
-        st = d.statements(d.role_of(INGRESS))
+        st = d.statements(d.role_of(d.ingress))
         missing = [f"{a} on {r}" for a, r in (("dynamodb:UpdateItem", LEDGER), ("sqs:SendMessage", QUEUE))
                    if not allows(st, a, arn_of(r))]
         if missing:
@@ -480,18 +689,18 @@ class Checks:
                               ": a version of the other mode would fail while a switch shifts traffic")
 
     def queue_worker(self, d):
-        for name, rtype in ((QUEUE, "AWS::SQS::Queue"), (DLQ, "AWS::SQS::Queue"), (WORKER, "AWS::Lambda::Function")):
+        for name, rtype in ((QUEUE, "AWS::SQS::Queue"), (DLQ, "AWS::SQS::Queue"), (d.worker, "AWS::Lambda::Function")):
             if d.resources.get(name, {}).get("Type") != rtype:
                 raise CheckFailed(f"no {rtype} {name}: what old versions queued during a switch would not be answered")
         redrive = d.props(QUEUE).get("RedrivePolicy", {})
         if redrive.get("deadLetterTargetArn") != arn_of(DLQ):
             raise CheckFailed(f"{QUEUE} does not redrive to {DLQ}: {redrive}")
-        env = d.props(WORKER).get("Environment", {}).get("Variables", {})
+        env = d.props(d.worker).get("Environment", {}).get("Variables", {})
         if env.get("SLACK_ONCE_ROLE") != "worker" or "DEDUP_TABLE" not in env:
-            raise CheckFailed(f"{WORKER} is not configured as a worker with the ledger: {sorted(env)}")
+            raise CheckFailed(f"{d.worker} is not configured as a worker with the ledger: {sorted(env)}")
 
     def ingress_env(self, d, mode):
-        env = d.props(INGRESS).get("Environment", {}).get("Variables", {})
+        env = d.props(d.ingress).get("Environment", {}).get("Variables", {})
         want = {"DEDUP_TABLE": mode != "deferred", "WORK_QUEUE_URL": mode == "deferred"}
         wrong = [f"{k} {'missing' if w else 'set'}" for k, w in want.items() if (k in env) != w]
         if wrong:
@@ -510,7 +719,7 @@ class Checks:
         if len(maps) != 1 or maps[0][0] not in explicit:
             raise CheckFailed(f"want one explicit AWS::Lambda::EventSourceMapping on {QUEUE}, found {[n for n, _ in maps]}")
         name, m = maps[0]
-        alias = d.alias_of(WORKER)
+        alias = d.alias_of(d.worker)
         if m.get("FunctionName") != {"Ref": alias}:
             raise CheckFailed(f"{name} invokes {m.get('FunctionName')}, not the alias {alias}: CodeDeploy's shift would not apply")
         if "CodeDeployLambdaAliasUpdate" not in d.resources[alias].get("UpdatePolicy", {}):
@@ -526,7 +735,7 @@ class Checks:
         return f"{name} -> {alias}"
 
     def worker_role(self, d):
-        st = d.statements(d.role_of(WORKER))
+        st = d.statements(d.role_of(d.worker))
         missing = [a for a in WORKER_SQS_ACTIONS if not allows(st, a, arn_of(QUEUE))]
         if missing:
             raise CheckFailed(f"the worker's role does not allow {', '.join(missing)} on {QUEUE}")
@@ -535,8 +744,7 @@ class Checks:
         problems = []
         for role, r in d.of_type("AWS::IAM::Role").items():
             for arn in r["Properties"].get("ManagedPolicyArns", []):
-                text = arn if isinstance(arn, str) else json.dumps(arn)
-                name = text.split(":policy/")[-1]
+                name = managed_policy_name(arn)
                 if name not in KNOWN_MANAGED:
                     problems.append(f"{role} has the managed policy {name}, whose statements this check cannot "
                                     "read (AWS's SQS ones, AWSLambdaSQSQueueExecutionRole among them, allow SQS "
@@ -559,13 +767,13 @@ class Checks:
         if not alarm or alarm["Type"] != "AWS::CloudWatch::Alarm":
             raise CheckFailed(f"no alarm {WORKER_ALARM}")
         a = alarm["Properties"]
-        group = d.resources[d.alias_of(WORKER)].get("UpdatePolicy", {}).get("CodeDeployLambdaAliasUpdate", {}) \
+        group = d.resources[d.alias_of(d.worker)].get("UpdatePolicy", {}).get("CodeDeployLambdaAliasUpdate", {}) \
             .get("DeploymentGroupName", {}).get("Ref")
         config = d.props(group).get("AlarmConfiguration", {}) if group in d.resources else {}
         if not config.get("Enabled") or {"Name": {"Ref": WORKER_ALARM}} not in config.get("Alarms", []):
             raise CheckFailed(f"{WORKER_ALARM} is not among the alarms of the worker's deployment ({group}): "
                               "a bad worker version would not roll back")
-        new = json.dumps({"Fn::GetAtt": [d.version_of(WORKER), "Version"]}, sort_keys=True)
+        new = json.dumps({"Fn::GetAtt": [d.version_of(d.worker), "Version"]}, sort_keys=True)
         old = json.dumps("1", sort_keys=True)
         threshold = float(a["Threshold"])
         if a.get("ComparisonOperator") != "GreaterThanThreshold":
@@ -608,39 +816,253 @@ class Checks:
             if got is None or abs(got - want) > 1e-9:
                 raise CheckFailed(f"{what}: rate {got}, want {want} (is a deferred event counted twice?)")
 
+    def refs_exist(self, d):
+        missing = set()
+        for where, node in list(d.resources.items()) + [("Outputs." + k, v) for k, v in d.outputs.items()]:
+            for name in references(node) - set(d.resources) - set(d.params):
+                missing.add(f"{where} -> {name}")
+            for name in as_list(d.resources.get(where, {}).get("DependsOn", [])):
+                if name not in d.resources:
+                    missing.add(f"{where} DependsOn {name}")
+        if missing:
+            raise CheckFailed("references to resources that do not exist for these parameters (CloudFormation "
+                              "refuses the template): " + ", ".join(sorted(missing)))
+
+    def alarm_targets(self, d):
+        details = []
+        for f in (d.ingress, d.worker):
+            alias = d.alias_of(f)
+            group = d.resources[alias].get("UpdatePolicy", {}).get("CodeDeployLambdaAliasUpdate", {}) \
+                .get("DeploymentGroupName", {}).get("Ref")
+            if group not in d.resources:
+                raise CheckFailed(f"{alias} has no deployment group of this stack: no canary")
+            own = {f, d.version_of(f), alias}
+            for a in d.props(group).get("AlarmConfiguration", {}).get("Alarms", []):
+                name = a.get("Name", {}).get("Ref") if isinstance(a.get("Name"), dict) else None
+                if name not in d.resources:
+                    raise CheckFailed(f"{group} watches {a}, not an alarm of this stack")
+                lambdas = {n for n in references(d.props(name)) if n in d.resources and
+                           d.resources[n]["Type"] in ("AWS::Lambda::Function", "AWS::Lambda::Version", "AWS::Lambda::Alias")}
+                if lambdas - own:
+                    raise CheckFailed(f"{name}, an alarm of {f}'s deployment, watches {sorted(lambdas - own)}: another "
+                                      "function's, so a bad version of this one would not roll back")
+                if d.version_of(f) not in lambdas:
+                    raise CheckFailed(f"{name}, an alarm of {f}'s deployment, does not watch its new version "
+                                      f"{d.version_of(f)}")
+            details.append(f"{group}: {f}")
+        return ", ".join(details)
+
+    def lmi_off(self, d):
+        problems = []
+        if d.of_type("AWS::Lambda::CapacityProvider"):
+            problems.append(f"capacity providers {sorted(d.of_type('AWS::Lambda::CapacityProvider'))}")
+        problems += [f"{n} has CapacityProviderConfig" for n, r in d.of_type("AWS::Lambda::Function").items()
+                     if "CapacityProviderConfig" in r["Properties"]]
+        problems += [f"{n} holds {OPERATOR_POLICY}" for n, r in d.of_type("AWS::IAM::Role").items()
+                     if OPERATOR_POLICY in map(managed_policy_name, r["Properties"].get("ManagedPolicyArns", []))]
+        problems += [f"{n} exists" for n in sorted(d.resources) if any(generated_by(n, t) for t in TWINS.values())]
+        if problems:
+            raise CheckFailed(f"with {SWITCH}=false: " + "; ".join(problems))
+        if (d.ingress, d.worker) != (INGRESS, WORKER):
+            raise CheckFailed(f"the functions are {d.ingress} and {d.worker}, not {INGRESS} and {WORKER}")
+        base = canonical(d)
+        for name in self.lmi_parameters():
+            alt = alternative(name, self.template["Parameters"][name])
+            if canonical(self.deployed({**d.params, name: alt})) != base:
+                raise CheckFailed(f"{name}={alt} changes the deployed stack although {SWITCH}=false: a stack that "
+                                  "leaves Lambda Managed Instances off would change")
+        return "no capacity provider or operator role; unchanged by " + ", ".join(self.lmi_parameters())
+
+    def lmi_on(self, d):
+        p = d.params
+        cps = d.of_type("AWS::Lambda::CapacityProvider")
+        if len(cps) != 1:
+            raise CheckFailed(f"{len(cps)} capacity providers, not 1")
+        (cp, r), = cps.items()
+        props = r["Properties"]
+        vpc = props.get("VpcConfig", {})
+        want_subnets = p["ManagedInstancesSubnetIds"].split(",")
+        want_groups = [g for g in p["ManagedInstancesSecurityGroupIds"].split(",") if g]
+        arch = [p["Architecture"]]
+        got = {"SubnetIds": vpc.get("SubnetIds"), "SecurityGroupIds": vpc.get("SecurityGroupIds"),
+               "Architectures": props.get("InstanceRequirements", {}).get("Architectures"),
+               "MaxVCpuCount": str(props.get("CapacityProviderScalingConfig", {}).get("MaxVCpuCount"))}
+        want = {"SubnetIds": want_subnets, "SecurityGroupIds": want_groups, "Architectures": arch,
+                "MaxVCpuCount": p["ManagedInstancesMaxVCpuCount"]}
+        wrong = [f"{k} {got[k]} (want {want[k]})" for k in want if got[k] != want[k]]
+        if wrong:
+            raise CheckFailed(f"{cp}: " + ", ".join(wrong))
+        role = props.get("PermissionsConfig", {}).get("CapacityProviderOperatorRoleArn")
+        if not (isinstance(role, dict) and "Fn::GetAtt" in role and
+                d.resources.get(role["Fn::GetAtt"][0], {}).get("Type") == "AWS::IAM::Role"):
+            raise CheckFailed(f"{cp}'s operator role is not a role of this stack: {role}")
+        ratio = p["ManagedInstancesMemoryPerVCpu"]
+        for f in (d.ingress, d.worker):
+            if f not in TWINS.values():
+                raise CheckFailed(f"{f}, an ordinary function, exists with {SWITCH}=true")
+            fp = d.props(f)
+            c = fp.get("CapacityProviderConfig", {}).get("LambdaManagedInstancesCapacityProviderConfig", {})
+            got = {"CapacityProviderArn": c.get("CapacityProviderArn"),
+                   "PerExecutionEnvironmentMaxConcurrency": str(c.get("PerExecutionEnvironmentMaxConcurrency")),
+                   "ExecutionEnvironmentMemoryGiBPerVCpu": str(c.get("ExecutionEnvironmentMemoryGiBPerVCpu")),
+                   "MemorySize": str(fp.get("MemorySize")), "Architectures": fp.get("Architectures")}
+            want = {"CapacityProviderArn": arn_of(cp),
+                    "PerExecutionEnvironmentMaxConcurrency": p["ManagedInstancesMaxConcurrency"],
+                    "ExecutionEnvironmentMemoryGiBPerVCpu": ratio,
+                    # one vCPU per execution environment, at least 2 GB
+                    "MemorySize": str(max(LMI_MIN_MEMORY, int(float(ratio) * 1024))), "Architectures": arch}
+            wrong = [f"{k} {got[k]} (want {want[k]})" for k in want if got[k] != want[k]]
+            wrong += [f"{k} set" for k in ("ReservedConcurrentExecutions", "VpcConfig", "ProvisionedConcurrencyConfig")
+                      if k in fp]
+            if wrong:
+                raise CheckFailed(f"{f}: " + ", ".join(wrong))
+        left = sorted(n for n in d.resources if any(generated_by(n, o) for o in TWINS))
+        if left:
+            raise CheckFailed(f"resources of the ordinary functions exist with {SWITCH}=true: {', '.join(left)}")
+        alias = d.alias_of(d.ingress)
+        urls = d.of_type("AWS::Lambda::Url")
+        if [u["Properties"].get("TargetFunctionArn") for u in urls.values()] != [{"Ref": alias}]:
+            raise CheckFailed(f"the Function URLs {sorted(urls)} are not one on {alias}")
+        (url,), out = urls.keys(), d.outputs
+        if references(out.get("SlackRequestUrl", {}).get("Value")) != {url} or \
+                out.get("FunctionAlias", {}).get("Value") != {"Ref": alias}:
+            raise CheckFailed(f"the outputs SlackRequestUrl and FunctionAlias are not {url}'s and {alias}")
+        return (f"{cp} in {len(want_subnets)} subnets, {len(want_groups)} security groups, {arch[0]}, "
+                f"MaxVCpuCount {p['ManagedInstancesMaxVCpuCount']}; {d.ingress} and {d.worker}: "
+                f"{p['ManagedInstancesMaxConcurrency']} at once, {ratio} GiB per vCPU; URL {url}")
+
+    def lmi_on_values(self):
+        other = [{"ManagedInstancesSecurityGroupIds": ""},
+                 {"Architecture": "x86_64", "ManagedInstancesMaxConcurrency": "8", "ManagedInstancesMemoryPerVCpu": "4",
+                  "ManagedInstancesMaxVCpuCount": "100", "ManagedInstancesSubnetIds": "subnet-0fedcba9876543210"}]
+        for o in other:
+            self.lmi_on(self.deployed({"Mode": self.modes[0], **self.lmi("true"), **o}))
+        return "; ".join(", ".join(f"{k}={v or '(empty)'}" for k, v in o.items()) for o in other)
+
+    def operator_role(self, d):
+        (cp, r), = d.of_type("AWS::Lambda::CapacityProvider").items()
+        role = r["Properties"]["PermissionsConfig"]["CapacityProviderOperatorRoleArn"]["Fn::GetAtt"][0]
+        props = d.props(role)
+        trust = as_list(props.get("AssumeRolePolicyDocument", {}).get("Statement", []))
+        lambda_only = [{"Service": "lambda.amazonaws.com"}, {"Service": ["lambda.amazonaws.com"]}]
+        bad = [st for st in trust if st.get("Effect") != "Allow" or "NotPrincipal" in st or "NotAction" in st or
+               st.get("Principal") not in lambda_only or as_list(st.get("Action")) != ["sts:AssumeRole"]]
+        if not trust or bad:
+            raise CheckFailed(f"{role}'s trust policy is not lambda.amazonaws.com's sts:AssumeRole alone: {bad or trust}")
+        policies = [managed_policy_name(a) for a in props.get("ManagedPolicyArns", [])]
+        if policies != [OPERATOR_POLICY]:
+            raise CheckFailed(f"{role} holds the managed policies {policies}, not {OPERATOR_POLICY} alone")
+        if d.statements(role):
+            raise CheckFailed(f"{role} has statements of its own beyond {OPERATOR_POLICY}: {d.statements(role)}")
+        for fn in d.of_type("AWS::Lambda::Function"):
+            fr = d.role_of(fn)
+            if fr == role:
+                raise CheckFailed(f"{fn} runs with the operator role {role}")
+            if OPERATOR_POLICY in map(managed_policy_name, d.props(fr).get("ManagedPolicyArns", [])):
+                raise CheckFailed(f"{fn}'s role {fr} holds {OPERATOR_POLICY}")
+            rights = [a for a in ("ec2:RunInstances", "ec2:CreateNetworkInterface", "iam:PassRole")
+                      if allows_action(d.statements(fr), a)]
+            if rights:
+                raise CheckFailed(f"{fn}'s role {fr} allows {', '.join(rights)}: the function needs none of it")
+        others = [n for n, x in d.of_type("AWS::IAM::Role").items() if n != role and
+                  OPERATOR_POLICY in map(managed_policy_name, x["Properties"].get("ManagedPolicyArns", []))]
+        if others:
+            raise CheckFailed(f"{others} also hold {OPERATOR_POLICY}")
+        return f"{role}: trusted by lambda.amazonaws.com only; {OPERATOR_POLICY} only; used by {cp} alone"
+
+    def lmi_rules(self):
+        rules = self.template.get("Rules", {})
+        lists = {n for n, p in self.template["Parameters"].items() if p.get("Type") == "CommaDelimitedList"}
+        cases = [
+            (f"{SWITCH}=true without subnets", {SWITCH: "true", "ManagedInstancesSubnetIds": ""}, False),
+            (f"{SWITCH}=true with an empty entry", {SWITCH: "true", "ManagedInstancesSubnetIds":
+                                                    LMI_SUBNETS.split(",")[0] + ",," + LMI_SUBNETS.split(",")[1]}, False),
+            (f"{SWITCH}=true with subnets", {SWITCH: "true", "ManagedInstancesSubnetIds": LMI_SUBNETS}, True),
+            (f"{SWITCH}=true with subnets and security groups", self.lmi("true"), True),
+            (f"{SWITCH}=false without subnets", {SWITCH: "false"}, True),
+        ]
+        for what, overrides, accepted in cases:
+            failed = rule_failures(rules, parameters(self.template, overrides), lists)
+            if accepted and failed:
+                raise CheckFailed(f"{what}: refused ({'; '.join(failed)})")
+            if not accepted and not failed:
+                raise CheckFailed(f"{what}: accepted, so the deploy would fail later, at the capacity provider, "
+                                  "without saying why")
+            if not accepted and not any("ManagedInstancesSubnetIds" in m for m in failed):
+                raise CheckFailed(f"{what}: refused, but the message does not name ManagedInstancesSubnetIds: {failed}")
+        return "; ".join(f"{w}: {'accepted' if a else 'refused'}" for w, _, a in cases)
+
+    def twins(self):
+        res = self.template["Resources"]
+        for o, m in TWINS.items():
+            if m not in res:
+                raise CheckFailed(f"no {m}, {o}'s twin on Lambda Managed Instances")
+            po, pm = res[o].get("Properties", {}), res[m].get("Properties", {})
+            diff = sorted(k for k in set(po) | set(pm) if k not in TWIN_DIFFERENCES and
+                          json.dumps(po.get(k), sort_keys=True) != json.dumps(pm.get(k), sort_keys=True))
+            if diff or res[o].get("Metadata") != res[m].get("Metadata") or res[o]["Type"] != res[m]["Type"]:
+                raise CheckFailed(f"{m} is not {o} on Lambda Managed Instances: they differ in "
+                                  f"{', '.join(diff) or 'Type or Metadata'}")
+            do, dm = (x.get("VersionDescription", {}) for x in (po, pm))
+            do, dm = (x.get("Fn::Sub") if isinstance(x, dict) else x for x in (do, dm))
+            if not (isinstance(do, str) and isinstance(dm, str) and dm.startswith(do + " ")):
+                raise CheckFailed(f"{m}'s VersionDescription does not extend {o}'s: {dm!r}")
+        return ", ".join(f"{m} = {o} but {', '.join(sorted(TWIN_DIFFERENCES))}" for o, m in TWINS.items())
+
+    def same_as_baseline(self):
+        for mode in self.modes:
+            a = self.deployed({"Mode": mode, **self.lmi("false")})
+            b = Deployed(self.baseline, parameters(self.baseline, {"Mode": mode}))
+            ra, rb = json.loads(canonical(a))["resources"], json.loads(canonical(b))["resources"]
+            diff = sorted(n for n in set(ra) | set(rb) if ra.get(n) != rb.get(n))
+            if diff:
+                raise CheckFailed(f"Mode={mode}: these resources differ from the baseline's: {', '.join(diff)}")
+            if json.loads(canonical(a))["outputs"] != json.loads(canonical(b))["outputs"]:
+                raise CheckFailed(f"Mode={mode}: the outputs differ from the baseline's")
+        return f"{len(ra)} resources and the outputs alike for every Mode"
+
     def mode_publishes(self):
         lines = []
-        ids = {m: self.deployed({"Mode": m}).identity(INGRESS, self.create_only) for m in self.modes}
-        for a in self.modes:
-            for b in self.modes:
-                if a < b and ids[a] == ids[b]:
-                    raise CheckFailed(f"Mode={a} and Mode={b} give the same ingress version {ids[a][0]} "
-                                      "with the same create-only properties: the alias would keep the old mode")
-        for m in self.modes:
-            v, props = ids[m]
-            desc = dict(props).get("Description")
-            lines.append(f"Mode={m}: {v}, Description {desc}")
-        same = len({ids[m][0] for m in self.modes}) == 1
-        how = ("same logical id, but Description is create-only (CloudFormation replaces the version)"
-               if same else "the logical id changes")
-        return "; ".join(lines) + f" ({how})"
+        for lmi in self.lmi_values:
+            ingress = self.functions(lmi)[0]
+            ids = {m: self.deployed({"Mode": m, **self.lmi(lmi)}).identity(ingress, self.create_only)
+                   for m in self.modes}
+            for a in self.modes:
+                for b in self.modes:
+                    if a < b and ids[a] == ids[b]:
+                        raise CheckFailed(f"Mode={a} and Mode={b} give the same {ingress} version {ids[a][0]} "
+                                          "with the same create-only properties: the alias would keep the old mode")
+            for m in self.modes:
+                v, props = ids[m]
+                desc = dict(props).get("Description")
+                lines.append(f"Mode={m}: {v}, Description {desc}")
+            same = len({ids[m][0] for m in self.modes}) == 1
+            lines[-1] += (" (same logical id, but Description is create-only (CloudFormation replaces the version))"
+                          if same else " (the logical id changes)")
+        return "; ".join(lines)
 
     def no_spurious(self):
-        base = self.deployed()
         params = self.template["Parameters"]
-        captured = self.captured(INGRESS) | self.captured(WORKER)
-        names = ["LogRetentionDays"] + sorted(n for n in params if n not in captured and n != "LogRetentionDays")
-        for name in names:
-            if "Default" not in params[name]:
-                continue
-            alt = alternative(name, params[name])
-            changed = self.deployed({name: alt})
-            for f in (INGRESS, WORKER):
-                if base.identity(f, self.create_only) != changed.identity(f, self.create_only):
-                    raise CheckFailed(f"{name}={alt} alone makes CloudFormation publish a new {f} version (its "
-                                      "logical id or a create-only property changes) with nothing changed in it: "
-                                      "such a deploy fails")
-        return "same versions after changing " + ", ".join(names)
+        checked = []
+        for lmi in self.lmi_values:
+            fns = self.functions(lmi)
+            base = self.deployed(self.lmi(lmi))
+            captured = set().union(*(self.captured(f) for f in fns))
+            # The switch replaces the functions by their twins (lmi-off, lmi-on): not a version of theirs.
+            names = ["LogRetentionDays"] + sorted(n for n in params
+                                                  if n not in captured and n not in ("LogRetentionDays", SWITCH))
+            for name in names:
+                if "Default" not in params[name]:
+                    continue
+                alt = alternative(name, params[name])
+                changed = self.deployed({**self.lmi(lmi), name: alt})
+                for f in fns:
+                    if base.identity(f, self.create_only) != changed.identity(f, self.create_only):
+                        raise CheckFailed(f"{name}={alt} alone makes CloudFormation publish a new {f} version (its "
+                                          "logical id or a create-only property changes) with nothing changed in it: "
+                                          "such a deploy fails")
+            checked.append(f"{SWITCH}={lmi}: " + ", ".join(names))
+        return "same versions after changing " + "; ".join(checked)
 
     def captured(self, function):
         """The parameters the version's configuration depends on (not the ones SAM's hash resolves)."""
@@ -658,42 +1080,50 @@ class Checks:
         return parameters_in(desc, self.template) if desc is not None else set()
 
     def version_params(self):
-        base = self.deployed()
         details = []
-        for f in (INGRESS, WORKER):
-            captured, described = self.captured(f), self.described(f)
-            if captured != described:
-                raise CheckFailed(
-                    f"{f}'s configuration depends on {sorted(captured)} but its VersionDescription names "
-                    f"{sorted(described)}: " +
-                    "; ".join(x for x in (
-                        ("a change of " + ", ".join(sorted(captured - described)) + " would publish nothing, and "
-                         "the alias would keep the old configuration") if captured - described else "",
-                        ("a change of " + ", ".join(sorted(described - captured)) + " would publish a version "
-                         "with nothing changed, which fails the deploy") if described - captured else "") if x))
-            for name, p in self.template["Parameters"].items():
-                if "Default" not in p:
-                    continue
-                alt = alternative(name, p)
-                moved = base.identity(f, self.create_only) != self.deployed({name: alt}).identity(f, self.create_only)
-                if moved != (name in captured):
-                    raise CheckFailed(f"{name}={alt} {'publishes' if moved else 'does not publish'} a new {f} version, "
-                                      f"but {f}'s configuration {'does not depend' if moved else 'depends'} on it")
-            details.append(f"{f}: {', '.join(sorted(captured))}")
+        for lmi in self.lmi_values:
+            base = self.deployed(self.lmi(lmi))
+            for f in self.functions(lmi):
+                captured, described = self.captured(f), self.described(f)
+                if captured != described:
+                    raise CheckFailed(
+                        f"{f}'s configuration depends on {sorted(captured)} but its VersionDescription names "
+                        f"{sorted(described)}: " +
+                        "; ".join(x for x in (
+                            ("a change of " + ", ".join(sorted(captured - described)) + " would publish nothing, and "
+                             "the alias would keep the old configuration") if captured - described else "",
+                            ("a change of " + ", ".join(sorted(described - captured)) + " would publish a version "
+                             "with nothing changed, which fails the deploy") if described - captured else "") if x))
+                for name, p in self.template["Parameters"].items():
+                    if "Default" not in p or name == SWITCH:
+                        continue
+                    alt = alternative(name, p)
+                    moved = base.identity(f, self.create_only) != \
+                        self.deployed({**self.lmi(lmi), name: alt}).identity(f, self.create_only)
+                    if moved != (name in captured):
+                        raise CheckFailed(f"{name}={alt} {'publishes' if moved else 'does not publish'} a new {f} "
+                                          f"version, but {f}'s configuration {'does not depend' if moved else 'depends'} "
+                                          "on it")
+                details.append(f"{f}: {', '.join(sorted(captured))}")
         return "; ".join(details)
 
     def code_publishes(self):
-        a, b = self.deployed(), self.deployed(code="code-2")
-        for f in (INGRESS, WORKER):
-            if a.identity(f, self.create_only) == b.identity(f, self.create_only):
-                raise CheckFailed(f"new code keeps {f}'s version {a.version_of(f)}: the alias would keep the old "
-                                  "code (AutoPublishCodeSha256 replaces SAM's hash of the code)")
-        return ", ".join(f"{a.version_of(f)} -> {b.version_of(f)}" for f in (INGRESS, WORKER))
+        moves = []
+        for lmi in self.lmi_values:
+            a, b = self.deployed(self.lmi(lmi)), self.deployed(self.lmi(lmi), code="code-2")
+            for f in self.functions(lmi):
+                if a.identity(f, self.create_only) == b.identity(f, self.create_only):
+                    raise CheckFailed(f"new code keeps {f}'s version {a.version_of(f)}: the alias would keep the old "
+                                      "code (AutoPublishCodeSha256 replaces SAM's hash of the code)")
+                moves.append(f"{a.version_of(f)} -> {b.version_of(f)}")
+        return ", ".join(moves)
 
     def description_len(self):
         out = []
         params = self.template["Parameters"]
-        for f in (INGRESS, WORKER):
+        for f in (INGRESS, WORKER, MANAGED_INGRESS, MANAGED_WORKER):
+            if f not in self.template["Resources"]:
+                continue
             desc = self.template["Resources"][f]["Properties"].get("VersionDescription")
             if desc is None:
                 continue
@@ -708,7 +1138,6 @@ class Checks:
                 raise CheckFailed(f"{f}'s VersionDescription can reach {len(resolved)} characters")
             out.append(f"{f} at most {len(resolved)}")
         return ", ".join(out)
-
 
 # ------------------------------------------------------------------ self-test
 
@@ -808,6 +1237,52 @@ def _describe_without(name, param):
     return mutate
 
 
+def _lmi_config(name):
+    return lambda t: _props(t, name)["CapacityProviderConfig"]
+
+
+def _operator_role(t):
+    return _props(t, _props(t, PROVIDER)["PermissionsConfig"]["CapacityProviderOperatorRoleArn"]["Fn::GetAtt"][0])
+
+
+def _unconditional_provider(t):
+    """The capacity provider and its role whatever ManagedInstances says."""
+    role = _props(t, PROVIDER)["PermissionsConfig"]["CapacityProviderOperatorRoleArn"]["Fn::GetAtt"][0]
+    for name in (PROVIDER, role):
+        del t["Resources"][name]["Condition"]
+
+
+def _rule_assertion(t):
+    return t["Rules"]["ManagedInstancesNeedSubnets"]["Assertions"][0]
+
+
+def _on_ordinary(path_fn):
+    """Fn::If [IsManagedInstances, managed, ordinary] -> ordinary, at path_fn(t) (a dict holding "Value")."""
+    def mutate(t):
+        node = path_fn(t)
+        node["Value"] = node["Value"]["Fn::If"][2]
+    return mutate
+
+
+def _dims(t, alarm):
+    return _props(t, alarm)["Dimensions"]
+
+
+def _worker_alarm_on_ordinary(t):
+    for m in _props(t, WORKER_ALARM)["Metrics"]:
+        ms = [m] if isinstance(m, dict) and "MetricStat" in m else \
+            [x for x in (m.get("Fn::If", [None, {}, {}])[1:] if isinstance(m, dict) else []) if isinstance(x, dict) and "MetricStat" in x]
+        for x in ms:
+            for dim in x["MetricStat"]["Metric"].get("Dimensions", []):
+                dim["Value"] = dim["Value"]["Fn::If"][2]
+
+
+def _dashboard_on_ordinary(t):
+    body, names = _props(t, "Dashboard")["DashboardBody"]["Fn::Sub"]
+    _props(t, "Dashboard")["DashboardBody"] = {"Fn::Sub": body.replace("${IngressFunction}", "${" + INGRESS + "}")
+                                               .replace("${WorkerFunction}", "${" + WORKER + "}")}
+
+
 MUTATIONS = [
     # (what the mutation does, the checks that must fail, the mutation)
     ("the ingress allows UpdateItem or SendMessage as Mode says (as before)", {"ingress-role"}, _ingress_policy_if),
@@ -844,6 +1319,59 @@ MUTATIONS = [
      _describe_without(WORKER, "WorkerTimeout")),
     ("SlackSecretName up to 400 characters", {"description-len"},
      _set(lambda t: t["Parameters"]["SlackSecretName"], "MaxLength", 400)),
+    # Lambda Managed Instances
+    ("the capacity provider and its operator role whatever ManagedInstances says", {"lmi-off"},
+     _unconditional_provider),
+    ("ManagedInstancesMaxConcurrency in the ordinary ingress's environment", {"lmi-off", "version-params", "twins"},
+     _set(lambda t: _props(t, INGRESS)["Environment"]["Variables"], "MAX_CONCURRENCY",
+          {"Ref": "ManagedInstancesMaxConcurrency"})),
+    ("the managed twins' deployment groups whatever ManagedInstances says (no PassthroughCondition)", {"lmi-off"},
+     lambda t: [_props(t, m)["DeploymentPreference"].pop("PassthroughCondition") for m in TWINS.values()]),
+    ("the ordinary ingress's deployment group whatever ManagedInstances says", {"lmi-on"},
+     lambda t: _props(t, INGRESS)["DeploymentPreference"].pop("PassthroughCondition")),
+    ("the managed worker without PerExecutionEnvironmentMaxConcurrency", {"lmi-on"},
+     _without_key(_lmi_config(MANAGED_WORKER), "PerExecutionEnvironmentMaxConcurrency")),
+    ("the managed ingress at 256 MB", {"lmi-on"}, _set(lambda t: _props(t, MANAGED_INGRESS), "MemorySize", 256)),
+    ("ReservedConcurrentExecutions on the managed ingress", {"lmi-on"},
+     lambda t: _props(t, MANAGED_INGRESS).__setitem__("ReservedConcurrentExecutions",
+                                                      _props(t, INGRESS)["ReservedConcurrentExecutions"])),
+    ("the instances fixed at x86_64 (the functions are arm64)", {"lmi-on"},
+     _set(lambda t: _props(t, PROVIDER)["InstanceRequirements"], "Architectures", ["x86_64"])),
+    ("the instances without their security groups", {"lmi-on"},
+     _set(lambda t: _props(t, PROVIDER)["VpcConfig"], "SecurityGroupIds", [])),
+    ("the managed ingress's Function URL output on the ordinary one", {"lmi-on", "refs-exist"},
+     _on_ordinary(lambda t: t["Outputs"]["SlackRequestUrl"])),
+    ("the operator role also trusted by ec2.amazonaws.com", {"operator-role"},
+     lambda t: _operator_role(t)["AssumeRolePolicyDocument"]["Statement"].append(
+         {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"})),
+    ("the operator role with an inline ec2:* on \"*\"", {"operator-role"},
+     _set(_operator_role, "Policies", [{"PolicyName": "more", "PolicyDocument": {
+         "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "ec2:*", "Resource": "*"}]}}])),
+    ("the operator policy on the managed ingress's role", {"operator-role"},
+     lambda t: _props(t, MANAGED_INGRESS)["Policies"].append(f"arn:aws:iam::aws:policy/{OPERATOR_POLICY}")),
+    ("ec2:RunInstances for the managed worker", {"operator-role"},
+     lambda t: _props(t, MANAGED_WORKER)["Policies"][0]["Statement"].append(
+         {"Effect": "Allow", "Action": "ec2:RunInstances", "Resource": "*"})),
+    ("the rule ManagedInstancesNeedSubnets left out", {"lmi-rules"}, lambda t: t.pop("Rules")),
+    ("the rule on the security groups instead of the subnets", {"lmi-rules"},
+     _set(_rule_assertion, "Assert", {"Fn::Not": [{"Fn::Contains": [{"Ref": "ManagedInstancesSecurityGroupIds"}, ""]}]})),
+    ("the rule's message not naming the parameter", {"lmi-rules"},
+     _set(_rule_assertion, "AssertDescription", "Lambda Managed Instances need a VPC")),
+    ("a statement on the ordinary ingress only", {"twins"},
+     lambda t: _props(t, INGRESS)["Policies"].append({"Statement": [
+         {"Effect": "Allow", "Action": "dynamodb:GetItem", "Resource": {"Fn::GetAtt": [LEDGER, "Arn"]}}]})),
+    ("the managed worker's timeout fixed at 60 s", {"twins"}, _set(lambda t: _props(t, MANAGED_WORKER), "Timeout", 60)),
+    ("the managed ingress without VersionDescription", {"mode-publishes", "version-params"},
+     _remove_version_description(MANAGED_INGRESS)),
+    ("the managed worker's VersionDescription without ManagedInstancesMaxConcurrency", {"version-params"},
+     _describe_without(MANAGED_WORKER, "ManagedInstancesMaxConcurrency")),
+    ("the mapping always on the ordinary worker's alias", {"mapping", "refs-exist"},
+     _set(_mapping_props, "FunctionName", {"Ref": WORKER + ".Alias"})),
+    ("the worker's failures alarm on the ordinary worker's versions (as before the twins)",
+     {"worker-alarm", "alarm-targets", "refs-exist"}, _worker_alarm_on_ordinary),
+    ("the ingress's 5xx alarm on the ordinary ingress's versions", {"alarm-targets", "refs-exist"},
+     _on_ordinary(lambda t: _dims(t, "NewVersion5xxAlarm")[0])),
+    ("the dashboard on the ordinary functions (as before the twins)", {"refs-exist"}, _dashboard_on_ordinary),
 ]
 
 
@@ -874,6 +1402,8 @@ def self_test(template, quiet=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--template", default=str(ROOT / "template.yaml"))
+    ap.add_argument("--baseline", help="another template (e.g. git show HEAD:template.yaml > /tmp/t.yaml) whose deployed "
+                    "stack ManagedInstances=false must equal, for every Mode")
     ap.add_argument("--no-self-test", action="store_true", help="skip breaking the template to see each check fail")
     ap.add_argument("-q", "--quiet", action="store_true", help="print the failures only")
     args = ap.parse_args()
@@ -882,8 +1412,15 @@ def main():
     except (OSError, ValueError) as e:
         print(f"template-check: cannot read {args.template}: {e}", file=sys.stderr)
         return 2
-    print(f"== template-check: {args.template}, through aws-sam-translator, for every Mode")
-    failures = Checks(template, verbosity=1 if args.quiet else 2).all()
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = yaml_parse(Path(args.baseline).read_text())
+        except (OSError, ValueError) as e:
+            print(f"template-check: cannot read {args.baseline}: {e}", file=sys.stderr)
+            return 2
+    print(f"== template-check: {args.template}, through aws-sam-translator, for every Mode and ManagedInstances")
+    failures = Checks(template, verbosity=1 if args.quiet else 2, baseline=baseline).all()
     bad = [] if args.no_self_test else self_test(template, quiet=args.quiet)
     if failures or bad:
         print(f"template-check: {len(failures)} check(s) failed" +
