@@ -2,7 +2,8 @@
 # The benchmark report (benches/report.rs): starts DynamoDB Local (127.0.0.1:8000) and the SQS
 # server (127.0.0.1:9324) if nothing answers there, installs Bolt for JavaScript into bench/bolt/node_modules
 # and Bolt for Python with Powertools into .tools/bolt-python (neither committed), builds the
-# release binary and prints one table; stops only what it started.
+# release binary, the no-op lambda_http fixture and the arm64 Lambda bootstrap (cargo-lambda,
+# into .tools/lambda) and prints the report; stops only what it started.
 #   scripts/bench.sh            the report
 #   scripts/bench.sh micro      the criterion micro-benchmarks as well
 set -euo pipefail
@@ -23,6 +24,22 @@ if ! cmp -s bench/bolt-python/requirements.txt .tools/bolt-python/requirements.t
   cp bench/bolt-python/requirements.txt .tools/bolt-python/requirements.txt
 fi
 export BOLT_PYTHON="$PWD/.tools/bolt-python/bin/python"
+
+# The cold start's yardstick, and the arm64 package whose size the report gives (unless
+# BENCH_ARM64_BOOTSTRAP names one already built).
+cargo build --release --locked --example bench-noop-lambda
+cargo build --profile release-o3 --locked --bin slack-once
+if [ -z "${BENCH_ARM64_BOOTSTRAP:-}" ]; then
+  scripts/tools.sh lambda
+  if ! rustup target list --installed | grep -q '^aarch64-unknown-linux-gnu$'; then
+    timeout 300 rustup target add aarch64-unknown-linux-gnu || true
+  fi
+  # The release build (opt-level "s", what SAM deploys) and the same at opt-level 3.
+  PATH="$PWD/.tools/lambda/bin:$PATH" cargo lambda build --release --arm64 --locked --bin slack-once \
+    && PATH="$PWD/.tools/lambda/bin:$PATH" cargo lambda build --profile release-o3 --arm64 --locked \
+      --bin slack-once --lambda-dir target/lambda-o3 \
+    || echo "bench: the arm64 build failed; the report gives the x86_64 sizes only" >&2
+fi
 
 benches() {
   cargo bench --locked --bench report

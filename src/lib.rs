@@ -64,43 +64,57 @@ impl Application {
 
     /// As [`Application::build`], with your own [`App`].
     pub async fn build_with_app(config: Config, app: App) -> Result<Self, StartError> {
-        let secrets = match &config.secrets_arn {
-            Some(id) => {
-                // An ingress verifies; where events are answered on Lambda, the bot posts (in
-                // local mode a missing token logs each call instead).
-                let answers = config.role == Role::Worker || config.answers_synchronously();
-                let needs = Needs {
-                    signing_secret: config.role == Role::Ingress,
-                    bot_token: config.mode == config::Mode::Lambda && answers,
-                    answers,
-                };
-                SlackSecrets::from_manager(id, config.secrets_refresh, needs).await?
-            }
-            None => SlackSecrets::fixed(config.signing_secrets.clone(), config.bot_token.clone()),
-        };
-        let ledger: Arc<dyn Ledger> = match &config.dedup_table {
-            Some(table) => {
-                tracing::info!(table = %table, "ledger: DynamoDB");
-                Arc::new(DynamoLedger::from_env(table.clone()).await)
-            }
-            None => {
-                if config.answers_synchronously() {
-                    tracing::info!(
-                        "ledger: in memory (this process only; set DEDUP_TABLE to share one)"
-                    );
+        // The secrets' read (the one network call of a start, when SLACK_SECRETS_ARN is set)
+        // and the clients' construction overlap; the SDK's configuration is loaded once for all.
+        let secrets = async {
+            Ok::<_, SecretsError>(match &config.secrets_arn {
+                Some(id) => {
+                    // An ingress verifies; where events are answered on Lambda, the bot posts (in
+                    // local mode a missing token logs each call instead).
+                    let answers = config.role == Role::Worker || config.answers_synchronously();
+                    let needs = Needs {
+                        signing_secret: config.role == Role::Ingress,
+                        bot_token: config.mode == config::Mode::Lambda && answers,
+                        answers,
+                    };
+                    SlackSecrets::from_manager(id, config.secrets_refresh, needs).await?
                 }
-                Arc::new(MemoryLedger::new())
-            }
+                None => {
+                    SlackSecrets::fixed(config.signing_secrets.clone(), config.bot_token.clone())
+                }
+            })
         };
-        let queue: Option<Arc<dyn WorkQueue>> = match (&config.work_queue_url, config.role) {
-            (Some(url), Role::Ingress) => {
-                tracing::info!(queue = %url, "deferred mode: events go to the work queue");
-                Some(Arc::new(
-                    SqsQueue::from_env(url.clone(), CallBudget::Ingress).await,
-                ))
-            }
-            _ => None,
+        let ledger = async {
+            let ledger: Arc<dyn Ledger> = match &config.dedup_table {
+                Some(table) => {
+                    tracing::info!(table = %table, "ledger: DynamoDB");
+                    Arc::new(DynamoLedger::from_env(table.clone()).await)
+                }
+                None => {
+                    if config.answers_synchronously() {
+                        tracing::info!(
+                            "ledger: in memory (this process only; set DEDUP_TABLE to share one)"
+                        );
+                    }
+                    Arc::new(MemoryLedger::new())
+                }
+            };
+            ledger
         };
+        let queue = async {
+            let queue: Option<Arc<dyn WorkQueue>> = match (&config.work_queue_url, config.role) {
+                (Some(url), Role::Ingress) => {
+                    tracing::info!(queue = %url, "deferred mode: events go to the work queue");
+                    Some(Arc::new(
+                        SqsQueue::from_env(url.clone(), CallBudget::Ingress).await,
+                    ))
+                }
+                _ => None,
+            };
+            queue
+        };
+        let (secrets, ledger, queue) = tokio::join!(secrets, ledger, queue);
+        let secrets = secrets?;
         Ok(Self::assemble(
             config,
             Arc::new(secrets),

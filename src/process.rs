@@ -514,6 +514,8 @@ impl Processor {
             );
             return Err(ProcessError::Deadline);
         };
+        // A cold start's connection to Slack opens while the claim is made.
+        self.slack.warm_up();
         let mut result: Option<Result<Outcome, ProcessError>> = None;
         for unit in route.units {
             let keys = LedgerKeys::of(callback, unit.identity == Identity::Message);

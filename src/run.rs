@@ -5,6 +5,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 
 use crate::app::App;
 use crate::config::{Config, Mode, Role};
@@ -52,21 +53,56 @@ pub fn run(app: App) -> ExitCode {
         .block_on(serve(app, role))
 }
 
+/// What is logged: `RUST_LOG` as `tracing_subscriber`'s `Targets` (`info`,
+/// `warn,slack_once=debug`, …; on Lambda `AWS_LAMBDA_LOG_LEVEL` first, as Lambda's advanced
+/// logging controls set it); `info` when neither is set or valid.
+fn log_filter(lambda_level: Option<&str>, rust_log: Option<&str>) -> Targets {
+    if let Some(level) = lambda_level.and_then(|l| l.trim().parse::<LevelFilter>().ok()) {
+        return Targets::new().with_default(level);
+    }
+    rust_log
+        .filter(|spec| !spec.trim().is_empty())
+        .and_then(|spec| spec.trim().to_ascii_lowercase().parse::<Targets>().ok())
+        .filter(|t| t.iter().next().is_some() || t.default_level().is_some())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO))
+}
+
+/// On Lambda, its log format: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`, else text, without
+/// time stamps (Lambda adds its own); locally, text with time stamps, coloured on a terminal.
+fn init_logging(on_lambda: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let lambda_level = std::env::var("AWS_LAMBDA_LOG_LEVEL").ok();
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = log_filter(
+        lambda_level.as_deref().filter(|_| on_lambda),
+        rust_log.as_deref(),
+    );
+    let registry = tracing_subscriber::registry().with(filter);
+    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    if on_lambda && json {
+        let layer = tracing_subscriber::fmt::layer()
+            .json()
+            .with_target(false)
+            .without_time();
+        let _ = registry.with(layer).try_init();
+    } else if on_lambda {
+        let layer = tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .without_time()
+            .with_ansi(false);
+        let _ = registry.with(layer).try_init();
+    } else {
+        let layer = tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        let _ = registry.with(layer).try_init();
+    }
+}
+
 /// Serves `app` in `role` (or `SLACK_ONCE_ROLE`'s).
 pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
-    let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    if on_lambda {
-        // The Lambda log format: JSON when AWS_LAMBDA_LOG_FORMAT=JSON, level from AWS_LAMBDA_LOG_LEVEL/RUST_LOG.
-        lambda_http::tracing::init_default_subscriber();
-    } else {
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_target(false)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-            .init();
-    }
+    init_logging(std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some());
 
     let config = match Config::from_lookup(|name| match (name, role) {
         ("SLACK_ONCE_ROLE", Some(Role::Worker)) => Some("worker".to_string()),
@@ -224,4 +260,36 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
     }
     tracing::info!("shutting down: finishing in-flight requests");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+    use tracing::Level;
+    use tracing_subscriber::filter::LevelFilter;
+
+    #[test]
+    fn the_log_level_comes_from_lambdas_setting_then_rust_log_then_info() {
+        let f = log_filter(Some("DEBUG"), Some("error"));
+        assert_eq!(f.default_level(), Some(LevelFilter::DEBUG));
+        let f = log_filter(None, Some("warn,slack_once=debug"));
+        assert_eq!(f.default_level(), Some(LevelFilter::WARN));
+        assert!(f.would_enable("slack_once::process", &Level::DEBUG));
+        assert!(!f.would_enable("aws_smithy_runtime", &Level::INFO));
+        let f = log_filter(None, Some("WARN"));
+        assert_eq!(f.default_level(), Some(LevelFilter::WARN));
+        // Nothing usable: info, as before.
+        for (lambda, rust) in [
+            (None, None),
+            (Some("loud"), Some("")),
+            (None, Some("x=y=z")),
+        ] {
+            let f = log_filter(lambda, rust);
+            assert_eq!(
+                f.default_level(),
+                Some(LevelFilter::INFO),
+                "{lambda:?} {rust:?}"
+            );
+        }
+    }
 }

@@ -373,6 +373,8 @@ pub struct SlackClient {
     base_url: String,
     secrets: Arc<SlackSecrets>,
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// Whether the connection to Slack was opened ahead of the first call ([`Self::warm_up`]).
+    warmed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for SlackClient {
@@ -403,7 +405,34 @@ impl SlackClient {
             base_url: base_url.into().trim_end_matches('/').to_string(),
             secrets,
             http,
+            warmed: Arc::default(),
         }
+    }
+
+    /// Opens the connection to Slack (TCP and TLS) in the background, once per process, so that
+    /// a cold start's first post does not wait for it after the claim: called when a verified
+    /// event is about to be claimed. A `HEAD` of `api.test`, without the token; its answer is
+    /// ignored, and the connection kept in the pool for the post. Nothing without a token.
+    pub fn warm_up(&self) {
+        use std::sync::atomic::Ordering;
+        if self.warmed.swap(true, Ordering::Relaxed) || !self.has_token() {
+            return;
+        }
+        let Ok(request) = Request::builder()
+            .method(Method::HEAD)
+            .uri(format!("{}/api.test", self.base_url))
+            .body(Full::new(Bytes::new()))
+        else {
+            return;
+        };
+        let http = self.http.clone();
+        tokio::spawn(async move {
+            let sent = tokio::time::timeout(Duration::from_secs(2), http.request(request));
+            if let Ok(Ok(response)) = sent.await {
+                // Read to its end so the connection goes back to the pool.
+                let _ = response.into_body().collect().await;
+            }
+        });
     }
 
     pub fn base_url(&self) -> &str {

@@ -5,7 +5,9 @@
 //   node bench.js warm N      handle N sequential events; print latency percentiles and RSS
 //
 // Environment: SLACK_API_URL (the stand-in, e.g. http://127.0.0.1:PORT/api/), SECRET.
-// Bolt is given its bot ids so that it makes no auth.test call: its best case.
+// Bolt is given its bot ids so that it makes no auth.test call: its best case. Every event
+// carries its own event_id, ts and client_msg_id, as a person's message does; Bolt for
+// JavaScript has no idempotency of its own, so it answers every copy.
 'use strict';
 const startedNs = process.hrtime.bigint();
 const crypto = require('crypto');
@@ -28,18 +30,22 @@ app.event('app_mention', async ({ event, say }) => {
   await say({ text: `<@${event.user}> you said it. This is my one answer to it.`, thread_ts: event.thread_ts || event.ts });
 });
 
+let seq = 0;
 function lambdaEvent(eventId) {
+  // Each event its own message, as a person's: its own ts and client_msg_id.
+  seq += 1;
+  const ts = `${1700000000 + seq}.${String(process.pid % 1000000).padStart(6, '0')}`;
   const body = JSON.stringify({
     token: 'unused', team_id: 'T0001', api_app_id: 'A0001', type: 'event_callback',
     event_id: eventId, event_time: 1700000000,
-    event: { type: 'app_mention', user: 'U0001', text: '<@UBOT> benchmark', ts: '1700000000.000100', channel: 'C0001', event_ts: '1700000000.000100' },
+    event: { type: 'app_mention', user: 'U0001', text: '<@UBOT> benchmark', ts, channel: 'C0001', event_ts: ts, client_msg_id: crypto.randomUUID() },
     authorizations: [{ team_id: 'T0001', user_id: 'UBOT', is_bot: true }],
   });
-  const ts = Math.floor(Date.now() / 1000);
-  const sig = 'v0=' + crypto.createHmac('sha256', secret).update(`v0:${ts}:${body}`).digest('hex');
+  const now = Math.floor(Date.now() / 1000);
+  const sig = 'v0=' + crypto.createHmac('sha256', secret).update(`v0:${now}:${body}`).digest('hex');
   return {
     version: '2.0', routeKey: '$default', rawPath: '/slack/events', rawQueryString: '',
-    headers: { 'content-type': 'application/json', 'x-slack-request-timestamp': String(ts), 'x-slack-signature': sig },
+    headers: { 'content-type': 'application/json', 'x-slack-request-timestamp': String(now), 'x-slack-signature': sig },
     requestContext: { http: { method: 'POST', path: '/slack/events' } },
     body, isBase64Encoded: false,
   };

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -19,6 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use slack_once::config::Secret;
+use slack_once::testing::{FakeSlack, Identity};
 use tokio::sync::{mpsc, oneshot};
 
 pub const SECRET: &str = "bench-signing-secret";
@@ -65,6 +66,24 @@ pub fn app_mention(event_id: &str) -> String {
     .to_string()
 }
 
+/// The same app_mention as a person's message carries it: with its own `client_msg_id`.
+pub fn person_message(event_id: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&app_mention(event_id)).unwrap();
+    let h = event_id.bytes().fold(0x811c_9dc5_u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    v["event"]["client_msg_id"] = format!(
+        "{:08x}-{:04x}-4{:03x}-a{:03x}-{:012x}",
+        h >> 32,
+        (h >> 16) & 0xffff,
+        h & 0xfff,
+        (h >> 20) & 0xfff,
+        h.rotate_left(17) & 0xffff_ffff_ffff
+    )
+    .into();
+    v.to_string()
+}
+
 pub fn signed_headers(body: &[u8]) -> Vec<(&'static str, String)> {
     let ts = now_unix();
     vec![
@@ -97,44 +116,33 @@ pub fn lambda_event(body: &str) -> String {
 
 // ---------------------------------------------------------------- Slack stand-in
 
-/// Answers chat.postMessage and auth.test as Slack would, counting posts.
+/// The bench's Slack: the tests' stand-in ([`FakeSlack`], one workspace modelled as Slack keeps
+/// it: our posts carry our `bot_id` and `app_id`, each its own `ts` from the clock) for the bench
+/// events' app (team `T0001`, app `A0001`, bot user `UBOT`).
 pub struct SlackStub {
     pub base_url: String,
-    pub posts: Arc<AtomicUsize>,
+    slack: FakeSlack,
 }
 
 impl SlackStub {
     pub async fn start() -> Self {
-        let posts = Arc::new(AtomicUsize::new(0));
-        let router = Router::new()
-            .route("/api/chat.postMessage", post(post_message))
-            .route("/api/auth.test", post(auth_test).get(auth_test))
-            .with_state(posts.clone());
-        let addr = serve_loopback(router).await;
+        let slack = FakeSlack::start_for(Identity {
+            team: "T0001".into(),
+            app_id: "A0001".into(),
+            bot_id: "B0BENCH".into(),
+            bot_user: "UBOT".into(),
+        })
+        .await;
         Self {
-            base_url: format!("http://{addr}/api"),
-            posts,
+            base_url: slack.base_url().to_string(),
+            slack,
         }
     }
 
+    /// Calls made so far (every one a post, in these benches).
     pub fn posts(&self) -> usize {
-        self.posts.load(Ordering::Relaxed)
+        self.slack.call_count()
     }
-}
-
-async fn post_message(State(posts): State<Arc<AtomicUsize>>) -> Response {
-    let n = posts.fetch_add(1, Ordering::Relaxed) + 1;
-    json(serde_json::json!({"ok": true, "channel": "C0001", "ts": format!("1800000000.{n:06}")}))
-}
-
-async fn auth_test() -> Response {
-    json(
-        serde_json::json!({"ok": true, "user_id": "UBOT", "bot_id": "B0BENCH", "team_id": "T0001"}),
-    )
-}
-
-fn json(value: serde_json::Value) -> Response {
-    ([("content-type", "application/json")], value.to_string()).into_response()
 }
 
 // ---------------------------------------------------------------- HTTP client
@@ -169,33 +177,59 @@ impl HttpClient {
     }
 }
 
+impl HttpClient {
+    /// A Web API call as a Slack client makes it (JSON, a bearer token); returns the status.
+    pub async fn post_json(&self, url: &str, body: &str, token: &str) -> u16 {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(url)
+            .header("content-type", "application/json; charset=utf-8")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        match self.0.request(request).await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let _ = response.into_body().collect().await;
+                status
+            }
+            Err(_) => 0,
+        }
+    }
+}
+
 // ---------------------------------------------------------------- Lambda Runtime API stand-in
 
-type Waiters = Arc<Mutex<std::collections::VecDeque<oneshot::Sender<String>>>>;
+type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<String>>>>;
 
-/// The smallest Lambda Runtime API: hands out queued events one at a time, as Lambda does, and
-/// passes each response to its waiter, in order.
+/// The Lambda Runtime API as a function sees it: hands each queued event to the next
+/// `/invocation/next` (several may wait at once, as under Lambda Managed Instances) and passes
+/// each response to the waiter of its request id. It records when the function first asked for
+/// an event: the end of its init.
 pub struct RuntimeStub {
     pub addr: SocketAddr,
-    queue: mpsc::UnboundedSender<String>,
+    queue: mpsc::UnboundedSender<(String, String)>,
     waiters: Waiters,
+    ids: AtomicUsize,
+    first_next: Arc<Mutex<Option<Instant>>>,
 }
 
 #[derive(Clone)]
 struct RuntimeCtx {
-    next: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
+    next: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<(String, String)>>>,
     waiters: Waiters,
-    ids: Arc<AtomicUsize>,
+    first_next: Arc<Mutex<Option<Instant>>>,
 }
 
 impl RuntimeStub {
     pub async fn start() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let waiters: Waiters = Arc::default();
+        let first_next = Arc::new(Mutex::new(None));
         let ctx = RuntimeCtx {
             next: Arc::new(tokio::sync::Mutex::new(rx)),
             waiters: waiters.clone(),
-            ids: Arc::new(AtomicUsize::new(0)),
+            first_next: first_next.clone(),
         };
         let router = Router::new()
             .route("/2018-06-01/runtime/invocation/next", get(next))
@@ -211,23 +245,35 @@ impl RuntimeStub {
             addr,
             queue: tx,
             waiters,
+            ids: AtomicUsize::new(0),
+            first_next,
         }
     }
 
     /// Queues an invocation; the receiver yields the function's response.
     pub fn invoke(&self, event: String) -> oneshot::Receiver<String> {
         let (tx, rx) = oneshot::channel();
-        self.waiters.lock().unwrap().push_back(tx);
-        self.queue.send(event).unwrap();
+        let id = format!("req-{}", self.ids.fetch_add(1, Ordering::Relaxed));
+        self.waiters.lock().unwrap().insert(id.clone(), tx);
+        self.queue.send((id, event)).unwrap();
         rx
+    }
+
+    /// When the function first asked for an event (its init done), if it has.
+    pub fn first_next(&self) -> Option<Instant> {
+        *self.first_next.lock().unwrap()
     }
 }
 
 async fn next(State(ctx): State<RuntimeCtx>) -> Response {
-    let Some(event) = ctx.next.lock().await.recv().await else {
+    ctx.first_next
+        .lock()
+        .unwrap()
+        .get_or_insert_with(Instant::now);
+    // One waiting request takes the next event; the others wait their turn for the lock.
+    let Some((id, event)) = ctx.next.lock().await.recv().await else {
         return http::StatusCode::GONE.into_response();
     };
-    let id = format!("req-{}", ctx.ids.fetch_add(1, Ordering::Relaxed));
     let deadline = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -252,8 +298,12 @@ async fn next(State(ctx): State<RuntimeCtx>) -> Response {
         .into_response()
 }
 
-async fn response(State(ctx): State<RuntimeCtx>, body: Bytes) -> &'static str {
-    if let Some(tx) = ctx.waiters.lock().unwrap().pop_front() {
+async fn response(
+    State(ctx): State<RuntimeCtx>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    body: Bytes,
+) -> &'static str {
+    if let Some(tx) = ctx.waiters.lock().unwrap().remove(&id) {
         let _ = tx.send(String::from_utf8_lossy(&body).into_owned());
     }
     "{}"
@@ -261,40 +311,97 @@ async fn response(State(ctx): State<RuntimeCtx>, body: Bytes) -> &'static str {
 
 // ---------------------------------------------------------------- DynamoDB request counter
 
-/// Forwards to DynamoDB Local, counting requests per operation (`X-Amz-Target`).
+/// One request the proxy forwarded.
+#[derive(Clone, Debug)]
+pub struct Forwarded {
+    /// The operation (`UpdateItem`, …) or, for SQS's JSON protocol, its action.
+    pub op: String,
+    pub start: Instant,
+    pub end: Instant,
+    /// Write capacity units, as DynamoDB reports them (`ReturnConsumedCapacity=TOTAL`, added by
+    /// the proxy to every write) or, for a conditional write that failed, which DynamoDB bills
+    /// but does not report, from the size of the item it returned (1 unit per KB, at least 1).
+    pub write_units: f64,
+    pub condition_failed: bool,
+}
+
+const WRITES: [&str; 5] = [
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "TransactWriteItems",
+    "BatchWriteItem",
+];
+
+/// Forwards to DynamoDB Local (or the SQS server), recording each request: its operation
+/// (`X-Amz-Target`), when it was received and answered, and what a write cost.
 pub struct CountingProxy {
     pub url: String,
-    pub counts: Arc<Mutex<HashMap<String, usize>>>,
+    log: Arc<Mutex<Vec<Forwarded>>>,
 }
 
 #[derive(Clone)]
 struct ProxyCtx {
     upstream: String,
     client: Client<HttpConnector, Full<Bytes>>,
-    counts: Arc<Mutex<HashMap<String, usize>>>,
+    log: Arc<Mutex<Vec<Forwarded>>>,
 }
 
 impl CountingProxy {
     pub async fn start(upstream: &str) -> Self {
-        let counts = Arc::new(Mutex::new(HashMap::new()));
+        let log = Arc::new(Mutex::new(Vec::new()));
         let ctx = ProxyCtx {
             upstream: upstream.to_string(),
             client: Client::builder(TokioExecutor::new()).build_http(),
-            counts: counts.clone(),
+            log: log.clone(),
         };
         let addr = serve_loopback(Router::new().fallback(forward).with_state(ctx)).await;
         Self {
             url: format!("http://{addr}"),
-            counts,
+            log,
         }
     }
 
+    /// Requests per operation so far.
     pub fn snapshot(&self) -> HashMap<String, usize> {
-        self.counts.lock().unwrap().clone()
+        let mut counts = HashMap::new();
+        for f in self.log.lock().unwrap().iter() {
+            *counts.entry(f.op.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    pub fn len(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+
+    /// The requests received from `from` on.
+    pub fn since(&self, from: usize) -> Vec<Forwarded> {
+        self.log.lock().unwrap()[from..].to_vec()
     }
 }
 
+/// How many requests of `requests` were made one after another: overlapping requests (sent
+/// together) count once.
+pub fn sequential(requests: &[Forwarded]) -> usize {
+    let mut spans: Vec<(Instant, Instant)> = requests.iter().map(|r| (r.start, r.end)).collect();
+    spans.sort();
+    let mut count = 0;
+    let mut until: Option<Instant> = None;
+    for (start, end) in spans {
+        match until {
+            Some(u) if start < u => until = Some(u.max(end)),
+            _ => {
+                count += 1;
+                until = Some(end);
+            }
+        }
+    }
+    count
+}
+
 async fn forward(State(ctx): State<ProxyCtx>, request: Request) -> Response {
+    let start = Instant::now();
     let (parts, body) = request.into_parts();
     let op = parts
         .headers
@@ -303,8 +410,15 @@ async fn forward(State(ctx): State<ProxyCtx>, request: Request) -> Response {
         .and_then(|t| t.rsplit('.').next())
         .unwrap_or("?")
         .to_string();
-    *ctx.counts.lock().unwrap().entry(op).or_default() += 1;
-    let body = body.collect().await.unwrap().to_bytes();
+    let mut body = body.collect().await.unwrap().to_bytes();
+    let write = WRITES.contains(&op.as_str());
+    if write {
+        // DynamoDB Local checks no signature: the body may be changed.
+        if let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&body) {
+            v["ReturnConsumedCapacity"] = "TOTAL".into();
+            body = Bytes::from(v.to_string());
+        }
+    }
     let uri = format!(
         "{}{}",
         ctx.upstream,
@@ -316,9 +430,11 @@ async fn forward(State(ctx): State<ProxyCtx>, request: Request) -> Response {
     );
     let mut upstream = http::Request::builder().method(parts.method).uri(uri);
     for (k, v) in &parts.headers {
-        upstream = upstream.header(k, v);
+        if k != http::header::CONTENT_LENGTH {
+            upstream = upstream.header(k, v);
+        }
     }
-    match ctx
+    let answer = match ctx
         .client
         .request(upstream.body(Full::new(body)).unwrap())
         .await
@@ -330,8 +446,92 @@ async fn forward(State(ctx): State<ProxyCtx>, request: Request) -> Response {
                 .await
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
-            Response::from_parts(parts, Body::from(body))
+            Ok((parts, body))
         }
-        Err(_) => http::StatusCode::BAD_GATEWAY.into_response(),
+        Err(_) => Err(()),
+    };
+    let end = Instant::now();
+    let (mut write_units, mut condition_failed) = (0.0, false);
+    if let Ok((_, body)) = &answer {
+        if write {
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            write_units = consumed(&v["ConsumedCapacity"]);
+            if v["__type"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("ConditionalCheckFailedException"))
+            {
+                condition_failed = true;
+                let size = item_size(&v["Item"]);
+                write_units = (size as f64 / 1024.0).ceil().max(1.0);
+            }
+        }
+    }
+    ctx.log.lock().unwrap().push(Forwarded {
+        op,
+        start,
+        end,
+        write_units,
+        condition_failed,
+    });
+    match answer {
+        Ok((parts, body)) => Response::from_parts(parts, Body::from(body)),
+        Err(()) => http::StatusCode::BAD_GATEWAY.into_response(),
+    }
+}
+
+fn consumed(v: &serde_json::Value) -> f64 {
+    match v {
+        serde_json::Value::Array(items) => items.iter().map(consumed).sum(),
+        v => v["CapacityUnits"].as_f64().unwrap_or(0.0),
+    }
+}
+
+/// An item's size as DynamoDB counts it (its attribute names and values, in bytes), from its
+/// JSON wire form (`{"pk": {"S": "…"}, …}`).
+pub fn item_size(item: &serde_json::Value) -> usize {
+    item.as_object()
+        .map(|m| m.iter().map(|(k, v)| k.len() + value_size(v)).sum())
+        .unwrap_or(0)
+}
+
+fn value_size(v: &serde_json::Value) -> usize {
+    let Some((kind, value)) = v.as_object().and_then(|m| m.iter().next()) else {
+        return 0;
+    };
+    let number = |n: &str| {
+        let digits = n.trim_start_matches('-').replace('.', "");
+        let digits = digits.trim_start_matches('0').trim_end_matches('0');
+        digits.len().div_ceil(2) + 1
+    };
+    match kind.as_str() {
+        "S" => value.as_str().map(str::len).unwrap_or(0),
+        "N" => value.as_str().map(number).unwrap_or(1),
+        "B" => value.as_str().map(|b| b.len() * 3 / 4).unwrap_or(0),
+        "BOOL" | "NULL" => 1,
+        "SS" => value
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str()).map(str::len).sum())
+            .unwrap_or(0),
+        "NS" => value
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str()).map(number).sum())
+            .unwrap_or(0),
+        "L" => {
+            3 + value
+                .as_array()
+                .map(|a| a.iter().map(|e| 1 + value_size(e)).sum::<usize>())
+                .unwrap_or(0)
+        }
+        "M" => {
+            3 + value
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, e)| 1 + k.len() + value_size(e))
+                        .sum::<usize>()
+                })
+                .unwrap_or(0)
+        }
+        _ => 0,
     }
 }

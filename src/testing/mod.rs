@@ -107,6 +107,11 @@ impl FakeSlack {
         self.state.lock().expect("lock").calls.clone()
     }
 
+    /// How many calls the bot made (without copying them).
+    pub fn call_count(&self) -> usize {
+        self.state.lock().expect("lock").calls.len()
+    }
+
     /// The bot's messages in Slack now (updates applied, deletions removed), each with its
     /// `ts`, oldest first.
     pub fn messages(&self) -> Vec<Value> {

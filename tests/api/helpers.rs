@@ -142,6 +142,8 @@ struct StandinState {
     calls: Vec<(String, serde_json::Value)>,
     /// Behaviours for the next calls of other methods, by method.
     method_script: HashMap<String, VecDeque<Behaviour>>,
+    /// `HEAD api.test` requests: connections opened ahead of a first call.
+    warm_ups: usize,
 }
 
 impl StandinState {
@@ -187,9 +189,14 @@ impl SlackStandin {
             posted_with: HashMap::new(),
             calls: Vec::new(),
             method_script: HashMap::new(),
+            warm_ups: 0,
         }));
         let app = Router::new()
             .route("/api/chat.postMessage", post(post_message))
+            .route(
+                "/api/api.test",
+                axum::routing::head(warm_up).post(other_method_at_api_test),
+            )
             .route("/api/{method}", post(other_method))
             .route("/api/conversations.replies", axum::routing::get(lookup))
             .route("/api/conversations.history", axum::routing::get(lookup))
@@ -312,6 +319,11 @@ impl SlackStandin {
                 }
             })
             .collect()
+    }
+
+    /// How many times a connection was opened ahead of a first call (`HEAD api.test`).
+    pub fn warm_ups(&self) -> usize {
+        self.state.lock().unwrap().warm_ups
     }
 
     pub fn received(&self) -> Vec<Post> {
@@ -442,6 +454,26 @@ async fn other_method(
         s.sync(args["channel"].as_str().unwrap_or_default());
         json_response(s.workspace.call(&method, &args))
     })
+    .await
+}
+
+async fn warm_up(State(state): State<Arc<Mutex<StandinState>>>) -> StatusCode {
+    state.lock().unwrap().warm_ups += 1;
+    // Slack's api.test is a GET or POST method: a HEAD has no answer of its own.
+    StatusCode::OK
+}
+
+async fn other_method_at_api_test(
+    state: State<Arc<Mutex<StandinState>>>,
+    headers: http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    other_method(
+        state,
+        axum::extract::Path("api.test".to_string()),
+        headers,
+        body,
+    )
     .await
 }
 

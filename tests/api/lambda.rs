@@ -290,6 +290,60 @@ async fn under_the_lambda_runtime_api_the_invocation_deadline_is_the_lease() {
     let _ = child.wait();
 }
 
+/// Four mentions invoked at once, each post held 1.5 s by Slack: how many posts Slack had
+/// received when the first invocation answered, and the four answers.
+async fn four_at_once(max_concurrency: Option<&str>) -> (usize, Vec<serde_json::Value>) {
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let slack = Arc::new(SlackStandin::start().await);
+    slack.script((0..4).map(|_| Behaviour::Delay(Duration::from_millis(1500))));
+    let runtime = Arc::new(RuntimeApi::start().await);
+    let mut vars = lambda_vars(&runtime, &slack, &endpoint, &table);
+    if let Some(n) = max_concurrency {
+        vars.push(("AWS_LAMBDA_MAX_CONCURRENCY", n.to_string()));
+    }
+    let mut child = spawn_lambda(&vars);
+    let mut invocations = tokio::task::JoinSet::new();
+    for i in 0..4 {
+        let body = app_mention(&format!("EvLmi{i}"), "at once");
+        register_event_message(body.as_bytes());
+        let mut event = sample("app_mention.json");
+        event["body"] = body.into();
+        slack_once::sign::resign_lambda_event(&mut event, &Secret::new(SECRET), now_unix())
+            .unwrap();
+        let (runtime, slack) = (runtime.clone(), slack.clone());
+        invocations.spawn(async move {
+            let (answer, _) = runtime.invoke(&event, Duration::from_secs(20)).await;
+            (answer, slack.received().len())
+        });
+    }
+    let answers = invocations.join_all().await;
+    let received_at_first = answers.iter().map(|(_, r)| *r).min().unwrap();
+    let answers: Vec<serde_json::Value> = answers.into_iter().map(|(a, _)| a).collect();
+    assert_eq!(slack.posted().len(), 4, "each mention answered once");
+    assert!(slack.posts_per_event().values().all(|n| *n == 1));
+    let _ = child.kill();
+    let _ = child.wait();
+    (received_at_first, answers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lambdas_max_concurrency_one_environment_answers_several_invocations_at_once() {
+    // Lambda Managed Instances: AWS_LAMBDA_MAX_CONCURRENCY=4. The four posts are all at Slack
+    // before any invocation answers; each answered once, each its own claim.
+    let (received, answers) = four_at_once(Some("4")).await;
+    assert_eq!(received, 4, "the invocations ran at once");
+    for answer in &answers {
+        assert_eq!(answer["statusCode"], 200, "{answer}");
+        let body: serde_json::Value =
+            serde_json::from_str(answer["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["outcome"], "answered");
+    }
+    // Without it, one at a time, as on ordinary Lambda: the test can tell the two apart.
+    let (received, _) = four_at_once(None).await;
+    assert_eq!(received, 1, "one invocation at a time");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_lambda_a_slack_call_is_abandoned_before_the_invocation_deadline() {
     let endpoint = dynamodb_endpoint();

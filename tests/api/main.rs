@@ -12,6 +12,7 @@ mod hardening2;
 mod helpers;
 mod lambda;
 mod operations;
+mod performance;
 mod processes;
 mod rejections;
 mod review;
