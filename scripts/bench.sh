@@ -42,9 +42,9 @@ if [ -z "${BENCH_ARM64_BOOTSTRAP:-}" ]; then
 fi
 
 benches() {
-  cargo bench --locked --bench report || return
+  cargo bench --locked --bench report
   if [ "${1:-}" = micro ]; then
-    cargo bench --locked --bench micro || return
+    cargo bench --locked --bench micro
   fi
 }
 export -f benches

@@ -103,8 +103,10 @@ pub fn check_envelope(data: &[u8]) {
         let _ = typed_listeners().takes(&callback);
         let _ = crate::app::reference_app().takes(&callback);
         for by_message in [false, true] {
-            let key = crate::process::ledger_key_of(&callback, by_message);
-            assert!(key.as_str().len() <= MAX_EVENT_ID_LEN, "key {key}");
+            let (primary, alias) = crate::process::ledger_keys(&callback, by_message);
+            for key in std::iter::once(&primary).chain(&alias) {
+                assert!(key.as_str().len() <= MAX_EVENT_ID_LEN, "key {key}");
+            }
         }
     }
 }

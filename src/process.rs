@@ -20,7 +20,8 @@ use crate::app::{
 };
 use crate::envelope::{Envelope, EventCallback, EventId, SkipReason};
 use crate::ledger::{
-    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled,
+    keep_doubt, Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
+    LedgerError, OwnerToken, Settled,
 };
 use crate::metrics;
 use crate::queue::{QueueError, QueuedEvent, WorkQueue, QUEUED_EVENT_VERSION};
@@ -630,7 +631,10 @@ impl Processor {
                 key = %key,
                 "the message was answered by its other event's listeners: running this one"
             );
-            let keys = LedgerKeys { primary: key };
+            let keys = LedgerKeys {
+                primary: key,
+                alias: None,
+            };
             let unit = Unit {
                 identity: Identity::Event,
                 runs: vec![run],
@@ -644,7 +648,9 @@ impl Processor {
         result.unwrap_or(Ok(Outcome::Duplicate))
     }
 
-    /// Claims `keys.primary` in the ledger, within the processing deadline: one write.
+    /// Claims `keys.primary` in the ledger and, in the same round trip, writes its alias (the
+    /// message's `client_msg_id`): a message whose alias belongs to another one is a copy of
+    /// it under another `ts`, and is finished as a duplicate. Within the processing deadline.
     async fn claim(
         &self,
         keys: &LedgerKeys,
@@ -665,10 +671,26 @@ impl Processor {
             retry_num: delivery.retry_num,
             retry_reason: delivery.retry_reason,
         };
-        let claim = tokio::time::timeout_at(times.work_deadline, self.ledger.claim(&request))
+        let alias = keys.alias.as_ref().map(|alias| AliasRequest {
+            alias,
+            of: key,
+            now_ms: times.now_ms,
+            expires_at_s,
+        });
+        let both = async {
+            let claim = self.ledger.claim(&request);
+            match &alias {
+                Some(alias) => {
+                    let (claim, alias) = tokio::join!(claim, self.ledger.alias(alias));
+                    (claim, Some(alias))
+                }
+                None => (claim.await, None),
+            }
+        };
+        let (claim, alias) = tokio::time::timeout_at(times.work_deadline, both)
             .await
-            .map_err(|_| ledger_timeout())?
-            .map_err(ProcessError::Ledger)?;
+            .map_err(|_| ledger_timeout())?;
+        let claim = claim.map_err(ProcessError::Ledger)?;
         let (attempt, journal) = match claim {
             Claim::AlreadyDone { ran } => return Ok(Claimed::Done { ran }),
             Claim::AlreadyFailed { error } => {
@@ -685,6 +707,43 @@ impl Processor {
             }
             Claim::Acquired { attempt, journal } => (attempt, journal),
         };
+        // The claim is this delivery's: whether it is a copy of another message decides.
+        let held = Held {
+            event_id: key,
+            owner,
+        };
+        let ended = match alias {
+            None | Some(Ok(Alias::Ours)) => None,
+            Some(Ok(Alias::CopyOf { key: of })) => {
+                tracing::info!(
+                    copy_of = of,
+                    "this message is a copy of another one (the same client_msg_id under \
+                     another ts): answered there, not here"
+                );
+                Some((Finish::Done, Ok(Claimed::Ended(Outcome::Duplicate))))
+            }
+            Some(Ok(Alias::Busy { lease_until_ms })) => {
+                tracing::info!(
+                    lease_until_ms,
+                    "an earlier version holds a live claim of this message's client_msg_id"
+                );
+                Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
+            }
+            Some(Err(error)) => Some((Finish::Released, Err(ProcessError::Ledger(error)))),
+        };
+        if let Some((to, ended)) = ended {
+            // Released before the listeners ran: what earlier claims may have posted stays in
+            // doubt, as an intent.
+            let doubt: Vec<Settled> = match to {
+                Finish::Released => keep_doubt(&journal).into_iter().collect(),
+                _ => Vec::new(),
+            };
+            let write = self.ledger.finish(held, &to, &doubt, times.now_ms());
+            if let Err(e) = before(times.finish_deadline, write).await {
+                tracing::warn!(error = e, key = %key, "could not end the claim");
+            }
+            return ended;
+        }
         if attempt > 1 {
             metrics::count("Takeovers");
             tracing::info!(
@@ -842,20 +901,23 @@ fn combine(
     }
 }
 
-/// The ledger key of one claim (`primary`: the item holding its state and step journal).
+/// The ledger keys of one claim: its own (`primary`, holding the step journal) and the alias
+/// it writes with it (a message's `client_msg_id`).
 struct LedgerKeys {
     primary: EventId,
+    alias: Option<EventId>,
 }
 
 impl LedgerKeys {
-    /// A message is keyed by its identity, so every event that carries it (an `app_mention`
-    /// and a `message.channels`, phantom copies with new event ids) is one claim: its
-    /// `client_msg_id` when it has one (a person's message: `cmid-TEAM-ID`, which a copy of
-    /// it under another `ts` shares), else its team, channel and `ts`. Anything else, or
-    /// listeners that asked for it, are keyed by `event_id`.
+    /// A message is keyed by its identity (team, channel, `ts`), so every event that carries
+    /// it (an `app_mention` and a `message.channels`, phantom copies with new event ids) is one
+    /// claim; its `client_msg_id`, when present, is written as an alias of that key, so a copy
+    /// under another `ts` is the same message. Anything else, or listeners that asked for it,
+    /// are keyed by `event_id`.
     fn of(callback: &EventCallback, by_message: bool) -> Self {
         let by_event = || Self {
             primary: callback.event_id.clone(),
+            alias: None,
         };
         let event = &callback.event;
         if !by_message || !matches!(event.kind.as_str(), "message" | "app_mention") {
@@ -865,22 +927,22 @@ impl LedgerKeys {
             return by_event();
         };
         let team = callback.team().unwrap_or("-");
-        let by_client_id = event
+        let Some(primary) = ledger_key(&format!("msg-{team}-{channel}-{ts}")) else {
+            return by_event();
+        };
+        let alias = event
             .client_msg_id
             .as_deref()
-            .filter(|id| !id.is_empty())
             .and_then(|id| ledger_key(&format!("cmid-{team}-{id}")));
-        match by_client_id.or_else(|| ledger_key(&format!("msg-{team}-{channel}-{ts}"))) {
-            Some(primary) => Self { primary },
-            None => by_event(),
-        }
+        Self { primary, alias }
     }
 }
 
-/// The ledger key of `callback`, as a claim derives it: for the fuzzers.
+/// The ledger keys of `callback` (primary, alias), as a claim derives them: for the fuzzers.
 #[doc(hidden)]
-pub fn ledger_key_of(callback: &EventCallback, by_message: bool) -> EventId {
-    LedgerKeys::of(callback, by_message).primary
+pub fn ledger_keys(callback: &EventCallback, by_message: bool) -> (EventId, Option<EventId>) {
+    let keys = LedgerKeys::of(callback, by_message);
+    (keys.primary, keys.alias)
 }
 
 /// A ledger key from `raw`: the characters of an event id (others become `_`), at most 128.

@@ -6,8 +6,8 @@
 //! The claim stands for the post's intent: it appends its began window, which the claimant's
 //! next write (a release, a failure, the completion) ends, recording an intent where the post's
 //! fate is unknown, and keeping earlier windows it did not settle as one. A second model checks
-//! a person's message keyed by its `client_msg_id`: two copies of one message under two `ts`
-//! claim one item and are answered once.
+//! a message's alias (its `client_msg_id`), written beside the claim: two copies of one message
+//! under two `ts` are answered once.
 //!
 //! The claim decision is the library's own rule (`ledger::existing_blocks_claim`).
 //!
@@ -570,16 +570,15 @@ fn a_release_that_ends_the_earlier_claims_unsettled_windows_is_found_to_answer_t
     println!("counterexample: {:?}", path.into_actions());
 }
 
-// ---------------------------------------------------------------- one client message, one key
+// ---------------------------------------------------------------- a message's alias
 
 /// Two copies of one client message under two `ts` (the same `client_msg_id`, as Slack has
-/// sent for one user gesture), each delivered twice, to 2 instances. A person's message is
-/// keyed by its `client_msg_id`, so both copies claim one item: claimed → post and complete;
-/// blocked → done already (200) or a live claim (409). Crashes anywhere, leases that end.
-/// Posts are found by a takeover (the look-up of the first model), so this model isolates the
-/// key. `by_client_id: false` keys each copy by its `ts` (the version before the alias): the
-/// checker then finds two answers.
-mod client_id {
+/// sent for one user gesture), each delivered twice, to 2 instances. Each delivery writes its
+/// message's claim and the alias (`cmid-…` → the message) in either order, then decides:
+/// claimed and the alias its own → post and complete; the alias another message's → a copy,
+/// finished done without a post. Crashes anywhere, leases that end. Posts are found by a
+/// takeover (the look-up of the first model), so this model isolates the alias.
+mod alias {
     use stateright::{Model, Property};
 
     const MESSAGES: usize = 2;
@@ -588,8 +587,14 @@ mod client_id {
 
     type Token = (usize, u8);
 
+    #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+    pub enum Claimed {
+        Acquired,
+        Blocked,
+    }
+
     #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-    pub struct Item {
+    pub struct Primary {
         done: bool,
         owner: Token,
         lease_live: bool,
@@ -600,10 +605,12 @@ mod client_id {
     #[derive(Clone, Debug, Hash, PartialEq, Eq)]
     pub enum Phase {
         Idle,
-        /// Holding a delivery of message `m`, before its claim.
+        /// Holding delivery of message `m`; the claim's and the alias's writes, once each.
         Claiming {
             m: usize,
             token: Token,
+            claim: Option<Claimed>,
+            alias_ours: Option<bool>,
         },
         Posting {
             m: usize,
@@ -617,7 +624,8 @@ mod client_id {
 
     #[derive(Clone, Debug, Hash, PartialEq, Eq)]
     pub struct State {
-        items: [Option<Item>; MESSAGES],
+        primaries: [Option<Primary>; MESSAGES],
+        alias: Option<usize>,
         phases: [Phase; INSTANCES],
         tokens: [u8; INSTANCES],
         sent: [u8; MESSAGES],
@@ -630,44 +638,39 @@ mod client_id {
     pub enum Action {
         Deliver(usize),
         Receive(usize, usize),
-        Claim(usize),
+        WriteClaim(usize),
+        WriteAlias(usize),
+        Decide(usize),
         PostOk(usize),
         Complete(usize),
         Crash(usize),
         LeaseEnds(usize),
     }
 
-    pub struct OneKey {
-        pub by_client_id: bool,
+    /// `check_alias: false` models a claim that ignores the alias (no `client_msg_id` claim).
+    pub struct Aliases {
+        pub check_alias: bool,
     }
 
-    impl OneKey {
-        /// The item message `m` is claimed in.
-        fn key(&self, m: usize) -> usize {
-            if self.by_client_id {
-                0
-            } else {
-                m
-            }
-        }
-    }
-
-    fn working(s: &State, k: usize, token: Token, model: &OneKey) -> bool {
+    fn working(s: &State, m: usize, token: Token) -> bool {
         s.phases.iter().any(|p| match p {
-            Phase::Claiming { m, token: t }
-            | Phase::Posting { m, token: t }
-            | Phase::Replied { m, token: t } => model.key(*m) == k && *t == token,
+            Phase::Claiming {
+                m: pm, token: t, ..
+            }
+            | Phase::Posting { m: pm, token: t }
+            | Phase::Replied { m: pm, token: t } => *pm == m && *t == token,
             Phase::Idle => false,
         })
     }
 
-    impl Model for OneKey {
+    impl Model for Aliases {
         type State = State;
         type Action = Action;
 
         fn init_states(&self) -> Vec<State> {
             vec![State {
-                items: [None, None],
+                primaries: [None, None],
+                alias: None,
                 phases: [Phase::Idle, Phase::Idle],
                 tokens: [0; INSTANCES],
                 sent: [0; MESSAGES],
@@ -682,8 +685,8 @@ mod client_id {
                 if !s.acked[m] && s.sent[m] < DELIVERIES {
                     actions.push(Action::Deliver(m));
                 }
-                if let Some(p) = &s.items[m] {
-                    if !p.done && p.lease_live && !working(s, m, p.owner, self) {
+                if let Some(p) = &s.primaries[m] {
+                    if !p.done && p.lease_live && !working(s, m, p.owner) {
                         actions.push(Action::LeaseEnds(m));
                     }
                 }
@@ -695,8 +698,18 @@ mod client_id {
                             actions.push(Action::Receive(i, m));
                         }
                     }
-                    Phase::Claiming { .. } => {
-                        actions.push(Action::Claim(i));
+                    Phase::Claiming {
+                        claim, alias_ours, ..
+                    } => {
+                        if claim.is_none() {
+                            actions.push(Action::WriteClaim(i));
+                        }
+                        if alias_ours.is_none() {
+                            actions.push(Action::WriteAlias(i));
+                        }
+                        if claim.is_some() && alias_ours.is_some() {
+                            actions.push(Action::Decide(i));
+                        }
                         actions.push(Action::Crash(i));
                     }
                     Phase::Posting { .. } => {
@@ -725,41 +738,88 @@ mod client_id {
                     s.phases[i] = Phase::Claiming {
                         m,
                         token: (i, s.tokens[i]),
+                        claim: None,
+                        alias_ours: None,
                     };
                 }
-                Action::Claim(i) => {
-                    let Phase::Claiming { m, token } = s.phases[i] else {
+                Action::WriteClaim(i) => {
+                    let Phase::Claiming {
+                        m, token, claim, ..
+                    } = &mut s.phases[i]
+                    else {
                         return None;
                     };
-                    let k = self.key(m);
-                    let free = s.items[k].as_ref().is_none_or(|p| !p.done && !p.lease_live);
-                    s.phases[i] = Phase::Idle;
-                    if free {
-                        let posted = s.items[k].as_ref().is_some_and(|p| p.posted);
-                        s.items[k] = Some(Item {
+                    let free = s.primaries[*m]
+                        .as_ref()
+                        .is_none_or(|p| !p.done && !p.lease_live);
+                    *claim = Some(if free {
+                        let posted = s.primaries[*m].as_ref().is_some_and(|p| p.posted);
+                        s.primaries[*m] = Some(Primary {
                             done: false,
-                            owner: token,
+                            owner: *token,
                             lease_live: true,
                             posted,
                         });
-                        // A takeover that finds the post does not post again.
-                        s.phases[i] = if posted {
-                            Phase::Replied { m, token }
-                        } else {
-                            Phase::Posting { m, token }
-                        };
-                    } else if s.items[k].as_ref().is_some_and(|p| p.done) {
-                        // Done already: 200 duplicate (the other copy's answer).
-                        s.acked[m] = true;
+                        Claimed::Acquired
+                    } else {
+                        Claimed::Blocked
+                    });
+                }
+                Action::WriteAlias(i) => {
+                    let Phase::Claiming { m, alias_ours, .. } = &mut s.phases[i] else {
+                        return None;
+                    };
+                    // Written where absent or already this message's.
+                    let ours = s.alias.is_none_or(|a| a == *m);
+                    if ours {
+                        s.alias = Some(*m);
                     }
-                    // Else a live claim elsewhere: 409, Slack's next retry.
+                    *alias_ours = Some(ours);
+                }
+                Action::Decide(i) => {
+                    let Phase::Claiming {
+                        m,
+                        token,
+                        claim: Some(claim),
+                        alias_ours: Some(ours),
+                    } = s.phases[i].clone()
+                    else {
+                        return None;
+                    };
+                    let held = s.primaries[m].as_ref().is_some_and(|p| p.owner == token);
+                    let ours = ours || !self.check_alias;
+                    s.phases[i] = Phase::Idle;
+                    match (claim, ours) {
+                        (Claimed::Acquired, true) if held => {
+                            let posted = s.primaries[m].as_ref().is_some_and(|p| p.posted);
+                            s.phases[i] = if posted {
+                                Phase::Replied { m, token }
+                            } else {
+                                Phase::Posting { m, token }
+                            };
+                        }
+                        (Claimed::Acquired, false) if held => {
+                            // A copy of the other message: finished done, 200 duplicate.
+                            if let Some(p) = &mut s.primaries[m] {
+                                p.done = true;
+                                p.lease_live = false;
+                            }
+                            s.acked[m] = true;
+                        }
+                        _ => {
+                            // Done already (200) or a live claim elsewhere (409).
+                            if s.primaries[m].as_ref().is_some_and(|p| p.done) {
+                                s.acked[m] = true;
+                            }
+                        }
+                    }
                 }
                 Action::PostOk(i) => {
                     let Phase::Posting { m, token } = s.phases[i] else {
                         return None;
                     };
                     s.replies += 1;
-                    if let Some(p) = &mut s.items[self.key(m)] {
+                    if let Some(p) = &mut s.primaries[m] {
                         p.posted = true;
                     }
                     s.phases[i] = Phase::Replied { m, token };
@@ -768,7 +828,7 @@ mod client_id {
                     let Phase::Replied { m, token } = s.phases[i] else {
                         return None;
                     };
-                    if let Some(p) = &mut s.items[self.key(m)] {
+                    if let Some(p) = &mut s.primaries[m] {
                         if p.owner == token {
                             p.done = true;
                             p.lease_live = false;
@@ -778,8 +838,8 @@ mod client_id {
                     s.phases[i] = Phase::Idle;
                 }
                 Action::Crash(i) => s.phases[i] = Phase::Idle,
-                Action::LeaseEnds(k) => {
-                    if let Some(p) = &mut s.items[k] {
+                Action::LeaseEnds(m) => {
+                    if let Some(p) = &mut s.primaries[m] {
                         p.lease_live = false;
                     }
                 }
@@ -793,26 +853,25 @@ mod client_id {
                     s.replies <= 1
                 }),
                 Property::always(
-                    "no loss while a delivery remains",
-                    |model: &OneKey, s: &State| {
+                    "no loss while the alias owner's delivery remains",
+                    |model: &Aliases, s: &State| {
                         let mut next = Vec::new();
                         model.actions(s, &mut next);
-                        let exhausted = s.sent.iter().all(|&n| n == DELIVERIES);
-                        !next.is_empty() || s.replies >= 1 || exhausted
+                        let owner_exhausted = s.alias.is_some_and(|m| s.sent[m] == DELIVERIES);
+                        !next.is_empty() || s.replies == 1 || owner_exhausted || s.alias.is_none()
                     },
                 ),
                 Property::sometimes("answered once, both copies acknowledged", |_, s: &State| {
                     s.replies == 1 && s.acked == [true, true]
                 }),
-                Property::sometimes(
-                    "a copy under the other ts acknowledged as the first's duplicate",
-                    |_, s: &State| {
-                        s.replies == 1
-                            && s.acked == [true, true]
-                            && s.items[0].as_ref().is_some_and(|p| p.done)
-                            && s.items[1].is_none()
-                    },
-                ),
+                Property::sometimes("a copy finished as a duplicate", |_, s: &State| {
+                    s.replies == 1
+                        && s.alias.is_some_and(|owner| {
+                            s.primaries[1 - owner]
+                                .as_ref()
+                                .is_some_and(|p| p.done && !p.posted)
+                        })
+                }),
             ]
         }
     }
@@ -820,12 +879,12 @@ mod client_id {
 
 #[test]
 fn two_copies_of_one_client_message_under_two_ts_are_answered_once() {
-    let checker = client_id::OneKey { by_client_id: true }
+    let checker = alias::Aliases { check_alias: true }
         .checker()
         .spawn_bfs()
         .join();
     println!(
-        "client_msg_id model, 2 instances, 2 messages x 2 deliveries: {} states ({} unique), exhaustive",
+        "alias model, 2 instances, 2 messages x 2 deliveries: {} states ({} unique), exhaustive",
         checker.state_count(),
         checker.unique_state_count()
     );
@@ -834,15 +893,13 @@ fn two_copies_of_one_client_message_under_two_ts_are_answered_once() {
 }
 
 #[test]
-fn keyed_by_ts_the_checker_finds_two_answers_to_one_client_message() {
-    let checker = client_id::OneKey {
-        by_client_id: false,
-    }
-    .checker()
-    .spawn_bfs()
-    .join();
+fn without_the_alias_the_checker_finds_two_answers_to_one_client_message() {
+    let checker = alias::Aliases { check_alias: false }
+        .checker()
+        .spawn_bfs()
+        .join();
     let path = checker
         .discovery("one client message, one answer")
-        .expect("a counterexample exists when each copy is keyed by its ts");
+        .expect("a counterexample exists without the alias");
     println!("counterexample: {:?}", path.into_actions());
 }

@@ -2,7 +2,7 @@
 //! ledger's unit tests and the DynamoDB Local tests run the same ones, and each then checks
 //! what its own storage holds.
 
-use super::{Claim, ClaimRequest, Finish, Held, Journal, Ledger};
+use super::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger};
 use super::{LedgerError, OwnerToken, Settled, StepRecord};
 use crate::envelope::EventId;
 
@@ -169,6 +169,45 @@ pub async fn a_failed_event_blocks_every_later_copy(ledger: &dyn Ledger, e: &Eve
         Claim::AlreadyFailed {
             error: "channel_not_found".into()
         }
+    );
+}
+
+/// An alias belongs to the first key that writes it: the same key writing it again (a copy of
+/// the same message, or the write sent again) finds it its own, another key finds a copy of
+/// the first; past its TTL it counts as absent.
+pub async fn an_alias_belongs_to_the_first_message_that_writes_it(
+    ledger: &dyn Ledger,
+    alias: &EventId,
+    first: &EventId,
+    second: &EventId,
+) {
+    let write = |of, now_ms| AliasRequest {
+        alias,
+        of,
+        now_ms,
+        expires_at_s: NOW / 1000 + TTL_S,
+    };
+    assert_eq!(ledger.alias(&write(first, NOW)).await.unwrap(), Alias::Ours);
+    assert_eq!(
+        ledger.alias(&write(first, NOW + 1)).await.unwrap(),
+        Alias::Ours,
+        "the same message again"
+    );
+    assert_eq!(
+        ledger.alias(&write(second, NOW + 2)).await.unwrap(),
+        Alias::CopyOf {
+            key: first.to_string()
+        }
+    );
+    let after_ttl = (NOW / 1000 + TTL_S) * 1000;
+    let later = AliasRequest {
+        expires_at_s: after_ttl / 1000 + TTL_S,
+        ..write(second, after_ttl)
+    };
+    assert_eq!(
+        ledger.alias(&later).await.unwrap(),
+        Alias::Ours,
+        "past its TTL the alias counts as absent"
     );
 }
 

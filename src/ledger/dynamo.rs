@@ -20,8 +20,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 
 use super::{
-    applied_already, existing_blocks_claim, with_began, BeganWindow, Blocked, Claim, ClaimRequest,
-    Finish, Held, Journal, Ledger, LedgerError, Settled, Status, StepRecord,
+    applied_already, existing_blocks_claim, with_began, Alias, AliasRequest, BeganWindow, Blocked,
+    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, Settled, Status, StepRecord,
 };
 
 /// Attribute names of the ledger item (see the README's item schema).
@@ -54,6 +54,8 @@ pub mod attr {
     pub const STEP_RESULT: &str = "result";
     /// The Web API method of the step.
     pub const STEP_OP: &str = "op";
+    /// An alias item (`cmid-…`): the key of the message it is an identity of.
+    pub const ALIAS_OF: &str = "alias_of";
     /// The began windows (`"AT_MS LEASE_UNTIL_MS"`, a list) of claims that have written
     /// nothing since: each may have made the lowest step absent from the journal. Appended by
     /// every claim, removed by the claimant's next write.
@@ -63,6 +65,15 @@ pub mod attr {
 }
 
 const STEP_DONE: &str = "done";
+
+/// An alias is written where it counts as absent (never written, past its TTL), where it is
+/// already this message's, or where a version before pointers left a claim item that is no
+/// longer live (released, or its lease ended).
+const ALIAS_CONDITION: &str = "attribute_not_exists(#pk) \
+    OR #expires_at <= :now_s \
+    OR #alias_of = :of \
+    OR (attribute_not_exists(#alias_of) \
+        AND (#status = :released OR (#status = :in_progress AND #lease_until <= :now_ms)))";
 
 /// The claim's condition: the write succeeds only where the event counts as absent.
 /// - `attribute_not_exists(pk)`: never seen;
@@ -419,6 +430,57 @@ impl Ledger for DynamoLedger {
         }
     }
 
+    async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
+        let names = [
+            attr::PK,
+            attr::EXPIRES_AT,
+            attr::ALIAS_OF,
+            attr::STATUS,
+            attr::LEASE_UNTIL,
+        ];
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::PK, AttributeValue::S(request.alias.to_string()))
+            // `status` and `lease_until` as a released claim: a version before pointers, which
+            // claims this key as a claim of its own, can take it (and then finish it) instead
+            // of finding it live for good.
+            .update_expression(
+                "SET #alias_of = :of, #expires_at = :expires_at, \
+                 #status = if_not_exists(#status, :released), \
+                 #lease_until = if_not_exists(#lease_until, :zero)",
+            )
+            .condition_expression(ALIAS_CONDITION)
+            .set_expression_attribute_names(Some(
+                names
+                    .into_iter()
+                    .map(|a| (format!("#{a}"), a.to_string()))
+                    .collect(),
+            ))
+            .expression_attribute_values(":of", s(request.of.as_str()))
+            .expression_attribute_values(":expires_at", n(request.expires_at_s))
+            .expression_attribute_values(":now_s", n(request.now_ms / 1000))
+            .expression_attribute_values(":now_ms", n(request.now_ms))
+            .expression_attribute_values(":released", s(Status::Released.as_str()))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":zero", n(0))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Alias::Ours),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                UpdateItemError::ConditionalCheckFailedException(failed) => {
+                    Ok(alias_found(failed.item()))
+                }
+                _ => Err(unavailable(SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
     async fn finish(
         &self,
         held: Held<'_>,
@@ -478,6 +540,24 @@ impl Ledger for DynamoLedger {
 
 /// What an alias item found by a failed alias write means: another message's alias, or (from a
 /// version before pointers) a live claim or an answered one.
+fn alias_found(item: Option<&HashMap<String, AttributeValue>>) -> Alias {
+    let text = |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
+    if let Some(of) = text(attr::ALIAS_OF) {
+        return Alias::CopyOf { key: of.clone() };
+    }
+    match text(attr::STATUS).and_then(|v| Status::parse(v)) {
+        Some(Status::Done | Status::Failed) => Alias::CopyOf {
+            key: "(a claim of an earlier version)".into(),
+        },
+        _ => Alias::Busy {
+            lease_until_ms: item
+                .and_then(|i| i.get(attr::LEASE_UNTIL))
+                .and_then(number)
+                .unwrap_or(0),
+        },
+    }
+}
+
 /// A write that failed: too large for an item (no retry fixes it), or the ledger unavailable.
 fn write_failed(
     e: SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>,
@@ -798,6 +878,20 @@ mod tests {
                 lease_until_ms: None,
             })
         );
+    }
+
+    #[test]
+    fn an_alias_item_names_its_message_and_a_claim_of_an_earlier_version_is_read() {
+        assert_eq!(
+            alias_found(Some(&item(&[(attr::ALIAS_OF, s("msg-T-C-1"))]))),
+            Alias::CopyOf {
+                key: "msg-T-C-1".into()
+            }
+        );
+        let answered = item(&[(attr::STATUS, s("done"))]);
+        assert!(matches!(alias_found(Some(&answered)), Alias::CopyOf { .. }));
+        let live = item(&[(attr::STATUS, s("in_progress")), (attr::LEASE_UNTIL, n(9))]);
+        assert_eq!(alias_found(Some(&live)), Alias::Busy { lease_until_ms: 9 });
     }
 
     #[test]

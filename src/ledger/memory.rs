@@ -7,8 +7,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    applied_already, existing_blocks_claim, with_began, BeganWindow, Blocked, Claim, ClaimRequest,
-    Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled, Status, StepRecord,
+    applied_already, existing_blocks_claim, with_began, Alias, AliasRequest, BeganWindow, Blocked,
+    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled, Status,
+    StepRecord,
 };
 use crate::envelope::EventId;
 
@@ -36,6 +37,8 @@ const SWEEP_THRESHOLD: usize = 10_000;
 #[derive(Debug, Default)]
 struct Entries {
     map: HashMap<EventId, Entry>,
+    /// Aliases: the key each belongs to, and when it expires (epoch seconds).
+    aliases: HashMap<EventId, (EventId, u64)>,
     /// Size at which the next claim sweeps (0 until the first claim sets it).
     sweep_at: usize,
 }
@@ -106,6 +109,9 @@ impl Ledger for MemoryLedger {
         if entries.map.len() >= entries.sweep_at.max(SWEEP_THRESHOLD) {
             let now_s = request.now_ms / 1000;
             entries.map.retain(|_, e| e.expires_at_s > now_s);
+            entries
+                .aliases
+                .retain(|_, (_, expires_at_s)| *expires_at_s > now_s);
             entries.sweep_at = (entries.map.len() * 2).max(SWEEP_THRESHOLD);
         }
         let entries = &mut entries.map;
@@ -195,6 +201,25 @@ impl Ledger for MemoryLedger {
             _ => Err(LedgerError::NotOwner {
                 event_id: held.event_id.clone(),
             }),
+        }
+    }
+
+    async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
+        let mut entries = self.entries.lock().expect("ledger lock");
+        let now_s = request.now_ms / 1000;
+        match entries.aliases.get(request.alias) {
+            Some((of, expires_at_s)) if *expires_at_s > now_s && of != request.of => {
+                Ok(Alias::CopyOf {
+                    key: of.to_string(),
+                })
+            }
+            _ => {
+                entries.aliases.insert(
+                    request.alias.clone(),
+                    (request.of.clone(), request.expires_at_s),
+                );
+                Ok(Alias::Ours)
+            }
         }
     }
 
@@ -389,6 +414,18 @@ mod tests {
         contract::began_windows_stand_for_the_first_step_until_the_claimant_writes(&ledger, &e)
             .await;
         assert_eq!(ledger.journal(&e).unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_alias_belongs_to_the_first_message_that_writes_it() {
+        let ledger = MemoryLedger::new();
+        contract::an_alias_belongs_to_the_first_message_that_writes_it(
+            &ledger,
+            &id("cmid-T1-X"),
+            &id("msg-T1-C1-1"),
+            &id("msg-T1-C1-2"),
+        )
+        .await;
     }
 
     #[tokio::test]

@@ -265,6 +265,28 @@ pub fn same_step(recorded: &str, now: &str) -> bool {
 /// The steps of an event, by number (1, 2, …).
 pub type Journal = BTreeMap<u32, StepRecord>;
 
+/// An alias of a claim's key (a message's `client_msg_id`), and the key it belongs to.
+#[derive(Clone, Copy, Debug)]
+pub struct AliasRequest<'a> {
+    pub alias: &'a EventId,
+    /// The claim's key: the message this alias is an identity of.
+    pub of: &'a EventId,
+    pub now_ms: u64,
+    pub expires_at_s: u64,
+}
+
+/// What an alias write found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Alias {
+    /// The alias is this key's (written now, or before by a copy of the same message).
+    Ours,
+    /// The alias belongs to another key: this is a copy of that message, under another `ts`.
+    CopyOf { key: String },
+    /// An alias written as a claim by a version before aliases were pointers, still live:
+    /// answered as a live claim (a non-2xx; the next delivery tries again).
+    Busy { lease_until_ms: u64 },
+}
+
 /// What a claim found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -380,6 +402,11 @@ pub trait Ledger: Send + Sync + 'static {
         settled: &[Settled],
         now_ms: u64,
     ) -> Result<(), LedgerError>;
+
+    /// Writes `request.alias` as an identity of `request.of`, unless it already belongs to
+    /// another key (then this is a copy of that message). An alias past its TTL counts as
+    /// absent. Sent again after its answer was lost, it finds itself written: `Ours`.
+    async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError>;
 
     /// Ends the owner's claim, recording `settled` with it. Sent again after its answer was
     /// lost, a finish that finds itself applied succeeds.

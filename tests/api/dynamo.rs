@@ -390,6 +390,31 @@ async fn a_claim_stands_for_its_first_steps_intent_until_its_claimant_writes() {
 }
 
 #[tokio::test]
+async fn an_alias_is_one_small_item_naming_the_message_it_belongs_to() {
+    let ledger = ledger().await;
+    let (alias, first, second) = (id("cmid-T1-D1"), id("msg-T1-C1-1"), id("msg-T1-C1-2"));
+    contract::an_alias_belongs_to_the_first_message_that_writes_it(
+        ledger.as_ref(),
+        &alias,
+        &first,
+        &second,
+    )
+    .await;
+    let item = ledger.get_item("cmid-T1-D1").await.unwrap().unwrap();
+    assert_eq!(
+        s(&item, "alias_of"),
+        "msg-T1-C1-2",
+        "rewritten past its TTL"
+    );
+    assert_eq!(
+        (s(&item, "status"), n(&item, "lease_until")),
+        ("released", 0),
+        "to a version before pointers, a claim it may take: {item:?}"
+    );
+    assert!(!item.contains_key("owner") && !item.contains_key("journal"));
+}
+
+#[tokio::test]
 async fn a_failed_event_keeps_its_error_and_blocks_every_later_copy() {
     let (ledger, e) = (ledger().await, id("EvD11"));
     contract::a_failed_event_blocks_every_later_copy(ledger.as_ref(), &e).await;

@@ -1193,6 +1193,8 @@ impl Drop for PrivateDynamoDb {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LedgerOp {
     Claim,
+    /// A message's alias (its `client_msg_id`), written with its claim.
+    Alias,
     /// A step's intent (`begin_step`).
     Intent,
     Complete,
@@ -1320,6 +1322,9 @@ fn classify(body: &[u8]) -> LedgerOp {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return LedgerOp::Other;
     };
+    if v["ExpressionAttributeValues"][":of"].is_object() {
+        return LedgerOp::Alias;
+    }
     if v["ConditionExpression"]
         .as_str()
         .is_some_and(|c| c.contains("attribute_not_exists"))

@@ -59,6 +59,7 @@ fn journal_len(item: &std::collections::HashMap<String, AttributeValue>) -> usiz
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Op {
     Claim,
+    Alias,
     Intent,
     Complete,
     Release,
@@ -69,6 +70,9 @@ fn classify(body: &[u8]) -> Op {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Op::Other;
     };
+    if v["ExpressionAttributeValues"][":of"].is_object() {
+        return Op::Alias;
+    }
     if v["ConditionExpression"]
         .as_str()
         .is_some_and(|c| c.contains("attribute_not_exists"))
@@ -92,6 +96,7 @@ fn classify(body: &[u8]) -> Op {
 struct FaultProxy {
     url: String,
     failing: Arc<Mutex<HashSet<Op>>>,
+    seen: Arc<Mutex<Vec<Op>>>,
     _shutdown: oneshot::Sender<()>,
 }
 
@@ -136,6 +141,7 @@ impl FaultProxy {
         Self {
             url: format!("http://{addr}"),
             failing,
+            seen,
             _shutdown: tx,
         }
     }
@@ -146,6 +152,10 @@ impl FaultProxy {
 
     fn heal(&self, op: Op) {
         self.failing.lock().unwrap().remove(&op);
+    }
+
+    fn seen(&self) -> Vec<Op> {
+        self.seen.lock().unwrap().clone()
     }
 }
 
@@ -202,6 +212,147 @@ async fn app_through(proxy: &FaultProxy, table: &str, lease_s: u64, app: Option<
 /// Sleeps until `from + d`.
 async fn until(from: Instant, d: Duration) {
     tokio::time::sleep(d.saturating_sub(from.elapsed())).await;
+}
+
+// ================================================================ an early release keeps earlier claims' windows
+
+/// Delivery 1 posts its answer (the claim stands for its intent: no intent write) but cannot
+/// mark the event done (the completion is throttled): 200 `answered`, and the item keeps only
+/// the claim's began window. Returns the app, the item key and when delivery 1 started.
+async fn answered_but_not_marked_done(
+    proxy: &FaultProxy,
+    table: &str,
+    direct: &DynamoLedger,
+    lease_s: u64,
+    body: &str,
+    key: &str,
+) -> (TestApp, Instant) {
+    let app = app_through(proxy, table, lease_s, None).await;
+    proxy.fail(Op::Complete);
+    let t0 = Instant::now();
+    let first = app.send(body, None).await;
+    proxy.heal(Op::Complete);
+    assert_eq!(first.outcome(), "answered", "{}", first.body);
+    assert_eq!(app.slack.posted().len(), 1, "the answer is in Slack");
+    let item = direct.get_item(key).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            s_of(&item, "status").as_str(),
+            journal_len(&item),
+            began_len(&item)
+        ),
+        ("in_progress", 0, 1),
+        "only the claim's began window says a post may be out: {item:?}"
+    );
+    (app, t0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_when_its_alias_write_fails(
+) {
+    let endpoint = dynamodb_endpoint();
+    let (table, direct) = fresh_table(&endpoint).await;
+    let proxy = FaultProxy::start(&endpoint).await;
+    let id = "EvRtAliasThrottled";
+    let body = with_cmid(
+        &app_mention(id, "hello"),
+        "c0ffee00-0000-4000-8000-000000000001",
+    );
+    let key = mention_key(id);
+    let lease = 6;
+    let (app, t0) = answered_but_not_marked_done(&proxy, &table, &direct, lease, &body, &key).await;
+
+    // Slack's retry after the lease: the takeover claims the message (its journal shows the
+    // earlier claim's window at step 1), but the alias item's partition is throttled.
+    until(t0, Duration::from_millis(lease * 1000 + 300)).await;
+    proxy.fail(Op::Alias);
+    let second = app.send(&body, Some(1)).await;
+    proxy.heal(Op::Alias);
+    println!("retry 1: {} {}", second.status, second.body);
+    assert!(!second.status.is_success(), "{}", second.body);
+    let item = direct.get_item(&key).await.unwrap().unwrap();
+    println!(
+        "after retry 1: status={} journal={} began={}",
+        s_of(&item, "status"),
+        journal_len(&item),
+        began_len(&item)
+    );
+
+    // Slack's next retry: the claim is released, and nothing says a post may be out.
+    let third = app.send(&body, Some(2)).await;
+    println!("retry 2: {} {}", third.status, third.body);
+    println!("ledger writes: {:?}", proxy.seen());
+    assert_eq!(
+        third.outcome(),
+        "recovered",
+        "the release that ended retry 1's claim (its alias write failed) kept the earlier \
+         claim's window as an intent: retry 2 looked and found the post ({})",
+        third.body
+    );
+    assert_eq!(app.slack.posted().len(), 1, "no second answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_when_an_old_version_holds_the_alias(
+) {
+    let endpoint = dynamodb_endpoint();
+    let (table, direct) = fresh_table(&endpoint).await;
+    let proxy = FaultProxy::start(&endpoint).await;
+    let id = "EvRtAliasBusy";
+    let cmid = "c0ffee00-0000-4000-8000-000000000002";
+    let body = with_cmid(&app_mention(id, "hello"), cmid);
+    let key = mention_key(id);
+    let lease = 2;
+    let (app, t0) = answered_but_not_marked_done(&proxy, &table, &direct, lease, &body, &key).await;
+
+    // During a deploy, the version before pointers holds the client_msg_id as a live claim
+    // (a copy of the message it is answering under another ts), for 3 s more.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    dynamodb_client(&endpoint)
+        .put_item()
+        .table_name(&table)
+        .item("pk", AttributeValue::S(format!("cmid-{TEAM}-{cmid}")))
+        .item("status", AttributeValue::S("in_progress".into()))
+        .item("owner", AttributeValue::S("an-old-versions-claim".into()))
+        .item(
+            "lease_until",
+            AttributeValue::N((now_ms + 3_000).to_string()),
+        )
+        .item(
+            "expires_at",
+            AttributeValue::N((now_ms / 1000 + 90_000).to_string()),
+        )
+        .item("attempts", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+
+    until(t0, Duration::from_millis(lease * 1000 + 300)).await;
+    let second = app.send(&body, Some(1)).await;
+    println!("retry 1: {} {}", second.status, second.body);
+    assert_eq!(second.status, StatusCode::CONFLICT, "{}", second.body);
+    let item = direct.get_item(&key).await.unwrap().unwrap();
+    println!(
+        "after retry 1: status={} journal={} began={}",
+        s_of(&item, "status"),
+        journal_len(&item),
+        began_len(&item)
+    );
+
+    // The old version's claim of the alias has ended; Slack's next retry.
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
+    let third = app.send(&body, Some(2)).await;
+    println!("retry 2: {} {}", third.status, third.body);
+    assert_eq!(
+        third.outcome(),
+        "recovered",
+        "the release after `Alias::Busy` kept the earlier claim's window: retry 2 looked ({})",
+        third.body
+    );
+    assert_eq!(app.slack.posted().len(), 1, "no second answer");
 }
 
 // ================================================================ a token refused before the secret was updated
@@ -648,17 +799,11 @@ async fn evidence_a_takeover_claim_sent_again_after_a_lost_answer_still_sees_the
     assert_eq!(drop.held(), 1, "the claim's answer was dropped");
     assert_eq!(retry.outcome(), "recovered", "{}", retry.body);
     assert_eq!(app.slack.posted().len(), 1);
-    // A person's message is one item, keyed by its client_msg_id.
-    let item = direct
-        .get_item(&format!("cmid-{TEAM}-c0ffee00-0000-4000-8000-000000000010"))
-        .await
-        .unwrap()
-        .unwrap();
+    let item = direct.get_item(&mention_key(id)).await.unwrap().unwrap();
     assert_eq!(
         (s_of(&item, "status").as_str(), began_len(&item)),
         ("done", 0)
     );
-    assert!(direct.get_item(&mention_key(id)).await.unwrap().is_none());
 }
 
 /// EVIDENCE (passes): the release that turns an unsettled earlier window into an intent (the
@@ -703,11 +848,11 @@ async fn evidence_a_release_converting_the_window_whose_answer_is_lost_keeps_the
     assert_eq!(app.slack.posted().len(), 1);
 }
 
-/// EVIDENCE (passes): the claim of a person's message whose answer is lost is sent again and
-/// finds itself; two copies of one message under two `ts` (one client_msg_id, one key)
-/// delivered at once, with retries, get one answer.
+/// EVIDENCE (passes): the alias write whose answer is lost is sent again and finds itself;
+/// two copies of one message under two `ts` (one client_msg_id) delivered at once, with
+/// retries, get one answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn evidence_a_claim_sent_again_and_copies_under_two_ts_at_once_answer_once() {
+async fn evidence_alias_sent_again_and_copies_under_two_ts_at_once_answer_once() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let fault = FaultProxy::start(&endpoint).await;
@@ -720,9 +865,9 @@ async fn evidence_a_claim_sent_again_and_copies_under_two_ts_at_once_answer_once
         })
         .await,
     );
-    drop.hold_next(LedgerOp::Claim, HoldAt::DropAnswer);
+    drop.hold_next(LedgerOp::Alias, HoldAt::DropAnswer);
     let body = with_cmid(
-        &app_mention("EvRtClaimAgainCmid", "x"),
+        &app_mention("EvRtAliasAgain", "x"),
         "c0ffee00-0000-4000-8000-0000000000aa",
     );
     assert_eq!(app.send(&body, None).await.outcome(), "answered");
