@@ -364,6 +364,8 @@ struct Cost {
     max_sequential: usize,
     write_units: f64,
     reads: f64,
+    /// Mean time at DynamoDB Local of each request, in the order sent (µs).
+    at_dynamodb_us: [f64; 6],
 }
 
 fn cost_of(per_event: &[Vec<Forwarded>]) -> Cost {
@@ -375,6 +377,11 @@ fn cost_of(per_event: &[Vec<Forwarded>]) -> Cost {
         c.sequential += seq as f64 / n;
         c.max_sequential = c.max_sequential.max(seq);
         c.write_units += requests.iter().map(|r| r.write_units).sum::<f64>() / n;
+        let mut sorted: Vec<&Forwarded> = requests.iter().collect();
+        sorted.sort_by_key(|r| r.start);
+        for (i, r) in sorted.iter().take(6).enumerate() {
+            c.at_dynamodb_us[i] += (r.end - r.start).as_secs_f64() * 1e6 / n;
+        }
         c.reads += requests
             .iter()
             .filter(|r| matches!(r.op.as_str(), "GetItem" | "Query" | "Scan" | "BatchGetItem"))
@@ -509,8 +516,10 @@ async fn three_steps(slack: &SlackStub, endpoint: &str, n: usize) -> Cost {
     let router = in_process_router(slack, Some((&proxy.url, &table)), app);
     let mut per_event = Vec::with_capacity(n);
     for i in 0..n {
+        let body = person_message(&format!("EvSteps{i}"));
+        slack.saw(&body);
         let mark = proxy.len();
-        oneshot(&router, &person_message(&format!("EvSteps{i}"))).await;
+        oneshot(&router, &body).await;
         per_event.push(proxy.since(mark));
     }
     cost_of(&per_event)
@@ -702,7 +711,9 @@ async fn cold_start_lambda(
     let (mut init, mut first, mut total) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..runs {
         let runtime = RuntimeStub::start().await;
-        let body = person_message(&format!("EvCold{}{i}", program.display()));
+        static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let body = person_message(&format!("EvCold{run}-{i}"));
         let answer = runtime.invoke(lambda_event(&body));
         let mut vars = lambda_vars(&runtime, slack, endpoint, table);
         vars.extend(extra.iter().cloned());
@@ -1162,9 +1173,20 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 fn cost_row(what: &str, c: &Cost) -> String {
+    let times: Vec<String> = c
+        .at_dynamodb_us
+        .iter()
+        .take(c.requests.round() as usize)
+        .map(|t| format!("{t:.0}"))
+        .collect();
     format!(
-        "| {what} | {:.2} | {:.2} (max {}) | {:.2} | {:.2} |",
-        c.requests, c.sequential, c.max_sequential, c.write_units, c.reads
+        "| {what} | {:.2} | {:.2} (max {}) | {:.2} | {:.2} | {} |",
+        c.requests,
+        c.sequential,
+        c.max_sequential,
+        c.write_units,
+        c.reads,
+        times.join(", ")
     )
 }
 
@@ -1256,6 +1278,13 @@ async fn report() {
     let person = ledger_costs(&slack, &endpoint, "person", person_message, cost_n).await;
     let steps = three_steps(&slack, &endpoint, cost_n).await;
     let trips = person.first.sequential;
+    if std::env::var_os("BENCH_ONLY_COSTS").is_some() {
+        println!("{}", cost_row("person first", &person.first));
+        println!("{}", cost_row("person dup", &person.duplicate));
+        println!("{}", cost_row("bare first", &bare.first));
+        println!("{}", cost_row("steps", &steps));
+        return;
+    }
 
     if let Ok(spec) = std::env::var("BENCH_EXPERIMENT") {
         // Variants of the function's environment, interleaved: `K=V,K=V;K=V` (";" between).
@@ -1468,8 +1497,8 @@ async fn report() {
     );
 
     println!("### 1. What the exactly-once path asks of the ledger (counted at the proxy, {cost_n} deliveries each)\n");
-    println!("| deliveries | requests | sequential round trips | write units | reads |");
-    println!("|---|---|---|---|---|");
+    println!("| deliveries | requests | sequential round trips | write units | reads | time at DynamoDB Local of each request, in order (µs) |");
+    println!("|---|---|---|---|---|---|");
     println!(
         "{}",
         cost_row("a person's message, first delivery", &person.first)
@@ -1488,7 +1517,7 @@ async fn report() {
         )
     );
     println!(
-        "| deferred mode's ingress (its DynamoDB endpoint a closed port; every event acknowledged 200) | 0 | 0 | 0 | 0 |"
+        "| deferred mode's ingress (its DynamoDB endpoint a closed port; every event acknowledged 200) | 0 | 0 | 0 | 0 | |"
     );
     let per_step = (steps.sequential - person.first.sequential) / 2.0;
     println!(

@@ -42,9 +42,9 @@ if [ -z "${BENCH_ARM64_BOOTSTRAP:-}" ]; then
 fi
 
 benches() {
-  cargo bench --locked --bench report
+  cargo bench --locked --bench report || return
   if [ "${1:-}" = micro ]; then
-    cargo bench --locked --bench micro
+    cargo bench --locked --bench micro || return
   fi
 }
 export -f benches

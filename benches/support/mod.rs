@@ -139,7 +139,14 @@ impl SlackStub {
         }
     }
 
-    /// Calls made so far (every one a post, in these benches).
+    /// The message a signed event is about is in its conversation, as in Slack (for listeners
+    /// that react to it or update it).
+    pub fn saw(&self, body: &str) {
+        self.slack
+            .with_workspace(|w| w.add_event_message(body.as_bytes()));
+    }
+
+    /// Web API calls made so far: posts, in every measure that counts them.
     pub fn posts(&self) -> usize {
         self.slack.call_count()
     }
