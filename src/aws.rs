@@ -13,6 +13,7 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_smithy_runtime_api::client::connection::{CaptureSmithyConnection, ConnectionMetadata};
 use aws_smithy_runtime_api::client::http::{
     HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
     SharedHttpConnector,
@@ -93,10 +94,30 @@ impl HttpClient for SdkHttp {
 
 impl HttpConnector for SdkHttp {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
-        let request = match request.try_into_http1x() {
+        let mut request = match request.try_into_http1x() {
             Ok(request) => request,
             Err(e) => return HttpConnectorFuture::ready(Err(ConnectorError::user(e.into()))),
         };
+        // The connection the request goes out on, for the SDK's connection poisoning: after a
+        // transient failure (a 500, a 503, a body cut short) the SDK marks it not to be reused,
+        // so the retry opens a fresh one, as with the SDK's own client.
+        let captured = hyper_util::client::legacy::connect::capture_connection(&mut request);
+        if let Some(smithy) = request.extensions().get::<CaptureSmithyConnection>() {
+            smithy.set_connection_retriever(move || {
+                captured.connection_metadata().as_ref()?;
+                let captured = captured.clone();
+                Some(
+                    ConnectionMetadata::builder()
+                        .proxied(false)
+                        .poison_fn(move || {
+                            if let Some(connection) = captured.connection_metadata().as_ref() {
+                                connection.poison();
+                            }
+                        })
+                        .build(),
+                )
+            });
+        }
         let sent = self.client.request(request);
         HttpConnectorFuture::new(async move {
             match sent.await {

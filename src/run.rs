@@ -53,18 +53,30 @@ pub fn run(app: App) -> ExitCode {
         .block_on(serve(app, role))
 }
 
-/// What is logged: `RUST_LOG` as `tracing_subscriber`'s `Targets` (`info`,
-/// `warn,slack_once=debug`, …; on Lambda `AWS_LAMBDA_LOG_LEVEL` first, as Lambda's advanced
-/// logging controls set it); `info` when neither is set or valid.
+/// What is logged: `RUST_LOG`'s directives when it has any, as `tracing_subscriber`'s `Targets`
+/// (`warn`, `info,slack_once::run=warn`, …), and, where it gives no default level, Lambda's
+/// (`AWS_LAMBDA_LOG_LEVEL`, which Lambda's log-level setting sets) or `info`; without
+/// `RUST_LOG`, Lambda's level or `info`: as `EnvFilter` did, with Lambda's level as the default
+/// directive. A `RUST_LOG` that does not parse is reported on stderr and ignored.
 fn log_filter(lambda_level: Option<&str>, rust_log: Option<&str>) -> Targets {
-    if let Some(level) = lambda_level.and_then(|l| l.trim().parse::<LevelFilter>().ok()) {
-        return Targets::new().with_default(level);
+    let default = lambda_level
+        .and_then(|l| l.trim().parse::<LevelFilter>().ok())
+        .unwrap_or(LevelFilter::INFO);
+    let Some(spec) = rust_log.map(str::trim).filter(|spec| !spec.is_empty()) else {
+        return Targets::new().with_default(default);
+    };
+    match spec.parse::<Targets>() {
+        Ok(targets) if targets.default_level().is_some() => targets,
+        Ok(targets) if targets.iter().next().is_some() => targets.with_default(default),
+        Ok(_) => Targets::new().with_default(default),
+        Err(error) => {
+            eprintln!(
+                "RUST_LOG={spec:?} is not a filter slack-once reads (levels, and target=level \
+                 pairs: {error}): ignored"
+            );
+            Targets::new().with_default(default)
+        }
     }
-    rust_log
-        .filter(|spec| !spec.trim().is_empty())
-        .and_then(|spec| spec.trim().to_ascii_lowercase().parse::<Targets>().ok())
-        .filter(|t| t.iter().next().is_some() || t.default_level().is_some())
-        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO))
 }
 
 /// On Lambda, its log format: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`, else text, without
@@ -269,16 +281,24 @@ mod tests {
     use tracing_subscriber::filter::LevelFilter;
 
     #[test]
-    fn the_log_level_comes_from_lambdas_setting_then_rust_log_then_info() {
-        let f = log_filter(Some("DEBUG"), Some("error"));
-        assert_eq!(f.default_level(), Some(LevelFilter::DEBUG));
+    fn rust_logs_directives_apply_with_lambdas_level_as_the_default() {
+        // RUST_LOG's directives, as EnvFilter applied them.
+        let f = log_filter(Some("INFO"), Some("info,slack_once::run=warn"));
+        assert!(!f.would_enable("slack_once::run", &Level::INFO));
+        assert!(f.would_enable("slack_once::process", &Level::INFO));
         let f = log_filter(None, Some("warn,slack_once=debug"));
         assert_eq!(f.default_level(), Some(LevelFilter::WARN));
         assert!(f.would_enable("slack_once::process", &Level::DEBUG));
         assert!(!f.would_enable("aws_smithy_runtime", &Level::INFO));
         let f = log_filter(None, Some("WARN"));
         assert_eq!(f.default_level(), Some(LevelFilter::WARN));
-        // Nothing usable: info, as before.
+        // Target directives alone: Lambda's level for everything else.
+        let f = log_filter(Some("ERROR"), Some("slack_once=debug"));
+        assert!(f.would_enable("slack_once::process", &Level::DEBUG));
+        assert!(!f.would_enable("aws_config", &Level::WARN));
+        // No RUST_LOG: Lambda's level; nothing usable: info.
+        let f = log_filter(Some("DEBUG"), None);
+        assert_eq!(f.default_level(), Some(LevelFilter::DEBUG));
         for (lambda, rust) in [
             (None, None),
             (Some("loud"), Some("")),

@@ -36,7 +36,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use regex_lite::Regex;
+use regex::Regex;
 
 pub use context::{Ctx, Error, Posted, Settle, Tally, MAX_JOURNAL_BYTES, MAX_STEPS};
 pub use events::{
@@ -183,9 +183,8 @@ impl Listener {
     }
 
     /// Messages from people (see [`MessageEvent`]: `app_mention`s too) whose text matches
-    /// `pattern` (a regular expression in [`regex_lite`]'s syntax, which is `regex`'s without
-    /// Unicode classes: `\w`, `\d`, `\s` and `(?i)` are ASCII; an app_mention's text is matched
-    /// without its leading mention of the bot). The captures are in [`MessageEvent::captures`].
+    /// `pattern` (a regular expression; an app_mention's text is matched without its leading
+    /// mention of the bot). The captures are in [`MessageEvent::captures`].
     ///
     /// Panics if `pattern` is not a valid regular expression: it is checked when the app is
     /// built, not when a message arrives.

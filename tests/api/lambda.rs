@@ -565,3 +565,54 @@ async fn on_lambda_every_log_line_of_an_event_carries_its_ids_and_one_metrics_li
     assert_eq!(metrics[0]["FunctionVersion"], "$LATEST");
     assert!(metrics[0]["RequestId"].is_string());
 }
+
+/// The review of the performance issue (F6): Lambda's level (what the template's LoggingConfig sets) and an operator's
+/// RUST_LOG: its per-target directives still apply beneath Lambda's level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lambda_rust_logs_per_target_levels_apply_beneath_lambdas_level() {
+    use std::io::BufRead;
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    let runtime = RuntimeApi::start().await;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+    command
+        .env_clear()
+        .env("SLACK_SIGNING_SECRET", SECRET)
+        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+        .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
+        .env("RUST_LOG", "info,slack_once::run=warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for (k, v) in lambda_vars(&runtime, &slack, &endpoint, &table) {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    };
+    let (answer, _) = runtime
+        .invoke(&resigned("own_message.json"), Duration::from_secs(20))
+        .await;
+    assert_eq!(answer["statusCode"], 200, "{answer}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    let lines = lines.lock().unwrap().clone();
+    assert!(
+        !lines.iter().any(|l| l.contains("slack-once starting")),
+        "RUST_LOG's `slack_once::run=warn` was dropped because AWS_LAMBDA_LOG_LEVEL is set:\n{}",
+        lines.join("\n")
+    );
+}

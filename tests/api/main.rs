@@ -14,5 +14,6 @@ mod lambda;
 mod operations;
 mod performance;
 mod processes;
+mod redteam16;
 mod rejections;
 mod review;
