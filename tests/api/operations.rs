@@ -550,8 +550,12 @@ async fn forged_requests_cannot_turn_into_secrets_manager_calls() {
     let reads = metric_sum(&lines, "SecretsRefreshes") as usize;
     println!("{refused} forged requests in 1.9 s caused {reads} reads of the secret");
     assert!(refused > 20);
+    // One read per refresh interval (1 s) fits the 1.9 s flood twice; a third was seen once
+    // under the full suite's load (the interval is the process's clock, the window the test's,
+    // and a request sent inside the window may be served after it). Unbounded, every one of
+    // the hundreds of forged requests would read.
     assert!(
-        reads <= 2,
+        reads <= 3,
         "bounded to one read per refresh interval: {reads}"
     );
     assert!(s.slack.received().is_empty());
