@@ -6,7 +6,7 @@ What it asserts (each line of its output names one check and the mode it ran in,
 ManagedInstances=true; "the ingress" and "the worker" are then SlackOnceManagedFunction and
 SlackOnceManagedWorker, the twins of SlackOnceFunction and SlackOnceWorker):
 
-  ingress-role     the ingress's role allows dynamodb:UpdateItem on the ledger AND sqs:SendMessage
+  ingress-role     the ingress's role allows dynamodb:PutItem and UpdateItem on the ledger AND sqs:SendMessage
                    on the work queue, whatever Mode says (the role is shared by every version and
                    changes at once; the old version keeps most traffic during a gradual deploy)
   queue-worker     the work queue (redriving to the dead-letter queue), the dead-letter queue and
@@ -104,6 +104,8 @@ TWIN_DIFFERENCES = {"CapacityProviderConfig", "MemorySize", "ReservedConcurrentE
 LMI_MIN_MEMORY = 2048  # "The minimum supported function size is 2GB and 1 vCPU" (LMI best practices)
 LEDGER, QUEUE, DLQ = "LedgerTable", "WorkQueue", "WorkDeadLetterQueue"
 WORKER_ALARM, RATE_ALARM = "NewWorkerVersionFailuresAlarm", "SlackFailureRateAlarm"
+# What the binary sends to the ledger: a claim puts a key never seen, everything else updates.
+LEDGER_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem"]
 WORKER_SQS_ACTIONS = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
 # Managed policies whose statements are known (AWS's documentation of each); any other one cannot be
 # read offline, so it fails no-sqs-star. Neither of these allows an SQS action.
@@ -632,7 +634,7 @@ class Checks:
                     if self.verbosity >= 1:
                         print(f"FAILED  {'translate':<16} {tag} SAM's translator takes the template: {e}")
                     continue
-                self.run("ingress-role", f"{tag} the ingress may UpdateItem the ledger and SendMessage to the queue",
+                self.run("ingress-role", f"{tag} the ingress may PutItem and UpdateItem the ledger and SendMessage to the queue",
                          self.ingress_role, d)
                 self.run("queue-worker", f"{tag} the queue, its dead-letter queue and the worker exist",
                          self.queue_worker, d)
@@ -640,7 +642,7 @@ class Checks:
                          self.ingress_env, d, mode)
                 self.run("mapping", f"{tag} the worker's explicit SQS mapping invokes its live alias",
                          self.mapping, d)
-                self.run("worker-role", f"{tag} the worker may receive, delete and extend on its queue only",
+                self.run("worker-role", f"{tag} the worker may put and update the ledger, and receive, delete and extend on its queue only",
                          self.worker_role, d)
                 self.run("no-sqs-star", f"{tag} no role allows SQS actions on \"*\" (managed policy or statement)",
                          self.no_sqs_star, d)
@@ -682,7 +684,8 @@ class Checks:
 
     def ingress_role(self, d):
         st = d.statements(d.role_of(d.ingress))
-        missing = [f"{a} on {r}" for a, r in (("dynamodb:UpdateItem", LEDGER), ("sqs:SendMessage", QUEUE))
+        missing = [f"{a} on {r}" for a, r in (("dynamodb:PutItem", LEDGER), ("dynamodb:UpdateItem", LEDGER),
+                                               ("sqs:SendMessage", QUEUE))
                    if not allows(st, a, arn_of(r))]
         if missing:
             raise CheckFailed("the ingress's role does not allow " + " nor ".join(missing) +
@@ -739,6 +742,9 @@ class Checks:
         missing = [a for a in WORKER_SQS_ACTIONS if not allows(st, a, arn_of(QUEUE))]
         if missing:
             raise CheckFailed(f"the worker's role does not allow {', '.join(missing)} on {QUEUE}")
+        missing = [a for a in LEDGER_ACTIONS if not allows(st, a, arn_of(LEDGER))]
+        if missing:
+            raise CheckFailed(f"the worker's role does not allow {', '.join(missing)} on {LEDGER}: its claims fail")
 
     def no_sqs_star(self, d):
         problems = []
@@ -1151,10 +1157,19 @@ def _ingress_policy_if(t):
         st = p.get("Statement", []) if isinstance(p, dict) else []
         if any(s.get("Action") == "sqs:SendMessage" for s in st if isinstance(s, dict)):
             send = next(s for s in st if s.get("Action") == "sqs:SendMessage")
-            update = next(s for s in st if s.get("Action") == "dynamodb:UpdateItem")
+            update = next(s for s in st if "dynamodb:UpdateItem" in as_list(s.get("Action")))
             p["Statement"] = [{"Fn::If": ["IsDeferred", send, update]}]
             return
     raise LookupError("no ingress statement allowing sqs:SendMessage")
+
+
+def _update_only(t):
+    """The template before the claim's put: the roles allowed UpdateItem alone on the ledger."""
+    for r in t["Resources"].values():
+        for p in (r.get("Properties") or {}).get("Policies", []) if isinstance(r.get("Properties"), dict) else []:
+            for s in p.get("Statement", []) if isinstance(p, dict) else []:
+                if isinstance(s, dict) and "dynamodb:PutItem" in as_list(s.get("Action")):
+                    s["Action"] = "dynamodb:UpdateItem"
 
 
 def _deferred_only(t):
@@ -1286,6 +1301,8 @@ def _dashboard_on_ordinary(t):
 MUTATIONS = [
     # (what the mutation does, the checks that must fail, the mutation)
     ("the ingress allows UpdateItem or SendMessage as Mode says (as before)", {"ingress-role"}, _ingress_policy_if),
+    ("the roles allow UpdateItem alone on the ledger (before the claim's put)", {"ingress-role", "worker-role"},
+     _update_only),
     ("the queues, the mapping and the worker only in deferred mode (as before)", {"queue-worker"}, _deferred_only),
     ("the ingress's WORK_QUEUE_URL in both modes", {"ingress-env"},
      _set(lambda t: _props(t, INGRESS)["Environment"]["Variables"], "WORK_QUEUE_URL", {"Ref": QUEUE})),

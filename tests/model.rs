@@ -9,7 +9,9 @@
 //! a message's alias (its `client_msg_id`), written beside the claim: two copies of one message
 //! under two `ts` are answered once.
 //!
-//! The claim decision is the library's own rule (`ledger::existing_blocks_claim`).
+//! The claim decision is the library's own rule (`ledger::existing_blocks_claim`). A claim of a
+//! key that exists is two writes, as the DynamoDB ledger makes it: the put that finds the item,
+//! then the update that takes it over.
 //!
 //! Assumptions (see RELIABILITY.md):
 //! - instance clocks agree within the lease margin: no one sees a lease expire while its
@@ -50,6 +52,11 @@ enum Phase {
     Idle,
     /// Holds delivery `d`, about to claim.
     Received {
+        d: u8,
+    },
+    /// The claim's put found the item, and it counts as absent (released, its lease ended): the
+    /// update that takes it over comes next, a write of its own (anything may happen between).
+    TakingOver {
         d: u8,
     },
     /// The claim was applied but its answer lost: the SDK sends the same write again.
@@ -141,6 +148,9 @@ struct Protocol {
     /// A claim that ends without settling the earlier claims' began windows keeps them as an
     /// intent. `false` models a release that simply ends every window.
     keep_unsettled_windows: bool,
+    /// The claim is a put conditioned on the key's absence, then, where the item it finds
+    /// counts as absent, an update with the full rule: two writes. `false`: one update.
+    put_first: bool,
 }
 
 impl Protocol {
@@ -150,6 +160,7 @@ impl Protocol {
             hold_back_without_lookup: true,
             search_slack: true,
             keep_unsettled_windows: true,
+            put_first: true,
         }
     }
 
@@ -171,7 +182,7 @@ impl Protocol {
 
     /// The claim rule, with this request's own claim recognised (it sees the earlier began
     /// windows, not its own).
-    fn claim(s: &mut State, i: usize, d: u8, own: Option<Token>) {
+    fn claim(&self, s: &mut State, i: usize, d: u8, own: Option<Token>, update: bool) {
         if let (Some(item), Some(own)) = (&s.item, own) {
             if item.owner == own && item.status == Status::InProgress {
                 s.phases[i] = Phase::Claimed {
@@ -192,6 +203,10 @@ impl Protocol {
                 s.phases[i] = Phase::Idle;
             }
             Some(Blocked::InProgress { .. }) => s.phases[i] = Phase::Idle, // 409
+            // The put failed on an item that counts as absent: it wrote nothing.
+            None if self.put_first && !update && own.is_none() && s.item.is_some() => {
+                s.phases[i] = Phase::TakingOver { d };
+            }
             None => {
                 let token = own.unwrap_or_else(|| {
                     s.claims_made[i] += 1;
@@ -274,7 +289,7 @@ impl Model for Protocol {
                         actions.push(Action::Receive(i, d));
                     }
                 }
-                Phase::Received { .. } => {
+                Phase::Received { .. } | Phase::TakingOver { .. } => {
                     actions.push(Action::Claim(i));
                     actions.push(Action::ClaimAnswerLost(i));
                     actions.push(Action::ClaimUnavailable(i));
@@ -327,21 +342,26 @@ impl Model for Protocol {
                 s.phases[i] = Phase::Received { d };
             }
             Action::Claim(i) => match s.phases[i].clone() {
-                Phase::Received { d } => Self::claim(&mut s, i, d, None),
-                Phase::ClaimSentAgain { d, token } => Self::claim(&mut s, i, d, Some(token)),
+                Phase::Received { d } => self.claim(&mut s, i, d, None, false),
+                Phase::TakingOver { d } => self.claim(&mut s, i, d, None, true),
+                Phase::ClaimSentAgain { d, token } => self.claim(&mut s, i, d, Some(token), false),
                 _ => return None,
             },
             Action::ClaimAnswerLost(i) => {
-                let Phase::Received { d } = s.phases[i] else {
-                    return None;
+                let (d, update) = match s.phases[i] {
+                    Phase::Received { d } => (d, false),
+                    Phase::TakingOver { d } => (d, true),
+                    _ => return None,
                 };
-                Self::claim(&mut s, i, d, None);
-                // Applied or not, the instance did not hear: it sends the same write again.
+                self.claim(&mut s, i, d, None, update);
+                // Applied or not, the instance did not hear: it sends the same write again
+                // (a put that found the item finds it again, as it is now).
                 let token = (i, s.claims_made[i]);
-                if let Phase::Claimed { .. } = s.phases[i] {
-                    s.phases[i] = Phase::ClaimSentAgain { d, token };
-                } else {
-                    s.phases[i] = Phase::Received { d };
+                match s.phases[i] {
+                    Phase::Claimed { .. } => s.phases[i] = Phase::ClaimSentAgain { d, token },
+                    Phase::TakingOver { .. } => {}
+                    _ if update => s.phases[i] = Phase::TakingOver { d },
+                    _ => s.phases[i] = Phase::Received { d },
                 }
             }
             Action::ClaimUnavailable(i) | Action::Crash(i) => s.phases[i] = Phase::Idle,
@@ -517,6 +537,24 @@ fn the_protocol_never_answers_twice_while_a_retry_remains_and_loses_nothing() {
         checker.assert_properties();
         assert!(checker.is_done());
     }
+}
+
+#[test]
+fn the_claim_as_one_update_holds_the_same_properties() {
+    // Before the put came first, a claim was one update: the same properties hold.
+    let checker = Protocol {
+        put_first: false,
+        ..Protocol::fixed(3)
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
+    println!(
+        "model, the claim as one update, 3 deliveries: {} states ({} unique), exhaustive",
+        checker.state_count(),
+        checker.unique_state_count()
+    );
+    checker.assert_properties();
 }
 
 #[test]

@@ -41,7 +41,13 @@ pub fn intent(attempt: u32, at_ms: u64, op: &str) -> StepRecord {
 /// stored attempt. Leaves `e` claimed, attempt 2.
 pub async fn a_claim_sent_again_acquires_with_the_stored_attempt(ledger: &dyn Ledger, e: &EventId) {
     let (a, b) = (OwnerToken::random(), OwnerToken::random());
-    ledger.claim(&request(e, &a, NOW)).await.unwrap();
+    let new = ledger.claim(&request(e, &a, NOW)).await.unwrap();
+    assert_eq!(
+        ledger.claim(&request(e, &a, NOW)).await.unwrap(),
+        new,
+        "the first claim of a key, sent again"
+    );
+    assert!(matches!(new, Claim::Acquired { attempt: 1, ref journal } if journal.is_empty()));
     ledger.release(e, &a, NOW + 1).await.unwrap();
     let first = ledger.claim(&request(e, &b, NOW + 2)).await.unwrap();
     // The same write again, as the SDK sends it when the answer was lost.

@@ -2,7 +2,8 @@
 //!
 //! One item per event, keyed by Slack's `event_id` alone (nothing derived from the function's
 //! name or version, so old and new versions share it during a deploy). Each operation is one
-//! conditional write; a duplicate learns what it hit from the failed write itself
+//! conditional write (a claim of a key that exists and counts as absent, a takeover, two: the
+//! put that finds it, then the update); a duplicate learns what it hit from the failed write itself
 //! (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), with no extra read, and so does a write the
 //! SDK sent again after its answer was lost: the item it finds carries this claim's own owner.
 
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
@@ -249,25 +251,85 @@ impl DynamoLedger {
             .await
             .map(|_| ())
     }
-}
 
-/// The SDK client, built once per process: a slow DynamoDB turns into a 503 (and a Slack
-/// retry) rather than a Lambda timeout.
-pub async fn client_from_env() -> Client {
-    let config = aws_sdk_dynamodb::config::Builder::from(crate::aws::sdk_config().await)
-        .timeout_config(crate::aws::timeouts(
-            Duration::from_secs(2),
-            Duration::from_secs(5),
-        ))
-        .build();
-    Client::from_conf(config)
-}
+    /// The claim of a key never seen: one put, conditioned on the key's absence. `None` when the
+    /// key exists but counts as absent (the update of [`Self::claim_existing`] takes it over).
+    async fn claim_new(&self, request: &ClaimRequest<'_>) -> Result<Option<Claim>, LedgerError> {
+        let mut item: HashMap<String, AttributeValue> = [
+            (attr::PK, s(request.event_id.as_str())),
+            (attr::STATUS, s(Status::InProgress.as_str())),
+            (attr::OWNER, s(request.owner.as_str())),
+            (attr::LEASE_UNTIL, n(request.lease_until_ms)),
+            (attr::EXPIRES_AT, n(request.expires_at_s)),
+            (attr::ATTEMPTS, n(1)),
+            (attr::CREATED_AT, n(request.now_ms)),
+            (attr::CLAIMED_AT, n(request.now_ms)),
+            (attr::JOURNAL, AttributeValue::M(HashMap::new())),
+            (
+                attr::BEGAN,
+                AttributeValue::L(vec![s(&BeganWindow {
+                    at_ms: request.now_ms,
+                    lease_until_ms: request.lease_until_ms,
+                }
+                .encode())]),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        if let Some(team_id) = request.team_id {
+            item.insert(attr::TEAM_ID.into(), s(team_id));
+        }
+        if let Some(retry_num) = request.retry_num {
+            item.insert(attr::RETRY_NUM.into(), n(retry_num as u64));
+        }
+        if let Some(reason) = request.retry_reason {
+            item.insert(attr::RETRY_REASON.into(), s(reason));
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", attr::PK)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Some(Claim::Acquired {
+                attempt: 1,
+                journal: Journal::new(),
+            })),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                PutItemError::ConditionalCheckFailedException(failed) => {
+                    // Held, answered, failed for good, or this very put applied by an attempt
+                    // whose answer was lost: settled by the item as it is. Anything else (it
+                    // counts as absent, or does not parse) goes to the update's full condition.
+                    Ok(existing_claim(failed.item(), request))
+                }
+                PutItemError::ResourceNotFoundException(_) => Err(self.no_table()),
+                _ => Err(unavailable(SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(unavailable(e)),
+        }
+    }
 
-pub use crate::aws::http_client;
+    fn no_table(&self) -> LedgerError {
+        LedgerError::Unavailable(
+            format!(
+                "the ledger table {:?} does not exist: create it (`slack-once create-table`, \
+                 or deploy the SAM template) or fix DEDUP_TABLE",
+                self.table
+            )
+            .into(),
+        )
+    }
 
-#[async_trait]
-impl Ledger for DynamoLedger {
-    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
+    /// The claim of a key that exists and counted as absent when the put found it: the update
+    /// conditioned on every way an item counts as absent (evaluated again, atomically).
+    async fn claim_existing(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
         // Every attribute goes through a `#name` placeholder: several are DynamoDB reserved words.
         let mut set = vec![
             "#status = :in_progress".to_string(),
@@ -384,17 +446,38 @@ impl Ledger for DynamoLedger {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
                     Ok(blocking_claim(failed.item(), request))
                 }
-                UpdateItemError::ResourceNotFoundException(_) => Err(LedgerError::Unavailable(
-                    format!(
-                        "the ledger table {:?} does not exist: create it (`slack-once create-table`, \
-                         or deploy the SAM template) or fix DEDUP_TABLE",
-                        self.table
-                    )
-                    .into(),
-                )),
+                UpdateItemError::ResourceNotFoundException(_) => Err(self.no_table()),
                 _ => Err(unavailable(SdkError::ServiceError(e))),
             },
             Err(e) => Err(unavailable(e)),
+        }
+    }
+}
+
+/// The SDK client, built once per process: a slow DynamoDB turns into a 503 (and a Slack
+/// retry) rather than a Lambda timeout.
+pub async fn client_from_env() -> Client {
+    let config = aws_sdk_dynamodb::config::Builder::from(crate::aws::sdk_config().await)
+        .timeout_config(crate::aws::timeouts(
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+        ))
+        .build();
+    Client::from_conf(config)
+}
+
+pub use crate::aws::http_client;
+
+#[async_trait]
+impl Ledger for DynamoLedger {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
+        // Most deliveries find the key never seen (a first delivery) or held (a duplicate): a
+        // put conditioned on the key's absence settles both in one request, the simplest one
+        // DynamoDB evaluates. Only a key that counts as absent though it exists (past its TTL,
+        // released, retryable, its lease ended) needs the update below: a takeover, rare.
+        match self.claim_new(request).await? {
+            Some(claim) => Ok(claim),
+            None => self.claim_existing(request).await,
         }
     }
 
@@ -431,6 +514,53 @@ impl Ledger for DynamoLedger {
     }
 
     async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
+        // As a claim: a put where the alias was never written settles the first event of a
+        // message, and the alias it finds settles the others; the update only where the alias
+        // exists and counts as absent (past its TTL), or is a claim of a version before pointers.
+        let item: HashMap<String, AttributeValue> = [
+            (attr::PK, s(request.alias.as_str())),
+            (attr::ALIAS_OF, s(request.of.as_str())),
+            (attr::EXPIRES_AT, n(request.expires_at_s)),
+            // As the update's `if_not_exists` leaves them on an alias written new.
+            (attr::STATUS, s(Status::Released.as_str())),
+            (attr::LEASE_UNTIL, n(0)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", attr::PK)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => return Ok(Alias::Ours),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                PutItemError::ConditionalCheckFailedException(failed) => {
+                    let item = failed.item();
+                    let text =
+                        |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
+                    let live = item
+                        .and_then(|i| i.get(attr::EXPIRES_AT))
+                        .and_then(number)
+                        .is_some_and(|at| at > request.now_ms / 1000);
+                    match text(attr::ALIAS_OF) {
+                        Some(of) if live && of == request.of.as_str() => return Ok(Alias::Ours),
+                        Some(of) if live => return Ok(Alias::CopyOf { key: of.clone() }),
+                        _ => {}
+                    }
+                }
+                PutItemError::ResourceNotFoundException(_) => return Err(self.no_table()),
+                _ => return Err(unavailable(SdkError::ServiceError(e))),
+            },
+            Err(e) => return Err(unavailable(e)),
+        }
         let names = [
             attr::PK,
             attr::EXPIRES_AT,
@@ -654,16 +784,30 @@ fn blocking_claim(
     item: Option<&HashMap<String, AttributeValue>>,
     request: &ClaimRequest<'_>,
 ) -> Claim {
+    existing_claim(item, request).unwrap_or(Claim::InProgress {
+        lease_until_ms: item
+            .and_then(|i| i.get(attr::LEASE_UNTIL))
+            .and_then(number)
+            .unwrap_or(0),
+    })
+}
+
+/// What an existing item means to a claim: this request's own (an attempt applied it and its
+/// answer was lost), or what blocks it; `None` when it counts as absent, or does not parse.
+fn existing_claim(
+    item: Option<&HashMap<String, AttributeValue>>,
+    request: &ClaimRequest<'_>,
+) -> Option<Claim> {
     let text = |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
     let status = text(attr::STATUS).and_then(|v| Status::parse(v));
     if status == Some(Status::InProgress)
         && text(attr::OWNER).map(String::as_str) == Some(request.owner.as_str())
     {
         // Its own window is the last of the began windows.
-        return Claim::Acquired {
+        return Some(Claim::Acquired {
             attempt: attempts_of(item),
             journal: with_began(journal_of(item), &began_of(item, 1)),
-        };
+        });
     }
     let lease_until = item
         .and_then(|i| i.get(attr::LEASE_UNTIL))
@@ -675,24 +819,17 @@ fn blocking_claim(
         .and_then(|v| v.as_bool().ok())
         .copied()
         .unwrap_or(false);
-    let blocked = match (status, expires_at) {
-        (Some(status), Some(expires_at)) => {
-            existing_blocks_claim(status, lease_until, expires_at, request.now_ms, retryable)
-        }
-        _ => None,
-    };
-    match blocked {
-        Some(Blocked::Done) => Claim::AlreadyDone {
+    let blocked =
+        existing_blocks_claim(status?, lease_until, expires_at?, request.now_ms, retryable)?;
+    Some(match blocked {
+        Blocked::Done => Claim::AlreadyDone {
             ran: text(attr::RAN).map(|r| r.split_whitespace().map(str::to_string).collect()),
         },
-        Some(Blocked::Failed) => Claim::AlreadyFailed {
+        Blocked::Failed => Claim::AlreadyFailed {
             error: text(attr::ERROR).cloned().unwrap_or_default(),
         },
-        Some(Blocked::InProgress { lease_until_ms }) => Claim::InProgress { lease_until_ms },
-        None => Claim::InProgress {
-            lease_until_ms: lease_until,
-        },
-    }
+        Blocked::InProgress { lease_until_ms } => Claim::InProgress { lease_until_ms },
+    })
 }
 
 fn s(value: &str) -> AttributeValue {

@@ -1322,7 +1322,8 @@ fn classify(body: &[u8]) -> LedgerOp {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return LedgerOp::Other;
     };
-    if v["ExpressionAttributeValues"][":of"].is_object() {
+    // An alias: the put of a new one, or the update of one that exists.
+    if v["Item"]["alias_of"].is_object() || v["ExpressionAttributeValues"][":of"].is_object() {
         return LedgerOp::Alias;
     }
     if v["ConditionExpression"]

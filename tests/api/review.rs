@@ -70,7 +70,8 @@ fn classify(body: &[u8]) -> Op {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Op::Other;
     };
-    if v["ExpressionAttributeValues"][":of"].is_object() {
+    // An alias: the put of a new one, or the update of one that exists.
+    if v["Item"]["alias_of"].is_object() || v["ExpressionAttributeValues"][":of"].is_object() {
         return Op::Alias;
     }
     if v["ConditionExpression"]
