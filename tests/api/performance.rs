@@ -105,3 +105,95 @@ async fn a_persons_message_costs_three_ledger_requests_and_a_duplicate_two_witho
     );
     assert_eq!(app.slack.posted().len(), 1);
 }
+
+/// A takeover's claim is two writes: the put that finds the item (its lease ended), then the
+/// update. The update's answer is lost: the SDK sends it again, and it finds its own claim
+/// (one more attempt counted, not two), looks in Slack and finds the earlier answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_whose_update_answer_is_lost_finds_its_own_claim() {
+    use slack_once::ledger::DynamoLedger;
+    let endpoint = dynamodb_endpoint();
+    let (table, direct) = fresh_table(&endpoint).await;
+    let proxy = LedgerProxy::start(&endpoint).await;
+    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&proxy.url), table));
+    let app = spawn_app_with(Options {
+        vars: vec![("DEDUP_LEASE_SECONDS", "1".to_string())],
+        ledger: Some(ledger as Arc<dyn Ledger>),
+        app: None,
+    })
+    .await;
+    let id = "EvTakeoverUpdateLost";
+    let body = app_mention(id, "hello");
+    // Answered, but the completion never reaches DynamoDB (the instance died after posting).
+    proxy.hold_next(LedgerOp::Complete, HoldAt::BeforeForwarding);
+    assert_eq!(app.send(&body, None).await.outcome(), "answered");
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+
+    let before = proxy.seen().len();
+    // The retry's put finds the item (1st claim write), its update (2nd) loses its answer.
+    proxy.hold_nth(LedgerOp::Claim, 2, HoldAt::DropAnswer);
+    let retry = app.send(&body, Some(1)).await;
+    assert_eq!(retry.outcome(), "recovered", "{}", retry.body);
+    assert_eq!(proxy.held(), 2, "the update's answer was dropped (after the completion)");
+    let claims = proxy.seen()[before..]
+        .iter()
+        .filter(|op| **op == LedgerOp::Claim)
+        .count();
+    assert_eq!(claims, 3, "the put, the update, the update sent again");
+    assert_eq!(app.slack.posted().len(), 1, "no second answer");
+    let item = direct.get_item(&mention_key(id)).await.unwrap().unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "done");
+    assert_eq!(
+        item["attempts"].as_n().unwrap(),
+        "2",
+        "the update sent again was recognised as this delivery's own claim"
+    );
+}
+
+/// Two retries after the lease, the first one's update delayed until the second has put and
+/// updated: between the put and the update another delivery took the event over, so the
+/// update's condition (evaluated again) refuses it: B has answered (it found the earlier
+/// post) and A finds the event done. No second post.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_overtaken_between_its_put_and_its_update_does_not_claim() {
+    use slack_once::ledger::DynamoLedger;
+    let endpoint = dynamodb_endpoint();
+    let (table, direct) = fresh_table(&endpoint).await;
+    let proxy = LedgerProxy::start(&endpoint).await;
+    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&proxy.url), table));
+    let app = Arc::new(
+        spawn_app_with(Options {
+            vars: vec![("DEDUP_LEASE_SECONDS", "2".to_string())],
+            ledger: Some(ledger as Arc<dyn Ledger>),
+            app: None,
+        })
+        .await,
+    );
+    let id = "EvTakeoverRace";
+    let body = app_mention(id, "hello");
+    proxy.hold_next(LedgerOp::Complete, HoldAt::BeforeForwarding);
+    assert_eq!(app.send(&body, None).await.outcome(), "answered");
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+
+    // A: its put, then its update held back 700 ms. B: put and update meanwhile.
+    proxy.hold_nth(LedgerOp::Claim, 2, HoldAt::DelayForwarding(Duration::from_millis(700)));
+    let a = tokio::spawn({
+        let (app, body) = (app.clone(), body.clone());
+        async move { app.send(&body, Some(1)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let b = app.send(&body, Some(2)).await;
+    let a = a.await.unwrap();
+    assert_eq!(b.outcome(), "recovered", "{}", b.body);
+    assert_eq!(
+        a.outcome(),
+        "duplicate",
+        "A's update, evaluated after B's takeover ended, found the event done: {} {}",
+        a.status,
+        a.body
+    );
+    assert_eq!(app.slack.posted().len(), 1, "no second answer");
+    let item = direct.get_item(&mention_key(id)).await.unwrap().unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "done");
+    assert_eq!(item["attempts"].as_n().unwrap(), "2", "B's takeover only");
+}
