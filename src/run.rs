@@ -46,11 +46,32 @@ pub fn run(app: App) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tokio::runtime::Builder::new_multi_thread()
+    let one_thread = one_thread(
+        std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some(),
+        std::env::var("AWS_LAMBDA_MAX_CONCURRENCY").ok().as_deref(),
+    );
+    let mut builder = if one_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    builder
         .enable_all()
         .build()
         .expect("the tokio runtime starts")
         .block_on(serve(app, role))
+}
+
+/// Whether the process runs on one thread: on Lambda with one invocation at a time (no
+/// `AWS_LAMBDA_MAX_CONCURRENCY` above 1), where an event's work is a few requests in sequence
+/// and a second thread only adds wake-ups across threads (measured in BENCHMARKS.md: the warm
+/// path under the Runtime API about 15 % faster). Several invocations at once (Lambda Managed
+/// Instances, several vCPUs) and the local server use every core.
+fn one_thread(on_lambda: bool, max_concurrency: Option<&str>) -> bool {
+    on_lambda
+        && max_concurrency
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .is_none_or(|n| n <= 1)
 }
 
 /// What is logged: `RUST_LOG`'s directives when it has any, as `tracing_subscriber`'s `Targets`
@@ -276,7 +297,19 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::log_filter;
+    use super::{log_filter, one_thread};
+
+    #[test]
+    fn one_thread_on_lambda_with_one_invocation_at_a_time_only() {
+        assert!(one_thread(true, None));
+        assert!(one_thread(true, Some("1")));
+        assert!(
+            !one_thread(true, Some("8")),
+            "Lambda Managed Instances: every core"
+        );
+        assert!(!one_thread(false, None), "the local server: every core");
+        assert!(!one_thread(false, Some("1")));
+    }
     use tracing::Level;
     use tracing_subscriber::filter::LevelFilter;
 

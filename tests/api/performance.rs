@@ -117,7 +117,7 @@ async fn a_takeover_whose_update_answer_is_lost_finds_its_own_claim() {
     let proxy = LedgerProxy::start(&endpoint).await;
     let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&proxy.url), table));
     let app = spawn_app_with(Options {
-        vars: vec![("DEDUP_LEASE_SECONDS", "1".to_string())],
+        vars: vec![("DEDUP_LEASE_SECONDS", "3".to_string())],
         ledger: Some(ledger as Arc<dyn Ledger>),
         app: None,
     })
@@ -127,14 +127,18 @@ async fn a_takeover_whose_update_answer_is_lost_finds_its_own_claim() {
     // Answered, but the completion never reaches DynamoDB (the instance died after posting).
     proxy.hold_next(LedgerOp::Complete, HoldAt::BeforeForwarding);
     assert_eq!(app.send(&body, None).await.outcome(), "answered");
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
 
     let before = proxy.seen().len();
     // The retry's put finds the item (1st claim write), its update (2nd) loses its answer.
     proxy.hold_nth(LedgerOp::Claim, 2, HoldAt::DropAnswer);
     let retry = app.send(&body, Some(1)).await;
     assert_eq!(retry.outcome(), "recovered", "{}", retry.body);
-    assert_eq!(proxy.held(), 2, "the update's answer was dropped (after the completion)");
+    assert_eq!(
+        proxy.held(),
+        2,
+        "the update's answer was dropped (after the completion)"
+    );
     let claims = proxy.seen()[before..]
         .iter()
         .filter(|op| **op == LedgerOp::Claim)
@@ -163,7 +167,7 @@ async fn a_takeover_overtaken_between_its_put_and_its_update_does_not_claim() {
     let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&proxy.url), table));
     let app = Arc::new(
         spawn_app_with(Options {
-            vars: vec![("DEDUP_LEASE_SECONDS", "2".to_string())],
+            vars: vec![("DEDUP_LEASE_SECONDS", "3".to_string())],
             ledger: Some(ledger as Arc<dyn Ledger>),
             app: None,
         })
@@ -173,10 +177,14 @@ async fn a_takeover_overtaken_between_its_put_and_its_update_does_not_claim() {
     let body = app_mention(id, "hello");
     proxy.hold_next(LedgerOp::Complete, HoldAt::BeforeForwarding);
     assert_eq!(app.send(&body, None).await.outcome(), "answered");
-    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
 
     // A: its put, then its update held back 700 ms. B: put and update meanwhile.
-    proxy.hold_nth(LedgerOp::Claim, 2, HoldAt::DelayForwarding(Duration::from_millis(700)));
+    proxy.hold_nth(
+        LedgerOp::Claim,
+        2,
+        HoldAt::DelayForwarding(Duration::from_millis(700)),
+    );
     let a = tokio::spawn({
         let (app, body) = (app.clone(), body.clone());
         async move { app.send(&body, Some(1)).await }
