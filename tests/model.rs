@@ -204,7 +204,7 @@ impl Protocol {
             }
             Some(Blocked::InProgress { .. }) => s.phases[i] = Phase::Idle, // 409
             // The put failed on an item that counts as absent: it wrote nothing.
-            None if self.put_first && !update && own.is_none() && s.item.is_some() => {
+            None if self.put_first && !update && s.item.is_some() => {
                 s.phases[i] = Phase::TakingOver { d };
             }
             None => {

@@ -217,6 +217,40 @@ pub async fn an_alias_belongs_to_the_first_message_that_writes_it(
     );
 }
 
+/// An alias lives as long as its message's latest claim: written again by its message hours
+/// later (a delivery that claims it anew), its expiry moves with that claim's, so a copy under
+/// another `ts` after the first expiry still finds it. A write seconds later need not move it.
+pub async fn an_alias_lives_as_long_as_its_messages_latest_claim(
+    ledger: &dyn Ledger,
+    alias: &EventId,
+    first: &EventId,
+    second: &EventId,
+) {
+    let write = |of, now_ms: u64| AliasRequest {
+        alias,
+        of,
+        now_ms,
+        expires_at_s: now_ms / 1000 + TTL_S,
+    };
+    assert_eq!(ledger.alias(&write(first, NOW)).await.unwrap(), Alias::Ours);
+    let later = NOW + 2 * 3600 * 1000;
+    assert_eq!(
+        ledger.alias(&write(first, later)).await.unwrap(),
+        Alias::Ours
+    );
+    let after_first_expiry = (NOW / 1000 + TTL_S + 60) * 1000;
+    assert_eq!(
+        ledger
+            .alias(&write(second, after_first_expiry))
+            .await
+            .unwrap(),
+        Alias::CopyOf {
+            key: first.to_string()
+        },
+        "the alias expired with the message's first claim, not its latest"
+    );
+}
+
 /// A claim stands for the intent of the lowest absent step until its claimant writes: claims
 /// that crashed having written nothing are seen by the next claim as one window spanning
 /// them (a claim sent again does not see its own), and a claimant's write ends them. A step

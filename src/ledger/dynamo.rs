@@ -94,6 +94,26 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
     OR (#status = :failed AND #retryable = :true) \
     OR (#status = :in_progress AND #lease_until <= :now_ms)";
 
+/// How much earlier than the claim's an alias found by its message's put may expire before the
+/// put gives way to the update that pushes it on (a duplicate seconds later writes nothing).
+const ALIAS_EXPIRY_SLACK_S: u64 = 3600;
+
+fn access_denied(meta: &aws_sdk_dynamodb::error::ErrorMetadata) -> bool {
+    meta.code() == Some("AccessDeniedException")
+}
+
+/// Said once per process: the role refuses `PutItem`, and every claim of a key never seen
+/// takes the update instead (one request as before, evaluated more slowly).
+fn put_refused_warning() {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        tracing::warn!(
+            "the ledger's role refuses dynamodb:PutItem: claims fall back to UpdateItem; \
+             allow both (the SAM template does)"
+        );
+    });
+}
+
 /// Steps, completion and release: only by the owner of a claim still in progress.
 const OWNER_CONDITION: &str = "#owner = :owner AND #status = :in_progress";
 
@@ -310,6 +330,11 @@ impl DynamoLedger {
                     Ok(existing_claim(failed.item(), request))
                 }
                 PutItemError::ResourceNotFoundException(_) => Err(self.no_table()),
+                // A role that allows only `UpdateItem`: the update claims a key never seen too.
+                _ if access_denied(e.err().meta()) => {
+                    put_refused_warning();
+                    Ok(None)
+                }
                 _ => Err(unavailable(SdkError::ServiceError(e))),
             },
             Err(e) => Err(unavailable(e)),
@@ -546,17 +571,29 @@ impl Ledger for DynamoLedger {
                     let item = failed.item();
                     let text =
                         |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
-                    let live = item
-                        .and_then(|i| i.get(attr::EXPIRES_AT))
-                        .and_then(number)
-                        .is_some_and(|at| at > request.now_ms / 1000);
+                    let expires_at = item.and_then(|i| i.get(attr::EXPIRES_AT)).and_then(number);
+                    let live = expires_at.is_some_and(|at| at > request.now_ms / 1000);
+                    // The alias lives as long as its message's claim: the update pushes its
+                    // expiry on when it would end more than an hour before this claim's.
+                    let fresh = expires_at
+                        .is_some_and(|at| at + ALIAS_EXPIRY_SLACK_S >= request.expires_at_s);
                     match text(attr::ALIAS_OF) {
-                        Some(of) if live && of == request.of.as_str() => return Ok(Alias::Ours),
-                        Some(of) if live => return Ok(Alias::CopyOf { key: of.clone() }),
+                        Some(of) if live && fresh && of == request.of.as_str() => {
+                            return Ok(Alias::Ours)
+                        }
+                        Some(of) if live && of != request.of.as_str() => {
+                            return Ok(Alias::CopyOf { key: of.clone() })
+                        }
                         _ => {}
                     }
                 }
                 PutItemError::ResourceNotFoundException(_) => return Err(self.no_table()),
+                _ if access_denied(e.err().meta()) => {
+                    // A role that allows only `UpdateItem` (a deploy whose new policy has not
+                    // reached IAM yet, a role kept outside the template): the update writes a
+                    // new alias too.
+                    put_refused_warning();
+                }
                 _ => return Err(unavailable(SdkError::ServiceError(e))),
             },
             Err(e) => return Err(unavailable(e)),

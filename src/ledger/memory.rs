@@ -429,6 +429,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_alias_lives_as_long_as_its_messages_latest_claim() {
+        let ledger = MemoryLedger::new();
+        contract::an_alias_lives_as_long_as_its_messages_latest_claim(
+            &ledger,
+            &id("cmid-T1-Y"),
+            &id("msg-T1-C1-1"),
+            &id("msg-T1-C1-2"),
+        )
+        .await;
+    }
+
+    #[tokio::test]
     async fn a_failed_event_blocks_every_later_copy_with_its_error() {
         let ledger = MemoryLedger::new();
         contract::a_failed_event_blocks_every_later_copy(&ledger, &id("Ev1")).await;

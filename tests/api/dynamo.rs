@@ -390,6 +390,32 @@ async fn a_claim_stands_for_its_first_steps_intent_until_its_claimant_writes() {
 }
 
 #[tokio::test]
+async fn an_alias_lives_as_long_as_its_messages_latest_claim() {
+    let ledger = ledger().await;
+    let (alias, first, second) = (id("cmid-T1-D2"), id("msg-T1-C1-3"), id("msg-T1-C1-4"));
+    contract::an_alias_lives_as_long_as_its_messages_latest_claim(
+        ledger.as_ref(),
+        &alias,
+        &first,
+        &second,
+    )
+    .await;
+    // A write seconds later moves nothing: one request, no update.
+    let requests = ledger.requests_sent();
+    let again = slack_once::ledger::AliasRequest {
+        alias: &alias,
+        of: &first,
+        now_ms: NOW + 2 * 3600 * 1000 + 5_000,
+        expires_at_s: (NOW + 2 * 3600 * 1000 + 5_000) / 1000 + TTL_S,
+    };
+    assert_eq!(
+        ledger.alias(&again).await.unwrap(),
+        slack_once::ledger::Alias::Ours
+    );
+    assert_eq!(ledger.requests_sent() - requests, 1);
+}
+
+#[tokio::test]
 async fn an_alias_is_one_small_item_naming_the_message_it_belongs_to() {
     let ledger = ledger().await;
     let (alias, first, second) = (id("cmid-T1-D1"), id("msg-T1-C1-1"), id("msg-T1-C1-2"));

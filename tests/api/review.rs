@@ -99,6 +99,8 @@ struct FaultProxy {
     failing: Arc<Mutex<HashSet<Op>>>,
     seen: Arc<Mutex<Vec<Op>>>,
     _shutdown: oneshot::Sender<()>,
+    /// Every `PutItem` answered `AccessDeniedException`, as IAM does for a role without it.
+    refuse_puts: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FaultProxy {
@@ -112,6 +114,8 @@ impl FaultProxy {
             Client::builder(TokioExecutor::new()).build_http();
         let upstream = upstream.to_string();
         let (f, s) = (failing.clone(), seen.clone());
+        let refuse_puts = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refuse = refuse_puts.clone();
         tokio::spawn(async move {
             loop {
                 let stream = tokio::select! {
@@ -121,15 +125,19 @@ impl FaultProxy {
                     },
                     _ = &mut rx => return,
                 };
-                let (client, upstream, f, s) =
-                    (client.clone(), upstream.clone(), f.clone(), s.clone());
+                let (client, upstream, f, s, refuse) = (
+                    client.clone(),
+                    upstream.clone(),
+                    f.clone(),
+                    s.clone(),
+                    refuse.clone(),
+                );
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
                         fault_forward(
                             client.clone(),
                             upstream.clone(),
-                            f.clone(),
-                            s.clone(),
+                            (f.clone(), s.clone(), refuse.clone()),
                             request,
                         )
                     });
@@ -144,7 +152,13 @@ impl FaultProxy {
             failing,
             seen,
             _shutdown: tx,
+            refuse_puts,
         }
+    }
+
+    fn refuse_puts(&self) {
+        self.refuse_puts
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn fail(&self, op: Op) {
@@ -162,17 +176,36 @@ impl FaultProxy {
 
 type ProxyError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What the proxy fails, what it saw, and whether it refuses every put.
+type FaultState = (
+    Arc<Mutex<HashSet<Op>>>,
+    Arc<Mutex<Vec<Op>>>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
+
 async fn fault_forward(
     client: Client<HttpConnector, Full<Bytes>>,
     upstream: String,
-    failing: Arc<Mutex<HashSet<Op>>>,
-    seen: Arc<Mutex<Vec<Op>>>,
+    (failing, seen, refuse_puts): FaultState,
     request: http::Request<hyper::body::Incoming>,
 ) -> Result<http::Response<Full<Bytes>>, ProxyError> {
     let (parts, body) = request.into_parts();
     let body = body.collect().await?.to_bytes();
     let op = classify(&body);
     seen.lock().unwrap().push(op);
+    let put = parts
+        .headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.ends_with(".PutItem"));
+    if put && refuse_puts.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(http::Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .header("content-type", "application/x-amz-json-1.0")
+            .body(Full::new(Bytes::from_static(
+                br#"{"__type":"com.amazon.coral.service#AccessDeniedException","Message":"injected: User is not authorized to perform: dynamodb:PutItem"}"#,
+            )))?);
+    }
     if failing.lock().unwrap().contains(&op) {
         return Ok(http::Response::builder()
             .status(StatusCode::BAD_REQUEST)
@@ -906,5 +939,44 @@ async fn evidence_alias_sent_again_and_copies_under_two_ts_at_once_answer_once()
         1 + 8,
         "one answer per message: {}",
         posted.len()
+    );
+}
+
+/// A role that allows only `UpdateItem` on the ledger (a deploy whose new policy has not reached
+/// IAM yet, or a role kept outside the template): every put is refused, and the claims and the
+/// alias take the update instead. Answered once, a duplicate found, a copy under another `ts`
+/// found a copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_without_put_item_still_claims_through_the_update() {
+    let endpoint = dynamodb_endpoint();
+    let (table, direct) = fresh_table(&endpoint).await;
+    let fault = FaultProxy::start(&endpoint).await;
+    fault.refuse_puts();
+    let ledger = Arc::new(DynamoLedger::new(
+        dynamodb_client(&fault.url),
+        table.clone(),
+    ));
+    let app = spawn_app_with(Options {
+        ledger: Some(ledger as Arc<dyn Ledger>),
+        ..Default::default()
+    })
+    .await;
+    let cmid = "c0ffee00-0000-4000-8000-0000000000dd";
+    let body = with_cmid(&app_mention("EvNoPutItem", "hello"), cmid);
+    assert_eq!(app.send(&body, None).await.outcome(), "answered");
+    assert_eq!(app.send(&body, Some(1)).await.outcome(), "duplicate");
+    let copy = with_cmid(&app_mention("EvNoPutItemCopy", "hello"), cmid);
+    assert_eq!(app.send(&copy, None).await.outcome(), "duplicate");
+    assert_eq!(app.slack.posted().len(), 1);
+    let item = direct
+        .get_item(&mention_key("EvNoPutItem"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s_of(&item, "status"), "done");
+    assert!(
+        fault.seen().iter().filter(|op| **op == Op::Claim).count() >= 4,
+        "each claim was a refused put and an update: {:?}",
+        fault.seen()
     );
 }
