@@ -314,16 +314,69 @@ async fn warm_up_dynamodb_local(endpoint: &str, table: &str) {
 
 /// The floor of one round: a conditional write as a claim makes it (the SDK, the same HTTP
 /// client, straight to DynamoDB Local) and a `chat.postMessage` (keep-alive, straight to the
-/// stand-in), each measured alone.
+/// stand-in), each measured alone, between the events of the round ([`warm_interleaved`]).
 struct Floor {
     write: Latency,
     post: Latency,
 }
 
-async fn floor(endpoint: &str, table: &str, slack: &SlackStub, n: usize, round: usize) -> Floor {
+/// One round of the warm path, every measure of ours interleaved event by event with the
+/// floor's (so that each sees the same machine): slack-once under the Runtime API stand-in, the
+/// same at opt-level 3, the no-op fixture, the router in-process, a raw conditional write, and
+/// every other event a raw post.
+struct Interleaved {
+    lambda: Latency,
+    o3: Option<Latency>,
+    noop: Option<Latency>,
+    in_process: Latency,
+    floor: Floor,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn warm_interleaved(
+    runtime: &RuntimeStub,
+    o3: Option<&RuntimeStub>,
+    noop: Option<&RuntimeStub>,
+    router: &axum::Router,
+    endpoint: &str,
+    table: &str,
+    slack: &SlackStub,
+    n: usize,
+    round: usize,
+) -> Interleaved {
     let client = dynamodb_client(endpoint);
-    let mut writes = Vec::with_capacity(n);
+    let http = HttpClient::default();
+    let url = format!("{}/chat.postMessage", slack.base_url);
+    let (mut lambda, mut o3_lat, mut noop_lat, mut in_process, mut writes, mut posts) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n / 2),
+    );
+    let timed = |started: Instant| since_us(started);
     for i in 0..n {
+        let body = person_message(&format!("EvWarmL{round}-{i}"));
+        let started = Instant::now();
+        invoke(runtime, &body).await;
+        lambda.push(timed(started));
+        if let Some(o3) = o3 {
+            let body = person_message(&format!("EvWarmO{round}-{i}"));
+            let started = Instant::now();
+            invoke(o3, &body).await;
+            o3_lat.push(timed(started));
+        }
+        if let Some(noop) = noop {
+            let body = person_message(&format!("EvWarmN{round}-{i}"));
+            let started = Instant::now();
+            invoke(noop, &body).await;
+            noop_lat.push(timed(started));
+        }
+        let body = person_message(&format!("EvWarmI{round}-{i}"));
+        let started = Instant::now();
+        oneshot(router, &body).await;
+        in_process.push(timed(started));
         let started = Instant::now();
         client
             .update_item()
@@ -337,20 +390,23 @@ async fn floor(endpoint: &str, table: &str, slack: &SlackStub, n: usize, round: 
             .send()
             .await
             .expect("the raw write");
-        writes.push(since_us(started));
+        writes.push(timed(started));
+        if i % 2 == 0 {
+            let body = serde_json::json!({"channel": "C0001", "text": format!("floor {i}"), "thread_ts": "1700000000.000100"}).to_string();
+            let started = Instant::now();
+            assert_eq!(http.post_json(&url, &body, "xoxb-bench").await, 200);
+            posts.push(timed(started));
+        }
     }
-    let http = HttpClient::default();
-    let url = format!("{}/chat.postMessage", slack.base_url);
-    let mut posts = Vec::with_capacity(n);
-    for i in 0..n {
-        let body = serde_json::json!({"channel": "C0001", "text": format!("floor {i}"), "thread_ts": "1700000000.000100"}).to_string();
-        let started = Instant::now();
-        assert_eq!(http.post_json(&url, &body, "xoxb-bench").await, 200);
-        posts.push(since_us(started));
-    }
-    Floor {
-        write: latency(writes),
-        post: latency(posts),
+    Interleaved {
+        lambda: latency(lambda),
+        o3: o3.map(|_| latency(o3_lat)),
+        noop: noop.map(|_| latency(noop_lat)),
+        in_process: latency(in_process),
+        floor: Floor {
+            write: latency(writes),
+            post: latency(posts),
+        },
     }
 }
 
@@ -1356,27 +1412,28 @@ async fn report() {
     let mut rounds = Vec::new();
     for round in 0..2 {
         eprintln!("warm round {}…", round + 1);
-        let lambda_lat = warm_lambda(&runtime, n, &format!("EvWarmL{round}-")).await;
-        let floor = floor(&endpoint, &table, &slack, n / 2, round).await;
+        let ours = warm_interleaved(
+            &runtime,
+            o3_lambda.as_ref().map(|_| &o3_runtime),
+            noop_lambda.as_ref().map(|_| &noop_runtime),
+            &router,
+            &endpoint,
+            &table,
+            &slack,
+            n,
+            round,
+        )
+        .await;
         let python = warm_peer(Peer::Python, &slack, &endpoint, n);
-        let in_process = warm_in_process(&router, n, &format!("EvWarmI{round}-")).await;
         let js = warm_peer(Peer::Js, &slack, &endpoint, n);
-        let o3_lat = match &o3_lambda {
-            Some(_) => Some(warm_lambda(&o3_runtime, n, &format!("EvWarmO{round}-")).await),
-            None => None,
-        };
-        let noop_lat = match &noop_lambda {
-            Some(_) => Some(warm_lambda(&noop_runtime, n, &format!("EvWarmN{round}-")).await),
-            None => None,
-        };
         rounds.push(Round {
-            lambda: lambda_lat,
-            noop: noop_lat,
-            o3: o3_lat,
-            in_process,
+            lambda: ours.lambda,
+            noop: ours.noop,
+            o3: ours.o3,
+            in_process: ours.in_process,
             python,
             js,
-            floor,
+            floor: ours.floor,
         });
     }
     let lambda_idle = rss_kib(lambda.id(), "VmRSS:");
