@@ -94,6 +94,15 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
     OR (#status = :failed AND #retryable = :true) \
     OR (#status = :in_progress AND #lease_until <= :now_ms)";
 
+/// What a put of a key never written met.
+enum PutNew {
+    Written,
+    /// The key's item, as the failed condition returned it.
+    Found(Option<HashMap<String, AttributeValue>>),
+    /// `AccessDeniedException`: the role allows only `UpdateItem`.
+    Refused,
+}
+
 /// How much earlier than the claim's an alias found by its message's put may expire before the
 /// put gives way to the update that pushes it on (a duplicate seconds later writes nothing).
 const ALIAS_EXPIRY_SLACK_S: u64 = 3600;
@@ -306,6 +315,24 @@ impl DynamoLedger {
         if let Some(reason) = request.retry_reason {
             item.insert(attr::RETRY_REASON.into(), s(reason));
         }
+        match self.put_new(item).await? {
+            PutNew::Written => Ok(Some(Claim::Acquired {
+                attempt: 1,
+                journal: Journal::new(),
+            })),
+            // Held, answered, failed for good, or this very put applied by an attempt whose
+            // answer was lost: settled by the item as it is. Anything else (it counts as
+            // absent, or does not parse) goes to the update's full condition.
+            PutNew::Found(item) => Ok(existing_claim(item.as_ref(), request)),
+            // A role that allows only `UpdateItem`: the update claims a key never seen too.
+            PutNew::Refused => Ok(None),
+        }
+    }
+
+    /// Puts `item` where its key was never written: written, or the item found there (as it
+    /// is), or refused by a role that allows only `UpdateItem` (a deploy whose new policy has
+    /// not reached IAM yet, a role kept outside the template), said once.
+    async fn put_new(&self, item: HashMap<String, AttributeValue>) -> Result<PutNew, LedgerError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let result = self
             .client
@@ -318,22 +345,15 @@ impl DynamoLedger {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Some(Claim::Acquired {
-                attempt: 1,
-                journal: Journal::new(),
-            })),
+            Ok(_) => Ok(PutNew::Written),
             Err(SdkError::ServiceError(e)) => match e.err() {
                 PutItemError::ConditionalCheckFailedException(failed) => {
-                    // Held, answered, failed for good, or this very put applied by an attempt
-                    // whose answer was lost: settled by the item as it is. Anything else (it
-                    // counts as absent, or does not parse) goes to the update's full condition.
-                    Ok(existing_claim(failed.item(), request))
+                    Ok(PutNew::Found(failed.item().cloned()))
                 }
                 PutItemError::ResourceNotFoundException(_) => Err(self.no_table()),
-                // A role that allows only `UpdateItem`: the update claims a key never seen too.
                 _ if access_denied(e.err().meta()) => {
                     put_refused_warning();
-                    Ok(None)
+                    Ok(PutNew::Refused)
                 }
                 _ => Err(unavailable(SdkError::ServiceError(e))),
             },
@@ -553,50 +573,29 @@ impl Ledger for DynamoLedger {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", attr::PK)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(_) => return Ok(Alias::Ours),
-            Err(SdkError::ServiceError(e)) => match e.err() {
-                PutItemError::ConditionalCheckFailedException(failed) => {
-                    let item = failed.item();
-                    let text =
-                        |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
-                    let expires_at = item.and_then(|i| i.get(attr::EXPIRES_AT)).and_then(number);
-                    let live = expires_at.is_some_and(|at| at > request.now_ms / 1000);
-                    // The alias lives as long as its message's claim: the update pushes its
-                    // expiry on when it would end more than an hour before this claim's.
-                    let fresh = expires_at
-                        .is_some_and(|at| at + ALIAS_EXPIRY_SLACK_S >= request.expires_at_s);
-                    match text(attr::ALIAS_OF) {
-                        Some(of) if live && fresh && of == request.of.as_str() => {
-                            return Ok(Alias::Ours)
-                        }
-                        Some(of) if live && of != request.of.as_str() => {
-                            return Ok(Alias::CopyOf { key: of.clone() })
-                        }
-                        _ => {}
+        match self.put_new(item).await? {
+            PutNew::Written => return Ok(Alias::Ours),
+            PutNew::Found(item) => {
+                let item = item.as_ref();
+                let text = |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
+                let expires_at = item.and_then(|i| i.get(attr::EXPIRES_AT)).and_then(number);
+                let live = expires_at.is_some_and(|at| at > request.now_ms / 1000);
+                // The alias lives as long as its message's claim: the update pushes its expiry
+                // on when it would end more than an hour before this claim's.
+                let fresh =
+                    expires_at.is_some_and(|at| at + ALIAS_EXPIRY_SLACK_S >= request.expires_at_s);
+                match text(attr::ALIAS_OF) {
+                    Some(of) if live && fresh && of == request.of.as_str() => {
+                        return Ok(Alias::Ours)
                     }
+                    Some(of) if live && of != request.of.as_str() => {
+                        return Ok(Alias::CopyOf { key: of.clone() })
+                    }
+                    _ => {}
                 }
-                PutItemError::ResourceNotFoundException(_) => return Err(self.no_table()),
-                _ if access_denied(e.err().meta()) => {
-                    // A role that allows only `UpdateItem` (a deploy whose new policy has not
-                    // reached IAM yet, a role kept outside the template): the update writes a
-                    // new alias too.
-                    put_refused_warning();
-                }
-                _ => return Err(unavailable(SdkError::ServiceError(e))),
-            },
-            Err(e) => return Err(unavailable(e)),
+            }
+            // A role that allows only `UpdateItem`: the update writes a new alias too.
+            PutNew::Refused => {}
         }
         let names = [
             attr::PK,
