@@ -1190,7 +1190,7 @@ impl Drop for PrivateDynamoDb {
 // ---------------------------------------------------------------- a proxy in front of DynamoDB
 
 /// The ledger write a DynamoDB request is, read from its body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LedgerOp {
     Claim,
     /// A message's alias (its `client_msg_id`), written with its claim.
@@ -1318,7 +1318,8 @@ impl LedgerProxy {
     }
 }
 
-fn classify(body: &[u8]) -> LedgerOp {
+/// Which ledger write a DynamoDB request body is.
+pub fn classify(body: &[u8]) -> LedgerOp {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return LedgerOp::Other;
     };

@@ -55,40 +55,8 @@ fn journal_len(item: &std::collections::HashMap<String, AttributeValue>) -> usiz
         .map_or(0, |m| m.len())
 }
 
-/// The kind of ledger write a DynamoDB request is (as `helpers::classify`, which is private).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Op {
-    Claim,
-    Alias,
-    Intent,
-    Complete,
-    Release,
-    Other,
-}
-
-fn classify(body: &[u8]) -> Op {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return Op::Other;
-    };
-    // An alias: the put of a new one, or the update of one that exists.
-    if v["Item"]["alias_of"].is_object() || v["ExpressionAttributeValues"][":of"].is_object() {
-        return Op::Alias;
-    }
-    if v["ConditionExpression"]
-        .as_str()
-        .is_some_and(|c| c.contains("attribute_not_exists"))
-    {
-        return Op::Claim;
-    }
-    if v["ExpressionAttributeValues"][":intent"].is_object() {
-        return Op::Intent;
-    }
-    match v["ExpressionAttributeValues"][":to"]["S"].as_str() {
-        Some("done") => Op::Complete,
-        Some("released") => Op::Release,
-        _ => Op::Other,
-    }
-}
+/// The ledger's writes, as the tests' `LedgerProxy` tells them apart.
+type Op = LedgerOp;
 
 /// A proxy on 127.0.0.1 in front of DynamoDB Local that answers every request of the kinds in
 /// `failing` with a throttling error (HTTP 400 ProvisionedThroughputExceededException, which
@@ -828,7 +796,8 @@ async fn evidence_a_takeover_claim_sent_again_after_a_lost_answer_still_sees_the
     assert_eq!(app.send(&body, None).await.outcome(), "answered");
     fault.heal(Op::Complete);
     until(t0, Duration::from_millis(2_300)).await;
-    drop.hold_next(LedgerOp::Claim, HoldAt::DropAnswer);
+    // The takeover's claim: the put that finds the item, then the update, whose answer is lost.
+    drop.hold_nth(LedgerOp::Claim, 2, HoldAt::DropAnswer);
     let retry = app.send(&body, Some(1)).await;
     assert_eq!(drop.held(), 1, "the claim's answer was dropped");
     assert_eq!(retry.outcome(), "recovered", "{}", retry.body);
