@@ -499,46 +499,12 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_lambda_every_log_line_of_an_event_carries_its_ids_and_one_metrics_line_is_printed() {
-    use std::io::BufRead;
-    let endpoint = dynamodb_endpoint();
-    let (table, _) = fresh_table(&endpoint).await;
-    let slack = SlackStandin::start().await;
-    let runtime = RuntimeApi::start().await;
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
-    command
-        .env_clear()
-        .env("SLACK_SIGNING_SECRET", SECRET)
-        .env("RUST_LOG", "info")
-        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    for (k, v) in lambda_vars(&runtime, &slack, &endpoint, &table) {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let reader = {
-        let lines = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                lines.lock().unwrap().push(line);
-            }
-        })
-    };
     // A retry (X-Slack-Retry-Num: 1) as the first delivery the function sees.
-    let (answer, _) = runtime
-        .invoke(&resigned("app_mention_retry.json"), Duration::from_secs(20))
-        .await;
-    assert_eq!(answer["statusCode"], 200, "{answer}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = reader.join();
-    let lines = lines.lock().unwrap().clone();
+    let lines = stdout_of_one_invocation(
+        &[("RUST_LOG", "info"), ("AWS_LAMBDA_LOG_FORMAT", "JSON")],
+        "app_mention_retry.json",
+    )
+    .await;
     let parsed: Vec<serde_json::Value> = lines
         .iter()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
@@ -570,6 +536,25 @@ async fn on_lambda_every_log_line_of_an_event_carries_its_ids_and_one_metrics_li
 /// RUST_LOG: its per-target directives still apply beneath Lambda's level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_lambda_rust_logs_per_target_levels_apply_beneath_lambdas_level() {
+    let lines = stdout_of_one_invocation(
+        &[
+            ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
+            ("AWS_LAMBDA_LOG_LEVEL", "INFO"),
+            ("RUST_LOG", "info,slack_once::run=warn"),
+        ],
+        "own_message.json",
+    )
+    .await;
+    assert!(
+        !lines.iter().any(|l| l.contains("slack-once starting")),
+        "RUST_LOG's `slack_once::run=warn` was dropped because AWS_LAMBDA_LOG_LEVEL is set:\n{}",
+        lines.join("\n")
+    );
+}
+
+/// The lines the binary prints on stdout under the Runtime API stand-in, with `env` beside
+/// Lambda's variables, for one invocation with the event file `event` (answered 200).
+async fn stdout_of_one_invocation(env: &[(&str, &str)], event: &str) -> Vec<String> {
     use std::io::BufRead;
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -579,40 +564,28 @@ async fn on_lambda_rust_logs_per_target_levels_apply_beneath_lambdas_level() {
     command
         .env_clear()
         .env("SLACK_SIGNING_SECRET", SECRET)
-        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
-        .env("AWS_LAMBDA_LOG_LEVEL", "INFO")
-        .env("RUST_LOG", "info,slack_once::run=warn")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
+    for (k, v) in env {
+        command.env(k, v);
+    }
     for (k, v) in lambda_vars(&runtime, &slack, &endpoint, &table) {
         command.env(k, v);
     }
     let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let reader = {
-        let lines = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                lines.lock().unwrap().push(line);
-            }
-        })
-    };
+    let reader = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
     let (answer, _) = runtime
-        .invoke(&resigned("own_message.json"), Duration::from_secs(20))
+        .invoke(&resigned(event), Duration::from_secs(20))
         .await;
     assert_eq!(answer["statusCode"], 200, "{answer}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _ = child.kill();
     let _ = child.wait();
-    let _ = reader.join();
-    let lines = lines.lock().unwrap().clone();
-    assert!(
-        !lines.iter().any(|l| l.contains("slack-once starting")),
-        "RUST_LOG's `slack_once::run=warn` was dropped because AWS_LAMBDA_LOG_LEVEL is set:\n{}",
-        lines.join("\n")
-    );
+    reader.join().unwrap()
 }
