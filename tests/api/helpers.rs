@@ -741,6 +741,22 @@ pub struct Options {
     pub app: Option<slack_once::app::App>,
 }
 
+/// The reference bot on a DynamoDB ledger reached at `url` (DynamoDB Local, or a proxy in front
+/// of it), table `table`, with `vars` beside the test configuration.
+pub async fn spawn_app_on_ledger(
+    url: &str,
+    table: impl Into<String>,
+    vars: Vec<(&'static str, String)>,
+) -> TestApp {
+    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(url), table));
+    spawn_app_with(Options {
+        vars,
+        ledger: Some(ledger as Arc<dyn Ledger>),
+        app: None,
+    })
+    .await
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(Options::default()).await
 }

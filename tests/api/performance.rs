@@ -111,16 +111,14 @@ async fn a_persons_message_costs_three_ledger_requests_and_a_duplicate_two_witho
 /// (one more attempt counted, not two), looks in Slack and finds the earlier answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_whose_update_answer_is_lost_finds_its_own_claim() {
-    use slack_once::ledger::DynamoLedger;
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
     let proxy = LedgerProxy::start(&endpoint).await;
-    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&proxy.url), table));
-    let app = spawn_app_with(Options {
-        vars: vec![("DEDUP_LEASE_SECONDS", "3".to_string())],
-        ledger: Some(ledger as Arc<dyn Ledger>),
-        app: None,
-    })
+    let app = spawn_app_on_ledger(
+        &proxy.url,
+        table,
+        vec![("DEDUP_LEASE_SECONDS", "3".to_string())],
+    )
     .await;
     let id = "EvTakeoverUpdateLost";
     let body = app_mention(id, "hello");
@@ -160,17 +158,15 @@ async fn a_takeover_whose_update_answer_is_lost_finds_its_own_claim() {
 /// post) and A finds the event done. No second post.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_overtaken_between_its_put_and_its_update_does_not_claim() {
-    use slack_once::ledger::DynamoLedger;
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
     let proxy = LedgerProxy::start(&endpoint).await;
-    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&proxy.url), table));
     let app = Arc::new(
-        spawn_app_with(Options {
-            vars: vec![("DEDUP_LEASE_SECONDS", "3".to_string())],
-            ledger: Some(ledger as Arc<dyn Ledger>),
-            app: None,
-        })
+        spawn_app_on_ledger(
+            &proxy.url,
+            table,
+            vec![("DEDUP_LEASE_SECONDS", "3".to_string())],
+        )
         .await,
     );
     let id = "EvTakeoverRace";

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slack_once::app::{App, Ctx, MessageEvent};
-use slack_once::ledger::{DynamoLedger, Ledger};
+use slack_once::ledger::Ledger;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::*;
@@ -28,12 +28,11 @@ async fn a_copy_under_another_ts_never_answers_again_in_its_own_thread() {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
     let proxy = LedgerProxy::start(&endpoint).await;
-    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&proxy.url), table));
-    let app = spawn_app_with(Options {
-        vars: vec![("DEDUP_LEASE_SECONDS", "1".to_string())],
-        ledger: Some(ledger as Arc<dyn Ledger>),
-        app: None,
-    })
+    let app = spawn_app_on_ledger(
+        &proxy.url,
+        table,
+        vec![("DEDUP_LEASE_SECONDS", "1".to_string())],
+    )
     .await;
     let cmid = "c0ffee16-0000-4000-8000-0000000000b1";
     let original = with_cmid(&app_mention("EvRt16TwoTsA", "hello"), cmid);

@@ -779,12 +779,11 @@ async fn evidence_a_takeover_claim_sent_again_after_a_lost_answer_still_sees_the
     let (table, direct) = fresh_table(&endpoint).await;
     let fault = FaultProxy::start(&endpoint).await;
     let drop = LedgerProxy::start(&fault.url).await;
-    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&drop.url), table.clone()));
-    let app = spawn_app_with(Options {
-        vars: vec![("DEDUP_LEASE_SECONDS", "2".into())],
-        ledger: Some(ledger as Arc<dyn Ledger>),
-        app: None,
-    })
+    let app = spawn_app_on_ledger(
+        &drop.url,
+        table.clone(),
+        vec![("DEDUP_LEASE_SECONDS", "2".into())],
+    )
     .await;
     let id = "EvRtClaimAgain";
     let body = with_cmid(
@@ -818,12 +817,11 @@ async fn evidence_a_release_converting_the_window_whose_answer_is_lost_keeps_the
     let (table, direct) = fresh_table(&endpoint).await;
     let fault = FaultProxy::start(&endpoint).await;
     let drop = LedgerProxy::start(&fault.url).await;
-    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&drop.url), table.clone()));
-    let app = spawn_app_with(Options {
-        vars: vec![("DEDUP_LEASE_SECONDS", "2".into())],
-        ledger: Some(ledger as Arc<dyn Ledger>),
-        app: None,
-    })
+    let app = spawn_app_on_ledger(
+        &drop.url,
+        table.clone(),
+        vec![("DEDUP_LEASE_SECONDS", "2".into())],
+    )
     .await;
     let id = "EvRtReleaseLost";
     let body = app_mention(id, "x");
@@ -860,14 +858,7 @@ async fn evidence_alias_sent_again_and_copies_under_two_ts_at_once_answer_once()
     let (table, _) = fresh_table(&endpoint).await;
     let fault = FaultProxy::start(&endpoint).await;
     let drop = LedgerProxy::start(&fault.url).await;
-    let ledger = Arc::new(DynamoLedger::new(dynamodb_client(&drop.url), table.clone()));
-    let app = Arc::new(
-        spawn_app_with(Options {
-            ledger: Some(ledger as Arc<dyn Ledger>),
-            ..Default::default()
-        })
-        .await,
-    );
+    let app = Arc::new(spawn_app_on_ledger(&drop.url, table.clone(), vec![]).await);
     drop.hold_next(LedgerOp::Alias, HoldAt::DropAnswer);
     let body = with_cmid(
         &app_mention("EvRtAliasAgain", "x"),
