@@ -997,6 +997,15 @@ struct DeferredFigures {
     sqs_per_event: f64,
 }
 
+/// A queue of its own (and its dead-letter queue) at the SQS server: its URL.
+async fn fresh_queue(client: &aws_sdk_sqs::Client, suffix: &str) -> String {
+    let name = format!("bench-{}-{}{suffix}", std::process::id(), now_unix());
+    slack_once::queue::SqsQueue::create_with_dead_letters(client, &name, 5, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .0
+}
+
 /// Deferred mode. The acknowledgement in-process (the router with the SQS queue, as Lambda
 /// calls it), interleaved with a raw `SendMessage` of the same size; then an ingress process
 /// sending to the SQS server and one worker on DynamoDB Local, both behind counting proxies:
@@ -1012,15 +1021,7 @@ async fn deferred(
 ) -> DeferredFigures {
     let sqs = sqs_endpoint();
     let client = sqs_client(&sqs);
-    let name = format!("bench-{}-{}", std::process::id(), now_unix());
-    let (queue_url, _) = slack_once::queue::SqsQueue::create_with_dead_letters(
-        &client,
-        &name,
-        5,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let queue_url = fresh_queue(&client, "").await;
 
     // In-process acknowledgement and the raw send, interleaved in blocks.
     let (ack_in_process, send_raw) = {
@@ -1062,15 +1063,7 @@ async fn deferred(
         (latency(acks), latency(raws))
     };
     // The in-process part's messages go before the process figures: a fresh queue.
-    let name = format!("bench-{}-{}-p", std::process::id(), now_unix());
-    let (queue_url, _) = slack_once::queue::SqsQueue::create_with_dead_letters(
-        &client,
-        &name,
-        5,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let queue_url = fresh_queue(&client, "-p").await;
 
     let sqs_proxy = CountingProxy::start(&sqs).await;
     let ddb_proxy = CountingProxy::start(dynamodb).await;
