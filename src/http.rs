@@ -33,6 +33,8 @@ pub struct AppState {
     /// invocation is the request): inline.
     pub in_flight: Option<TaskTracker>,
 }
+/// What became of a command or an interaction (its body is the acknowledgement).
+pub const OUTCOME_HEADER: &str = "x-slack-once-outcome";
 /// Tells Slack not to redeliver an event: only on answers no retry could change.
 const NO_RETRY: (&str, &str) = ("x-slack-no-retry", "1");
 
@@ -173,6 +175,20 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
             serde_json::json!({ "challenge": challenge }).to_string(),
         )
             .into_response(),
+        // A command or an interaction: its acknowledgement is the body (none: an empty 200),
+        // what became of it a header, for operators and tests.
+        Ok(Outcome::Acked { body, outcome }) => {
+            let mut response = match body {
+                Some(body) => {
+                    (StatusCode::OK, [(CONTENT_TYPE, "application/json")], body).into_response()
+                }
+                None => StatusCode::OK.into_response(),
+            };
+            response
+                .headers_mut()
+                .insert(OUTCOME_HEADER, HeaderValue::from_static(outcome.as_str()));
+            response
+        }
         // No reply, and not 2xx: if the claimant dies, Slack's next retry takes the event over.
         Ok(Outcome::InProgress) => json(
             StatusCode::CONFLICT,

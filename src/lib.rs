@@ -8,9 +8,10 @@ pub mod envelope;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod interaction;
 pub mod ledger;
 pub mod metrics;
-pub mod process;
+pub mod pipeline;
 pub mod queue;
 mod run;
 pub mod secrets;
@@ -29,7 +30,10 @@ use tokio_util::task::TaskTracker;
 use crate::app::{reference_app, App};
 use crate::config::{Config, Role};
 use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
-use crate::process::{Processor, Settings};
+use crate::pipeline::{Processor, Settings};
+
+/// The pipeline's former name, kept for code written against it.
+pub use crate::pipeline as process;
 use crate::queue::sqs::CallBudget;
 use crate::queue::worker::Worker;
 use crate::queue::{SqsQueue, WorkQueue};

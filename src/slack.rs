@@ -90,6 +90,22 @@ pub const PERMANENT_POST_ERRORS: &[&str] = &[
     "two_factor_setup_required",
 ];
 
+/// The errors of an interaction's follow-ups that no retry can fix: a `trigger_id` spent or
+/// expired (`views.open` / `views.push`), a view gone, a `response_url` used up, expired, or
+/// refused here because it is not Slack's (`response_url_refused`), a request without one.
+pub const PERMANENT_INTERACTION_ERRORS: &[&str] = &[
+    "expired_trigger_id",
+    "exchanged_trigger_id",
+    "invalid_trigger_id",
+    "not_found",
+    "view_too_large",
+    "hash_conflict",
+    "used_url",
+    "expired_url",
+    "response_url_refused",
+    "no_response_url",
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum SlackError {
     /// Slack answered `ok: false`; the code is Slack's (`channel_not_found`, `internal_error`…).
@@ -118,11 +134,14 @@ pub enum SlackError {
 }
 
 impl SlackError {
-    /// Whether no retry can fix this (a documented permanent error of chat.postMessage): the
-    /// event then ends `failed` instead of burning Slack's retries.
+    /// Whether no retry can fix this (a documented permanent error of chat.postMessage, or of
+    /// an interaction's follow-ups): the event then ends `failed` instead of burning retries.
     pub fn is_permanent(&self) -> bool {
         match self {
-            SlackError::Api { code } => PERMANENT_POST_ERRORS.contains(&code.as_str()),
+            SlackError::Api { code } => {
+                PERMANENT_POST_ERRORS.contains(&code.as_str())
+                    || PERMANENT_INTERACTION_ERRORS.contains(&code.as_str())
+            }
             _ => false,
         }
     }
@@ -534,6 +553,40 @@ impl SlackClient {
             }
             other => other,
         }
+    }
+
+    /// Posts `body` to a `response_url` (checked by the caller with
+    /// [`crate::interaction::allowed_response_url`]): no token goes with it (the URL is the
+    /// credential), 429s are waited out while `deadline` allows, Slack's `ok:false` is an
+    /// error. Without a token (local mode), the post is logged, not made.
+    pub async fn respond(
+        &self,
+        url: &http::Uri,
+        body: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<serde_json::Value, SlackError> {
+        if self.secrets.current().bot_token.is_none() {
+            tracing::info!(
+                body = %body.to_string().chars().take(2000).collect::<String>(),
+                "SLACK_BOT_TOKEN is not set: the response is logged, not made"
+            );
+            return Ok(serde_json::json!({"ok": true, "logged": true}));
+        }
+        let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON serialises"));
+        let mut answer: serde_json::Value = self
+            .call_until("response_url", deadline, || {
+                Request::builder()
+                    .method(Method::POST)
+                    .uri(url.clone())
+                    .header(CONTENT_TYPE, "application/json; charset=utf-8")
+                    .body(Full::new(bytes.clone()))
+                    .expect("a valid request")
+            })
+            .await?;
+        if let Some(fields) = answer.as_object_mut() {
+            fields.insert("ok".into(), true.into());
+        }
+        Ok(answer)
     }
 
     /// Looks for the message slack-once posted as step `step` of `key`, by the metadata every

@@ -24,8 +24,10 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use super::interactive::{response_body, Ack};
 use super::message::Message;
 use crate::envelope::{EventCallback, EventId};
+use crate::interaction::{allowed_response_url, Interaction};
 use crate::ledger::{
     first_absent_step, keep_doubt, same_step, step_op, Held, Journal, Ledger, LedgerError,
     OwnerToken, Settled, StepRecord,
@@ -246,8 +248,109 @@ fn journal_bytes(journal: &Journal) -> usize {
         .sum()
 }
 
+/// What a listener's work is for: an event, or a command or interaction (with its ledger key).
+#[derive(Clone, Debug)]
+pub(crate) enum Source {
+    Event(Arc<EventCallback>),
+    Interaction {
+        interaction: Arc<Interaction>,
+        key: String,
+    },
+}
+
+impl Source {
+    /// The event's id, or the interaction's ledger key: what the metadata of a post names.
+    fn id(&self) -> &str {
+        match self {
+            Source::Event(cb) => cb.event_id.as_str(),
+            Source::Interaction { key, .. } => key,
+        }
+    }
+
+    fn team(&self) -> Option<&str> {
+        match self {
+            Source::Event(cb) => cb.team(),
+            Source::Interaction { interaction, .. } => interaction.team(),
+        }
+    }
+
+    fn bot_user_id(&self) -> Option<&str> {
+        match self {
+            Source::Event(cb) => cb.bot_user_id(),
+            Source::Interaction { .. } => None,
+        }
+    }
+
+    fn app_id(&self) -> Option<&str> {
+        match self {
+            Source::Event(cb) => cb.api_app_id.as_deref(),
+            Source::Interaction { interaction, .. } => interaction.api_app_id.as_deref(),
+        }
+    }
+
+    /// The conversation the request happened in, and its thread.
+    fn conversation(&self) -> Option<(String, Option<String>)> {
+        match self {
+            Source::Event(cb) => Some((cb.event.channel.clone()?, cb.event.thread_ts.clone())),
+            Source::Interaction { interaction, .. } => {
+                Some((interaction.channel_id.clone()?, interaction.thread_ts()))
+            }
+        }
+    }
+
+    /// The `ts` of the message the request is about (an event's message, a button's).
+    fn message_ts(&self) -> Option<String> {
+        match self {
+            Source::Event(cb) => cb.event.ts.clone(),
+            Source::Interaction { interaction, .. } => interaction.message_ts(),
+        }
+    }
+
+    /// A Slack `ts` no answer to this request can be older than (look-ups of records of
+    /// versions that wrote no times start there).
+    fn since_ts(&self) -> Option<String> {
+        match self {
+            Source::Event(cb) => {
+                let e = &cb.event;
+                e.ts.clone()
+                    .or(e.event_ts.clone())
+                    .or(cb.event_time.map(|t| t.to_string()))
+            }
+            Source::Interaction { interaction, .. } => interaction
+                .action()
+                .and_then(|a| a.get("action_ts"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or_else(|| interaction.message_ts()),
+        }
+    }
+}
+
+/// What [`Ctx::ack`] does where the listener runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AckMode {
+    /// An event: there is nothing to acknowledge (`ack` does nothing).
+    NotAsked,
+    /// Synchronous mode: recorded, and the listener goes on; the acknowledgement is returned
+    /// when it returns.
+    Inline,
+    /// Deferred mode's ingress: recorded, and the listener stops there (a worker runs it again
+    /// from the start: its steps so far replay from the journal).
+    StopAfter,
+    /// A worker: the ingress acknowledged; `ack` returns at once.
+    Given,
+}
+
+struct Acking {
+    mode: AckMode,
+    ack: Option<Ack>,
+}
+
 struct Inner {
-    event: Arc<EventCallback>,
+    source: Source,
+    acking: std::sync::Mutex<Acking>,
+    /// Told when the listener acknowledges (deferred mode's ingress waits for it).
+    acked: tokio::sync::Notify,
     slack: SlackClient,
     deadline: Instant,
     wall_deadline: SystemTime,
@@ -265,14 +368,15 @@ pub struct Ctx {
 impl std::fmt::Debug for Ctx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ctx")
-            .field("event_id", &self.inner.event.event_id)
+            .field("source", &self.inner.source.id())
             .finish()
     }
 }
 
 impl Ctx {
     pub(crate) fn new(
-        event: Arc<EventCallback>,
+        source: Source,
+        ack_mode: AckMode,
         slack: SlackClient,
         deadline: Instant,
         version: String,
@@ -281,7 +385,12 @@ impl Ctx {
         let wall_deadline = SystemTime::now() + deadline.saturating_duration_since(Instant::now());
         Self {
             inner: Arc::new(Inner {
-                event,
+                source,
+                acking: std::sync::Mutex::new(Acking {
+                    mode: ack_mode,
+                    ack: None,
+                }),
+                acked: tokio::sync::Notify::new(),
                 slack,
                 deadline,
                 wall_deadline,
@@ -309,25 +418,83 @@ impl Ctx {
         (std::mem::take(&mut steps.unrecorded), steps.tally)
     }
 
-    // ------------------------------------------------------------ the event
-
-    /// The whole delivery: `event_id`, team, authorizations, and the inner event (`.event`,
-    /// with `.event.raw` as Slack sent it).
-    pub fn event(&self) -> &EventCallback {
-        &self.inner.event
+    /// The acknowledgement the listener chose, if it did.
+    pub(crate) fn chosen_ack(&self) -> Option<Ack> {
+        self.inner.acking.lock().expect("ack lock").ack.clone()
     }
 
+    /// Resolves once the listener has acknowledged.
+    pub(crate) async fn acknowledged(&self) {
+        self.inner.acked.notified().await
+    }
+
+    // ------------------------------------------------------------ the request
+
+    /// The whole delivery of an event: `event_id`, team, authorizations, and the inner event
+    /// (`.event`, with `.event.raw` as Slack sent it). `None` for a command or an interaction.
+    pub fn event(&self) -> Option<&EventCallback> {
+        match &self.inner.source {
+            Source::Event(cb) => Some(cb),
+            Source::Interaction { .. } => None,
+        }
+    }
+
+    /// The command or interaction, as parsed (`.raw` as Slack sent it). `None` for an event.
+    pub fn interaction(&self) -> Option<&Interaction> {
+        match &self.inner.source {
+            Source::Interaction { interaction, .. } => Some(interaction),
+            Source::Event(_) => None,
+        }
+    }
+
+    /// The event's `event_id`; for a command or an interaction, its ledger key (see
+    /// [`Interaction::key`]).
     pub fn event_id(&self) -> &str {
-        self.inner.event.event_id.as_str()
+        self.inner.source.id()
     }
 
     pub fn team(&self) -> Option<&str> {
-        self.inner.event.team()
+        self.inner.source.team()
     }
 
-    /// The bot's own user id in this workspace.
+    /// The bot's own user id in this workspace (events name it; interactions do not).
     pub fn bot_user_id(&self) -> Option<&str> {
-        self.inner.event.bot_user_id()
+        self.inner.source.bot_user_id()
+    }
+
+    // ------------------------------------------------------------ the acknowledgement
+
+    /// Acknowledges a command or an interaction with `ack`: what Slack shows at once (see
+    /// [`Ack`]). Everything before this runs while Slack waits; everything after it runs
+    /// once the acknowledgement is decided: in synchronous mode in the same invocation (the
+    /// acknowledgement is returned when the listener returns), in deferred mode on a worker,
+    /// which runs the listener again from the start (its writes so far replay from the
+    /// journal, and this call returns at once). A second call is ignored; for an event, the
+    /// call does nothing.
+    pub async fn ack(&self, ack: Ack) -> Result<(), Error> {
+        let mode = {
+            let mut acking = self.inner.acking.lock().expect("ack lock");
+            if acking.ack.is_some() {
+                tracing::warn!("the listener acknowledged twice: the first stands");
+                return Ok(());
+            }
+            acking.ack = Some(ack);
+            acking.mode
+        };
+        self.inner.acked.notify_one();
+        if mode == AckMode::StopAfter {
+            // The ingress answers Slack now and hands the rest to a worker: this run goes no
+            // further (the pipeline drops it).
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+
+    /// Whether Slack has been (or is being) acknowledged: the request's `trigger_id` can no
+    /// longer be spent.
+    fn past_ack(&self) -> bool {
+        let acking = self.inner.acking.lock().expect("ack lock");
+        acking.ack.is_some() || acking.mode == AckMode::Given
     }
 
     /// The claim's attempt: 1 the first time, more when this run takes over from an earlier one.
@@ -381,7 +548,7 @@ impl Ctx {
         let (channel, thread) = self.conversation()?;
         let mut message = message.into();
         if message.thread_ts.is_none() {
-            message.thread_ts = thread.map(str::to_string);
+            message.thread_ts = thread;
         }
         self.post(&channel, message).await
     }
@@ -389,8 +556,7 @@ impl Ctx {
     /// Posts in the thread of the event's message (starting one under it if need be).
     pub async fn reply(&self, message: impl Into<Message>) -> Result<Posted, Error> {
         let (channel, thread) = self.conversation()?;
-        let event = &self.inner.event.event;
-        let Some(ts) = thread.or(event.ts.as_deref()) else {
+        let Some(ts) = thread.or(self.inner.source.message_ts()) else {
             return Err(no_conversation());
         };
         let message = message.into().in_thread(ts);
@@ -486,7 +652,7 @@ impl Ctx {
     /// Reacts to the event's own message.
     pub async fn react_to_event(&self, name: &str) -> Result<(), Error> {
         let (channel, _) = self.conversation()?;
-        let Some(ts) = self.inner.event.event.ts.clone() else {
+        let Some(ts) = self.inner.source.message_ts() else {
             return Err(no_conversation());
         };
         self.react(&channel, &ts, name).await
@@ -522,6 +688,105 @@ impl Ctx {
         self.step(method, args, settle, &[], Returns::Ids).await
     }
 
+    // ------------------------------------------------------------ interactions' follow-ups
+
+    /// Answers through the request's `response_url` (a command's, a block action's in a
+    /// message, a message shortcut's): see [`Respond`] for the kinds and how each is settled
+    /// when a takeover does not know whether an earlier run's reached Slack. The URL is
+    /// followed only if it is Slack's (https on `hooks.slack.com`, or the local stand-in named
+    /// by `SLACK_API_URL`): any other is refused before any connection, and the event ends
+    /// `failed` (`response_url_refused`).
+    pub async fn respond(&self, response: impl Into<Respond>) -> Result<(), Error> {
+        let response = response.into();
+        self.response_url()?;
+        let conversation = self.inner.source.conversation();
+        let settle = match (&response.kind, &conversation) {
+            (RespondKind::InChannel, Some((channel, _))) => Settle::Lookup {
+                channel,
+                thread_ts: response.body["thread_ts"].as_str(),
+            },
+            (RespondKind::Replace | RespondKind::Delete, _) => Settle::Idempotent,
+            _ => Settle::AtMostOnce,
+        };
+        self.step(
+            RESPOND,
+            response.body.clone(),
+            settle,
+            &[],
+            Returns::Nothing,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The request's `response_url`, if it is one that may be followed.
+    fn response_url(&self) -> Result<http::Uri, Error> {
+        let refused = |code: &str| Error::Slack(SlackError::Api { code: code.into() });
+        let Some(url) = self.interaction().and_then(|i| i.response_url.as_deref()) else {
+            return Err(refused("no_response_url"));
+        };
+        allowed_response_url(url, self.inner.slack.base_url()).map_err(|why| {
+            // The URL itself is a credential for 30 minutes: only why it was refused is logged.
+            tracing::warn!(reason = why, "a response_url was refused: not followed");
+            crate::metrics::count("ResponseUrlRefused");
+            refused("response_url_refused")
+        })
+    }
+
+    /// Opens a modal with the request's `trigger_id` (`views.open`); returns the view's id.
+    /// Only before [`Ctx::ack`]: a `trigger_id` lives 3 s and works once, so after the
+    /// acknowledgement (and on a deferred worker) the call is not made and fails with
+    /// `expired_trigger_id`. A takeover that does not know whether an earlier run opened it
+    /// asks again: the same `trigger_id` cannot open a second one (`exchanged_trigger_id`).
+    pub async fn open_view(&self, view: Value) -> Result<String, Error> {
+        self.trigger_view("views.open", view).await
+    }
+
+    /// Pushes a view onto the open modal's stack with the request's `trigger_id`
+    /// (`views.push`), under the same rules as [`Ctx::open_view`].
+    pub async fn push_view(&self, view: Value) -> Result<String, Error> {
+        self.trigger_view("views.push", view).await
+    }
+
+    async fn trigger_view(&self, method: &str, view: Value) -> Result<String, Error> {
+        let trigger = self
+            .interaction()
+            .and_then(|i| i.trigger_id.clone())
+            .ok_or_else(|| {
+                Error::Slack(SlackError::Api {
+                    code: "invalid_trigger_id".into(),
+                })
+            })?;
+        let args = json!({"trigger_id": trigger, "view": view});
+        let answer = self
+            .step(
+                method,
+                args,
+                Settle::Idempotent,
+                &["exchanged_trigger_id"],
+                Returns::Ids,
+            )
+            .await?;
+        Ok(answer["view"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
+    }
+
+    /// Replaces the view `view_id` (`views.update`): made again harmlessly on a takeover.
+    pub async fn update_view(&self, view_id: &str, view: Value) -> Result<(), Error> {
+        let args = json!({"view_id": view_id, "view": view});
+        self.step(
+            "views.update",
+            args,
+            Settle::Idempotent,
+            &[],
+            Returns::Nothing,
+        )
+        .await
+        .map(|_| ())
+    }
+
     // ------------------------------------------------------------ reads, straight to Slack
 
     /// Any read method (`users.info`, `conversations.info`, `conversations.replies`…), not
@@ -550,10 +815,8 @@ impl Ctx {
 
     // ------------------------------------------------------------ the engine
 
-    fn conversation(&self) -> Result<(String, Option<&str>), Error> {
-        let event = &self.inner.event.event;
-        let channel = event.channel.clone().ok_or_else(no_conversation)?;
-        Ok((channel, event.thread_ts.as_deref()))
+    fn conversation(&self) -> Result<(String, Option<String>), Error> {
+        self.inner.source.conversation().ok_or_else(no_conversation)
     }
 
     /// One journaled write. See the module's documentation.
@@ -611,6 +874,18 @@ impl Ctx {
             }
             None => {}
         }
+        if matches!(method, "views.open" | "views.push") && self.past_ack() {
+            // Not made: the trigger_id has been spent or has expired.
+            tracing::warn!(
+                step,
+                method,
+                "a view needs the request's trigger_id, which is valid only before the \
+                 acknowledgement: not made (open views before ctx.ack)"
+            );
+            return Err(Error::Slack(SlackError::Api {
+                code: "expired_trigger_id".into(),
+            }));
+        }
 
         let now_ms = steps.now_ms();
         let intent = StepRecord::Intent {
@@ -656,18 +931,30 @@ impl Ctx {
         if matches!(settle, Settle::Lookup { .. }) {
             let names = json!({
                 "key": steps.key.as_str(),
-                "event_id": self.inner.event.event_id.as_str(),
+                "event_id": self.inner.source.id(),
                 "step": step,
                 "attempt": steps.attempt,
                 "version": self.inner.version,
             });
             args["metadata"] = post_metadata(args.get("metadata"), names);
         }
-        let answer = self
-            .inner
-            .slack
-            .api(method, &Args::Json(args), self.inner.deadline)
-            .await;
+        let answer = if method == RESPOND {
+            match self.response_url() {
+                Ok(url) => {
+                    self.inner
+                        .slack
+                        .respond(&url, &args, self.inner.deadline)
+                        .await
+                }
+                Err(Error::Slack(e)) => Err(e),
+                Err(_) => unreachable!("response_url fails only with a Slack error"),
+            }
+        } else {
+            self.inner
+                .slack
+                .api(method, &Args::Json(args), self.inner.deadline)
+                .await
+        };
         steps.in_flight = None;
         let answer = match answer {
             Ok(answer) => answer,
@@ -726,20 +1013,13 @@ impl Ctx {
         };
         match settle {
             Settle::Lookup { channel, thread_ts } => {
-                let event = &self.inner.event;
+                let source = &self.inner.source;
                 // The earlier claim posted after its intent and before its lease ended: only
                 // that window is searched, so one page settles it however busy the channel.
                 // Records of earlier versions carry no times: from the event on.
-                let event_time = event.event_time.map(|t| t.to_string());
-                let event_ts = event
-                    .event
-                    .ts
-                    .as_deref()
-                    .or(event.event.event_ts.as_deref())
-                    .or(event_time.as_deref());
                 let oldest = match at_ms {
                     Some(at) => Some(slack_ts(at.saturating_sub(LOOKUP_SLACK_MS))),
-                    None => event_ts.map(str::to_string),
+                    None => source.since_ts(),
                 };
                 let latest = lease_until_ms.map(|until| slack_ts(until + LOOKUP_SLACK_MS));
                 let query = ReplyQuery {
@@ -750,8 +1030,8 @@ impl Ctx {
                     key: steps.key.as_str(),
                     step,
                     app: OurApp {
-                        app_id: event.api_app_id.as_deref(),
-                        bot_user_id: event.bot_user_id(),
+                        app_id: source.app_id(),
+                        bot_user_id: source.bot_user_id(),
                     },
                 };
                 match self
@@ -820,6 +1100,77 @@ impl Ctx {
     }
 }
 
+/// The step name of a post to the request's `response_url`.
+const RESPOND: &str = "response_url";
+
+/// What a `response_url` post does, which decides how a takeover settles it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RespondKind {
+    Ephemeral,
+    InChannel,
+    Replace,
+    Delete,
+}
+
+/// A post to the request's `response_url` ([`Ctx::respond`]). How a takeover that does not
+/// know whether an earlier run's post reached Slack settles it:
+/// - [`Respond::in_channel`]: a message in the conversation, carrying slack-once's metadata
+///   like every post, so it is looked for among the app's messages, and posted only if absent;
+/// - [`Respond::replace`] / [`Respond::delete`]: made again (the same result twice);
+/// - [`Respond::ephemeral`] (also a bare string): Slack keeps no trace of it that can be
+///   looked up, so it is not sent again: at most once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Respond {
+    kind: RespondKind,
+    body: Value,
+}
+
+impl Respond {
+    pub fn ephemeral(message: impl Into<Message>) -> Self {
+        Self {
+            kind: RespondKind::Ephemeral,
+            body: response_body(message.into(), "ephemeral"),
+        }
+    }
+
+    pub fn in_channel(message: impl Into<Message>) -> Self {
+        Self {
+            kind: RespondKind::InChannel,
+            body: response_body(message.into(), "in_channel"),
+        }
+    }
+
+    /// Replaces the message the request came from (a button's message).
+    pub fn replace(message: impl Into<Message>) -> Self {
+        let mut body = serde_json::to_value(message.into()).unwrap_or_else(|_| json!({}));
+        body["replace_original"] = true.into();
+        Self {
+            kind: RespondKind::Replace,
+            body,
+        }
+    }
+
+    /// Deletes the message the request came from.
+    pub fn delete() -> Self {
+        Self {
+            kind: RespondKind::Delete,
+            body: json!({"delete_original": true}),
+        }
+    }
+}
+
+impl From<&str> for Respond {
+    fn from(text: &str) -> Self {
+        Respond::ephemeral(text)
+    }
+}
+
+impl From<String> for Respond {
+    fn from(text: String) -> Self {
+        Respond::ephemeral(text)
+    }
+}
+
 /// What a step gives its caller, and so what its journal record keeps for a replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Returns {
@@ -832,7 +1183,7 @@ enum Returns {
 /// A step's identity: its method, and the conversation and thread (or message) it writes to.
 fn step_identity(method: &str, args: &Value) -> String {
     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
-    let target = ["thread_ts", "ts", "timestamp", "users", "user"]
+    let target = ["thread_ts", "ts", "timestamp", "users", "user", "view_id"]
         .iter()
         .map(|k| text(k))
         .find(|t| !t.is_empty())

@@ -29,6 +29,7 @@
 pub mod blocks;
 mod context;
 pub mod events;
+mod interactive;
 mod message;
 mod reference;
 
@@ -38,18 +39,22 @@ use std::sync::Arc;
 
 use regex::Regex;
 
-pub use context::{Ctx, Error, Posted, Settle, Tally, MAX_JOURNAL_BYTES, MAX_STEPS};
+pub use crate::interaction::{
+    BlockAction, Command, OptionsRequest, Shortcut, ViewSubmission, ViewValues,
+};
+pub use context::{Ctx, Error, Posted, Respond, Settle, Tally, MAX_JOURNAL_BYTES, MAX_STEPS};
 pub use events::{
     AppHomeOpened, AppMention, ChannelCreated, MemberJoinedChannel, MessageEvent, Reaction,
     TeamJoin,
 };
+pub use interactive::{Ack, InteractiveListener, Selector};
 pub use message::Message;
 pub use reference::{reference_app, safe_text};
 
 use crate::envelope::{Event, EventCallback};
 use events::{typed, Typed};
 
-pub(crate) use context::Steps;
+pub(crate) use context::{AckMode, Source, Steps};
 
 /// What a handler may fail with: any error (`?` works on anything); a failed step's [`Error`]
 /// is recognised, so that Slack's permanent errors end the event `failed` and transient ones
@@ -327,12 +332,14 @@ pub(crate) fn message_view(cb: &EventCallback) -> Option<MessageEvent> {
 #[derive(Default)]
 pub struct App {
     listeners: Vec<Listener>,
+    interactive: Vec<InteractiveListener>,
 }
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App")
             .field("listeners", &self.listeners)
+            .field("interactive", &self.interactive)
             .finish()
     }
 }
@@ -474,6 +481,114 @@ impl App {
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         self.listen(Listener::channel_created(handler))
+    }
+
+    /// Adds a listener of a command, an action, a view, a shortcut or a suggestion.
+    pub fn listen_interactive(mut self, listener: InteractiveListener) -> Self {
+        self.interactive.push(listener);
+        self
+    }
+
+    /// A slash command by name (`"/once"`). See [`interactive`](self) for when its work runs.
+    pub fn command<F, Fut>(self, name: &str, handler: F) -> Self
+    where
+        F: Fn(Ctx, Command) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen_interactive(InteractiveListener::command(name, handler))
+    }
+
+    /// A block action (a button, a select…) by its `action_id`: a string, or a [`regex::Regex`].
+    pub fn action<F, Fut>(self, action_id: impl Into<Selector>, handler: F) -> Self
+    where
+        F: Fn(Ctx, BlockAction) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen_interactive(InteractiveListener::action(action_id.into(), None, handler))
+    }
+
+    /// A block action by its `block_id` and `action_id`.
+    pub fn block_action<F, Fut>(
+        self,
+        block_id: impl Into<Selector>,
+        action_id: impl Into<Selector>,
+        handler: F,
+    ) -> Self
+    where
+        F: Fn(Ctx, BlockAction) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen_interactive(InteractiveListener::action(
+            action_id.into(),
+            Some(block_id.into()),
+            handler,
+        ))
+    }
+
+    /// A modal submitted, by its `callback_id`: acknowledge with [`Ack::errors`] to keep it
+    /// open, [`Ack::update_view`], [`Ack::push_view`], [`Ack::clear`], or nothing to close it.
+    pub fn view_submission<F, Fut>(self, callback_id: impl Into<Selector>, handler: F) -> Self
+    where
+        F: Fn(Ctx, ViewSubmission) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen_interactive(InteractiveListener::view(
+            callback_id.into(),
+            false,
+            handler,
+        ))
+    }
+
+    /// A modal closed by the user (its view must set `notify_on_close`), by `callback_id`.
+    pub fn view_closed<F, Fut>(self, callback_id: impl Into<Selector>, handler: F) -> Self
+    where
+        F: Fn(Ctx, ViewSubmission) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen_interactive(InteractiveListener::view(callback_id.into(), true, handler))
+    }
+
+    /// A global shortcut, by `callback_id`.
+    pub fn shortcut<F, Fut>(self, callback_id: impl Into<Selector>, handler: F) -> Self
+    where
+        F: Fn(Ctx, Shortcut) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen_interactive(InteractiveListener::shortcut(
+            callback_id.into(),
+            false,
+            handler,
+        ))
+    }
+
+    /// A message shortcut, by `callback_id`.
+    pub fn message_shortcut<F, Fut>(self, callback_id: impl Into<Selector>, handler: F) -> Self
+    where
+        F: Fn(Ctx, Shortcut) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen_interactive(InteractiveListener::shortcut(
+            callback_id.into(),
+            true,
+            handler,
+        ))
+    }
+
+    /// An external select's options, by `action_id`: acknowledge with [`Ack::options`].
+    pub fn options<F, Fut>(self, action_id: impl Into<Selector>, handler: F) -> Self
+    where
+        F: Fn(Ctx, OptionsRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen_interactive(InteractiveListener::options(action_id.into(), handler))
+    }
+
+    /// The listener that takes `interaction`: the first registered that matches.
+    pub(crate) fn route_interaction(
+        &self,
+        interaction: &crate::interaction::Interaction,
+    ) -> Option<Run> {
+        interactive::route(&self.interactive, interaction)
     }
 
     /// The listeners that take `event`, in registration order, grouped by their claim.

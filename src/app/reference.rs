@@ -1,7 +1,15 @@
 //! The reference bot, written on the bot API: it answers mentions in their thread and direct
-//! messages in the conversation, echoing what was said (never pinging anyone), once.
+//! messages in the conversation, echoing what was said (never pinging anyone), once; `/once`
+//! acknowledges at once (only the user sees it) and then answers in the channel through the
+//! command's `response_url`, once; the button on its answers updates the message it sits in.
 
-use super::{App, AppMention, Ctx, HandlerResult, MessageEvent};
+use super::blocks::{actions, button, context, section};
+use super::{
+    Ack, App, AppMention, BlockAction, Command, Ctx, HandlerResult, Message, MessageEvent, Respond,
+};
+
+/// The `action_id` of the button on the reference bot's answers.
+pub const THANKS_ACTION: &str = "once_thanks";
 
 /// Echoed text is cut to this many characters.
 const MAX_ECHO_CHARS: usize = 200;
@@ -11,6 +19,53 @@ pub fn reference_app() -> App {
     App::new()
         .app_mention(answer_mention)
         .message_where(|m: &MessageEvent| m.is_dm() && !m.mention, answer_dm)
+        .command("/once", answer_command)
+        .action(THANKS_ACTION, thank)
+}
+
+/// An answer with the button that marks it helpful.
+fn with_button(text: String) -> Message {
+    Message::text(text.clone()).blocks([
+        section(text),
+        actions([button("Helpful", THANKS_ACTION, "helpful")]),
+    ])
+}
+
+async fn answer_command(ctx: Ctx, command: Command) -> HandlerResult {
+    ctx.ack(Ack::ephemeral("On it: one answer is coming."))
+        .await?;
+    let said = echo(&command.text);
+    let text = if said.is_empty() {
+        format!(
+            "<@{}> ran {} with nothing to say. This is my one answer to it.",
+            command.user_id, command.command
+        )
+    } else {
+        format!(
+            "<@{}> ran {}: “{said}”. This is my one answer to it.",
+            command.user_id, command.command
+        )
+    };
+    ctx.respond(Respond::in_channel(with_button(text))).await?;
+    Ok(())
+}
+
+async fn thank(ctx: Ctx, action: BlockAction) -> HandlerResult {
+    let (Some(channel), Some(ts)) = (action.channel_id.as_deref(), action.message_ts.as_deref())
+    else {
+        // A button outside a message (a modal, the Home tab): nothing to update.
+        return Ok(());
+    };
+    let text = action
+        .message
+        .as_ref()
+        .and_then(|m| m["text"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let marked = format!("<@{}> found this helpful.", action.user_id);
+    let updated = Message::text(text.clone()).blocks([section(text), context([marked])]);
+    ctx.update(channel, ts, updated).await?;
+    Ok(())
 }
 
 async fn answer_mention(ctx: Ctx, mention: AppMention) -> HandlerResult {
@@ -24,7 +79,7 @@ async fn answer_mention(ctx: Ctx, mention: AppMention) -> HandlerResult {
     } else {
         format!("<@{user}> you said: “{said}”. This is my one answer to it.")
     };
-    ctx.reply(text).await?;
+    ctx.reply(with_button(text)).await?;
     Ok(())
 }
 

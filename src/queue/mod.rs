@@ -18,19 +18,27 @@ use serde_json::value::RawValue;
 pub use memory::MemoryQueue;
 pub use sqs::SqsQueue;
 
-/// The format version of [`QueuedEvent`]; a worker refuses a message of another.
+/// The format version of a [`QueuedEvent`] holding an event's envelope; a worker refuses a
+/// message of a version it does not know.
 pub const QUEUED_EVENT_VERSION: u32 = 1;
+/// The format version of a [`QueuedEvent`] holding a command's or an interaction's form (a
+/// worker of an earlier version leaves it for the dead-letter queue rather than misread it).
+pub const QUEUED_FORM_VERSION: u32 = 2;
 /// SQS's largest message body: 1 MiB since August 2025 (256 KiB before). SQS bills each 64 KiB
 /// of a message as one request; Slack's events are a few KiB.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
-/// What the ingress puts on the queue: the verified envelope exactly as Slack sent it, and how
-/// it arrived. The queue is reachable only by the functions' IAM roles, so the worker does not
-/// verify the signature again (it could not: it would have expired).
+/// What the ingress puts on the queue: the verified request exactly as Slack sent it (an
+/// event's envelope, or a command's or interaction's form), and how it arrived. The queue is
+/// reachable only by the functions' IAM roles, so the worker does not verify the signature
+/// again (it could not: it would have expired).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct QueuedEvent {
     pub v: u32,
-    pub envelope: Box<RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<Box<RawValue>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_num: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

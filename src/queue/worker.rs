@@ -19,10 +19,11 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::{QueuedEvent, Received, WorkQueue, QUEUED_EVENT_VERSION};
+use super::{QueuedEvent, Received, WorkQueue, QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION};
 use crate::envelope::Envelope;
+use crate::interaction::Interaction;
 use crate::metrics::Metrics;
-use crate::process::{EventDelivery, Outcome, Processor, QueuedMessage};
+use crate::process::{EventDelivery, Outcome, Processor, Queued, QueuedMessage};
 
 /// What to do with a message after its event ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,28 +68,42 @@ impl Worker {
                 return Disposition::Leave;
             }
         };
-        if queued.v != QUEUED_EVENT_VERSION {
-            tracing::error!(
-                message_id = message.message_id,
-                version = queued.v,
-                "a queued event of another format version: left for the dead-letter queue"
-            );
-            return Disposition::Leave;
-        }
-        let callback = match serde_json::from_str::<Envelope>(queued.envelope.get()) {
-            Ok(Envelope::EventCallback(callback)) => Arc::from(callback),
-            Ok(_) => {
-                tracing::warn!(
-                    message_id = message.message_id,
-                    "a queued envelope that is not an event: deleted"
-                );
-                return Disposition::Delete;
+        let parsed = match (queued.v, &queued.envelope, &queued.form) {
+            (QUEUED_EVENT_VERSION, Some(envelope), None) => {
+                match serde_json::from_str::<Envelope>(envelope.get()) {
+                    Ok(Envelope::EventCallback(callback)) => Ok(Queued::Event(Arc::from(callback))),
+                    Ok(_) => {
+                        tracing::warn!(
+                            message_id = message.message_id,
+                            "a queued envelope that is not an event: deleted"
+                        );
+                        return Disposition::Delete;
+                    }
+                    Err(error) => Err(error.to_string()),
+                }
             }
+            (QUEUED_FORM_VERSION, None, Some(form)) => Interaction::from_form(form.as_bytes())
+                .map(|i| Queued::Interaction(Arc::new(i)))
+                .map_err(|e| e.to_string()),
+            (QUEUED_EVENT_VERSION | QUEUED_FORM_VERSION, _, _) => {
+                Err("its envelope or form is missing".to_string())
+            }
+            (version, _, _) => {
+                tracing::error!(
+                    message_id = message.message_id,
+                    version,
+                    "a queued event of another format version: left for the dead-letter queue"
+                );
+                return Disposition::Leave;
+            }
+        };
+        let queued_request = match parsed {
+            Ok(queued_request) => queued_request,
             Err(error) => {
                 tracing::error!(
                     message_id = message.message_id,
                     error = %error,
-                    "a queued envelope that does not parse: left for the dead-letter queue"
+                    "a queued request that does not parse: left for the dead-letter queue"
                 );
                 return Disposition::Leave;
             }
@@ -110,7 +125,7 @@ impl Worker {
         };
         let result = self
             .processor
-            .run_queued(&callback, &delivery, queued_message)
+            .run_queued(&queued_request, &delivery, queued_message)
             .await;
         match result {
             Ok(Outcome::InProgress) => Disposition::Leave,

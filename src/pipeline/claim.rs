@@ -1,0 +1,319 @@
+//! The claim: a request's ledger keys, the times of its lease, and the conditional write that
+//! makes one delivery its owner (with a message's alias in the same round trip).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{
+    error_chain, metrics, unix_ms, EventDelivery, Outcome, ProcessError, Processor, ANSWER_MARGIN,
+    MAX_LEASE_MARGIN,
+};
+use crate::envelope::{EventCallback, EventId};
+use crate::ledger::{
+    keep_doubt, Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, LedgerError,
+    OwnerToken, Settled,
+};
+
+impl Processor {
+    /// Claims `keys.primary` in the ledger and, in the same round trip, writes its alias (the
+    /// message's `client_msg_id`): a message whose alias belongs to another one is a copy of
+    /// it under another `ts`, and is finished as a duplicate. Within the processing deadline.
+    pub(super) async fn claim(
+        &self,
+        keys: &LedgerKeys,
+        team: Option<&str>,
+        delivery: &EventDelivery<'_>,
+        times: &Times,
+        owner: &OwnerToken,
+    ) -> Result<Claimed, ProcessError> {
+        let key = &keys.primary;
+        let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
+        let request = ClaimRequest {
+            event_id: key,
+            owner,
+            now_ms: times.now_ms,
+            lease_until_ms: times.lease_until_ms,
+            expires_at_s,
+            team_id: team,
+            retry_num: delivery.retry_num,
+            retry_reason: delivery.retry_reason,
+        };
+        let alias = keys.alias.as_ref().map(|alias| AliasRequest {
+            alias,
+            of: key,
+            now_ms: times.now_ms,
+            expires_at_s,
+        });
+        let both = async {
+            let claim = self.ledger.claim(&request);
+            match &alias {
+                Some(alias) => {
+                    let (claim, alias) = tokio::join!(claim, self.ledger.alias(alias));
+                    (claim, Some(alias))
+                }
+                None => (claim.await, None),
+            }
+        };
+        let (claim, alias) = tokio::time::timeout_at(times.work_deadline, both)
+            .await
+            .map_err(|_| ledger_timeout())?;
+        let claim = claim.map_err(ProcessError::Ledger)?;
+        let (attempt, journal) = match claim {
+            Claim::AlreadyDone { ran } => return Ok(Claimed::Done { ran }),
+            Claim::AlreadyFailed { error } => {
+                tracing::info!(error, key = %key, "this event ended failed already: not answering");
+                return Ok(Claimed::Ended(Outcome::AlreadyFailed));
+            }
+            Claim::InProgress { lease_until_ms } => {
+                tracing::info!(
+                    lease_until_ms,
+                    key = %key,
+                    "another delivery holds a live claim: not answering"
+                );
+                return Ok(Claimed::Ended(Outcome::InProgress));
+            }
+            Claim::Acquired { attempt, journal } => (attempt, journal),
+        };
+        // The claim is this delivery's: whether it is a copy of another message decides.
+        let held = Held {
+            event_id: key,
+            owner,
+        };
+        let ended = match alias {
+            None | Some(Ok(Alias::Ours)) => None,
+            Some(Ok(Alias::CopyOf { key: of })) => {
+                tracing::info!(
+                    copy_of = of,
+                    "this message is a copy of another one (the same client_msg_id under \
+                     another ts): answered there, not here"
+                );
+                Some((Finish::Done, Ok(Claimed::Ended(Outcome::Duplicate))))
+            }
+            Some(Ok(Alias::Busy { lease_until_ms })) => {
+                tracing::info!(
+                    lease_until_ms,
+                    "an earlier version holds a live claim of this message's client_msg_id"
+                );
+                Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
+            }
+            Some(Err(error)) => Some((Finish::Released, Err(ProcessError::Ledger(error)))),
+        };
+        if let Some((to, ended)) = ended {
+            // Released before the listeners ran: what earlier claims may have posted stays in
+            // doubt, as an intent.
+            let doubt: Vec<Settled> = match to {
+                Finish::Released => keep_doubt(&journal).into_iter().collect(),
+                _ => Vec::new(),
+            };
+            let write = self.ledger.finish(held, &to, &doubt, times.now_ms());
+            if let Err(e) = before(times.finish_deadline, write).await {
+                tracing::warn!(error = e, key = %key, "could not end the claim");
+            }
+            return ended;
+        }
+        if attempt > 1 {
+            metrics::count("Takeovers");
+            tracing::info!(
+                attempt,
+                key = %key,
+                steps_recorded = journal.len(),
+                "taking over an event whose earlier claim expired or was released"
+            );
+        }
+        Ok(Claimed::Acquired { attempt, journal })
+    }
+}
+
+/// The ledger keys of one claim: its own (`primary`, holding the step journal) and the alias
+/// it writes with it (a message's `client_msg_id`).
+pub(super) struct LedgerKeys {
+    pub primary: EventId,
+    pub alias: Option<EventId>,
+}
+
+impl LedgerKeys {
+    /// A message is keyed by its identity (team, channel, `ts`), so every event that carries
+    /// it (an `app_mention` and a `message.channels`, phantom copies with new event ids) is one
+    /// claim; its `client_msg_id`, when present, is written as an alias of that key, so a copy
+    /// under another `ts` is the same message. Anything else, or listeners that asked for it,
+    /// are keyed by `event_id`.
+    pub(super) fn of(callback: &EventCallback, by_message: bool) -> Self {
+        let by_event = || Self {
+            primary: callback.event_id.clone(),
+            alias: None,
+        };
+        let event = &callback.event;
+        if !by_message || !matches!(event.kind.as_str(), "message" | "app_mention") {
+            return by_event();
+        }
+        let (Some(channel), Some(ts)) = (event.channel.as_deref(), event.ts.as_deref()) else {
+            return by_event();
+        };
+        let team = callback.team().unwrap_or("-");
+        let Some(primary) = ledger_key(&format!("msg-{team}-{channel}-{ts}")) else {
+            return by_event();
+        };
+        let alias = event
+            .client_msg_id
+            .as_deref()
+            .and_then(|id| ledger_key(&format!("cmid-{team}-{id}")));
+        Self { primary, alias }
+    }
+}
+
+/// The ledger keys of `callback` (primary, alias), as a claim derives them: for the fuzzers.
+#[doc(hidden)]
+pub fn ledger_keys(callback: &EventCallback, by_message: bool) -> (EventId, Option<EventId>) {
+    let keys = LedgerKeys::of(callback, by_message);
+    (keys.primary, keys.alias)
+}
+
+/// A ledger key from `raw`: the characters of an event id (others become `_`), at most 128.
+pub(super) fn ledger_key(raw: &str) -> Option<EventId> {
+    let key: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    EventId::try_from(key).ok()
+}
+
+/// What a claim attempt came to.
+pub(super) enum Claimed {
+    Acquired {
+        attempt: u32,
+        journal: Journal,
+    },
+    /// Answered already (by the listeners `ran` names, when recorded).
+    Done {
+        ran: Option<Vec<String>>,
+    },
+    /// No work for this delivery: done, failed or in progress elsewhere.
+    Ended(Outcome),
+}
+
+/// The times of one claim.
+pub(super) struct Times {
+    pub now_ms: u64,
+    pub started: Instant,
+    /// Written to the ledger: the claim is live until then.
+    pub lease_until_ms: u64,
+    /// Monotonic instants: bot, Slack and the step writes must finish by `work_deadline`; the
+    /// finishing write by `finish_deadline`, which leaves the answer time to get out.
+    pub work_deadline: Instant,
+    pub finish_deadline: Instant,
+}
+
+impl Times {
+    /// Ends the work and the finish by `until` (Slack waiting for an acknowledgement), if
+    /// that is sooner: the work a margin before it, so the finish still fits.
+    pub fn cap(&mut self, until: Instant) {
+        if until < self.finish_deadline {
+            let margin = until
+                .saturating_duration_since(self.started)
+                .min(Duration::from_millis(250))
+                / 2;
+            self.finish_deadline = until;
+            self.work_deadline = self.work_deadline.min(until - margin);
+        }
+    }
+
+    /// The wall-clock time now (epoch ms), as measured from the delivery's arrival.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms + self.started.elapsed().as_millis() as u64
+    }
+
+    /// `None` when the invocation deadline has already passed.
+    pub fn new(delivery: &EventDelivery<'_>, configured_lease: Duration) -> Option<Self> {
+        let lease = match delivery.invocation_deadline {
+            Some(deadline) => deadline.duration_since(delivery.now).ok()?,
+            None => configured_lease,
+        };
+        // On Lambda the response must be returned before the deadline, or Lambda answers 502
+        // itself and Slack redelivers an event already answered.
+        let answer_margin = match delivery.invocation_deadline {
+            Some(_) => ANSWER_MARGIN.min(lease / 4),
+            None => Duration::ZERO,
+        };
+        let usable = lease.checked_sub(answer_margin)?;
+        if usable.is_zero() {
+            return None;
+        }
+        let margin = (usable / 4).min(MAX_LEASE_MARGIN);
+        let now_ms = unix_ms(delivery.now);
+        let lease_until_ms = match delivery.invocation_deadline {
+            Some(deadline) => unix_ms(deadline),
+            None => now_ms + lease.as_millis() as u64,
+        };
+        Some(Self {
+            now_ms,
+            started: delivery.started,
+            lease_until_ms,
+            work_deadline: delivery.started + (usable - margin),
+            finish_deadline: delivery.started + usable,
+        })
+    }
+}
+
+/// A ledger write that must finish by `deadline`.
+pub(super) async fn before(
+    deadline: Instant,
+    call: impl std::future::Future<Output = Result<(), LedgerError>>,
+) -> Result<(), String> {
+    match tokio::time::timeout_at(deadline, call).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(error_chain(&e)),
+        Err(_) => Err("no answer before the lease ended".into()),
+    }
+}
+
+fn ledger_timeout() -> ProcessError {
+    ProcessError::Ledger(LedgerError::Unavailable(
+        "the ledger did not answer before the processing deadline".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_is_the_invocation_deadline_on_lambda_and_the_answer_keeps_a_margin() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let started = Instant::now();
+        let delivery = EventDelivery {
+            retry_num: None,
+            retry_reason: None,
+            last_chance: false,
+            now,
+            started,
+            invocation_deadline: Some(now + Duration::from_secs(10)),
+        };
+        let t = Times::new(&delivery, Duration::from_secs(30)).unwrap();
+        assert_eq!(t.lease_until_ms, 1_700_000_010_000);
+        // The ledger writes end 250 ms before the deadline; the work 1 s before that.
+        assert_eq!(t.finish_deadline, started + Duration::from_millis(9_750));
+        assert_eq!(t.work_deadline, started + Duration::from_millis(8_750));
+
+        let local = EventDelivery {
+            invocation_deadline: None,
+            ..delivery
+        };
+        let t = Times::new(&local, Duration::from_secs(2)).unwrap();
+        assert_eq!(t.lease_until_ms, 1_700_000_002_000);
+        assert_eq!(t.work_deadline, started + Duration::from_millis(1500));
+        assert_eq!(t.finish_deadline, started + Duration::from_secs(2));
+
+        let late = EventDelivery {
+            invocation_deadline: Some(now - Duration::from_secs(1)),
+            ..delivery
+        };
+        assert!(Times::new(&late, Duration::from_secs(30)).is_none());
+    }
+}

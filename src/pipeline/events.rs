@@ -1,0 +1,187 @@
+//! An event's route: the bot's own messages and edits skipped, then its listeners grouped by
+//! the claim they run under (the message the event carries, or the event itself), each group
+//! claimed, worked and finished.
+
+use std::sync::Arc;
+
+use super::claim::{ledger_key, Claimed, LedgerKeys, Times};
+use super::work::Work;
+use super::{unix_ms, EventDelivery, Outcome, ProcessError, Processor};
+use crate::app::{AckMode, Identity, Route, Run, Source, Unit};
+use crate::envelope::EventCallback;
+use crate::ledger::OwnerToken;
+
+impl Processor {
+    /// Names the event on the current span, then routes it to the listeners that take it; the
+    /// outcome instead when it is not to be answered (the bot's own message, an edit…, or no
+    /// listener takes it): it is then neither queued nor claimed.
+    pub(super) fn screen(&self, callback: &Arc<EventCallback>) -> Result<Route, Outcome> {
+        let span = tracing::Span::current();
+        span.record("event_id", callback.event_id.as_str());
+        if let Some(team) = callback.team() {
+            span.record("team", team);
+        }
+        if let Some(reason) = callback.skip_reason() {
+            tracing::debug!(reason = reason.as_str(), "not answering this event");
+            return Err(Outcome::Skipped(reason));
+        }
+        let route = self.app.route(callback);
+        if route.is_empty() {
+            tracing::debug!(kind = %callback.event.kind, "no listener takes this event");
+            return Err(Outcome::NoListener);
+        }
+        Ok(route)
+    }
+
+    /// The protocol for one verified event, shared by every path that runs one: skip → route
+    /// to the listeners → for each group of them (those keyed by the message the event carries,
+    /// those keyed by the event): claim → run them (their Slack writes as journaled steps) →
+    /// finish.
+    pub async fn run_event(
+        &self,
+        callback: &Arc<EventCallback>,
+        delivery: &EventDelivery<'_>,
+    ) -> Result<Outcome, ProcessError> {
+        let span = tracing::Span::current();
+        if let Some(reason) = delivery.retry_reason {
+            span.record("retry_reason", reason);
+        }
+        let route = match self.screen(callback) {
+            Ok(route) => route,
+            Err(outcome) => return Ok(outcome),
+        };
+        let Some(times) = Times::new(delivery, self.lease) else {
+            tracing::warn!(
+                deadline_ms = delivery.invocation_deadline.map(unix_ms),
+                now_ms = unix_ms(delivery.now),
+                "the invocation deadline has passed already: not claiming"
+            );
+            return Err(ProcessError::Deadline);
+        };
+        // A cold start's connection to Slack opens while the claim is made.
+        self.slack.warm_up();
+        let mut result: Option<Result<Outcome, ProcessError>> = None;
+        for unit in route.units {
+            let keys = LedgerKeys::of(callback, unit.identity == Identity::Message);
+            if keys.primary != callback.event_id {
+                span.record("key", keys.primary.as_str());
+            }
+            let ran = self.run_unit(callback, delivery, &times, &keys, unit).await;
+            result = Some(match result {
+                None => ran,
+                Some(earlier) => combine(earlier, ran),
+            });
+        }
+        result.unwrap_or(Ok(Outcome::NoListener))
+    }
+
+    /// One group of listeners under one claim: claim its key (and its alias, in the same round
+    /// trip), run the listeners, finish. A message answered already by other listeners than
+    /// some of these (Slack's other event of the message carried it, and a listener selects on
+    /// what only this one says) runs those others, each under a claim of its own.
+    async fn run_unit(
+        &self,
+        callback: &Arc<EventCallback>,
+        delivery: &EventDelivery<'_>,
+        times: &Times,
+        keys: &LedgerKeys,
+        unit: Unit,
+    ) -> Result<Outcome, ProcessError> {
+        let owner = OwnerToken::random();
+        let (attempt, journal) = match self
+            .claim(keys, callback.team(), delivery, times, &owner)
+            .await?
+        {
+            Claimed::Acquired { attempt, journal } => (attempt, journal),
+            Claimed::Done { ran: Some(ran) } if unit.identity == Identity::Message => {
+                let missing: Vec<Run> = unit
+                    .runs
+                    .into_iter()
+                    .filter(|r| !ran.contains(&r.id))
+                    .collect();
+                if missing.is_empty() {
+                    return Ok(Outcome::Duplicate);
+                }
+                return Box::pin(self.run_stragglers(callback, delivery, times, keys, missing))
+                    .await;
+            }
+            Claimed::Done { .. } => return Ok(Outcome::Duplicate),
+            Claimed::Ended(outcome) => return Ok(outcome),
+        };
+        let work = Work {
+            source: Source::Event(callback.clone()),
+            ack_mode: AckMode::NotAsked,
+            delivery,
+            times,
+            key: &keys.primary,
+            owner,
+            attempt,
+            journal,
+            unit,
+        };
+        self.work(work).await.result
+    }
+
+    /// Listeners of a message that its answer did not run (they take only this event of it),
+    /// each under a claim keyed by the message and the listener, so each runs once.
+    async fn run_stragglers(
+        &self,
+        callback: &Arc<EventCallback>,
+        delivery: &EventDelivery<'_>,
+        times: &Times,
+        keys: &LedgerKeys,
+        missing: Vec<Run>,
+    ) -> Result<Outcome, ProcessError> {
+        let mut result: Option<Result<Outcome, ProcessError>> = None;
+        for run in missing {
+            let Some(key) = ledger_key(&format!("{}-{}", keys.primary, run.id)) else {
+                continue;
+            };
+            tracing::info!(
+                listener = run.name,
+                key = %key,
+                "the message was answered by its other event's listeners: running this one"
+            );
+            let keys = LedgerKeys {
+                primary: key,
+                alias: None,
+            };
+            let unit = Unit {
+                identity: Identity::Event,
+                runs: vec![run],
+            };
+            let ran = self.run_unit(callback, delivery, times, &keys, unit).await;
+            result = Some(match result {
+                None => ran,
+                Some(earlier) => combine(earlier, ran),
+            });
+        }
+        result.unwrap_or(Ok(Outcome::Duplicate))
+    }
+}
+
+/// The result of a delivery whose listeners ran under two claims (the message's, and the
+/// event's for listeners that opted out): a failure first (Slack retries; the claim that
+/// finished finds itself done), then a live claim elsewhere, then what was written.
+pub(super) fn combine(
+    a: Result<Outcome, ProcessError>,
+    b: Result<Outcome, ProcessError>,
+) -> Result<Outcome, ProcessError> {
+    fn rank(result: &Result<Outcome, ProcessError>) -> u8 {
+        match result {
+            Err(_) => 0,
+            Ok(Outcome::InProgress) => 1,
+            Ok(Outcome::Failed { .. }) => 2,
+            Ok(Outcome::Answered { .. }) => 3,
+            Ok(Outcome::Recovered) => 4,
+            Ok(Outcome::NoReply) => 5,
+            Ok(Outcome::AlreadyFailed) => 6,
+            Ok(_) => 7,
+        }
+    }
+    if rank(&b) < rank(&a) {
+        b
+    } else {
+        a
+    }
+}

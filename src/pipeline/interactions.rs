@@ -1,0 +1,165 @@
+//! A slash command's or an interaction's route: the one listener that takes it, a claim of its
+//! identity ([`Interaction::key`]), the listener up to its acknowledgement while Slack waits,
+//! then what follows it (inline in synchronous mode; from the queue in deferred mode). A
+//! `block_suggestion` only asks for options: it is answered, never claimed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::claim::{Claimed, LedgerKeys, Times};
+use super::work::{Work, Worked};
+use super::{unix_ms, Delivery, EventDelivery, Outcome, ProcessError, Processor};
+use crate::app::{Ack, AckMode, Ctx, Identity, Source, Steps, Unit};
+use crate::interaction::Interaction;
+use crate::ledger::OwnerToken;
+
+/// Slack waits 3 s for a command's or an interaction's acknowledgement: what runs before it
+/// (everything, in synchronous mode) must be done this long after the request arrived.
+pub const ACK_BUDGET: Duration = Duration::from_millis(2500);
+
+impl Processor {
+    /// Runs `interaction`'s listener. `mode` says where: the ingress in synchronous mode
+    /// ([`AckMode::Inline`]: the whole listener, then the acknowledgement), the ingress in
+    /// deferred mode ([`AckMode::StopAfter`]: up to the acknowledgement, then the request goes
+    /// to the queue, `delivery` being what is sent), or a worker ([`AckMode::Given`]: the whole
+    /// listener again, its steps before the acknowledgement replayed from the journal).
+    pub(super) async fn run_interaction(
+        &self,
+        interaction: &Arc<Interaction>,
+        delivery: &EventDelivery<'_>,
+        mode: AckMode,
+        request: Option<&Delivery<'_>>,
+    ) -> Result<Outcome, ProcessError> {
+        let span = tracing::Span::current();
+        span.record("kind", interaction.kind.as_str());
+        if let Some(team) = interaction.team() {
+            span.record("team", team);
+        }
+        let acked = |ack: Option<Ack>, outcome: Outcome| Outcome::Acked {
+            body: ack.and_then(|a| a.body()),
+            outcome: Box::new(outcome),
+        };
+        let Some(run) = self.app.route_interaction(interaction) else {
+            tracing::warn!(
+                kind = interaction.kind.as_str(),
+                selector = interaction.selector().unwrap_or_default(),
+                "no listener takes this request: acknowledged with nothing"
+            );
+            return Ok(acked(None, Outcome::NoListener));
+        };
+        let Some(key) = interaction.key() else {
+            return Ok(self.suggest(interaction, run, delivery).await);
+        };
+        span.record("event_id", key.as_str());
+        span.record("key", key.as_str());
+        let Some(mut times) = Times::new(delivery, self.lease) else {
+            return Err(ProcessError::Deadline);
+        };
+        if mode != AckMode::Given {
+            // Slack is waiting: the acknowledgement must get out within its 3 s.
+            times.cap(delivery.started + ACK_BUDGET);
+        }
+        let keys = LedgerKeys {
+            primary: key.clone(),
+            alias: None,
+        };
+        let owner = OwnerToken::random();
+        let claimed = self
+            .claim(&keys, interaction.team(), delivery, &times, &owner)
+            .await?;
+        let (attempt, journal) = match claimed {
+            Claimed::Acquired { attempt, journal } => (attempt, journal),
+            // A double-click, a request sent twice, a redelivery: answered once already, or
+            // being answered now. Slack is told nothing new.
+            Claimed::Done { .. } => return Ok(acked(None, Outcome::Duplicate)),
+            Claimed::Ended(outcome) => return Ok(acked(None, outcome)),
+        };
+        let source = Source::Interaction {
+            interaction: interaction.clone(),
+            key: key.as_str().to_string(),
+        };
+        let unit = Unit {
+            identity: Identity::Event,
+            runs: vec![run],
+        };
+        let work = Work {
+            source,
+            ack_mode: mode,
+            delivery,
+            times: &times,
+            key: &key,
+            owner,
+            attempt,
+            journal,
+            unit,
+        };
+        let Worked {
+            result,
+            ack,
+            handed_off,
+        } = self.work(work).await;
+        let outcome = result?;
+        // A refused submission (validation errors) is not taken: nothing follows it.
+        if !handed_off || ack.as_ref().is_some_and(Ack::is_errors) {
+            return Ok(acked(ack, outcome));
+        }
+        // Deferred mode: released with what it did so far; a worker takes it from the queue.
+        let (Some(queue), Some(request)) = (&self.queue, request) else {
+            return Ok(acked(ack, outcome));
+        };
+        let queued = self.enqueue(&**queue, request, None, None).await?;
+        Ok(acked(ack, queued))
+    }
+
+    /// A `block_suggestion`: the listener's options, with a context whose writes fail (it is
+    /// never claimed: a suggestion must only answer), within Slack's 3 s.
+    async fn suggest(
+        &self,
+        interaction: &Arc<Interaction>,
+        run: crate::app::Run,
+        delivery: &EventDelivery<'_>,
+    ) -> Outcome {
+        let deadline = delivery.started + ACK_BUDGET;
+        let key =
+            crate::envelope::EventId::try_from("suggestion".to_string()).expect("a valid key");
+        let mut steps = Steps::new(
+            self.ledger.clone(),
+            key.clone(),
+            OwnerToken::random(),
+            (1, Default::default()),
+            false,
+            (
+                unix_ms(delivery.now),
+                delivery.started,
+                unix_ms(delivery.now),
+            ),
+        );
+        steps.closed = true;
+        let ctx = Ctx::new(
+            Source::Interaction {
+                interaction: interaction.clone(),
+                key: key.as_str().to_string(),
+            },
+            AckMode::Inline,
+            self.slack.clone(),
+            deadline,
+            self.version.clone(),
+            steps,
+        );
+        let outcome = match tokio::time::timeout_at(deadline, (run.work)(ctx.clone())).await {
+            Ok(Ok(())) => Outcome::NoReply,
+            Ok(Err(error)) => {
+                tracing::warn!(error = %error, "the options listener failed: no options");
+                Outcome::NoReply
+            }
+            Err(_) => {
+                tracing::warn!("the options listener did not answer within Slack's 3 s");
+                Outcome::NoReply
+            }
+        };
+        Outcome::Acked {
+            body: ctx.chosen_ack().and_then(|a| a.body()),
+            outcome: Box::new(outcome),
+        }
+    }
+}

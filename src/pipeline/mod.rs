@@ -1,0 +1,550 @@
+//! One delivery, as named steps every kind of request shares:
+//!
+//! `verify` → parse ([`Incoming`]: an event, a command, an interaction) → route (the listeners
+//! that take it) → `claim` (its ledger keys) → acknowledge → `work` (the listeners, their Slack
+//! writes each a journaled step) → `finish` (done, released, or failed).
+//!
+//! - [`verify`]: the signature on the raw bytes, then the parse;
+//! - [`events`]: an event's route (skip own, the message's listeners and the event's);
+//! - [`interactions`]: a command's or an interaction's route, and its acknowledgement;
+//! - [`claim`]: keys, times and the claim; [`work`]: the listeners under a claim;
+//!   [`finish`]: the claim's end; [`enqueue`]: deferred mode's hand-off to the work queue.
+//!
+//! The ledger is touched only after the signature verifies and the body parses, so a forged
+//! or malformed request can never claim, poison or block a real one. Every Slack write is
+//! announced in the ledger (its intent, conditioned on the claim's owner) before it is made, so
+//! a later claim looks in Slack only where an earlier one may have written, and never writes
+//! blind while a delivery of the request remains.
+
+mod claim;
+mod enqueue;
+mod events;
+mod finish;
+mod interactions;
+mod verify;
+mod work;
+
+pub use claim::ledger_keys;
+pub use interactions::ACK_BUDGET;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::app::App;
+use crate::app::BotError;
+use crate::envelope::SkipReason;
+use crate::envelope::{Envelope, EventCallback};
+use crate::interaction::{Incoming, Interaction};
+use crate::ledger::{Ledger, LedgerError};
+use crate::metrics;
+use crate::queue::{QueueError, WorkQueue};
+use crate::secrets::SlackSecrets;
+use crate::signature::SignatureError;
+use crate::slack::{SlackClient, SlackError};
+
+pub const RETRY_NUM_HEADER: &str = "x-slack-retry-num";
+pub const RETRY_REASON_HEADER: &str = "x-slack-retry-reason";
+/// Slack retries an event 3 times: the delivery with `X-Slack-Retry-Num: 3` is its last.
+pub const SLACK_LAST_RETRY: u32 = 3;
+
+/// Processing stops this long before the lease ends (at most 1 s, at most a quarter of the
+/// lease), leaving time to release the claim and answer, and absorbing clock skew between
+/// instances: no other instance sees the lease expired before the claimant has stopped.
+const MAX_LEASE_MARGIN: Duration = Duration::from_secs(1);
+/// On Lambda the ledger writes end this long before the invocation deadline, so the answer
+/// still gets out (at most a quarter of the time left).
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(250);
+/// Deferred mode: the ingress gives the queue this long from the request's arrival (Slack
+/// waits 3 s for a 2xx); a send not done by then answers 503 and Slack retries.
+pub const ENQUEUE_BUDGET: Duration = Duration::from_millis(2500);
+
+/// One delivery of a request, as received.
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery<'a> {
+    pub headers: &'a HeaderMap,
+    pub body: &'a [u8],
+    /// The wall-clock time the request arrived: signatures and leases are judged against it.
+    pub now: SystemTime,
+    /// The monotonic time it arrived: deadlines are measured from it.
+    pub started: Instant,
+    /// On Lambda, the invocation's deadline: it is the lease. Elsewhere the configured lease.
+    pub invocation_deadline: Option<SystemTime>,
+    /// On Lambda, the invocation's request id (for the logs and the metrics line).
+    pub request_id: Option<&'a str>,
+}
+
+/// A message of the work queue, as the worker received it.
+#[derive(Clone, Copy, Debug)]
+pub struct QueuedMessage<'a> {
+    pub message_id: &'a str,
+    /// SQS's ApproximateReceiveCount.
+    pub receive_count: u32,
+    /// When the ingress received the event (epoch ms).
+    pub received_at_ms: u64,
+    /// On Lambda, the worker invocation's request id.
+    pub request_id: Option<&'a str>,
+}
+
+/// What the protocol needs to know of one delivery of a verified event.
+#[derive(Clone, Copy, Debug)]
+pub struct EventDelivery<'a> {
+    /// `X-Slack-Retry-Num`: absent on the original.
+    pub retry_num: Option<u32>,
+    pub retry_reason: Option<&'a str>,
+    /// No delivery of this event follows this one: a look-up in Slack that cannot be made no
+    /// longer holds a write back (it is made, and logged as possibly a second answer).
+    pub last_chance: bool,
+    pub now: SystemTime,
+    pub started: Instant,
+    /// On Lambda, the invocation's deadline: it is the lease. Elsewhere the configured lease.
+    pub invocation_deadline: Option<SystemTime>,
+}
+
+/// How a delivery ended, when nothing failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A url_verification: answer with its challenge.
+    Challenge(String),
+    /// This delivery claimed the event, and its reply was posted (or, without a token, logged).
+    Answered { attempt: u32 },
+    /// This delivery took the event over and found the earlier claim's reply already in Slack:
+    /// marked done without posting again.
+    Recovered,
+    /// This delivery claimed the event; its listeners wrote nothing to Slack.
+    NoReply,
+    /// No listener takes this event: acknowledged, never claimed.
+    NoListener,
+    /// The event was answered already.
+    Duplicate,
+    /// Slack refused the reply with an error no retry can fix (`code`): the event is marked
+    /// `failed`, and 2xx stops Slack from redelivering it.
+    Failed { code: String },
+    /// The event ended `failed` already: nothing to do.
+    AlreadyFailed,
+    /// Another delivery holds a live claim: no reply here, and a non-2xx so Slack retries.
+    InProgress,
+    /// The bot's own message, an edit, a join…: acknowledged, never claimed.
+    Skipped(SkipReason),
+    /// Slack says it is holding back this app's events for the rest of the hour.
+    RateLimitNotice,
+    /// An envelope type this version does not know.
+    Ignored,
+    /// Deferred mode: the event is on the work queue; a worker answers it.
+    Queued,
+    /// A command or an interaction: answered with the listener's acknowledgement (`body`;
+    /// `None`: an empty 200), after `outcome`.
+    Acked {
+        body: Option<String>,
+        outcome: Box<Outcome>,
+    },
+}
+
+impl ProcessError {
+    /// Whether no retry can change this: the event then ends `failed` (200, never redelivered).
+    pub fn is_final(&self) -> bool {
+        match self {
+            ProcessError::Slack(e) => e.is_permanent(),
+            ProcessError::Nondeterministic(_) | ProcessError::JournalFull(_) => true,
+            _ => false,
+        }
+    }
+
+    /// A short code for the ledger's `error` attribute and the logs.
+    pub fn failure_code(&self) -> String {
+        match self {
+            ProcessError::Signature(_) => "invalid_signature".into(),
+            ProcessError::Malformed(_) => "invalid_payload".into(),
+            ProcessError::Ledger(_) => "ledger_unavailable".into(),
+            ProcessError::Slack(e) | ProcessError::LookupUnavailable(e) => {
+                let prefix = match self {
+                    ProcessError::LookupUnavailable(_) => "lookup_",
+                    _ => "",
+                };
+                let kind = match e {
+                    SlackError::Api { code } => code.clone(),
+                    SlackError::RateLimited { .. } => "ratelimited".into(),
+                    SlackError::Status { status } => format!("http_{}", status.as_u16()),
+                    SlackError::Transport(_) => "connection_failed".into(),
+                    SlackError::Timeout => "timeout".into(),
+                    SlackError::InvalidResponse(_) => "invalid_response".into(),
+                    SlackError::TokenUnconfirmed { code } => format!("{code}_unconfirmed"),
+                    SlackError::Unidentified => "app_unidentified".into(),
+                };
+                format!("{prefix}{kind}")
+            }
+            ProcessError::Bot(_) => "bot_failed".into(),
+            ProcessError::Nondeterministic(_) => "nondeterministic_listener".into(),
+            ProcessError::JournalFull(_) => "journal_full".into(),
+            ProcessError::Deadline => "deadline_exceeded".into(),
+            ProcessError::Queue(_) => "queue_unavailable".into(),
+        }
+    }
+}
+
+impl Outcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Challenge(_) => "challenge",
+            Outcome::Answered { .. } => "answered",
+            Outcome::Recovered => "recovered",
+            Outcome::NoReply => "no_reply",
+            Outcome::NoListener => "no_listener",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Failed { .. } => "failed",
+            Outcome::AlreadyFailed => "already_failed",
+            Outcome::InProgress => "in_progress",
+            Outcome::Skipped(_) => "skipped",
+            Outcome::RateLimitNotice => "app_rate_limited",
+            Outcome::Ignored => "ignored",
+            Outcome::Queued => "queued",
+            Outcome::Acked { outcome, .. } => outcome.as_str(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("the request signature is invalid: {0}")]
+    Signature(#[from] SignatureError),
+    #[error("the body is not a valid Events API envelope, command or interaction: {0}")]
+    Malformed(#[source] serde_json::Error),
+    #[error("the ledger failed")]
+    Ledger(#[source] LedgerError),
+    #[error("posting the reply to Slack failed (claim released)")]
+    Slack(#[source] SlackError),
+    #[error("an earlier claim may have posted and Slack could not be asked (claim released)")]
+    LookupUnavailable(#[source] SlackError),
+    #[error("a listener failed (claim released)")]
+    Bot(#[source] BotError),
+    #[error("a listener made other writes than when it first ran")]
+    Nondeterministic(#[source] BotError),
+    #[error("the listener's writes would not fit in the event's journal")]
+    JournalFull(#[source] BotError),
+    #[error("the processing deadline passed before the reply was posted")]
+    Deadline,
+    #[error("the event could not be put on the work queue")]
+    Queue(#[source] QueueError),
+}
+
+/// Everything a delivery needs, built once per process and shared by every request.
+pub struct Processor {
+    /// The signing secrets (a worker, which serves no HTTP request, has none).
+    secrets: Arc<SlackSecrets>,
+    ledger: Arc<dyn Ledger>,
+    slack: SlackClient,
+    app: Arc<App>,
+    /// Deferred mode: verified events go to this queue instead of being run here.
+    queue: Option<Arc<dyn WorkQueue>>,
+    ttl: Duration,
+    lease: Duration,
+    version: String,
+    metrics: bool,
+}
+
+/// The protocol's settings, from the configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How long an event is remembered.
+    pub ttl: Duration,
+    /// The lease when the runtime gives no deadline.
+    pub lease: Duration,
+    /// The version answering, written into each post's metadata.
+    pub version: String,
+    /// Whether each invocation prints its metrics line.
+    pub metrics: bool,
+}
+
+/// What a worker takes from the queue: an event, or a command or interaction whose listener
+/// acknowledged in the ingress.
+#[derive(Clone, Debug)]
+pub enum Queued {
+    Event(Arc<EventCallback>),
+    Interaction(Arc<Interaction>),
+}
+
+impl Processor {
+    pub fn new(
+        ledger: Arc<dyn Ledger>,
+        slack: SlackClient,
+        app: Arc<App>,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            secrets: Arc::new(SlackSecrets::fixed(None, None)),
+            ledger,
+            slack,
+            app,
+            queue: None,
+            ttl: settings.ttl,
+            lease: settings.lease,
+            version: settings.version,
+            metrics: settings.metrics,
+        }
+    }
+
+    /// The secrets HTTP deliveries are verified with (an ingress needs them).
+    pub fn with_secrets(mut self, secrets: Arc<SlackSecrets>) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// Deferred mode: the ingress puts verified events on `queue` and acknowledges.
+    pub fn with_queue(mut self, queue: Arc<dyn WorkQueue>) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
+    /// Handles one delivery inside a span carrying the event id, team, retry number and outcome.
+    pub async fn handle(&self, delivery: Delivery<'_>) -> Result<Outcome, ProcessError> {
+        let retry_num =
+            header_str(delivery.headers, RETRY_NUM_HEADER).and_then(|v| v.parse::<u32>().ok());
+        let span = tracing::info_span!(
+            "event",
+            event_id = tracing::field::Empty,
+            key = tracing::field::Empty,
+            team = tracing::field::Empty,
+            retry_num,
+            retry_reason = tracing::field::Empty,
+            function_version = %self.version,
+            request_id = delivery.request_id,
+            kind = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            latency_ms = tracing::field::Empty,
+        );
+        let result = self
+            .handle_in_span(delivery, retry_num)
+            .instrument(span.clone())
+            .await;
+        log_result(&span, delivery.started, &result, "delivery");
+        metrics::count("Deliveries");
+        record_result(&result);
+        metrics::time_ms("TimeToAck", delivery.started.elapsed().as_secs_f64() * 1e3);
+        result
+    }
+
+    /// The version answering (`AWS_LAMBDA_FUNCTION_VERSION`, or `local`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Prints `metrics`' line, unless `METRICS=off`.
+    pub fn emit_metrics(&self, metrics: &crate::metrics::Metrics, properties: &[(&str, &str)]) {
+        if self.metrics {
+            metrics.emit(&self.version, properties);
+        }
+    }
+
+    /// Runs one event taken from the work queue, inside a span carrying the event id, team,
+    /// Slack's retry number, the message and its receive count, and the outcome.
+    pub async fn run_queued(
+        &self,
+        queued: &Queued,
+        delivery: &EventDelivery<'_>,
+        message: QueuedMessage<'_>,
+    ) -> Result<Outcome, ProcessError> {
+        let span = tracing::info_span!(
+            "queued_event",
+            event_id = tracing::field::Empty,
+            key = tracing::field::Empty,
+            team = tracing::field::Empty,
+            retry_num = delivery.retry_num,
+            retry_reason = tracing::field::Empty,
+            function_version = %self.version,
+            request_id = message.request_id,
+            message_id = message.message_id,
+            receive_count = message.receive_count,
+            kind = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            latency_ms = tracing::field::Empty,
+        );
+        let run = async {
+            match queued {
+                Queued::Event(callback) => self.run_event(callback, delivery).await,
+                Queued::Interaction(interaction) => {
+                    let mode = crate::app::AckMode::Given;
+                    self.run_interaction(interaction, delivery, mode, None)
+                        .await
+                }
+            }
+        };
+        let result = run.instrument(span.clone()).await;
+        log_result(&span, delivery.started, &result, "queued event");
+        metrics::count("QueuedEvents");
+        record_result(&result);
+        if message.receive_count > 1 {
+            metrics::count("QueueRedeliveries");
+        }
+        if result.is_err() {
+            // Left for SQS to hand out again: what the worker's canary alarm watches (its
+            // batches never fail as invocations).
+            metrics::count("WorkerErrors");
+            if delivery.last_chance {
+                // Left on its last receive: SQS moves it to the dead-letter queue.
+                metrics::count("DeadLettered");
+            }
+        }
+        if result.is_ok() {
+            let age = unix_ms(SystemTime::now()).saturating_sub(message.received_at_ms);
+            metrics::time_ms("TimeToAnswer", age as f64);
+        }
+        result
+    }
+
+    async fn handle_in_span(
+        &self,
+        delivery: Delivery<'_>,
+        retry_num: Option<u32>,
+    ) -> Result<Outcome, ProcessError> {
+        let envelope = match self.verify_and_parse(&delivery).await? {
+            Incoming::Envelope(envelope) => envelope,
+            Incoming::Interaction(interaction) => {
+                let interaction: Arc<Interaction> = Arc::from(interaction);
+                // Slack sends these once and never retries them: the ingress answers with the
+                // listener's acknowledgement, and hands what follows it to the queue in
+                // deferred mode.
+                let mode = match self.queue {
+                    Some(_) => crate::app::AckMode::StopAfter,
+                    None => crate::app::AckMode::Inline,
+                };
+                let event = EventDelivery {
+                    retry_num: None,
+                    retry_reason: None,
+                    last_chance: false,
+                    now: delivery.now,
+                    started: delivery.started,
+                    invocation_deadline: delivery.invocation_deadline,
+                };
+                return self
+                    .run_interaction(&interaction, &event, mode, Some(&delivery))
+                    .await;
+            }
+        };
+        match envelope {
+            Envelope::UrlVerification { challenge } => Ok(Outcome::Challenge(challenge)),
+            Envelope::AppRateLimited {
+                team_id,
+                minute_rate_limited,
+            } => {
+                tracing::warn!(
+                    team = team_id.as_deref().unwrap_or(""),
+                    minute_rate_limited,
+                    "Slack rate-limited this app's events (over 30,000 an hour): events are being dropped"
+                );
+                Ok(Outcome::RateLimitNotice)
+            }
+            Envelope::Unknown => Ok(Outcome::Ignored),
+            Envelope::EventCallback(callback) => {
+                let callback: Arc<EventCallback> = Arc::from(callback);
+                let retry_reason = header_str(delivery.headers, RETRY_REASON_HEADER)
+                    .filter(|r| r.len() <= 64 && r.bytes().all(|b| b.is_ascii_graphic()));
+                if let Some(queue) = &self.queue {
+                    if let Err(outcome) = self.screen(&callback) {
+                        return Ok(outcome);
+                    }
+                    return self
+                        .enqueue(&**queue, &delivery, retry_num, retry_reason)
+                        .await;
+                }
+                let event = EventDelivery {
+                    retry_num,
+                    retry_reason,
+                    // Slack's last retry: no delivery follows it.
+                    last_chance: retry_num.is_some_and(|n| n >= SLACK_LAST_RETRY),
+                    now: delivery.now,
+                    started: delivery.started,
+                    invocation_deadline: delivery.invocation_deadline,
+                };
+                self.run_event(&callback, &event).await
+            }
+        }
+    }
+}
+
+/// Counts a delivery's or queued event's result: its outcome, or its failure's kind.
+fn record_result(result: &Result<Outcome, ProcessError>) {
+    let name = match result {
+        Ok(Outcome::Acked { outcome, .. }) => return record_result(&Ok((**outcome).clone())),
+        Ok(outcome) => match outcome {
+            Outcome::Challenge(_) => "Challenge",
+            Outcome::Answered { .. } => "Answered",
+            Outcome::Recovered => "Recovered",
+            Outcome::NoReply => "NoReply",
+            Outcome::NoListener => "NoListener",
+            Outcome::Duplicate => "Duplicate",
+            Outcome::Failed { .. } => "Failed",
+            Outcome::AlreadyFailed => "AlreadyFailed",
+            Outcome::InProgress => "InProgress",
+            Outcome::Skipped(_) => "Skipped",
+            Outcome::RateLimitNotice => "AppRateLimited",
+            Outcome::Ignored => "Ignored",
+            Outcome::Queued => "Queued",
+            Outcome::Acked { .. } => unreachable!("counted by its outcome"),
+        },
+        Err(error) => match error {
+            ProcessError::Signature(_) => "RejectedSignature",
+            ProcessError::Malformed(_) => "RejectedPayload",
+            ProcessError::Ledger(_) => "LedgerErrors",
+            ProcessError::Slack(e) if e.may_have_posted() => "SlackErrorsAmbiguous",
+            ProcessError::Slack(_) => "SlackErrorsTransient",
+            ProcessError::LookupUnavailable(_) => "SlackLookupUnavailable",
+            ProcessError::Bot(_) => "ListenerErrors",
+            ProcessError::Nondeterministic(_) => "NondeterministicListeners",
+            ProcessError::JournalFull(_) => "JournalFull",
+            ProcessError::Deadline => "DeadlineExceeded",
+            ProcessError::Queue(QueueError::TooLarge { .. }) => "RejectedTooLarge",
+            ProcessError::Queue(_) => "QueueErrors",
+        },
+    };
+    metrics::count(name);
+}
+
+/// One line per delivery or queued event, at the level its result deserves, in its span.
+fn log_result(
+    span: &tracing::Span,
+    started: Instant,
+    result: &Result<Outcome, ProcessError>,
+    what: &'static str,
+) {
+    span.record("latency_ms", started.elapsed().as_millis() as u64);
+    match result {
+        Ok(outcome) => {
+            span.record("outcome", outcome.as_str());
+            span.in_scope(|| tracing::info!("{what} handled"));
+        }
+        Err(error) => {
+            span.record("outcome", "error");
+            span.in_scope(|| match error {
+                ProcessError::Signature(_) | ProcessError::Malformed(_) => {
+                    tracing::warn!(error = %error, "{what} refused")
+                }
+                _ => tracing::error!(error = %error_chain(error), "{what} failed"),
+            });
+        }
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// An error and all its sources on one line, for the log.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

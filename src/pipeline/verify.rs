@@ -1,0 +1,42 @@
+//! Step one: the signature on the exact bytes Slack signed, then the parse into [`Incoming`].
+
+use http::header::CONTENT_TYPE;
+
+use super::{header_str, unix_ms, Delivery, ProcessError, Processor};
+use crate::interaction::Incoming;
+use crate::secrets::SecretValues;
+use crate::signature::{self, SignatureError};
+
+impl Processor {
+    /// Verifies the exact bytes Slack signed, then parses them: nothing else is read before
+    /// the signature holds. A well-formed, fresh signature that matches none of the signing
+    /// secrets may mean they were rotated: they are read again (at most once per refresh
+    /// interval) and the signature checked once more.
+    pub async fn verify_and_parse(
+        &self,
+        delivery: &Delivery<'_>,
+    ) -> Result<Incoming, ProcessError> {
+        let now_unix = unix_ms(delivery.now) / 1000;
+        let verify = |values: &SecretValues| match &values.signing {
+            Some(signing) => {
+                signature::verify_at(signing, delivery.headers, delivery.body, now_unix)
+            }
+            // A worker serves no HTTP request; should one reach it, nothing verifies.
+            None => Err(SignatureError::Mismatch),
+        };
+        match verify(&self.secrets.current()) {
+            Ok(()) => {}
+            Err(SignatureError::Mismatch)
+                if self
+                    .secrets
+                    .refresh("a signature matched no signing secret")
+                    .await =>
+            {
+                verify(&self.secrets.current())?
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let content_type = header_str(delivery.headers, CONTENT_TYPE.as_str());
+        Incoming::parse(content_type, delivery.body).map_err(ProcessError::Malformed)
+    }
+}

@@ -1,0 +1,143 @@
+//! The work under a claim: the listeners run with a [`Ctx`] whose Slack writes are journaled
+//! steps, within the claim's deadline; a command's or interaction's listener also chooses the
+//! acknowledgement, and in deferred mode's ingress stops there. Then the claim is finished.
+
+use tokio::time::Instant;
+
+use super::claim::Times;
+use super::{metrics, EventDelivery, Outcome, ProcessError, Processor};
+use crate::app::{Ack, AckMode, BotError, Ctx, Error as StepError, Identity, Source, Steps, Unit};
+use crate::envelope::EventId;
+use crate::ledger::{Held, Journal, OwnerToken, Settled};
+use crate::slack::SlackError;
+
+/// One claimed group of listeners, ready to run.
+pub(super) struct Work<'a> {
+    pub source: Source,
+    pub ack_mode: AckMode,
+    pub delivery: &'a EventDelivery<'a>,
+    pub times: &'a Times,
+    pub key: &'a EventId,
+    pub owner: OwnerToken,
+    pub attempt: u32,
+    pub journal: Journal,
+    pub unit: Unit,
+}
+
+/// What the work came to: the result (after the finish), the acknowledgement the listener
+/// chose, and whether it stopped there to go on from the queue (deferred mode's ingress).
+pub(super) struct Worked {
+    pub result: Result<Outcome, ProcessError>,
+    pub ack: Option<Ack>,
+    pub handed_off: bool,
+}
+
+impl Processor {
+    /// Runs the listeners of `work.unit` in order, then finishes the claim: done, failed or
+    /// released (a deferred ingress's hand-off, and a view submission refused with errors,
+    /// release it with their steps recorded, so the next claim goes on from there).
+    pub(super) async fn work(&self, work: Work<'_>) -> Worked {
+        let Work {
+            source,
+            ack_mode,
+            delivery,
+            times,
+            key,
+            owner,
+            attempt,
+            journal,
+            unit,
+        } = work;
+        let ids: Vec<String> = unit.runs.iter().map(|r| r.id.clone()).collect();
+        let ctx = Ctx::new(
+            source,
+            ack_mode,
+            self.slack.clone(),
+            times.work_deadline,
+            self.version.clone(),
+            Steps::new(
+                self.ledger.clone(),
+                key.clone(),
+                owner.clone(),
+                (attempt, journal),
+                delivery.last_chance,
+                (times.now_ms, times.started, times.lease_until_ms),
+            ),
+        );
+        let listeners = async {
+            for run in unit.runs {
+                if let Err(error) = (run.work)(ctx.clone()).await {
+                    return Err(listener_failed(&run.name, error));
+                }
+            }
+            Ok(())
+        };
+        let until_ack = async {
+            if ack_mode != AckMode::StopAfter {
+                return (listeners.await, false);
+            }
+            tokio::select! {
+                worked = listeners => (worked, false),
+                () = ctx.acknowledged() => (Ok(()), true),
+            }
+        };
+        let working = Instant::now();
+        let (worked, handed_off) =
+            match tokio::time::timeout_at(times.work_deadline, until_ack).await {
+                Ok(ran) => ran,
+                Err(_) => (Err(ProcessError::Deadline), false),
+            };
+        metrics::time_ms("HandlerLatency", working.elapsed().as_secs_f64() * 1e3);
+        let (mut settled, tally) = ctx.close().await;
+        if unit.identity == Identity::Message && worked.is_ok() {
+            // Which listeners answered the message: another of its events runs only others.
+            settled.push(Settled::Ran { listeners: ids });
+        }
+        let ack = ctx.chosen_ack();
+        let refused = ack.as_ref().is_some_and(Ack::is_errors);
+        if refused && worked.is_ok() {
+            tracing::info!("the view's submission was refused with errors: released");
+        }
+        let held = Held {
+            event_id: key,
+            owner: &owner,
+        };
+        let result = self
+            .finish(
+                held,
+                attempt,
+                delivery.last_chance,
+                times,
+                worked,
+                settled,
+                tally,
+                handed_off || refused,
+            )
+            .await;
+        Worked {
+            result,
+            ack,
+            handed_off,
+        }
+    }
+}
+
+/// What a failed listener means to the protocol: a failed step's error as the step's failure,
+/// anything else as the bot's.
+pub(super) fn listener_failed(name: &str, error: BotError) -> ProcessError {
+    match error.downcast::<StepError>() {
+        Ok(step) => match *step {
+            StepError::Slack(SlackError::Timeout) => ProcessError::Deadline,
+            StepError::Slack(e) => ProcessError::Slack(e),
+            StepError::LookupUnavailable(e) => ProcessError::LookupUnavailable(e),
+            StepError::Ledger(e) => ProcessError::Ledger(e),
+            StepError::Closed => ProcessError::Deadline,
+            e @ StepError::Nondeterministic { .. } => ProcessError::Nondeterministic(Box::new(e)),
+            e @ StepError::JournalFull { .. } => ProcessError::JournalFull(Box::new(e)),
+        },
+        Err(error) => {
+            tracing::warn!(listener = name, error = %error, "the listener failed");
+            ProcessError::Bot(error)
+        }
+    }
+}
