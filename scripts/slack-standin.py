@@ -25,7 +25,17 @@ Web API: /api/<method>, GET or POST, query string, form or JSON body. The token 
 Slack does: chat.postMessage (a user id as channel posts in the DM "D"+user), chat.update,
 chat.delete, chat.postEphemeral, reactions.add/.remove, conversations.history/.replies
 (newest first / parent first, oldest/latest/inclusive/limit/cursor/include_all_metadata),
-conversations.open/.info, users.info, bots.info, auth.test; any other method answers ok.
+conversations.open/.info, users.info, bots.info, auth.test, views.open/.push (a trigger_id
+`<epoch ms>.…`, as `slack-once sign` mints one per request, opens one view within 3 s:
+expired_trigger_id after, exchanged_trigger_id the second time), views.update; any other
+method answers ok.
+
+Response URLs (no token: the URL is the credential), as `slack-once sign` and the samples in
+tests/data/ name them: POST /commands/<team>/<channel>/<id> and
+/actions/<team>/<channel>/<message ts>/<id>, JSON {text|blocks, response_type, thread_ts,
+replace_original, delete_original, metadata}: 5 posts each within 30 minutes (then 404
+used_url / expired_url); `in_channel` is a message of the app in <channel>, `ephemeral` is kept
+with the ephemerals, replace/delete change the message <message ts>.
 
 Endpoints for scripts (JSON bodies):
   POST /_standin/messages {channel, ts?, user?, text, thread_ts?}  a person's message
@@ -58,6 +68,9 @@ ephemerals = []
 reactions = {}     # (channel, ts) -> {name: [user ids]}
 calls = []
 recent = {}        # method -> deque of monotonic call times, for --history-per-minute
+hooks = {}         # response URL path -> [uses, first use (monotonic)]
+triggers = set()   # trigger ids spent
+views = {}         # view id -> the view as Slack shows it
 last_us = 0        # the newest ts handed out or stored, in microseconds
 
 
@@ -374,10 +387,71 @@ def web_api(method, args):
             raise Fail("bot_not_found")
         return {"ok": True, "bot": {"id": OPT.bot_id, "deleted": False, "name": OPT.bot_name,
                                     "app_id": OPT.app_id, "user_id": OPT.bot_user, "updated": 1700000000}}
+    if method in ("views.open", "views.push"):
+        trigger = str(args.get("trigger_id") or "")
+        try:
+            minted = int(trigger.split(".")[0]) / 1000
+        except ValueError:
+            raise Fail("invalid_trigger_id")
+        if trigger in triggers:
+            raise Fail("exchanged_trigger_id")
+        if time.time() - minted > 3:
+            raise Fail("expired_trigger_id")
+        view = json_arg(args, "view", "invalid_arguments")
+        if not isinstance(view, dict):
+            raise Fail("invalid_arguments")
+        triggers.add(trigger)
+        view = {**view, "id": f"V{len(views) + 1:010d}", "hash": f"{time.time():.6f}.hash",
+                "app_id": OPT.app_id, "team_id": OPT.team}
+        views[view["id"]] = view
+        return {"ok": True, "view": view}
+    if method == "views.update":
+        if args.get("view_id") not in views:
+            raise Fail("not_found")
+        view = {**json_arg(args, "view", "invalid_arguments"), "id": args["view_id"],
+                "hash": f"{time.time():.6f}.hash"}
+        views[view["id"]] = view
+        return {"ok": True, "view": view}
     if method == "auth.test":
         return {"ok": True, "url": "https://standin.slack.com/", "team": "Stand-in",
                 "user": OPT.bot_name, "team_id": OPT.team, "user_id": OPT.bot_user,
                 "bot_id": OPT.bot_id, "is_enterprise_install": False}
+    return {"ok": True}
+
+
+def respond(path, body):
+    """A post to a response URL, as Slack answers it."""
+    parts = path.strip("/").split("/")
+    if len(parts) == 4 and parts[0] == "commands":
+        channel, message_ts = parts[2], None
+    elif len(parts) == 5 and parts[0] == "actions":
+        channel, message_ts = parts[2], parts[3]
+    else:
+        raise Fail("invalid_url", 404)
+    uses = hooks.setdefault(path, [0, time.monotonic()])
+    if time.monotonic() - uses[1] > 1800:
+        raise Fail("expired_url", 404)
+    if uses[0] >= 5:
+        raise Fail("used_url", 404)
+    uses[0] += 1
+    channel = conversation(channel, create=True)
+    if body.get("delete_original") in (True, "true"):
+        if message_ts in channels[channel]:
+            del channels[channel][message_ts]
+        return {"ok": True}
+    if body.get("replace_original") in (True, "true"):
+        m = channels[channel].get(str(message_ts))
+        if m is None:
+            raise Fail("message_not_found", 404)
+        for key in ("text", "blocks", "attachments"):
+            m[key] = body.get(key)
+        return {"ok": True}
+    if not (body.get("text") or body.get("blocks")):
+        raise Fail("no_text", 400)
+    if body.get("response_type") == "in_channel":
+        bot_post(channel, body, OPT.app_id, OPT.bot_id, OPT.bot_user, OPT.bot_name)
+    else:
+        ephemerals.append({"channel": channel, "text": body.get("text"), "blocks": body.get("blocks")})
     return {"ok": True}
 
 
@@ -427,8 +501,9 @@ class Handler(BaseHTTPRequestHandler):
         """(HTTP status, headers, answer, the arguments as printed: without a token)."""
         args = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
         args.pop("token", None)  # a token in the query string is refused (since 2021)
+        hook = url.path.startswith(("/commands/", "/actions/"))
         is_json = (self.headers.get("Content-Type", "").startswith("application/json")
-                   or url.path.startswith("/_standin/"))
+                   or url.path.startswith("/_standin/") or hook)
         try:
             body = {}
             if is_json and raw:
@@ -444,11 +519,13 @@ class Handler(BaseHTTPRequestHandler):
             args.update({k: v for k, v in body.items() if k != "token"})
             if url.path == "/_standin/state":
                 return 200, {}, {"ok": True, "messages": {c: list(m.values()) for c, m in channels.items()},
-                                 "ephemerals": ephemerals, "calls": calls,
+                                 "ephemerals": ephemerals, "calls": calls, "views": list(views.values()),
                                  "reactions": [{"channel": c, "ts": t, "name": n, "users": u}
                                                for (c, t), r in reactions.items() for n, u in r.items()]}, {}
             if url.path.startswith("/_standin/"):
                 return 200, {}, standin(url.path, body), args
+            if hook:
+                return 200, {}, respond(url.path, body), args
             if not token:
                 raise Fail("not_authed")
             if not str(token).startswith("xoxb-") or (OPT.token and token != OPT.token):

@@ -72,6 +72,8 @@ impl FakeSlack {
             .route("/api/conversations.replies", get(look_up))
             .route("/api/conversations.history", get(look_up))
             .route("/api/{method}", post(call))
+            .route("/commands/{*rest}", post(hook))
+            .route("/actions/{*rest}", post(hook))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -121,6 +123,21 @@ impl FakeSlack {
     /// The reactions in place: (channel, ts, name).
     pub fn reactions(&self) -> Vec<(String, String, String)> {
         self.state.lock().expect("lock").workspace.reactions()
+    }
+
+    /// The views the bot opened or pushed (updates applied).
+    pub fn views(&self) -> Vec<Value> {
+        self.state.lock().expect("lock").workspace.views().to_vec()
+    }
+
+    /// The ephemeral messages sent (by `chat.postEphemeral` or a `response_url`).
+    pub fn ephemerals(&self) -> Vec<Value> {
+        self.state
+            .lock()
+            .expect("lock")
+            .workspace
+            .ephemerals()
+            .to_vec()
     }
 
     /// Works on the workspace directly (add people's messages, another app's, chatter).
@@ -177,6 +194,21 @@ async fn call(
     json_response(answer)
 }
 
+/// A post to a response URL: recorded as the call `response_url`, answered as Slack does.
+async fn hook(
+    State(state): State<Arc<Mutex<Recorded>>>,
+    uri: http::Uri,
+    body: axum::body::Bytes,
+) -> Response {
+    let args: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut s = state.lock().expect("lock");
+    s.calls.push(("response_url".into(), args.clone()));
+    let (status, answer) = s.workspace.respond(uri.path(), &args);
+    let mut response = json_response(answer);
+    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or_default();
+    response
+}
+
 fn json_response(value: Value) -> Response {
     ([("content-type", "application/json")], value.to_string()).into_response()
 }
@@ -193,6 +225,16 @@ async fn look_up(State(state): State<Arc<Mutex<Recorded>>>, uri: http::Uri) -> R
         s.workspace.history(&query)
     };
     json_response(answer)
+}
+
+/// What Slack got back for a command or an interaction: the status, the acknowledgement's
+/// body (`Null` for an empty 200), and what became of the request (`answered`, `duplicate`…,
+/// or the error's code).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Acked {
+    pub status: u16,
+    pub body: Value,
+    pub outcome: String,
 }
 
 /// An [`App`] under test: in-process, on the in-memory ledger, writing to a [`FakeSlack`].
@@ -274,6 +316,150 @@ impl TestBot {
             .or(answer["error"].as_str())
             .unwrap_or_default()
             .to_string()
+    }
+
+    // ------------------------------------------------------------ commands and interactions
+
+    /// Sends a form (a command's, or `payload=` an interaction's) signed now, as Slack would.
+    pub async fn send_form(&self, body: String) -> Acked {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let signature = crate::signature::sign(&Secret::new(SECRET), now, body.as_bytes());
+        let request = http::Request::post("/slack/events")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-slack-request-timestamp", now.to_string())
+            .header("x-slack-signature", signature)
+            .body(axum::body::Body::from(body))
+            .expect("a valid request");
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router answers");
+        let status = response.status().as_u16();
+        let outcome = response
+            .headers()
+            .get(crate::http::OUTCOME_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Acked {
+            status,
+            outcome: if outcome.is_empty() {
+                body["error"].as_str().unwrap_or_default().to_string()
+            } else {
+                outcome
+            },
+            body,
+        }
+    }
+
+    /// Sends an interaction's `payload` (with the team, the app and `U0USER` filled in when
+    /// absent, and a fresh `trigger_id`).
+    pub async fn send_interaction(&self, mut payload: Value) -> Acked {
+        for (key, value) in [
+            ("team", json!({"id": TEAM})),
+            ("user", json!({"id": "U0USER", "team_id": TEAM})),
+            ("api_app_id", json!(APP_ID)),
+            ("trigger_id", json!(Workspace::trigger_id())),
+        ] {
+            if payload.get(key).is_none() {
+                payload[key] = value;
+            }
+        }
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &payload.to_string())
+            .finish();
+        self.send_form(body).await
+    }
+
+    /// `U0USER` runs `command` (`"/once"`) with `text` in `C0TEST`; its `response_url` is the
+    /// stand-in's.
+    pub async fn command(&self, command: &str, text: &str) -> Acked {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("command", command),
+                ("text", text),
+                ("team_id", TEAM),
+                ("api_app_id", APP_ID),
+                ("user_id", "U0USER"),
+                ("channel_id", "C0TEST"),
+                ("trigger_id", &Workspace::trigger_id()),
+                (
+                    "response_url",
+                    &self.response_url("commands", "C0TEST", None, n),
+                ),
+            ])
+            .finish();
+        self.send_form(body).await
+    }
+
+    /// `U0USER` clicks the button `action_id` (with `value`) on the bot's message `message`
+    /// (one of [`FakeSlack::messages`]), or outside any message when `None`.
+    pub async fn click(&self, action_id: &str, value: &str, message: Option<&Value>) -> Acked {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let action_ts = format!(
+            "{}.{n:06}",
+            crate::pipeline::unix_ms(SystemTime::now()) / 1000
+        );
+        let mut payload = json!({
+            "type": "block_actions",
+            "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": value, "action_ts": action_ts}],
+        });
+        if let Some(m) = message {
+            let channel = m["channel"].as_str().unwrap_or("C0TEST");
+            let ts = m["ts"].as_str().unwrap_or_default();
+            payload["container"] =
+                json!({"type": "message", "message_ts": ts, "channel_id": channel});
+            payload["channel"] = json!({"id": channel});
+            payload["message"] = m.clone();
+            payload["response_url"] = self.response_url("actions", channel, Some(ts), n).into();
+        }
+        self.send_interaction(payload).await
+    }
+
+    /// `U0USER` uses the global shortcut `callback_id`.
+    pub async fn shortcut(&self, callback_id: &str) -> Acked {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.send_interaction(json!({
+            "type": "shortcut", "callback_id": callback_id,
+            "action_ts": format!("1767225600.{n:06}"),
+        }))
+        .await
+    }
+
+    /// `U0USER` submits `view` (as the bot opened it: one of [`FakeSlack::views`]) with
+    /// `values` (`{block_id: {action_id: {"type": …, "value": …}}}`).
+    pub async fn submit_view(&self, view: &Value, values: Value) -> Acked {
+        let mut view = view.clone();
+        view["state"] = json!({ "values": values });
+        self.send_interaction(json!({"type": "view_submission", "view": view}))
+            .await
+    }
+
+    /// An external select `action_id` asks for its options, `typed` being what the user typed.
+    pub async fn options(&self, action_id: &str, typed: &str) -> Acked {
+        self.send_interaction(json!({
+            "type": "block_suggestion", "action_id": action_id, "block_id": "b", "value": typed,
+        }))
+        .await
+    }
+
+    /// A response URL of the stand-in (see [`Workspace::respond`]).
+    fn response_url(&self, kind: &str, channel: &str, ts: Option<&str>, n: u64) -> String {
+        let host = self.slack.base_url().trim_end_matches("/api");
+        match ts {
+            Some(ts) => format!("{host}/{kind}/{TEAM}/{channel}/{ts}/{n}"),
+            None => format!("{host}/{kind}/{TEAM}/{channel}/{n}"),
+        }
     }
 
     /// A mention of the bot by `U0USER` in `C0TEST`, as its own new message.

@@ -13,7 +13,15 @@
 //!   (exclusive, both included with `inclusive`), at most `limit` (capped at 15, Slack's 2025
 //!   cap for commercially distributed apps outside the Marketplace) a page, behind an opaque
 //!   `cursor`, metadata only with `include_all_metadata`;
-//! - a post to a user's id lands in that user's DM with the bot.
+//! - a post to a user's id lands in that user's DM with the bot;
+//! - a `response_url` ([`Workspace::respond`]) takes at most 5 posts within 30 minutes: an
+//!   `in_channel` one is a message of this app in its conversation (with its metadata), an
+//!   `ephemeral` one is seen by the user only, `replace_original` / `delete_original` change
+//!   the message the request came from. Stand-ins' response URLs name their conversation:
+//!   `/commands/{team}/{channel}/{id}` and `/actions/{team}/{channel}/{message_ts}/{id}`;
+//! - a `trigger_id` ([`Workspace::trigger_id`]: `{epoch ms}.{n}.{hex}`, as Slack mints one per
+//!   request) opens or pushes one view, within 3 s of its minting: after that
+//!   `expired_trigger_id`, a second use `exchanged_trigger_id`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::SystemTime;
@@ -47,6 +55,25 @@ pub struct Workspace {
     reactions: BTreeSet<(String, String, String)>,
     ephemerals: Vec<Value>,
     last_micros: u128,
+    /// Each response URL's uses so far, and when it was first used (epoch ms).
+    hooks: HashMap<String, (u32, u64)>,
+    /// The trigger ids spent.
+    triggers: BTreeSet<String>,
+    /// The views open: id → the view as Slack shows it.
+    views: Vec<Value>,
+}
+
+/// How many posts one `response_url` takes, and for how long (Slack: 5, 30 minutes).
+pub const RESPONSE_URL_USES: u32 = 5;
+const RESPONSE_URL_LIFE_MS: u64 = 30 * 60 * 1000;
+/// A trigger_id's life.
+const TRIGGER_LIFE_MS: u64 = 3000;
+
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// A `ts` as microseconds, for ordering (`"1700000000.000100"` → 1700000000000100).
@@ -72,7 +99,71 @@ impl Workspace {
             reactions: BTreeSet::new(),
             ephemerals: Vec::new(),
             last_micros: 0,
+            hooks: HashMap::new(),
+            triggers: BTreeSet::new(),
+            views: Vec::new(),
         }
+    }
+
+    /// A fresh `trigger_id`, as Slack mints one for each command, shortcut or action.
+    pub fn trigger_id() -> String {
+        let n = uuid::Uuid::new_v4().simple().to_string();
+        format!("{}.{}.{}", epoch_ms(), &n[..9], &n[9..29])
+    }
+
+    /// The views open or pushed, as Slack shows them (updates applied).
+    pub fn views(&self) -> &[Value] {
+        &self.views
+    }
+
+    /// A post to the response URL at `path` (see the module's rules): Slack's HTTP status and
+    /// answer.
+    pub fn respond(&mut self, path: &str, body: &Value) -> (u16, Value) {
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (channel, message_ts) = match parts.as_slice() {
+            ["commands", _team, channel, _id] => (channel.to_string(), None),
+            ["actions", _team, channel, ts, _id] => (channel.to_string(), Some(ts.to_string())),
+            _ => return (404, json!({"ok": false, "error": "invalid_url"})),
+        };
+        let now = epoch_ms();
+        let (uses, first) = self.hooks.entry(path.to_string()).or_insert((0, now));
+        if now.saturating_sub(*first) > RESPONSE_URL_LIFE_MS {
+            return (404, json!({"ok": false, "error": "expired_url"}));
+        }
+        if *uses >= RESPONSE_URL_USES {
+            return (404, json!({"ok": false, "error": "used_url"}));
+        }
+        *uses += 1;
+        let flag = |key: &str| body[key].as_bool() == Some(true) || body[key] == "true";
+        if flag("delete_original") {
+            if let Some(i) = message_ts.and_then(|ts| self.find(&channel, &ts)) {
+                self.messages.remove(i);
+            }
+            return (200, json!({"ok": true}));
+        }
+        if flag("replace_original") {
+            let Some(i) = message_ts.and_then(|ts| self.find(&channel, &ts)) else {
+                return (404, json!({"ok": false, "error": "message_not_found"}));
+            };
+            let m = &mut self.messages[i];
+            for key in ["text", "blocks", "attachments"] {
+                m[key] = body[key].clone();
+            }
+            return (200, json!({"ok": true}));
+        }
+        if body["text"].is_null() && body["blocks"].is_null() {
+            return (400, json!({"ok": false, "error": "no_text"}));
+        }
+        if body["response_type"] == "in_channel" {
+            let mut args = body.clone();
+            args["channel"] = channel.into();
+            self.call("chat.postMessage", &args);
+        } else {
+            let mut shown = body.clone();
+            shown["channel"] = channel.into();
+            self.ephemerals.push(shown);
+        }
+        (200, json!({"ok": true}))
     }
 
     /// A new `ts` from the clock, later than every one given before.
@@ -288,6 +379,52 @@ impl Workspace {
                 self.ephemerals.push(args.clone());
                 let ts = self.next_ts();
                 json!({"ok": true, "message_ts": ts})
+            }
+            "views.open" | "views.push" => {
+                let trigger = text(&args["trigger_id"]);
+                let minted = trigger
+                    .split('.')
+                    .next()
+                    .and_then(|ms| ms.parse::<u64>().ok());
+                let Some(minted) = minted else {
+                    return json!({"ok": false, "error": "invalid_trigger_id"});
+                };
+                if self.triggers.contains(&trigger) {
+                    return json!({"ok": false, "error": "exchanged_trigger_id"});
+                }
+                if epoch_ms().saturating_sub(minted) > TRIGGER_LIFE_MS {
+                    return json!({"ok": false, "error": "expired_trigger_id"});
+                }
+                let view = match &args["view"] {
+                    Value::String(s) => serde_json::from_str(s).unwrap_or(Value::Null),
+                    v => v.clone(),
+                };
+                if !view.is_object() {
+                    return json!({"ok": false, "error": "invalid_arguments"});
+                }
+                self.triggers.insert(trigger);
+                let mut shown = view;
+                shown["id"] = format!("V{:010}", self.views.len() + 1).into();
+                shown["hash"] = format!("{}.hash", epoch_ms()).into();
+                shown["app_id"] = self.identity.app_id.clone().into();
+                shown["team_id"] = self.identity.team.clone().into();
+                self.views.push(shown.clone());
+                json!({"ok": true, "view": shown})
+            }
+            "views.update" => {
+                let id = text(&args["view_id"]);
+                let Some(i) = self.views.iter().position(|v| v["id"] == id.as_str()) else {
+                    return json!({"ok": false, "error": "not_found"});
+                };
+                let view = match &args["view"] {
+                    Value::String(s) => serde_json::from_str(s).unwrap_or(Value::Null),
+                    v => v.clone(),
+                };
+                let mut shown = view;
+                shown["id"] = id.into();
+                shown["hash"] = format!("{}.hash", epoch_ms()).into();
+                self.views[i] = shown.clone();
+                json!({"ok": true, "view": shown})
             }
             "conversations.open" => {
                 let users = text(&args["users"]);

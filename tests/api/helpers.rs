@@ -198,6 +198,8 @@ impl SlackStandin {
                 axum::routing::head(warm_up).post(other_method_at_api_test),
             )
             .route("/api/{method}", post(other_method))
+            .route("/commands/{*rest}", post(hook))
+            .route("/actions/{*rest}", post(hook))
             .route("/api/conversations.replies", axum::routing::get(lookup))
             .route("/api/conversations.history", axum::routing::get(lookup))
             .with_state(state.clone());
@@ -227,7 +229,18 @@ impl SlackStandin {
             .extend(behaviours);
     }
 
-    /// Every other write method called, in order: (method, arguments).
+    /// The stand-in's origin (`http://127.0.0.1:PORT`): its response URLs live there.
+    pub fn origin(&self) -> String {
+        self.base_url.trim_end_matches("/api").to_string()
+    }
+
+    /// The views open or pushed, as Slack shows them.
+    pub fn views(&self) -> Vec<serde_json::Value> {
+        self.state.lock().unwrap().workspace.views().to_vec()
+    }
+
+    /// Every other write method called, in order: (method, arguments). Posts to a response
+    /// URL are the method `response_url`.
     pub fn calls(&self) -> Vec<(String, serde_json::Value)> {
         self.state.lock().unwrap().calls.clone()
     }
@@ -453,6 +466,33 @@ async fn other_method(
         let mut s = state.lock().unwrap();
         s.sync(args["channel"].as_str().unwrap_or_default());
         json_response(s.workspace.call(&method, &args))
+    })
+    .await
+}
+
+/// A post to a response URL, as Slack answers it, with the behaviours scripted for the method
+/// `response_url`.
+async fn hook(
+    State(state): State<Arc<Mutex<StandinState>>>,
+    uri: http::Uri,
+    body: Bytes,
+) -> Response {
+    let args: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let behaviour = {
+        let mut s = state.lock().unwrap();
+        s.calls.push(("response_url".into(), args.clone()));
+        s.method_script
+            .get_mut("response_url")
+            .and_then(|q| q.pop_front())
+            .unwrap_or(Behaviour::Ok)
+    };
+    let path = uri.path().to_string();
+    scripted(behaviour, move || {
+        let mut s = state.lock().unwrap();
+        let (status, answer) = s.workspace.respond(&path, &args);
+        let mut response = json_response(answer);
+        *response.status_mut() = StatusCode::from_u16(status).unwrap();
+        response
     })
     .await
 }
