@@ -139,6 +139,10 @@ pub(crate) struct Steps {
     /// keeping them as an intent, or a later claim would never look for what they may have
     /// posted.
     began_settled: bool,
+    /// No claim behind these steps (deferred mode's ingress, before the acknowledgement): only
+    /// the `trigger_id`'s views may be opened (Slack itself takes a trigger once); any other
+    /// write is where the listener hands off to a worker (an implicit empty acknowledgement).
+    pub provisional: bool,
     /// The covered step while its call is out, made without an intent of its own: should the
     /// claim end before the call returns, its intent goes with the finish.
     in_flight: Option<(u32, StepRecord)>,
@@ -172,12 +176,37 @@ impl Steps {
             lease_until_ms,
             began_stands: true,
             began_settled: false,
+            provisional: false,
             in_flight: None,
         }
     }
 
     fn now_ms(&self) -> u64 {
         self.now_ms + self.started.elapsed().as_millis() as u64
+    }
+
+    /// Steps made before this claim existed (by deferred mode's ingress, before the
+    /// acknowledgement), each done: a replay returns them, and the claim's next write records
+    /// them. That write is an intent of its own (the claim's began window stood for the
+    /// lowest step absent from the ledger, not for the first after these).
+    pub(crate) fn seed(&mut self, done: Vec<Settled>) {
+        for fate in done {
+            if let Settled::Done { step, result, op } = &fate {
+                if matches!(self.journal.get(step), Some(StepRecord::Done { .. })) {
+                    continue;
+                }
+                self.journal.insert(
+                    *step,
+                    StepRecord::Done {
+                        result: result.clone(),
+                        op: op.clone(),
+                    },
+                );
+                self.unrecorded.push(fate);
+                self.began_stands = false;
+            }
+        }
+        self.covered = first_absent_step(&self.journal);
     }
 
     /// The journal as the ledger holds it once `intent` (step `step`) and the unrecorded fates
@@ -874,7 +903,20 @@ impl Ctx {
             }
             None => {}
         }
-        if matches!(method, "views.open" | "views.push") && self.past_ack() {
+        let trigger_bound = matches!(method, "views.open" | "views.push");
+        if steps.provisional && !trigger_bound {
+            // Deferred mode's ingress: what follows is a worker's. Acknowledged now (with the
+            // listener's acknowledgement, or an empty one), and this run goes no further.
+            steps.next -= 1;
+            drop(steps);
+            let ack = self.chosen_ack().is_none().then(Ack::empty);
+            if let Some(ack) = ack {
+                self.ack(ack).await?;
+            }
+            std::future::pending::<()>().await;
+            unreachable!("the pipeline drops this run");
+        }
+        if trigger_bound && self.past_ack() {
             // Not made: the trigger_id has been spent or has expired.
             tracing::warn!(
                 step,
@@ -901,9 +943,13 @@ impl Ctx {
         // The claim stands for the intent of its first new step while it has written nothing
         // since; any other step records its intent first, conditioned on the owner, with the
         // fates learnt so far: no write to Slack without a claim still held.
-        let stands =
-            step == steps.covered && steps.began_stands && !matches!(settle, Settle::AtMostOnce);
-        if stands {
+        let stands = step == steps.covered
+            && steps.began_stands
+            && !matches!(settle, Settle::AtMostOnce)
+            && !steps.provisional;
+        if steps.provisional {
+            // No claim to announce it in: the trigger_id is Slack's own once-only guard.
+        } else if stands {
             steps.in_flight = Some((step, intent.clone()));
         } else {
             let held = Held {

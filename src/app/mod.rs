@@ -49,7 +49,7 @@ pub use events::{
 };
 pub use interactive::{Ack, InteractiveListener, Selector};
 pub use message::Message;
-pub use reference::{reference_app, safe_text};
+pub use reference::{reference_app, safe_text, THANKS_ACTION};
 
 use crate::envelope::{Event, EventCallback};
 use events::{typed, Typed};

@@ -3,7 +3,9 @@
 use serde_json::value::RawValue;
 
 use super::{unix_ms, Delivery, Outcome, ProcessError, Processor, ENQUEUE_BUDGET};
-use crate::queue::{QueueError, QueuedEvent, WorkQueue, QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION};
+use crate::queue::{
+    QueueError, QueuedEvent, QueuedStep, WorkQueue, QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION,
+};
 
 impl Processor {
     /// Deferred mode's ingress: the verified request goes to the work queue as Slack sent it
@@ -16,6 +18,29 @@ impl Processor {
         delivery: &Delivery<'_>,
         retry_num: Option<u32>,
         retry_reason: Option<&str>,
+    ) -> Result<Outcome, ProcessError> {
+        self.send(queue, delivery, retry_num, retry_reason, Vec::new())
+            .await
+    }
+
+    /// A command's or interaction's form, with the steps its listener made before the
+    /// acknowledgement (views opened with its `trigger_id`).
+    pub(super) async fn enqueue_with_steps(
+        &self,
+        queue: &dyn WorkQueue,
+        delivery: &Delivery<'_>,
+        steps: Vec<QueuedStep>,
+    ) -> Result<Outcome, ProcessError> {
+        self.send(queue, delivery, None, None, steps).await
+    }
+
+    async fn send(
+        &self,
+        queue: &dyn WorkQueue,
+        delivery: &Delivery<'_>,
+        retry_num: Option<u32>,
+        retry_reason: Option<&str>,
+        steps: Vec<QueuedStep>,
     ) -> Result<Outcome, ProcessError> {
         let not_text = || {
             ProcessError::Malformed(<serde_json::Error as serde::de::Error>::custom(
@@ -34,6 +59,7 @@ impl Processor {
             v,
             envelope,
             form,
+            steps,
             retry_num,
             retry_reason: retry_reason.map(str::to_string),
             received_at_ms: unix_ms(delivery.now),

@@ -118,6 +118,7 @@ impl Processor {
             attempt,
             journal,
             unit,
+            seed: Vec::new(),
         };
         self.work(work).await.result
     }

@@ -7,11 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::{Claimed, LedgerKeys, Times};
+use super::work::listener_failed;
 use super::work::{Work, Worked};
 use super::{unix_ms, Delivery, EventDelivery, Outcome, ProcessError, Processor};
-use crate::app::{Ack, AckMode, Ctx, Identity, Source, Steps, Unit};
+use crate::app::{Ack, AckMode, Ctx, Identity, Run, Source, Steps, Unit};
+use crate::envelope::EventId;
 use crate::interaction::Interaction;
-use crate::ledger::OwnerToken;
+use crate::ledger::{OwnerToken, Settled};
+use crate::queue::QueuedStep;
 
 /// Slack waits 3 s for a command's or an interaction's acknowledgement: what runs before it
 /// (everything, in synchronous mode) must be done this long after the request arrived.
@@ -29,6 +32,7 @@ impl Processor {
         delivery: &EventDelivery<'_>,
         mode: AckMode,
         request: Option<&Delivery<'_>>,
+        before_ack: Vec<Settled>,
     ) -> Result<Outcome, ProcessError> {
         let span = tracing::Span::current();
         span.record("kind", interaction.kind.as_str());
@@ -52,6 +56,11 @@ impl Processor {
         };
         span.record("event_id", key.as_str());
         span.record("key", key.as_str());
+        if let (AckMode::StopAfter, Some(request)) = (mode, request) {
+            return self
+                .hand_off(interaction, run, &key, delivery, request)
+                .await;
+        }
         let Some(mut times) = Times::new(delivery, self.lease) else {
             return Err(ProcessError::Deadline);
         };
@@ -92,23 +101,96 @@ impl Processor {
             attempt,
             journal,
             unit,
+            seed: before_ack,
         };
         let Worked {
             result,
             ack,
             handed_off,
         } = self.work(work).await;
-        let outcome = result?;
+        debug_assert!(!handed_off, "only deferred mode's ingress hands off");
+        Ok(acked(ack, result?))
+    }
+
+    /// Deferred mode's ingress: the listener runs, unclaimed, up to its acknowledgement (or its
+    /// first write that is not a view opened with the `trigger_id`: the acknowledgement is then
+    /// empty); the request goes to the queue with those views' ids, and a worker claims it and
+    /// runs the listener again, those steps replayed. A listener that returns first is done
+    /// here (it made no write a claim would guard: a `trigger_id` opens one view, once).
+    async fn hand_off(
+        &self,
+        interaction: &Arc<Interaction>,
+        run: Run,
+        key: &EventId,
+        delivery: &EventDelivery<'_>,
+        request: &Delivery<'_>,
+    ) -> Result<Outcome, ProcessError> {
+        let deadline = delivery.started + ACK_BUDGET;
+        let now_ms = unix_ms(delivery.now);
+        let mut steps = Steps::new(
+            self.ledger.clone(),
+            key.clone(),
+            OwnerToken::random(),
+            (1, Default::default()),
+            false,
+            (
+                now_ms,
+                delivery.started,
+                now_ms + ACK_BUDGET.as_millis() as u64,
+            ),
+        );
+        steps.provisional = true;
+        let ctx = Ctx::new(
+            Source::Interaction {
+                interaction: interaction.clone(),
+                key: key.as_str().to_string(),
+            },
+            AckMode::StopAfter,
+            self.slack.clone(),
+            deadline,
+            self.version.clone(),
+            steps,
+        );
+        let name = run.name.clone();
+        let until_ack = async {
+            tokio::select! {
+                worked = (run.work)(ctx.clone()) => (worked.map_err(|e| listener_failed(&name, e)), false),
+                () = ctx.acknowledged() => (Ok(()), true),
+            }
+        };
+        let (worked, handed_off) = match tokio::time::timeout_at(deadline, until_ack).await {
+            Ok(ran) => ran,
+            Err(_) => (Err(ProcessError::Deadline), false),
+        };
+        let (settled, tally) = ctx.close().await;
+        worked?;
+        let ack = ctx.chosen_ack();
+        let body = ack.as_ref().and_then(Ack::body);
+        let acked = |outcome| Outcome::Acked {
+            body: body.clone(),
+            outcome: Box::new(outcome),
+        };
         // A refused submission (validation errors) is not taken: nothing follows it.
         if !handed_off || ack.as_ref().is_some_and(Ack::is_errors) {
-            return Ok(acked(ack, outcome));
+            let outcome = if tally.made > 0 {
+                Outcome::Answered { attempt: 1 }
+            } else {
+                Outcome::NoReply
+            };
+            return Ok(acked(outcome));
         }
-        // Deferred mode: released with what it did so far; a worker takes it from the queue.
-        let (Some(queue), Some(request)) = (&self.queue, request) else {
-            return Ok(acked(ack, outcome));
+        let Some(queue) = &self.queue else {
+            return Ok(acked(Outcome::NoReply));
         };
-        let queued = self.enqueue(&**queue, request, None, None).await?;
-        Ok(acked(ack, queued))
+        let done: Vec<QueuedStep> = settled
+            .into_iter()
+            .filter_map(|fate| match fate {
+                Settled::Done { step, result, op } => Some(QueuedStep { step, result, op }),
+                _ => None,
+            })
+            .collect();
+        let queued = self.enqueue_with_steps(&**queue, request, done).await?;
+        Ok(acked(queued))
     }
 
     /// A `block_suggestion`: the listener's options, with a context whose writes fail (it is

@@ -263,7 +263,8 @@ pub struct Settings {
 #[derive(Clone, Debug)]
 pub enum Queued {
     Event(Arc<EventCallback>),
-    Interaction(Arc<Interaction>),
+    /// With the steps its listener made in the ingress before the acknowledgement.
+    Interaction(Arc<Interaction>, Vec<crate::ledger::Settled>),
 }
 
 impl Processor {
@@ -364,9 +365,9 @@ impl Processor {
         let run = async {
             match queued {
                 Queued::Event(callback) => self.run_event(callback, delivery).await,
-                Queued::Interaction(interaction) => {
+                Queued::Interaction(interaction, done) => {
                     let mode = crate::app::AckMode::Given;
-                    self.run_interaction(interaction, delivery, mode, None)
+                    self.run_interaction(interaction, delivery, mode, None, done.clone())
                         .await
                 }
             }
@@ -419,7 +420,7 @@ impl Processor {
                     invocation_deadline: delivery.invocation_deadline,
                 };
                 return self
-                    .run_interaction(&interaction, &event, mode, Some(&delivery))
+                    .run_interaction(&interaction, &event, mode, Some(&delivery), Vec::new())
                     .await;
             }
         };

@@ -22,6 +22,8 @@ pub(super) struct Work<'a> {
     pub attempt: u32,
     pub journal: Journal,
     pub unit: Unit,
+    /// Steps made before the claim (deferred mode's ingress, before the acknowledgement).
+    pub seed: Vec<Settled>,
 }
 
 /// What the work came to: the result (after the finish), the acknowledgement the listener
@@ -47,22 +49,25 @@ impl Processor {
             attempt,
             journal,
             unit,
+            seed,
         } = work;
         let ids: Vec<String> = unit.runs.iter().map(|r| r.id.clone()).collect();
+        let mut steps = Steps::new(
+            self.ledger.clone(),
+            key.clone(),
+            owner.clone(),
+            (attempt, journal),
+            delivery.last_chance,
+            (times.now_ms, times.started, times.lease_until_ms),
+        );
+        steps.seed(seed);
         let ctx = Ctx::new(
             source,
             ack_mode,
             self.slack.clone(),
             times.work_deadline,
             self.version.clone(),
-            Steps::new(
-                self.ledger.clone(),
-                key.clone(),
-                owner.clone(),
-                (attempt, journal),
-                delivery.last_chance,
-                (times.now_ms, times.started, times.lease_until_ms),
-            ),
+            steps,
         );
         let listeners = async {
             for run in unit.runs {

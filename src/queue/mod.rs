@@ -39,12 +39,24 @@ pub struct QueuedEvent {
     pub envelope: Option<Box<RawValue>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub form: Option<String>,
+    /// A form's: the steps its listener made in the ingress, before the acknowledgement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<QueuedStep>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_num: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_reason: Option<String>,
     /// When the ingress received it (epoch ms): time to the answer is measured from it.
     pub received_at_ms: u64,
+}
+
+/// A step made before the claim (a view opened with a `trigger_id`), as its journal record.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct QueuedStep {
+    pub step: u32,
+    pub result: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
 }
 
 /// One message as received.

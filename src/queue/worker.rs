@@ -83,7 +83,18 @@ impl Worker {
                 }
             }
             (QUEUED_FORM_VERSION, None, Some(form)) => Interaction::from_form(form.as_bytes())
-                .map(|i| Queued::Interaction(Arc::new(i)))
+                .map(|i| {
+                    let done = queued
+                        .steps
+                        .iter()
+                        .map(|s| crate::ledger::Settled::Done {
+                            step: s.step,
+                            result: s.result.clone(),
+                            op: s.op.clone(),
+                        })
+                        .collect();
+                    Queued::Interaction(Arc::new(i), done)
+                })
                 .map_err(|e| e.to_string()),
             (QUEUED_EVENT_VERSION | QUEUED_FORM_VERSION, _, _) => {
                 Err("its envelope or form is missing".to_string())

@@ -10,6 +10,7 @@ mod faults;
 mod hardening;
 mod hardening2;
 mod helpers;
+mod interactivity;
 mod lambda;
 mod operations;
 mod performance;

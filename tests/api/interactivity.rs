@@ -1,0 +1,611 @@
+//! Slash commands, buttons, modals, shortcuts and options on the events' Request URL: signed
+//! forms against the app, the Slack stand-in's response URLs and views, the ledger; in deferred
+//! mode over the built binary, a worker SIGKILLed between the acknowledgement and the
+//! follow-up.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use serde_json::{json, Value};
+use slack_once::app::{
+    Ack, App, BlockAction, Ctx, OptionsRequest, Respond, Shortcut, ViewSubmission,
+};
+use slack_once::testing::Workspace;
+
+use crate::helpers::*;
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+fn form_headers(body: &str) -> Vec<(String, String)> {
+    let now = now_unix();
+    vec![
+        (
+            "content-type".into(),
+            "application/x-www-form-urlencoded".into(),
+        ),
+        ("x-slack-request-timestamp".into(), now.to_string()),
+        (
+            "x-slack-signature".into(),
+            slack_once::signature::sign(
+                &slack_once::config::Secret::new(SECRET),
+                now,
+                body.as_bytes(),
+            ),
+        ),
+    ]
+}
+
+/// `/once <text>` by U0001 in C0001, its response URL on `slack`, with `trigger`.
+fn command(slack: &SlackStandin, text: &str, trigger: &str) -> String {
+    let url = format!(
+        "{}/commands/{TEAM}/C0001/{}",
+        slack.origin(),
+        uuid::Uuid::new_v4().simple()
+    );
+    form(&[
+        ("command", "/once"),
+        ("text", text),
+        ("team_id", TEAM),
+        ("api_app_id", APP_ID),
+        ("user_id", "U0001"),
+        ("channel_id", "C0001"),
+        ("trigger_id", trigger),
+        ("response_url", &url),
+    ])
+}
+
+fn interaction(payload: Value) -> String {
+    let mut payload = payload;
+    for (key, value) in [
+        ("team", json!({"id": TEAM})),
+        ("user", json!({"id": "U0001", "team_id": TEAM})),
+        ("api_app_id", json!(APP_ID)),
+        ("trigger_id", json!(Workspace::trigger_id())),
+    ] {
+        if payload.get(key).is_none() {
+            payload[key] = value;
+        }
+    }
+    form(&[("payload", &payload.to_string())])
+}
+
+/// A click on `action_id` in our message `message` (as the stand-in shows it).
+fn click(slack: &SlackStandin, action_id: &str, message: &Value) -> String {
+    let channel = message["channel"].as_str().unwrap_or("C0001");
+    let ts = message["ts"].as_str().unwrap();
+    let url = format!(
+        "{}/actions/{TEAM}/{channel}/{ts}/{}",
+        slack.origin(),
+        uuid::Uuid::new_v4().simple()
+    );
+    interaction(json!({
+        "type": "block_actions",
+        "container": {"type": "message", "message_ts": ts, "channel_id": channel},
+        "channel": {"id": channel}, "message": message, "response_url": url,
+        "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": "v",
+                     "action_ts": format!("{}.{:06}", now_unix(), rand_micros())}],
+    }))
+}
+
+fn rand_micros() -> u32 {
+    uuid::Uuid::new_v4().as_u128() as u32 % 1_000_000
+}
+
+async fn send_form(http: &HttpClient, url: &str, body: &str) -> (Answer, Duration) {
+    let started = Instant::now();
+    let answer = http
+        .request("POST", url, &form_headers(body), body.as_bytes().to_vec())
+        .await;
+    (answer, started.elapsed())
+}
+
+fn outcome(answer: &Answer) -> String {
+    answer
+        .headers
+        .get(slack_once::http::OUTCOME_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test]
+async fn once_is_acknowledged_ephemerally_then_answered_in_the_channel_once_and_its_button_updates_the_answer(
+) {
+    let app = spawn_app().await;
+    let body = command(&app.slack, "hello there", &Workspace::trigger_id());
+    let (answer, took) = send_form(&app.http, &app.url("/slack/events"), &body).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(
+        answer.json(),
+        json!({"response_type": "ephemeral", "text": "On it: one answer is coming."})
+    );
+    assert_eq!(outcome(&answer), "answered");
+    let posted = app.slack.posted();
+    assert_eq!(posted.len(), 1, "one answer in the channel");
+    let message = &posted[0].body;
+    assert_eq!(message["channel"], "C0001");
+    assert!(message["text"].as_str().unwrap().contains("“hello there”"));
+    assert_eq!(message["app_id"], APP_ID, "posted as our app");
+    assert!(
+        message["metadata"]["event_payload"]["slack_once"]["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("cmd-"),
+        "the answer names its claim: {message}"
+    );
+
+    // The same request again (a repeated trigger_id): acknowledged, nothing run again.
+    let (again, _) = send_form(&app.http, &app.url("/slack/events"), &body).await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(outcome(&again), "duplicate");
+    assert!(again.body.is_empty(), "{}", again.body);
+    assert_eq!(app.slack.posted().len(), 1);
+    assert_eq!(app.slack.calls_of("response_url"), 1);
+
+    // The button on the answer updates that message, once however often it is clicked.
+    let click_body = click(&app.slack, slack_once::app::THANKS_ACTION, message);
+    let (clicked, took) = send_form(&app.http, &app.url("/slack/events"), &click_body).await;
+    assert_eq!(clicked.status, StatusCode::OK);
+    assert!(took < Duration::from_secs(3));
+    assert!(
+        clicked.body.is_empty(),
+        "an action's acknowledgement is empty"
+    );
+    assert_eq!(outcome(&clicked), "answered");
+    let (twice, _) = send_form(&app.http, &app.url("/slack/events"), &click_body).await;
+    assert_eq!(outcome(&twice), "duplicate");
+    let updated = app.slack.posted();
+    assert_eq!(updated.len(), 1);
+    assert!(
+        updated[0].body["blocks"]
+            .to_string()
+            .contains("U0001> found this helpful"),
+        "{}",
+        updated[0].body
+    );
+    assert_eq!(app.slack.calls_of("chat.update"), 1);
+}
+
+fn note_modal() -> Value {
+    json!({"type": "modal", "callback_id": "note", "title": {"type": "plain_text", "text": "Note"},
+           "blocks": [{"type": "input", "block_id": "title", "optional": true,
+                       "label": {"type": "plain_text", "text": "Title"},
+                       "element": {"type": "plain_text_input", "action_id": "t"}}]})
+}
+
+/// A bot with a listener of each kind.
+fn every_kind(closed: Arc<AtomicUsize>) -> App {
+    App::new()
+        .shortcut("new_note", |ctx: Ctx, _s: Shortcut| async move {
+            ctx.open_view(note_modal()).await?;
+            ctx.ack(Ack::empty()).await?;
+            Ok(())
+        })
+        .view_submission("note", |ctx: Ctx, view: ViewSubmission| async move {
+            let Some(title) = view.values.get("title", "t") else {
+                ctx.ack(Ack::errors([("title", "Give it a title")])).await?;
+                return Ok(());
+            };
+            ctx.ack(Ack::clear()).await?;
+            ctx.post(&view.user_id, format!("Saved “{title}”.")).await?;
+            Ok(())
+        })
+        .view_closed("note", move |ctx: Ctx, _view: ViewSubmission| {
+            let closed = closed.clone();
+            async move {
+                closed.fetch_add(1, Ordering::SeqCst);
+                ctx.ack(Ack::empty()).await?;
+                Ok(())
+            }
+        })
+        .message_shortcut("quote", |ctx: Ctx, s: Shortcut| async move {
+            ctx.ack(Ack::empty()).await?;
+            let text = s
+                .message
+                .as_ref()
+                .and_then(|m| m["text"].as_str())
+                .unwrap_or("");
+            ctx.respond(Respond::ephemeral(format!("Quoted: {text}")))
+                .await?;
+            Ok(())
+        })
+        .options("pick", |ctx: Ctx, req: OptionsRequest| async move {
+            let all = ["apple", "apricot", "banana"];
+            let found = all
+                .iter()
+                .filter(|o| o.starts_with(&req.value))
+                .map(|o| (*o, *o));
+            ctx.ack(Ack::options(found)).await?;
+            Ok(())
+        })
+        .action(
+            regex::Regex::new("^vote_").unwrap(),
+            |ctx: Ctx, a: BlockAction| async move {
+                ctx.say(format!("{} voted {}", a.user_id, a.action_id))
+                    .await?;
+                Ok(())
+            },
+        )
+}
+
+#[tokio::test]
+async fn every_kind_is_acknowledged_with_its_body_and_followed_up_once() {
+    let closed = Arc::new(AtomicUsize::new(0));
+    let app = spawn_bot(every_kind(closed.clone())).await;
+    let url = app.url("/slack/events");
+
+    // A global shortcut opens the modal with its trigger_id, before the acknowledgement.
+    let (opened, took) = send_form(
+        &app.http,
+        &url,
+        &interaction(json!({"type": "shortcut", "callback_id": "new_note", "action_ts": "1.2"})),
+    )
+    .await;
+    assert_eq!((opened.status, opened.body.as_str()), (StatusCode::OK, ""));
+    assert!(took < Duration::from_secs(3));
+    let views = app.slack.views();
+    assert_eq!(views.len(), 1, "one modal");
+    let view = views[0].clone();
+
+    // An empty title: errors, the modal stays; the same again: validated again.
+    let submit = |title: &str| {
+        let mut v = view.clone();
+        v["state"] =
+            json!({"values": {"title": {"t": {"type": "plain_text_input", "value": title}}}});
+        interaction(json!({"type": "view_submission", "view": v}))
+    };
+    for _ in 0..2 {
+        let (refused, _) = send_form(&app.http, &url, &submit("")).await;
+        assert_eq!(refused.status, StatusCode::OK);
+        assert_eq!(refused.json()["response_action"], "errors");
+        assert_eq!(refused.json()["errors"]["title"], "Give it a title");
+    }
+    assert!(app.slack.posted().is_empty());
+    // A title: the modal clears, the note is posted once, a double submit changes nothing.
+    let good = submit("Groceries");
+    let (taken, _) = send_form(&app.http, &url, &good).await;
+    assert_eq!(taken.json(), json!({"response_action": "clear"}));
+    assert_eq!(outcome(&taken), "answered");
+    let (double, _) = send_form(&app.http, &url, &good).await;
+    assert_eq!(outcome(&double), "duplicate");
+    let posted = app.slack.posted();
+    assert_eq!(posted.len(), 1);
+    assert_eq!(posted[0].body["text"], "Saved “Groceries”.");
+    assert_eq!(posted[0].body["channel"], "DU0001", "in the user's DM");
+
+    // Closed: its listener runs once.
+    let closing = interaction(json!({"type": "view_closed", "view": view, "is_cleared": false}));
+    let (closed_answer, _) = send_form(&app.http, &url, &closing).await;
+    assert_eq!(
+        (closed_answer.status, closed_answer.body.as_str()),
+        (StatusCode::OK, "")
+    );
+    send_form(&app.http, &url, &closing).await;
+    assert_eq!(closed.load(Ordering::SeqCst), 1);
+
+    // A message shortcut answers through its response_url, ephemerally.
+    let hook = format!("{}/commands/{TEAM}/C0001/{}", app.slack.origin(), 7);
+    let (quoted, _) = send_form(
+        &app.http,
+        &url,
+        &interaction(json!({
+            "type": "message_action", "callback_id": "quote", "channel": {"id": "C0001"},
+            "message": {"ts": "1.000001", "text": "ship it"}, "message_ts": "1.000001",
+            "response_url": hook, "action_ts": "1.3"
+        })),
+    )
+    .await;
+    assert_eq!(quoted.status, StatusCode::OK);
+    let ephemerals = app.slack.ephemerals();
+    assert_eq!(ephemerals.len(), 1, "{ephemerals:?}");
+    assert_eq!(ephemerals[0]["text"], "Quoted: ship it");
+
+    // Options: the list, never claimed.
+    let (options, took) = send_form(&app.http, &url, &interaction(json!({"type": "block_suggestion", "action_id": "pick", "block_id": "b", "value": "ap"}))).await;
+    assert!(took < Duration::from_secs(3));
+    let options = options.json();
+    let values: Vec<&str> = options["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(values, ["apple", "apricot"]);
+
+    // An action by pattern, without an explicit acknowledgement: an empty 200 after its work.
+    let (voted, _) = send_form(&app.http, &url, &interaction(json!({
+        "type": "block_actions", "channel": {"id": "C0001"},
+        "container": {"type": "message", "message_ts": "1.000001", "channel_id": "C0001"},
+        "actions": [{"action_id": "vote_yes", "block_id": "b", "value": "y", "action_ts": "5.5"}]
+    }))).await;
+    assert_eq!((voted.status, voted.body.as_str()), (StatusCode::OK, ""));
+    assert_eq!(outcome(&voted), "answered");
+    assert_eq!(app.slack.posted().len(), 2);
+}
+
+#[tokio::test]
+async fn a_view_opened_after_the_acknowledgement_is_not_opened() {
+    let app = spawn_bot(
+        App::new().shortcut("late", |ctx: Ctx, _s: Shortcut| async move {
+            ctx.ack(Ack::empty()).await?;
+            ctx.open_view(note_modal()).await?;
+            Ok(())
+        }),
+    )
+    .await;
+    let (answer, _) = send_form(
+        &app.http,
+        &app.url("/slack/events"),
+        &interaction(json!({"type": "shortcut", "callback_id": "late", "action_ts": "1.2"})),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(outcome(&answer), "failed");
+    assert_eq!(app.slack.calls_of("views.open"), 0, "never called");
+}
+
+#[tokio::test]
+async fn a_response_url_on_another_host_is_refused_before_any_connection() {
+    // A listener on 127.0.0.1 that counts connections: the response_url points there.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((_socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let app = spawn_app().await;
+    for url in [
+        format!("http://127.0.0.1:{port}/commands/{TEAM}/C0001/1"),
+        format!("https://hooks.slack.com.127.0.0.1.nip.io:{port}/commands/x"),
+        "https://evil.example/commands/x".to_string(),
+    ] {
+        let body = form(&[
+            ("command", "/once"),
+            ("text", "x"),
+            ("team_id", TEAM),
+            ("api_app_id", APP_ID),
+            ("user_id", "U0001"),
+            ("channel_id", "C0001"),
+            ("trigger_id", &Workspace::trigger_id()),
+            ("response_url", &url),
+        ]);
+        let (answer, _) = send_form(&app.http, &app.url("/slack/events"), &body).await;
+        assert_eq!(answer.status, StatusCode::OK, "{url}: {}", answer.body);
+        assert_eq!(outcome(&answer), "failed", "{url}");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 0, "no connection made");
+    assert!(app.slack.posted().is_empty());
+    assert_eq!(app.slack.calls_of("response_url"), 0);
+}
+
+#[tokio::test]
+async fn a_tampered_form_is_401_and_a_payload_that_is_not_json_is_400_without_retry() {
+    let app = spawn_app().await;
+    let body = command(&app.slack, "x", &Workspace::trigger_id());
+    let headers = form_headers(&body);
+    let tampered = body.replace("text=x", "text=y");
+    let answer = app
+        .http
+        .request(
+            "POST",
+            &app.url("/slack/events"),
+            &headers,
+            tampered.into_bytes(),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer.json()["error"], "invalid_signature");
+
+    let not_json = form(&[("payload", "{not json")]);
+    let (answer, _) = send_form(&app.http, &app.url("/slack/events"), &not_json).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(answer.json()["error"], "invalid_payload");
+    assert_eq!(answer.headers.get("x-slack-no-retry").unwrap(), "1");
+    assert!(app.slack.calls().is_empty() && app.slack.posted().is_empty());
+}
+
+#[tokio::test]
+async fn slack_once_testing_drives_commands_clicks_views_and_options_in_process() {
+    let closed = Arc::new(AtomicUsize::new(0));
+    let bot = slack_once::testing::TestBot::start(every_kind(closed).command(
+        "/once",
+        |ctx: Ctx, c: slack_once::app::Command| async move {
+            ctx.ack(Ack::ephemeral("soon")).await?;
+            ctx.respond(Respond::in_channel(format!("once: {}", c.text)))
+                .await?;
+            Ok(())
+        },
+    ))
+    .await;
+    let acked = bot.command("/once", "hi").await;
+    assert_eq!(acked.body["text"], "soon");
+    assert_eq!(acked.outcome, "answered");
+    assert_eq!(bot.slack().messages()[0]["text"], "once: hi");
+    assert_eq!(bot.shortcut("new_note").await.status, 200);
+    let view = bot.slack().views()[0].clone();
+    let refused = bot
+        .submit_view(&view, json!({"title": {"t": {"value": ""}}}))
+        .await;
+    assert_eq!(refused.body["response_action"], "errors");
+    let taken = bot
+        .submit_view(&view, json!({"title": {"t": {"value": "x"}}}))
+        .await;
+    assert_eq!(taken.body["response_action"], "clear");
+    let options = bot.options("pick", "b").await;
+    assert_eq!(options.body["options"][0]["value"], "banana");
+    let message = bot.slack().messages()[0].clone();
+    assert_eq!(
+        bot.click("vote_no", "n", Some(&message)).await.outcome,
+        "answered"
+    );
+}
+
+// ---------------------------------------------------------------- deferred mode, processes
+
+struct DeferredBot {
+    slack: SlackStandin,
+    dynamodb: String,
+    table: String,
+    sqs: String,
+    queue: TestQueue,
+    ingress: BotProcess,
+}
+
+impl DeferredBot {
+    async fn start() -> Self {
+        let dynamodb = dynamodb_endpoint();
+        let sqs = sqs_endpoint();
+        let (table, _ledger) = fresh_table(&dynamodb).await;
+        let slack = SlackStandin::start().await;
+        let queue = TestQueue::create(&sqs, 5).await;
+        let mut vars = ingress_vars(&queue, &sqs);
+        vars.push(("SLACK_API_URL", slack.base_url.clone()));
+        vars.push(("SLACK_BOT_TOKEN", TOKEN.to_string()));
+        let ingress = BotProcess::spawn(&vars);
+        Self {
+            slack,
+            dynamodb,
+            table,
+            sqs,
+            queue,
+            ingress,
+        }
+    }
+
+    fn worker(&self) -> BotProcess {
+        BotProcess::spawn_worker(&worker_vars(
+            &self.slack,
+            &self.dynamodb,
+            &self.table,
+            &self.queue,
+            &self.sqs,
+            3,
+            5,
+        ))
+    }
+}
+
+/// A worker killed while its follow-up's post to the response_url is out (`behaviour`: never
+/// made, or made and never answered): the queue's redelivery, taken by another worker after
+/// the lease, leaves exactly one answer in the channel.
+async fn killed_between_ack_and_follow_up(behaviour: Behaviour) {
+    let d = DeferredBot::start().await;
+    d.slack.script_method("response_url", [behaviour]);
+    let mut a = d.worker();
+    let http = HttpClient::default();
+    let body = command(&d.slack, "deferred", &Workspace::trigger_id());
+    let (answer, took) = send_form(&http, &d.ingress.url(), &body).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert!(took < Duration::from_secs(3));
+    assert_eq!(answer.json()["response_type"], "ephemeral");
+    assert_eq!(outcome(&answer), "queued");
+    assert!(
+        eventually(Duration::from_secs(20), || d.slack.calls_of("response_url")
+            == 1)
+        .await,
+        "the worker's follow-up:\n{}",
+        a.log()
+    );
+    a.kill();
+    let b = d.worker();
+    assert!(
+        eventually(Duration::from_secs(30), || d.slack.posted().len() == 1).await,
+        "taken over:\n{}",
+        b.log()
+    );
+    // Settled for good: nothing more comes (the message deleted, the claim done).
+    let log = b
+        .log_when(Duration::from_secs(15), |log| {
+            log.contains("outcome=\"answered\"") || log.contains("outcome=\"recovered\"")
+        })
+        .await;
+    assert!(
+        log.contains("outcome=\"answered\"") || log.contains("outcome=\"recovered\""),
+        "{log}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(d.slack.posted().len(), 1, "one answer");
+    assert!(d.slack.posted()[0].body["text"]
+        .as_str()
+        .unwrap()
+        .contains("deferred"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_before_its_follow_up_reached_slack_leaves_one_answer_after_redelivery() {
+    killed_between_ack_and_follow_up(Behaviour::Hang).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_after_its_follow_up_reached_slack_leaves_one_answer_after_redelivery() {
+    killed_between_ack_and_follow_up(Behaviour::PostThenHang).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_modal_example_opens_validates_and_posts_once_in_deferred_mode() {
+    let d = DeferredBot::start().await;
+    let mut vars = ingress_vars(&d.queue, &d.sqs);
+    vars.push(("SLACK_API_URL", d.slack.base_url.clone()));
+    vars.push(("SLACK_BOT_TOKEN", TOKEN.to_string()));
+    let ingress = BotProcess::spawn_example("modal", &[], &vars);
+    let worker = BotProcess::spawn_example(
+        "modal",
+        &["worker"],
+        &worker_vars(&d.slack, &d.dynamodb, &d.table, &d.queue, &d.sqs, 3, 5),
+    );
+    let http = HttpClient::default();
+    let url = ingress.url();
+    let (opened, _) = send_form(
+        &http,
+        &url,
+        &interaction(json!({"type": "shortcut", "callback_id": "new_note", "action_ts": "1.2"})),
+    )
+    .await;
+    assert_eq!(
+        (opened.status, opened.body.as_str()),
+        (StatusCode::OK, ""),
+        "{}",
+        ingress.log()
+    );
+    assert_eq!(
+        outcome(&opened),
+        "queued",
+        "the view opened in the ingress; the rest is a worker's"
+    );
+    let view = d.slack.views()[0].clone();
+    let submit = |title: &str| {
+        let mut v = view.clone();
+        v["state"] = json!({"values": {"title": {"title_input": {"type": "plain_text_input", "value": title}}}});
+        interaction(json!({"type": "view_submission", "view": v}))
+    };
+    let (refused, _) = send_form(&http, &url, &submit(" ")).await;
+    assert_eq!(refused.json()["errors"]["title"], "Give the note a title");
+    let good = submit("Milk");
+    let (taken, _) = send_form(&http, &url, &good).await;
+    assert_eq!(
+        (taken.status, outcome(&taken).as_str()),
+        (StatusCode::OK, "queued")
+    );
+    send_form(&http, &url, &good).await; // a double submit
+    assert!(
+        eventually(Duration::from_secs(20), || d.slack.posted().len() == 1).await,
+        "{}",
+        worker.log()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let posted = d.slack.posted();
+    assert_eq!(posted.len(), 1, "once");
+    assert_eq!(posted[0].body["text"], "Saved your note “Milk”.");
+    assert_eq!(d.slack.calls_of("views.open"), 1);
+}
