@@ -111,6 +111,48 @@ pub fn check_envelope(data: &[u8]) {
     }
 }
 
+/// Arbitrary bytes as a verified form (a slash command's, an interaction's `payload`), and the
+/// same bytes as a `response_url`. Invariants: no panic; what parses has a kind its listeners
+/// can select on and a ledger key (every kind but a suggestion) that is a valid, bounded ledger
+/// key; a response URL is allowed only on Slack's hooks host over https or on the loopback
+/// stand-in's own origin.
+pub fn check_interaction(data: &[u8]) {
+    use crate::interaction::{allowed_response_url, Incoming, Kind, HOOKS_HOST};
+    let form = Some("application/x-www-form-urlencoded");
+    if let Ok(Incoming::Interaction(i)) = Incoming::parse(form, data) {
+        match i.key() {
+            None => assert_eq!(i.kind, Kind::BlockSuggestion),
+            Some(key) => {
+                let key = key.as_str();
+                assert!(
+                    !key.is_empty() && key.len() <= MAX_EVENT_ID_LEN,
+                    "key {key}"
+                );
+                assert!(
+                    key.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+                    "key {key:?}"
+                );
+            }
+        }
+        assert!(i.selector().is_some(), "{:?} without a selector", i.kind);
+        let _ = (i.team(), i.message_ts(), i.thread_ts(), i.block_id());
+        let _ = crate::app::reference_app().route_interaction(&i).is_some();
+    }
+    let url = String::from_utf8_lossy(data);
+    for base in ["https://slack.com/api", "http://127.0.0.1:4000/api"] {
+        if let Ok(uri) = allowed_response_url(&url, base) {
+            let host = uri.host().unwrap_or_default();
+            let hooks = uri.scheme_str() == Some("https") && host.eq_ignore_ascii_case(HOOKS_HOST);
+            let local = base.starts_with("http://127.0.0.1")
+                && uri.scheme_str() == Some("http")
+                && host == "127.0.0.1"
+                && uri.port_u16() == Some(4000);
+            assert!(hooks || local, "{url:?} allowed against {base}");
+        }
+    }
+}
+
 /// An app with one listener of every typed kind, each doing nothing.
 fn typed_listeners() -> crate::app::App {
     use crate::app::*;

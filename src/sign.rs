@@ -3,7 +3,10 @@
 //! Slack signatures expire after five minutes, so sample events cannot be stored signed. Given
 //! a Lambda HTTP event (API Gateway v2, Function URL or REST v1), it prints the event with new
 //! `x-slack-request-timestamp` and `x-slack-signature` headers, for `cargo lambda invoke
-//! --data-file`. Given a plain Slack body, it prints a `curl` command for the local server.
+//! --data-file`. Given a plain Slack body, it prints a `curl` command for the local server. A
+//! form (a slash command's, or an interaction's `payload=…`) is sent as a form, and, as Slack
+//! does for each request, with a fresh `trigger_id` (valid 3 s) and a fresh `response_url`
+//! (the last segment of the file's one renewed, its origin kept: point it at the stand-in).
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -100,6 +103,55 @@ pub fn curl_command(
     )
 }
 
+/// Whether `bytes` are a form (a command's, an interaction's) rather than JSON.
+pub fn is_form(bytes: &[u8]) -> bool {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    first.is_some_and(|b| *b != b'{') && bytes.contains(&b'=')
+}
+
+/// A form as Slack would send it now: a fresh `trigger_id` and `response_url` (last path
+/// segment renewed), in its fields or in its `payload`'s JSON.
+pub fn freshen_form(bytes: &[u8], now_ms: u64) -> String {
+    let n = uuid::Uuid::new_v4().simple().to_string();
+    let trigger = format!("{now_ms}.{}.{}", &n[..9], &n[9..29]);
+    let renew_url = |url: &str| match url.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{}", &n[..12]),
+        None => url.to_string(),
+    };
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form_urlencoded::parse(bytes.trim_ascii()) {
+        let v = match k.as_ref() {
+            "trigger_id" => trigger.clone(),
+            "response_url" => renew_url(&v),
+            "payload" => match serde_json::from_str::<Value>(&v) {
+                Ok(mut payload) => {
+                    if payload.get("trigger_id").is_some() {
+                        payload["trigger_id"] = trigger.clone().into();
+                    }
+                    if let Some(url) = payload.get("response_url").and_then(Value::as_str) {
+                        payload["response_url"] = renew_url(url).into();
+                    }
+                    payload.to_string()
+                }
+                Err(_) => v.into_owned(),
+            },
+            _ => v.into_owned(),
+        };
+        out.append_pair(&k, &v);
+    }
+    out.finish()
+}
+
+/// A `curl` command that sends `body` (a form) signed at `timestamp`.
+pub fn curl_form_command(url: &str, secret: &Secret, timestamp: u64, body: &str) -> String {
+    format!(
+        "curl -sS -i -X POST {url} \\\n  -H 'Content-Type: application/x-www-form-urlencoded' \\\n  -H '{TIMESTAMP_HEADER}: {timestamp}' \\\n  -H '{SIGNATURE_HEADER}: {sig}' \\\n  --data-binary {body}",
+        url = shell_quote(url),
+        sig = sign(secret, timestamp, body.as_bytes()),
+        body = shell_quote(body),
+    )
+}
+
 /// Marks a Lambda event as Slack's retry number `n` (reason `http_timeout`).
 pub fn set_retry(event: &mut Value, n: u32) {
     for (name, value) in [
@@ -136,6 +188,13 @@ const USAGE: &str = "usage: slack-once sign FILE [--secret SECRET] [--url URL] [
   --secret  the signing secret (default: the first of SLACK_SIGNING_SECRET)
   --url     where the curl command sends the body (default: http://LISTEN_ADDR/slack/events)
   --retry   send it as Slack's retry N (X-Slack-Retry-Num: N, X-Slack-Retry-Reason: http_timeout)";
+
+fn default_url() -> String {
+    match std::env::var("LISTEN_ADDR") {
+        Ok(addr) if !addr.trim().is_empty() => format!("http://{}/slack/events", addr.trim()),
+        _ => DEFAULT_URL.to_string(),
+    }
+}
 
 pub fn run(args: &[String]) -> ExitCode {
     let mut file = None;
@@ -206,6 +265,11 @@ pub fn run(args: &[String]) -> ExitCode {
                 "{}",
                 serde_json::to_string_pretty(&event).expect("JSON serialises")
             );
+        }
+        _ if is_form(&bytes) => {
+            let url = url.unwrap_or_else(default_url);
+            let body = freshen_form(&bytes, now * 1000);
+            println!("{}", curl_form_command(&url, &secret, now, &body));
         }
         _ => {
             let url = url.unwrap_or_else(|| match std::env::var("LISTEN_ADDR") {

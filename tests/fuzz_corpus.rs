@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use slack_once::fuzzing::{check_envelope, check_signature};
+use slack_once::fuzzing::{check_envelope, check_interaction, check_signature};
 
 fn replay(target: &str, check: fn(&[u8])) -> usize {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
@@ -33,4 +33,9 @@ fn the_signature_corpus_and_regressions_pass_their_checks() {
 #[test]
 fn the_envelope_corpus_and_regressions_pass_their_checks() {
     assert!(replay("envelope", check_envelope) >= 8);
+}
+
+#[test]
+fn the_interaction_corpus_and_regressions_pass_their_checks() {
+    assert!(replay("interaction", check_interaction) >= 10);
 }

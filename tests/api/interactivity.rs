@@ -609,3 +609,139 @@ async fn the_modal_example_opens_validates_and_posts_once_in_deferred_mode() {
     assert_eq!(posted[0].body["text"], "Saved your note “Milk”.");
     assert_eq!(d.slack.calls_of("views.open"), 1);
 }
+
+#[test]
+fn every_sample_form_is_the_kind_its_name_says() {
+    use slack_once::interaction::{Incoming, Kind};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/interactions");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+        let body = std::fs::read(&path).unwrap();
+        let Ok(Incoming::Interaction(i)) =
+            Incoming::parse(Some("application/x-www-form-urlencoded"), &body)
+        else {
+            panic!("{name} does not parse")
+        };
+        let kind = match i.kind {
+            Kind::Command => "command",
+            other => other.as_str(),
+        };
+        assert!(name.starts_with(kind), "{name} is a {kind}");
+        assert_eq!(i.team(), Some("T0001TEAM"), "{name}");
+        seen += 1;
+    }
+    assert_eq!(seen, 8);
+}
+
+#[tokio::test]
+async fn the_lambda_sample_command_and_submission_are_acknowledged_through_lambda_http() {
+    use tower::ServiceExt;
+    let vars: std::collections::HashMap<&str, String> = [
+        ("SLACK_SIGNING_SECRET", SECRET.to_string()),
+        // No token: the follow-ups are logged, not made; the samples' response_url is the
+        // stand-in's origin.
+        ("SLACK_API_URL", "http://127.0.0.1:4000/api".to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let config = slack_once::config::Config::from_lookup(|k| vars.get(k).cloned()).unwrap();
+    let app = slack_once::Application::with_parts(
+        config,
+        Arc::new(slack_once::ledger::MemoryLedger::new()),
+        slack_once::app::reference_app().view_submission(
+            "note_modal",
+            |ctx: Ctx, _v: ViewSubmission| async move {
+                ctx.ack(Ack::clear()).await?;
+                Ok(())
+            },
+        ),
+    );
+    for (file, body, expected) in [
+        (
+            "slash_command.json",
+            json!({"response_type": "ephemeral", "text": "On it: one answer is coming."}),
+            "answered",
+        ),
+        (
+            "view_submission.json",
+            json!({"response_action": "clear"}),
+            "no_reply",
+        ),
+    ] {
+        let path = format!("{}/events/{file}", env!("CARGO_MANIFEST_DIR"));
+        let mut event: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(
+            event["isBase64Encoded"], true,
+            "Function URLs encode form bodies"
+        );
+        slack_once::sign::resign_lambda_event(
+            &mut event,
+            &slack_once::config::Secret::new(SECRET),
+            now_unix(),
+        )
+        .unwrap();
+        let request = lambda_http::request::from_str(&event.to_string()).unwrap();
+        let response = app.router().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{file}");
+        assert_eq!(
+            response.headers()[slack_once::http::OUTCOME_HEADER],
+            expected,
+            "{file}"
+        );
+        let bytes = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&bytes).unwrap(),
+            body,
+            "{file}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sign_renews_a_forms_trigger_id_and_response_url_and_its_signature_holds() {
+    let app = spawn_app().await;
+    let sample = std::fs::read(format!(
+        "{}/tests/data/interactions/command.form",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    assert!(slack_once::sign::is_form(&sample));
+    let now_ms = now_unix() * 1000;
+    let fresh = slack_once::sign::freshen_form(&sample, now_ms).replace(
+        "http%3A%2F%2F127.0.0.1%3A4000",
+        &urlencode(&app.slack.origin()),
+    );
+    let again = slack_once::sign::freshen_form(&sample, now_ms);
+    let field = |body: &str, key: &str| {
+        form_urlencoded::parse(body.as_bytes())
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.into_owned())
+            .unwrap()
+    };
+    assert!(field(&fresh, "trigger_id").starts_with(&now_ms.to_string()));
+    assert_ne!(field(&fresh, "trigger_id"), field(&again, "trigger_id"));
+    assert_ne!(
+        field(&fresh, "response_url").rsplit('/').next(),
+        field(&again, "response_url").rsplit('/').next()
+    );
+    let command = slack_once::sign::curl_form_command(
+        &app.url("/slack/events"),
+        &slack_once::config::Secret::new(SECRET),
+        now_unix(),
+        &fresh,
+    );
+    assert!(command.contains("application/x-www-form-urlencoded"));
+    let (answer, _) = send_form(&app.http, &app.url("/slack/events"), &fresh).await;
+    assert_eq!(outcome(&answer), "answered", "{}", answer.body);
+    assert_eq!(app.slack.posted().len(), 1);
+}
+
+fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
