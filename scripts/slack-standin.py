@@ -483,6 +483,7 @@ class Handler(BaseHTTPRequestHandler):
             status, headers, answer, shown_args = self.answer(url, raw, bearer)
             if url.path != "/_standin/state":
                 method = (url.path[1:] if url.path.startswith("/_standin/")
+                          else "response_url" if url.path.startswith(("/commands/", "/actions/"))
                           else url.path.rstrip("/").rsplit("/", 1)[-1])
                 calls.append({"n": len(calls) + 1, "method": method, "bearer": bool(bearer),
                               "args": shown_args, "error": answer.get("error")})

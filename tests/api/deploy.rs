@@ -93,12 +93,29 @@ fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
     let scopes = &manifest["oauth_config"]["scopes"]["bot"];
     assert_eq!(
         scopes,
-        &serde_json::json!(["app_mentions:read", "chat:write", "im:history"])
+        &serde_json::json!([
+            "app_mentions:read",
+            "chat:write",
+            "commands",
+            "im:history",
+            "channels:history",
+            "groups:history"
+        ]),
+        "commands for /once; the history scopes for the look-ups of a takeover"
     );
-    let url = manifest["settings"]["event_subscriptions"]["request_url"]
-        .as_str()
-        .unwrap();
-    assert!(url.starts_with("https://") && url.ends_with("/slack/events"));
+    // One Request URL for events, the command and interactivity.
+    let urls = [
+        &manifest["settings"]["event_subscriptions"]["request_url"],
+        &manifest["settings"]["interactivity"]["request_url"],
+        &manifest["features"]["slash_commands"][0]["url"],
+    ];
+    for url in urls {
+        let url = url.as_str().unwrap();
+        assert!(url.starts_with("https://") && url.ends_with("/slack/events"), "{url}");
+    }
+    assert_eq!(manifest["settings"]["interactivity"]["is_enabled"], true);
+    assert_eq!(manifest["features"]["slash_commands"][0]["command"], "/once");
+    assert_eq!(manifest["features"]["shortcuts"][0]["callback_id"], "new_note");
     assert_eq!(
         manifest["features"]["app_home"]["messages_tab_enabled"], true,
         "DMs need the messages tab"
