@@ -55,3 +55,51 @@ async fn a_retry_of_the_same_event_writes_nothing_more() {
         "react, post, update: once each"
     );
 }
+
+// ---- README: /once and its button ----
+mod commands {
+    use slack_once::app::{
+        blocks, Ack, App, BlockAction, Command, Ctx, HandlerResult, Message, Respond,
+    };
+
+    async fn once(ctx: Ctx, command: Command) -> HandlerResult {
+        ctx.ack(Ack::ephemeral("On it: one answer is coming.")).await?; // what Slack shows at once
+        let text = format!("<@{}> ran /once: “{}”.", command.user_id, command.text);
+        let button = blocks::actions([blocks::button("Helpful", "once_thanks", "helpful")]);
+        ctx.respond(Respond::in_channel(
+            Message::text(text.clone()).blocks([blocks::section(text), button]),
+        ))
+        .await?; // through the response_url, once
+        Ok(())
+    }
+
+    async fn thanks(ctx: Ctx, click: BlockAction) -> HandlerResult {
+        let (Some(channel), Some(ts)) = (click.channel_id, click.message_ts) else {
+            return Ok(());
+        };
+        ctx.update(&channel, &ts, format!("<@{}> found this helpful.", click.user_id))
+            .await?;
+        Ok(()) // no ack: an empty 200 when the listener returns
+    }
+
+    fn app() -> App {
+        App::new().command("/once", once).action("once_thanks", thanks)
+    }
+
+    #[tokio::test]
+    async fn once_answers_in_the_channel_and_its_button_updates_the_answer() {
+        let bot = slack_once::testing::TestBot::start(app()).await;
+        let acked = bot.command("/once", "hi").await; // also click, shortcut, submit_view, options
+        assert_eq!(acked.body["response_type"], "ephemeral");
+        assert_eq!(bot.slack().messages().len(), 1); // the in-channel answer, once
+        let click = bot
+            .click("once_thanks", "helpful", Some(&bot.slack().messages()[0]))
+            .await;
+        assert_eq!(click.outcome, "answered");
+        assert_eq!(
+            bot.slack().messages()[0]["text"],
+            "<@U0USER> found this helpful."
+        );
+    }
+}
+// ---- end of /once ----
