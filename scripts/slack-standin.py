@@ -34,7 +34,7 @@ Response URLs (no token: the URL is the credential), as `slack-once sign` and th
 tests/data/ name them: POST /commands/<team>/<channel>/<id> and
 /actions/<team>/<channel>/<message ts>/<id>, JSON {text|blocks, response_type, thread_ts,
 replace_original, delete_original, metadata}: 5 posts each within 30 minutes (then 404
-used_url / expired_url); `in_channel` is a message of the app in <channel>, `ephemeral` is kept
+used_url / expired_url; answers are text, as Slack's: `ok` or the error's code); `in_channel` is a message of the app in <channel>, `ephemeral` is kept
 with the ephemerals, replace/delete change the message <message ts>.
 
 Endpoints for scripts (JSON bodies):
@@ -490,9 +490,12 @@ class Handler(BaseHTTPRequestHandler):
                 print(f"#{len(calls)} {method} (bearer token: {'yes' if bearer else 'NO'}): "
                       f"{json.dumps(shown_args, ensure_ascii=False)}"
                       + ("" if answer.get("ok") else f" -> {answer['error']}"), flush=True)
-            data = json.dumps(answer).encode()
+            hook = url.path.startswith(("/commands/", "/actions/"))
+            # Response URLs answer as Slack's do: the text "ok", or the error's code as text.
+            data = ("ok" if answer.get("ok") else answer.get("error", "")).encode() if hook \
+                else json.dumps(answer).encode()
         self.send_response(status)
-        for k, v in {"Content-Type": "application/json; charset=utf-8",
+        for k, v in {"Content-Type": "text/plain" if hook else "application/json; charset=utf-8",
                      "Content-Length": str(len(data)), **headers}.items():
             self.send_header(k, v)
         self.end_headers()

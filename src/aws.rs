@@ -165,6 +165,13 @@ pub fn http_client() -> SharedHttpClient {
         .clone()
 }
 
+/// A new SDK HTTP client with a pool of its own. A connection belongs to the tokio runtime that
+/// opened it: a process runs one, and shares [`http_client`]; tests, whose every test has a
+/// runtime of its own, take one of these per client.
+pub fn new_http_client() -> SharedHttpClient {
+    SharedHttpClient::new(SdkHttp::new())
+}
+
 /// The shared configuration, loaded once per process (the region, the credentials provider,
 /// endpoints from the environment), with default timeouts (each client sets its own).
 pub async fn sdk_config() -> &'static SdkConfig {

@@ -22,6 +22,9 @@ pub enum Incoming {
     Envelope(Envelope),
     /// A slash command or an interaction (a form).
     Interaction(Box<Interaction>),
+    /// An interaction of a type this version does not know (`interactive_message`,
+    /// `dialog_submission`…): acknowledged, ignored, as an unknown envelope type is.
+    UnknownInteraction(String),
 }
 
 /// Why a verified body is not a request of Slack's.
@@ -55,10 +58,18 @@ impl Incoming {
         if !is_form {
             return serde_json::from_slice(body).map(Incoming::Envelope);
         }
-        let interaction = Interaction::from_form(body).map_err(|e| custom(&e.0))?;
-        Ok(Incoming::Interaction(Box::new(interaction)))
+        match Interaction::from_form(body) {
+            Ok(interaction) => Ok(Incoming::Interaction(Box::new(interaction))),
+            Err(Malformed(why)) if why.starts_with(UNKNOWN_TYPE) => {
+                Ok(Incoming::UnknownInteraction(why))
+            }
+            Err(e) => Err(custom(&e.0)),
+        }
     }
 }
+
+/// How [`Interaction::from_payload`] says a payload's type is not one it knows.
+const UNKNOWN_TYPE: &str = "an interaction of type";
 
 fn custom(message: &str) -> serde_json::Error {
     <serde_json::Error as serde::de::Error>::custom(message)
@@ -180,7 +191,7 @@ impl Interaction {
             Some("block_suggestion") => Kind::BlockSuggestion,
             Some(other) => {
                 return Err(Malformed(format!(
-                    "an interaction of type {:?} is not one this version knows",
+                    "{UNKNOWN_TYPE} {:?} is not one this version knows",
                     other.chars().take(40).collect::<String>()
                 )))
             }
@@ -361,10 +372,43 @@ impl Interaction {
     }
 }
 
-/// JSON with its object keys in order (serde_json's maps are ordered by key already), so that
-/// the same values digest the same whichever order Slack sent them in.
+/// JSON with every object's keys sorted, so that the same values digest the same whichever
+/// order Slack sent them in (and whatever map serde_json is built with).
 fn canonical(value: Option<&Value>) -> String {
-    value.map(Value::to_string).unwrap_or_default()
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, key) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    write(&map[key], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    if let Some(value) = value {
+        write(value, &mut out);
+    }
+    out
 }
 
 // ---------------------------------------------------------------- typed payloads
@@ -726,10 +770,16 @@ mod tests {
 
     #[test]
     fn bad_forms_and_payloads_are_malformed() {
+        assert!(matches!(
+            Incoming::parse(
+                FORM,
+                &form(&[("payload", r#"{"type":"dialog_submission"}"#)])
+            ),
+            Ok(Incoming::UnknownInteraction(_))
+        ));
         for body in [
             form(&[("payload", "not json")]),
             form(&[("payload", "[1]")]),
-            form(&[("payload", r#"{"type":"dialog_submission"}"#)]),
             form(&[("payload", r#"{"type":"block_actions","actions":[]}"#)]),
             form(&[("text", "no command")]),
             form(&[("command", "/a"), ("command", "/b")]),

@@ -104,6 +104,9 @@ pub const PERMANENT_INTERACTION_ERRORS: &[&str] = &[
     "expired_url",
     "response_url_refused",
     "no_response_url",
+    "invalid_payload",
+    "invalid_url",
+    "message_not_found",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -557,8 +560,10 @@ impl SlackClient {
 
     /// Posts `body` to a `response_url` (checked by the caller with
     /// [`crate::interaction::allowed_response_url`]): no token goes with it (the URL is the
-    /// credential), 429s are waited out while `deadline` allows, Slack's `ok:false` is an
-    /// error. Without a token (local mode), the post is logged, not made.
+    /// credential), 429s are waited out while `deadline` allows. Slack answers the text `ok`
+    /// (or JSON with `ok`), and refuses with a 4xx whose body is the error's code as text
+    /// (`used_url`, `expired_url`, `no_text`, `invalid_payload`…): [`SlackError::Api`] with that
+    /// code. Without a token (local mode), the post is logged, not made.
     pub async fn respond(
         &self,
         url: &http::Uri,
@@ -573,20 +578,61 @@ impl SlackClient {
             return Ok(serde_json::json!({"ok": true, "logged": true}));
         }
         let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON serialises"));
-        let mut answer: serde_json::Value = self
-            .call_until("response_url", deadline, || {
-                Request::builder()
-                    .method(Method::POST)
-                    .uri(url.clone())
-                    .header(CONTENT_TYPE, "application/json; charset=utf-8")
-                    .body(Full::new(bytes.clone()))
-                    .expect("a valid request")
-            })
-            .await?;
-        if let Some(fields) = answer.as_object_mut() {
-            fields.insert("ok".into(), true.into());
+        loop {
+            let request = Request::builder()
+                .method(Method::POST)
+                .uri(url.clone())
+                .header(CONTENT_TYPE, "application/json; charset=utf-8")
+                .body(Full::new(bytes.clone()))
+                .expect("a valid request");
+            let response = tokio::time::timeout_at(deadline, self.http.request(request))
+                .await
+                .map_err(|_| SlackError::Timeout)?
+                .map_err(SlackError::Transport)?;
+            let status = response.status();
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                let retry_after = response
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs)
+                    .unwrap_or(DEFAULT_RETRY_AFTER);
+                if Instant::now() + retry_after >= deadline {
+                    return Err(SlackError::RateLimited { retry_after });
+                }
+                crate::metrics::count("SlackRateLimitWaits");
+                tracing::warn!(?retry_after, "Slack rate-limited the response; waiting");
+                tokio::time::sleep(retry_after).await;
+                continue;
+            }
+            let read = Limited::new(response.into_body(), MAX_RESPONSE_BYTES).collect();
+            let text = tokio::time::timeout_at(deadline, read)
+                .await
+                .map_err(|_| SlackError::Timeout)?
+                .map_err(SlackError::InvalidResponse)?
+                .to_bytes();
+            let text = String::from_utf8_lossy(&text);
+            let text = text.trim();
+            if let Ok(answer) = serde_json::from_str::<serde_json::Value>(text) {
+                if answer.get("ok") == Some(&serde_json::Value::Bool(false)) {
+                    let code = answer["error"].as_str().unwrap_or("unknown_error");
+                    return Err(SlackError::Api { code: code.into() });
+                }
+            }
+            if status.is_success() {
+                return Ok(serde_json::json!({"ok": true}));
+            }
+            let is_code = !text.is_empty()
+                && text.len() <= 64
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if status.is_client_error() && is_code {
+                return Err(SlackError::Api { code: text.into() });
+            }
+            return Err(SlackError::Status { status });
         }
-        Ok(answer)
     }
 
     /// Looks for the message slack-once posted as step `step` of `key`, by the metadata every

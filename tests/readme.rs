@@ -63,7 +63,8 @@ mod commands {
     };
 
     async fn once(ctx: Ctx, command: Command) -> HandlerResult {
-        ctx.ack(Ack::ephemeral("On it: one answer is coming.")).await?; // what Slack shows at once
+        ctx.ack(Ack::ephemeral("On it: one answer is coming."))
+            .await?; // what Slack shows at once
         let text = format!("<@{}> ran /once: “{}”.", command.user_id, command.text);
         let button = blocks::actions([blocks::button("Helpful", "once_thanks", "helpful")]);
         ctx.respond(Respond::in_channel(
@@ -77,13 +78,19 @@ mod commands {
         let (Some(channel), Some(ts)) = (click.channel_id, click.message_ts) else {
             return Ok(());
         };
-        ctx.update(&channel, &ts, format!("<@{}> found this helpful.", click.user_id))
-            .await?;
+        ctx.update(
+            &channel,
+            &ts,
+            format!("<@{}> found this helpful.", click.user_id),
+        )
+        .await?;
         Ok(()) // no ack: an empty 200 when the listener returns
     }
 
     fn app() -> App {
-        App::new().command("/once", once).action("once_thanks", thanks)
+        App::new()
+            .command("/once", once)
+            .action("once_thanks", thanks)
     }
 
     #[tokio::test]

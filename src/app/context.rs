@@ -1104,6 +1104,22 @@ impl Ctx {
                         );
                         Ok(None)
                     }
+                    Err(error)
+                        if method == RESPOND
+                            && error.code().is_some_and(|c| UNLOOKABLE.contains(&c)) =>
+                    {
+                        // A command works in conversations the bot is not in: none of its
+                        // redeliveries could look either (and the response_url expires after
+                        // 30 minutes), so it is settled now, at most once.
+                        tracing::warn!(
+                            error = %crate::process::error_chain(&error),
+                            step,
+                            "an earlier claim may have answered through the response_url, and \
+                             the conversation cannot be read: not answered again (at most once)"
+                        );
+                        let answer = json!({"ok": true, "unknown": true});
+                        Ok(Some(steps.settled_earlier(step, op, answer)))
+                    }
                     Err(error) if steps.last_chance => {
                         tracing::warn!(
                             error = %crate::process::error_chain(&error),
@@ -1148,6 +1164,9 @@ impl Ctx {
 
 /// The step name of a post to the request's `response_url`.
 const RESPOND: &str = "response_url";
+/// Look-up refusals no later delivery gets past: the bot is not in the conversation, or the app
+/// lacks the history scope.
+const UNLOOKABLE: &[&str] = &["not_in_channel", "channel_not_found", "missing_scope"];
 
 /// What a `response_url` post does, which decides how a takeover settles it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

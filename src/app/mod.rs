@@ -583,6 +583,11 @@ impl App {
         self.listen_interactive(InteractiveListener::options(action_id.into(), handler))
     }
 
+    /// Whether any listener of commands, actions, views, shortcuts or options is registered.
+    pub fn has_interactive(&self) -> bool {
+        !self.interactive.is_empty()
+    }
+
     /// The listener that takes `interaction`: the first registered that matches.
     pub(crate) fn route_interaction(
         &self,

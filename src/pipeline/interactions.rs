@@ -19,6 +19,10 @@ use crate::queue::QueuedStep;
 /// Slack waits 3 s for a command's or an interaction's acknowledgement: what runs before it
 /// (everything, in synchronous mode) must be done this long after the request arrived.
 pub const ACK_BUDGET: Duration = Duration::from_millis(2500);
+/// Deferred mode's ingress: the listener's part before the acknowledgement ends this long
+/// after the request arrived (or is cut there, acknowledged empty, and handed to a worker
+/// whole), leaving the queue's send its time within [`super::ENQUEUE_BUDGET`].
+pub const HANDOFF_BUDGET: Duration = Duration::from_millis(2000);
 
 impl Processor {
     /// Runs `interaction`'s listener. `mode` says where: the ingress in synchronous mode
@@ -125,7 +129,7 @@ impl Processor {
         delivery: &EventDelivery<'_>,
         request: &Delivery<'_>,
     ) -> Result<Outcome, ProcessError> {
-        let deadline = delivery.started + ACK_BUDGET;
+        let deadline = delivery.started + HANDOFF_BUDGET;
         let now_ms = unix_ms(delivery.now);
         let mut steps = Steps::new(
             self.ledger.clone(),
@@ -160,7 +164,15 @@ impl Processor {
         };
         let (worked, handed_off) = match tokio::time::timeout_at(deadline, until_ack).await {
             Ok(ran) => ran,
-            Err(_) => (Err(ProcessError::Deadline), false),
+            // Still before its acknowledgement: acknowledged empty, and the whole listener is a
+            // worker's (it runs again from the start there).
+            Err(_) => {
+                tracing::info!(
+                    "the listener had not acknowledged 2 s after the request arrived: \
+                     acknowledged empty, the rest handed to a worker"
+                );
+                (Ok(()), true)
+            }
         };
         let (settled, tally) = ctx.close().await;
         worked?;

@@ -186,6 +186,15 @@ impl ProcessError {
 }
 
 impl Outcome {
+    /// What became of the request: a command's or interaction's outcome under its
+    /// acknowledgement, or the outcome itself.
+    pub fn inner(&self) -> &Outcome {
+        match self {
+            Outcome::Acked { outcome, .. } => outcome.inner(),
+            outcome => outcome,
+        }
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             Outcome::Challenge(_) => "challenge",
@@ -402,6 +411,13 @@ impl Processor {
     ) -> Result<Outcome, ProcessError> {
         let envelope = match self.verify_and_parse(&delivery).await? {
             Incoming::Envelope(envelope) => envelope,
+            Incoming::UnknownInteraction(why) => {
+                tracing::info!(reason = why, "acknowledged and ignored");
+                return Ok(Outcome::Acked {
+                    body: None,
+                    outcome: Box::new(Outcome::Ignored),
+                });
+            }
             Incoming::Interaction(interaction) => {
                 let interaction: Arc<Interaction> = Arc::from(interaction);
                 // Slack sends these once and never retries them: the ingress answers with the

@@ -138,7 +138,7 @@ impl Worker {
             .processor
             .run_queued(&queued_request, &delivery, queued_message)
             .await;
-        match result {
+        match result.as_ref().map(Outcome::inner) {
             Ok(Outcome::InProgress) => Disposition::Leave,
             Ok(_) => Disposition::Delete,
             Err(_) => Disposition::Leave,

@@ -32,7 +32,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-pub use workspace::{micros, Identity, Workspace, OTHER_APP, PAGE_CAP};
+pub use workspace::{hook_answer, micros, Identity, Workspace, OTHER_APP, PAGE_CAP};
 
 use crate::app::App;
 use crate::config::{Config, Secret};
@@ -204,9 +204,13 @@ async fn hook(
     let mut s = state.lock().expect("lock");
     s.calls.push(("response_url".into(), args.clone()));
     let (status, answer) = s.workspace.respond(uri.path(), &args);
-    let mut response = json_response(answer);
-    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or_default();
-    response
+    let status = http::StatusCode::from_u16(status).unwrap_or_default();
+    (
+        status,
+        [("content-type", "text/plain")],
+        workspace::hook_answer(&answer),
+    )
+        .into_response()
 }
 
 fn json_response(value: Value) -> Response {

@@ -63,6 +63,15 @@ pub struct Workspace {
     views: Vec<Value>,
 }
 
+/// What Slack's response URLs answer over HTTP: the text `ok`, or the error's code as text.
+pub fn hook_answer(answer: &Value) -> String {
+    if answer["ok"] == true {
+        "ok".into()
+    } else {
+        answer["error"].as_str().unwrap_or("invalid_payload").into()
+    }
+}
+
 /// How many posts one `response_url` takes, and for how long (Slack: 5, 30 minutes).
 pub const RESPONSE_URL_USES: u32 = 5;
 const RESPONSE_URL_LIFE_MS: u64 = 30 * 60 * 1000;
@@ -117,7 +126,8 @@ impl Workspace {
     }
 
     /// A post to the response URL at `path` (see the module's rules): Slack's HTTP status and
-    /// answer.
+    /// answer (`{"ok": true}`, or `ok: false` with the error; over HTTP a stand-in answers as
+    /// Slack does, with the text `ok` or the error's code: [`hook_answer`]).
     pub fn respond(&mut self, path: &str, body: &Value) -> (u16, Value) {
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         let (channel, message_ts) = match parts.as_slice() {

@@ -111,11 +111,20 @@ fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
     ];
     for url in urls {
         let url = url.as_str().unwrap();
-        assert!(url.starts_with("https://") && url.ends_with("/slack/events"), "{url}");
+        assert!(
+            url.starts_with("https://") && url.ends_with("/slack/events"),
+            "{url}"
+        );
     }
     assert_eq!(manifest["settings"]["interactivity"]["is_enabled"], true);
-    assert_eq!(manifest["features"]["slash_commands"][0]["command"], "/once");
-    assert_eq!(manifest["features"]["shortcuts"][0]["callback_id"], "new_note");
+    assert_eq!(
+        manifest["features"]["slash_commands"][0]["command"],
+        "/once"
+    );
+    assert_eq!(
+        manifest["features"]["shortcuts"][0]["callback_id"],
+        "new_note"
+    );
     assert_eq!(
         manifest["features"]["app_home"]["messages_tab_enabled"], true,
         "DMs need the messages tab"

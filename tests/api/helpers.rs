@@ -490,9 +490,12 @@ async fn hook(
     scripted(behaviour, move || {
         let mut s = state.lock().unwrap();
         let (status, answer) = s.workspace.respond(&path, &args);
-        let mut response = json_response(answer);
-        *response.status_mut() = StatusCode::from_u16(status).unwrap();
-        response
+        (
+            StatusCode::from_u16(status).unwrap(),
+            [("content-type", "text/plain")],
+            slack_once::testing::hook_answer(&answer),
+        )
+            .into_response()
     })
     .await
 }
@@ -879,7 +882,7 @@ macro_rules! local_client {
             .region(Region::new("us-east-1"))
             .endpoint_url($endpoint)
             .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-            .http_client(slack_once::aws::http_client())
+            .http_client(slack_once::aws::new_http_client())
             .build();
         $sdk::Client::from_conf(config)
     }};

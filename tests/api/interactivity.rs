@@ -745,3 +745,234 @@ async fn sign_renews_a_forms_trigger_id_and_response_url_and_its_signature_holds
 fn urlencode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
+
+// ---------------------------------------------------------------- deferred mode, in-process
+
+fn config(slack: &SlackStandin, extra: &[(&str, &str)]) -> slack_once::config::Config {
+    let mut vars: std::collections::HashMap<String, String> = [
+        ("SLACK_SIGNING_SECRET", SECRET.to_string()),
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+        ("LISTEN_ADDR", "127.0.0.1:0".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    for (k, v) in extra {
+        vars.insert(k.to_string(), v.to_string());
+    }
+    slack_once::config::Config::from_lookup(|k| vars.get(k).cloned()).expect("test configuration")
+}
+
+const WORKER: &[(&str, &str)] = &[
+    ("SLACK_ONCE_ROLE", "worker"),
+    ("DEDUP_TABLE", "in-memory"),
+    (
+        "WORK_QUEUE_URL",
+        "http://127.0.0.1:9/000000000000/in-memory",
+    ),
+    ("DEDUP_LEASE_SECONDS", "10"),
+];
+
+/// A v2 queue message holding `form`, as a deferred ingress sends it.
+fn queued_form(form: &str, receive_count: u32) -> slack_once::queue::Received {
+    slack_once::queue::Received {
+        message_id: "m1".into(),
+        receipt_handle: "r1".into(),
+        body: json!({"v": 2, "form": form, "received_at_ms": 1}).to_string(),
+        receive_count,
+    }
+}
+
+fn slow_command(pause: Duration) -> App {
+    App::new().command(
+        "/slow",
+        move |ctx: Ctx, c: slack_once::app::Command| async move {
+            tokio::time::sleep(pause).await; // the model's call, say: before any write
+            ctx.respond(Respond::in_channel(format!("slow: {}", c.text)))
+                .await?;
+            Ok(())
+        },
+    )
+}
+
+fn slow_form(slack: &SlackStandin) -> String {
+    command(slack, "x", &Workspace::trigger_id()).replace("%2Fonce", "%2Fslow")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_interaction_whose_claim_is_live_elsewhere_is_left_on_the_queue() {
+    let slack = SlackStandin::start().await;
+    let ledger: Arc<dyn slack_once::ledger::Ledger> =
+        Arc::new(slack_once::ledger::MemoryLedger::new());
+    let app = slack_once::Application::with_parts(
+        config(&slack, WORKER),
+        ledger,
+        slow_command(Duration::from_millis(800)),
+    );
+    let worker = app.worker();
+    let message = queued_form(&slow_form(&slack), 1);
+    let now = std::time::SystemTime::now();
+    let first = {
+        let (worker, message) = (worker.clone(), message.clone());
+        tokio::spawn(async move {
+            worker
+                .handle(&message, now, tokio::time::Instant::now(), None, None)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // SQS hands the same message out again while the first worker holds the claim.
+    let again = worker
+        .handle(
+            &queued_form(&form_of(&message), 2),
+            now,
+            tokio::time::Instant::now(),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(
+        again,
+        slack_once::queue::worker::Disposition::Leave,
+        "a live claim elsewhere: left, to come back"
+    );
+    assert_eq!(
+        first.await.unwrap(),
+        slack_once::queue::worker::Disposition::Delete
+    );
+    assert_eq!(slack.posted().len(), 1, "answered once, by the first");
+}
+
+fn form_of(message: &slack_once::queue::Received) -> String {
+    let v: Value = serde_json::from_str(&message.body).unwrap();
+    v["form"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_slower_than_the_hand_off_is_acknowledged_in_time_and_answered_from_the_queue() {
+    let slack = SlackStandin::start().await;
+    let queue = Arc::new(slack_once::queue::MemoryQueue::new(5));
+    let ingress = slack_once::Application::with_queue(
+        config(&slack, &[]),
+        Arc::new(slack_once::ledger::MemoryLedger::new()),
+        slow_command(Duration::from_millis(2300)),
+        Some(queue.clone() as Arc<dyn slack_once::queue::WorkQueue>),
+    );
+    let server = ingress.bind().await.unwrap();
+    let url = format!("http://{}/slack/events", server.local_addr());
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run_until(async {
+        let _ = stopped.await;
+    }));
+    let http = HttpClient::default();
+    let (answer, took) = send_form(&http, &url, &slow_form(&slack)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert!(took < Duration::from_millis(2900), "{took:?}");
+    assert!(answer.body.is_empty(), "acknowledged empty");
+    assert_eq!(outcome(&answer), "queued");
+    assert_eq!(queue.len(), 1);
+
+    let worker_app = slack_once::Application::with_parts(
+        config(&slack, WORKER),
+        Arc::new(slack_once::ledger::MemoryLedger::new()),
+        slow_command(Duration::from_millis(2300)),
+    );
+    let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker_app.worker().run_local(
+        queue.clone(),
+        2,
+        Duration::from_secs(10),
+        async {
+            let _ = worker_stopped.await;
+        },
+    ));
+    assert!(eventually(Duration::from_secs(10), || slack.posted().len() == 1).await);
+    assert!(eventually(Duration::from_secs(5), || queue.is_empty()).await);
+    let _ = stop_worker.send(());
+    running.await.unwrap();
+    assert_eq!(slack.posted().len(), 1);
+    assert_eq!(slack.posted()[0].body["text"], "slow: x");
+}
+
+#[tokio::test]
+async fn slacks_refusal_of_a_used_up_response_url_ends_the_request_failed() {
+    let app = spawn_app().await;
+    let hook = format!("{}/commands/{TEAM}/C0001/used-up", app.slack.origin());
+    for _ in 0..5 {
+        let answer = app
+            .http
+            .request(
+                "POST",
+                &hook,
+                &[("content-type".into(), "application/json".into())],
+                br#"{"text":"x"}"#.to_vec(),
+            )
+            .await;
+        assert_eq!(
+            answer.body, "ok",
+            "Slack answers a response URL with the text ok"
+        );
+    }
+    let body = form(&[
+        ("command", "/once"),
+        ("text", "late"),
+        ("team_id", TEAM),
+        ("api_app_id", APP_ID),
+        ("user_id", "U0001"),
+        ("channel_id", "C0001"),
+        ("trigger_id", &Workspace::trigger_id()),
+        ("response_url", &hook),
+    ]);
+    let (answer, _) = send_form(&app.http, &app.url("/slack/events"), &body).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(outcome(&answer), "failed", "used_url: no retry can fix it");
+    assert!(app.slack.posted().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_may_have_gone_out_where_the_bot_cannot_read_is_not_sent_again() {
+    let slack = SlackStandin::start().await;
+    // The first run's post reaches Slack and its answer never comes back.
+    slack.script_method("response_url", [Behaviour::PostThenHang]);
+    let mut vars = WORKER.to_vec();
+    vars.retain(|(k, _)| *k != "DEDUP_LEASE_SECONDS");
+    vars.push(("DEDUP_LEASE_SECONDS", "2"));
+    let app = slack_once::Application::with_parts(
+        config(&slack, &vars),
+        Arc::new(slack_once::ledger::MemoryLedger::new()),
+        slow_command(Duration::ZERO),
+    );
+    let worker = app.worker();
+    let message = queued_form(&slow_form(&slack), 1);
+    let handle = |m: slack_once::queue::Received| {
+        let worker = worker.clone();
+        async move {
+            worker
+                .handle(
+                    &m,
+                    std::time::SystemTime::now(),
+                    tokio::time::Instant::now(),
+                    None,
+                    None,
+                )
+                .await
+        }
+    };
+    assert_eq!(
+        handle(message.clone()).await,
+        slack_once::queue::worker::Disposition::Leave,
+        "its fate unknown: released, left for a redelivery"
+    );
+    assert_eq!(slack.posted().len(), 1);
+    // A command run where the bot is not a member: its history cannot be read, now or later.
+    slack.fail_lookups("not_in_channel");
+    let second = queued_form(&form_of(&message), 2);
+    assert_eq!(
+        handle(second).await,
+        slack_once::queue::worker::Disposition::Delete,
+        "settled at most once rather than held back until the response_url expires"
+    );
+    assert_eq!(slack.posted().len(), 1, "not sent again");
+    assert_eq!(slack.calls_of("response_url"), 1);
+}
