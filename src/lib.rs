@@ -70,9 +70,6 @@ impl Application {
     pub async fn build_with_app(config: Config, app: App) -> Result<Self, StartError> {
         // The secrets' read (the one network call of a start, when SLACK_SECRETS_ARN is set)
         // and the clients' construction overlap; the SDK's configuration is loaded once for all.
-        // A deferred ingress opens modals itself (before the acknowledgement): it needs the
-        // token when the app listens to commands or interactions.
-        let opens_views = config.role == Role::Ingress && app.has_interactive();
         let secrets = async {
             Ok::<_, SecretsError>(match &config.secrets_arn {
                 Some(id) => {
@@ -81,7 +78,7 @@ impl Application {
                     let answers = config.role == Role::Worker || config.answers_synchronously();
                     let needs = Needs {
                         signing_secret: config.role == Role::Ingress,
-                        bot_token: config.mode == config::Mode::Lambda && (answers || opens_views),
+                        bot_token: config.mode == config::Mode::Lambda && answers,
                         answers,
                     };
                     SlackSecrets::from_manager(id, config.secrets_refresh, needs).await?
