@@ -1,6 +1,8 @@
 //! "Thinking…": reacts with :eyes:, posts a placeholder in the thread, does slow work (an LLM
 //! call, say), then replaces the placeholder with the answer. Each of the three writes is made
-//! once: after a crash, the takeover finds the placeholder it posted and updates that one.
+//! once: after a crash, the takeover finds the placeholder it posted and updates that one. The
+//! slow answer is remembered (`ctx.remember`): a takeover after it reuses it instead of asking
+//! again, so the placeholder is updated with the answer the first run got.
 //!
 //!   SLACK_SIGNING_SECRET=dev-secret cargo run --example thinking
 //!
@@ -15,9 +17,11 @@ use slack_once::app::{safe_text, App, Ctx, HandlerResult, MessageEvent};
 async fn think(ctx: Ctx, m: MessageEvent) -> HandlerResult {
     ctx.react_to_event("eyes").await?;
     let placeholder = ctx.reply("Thinking… :hourglass_flowing_sand:").await?;
-    // The slow part: it runs again if the event is taken over, so it must not write to Slack
-    // itself. Bound it by the time the claim has left.
-    let answer = slow_answer(&m.text, ctx.remaining()).await;
+    // The slow part, remembered once it is done: a takeover before then runs it again, so it
+    // must not write to Slack itself. Bound it by the time the claim has left.
+    let answer: String = ctx
+        .remember("answer", slow_answer(&m.text, ctx.remaining()))
+        .await?;
     ctx.update(&placeholder.channel, &placeholder.ts, answer)
         .await?;
     Ok(())

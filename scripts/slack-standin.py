@@ -17,6 +17,8 @@ One workspace with one app installed. Options:
   --history-per-minute N    calls of conversations.history, and separately of .replies, allowed
                             in a rolling minute; more answer HTTP 429 + Retry-After (those apps
                             get 1; default unlimited)
+  --stream-expiry SECONDS   a stream (chat.startStream) stops taking appends this long after it
+                            starts: message_not_in_streaming_state (Slack: about 300; default 300)
   --seed FILE               (repeatable) an Events API body (an event_callback); its event's
                             message (channel, ts, user, text, thread_ts) exists from the start
 
@@ -28,7 +30,11 @@ chat.delete, chat.postEphemeral, reactions.add/.remove, conversations.history/.r
 conversations.open/.info, users.info, bots.info, auth.test, views.open/.push (a trigger_id
 `<epoch ms>.…`, as `slack-once sign` mints one per request, opens one view within 3 s:
 expired_trigger_id after, exchanged_trigger_id the second time), views.update; any other
-method answers ok.
+method answers ok. Streams: chat.startStream (channel, thread_ts, markdown_text?) is a message of
+the app in the thread, without metadata; chat.appendStream adds markdown_text; chat.stopStream
+adds its final markdown_text, blocks and metadata and ends it; after the end or the expiry both
+answer message_not_in_streaming_state. assistant.threads.setStatus / setSuggestedPrompts /
+setTitle answer ok (channel_id and thread_ts required) and are kept in /_standin/state.
 
 Response URLs (no token: the URL is the credential), as `slack-once sign` and the samples in
 tests/data/ name them: POST /commands/<team>/<channel>/<id> and
@@ -71,6 +77,7 @@ recent = {}        # method -> deque of monotonic call times, for --history-per-
 hooks = {}         # response URL path -> [uses, first use (monotonic)]
 triggers = set()   # trigger ids spent
 views = {}         # view id -> the view as Slack shows it
+assistant = []     # assistant.threads.* calls: {method, channel_id, thread_ts, args}
 last_us = 0        # the newest ts handed out or stored, in microseconds
 
 
@@ -320,6 +327,7 @@ def web_api(method, args):
         if metadata is not None:
             m["metadata"] = metadata
         m["edited"] = {"user": OPT.bot_user, "ts": new_ts()}
+        m.pop("streaming", None)
         return {"ok": True, "channel": channel, "ts": m["ts"], "text": m["text"],
                 "message": shown(channel, m)}
     if method == "chat.delete":
@@ -387,6 +395,39 @@ def web_api(method, args):
             raise Fail("bot_not_found")
         return {"ok": True, "bot": {"id": OPT.bot_id, "deleted": False, "name": OPT.bot_name,
                                     "app_id": OPT.app_id, "user_id": OPT.bot_user, "updated": 1700000000}}
+    if method == "chat.startStream":
+        channel = conversation(args.get("channel"), create=True)
+        if not args.get("thread_ts"):
+            raise Fail("invalid_arguments")
+        message = {"user": OPT.bot_user, "type": "message", "ts": new_ts(), "bot_id": OPT.bot_id,
+                   "app_id": OPT.app_id, "text": str(args.get("markdown_text") or ""), "team": OPT.team,
+                   "thread_ts": str(args["thread_ts"]), "streaming": True, "stream_started": time.monotonic(),
+                   "bot_profile": {"id": OPT.bot_id, "app_id": OPT.app_id, "name": OPT.bot_name,
+                                   "deleted": False, "updated": int(time.time()), "team_id": OPT.team}}
+        store(channel, message)
+        return {"ok": True, "channel": channel, "ts": message["ts"]}
+    if method in ("chat.appendStream", "chat.stopStream"):
+        channel, m = own_message(args, "cant_update_message")
+        if not m.get("streaming") or time.monotonic() - m.get("stream_started", 0) > OPT.stream_expiry:
+            m["streaming"] = False
+            raise Fail("message_not_in_streaming_state")
+        m["text"] = m.get("text", "") + str(args.get("markdown_text") or "")
+        if method == "chat.stopStream":
+            m["streaming"] = False
+            blocks = json_arg(args, "blocks", "invalid_blocks_format")
+            if blocks:
+                m["blocks"] = blocks
+            metadata = metadata_arg(args)
+            if metadata is not None:
+                m["metadata"] = metadata
+        return {"ok": True, "channel": channel, "ts": m["ts"]}
+    if method in ("assistant.threads.setStatus", "assistant.threads.setSuggestedPrompts",
+                  "assistant.threads.setTitle"):
+        if not (args.get("channel_id") and args.get("thread_ts")):
+            raise Fail("invalid_arguments")
+        assistant.append({"method": method, "channel_id": args["channel_id"],
+                          "thread_ts": args["thread_ts"], "args": args})
+        return {"ok": True}
     if method in ("views.open", "views.push"):
         trigger = str(args.get("trigger_id") or "")
         try:
@@ -524,6 +565,7 @@ class Handler(BaseHTTPRequestHandler):
             if url.path == "/_standin/state":
                 return 200, {}, {"ok": True, "messages": {c: list(m.values()) for c, m in channels.items()},
                                  "ephemerals": ephemerals, "calls": calls, "views": list(views.values()),
+                                 "assistant": assistant,
                                  "reactions": [{"channel": c, "ts": t, "name": n, "users": u}
                                                for (c, t), r in reactions.items() for n, u in r.items()]}, {}
             if url.path.startswith("/_standin/"):
@@ -560,6 +602,7 @@ def main():
     p.add_argument("--page-cap", type=int, default=15)
     p.add_argument("--history-per-minute", type=int, default=0, help="0: unlimited")
     p.add_argument("--seed", action="append", default=[], metavar="FILE")
+    p.add_argument("--stream-expiry", type=float, default=300.0, metavar="SECONDS")
     OPT = p.parse_args()
     for path in OPT.seed:
         with open(path) as f:

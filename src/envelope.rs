@@ -144,15 +144,24 @@ impl<'de> Deserialize<'de> for Event {
                 .and_then(Value::as_str)
                 .map(str::to_string)
         };
+        // An assistant thread's events name their conversation inside `assistant_thread`.
+        let assistant = |key: &str| {
+            map.get("assistant_thread")
+                .and_then(|t| t.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
         Ok(Event {
             subtype: text("subtype"),
-            user: id("user"),
+            user: id("user").or_else(|| assistant("user_id")),
             bot_id: text("bot_id"),
             text: text("text"),
-            channel: id("channel").or_else(|| item("channel")),
+            channel: id("channel")
+                .or_else(|| item("channel"))
+                .or_else(|| assistant("channel_id")),
             channel_type: text("channel_type"),
             ts: text("ts"),
-            thread_ts: text("thread_ts"),
+            thread_ts: text("thread_ts").or_else(|| assistant("thread_ts")),
             event_ts: text("event_ts"),
             client_msg_id: text("client_msg_id"),
             kind,

@@ -339,6 +339,9 @@ pub struct ReplyQuery<'a> {
     pub step: u32,
     /// Only this app's messages can be the one.
     pub app: OurApp<'a>,
+    /// Also take this app's message that carries no slack-once names (a stream not yet
+    /// stopped: `chat.startStream` takes no metadata), in the window and the thread.
+    pub adopt_unmarked: bool,
 }
 
 /// The key under which slack-once keeps its own names in a message's metadata
@@ -705,9 +708,14 @@ impl SlackClient {
                 })
                 .await?;
             let found = history.messages.into_iter().find_map(|m| {
-                let names = metadata_names(m.metadata.as_ref()?)?;
-                (names == (query.key, u64::from(query.step)) && query.app.posted(&m))
-                    .then_some(m.ts)
+                if !query.app.posted(&m) {
+                    return None;
+                }
+                match m.metadata.as_ref().and_then(metadata_names) {
+                    Some(names) => (names == (query.key, u64::from(query.step))).then_some(m.ts),
+                    // A stream carries no metadata until it is stopped.
+                    None => query.adopt_unmarked.then_some(m.ts),
+                }
             });
             if let Some(ts) = found {
                 return Ok(Some(Found { channel, ts }));

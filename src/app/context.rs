@@ -40,6 +40,9 @@ use crate::slack::{post_metadata, Args, OurApp, ReplyQuery, SlackClient, SlackEr
 pub const MAX_STEPS: u32 = 500;
 /// The journal is kept under this many bytes (DynamoDB holds 400 KB an item).
 pub const MAX_JOURNAL_BYTES: usize = 64 * 1024;
+/// A remembered result ([`Ctx::remember`]) is kept in the journal up to this size serialised
+/// (the journal holds [`MAX_JOURNAL_BYTES`] in all).
+pub const MAX_REMEMBERED_BYTES: usize = 16 * 1024;
 /// What a replay returns of a step is kept under this size: the ids (a message's `ts` and
 /// `channel`, a file's or a view's id), never Slack's whole answer.
 const MAX_RESULT_BYTES: usize = 1024;
@@ -88,6 +91,12 @@ pub enum Settle<'a> {
     Lookup {
         channel: &'a str,
         thread_ts: Option<&'a str>,
+    },
+    /// A streamed message (`chat.startStream` takes no metadata): looked for among the app's
+    /// messages of the thread, in the claim's window, that carry no slack-once names yet.
+    Stream {
+        channel: &'a str,
+        thread_ts: &'a str,
     },
     /// Made again: doing it twice changes nothing.
     Idempotent,
@@ -486,6 +495,18 @@ impl Ctx {
         self.inner.source.team()
     }
 
+    /// The assistant thread's context (where the user is: `{channel_id, team_id, …}`), as the
+    /// event carries it (`assistant_thread_started`, `assistant_thread_context_changed`).
+    pub fn assistant_context(&self) -> Option<&Value> {
+        let event = self.event()?;
+        event
+            .event
+            .raw
+            .get("assistant_thread")
+            .and_then(|t| t.get("context"))
+            .filter(|c| c.is_object())
+    }
+
     /// The bot's own user id in this workspace (events name it; interactions do not).
     pub fn bot_user_id(&self) -> Option<&str> {
         self.inner.source.bot_user_id()
@@ -816,6 +837,148 @@ impl Ctx {
         .map(|_| ())
     }
 
+    // ------------------------------------------------------------ remembered results
+
+    /// Runs `compute` once per event and remembers its result (any serialisable value, such as
+    /// a model's answer) in the event's journal, written before this returns: a takeover, a
+    /// retry or a redelivery that runs the listener again gets the remembered value and does
+    /// not run `compute` again, so a listener that branches on it stays deterministic. It is a
+    /// step like a write: `name` must be the same, at the same place, each time the listener
+    /// runs. A result larger than [`MAX_REMEMBERED_BYTES`] serialised is not remembered (a
+    /// warning says so): a later run computes it again.
+    pub async fn remember<T, F>(&self, name: &str, compute: F) -> Result<T, Error>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+        F: std::future::Future<Output = T>,
+    {
+        let mut steps = self.inner.steps.lock().await;
+        if steps.closed {
+            return Err(Error::Closed);
+        }
+        let step = steps.next;
+        steps.next += 1;
+        let op = step_op("remember", name, "");
+        let earlier = steps.journal.get(&step).cloned();
+        if let Some(recorded) = earlier.as_ref().and_then(StepRecord::op) {
+            if !same_step(recorded, &op) {
+                return Err(Error::Nondeterministic {
+                    step,
+                    recorded: recorded.to_string(),
+                    now: op,
+                });
+            }
+        }
+        match &earlier {
+            Some(StepRecord::Done { result, .. }) => {
+                if let Ok(value) = serde_json::from_str::<T>(result) {
+                    tracing::info!(step, name, "remembered: not computed again");
+                    return Ok(value);
+                }
+                tracing::warn!(
+                    step,
+                    name,
+                    "a remembered result of another shape: computed again"
+                );
+            }
+            // An earlier claim's window here wrote nothing to Slack: a remembered result is no
+            // write.
+            Some(StepRecord::Began { .. }) => steps.began_settled = true,
+            _ => {}
+        }
+        // Computed with the steps held: the listener's steps run one at a time.
+        let value = compute.await;
+        let result = serde_json::to_string(&value)
+            .map_err(|e| Error::Slack(SlackError::InvalidResponse(Box::new(e))))?;
+        if result.len() > MAX_REMEMBERED_BYTES || steps.provisional {
+            if !steps.provisional {
+                tracing::warn!(
+                    step,
+                    name,
+                    bytes = result.len(),
+                    limit = MAX_REMEMBERED_BYTES,
+                    "too large to remember: a later run computes it again"
+                );
+            }
+            // Deferred mode's ingress has no claim to write to: the worker computes it.
+            return Ok(value);
+        }
+        let record = StepRecord::Done {
+            result,
+            op: Some(op),
+        };
+        let after = steps.after(step, &record);
+        if journal_bytes(&after) > MAX_JOURNAL_BYTES {
+            return Err(Error::JournalFull { step });
+        }
+        let now_ms = steps.now_ms();
+        let held = Held {
+            event_id: &steps.key,
+            owner: &steps.owner,
+        };
+        let write = steps
+            .ledger
+            .begin_step(held, step, &record, &steps.unrecorded, now_ms);
+        match tokio::time::timeout_at(self.inner.deadline, write).await {
+            Ok(Ok(())) => {
+                steps.recorded();
+                steps.journal.insert(step, record);
+                Ok(value)
+            }
+            Ok(Err(LedgerError::ItemTooLarge(_))) => Err(Error::JournalFull { step }),
+            Ok(Err(e)) => Err(Error::Ledger(e)),
+            Err(_) => Err(Error::Ledger(LedgerError::Unavailable(
+                "the ledger did not answer before the deadline".into(),
+            ))),
+        }
+    }
+
+    /// Writes what the steps learnt since the ledger was last written (a stream's `ts`, say)
+    /// now, rather than with the next step: a takeover then knows it.
+    pub(crate) async fn record_now(&self) -> Result<(), Error> {
+        let mut steps = self.inner.steps.lock().await;
+        if steps.provisional || steps.closed {
+            return Ok(());
+        }
+        let last_done = steps.unrecorded.iter().rev().find_map(|fate| match fate {
+            Settled::Done { step, result, op } => Some((
+                *step,
+                StepRecord::Done {
+                    result: result.clone(),
+                    op: op.clone(),
+                },
+            )),
+            _ => None,
+        });
+        let Some((step, record)) = last_done else {
+            return Ok(());
+        };
+        // That step is written as the record itself; the other fates go with it.
+        let others: Vec<Settled> = steps
+            .unrecorded
+            .iter()
+            .filter(|fate| !matches!(fate, Settled::Done { step: s, .. } if *s == step))
+            .cloned()
+            .collect();
+        let now_ms = steps.now_ms();
+        let held = Held {
+            event_id: &steps.key,
+            owner: &steps.owner,
+        };
+        let write = steps
+            .ledger
+            .begin_step(held, step, &record, &others, now_ms);
+        match tokio::time::timeout_at(self.inner.deadline, write).await {
+            Ok(Ok(())) => {
+                steps.recorded();
+                Ok(())
+            }
+            Ok(Err(e)) => Err(Error::Ledger(e)),
+            Err(_) => Err(Error::Ledger(LedgerError::Unavailable(
+                "the ledger did not answer before the deadline".into(),
+            ))),
+        }
+    }
+
     // ------------------------------------------------------------ reads, straight to Slack
 
     /// Any read method (`users.info`, `conversations.info`, `conversations.replies`…), not
@@ -846,6 +1009,28 @@ impl Ctx {
 
     fn conversation(&self) -> Result<(String, Option<String>), Error> {
         self.inner.source.conversation().ok_or_else(no_conversation)
+    }
+
+    /// A journaled write, for the other modules of the bot API (streams, assistants).
+    pub(crate) async fn journaled(
+        &self,
+        method: &str,
+        args: Value,
+        settle: Settle<'_>,
+        benign: &[&str],
+        returns: Returns,
+    ) -> Result<Value, Error> {
+        self.step(method, args, settle, benign, returns).await
+    }
+
+    /// How many writes this claim has made to Slack so far.
+    pub(crate) async fn made(&self) -> u32 {
+        self.inner.steps.lock().await.tally.made
+    }
+
+    /// The Web API client (for calls that are not steps: a stream's appends).
+    pub(crate) fn slack(&self) -> &SlackClient {
+        &self.inner.slack
     }
 
     /// One journaled write. See the module's documentation.
@@ -1058,7 +1243,12 @@ impl Ctx {
             StepRecord::Done { .. } => return Ok(None),
         };
         match settle {
-            Settle::Lookup { channel, thread_ts } => {
+            Settle::Lookup { .. } | Settle::Stream { .. } => {
+                let (channel, thread_ts, adopt_unmarked) = match settle {
+                    Settle::Lookup { channel, thread_ts } => (channel, thread_ts, false),
+                    Settle::Stream { channel, thread_ts } => (channel, Some(thread_ts), true),
+                    _ => unreachable!("matched above"),
+                };
                 let source = &self.inner.source;
                 // The earlier claim posted after its intent and before its lease ended: only
                 // that window is searched, so one page settles it however busy the channel.
@@ -1079,6 +1269,7 @@ impl Ctx {
                         app_id: source.app_id(),
                         bot_user_id: source.bot_user_id(),
                     },
+                    adopt_unmarked,
                 };
                 match self
                     .inner
@@ -1238,7 +1429,7 @@ impl From<String> for Respond {
 
 /// What a step gives its caller, and so what its journal record keeps for a replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Returns {
+pub(crate) enum Returns {
     /// The ids of Slack's answer (a message's `ts` and `channel`…).
     Ids,
     /// Nothing (an update, a deletion, a reaction): the record keeps no result at all.

@@ -197,6 +197,50 @@ pub struct AppHomeOpened {
     pub raw: Value,
 }
 
+/// An assistant thread started: `assistant_thread_started` (Slack's assistant view), or, in
+/// the agent view of 2026, `app_home_opened` with `tab: "messages"` (the user opened the app's
+/// DM), which has no thread yet (`thread_ts` is `None`, `agent_view` true).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssistantThread {
+    pub user_id: Option<String>,
+    pub channel_id: String,
+    pub thread_ts: Option<String>,
+    /// Where the user is: `{channel_id, team_id, enterprise_id}` (assistant view only).
+    pub context: Option<Value>,
+    pub agent_view: bool,
+    pub raw: Value,
+}
+
+impl AssistantThread {
+    /// The thread an assistant event names (`assistant_thread_started`,
+    /// `assistant_thread_context_changed`), or an agent view's opening.
+    pub(crate) fn of(kind: &str, raw: &Value) -> Option<Self> {
+        let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        match kind {
+            "assistant_thread_started" | "assistant_thread_context_changed" => {
+                let thread = raw.get("assistant_thread")?;
+                Some(Self {
+                    user_id: text(&thread["user_id"]),
+                    channel_id: text(&thread["channel_id"])?,
+                    thread_ts: text(&thread["thread_ts"]),
+                    context: thread.get("context").filter(|c| c.is_object()).cloned(),
+                    agent_view: false,
+                    raw: raw.clone(),
+                })
+            }
+            "app_home_opened" if raw["tab"] == "messages" => Some(Self {
+                user_id: text(&raw["user"]),
+                channel_id: text(&raw["channel"])?,
+                thread_ts: None,
+                context: None,
+                agent_view: true,
+                raw: raw.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// A user, as `team_join` and `user_change` carry it.
 #[derive(Clone, Debug, Deserialize)]
 pub struct User {

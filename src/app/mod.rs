@@ -32,6 +32,7 @@ pub mod events;
 mod interactive;
 mod message;
 mod reference;
+mod stream;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,14 +43,17 @@ use regex::Regex;
 pub use crate::interaction::{
     BlockAction, Command, OptionsRequest, Shortcut, ViewSubmission, ViewValues,
 };
-pub use context::{Ctx, Error, Posted, Respond, Settle, Tally, MAX_JOURNAL_BYTES, MAX_STEPS};
+pub use context::{
+    Ctx, Error, Posted, Respond, Settle, Tally, MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS,
+};
 pub use events::{
-    AppHomeOpened, AppMention, ChannelCreated, MemberJoinedChannel, MessageEvent, Reaction,
-    TeamJoin,
+    AppHomeOpened, AppMention, AssistantThread, ChannelCreated, MemberJoinedChannel, MessageEvent,
+    Reaction, TeamJoin,
 };
 pub use interactive::{Ack, InteractiveListener, Selector};
 pub use message::Message;
 pub use reference::{reference_app, safe_text, THANKS_ACTION};
+pub use stream::{Stream, APPEND_BUFFER_CHARS};
 
 use crate::envelope::{Event, EventCallback};
 use events::{typed, Typed};
@@ -272,6 +276,48 @@ impl Listener {
         Self::typed("team_join", handler)
     }
 
+    /// An assistant thread started: `assistant_thread_started`, or the agent view's
+    /// `app_home_opened` with `tab: "messages"`. Claimed once per thread (its channel and
+    /// `thread_ts`), whichever events carry it; an agent view's opening once per event.
+    pub fn assistant_thread_started<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        Self::new(
+            "assistant_thread_started",
+            Box::new(move |heard| {
+                let event = &heard.callback.event;
+                if event.kind == "assistant_thread_context_changed" {
+                    return None;
+                }
+                let thread = AssistantThread::of(&event.kind, &event.raw)?;
+                Some(prepared(handler.clone(), thread))
+            }),
+        )
+    }
+
+    /// The user switched the channel they are looking at (`assistant_thread_context_changed`).
+    pub fn assistant_thread_context_changed<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        Self::new(
+            "assistant_thread_context_changed",
+            Box::new(move |heard| {
+                let event = &heard.callback.event;
+                if event.kind != "assistant_thread_context_changed" {
+                    return None;
+                }
+                let thread = AssistantThread::of(&event.kind, &event.raw)?;
+                Some(prepared(handler.clone(), thread))
+            }),
+        )
+    }
+
     pub fn channel_created<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, ChannelCreated) -> Fut + Send + Sync + 'static,
@@ -473,6 +519,35 @@ impl App {
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         self.listen(Listener::team_join(handler))
+    }
+
+    /// See [`Listener::assistant_thread_started`].
+    pub fn assistant_thread_started<F, Fut>(self, handler: F) -> Self
+    where
+        F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen(Listener::assistant_thread_started(handler))
+    }
+
+    /// See [`Listener::assistant_thread_context_changed`].
+    pub fn assistant_thread_context_changed<F, Fut>(self, handler: F) -> Self
+    where
+        F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.listen(Listener::assistant_thread_context_changed(handler))
+    }
+
+    /// A person's message to the assistant: any direct message from a person (in an assistant
+    /// thread or the agent view's DM), as [`App::message_where`] with [`MessageEvent::is_dm`].
+    /// Answer in its thread ([`MessageEvent::thread`]).
+    pub fn assistant_message<F, Fut>(self, handler: F) -> Self
+    where
+        F: Fn(Ctx, MessageEvent) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.message_where(|m: &MessageEvent| m.is_dm() && !m.is_from_bot(), handler)
     }
 
     pub fn channel_created<F, Fut>(self, handler: F) -> Self

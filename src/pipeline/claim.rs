@@ -144,6 +144,22 @@ impl LedgerKeys {
             alias: None,
         };
         let event = &callback.event;
+        if event.kind == "assistant_thread_started" {
+            // One assistant thread, however many events carry its start.
+            let team = callback.team().unwrap_or("-");
+            let (Some(channel), Some(thread)) =
+                (event.channel.as_deref(), event.thread_ts.as_deref())
+            else {
+                return by_event();
+            };
+            return match ledger_key(&format!("asst-{team}-{channel}-{thread}")) {
+                Some(primary) => Self {
+                    primary,
+                    alias: None,
+                },
+                None => by_event(),
+            };
+        }
         if !by_message || !matches!(event.kind.as_str(), "message" | "app_mention") {
             return by_event();
         }

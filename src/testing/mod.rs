@@ -125,6 +125,25 @@ impl FakeSlack {
         self.state.lock().expect("lock").workspace.reactions()
     }
 
+    /// Streams stop taking appends this long after they start (Slack: about 5 minutes).
+    pub fn set_stream_expiry(&self, expiry: std::time::Duration) {
+        self.state
+            .lock()
+            .expect("lock")
+            .workspace
+            .set_stream_expiry(expiry);
+    }
+
+    /// The assistant calls: (method, channel, thread_ts, arguments).
+    pub fn assistant_calls(&self) -> Vec<(String, String, String, Value)> {
+        self.state
+            .lock()
+            .expect("lock")
+            .workspace
+            .assistant_calls()
+            .to_vec()
+    }
+
     /// The views the bot opened or pushed (updates applied).
     pub fn views(&self) -> Vec<Value> {
         self.state.lock().expect("lock").workspace.views().to_vec()

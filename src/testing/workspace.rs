@@ -19,6 +19,11 @@
 //!   `ephemeral` one is seen by the user only, `replace_original` / `delete_original` change
 //!   the message the request came from. Stand-ins' response URLs name their conversation:
 //!   `/commands/{team}/{channel}/{id}` and `/actions/{team}/{channel}/{message_ts}/{id}`;
+//! - a stream (`chat.startStream`) is a message of this app in its thread, without metadata,
+//!   that `chat.appendStream` extends and `chat.stopStream` ends (with its final text, blocks
+//!   and metadata); once stopped, or older than the stream expiry (Slack: about 5 minutes;
+//!   [`Workspace::set_stream_expiry`]), both answer `message_not_in_streaming_state`;
+//!   `assistant.threads.setStatus` / `setSuggestedPrompts` / `setTitle` are kept per thread;
 //! - a `trigger_id` ([`Workspace::trigger_id`]: `{epoch ms}.{n}.{hex}`, as Slack mints one per
 //!   request) opens or pushes one view, within 3 s of its minting: after that
 //!   `expired_trigger_id`, a second use `exchanged_trigger_id`.
@@ -61,6 +66,10 @@ pub struct Workspace {
     triggers: BTreeSet<String>,
     /// The views open: id → the view as Slack shows it.
     views: Vec<Value>,
+    /// How long a stream takes appends (epoch ms of its start are kept on its message).
+    stream_expiry_ms: u64,
+    /// The assistant threads' status, prompts and titles: (method, channel, thread_ts, args).
+    assistant: Vec<(String, String, String, Value)>,
 }
 
 /// What Slack's response URLs answer over HTTP: the text `ok`, or the error's code as text.
@@ -111,7 +120,19 @@ impl Workspace {
             hooks: HashMap::new(),
             triggers: BTreeSet::new(),
             views: Vec::new(),
+            stream_expiry_ms: 5 * 60 * 1000,
+            assistant: Vec::new(),
         }
+    }
+
+    /// Streams stop taking appends this long after they start (Slack: about 5 minutes).
+    pub fn set_stream_expiry(&mut self, expiry: std::time::Duration) {
+        self.stream_expiry_ms = expiry.as_millis() as u64;
+    }
+
+    /// The assistant calls made: (method, channel, thread_ts, arguments), in order.
+    pub fn assistant_calls(&self) -> &[(String, String, String, Value)] {
+        &self.assistant
     }
 
     /// A fresh `trigger_id`, as Slack mints one for each command, shortcut or action.
@@ -350,6 +371,7 @@ impl Workspace {
                             }
                         }
                         m["edited"] = json!({"user": self.identity.bot_user});
+                        m["streaming"] = false.into();
                         json!({"ok": true, "channel": channel, "ts": ts, "text": m["text"], "message": m.clone()})
                     }
                 }
@@ -389,6 +411,63 @@ impl Workspace {
                 self.ephemerals.push(args.clone());
                 let ts = self.next_ts();
                 json!({"ok": true, "message_ts": ts})
+            }
+            "chat.startStream" => {
+                let thread = text(&args["thread_ts"]);
+                if channel.is_empty() {
+                    return json!({"ok": false, "error": "channel_not_found"});
+                }
+                if thread.is_empty() {
+                    return json!({"ok": false, "error": "invalid_arguments"});
+                }
+                let ts = self.next_ts();
+                let id = &self.identity;
+                let message = json!({
+                    "channel": channel, "ts": ts, "thread_ts": thread, "user": id.bot_user,
+                    "bot_id": id.bot_id, "app_id": id.app_id, "team": id.team,
+                    "bot_profile": {"id": id.bot_id, "app_id": id.app_id, "name": "slack-once", "team_id": id.team},
+                    "text": text(&args["markdown_text"]),
+                    "streaming": true, "stream_started_ms": epoch_ms(),
+                });
+                self.messages.push(message);
+                json!({"ok": true, "channel": channel, "ts": ts})
+            }
+            "chat.appendStream" | "chat.stopStream" => {
+                let ts = text(&args["ts"]);
+                let expiry = self.stream_expiry_ms;
+                let Some(i) = self.find(&channel, &ts) else {
+                    return json!({"ok": false, "error": "message_not_found"});
+                };
+                let m = &mut self.messages[i];
+                let started = m["stream_started_ms"].as_u64().unwrap_or(0);
+                if m["streaming"] != true || epoch_ms().saturating_sub(started) > expiry {
+                    m["streaming"] = false.into();
+                    return json!({"ok": false, "error": "message_not_in_streaming_state"});
+                }
+                let more = text(&args["markdown_text"]);
+                let so_far = text(&m["text"]);
+                m["text"] = format!("{so_far}{more}").into();
+                if method == "chat.stopStream" {
+                    m["streaming"] = false.into();
+                    for key in ["blocks", "metadata"] {
+                        if !args[key].is_null() {
+                            m[key] = args[key].clone();
+                        }
+                    }
+                }
+                json!({"ok": true, "channel": channel, "ts": ts})
+            }
+            "assistant.threads.setStatus"
+            | "assistant.threads.setSuggestedPrompts"
+            | "assistant.threads.setTitle" => {
+                let channel = text(&args["channel_id"]);
+                let thread = text(&args["thread_ts"]);
+                if channel.is_empty() || thread.is_empty() {
+                    return json!({"ok": false, "error": "invalid_arguments"});
+                }
+                self.assistant
+                    .push((method.to_string(), channel, thread, args.clone()));
+                json!({"ok": true})
             }
             "views.open" | "views.push" => {
                 let trigger = text(&args["trigger_id"]);

@@ -569,7 +569,8 @@ enum KillAt {
     Claim(HoldAt),
     /// The reaction is made, its answer never comes back.
     ReactionMade,
-    /// The `n`-th intent written (1: the placeholder's, 2: the update's).
+    /// The `n`-th step write (1: the placeholder's intent, 2: the remembered answer, 3: the
+    /// update's intent).
     Intent(usize, HoldAt),
     /// The placeholder is posted, its answer never comes back.
     PlaceholderPosted,
@@ -685,8 +686,10 @@ killed_at! {
     killed_after_reacting_before_the_placeholders_intent: KillAt::Intent(1, HoldAt::BeforeForwarding);
     killed_after_the_placeholders_intent_before_posting: KillAt::Intent(1, HoldAt::AfterForwarding);
     killed_after_the_placeholder_was_posted_the_takeover_updates_the_same_message: KillAt::PlaceholderPosted;
-    killed_before_the_updates_intent: KillAt::Intent(2, HoldAt::BeforeForwarding);
-    killed_after_the_updates_intent: KillAt::Intent(2, HoldAt::AfterForwarding);
+    killed_before_the_answer_is_remembered: KillAt::Intent(2, HoldAt::BeforeForwarding);
+    killed_after_the_answer_is_remembered: KillAt::Intent(2, HoldAt::AfterForwarding);
+    killed_before_the_updates_intent: KillAt::Intent(3, HoldAt::BeforeForwarding);
+    killed_after_the_updates_intent: KillAt::Intent(3, HoldAt::AfterForwarding);
     killed_before_the_completion: KillAt::BeforeCompletion;
 }
 

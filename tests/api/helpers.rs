@@ -234,6 +234,25 @@ impl SlackStandin {
         self.base_url.trim_end_matches("/api").to_string()
     }
 
+    /// Streams stop taking appends this long after they start (Slack: about 5 minutes).
+    pub fn set_stream_expiry(&self, expiry: Duration) {
+        self.state
+            .lock()
+            .unwrap()
+            .workspace
+            .set_stream_expiry(expiry);
+    }
+
+    /// The assistant calls: (method, channel, thread_ts, arguments).
+    pub fn assistant_calls(&self) -> Vec<(String, String, String, serde_json::Value)> {
+        self.state
+            .lock()
+            .unwrap()
+            .workspace
+            .assistant_calls()
+            .to_vec()
+    }
+
     /// The views open or pushed, as Slack shows them.
     pub fn views(&self) -> Vec<serde_json::Value> {
         self.state.lock().unwrap().workspace.views().to_vec()

@@ -1,5 +1,6 @@
 //! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
 
+mod assistant;
 mod binary;
 mod bot_api;
 mod core;

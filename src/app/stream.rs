@@ -1,0 +1,204 @@
+//! Streamed answers (`chat.startStream`, `chat.appendStream`, `chat.stopStream`), exactly once.
+//!
+//! The stream's start is a journaled step whose `ts` is written to the ledger as soon as Slack
+//! answers, so a later run (a takeover after a crash, a redelivery) never starts a second one:
+//! it finds the stream in the journal (or, if the start's answer was lost, among the app's
+//! messages of the thread in the claim's window: a stream carries no metadata until stopped).
+//! Appends are buffered and not journaled one by one. The end is always two steps: the stream
+//! stopped (`message_not_in_streaming_state`, as after Slack expired it, counts as stopped),
+//! then the message replaced with the final text and blocks (`chat.update`), so whatever ran
+//! or crashed before, the thread holds one message, complete. A reader may see, during a
+//! takeover, the words the crashed run had appended, then the whole answer at once.
+
+use serde_json::{json, Value};
+
+use super::context::{Returns, Settle};
+use super::{Ctx, Error};
+use crate::slack::{Args, SlackError};
+
+/// Appends are sent once this many characters are buffered (Slack's SDKs use 256), keeping
+/// within `chat.appendStream`'s rate tier.
+pub const APPEND_BUFFER_CHARS: usize = 256;
+
+/// A streamed message in a thread: [`Ctx::stream`].
+#[derive(Debug)]
+pub struct Stream {
+    ctx: Ctx,
+    pub channel: String,
+    pub ts: String,
+    buffer: String,
+    /// An earlier run started it, or Slack no longer takes appends: what it shows is not known
+    /// here, so nothing more is appended; the end replaces it with the final text.
+    unknown: bool,
+}
+
+impl Ctx {
+    /// Starts a streamed reply in the thread `thread_ts` of `channel` (`chat.startStream`).
+    /// `recipient` (user, team) is required outside a DM. See the [module](self) for how a later
+    /// run finishes the same stream.
+    pub async fn stream(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        recipient: Option<(&str, &str)>,
+    ) -> Result<Stream, Error> {
+        let mut args = json!({"channel": channel, "thread_ts": thread_ts});
+        if let Some((user, team)) = recipient {
+            args["recipient_user_id"] = user.into();
+            args["recipient_team_id"] = team.into();
+        }
+        let made_before = self.made().await;
+        let answer = self
+            .journaled(
+                "chat.startStream",
+                args,
+                Settle::Stream { channel, thread_ts },
+                &[],
+                Returns::Ids,
+            )
+            .await?;
+        let started_here = self.made().await > made_before;
+        if started_here {
+            // The stream's ts is in the ledger before anything else happens.
+            self.record_now().await?;
+        } else {
+            tracing::info!(ts = %answer["ts"], "the stream an earlier run started: finishing it");
+        }
+        Ok(Stream {
+            ctx: self.clone(),
+            channel: answer["channel"].as_str().unwrap_or(channel).to_string(),
+            ts: answer["ts"].as_str().unwrap_or_default().to_string(),
+            buffer: String::new(),
+            unknown: !started_here,
+        })
+    }
+}
+
+impl Stream {
+    /// Appends `text` (buffered: sent by [`APPEND_BUFFER_CHARS`]). An append Slack refuses
+    /// (the stream expired: `message_not_in_streaming_state`, or any failure) ends the
+    /// appending: the end replaces the message with the final text.
+    pub async fn append(&mut self, text: &str) {
+        self.buffer.push_str(text);
+        if self.buffer.chars().count() >= APPEND_BUFFER_CHARS {
+            self.flush().await;
+        }
+    }
+
+    async fn flush(&mut self) {
+        if self.unknown || self.buffer.is_empty() {
+            self.buffer.clear();
+            return;
+        }
+        let args = json!({"channel": self.channel, "ts": self.ts, "markdown_text": self.buffer});
+        let sent = self
+            .ctx
+            .slack()
+            .api("chat.appendStream", &Args::Json(args), self.ctx.deadline())
+            .await;
+        self.buffer.clear();
+        match sent {
+            Ok(_) => {}
+            Err(SlackError::Api { code }) if code == "message_not_in_streaming_state" => {
+                tracing::info!("Slack ended the stream: the answer is finished by an update");
+                self.unknown = true;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    error = %crate::process::error_chain(&error),
+                    "an append failed: the answer is finished by an update"
+                );
+                self.unknown = true;
+            }
+        }
+    }
+
+    /// Ends the stream with the whole answer: `text` (and `blocks`, such as feedback buttons)
+    /// replace what it shows, so the message is complete whatever was appended, by this run or
+    /// by an earlier one.
+    pub async fn finish(mut self, text: &str, blocks: Option<Vec<Value>>) -> Result<(), Error> {
+        self.flush().await;
+        let stop = json!({"channel": self.channel, "ts": self.ts});
+        self.ctx
+            .journaled(
+                "chat.stopStream",
+                stop,
+                Settle::Idempotent,
+                &["message_not_in_streaming_state"],
+                Returns::Nothing,
+            )
+            .await?;
+        let mut update = json!({"channel": self.channel, "ts": self.ts, "text": text});
+        if let Some(blocks) = blocks {
+            update["blocks"] = Value::Array(blocks);
+        }
+        self.ctx
+            .journaled(
+                "chat.update",
+                update,
+                Settle::Idempotent,
+                &[],
+                Returns::Nothing,
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+impl Ctx {
+    /// `assistant.threads.setStatus`: the status under the thread's composer while the answer
+    /// is made ("is thinking…"), with `loading_messages` shown in turn; an empty status clears
+    /// it. Made again on a takeover (the same status twice).
+    pub async fn set_status(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        status: &str,
+        loading_messages: &[&str],
+    ) -> Result<(), Error> {
+        let mut args = json!({"channel_id": channel, "thread_ts": thread_ts, "status": status});
+        if !loading_messages.is_empty() {
+            args["loading_messages"] = json!(loading_messages);
+        }
+        self.assistant_call("assistant.threads.setStatus", args)
+            .await
+    }
+
+    /// `assistant.threads.setSuggestedPrompts`: prompts (title, message) offered in the thread.
+    pub async fn set_suggested_prompts(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        title: Option<&str>,
+        prompts: &[(&str, &str)],
+    ) -> Result<(), Error> {
+        let prompts: Vec<Value> = prompts
+            .iter()
+            .map(|(title, message)| json!({"title": title, "message": message}))
+            .collect();
+        let mut args = json!({"channel_id": channel, "thread_ts": thread_ts, "prompts": prompts});
+        if let Some(title) = title {
+            args["title"] = title.into();
+        }
+        self.assistant_call("assistant.threads.setSuggestedPrompts", args)
+            .await
+    }
+
+    /// `assistant.threads.setTitle`: the thread's title in the history.
+    pub async fn set_title(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        title: &str,
+    ) -> Result<(), Error> {
+        let args = json!({"channel_id": channel, "thread_ts": thread_ts, "title": title});
+        self.assistant_call("assistant.threads.setTitle", args)
+            .await
+    }
+
+    async fn assistant_call(&self, method: &str, args: Value) -> Result<(), Error> {
+        self.journaled(method, args, Settle::Idempotent, &[], Returns::Nothing)
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,465 @@
+//! The assistant example (`examples/assistant.rs`) as processes against the Slack stand-in:
+//! streamed answers, suggested prompts, the agent view; SIGKILLed before its stream starts,
+//! after `chat.startStream`, mid-appends and after `chat.stopStream`, a stream Slack expires
+//! mid-answer, a redelivered finished answer: each time one answer message, complete.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use slack_once::app::{App, Ctx, MessageEvent};
+
+use crate::helpers::*;
+
+/// The answer the stand-in model gives to `question` with `words` words.
+fn expected(question: &str, words: usize) -> String {
+    let mut answer = format!("You asked: {question}.");
+    for n in 1..=words {
+        answer.push_str(&format!(" w{n}"));
+    }
+    answer
+}
+
+/// A person's question in the DM `D0001` (the agent view's: it starts its thread; the answer
+/// goes in the thread under it, `ts_of(event_id)`).
+fn question(event_id: &str, text: &str) -> String {
+    let ts = ts_of(event_id);
+    json!({
+        "token": "unused", "team_id": TEAM, "api_app_id": APP_ID, "type": "event_callback",
+        "event_id": event_id, "event_time": 1_700_000_000,
+        "event": {"type": "message", "channel_type": "im", "user": "U0001", "text": text,
+                  "ts": ts, "channel": "D0001", "event_ts": ts},
+        "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": true}]
+    })
+    .to_string()
+}
+
+fn thread_started(event_id: &str, thread_ts: &str) -> String {
+    json!({
+        "token": "unused", "team_id": TEAM, "api_app_id": APP_ID, "type": "event_callback",
+        "event_id": event_id, "event_time": 1_700_000_000,
+        "event": {"type": "assistant_thread_started", "event_ts": "1700000000.000200",
+                  "assistant_thread": {"user_id": "U0001", "channel_id": "D0001", "thread_ts": thread_ts,
+                                       "context": {"channel_id": "C0001", "team_id": TEAM}}},
+        "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": true}]
+    })
+    .to_string()
+}
+
+fn home_opened(event_id: &str, tab: &str) -> String {
+    json!({
+        "token": "unused", "team_id": TEAM, "api_app_id": APP_ID, "type": "event_callback",
+        "event_id": event_id, "event_time": 1_700_000_000,
+        "event": {"type": "app_home_opened", "user": "U0001", "channel": "D0001", "tab": tab,
+                  "event_ts": "1700000000.000300"},
+        "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": true}]
+    })
+    .to_string()
+}
+
+/// The bot's messages in the thread, as a user sees them.
+fn answers(slack: &SlackStandin, thread_ts: &str) -> Vec<Value> {
+    slack
+        .posted()
+        .into_iter()
+        .map(|p| p.body)
+        .filter(|m| m["thread_ts"] == thread_ts)
+        .collect()
+}
+
+fn model_calls(logs: &[&BotProcess]) -> usize {
+    logs.iter()
+        .map(|p| p.log().matches("model: answering").count())
+        .sum()
+}
+
+fn model_vars(words: usize, word_ms: u64) -> Vec<(&'static str, String)> {
+    vec![
+        ("MODEL_WORDS", words.to_string()),
+        ("MODEL_WORD_MS", word_ms.to_string()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_gets_one_streamed_answer_complete_with_its_feedback_and_status_cleared() {
+    let slack = SlackStandin::start().await;
+    let mut vars = model_vars(12, 10);
+    vars.extend([
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ]);
+    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let http = HttpClient::default();
+    let thread = &ts_of("EvQ1");
+    let answer = deliver(&http, &bot.url(), &question("EvQ1", "what is once"), None).await;
+    assert_eq!(answer.outcome(), "answered", "{}", bot.log());
+    let again = deliver(
+        &http,
+        &bot.url(),
+        &question("EvQ1", "what is once"),
+        Some(1),
+    )
+    .await;
+    assert_eq!(again.outcome(), "duplicate");
+    let messages = answers(&slack, thread);
+    assert_eq!(messages.len(), 1, "one answer: {messages:?}");
+    assert_eq!(messages[0]["text"], expected("what is once", 12));
+    assert_ne!(messages[0]["streaming"], true, "stopped");
+    assert!(messages[0]["blocks"]
+        .to_string()
+        .contains("feedback_buttons"));
+    assert!(
+        slack.calls_of("chat.appendStream") >= 1,
+        "streamed as written"
+    );
+    let statuses: Vec<String> = slack
+        .assistant_calls()
+        .into_iter()
+        .filter(|(m, ..)| m == "assistant.threads.setStatus")
+        .map(|(.., args)| args["status"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(statuses, ["is thinking…", ""], "set, then cleared");
+    assert_eq!(model_calls(&[&bot]), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_start_sets_its_prompts_once_whichever_events_carry_it_and_the_agent_view_is_claimed_only_with_a_listener(
+) {
+    let slack = SlackStandin::start().await;
+    let vars = vec![
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ];
+    let assistant = BotProcess::spawn_example("assistant", &[], &vars);
+    let http = HttpClient::default();
+    let url = assistant.url();
+    let thread = "1700000000.000900";
+    assert_eq!(
+        deliver(&http, &url, &thread_started("EvT1", thread), None)
+            .await
+            .outcome(),
+        "answered"
+    );
+    // The same start under another event id (a phantom copy): one thread, one start.
+    assert_eq!(
+        deliver(&http, &url, &thread_started("EvT2", thread), None)
+            .await
+            .outcome(),
+        "duplicate"
+    );
+    let prompts: Vec<_> = slack
+        .assistant_calls()
+        .into_iter()
+        .filter(|(m, ..)| m == "assistant.threads.setSuggestedPrompts")
+        .collect();
+    assert_eq!(prompts.len(), 1);
+    assert_eq!(prompts[0].2, thread);
+    // The agent view: app_home_opened on the Messages tab is a thread start; the Home tab is not.
+    assert_eq!(
+        deliver(&http, &url, &home_opened("EvH1", "messages"), None)
+            .await
+            .outcome(),
+        "no_reply"
+    );
+    assert_eq!(
+        deliver(&http, &url, &home_opened("EvH2", "home"), None)
+            .await
+            .outcome(),
+        "no_listener"
+    );
+    // Without a listener (the reference bot), never claimed.
+    let reference = BotProcess::spawn(&vars);
+    assert_eq!(
+        deliver(
+            &http,
+            &reference.url(),
+            &home_opened("EvH3", "messages"),
+            None
+        )
+        .await
+        .outcome(),
+        "no_listener"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_slack_expires_mid_answer_is_finished_by_an_update_one_message_complete() {
+    let slack = SlackStandin::start().await;
+    slack.set_stream_expiry(Duration::from_millis(300));
+    let mut vars = model_vars(120, 8);
+    vars.extend([
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ]);
+    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let http = HttpClient::default();
+    let thread = &ts_of("EvX1");
+    let answer = deliver(&http, &bot.url(), &question("EvX1", "long"), None).await;
+    assert_eq!(answer.outcome(), "answered", "{}", bot.log());
+    let messages = answers(&slack, thread);
+    assert_eq!(messages.len(), 1);
+    assert_eq!(
+        messages[0]["text"],
+        expected("long", 120),
+        "complete, by chat.update"
+    );
+    assert!(
+        bot.log().contains("Slack ended the stream"),
+        "{}",
+        bot.log()
+    );
+}
+
+// ---------------------------------------------------------------- deferred, killed
+
+struct Deferred {
+    slack: SlackStandin,
+    dynamodb: String,
+    table: String,
+    sqs: String,
+    queue: TestQueue,
+    ingress: BotProcess,
+    words: usize,
+}
+
+impl Deferred {
+    async fn start(words: usize) -> Self {
+        let dynamodb = dynamodb_endpoint();
+        let sqs = sqs_endpoint();
+        let (table, _ledger) = fresh_table(&dynamodb).await;
+        let slack = SlackStandin::start().await;
+        let queue = TestQueue::create(&sqs, 5).await;
+        let ingress = BotProcess::spawn_example("assistant", &[], &ingress_vars(&queue, &sqs));
+        Self {
+            slack,
+            dynamodb,
+            table,
+            sqs,
+            queue,
+            ingress,
+            words,
+        }
+    }
+
+    fn worker(&self) -> BotProcess {
+        let mut vars = worker_vars(
+            &self.slack,
+            &self.dynamodb,
+            &self.table,
+            &self.queue,
+            &self.sqs,
+            3,
+            5,
+        );
+        vars.extend(model_vars(self.words, 5));
+        BotProcess::spawn_example("assistant", &["worker"], &vars)
+    }
+}
+
+/// The assistant in deferred mode, its worker SIGKILLed once `killed_at` holds of the stand-in,
+/// then another worker: one answer, complete; the model asked `model_asked` times in all.
+async fn killed(
+    event_id: &str,
+    words: usize,
+    script: (&str, Vec<Behaviour>),
+    killed_at: impl Fn(&SlackStandin) -> bool,
+    model_asked: usize,
+) {
+    let d = Deferred::start(words).await;
+    d.slack.script_method(script.0, script.1);
+    let mut a = d.worker();
+    let http = HttpClient::default();
+    let thread = &ts_of(event_id);
+    let sent = deliver(
+        &http,
+        &d.ingress.url(),
+        &question(event_id, "kill me"),
+        None,
+    )
+    .await;
+    assert_eq!(sent.outcome(), "queued");
+    assert!(
+        eventually(Duration::from_secs(20), || killed_at(&d.slack)).await,
+        "the point to kill at:\n{}",
+        a.log()
+    );
+    a.kill();
+    let b = d.worker();
+    let complete = expected("kill me", words);
+    assert!(
+        eventually(Duration::from_secs(40), || {
+            let m = answers(&d.slack, thread);
+            m.len() == 1 && m[0]["text"] == complete.as_str()
+        })
+        .await,
+        "one complete answer: {:?}\n{}",
+        answers(&d.slack, thread),
+        b.log()
+    );
+    let log = b
+        .log_when(Duration::from_secs(10), |l| {
+            l.contains("outcome=\"answered\"") || l.contains("outcome=\"recovered\"")
+        })
+        .await;
+    assert!(log.contains("queued event handled"), "{log}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(answers(&d.slack, thread).len(), 1, "one answer message");
+    assert_eq!(
+        d.slack.calls_of("chat.startStream"),
+        1,
+        "never a second stream"
+    );
+    assert_eq!(
+        model_calls(&[&a, &b]),
+        model_asked,
+        "{}\n{}",
+        a.log(),
+        b.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_before_the_stream_starts_one_answer() {
+    killed(
+        "EvKillA",
+        10,
+        ("assistant.threads.setStatus", vec![Behaviour::Hang]),
+        |s| s.calls_of("assistant.threads.setStatus") >= 1,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_start_stream_whose_answer_was_lost_the_stream_is_found_and_finished() {
+    // Slack starts the stream and its answer never comes back: the ts is not journaled, so
+    // the takeover finds the stream among the app's messages of the thread.
+    killed(
+        "EvKillB",
+        10,
+        ("chat.startStream", vec![Behaviour::PostThenHang]),
+        |s| s.calls_of("chat.startStream") >= 1,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_the_first_append_the_journaled_stream_is_finished() {
+    // 90 words: the first append goes out while the model writes, and never comes back.
+    killed(
+        "EvKillC",
+        90,
+        ("chat.appendStream", vec![Behaviour::Hang]),
+        |s| s.calls_of("chat.appendStream") >= 1,
+        2,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_appends_the_same_stream_is_finished_complete() {
+    // 150 words: several appends; the second never comes back.
+    killed(
+        "EvKillD",
+        150,
+        ("chat.appendStream", vec![Behaviour::Ok, Behaviour::Hang]),
+        |s| s.calls_of("chat.appendStream") >= 2,
+        2,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_stop_stream_the_remembered_answer_is_not_asked_again() {
+    killed(
+        "EvKillE",
+        10,
+        ("chat.update", vec![Behaviour::Hang]),
+        |s| s.calls_of("chat.update") >= 1,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_finished_answer_writes_nothing() {
+    let d = Deferred::start(5).await;
+    let worker = d.worker();
+    let http = HttpClient::default();
+    let thread = &ts_of("EvR1");
+    let body = question("EvR1", "once");
+    assert_eq!(
+        deliver(&http, &d.ingress.url(), &body, None)
+            .await
+            .outcome(),
+        "queued"
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || answers(&d.slack, thread).len()
+            == 1)
+        .await
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || worker
+            .log()
+            .contains("outcome=\"answered\""))
+        .await
+    );
+    let calls = d.slack.calls().len();
+    // Slack's retry of the same event: queued again, and the worker writes nothing.
+    assert_eq!(
+        deliver(&http, &d.ingress.url(), &body, Some(1))
+            .await
+            .outcome(),
+        "queued"
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || worker
+            .log()
+            .contains("outcome=\"duplicate\""))
+        .await,
+        "{}",
+        worker.log()
+    );
+    assert_eq!(d.slack.calls().len(), calls, "nothing written");
+    assert_eq!(answers(&d.slack, thread).len(), 1);
+    assert_eq!(model_calls(&[&worker]), 1);
+}
+
+// ---------------------------------------------------------------- remembered results
+
+#[tokio::test]
+async fn a_remembered_result_is_reused_by_the_retry_after_a_failed_post() {
+    let computed = Arc::new(AtomicUsize::new(0));
+    let count = computed.clone();
+    let app = App::new().message_where(
+        |m: &MessageEvent| m.mention,
+        move |ctx: Ctx, _m: MessageEvent| {
+            let count = count.clone();
+            async move {
+                let n: usize = ctx
+                    .remember("slow answer", async {
+                        count.fetch_add(1, Ordering::SeqCst) + 1
+                    })
+                    .await?;
+                ctx.reply(format!("computed {n}")).await?;
+                Ok(())
+            }
+        },
+    );
+    let app = spawn_bot(app).await;
+    // The post fails (Slack 503, nothing posted): released; Slack's retry answers.
+    app.slack.script([Behaviour::Status(503)]);
+    let first = app.send(&app_mention("EvRem", "hi"), None).await;
+    assert_eq!(first.status.as_u16(), 502, "{}", first.body);
+    let retry = app.send(&app_mention("EvRem", "hi"), Some(1)).await;
+    assert_eq!(retry.outcome(), "answered", "{}", retry.body);
+    assert_eq!(
+        computed.load(Ordering::SeqCst),
+        1,
+        "computed once, remembered"
+    );
+    assert_eq!(app.slack.posted()[0].body["text"], "computed 1");
+}
