@@ -110,3 +110,74 @@ mod commands {
     }
 }
 // ---- end of /once ----
+
+// ---- README: the assistant ----
+mod assistant {
+    use serde_json::{json, Value};
+    use slack_once::app::{App, AssistantThread, Ctx, HandlerResult, MessageEvent};
+
+    async fn model(question: &str) -> Vec<String> {
+        let mut words = vec![format!("You asked: {question}.")];
+        words.extend((1..=5).map(|n| format!(" w{n}")));
+        words
+    }
+
+    fn feedback() -> Value {
+        json!({"type": "context_actions", "elements": [{"type": "feedback_buttons", "action_id": "feedback",
+            "positive_button": {"text": {"type": "plain_text", "text": "Good"}, "value": "good"},
+            "negative_button": {"text": {"type": "plain_text", "text": "Bad"}, "value": "bad"}}]})
+    }
+
+    async fn started(ctx: Ctx, thread: AssistantThread) -> HandlerResult {
+        if let Some(ts) = thread.thread_ts.as_deref() {
+            let prompts = [("What is slack-once?", "What is slack-once?")];
+            ctx.set_suggested_prompts(&thread.channel_id, ts, Some("Try one of these"), &prompts)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn answer(ctx: Ctx, question: MessageEvent) -> HandlerResult {
+        let (channel, thread) = (question.channel.as_str(), question.thread());
+        ctx.set_status(channel, thread, "is thinking…", &["Reading your question…"])
+            .await?;
+        let mut stream = ctx.stream(channel, thread, None).await?; // its ts journaled at once
+        let text = ctx
+            .remember("answer", async {
+                let mut text = String::new();
+                for word in model(&question.text).await {
+                    text.push_str(&word);
+                    stream.append(&word).await; // buffered, 256 characters an append
+                }
+                text
+            })
+            .await?; // the model is asked once: a takeover gets the remembered answer
+        stream.finish(&text, Some(vec![feedback()])).await?; // stopped, then the whole answer
+        ctx.set_status(channel, thread, "", &[]).await?;
+        Ok(())
+    }
+
+    fn app() -> App {
+        App::new()
+            .assistant_thread_started(started)
+            .assistant_message(answer)
+    }
+
+    #[tokio::test]
+    async fn the_assistant_answers_once_streamed_and_complete() {
+        let bot = slack_once::testing::TestBot::start(app()).await;
+        assert_eq!(bot.dm("what is once").await, "answered");
+        let messages = bot.slack().messages();
+        assert_eq!(messages.len(), 1);
+        assert_eq!(
+            messages[0]["text"],
+            "You asked: what is once. w1 w2 w3 w4 w5"
+        );
+        assert_eq!(
+            bot.slack().assistant_calls().len(),
+            2,
+            "the status, set and cleared"
+        );
+    }
+}
+// ---- end of the assistant ----
