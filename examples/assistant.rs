@@ -93,19 +93,23 @@ async fn answer(ctx: Ctx, question: MessageEvent) -> HandlerResult {
         &["Reading your question…", "Writing…"],
     )
     .await?;
-    let mut stream = ctx.stream(&channel, &thread, None).await?;
+    // The recipient: Slack asks for it outside a DM, and some workspaces in DMs too.
+    let recipient = question.user.as_deref().zip(ctx.team());
+    let mut stream = ctx.stream(&channel, &thread, recipient).await?;
     let text = ctx
         .remember("answer", model.answer(&question.text, &mut stream))
         .await?;
     stream
-        .finish(&text, Some(vec![section(&text), feedback()]))
+        .finish(&text, Some(vec![markdown(&text), feedback()]))
         .await?;
     ctx.set_status(&channel, &thread, "", &[]).await?;
     Ok(())
 }
 
-fn section(text: &str) -> Value {
-    json!({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+/// The answer as a `markdown` block (up to 12,000 characters, rendered as the model wrote it;
+/// a `section` holds 3,000).
+fn markdown(text: &str) -> Value {
+    json!({"type": "markdown", "text": text})
 }
 
 fn app() -> App {

@@ -687,6 +687,13 @@ impl SlackClient {
         params.extend(query.oldest.map(|o| ("oldest", o)));
         params.extend(query.latest.map(|l| ("latest", l)));
         let mut cursor: Option<String> = None;
+        // Adopting a stream: this app's messages without slack-once's names, in the window,
+        // other than the thread's parent. One is the stream; several cannot be told apart.
+        let mut unmarked: Vec<String> = Vec::new();
+        let after_oldest = |ts: &str| match (query.oldest.and_then(ts_micros), ts_micros(ts)) {
+            (Some(oldest), Some(ts)) => ts >= oldest,
+            _ => true,
+        };
         loop {
             let mut all = params.clone();
             if let Some(c) = cursor.as_deref() {
@@ -707,16 +714,27 @@ impl SlackClient {
                         .expect("a valid request")
                 })
                 .await?;
-            let found = history.messages.into_iter().find_map(|m| {
+            let mut found = None;
+            for m in history.messages {
                 if !query.app.posted(&m) {
-                    return None;
+                    continue;
                 }
                 match m.metadata.as_ref().and_then(metadata_names) {
-                    Some(names) => (names == (query.key, u64::from(query.step))).then_some(m.ts),
+                    Some(names) if names == (query.key, u64::from(query.step)) => {
+                        found = Some(m.ts);
+                        break;
+                    }
+                    Some(_) => {}
                     // A stream carries no metadata until it is stopped.
-                    None => query.adopt_unmarked.then_some(m.ts),
+                    None if query.adopt_unmarked
+                        && Some(m.ts.as_str()) != query.thread_ts
+                        && after_oldest(&m.ts) =>
+                    {
+                        unmarked.push(m.ts)
+                    }
+                    None => {}
                 }
-            });
+            }
             if let Some(ts) = found {
                 return Ok(Some(Found { channel, ts }));
             }
@@ -725,7 +743,19 @@ impl SlackClient {
                 .and_then(|m| m.next_cursor)
                 .filter(|c| !c.is_empty());
             match (history.has_more, next) {
-                (false, _) => return Ok(None),
+                (false, _) => {
+                    return match unmarked.len() {
+                        0 => Ok(None),
+                        1 => Ok(Some(Found {
+                            channel,
+                            ts: unmarked.remove(0),
+                        })),
+                        n => Err(SlackError::InvalidResponse(
+                            format!("{n} unmarked messages of this app in the window: which is the stream cannot be told")
+                                .into(),
+                        )),
+                    }
+                }
                 (true, Some(next)) => cursor = Some(next),
                 // More messages that cannot be reached: "not found" would be a guess.
                 (true, None) => {
@@ -808,6 +838,13 @@ impl SlackClient {
 enum Answer<T> {
     Done(T),
     RateLimited(Duration),
+}
+
+/// A Slack `ts` as microseconds (`"1700000000.000100"` → 1700000000000100).
+fn ts_micros(ts: &str) -> Option<u128> {
+    let (secs, frac) = ts.split_once('.').unwrap_or((ts, "0"));
+    let frac = format!("{frac:0<6}");
+    Some(secs.parse::<u128>().ok()? * 1_000_000 + frac.get(..6)?.parse::<u128>().ok()?)
 }
 
 /// A user's id (`U…`, or `W…` on Enterprise Grid), where Slack takes one for a channel.

@@ -141,7 +141,8 @@ mod assistant {
         let (channel, thread) = (question.channel.as_str(), question.thread());
         ctx.set_status(channel, thread, "is thinking…", &["Reading your question…"])
             .await?;
-        let mut stream = ctx.stream(channel, thread, None).await?; // its ts journaled at once
+        let recipient = question.user.as_deref().zip(ctx.team()); // asked for outside a DM
+        let mut stream = ctx.stream(channel, thread, recipient).await?; // its ts journaled at once
         let text = ctx
             .remember("answer", async {
                 let mut text = String::new();
@@ -152,7 +153,8 @@ mod assistant {
                 text
             })
             .await?; // the model is asked once: a takeover gets the remembered answer
-        stream.finish(&text, Some(vec![feedback()])).await?; // stopped, then the whole answer
+        let blocks = vec![json!({"type": "markdown", "text": text}), feedback()];
+        stream.finish(&text, Some(blocks)).await?; // stopped, then the whole answer
         ctx.set_status(channel, thread, "", &[]).await?;
         Ok(())
     }

@@ -82,6 +82,11 @@ pub enum Error {
     /// text rather than one per token).
     #[error("step {step} would make the event's journal larger than it may grow ({MAX_STEPS} steps, {MAX_JOURNAL_BYTES} bytes)")]
     JournalFull { step: u32 },
+    /// A write (`method`) was made from inside the computation [`Ctx::remember`] runs at step
+    /// `step`: a run that finds the result remembered would not make it, so the listener's
+    /// writes would differ between runs. Write before or after `remember`.
+    #[error("{method} was called inside the computation remembered at step {step}: write before or after ctx.remember")]
+    InsideRemember { step: u32, method: String },
 }
 
 /// How a step whose fate is unknown is settled by a later claim.
@@ -138,6 +143,9 @@ pub(crate) struct Steps {
     pub started: Instant,
     /// The claim's lease end (epoch ms), written into each intent.
     pub lease_until_ms: u64,
+    /// The step of a [`Ctx::remember`] whose computation is running: no write may be made
+    /// from inside it.
+    pub remembering: Option<u32>,
     /// The step this claim's own began window stands for (the lowest absent from the journal):
     /// while the claim has written nothing since, that step needs no intent of its own.
     covered: u32,
@@ -186,6 +194,7 @@ impl Steps {
             began_stands: true,
             began_settled: false,
             provisional: false,
+            remembering: None,
             in_flight: None,
         }
     }
@@ -386,6 +395,8 @@ struct Acking {
 
 struct Inner {
     source: Source,
+    /// The claim's ledger key (the steps' own, kept here for the names of messages).
+    key: EventId,
     acking: std::sync::Mutex<Acking>,
     /// Told when the listener acknowledges (deferred mode's ingress waits for it).
     acked: tokio::sync::Notify,
@@ -421,9 +432,11 @@ impl Ctx {
         steps: Steps,
     ) -> Self {
         let wall_deadline = SystemTime::now() + deadline.saturating_duration_since(Instant::now());
+        let key = steps.key.clone();
         Self {
             inner: Arc::new(Inner {
                 source,
+                key,
                 acking: std::sync::Mutex::new(Acking {
                     mode: ack_mode,
                     ack: None,
@@ -885,30 +898,46 @@ impl Ctx {
             Some(StepRecord::Began { .. }) => steps.began_settled = true,
             _ => {}
         }
-        // Computed with the steps held: the listener's steps run one at a time.
+        // Computed without the steps held, so that a write inside is refused at once rather
+        // than waiting: a remembered computation must not write (a replay would skip it).
+        steps.remembering = Some(step);
+        drop(steps);
         let value = compute.await;
+        let mut steps = self.inner.steps.lock().await;
+        steps.remembering = None;
         let result = serde_json::to_string(&value)
             .map_err(|e| Error::Slack(SlackError::InvalidResponse(Box::new(e))))?;
-        if result.len() > MAX_REMEMBERED_BYTES || steps.provisional {
-            if !steps.provisional {
-                tracing::warn!(
+        if steps.provisional {
+            // Deferred mode's ingress has no claim: the result goes to the worker with the
+            // request (its journal is seeded with it).
+            if result.len() <= MAX_REMEMBERED_BYTES {
+                steps.unrecorded.push(Settled::Done {
                     step,
-                    name,
-                    bytes = result.len(),
-                    limit = MAX_REMEMBERED_BYTES,
-                    "too large to remember: a later run computes it again"
-                );
+                    result,
+                    op: Some(op),
+                });
             }
-            // Deferred mode's ingress has no claim to write to: the worker computes it.
             return Ok(value);
         }
         let record = StepRecord::Done {
             result,
             op: Some(op),
         };
-        let after = steps.after(step, &record);
-        if journal_bytes(&after) > MAX_JOURNAL_BYTES {
-            return Err(Error::JournalFull { step });
+        let too_large = match &record {
+            StepRecord::Done { result, .. } => result.len() > MAX_REMEMBERED_BYTES,
+            _ => false,
+        };
+        if too_large || journal_bytes(&steps.after(step, &record)) > MAX_JOURNAL_BYTES {
+            // Not a write to Slack: nothing is lost by not keeping it, but a later run
+            // computes it again.
+            tracing::warn!(
+                step,
+                name,
+                limit = MAX_REMEMBERED_BYTES,
+                journal_limit = MAX_JOURNAL_BYTES,
+                "too large to remember: a later run computes it again"
+            );
+            return Ok(value);
         }
         let now_ms = steps.now_ms();
         let held = Held {
@@ -1023,6 +1052,21 @@ impl Ctx {
         self.step(method, args, settle, benign, returns).await
     }
 
+    /// The number the next step will have.
+    pub(crate) async fn next_step(&self) -> u32 {
+        self.inner.steps.lock().await.next
+    }
+
+    /// slack-once's names for a message made at `step` (for its metadata).
+    pub(crate) fn names(&self, step: u32) -> Value {
+        json!({
+            "key": self.inner.key.as_str(),
+            "event_id": self.inner.source.id(),
+            "step": step,
+            "version": self.inner.version,
+        })
+    }
+
     /// How many writes this claim has made to Slack so far.
     pub(crate) async fn made(&self) -> u32 {
         self.inner.steps.lock().await.tally.made
@@ -1046,6 +1090,12 @@ impl Ctx {
         let mut steps = self.inner.steps.lock().await;
         if steps.closed {
             return Err(Error::Closed);
+        }
+        if let Some(remembering) = steps.remembering {
+            return Err(Error::InsideRemember {
+                step: remembering,
+                method: method.to_string(),
+            });
         }
         let step = steps.next;
         steps.next += 1;

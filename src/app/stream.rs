@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::context::{Returns, Settle};
 use super::{Ctx, Error};
-use crate::slack::{Args, SlackError};
+use crate::slack::{post_metadata, Args, SlackError};
 
 /// Appends are sent once this many characters are buffered (Slack's SDKs use 256), keeping
 /// within `chat.appendStream`'s rate tier.
@@ -26,6 +26,9 @@ pub struct Stream {
     ctx: Ctx,
     pub channel: String,
     pub ts: String,
+    /// The start's step: the finished message is marked with it, so no later look-up takes
+    /// it for another stream.
+    step: u32,
     buffer: String,
     /// An earlier run started it, or Slack no longer takes appends: what it shows is not known
     /// here, so nothing more is appended; the end replaces it with the final text.
@@ -48,6 +51,7 @@ impl Ctx {
             args["recipient_team_id"] = team.into();
         }
         let made_before = self.made().await;
+        let step = self.next_step().await;
         let answer = self
             .journaled(
                 "chat.startStream",
@@ -68,6 +72,7 @@ impl Ctx {
             ctx: self.clone(),
             channel: answer["channel"].as_str().unwrap_or(channel).to_string(),
             ts: answer["ts"].as_str().unwrap_or_default().to_string(),
+            step,
             buffer: String::new(),
             unknown: !started_here,
         })
@@ -113,22 +118,30 @@ impl Stream {
         }
     }
 
-    /// Ends the stream with the whole answer: `text` (and `blocks`, such as feedback buttons)
-    /// replace what it shows, so the message is complete whatever was appended, by this run or
-    /// by an earlier one.
+    /// Ends the stream with the whole answer: `text` (and `blocks`: give the answer a
+    /// `markdown` block, which holds 12,000 characters, beside feedback buttons; with blocks,
+    /// `text` is only the notification's) replace what it shows, so the message is complete
+    /// whatever was appended, by this run or by an earlier one. Both writes carry slack-once's
+    /// names in the message's metadata: no later look-up takes it for another stream.
     pub async fn finish(mut self, text: &str, blocks: Option<Vec<Value>>) -> Result<(), Error> {
         self.flush().await;
-        let stop = json!({"channel": self.channel, "ts": self.ts});
+        let metadata = post_metadata(None, self.ctx.names(self.step));
+        let mut stop = json!({"channel": self.channel, "ts": self.ts, "metadata": metadata});
+        if let Some(blocks) = &blocks {
+            stop["blocks"] = Value::Array(blocks.clone());
+        }
         self.ctx
             .journaled(
                 "chat.stopStream",
                 stop,
                 Settle::Idempotent,
-                &["message_not_in_streaming_state"],
+                // Slack expired it, or the user pressed stop: the update below still ends it.
+                &["message_not_in_streaming_state", "stopped_by_user"],
                 Returns::Nothing,
             )
             .await?;
-        let mut update = json!({"channel": self.channel, "ts": self.ts, "text": text});
+        let mut update =
+            json!({"channel": self.channel, "ts": self.ts, "text": text, "metadata": metadata});
         if let Some(blocks) = blocks {
             update["blocks"] = Value::Array(blocks);
         }

@@ -139,6 +139,7 @@ pub(super) fn listener_failed(name: &str, error: BotError) -> ProcessError {
             StepError::Closed => ProcessError::Deadline,
             e @ StepError::Nondeterministic { .. } => ProcessError::Nondeterministic(Box::new(e)),
             e @ StepError::JournalFull { .. } => ProcessError::JournalFull(Box::new(e)),
+            e @ StepError::InsideRemember { .. } => ProcessError::Nondeterministic(Box::new(e)),
         },
         Err(error) => {
             tracing::warn!(listener = name, error = %error, "the listener failed");

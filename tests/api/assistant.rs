@@ -463,3 +463,107 @@ async fn a_remembered_result_is_reused_by_the_retry_after_a_failed_post() {
     );
     assert_eq!(app.slack.posted()[0].body["text"], "computed 1");
 }
+
+// ---------------------------------------------------------------- in-process
+
+/// The README's assistant, with a model of `words` words.
+fn assistant_app(words: usize) -> App {
+    App::new().assistant_message(move |ctx: Ctx, q: MessageEvent| async move {
+        let (channel, thread) = (q.channel.clone(), q.thread().to_string());
+        let mut stream = ctx.stream(&channel, &thread, None).await?;
+        let text = ctx
+            .remember("answer", async {
+                let mut text = format!("You asked: {}.", q.text);
+                stream.append(&text.clone()).await;
+                for n in 1..=words {
+                    let word = format!(" w{n}");
+                    text.push_str(&word);
+                    stream.append(&word).await;
+                }
+                text
+            })
+            .await?;
+        stream.finish(&text, None).await?;
+        Ok(())
+    })
+}
+
+/// A question in the thread `thread_ts` of D0001 (a follow-up).
+fn follow_up(event_id: &str, text: &str, thread_ts: &str) -> String {
+    let mut v: Value = serde_json::from_str(&question(event_id, text)).unwrap();
+    v["event"]["thread_ts"] = thread_ts.into();
+    v.to_string()
+}
+
+#[tokio::test]
+async fn a_lost_stream_start_is_found_among_unmarked_messages_never_taking_an_earlier_answer() {
+    let app = spawn_app_with(Options {
+        vars: vec![("DEDUP_LEASE_SECONDS", "2".to_string())],
+        app: Some(assistant_app(8)),
+        ..Default::default()
+    })
+    .await;
+    // The first question is answered, its stream finished and marked.
+    let thread = ts_of("EvF1");
+    assert_eq!(
+        app.send(&question("EvF1", "first"), None).await.outcome(),
+        "answered"
+    );
+    // A follow-up in the same thread: Slack starts its stream and the answer never comes back.
+    app.slack
+        .script_method("chat.startStream", [Behaviour::PostThenHang]);
+    let hung = app.send(&follow_up("EvF2", "second", &thread), None).await;
+    assert_eq!(hung.status.as_u16(), 504, "{}", hung.body);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let retry = app
+        .send(&follow_up("EvF2", "second", &thread), Some(1))
+        .await;
+    assert_eq!(retry.status.as_u16(), 200, "{}", retry.body);
+    let texts: Vec<String> = answers(&app.slack, &thread)
+        .iter()
+        .map(|m| m["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        texts,
+        [expected("first", 8), expected("second", 8)],
+        "each answer whole, the first untouched"
+    );
+    assert_eq!(app.slack.calls_of("chat.startStream"), 2, "no third stream");
+}
+
+#[tokio::test]
+async fn a_write_inside_a_remembered_computation_is_refused_at_once() {
+    let app = spawn_bot(
+        App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+            let inner = ctx.clone();
+            let _: String = ctx
+                .remember("answer", async move {
+                    // A write here would be skipped by a run that finds the result remembered.
+                    let _ = inner.say("inside").await;
+                    "x".to_string()
+                })
+                .await?;
+            ctx.say(format!("after {}", q.text)).await?;
+            Ok(())
+        }),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let answer = app.send(&question("EvIn", "q"), None).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "no wait for a deadline"
+    );
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    let posted: Vec<String> = app
+        .slack
+        .posted()
+        .iter()
+        .map(|p| p.body["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        posted,
+        ["after q"],
+        "the write inside was refused, not made"
+    );
+}
