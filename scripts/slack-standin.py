@@ -48,6 +48,10 @@ Endpoints for scripts (JSON bodies):
   POST /_standin/foreign  {channel, text, thread_ts?, metadata?, app_id?, bot_id?, user?}
                           a message of ANOTHER app (default A0999OTHER / B0999OTHER)
   POST /_standin/chatter  {channel, thread_ts?, count}  count people's messages, newest of all
+  POST /_standin/script   {method, behaviours: ["ok" | "hang" | "post_then_hang" | "fail:CODE", …]}
+                          the next calls of a Web API method (or "response_url") behave so: hang
+                          never answers (and changes nothing), post_then_hang applies the call and
+                          never answers, fail:CODE answers ok:false with CODE; then, normally
   GET  /_standin/state    {messages (by channel, oldest first), ephemerals, reactions, calls}
 Each call is printed on one line (method, whether a bearer token came, arguments); never a token.
 
@@ -78,6 +82,7 @@ hooks = {}         # response URL path -> [uses, first use (monotonic)]
 triggers = set()   # trigger ids spent
 views = {}         # view id -> the view as Slack shows it
 assistant = []     # assistant.threads.* calls: {method, channel_id, thread_ts, args}
+scripts = {}       # method -> deque of scripted behaviours (POST /_standin/script)
 last_us = 0        # the newest ts handed out or stored, in microseconds
 
 
@@ -506,6 +511,12 @@ def standin(path, body):
         m = bot_post(channel, body, body.get("app_id") or "A0999OTHER",
                      body.get("bot_id") or "B0999OTHER", body.get("user") or "U0999OTHER", "other-app")
         return {"ok": True, "channel": channel, "ts": m["ts"]}
+    if path == "/_standin/script":
+        behaviours = body.get("behaviours") or []
+        if not body.get("method") or not all(isinstance(b, str) for b in behaviours):
+            raise Fail("invalid_arguments")
+        scripts.setdefault(str(body["method"]), deque()).extend(behaviours)
+        return {"ok": True}
     if path == "/_standin/chatter":
         people = ["U0123USER", "U0124USER", "U0125USER"]
         made = [person(body.get("channel"), f"chatter {i + 1}", people[i % 3],
@@ -520,8 +531,23 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         authorization = self.headers.get("Authorization", "")
         bearer = authorization[7:].strip() or None if authorization.startswith("Bearer ") else None
+        scripted = None
+        if not url.path.startswith("/_standin/"):
+            method = ("response_url" if url.path.startswith(("/commands/", "/actions/"))
+                      else url.path.rstrip("/").rsplit("/", 1)[-1])
+            with LOCK:
+                queue = scripts.get(method)
+                scripted = queue.popleft() if queue else None
+            if scripted == "hang":
+                print(f"-- {method}: scripted to hang (not applied, never answered)", flush=True)
+                time.sleep(3600)
+                return
         with LOCK:
-            status, headers, answer, shown_args = self.answer(url, raw, bearer)
+            if scripted and scripted.startswith("fail:"):
+                code = scripted[5:] or "internal_error"
+                status, headers, answer, shown_args = 200, {}, {"ok": False, "error": code}, {}
+            else:
+                status, headers, answer, shown_args = self.answer(url, raw, bearer)
             if url.path != "/_standin/state":
                 method = (url.path[1:] if url.path.startswith("/_standin/")
                           else "response_url" if url.path.startswith(("/commands/", "/actions/"))
@@ -535,6 +561,10 @@ class Handler(BaseHTTPRequestHandler):
             # Response URLs answer as Slack's do: the text "ok", or the error's code as text.
             data = ("ok" if answer.get("ok") else answer.get("error", "")).encode() if hook \
                 else json.dumps(answer).encode()
+        if scripted == "post_then_hang":
+            print("-- scripted to hang after applying the call", flush=True)
+            time.sleep(3600)
+            return
         self.send_response(status)
         for k, v in {"Content-Type": "text/plain" if hook else "application/json; charset=utf-8",
                      "Content-Length": str(len(data)), **headers}.items():
