@@ -520,6 +520,35 @@ impl Ctx {
             .filter(|c| c.is_object())
     }
 
+    /// The assistant thread's context for any event of the thread: as the event carries it
+    /// (`assistant_thread_started`, `assistant_thread_context_changed`), or, for a message in
+    /// the thread, as the latest of those events left it (kept beside the claims by an app
+    /// with an assistant's listener; `None` when none was seen, as in the agent view).
+    pub async fn thread_context(&self) -> Result<Option<Value>, Error> {
+        if let Some(context) = self.assistant_context() {
+            return Ok(Some(context.clone()));
+        }
+        let (Some((channel, Some(thread))), Some(team)) =
+            (self.inner.source.conversation(), self.team())
+        else {
+            return Ok(None);
+        };
+        let Some(key) = crate::pipeline::thread_context_key(team, &channel, &thread) else {
+            return Ok(None);
+        };
+        let ledger = self.inner.steps.lock().await.ledger.clone();
+        let now_ms = crate::pipeline::unix_ms(SystemTime::now());
+        let note = tokio::time::timeout_at(self.inner.deadline, ledger.note(&key, now_ms))
+            .await
+            .map_err(|_| {
+                Error::Ledger(LedgerError::Unavailable(
+                    "the ledger did not answer before the deadline".into(),
+                ))
+            })?
+            .map_err(Error::Ledger)?;
+        Ok(note.and_then(|n| serde_json::from_str(&n).ok()))
+    }
+
     /// The bot's own user id in this workspace (events name it; interactions do not).
     pub fn bot_user_id(&self) -> Option<&str> {
         self.inner.source.bot_user_id()

@@ -379,6 +379,8 @@ pub(crate) fn message_view(cb: &EventCallback) -> Option<MessageEvent> {
 pub struct App {
     listeners: Vec<Listener>,
     interactive: Vec<InteractiveListener>,
+    /// An assistant listens: the threads' contexts are kept ([`Ctx::thread_context`]).
+    assistant: bool,
 }
 
 impl std::fmt::Debug for App {
@@ -522,32 +524,40 @@ impl App {
     }
 
     /// See [`Listener::assistant_thread_started`].
-    pub fn assistant_thread_started<F, Fut>(self, handler: F) -> Self
+    pub fn assistant_thread_started<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
+        self.assistant = true;
         self.listen(Listener::assistant_thread_started(handler))
     }
 
     /// See [`Listener::assistant_thread_context_changed`].
-    pub fn assistant_thread_context_changed<F, Fut>(self, handler: F) -> Self
+    pub fn assistant_thread_context_changed<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
+        self.assistant = true;
         self.listen(Listener::assistant_thread_context_changed(handler))
     }
 
     /// A person's message to the assistant: any direct message from a person (in an assistant
     /// thread or the agent view's DM), as [`App::message_where`] with [`MessageEvent::is_dm`].
     /// Answer in its thread ([`MessageEvent::thread`]).
-    pub fn assistant_message<F, Fut>(self, handler: F) -> Self
+    pub fn assistant_message<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(Ctx, MessageEvent) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
+        self.assistant = true;
         self.message_where(|m: &MessageEvent| m.is_dm() && !m.is_from_bot(), handler)
+    }
+
+    /// Whether the app has an assistant's listener: the threads' contexts are then kept.
+    pub(crate) fn keeps_thread_contexts(&self) -> bool {
+        self.assistant
     }
 
     pub fn channel_created<F, Fut>(self, handler: F) -> Self

@@ -64,6 +64,10 @@ pub mod attr {
     pub const BEGAN: &str = "began";
     /// A message's completion: the ids of the listeners that ran (space-separated).
     pub const RAN: &str = "ran";
+    /// A note's value (`actx-…`: an assistant thread's context, as JSON).
+    pub const NOTE: &str = "note";
+    /// When the note was written (epoch ms): an older write never replaces a newer one.
+    pub const NOTE_AT: &str = "note_at";
 }
 
 const STEP_DONE: &str = "done";
@@ -556,6 +560,63 @@ impl Ledger for DynamoLedger {
             }
             Err(e) => Err(write_failed(e)),
         }
+    }
+
+    async fn set_note(
+        &self,
+        key: &crate::envelope::EventId,
+        value: &str,
+        at_ms: u64,
+        expires_at_s: u64,
+    ) -> Result<(), LedgerError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(attr::PK, s(key.as_str()))
+            .item(attr::NOTE, s(value))
+            .item(attr::NOTE_AT, n(at_ms))
+            .item(attr::EXPIRES_AT, n(expires_at_s))
+            .condition_expression(
+                "attribute_not_exists(#pk) OR #note_at <= :at OR #expires_at < :now_s",
+            )
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#note_at", attr::NOTE_AT)
+            .expression_attribute_names("#expires_at", attr::EXPIRES_AT)
+            .expression_attribute_values(":at", n(at_ms))
+            .expression_attribute_values(":now_s", n(at_ms / 1000))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // A note written later stands.
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(unavailable(e.into_service_error())),
+        }
+    }
+
+    async fn note(
+        &self,
+        key: &crate::envelope::EventId,
+        now_ms: u64,
+    ) -> Result<Option<String>, LedgerError> {
+        let Some(item) = self.get_item(key.as_str()).await? else {
+            return Ok(None);
+        };
+        let live = item
+            .get(attr::EXPIRES_AT)
+            .and_then(number)
+            .is_some_and(|at| at > now_ms / 1000);
+        Ok(item
+            .get(attr::NOTE)
+            .and_then(|v| v.as_s().ok())
+            .filter(|_| live)
+            .cloned())
     }
 
     async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {

@@ -39,6 +39,8 @@ struct Entries {
     map: HashMap<EventId, Entry>,
     /// Aliases: the key each belongs to, and when it expires (epoch seconds).
     aliases: HashMap<EventId, (EventId, u64)>,
+    /// Notes: the value, when it was written (epoch ms) and when it expires (epoch seconds).
+    notes: HashMap<EventId, (String, u64, u64)>,
     /// Size at which the next claim sweeps (0 until the first claim sets it).
     sweep_at: usize,
 }
@@ -221,6 +223,35 @@ impl Ledger for MemoryLedger {
                 Ok(Alias::Ours)
             }
         }
+    }
+
+    async fn set_note(
+        &self,
+        key: &EventId,
+        value: &str,
+        at_ms: u64,
+        expires_at_s: u64,
+    ) -> Result<(), LedgerError> {
+        let mut entries = self.entries.lock().expect("ledger lock");
+        let newer = entries
+            .notes
+            .get(key)
+            .is_some_and(|(_, written, expires)| *written > at_ms && *expires > at_ms / 1000);
+        if !newer {
+            entries
+                .notes
+                .insert(key.clone(), (value.to_string(), at_ms, expires_at_s));
+        }
+        Ok(())
+    }
+
+    async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError> {
+        let entries = self.entries.lock().expect("ledger lock");
+        Ok(entries
+            .notes
+            .get(key)
+            .filter(|(_, _, expires)| *expires > now_ms / 1000)
+            .map(|(value, ..)| value.clone()))
     }
 
     async fn finish(

@@ -408,6 +408,20 @@ pub trait Ledger: Send + Sync + 'static {
     /// absent. Sent again after its answer was lost, it finds itself written: `Ours`.
     async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError>;
 
+    /// Keeps `value` under `key` beside the claims (an assistant thread's context: `actx-…`),
+    /// unless a note written at a later `at_ms` is there already; it expires at `expires_at_s`
+    /// like a claim. Idempotent: sent again, it changes nothing.
+    async fn set_note(
+        &self,
+        key: &EventId,
+        value: &str,
+        at_ms: u64,
+        expires_at_s: u64,
+    ) -> Result<(), LedgerError>;
+
+    /// The note under `key`, unless none was written or it is past its TTL.
+    async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError>;
+
     /// Ends the owner's claim, recording `settled` with it. Sent again after its answer was
     /// lost, a finish that finds itself applied succeeds.
     async fn finish(

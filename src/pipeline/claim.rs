@@ -178,6 +178,11 @@ impl LedgerKeys {
     }
 }
 
+/// The key of an assistant thread's context note: team, channel and the thread's `ts`.
+pub(crate) fn thread_context_key(team: &str, channel: &str, thread_ts: &str) -> Option<EventId> {
+    ledger_key(&format!("actx-{team}-{channel}-{thread_ts}"))
+}
+
 /// The ledger keys of `callback` (primary, alias), as a claim derives them: for the fuzzers.
 #[doc(hidden)]
 pub fn ledger_keys(callback: &EventCallback, by_message: bool) -> (EventId, Option<EventId>) {

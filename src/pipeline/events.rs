@@ -12,6 +12,47 @@ use crate::envelope::EventCallback;
 use crate::ledger::OwnerToken;
 
 impl Processor {
+    /// An assistant thread's start or context change: its context (the channel the user is
+    /// looking at) is kept beside the claims, for the thread's later messages
+    /// ([`crate::app::Ctx::thread_context`]), when the app has an assistant's listener. A
+    /// failure is logged: the event is answered all the same.
+    async fn keep_thread_context(&self, callback: &EventCallback, delivery: &EventDelivery<'_>) {
+        let event = &callback.event;
+        if !self.app.keeps_thread_contexts()
+            || !matches!(
+                event.kind.as_str(),
+                "assistant_thread_started" | "assistant_thread_context_changed"
+            )
+        {
+            return;
+        }
+        let context = event.raw["assistant_thread"]["context"].clone();
+        let (Some(channel), Some(thread)) = (event.channel.as_deref(), event.thread_ts.as_deref())
+        else {
+            return;
+        };
+        let team = callback.team().unwrap_or("-");
+        let Some(key) = super::claim::thread_context_key(team, channel, thread) else {
+            return;
+        };
+        // Ordered by the event's own time: a retry of an older change does not undo a newer.
+        let at_ms = event
+            .event_ts
+            .as_deref()
+            .and_then(|ts| ts.split('.').next()?.parse::<u64>().ok())
+            .map(|s| s * 1000)
+            .unwrap_or_else(|| unix_ms(delivery.now));
+        let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
+        let context = context.to_string();
+        let write = self.ledger.set_note(&key, &context, at_ms, expires_at_s);
+        match tokio::time::timeout(std::time::Duration::from_millis(800), write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %super::error_chain(&e), "the thread's context could not be kept")
+            }
+            Err(_) => tracing::warn!("the thread's context could not be kept in time"),
+        }
+    }
     /// Names the event on the current span, then routes it to the listeners that take it; the
     /// outcome instead when it is not to be answered (the bot's own message, an edit…, or no
     /// listener takes it): it is then neither queued nor claimed.
@@ -46,6 +87,7 @@ impl Processor {
         if let Some(reason) = delivery.retry_reason {
             span.record("retry_reason", reason);
         }
+        self.keep_thread_context(callback, delivery).await;
         let route = match self.screen(callback) {
             Ok(route) => route,
             Err(outcome) => return Ok(outcome),

@@ -25,6 +25,7 @@ mod verify;
 mod work;
 
 pub use claim::ledger_keys;
+pub(crate) use claim::thread_context_key;
 pub use interactions::ACK_BUDGET;
 
 use std::sync::Arc;

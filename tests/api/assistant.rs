@@ -567,3 +567,92 @@ async fn a_write_inside_a_remembered_computation_is_refused_at_once() {
         "the write inside was refused, not made"
     );
 }
+
+fn context_changed(event_id: &str, thread_ts: &str, channel: &str, event_ts: &str) -> String {
+    let mut v: Value = serde_json::from_str(&thread_started(event_id, thread_ts)).unwrap();
+    v["event"]["type"] = "assistant_thread_context_changed".into();
+    v["event"]["event_ts"] = event_ts.into();
+    v["event"]["assistant_thread"]["context"]["channel_id"] = channel.into();
+    v.to_string()
+}
+
+/// An assistant that says which channel the user is looking at.
+fn context_app() -> App {
+    App::new()
+        .assistant_thread_started(|_ctx: Ctx, _t: slack_once::app::AssistantThread| async {
+            Ok(())
+        })
+        .assistant_message(|ctx: Ctx, _q: MessageEvent| async move {
+            let context = ctx.thread_context().await?;
+            let channel = context
+                .as_ref()
+                .and_then(|c| c["channel_id"].as_str())
+                .unwrap_or("nowhere");
+            ctx.reply(format!("you are looking at {channel}")).await?;
+            Ok(())
+        })
+}
+
+async fn the_thread_context_follows_the_thread(ledger: Arc<dyn slack_once::ledger::Ledger>) {
+    let app = spawn_app_with(Options {
+        ledger: Some(ledger),
+        app: Some(context_app()),
+        ..Default::default()
+    })
+    .await;
+    let thread = "1700000000.000111";
+    assert_eq!(
+        app.send(&thread_started("EvC1", thread), None)
+            .await
+            .outcome(),
+        "no_reply"
+    );
+    let said = |n: usize| {
+        app.slack.posted()[n].body["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        app.send(&follow_up("EvC2", "where", thread), None)
+            .await
+            .outcome(),
+        "answered"
+    );
+    assert_eq!(said(0), "you are looking at C0001");
+    // The user looks at another channel; a retry of an older change comes late.
+    let newer = context_changed("EvC3", thread, "C0002", "1700000100.000100");
+    let older = context_changed("EvC4", thread, "C0009", "1700000050.000100");
+    assert_eq!(app.send(&newer, None).await.outcome(), "no_listener");
+    assert_eq!(app.send(&older, None).await.outcome(), "no_listener");
+    assert_eq!(
+        app.send(&follow_up("EvC5", "and now", thread), None)
+            .await
+            .outcome(),
+        "answered"
+    );
+    assert_eq!(
+        said(1),
+        "you are looking at C0002",
+        "the latest change, not the late one"
+    );
+    // Another thread has a context of its own, or none.
+    assert_eq!(
+        app.send(&follow_up("EvC6", "elsewhere", "1700000000.000999"), None)
+            .await
+            .outcome(),
+        "answered"
+    );
+    assert_eq!(said(2), "you are looking at nowhere");
+}
+
+#[tokio::test]
+async fn the_thread_context_follows_the_thread_in_memory() {
+    the_thread_context_follows_the_thread(Arc::new(slack_once::ledger::MemoryLedger::new())).await;
+}
+
+#[tokio::test]
+async fn the_thread_context_follows_the_thread_on_dynamodb() {
+    let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
+    the_thread_context_follows_the_thread(ledger).await;
+}
