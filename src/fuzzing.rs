@@ -83,6 +83,22 @@ pub fn check_signature(data: &[u8]) {
 /// Arbitrary bytes as an Events API body. Invariants: no panic; an accepted `event_callback`
 /// has an `event_id` of 1 to 128 letters, digits, `_` or `-`.
 pub fn check_envelope(data: &[u8]) {
+    // The pipeline's entry point reads the same bytes as an envelope, whatever the content
+    // type claims (a JSON object is never taken for a form).
+    for content_type in [
+        Some("application/json"),
+        None,
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let parsed = crate::interaction::Incoming::parse(content_type, data);
+        let direct = serde_json::from_slice::<Envelope>(data);
+        if let (Ok(crate::interaction::Incoming::Envelope(_)), Err(e)) = (&parsed, &direct) {
+            panic!("parsed as an envelope by the pipeline, not directly: {e}");
+        }
+        if content_type == Some("application/json") {
+            assert_eq!(parsed.is_ok(), direct.is_ok(), "JSON: the same verdict");
+        }
+    }
     if let Ok(Envelope::EventCallback(callback)) = serde_json::from_slice::<Envelope>(data) {
         let id = callback.event_id.as_str();
         assert!(

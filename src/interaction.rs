@@ -47,13 +47,15 @@ impl Incoming {
         let media = content_type
             .and_then(|c| c.split(';').next())
             .map(|c| c.trim().to_ascii_lowercase());
+        // A JSON object is an envelope whatever the content type says (curl -d, some proxies
+        // send JSON as a form); a form never opens with `{`.
+        let opens_json = body
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b == b'{');
         let is_form = match media.as_deref() {
-            Some("application/x-www-form-urlencoded") => true,
             Some("application/json") => false,
-            _ => body
-                .iter()
-                .find(|b| !b.is_ascii_whitespace())
-                .is_none_or(|b| *b != b'{'),
+            _ => !opens_json,
         };
         if !is_form {
             return serde_json::from_slice(body).map(Incoming::Envelope);
@@ -792,6 +794,17 @@ mod tests {
             );
         }
         assert!(Incoming::parse(Some("application/json"), b"command=/once").is_err());
+    }
+
+    #[test]
+    fn a_json_envelope_is_an_envelope_whatever_its_content_type_says() {
+        let body = br#"{"type":"url_verification","challenge":"c"}"#;
+        for content_type in [FORM, None, Some("text/plain")] {
+            assert!(matches!(
+                Incoming::parse(content_type, body),
+                Ok(Incoming::Envelope(_))
+            ));
+        }
     }
 
     #[test]

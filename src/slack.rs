@@ -91,22 +91,19 @@ pub const PERMANENT_POST_ERRORS: &[&str] = &[
 ];
 
 /// The errors of an interaction's follow-ups that no retry can fix: a `trigger_id` spent or
-/// expired (`views.open` / `views.push`), a view gone, a `response_url` used up, expired, or
-/// refused here because it is not Slack's (`response_url_refused`), a request without one.
+/// expired (`views.open` / `views.push`), a view too large, a `response_url` used up, expired,
+/// or refused here because it is not Slack's (`response_url_refused`), a request without one.
+/// Only codes no other method answers: generic ones (`not_found`, `hash_conflict`,
+/// `message_not_found`) stay transient for every method, as before.
 pub const PERMANENT_INTERACTION_ERRORS: &[&str] = &[
     "expired_trigger_id",
     "exchanged_trigger_id",
     "invalid_trigger_id",
-    "not_found",
     "view_too_large",
-    "hash_conflict",
     "used_url",
     "expired_url",
     "response_url_refused",
     "no_response_url",
-    "invalid_payload",
-    "invalid_url",
-    "message_not_found",
 ];
 
 #[derive(Debug, thiserror::Error)]

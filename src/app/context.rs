@@ -570,6 +570,10 @@ impl Ctx {
                 tracing::warn!("the listener acknowledged twice: the first stands");
                 return Ok(());
             }
+            if acking.mode == AckMode::NotAsked {
+                // An event: Slack was acknowledged already; nothing to choose.
+                return Ok(());
+            }
             acking.ack = Some(ack);
             acking.mode
         };

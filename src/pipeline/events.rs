@@ -19,6 +19,7 @@ impl Processor {
     async fn keep_thread_context(&self, callback: &EventCallback, delivery: &EventDelivery<'_>) {
         let event = &callback.event;
         if !self.app.keeps_thread_contexts()
+            || callback.skip_reason().is_some()
             || !matches!(
                 event.kind.as_str(),
                 "assistant_thread_started" | "assistant_thread_context_changed"
@@ -39,8 +40,11 @@ impl Processor {
         let at_ms = event
             .event_ts
             .as_deref()
-            .and_then(|ts| ts.split('.').next()?.parse::<u64>().ok())
-            .map(|s| s * 1000)
+            .and_then(|ts| {
+                let (secs, frac) = ts.split_once('.').unwrap_or((ts, "0"));
+                let ms = format!("{frac:0<3}");
+                Some(secs.parse::<u64>().ok()? * 1000 + ms.get(..3)?.parse::<u64>().ok()?)
+            })
             .unwrap_or_else(|| unix_ms(delivery.now));
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
         let context = context.to_string();

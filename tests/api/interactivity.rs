@@ -976,3 +976,30 @@ async fn an_answer_that_may_have_gone_out_where_the_bot_cannot_read_is_not_sent_
     assert_eq!(slack.posted().len(), 1, "not sent again");
     assert_eq!(slack.calls_of("response_url"), 1);
 }
+
+#[tokio::test]
+async fn an_acknowledgement_chosen_by_an_event_listener_changes_nothing() {
+    let app = spawn_bot(App::new().app_mention(
+        |ctx: Ctx, _m: slack_once::app::AppMention| async move {
+            // Events are acknowledged by the pipeline: an Ack here is ignored, errors or not.
+            ctx.ack(Ack::errors([("b", "no")])).await?;
+            ctx.reply("answered").await?;
+            Ok(())
+        },
+    ))
+    .await;
+    assert_eq!(
+        app.send(&app_mention("EvAckEv", "hi"), None)
+            .await
+            .outcome(),
+        "answered"
+    );
+    assert_eq!(
+        app.send(&app_mention("EvAckEv", "hi"), Some(1))
+            .await
+            .outcome(),
+        "duplicate",
+        "done, not released"
+    );
+    assert_eq!(app.slack.posted().len(), 1);
+}
