@@ -44,20 +44,16 @@ impl Incoming {
     /// Events API envelope; a form (`application/x-www-form-urlencoded`) with a `payload` field
     /// is an interaction, one with a `command` field a slash command.
     pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<Self, serde_json::Error> {
-        let media = content_type
+        let json = content_type
             .and_then(|c| c.split(';').next())
-            .map(|c| c.trim().to_ascii_lowercase());
+            .is_some_and(|c| c.trim().eq_ignore_ascii_case("application/json"));
         // A JSON object is an envelope whatever the content type says (curl -d, some proxies
         // send JSON as a form); a form never opens with `{`.
         let opens_json = body
             .iter()
             .find(|b| !b.is_ascii_whitespace())
             .is_some_and(|b| *b == b'{');
-        let is_form = match media.as_deref() {
-            Some("application/json") => false,
-            _ => !opens_json,
-        };
-        if !is_form {
+        if json || opens_json {
             return serde_json::from_slice(body).map(Incoming::Envelope);
         }
         match Interaction::from_form(body) {

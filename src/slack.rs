@@ -591,13 +591,7 @@ impl SlackClient {
                 .map_err(SlackError::Transport)?;
             let status = response.status();
             if status == StatusCode::TOO_MANY_REQUESTS {
-                let retry_after = response
-                    .headers()
-                    .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs)
-                    .unwrap_or(DEFAULT_RETRY_AFTER);
+                let retry_after = retry_after(response.headers());
                 if Instant::now() + retry_after >= deadline {
                     return Err(SlackError::RateLimited { retry_after });
                 }
@@ -803,13 +797,7 @@ impl SlackClient {
             .map_err(SlackError::Transport)?;
         let status = response.status();
         if status == StatusCode::TOO_MANY_REQUESTS {
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs)
-                .unwrap_or(DEFAULT_RETRY_AFTER);
+            let retry_after = retry_after(response.headers());
             return Ok(Answer::RateLimited(retry_after));
         }
         if !status.is_success() {
@@ -835,6 +823,16 @@ impl SlackClient {
 enum Answer<T> {
     Done(T),
     RateLimited(Duration),
+}
+
+/// How long a 429 asks to wait (`Retry-After`, in seconds; a default when it says nothing usable).
+fn retry_after(headers: &http::HeaderMap) -> Duration {
+    headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_RETRY_AFTER)
 }
 
 /// A Slack `ts` as microseconds (`"1700000000.000100"` → 1700000000000100).

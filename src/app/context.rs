@@ -203,6 +203,65 @@ impl Steps {
         self.now_ms + self.started.elapsed().as_millis() as u64
     }
 
+    /// Numbers the next step, `op`, and gives what earlier claims recorded at that number: a
+    /// record of another step there is [`Error::Nondeterministic`].
+    fn take(&mut self, op: &str) -> Result<(u32, Option<StepRecord>), Error> {
+        let step = self.next;
+        self.next += 1;
+        let earlier = self.journal.get(&step).cloned();
+        if let Some(recorded) = earlier.as_ref().and_then(StepRecord::op) {
+            if !same_step(recorded, op) {
+                return Err(Error::Nondeterministic {
+                    step,
+                    recorded: recorded.to_string(),
+                    now: op.to_string(),
+                });
+            }
+        }
+        Ok((step, earlier))
+    }
+
+    /// Writes `record` as step `step`, conditioned on the owner, with the fates learnt since the
+    /// last write, by `deadline`: then the ledger holds them all.
+    async fn write(
+        &mut self,
+        step: u32,
+        record: &StepRecord,
+        deadline: Instant,
+    ) -> Result<(), Error> {
+        // A fate of this very step is written as the record itself, not twice in one update.
+        let is_this = |fate: &Settled| matches!(fate, Settled::Done { step: s, .. } if *s == step);
+        let others: Vec<Settled>;
+        let settled: &[Settled] = if self.unrecorded.iter().any(is_this) {
+            others = self
+                .unrecorded
+                .iter()
+                .filter(|f| !is_this(f))
+                .cloned()
+                .collect();
+            &others
+        } else {
+            &self.unrecorded
+        };
+        let now_ms = self.now_ms();
+        let held = Held {
+            event_id: &self.key,
+            owner: &self.owner,
+        };
+        let write = self.ledger.begin_step(held, step, record, settled, now_ms);
+        match tokio::time::timeout_at(deadline, write).await {
+            Ok(Ok(())) => {
+                self.recorded();
+                Ok(())
+            }
+            Ok(Err(LedgerError::ItemTooLarge(_))) => Err(Error::JournalFull { step }),
+            Ok(Err(e)) => Err(Error::Ledger(e)),
+            Err(_) => Err(Error::Ledger(LedgerError::Unavailable(
+                "the ledger did not answer before the deadline".into(),
+            ))),
+        }
+    }
+
     /// Steps made before this claim existed (by deferred mode's ingress, before the
     /// acknowledgement), each done: a replay returns them, and the claim's next write records
     /// them. That write is an intent of its own (the claim's began window stood for the
@@ -901,19 +960,8 @@ impl Ctx {
         if steps.closed {
             return Err(Error::Closed);
         }
-        let step = steps.next;
-        steps.next += 1;
         let op = step_op("remember", name, "");
-        let earlier = steps.journal.get(&step).cloned();
-        if let Some(recorded) = earlier.as_ref().and_then(StepRecord::op) {
-            if !same_step(recorded, &op) {
-                return Err(Error::Nondeterministic {
-                    step,
-                    recorded: recorded.to_string(),
-                    now: op,
-                });
-            }
-        }
+        let (step, earlier) = steps.take(&op)?;
         match &earlier {
             Some(StepRecord::Done { result, .. }) => {
                 if let Ok(value) = serde_json::from_str::<T>(result) {
@@ -972,26 +1020,9 @@ impl Ctx {
             );
             return Ok(value);
         }
-        let now_ms = steps.now_ms();
-        let held = Held {
-            event_id: &steps.key,
-            owner: &steps.owner,
-        };
-        let write = steps
-            .ledger
-            .begin_step(held, step, &record, &steps.unrecorded, now_ms);
-        match tokio::time::timeout_at(self.inner.deadline, write).await {
-            Ok(Ok(())) => {
-                steps.recorded();
-                steps.journal.insert(step, record);
-                Ok(value)
-            }
-            Ok(Err(LedgerError::ItemTooLarge(_))) => Err(Error::JournalFull { step }),
-            Ok(Err(e)) => Err(Error::Ledger(e)),
-            Err(_) => Err(Error::Ledger(LedgerError::Unavailable(
-                "the ledger did not answer before the deadline".into(),
-            ))),
-        }
+        steps.write(step, &record, self.inner.deadline).await?;
+        steps.journal.insert(step, record);
+        Ok(value)
     }
 
     /// Writes what the steps learnt since the ledger was last written (a stream's `ts`, say)
@@ -1014,31 +1045,7 @@ impl Ctx {
         let Some((step, record)) = last_done else {
             return Ok(());
         };
-        // That step is written as the record itself; the other fates go with it.
-        let others: Vec<Settled> = steps
-            .unrecorded
-            .iter()
-            .filter(|fate| !matches!(fate, Settled::Done { step: s, .. } if *s == step))
-            .cloned()
-            .collect();
-        let now_ms = steps.now_ms();
-        let held = Held {
-            event_id: &steps.key,
-            owner: &steps.owner,
-        };
-        let write = steps
-            .ledger
-            .begin_step(held, step, &record, &others, now_ms);
-        match tokio::time::timeout_at(self.inner.deadline, write).await {
-            Ok(Ok(())) => {
-                steps.recorded();
-                Ok(())
-            }
-            Ok(Err(e)) => Err(Error::Ledger(e)),
-            Err(_) => Err(Error::Ledger(LedgerError::Unavailable(
-                "the ledger did not answer before the deadline".into(),
-            ))),
-        }
+        steps.write(step, &record, self.inner.deadline).await
     }
 
     // ------------------------------------------------------------ reads, straight to Slack
@@ -1130,19 +1137,8 @@ impl Ctx {
                 method: method.to_string(),
             });
         }
-        let step = steps.next;
-        steps.next += 1;
         let op = step_identity(method, &args);
-        let earlier = steps.journal.get(&step).cloned();
-        if let Some(recorded) = earlier.as_ref().and_then(StepRecord::op) {
-            if !same_step(recorded, &op) {
-                return Err(Error::Nondeterministic {
-                    step,
-                    recorded: recorded.to_string(),
-                    now: op,
-                });
-            }
-        }
+        let (step, earlier) = steps.take(&op)?;
         match &earlier {
             Some(StepRecord::Done { result, .. }) => {
                 steps.tally.settled += 1;
@@ -1220,26 +1216,8 @@ impl Ctx {
         } else if stands {
             steps.in_flight = Some((step, intent.clone()));
         } else {
-            let held = Held {
-                event_id: &steps.key,
-                owner: &steps.owner,
-            };
-            let write = steps
-                .ledger
-                .begin_step(held, step, &intent, &steps.unrecorded, now_ms);
-            match tokio::time::timeout_at(self.inner.deadline, write).await {
-                Ok(Ok(())) => {
-                    steps.recorded();
-                    steps.journal.insert(step, intent.clone());
-                }
-                Ok(Err(LedgerError::ItemTooLarge(_))) => return Err(Error::JournalFull { step }),
-                Ok(Err(e)) => return Err(Error::Ledger(e)),
-                Err(_) => {
-                    return Err(Error::Ledger(LedgerError::Unavailable(
-                        "the ledger did not answer before the deadline".into(),
-                    )))
-                }
-            }
+            steps.write(step, &intent, self.inner.deadline).await?;
+            steps.journal.insert(step, intent.clone());
         }
 
         if matches!(settle, Settle::Lookup { .. }) {

@@ -130,31 +130,7 @@ impl Processor {
         request: &Delivery<'_>,
     ) -> Result<Outcome, ProcessError> {
         let deadline = delivery.started + HANDOFF_BUDGET;
-        let now_ms = unix_ms(delivery.now);
-        let mut steps = Steps::new(
-            self.ledger.clone(),
-            key.clone(),
-            OwnerToken::random(),
-            (1, Default::default()),
-            false,
-            (
-                now_ms,
-                delivery.started,
-                now_ms + ACK_BUDGET.as_millis() as u64,
-            ),
-        );
-        steps.provisional = true;
-        let ctx = Ctx::new(
-            Source::Interaction {
-                interaction: interaction.clone(),
-                key: key.as_str().to_string(),
-            },
-            AckMode::StopAfter,
-            self.slack.clone(),
-            deadline,
-            self.version.clone(),
-            steps,
-        );
+        let ctx = self.unclaimed(interaction, key, AckMode::StopAfter, delivery, deadline);
         let name = run.name.clone();
         let until_ack = async {
             tokio::select! {
@@ -205,6 +181,48 @@ impl Processor {
         Ok(acked(queued))
     }
 
+    /// A context with no claim behind it, until `deadline`: deferred mode's ingress before the
+    /// acknowledgement (`StopAfter`: its steps provisional, only views with the trigger), or a
+    /// suggestion (`Inline`: its writes fail).
+    fn unclaimed(
+        &self,
+        interaction: &Arc<Interaction>,
+        key: &EventId,
+        mode: AckMode,
+        delivery: &EventDelivery<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Ctx {
+        let now_ms = unix_ms(delivery.now);
+        let until_ms = now_ms
+            + deadline
+                .saturating_duration_since(delivery.started)
+                .as_millis() as u64;
+        let mut steps = Steps::new(
+            self.ledger.clone(),
+            key.clone(),
+            OwnerToken::random(),
+            (1, Default::default()),
+            false,
+            (now_ms, delivery.started, until_ms),
+        );
+        if mode == AckMode::StopAfter {
+            steps.provisional = true;
+        } else {
+            steps.closed = true;
+        }
+        Ctx::new(
+            Source::Interaction {
+                interaction: interaction.clone(),
+                key: key.as_str().to_string(),
+            },
+            mode,
+            self.slack.clone(),
+            deadline,
+            self.version.clone(),
+            steps,
+        )
+    }
+
     /// A `block_suggestion`: the listener's options, with a context whose writes fail (it is
     /// never claimed: a suggestion must only answer), within Slack's 3 s.
     async fn suggest(
@@ -216,30 +234,7 @@ impl Processor {
         let deadline = delivery.started + ACK_BUDGET;
         let key =
             crate::envelope::EventId::try_from("suggestion".to_string()).expect("a valid key");
-        let mut steps = Steps::new(
-            self.ledger.clone(),
-            key.clone(),
-            OwnerToken::random(),
-            (1, Default::default()),
-            false,
-            (
-                unix_ms(delivery.now),
-                delivery.started,
-                unix_ms(delivery.now),
-            ),
-        );
-        steps.closed = true;
-        let ctx = Ctx::new(
-            Source::Interaction {
-                interaction: interaction.clone(),
-                key: key.as_str().to_string(),
-            },
-            AckMode::Inline,
-            self.slack.clone(),
-            deadline,
-            self.version.clone(),
-            steps,
-        );
+        let ctx = self.unclaimed(interaction, &key, AckMode::Inline, delivery, deadline);
         let outcome = match tokio::time::timeout_at(deadline, (run.work)(ctx.clone())).await {
             Ok(Ok(())) => Outcome::NoReply,
             Ok(Err(error)) => {

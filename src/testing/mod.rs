@@ -307,29 +307,33 @@ impl TestBot {
         .await
     }
 
-    /// Sends a whole envelope (with its own `event_id`: send it twice to play Slack's retry).
-    /// The message it is about is in Slack first, as it would be.
-    pub async fn send_envelope(&self, envelope: Value) -> String {
-        let body = envelope.to_string();
-        self.slack
-            .with_workspace(|w| w.add_event_message(body.as_bytes()));
+    /// Posts `body` to the app's Request URL, signed now as Slack signs it.
+    async fn post(&self, content_type: &str, body: String) -> Response {
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let signature = crate::signature::sign(&Secret::new(SECRET), now, body.as_bytes());
         let request = http::Request::post("/slack/events")
-            .header("content-type", "application/json")
+            .header("content-type", content_type)
             .header("x-slack-request-timestamp", now.to_string())
             .header("x-slack-signature", signature)
             .body(axum::body::Body::from(body))
             .expect("a valid request");
-        let response = self
-            .router
+        self.router
             .clone()
             .oneshot(request)
             .await
-            .expect("the router answers");
+            .expect("the router answers")
+    }
+
+    /// Sends a whole envelope (with its own `event_id`: send it twice to play Slack's retry).
+    /// The message it is about is in Slack first, as it would be.
+    pub async fn send_envelope(&self, envelope: Value) -> String {
+        let body = envelope.to_string();
+        self.slack
+            .with_workspace(|w| w.add_event_message(body.as_bytes()));
+        let response = self.post("application/json", body).await;
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
             .await
             .unwrap_or_default();
@@ -345,23 +349,7 @@ impl TestBot {
 
     /// Sends a form (a command's, or `payload=` an interaction's) signed now, as Slack would.
     pub async fn send_form(&self, body: String) -> Acked {
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let signature = crate::signature::sign(&Secret::new(SECRET), now, body.as_bytes());
-        let request = http::Request::post("/slack/events")
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("x-slack-request-timestamp", now.to_string())
-            .header("x-slack-signature", signature)
-            .body(axum::body::Body::from(body))
-            .expect("a valid request");
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("the router answers");
+        let response = self.post("application/x-www-form-urlencoded", body).await;
         let status = response.status().as_u16();
         let outcome = response
             .headers()

@@ -214,44 +214,32 @@ async fn a_stream_slack_expires_mid_answer_is_finished_by_an_update_one_message_
 // ---------------------------------------------------------------- deferred, killed
 
 struct Deferred {
-    slack: SlackStandin,
-    dynamodb: String,
-    table: String,
-    sqs: String,
-    queue: TestQueue,
+    stack: DeferredStack,
     ingress: BotProcess,
     words: usize,
 }
 
+impl std::ops::Deref for Deferred {
+    type Target = DeferredStack;
+
+    fn deref(&self) -> &DeferredStack {
+        &self.stack
+    }
+}
+
 impl Deferred {
     async fn start(words: usize) -> Self {
-        let dynamodb = dynamodb_endpoint();
-        let sqs = sqs_endpoint();
-        let (table, _ledger) = fresh_table(&dynamodb).await;
-        let slack = SlackStandin::start().await;
-        let queue = TestQueue::create(&sqs, 5).await;
-        let ingress = BotProcess::spawn_example("assistant", &[], &ingress_vars(&queue, &sqs));
+        let stack = DeferredStack::start(5).await;
+        let ingress = BotProcess::spawn_example("assistant", &[], &stack.ingress_vars());
         Self {
-            slack,
-            dynamodb,
-            table,
-            sqs,
-            queue,
+            stack,
             ingress,
             words,
         }
     }
 
     fn worker(&self) -> BotProcess {
-        let mut vars = worker_vars(
-            &self.slack,
-            &self.dynamodb,
-            &self.table,
-            &self.queue,
-            &self.sqs,
-            3,
-            5,
-        );
+        let mut vars = self.worker_vars(3, 5);
         vars.extend(model_vars(self.words, 5));
         BotProcess::spawn_example("assistant", &["worker"], &vars)
     }

@@ -832,8 +832,9 @@ pub async fn spawn_bot(app: slack_once::app::App) -> TestApp {
     .await
 }
 
-pub async fn spawn_app_with(options: Options) -> TestApp {
-    let slack = SlackStandin::start().await;
+/// The test configuration (the test secret and token, `slack` as the Web API, port 0), with
+/// `extra` over it.
+pub fn test_config(slack: &SlackStandin, extra: &[(&str, &str)]) -> Config {
     let mut vars: HashMap<String, String> = [
         ("SLACK_SIGNING_SECRET", SECRET.to_string()),
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
@@ -843,10 +844,16 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    for (k, v) in options.vars {
-        vars.insert(k.to_string(), v);
+    for (k, v) in extra {
+        vars.insert(k.to_string(), v.to_string());
     }
-    let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test configuration");
+    Config::from_lookup(|k| vars.get(k).cloned()).expect("test configuration")
+}
+
+pub async fn spawn_app_with(options: Options) -> TestApp {
+    let slack = SlackStandin::start().await;
+    let vars: Vec<(&str, &str)> = options.vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let config = test_config(&slack, &vars);
     let ledger = options
         .ledger
         .unwrap_or_else(|| Arc::new(MemoryLedger::new()) as Arc<dyn Ledger>);
@@ -1628,6 +1635,49 @@ pub fn worker_vars(
         ("WORK_QUEUE_MAX_RECEIVES", max_receives.to_string()),
     ]);
     vars
+}
+
+/// What a deferred-mode test runs against: the Slack stand-in, a fresh table on DynamoDB
+/// Local, a fresh queue (and its dead-letter queue) on the SQS server.
+pub struct DeferredStack {
+    pub slack: SlackStandin,
+    pub dynamodb: String,
+    pub table: String,
+    pub sqs: String,
+    pub queue: TestQueue,
+}
+
+impl DeferredStack {
+    pub async fn start(max_receives: u32) -> Self {
+        let dynamodb = dynamodb_endpoint();
+        let sqs = sqs_endpoint();
+        let (table, _ledger) = fresh_table(&dynamodb).await;
+        Self {
+            slack: SlackStandin::start().await,
+            queue: TestQueue::create(&sqs, max_receives).await,
+            dynamodb,
+            table,
+            sqs,
+        }
+    }
+
+    /// An ingress's variables (no ledger: it only sends to the queue).
+    pub fn ingress_vars(&self) -> Vec<(&'static str, String)> {
+        ingress_vars(&self.queue, &self.sqs)
+    }
+
+    /// A worker's variables, with its lease and the queue's `maxReceiveCount`.
+    pub fn worker_vars(&self, lease_s: u64, max_receives: u32) -> Vec<(&'static str, String)> {
+        worker_vars(
+            &self.slack,
+            &self.dynamodb,
+            &self.table,
+            &self.queue,
+            &self.sqs,
+            lease_s,
+            max_receives,
+        )
+    }
 }
 
 /// Waits until `check` holds, polling every 50 ms, for at most `limit`.

@@ -453,46 +453,36 @@ async fn slack_once_testing_drives_commands_clicks_views_and_options_in_process(
 
 // ---------------------------------------------------------------- deferred mode, processes
 
+/// An ingress's variables with the Slack stand-in and the token: it opens views itself.
+fn opening_ingress_vars(stack: &DeferredStack) -> Vec<(&'static str, String)> {
+    let mut vars = stack.ingress_vars();
+    vars.push(("SLACK_API_URL", stack.slack.base_url.clone()));
+    vars.push(("SLACK_BOT_TOKEN", TOKEN.to_string()));
+    vars
+}
+
 struct DeferredBot {
-    slack: SlackStandin,
-    dynamodb: String,
-    table: String,
-    sqs: String,
-    queue: TestQueue,
+    stack: DeferredStack,
     ingress: BotProcess,
+}
+
+impl std::ops::Deref for DeferredBot {
+    type Target = DeferredStack;
+
+    fn deref(&self) -> &DeferredStack {
+        &self.stack
+    }
 }
 
 impl DeferredBot {
     async fn start() -> Self {
-        let dynamodb = dynamodb_endpoint();
-        let sqs = sqs_endpoint();
-        let (table, _ledger) = fresh_table(&dynamodb).await;
-        let slack = SlackStandin::start().await;
-        let queue = TestQueue::create(&sqs, 5).await;
-        let mut vars = ingress_vars(&queue, &sqs);
-        vars.push(("SLACK_API_URL", slack.base_url.clone()));
-        vars.push(("SLACK_BOT_TOKEN", TOKEN.to_string()));
-        let ingress = BotProcess::spawn(&vars);
-        Self {
-            slack,
-            dynamodb,
-            table,
-            sqs,
-            queue,
-            ingress,
-        }
+        let stack = DeferredStack::start(5).await;
+        let ingress = BotProcess::spawn(&opening_ingress_vars(&stack));
+        Self { stack, ingress }
     }
 
     fn worker(&self) -> BotProcess {
-        BotProcess::spawn_worker(&worker_vars(
-            &self.slack,
-            &self.dynamodb,
-            &self.table,
-            &self.queue,
-            &self.sqs,
-            3,
-            5,
-        ))
+        BotProcess::spawn_worker(&self.worker_vars(3, 5))
     }
 }
 
@@ -554,16 +544,9 @@ async fn a_worker_killed_after_its_follow_up_reached_slack_leaves_one_answer_aft
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_modal_example_opens_validates_and_posts_once_in_deferred_mode() {
-    let d = DeferredBot::start().await;
-    let mut vars = ingress_vars(&d.queue, &d.sqs);
-    vars.push(("SLACK_API_URL", d.slack.base_url.clone()));
-    vars.push(("SLACK_BOT_TOKEN", TOKEN.to_string()));
-    let ingress = BotProcess::spawn_example("modal", &[], &vars);
-    let worker = BotProcess::spawn_example(
-        "modal",
-        &["worker"],
-        &worker_vars(&d.slack, &d.dynamodb, &d.table, &d.queue, &d.sqs, 3, 5),
-    );
+    let d = DeferredStack::start(5).await;
+    let ingress = BotProcess::spawn_example("modal", &[], &opening_ingress_vars(&d));
+    let worker = BotProcess::spawn_example("modal", &["worker"], &d.worker_vars(3, 5));
     let http = HttpClient::default();
     let url = ingress.url();
     let (opened, _) = send_form(
@@ -748,22 +731,6 @@ fn urlencode(s: &str) -> String {
 
 // ---------------------------------------------------------------- deferred mode, in-process
 
-fn config(slack: &SlackStandin, extra: &[(&str, &str)]) -> slack_once::config::Config {
-    let mut vars: std::collections::HashMap<String, String> = [
-        ("SLACK_SIGNING_SECRET", SECRET.to_string()),
-        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
-        ("SLACK_API_URL", slack.base_url.clone()),
-        ("LISTEN_ADDR", "127.0.0.1:0".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    for (k, v) in extra {
-        vars.insert(k.to_string(), v.to_string());
-    }
-    slack_once::config::Config::from_lookup(|k| vars.get(k).cloned()).expect("test configuration")
-}
-
 const WORKER: &[(&str, &str)] = &[
     ("SLACK_ONCE_ROLE", "worker"),
     ("DEDUP_TABLE", "in-memory"),
@@ -806,7 +773,7 @@ async fn a_queued_interaction_whose_claim_is_live_elsewhere_is_left_on_the_queue
     let ledger: Arc<dyn slack_once::ledger::Ledger> =
         Arc::new(slack_once::ledger::MemoryLedger::new());
     let app = slack_once::Application::with_parts(
-        config(&slack, WORKER),
+        test_config(&slack, WORKER),
         ledger,
         slow_command(Duration::from_millis(800)),
     );
@@ -854,7 +821,7 @@ async fn a_listener_slower_than_the_hand_off_is_acknowledged_in_time_and_answere
     let slack = SlackStandin::start().await;
     let queue = Arc::new(slack_once::queue::MemoryQueue::new(5));
     let ingress = slack_once::Application::with_queue(
-        config(&slack, &[]),
+        test_config(&slack, &[]),
         Arc::new(slack_once::ledger::MemoryLedger::new()),
         slow_command(Duration::from_millis(2300)),
         Some(queue.clone() as Arc<dyn slack_once::queue::WorkQueue>),
@@ -874,7 +841,7 @@ async fn a_listener_slower_than_the_hand_off_is_acknowledged_in_time_and_answere
     assert_eq!(queue.len(), 1);
 
     let worker_app = slack_once::Application::with_parts(
-        config(&slack, WORKER),
+        test_config(&slack, WORKER),
         Arc::new(slack_once::ledger::MemoryLedger::new()),
         slow_command(Duration::from_millis(2300)),
     );
@@ -939,7 +906,7 @@ async fn an_answer_that_may_have_gone_out_where_the_bot_cannot_read_is_not_sent_
     vars.retain(|(k, _)| *k != "DEDUP_LEASE_SECONDS");
     vars.push(("DEDUP_LEASE_SECONDS", "2"));
     let app = slack_once::Application::with_parts(
-        config(&slack, &vars),
+        test_config(&slack, &vars),
         Arc::new(slack_once::ledger::MemoryLedger::new()),
         slow_command(Duration::ZERO),
     );
