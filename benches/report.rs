@@ -329,7 +329,19 @@ struct Interleaved {
     o3: Option<Latency>,
     noop: Option<Latency>,
     in_process: Latency,
+    /// The router in-process with a bare event (no `client_msg_id`: no alias item).
+    in_process_bare: Latency,
     floor: Floor,
+    shapes: Shapes,
+}
+
+/// What one more item costs DynamoDB Local, however it is sent: one conditional put alone, two
+/// in parallel (as a claim and its alias are), and the same two as one transaction.
+#[derive(Clone, Copy)]
+struct Shapes {
+    one: Latency,
+    parallel: Latency,
+    transaction: Latency,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -356,6 +368,36 @@ async fn warm_interleaved(
         Vec::with_capacity(n / 2),
     );
     let timed = |started: Instant| since_us(started);
+    let (mut bare, mut one, mut parallel, mut transaction) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let put = |pk: String| {
+        client
+            .put_item()
+            .table_name(table)
+            .item("pk", AttributeValue::S(pk))
+            .item("status", AttributeValue::S("in_progress".into()))
+            .item("lease_until", AttributeValue::N("1800000000000".into()))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+    };
+    let transact_put = |pk: String| {
+        aws_sdk_dynamodb::types::TransactWriteItem::builder()
+            .put(
+                aws_sdk_dynamodb::types::Put::builder()
+                    .table_name(table)
+                    .item("pk", AttributeValue::S(pk))
+                    .item("status", AttributeValue::S("in_progress".into()))
+                    .item("lease_until", AttributeValue::N("1800000000000".into()))
+                    .condition_expression("attribute_not_exists(pk)")
+                    .build()
+                    .expect("a put"),
+            )
+            .build()
+    };
     for i in 0..n {
         let body = person_message(&format!("EvWarmL{round}-{i}"));
         let started = Instant::now();
@@ -377,6 +419,29 @@ async fn warm_interleaved(
         let started = Instant::now();
         oneshot(router, &body).await;
         in_process.push(timed(started));
+        let body = app_mention(&format!("EvWarmB{round}-{i}"));
+        let started = Instant::now();
+        oneshot(router, &body).await;
+        bare.push(timed(started));
+        let started = Instant::now();
+        put(format!("one-{round}-{i}")).await.expect("the put");
+        one.push(timed(started));
+        let started = Instant::now();
+        let (a, b) = tokio::join!(
+            put(format!("par-{round}-{i}-a")),
+            put(format!("par-{round}-{i}-b"))
+        );
+        a.and(b).expect("the parallel puts");
+        parallel.push(timed(started));
+        let started = Instant::now();
+        client
+            .transact_write_items()
+            .transact_items(transact_put(format!("tx-{round}-{i}-a")))
+            .transact_items(transact_put(format!("tx-{round}-{i}-b")))
+            .send()
+            .await
+            .expect("the transaction");
+        transaction.push(timed(started));
         let started = Instant::now();
         client
             .update_item()
@@ -403,9 +468,15 @@ async fn warm_interleaved(
         o3: o3.map(|_| latency(o3_lat)),
         noop: noop.map(|_| latency(noop_lat)),
         in_process: latency(in_process),
+        in_process_bare: latency(bare),
         floor: Floor {
             write: latency(writes),
             post: latency(posts),
+        },
+        shapes: Shapes {
+            one: latency(one),
+            parallel: latency(parallel),
+            transaction: latency(transaction),
         },
     }
 }
@@ -1300,6 +1371,21 @@ fn print_warm(rounds: &[Round], trips: f64, n: usize, memory: Latency, ddb_http:
     println!(
         "\nalso: in-process on the in-memory ledger {memory}; over HTTP to a local-mode process, DynamoDB ledger {ddb_http}"
     );
+    println!("\n#### What a second item costs at DynamoDB Local (µs p50 / p99, interleaved with the events above)\n");
+    println!("| round | one conditional put | two in parallel (a claim and its alias) | the two as one transaction | slack-once in-process, a person's message (claim ‖ alias) | the same, a bare event (the claim alone) | Bolt for Python ÷ the bare event |");
+    println!("|---|---|---|---|---|---|---|");
+    for (i, r) in rounds.iter().enumerate() {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            i + 1,
+            r.shapes.one,
+            r.shapes.parallel,
+            r.shapes.transaction,
+            r.in_process,
+            r.in_process_bare,
+            ratio(r.python.lat.p50_us, r.in_process_bare.p50_us),
+        );
+    }
 }
 
 struct Round {
@@ -1307,6 +1393,8 @@ struct Round {
     noop: Option<Latency>,
     o3: Option<Latency>,
     in_process: Latency,
+    in_process_bare: Latency,
+    shapes: Shapes,
     python: PeerWarm,
     js: PeerWarm,
     floor: Floor,
@@ -1424,6 +1512,8 @@ async fn report() {
             noop: ours.noop,
             o3: ours.o3,
             in_process: ours.in_process,
+            in_process_bare: ours.in_process_bare,
+            shapes: ours.shapes,
             python,
             js,
             floor: ours.floor,
