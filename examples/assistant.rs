@@ -93,8 +93,10 @@ async fn answer(ctx: Ctx, question: MessageEvent) -> HandlerResult {
         &["Reading your question…", "Writing…"],
     )
     .await?;
-    // The recipient: Slack asks for it outside a DM, and some workspaces in DMs too.
-    let recipient = question.user.as_deref().zip(ctx.team());
+    // The recipient: Slack asks for it outside a DM, and some workspaces in DMs too. Its team
+    // is the author's (another organisation's in a Slack Connect conversation).
+    let team = question.user_team().or(ctx.team());
+    let recipient = question.user.as_deref().zip(team);
     let mut stream = ctx.stream(&channel, &thread, recipient).await?;
     let text = ctx
         .remember("answer", model.answer(&question.text, &mut stream))

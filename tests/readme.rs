@@ -141,7 +141,8 @@ mod assistant {
         let (channel, thread) = (question.channel.as_str(), question.thread());
         ctx.set_status(channel, thread, "is thinking…", &["Reading your question…"])
             .await?;
-        let recipient = question.user.as_deref().zip(ctx.team()); // asked for outside a DM
+        let team = question.user_team().or(ctx.team()); // the author's: Slack Connect's differs
+        let recipient = question.user.as_deref().zip(team); // asked for outside a DM
         let mut stream = ctx.stream(channel, thread, recipient).await?; // its ts journaled at once
         let text = ctx
             .remember("answer", async {

@@ -127,6 +127,15 @@ impl MessageEvent {
         self.thread_ts.as_deref().unwrap_or(&self.ts)
     }
 
+    /// The workspace of the message's author, when the event says (`user_team`, or `team`):
+    /// in a Slack Connect conversation it is another organisation's, not the app's.
+    pub fn user_team(&self) -> Option<&str> {
+        ["user_team", "team"]
+            .into_iter()
+            .find_map(|k| self.raw.get(k)?.as_str())
+            .filter(|t| !t.is_empty())
+    }
+
     /// A message of another bot or of a workflow.
     pub fn is_from_bot(&self) -> bool {
         self.bot_id.is_some() || self.subtype.as_deref() == Some("bot_message")

@@ -20,6 +20,9 @@ use crate::slack::{post_metadata, Args, SlackError};
 /// within `chat.appendStream`'s rate tier.
 pub const APPEND_BUFFER_CHARS: usize = 256;
 
+/// `chat.startStream`'s answer to a recipient it cannot resolve for this app.
+const RECIPIENT_REFUSED: &str = "user_not_found";
+
 /// A streamed message in a thread: [`Ctx::stream`].
 #[derive(Debug)]
 pub struct Stream {
@@ -37,8 +40,10 @@ pub struct Stream {
 
 impl Ctx {
     /// Starts a streamed reply in the thread `thread_ts` of `channel` (`chat.startStream`).
-    /// `recipient` (user, team) is required outside a DM. See the [module](self) for how a later
-    /// run finishes the same stream.
+    /// `recipient` (user, team) is required outside a DM; a recipient Slack refuses
+    /// (`user_not_found`, as for a Slack Connect author of another organisation) is left out
+    /// and the stream started again without one. See the [module](self) for how a later run
+    /// finishes the same stream.
     pub async fn stream(
         &self,
         channel: &str,
@@ -50,6 +55,47 @@ impl Ctx {
             args["recipient_user_id"] = user.into();
             args["recipient_team_id"] = team.into();
         }
+        let started = match self.start_stream(channel, thread_ts, args.clone()).await {
+            // Slack refuses some recipients it cannot resolve for this app (an author of
+            // another organisation in a Slack Connect conversation) though the app may reply
+            // there: certainly not started, so once more without one (its own step, made the
+            // same way by every later run).
+            Err(Error::Slack(SlackError::Api { code }))
+                if code == RECIPIENT_REFUSED && recipient.is_some() =>
+            {
+                tracing::info!(
+                    "Slack refused the stream's recipient (user_not_found: a user of another \
+                     workspace?): starting it without one"
+                );
+                if let Some(args) = args.as_object_mut() {
+                    args.remove("recipient_user_id");
+                    args.remove("recipient_team_id");
+                }
+                self.start_stream(channel, thread_ts, args).await
+            }
+            other => other,
+        };
+        let (answer, step, started_here) = started?;
+        if !started_here {
+            tracing::info!(ts = %answer["ts"], "the stream an earlier run started: finishing it");
+        }
+        Ok(Stream {
+            ctx: self.clone(),
+            channel: answer["channel"].as_str().unwrap_or(channel).to_string(),
+            ts: answer["ts"].as_str().unwrap_or_default().to_string(),
+            step,
+            buffer: String::new(),
+            unknown: !started_here,
+        })
+    }
+
+    /// The start's step: Slack's answer, the step, and whether this run started the stream.
+    async fn start_stream(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        args: Value,
+    ) -> Result<(Value, u32, bool), Error> {
         let made_before = self.made().await;
         let step = self.next_step().await;
         let answer = self
@@ -65,17 +111,8 @@ impl Ctx {
         if started_here {
             // The stream's ts is in the ledger before anything else happens.
             self.record_now().await?;
-        } else {
-            tracing::info!(ts = %answer["ts"], "the stream an earlier run started: finishing it");
         }
-        Ok(Stream {
-            ctx: self.clone(),
-            channel: answer["channel"].as_str().unwrap_or(channel).to_string(),
-            ts: answer["ts"].as_str().unwrap_or_default().to_string(),
-            step,
-            buffer: String::new(),
-            unknown: !started_here,
-        })
+        Ok((answer, step, started_here))
     }
 }
 

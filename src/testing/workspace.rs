@@ -19,8 +19,8 @@
 //!   `ephemeral` one is seen by the user only, `replace_original` / `delete_original` change
 //!   the message the request came from. Stand-ins' response URLs name their conversation:
 //!   `/commands/{team}/{channel}/{id}` and `/actions/{team}/{channel}/{message_ts}/{id}`;
-//! - a stream (`chat.startStream`) is a message of this app in its thread, without metadata,
-//!   that `chat.appendStream` extends and `chat.stopStream` ends (with its final text, blocks
+//! - a stream (`chat.startStream`) is a message of this app in its thread, without metadata
+//!   (a recipient of another workspace, as a Slack Connect author is: `user_not_found`), that `chat.appendStream` extends and `chat.stopStream` ends (with its final text, blocks
 //!   and metadata); once stopped, or older than the stream expiry (Slack: about 5 minutes;
 //!   [`Workspace::set_stream_expiry`]), both answer `message_not_in_streaming_state`;
 //!   `assistant.threads.setStatus` / `setSuggestedPrompts` / `setTitle` are kept per thread;
@@ -419,6 +419,12 @@ impl Workspace {
                 }
                 if thread.is_empty() {
                     return json!({"ok": false, "error": "invalid_arguments"});
+                }
+                let team = text(&args["recipient_team_id"]);
+                if !team.is_empty() && team != self.identity.team {
+                    // A Slack Connect author: Slack does not resolve another organisation's
+                    // user as this app's stream recipient.
+                    return json!({"ok": false, "error": "user_not_found"});
                 }
                 let ts = self.next_ts();
                 let id = &self.identity;

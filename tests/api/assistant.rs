@@ -35,6 +35,28 @@ fn question(event_id: &str, text: &str) -> String {
     .to_string()
 }
 
+/// A workspace of another organisation, as a Slack Connect author's is.
+const OTHER_TEAM: &str = "T0OTHERORG";
+
+/// The same question from a Slack Connect author: a user of another organisation, whom Slack
+/// does not take as this app's stream recipient.
+fn connect_question(event_id: &str, text: &str) -> String {
+    let mut v: Value = serde_json::from_str(&question(event_id, text)).unwrap();
+    v["event"]["user_team"] = OTHER_TEAM.into();
+    v["event"]["team"] = OTHER_TEAM.into();
+    v.to_string()
+}
+
+/// The streams Slack started: `chat.startStream` calls but those refused for a recipient of
+/// another workspace.
+fn streams_started(slack: &SlackStandin) -> usize {
+    slack
+        .calls()
+        .iter()
+        .filter(|(m, args)| m == "chat.startStream" && args["recipient_team_id"] != OTHER_TEAM)
+        .count()
+}
+
 fn thread_started(event_id: &str, thread_ts: &str) -> String {
     json!({
         "token": "unused", "team_id": TEAM, "api_app_id": APP_ID, "type": "event_callback",
@@ -254,18 +276,24 @@ async fn killed(
     killed_at: impl Fn(&SlackStandin) -> bool,
     model_asked: usize,
 ) {
+    killed_asking(question, event_id, words, script, killed_at, model_asked).await
+}
+
+/// [`killed`], with the question `ask` makes.
+async fn killed_asking(
+    ask: fn(&str, &str) -> String,
+    event_id: &str,
+    words: usize,
+    script: (&str, Vec<Behaviour>),
+    killed_at: impl Fn(&SlackStandin) -> bool,
+    model_asked: usize,
+) {
     let d = Deferred::start(words).await;
     d.slack.script_method(script.0, script.1);
     let mut a = d.worker();
     let http = HttpClient::default();
     let thread = &ts_of(event_id);
-    let sent = deliver(
-        &http,
-        &d.ingress.url(),
-        &question(event_id, "kill me"),
-        None,
-    )
-    .await;
+    let sent = deliver(&http, &d.ingress.url(), &ask(event_id, "kill me"), None).await;
     assert_eq!(sent.outcome(), "queued");
     assert!(
         eventually(Duration::from_secs(20), || killed_at(&d.slack)).await,
@@ -293,11 +321,7 @@ async fn killed(
     assert!(log.contains("queued event handled"), "{log}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(answers(&d.slack, thread).len(), 1, "one answer message");
-    assert_eq!(
-        d.slack.calls_of("chat.startStream"),
-        1,
-        "never a second stream"
-    );
+    assert_eq!(streams_started(&d.slack), 1, "never a second stream");
     assert_eq!(
         model_calls(&[&a, &b]),
         model_asked,
@@ -351,6 +375,72 @@ async fn killed_mid_appends_the_same_stream_is_finished_complete() {
     // 150 words: several appends; the second never comes back.
     killed(
         "EvKillD",
+        150,
+        ("chat.appendStream", vec![Behaviour::Ok, Behaviour::Hang]),
+        |s| s.calls_of("chat.appendStream") >= 2,
+        2,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slack_connect_author_gets_one_stream_started_without_the_refused_recipient() {
+    let slack = SlackStandin::start().await;
+    let mut vars = model_vars(12, 10);
+    vars.extend([
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ]);
+    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let http = HttpClient::default();
+    let thread = &ts_of("EvConnect1");
+    let sent = deliver(
+        &http,
+        &bot.url(),
+        &connect_question("EvConnect1", "from afar"),
+        None,
+    )
+    .await;
+    assert_eq!(sent.outcome(), "answered", "{}", bot.log());
+    let again = deliver(
+        &http,
+        &bot.url(),
+        &connect_question("EvConnect1", "from afar"),
+        Some(1),
+    )
+    .await;
+    assert_eq!(again.outcome(), "duplicate");
+    let messages = answers(&slack, thread);
+    assert_eq!(messages.len(), 1, "one answer: {messages:?}");
+    assert_eq!(messages[0]["text"], expected("from afar", 12));
+    let starts: Vec<Value> = slack
+        .calls()
+        .into_iter()
+        .filter(|(m, _)| m == "chat.startStream")
+        .map(|(_, args)| args)
+        .collect();
+    assert_eq!(starts.len(), 2, "refused once, then started: {starts:?}");
+    assert_eq!(
+        starts[0]["recipient_team_id"], OTHER_TEAM,
+        "the author's team"
+    );
+    assert_eq!(starts[0]["recipient_user_id"], "U0001");
+    assert!(starts[1].get("recipient_team_id").is_none(), "{starts:?}");
+    assert!(starts[1].get("recipient_user_id").is_none(), "{starts:?}");
+    assert!(
+        bot.log().contains("refused the stream's recipient"),
+        "{}",
+        bot.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_appends_to_a_slack_connect_author_the_stream_started_without_a_recipient_is_finished(
+) {
+    // The takeover is refused the recipient again, then finds the stream its step started.
+    killed_asking(
+        connect_question,
+        "EvKillF",
         150,
         ("chat.appendStream", vec![Behaviour::Ok, Behaviour::Hang]),
         |s| s.calls_of("chat.appendStream") >= 2,
