@@ -12,6 +12,10 @@ pub const NOW: u64 = 1_700_000_000_000;
 pub const LEASE: u64 = 30_000;
 /// How long every scenario's event is remembered, in seconds.
 pub const TTL_S: u64 = 90_000;
+/// The Slack app of every scenario's claim, but those of two apps.
+pub const APP: &str = "A0001";
+/// Another Slack app, whose deployment shares the table.
+pub const OTHER_APP: &str = "A0OTHER";
 
 /// A claim of `event_id` by `owner` at `now_ms`, for `LEASE` and `TTL_S`, as Slack's retry 2.
 pub fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) -> ClaimRequest<'a> {
@@ -24,6 +28,7 @@ pub fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) ->
         team_id: Some("T0001"),
         retry_num: Some(2),
         retry_reason: Some("http_timeout"),
+        app_id: Some(APP),
     }
 }
 
@@ -192,6 +197,7 @@ pub async fn an_alias_belongs_to_the_first_message_that_writes_it(
         of,
         now_ms,
         expires_at_s: NOW / 1000 + TTL_S,
+        app_id: Some(APP),
     };
     assert_eq!(ledger.alias(&write(first, NOW)).await.unwrap(), Alias::Ours);
     assert_eq!(
@@ -231,6 +237,7 @@ pub async fn an_alias_lives_as_long_as_its_messages_latest_claim(
         of,
         now_ms,
         expires_at_s: now_ms / 1000 + TTL_S,
+        app_id: Some(APP),
     };
     assert_eq!(ledger.alias(&write(first, NOW)).await.unwrap(), Alias::Ours);
     let later = NOW + 2 * 3600 * 1000;
@@ -354,4 +361,150 @@ pub async fn began_windows_stand_for_the_first_step_until_the_claimant_writes(
         )
         .await
         .unwrap();
+}
+
+/// Two Slack apps whose deployments share the table, each sent the same key (a message that
+/// mentions both; Slack gives their callbacks the same `event_id` too): neither takes the
+/// other's, whatever its state, and an item written by a version before apps is anyone's.
+/// Leaves `e` the other app's, done.
+pub async fn another_apps_key_is_never_taken(ledger: &dyn Ledger, e: &EventId) {
+    let (ours, theirs) = (OwnerToken::random(), OwnerToken::random());
+    let as_app = |owner, app, now_ms| ClaimRequest {
+        app_id: Some(app),
+        ..request(e, owner, now_ms)
+    };
+    assert!(matches!(
+        ledger
+            .claim(&as_app(&theirs, OTHER_APP, NOW))
+            .await
+            .unwrap(),
+        Claim::Acquired { attempt: 1, .. }
+    ));
+    let other = Claim::OtherApp {
+        app_id: OTHER_APP.into(),
+    };
+    assert_eq!(
+        ledger.claim(&as_app(&ours, APP, NOW + 1)).await.unwrap(),
+        other,
+        "held live by the other app"
+    );
+    // Its lease over, released, answered: still the other app's.
+    assert_eq!(
+        ledger
+            .claim(&as_app(&ours, APP, NOW + LEASE + 1))
+            .await
+            .unwrap(),
+        other,
+        "its lease over"
+    );
+    ledger.release(e, &theirs, NOW + 2).await.unwrap();
+    assert_eq!(
+        ledger.claim(&as_app(&ours, APP, NOW + 3)).await.unwrap(),
+        other,
+        "released"
+    );
+    let again = OwnerToken::random();
+    assert!(matches!(
+        ledger
+            .claim(&as_app(&again, OTHER_APP, NOW + 4))
+            .await
+            .unwrap(),
+        Claim::Acquired { attempt: 2, .. }
+    ));
+    ledger
+        .finish(
+            Held {
+                event_id: e,
+                owner: &again,
+            },
+            &Finish::Done,
+            &[],
+            NOW + 5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.claim(&as_app(&ours, APP, NOW + 6)).await.unwrap(),
+        other,
+        "answered by the other app: not this one's answer"
+    );
+    // The app's own key is its own.
+    let scoped = super::app_scoped(e, APP).expect("a key");
+    let here = ClaimRequest {
+        app_id: Some(APP),
+        ..request(&scoped, &ours, NOW + 7)
+    };
+    assert!(matches!(
+        ledger.claim(&here).await.unwrap(),
+        Claim::Acquired { attempt: 1, .. }
+    ));
+    // A claim that names no app (a version before apps) finds an app's item as before.
+    let unnamed = ClaimRequest {
+        app_id: None,
+        ..request(e, &ours, NOW + 8)
+    };
+    assert!(matches!(
+        ledger.claim(&unnamed).await.unwrap(),
+        Claim::AlreadyDone { .. }
+    ));
+}
+
+/// An item a version before apps wrote (no app) is taken by a claim that names its app, as
+/// the same app's. Leaves `e` claimed by `APP`.
+pub async fn an_item_of_no_app_is_anyones(ledger: &dyn Ledger, e: &EventId) {
+    let (old, new) = (OwnerToken::random(), OwnerToken::random());
+    let unnamed = ClaimRequest {
+        app_id: None,
+        ..request(e, &old, NOW)
+    };
+    assert!(matches!(
+        ledger.claim(&unnamed).await.unwrap(),
+        Claim::Acquired { attempt: 1, .. }
+    ));
+    assert!(matches!(
+        ledger.claim(&request(e, &new, NOW + 1)).await.unwrap(),
+        Claim::InProgress { .. }
+    ));
+    assert!(matches!(
+        ledger
+            .claim(&request(e, &new, NOW + LEASE + 1))
+            .await
+            .unwrap(),
+        Claim::Acquired { attempt: 2, .. }
+    ));
+}
+
+/// The same for aliases: another app's alias is never this app's, nor a copy of its message.
+pub async fn another_apps_alias_is_never_taken(ledger: &dyn Ledger, alias: &EventId) {
+    let of = EventId::try_from("msg-T0001-C0001-1700000000_000100".to_string()).unwrap();
+    let write = |app, now_ms: u64| AliasRequest {
+        alias,
+        of: &of,
+        now_ms,
+        expires_at_s: now_ms / 1000 + TTL_S,
+        app_id: Some(app),
+    };
+    assert_eq!(
+        ledger.alias(&write(OTHER_APP, NOW)).await.unwrap(),
+        Alias::Ours
+    );
+    assert_eq!(
+        ledger.alias(&write(APP, NOW + 1)).await.unwrap(),
+        Alias::OtherApp {
+            app_id: OTHER_APP.into()
+        }
+    );
+    let after_ttl = NOW + (TTL_S + 1) * 1000;
+    assert_eq!(
+        ledger.alias(&write(APP, after_ttl)).await.unwrap(),
+        Alias::OtherApp {
+            app_id: OTHER_APP.into()
+        },
+        "past its TTL too"
+    );
+    assert_eq!(
+        ledger.alias(&write(OTHER_APP, NOW + 2)).await.unwrap(),
+        Alias::Ours,
+        "the other app's own"
+    );
 }

@@ -22,8 +22,9 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 
 use super::{
-    applied_already, existing_blocks_claim, with_began, Alias, AliasRequest, BeganWindow, Blocked,
-    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, Settled, Status, StepRecord,
+    applied_already, existing_blocks_claim, other_app, with_began, Alias, AliasRequest,
+    BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, Settled,
+    Status, StepRecord,
 };
 
 /// Attribute names of the ledger item (see the README's item schema).
@@ -68,6 +69,9 @@ pub mod attr {
     pub const NOTE: &str = "note";
     /// When the note was written (epoch ms): an older write never replaces a newer one.
     pub const NOTE_AT: &str = "note_at";
+    /// The Slack app (`api_app_id`) whose claim or alias the item is: another app's is never
+    /// taken (two apps whose deployments share the table).
+    pub const APP: &str = "app";
 }
 
 const STEP_DONE: &str = "done";
@@ -97,6 +101,10 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
     OR #status = :released \
     OR (#status = :failed AND #retryable = :true) \
     OR (#status = :in_progress AND #lease_until <= :now_ms)";
+
+/// Where the request names its app, a takeover or an alias update also needs the item to be
+/// no other app's.
+const APP_CONDITION: &str = "(attribute_not_exists(#app) OR #app = :app)";
 
 /// What a put of a key never written met.
 enum PutNew {
@@ -319,6 +327,9 @@ impl DynamoLedger {
         if let Some(reason) = request.retry_reason {
             item.insert(attr::RETRY_REASON.into(), s(reason));
         }
+        if let Some(app) = request.app_id {
+            item.insert(attr::APP.into(), s(app));
+        }
         match self.put_new(item).await? {
             PutNew::Written => Ok(Some(Claim::Acquired {
                 attempt: 1,
@@ -400,12 +411,16 @@ impl DynamoLedger {
             "#error".to_string(),
             "#retryable".to_string(),
         ];
+        let condition = match request.app_id {
+            Some(_) => format!("({CLAIM_CONDITION}) AND {APP_CONDITION}"),
+            None => CLAIM_CONDITION.to_string(),
+        };
         let mut update = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(attr::PK, AttributeValue::S(request.event_id.to_string()))
-            .condition_expression(CLAIM_CONDITION)
+            .condition_expression(condition)
             .set_expression_attribute_names(Some(
                 [
                     attr::PK,
@@ -428,6 +443,7 @@ impl DynamoLedger {
                     attr::BEGAN,
                 ]
                 .into_iter()
+                .chain(request.app_id.map(|_| attr::APP))
                 .map(|a| (format!("#{a}"), a.to_string()))
                 .collect(),
             ))
@@ -477,6 +493,11 @@ impl DynamoLedger {
                 }
                 None => remove.push(format!("#{name}")),
             }
+        }
+        if let Some(app) = request.app_id {
+            // Written, not removed without one: the condition keeps another app out.
+            set.push(format!("#{} = :app", attr::APP));
+            update = update.expression_attribute_values(":app", s(app));
         }
         let expression = format!("SET {} REMOVE {}", set.join(", "), remove.join(", "));
 
@@ -632,6 +653,7 @@ impl Ledger for DynamoLedger {
             (attr::LEASE_UNTIL, n(0)),
         ]
         .into_iter()
+        .chain(request.app_id.map(|app| (attr::APP, s(app))))
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         match self.put_new(item).await? {
@@ -639,6 +661,11 @@ impl Ledger for DynamoLedger {
             PutNew::Found(item) => {
                 let item = item.as_ref();
                 let text = |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
+                if let Some(app) = other_app(text(attr::APP).map(String::as_str), request.app_id) {
+                    return Ok(Alias::OtherApp {
+                        app_id: app.to_string(),
+                    });
+                }
                 let expires_at = item.and_then(|i| i.get(attr::EXPIRES_AT)).and_then(number);
                 let live = expires_at.is_some_and(|at| at > request.now_ms / 1000);
                 // The alias lives as long as its message's claim: the update pushes its expiry
@@ -664,9 +691,18 @@ impl Ledger for DynamoLedger {
             attr::ALIAS_OF,
             attr::STATUS,
             attr::LEASE_UNTIL,
-        ];
+        ]
+        .into_iter()
+        .chain(request.app_id.map(|_| attr::APP));
+        let (condition, set_app) = match request.app_id {
+            Some(_) => (
+                format!("({ALIAS_CONDITION}) AND {APP_CONDITION}"),
+                ", #app = :app",
+            ),
+            None => (ALIAS_CONDITION.to_string(), ""),
+        };
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let result = self
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
@@ -674,17 +710,14 @@ impl Ledger for DynamoLedger {
             // `status` and `lease_until` as a released claim: a version before pointers, which
             // claims this key as a claim of its own, can take it (and then finish it) instead
             // of finding it live for good.
-            .update_expression(
+            .update_expression(format!(
                 "SET #alias_of = :of, #expires_at = :expires_at, \
                  #status = if_not_exists(#status, :released), \
-                 #lease_until = if_not_exists(#lease_until, :zero)",
-            )
-            .condition_expression(ALIAS_CONDITION)
+                 #lease_until = if_not_exists(#lease_until, :zero){set_app}"
+            ))
+            .condition_expression(condition)
             .set_expression_attribute_names(Some(
-                names
-                    .into_iter()
-                    .map(|a| (format!("#{a}"), a.to_string()))
-                    .collect(),
+                names.map(|a| (format!("#{a}"), a.to_string())).collect(),
             ))
             .expression_attribute_values(":of", s(request.of.as_str()))
             .expression_attribute_values(":expires_at", n(request.expires_at_s))
@@ -693,14 +726,17 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":released", s(Status::Released.as_str()))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":zero", n(0))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let update = match request.app_id {
+            Some(app) => update.expression_attribute_values(":app", s(app)),
+            None => update,
+        };
+        let result = update.send().await;
         match result {
             Ok(_) => Ok(Alias::Ours),
             Err(SdkError::ServiceError(e)) => match e.err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
-                    Ok(alias_found(failed.item()))
+                    Ok(alias_found(failed.item(), request.app_id))
                 }
                 _ => Err(unavailable(SdkError::ServiceError(e))),
             },
@@ -767,8 +803,13 @@ impl Ledger for DynamoLedger {
 
 /// What an alias item found by a failed alias write means: another message's alias, or (from a
 /// version before pointers) a live claim or an answered one.
-fn alias_found(item: Option<&HashMap<String, AttributeValue>>) -> Alias {
+fn alias_found(item: Option<&HashMap<String, AttributeValue>>, app_id: Option<&str>) -> Alias {
     let text = |key: &str| item.and_then(|i| i.get(key)).and_then(|v| v.as_s().ok());
+    if let Some(app) = other_app(text(attr::APP).map(String::as_str), app_id) {
+        return Alias::OtherApp {
+            app_id: app.to_string(),
+        };
+    }
     if let Some(of) = text(attr::ALIAS_OF) {
         return Alias::CopyOf { key: of.clone() };
     }
@@ -906,6 +947,12 @@ fn existing_claim(
             journal: with_began(journal_of(item), &began_of(item, 1)),
         });
     }
+    if let Some(app) = other_app(text(attr::APP).map(String::as_str), request.app_id) {
+        // Whatever its state: another app's claim is never taken over, nor its answer ours.
+        return Some(Claim::OtherApp {
+            app_id: app.to_string(),
+        });
+    }
     let lease_until = item
         .and_then(|i| i.get(attr::LEASE_UNTIL))
         .and_then(number)
@@ -970,6 +1017,7 @@ mod tests {
             team_id: None,
             retry_num: None,
             retry_reason: None,
+            app_id: None,
         }
     }
 
@@ -1117,15 +1165,21 @@ mod tests {
     #[test]
     fn an_alias_item_names_its_message_and_a_claim_of_an_earlier_version_is_read() {
         assert_eq!(
-            alias_found(Some(&item(&[(attr::ALIAS_OF, s("msg-T-C-1"))]))),
+            alias_found(Some(&item(&[(attr::ALIAS_OF, s("msg-T-C-1"))])), None),
             Alias::CopyOf {
                 key: "msg-T-C-1".into()
             }
         );
         let answered = item(&[(attr::STATUS, s("done"))]);
-        assert!(matches!(alias_found(Some(&answered)), Alias::CopyOf { .. }));
+        assert!(matches!(
+            alias_found(Some(&answered), None),
+            Alias::CopyOf { .. }
+        ));
         let live = item(&[(attr::STATUS, s("in_progress")), (attr::LEASE_UNTIL, n(9))]);
-        assert_eq!(alias_found(Some(&live)), Alias::Busy { lease_until_ms: 9 });
+        assert_eq!(
+            alias_found(Some(&live), None),
+            Alias::Busy { lease_until_ms: 9 }
+        );
     }
 
     #[test]

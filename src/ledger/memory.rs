@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    applied_already, existing_blocks_claim, with_began, Alias, AliasRequest, BeganWindow, Blocked,
-    Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, OwnerToken, Settled, Status,
-    StepRecord,
+    applied_already, existing_blocks_claim, other_app, with_began, Alias, AliasRequest,
+    BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError,
+    OwnerToken, Settled, Status, StepRecord,
 };
 use crate::envelope::EventId;
 
@@ -27,6 +27,8 @@ struct Entry {
     ran: Option<Vec<String>>,
     error: Option<String>,
     retryable: bool,
+    /// The Slack app whose claim it is (another app's is never taken).
+    app: Option<String>,
 }
 
 /// From this many entries on, a claim first drops the expired ones, so memory stays bounded by
@@ -37,8 +39,8 @@ const SWEEP_THRESHOLD: usize = 10_000;
 #[derive(Debug, Default)]
 struct Entries {
     map: HashMap<EventId, Entry>,
-    /// Aliases: the key each belongs to, and when it expires (epoch seconds).
-    aliases: HashMap<EventId, (EventId, u64)>,
+    /// Aliases: the key each belongs to, when it expires (epoch seconds), and its app.
+    aliases: HashMap<EventId, (EventId, u64, Option<String>)>,
     /// Notes: the value, when it was written (epoch ms) and when it expires (epoch seconds).
     notes: HashMap<EventId, (String, u64, u64)>,
     /// Size at which the next claim sweeps (0 until the first claim sets it).
@@ -113,13 +115,14 @@ impl Ledger for MemoryLedger {
             entries.map.retain(|_, e| e.expires_at_s > now_s);
             entries
                 .aliases
-                .retain(|_, (_, expires_at_s)| *expires_at_s > now_s);
+                .retain(|_, (_, expires_at_s, _)| *expires_at_s > now_s);
             entries.sweep_at = (entries.map.len() * 2).max(SWEEP_THRESHOLD);
         }
         let entries = &mut entries.map;
         let mut attempts = 0;
         let mut journal = Journal::new();
         let mut began = Vec::new();
+        let mut app = request.app_id.map(str::to_string);
         let window = BeganWindow {
             at_ms: request.now_ms,
             lease_until_ms: request.lease_until_ms,
@@ -131,6 +134,11 @@ impl Ledger for MemoryLedger {
                 return Ok(Claim::Acquired {
                     attempt: existing.attempts,
                     journal: with_began(existing.journal.clone(), earlier),
+                });
+            }
+            if let Some(other) = other_app(existing.app.as_deref(), request.app_id) {
+                return Ok(Claim::OtherApp {
+                    app_id: other.to_string(),
                 });
             }
             match existing_blocks_claim(
@@ -160,6 +168,7 @@ impl Ledger for MemoryLedger {
             attempts = existing.attempts;
             journal = existing.journal.clone();
             began = existing.began.clone();
+            app = app.or_else(|| existing.app.clone());
         }
         let attempt = attempts + 1;
         let seen = with_began(journal.clone(), &began);
@@ -177,6 +186,7 @@ impl Ledger for MemoryLedger {
                 ran: None,
                 error: None,
                 retryable: false,
+                app,
             },
         );
         Ok(Claim::Acquired {
@@ -210,15 +220,32 @@ impl Ledger for MemoryLedger {
         let mut entries = self.entries.lock().expect("ledger lock");
         let now_s = request.now_ms / 1000;
         match entries.aliases.get(request.alias) {
-            Some((of, expires_at_s)) if *expires_at_s > now_s && of != request.of => {
+            Some((_, _, app)) if other_app(app.as_deref(), request.app_id).is_some() => {
+                Ok(Alias::OtherApp {
+                    app_id: app.clone().unwrap_or_default(),
+                })
+            }
+            Some((of, expires_at_s, _)) if *expires_at_s > now_s && of != request.of => {
                 Ok(Alias::CopyOf {
                     key: of.to_string(),
                 })
             }
-            _ => {
+            Some((_, _, app)) => {
+                let app = request.app_id.map(str::to_string).or_else(|| app.clone());
                 entries.aliases.insert(
                     request.alias.clone(),
-                    (request.of.clone(), request.expires_at_s),
+                    (request.of.clone(), request.expires_at_s, app),
+                );
+                Ok(Alias::Ours)
+            }
+            None => {
+                entries.aliases.insert(
+                    request.alias.clone(),
+                    (
+                        request.of.clone(),
+                        request.expires_at_s,
+                        request.app_id.map(str::to_string),
+                    ),
                 );
                 Ok(Alias::Ours)
             }
@@ -475,6 +502,14 @@ mod tests {
     async fn a_failed_event_blocks_every_later_copy_with_its_error() {
         let ledger = MemoryLedger::new();
         contract::a_failed_event_blocks_every_later_copy(&ledger, &id("Ev1")).await;
+    }
+
+    #[tokio::test]
+    async fn another_apps_key_and_alias_are_never_taken_and_no_app_is_anyones() {
+        let ledger = MemoryLedger::new();
+        contract::another_apps_key_is_never_taken(&ledger, &id("Ev1")).await;
+        contract::an_item_of_no_app_is_anyones(&ledger, &id("Ev2")).await;
+        contract::another_apps_alias_is_never_taken(&ledger, &id("cmid-T1-Z")).await;
     }
 
     #[tokio::test]

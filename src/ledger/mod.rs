@@ -74,6 +74,10 @@ pub struct ClaimRequest<'a> {
     pub team_id: Option<&'a str>,
     pub retry_num: Option<u32>,
     pub retry_reason: Option<&'a str>,
+    /// The Slack app claiming (the request's `api_app_id`), written on the item: a key another
+    /// app holds (two apps whose deployments share one table) is never taken, and
+    /// [`Claim::OtherApp`] sends this one to its own key ([`app_scoped`]).
+    pub app_id: Option<&'a str>,
 }
 
 /// One claim, as its owner names it to the ledger.
@@ -273,6 +277,8 @@ pub struct AliasRequest<'a> {
     pub of: &'a EventId,
     pub now_ms: u64,
     pub expires_at_s: u64,
+    /// As [`ClaimRequest::app_id`].
+    pub app_id: Option<&'a str>,
 }
 
 /// What an alias write found.
@@ -285,6 +291,9 @@ pub enum Alias {
     /// An alias written as a claim by a version before aliases were pointers, still live:
     /// answered as a live claim (a non-2xx; the next delivery tries again).
     Busy { lease_until_ms: u64 },
+    /// The alias is another Slack app's (two apps share the table): this app writes its own,
+    /// at [`app_scoped`].
+    OtherApp { app_id: String },
 }
 
 /// What a claim found.
@@ -301,6 +310,24 @@ pub enum Claim {
     AlreadyFailed { error: String },
     /// Another delivery holds a live claim until `lease_until_ms`.
     InProgress { lease_until_ms: u64 },
+    /// The key is another Slack app's, whatever its state (two apps whose deployments share
+    /// one table, each sent the same message or event): nothing was written, and this app
+    /// claims its own key, [`app_scoped`], instead.
+    OtherApp { app_id: String },
+}
+
+/// The key `app_id` claims where `key` is another app's: the same key, followed by the app.
+pub fn app_scoped(key: &EventId, app_id: &str) -> Option<EventId> {
+    EventId::try_from(format!("{key}-{app_id}")).ok()
+}
+
+/// Whether an item written by the app `found` is another app's than `ours` (an item or a
+/// request without one, as versions before apps were written, is anyone's).
+pub fn other_app<'a>(found: Option<&'a str>, ours: Option<&str>) -> Option<&'a str> {
+    match (found, ours) {
+        (Some(found), Some(ours)) if found != ours => Some(found),
+        _ => None,
+    }
 }
 
 /// A step's fate learnt since the ledger was last written; the next write of the claim (the

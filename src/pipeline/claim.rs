@@ -11,25 +11,29 @@ use super::{
 };
 use crate::envelope::{EventCallback, EventId};
 use crate::ledger::{
-    keep_doubt, Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, LedgerError,
-    OwnerToken, Settled,
+    app_scoped, keep_doubt, Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal,
+    LedgerError, OwnerToken, Settled,
 };
 
 impl Processor {
     /// Claims `keys.primary` in the ledger and, in the same round trip, writes its alias (the
     /// message's `client_msg_id`): a message whose alias belongs to another one is a copy of
     /// it under another `ts`, and is finished as a duplicate. Within the processing deadline.
+    /// A key (or an alias) another Slack app holds, two apps sharing the table, is claimed
+    /// under this app's own ([`app_scoped`]) instead: one more round trip, for that app only.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn claim(
         &self,
         keys: &LedgerKeys,
         team: Option<&str>,
+        app: Option<&str>,
         delivery: &EventDelivery<'_>,
         times: &Times,
         owner: &OwnerToken,
     ) -> Result<Claimed, ProcessError> {
-        let key = &keys.primary;
+        let unscoped = &keys.primary;
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
-        let request = ClaimRequest {
+        let request = |key| ClaimRequest {
             event_id: key,
             owner,
             now_ms: times.now_ms,
@@ -38,24 +42,58 @@ impl Processor {
             team_id: team,
             retry_num: delivery.retry_num,
             retry_reason: delivery.retry_reason,
+            app_id: app,
         };
-        let alias = keys.alias.as_ref().map(|alias| AliasRequest {
+        // The alias always names the message's key as every app derives it.
+        let alias_request = |alias| AliasRequest {
             alias,
-            of: key,
+            of: unscoped,
             now_ms: times.now_ms,
             expires_at_s,
-        });
+            app_id: app,
+        };
+        let scoped = |key: &EventId| app.and_then(|app| app_scoped(key, app));
+        let (scoped_key, scoped_alias) = (scoped(unscoped), keys.alias.as_ref().and_then(scoped));
         let both = async {
-            let claim = self.ledger.claim(&request);
-            match &alias {
+            let first = request(unscoped);
+            let claim = self.ledger.claim(&first);
+            let (mut claim, mut alias) = match &keys.alias {
                 Some(alias) => {
-                    let (claim, alias) = tokio::join!(claim, self.ledger.alias(alias));
+                    let alias = alias_request(alias);
+                    let (claim, alias) = tokio::join!(claim, self.ledger.alias(&alias));
                     (claim, Some(alias))
                 }
                 None => (claim.await, None),
+            };
+            // Another app's: each part it holds is claimed again under this app's key.
+            let claim_elsewhere = matches!(claim, Ok(Claim::OtherApp { .. }));
+            let alias_elsewhere = matches!(alias, Some(Ok(Alias::OtherApp { .. })));
+            let key = match (claim_elsewhere, &scoped_key) {
+                (true, Some(here)) => here,
+                _ => unscoped,
+            };
+            let again_claim = async {
+                match (claim_elsewhere, &scoped_key) {
+                    (true, Some(k)) => Some(self.ledger.claim(&request(k)).await),
+                    _ => None,
+                }
+            };
+            let again_alias = async {
+                match (alias_elsewhere, &scoped_alias) {
+                    (true, Some(a)) => Some(self.ledger.alias(&alias_request(a)).await),
+                    _ => None,
+                }
+            };
+            let (again_claim, again_alias) = tokio::join!(again_claim, again_alias);
+            if let Some(again) = again_claim {
+                claim = again;
             }
+            if let Some(again) = again_alias {
+                alias = Some(again);
+            }
+            (claim, alias, key)
         };
-        let (claim, alias) = tokio::time::timeout_at(times.work_deadline, both)
+        let (claim, alias, key) = tokio::time::timeout_at(times.work_deadline, both)
             .await
             .map_err(|_| ledger_timeout())?;
         let claim = claim.map_err(ProcessError::Ledger)?;
@@ -73,8 +111,24 @@ impl Processor {
                 );
                 return Ok(Claimed::Ended(Outcome::InProgress));
             }
+            Claim::OtherApp { app_id } => {
+                // Even its own key another app's, or no key of its own: never another's.
+                tracing::error!(
+                    other_app = app_id,
+                    key = %key,
+                    "the ledger key is another Slack app's and this app has no key of its own: \
+                     not answering (give each app its own DEDUP_TABLE)"
+                );
+                return Ok(Claimed::Ended(Outcome::InProgress));
+            }
             Claim::Acquired { attempt, journal } => (attempt, journal),
         };
+        if key != unscoped {
+            tracing::info!(
+                key = %key,
+                "this key is another Slack app's (the table is shared): claimed under this app's own"
+            );
+        }
         // The claim is this delivery's: whether it is a copy of another message decides.
         let held = Held {
             event_id: key,
@@ -94,6 +148,14 @@ impl Processor {
                 tracing::info!(
                     lease_until_ms,
                     "an earlier version holds a live claim of this message's client_msg_id"
+                );
+                Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
+            }
+            Some(Ok(Alias::OtherApp { app_id })) => {
+                tracing::error!(
+                    other_app = app_id,
+                    "this message's client_msg_id is another Slack app's and this app has no \
+                     alias of its own: not answering (give each app its own DEDUP_TABLE)"
                 );
                 Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
             }
@@ -121,7 +183,11 @@ impl Processor {
                 "taking over an event whose earlier claim expired or was released"
             );
         }
-        Ok(Claimed::Acquired { attempt, journal })
+        Ok(Claimed::Acquired {
+            attempt,
+            journal,
+            key: key.clone(),
+        })
     }
 }
 
@@ -210,11 +276,11 @@ pub(super) enum Claimed {
     Acquired {
         attempt: u32,
         journal: Journal,
+        /// The key held: the request's, or this app's own where the request's is another's.
+        key: EventId,
     },
     /// Answered already (by the listeners `ran` names, when recorded).
-    Done {
-        ran: Option<Vec<String>>,
-    },
+    Done { ran: Option<Vec<String>> },
     /// No work for this delivery: done, failed or in progress elsewhere.
     Ended(Outcome),
 }

@@ -134,11 +134,16 @@ impl Processor {
         unit: Unit,
     ) -> Result<Outcome, ProcessError> {
         let owner = OwnerToken::random();
-        let (attempt, journal) = match self
-            .claim(keys, callback.team(), delivery, times, &owner)
+        let app = callback.api_app_id.as_deref();
+        let (attempt, journal, key) = match self
+            .claim(keys, callback.team(), app, delivery, times, &owner)
             .await?
         {
-            Claimed::Acquired { attempt, journal } => (attempt, journal),
+            Claimed::Acquired {
+                attempt,
+                journal,
+                key,
+            } => (attempt, journal, key),
             Claimed::Done { ran: Some(ran) } if unit.identity == Identity::Message => {
                 let missing: Vec<Run> = unit
                     .runs
@@ -159,7 +164,7 @@ impl Processor {
             ack_mode: AckMode::NotAsked,
             delivery,
             times,
-            key: &keys.primary,
+            key: &key,
             owner,
             attempt,
             journal,

@@ -77,11 +77,16 @@ impl Processor {
             alias: None,
         };
         let owner = OwnerToken::random();
+        let app = interaction.api_app_id.as_deref();
         let claimed = self
-            .claim(&keys, interaction.team(), delivery, &times, &owner)
+            .claim(&keys, interaction.team(), app, delivery, &times, &owner)
             .await?;
-        let (attempt, journal) = match claimed {
-            Claimed::Acquired { attempt, journal } => (attempt, journal),
+        let (attempt, journal, key) = match claimed {
+            Claimed::Acquired {
+                attempt,
+                journal,
+                key,
+            } => (attempt, journal, key),
             // A double-click, a request sent twice, a redelivery: answered once already, or
             // being answered now. Slack is told nothing new.
             Claimed::Done { .. } => return Ok(acked(None, Outcome::Duplicate)),

@@ -407,6 +407,7 @@ async fn an_alias_lives_as_long_as_its_messages_latest_claim() {
         of: &first,
         now_ms: NOW + 2 * 3600 * 1000 + 5_000,
         expires_at_s: (NOW + 2 * 3600 * 1000 + 5_000) / 1000 + TTL_S,
+        app_id: Some(contract::APP),
     };
     assert_eq!(
         ledger.alias(&again).await.unwrap(),
@@ -456,4 +457,77 @@ async fn a_claim_that_finds_its_own_claim_acquires_it_with_the_stored_attempt() 
     contract::a_claim_sent_again_acquires_with_the_stored_attempt(ledger.as_ref(), &e).await;
     let item = ledger.get_item("EvD12").await.unwrap().unwrap();
     assert_eq!(n(&item, "attempts"), 2, "not counted twice");
+}
+
+#[tokio::test]
+async fn another_apps_key_and_alias_are_never_taken_and_an_item_of_no_app_is_anyones() {
+    let ledger = ledger().await;
+    let (e, old, alias) = (id("EvD20"), id("EvD21"), id("cmid-T1-D20"));
+    contract::another_apps_key_is_never_taken(ledger.as_ref(), &e).await;
+    let item = ledger.get_item("EvD20").await.unwrap().unwrap();
+    assert_eq!(s(&item, "app"), contract::OTHER_APP, "{item:?}");
+    assert_eq!(s(&item, "status"), "done");
+    let scoped = format!("EvD20-{}", contract::APP);
+    let here = ledger.get_item(&scoped).await.unwrap().unwrap();
+    assert_eq!(s(&here, "app"), contract::APP);
+    contract::an_item_of_no_app_is_anyones(ledger.as_ref(), &old).await;
+    let item = ledger.get_item("EvD21").await.unwrap().unwrap();
+    assert_eq!(s(&item, "app"), contract::APP, "the takeover names its app");
+    contract::another_apps_alias_is_never_taken(ledger.as_ref(), &alias).await;
+    let item = ledger.get_item("cmid-T1-D20").await.unwrap().unwrap();
+    assert_eq!(s(&item, "app"), contract::OTHER_APP);
+}
+
+/// A message that mentions two apps whose deployments share one table: Slack sends each app
+/// the same event (the same `event_id`, `ts` and `client_msg_id`, its own `api_app_id`).
+fn for_app(event_id: &str, app: &str, ts: Option<&str>) -> String {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&app_mention(event_id, "hello both")).unwrap();
+    v["api_app_id"] = app.into();
+    v["event"]["client_msg_id"] = "7c1d5a2e-0b7f-4c55-9e0e-3d2f3b1a9c44".into();
+    if let Some(ts) = ts {
+        v["event"]["ts"] = ts.into();
+        v["event"]["event_ts"] = ts.into();
+    }
+    v.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_apps_sharing_a_table_each_answer_a_message_that_mentions_both_once() {
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let ours = spawn_app_on_ledger(&endpoint, table.clone(), vec![]).await;
+    let theirs = spawn_app_on_ledger(&endpoint, table.clone(), vec![]).await;
+    let (a, b) = ("A0001", "A0OTHERAPP");
+    // The other app first, then this one, then Slack's retries to each.
+    let first = theirs.send(&for_app("EvShared1", b, None), None).await;
+    assert_eq!(first.outcome(), "answered", "{}", first.body);
+    let second = ours.send(&for_app("EvShared1", a, None), None).await;
+    assert_eq!(second.outcome(), "answered", "{}", second.body);
+    for (app, id) in [(&ours, a), (&theirs, b)] {
+        let retry = app.send(&for_app("EvShared1", id, None), Some(1)).await;
+        assert_eq!(retry.outcome(), "duplicate", "{id}: {}", retry.body);
+        // A copy of the message under another ts (the same client_msg_id): each app's own
+        // alias finds it a copy.
+        let copy = app
+            .send(&for_app("EvShared1b", id, Some("1650000000.000900")), None)
+            .await;
+        assert_eq!(copy.outcome(), "duplicate", "{id}: {}", copy.body);
+    }
+    assert_eq!(ours.slack.posted().len(), 1, "{:?}", ours.slack.posted());
+    assert_eq!(
+        theirs.slack.posted().len(),
+        1,
+        "{:?}",
+        theirs.slack.posted()
+    );
+    let key = mention_key("EvShared1");
+    let held = ledger.get_item(&key).await.unwrap().unwrap();
+    assert_eq!((s(&held, "app"), s(&held, "status")), (b, "done"));
+    let own = ledger
+        .get_item(&format!("{key}-{a}"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((s(&own, "app"), s(&own, "status")), (a, "done"));
 }

@@ -465,6 +465,7 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
                 team_id: None,
                 retry_num: None,
                 retry_reason: None,
+                app_id: None,
             })
             .await
             .unwrap();
