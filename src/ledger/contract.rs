@@ -450,7 +450,9 @@ pub async fn another_apps_key_is_never_taken(ledger: &dyn Ledger, e: &EventId) {
 }
 
 /// An item a version before apps wrote (no app) is taken by a claim that names its app, as
-/// the same app's. Leaves `e` claimed by `APP`.
+/// the same app's, and stays anyone's: the app whose old version wrote it may be another,
+/// whose next delivery must find it held (or answered), never another app's. Leaves `e`
+/// claimed by `APP`.
 pub async fn an_item_of_no_app_is_anyones(ledger: &dyn Ledger, e: &EventId) {
     let (old, new) = (OwnerToken::random(), OwnerToken::random());
     let unnamed = ClaimRequest {
@@ -472,6 +474,17 @@ pub async fn an_item_of_no_app_is_anyones(ledger: &dyn Ledger, e: &EventId) {
             .unwrap(),
         Claim::Acquired { attempt: 2, .. }
     ));
+    let other = ClaimRequest {
+        app_id: Some(OTHER_APP),
+        ..request(e, &old, NOW + LEASE + 2)
+    };
+    assert!(
+        matches!(
+            ledger.claim(&other).await.unwrap(),
+            Claim::InProgress { .. }
+        ),
+        "still anyone's: held, not another app's"
+    );
 }
 
 /// The same for aliases: another app's alias is never this app's, nor a copy of its message.

@@ -293,9 +293,13 @@ impl DynamoLedger {
             .map(|_| ())
     }
 
-    /// The claim of a key never seen: one put, conditioned on the key's absence. `None` when the
-    /// key exists but counts as absent (the update of [`Self::claim_existing`] takes it over).
-    async fn claim_new(&self, request: &ClaimRequest<'_>) -> Result<Option<Claim>, LedgerError> {
+    /// The claim of a key never seen: one put, conditioned on the key's absence. `Err` when the
+    /// key exists but counts as absent (`Err(false)`: the update of [`Self::claim_existing`]
+    /// takes it over), or when the role refuses the put (`Err(true)`: the key may be new).
+    async fn claim_new(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> Result<Result<Claim, bool>, LedgerError> {
         let mut item: HashMap<String, AttributeValue> = [
             (attr::PK, s(request.event_id.as_str())),
             (attr::STATUS, s(Status::InProgress.as_str())),
@@ -331,16 +335,16 @@ impl DynamoLedger {
             item.insert(attr::APP.into(), s(app));
         }
         match self.put_new(item).await? {
-            PutNew::Written => Ok(Some(Claim::Acquired {
+            PutNew::Written => Ok(Ok(Claim::Acquired {
                 attempt: 1,
                 journal: Journal::new(),
             })),
             // Held, answered, failed for good, or this very put applied by an attempt whose
             // answer was lost: settled by the item as it is. Anything else (it counts as
             // absent, or does not parse) goes to the update's full condition.
-            PutNew::Found(item) => Ok(existing_claim(item.as_ref(), request)),
+            PutNew::Found(item) => Ok(existing_claim(item.as_ref(), request).ok_or(false)),
             // A role that allows only `UpdateItem`: the update claims a key never seen too.
-            PutNew::Refused => Ok(None),
+            PutNew::Refused => Ok(Err(true)),
         }
     }
 
@@ -388,8 +392,15 @@ impl DynamoLedger {
     }
 
     /// The claim of a key that exists and counted as absent when the put found it: the update
-    /// conditioned on every way an item counts as absent (evaluated again, atomically).
-    async fn claim_existing(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
+    /// conditioned on every way an item counts as absent (evaluated again, atomically). It
+    /// names its app only where the key may be new (`maybe_new`: the role refused the put): an
+    /// item of no app, a version before apps wrote it, stays anyone's, so the app whose old
+    /// version wrote it never finds it another's and answers again under a key of its own.
+    async fn claim_existing(
+        &self,
+        request: &ClaimRequest<'_>,
+        maybe_new: bool,
+    ) -> Result<Claim, LedgerError> {
         // Every attribute goes through a `#name` placeholder: several are DynamoDB reserved words.
         let mut set = vec![
             "#status = :in_progress".to_string(),
@@ -495,9 +506,15 @@ impl DynamoLedger {
             }
         }
         if let Some(app) = request.app_id {
-            // Written, not removed without one: the condition keeps another app out.
-            set.push(format!("#{} = :app", attr::APP));
+            // The condition keeps another app out; an app's own item keeps its app.
             update = update.expression_attribute_values(":app", s(app));
+            if maybe_new {
+                set.push(format!(
+                    "#{} = if_not_exists(#{}, :app)",
+                    attr::APP,
+                    attr::APP
+                ));
+            }
         }
         let expression = format!("SET {} REMOVE {}", set.join(", "), remove.join(", "));
 
@@ -546,8 +563,8 @@ impl Ledger for DynamoLedger {
         // DynamoDB evaluates. Only a key that counts as absent though it exists (past its TTL,
         // released, retryable, its lease ended) needs the update below: a takeover, rare.
         match self.claim_new(request).await? {
-            Some(claim) => Ok(claim),
-            None => self.claim_existing(request).await,
+            Ok(claim) => Ok(claim),
+            Err(absent) => self.claim_existing(request, absent).await,
         }
     }
 

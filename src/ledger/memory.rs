@@ -168,7 +168,8 @@ impl Ledger for MemoryLedger {
             attempts = existing.attempts;
             journal = existing.journal.clone();
             began = existing.began.clone();
-            app = app.or_else(|| existing.app.clone());
+            // An item of no app (a version before apps) stays anyone's.
+            app = existing.app.clone();
         }
         let attempt = attempts + 1;
         let seen = with_began(journal.clone(), &began);
