@@ -31,7 +31,8 @@ conversations.open/.info, users.info, bots.info, auth.test, views.open/.push (a 
 `<epoch ms>.…`, as `slack-once sign` mints one per request, opens one view within 3 s:
 expired_trigger_id after, exchanged_trigger_id the second time), views.update; any other
 method answers ok. Streams: chat.startStream (channel, thread_ts, markdown_text?) is a message of
-the app in the thread, without metadata (user_not_found for a recipient_team_id of another
+the app in the thread, without metadata (outside a DM missing_recipient_team_id /
+missing_recipient_user_id without them; user_not_found for a recipient_team_id of another
 workspace, as for a Slack Connect author); chat.appendStream adds markdown_text; chat.stopStream
 adds its final markdown_text, blocks and metadata and ends it; after the end or the expiry both
 answer message_not_in_streaming_state. assistant.threads.setStatus / setSuggestedPrompts /
@@ -405,6 +406,11 @@ def web_api(method, args):
         channel = conversation(args.get("channel"), create=True)
         if not args.get("thread_ts"):
             raise Fail("invalid_arguments")
+        if not channel.startswith("D"):  # outside a DM Slack asks whom the stream is for
+            if not args.get("recipient_team_id"):
+                raise Fail("missing_recipient_team_id")
+            if not args.get("recipient_user_id"):
+                raise Fail("missing_recipient_user_id")
         if args.get("recipient_team_id") and args["recipient_team_id"] != OPT.team:
             raise Fail("user_not_found")  # a Slack Connect author of another organisation
         message = {"user": OPT.bot_user, "type": "message", "ts": new_ts(), "bot_id": OPT.bot_id,

@@ -66,6 +66,9 @@ pub const PERMANENT_POST_ERRORS: &[&str] = &[
     "metadata_too_large",
     "method_deprecated",
     "missing_post_type",
+    // A stream outside a DM without whom it is for (`chat.startStream`).
+    "missing_recipient_team_id",
+    "missing_recipient_user_id",
     "missing_scope",
     "msg_blocks_too_long",
     "msg_too_long",

@@ -8,19 +8,22 @@
 //! stopped (`message_not_in_streaming_state`, as after Slack expired it, counts as stopped),
 //! then the message replaced with the final text and blocks (`chat.update`), so whatever ran
 //! or crashed before, the thread holds one message, complete. A reader may see, during a
-//! takeover, the words the crashed run had appended, then the whole answer at once.
+//! takeover, the words the crashed run had appended, then the whole answer at once. A start
+//! Slack refuses for its recipient (a Slack Connect author) is recorded as refused, and the
+//! answer is then one journaled post, made at the end.
 
 use serde_json::{json, Value};
 
 use super::context::{Returns, Settle};
-use super::{Ctx, Error};
+use super::{Ctx, Error, Message};
 use crate::slack::{post_metadata, Args, SlackError};
 
 /// Appends are sent once this many characters are buffered (Slack's SDKs use 256), keeping
 /// within `chat.appendStream`'s rate tier.
 pub const APPEND_BUFFER_CHARS: usize = 256;
 
-/// `chat.startStream`'s answer to a recipient it cannot resolve for this app.
+/// `chat.startStream`'s answer to a recipient it cannot resolve for this app (an author of
+/// another organisation in a Slack Connect conversation).
 const RECIPIENT_REFUSED: &str = "user_not_found";
 
 /// A streamed message in a thread: [`Ctx::stream`].
@@ -28,7 +31,10 @@ const RECIPIENT_REFUSED: &str = "user_not_found";
 pub struct Stream {
     ctx: Ctx,
     pub channel: String,
+    /// The streamed message; empty when Slack refused the recipient and the answer is posted
+    /// whole by [`Stream::finish`] instead.
     pub ts: String,
+    thread_ts: String,
     /// The start's step: the finished message is marked with it, so no later look-up takes
     /// it for another stream.
     step: u32,
@@ -40,10 +46,10 @@ pub struct Stream {
 
 impl Ctx {
     /// Starts a streamed reply in the thread `thread_ts` of `channel` (`chat.startStream`).
-    /// `recipient` (user, team) is required outside a DM; a recipient Slack refuses
-    /// (`user_not_found`, as for a Slack Connect author of another organisation) is left out
-    /// and the stream started again without one. See the [module](self) for how a later run
-    /// finishes the same stream.
+    /// `recipient` (user, and the user's team) is required outside a DM. A recipient Slack
+    /// refuses (`user_not_found`, as for a Slack Connect author of another organisation)
+    /// starts no stream: appends do nothing and [`Stream::finish`] posts the whole answer in
+    /// the thread. See the [module](self) for how a later run finishes the same stream.
     pub async fn stream(
         &self,
         channel: &str,
@@ -55,47 +61,14 @@ impl Ctx {
             args["recipient_user_id"] = user.into();
             args["recipient_team_id"] = team.into();
         }
-        let started = match self.start_stream(channel, thread_ts, args.clone()).await {
-            // Slack refuses some recipients it cannot resolve for this app (an author of
-            // another organisation in a Slack Connect conversation) though the app may reply
-            // there: certainly not started, so once more without one (its own step, made the
-            // same way by every later run).
-            Err(Error::Slack(SlackError::Api { code }))
-                if code == RECIPIENT_REFUSED && recipient.is_some() =>
-            {
-                tracing::info!(
-                    "Slack refused the stream's recipient (user_not_found: a user of another \
-                     workspace?): starting it without one"
-                );
-                if let Some(args) = args.as_object_mut() {
-                    args.remove("recipient_user_id");
-                    args.remove("recipient_team_id");
-                }
-                self.start_stream(channel, thread_ts, args).await
-            }
-            other => other,
+        // A recipient Slack refuses (`user_not_found`: an author of another organisation in a
+        // Slack Connect conversation) started nothing. The refusal is the step's recorded
+        // result, so every later run takes the same way: no stream, the answer posted whole
+        // by `finish` (without a recipient Slack would refuse a stream in a channel too).
+        let benign: &[&str] = match recipient {
+            Some(_) => &[RECIPIENT_REFUSED],
+            None => &[],
         };
-        let (answer, step, started_here) = started?;
-        if !started_here {
-            tracing::info!(ts = %answer["ts"], "the stream an earlier run started: finishing it");
-        }
-        Ok(Stream {
-            ctx: self.clone(),
-            channel: answer["channel"].as_str().unwrap_or(channel).to_string(),
-            ts: answer["ts"].as_str().unwrap_or_default().to_string(),
-            step,
-            buffer: String::new(),
-            unknown: !started_here,
-        })
-    }
-
-    /// The start's step: Slack's answer, the step, and whether this run started the stream.
-    async fn start_stream(
-        &self,
-        channel: &str,
-        thread_ts: &str,
-        args: Value,
-    ) -> Result<(Value, u32, bool), Error> {
         let made_before = self.made().await;
         let step = self.next_step().await;
         let answer = self
@@ -103,16 +76,32 @@ impl Ctx {
                 "chat.startStream",
                 args,
                 Settle::Stream { channel, thread_ts },
-                &[],
+                benign,
                 Returns::Ids,
             )
             .await?;
-        let started_here = self.made().await > made_before;
-        if started_here {
+        let refused = answer["already"] == RECIPIENT_REFUSED;
+        let started_here = !refused && self.made().await > made_before;
+        if refused {
+            tracing::info!(
+                "Slack refused the stream's recipient (user_not_found: a user of another \
+                 workspace?): the answer is posted whole when it is finished"
+            );
+        } else if started_here {
             // The stream's ts is in the ledger before anything else happens.
             self.record_now().await?;
+        } else {
+            tracing::info!(ts = %answer["ts"], "the stream an earlier run started: finishing it");
         }
-        Ok((answer, step, started_here))
+        Ok(Stream {
+            ctx: self.clone(),
+            channel: answer["channel"].as_str().unwrap_or(channel).to_string(),
+            ts: answer["ts"].as_str().unwrap_or_default().to_string(),
+            thread_ts: thread_ts.to_string(),
+            step,
+            buffer: String::new(),
+            unknown: !started_here,
+        })
     }
 }
 
@@ -161,6 +150,16 @@ impl Stream {
     /// whatever was appended, by this run or by an earlier one. Both writes carry slack-once's
     /// names in the message's metadata: no later look-up takes it for another stream.
     pub async fn finish(mut self, text: &str, blocks: Option<Vec<Value>>) -> Result<(), Error> {
+        if self.ts.is_empty() {
+            // No stream (its recipient refused): the answer, whole, as a post of ours in the
+            // thread, found by its metadata if its fate is ever unknown.
+            let mut message = Message::text(text).in_thread(&self.thread_ts);
+            if let Some(blocks) = blocks {
+                message = message.blocks(blocks);
+            }
+            self.ctx.post(&self.channel, message).await?;
+            return Ok(());
+        }
         self.flush().await;
         let metadata = post_metadata(None, self.ctx.names(self.step));
         let mut stop = json!({"channel": self.channel, "ts": self.ts, "metadata": metadata});

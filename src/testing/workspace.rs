@@ -20,7 +20,9 @@
 //!   the message the request came from. Stand-ins' response URLs name their conversation:
 //!   `/commands/{team}/{channel}/{id}` and `/actions/{team}/{channel}/{message_ts}/{id}`;
 //! - a stream (`chat.startStream`) is a message of this app in its thread, without metadata
-//!   (a recipient of another workspace, as a Slack Connect author is: `user_not_found`), that `chat.appendStream` extends and `chat.stopStream` ends (with its final text, blocks
+//!   (outside a DM it needs `recipient_team_id` and `recipient_user_id`:
+//!   `missing_recipient_team_id` / `_user_id`; a recipient of another workspace, as a Slack
+//!   Connect author is: `user_not_found`), that `chat.appendStream` extends and `chat.stopStream` ends (with its final text, blocks
 //!   and metadata); once stopped, or older than the stream expiry (Slack: about 5 minutes;
 //!   [`Workspace::set_stream_expiry`]), both answer `message_not_in_streaming_state`;
 //!   `assistant.threads.setStatus` / `setSuggestedPrompts` / `setTitle` are kept per thread;
@@ -420,7 +422,19 @@ impl Workspace {
                 if thread.is_empty() {
                     return json!({"ok": false, "error": "invalid_arguments"});
                 }
-                let team = text(&args["recipient_team_id"]);
+                let (team, user) = (
+                    text(&args["recipient_team_id"]),
+                    text(&args["recipient_user_id"]),
+                );
+                if !channel.starts_with('D') {
+                    // Outside a DM Slack asks whom the stream is for.
+                    if team.is_empty() {
+                        return json!({"ok": false, "error": "missing_recipient_team_id"});
+                    }
+                    if user.is_empty() {
+                        return json!({"ok": false, "error": "missing_recipient_user_id"});
+                    }
+                }
                 if !team.is_empty() && team != self.identity.team {
                     // A Slack Connect author: Slack does not resolve another organisation's
                     // user as this app's stream recipient.

@@ -276,7 +276,15 @@ async fn killed(
     killed_at: impl Fn(&SlackStandin) -> bool,
     model_asked: usize,
 ) {
-    killed_asking(question, event_id, words, script, killed_at, model_asked).await
+    killed_asking(
+        question,
+        event_id,
+        words,
+        script,
+        killed_at,
+        (model_asked, 1),
+    )
+    .await
 }
 
 /// [`killed`], with the question `ask` makes.
@@ -286,10 +294,13 @@ async fn killed_asking(
     words: usize,
     script: (&str, Vec<Behaviour>),
     killed_at: impl Fn(&SlackStandin) -> bool,
-    model_asked: usize,
+    (model_asked, streams): (usize, usize),
 ) {
     let d = Deferred::start(words).await;
-    d.slack.script_method(script.0, script.1);
+    match script.0 {
+        "chat.postMessage" => d.slack.script(script.1),
+        method => d.slack.script_method(method, script.1),
+    }
     let mut a = d.worker();
     let http = HttpClient::default();
     let thread = &ts_of(event_id);
@@ -321,7 +332,7 @@ async fn killed_asking(
     assert!(log.contains("queued event handled"), "{log}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(answers(&d.slack, thread).len(), 1, "one answer message");
-    assert_eq!(streams_started(&d.slack), 1, "never a second stream");
+    assert_eq!(streams_started(&d.slack), streams, "never a second stream");
     assert_eq!(
         model_calls(&[&a, &b]),
         model_asked,
@@ -384,7 +395,7 @@ async fn killed_mid_appends_the_same_stream_is_finished_complete() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slack_connect_author_gets_one_stream_started_without_the_refused_recipient() {
+async fn a_slack_connect_author_is_answered_in_one_whole_post_when_slack_refuses_the_recipient() {
     let slack = SlackStandin::start().await;
     let mut vars = model_vars(12, 10);
     vars.extend([
@@ -413,20 +424,26 @@ async fn a_slack_connect_author_gets_one_stream_started_without_the_refused_reci
     let messages = answers(&slack, thread);
     assert_eq!(messages.len(), 1, "one answer: {messages:?}");
     assert_eq!(messages[0]["text"], expected("from afar", 12));
+    assert!(messages[0]["blocks"]
+        .to_string()
+        .contains("feedback_buttons"));
     let starts: Vec<Value> = slack
         .calls()
         .into_iter()
         .filter(|(m, _)| m == "chat.startStream")
         .map(|(_, args)| args)
         .collect();
-    assert_eq!(starts.len(), 2, "refused once, then started: {starts:?}");
+    assert_eq!(starts.len(), 1, "refused once, never again: {starts:?}");
     assert_eq!(
-        starts[0]["recipient_team_id"], OTHER_TEAM,
+        (
+            &starts[0]["recipient_team_id"],
+            &starts[0]["recipient_user_id"]
+        ),
+        (&json!(OTHER_TEAM), &json!("U0001")),
         "the author's team"
     );
-    assert_eq!(starts[0]["recipient_user_id"], "U0001");
-    assert!(starts[1].get("recipient_team_id").is_none(), "{starts:?}");
-    assert!(starts[1].get("recipient_user_id").is_none(), "{starts:?}");
+    assert_eq!(slack.received().len(), 1, "one post");
+    assert_eq!(slack.calls_of("chat.appendStream"), 0);
     assert!(
         bot.log().contains("refused the stream's recipient"),
         "{}",
@@ -435,18 +452,113 @@ async fn a_slack_connect_author_gets_one_stream_started_without_the_refused_reci
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_mid_appends_to_a_slack_connect_author_the_stream_started_without_a_recipient_is_finished(
-) {
-    // The takeover is refused the recipient again, then finds the stream its step started.
+async fn killed_with_the_whole_answer_to_a_slack_connect_author_posted_unanswered_one_answer() {
+    // The refusal is the start's recorded result: the takeover never starts a stream, finds
+    // the post by its metadata, and the remembered answer is not asked again.
     killed_asking(
         connect_question,
         "EvKillF",
-        150,
-        ("chat.appendStream", vec![Behaviour::Ok, Behaviour::Hang]),
-        |s| s.calls_of("chat.appendStream") >= 2,
-        2,
+        40,
+        ("chat.postMessage", vec![Behaviour::PostThenHang]),
+        |s| !s.received().is_empty(),
+        (1, 0),
     )
     .await;
+}
+
+/// A listener answering a mention in its channel's thread with a stream for its author.
+fn channel_streamer(recipient: bool) -> App {
+    App::new().app_mention(move |ctx: Ctx, m: slack_once::app::AppMention| async move {
+        let user = m.user.clone().unwrap_or_default();
+        let team = m.raw["user_team"]
+            .as_str()
+            .map(str::to_string)
+            .or(ctx.team().map(str::to_string))
+            .unwrap_or_default();
+        let thread = m.thread_ts.clone().unwrap_or(m.ts.clone());
+        let who = recipient.then_some((user.as_str(), team.as_str()));
+        ctx.set_status(&m.channel, &thread, "is thinking…", &[])
+            .await?;
+        let mut stream = ctx.stream(&m.channel, &thread, who).await?;
+        let text = ctx
+            .remember("answer", async {
+                stream.append("An answer").await;
+                "An answer, whole.".to_string()
+            })
+            .await?;
+        stream.finish(&text, None).await?;
+        Ok(())
+    })
+}
+
+fn connect_mention(event_id: &str) -> String {
+    let mut v: Value = serde_json::from_str(&app_mention(event_id, "from afar")).unwrap();
+    v["event"]["user_team"] = OTHER_TEAM.into();
+    v.to_string()
+}
+
+#[tokio::test]
+async fn in_a_channel_a_stream_names_its_author_and_a_slack_connect_author_gets_a_whole_post() {
+    let app = spawn_bot(channel_streamer(true)).await;
+    let local = app.send(&app_mention("EvChan1", "hello"), None).await;
+    assert_eq!(local.outcome(), "answered", "{}", local.body);
+    let remote = app.send(&connect_mention("EvChan2"), None).await;
+    assert_eq!(remote.outcome(), "answered", "{}", remote.body);
+    for (id, streamed) in [("EvChan1", true), ("EvChan2", false)] {
+        let messages = answers(&app.slack, &ts_of(id));
+        assert_eq!(messages.len(), 1, "{id}: {messages:?}");
+        assert_eq!(messages[0]["text"], "An answer, whole.", "{id}");
+        assert_eq!(messages[0].get("streaming").is_some(), streamed, "{id}");
+    }
+    assert_eq!(app.slack.calls_of("chat.startStream"), 2, "one each");
+    assert_eq!(app.slack.received().len(), 1, "the remote one's post");
+    for id in ["EvChan1", "EvChan2"] {
+        let again = app.send(&app_mention(id, "hello"), Some(1)).await;
+        assert_eq!(again.outcome(), "duplicate", "{id}");
+    }
+}
+
+#[tokio::test]
+async fn in_a_channel_a_stream_without_a_recipient_fails_for_good_not_retried() {
+    let app = spawn_bot(channel_streamer(false)).await;
+    let sent = app.send(&app_mention("EvChan3", "hello"), None).await;
+    assert_eq!(sent.outcome(), "failed", "{}", sent.body);
+    let retry = app.send(&app_mention("EvChan3", "hello"), Some(1)).await;
+    assert_eq!(retry.outcome(), "already_failed", "{}", retry.body);
+    assert_eq!(app.slack.calls_of("chat.startStream"), 1);
+    assert!(answers(&app.slack, &ts_of("EvChan3")).is_empty());
+}
+
+#[tokio::test]
+async fn a_refused_recipient_after_an_ambiguous_start_is_recorded_and_its_post_found_not_remade() {
+    // The first start's fate unknown (a 500); the retry looks, finds no stream, is refused the
+    // recipient (recorded), and its post's answer is lost; the next retry replays the refusal,
+    // looks for the post and finds it: one answer, never a stream.
+    let app = spawn_app_with(Options {
+        vars: vec![("DEDUP_LEASE_SECONDS", "2".to_string())],
+        app: Some(channel_streamer(true)),
+        ..Default::default()
+    })
+    .await;
+    app.slack
+        .script_method("chat.startStream", [Behaviour::Status(500)]);
+    let first = app.send(&connect_mention("EvChan4"), None).await;
+    assert!(!first.status.is_success(), "{}", first.body);
+    app.slack.script([Behaviour::PostThenHang]);
+    let second = app.send(&connect_mention("EvChan4"), Some(1)).await;
+    assert!(!second.status.is_success(), "{}", second.body);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let third = app.send(&connect_mention("EvChan4"), Some(2)).await;
+    assert_eq!(third.outcome(), "recovered", "{}", third.body);
+    let messages = answers(&app.slack, &ts_of("EvChan4"));
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0]["text"], "An answer, whole.");
+    assert_eq!(
+        app.slack.calls_of("chat.startStream"),
+        2,
+        "the ambiguous one and the refused one; the replay makes none"
+    );
+    assert_eq!(app.slack.received().len(), 1, "one post");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
