@@ -81,12 +81,18 @@ impl Ctx {
             )
             .await?;
         let refused = answer["already"] == RECIPIENT_REFUSED;
-        let started_here = !refused && self.made().await > made_before;
+        let called_here = self.made().await > made_before;
+        let started_here = !refused && called_here;
         if refused {
             tracing::info!(
                 "Slack refused the stream's recipient (user_not_found: a user of another \
                  workspace?): the answer is posted whole when it is finished"
             );
+            if called_here {
+                // The refusal is in the ledger before the answer is made: a takeover replays
+                // it, never looks for a stream this step did not start.
+                self.record_now().await?;
+            }
         } else if started_here {
             // The stream's ts is in the ledger before anything else happens.
             self.record_now().await?;
@@ -149,7 +155,9 @@ impl Stream {
     /// `text` is only the notification's) replace what it shows, so the message is complete
     /// whatever was appended, by this run or by an earlier one. Both writes carry slack-once's
     /// names in the message's metadata: no later look-up takes it for another stream.
-    pub async fn finish(mut self, text: &str, blocks: Option<Vec<Value>>) -> Result<(), Error> {
+    ///
+    /// Returns the answer message's `ts` (the stream's, or the post's).
+    pub async fn finish(mut self, text: &str, blocks: Option<Vec<Value>>) -> Result<String, Error> {
         if self.ts.is_empty() {
             // No stream (its recipient refused): the answer, whole, as a post of ours in the
             // thread, found by its metadata if its fate is ever unknown.
@@ -157,8 +165,8 @@ impl Stream {
             if let Some(blocks) = blocks {
                 message = message.blocks(blocks);
             }
-            self.ctx.post(&self.channel, message).await?;
-            return Ok(());
+            let posted = self.ctx.post(&self.channel, message).await?;
+            return Ok(posted.ts);
         }
         self.flush().await;
         let metadata = post_metadata(None, self.ctx.names(self.step));
@@ -190,7 +198,7 @@ impl Stream {
                 Returns::Nothing,
             )
             .await?;
-        Ok(())
+        Ok(self.ts)
     }
 }
 

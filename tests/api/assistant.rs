@@ -452,6 +452,78 @@ async fn a_slack_connect_author_is_answered_in_one_whole_post_when_slack_refuses
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_while_the_model_answers_a_slack_connect_author_the_recorded_refusal_is_replayed() {
+    // Killed between the refused start and the remembered answer: the refusal is in the
+    // ledger already, so the takeover neither starts nor looks for a stream, and it cannot
+    // take an unmarked message of the app in the thread (another answer's stream) for one.
+    let d = Deferred::start(200).await;
+    let a = d.worker();
+    let http = HttpClient::default();
+    let thread = ts_of("EvKillG");
+    let sent = deliver(
+        &http,
+        &d.ingress.url(),
+        &connect_question("EvKillG", "kill me"),
+        None,
+    )
+    .await;
+    assert_eq!(sent.outcome(), "queued");
+    assert!(
+        eventually(Duration::from_secs(20), || a
+            .log()
+            .contains("model: answering"))
+        .await,
+        "{}",
+        a.log()
+    );
+    let mut a = a;
+    a.kill();
+    // An unmarked message of the app in the same thread: another answer still streaming.
+    let other = json!({"channel": "D0001", "thread_ts": thread});
+    let started = HttpClient::default()
+        .request(
+            "POST",
+            &format!("{}/chat.startStream", d.slack.base_url),
+            &[
+                ("authorization".into(), format!("Bearer {TOKEN}")),
+                ("content-type".into(), "application/json".into()),
+            ],
+            other.to_string(),
+        )
+        .await;
+    assert_eq!(started.json()["ok"], true, "{}", started.body);
+    let b = d.worker();
+    let complete = expected("kill me", 200);
+    assert!(
+        eventually(Duration::from_secs(40), || answers(&d.slack, &thread)
+            .iter()
+            .any(|m| m["text"] == complete.as_str()))
+        .await,
+        "the whole answer: {:?}\n{}",
+        answers(&d.slack, &thread),
+        b.log()
+    );
+    let messages = answers(&d.slack, &thread);
+    assert_eq!(
+        messages.len(),
+        2,
+        "the other stream and the answer: {messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["streaming"] == true && m["text"] == ""),
+        "the other stream untouched: {messages:?}"
+    );
+    assert_eq!(
+        d.slack.calls_of("chat.startStream"),
+        2,
+        "the refused one and the other answer's: the takeover starts none"
+    );
+    assert_eq!(d.slack.lookups(), 0, "nothing to look for");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_with_the_whole_answer_to_a_slack_connect_author_posted_unanswered_one_answer() {
     // The refusal is the start's recorded result: the takeover never starts a stream, finds
     // the post by its metadata, and the remembered answer is not asked again.
