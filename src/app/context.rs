@@ -1112,6 +1112,13 @@ impl Ctx {
         self.inner.steps.lock().await.tally.made
     }
 
+    /// The last write made counted as not made: Slack refused it as a recorded result that
+    /// made nothing (a stream's refused recipient).
+    pub(crate) async fn unmade(&self) {
+        let mut steps = self.inner.steps.lock().await;
+        steps.tally.made = steps.tally.made.saturating_sub(1);
+    }
+
     /// The Web API client (for calls that are not steps: a stream's appends).
     pub(crate) fn slack(&self) -> &SlackClient {
         &self.inner.slack

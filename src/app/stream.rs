@@ -89,6 +89,8 @@ impl Ctx {
                  workspace?): the answer is posted whole when it is finished"
             );
             if called_here {
+                // Nothing reached the thread: not an answer by itself.
+                self.unmade().await;
                 // The refusal is in the ledger before the answer is made: a takeover replays
                 // it, never looks for a stream this step did not start.
                 self.record_now().await?;

@@ -591,6 +591,25 @@ async fn in_a_channel_a_stream_names_its_author_and_a_slack_connect_author_gets_
 }
 
 #[tokio::test]
+async fn a_refused_stream_left_unfinished_is_no_reply_not_an_answer() {
+    let app = spawn_bot(App::new().app_mention(
+        |ctx: Ctx, m: slack_once::app::AppMention| async move {
+            let team = m.raw["user_team"].as_str().unwrap_or_default().to_string();
+            let user = m.user.clone().unwrap_or_default();
+            let _stream = ctx
+                .stream(&m.channel, &m.ts, Some((user.as_str(), team.as_str())))
+                .await?;
+            Ok(())
+        },
+    ))
+    .await;
+    let sent = app.send(&connect_mention("EvChan5"), None).await;
+    assert_eq!(sent.outcome(), "no_reply", "{}", sent.body);
+    assert_eq!(app.slack.calls_of("chat.startStream"), 1);
+    assert!(answers(&app.slack, &ts_of("EvChan5")).is_empty());
+}
+
+#[tokio::test]
 async fn in_a_channel_a_stream_without_a_recipient_fails_for_good_not_retried() {
     let app = spawn_bot(channel_streamer(false)).await;
     let sent = app.send(&app_mention("EvChan3", "hello"), None).await;
