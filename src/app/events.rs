@@ -60,7 +60,20 @@ pub struct AppMention {
     pub raw: Value,
 }
 
+/// The workspace of a message's author, as its event says (`user_team`, or `team`).
+fn user_team(raw: &Value) -> Option<&str> {
+    ["user_team", "team"]
+        .into_iter()
+        .find_map(|k| raw.get(k)?.as_str())
+        .filter(|t| !t.is_empty())
+}
+
 impl AppMention {
+    /// As [`MessageEvent::user_team`].
+    pub fn user_team(&self) -> Option<&str> {
+        user_team(&self.raw)
+    }
+
     /// The mention a message is, whichever event carried it (`text` as Slack sent it, with
     /// the mention of the bot).
     pub(crate) fn from_message(m: &MessageEvent) -> Self {
@@ -130,10 +143,7 @@ impl MessageEvent {
     /// The workspace of the message's author, when the event says (`user_team`, or `team`):
     /// in a Slack Connect conversation it is another organisation's, not the app's.
     pub fn user_team(&self) -> Option<&str> {
-        ["user_team", "team"]
-            .into_iter()
-            .find_map(|k| self.raw.get(k)?.as_str())
-            .filter(|t| !t.is_empty())
+        user_team(&self.raw)
     }
 
     /// A message of another bot or of a workflow.

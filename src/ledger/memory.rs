@@ -220,33 +220,28 @@ impl Ledger for MemoryLedger {
     async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
         let mut entries = self.entries.lock().expect("ledger lock");
         let now_s = request.now_ms / 1000;
-        match entries.aliases.get(request.alias) {
-            Some((_, _, app)) if other_app(app.as_deref(), request.app_id).is_some() => {
-                Ok(Alias::OtherApp {
-                    app_id: app.clone().unwrap_or_default(),
-                })
-            }
+        let found = entries.aliases.get(request.alias);
+        if let Some(other) = found.and_then(|(_, _, app)| other_app(app.as_deref(), request.app_id))
+        {
+            return Ok(Alias::OtherApp {
+                app_id: other.to_string(),
+            });
+        }
+        match found {
             Some((of, expires_at_s, _)) if *expires_at_s > now_s && of != request.of => {
                 Ok(Alias::CopyOf {
                     key: of.to_string(),
                 })
             }
-            Some((_, _, app)) => {
-                let app = request.app_id.map(str::to_string).or_else(|| app.clone());
+            _ => {
+                // An alias of no app (a version before apps) is written as this app's.
+                let app = request
+                    .app_id
+                    .map(str::to_string)
+                    .or_else(|| found.and_then(|(_, _, app)| app.clone()));
                 entries.aliases.insert(
                     request.alias.clone(),
                     (request.of.clone(), request.expires_at_s, app),
-                );
-                Ok(Alias::Ours)
-            }
-            None => {
-                entries.aliases.insert(
-                    request.alias.clone(),
-                    (
-                        request.of.clone(),
-                        request.expires_at_s,
-                        request.app_id.map(str::to_string),
-                    ),
                 );
                 Ok(Alias::Ours)
             }

@@ -33,8 +33,8 @@ impl Processor {
     ) -> Result<Claimed, ProcessError> {
         let unscoped = &keys.primary;
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
-        let request = |key| ClaimRequest {
-            event_id: key,
+        let first = ClaimRequest {
+            event_id: unscoped,
             owner,
             now_ms: times.now_ms,
             lease_until_ms: times.lease_until_ms,
@@ -45,57 +45,64 @@ impl Processor {
             app_id: app,
         };
         // The alias always names the message's key as every app derives it.
-        let alias_request = |alias| AliasRequest {
+        let first_alias = keys.alias.as_ref().map(|alias| AliasRequest {
             alias,
             of: unscoped,
             now_ms: times.now_ms,
             expires_at_s,
             app_id: app,
-        };
+        });
+        // Only where a key is another app's: never on the path of every claim.
         let scoped = |key: &EventId| app.and_then(|app| app_scoped(key, app));
-        let (scoped_key, scoped_alias) = (scoped(unscoped), keys.alias.as_ref().and_then(scoped));
         let both = async {
-            let first = request(unscoped);
             let claim = self.ledger.claim(&first);
-            let (mut claim, mut alias) = match &keys.alias {
+            let (claim, alias) = match &first_alias {
                 Some(alias) => {
-                    let alias = alias_request(alias);
-                    let (claim, alias) = tokio::join!(claim, self.ledger.alias(&alias));
+                    let (claim, alias) = tokio::join!(claim, self.ledger.alias(alias));
                     (claim, Some(alias))
                 }
                 None => (claim.await, None),
             };
             // Another app's: each part it holds is claimed again under this app's key.
-            let claim_elsewhere = matches!(claim, Ok(Claim::OtherApp { .. }));
-            let alias_elsewhere = matches!(alias, Some(Ok(Alias::OtherApp { .. })));
-            let key = match (claim_elsewhere, &scoped_key) {
-                (true, Some(here)) => here,
-                _ => unscoped,
-            };
-            let again_claim = async {
-                match (claim_elsewhere, &scoped_key) {
-                    (true, Some(k)) => Some(self.ledger.claim(&request(k)).await),
-                    _ => None,
-                }
-            };
-            let again_alias = async {
-                match (alias_elsewhere, &scoped_alias) {
-                    (true, Some(a)) => Some(self.ledger.alias(&alias_request(a)).await),
-                    _ => None,
-                }
-            };
-            let (again_claim, again_alias) = tokio::join!(again_claim, again_alias);
-            if let Some(again) = again_claim {
-                claim = again;
-            }
-            if let Some(again) = again_alias {
-                alias = Some(again);
-            }
-            (claim, alias, key)
+            let claim_here = matches!(claim, Ok(Claim::OtherApp { .. }))
+                .then(|| scoped(unscoped))
+                .flatten();
+            let alias_here = first_alias
+                .filter(|_| matches!(alias, Some(Ok(Alias::OtherApp { .. }))))
+                .and_then(|first| Some((scoped(first.alias)?, first)));
+            let (claim_again, alias_again) = tokio::join!(
+                async {
+                    match &claim_here {
+                        Some(key) => Some(
+                            self.ledger
+                                .claim(&ClaimRequest {
+                                    event_id: key,
+                                    ..first.clone()
+                                })
+                                .await,
+                        ),
+                        None => None,
+                    }
+                },
+                async {
+                    match &alias_here {
+                        Some((alias, first)) => {
+                            Some(self.ledger.alias(&AliasRequest { alias, ..*first }).await)
+                        }
+                        None => None,
+                    }
+                },
+            );
+            (
+                claim_again.unwrap_or(claim),
+                alias_again.or(alias),
+                claim_here,
+            )
         };
-        let (claim, alias, key) = tokio::time::timeout_at(times.work_deadline, both)
+        let (claim, alias, claim_here) = tokio::time::timeout_at(times.work_deadline, both)
             .await
             .map_err(|_| ledger_timeout())?;
+        let key = claim_here.as_ref().unwrap_or(unscoped);
         let claim = claim.map_err(ProcessError::Ledger)?;
         let (attempt, journal) = match claim {
             Claim::AlreadyDone { ran } => return Ok(Claimed::Done { ran }),

@@ -542,11 +542,7 @@ async fn killed_with_the_whole_answer_to_a_slack_connect_author_posted_unanswere
 fn channel_streamer(recipient: bool) -> App {
     App::new().app_mention(move |ctx: Ctx, m: slack_once::app::AppMention| async move {
         let user = m.user.clone().unwrap_or_default();
-        let team = m.raw["user_team"]
-            .as_str()
-            .map(str::to_string)
-            .or(ctx.team().map(str::to_string))
-            .unwrap_or_default();
+        let team = m.user_team().or(ctx.team()).unwrap_or_default().to_string();
         let thread = m.thread_ts.clone().unwrap_or(m.ts.clone());
         let who = recipient.then_some((user.as_str(), team.as_str()));
         ctx.set_status(&m.channel, &thread, "is thinking…", &[])
@@ -594,7 +590,7 @@ async fn in_a_channel_a_stream_names_its_author_and_a_slack_connect_author_gets_
 async fn a_refused_stream_left_unfinished_is_no_reply_not_an_answer() {
     let app = spawn_bot(App::new().app_mention(
         |ctx: Ctx, m: slack_once::app::AppMention| async move {
-            let team = m.raw["user_team"].as_str().unwrap_or_default().to_string();
+            let team = m.user_team().unwrap_or_default().to_string();
             let user = m.user.clone().unwrap_or_default();
             let _stream = ctx
                 .stream(&m.channel, &m.ts, Some((user.as_str(), team.as_str())))
