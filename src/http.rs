@@ -51,7 +51,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn slack_events(State(state): State<AppState>, request: Request) -> Response {
-    let now = SystemTime::now();
+    let now = crate::clock::now();
     let started = Instant::now();
     let (parts, body) = request.into_parts();
 

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod aws;
+pub mod clock;
 pub mod config;
 pub mod envelope;
 #[doc(hidden)]
@@ -11,6 +12,7 @@ pub mod http;
 pub mod interaction;
 pub mod ledger;
 pub mod metrics;
+pub mod net;
 pub mod pipeline;
 pub mod queue;
 mod run;
@@ -156,7 +158,11 @@ impl Application {
             ttl: config.ttl,
             lease: config.lease,
             version: config.function_version.clone(),
-            metrics: config.metrics,
+            metrics: if config.metrics {
+                metrics::MetricsOut::Stdout
+            } else {
+                metrics::MetricsOut::Off
+            },
         };
         let mut processor =
             Processor::new(ledger, slack, Arc::new(app), settings).with_secrets(secrets);

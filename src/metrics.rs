@@ -28,6 +28,18 @@ struct Values {
     timings: BTreeMap<&'static str, Vec<f64>>,
 }
 
+/// Where each invocation's metrics line goes.
+#[derive(Clone, Debug, Default)]
+pub enum MetricsOut {
+    /// Printed on stdout (CloudWatch Logs reads it there).
+    #[default]
+    Stdout,
+    /// Not made (`METRICS=off`).
+    Off,
+    /// Kept in memory, in order (tests read them: [`crate::testing::TestBot::metrics`]).
+    Kept(Arc<Mutex<Vec<String>>>),
+}
+
 /// The metrics of one invocation. Cheap to clone (shared).
 #[derive(Clone, Debug, Default)]
 pub struct Metrics(Arc<Mutex<Values>>);
@@ -82,7 +94,7 @@ impl Metrics {
         if values.counts.is_empty() && values.timings.is_empty() {
             return None;
         }
-        let now_ms = SystemTime::now()
+        let now_ms = crate::clock::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
@@ -123,12 +135,32 @@ impl Metrics {
     /// Writes the EMF line on stdout (where Lambda's log agent takes it from), whole, in one
     /// write: the one place this crate writes to stdout outside `tracing`.
     pub fn emit(&self, version: &str, properties: &[(&str, &str)]) {
-        let cold = COLD.swap(false, Ordering::Relaxed);
-        if let Some(line) = self.line(version, cold, properties) {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
+        self.emit_to(&MetricsOut::Stdout, version, properties)
+    }
+
+    /// The line of these metrics, where `out` says.
+    pub fn emit_to(&self, out: &MetricsOut, version: &str, properties: &[(&str, &str)]) {
+        match out {
+            MetricsOut::Off => {}
+            MetricsOut::Stdout => {
+                let cold = COLD.swap(false, Ordering::Relaxed);
+                if let Some(line) = self.line(version, cold, properties) {
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
+                }
+            }
+            MetricsOut::Kept(lines) => {
+                if let Some(line) = self.line(version, false, properties) {
+                    lines.lock().expect("metrics lock").push(line);
+                }
+            }
         }
+    }
+
+    /// The counts recorded so far, by name.
+    pub fn counts(&self) -> BTreeMap<&'static str, f64> {
+        self.0.lock().expect("metrics lock").counts.clone()
     }
 }
 

@@ -11,8 +11,6 @@ use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
@@ -22,6 +20,7 @@ use tokio::time::Instant;
 use std::sync::Arc;
 
 use crate::config::Secret;
+use crate::net::Connector;
 use crate::secrets::{Refused, SlackSecrets};
 
 /// The `event_type` of the metadata attached to every reply, naming the event it answers.
@@ -307,7 +306,7 @@ impl Args {
 fn logged_answer(method: &str, args: &Args) -> serde_json::Value {
     let mut answer = serde_json::json!({"ok": true, "logged": true});
     if method.starts_with("chat.post") || method == "chat.update" {
-        let now = std::time::SystemTime::now()
+        let now = crate::clock::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         let ts = args
@@ -397,7 +396,7 @@ const TOKEN_ERRORS: &[&str] = &[
 pub struct SlackClient {
     base_url: String,
     secrets: Arc<SlackSecrets>,
-    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: Client<Connector, Full<Bytes>>,
     /// Whether the connection to Slack was opened ahead of the first call ([`Self::warm_up`]).
     warmed: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -421,7 +420,17 @@ impl SlackClient {
     /// The token is the secrets' current one.
     pub fn with_secrets(base_url: impl Into<String>, secrets: Arc<SlackSecrets>) -> Self {
         // The process's one TLS configuration, shared with the AWS SDK's clients.
-        let connector = crate::aws::https_connector(Duration::from_secs(2));
+        let connector = Connector::Https(crate::aws::https_connector(Duration::from_secs(2)));
+        Self::with_connector(base_url, secrets, connector)
+    }
+
+    /// As [`Self::with_secrets`], connecting with `connector` (the crash explorer's Slack is
+    /// in process: [`Connector::Memory`]).
+    pub fn with_connector(
+        base_url: impl Into<String>,
+        secrets: Arc<SlackSecrets>,
+        connector: Connector,
+    ) -> Self {
         let http = Client::builder(TokioExecutor::new())
             .pool_timer(hyper_util::rt::TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))

@@ -490,7 +490,8 @@ impl Ctx {
         version: String,
         steps: Steps,
     ) -> Self {
-        let wall_deadline = SystemTime::now() + deadline.saturating_duration_since(Instant::now());
+        let wall_deadline =
+            crate::clock::now() + deadline.saturating_duration_since(Instant::now());
         let key = steps.key.clone();
         Self {
             inner: Arc::new(Inner {
@@ -596,7 +597,7 @@ impl Ctx {
             return Ok(None);
         };
         let ledger = self.inner.steps.lock().await.ledger.clone();
-        let now_ms = crate::pipeline::unix_ms(SystemTime::now());
+        let now_ms = crate::clock::now_ms();
         let note = tokio::time::timeout_at(self.inner.deadline, ledger.note(&key, now_ms))
             .await
             .map_err(|_| {
@@ -633,6 +634,8 @@ impl Ctx {
                 // An event: Slack was acknowledged already; nothing to choose.
                 return Ok(());
             }
+            #[cfg(feature = "explore")]
+            crate::testing::explore::acknowledging(self.inner.key.as_str(), ack.body());
             acking.ack = Some(ack);
             acking.mode
         };
@@ -981,6 +984,8 @@ impl Ctx {
         }
         // Computed without the steps held, so that a write inside is refused at once rather
         // than waiting: a remembered computation must not write (a replay would skip it).
+        #[cfg(feature = "explore")]
+        crate::testing::explore::computing(steps.key.as_str(), step, name);
         steps.remembering = Some(step);
         drop(steps);
         let value = compute.await;

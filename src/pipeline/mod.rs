@@ -252,7 +252,7 @@ pub struct Processor {
     ttl: Duration,
     lease: Duration,
     version: String,
-    metrics: bool,
+    metrics: crate::metrics::MetricsOut,
 }
 
 /// The protocol's settings, from the configuration.
@@ -264,8 +264,8 @@ pub struct Settings {
     pub lease: Duration,
     /// The version answering, written into each post's metadata.
     pub version: String,
-    /// Whether each invocation prints its metrics line.
-    pub metrics: bool,
+    /// Where each invocation's metrics line goes.
+    pub metrics: crate::metrics::MetricsOut,
 }
 
 /// What a worker takes from the queue: an event, or a command or interaction whose listener
@@ -342,11 +342,9 @@ impl Processor {
         &self.version
     }
 
-    /// Prints `metrics`' line, unless `METRICS=off`.
+    /// Prints `metrics`' line (or keeps it: [`Settings::metrics`]), unless `METRICS=off`.
     pub fn emit_metrics(&self, metrics: &crate::metrics::Metrics, properties: &[(&str, &str)]) {
-        if self.metrics {
-            metrics.emit(&self.version, properties);
-        }
+        metrics.emit_to(&self.metrics, &self.version, properties);
     }
 
     /// Runs one event taken from the work queue, inside a span carrying the event id, team,
@@ -399,7 +397,7 @@ impl Processor {
             }
         }
         if result.is_ok() {
-            let age = unix_ms(SystemTime::now()).saturating_sub(message.received_at_ms);
+            let age = crate::clock::now_ms().saturating_sub(message.received_at_ms);
             metrics::time_ms("TimeToAnswer", age as f64);
         }
         result

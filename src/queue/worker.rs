@@ -179,7 +179,7 @@ impl Worker {
             };
             // Each message's visibility timeout started when the long poll handed it out: so
             // does its lease (the processing margin covers the way back).
-            let (now, started) = (SystemTime::now(), Instant::now());
+            let (now, started) = (crate::clock::now(), Instant::now());
             let messages = match received {
                 Ok(messages) => messages,
                 Err(error) => {
@@ -232,7 +232,7 @@ impl Worker {
         invocation_deadline: Option<SystemTime>,
         request_id: &str,
     ) -> SqsBatchResponse {
-        let (now, started) = (SystemTime::now(), Instant::now());
+        let (now, started) = (crate::clock::now(), Instant::now());
         // One metrics line for the whole batch: the invocation.
         let metrics = Metrics::new();
         let mut tasks = Vec::with_capacity(event.records.len());
