@@ -72,6 +72,18 @@ impl MemoryLedger {
         entries.map.get(event_id).map(|e| e.journal.clone())
     }
 
+    /// Every claim's key and status, as stored (for tests), in key order.
+    pub fn statuses(&self) -> Vec<(EventId, Status)> {
+        let entries = self.entries.lock().expect("ledger lock");
+        let mut all: Vec<(EventId, Status)> = entries
+            .map
+            .iter()
+            .map(|(k, e)| (k.clone(), e.status))
+            .collect();
+        all.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        all
+    }
+
     /// The status of an event, as stored (for tests).
     pub fn status(&self, event_id: &EventId) -> Option<Status> {
         let entries = self.entries.lock().expect("ledger lock");

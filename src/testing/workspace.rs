@@ -28,7 +28,9 @@
 //!   `assistant.threads.setStatus` / `setSuggestedPrompts` / `setTitle` are kept per thread;
 //! - a `trigger_id` ([`Workspace::trigger_id`]: `{epoch ms}.{n}.{hex}`, as Slack mints one per
 //!   request) opens or pushes one view, within 3 s of its minting: after that
-//!   `expired_trigger_id`, a second use `exchanged_trigger_id`.
+//!   `expired_trigger_id`, a second use `exchanged_trigger_id`; a view's `external_id` is one
+//!   view's in the workspace (`duplicate_external_id`), and `views.update` finds a view by it
+//!   as by its `view_id`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::SystemTime;
@@ -90,7 +92,7 @@ const RESPONSE_URL_LIFE_MS: u64 = 30 * 60 * 1000;
 const TRIGGER_LIFE_MS: u64 = 3000;
 
 fn epoch_ms() -> u64 {
-    SystemTime::now()
+    crate::clock::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
@@ -201,7 +203,7 @@ impl Workspace {
 
     /// A new `ts` from the clock, later than every one given before.
     pub fn next_ts(&mut self) -> String {
-        let now = SystemTime::now()
+        let now = crate::clock::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_micros())
             .unwrap_or(0);
@@ -511,6 +513,16 @@ impl Workspace {
                 if !view.is_object() {
                     return json!({"ok": false, "error": "invalid_arguments"});
                 }
+                // An `external_id` names one view of the app in the workspace.
+                let external = text(&view["external_id"]);
+                if !external.is_empty()
+                    && self
+                        .views
+                        .iter()
+                        .any(|v| v["external_id"] == external.as_str())
+                {
+                    return json!({"ok": false, "error": "duplicate_external_id"});
+                }
                 self.triggers.insert(trigger);
                 let mut shown = view;
                 shown["id"] = format!("V{:010}", self.views.len() + 1).into();
@@ -521,16 +533,28 @@ impl Workspace {
                 json!({"ok": true, "view": shown})
             }
             "views.update" => {
-                let id = text(&args["view_id"]);
-                let Some(i) = self.views.iter().position(|v| v["id"] == id.as_str()) else {
+                // By its id, or by the `external_id` the app gave it.
+                let (key, id) = match text(&args["view_id"]) {
+                    id if !id.is_empty() => ("id", id),
+                    _ => ("external_id", text(&args["external_id"])),
+                };
+                let found = (!id.is_empty())
+                    .then(|| self.views.iter().position(|v| v[key] == id.as_str()))
+                    .flatten();
+                let Some(i) = found else {
                     return json!({"ok": false, "error": "not_found"});
                 };
+                let id = text(&self.views[i]["id"]);
+                let external = self.views[i]["external_id"].clone();
                 let view = match &args["view"] {
                     Value::String(s) => serde_json::from_str(s).unwrap_or(Value::Null),
                     v => v.clone(),
                 };
                 let mut shown = view;
                 shown["id"] = id.into();
+                if shown["external_id"].is_null() && !external.is_null() {
+                    shown["external_id"] = external;
+                }
                 shown["hash"] = format!("{}.hash", epoch_ms()).into();
                 self.views[i] = shown.clone();
                 json!({"ok": true, "view": shown})

@@ -1,0 +1,463 @@
+//! [`TestBot`]: an [`App`] under test, in process, on the in-memory ledger, sent signed
+//! requests as Slack sends them and writing to a [`FakeSlack`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::response::Response;
+use axum::Router;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::workspace::Workspace;
+use super::{FakeSlack, APP_ID, BOT_USER, TEAM};
+use crate::app::App;
+use crate::config::{Secret, SigningSecrets};
+use crate::http::AppState;
+use crate::ledger::MemoryLedger;
+use crate::metrics::MetricsOut;
+use crate::pipeline::{Processor, Settings};
+use crate::secrets::SlackSecrets;
+use crate::slack::SlackClient;
+
+const SECRET: &str = "slack-once-testing-secret";
+/// The person a [`TestBot`]'s requests come from, unless told otherwise ([`TestBot::as_user`]).
+pub const USER: &str = "U0USER";
+/// The channel they happen in, unless told otherwise ([`Actor::in_channel`]).
+pub const CHANNEL: &str = "C0TEST";
+
+/// What Slack got back for a command or an interaction: the status, the acknowledgement's
+/// body (`Null` for an empty 200), and what became of the request (`answered`, `duplicate`…,
+/// or the error's code).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Acked {
+    pub status: u16,
+    pub body: Value,
+    pub outcome: String,
+}
+
+/// A request as sent, to send again.
+#[derive(Clone, Debug)]
+struct Sent {
+    content_type: &'static str,
+    body: String,
+}
+
+/// An [`App`] under test: in-process, on the in-memory ledger, writing to a [`FakeSlack`].
+/// Metrics lines are kept ([`TestBot::metrics`]) rather than printed, unless
+/// [`TestBot::start_printing_metrics`] started it.
+pub struct TestBot {
+    router: Router,
+    slack: FakeSlack,
+    next: AtomicU64,
+    last: Mutex<Option<Sent>>,
+    metrics: Arc<Mutex<Vec<String>>>,
+}
+
+impl TestBot {
+    /// Wires `app` to a new [`FakeSlack`].
+    pub async fn start(app: App) -> Self {
+        Self::wire(app, false).await
+    }
+
+    /// As [`TestBot::start`], each request's metrics line printed on stdout as on Lambda.
+    pub async fn start_printing_metrics(app: App) -> Self {
+        Self::wire(app, true).await
+    }
+
+    async fn wire(app: App, print: bool) -> Self {
+        let slack = FakeSlack::start().await;
+        let metrics = Arc::new(Mutex::new(Vec::new()));
+        let secrets = Arc::new(SlackSecrets::fixed(
+            Some(SigningSecrets::parse(SECRET).expect("a valid secret")),
+            Some(Secret::new("xoxb-testing")),
+        ));
+        let client = SlackClient::with_secrets(slack.base_url(), secrets.clone());
+        let settings = Settings {
+            ttl: std::time::Duration::from_secs(90_000),
+            lease: std::time::Duration::from_secs(30),
+            version: "local".into(),
+            metrics: if print {
+                MetricsOut::Stdout
+            } else {
+                MetricsOut::Kept(metrics.clone())
+            },
+        };
+        let processor = Processor::new(
+            Arc::new(MemoryLedger::new()),
+            client,
+            Arc::new(app),
+            settings,
+        )
+        .with_secrets(secrets);
+        let router = crate::http::router(AppState {
+            processor: Arc::new(processor),
+            in_flight: None,
+        });
+        Self {
+            router,
+            slack,
+            next: AtomicU64::new(1),
+            last: Mutex::new(None),
+            metrics,
+        }
+    }
+
+    pub fn slack(&self) -> &FakeSlack {
+        &self.slack
+    }
+
+    /// The metrics lines of the requests so far (each a JSON object: the counts, by name).
+    pub fn metrics(&self) -> Vec<Value> {
+        self.metrics
+            .lock()
+            .expect("metrics lock")
+            .iter()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    /// Requests from `user` (in [`CHANNEL`] unless [`Actor::in_channel`] says otherwise).
+    pub fn as_user<'a>(&'a self, user: &str) -> Actor<'a> {
+        Actor {
+            bot: self,
+            user: user.to_string(),
+            channel: CHANNEL.to_string(),
+        }
+    }
+
+    /// Requests from [`USER`] in `channel`.
+    pub fn in_channel<'a>(&'a self, channel: &str) -> Actor<'a> {
+        self.as_user(USER).in_channel(channel)
+    }
+
+    fn default_actor(&self) -> Actor<'_> {
+        self.as_user(USER)
+    }
+
+    /// Sends `event` (an inner event, such as `{"type": "team_join", …}`) in an envelope of
+    /// its own, signed now, as Slack would; returns the outcome (`answered`, `duplicate`…).
+    pub async fn send(&self, event: Value) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.send_envelope(json!({
+            "type": "event_callback", "team_id": TEAM, "api_app_id": APP_ID,
+            "event_id": format!("EvTest{n:06}"), "event_time": 1_767_225_600,
+            "event": event,
+            "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": true}]
+        }))
+        .await
+    }
+
+    /// Posts `body` to the app's Request URL, signed now as Slack signs it, with `headers`.
+    async fn post(&self, sent: Sent, headers: &[(&str, String)]) -> Response {
+        let now = crate::clock::now_ms() / 1000;
+        let signature = crate::signature::sign(&Secret::new(SECRET), now, sent.body.as_bytes());
+        let mut request = http::Request::post("/slack/events")
+            .header("content-type", sent.content_type)
+            .header("x-slack-request-timestamp", now.to_string())
+            .header("x-slack-signature", signature);
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let request = request
+            .body(axum::body::Body::from(sent.body.clone()))
+            .expect("a valid request");
+        *self.last.lock().expect("lock") = Some(sent);
+        self.router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router answers")
+    }
+
+    /// Sends a whole envelope (with its own `event_id`: send it twice to play Slack's retry,
+    /// or use [`TestBot::retry`]). The message it is about is in Slack first, as it would be.
+    pub async fn send_envelope(&self, envelope: Value) -> String {
+        self.envelope(envelope.to_string(), &[]).await
+    }
+
+    async fn envelope(&self, body: String, headers: &[(&str, String)]) -> String {
+        self.slack
+            .with_workspace(|w| w.add_event_message(body.as_bytes()));
+        let sent = Sent {
+            content_type: "application/json",
+            body,
+        };
+        let response = self.post(sent, headers).await;
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        let answer: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        answer["outcome"]
+            .as_str()
+            .or(answer["error"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The last event sent, again, as Slack's retry `retry_num` (1–3) sends it
+    /// (`X-Slack-Retry-Num`, `X-Slack-Retry-Reason: http_timeout`); returns its outcome.
+    pub async fn retry(&self, retry_num: u32) -> String {
+        let last = self.last.lock().expect("lock").clone();
+        let Some(Sent { body, .. }) = last else {
+            panic!("TestBot::retry: nothing was sent yet");
+        };
+        let headers = [
+            (crate::pipeline::RETRY_NUM_HEADER, retry_num.to_string()),
+            (crate::pipeline::RETRY_REASON_HEADER, "http_timeout".into()),
+        ];
+        self.envelope(body, &headers).await
+    }
+
+    /// The last request sent (an event, a command, an interaction), again, exactly as it was
+    /// (a person's client sending it twice, a proxy's repeat), signed anew; returns what Slack
+    /// got back.
+    pub async fn repeat(&self) -> Acked {
+        let last = self.last.lock().expect("lock").clone();
+        let Some(sent) = last else {
+            panic!("TestBot::repeat: nothing was sent yet");
+        };
+        self.acked(sent).await
+    }
+
+    // ------------------------------------------------------------ commands and interactions
+
+    /// Sends a form (a command's, or `payload=` an interaction's) signed now, as Slack would.
+    pub async fn send_form(&self, body: String) -> Acked {
+        self.acked(Sent {
+            content_type: "application/x-www-form-urlencoded",
+            body,
+        })
+        .await
+    }
+
+    async fn acked(&self, sent: Sent) -> Acked {
+        let response = self.post(sent, &[]).await;
+        let status = response.status().as_u16();
+        let outcome = response
+            .headers()
+            .get(crate::http::OUTCOME_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Acked {
+            status,
+            outcome: if outcome.is_empty() {
+                body["outcome"]
+                    .as_str()
+                    .or(body["error"].as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            } else {
+                outcome
+            },
+            body,
+        }
+    }
+
+    /// Sends an interaction's `payload` (with the team, the app and [`USER`] filled in when
+    /// absent, and a fresh `trigger_id`).
+    pub async fn send_interaction(&self, payload: Value) -> Acked {
+        self.default_actor().send_interaction(payload).await
+    }
+
+    /// [`USER`] runs `command` (`"/once"`) with `text` in [`CHANNEL`]; its `response_url` is
+    /// the stand-in's.
+    pub async fn command(&self, command: &str, text: &str) -> Acked {
+        self.default_actor().command(command, text).await
+    }
+
+    /// [`USER`] clicks the button `action_id` (with `value`) on the bot's message `message`
+    /// (one of [`FakeSlack::messages`]), or outside any message when `None`.
+    pub async fn click(&self, action_id: &str, value: &str, message: Option<&Value>) -> Acked {
+        self.default_actor().click(action_id, value, message).await
+    }
+
+    /// [`USER`] uses the global shortcut `callback_id`.
+    pub async fn shortcut(&self, callback_id: &str) -> Acked {
+        self.default_actor().shortcut(callback_id).await
+    }
+
+    /// [`USER`] submits `view` (as the bot opened it: one of [`FakeSlack::views`]) with
+    /// `values` (`{block_id: {action_id: {"type": …, "value": …}}}`).
+    pub async fn submit_view(&self, view: &Value, values: Value) -> Acked {
+        self.default_actor().submit_view(view, values).await
+    }
+
+    /// An external select `action_id` asks for its options, `typed` being what the user typed.
+    pub async fn options(&self, action_id: &str, typed: &str) -> Acked {
+        self.default_actor()
+            .send_interaction(json!({
+                "type": "block_suggestion", "action_id": action_id, "block_id": "b", "value": typed,
+            }))
+            .await
+    }
+
+    /// A mention of the bot by [`USER`] in [`CHANNEL`], as its own new message.
+    pub async fn mention(&self, text: &str) -> String {
+        self.default_actor().mention(text).await
+    }
+
+    /// A direct message to the bot from [`USER`], as its own new message.
+    pub async fn dm(&self, text: &str) -> String {
+        self.default_actor().dm(text).await
+    }
+
+    fn new_ts(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("1767225600.{n:06}")
+    }
+
+    /// A response URL of the stand-in (see [`Workspace::respond`]).
+    fn response_url(&self, kind: &str, channel: &str, ts: Option<&str>, n: u64) -> String {
+        let host = self.slack.base_url().trim_end_matches("/api");
+        match ts {
+            Some(ts) => format!("{host}/{kind}/{TEAM}/{channel}/{ts}/{n}"),
+            None => format!("{host}/{kind}/{TEAM}/{channel}/{n}"),
+        }
+    }
+}
+
+/// Requests of one person in one conversation: [`TestBot::as_user`], [`TestBot::in_channel`].
+pub struct Actor<'a> {
+    bot: &'a TestBot,
+    user: String,
+    channel: String,
+}
+
+impl Actor<'_> {
+    /// In `channel` (a DM's id starts with `D`).
+    pub fn in_channel(mut self, channel: &str) -> Self {
+        self.channel = channel.to_string();
+        self
+    }
+
+    /// A mention of the bot, as a new message of this person in this channel.
+    pub async fn mention(&self, text: &str) -> String {
+        let ts = self.bot.new_ts();
+        self.bot
+            .send(json!({
+                "type": "app_mention", "user": self.user, "text": format!("<@{BOT_USER}> {text}"),
+                "channel": self.channel, "ts": ts, "event_ts": ts
+            }))
+            .await
+    }
+
+    /// A message of this person in this channel (a DM when its id starts with `D`).
+    pub async fn message(&self, text: &str) -> String {
+        let ts = self.bot.new_ts();
+        let kind = if self.channel.starts_with('D') {
+            "im"
+        } else {
+            "channel"
+        };
+        self.bot
+            .send(json!({
+                "type": "message", "channel_type": kind, "user": self.user, "text": text,
+                "channel": self.channel, "ts": ts, "event_ts": ts
+            }))
+            .await
+    }
+
+    /// A direct message to the bot from this person (in `D0TEST` unless the channel is a DM).
+    pub async fn dm(&self, text: &str) -> String {
+        let channel = if self.channel.starts_with('D') {
+            self.channel.clone()
+        } else {
+            "D0TEST".to_string()
+        };
+        Actor {
+            bot: self.bot,
+            user: self.user.clone(),
+            channel,
+        }
+        .message(text)
+        .await
+    }
+
+    /// Sends an interaction's `payload` (the team, the app and this person filled in when
+    /// absent, and a fresh `trigger_id`).
+    pub async fn send_interaction(&self, mut payload: Value) -> Acked {
+        for (key, value) in [
+            ("team", json!({"id": TEAM})),
+            ("user", json!({"id": self.user, "team_id": TEAM})),
+            ("api_app_id", json!(APP_ID)),
+            ("trigger_id", json!(Workspace::trigger_id())),
+        ] {
+            if payload.get(key).is_none() {
+                payload[key] = value;
+            }
+        }
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &payload.to_string())
+            .finish();
+        self.bot.send_form(body).await
+    }
+
+    /// This person runs `command` with `text` in this channel.
+    pub async fn command(&self, command: &str, text: &str) -> Acked {
+        let n = self.bot.next.fetch_add(1, Ordering::Relaxed);
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("command", command),
+                ("text", text),
+                ("team_id", TEAM),
+                ("api_app_id", APP_ID),
+                ("user_id", &self.user),
+                ("channel_id", &self.channel),
+                ("trigger_id", &Workspace::trigger_id()),
+                (
+                    "response_url",
+                    &self.bot.response_url("commands", &self.channel, None, n),
+                ),
+            ])
+            .finish();
+        self.bot.send_form(body).await
+    }
+
+    /// This person clicks the button `action_id` (with `value`) on the bot's message
+    /// `message`, or outside any message when `None`.
+    pub async fn click(&self, action_id: &str, value: &str, message: Option<&Value>) -> Acked {
+        let n = self.bot.next.fetch_add(1, Ordering::Relaxed);
+        let action_ts = format!("{}.{n:06}", crate::clock::now_ms() / 1000);
+        let mut payload = json!({
+            "type": "block_actions",
+            "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": value, "action_ts": action_ts}],
+        });
+        if let Some(m) = message {
+            let channel = m["channel"].as_str().unwrap_or(&self.channel);
+            let ts = m["ts"].as_str().unwrap_or_default();
+            payload["container"] =
+                json!({"type": "message", "message_ts": ts, "channel_id": channel});
+            payload["channel"] = json!({"id": channel});
+            payload["message"] = m.clone();
+            payload["response_url"] = self
+                .bot
+                .response_url("actions", channel, Some(ts), n)
+                .into();
+        }
+        self.send_interaction(payload).await
+    }
+
+    /// This person uses the global shortcut `callback_id`.
+    pub async fn shortcut(&self, callback_id: &str) -> Acked {
+        let n = self.bot.next.fetch_add(1, Ordering::Relaxed);
+        self.send_interaction(json!({
+            "type": "shortcut", "callback_id": callback_id,
+            "action_ts": format!("1767225600.{n:06}"),
+        }))
+        .await
+    }
+
+    /// This person submits `view` with `values`.
+    pub async fn submit_view(&self, view: &Value, values: Value) -> Acked {
+        let mut view = view.clone();
+        view["state"] = json!({ "values": values });
+        self.send_interaction(json!({"type": "view_submission", "view": view}))
+            .await
+    }
+}
