@@ -114,7 +114,7 @@ fn markdown(text: &str) -> Value {
     json!({"type": "markdown", "text": text})
 }
 
-fn app() -> App {
+pub fn app() -> App {
     App::new()
         .assistant_thread_started(thread_started)
         .assistant_message(answer)

@@ -39,7 +39,7 @@ async fn pretend_to_deploy(service: &str, env: &str, budget: Duration) -> String
     format!("v1.{}.{}", sum % 10, sum % 7)
 }
 
-fn app() -> App {
+pub fn app() -> App {
     App::new().message(r"^deploy\s+([a-z0-9-]+)(?:\s+to\s+([a-z]+))?\s*$", deploy)
 }
 

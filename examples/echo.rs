@@ -5,7 +5,7 @@
 
 use slack_once::app::{safe_text, App, Ctx, MessageEvent};
 
-fn app() -> App {
+pub fn app() -> App {
     App::new().message_where(
         |m: &MessageEvent| m.mention || m.is_dm(),
         |ctx: Ctx, m: MessageEvent| async move {

@@ -31,7 +31,7 @@ fn modal() -> Value {
     })
 }
 
-fn app() -> App {
+pub fn app() -> App {
     App::new()
         .shortcut("new_note", |ctx: Ctx, _shortcut: Shortcut| async move {
             // The trigger_id is spent here, while Slack waits; then the acknowledgement.

@@ -8,7 +8,7 @@
 
 use slack_once::app::{App, Ctx, Message, MessageEvent, Reaction};
 
-fn app() -> App {
+pub fn app() -> App {
     App::new()
         .message(
             r"(?i)\bship(s|ped|ping)?\b",

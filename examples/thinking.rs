@@ -40,7 +40,7 @@ async fn slow_answer(question: &str, budget: Duration) -> String {
     )
 }
 
-fn app() -> App {
+pub fn app() -> App {
     App::new().message_where(|m: &MessageEvent| m.mention || m.is_dm(), think)
 }
 

@@ -11,7 +11,7 @@
 
 use slack_once::app::{App, AppMention, Ctx, MessageEvent};
 
-fn app() -> App {
+pub fn app() -> App {
     App::new()
         .app_mention(|ctx: Ctx, _mention: AppMention| async move {
             ctx.reply("On it.").await?;

@@ -7,7 +7,7 @@
 
 use slack_once::app::{blocks, App, Ctx, Message, TeamJoin};
 
-fn app() -> App {
+pub fn app() -> App {
     App::new().team_join(|ctx: Ctx, join: TeamJoin| async move {
         if join.user.is_bot {
             return Ok(());

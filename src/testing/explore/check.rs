@@ -1,0 +1,434 @@
+//! The invariants every schedule is checked against, per listener write, with the fault-free
+//! run of the same request as the measure of what the listener writes:
+//! - at most once: no write visible more often than the fault-free run makes it (no message,
+//!   ephemeral or view twice; no slack-once step's message twice);
+//! - complete when claimed: once any run says `answered` or `recovered`, Slack shows what the
+//!   fault-free run leaves (every message with its final text and blocks, a stream stopped
+//!   with the whole answer, each ephemeral, view and reaction);
+//! - counted when lost: a request whose writes are not all visible never said `answered`,
+//!   `recovered` or `no_reply`, and ended counted as failed (a `failed` outcome or ledger item,
+//!   an error answered to Slack or left on the queue, the dead-letter queue), or with the
+//!   process that held its last chance dead;
+//! - `failed` only for a reason: no run ends `failed` unless a fault that no retry fixes was
+//!   placed (Slack refused for good) or the fault-free run fails too;
+//! - the acknowledgement: what Slack showed at once is what the listener chose, or the request
+//!   says why not (no 2xx in time, a failure counted) or its message came through the
+//!   `response_url`;
+//! - a remembered result is computed again only where it was not yet recorded;
+//! - tokens: every call carries this workspace's token, and no token, signing secret or
+//!   `response_url` reaches the logs;
+//! - the request's life ends (nothing runs past 6 hours of virtual time).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::run::{End, RunView, BOT_TOKEN, SIGNING_SECRET};
+use super::schedule::Fault;
+use super::world::{RunEnd, RunKind};
+
+/// What a visible write shows.
+fn content(v: &Value) -> String {
+    let mut shown = serde_json::Map::new();
+    for key in ["text", "blocks", "attachments", "title", "callback_id"] {
+        if !v[key].is_null() {
+            shown.insert(key.into(), v[key].clone());
+        }
+    }
+    if v["streaming"] == true {
+        shown.insert("streaming".into(), true.into());
+    }
+    Value::Object(shown).to_string()
+}
+
+fn multiset<'a>(items: impl Iterator<Item = &'a Value>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for item in items {
+        *counts.entry(content(item)).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The slack-once names (claim key, step) a message carries, if any.
+fn names(m: &Value) -> Option<(String, u64)> {
+    let names = &m["metadata"]["event_payload"]["slack_once"];
+    Some((names["key"].as_str()?.to_string(), names["step"].as_u64()?))
+}
+
+fn brief(text: &str) -> String {
+    let cut: String = text.chars().take(120).collect();
+    if cut.len() < text.len() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
+
+/// The last status set per thread (the assistant's "is thinking…", cleared at the end).
+fn statuses(end: &End) -> BTreeMap<(String, String), String> {
+    end.assistant
+        .iter()
+        .filter(|(m, ..)| m == "assistant.threads.setStatus")
+        .map(|(_, c, t, args)| {
+            (
+                (c.clone(), t.clone()),
+                args["status"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn outcome(end: &RunEnd) -> &str {
+    match end {
+        RunEnd::Answered { outcome, .. } | RunEnd::Handled { outcome, .. } => outcome,
+        RunEnd::Died => "died",
+    }
+}
+
+/// What is missing from `end` that the fault-free run leaves (empty: complete).
+fn missing(reference: &End, end: &End) -> Vec<String> {
+    let mut gaps = Vec::new();
+    let sets = [
+        (
+            "message",
+            multiset(reference.messages.iter()),
+            multiset(end.messages.iter()),
+        ),
+        (
+            "ephemeral message",
+            multiset(reference.ephemerals.iter()),
+            multiset(end.ephemerals.iter()),
+        ),
+        (
+            "view",
+            multiset(reference.views.iter()),
+            multiset(end.views.iter()),
+        ),
+    ];
+    for (what, want, have) in &sets {
+        for (shown, n) in want {
+            let got = have.get(shown).copied().unwrap_or(0);
+            if got < *n {
+                gaps.push(format!("the {what} {} is not in Slack", brief(shown)));
+            }
+        }
+    }
+    for r in &reference.reactions {
+        if !end.reactions.contains(r) {
+            gaps.push(format!("the reaction :{}: on {} is not in Slack", r.2, r.1));
+        }
+    }
+    let (want, have) = (statuses(reference), statuses(end));
+    for (thread, status) in &want {
+        if have.get(thread) != Some(status) {
+            gaps.push(format!(
+                "the assistant's status in {}/{} is {:?}, not {:?}",
+                thread.0,
+                thread.1,
+                have.get(thread).map(String::as_str).unwrap_or("unset"),
+                status
+            ));
+        }
+    }
+    gaps
+}
+
+/// `end` as the request sees it: a phantom copy (another `ts`, the same `client_msg_id`) is
+/// the same message, so an answer made for it (in its thread, a reaction on it) counts as the
+/// message's.
+fn as_one_message(end: &End) -> End {
+    let same = |ts: &str| {
+        if ts == super::request::PHANTOM_TS {
+            super::request::MESSAGE_TS.to_string()
+        } else {
+            ts.to_string()
+        }
+    };
+    let mut end = end.clone();
+    for m in &mut end.messages {
+        if let Some(thread) = m["thread_ts"].as_str().map(same) {
+            m["thread_ts"] = thread.into();
+        }
+    }
+    for r in &mut end.reactions {
+        r.1 = same(&r.1);
+    }
+    for a in &mut end.assistant {
+        a.2 = same(&a.2);
+    }
+    end
+}
+
+/// The invariants `end` breaks, given the fault-free run `reference`.
+pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
+    let end = &as_one_message(end);
+    let mut broken = Vec::new();
+
+    // At most once: no more messages (or views) than the fault-free run leaves, none shown
+    // twice, no ephemeral sent more often.
+    let sets = [
+        (
+            "message",
+            multiset(reference.messages.iter()),
+            multiset(end.messages.iter()),
+            1,
+        ),
+        (
+            "ephemeral message",
+            multiset(reference.ephemerals.iter()),
+            multiset(end.ephemerals.iter()),
+            0,
+        ),
+        (
+            "view",
+            multiset(reference.views.iter()),
+            multiset(end.views.iter()),
+            1,
+        ),
+    ];
+    for (what, want, have, changed) in &sets {
+        for (shown, n) in have {
+            // A message (a view) may be seen with other content than the fault-free run
+            // leaves (an update not made after a failure), but not twice.
+            let allowed = want.get(shown).copied().unwrap_or(0).max(*changed);
+            if *n > allowed {
+                broken.push(format!(
+                    "at most once: the {what} {} is in Slack {n} times; the fault-free run leaves it {} times",
+                    brief(shown),
+                    want.get(shown).copied().unwrap_or(0)
+                ));
+            }
+        }
+    }
+    if end.views.len() > reference.views.len() {
+        broken.push(format!(
+            "at most once: {} views are open; the fault-free run opens {}",
+            end.views.len(),
+            reference.views.len()
+        ));
+    }
+    let mut by_names: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
+    for m in &end.messages {
+        if let Some(n) = names(m) {
+            by_names
+                .entry(n)
+                .or_default()
+                .push(m["ts"].as_str().unwrap_or("?").to_string());
+        }
+    }
+    for ((key, step), ts) in &by_names {
+        if ts.len() > 1 {
+            broken.push(format!(
+                "at most once: step {step} of {key} is visible {} times (ts {})",
+                ts.len(),
+                ts.join(", ")
+            ));
+        }
+    }
+    if end.messages.len() > reference.messages.len() {
+        broken.push(format!(
+            "at most once: {} messages of this app are in Slack; the fault-free run leaves {}",
+            end.messages.len(),
+            reference.messages.len()
+        ));
+    }
+
+    // Complete when claimed; counted when lost.
+    let gaps = missing(reference, end);
+    let wrote = !reference.messages.is_empty()
+        || !reference.ephemerals.is_empty()
+        || !reference.views.is_empty()
+        || !reference.reactions.is_empty();
+    let said = |outcomes: &[&str]| {
+        end.runs
+            .iter()
+            .filter_map(|r| r.end.as_ref().map(|e| (r, e)))
+            .filter(|(_, e)| outcomes.contains(&outcome(e)))
+            .map(|(r, e)| format!("{} ({})", r.label, outcome(e)))
+            .collect::<Vec<_>>()
+    };
+    if !gaps.is_empty() && wrote {
+        let claimed = said(&["answered", "recovered", "no_reply"]);
+        if !claimed.is_empty() {
+            broken.push(format!(
+                "complete when claimed: {} said so, but {}",
+                claimed.join(", "),
+                gaps.join("; ")
+            ));
+        } else if !counted_failed(end) {
+            broken.push(format!(
+                "counted when lost: {}, and the request ended without a failure counted",
+                gaps.join("; ")
+            ));
+        }
+    }
+
+    // `failed` only for a reason.
+    let permanent = end.faults.values().any(|f| *f == Fault::Refused);
+    let failed_before = reference
+        .runs
+        .iter()
+        .any(|r| r.end.as_ref().is_some_and(|e| outcome(e) == "failed"));
+    if !permanent && !failed_before {
+        for r in &end.runs {
+            if let Some(e) = &r.end {
+                if outcome(e) == "failed" {
+                    let code = failure_code(&end.logs);
+                    broken.push(format!(
+                        "failed only for a reason: {} ended failed ({code}) though no fault \
+                         was one that no retry fixes",
+                        r.label
+                    ));
+                }
+            }
+        }
+    }
+
+    // The acknowledgement the listener chose reaches Slack: in the first answer Slack took
+    // (a 2xx within 3 s), or through the response_url, or the request says why not.
+    if let Some(chosen) = reference.acks.first() {
+        let want: Value = chosen
+            .as_deref()
+            .and_then(|b| serde_json::from_str(b).ok())
+            .unwrap_or(Value::Null);
+        let first = end
+            .runs
+            .iter()
+            .find(|r| matches!(r.kind, RunKind::Delivery { chain: 0, .. }));
+        if let Some(RunView {
+            end: Some(RunEnd::Answered { status, body, .. }),
+            started,
+            ended_at,
+            ..
+        }) = first
+        {
+            let in_time =
+                ended_at.is_some_and(|at| at.saturating_sub(*started).as_millis() <= 3000);
+            if (200..300).contains(status)
+                && in_time
+                && *body != want
+                && !ack_followed_up(&want, end)
+                && !counted_failed(end)
+            {
+                broken.push(format!(
+                    "the acknowledgement: the listener chose {}, Slack was shown {}, and the \
+                     request says nothing of it",
+                    brief(&want.to_string()),
+                    if body.is_null() {
+                        "an empty one".to_string()
+                    } else {
+                        brief(&body.to_string())
+                    }
+                ));
+            }
+        }
+    }
+
+    // Tokens.
+    for (run, token) in &end.tokens {
+        if token.as_deref() != Some(BOT_TOKEN) {
+            broken.push(format!(
+                "tokens: run {run} called Slack with {}",
+                match token {
+                    Some(_) => "another token than this workspace's",
+                    None => "no token",
+                }
+            ));
+        }
+    }
+    for line in &end.logs {
+        for (secret, what) in [
+            (BOT_TOKEN, "the bot token"),
+            (SIGNING_SECRET, "the signing secret"),
+            ("/commands/T0TEST/", "a response_url"),
+            ("/actions/T0TEST/", "a response_url"),
+        ] {
+            if line.contains(secret) {
+                broken.push(format!("tokens: {what} is in the logs: {}", brief(line)));
+            }
+        }
+    }
+
+    broken.extend(end.violations.iter().cloned());
+    if end.unfinished {
+        broken.push("the request's life did not end within 6 hours (virtual)".into());
+    }
+    broken
+}
+
+/// The code of the first `failed` in the logs, for the message.
+fn failure_code(logs: &[String]) -> String {
+    logs.iter()
+        .find_map(|l| {
+            let i = l.find("failure=")?;
+            Some(
+                l[i + 8..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .trim_matches('"')
+                    .to_string(),
+            )
+        })
+        .or_else(|| {
+            logs.iter().find_map(|l| {
+                let i = l.find("slack_error=")?;
+                Some(
+                    l[i + 12..]
+                        .split_whitespace()
+                        .next()?
+                        .trim_matches('"')
+                        .to_string(),
+                )
+            })
+        })
+        .unwrap_or_else(|| "see the log".into())
+}
+
+/// Whether the request ended counted as failed: a `failed` outcome or ledger item, the
+/// dead-letter queue, the last run of a copy answering Slack with an error or leaving its
+/// message, or dying (the process that held the last chance is gone: nothing could count it).
+pub(crate) fn counted_failed(end: &End) -> bool {
+    if end.dead_letters > 0
+        || end
+            .ledger
+            .iter()
+            .any(|(_, s)| *s == crate::ledger::Status::Failed)
+    {
+        return true;
+    }
+    // Each copy's (and queued message's) last run that held the request: one that found it
+    // in progress or answered elsewhere decided nothing.
+    let mut last: BTreeMap<(u8, usize), &RunEnd> = BTreeMap::new();
+    for r in &end.runs {
+        let Some(e) = &r.end else { continue };
+        if matches!(outcome(e), "in_progress" | "duplicate") {
+            continue;
+        }
+        let chain = match r.kind {
+            RunKind::Delivery { chain, .. } => (0, chain),
+            RunKind::Receive { message, .. } => (1, message),
+        };
+        last.insert(chain, e);
+    }
+    last.values().any(|e| match e {
+        RunEnd::Died => true,
+        RunEnd::Answered {
+            status, outcome, ..
+        } => !(200..300).contains(status) || outcome == "failed" || outcome == "already_failed",
+        RunEnd::Handled { deleted, outcome } => {
+            !deleted || outcome == "failed" || outcome == "already_failed"
+        }
+    })
+}
+
+/// Whether an acknowledgement's message reached the person another way: through the
+/// `response_url` (as an ephemeral message, or in the channel).
+fn ack_followed_up(ack: &Value, end: &End) -> bool {
+    let text = &ack["text"];
+    !text.is_null()
+        && end
+            .calls
+            .iter()
+            .any(|(m, args)| m == "response_url" && args["text"] == *text)
+}

@@ -1,0 +1,791 @@
+//! The crash explorer: your bot's listeners, run through every way a request's life can go
+//! wrong, with what Slack and the ledger show checked after each.
+//!
+//! ```no_run
+//! use slack_once::app::{App, Ctx, MessageEvent};
+//! use slack_once::testing::explore::{Explorer, Request};
+//!
+//! fn app() -> App {
+//!     App::new().message_where(|m: &MessageEvent| m.mention, |ctx: Ctx, _m| async move {
+//!         ctx.reply("hello").await?;
+//!         Ok(())
+//!     })
+//! }
+//!
+//! #[test]
+//! fn every_crash_leaves_one_answer() {
+//!     Explorer::new(app).request(Request::mention("hi")).run().assert_ok();
+//! }
+//! ```
+//!
+//! For each request (an event, a person's message with its copies, a slash command, a button,
+//! a view submission, a shortcut, an assistant's question) and each mode (synchronous, and
+//! deferred with [`Explorer::deferred`]), the explorer runs the request's whole life once per
+//! *schedule*, in process and on virtual time (a lease, Slack's retry after five minutes, the
+//! queue's redelivery after twelve all pass at once), against the in-memory ledger and
+//! [`crate::testing::FakeSlack`]: every delivery Slack makes, each to a process of its own,
+//! every receive of the work queue, each to a worker of its own, every process killed at its
+//! deadline as Lambda kills it. A schedule picks:
+//! - where a process dies: before or after each ledger call, before a Slack call, after Slack
+//!   applied a call and before its answer arrived ([`Fault`]);
+//! - which answers are lost or slow (the ledger's, Slack's, a `response_url`'s, the queue's),
+//!   the ledger's SDK sending a call twice;
+//! - what Slack answers: a transient error, a 429 with `Retry-After` (60 s for a look-up, as
+//!   Slack's 2025 history limit), `internal_error` after taking effect, a refusal for good
+//!   (a look-up refused: `missing_scope`);
+//! - how the request comes again ([`Story`]): Slack's three retries after each failure it sees
+//!   (the last with no delivery after it), the queue's redeliveries up to `maxReceiveCount`,
+//!   an interaction Slack never retries or the same request sent twice, every copy at once
+//!   to instances of their own, an old version answering first during a deploy.
+//!
+//! First the fault-free run, which is the measure of what the listeners write; then every
+//! story without faults; then every single fault at every site the runs reach; then a second
+//! fault at every site of the runs that follow a crash (every crash point of a takeover);
+//! then schedules drawn from the seed, until the budget is spent. After each schedule the
+//! invariants ([`check`]'s list, and yours: [`Explorer::invariant`]) are checked. The first
+//! schedule that breaks one is shrunk to the fewest faults that still break it, and
+//! [`Report::assert_ok`] panics with its trace: each delivery, each ledger call, each Slack
+//! call and its answer, where the process died, and the schedule as text to give
+//! [`Explorer::replay`].
+//!
+//! The budget: `SLACK_ONCE_EXPLORE` unset gives each exploration 250 schedules or 20 s,
+//! whichever ends first; `long`, 20,000 or 10 minutes; a number, that many schedules (within
+//! an hour). [`Explorer::schedules`] sets it in code. The seed is printed; `SLACK_ONCE_SEED`
+//! or [`Explorer::seed`] sets it.
+
+pub(crate) mod check;
+mod ledger;
+mod request;
+mod run;
+mod schedule;
+mod slack;
+mod world;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use request::Request;
+pub use run::{AppFactory, End, RunView};
+pub use schedule::{At, Fault, Schedule, SiteKind, Story};
+pub use world::{RunEnd, RunKind};
+
+use crate::app::App;
+use run::Spec;
+use world::Plan;
+
+/// An invariant of your own bot: `Err` says what broke.
+pub type Invariant = Arc<dyn Fn(&End) -> Result<(), String> + Send + Sync>;
+
+/// How much exploring one request in one mode may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    pub schedules: usize,
+    pub time: Duration,
+}
+
+impl Budget {
+    /// From `SLACK_ONCE_EXPLORE`: unset, 250 schedules or 20 s; `long`, 20,000 or 10
+    /// minutes; a number, that many (within an hour).
+    pub fn from_env() -> Self {
+        match std::env::var("SLACK_ONCE_EXPLORE")
+            .ok()
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("long") => Budget {
+                schedules: 20_000,
+                time: Duration::from_secs(600),
+            },
+            Some(n) if n.parse::<usize>().is_ok() => Budget {
+                schedules: n.parse().unwrap_or(250),
+                time: Duration::from_secs(3600),
+            },
+            _ => Budget {
+                schedules: 250,
+                time: Duration::from_secs(20),
+            },
+        }
+    }
+}
+
+/// The explorer: see the [module](self).
+pub struct Explorer {
+    app: AppFactory,
+    old_app: Option<AppFactory>,
+    requests: Vec<Request>,
+    modes: Vec<bool>,
+    budget: Budget,
+    seed: u64,
+    invariants: Vec<(String, Invariant)>,
+    replay: Option<Schedule>,
+    busy: usize,
+    history_per_minute: bool,
+}
+
+impl Explorer {
+    /// Explores the bot `app` builds (once per process, so state of its own starts afresh in
+    /// each).
+    pub fn new(app: impl Fn() -> App + Send + Sync + 'static) -> Self {
+        let seed = std::env::var("SLACK_ONCE_SEED")
+            .ok()
+            .and_then(|s| {
+                let s = s.trim();
+                match s.strip_prefix("0x") {
+                    Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                    None => s.parse().ok(),
+                }
+            })
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
+        Self {
+            app: Arc::new(app),
+            old_app: None,
+            requests: Vec::new(),
+            modes: vec![false],
+            budget: Budget::from_env(),
+            seed,
+            invariants: Vec::new(),
+            replay: None,
+            busy: 0,
+            history_per_minute: false,
+        }
+    }
+
+    /// A busy conversation: after the bot's first post in a conversation, `people` messages
+    /// of people follow it there (a look-up for the post then pages back through them).
+    pub fn busy(mut self, people: usize) -> Self {
+        self.busy = people;
+        self
+    }
+
+    /// Slack's 2025 history limit for distributed apps outside the Marketplace: one
+    /// `conversations.history` and one `conversations.replies` a minute (a 429 with
+    /// `Retry-After` for the rest of the minute), 15 messages a page.
+    pub fn history_limit(mut self) -> Self {
+        self.history_per_minute = true;
+        self
+    }
+
+    /// A request to explore (several: each is explored in turn).
+    pub fn request(mut self, request: Request) -> Self {
+        self.requests.push(request);
+        self
+    }
+
+    /// In deferred mode only (an ingress that hands each request to the work queue, workers
+    /// that answer it).
+    pub fn deferred(mut self) -> Self {
+        self.modes = vec![true];
+        self
+    }
+
+    /// In synchronous mode, then in deferred mode.
+    pub fn both_modes(mut self) -> Self {
+        self.modes = vec![false, true];
+        self
+    }
+
+    /// The version a deploy replaces: [`Story::Deploy`] has it answer first.
+    pub fn old_version(mut self, app: impl Fn() -> App + Send + Sync + 'static) -> Self {
+        self.old_app = Some(Arc::new(app));
+        self
+    }
+
+    /// At most `n` schedules per request and mode.
+    pub fn schedules(mut self, n: usize) -> Self {
+        self.budget.schedules = n;
+        self
+    }
+
+    /// At most this long per request and mode.
+    pub fn time(mut self, time: Duration) -> Self {
+        self.budget.time = time;
+        self
+    }
+
+    /// The seed of the drawn schedules.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// An invariant of your own, checked after every schedule.
+    pub fn invariant(
+        mut self,
+        name: &str,
+        check: impl Fn(&End) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.invariants.push((name.to_string(), Arc::new(check)));
+        self
+    }
+
+    /// Runs exactly this schedule (as a failure printed it: `plain; 1.3=dies-after`), and
+    /// no other.
+    pub fn replay(mut self, schedule: &str) -> Self {
+        match Schedule::parse(schedule) {
+            Ok(s) => self.replay = Some(s),
+            Err(e) => panic!("Explorer::replay: {e}"),
+        }
+        self
+    }
+
+    /// Explores every request in every mode (on a thread of its own: call it from a test,
+    /// async or not).
+    pub fn run(self) -> Report {
+        assert!(
+            !self.requests.is_empty(),
+            "Explorer: give it a request (Explorer::request)"
+        );
+        std::thread::spawn(move || self.run_here())
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    fn run_here(self) -> Report {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || LogWriter(writer.clone()))
+            .with_ansi(false)
+            .with_target(false)
+            .without_time()
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut explored = Vec::new();
+        for request in &self.requests {
+            for deferred in &self.modes {
+                let spec = Arc::new(Spec {
+                    request: request.clone(),
+                    deferred: *deferred,
+                    app: self.app.clone(),
+                    old_app: self.old_app.clone(),
+                    timeout: Duration::from_secs(10),
+                    worker_timeout: Duration::from_secs(120),
+                    max_receives: 5,
+                    busy: self.busy,
+                    history_per_minute: self.history_per_minute,
+                });
+                explored.push(self.explore(spec, &logs));
+            }
+        }
+        Report { explored }
+    }
+
+    /// Runs one schedule and checks it; the broken invariants.
+    fn try_one(
+        &self,
+        spec: &Arc<Spec>,
+        reference: &End,
+        story: Story,
+        plan: Plan,
+        logs: &Arc<Mutex<Vec<u8>>>,
+    ) -> (End, Vec<String>) {
+        let end = run::run(spec.clone(), story, plan, logs.clone());
+        let mut broken = check::check(reference, &end);
+        for (name, invariant) in &self.invariants {
+            if let Err(why) = invariant(&end) {
+                broken.push(format!("{name}: {why}"));
+            }
+        }
+        (end, broken)
+    }
+
+    fn explore(&self, spec: Arc<Spec>, logs: &Arc<Mutex<Vec<u8>>>) -> Exploration {
+        let started = Instant::now();
+        let mode = if spec.deferred {
+            "deferred"
+        } else {
+            "synchronous"
+        };
+        let mut exploration = Exploration {
+            request: spec.request.describe(),
+            mode,
+            seed: self.seed,
+            schedules: 0,
+            enumerated: 0,
+            drawn: 0,
+            lost_with_last_chance: 0,
+            elapsed: Duration::ZERO,
+            failure: None,
+            replayed: None,
+            budget: self.budget,
+        };
+        let reference = run::run(
+            spec.clone(),
+            Story::Plain,
+            Plan::Fixed(BTreeMap::new()),
+            logs.clone(),
+        );
+        if reference.unfinished {
+            exploration.failure = Some(Failure::new(
+                Schedule::plain(),
+                vec!["the fault-free run did not end".into()],
+                &reference,
+            ));
+            return exploration;
+        }
+        // The fault-free run keeps every invariant of its own (an acknowledgement dropped,
+        // a remembered result computed twice, a token in the logs need no fault).
+        let mut own = check::check(&reference, &reference);
+        // A replay's own invariants are about the schedule replayed.
+        let invariants = if self.replay.is_some() {
+            &[][..]
+        } else {
+            &self.invariants[..]
+        };
+        for (name, invariant) in invariants {
+            if let Err(why) = invariant(&reference) {
+                own.push(format!("{name}: {why}"));
+            }
+        }
+        if !own.is_empty() {
+            exploration.failure = Some(Failure::new(Schedule::plain(), own, &reference));
+            return exploration;
+        }
+
+        let mut failing: Option<(Schedule, Vec<String>, End)> = None;
+        let out_of_budget =
+            |n: usize| n >= self.budget.schedules || started.elapsed() >= self.budget.time;
+        if let Some(schedule) = &self.replay {
+            let (end, broken) = self.try_one(
+                &spec,
+                &reference,
+                schedule.story,
+                Plan::Fixed(schedule.faults.clone()),
+                logs,
+            );
+            exploration.schedules = 1;
+            exploration.enumerated = 1;
+            if !broken.is_empty() {
+                exploration.failure = Some(Failure::new(schedule.clone(), broken, &end));
+            } else {
+                exploration.failure = None;
+                exploration.replayed = Some(trace_text(&end));
+            }
+            exploration.elapsed = started.elapsed();
+            return exploration;
+        }
+
+        // Every story without faults, then every single fault at every site of the
+        // fault-free runs, then a crash at each site of the runs a crash leads to.
+        let stories: Vec<Story> = Story::ALL
+            .into_iter()
+            .filter(|s| *s != Story::Forged || spec.request.is_event())
+            .collect();
+        let mut queue: VecDeque<Schedule> = VecDeque::new();
+        for story in &stories {
+            if *story != Story::Plain {
+                queue.push_back(Schedule {
+                    story: *story,
+                    faults: BTreeMap::new(),
+                });
+            }
+        }
+        for (i, run) in reference.runs.iter().enumerate() {
+            for (j, kind) in run.sites.iter().enumerate() {
+                for fault in Fault::at(*kind) {
+                    let mut faults = BTreeMap::new();
+                    faults.insert(
+                        At {
+                            run: i as u32 + 1,
+                            site: j as u32 + 1,
+                        },
+                        *fault,
+                    );
+                    queue.push_back(Schedule {
+                        story: Story::Plain,
+                        faults,
+                    });
+                }
+            }
+        }
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        while let Some(schedule) = queue.pop_front() {
+            if out_of_budget(exploration.schedules) {
+                break;
+            }
+            if !seen.insert(schedule.to_text()) {
+                continue;
+            }
+            let (end, broken) = self.try_one(
+                &spec,
+                &reference,
+                schedule.story,
+                Plan::Fixed(schedule.faults.clone()),
+                logs,
+            );
+            exploration.schedules += 1;
+            exploration.enumerated += 1;
+            if lost_with_last_chance(&end) {
+                exploration.lost_with_last_chance += 1;
+            }
+            if !broken.is_empty() {
+                failing = Some((schedule, broken, end));
+                break;
+            }
+            // A crash: each site of each run after it meets a crash in turn.
+            if schedule.faults.len() == 1 && schedule.story == Story::Plain {
+                let (at, fault) = schedule
+                    .faults
+                    .iter()
+                    .next()
+                    .map(|(a, f)| (*a, *f))
+                    .unwrap();
+                if fault.is_crash() {
+                    for (i, run) in end.runs.iter().enumerate().skip(at.run as usize) {
+                        for (j, kind) in run.sites.iter().enumerate() {
+                            let second_faults = Fault::at(*kind)
+                                .iter()
+                                .filter(|f| f.is_crash() || **f == Fault::Refused);
+                            for second in second_faults {
+                                let mut faults = schedule.faults.clone();
+                                faults.insert(
+                                    At {
+                                        run: i as u32 + 1,
+                                        site: j as u32 + 1,
+                                    },
+                                    *second,
+                                );
+                                queue.push_back(Schedule {
+                                    story: Story::Plain,
+                                    faults,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Then schedules drawn from the seed.
+        let mut rng = schedule::Rng::new(self.seed);
+        while failing.is_none() && !out_of_budget(exploration.schedules) {
+            let story = stories[rng.below(stories.len())];
+            let plan = Plan::Drawn {
+                rng: schedule::Rng::new(rng.next_u64()),
+                rate: 0.15,
+                max: 1 + rng.below(4),
+                drawn: BTreeMap::new(),
+            };
+            let (end, broken) = self.try_one(&spec, &reference, story, plan, logs);
+            exploration.schedules += 1;
+            exploration.drawn += 1;
+            if lost_with_last_chance(&end) {
+                exploration.lost_with_last_chance += 1;
+            }
+            if !broken.is_empty() {
+                let schedule = Schedule {
+                    story,
+                    faults: end.faults.clone(),
+                };
+                failing = Some((schedule, broken, end));
+            }
+        }
+        if let Some((schedule, broken, end)) = failing {
+            let (schedule, broken, end) =
+                self.shrink(&spec, &reference, schedule, broken, end, logs);
+            exploration.failure = Some(Failure::new(schedule, broken, &end));
+        }
+        exploration.elapsed = started.elapsed();
+        exploration
+    }
+
+    /// The fewest faults (and the plainest story) that still break an invariant.
+    fn shrink(
+        &self,
+        spec: &Arc<Spec>,
+        reference: &End,
+        mut schedule: Schedule,
+        mut broken: Vec<String>,
+        mut end: End,
+        logs: &Arc<Mutex<Vec<u8>>>,
+    ) -> (Schedule, Vec<String>, End) {
+        loop {
+            let mut candidates = Vec::new();
+            if schedule.story != Story::Plain {
+                candidates.push(Schedule {
+                    story: Story::Plain,
+                    faults: schedule.faults.clone(),
+                });
+            }
+            for at in schedule.faults.keys() {
+                let mut fewer = schedule.clone();
+                fewer.faults.remove(at);
+                candidates.push(fewer);
+            }
+            let mut smaller = None;
+            for candidate in candidates {
+                let (e, b) = self.try_one(
+                    spec,
+                    reference,
+                    candidate.story,
+                    Plan::Fixed(candidate.faults.clone()),
+                    logs,
+                );
+                if !b.is_empty() {
+                    smaller = Some((candidate, b, e));
+                    break;
+                }
+            }
+            match smaller {
+                Some((s, b, e)) => {
+                    schedule = s;
+                    broken = b;
+                    end = e;
+                }
+                None => return (schedule, broken, end),
+            }
+        }
+    }
+}
+
+/// Whether the request's last chance died with its process (the window no retry covers).
+fn lost_with_last_chance(end: &End) -> bool {
+    end.runs
+        .last()
+        .is_some_and(|r| matches!(r.end, Some(RunEnd::Died)))
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What exploring one request in one mode came to.
+pub struct Exploration {
+    pub request: String,
+    pub mode: &'static str,
+    pub seed: u64,
+    /// Schedules run (the fault-free run not counted).
+    pub schedules: usize,
+    /// Of which enumerated (every story, every fault at every site, crashes after crashes).
+    pub enumerated: usize,
+    /// Of which drawn from the seed.
+    pub drawn: usize,
+    /// Schedules in which the process holding the request's last chance died (Slack had no
+    /// retry left, the queue no receive): lost with it, which no protocol can prevent.
+    pub lost_with_last_chance: usize,
+    pub elapsed: Duration,
+    pub budget: Budget,
+    /// The shortest schedule found that breaks an invariant.
+    pub failure: Option<Failure>,
+    /// With [`Explorer::replay`], the trace of the schedule replayed when it broke nothing.
+    pub replayed: Option<String>,
+}
+
+/// A schedule that breaks an invariant.
+pub struct Failure {
+    pub schedule: Schedule,
+    pub broken: Vec<String>,
+    /// What happened, as a person reads it.
+    pub trace: String,
+}
+
+impl Failure {
+    fn new(schedule: Schedule, broken: Vec<String>, end: &End) -> Self {
+        Self {
+            schedule,
+            broken,
+            trace: trace_text(end),
+        }
+    }
+}
+
+/// The trace of a schedule, then the warnings and errors its processes logged.
+fn trace_text(end: &End) -> String {
+    let mut out = String::new();
+    for line in &end.trace {
+        let t = format!("+{:.3}s", line.at.as_secs_f64());
+        let who = match (line.run, line.site) {
+            (Some(r), Some(s)) => format!("  run {r} · {s:<2} "),
+            (Some(r), None) => format!("run {r}  "),
+            (None, _) => String::new(),
+        };
+        out.push_str(&format!("  {t:>10}  {who}{}\n", line.text));
+    }
+    out.push_str("  at the end:\n");
+    out.push_str(&format!(
+        "    Slack shows {} message(s) of this app{}\n",
+        end.messages.len(),
+        end.messages
+            .iter()
+            .map(|m| format!(
+                "\n      {} {}{}: {}",
+                m["channel"].as_str().unwrap_or("?"),
+                m["ts"].as_str().unwrap_or("?"),
+                match m["thread_ts"].as_str() {
+                    Some(t) => format!(" (thread {t})"),
+                    None => String::new(),
+                },
+                check_brief(m)
+            ))
+            .collect::<String>()
+    ));
+    if !end.ephemerals.is_empty() || !end.views.is_empty() {
+        out.push_str(&format!(
+            "    {} ephemeral message(s), {} view(s)\n",
+            end.ephemerals.len(),
+            end.views.len()
+        ));
+    }
+    for (key, status) in &end.ledger {
+        out.push_str(&format!("    ledger {key}: {}\n", status.as_str()));
+    }
+    let warnings: Vec<&String> = end
+        .logs
+        .iter()
+        .filter(|l| {
+            l.contains(" WARN ")
+                || l.contains(" ERROR ")
+                || l.starts_with("WARN")
+                || l.starts_with("ERROR")
+        })
+        .collect();
+    if !warnings.is_empty() {
+        out.push_str("  the processes' warnings and errors:\n");
+        for line in warnings.iter().take(40) {
+            out.push_str(&format!("    {}\n", line.trim()));
+        }
+    }
+    out
+}
+
+fn check_brief(m: &serde_json::Value) -> String {
+    let text = m["text"].as_str().unwrap_or("");
+    let cut: String = text.chars().take(60).collect();
+    let streaming = if m["streaming"] == true {
+        " (still streaming)"
+    } else {
+        ""
+    };
+    format!("{cut:?}{streaming}")
+}
+
+/// Everything the explorer found.
+pub struct Report {
+    pub explored: Vec<Exploration>,
+}
+
+impl Report {
+    /// The schedules that broke an invariant.
+    pub fn failures(&self) -> impl Iterator<Item = (&Exploration, &Failure)> {
+        self.explored
+            .iter()
+            .filter_map(|e| e.failure.as_ref().map(|f| (e, f)))
+    }
+
+    /// Panics with the shortest failing schedule of each exploration that found one.
+    pub fn assert_ok(&self) {
+        if self.failures().next().is_some() {
+            panic!("{self}");
+        }
+        eprintln!("{self}");
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in &self.explored {
+            writeln!(
+                f,
+                "slack-once explorer: {} in {} mode: {} schedules ({} enumerated, {} drawn from seed {:#x}) in {:.1}s{}",
+                e.request,
+                e.mode,
+                e.schedules,
+                e.enumerated,
+                e.drawn,
+                e.seed,
+                e.elapsed.as_secs_f64(),
+                match &e.failure {
+                    None => ": every invariant held".to_string(),
+                    Some(_) => ": an invariant broke".to_string(),
+                }
+            )?;
+            if e.lost_with_last_chance > 0 {
+                writeln!(
+                    f,
+                    "  ({} schedules lost the request with the process that held its last chance)",
+                    e.lost_with_last_chance
+                )?;
+            }
+            if let Some(trace) = &e.replayed {
+                writeln!(f, "{trace}")?;
+            }
+            if let Some(failure) = &e.failure {
+                writeln!(
+                    f,
+                    "\nthe shortest schedule that breaks it: {}",
+                    failure.schedule
+                )?;
+                writeln!(f, "broken:")?;
+                for b in &failure.broken {
+                    writeln!(f, "  - {b}")?;
+                }
+                writeln!(f, "what happened (virtual time since the request):")?;
+                write!(f, "{}", failure.trace)?;
+                writeln!(
+                    f,
+                    "replay it: Explorer::new(app).request(…).replay({:?}), or SLACK_ONCE_SEED={:#x} for the same draws\n",
+                    failure.schedule.to_text(),
+                    e.seed
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The listener chose its acknowledgement (`body`: `None` for an empty one).
+pub(crate) fn acknowledging(key: &str, body: Option<String>) {
+    let Some(world) = world::current::get() else {
+        return;
+    };
+    world.say(
+        None,
+        format!(
+            "the listener acknowledges {key} with {}",
+            body.as_deref().unwrap_or("an empty body")
+        ),
+    );
+    world.lock().acks.push(body);
+}
+
+/// The listener is computing a remembered result (step `step` of the claim `key`): the
+/// explorer checks that its result was not recorded already.
+pub(crate) fn computing(key: &str, step: u32, name: &str) {
+    let Some(world) = world::current::get() else {
+        return;
+    };
+    let recorded = crate::envelope::EventId::try_from(key.to_string())
+        .ok()
+        .and_then(|k| world.ledger.journal(&k))
+        .is_some_and(|j| matches!(j.get(&step), Some(crate::ledger::StepRecord::Done { .. })));
+    world.say(
+        None,
+        format!("the listener computes the result it remembers as {name:?} (step {step} of {key})"),
+    );
+    if recorded {
+        world.violate(format!(
+            "remembered once: {name:?} (step {step} of {key}) was computed again though its \
+             result was recorded"
+        ));
+    }
+}

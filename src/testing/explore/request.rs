@@ -1,0 +1,402 @@
+//! The requests the explorer plays, as Slack sends them: an event (with Slack's retries), a
+//! person's message with its copies (an `app_mention` and a `message` event of one message,
+//! and a phantom copy under another `ts` with the same `client_msg_id`), a slash command, a
+//! button, a view submission, a shortcut, an assistant's question.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::testing::{Workspace, APP_ID, BOT_USER, TEAM};
+
+/// The message a request is about was posted at this `ts` (just before the schedule starts).
+pub(crate) const MESSAGE_TS: &str = "1767225600.000100";
+/// The phantom copy's `ts` (Slack has sent one gesture as two messages 21 s apart).
+pub(crate) const PHANTOM_TS: &str = "1767225621.000100";
+/// The `client_msg_id` of a person's message.
+const CLIENT_MSG_ID: &str = "5f0c1a7e-0d1e-4c3b-9a2f-explorer0001";
+
+/// A request to explore. Built with its constructors, then [`Request::as_user`],
+/// [`Request::in_channel`].
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub(crate) kind: Kind,
+    pub(crate) user: String,
+    pub(crate) channel: String,
+    /// A message's copies: its other event and the phantom copy.
+    pub(crate) copies: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Kind {
+    /// A bare event (the inner event).
+    Event(Value),
+    /// A person's message: mentioning the bot or not; in a DM when the channel says so.
+    Message {
+        text: String,
+        mention: bool,
+    },
+    Command {
+        command: String,
+        text: String,
+    },
+    /// A button on a message of the bot's (with this text), or outside any message.
+    Click {
+        action_id: String,
+        value: String,
+        on: Option<String>,
+    },
+    Shortcut {
+        callback_id: String,
+        message: bool,
+    },
+    /// A view the bot opened, submitted with these values.
+    ViewSubmission {
+        view: Value,
+        values: Value,
+    },
+}
+
+impl Request {
+    fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            user: crate::testing::USER.into(),
+            channel: crate::testing::CHANNEL.into(),
+            copies: true,
+        }
+    }
+
+    /// A person's message mentioning the bot: it arrives as an `app_mention` and a `message`
+    /// event (one message, two event ids), and again as a phantom copy under another `ts`
+    /// with the same `client_msg_id`, 21 s later.
+    pub fn mention(text: &str) -> Self {
+        Self::new(Kind::Message {
+            text: format!("<@{BOT_USER}> {text}"),
+            mention: true,
+        })
+    }
+
+    /// A person's message in the channel (a `message` event, and its phantom copy).
+    pub fn message(text: &str) -> Self {
+        Self::new(Kind::Message {
+            text: text.to_string(),
+            mention: false,
+        })
+    }
+
+    /// A direct message to the bot (in `D0TEST`), and its phantom copy.
+    pub fn dm(text: &str) -> Self {
+        Self::message(text).in_channel("D0TEST")
+    }
+
+    /// A question to an AI assistant: a direct message, which starts a thread of its own.
+    pub fn assistant_question(text: &str) -> Self {
+        Self::dm(text)
+    }
+
+    /// Any other event (the inner event: `{"type": "team_join", …}`), in an envelope of its
+    /// own, retried by Slack as every event is.
+    pub fn event(event: Value) -> Self {
+        Self::new(Kind::Event(event))
+    }
+
+    /// A slash command (`"/once"`) with `text`.
+    pub fn command(command: &str, text: &str) -> Self {
+        Self::new(Kind::Command {
+            command: command.into(),
+            text: text.into(),
+        })
+    }
+
+    /// A click on the button `action_id` (with `value`), outside any message (see
+    /// [`Request::on_message`]).
+    pub fn click(action_id: &str, value: &str) -> Self {
+        Self::new(Kind::Click {
+            action_id: action_id.into(),
+            value: value.into(),
+            on: None,
+        })
+    }
+
+    /// A global shortcut.
+    pub fn shortcut(callback_id: &str) -> Self {
+        Self::new(Kind::Shortcut {
+            callback_id: callback_id.into(),
+            message: false,
+        })
+    }
+
+    /// A message shortcut, on a person's message.
+    pub fn message_shortcut(callback_id: &str) -> Self {
+        Self::new(Kind::Shortcut {
+            callback_id: callback_id.into(),
+            message: true,
+        })
+    }
+
+    /// The submission of `view` (a modal as the bot opens it: its `callback_id` picks the
+    /// listener), with `values` (`{block_id: {action_id: {"type": …, "value": …}}}`). The view
+    /// is open in Slack before the schedule starts.
+    pub fn view_submission(view: Value, values: Value) -> Self {
+        Self::new(Kind::ViewSubmission { view, values })
+    }
+
+    /// From `user` (a person's id) rather than `U0USER`.
+    pub fn as_user(mut self, user: &str) -> Self {
+        self.user = user.to_string();
+        self
+    }
+
+    /// In `channel` (a DM's id starts with `D`) rather than `C0TEST`.
+    pub fn in_channel(mut self, channel: &str) -> Self {
+        self.channel = channel.to_string();
+        self
+    }
+
+    /// A click on a message of the bot's that says `text` (it is in Slack before the schedule
+    /// starts), and gets the click's `response_url`.
+    pub fn on_message(mut self, text: &str) -> Self {
+        if let Kind::Click { on, .. } = &mut self.kind {
+            *on = Some(text.to_string());
+        }
+        self
+    }
+
+    /// A message as one event only: no second event, no phantom copy.
+    pub fn without_copies(mut self) -> Self {
+        self.copies = false;
+        self
+    }
+
+    /// What the request is, in a few words.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            Kind::Event(e) => format!("the event {}", e["type"].as_str().unwrap_or("?")),
+            Kind::Message {
+                text,
+                mention: true,
+            } => format!("a mention {text:?}"),
+            Kind::Message { text, .. } if self.channel.starts_with('D') => {
+                format!("a direct message {text:?}")
+            }
+            Kind::Message { text, .. } => format!("a message {text:?}"),
+            Kind::Command { command, text } => format!("the command {command} {text:?}"),
+            Kind::Click { action_id, .. } => format!("a click on {action_id}"),
+            Kind::Shortcut { callback_id, .. } => format!("the shortcut {callback_id}"),
+            Kind::ViewSubmission { view, .. } => format!(
+                "a submission of the view {}",
+                view["callback_id"].as_str().unwrap_or("?")
+            ),
+        }
+    }
+
+    /// Whether Slack retries it (events) or sends it once (commands, interactions).
+    pub(crate) fn is_event(&self) -> bool {
+        matches!(self.kind, Kind::Event(_) | Kind::Message { .. })
+    }
+}
+
+/// One copy of the request as Slack sends it: its body, and when (from the schedule's start).
+#[derive(Clone, Debug)]
+pub(crate) struct Copy {
+    pub label: String,
+    pub body: String,
+    pub form: bool,
+    pub offset: Duration,
+}
+
+fn envelope(event_id: &str, event: Value) -> String {
+    json!({
+        "token": "unused", "team_id": TEAM, "api_app_id": APP_ID, "type": "event_callback",
+        "event_id": event_id, "event_time": 1_767_225_600,
+        "event": event,
+        "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": true}]
+    })
+    .to_string()
+}
+
+/// A `trigger_id` minted at `ms` (Slack's shape: `{epoch ms}.{n}.{hex}`).
+fn trigger_id(ms: u64, n: u32) -> String {
+    format!("{ms}.{:09}.{:020x}", 100 + n, 0x5eed_u64 + u64::from(n))
+}
+
+/// What the explorer puts in Slack before the schedule, and the copies it sends. `now_ms` is
+/// the schedule's start (epoch ms); `origin` the fake's (response URLs name it).
+pub(crate) fn prepare(
+    request: &Request,
+    workspace: &mut Workspace,
+    now_ms: u64,
+    origin: &str,
+) -> Vec<Copy> {
+    let (user, channel) = (request.user.as_str(), request.channel.as_str());
+    let dm = channel.starts_with('D');
+    let form = |payload: Value| {
+        form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &payload.to_string())
+            .finish()
+    };
+    let one = |label: &str, body: String, form: bool| Copy {
+        label: label.to_string(),
+        body,
+        form,
+        offset: Duration::ZERO,
+    };
+    let interaction = |mut payload: Value| {
+        for (key, value) in [
+            ("team", json!({"id": TEAM})),
+            ("user", json!({"id": user, "team_id": TEAM})),
+            ("api_app_id", json!(APP_ID)),
+            ("trigger_id", json!(trigger_id(now_ms, 1))),
+        ] {
+            if payload.get(key).is_none() {
+                payload[key] = value;
+            }
+        }
+        payload
+    };
+    match &request.kind {
+        Kind::Event(event) => {
+            let body = envelope("Ev0EXPLORE1", event.clone());
+            workspace.add_event_message(body.as_bytes());
+            // A person's message in the channel, for events about one (a reaction's item).
+            workspace.add_message(json!({"channel": channel, "ts": MESSAGE_TS, "user": user,
+                "text": "a person's message"}));
+            vec![one("the event", body, false)]
+        }
+        Kind::Message { text, mention } => {
+            let message = |ts: &str| {
+                let mut m = json!({
+                    "type": "message", "user": user, "text": text, "channel": channel,
+                    "ts": ts, "event_ts": ts, "client_msg_id": CLIENT_MSG_ID,
+                    "channel_type": if dm { "im" } else { "channel" },
+                });
+                if *mention {
+                    m["type"] = "app_mention".into();
+                    m.as_object_mut().map(|o| o.remove("channel_type"));
+                }
+                m
+            };
+            let first = envelope("Ev0EXPLORE1", message(MESSAGE_TS));
+            workspace.add_event_message(first.as_bytes());
+            let mut copies = vec![one(
+                if *mention {
+                    "its app_mention event"
+                } else {
+                    "its message event"
+                },
+                first,
+                false,
+            )];
+            if request.copies {
+                if *mention {
+                    let mut m = message(MESSAGE_TS);
+                    m["type"] = "message".into();
+                    m["channel_type"] = "channel".into();
+                    copies.push(Copy {
+                        offset: Duration::from_millis(40),
+                        ..one("its message event", envelope("Ev0EXPLORE2", m), false)
+                    });
+                }
+                let phantom = envelope("Ev0EXPLORE3", {
+                    let mut m = message(PHANTOM_TS);
+                    m["type"] = "message".into();
+                    m["channel_type"] = if dm { "im" } else { "channel" }.into();
+                    m
+                });
+                workspace.add_event_message(phantom.as_bytes());
+                copies.push(Copy {
+                    offset: Duration::from_secs(21),
+                    ..one(
+                        "its phantom copy (another ts, the same client_msg_id)",
+                        phantom,
+                        false,
+                    )
+                });
+            }
+            copies
+        }
+        Kind::Command { command, text } => {
+            let body = form_urlencoded::Serializer::new(String::new())
+                .extend_pairs([
+                    ("command", command.as_str()),
+                    ("text", text.as_str()),
+                    ("team_id", TEAM),
+                    ("api_app_id", APP_ID),
+                    ("user_id", user),
+                    ("channel_id", channel),
+                    ("trigger_id", &trigger_id(now_ms, 1)),
+                    (
+                        "response_url",
+                        &format!("{origin}/commands/{TEAM}/{channel}/1"),
+                    ),
+                ])
+                .finish();
+            vec![one("the command", body, true)]
+        }
+        Kind::Click {
+            action_id,
+            value,
+            on,
+        } => {
+            let action_ts = format!("{}.000200", now_ms / 1000);
+            let mut payload = json!({
+                "type": "block_actions",
+                "actions": [{"type": "button", "action_id": action_id, "block_id": "b",
+                             "value": value, "action_ts": action_ts}],
+            });
+            if let Some(text) = on {
+                let posted = workspace.call(
+                    "chat.postMessage",
+                    &json!({"channel": channel, "text": text, "blocks": [
+                        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+                        {"type": "actions", "elements": [{"type": "button", "action_id": action_id,
+                            "text": {"type": "plain_text", "text": "Click"}, "value": value}]}
+                    ]}),
+                );
+                let message = posted["message"].clone();
+                let ts = message["ts"].as_str().unwrap_or_default().to_string();
+                payload["container"] =
+                    json!({"type": "message", "message_ts": ts, "channel_id": channel});
+                payload["channel"] = json!({"id": channel});
+                payload["message"] = message;
+                payload["response_url"] =
+                    format!("{origin}/actions/{TEAM}/{channel}/{ts}/1").into();
+            }
+            vec![one("the click", form(interaction(payload)), true)]
+        }
+        Kind::Shortcut {
+            callback_id,
+            message,
+        } => {
+            let mut payload = json!({
+                "type": if *message { "message_action" } else { "shortcut" },
+                "callback_id": callback_id,
+                "action_ts": format!("{}.000300", now_ms / 1000),
+            });
+            if *message {
+                workspace.add_message(json!({"channel": channel, "ts": MESSAGE_TS, "user": user,
+                    "text": "a message to act on"}));
+                payload["channel"] = json!({"id": channel});
+                payload["message_ts"] = MESSAGE_TS.into();
+                payload["message"] = json!({"type": "message", "ts": MESSAGE_TS, "user": user, "text": "a message to act on"});
+                payload["response_url"] =
+                    format!("{origin}/actions/{TEAM}/{channel}/{MESSAGE_TS}/1").into();
+            }
+            vec![one("the shortcut", form(interaction(payload)), true)]
+        }
+        Kind::ViewSubmission { view, values } => {
+            let opened = workspace.call(
+                "views.open",
+                &json!({"trigger_id": trigger_id(now_ms, 9), "view": view}),
+            );
+            let mut shown = opened["view"].clone();
+            if shown.is_null() {
+                shown = view.clone();
+            }
+            shown["state"] = json!({ "values": values });
+            let payload = interaction(json!({"type": "view_submission", "view": shown}));
+            vec![one("the view submission", form(payload), true)]
+        }
+    }
+}

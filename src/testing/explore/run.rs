@@ -1,0 +1,570 @@
+//! One schedule, run: a runtime of its own on virtual time, the world, Slack's deliveries of
+//! each copy of the request (and its retries), the queue's receives, every run a process of
+//! its own, killed at its deadline as Lambda kills it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+use super::ledger::SimLedger;
+use super::request::{prepare, Copy, Request};
+use super::schedule::Story;
+use super::slack::{SimQueue, SimSlack};
+use super::world::{current, Line, Plan, RunEnd, RunKind, World};
+use crate::app::App;
+use crate::config::{Secret, SigningSecrets};
+use crate::http::AppState;
+use crate::metrics::{Metrics, MetricsOut};
+use crate::net::Connector;
+use crate::pipeline::{Processor, Settings};
+use crate::queue::worker::{Disposition, Worker};
+use crate::queue::Received;
+use crate::secrets::SlackSecrets;
+use crate::slack::SlackClient;
+use crate::testing::{FakeSlack, Identity, IN_PROCESS_BASE};
+
+/// Builds the bot, once per process.
+pub type AppFactory = Arc<dyn Fn() -> App + Send + Sync>;
+
+/// The signing secret and the bot token of the explorer's app.
+pub(crate) const SIGNING_SECRET: &str = "explorer-signing-secret";
+pub(crate) const BOT_TOKEN: &str = "xoxb-explorer-T0TEST";
+/// The schedule starts at 2026-01-01 00:00:01 UTC (virtual).
+const START: u64 = 1_767_225_601;
+/// Slack waits this long for a 2xx.
+const SLACK_WAITS: Duration = Duration::from_secs(3);
+/// Slack's retries: nearly at once, after a minute, after five (after the failure it saw).
+const RETRY_AFTER: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(60),
+    Duration::from_secs(300),
+];
+/// A queued message reaches a worker this long after it is sent.
+const RECEIVE_AFTER: Duration = Duration::from_millis(20);
+/// Nothing of a request's life lasts longer (virtual time): past it, what still runs is cut.
+const HORIZON: Duration = Duration::from_secs(6 * 3600);
+
+/// What stays the same across the schedules of one exploration.
+pub(crate) struct Spec {
+    pub request: Request,
+    pub deferred: bool,
+    pub app: AppFactory,
+    pub old_app: Option<AppFactory>,
+    /// An ingress's invocation timeout (the template's: 10 s): its lease.
+    pub timeout: Duration,
+    /// A worker's (the template's default: 120 s); the queue hides a message six times it.
+    pub worker_timeout: Duration,
+    pub max_receives: u32,
+    /// People's messages that follow each of the bot's first post in a conversation.
+    pub busy: usize,
+    /// Slack's 2025 history limit: one `conversations.history` (and one `.replies`) a minute.
+    pub history_per_minute: bool,
+}
+
+/// What one schedule came to.
+#[derive(Clone)]
+pub struct End {
+    /// Every run, in the order they started.
+    pub runs: Vec<RunView>,
+    /// This app's messages in Slack at the end (updates applied, deletions removed).
+    pub messages: Vec<Value>,
+    /// The ephemeral messages (`chat.postEphemeral`, ephemeral `response_url` posts).
+    pub ephemerals: Vec<Value>,
+    /// The views opened (updates applied).
+    pub views: Vec<Value>,
+    /// The reactions in place: (channel, ts, name).
+    pub reactions: Vec<(String, String, String)>,
+    /// The assistant calls: (method, channel, thread, arguments).
+    pub assistant: Vec<(String, String, String, Value)>,
+    /// Every write Slack received, in order: (method, arguments).
+    pub calls: Vec<(String, Value)>,
+    /// Every ledger key and its status.
+    pub ledger: Vec<(String, crate::ledger::Status)>,
+    /// The log lines of every run.
+    pub logs: Vec<String>,
+    /// Messages the queue dead-lettered.
+    pub dead_letters: usize,
+    pub(crate) trace: Vec<Line>,
+    pub(crate) violations: Vec<String>,
+    pub(crate) tokens: Vec<(u32, Option<String>)>,
+    pub(crate) faults: BTreeMap<super::schedule::At, super::schedule::Fault>,
+    pub(crate) unfinished: bool,
+    /// The acknowledgements the listener chose (`None`: empty), in order.
+    pub acks: Vec<Option<String>>,
+}
+
+/// One run, as it ended.
+#[derive(Clone, Debug)]
+pub struct RunView {
+    pub label: String,
+    pub kind: RunKind,
+    pub started: Duration,
+    pub ended_at: Option<Duration>,
+    pub end: Option<RunEnd>,
+    pub counts: BTreeMap<String, f64>,
+    /// The kinds of its sites, in order (site 1 first).
+    pub sites: Vec<super::schedule::SiteKind>,
+}
+
+struct Shared {
+    spec: Arc<Spec>,
+    world: Arc<World>,
+    tracker: TaskTracker,
+    story: Story,
+    logs: Arc<Mutex<Vec<u8>>>,
+}
+
+/// Runs one schedule (its story, its plan of faults), on a runtime of its own.
+pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec<u8>>>) -> End {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    let end = runtime.block_on(async move {
+        let _clock = crate::clock::simulate(UNIX_EPOCH + Duration::from_secs(START));
+        let slack = FakeSlack::in_process(Identity {
+            team: crate::testing::TEAM.into(),
+            app_id: crate::testing::APP_ID.into(),
+            bot_id: crate::testing::BOT_ID.into(),
+            bot_user: crate::testing::BOT_USER.into(),
+        });
+        let mut world = World::new(plan, slack);
+        world.busy = spec.busy;
+        world.history_per_minute = spec.history_per_minute;
+        let world = Arc::new(world);
+        current::set(Some(world.clone()));
+        let origin = IN_PROCESS_BASE.trim_end_matches("/api").to_string();
+        let copies = world
+            .slack
+            .with_workspace(|w| prepare(&spec.request, w, crate::clock::now_ms(), &origin));
+        let shared = Arc::new(Shared {
+            spec,
+            world: world.clone(),
+            tracker: TaskTracker::new(),
+            story,
+            logs,
+        });
+        for (chain, copy) in copies.into_iter().enumerate() {
+            let shared2 = shared.clone();
+            shared.tracker.spawn(deliveries(shared2, chain, copy));
+        }
+        shared.tracker.close();
+        let unfinished = tokio::time::timeout(HORIZON, shared.tracker.wait())
+            .await
+            .is_err();
+        current::set(None);
+        collect(&shared, unfinished)
+    });
+    drop(runtime);
+    end
+}
+
+fn collect(shared: &Shared, unfinished: bool) -> End {
+    let world = &shared.world;
+    let slack = &world.slack;
+    let faults = world.faults();
+    let s = world.lock();
+    let runs = s
+        .runs
+        .iter()
+        .map(|r| RunView {
+            label: r.label.clone(),
+            kind: r.kind.clone(),
+            started: r.started,
+            ended_at: r.ended_at,
+            end: r.end.clone(),
+            counts: r.counts.clone(),
+            sites: r.sites_seen.clone(),
+        })
+        .collect();
+    let logs = String::from_utf8_lossy(&std::mem::take(
+        &mut *shared.logs.lock().unwrap_or_else(|e| e.into_inner()),
+    ))
+    .lines()
+    .map(str::to_string)
+    .collect();
+    End {
+        runs,
+        messages: slack.messages(),
+        ephemerals: slack.ephemerals(),
+        views: slack.views(),
+        reactions: slack.reactions(),
+        assistant: slack.assistant_calls(),
+        calls: slack.calls(),
+        ledger: world
+            .ledger
+            .statuses()
+            .into_iter()
+            .map(|(k, s)| (k.as_str().to_string(), s))
+            .collect(),
+        logs,
+        dead_letters: s.dead_letters.len(),
+        trace: s.trace.clone(),
+        violations: s.violations.clone(),
+        tokens: s.tokens.clone(),
+        faults,
+        unfinished,
+        acks: s.acks.clone(),
+    }
+}
+
+/// The counts of a run's metrics lines.
+fn counts_of(lines: &Mutex<Vec<String>>) -> BTreeMap<String, f64> {
+    let mut counts = BTreeMap::new();
+    for line in lines.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        for (name, value) in fields {
+            if let Some(n) = value.as_f64() {
+                *counts.entry(name).or_insert(0.0) += n;
+            }
+        }
+    }
+    counts
+}
+
+/// What a run's metrics say became of its request.
+fn outcome_of(counts: &BTreeMap<String, f64>) -> String {
+    const OUTCOMES: &[(&str, &str)] = &[
+        ("Answered", "answered"),
+        ("Recovered", "recovered"),
+        ("NoReply", "no_reply"),
+        ("NoListener", "no_listener"),
+        ("Duplicate", "duplicate"),
+        ("Failed", "failed"),
+        ("AlreadyFailed", "already_failed"),
+        ("InProgress", "in_progress"),
+        ("Skipped", "skipped"),
+        ("Ignored", "ignored"),
+    ];
+    for (metric, outcome) in OUTCOMES {
+        if counts.contains_key(*metric) {
+            return outcome.to_string();
+        }
+    }
+    const ERRORS: &[&str] = &[
+        "LedgerErrors",
+        "SlackErrorsAmbiguous",
+        "SlackErrorsTransient",
+        "SlackLookupUnavailable",
+        "ListenerErrors",
+        "NondeterministicListeners",
+        "JournalFull",
+        "DeadlineExceeded",
+        "QueueErrors",
+    ];
+    ERRORS
+        .iter()
+        .find(|e| counts.contains_key(**e))
+        .map(|e| format!("error ({e})"))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Which process a run is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Ingress,
+    Worker,
+}
+
+impl Shared {
+    /// A process for `run`: the bot (the old version's for the first run of a deploy), on the
+    /// schedule's ledger and Slack (and queue, for a deferred ingress).
+    fn processor(
+        self: &Arc<Self>,
+        run: u32,
+        role: Role,
+    ) -> (Arc<Processor>, Arc<Mutex<Vec<String>>>) {
+        let old = self.story == Story::Deploy && run == 1;
+        let app = match (&self.spec.old_app, old) {
+            (Some(old_app), true) => old_app(),
+            _ => (self.spec.app)(),
+        };
+        let version = match (self.story, old) {
+            (Story::Deploy, true) => "v1",
+            (Story::Deploy, false) => "v2",
+            _ => "v1",
+        };
+        let secrets = Arc::new(SlackSecrets::fixed(
+            Some(SigningSecrets::parse(SIGNING_SECRET).expect("a valid secret")),
+            Some(Secret::new(BOT_TOKEN)),
+        ));
+        let connector = Connector::Memory(crate::net::serve_http(SimSlack {
+            world: self.world.clone(),
+            run,
+        }));
+        let slack = SlackClient::with_connector(IN_PROCESS_BASE, secrets.clone(), connector);
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let settings = Settings {
+            ttl: Duration::from_secs(90_000),
+            lease: Duration::from_secs(30),
+            version: version.into(),
+            metrics: MetricsOut::Kept(lines.clone()),
+        };
+        let ledger = Arc::new(SimLedger {
+            world: self.world.clone(),
+            run,
+        });
+        let mut processor =
+            Processor::new(ledger, slack, Arc::new(app), settings).with_secrets(secrets);
+        if role == Role::Ingress && self.spec.deferred {
+            let shared = self.clone();
+            let sent = Arc::new(move |body: String| {
+                let index = {
+                    let mut s = shared.world.lock();
+                    s.queued.push(body.clone());
+                    s.queued.len() - 1
+                };
+                let shared2 = shared.clone();
+                shared.tracker.spawn(receives(shared2, index, body));
+            });
+            processor = processor.with_queue(Arc::new(SimQueue {
+                world: self.world.clone(),
+                run,
+                sent,
+            }));
+        }
+        (Arc::new(processor), lines)
+    }
+
+    /// Kills `run` at `deadline` unless it has ended (Lambda stops an invocation at its
+    /// timeout).
+    fn kill_at(self: &Arc<Self>, run: u32, deadline: Instant) {
+        let world = self.world.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            let ended = world.lock().runs[run as usize - 1].end.is_some();
+            if !ended {
+                world.die(run, "killed at its deadline");
+            }
+        });
+    }
+}
+
+/// Slack's deliveries of one copy: the first, and (for an event) a retry after each failure
+/// Slack sees (no 2xx within 3 s), up to 3; for [`Story::Repeated`], a second delivery 1 s
+/// after the first whatever it came to.
+async fn deliveries(shared: Arc<Shared>, chain: usize, copy: Copy) {
+    let story = shared.story;
+    let start = Instant::now();
+    let delay = match story {
+        Story::Together => Duration::ZERO,
+        _ => copy.offset,
+    };
+    tokio::time::sleep_until(start + delay).await;
+    let event = shared.spec.request.is_event();
+    if story == Story::Repeated && chain == 0 {
+        let (again, copy2) = (shared.clone(), copy.clone());
+        shared.tracker.spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let label = format!("{} again, the same request (a repeat)", copy2.label);
+            let retry = event.then_some(1);
+            deliver(&again, &copy2, chain, 1, label, retry, None).await;
+        });
+    }
+    if story == Story::Forged && chain == 0 {
+        let (again, copy2) = (shared.clone(), copy.clone());
+        let signed_at = crate::clock::now_ms() / 1000;
+        shared.tracker.spawn(async move {
+            tokio::time::sleep(Duration::from_secs(61)).await;
+            let label = format!(
+                "someone replays {} as signed 61 s ago, with X-Slack-Retry-Num: 3",
+                copy2.label
+            );
+            deliver(&again, &copy2, chain, 9, label, Some(3), Some(signed_at)).await;
+        });
+    }
+    let tries = if event { 4 } else { 1 };
+    for try_ in 0..tries {
+        let label = match try_ {
+            0 => format!("Slack sends {}", copy.label),
+            n => format!("Slack retries {} (retry {n})", copy.label),
+        };
+        let retry = (try_ > 0).then_some(try_);
+        let seen = deliver(&shared, &copy, chain, try_, label, retry, None).await;
+        let accepted = matches!(&seen, Some((status, _, _)) if (200..300).contains(status));
+        if accepted || try_ + 1 == tries {
+            if !accepted && event {
+                shared.world.say(
+                    None,
+                    format!("Slack gives up on {} (no retry left)", copy.label),
+                );
+            }
+            break;
+        }
+        if seen.is_none() {
+            shared.world.say(
+                None,
+                format!("Slack got no answer to {} within 3 s", copy.label),
+            );
+        }
+        tokio::time::sleep(RETRY_AFTER[try_ as usize]).await;
+    }
+}
+
+/// One delivery to a new ingress: what Slack saw within 3 s (status, body, outcome), if
+/// anything.
+async fn deliver(
+    shared: &Arc<Shared>,
+    copy: &Copy,
+    chain: usize,
+    try_: u32,
+    label: String,
+    retry: Option<u32>,
+    signed_at: Option<u64>,
+) -> Option<(u16, Value, String)> {
+    let world = &shared.world;
+    let run = world.begin_run(label, RunKind::Delivery { chain, try_ });
+    let (processor, lines) = shared.processor(run, Role::Ingress);
+    let router = crate::http::router(AppState {
+        processor,
+        in_flight: None,
+    });
+    let now_ms = crate::clock::now_ms();
+    let deadline_ms = now_ms + shared.spec.timeout.as_millis() as u64;
+    let secret = Secret::new(SIGNING_SECRET);
+    let signed_at = signed_at.unwrap_or(now_ms / 1000);
+    let signature = crate::signature::sign(&secret, signed_at, copy.body.as_bytes());
+    let mut request = http::Request::post("/slack/events")
+        .header(
+            "content-type",
+            if copy.form {
+                "application/x-www-form-urlencoded"
+            } else {
+                "application/json"
+            },
+        )
+        .header("x-slack-request-timestamp", signed_at.to_string())
+        .header("x-slack-signature", signature);
+    if let Some(n) = retry {
+        request = request
+            .header(crate::pipeline::RETRY_NUM_HEADER, n.to_string())
+            .header(crate::pipeline::RETRY_REASON_HEADER, "http_timeout");
+    }
+    let mut request = request
+        .body(axum::body::Body::from(copy.body.clone()))
+        .expect("a valid request");
+    let mut context = lambda_http::Context::default();
+    context.deadline = deadline_ms;
+    context.request_id = format!("run-{run}");
+    request.extensions_mut().insert(context);
+    let world2 = world.clone();
+    let task = shared.tracker.spawn(async move {
+        let response = router.oneshot(request).await.expect("the router answers");
+        let status = response.status().as_u16();
+        let header = response
+            .headers()
+            .get(crate::http::OUTCOME_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let outcome = header
+            .or_else(|| body["outcome"].as_str().map(str::to_string))
+            .or_else(|| body["error"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        let counts = counts_of(&lines);
+        world2.end_run(
+            run,
+            RunEnd::Answered {
+                status,
+                outcome: outcome.clone(),
+                body: body.clone(),
+            },
+            counts,
+        );
+        (status, body, outcome)
+    });
+    world.set_abort(run, task.abort_handle());
+    let deadline = Instant::now() + shared.spec.timeout;
+    shared.kill_at(run, deadline);
+    let mut task = task;
+    tokio::select! {
+        done = &mut task => done.ok(),
+        () = tokio::time::sleep(SLACK_WAITS) => None,
+    }
+}
+
+/// The queue's receives of one message: to a new worker each time, until one deletes it or
+/// `maxReceiveCount` receives have passed (then it is dead-lettered).
+async fn receives(shared: Arc<Shared>, index: usize, body: String) {
+    let spec = shared.spec.clone();
+    let visibility = spec.worker_timeout * 6;
+    let mut visible_at = Instant::now() + RECEIVE_AFTER;
+    for count in 1..=spec.max_receives + 1 {
+        tokio::time::sleep_until(visible_at).await;
+        if count > spec.max_receives {
+            shared.world.lock().dead_letters.push(index);
+            shared.world.say(
+                None,
+                format!(
+                    "the queue moves message {} to the dead-letter queue",
+                    index + 1
+                ),
+            );
+            return;
+        }
+        let received_at = Instant::now();
+        let label = format!("a worker receives message {} (receive {count})", index + 1);
+        let run = shared.world.begin_run(
+            label,
+            RunKind::Receive {
+                message: index,
+                count,
+            },
+        );
+        let (processor, _lines) = shared.processor(run, Role::Worker);
+        let worker = Arc::new(Worker::new(processor, spec.max_receives));
+        let message = Received {
+            message_id: format!("m{}", index + 1),
+            receipt_handle: format!("r{}-{count}", index + 1),
+            body: body.clone(),
+            receive_count: count,
+        };
+        let now = crate::clock::now();
+        let deadline: SystemTime = now + spec.worker_timeout;
+        let world = shared.world.clone();
+        let task = shared.tracker.spawn(async move {
+            let metrics = Metrics::new();
+            let disposition = metrics
+                .scope(worker.handle(
+                    &message,
+                    now,
+                    Instant::now(),
+                    Some(deadline),
+                    Some(&format!("run-{run}")),
+                ))
+                .await;
+            let counts: BTreeMap<String, f64> = metrics
+                .counts()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            let outcome = outcome_of(&counts);
+            world.end_run(
+                run,
+                RunEnd::Handled {
+                    deleted: disposition == Disposition::Delete,
+                    outcome,
+                },
+                counts,
+            );
+            disposition
+        });
+        shared.world.set_abort(run, task.abort_handle());
+        shared.kill_at(run, received_at + spec.worker_timeout);
+        if let Ok(Disposition::Delete) = task.await {
+            return;
+        }
+        visible_at = received_at + visibility;
+    }
+}

@@ -1,0 +1,376 @@
+//! The world one schedule runs in: the ledger and Slack every run shares, the runs (each a
+//! process: an ingress's delivery, a worker's receive), the faults placed or drawn, and the
+//! trace of everything that happened, in virtual time.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use super::schedule::{At, Fault, Rng, SiteKind};
+use crate::ledger::MemoryLedger;
+use crate::testing::FakeSlack;
+
+/// Where the faults of a run come from.
+pub(crate) enum Plan {
+    /// Placed: this fault at this site.
+    Fixed(BTreeMap<At, Fault>),
+    /// Drawn at each site from a seeded generator, at most `max` in all.
+    Drawn {
+        rng: Rng,
+        rate: f64,
+        max: usize,
+        drawn: BTreeMap<At, Fault>,
+    },
+}
+
+/// What a site does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Made as it comes.
+    Proceed,
+    /// Made under this fault.
+    Fault(Fault),
+    /// The run is dead: nothing it sends arrives.
+    Dead,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunEnd {
+    /// An ingress answered Slack: the status, the outcome (`answered`, `duplicate`…, or the
+    /// error's code), the body (an acknowledgement's JSON; `Null` when empty).
+    Answered {
+        status: u16,
+        outcome: String,
+        body: Value,
+    },
+    /// A worker handled its message: what it did with it, and the outcome.
+    Handled { deleted: bool, outcome: String },
+    /// The process died (a fault), or was killed at its deadline.
+    Died,
+}
+
+/// What a run is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunKind {
+    /// A delivery of Slack's to an ingress: which chain (a copy of the request), and which
+    /// try of it (0 the original, then Slack's retries, or a repeat).
+    Delivery { chain: usize, try_: u32 },
+    /// A worker's receive of a queued message (its receive count, from 1).
+    Receive { message: usize, count: u32 },
+}
+
+/// One run: one process's life.
+pub struct Run {
+    pub label: String,
+    pub kind: RunKind,
+    pub started: Duration,
+    pub ended_at: Option<Duration>,
+    pub end: Option<RunEnd>,
+    /// The metrics it counted.
+    pub counts: BTreeMap<String, f64>,
+    /// Its sites' kinds, in order.
+    pub sites_seen: Vec<SiteKind>,
+    sites: u32,
+    dead: bool,
+    abort: Option<AbortHandle>,
+}
+
+/// One line of the trace.
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub at: Duration,
+    pub run: Option<u32>,
+    pub site: Option<u32>,
+    pub text: String,
+}
+
+pub(crate) struct State {
+    plan: Plan,
+    pub(crate) runs: Vec<Run>,
+    pub(crate) trace: Vec<Line>,
+    /// Broken as it happened (a remembered result computed again).
+    pub(crate) violations: Vec<String>,
+    /// Each call's bearer token, by run.
+    pub(crate) tokens: Vec<(u32, Option<String>)>,
+    /// The messages sent to the work queue, in order.
+    pub(crate) queued: Vec<String>,
+    /// Those dead-lettered (their index in `queued`).
+    pub(crate) dead_letters: Vec<usize>,
+    /// The acknowledgements the listener chose, in order (`None`: an empty one).
+    pub(crate) acks: Vec<Option<String>>,
+    /// Reads Slack refused for good: (method, conversation). Refused again, as Slack would
+    /// (a scope the app lacks stays lacking).
+    pub(crate) refused: std::collections::BTreeSet<(String, String)>,
+    /// When each conversation read was last let through (Slack's 2025 limit for distributed
+    /// apps: one a minute per method).
+    pub(crate) last_read: BTreeMap<String, Duration>,
+    /// Conversations made busy already: (channel, thread).
+    pub(crate) busy: std::collections::BTreeSet<(String, String)>,
+}
+
+/// The world of one schedule. Shared by every run of it.
+pub struct World {
+    pub(crate) state: Mutex<State>,
+    pub(crate) ledger: Arc<MemoryLedger>,
+    pub(crate) slack: FakeSlack,
+    start: Instant,
+    /// People's messages that follow the bot's first post in each conversation.
+    pub(crate) busy: usize,
+    pub(crate) history_per_minute: bool,
+}
+
+impl World {
+    pub(crate) fn new(plan: Plan, slack: FakeSlack) -> Self {
+        Self {
+            state: Mutex::new(State {
+                plan,
+                runs: Vec::new(),
+                trace: Vec::new(),
+                violations: Vec::new(),
+                tokens: Vec::new(),
+                queued: Vec::new(),
+                dead_letters: Vec::new(),
+                acks: Vec::new(),
+                refused: Default::default(),
+                last_read: BTreeMap::new(),
+                busy: Default::default(),
+            }),
+            ledger: Arc::new(MemoryLedger::new()),
+            slack,
+            start: Instant::now(),
+            busy: 0,
+            history_per_minute: false,
+        }
+    }
+
+    pub(crate) fn spec_history_per_minute(&self) -> bool {
+        self.history_per_minute
+    }
+
+    /// After the bot's first post in a conversation, `busy` people's messages follow it there
+    /// (a busy channel: a look-up for the post then needs pages).
+    pub(crate) fn make_busy(&self, method: &str, args: &Value, answer: &[u8]) {
+        if self.busy == 0 || method != "chat.postMessage" {
+            return;
+        }
+        let Ok(answer) = serde_json::from_slice::<Value>(answer) else {
+            return;
+        };
+        let channel = answer["channel"].as_str().unwrap_or_default().to_string();
+        let thread = args["thread_ts"].as_str().map(str::to_string);
+        if answer["ok"] != true || channel.is_empty() {
+            return;
+        }
+        let place = (channel.clone(), thread.clone().unwrap_or_default());
+        if !self.lock().busy.insert(place) {
+            return;
+        }
+        self.slack
+            .with_workspace(|w| w.add_chatter(&channel, thread.as_deref(), self.busy));
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The virtual time since the schedule began.
+    pub fn elapsed(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.start)
+    }
+
+    /// A new run; returns its number (from 1).
+    pub(crate) fn begin_run(&self, label: String, kind: RunKind) -> u32 {
+        let at = self.elapsed();
+        let mut s = self.lock();
+        s.runs.push(Run {
+            label: label.clone(),
+            kind,
+            started: at,
+            ended_at: None,
+            end: None,
+            counts: BTreeMap::new(),
+            sites_seen: Vec::new(),
+            sites: 0,
+            dead: false,
+            abort: None,
+        });
+        let run = s.runs.len() as u32;
+        s.trace.push(Line {
+            at,
+            run: Some(run),
+            site: None,
+            text: label,
+        });
+        run
+    }
+
+    pub(crate) fn set_abort(&self, run: u32, abort: AbortHandle) {
+        let mut s = self.lock();
+        let r = &mut s.runs[run as usize - 1];
+        if r.dead {
+            abort.abort();
+        }
+        r.abort = Some(abort);
+    }
+
+    /// A run's end, as it was seen (the first end recorded stands).
+    pub(crate) fn end_run(&self, run: u32, end: RunEnd, counts: BTreeMap<String, f64>) {
+        let at = self.elapsed();
+        let mut s = self.lock();
+        let r = &mut s.runs[run as usize - 1];
+        if r.end.is_some() {
+            return;
+        }
+        let text = match &end {
+            RunEnd::Answered {
+                status, outcome, ..
+            } => format!("answers Slack {status} {outcome}"),
+            RunEnd::Handled { deleted, outcome } => format!(
+                "{outcome}: the message is {}",
+                if *deleted {
+                    "deleted"
+                } else {
+                    "left on the queue"
+                }
+            ),
+            RunEnd::Died => "dead".into(),
+        };
+        r.end = Some(end);
+        r.ended_at = Some(at);
+        r.counts = counts;
+        s.trace.push(Line {
+            at,
+            run: Some(run),
+            site: None,
+            text,
+        });
+    }
+
+    /// The process of `run` dies now: nothing it sends from now on arrives, and its task is
+    /// stopped.
+    pub(crate) fn die(&self, run: u32, why: &str) {
+        let at = self.elapsed();
+        let mut s = self.lock();
+        let r = &mut s.runs[run as usize - 1];
+        if r.dead {
+            return;
+        }
+        r.dead = true;
+        if let Some(abort) = &r.abort {
+            abort.abort();
+        }
+        s.trace.push(Line {
+            at,
+            run: Some(run),
+            site: None,
+            text: format!("the process dies ({why})"),
+        });
+        let r = &mut s.runs[run as usize - 1];
+        if r.end.is_none() {
+            r.end = Some(RunEnd::Died);
+            r.ended_at = Some(at);
+        }
+    }
+
+    /// The next site of `run`, described by `what`: what to do there. Returns the trace line's
+    /// index, to add the call's result to.
+    pub(crate) fn decide(&self, run: u32, kind: SiteKind, what: String) -> (Decision, usize) {
+        let at_time = self.elapsed();
+        let mut s = self.lock();
+        let s = &mut *s;
+        let r = &mut s.runs[run as usize - 1];
+        if r.dead {
+            return (Decision::Dead, usize::MAX);
+        }
+        r.sites += 1;
+        r.sites_seen.push(kind);
+        let at = At { run, site: r.sites };
+        let possible = Fault::at(kind);
+        let fault = match &mut s.plan {
+            Plan::Fixed(faults) => faults.get(&at).copied().filter(|f| possible.contains(f)),
+            Plan::Drawn {
+                rng,
+                rate,
+                max,
+                drawn,
+            } => {
+                if drawn.len() < *max && rng.chance(*rate) {
+                    let fault = possible[rng.below(possible.len())];
+                    drawn.insert(at, fault);
+                    Some(fault)
+                } else {
+                    None
+                }
+            }
+        };
+        let mut text = what;
+        if let Some(fault) = fault {
+            text.push_str(&format!("  ✗ {}: {}", fault.name(), fault.story()));
+        }
+        s.trace.push(Line {
+            at: at_time,
+            run: Some(run),
+            site: Some(at.site),
+            text,
+        });
+        let line = s.trace.len() - 1;
+        (fault.map_or(Decision::Proceed, Decision::Fault), line)
+    }
+
+    /// Adds what a call came to, to its trace line.
+    pub(crate) fn note(&self, line: usize, text: &str) {
+        let mut s = self.lock();
+        if let Some(l) = s.trace.get_mut(line) {
+            l.text.push_str(" → ");
+            l.text.push_str(text);
+        }
+    }
+
+    /// A line of the story (no run).
+    pub(crate) fn say(&self, run: Option<u32>, text: String) {
+        let at = self.elapsed();
+        self.lock().trace.push(Line {
+            at,
+            run,
+            site: None,
+            text,
+        });
+    }
+
+    pub(crate) fn violate(&self, text: String) {
+        self.lock().violations.push(text);
+    }
+
+    /// The faults this schedule met, placed or drawn.
+    pub(crate) fn faults(&self) -> BTreeMap<At, Fault> {
+        match &self.lock().plan {
+            Plan::Fixed(faults) => faults.clone(),
+            Plan::Drawn { drawn, .. } => drawn.clone(),
+        }
+    }
+}
+
+/// The world of the schedule running on this thread, for what the bot API reports to it (a
+/// remembered result being computed).
+pub(crate) mod current {
+    use super::World;
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    thread_local! {
+        static WORLD: RefCell<Option<Arc<World>>> = const { RefCell::new(None) };
+    }
+
+    pub(crate) fn set(world: Option<Arc<World>>) {
+        WORLD.with(|w| *w.borrow_mut() = world);
+    }
+
+    pub(crate) fn get() -> Option<Arc<World>> {
+        WORLD.with(|w| w.borrow().clone())
+    }
+}

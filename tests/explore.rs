@@ -1,0 +1,392 @@
+//! The crash explorer over every example and the reference bot, for every request kind each
+//! handles, in both modes (the README's bots are explored in tests/readme.rs). The budget is
+//! `SLACK_ONCE_EXPLORE`'s (see `slack_once::testing::explore`).
+
+use serde_json::json;
+use slack_once::testing::explore::{Explorer, Request};
+
+#[path = "../examples/assistant.rs"]
+#[allow(dead_code)]
+mod assistant;
+#[path = "../examples/deploy.rs"]
+#[allow(dead_code)]
+mod deploy;
+#[path = "../examples/echo.rs"]
+#[allow(dead_code)]
+mod echo;
+#[path = "../examples/modal.rs"]
+#[allow(dead_code)]
+mod modal;
+#[path = "../examples/reactions.rs"]
+#[allow(dead_code)]
+mod reactions;
+#[path = "../examples/thinking.rs"]
+#[allow(dead_code)]
+mod thinking;
+#[path = "../examples/triage.rs"]
+#[allow(dead_code)]
+mod triage;
+#[path = "../examples/welcome.rs"]
+#[allow(dead_code)]
+mod welcome;
+
+#[test]
+fn echo_answers_every_mention_and_dm_once() {
+    Explorer::new(echo::app)
+        .request(Request::mention("hello"))
+        .request(Request::dm("hello"))
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn triage_answers_a_mention_and_reacts_to_ship_once() {
+    Explorer::new(triage::app)
+        .request(Request::mention("help"))
+        .request(Request::message("time to ship it"))
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn reactions_react_and_wave_back_once() {
+    Explorer::new(reactions::app)
+        .request(Request::message("we shipped it"))
+        .request(Request::event(json!({
+            "type": "reaction_added", "user": "U0USER", "reaction": "wave",
+            "item": {"type": "message", "channel": "C0TEST", "ts": "1767225600.000100"},
+            "event_ts": "1767225600.000500"
+        })))
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn deploy_reacts_replies_updates_and_reacts_once() {
+    Explorer::new(deploy::app)
+        .request(Request::message("deploy api to prod"))
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn thinking_remembers_its_answer_and_updates_its_placeholder_once() {
+    Explorer::new(thinking::app)
+        .request(Request::mention("what is 6 x 7?"))
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn welcome_greets_each_new_person_once() {
+    Explorer::new(welcome::app)
+        .request(Request::event(json!({
+            "type": "team_join",
+            "user": {"id": "U0NEW", "name": "newbie", "real_name": "New Person", "is_bot": false}
+        })))
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn modal_opens_once_and_saves_each_note_once() {
+    Explorer::new(modal::app)
+        .request(Request::shortcut("new_note"))
+        .request(Request::view_submission(
+            json!({"type": "modal", "callback_id": modal::CALLBACK,
+                   "title": {"type": "plain_text", "text": "New note"}, "blocks": []}),
+            json!({modal::TITLE_BLOCK: {modal::TITLE_INPUT: {"type": "plain_text_input", "value": "groceries"}}}),
+        ))
+        .request(Request::view_submission(
+            json!({"type": "modal", "callback_id": modal::CALLBACK,
+                   "title": {"type": "plain_text", "text": "New note"}, "blocks": []}),
+            json!({modal::TITLE_BLOCK: {modal::TITLE_INPUT: {"type": "plain_text_input", "value": " "}}}),
+        ))
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn the_assistant_streams_one_complete_answer_per_question() {
+    std::env::set_var("MODEL_WORDS", "12");
+    Explorer::new(assistant::app)
+        .request(Request::assistant_question("what is exactly once?"))
+        .request(Request::event(json!({
+            "type": "assistant_thread_started", "event_ts": "1767225600.000200",
+            "assistant_thread": {"user_id": "U0USER", "channel_id": "D0TEST",
+                                 "thread_ts": "1767225600.000100",
+                                 "context": {"channel_id": "C0TEST", "team_id": "T0TEST"}}
+        })))
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn the_reference_bot_answers_mentions_dms_once_and_its_button() {
+    Explorer::new(slack_once::app::reference_app)
+        .request(Request::mention("hello"))
+        .request(Request::dm("hello"))
+        .request(Request::command("/once", "hello"))
+        .request(
+            Request::click(slack_once::app::THANKS_ACTION, "helpful")
+                .on_message("<@U0USER> you said: “hello”. This is my one answer to it."),
+        )
+        .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn a_planted_defect_a_second_post_on_a_takeover_is_found_and_shrunk() {
+    use slack_once::app::{App, Ctx, MessageEvent};
+    let defective = || {
+        App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, _m: MessageEvent| async move {
+                ctx.reply("one").await?;
+                if ctx.attempt().await > 1 {
+                    // The defect: a takeover posts a message the first run never made.
+                    ctx.reply("one more").await?;
+                }
+                Ok(())
+            },
+        )
+    };
+    let report = Explorer::new(defective)
+        .request(Request::mention("hi"))
+        .seed(7)
+        .run();
+    let (_, failure) = report
+        .failures()
+        .next()
+        .expect("the explorer finds the defect");
+    assert_eq!(failure.schedule.faults.len(), 1, "{report}");
+    let text = report.to_string();
+    for part in ["dies-after", "Slack retries", "one more", "replay it"] {
+        assert!(text.contains(part), "{part:?} in {text}");
+    }
+}
+
+/// What the explorer found in slack-once itself (issue 24, item 5), each as the schedule that
+/// showed it: every one of these failed before its fix.
+mod findings {
+    use super::*;
+    use slack_once::app::{
+        Ack, App, Command, Ctx, MessageEvent, Respond, Shortcut, ViewSubmission,
+    };
+    use std::time::Duration;
+
+    /// A `response_url` follow-up in a conversation the bot cannot read, after a crash between
+    /// the claim and the follow-up: nothing was sent, so nothing may be taken as sent.
+    #[test]
+    fn a_follow_up_the_bot_cannot_look_for_is_never_taken_as_sent() {
+        Explorer::new(slack_once::app::reference_app)
+            .request(Request::command("/once", "hi").in_channel("D0PEOPLE"))
+            .deferred()
+            .replay("plain; 2.1=dies-after 3.2=refused")
+            .run()
+            .assert_ok();
+        Explorer::new(slack_once::app::reference_app)
+            .request(Request::command("/once", "hi").in_channel("D0PEOPLE"))
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+
+    fn slow_ack() -> App {
+        App::new()
+            .command("/slow", |ctx: Ctx, _c: Command| async move {
+                // Slower than the deferred ingress's 2 s before choosing the acknowledgement.
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                ctx.ack(Ack::ephemeral("Working on it.")).await?;
+                ctx.respond(Respond::in_channel("Done.")).await?;
+                Ok(())
+            })
+            .view_submission("slow_form", |ctx: Ctx, _v: ViewSubmission| async move {
+                // A validation that takes longer than the hand-off allows.
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                ctx.ack(Ack::errors([("title", "Give it a title")])).await?;
+                Ok(())
+            })
+    }
+
+    /// In deferred mode an acknowledgement chosen after the ingress handed the request off
+    /// reaches Slack through the response_url, and a view's errors found only on the worker
+    /// end the request failed (said, counted), never released in silence.
+    #[test]
+    fn an_acknowledgement_chosen_after_the_hand_off_is_not_dropped() {
+        Explorer::new(slow_ack)
+            .request(Request::command("/slow", ""))
+            .request(Request::view_submission(
+                json!({"type": "modal", "callback_id": "slow_form",
+                       "title": {"type": "plain_text", "text": "Slow"}, "blocks": []}),
+                json!({"title": {"t": {"type": "plain_text_input", "value": ""}}}),
+            ))
+            .deferred()
+            .run()
+            .assert_ok();
+    }
+
+    fn nested() -> App {
+        App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, _m: MessageEvent| async move {
+                let c = ctx.clone();
+                let answer: String = ctx
+                    .remember("outer", async move {
+                        let inner: u32 = c.remember("inner", async { 6 * 7 }).await.unwrap_or(0);
+                        format!("The answer is {inner}.")
+                    })
+                    .await?;
+                ctx.reply(answer).await?;
+                Ok(())
+            },
+        )
+    }
+
+    /// A `remember` inside another is part of the outer's result: replays stay deterministic.
+    #[test]
+    fn a_remember_inside_a_remember_replays_as_one() {
+        Explorer::new(nested)
+            .request(Request::mention("what is 6 x 7?"))
+            .run()
+            .assert_ok();
+    }
+
+    /// The modal's note is posted to the user's id: a takeover whose look-up is refused
+    /// (`conversations.open` without `im:write`) never posts again, on the last receive either.
+    #[test]
+    fn a_post_to_a_user_id_is_not_made_again_when_the_dm_cannot_be_looked_in() {
+        Explorer::new(super::modal::app)
+            .request(Request::view_submission(
+                json!({"type": "modal", "callback_id": super::modal::CALLBACK,
+                       "title": {"type": "plain_text", "text": "New note"}, "blocks": []}),
+                json!({super::modal::TITLE_BLOCK: {super::modal::TITLE_INPUT: {"type": "plain_text_input", "value": "milk"}}}),
+            ))
+            .deferred()
+            .replay("plain; 2.2=dies-after 3.2=refused")
+            .run()
+            .assert_ok();
+    }
+
+    fn open_then_post() -> App {
+        App::new().shortcut("note", |ctx: Ctx, s: Shortcut| async move {
+            ctx.open_view(json!({"type": "modal", "callback_id": "note",
+                "title": {"type": "plain_text", "text": "Note"}, "blocks": []}))
+                .await?;
+            ctx.ack(Ack::empty()).await?;
+            ctx.post(&s.user_id, "Your note is open.").await?;
+            Ok(())
+        })
+    }
+
+    /// A `views.open` whose answer is cut off at the deferred ingress's hand-off: the worker
+    /// finds the view (by its external_id) rather than failing on an expired trigger, and
+    /// what follows the acknowledgement runs.
+    #[test]
+    fn a_view_cut_off_at_the_hand_off_is_found_and_the_rest_runs() {
+        Explorer::new(open_then_post)
+            .request(Request::shortcut("note"))
+            .deferred()
+            .replay("plain; 1.1=slow-applied")
+            .invariant("the rest runs", |end| {
+                (end.messages.len() == 1).then_some(()).ok_or_else(|| {
+                    format!("{} messages after the acknowledgement", end.messages.len())
+                })
+            })
+            .run()
+            .assert_ok();
+        Explorer::new(open_then_post)
+            .request(Request::shortcut("note"))
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+
+    /// A hung `chat.appendStream` does not hold the answer: the first run finishes it, and
+    /// the model is asked once.
+    #[test]
+    fn a_hung_append_does_not_hold_the_answer() {
+        std::env::set_var("MODEL_WORDS", "12");
+        // Site 6 of the first run is its first chat.appendStream.
+        Explorer::new(super::assistant::app)
+            .request(Request::assistant_question("what is exactly once?").without_copies())
+            .replay("plain; 1.6=slow")
+            .invariant("the model is asked once", |end| {
+                let asked = end
+                    .logs
+                    .iter()
+                    .filter(|l| l.contains("model: answering"))
+                    .count();
+                (asked == 1)
+                    .then_some(())
+                    .ok_or(format!("asked {asked} times"))
+            })
+            .invariant("the first run answers", |end| {
+                match end.runs.first().and_then(|r| r.end.as_ref()) {
+                    Some(slack_once::testing::explore::RunEnd::Answered { outcome, .. })
+                        if outcome == "answered" =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("the first run ended {other:?}")),
+                }
+            })
+            .run()
+            .assert_ok();
+    }
+
+    fn top_level() -> App {
+        App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, m: MessageEvent| async move {
+                ctx.post(&m.channel, "Noted, in the channel.").await?;
+                Ok(())
+            },
+        )
+    }
+
+    /// In a busy channel under Slack's one look-up a minute, each delivery's look-up goes on
+    /// from where the last one stopped: the earlier post is found, not posted again.
+    #[test]
+    fn a_look_up_in_a_busy_channel_resumes_where_it_stopped() {
+        Explorer::new(top_level)
+            .request(Request::mention("note this").without_copies())
+            .busy(25)
+            .history_limit()
+            .replay("plain; 1.3=dies-after")
+            .invariant("found, not failed", |end| {
+                let recovered = end.runs.iter().any(|r| {
+                    matches!(&r.end, Some(slack_once::testing::explore::RunEnd::Answered { outcome, .. }) if outcome == "recovered")
+                });
+                recovered.then_some(()).ok_or("no delivery found the post".to_string())
+            })
+            .run()
+            .assert_ok();
+        Explorer::new(top_level)
+            .request(Request::mention("note this"))
+            .busy(25)
+            .history_limit()
+            .run()
+            .assert_ok();
+    }
+
+    /// `X-Slack-Retry-Num` is not signed: a replay of a signed request with it forged to 3
+    /// cannot make a post without a look-up.
+    #[test]
+    fn a_forged_retry_number_cannot_force_a_post() {
+        Explorer::new(super::echo::app)
+            .request(Request::mention("hello").without_copies())
+            .replay("forged; 1.3=dies-after 3.3=refused")
+            .run()
+            .assert_ok();
+    }
+}
