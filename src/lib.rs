@@ -10,6 +10,7 @@ pub mod envelope;
 pub mod fuzzing;
 pub mod http;
 pub mod interaction;
+pub mod journal;
 pub mod ledger;
 pub mod metrics;
 pub mod net;

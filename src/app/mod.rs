@@ -43,9 +43,10 @@ use regex::Regex;
 pub use crate::interaction::{
     BlockAction, Command, OptionsRequest, Shortcut, ViewSubmission, ViewValues,
 };
-pub use context::{
-    Ctx, Error, Posted, Respond, Settle, Tally, MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS,
+pub use crate::journal::{
+    Error, Settle, Tally, MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS,
 };
+pub use context::{Ctx, Posted, Respond};
 pub use events::{
     AppHomeOpened, AppMention, AssistantThread, ChannelCreated, MemberJoinedChannel, MessageEvent,
     Reaction, TeamJoin,
@@ -58,7 +59,8 @@ pub use stream::{Stream, APPEND_BUFFER_CHARS};
 use crate::envelope::{Event, EventCallback};
 use events::{typed, Typed};
 
-pub(crate) use context::{AckMode, Source, Steps};
+pub(crate) use crate::journal::Steps;
+pub(crate) use context::{AckMode, Source};
 
 /// What a handler may fail with: any error (`?` works on anything); a failed step's [`Error`]
 /// is recognised, so that Slack's permanent errors end the event `failed` and transient ones

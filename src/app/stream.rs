@@ -14,8 +14,8 @@
 
 use serde_json::{json, Value};
 
-use super::context::{Returns, Settle};
 use super::{Ctx, Error, Message};
+use crate::journal::{Returns, Settle};
 use crate::slack::{post_metadata, Args, SlackError};
 
 /// Appends are sent once this many characters are buffered (Slack's SDKs use 256), keeping

@@ -1,0 +1,434 @@
+//! One step, made: numbered, checked against what earlier claims recorded at its number,
+//! settled by the table ([`super::settle`]) where an earlier claim left its fate unknown,
+//! announced in the ledger, called, and its result kept for the claim's next write.
+
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::settle::{self, Record, Shows, Verdict};
+use super::steps::journal_bytes;
+use super::{recordable, slack_ts, step_identity, Error, Returns, Settle, Steps};
+use super::{MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS};
+use crate::ledger::{step_op, Settled, StepRecord};
+use crate::slack::{post_metadata, Args, OurApp, ReplyQuery, SlackClient, SlackError};
+
+/// The step name of a post to the request's `response_url`.
+pub(crate) const RESPOND: &str = "response_url";
+/// Look-up refusals no later delivery gets past: the bot is not in the conversation, or the app
+/// lacks the history scope.
+const UNLOOKABLE: &[&str] = &["not_in_channel", "channel_not_found", "missing_scope"];
+/// A look-up for a message an earlier claim may have posted searches the window from its
+/// intent to its lease's end, widened by this much on each side (clocks, Slack's own delay).
+const LOOKUP_SLACK_MS: u64 = 5_000;
+
+/// One write, as a listener's context asks for it.
+pub(crate) struct Call<'a> {
+    pub method: &'a str,
+    pub args: Value,
+    pub settle: Settle<'a>,
+    /// Slack's answers that mean it is done already (`already_reacted`).
+    pub benign: &'a [&'a str],
+    pub returns: Returns,
+}
+
+/// What the engine needs of the request the step is made for.
+pub(crate) struct For<'a> {
+    pub slack: &'a SlackClient,
+    pub deadline: Instant,
+    /// The event's id, or the interaction's key: what a post's metadata names.
+    pub source_id: &'a str,
+    pub version: &'a str,
+    /// This app, as the request names it: only its messages can be ours.
+    pub app: OurApp<'a>,
+    /// No answer to the request can be older (look-ups of records without times start there).
+    pub since_ts: Option<String>,
+    /// The request's trigger_id can no longer be spent (Slack has been acknowledged).
+    pub past_ack: bool,
+    /// For a [`RESPOND`]: the request's response_url, checked.
+    pub response_url: Option<http::Uri>,
+}
+
+/// What a look-up saw, beside its [`Shows`].
+enum Seen {
+    /// The write found: the answer to take for it.
+    Taken(Value),
+    Nothing,
+    /// Slack could not be asked: why.
+    Failed(SlackError),
+}
+
+/// What a step came to.
+pub(crate) enum Made {
+    /// Slack's answer (or the recorded one).
+    Answer(Value),
+    /// Deferred mode's ingress, before the acknowledgement: this write is a worker's; the
+    /// listener hands off here (an empty acknowledgement unless it chose one).
+    HandOff,
+}
+
+/// Makes one step. See the [module](super).
+pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<Made, Error> {
+    let Call {
+        method,
+        mut args,
+        settle,
+        benign,
+        returns,
+    } = call;
+    // Held for the whole step: steps run one at a time, in the order they are made.
+    let mut steps = steps.lock().await;
+    if steps.closed {
+        return Err(Error::Closed);
+    }
+    if let Some(remembering) = steps.remembering {
+        return Err(Error::InsideRemember {
+            step: remembering,
+            method: method.to_string(),
+        });
+    }
+    let op = step_identity(method, &args);
+    let (step, earlier) = steps.take(&op)?;
+    let record = match &earlier {
+        None => Record::None,
+        Some(StepRecord::Done { .. }) => Record::Done,
+        Some(StepRecord::Intent { .. }) => Record::Intent,
+        Some(StepRecord::Began { .. }) => Record::Began,
+    };
+    let kind = settle.kind();
+    let shows = match (&earlier, settle::looks(kind, record)) {
+        (Some(found), true) => Some(look(&mut steps, r, step, method, found, settle).await),
+        _ => None,
+    };
+    let verdict = settle::verdict(kind, record, shows.as_ref().map(|s| s.0), steps.last_chance);
+    match verdict {
+        Verdict::Replay => {
+            steps.tally.settled += 1;
+            tracing::debug!(
+                step,
+                method,
+                "recorded done by an earlier claim: not made again"
+            );
+            let result = match &earlier {
+                Some(StepRecord::Done { result, .. }) => result.as_str(),
+                _ => "",
+            };
+            return Ok(Made::Answer(
+                serde_json::from_str(result).unwrap_or_else(|_| json!({"ok": true})),
+            ));
+        }
+        Verdict::Taken => {
+            let Some((_, Seen::Taken(answer))) = shows else {
+                unreachable!("a step taken was found")
+            };
+            steps.began_settled |= record == Record::Began;
+            return Ok(Made::Answer(steps.settled_earlier(step, &op, answer)));
+        }
+        Verdict::TakenUnknown => {
+            steps.began_settled |= record == Record::Began;
+            let answer = json!({"ok": true, "unknown": true});
+            return Ok(Made::Answer(steps.settled_earlier(step, &op, answer)));
+        }
+        Verdict::Hold => {
+            let Some((_, Seen::Failed(error))) = shows else {
+                unreachable!("a step held could not be looked for")
+            };
+            return Err(Error::LookupUnavailable(error));
+        }
+        Verdict::Make => {
+            if record == Record::Began {
+                steps.began_settled = true;
+            }
+            match (&earlier, kind) {
+                (Some(_), settle::Kind::Idempotent) => tracing::info!(
+                    step,
+                    method,
+                    "an earlier claim may have made this call: making it again (harmless)"
+                ),
+                (Some(StepRecord::Intent { .. } | StepRecord::Began { .. }), _)
+                    if shows.is_some() =>
+                {
+                    tracing::info!(step, "the earlier claim's message is not in Slack: posting")
+                }
+                _ => {}
+            }
+        }
+    }
+
+    let trigger_bound = matches!(method, "views.open" | "views.push");
+    if steps.provisional && !trigger_bound {
+        // Deferred mode's ingress: what follows is a worker's. The listener hands off here,
+        // and this step is made again (numbered the same) by the worker's run.
+        steps.next -= 1;
+        return Ok(Made::HandOff);
+    }
+    if trigger_bound && r.past_ack {
+        // Not made: the trigger_id has been spent or has expired.
+        tracing::warn!(
+            step,
+            method,
+            "a view needs the request's trigger_id, which is valid only before the \
+             acknowledgement: not made (open views before ctx.ack)"
+        );
+        return Err(Error::Slack(SlackError::Api {
+            code: "expired_trigger_id".into(),
+        }));
+    }
+
+    let now_ms = steps.now_ms();
+    let intent = StepRecord::Intent {
+        attempt: steps.attempt,
+        op: Some(op.clone()),
+        at_ms: Some(now_ms),
+        lease_until_ms: Some(steps.lease_until_ms),
+    };
+    let after = steps.after(step, &intent);
+    if step > MAX_STEPS || journal_bytes(&after) > MAX_JOURNAL_BYTES {
+        return Err(Error::JournalFull { step });
+    }
+    // The claim stands for the intent of its first new step while it has written nothing
+    // since; any other step records its intent first, conditioned on the owner, with the
+    // fates learnt so far: no write to Slack without a claim still held.
+    let stands = step == steps.covered
+        && steps.began_stands
+        && !matches!(settle, Settle::AtMostOnce)
+        && !steps.provisional;
+    if steps.provisional {
+        // No claim to announce it in: the trigger_id is Slack's own once-only guard.
+    } else if stands {
+        steps.in_flight = Some((step, intent.clone()));
+    } else {
+        steps.write(step, &intent, r.deadline).await?;
+        steps.journal.insert(step, intent.clone());
+    }
+
+    if matches!(settle, Settle::Lookup { .. }) {
+        let names = json!({
+            "key": steps.key.as_str(),
+            "event_id": r.source_id,
+            "step": step,
+            "attempt": steps.attempt,
+            "version": r.version,
+        });
+        args["metadata"] = post_metadata(args.get("metadata"), names);
+    }
+    let answer = if method == RESPOND {
+        match &r.response_url {
+            Some(url) => r.slack.respond(url, &args, r.deadline).await,
+            None => Err(SlackError::Api {
+                code: "no_response_url".into(),
+            }),
+        }
+    } else {
+        r.slack.api(method, &Args::Json(args), r.deadline).await
+    };
+    steps.in_flight = None;
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(SlackError::Api { code }) if benign.contains(&code.as_str()) => {
+            json!({"ok": true, "already": code})
+        }
+        Err(error) => {
+            if error.may_have_posted() {
+                if stands {
+                    // No intent of its own in the ledger: the finish records one.
+                    steps.unrecorded.push(Settled::Unknown { step, intent });
+                }
+            } else if earlier.is_none() && !stands {
+                // Certainly not made, and no earlier claim tried: no one need look.
+                steps.unrecorded.push(Settled::NotDone { step });
+            }
+            return Err(Error::Slack(error));
+        }
+    };
+    steps.tally.made += 1;
+    let result = match returns {
+        Returns::Ids => recordable(&answer),
+        Returns::Nothing => "{}".to_string(),
+    };
+    steps.unrecorded.push(Settled::Done {
+        step,
+        result,
+        op: Some(op),
+    });
+    Ok(Made::Answer(answer))
+}
+
+/// Looks in Slack for the write an earlier claim announced as step `step` (`earlier`): what
+/// Slack shows, with the answer to take (the message's ids), or the look-up's error.
+async fn look(
+    steps: &mut Steps,
+    r: &For<'_>,
+    step: u32,
+    method: &str,
+    earlier: &StepRecord,
+    settle: Settle<'_>,
+) -> (Shows, Seen) {
+    let (earlier_attempt, at_ms, lease_until_ms) = match *earlier {
+        StepRecord::Intent {
+            attempt,
+            at_ms,
+            lease_until_ms,
+            ..
+        } => (Some(attempt), at_ms, lease_until_ms),
+        StepRecord::Began {
+            at_ms,
+            lease_until_ms,
+        } => (None, Some(at_ms), Some(lease_until_ms)),
+        StepRecord::Done { .. } => unreachable!("a done step is replayed, not looked for"),
+    };
+    let (channel, thread_ts, adopt_unmarked) = match settle {
+        Settle::Lookup { channel, thread_ts } => (channel, thread_ts, false),
+        Settle::Stream { channel, thread_ts } => (channel, Some(thread_ts), true),
+        _ => unreachable!("only looked-for steps are looked for"),
+    };
+    // The earlier claim posted after its intent and before its lease ended: only that window
+    // is searched, so one page settles it however busy the channel. Records of earlier
+    // versions carry no times: from the request on.
+    let oldest = match at_ms {
+        Some(at) => Some(slack_ts(at.saturating_sub(LOOKUP_SLACK_MS))),
+        None => r.since_ts.clone(),
+    };
+    let latest = lease_until_ms.map(|until| slack_ts(until + LOOKUP_SLACK_MS));
+    let query = ReplyQuery {
+        channel,
+        thread_ts,
+        oldest: oldest.as_deref(),
+        latest: latest.as_deref(),
+        key: steps.key.as_str(),
+        step,
+        app: r.app,
+        adopt_unmarked,
+    };
+    match r.slack.find_reply(&query, r.deadline).await {
+        Ok(Some(found)) => {
+            tracing::info!(
+                step,
+                ts = found.ts,
+                earlier_attempt,
+                "an earlier claim's message is already in Slack: not posting again"
+            );
+            let answer = json!({"ok": true, "channel": found.channel, "ts": found.ts});
+            (Shows::Found, Seen::Taken(answer))
+        }
+        Ok(None) => (Shows::Absent, Seen::Nothing),
+        Err(error)
+            if method == RESPOND && error.code().is_some_and(|c| UNLOOKABLE.contains(&c)) =>
+        {
+            // A command works in conversations the bot is not in: none of its redeliveries
+            // could look either (and the response_url expires after 30 minutes), so it is
+            // settled now, at most once.
+            tracing::warn!(
+                error = %crate::process::error_chain(&error),
+                step,
+                "an earlier claim may have answered through the response_url, and the \
+                 conversation cannot be read: not answered again (at most once)"
+            );
+            (Shows::RefusedForGood, Seen::Nothing)
+        }
+        Err(error) => {
+            if steps.last_chance {
+                tracing::warn!(
+                    error = %crate::process::error_chain(&error),
+                    step,
+                    "could not look for an earlier claim's message, and no delivery follows \
+                     this one: posting (it may be a second answer)"
+                );
+            } else {
+                tracing::warn!(
+                    error = %crate::process::error_chain(&error),
+                    step,
+                    "could not look for an earlier claim's message: releasing, so a later \
+                     delivery looks again rather than risk a second answer"
+                );
+            }
+            (Shows::Unavailable, Seen::Failed(error))
+        }
+    }
+}
+
+/// Runs `compute` once per request and remembers its result in the journal, written before
+/// this returns: a later run of the listener gets the remembered value without computing it
+/// again. It is a step like a write (`name` the same, at the same place, each run); a result
+/// larger than [`MAX_REMEMBERED_BYTES`] serialised is not remembered (a later run computes it
+/// again). See [`crate::app::Ctx::remember`].
+pub(crate) async fn remember<T, F>(
+    held: &Mutex<Steps>,
+    deadline: Instant,
+    name: &str,
+    compute: F,
+) -> Result<T, Error>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    F: std::future::Future<Output = T>,
+{
+    let mut steps = held.lock().await;
+    if steps.closed {
+        return Err(Error::Closed);
+    }
+    let op = step_op("remember", name, "");
+    let (step, earlier) = steps.take(&op)?;
+    match &earlier {
+        Some(StepRecord::Done { result, .. }) => {
+            if let Ok(value) = serde_json::from_str::<T>(result) {
+                tracing::info!(step, name, "remembered: not computed again");
+                return Ok(value);
+            }
+            tracing::warn!(
+                step,
+                name,
+                "a remembered result of another shape: computed again"
+            );
+        }
+        // An earlier claim's window here wrote nothing to Slack: a remembered result is no
+        // write.
+        Some(StepRecord::Began { .. }) => steps.began_settled = true,
+        _ => {}
+    }
+    // Computed without the steps held, so that a write inside is refused at once rather
+    // than waiting: a remembered computation must not write (a replay would skip it).
+    #[cfg(feature = "explore")]
+    crate::testing::explore::computing(steps.key.as_str(), step, name);
+    steps.remembering = Some(step);
+    drop(steps);
+    let value = compute.await;
+    let mut steps = held.lock().await;
+    steps.remembering = None;
+    let result = serde_json::to_string(&value)
+        .map_err(|e| Error::Slack(SlackError::InvalidResponse(Box::new(e))))?;
+    if steps.provisional {
+        // Deferred mode's ingress has no claim: the result goes to the worker with the
+        // request (its journal is seeded with it).
+        if result.len() <= MAX_REMEMBERED_BYTES {
+            steps.unrecorded.push(Settled::Done {
+                step,
+                result,
+                op: Some(op),
+            });
+        }
+        return Ok(value);
+    }
+    let record = StepRecord::Done {
+        result,
+        op: Some(op),
+    };
+    let too_large = match &record {
+        StepRecord::Done { result, .. } => result.len() > MAX_REMEMBERED_BYTES,
+        _ => false,
+    };
+    if too_large || journal_bytes(&steps.after(step, &record)) > MAX_JOURNAL_BYTES {
+        // Not a write to Slack: nothing is lost by not keeping it, but a later run
+        // computes it again.
+        tracing::warn!(
+            step,
+            name,
+            limit = MAX_REMEMBERED_BYTES,
+            journal_limit = MAX_JOURNAL_BYTES,
+            "too large to remember: a later run computes it again"
+        );
+        return Ok(value);
+    }
+    steps.write(step, &record, deadline).await?;
+    steps.journal.insert(step, record);
+    Ok(value)
+}
