@@ -730,6 +730,10 @@ impl Ctx {
                 bot_user_id: source.bot_user_id(),
             },
             since_ts: source.since_ts(),
+            own_channel: match source {
+                Source::Event(cb) => cb.event.channel.as_deref(),
+                Source::Interaction { .. } => None,
+            },
             past_ack: self.past_ack(),
             response_url,
         };

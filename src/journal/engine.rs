@@ -43,6 +43,8 @@ pub(crate) struct For<'a> {
     pub app: OurApp<'a>,
     /// No answer to the request can be older (look-ups of records without times start there).
     pub since_ts: Option<String>,
+    /// An event's own conversation (the bot is in it): a look-up there can always be made.
+    pub own_channel: Option<&'a str>,
     /// The request's trigger_id can no longer be spent (Slack has been acknowledged).
     pub past_ack: bool,
     /// For a [`RESPOND`]: the request's response_url, checked.
@@ -89,18 +91,35 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     }
     let op = step_identity(method, &args);
     let (step, earlier) = steps.take(&op)?;
+    let kind = settle.kind();
+    let in_own = match settle {
+        Settle::Lookup { channel, .. } | Settle::Stream { channel, .. } => {
+            method != RESPOND && r.own_channel == Some(channel)
+        }
+        _ => false,
+    };
+    let may_stand = settle::may_stand(kind, in_own);
     let record = match &earlier {
         None => Record::None,
         Some(StepRecord::Done { .. }) => Record::Done,
         Some(StepRecord::Intent { .. }) => Record::Intent,
+        // A step that announces itself: the claims of the window wrote its intent first if
+        // they made it (at-most-once steps always did; the rest since this version).
+        Some(StepRecord::Began { announces, .. })
+            if !may_stand && (*announces || kind == settle::Kind::AtMostOnce) =>
+        {
+            Record::BeganNotForIt
+        }
         Some(StepRecord::Began { .. }) => Record::Began,
     };
-    let kind = settle.kind();
     let shows = match (&earlier, settle::looks(kind, record)) {
-        (Some(found), true) => Some(look(&mut steps, r, step, method, found, settle).await),
+        (Some(found), true) => Some(look(&mut steps, r, step, found, settle).await),
         _ => None,
     };
-    let verdict = settle::verdict(kind, record, shows.as_ref().map(|s| s.0), steps.last_chance);
+    let verdict = settle::verdict(kind, record, shows.as_ref().map(|s| s.0));
+    if record == Record::BeganNotForIt {
+        steps.began_settled = true;
+    }
     match verdict {
         Verdict::Replay => {
             steps.tally.settled += 1;
@@ -124,10 +143,19 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
             steps.began_settled |= record == Record::Began;
             return Ok(Made::Answer(steps.settled_earlier(step, &op, answer)));
         }
-        Verdict::TakenUnknown => {
+        Verdict::Unconfirmed => {
             steps.began_settled |= record == Record::Began;
+            tracing::warn!(
+                step,
+                method,
+                "an earlier claim may have made this write, and Slack cannot show whether: not \
+                 made again, and the request ends failed (unconfirmed_write)"
+            );
             let answer = json!({"ok": true, "unknown": true});
-            return Ok(Made::Answer(steps.settled_earlier(step, &op, answer)));
+            steps.settled_earlier(step, &op, answer.clone());
+            steps.tally.settled -= 1;
+            steps.tally.unconfirmed += 1;
+            return Ok(Made::Answer(answer));
         }
         Verdict::Hold => {
             let Some((_, Seen::Failed(error))) = shows else {
@@ -189,10 +217,7 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     // The claim stands for the intent of its first new step while it has written nothing
     // since; any other step records its intent first, conditioned on the owner, with the
     // fates learnt so far: no write to Slack without a claim still held.
-    let stands = step == steps.covered
-        && steps.began_stands
-        && !matches!(settle, Settle::AtMostOnce)
-        && !steps.provisional;
+    let stands = step == steps.covered && steps.began_stands && may_stand && !steps.provisional;
     if steps.provisional {
         // No claim to announce it in: the trigger_id is Slack's own once-only guard.
     } else if stands {
@@ -260,7 +285,6 @@ async fn look(
     steps: &mut Steps,
     r: &For<'_>,
     step: u32,
-    method: &str,
     earlier: &StepRecord,
     settle: Settle<'_>,
 ) -> (Shows, Seen) {
@@ -274,6 +298,7 @@ async fn look(
         StepRecord::Began {
             at_ms,
             lease_until_ms,
+            ..
         } => (None, Some(at_ms), Some(lease_until_ms)),
         StepRecord::Done { .. } => unreachable!("a done step is replayed, not looked for"),
     };
@@ -312,36 +337,26 @@ async fn look(
             (Shows::Found, Seen::Taken(answer))
         }
         Ok(None) => (Shows::Absent, Seen::Nothing),
-        Err(error)
-            if method == RESPOND && error.code().is_some_and(|c| UNLOOKABLE.contains(&c)) =>
-        {
-            // A command works in conversations the bot is not in: none of its redeliveries
-            // could look either (and the response_url expires after 30 minutes), so it is
-            // settled now, at most once.
+        Err(error) if error.code().is_some_and(|c| UNLOOKABLE.contains(&c)) => {
+            // The bot is not in the conversation, or the app lacks the scope (a command in a DM
+            // between people, a DM `conversations.open` may not open): no later delivery
+            // could look either.
             tracing::warn!(
                 error = %crate::process::error_chain(&error),
                 step,
-                "an earlier claim may have answered through the response_url, and the \
-                 conversation cannot be read: not answered again (at most once)"
+                "an earlier claim may have made this write, and Slack refuses to show the \
+                 conversation"
             );
             (Shows::RefusedForGood, Seen::Nothing)
         }
         Err(error) => {
-            if steps.last_chance {
-                tracing::warn!(
-                    error = %crate::process::error_chain(&error),
-                    step,
-                    "could not look for an earlier claim's message, and no delivery follows \
-                     this one: posting (it may be a second answer)"
-                );
-            } else {
-                tracing::warn!(
-                    error = %crate::process::error_chain(&error),
-                    step,
-                    "could not look for an earlier claim's message: releasing, so a later \
-                     delivery looks again rather than risk a second answer"
-                );
-            }
+            tracing::warn!(
+                error = %crate::process::error_chain(&error),
+                step,
+                last_chance = steps.last_chance,
+                "could not look for an earlier claim's message: releasing, so that a later \
+                 delivery looks again (none writes without looking)"
+            );
             (Shows::Unavailable, Seen::Failed(error))
         }
     }

@@ -96,6 +96,10 @@ pub struct Tally {
     pub made: u32,
     /// Writes found done (recorded, or looked up in Slack) from an earlier claim.
     pub settled: u32,
+    /// Writes an earlier claim may have made that could be neither looked for nor made again:
+    /// not made twice, and not said to be answered (the request ends `failed`,
+    /// `unconfirmed_write`).
+    pub unconfirmed: u32,
 }
 
 /// What a step gives its caller, and so what its journal record keeps for a replay.

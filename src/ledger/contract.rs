@@ -281,6 +281,7 @@ pub async fn began_windows_stand_for_the_first_step_until_the_claimant_writes(
     let began = |at_ms, lease_until_ms| StepRecord::Began {
         at_ms,
         lease_until_ms,
+        announces: true,
     };
     assert_eq!(journal, Journal::from([(1, began(NOW, NOW + LEASE))]));
     let later = NOW + 2 * LEASE;

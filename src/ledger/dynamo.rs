@@ -63,6 +63,10 @@ pub mod attr {
     /// nothing since: each may have made the lowest step absent from the journal. Appended by
     /// every claim, removed by the claimant's next write.
     pub const BEGAN: &str = "began";
+    /// Those of the began windows whose claims announce every step a look-up might not settle
+    /// ([`crate::ledger::BeganWindow::announces`]): beside `began`, which versions before it
+    /// read as they always have.
+    pub const BEGAN_BY: &str = "began_by";
     /// A message's completion: the ids of the listeners that ran (space-separated).
     pub const RAN: &str = "ran";
     /// A note's value (`actx-…`: an assistant thread's context, as JSON).
@@ -265,7 +269,9 @@ impl DynamoLedger {
         }
         // The claimant writes: what its claim's began window stood for is recorded now.
         remove.push("#began".into());
+        remove.push("#began_by".into());
         names.push(("#began".into(), attr::BEGAN.into()));
+        names.push(("#began_by".into(), attr::BEGAN_BY.into()));
         names.extend(
             [attr::STATUS, attr::OWNER]
                 .into_iter()
@@ -312,11 +318,11 @@ impl DynamoLedger {
             (attr::JOURNAL, AttributeValue::M(HashMap::new())),
             (
                 attr::BEGAN,
-                AttributeValue::L(vec![s(&BeganWindow {
-                    at_ms: request.now_ms,
-                    lease_until_ms: request.lease_until_ms,
-                }
-                .encode())]),
+                AttributeValue::L(vec![s(&window_of(request).encode())]),
+            ),
+            (
+                attr::BEGAN_BY,
+                AttributeValue::L(vec![s(&window_of(request).encode())]),
             ),
         ]
         .into_iter()
@@ -414,6 +420,7 @@ impl DynamoLedger {
             "#journal = if_not_exists(#journal, :empty_journal)".to_string(),
             // This claim stands for the intent of its first new step.
             "#began = list_append(if_not_exists(#began, :no_windows), :window)".to_string(),
+            "#began_by = list_append(if_not_exists(#began_by, :no_windows), :window)".to_string(),
         ];
         let mut remove = vec![
             "#completed_at".to_string(),
@@ -452,6 +459,7 @@ impl DynamoLedger {
                     attr::RETRYABLE,
                     attr::JOURNAL,
                     attr::BEGAN,
+                    attr::BEGAN_BY,
                 ]
                 .into_iter()
                 .chain(request.app_id.map(|_| attr::APP))
@@ -473,11 +481,7 @@ impl DynamoLedger {
             .expression_attribute_values(":no_windows", AttributeValue::L(Vec::new()))
             .expression_attribute_values(
                 ":window",
-                AttributeValue::L(vec![s(&BeganWindow {
-                    at_ms: request.now_ms,
-                    lease_until_ms: request.lease_until_ms,
-                }
-                .encode())]),
+                AttributeValue::L(vec![s(&window_of(request).encode())]),
             )
             // The item as it was: its journal and the began windows of earlier claims.
             .return_values(ReturnValue::AllOld)
@@ -907,20 +911,41 @@ fn began_of(item: Option<&HashMap<String, AttributeValue>>, skip: usize) -> Vec<
     let Some(AttributeValue::L(windows)) = item.and_then(|i| i.get(attr::BEGAN)) else {
         return Vec::new();
     };
+    // The windows of claims that announce their own steps, listed again beside.
+    let announcing: Vec<&str> = match item.and_then(|i| i.get(attr::BEGAN_BY)) {
+        Some(AttributeValue::L(by)) => by
+            .iter()
+            .filter_map(|w| w.as_s().ok())
+            .map(String::as_str)
+            .collect(),
+        _ => Vec::new(),
+    };
     let keep = windows.len().saturating_sub(skip);
     windows[..keep]
         .iter()
         .map(|w| {
+            let text = w.as_s().ok();
             // Unreadable: the widest window, so a look-up searches everything.
-            w.as_s()
-                .ok()
+            let mut window = text
                 .and_then(|t| BeganWindow::decode(t))
                 .unwrap_or(BeganWindow {
                     at_ms: 0,
                     lease_until_ms: u64::MAX / 2,
-                })
+                    announces: false,
+                });
+            window.announces = text.is_some_and(|t| announcing.contains(&t.as_str()));
+            window
         })
         .collect()
+}
+
+/// The began window a claim writes: this version announces its own steps.
+fn window_of(request: &ClaimRequest<'_>) -> BeganWindow {
+    BeganWindow {
+        at_ms: request.now_ms,
+        lease_until_ms: request.lease_until_ms,
+        announces: true,
+    }
 }
 
 fn attempts_of(item: Option<&HashMap<String, AttributeValue>>) -> u32 {

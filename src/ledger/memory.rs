@@ -138,6 +138,7 @@ impl Ledger for MemoryLedger {
         let window = BeganWindow {
             at_ms: request.now_ms,
             lease_until_ms: request.lease_until_ms,
+            announces: true,
         };
         if let Some(existing) = entries.get(request.event_id) {
             if existing.owner == *request.owner && existing.status == Status::InProgress {
@@ -386,7 +387,8 @@ mod tests {
                     1,
                     StepRecord::Began {
                         at_ms: NOW,
-                        lease_until_ms: NOW + LEASE
+                        lease_until_ms: NOW + LEASE,
+                        announces: true,
                     }
                 )])
             }

@@ -110,8 +110,15 @@ pub enum StepRecord {
     Done { result: String, op: Option<String> },
     /// Never stored as a step: earlier claims that may have made this step (the lowest absent
     /// from the journal) without an intent of its own, their claim standing for it; the window
-    /// spans their claims' times and lease ends.
-    Began { at_ms: u64, lease_until_ms: u64 },
+    /// spans their claims' times and lease ends. `announces`: every one of those claims was of
+    /// a version that announces each step a look-up might not settle with an intent of its
+    /// own (see [`BeganWindow::announces`]), so the window stands only for a step a later claim
+    /// can settle by looking.
+    Began {
+        at_ms: u64,
+        lease_until_ms: u64,
+        announces: bool,
+    },
 }
 
 /// The window of one claim that may have begun the lowest step absent from the journal:
@@ -120,6 +127,13 @@ pub enum StepRecord {
 pub struct BeganWindow {
     pub at_ms: u64,
     pub lease_until_ms: u64,
+    /// The claim announces every step a look-up might not settle (a `response_url` post, a
+    /// post outside the request's own conversation, an at-most-once write) with an intent of
+    /// its own before making it, so its window stands only for steps a later claim settles by
+    /// looking: all claims of this version. Windows of earlier versions may stand for any step.
+    /// Stored beside the windows (DynamoDB: the `began_by` list), so earlier versions read the
+    /// windows as they always have.
+    pub announces: bool,
 }
 
 impl BeganWindow {
@@ -128,11 +142,13 @@ impl BeganWindow {
         format!("{} {}", self.at_ms, self.lease_until_ms)
     }
 
+    /// Reads [`BeganWindow::encode`]'s form (`announces` is stored apart: false here).
     pub fn decode(text: &str) -> Option<Self> {
         let (at, until) = text.split_once(' ')?;
         Some(Self {
             at_ms: at.parse().ok()?,
             lease_until_ms: until.parse().ok()?,
+            announces: false,
         })
     }
 }
@@ -163,6 +179,7 @@ pub fn with_began(mut journal: Journal, earlier: &[BeganWindow]) -> Journal {
             StepRecord::Began {
                 at_ms,
                 lease_until_ms,
+                announces: earlier.iter().all(|w| w.announces),
             },
         );
     }
@@ -191,6 +208,7 @@ impl StepRecord {
             StepRecord::Began {
                 at_ms,
                 lease_until_ms,
+                ..
             } => format!("b {at_ms} {lease_until_ms}"),
         }
     }
@@ -226,6 +244,7 @@ impl StepRecord {
                 Some(StepRecord::Began {
                     at_ms: window.at_ms,
                     lease_until_ms: window.lease_until_ms,
+                    announces: false,
                 })
             }
             _ => None,
@@ -358,6 +377,7 @@ pub fn keep_doubt(journal: &Journal) -> Option<Settled> {
         Some(StepRecord::Began {
             at_ms,
             lease_until_ms,
+            ..
         }) => Some(Settled::Unknown {
             step,
             intent: StepRecord::Intent {

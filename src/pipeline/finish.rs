@@ -25,6 +25,25 @@ impl Processor {
     ) -> Result<Outcome, ProcessError> {
         let now_ms = times.now_ms();
         let (to, result) = match worked {
+            Ok(()) if tally.unconfirmed > 0 && !handoff => {
+                // A write whose fate cannot be known: not made twice, and not said answered.
+                let code = "unconfirmed_write".to_string();
+                metrics::count("UnconfirmedWrites");
+                tracing::error!(
+                    unconfirmed = tally.unconfirmed,
+                    failure = code.as_str(),
+                    "an earlier claim may have made a write that can be neither looked for nor \
+                     made again: it was not made twice, and the request ends failed (it may or \
+                     may not show in Slack)"
+                );
+                (
+                    Finish::Failed {
+                        error: code.clone(),
+                        retryable: false,
+                    },
+                    Ok(Outcome::Failed { code }),
+                )
+            }
             Ok(()) => (
                 // Handed on (to a worker, or to a corrected submission): released, with what
                 // its steps did recorded, so the next claim goes on from there.

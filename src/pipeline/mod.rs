@@ -51,6 +51,10 @@ pub const RETRY_NUM_HEADER: &str = "x-slack-retry-num";
 pub const RETRY_REASON_HEADER: &str = "x-slack-retry-reason";
 /// Slack retries an event 3 times: the delivery with `X-Slack-Retry-Num: 3` is its last.
 pub const SLACK_LAST_RETRY: u32 = 3;
+/// Slack's third retry comes about six minutes after the event (at once, after a minute, after
+/// five): a delivery signed less than this long after the event's `event_time` is not it,
+/// whatever its (unsigned) `X-Slack-Retry-Num` says.
+pub const LAST_RETRY_AFTER: Duration = Duration::from_secs(240);
 
 /// Processing stops this long before the lease ends (at most 1 s, at most a quarter of the
 /// lease), leaving time to release the claim and answer, and absorbing clock skew between
@@ -465,11 +469,23 @@ impl Processor {
                         .enqueue(&**queue, &delivery, retry_num, retry_reason)
                         .await;
                 }
+                // Slack's last retry: no delivery follows it. `X-Slack-Retry-Num` is not signed;
+                // the signed timestamp must also be as late as Slack's last retry comes, so a
+                // captured request replayed with a forged header is not taken for it. (No write
+                // is made without a look-up on any delivery: the last chance only decides that a
+                // failure ends the event failed rather than released.)
+                let signed_at = header_str(delivery.headers, crate::signature::TIMESTAMP_HEADER)
+                    .and_then(|t| t.parse::<u64>().ok());
+                let late_enough = match (signed_at, callback.event_time) {
+                    (Some(signed), Some(at)) => {
+                        signed >= (at as u64).saturating_add(LAST_RETRY_AFTER.as_secs())
+                    }
+                    _ => false,
+                };
                 let event = EventDelivery {
                     retry_num,
                     retry_reason,
-                    // Slack's last retry: no delivery follows it.
-                    last_chance: retry_num.is_some_and(|n| n >= SLACK_LAST_RETRY),
+                    last_chance: retry_num.is_some_and(|n| n >= SLACK_LAST_RETRY) && late_enough,
                     now: delivery.now,
                     started: delivery.started,
                     invocation_deadline: delivery.invocation_deadline,

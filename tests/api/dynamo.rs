@@ -121,7 +121,8 @@ async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
                 1,
                 StepRecord::Began {
                     at_ms: NOW,
-                    lease_until_ms: NOW + LEASE
+                    lease_until_ms: NOW + LEASE,
+                    announces: true,
                 }
             )])
         }
