@@ -239,6 +239,7 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
                 ProcessError::Bot(_)
                 | ProcessError::Nondeterministic(_)
                 | ProcessError::JournalFull(_)
+                | ProcessError::AckTooLate
                 | ProcessError::Ledger(LedgerError::NotOwner { .. })
                 | ProcessError::Ledger(LedgerError::ItemTooLarge(_)) => {
                     json(status, "internal_error", "internal error")
@@ -270,6 +271,7 @@ pub fn status_of(error: &ProcessError) -> StatusCode {
         ProcessError::Bot(_)
         | ProcessError::Nondeterministic(_)
         | ProcessError::JournalFull(_)
+        | ProcessError::AckTooLate
         | ProcessError::Ledger(LedgerError::NotOwner { .. })
         | ProcessError::Ledger(LedgerError::ItemTooLarge(_)) => StatusCode::INTERNAL_SERVER_ERROR,
     }

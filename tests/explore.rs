@@ -225,6 +225,43 @@ mod findings {
     fn an_acknowledgement_chosen_after_the_hand_off_is_not_dropped() {
         Explorer::new(slow_ack)
             .request(Request::command("/slow", ""))
+            .deferred()
+            .replay("plain")
+            .invariant(
+                "the late acknowledgement comes through the response_url",
+                |end| {
+                    let shown = end.ephemerals.iter().any(|e| e["text"] == "Working on it.");
+                    let done = end.messages.iter().any(|m| m["text"] == "Done.");
+                    (shown && done).then_some(()).ok_or(format!(
+                        "ephemerals {:?}, messages {:?}",
+                        end.ephemerals, end.messages
+                    ))
+                },
+            )
+            .run()
+            .assert_ok();
+        Explorer::new(slow_ack)
+            .request(Request::view_submission(
+                json!({"type": "modal", "callback_id": "slow_form",
+                       "title": {"type": "plain_text", "text": "Slow"}, "blocks": []}),
+                json!({"title": {"t": {"type": "plain_text_input", "value": ""}}}),
+            ))
+            .deferred()
+            .replay("plain")
+            .invariant("late errors end the request failed, said", |end| {
+                let failed = end
+                    .ledger
+                    .iter()
+                    .any(|(_, s)| *s == slack_once::ledger::Status::Failed);
+                let said = end.logs.iter().any(|l| l.contains("ack_too_late"));
+                (failed && said)
+                    .then_some(())
+                    .ok_or(format!("ledger {:?}", end.ledger))
+            })
+            .run()
+            .assert_ok();
+        Explorer::new(slow_ack)
+            .request(Request::command("/slow", ""))
             .request(Request::view_submission(
                 json!({"type": "modal", "callback_id": "slow_form",
                        "title": {"type": "plain_text", "text": "Slow"}, "blocks": []}),
@@ -253,6 +290,35 @@ mod findings {
     }
 
     /// A `remember` inside another is part of the outer's result: replays stay deterministic.
+    #[tokio::test]
+    async fn a_write_inside_a_remember_is_refused_after_an_inner_one_returns() {
+        use slack_once::app::Error;
+        let bot = slack_once::testing::TestBot::start(App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, _m: MessageEvent| async move {
+                let c = ctx.clone();
+                let refused: bool = ctx
+                    .remember("outer", async move {
+                        let _inner: u32 = c.remember("inner", async { 1 }).await.unwrap_or(0);
+                        matches!(c.reply("inside").await, Err(Error::InsideRemember { .. }))
+                    })
+                    .await?;
+                ctx.reply(if refused { "refused" } else { "written" })
+                    .await?;
+                Ok(())
+            },
+        ))
+        .await;
+        assert_eq!(bot.mention("x").await, "answered");
+        let texts: Vec<_> = bot
+            .slack()
+            .messages()
+            .iter()
+            .map(|m| m["text"].clone())
+            .collect();
+        assert_eq!(texts, [json!("refused")]);
+    }
+
     #[test]
     fn a_remember_inside_a_remember_replays_as_one() {
         Explorer::new(nested)

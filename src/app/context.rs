@@ -115,13 +115,23 @@ pub(crate) enum AckMode {
     /// Deferred mode's ingress: recorded, and the listener stops there (a worker runs it again
     /// from the start: its steps so far replay from the journal).
     StopAfter,
-    /// A worker: the ingress acknowledged; `ack` returns at once.
+    /// A worker: the ingress acknowledged with the listener's choice; `ack` returns at once.
     Given,
+    /// A worker: the ingress acknowledged empty on the listener's behalf (it had not chosen
+    /// within 2 s, or wrote first). An acknowledgement chosen now is too late for Slack's 3 s:
+    /// a message goes through the `response_url`; a view's `response_action`, which only the
+    /// HTTP answer carries, cannot reach Slack, and the request ends `failed` (`ack_too_late`).
+    GivenEmpty,
 }
 
 struct Acking {
     mode: AckMode,
     ack: Option<Ack>,
+    /// The acknowledgement was made empty on the listener's behalf (deferred mode's ingress,
+    /// handing off at the listener's first write that is not a view).
+    implicit: bool,
+    /// What the listener chose, too late to reach Slack in any form.
+    lost: Option<Ack>,
 }
 
 struct Inner {
@@ -172,6 +182,8 @@ impl Ctx {
                 acking: std::sync::Mutex::new(Acking {
                     mode: ack_mode,
                     ack: None,
+                    implicit: false,
+                    lost: None,
                 }),
                 acked: tokio::sync::Notify::new(),
                 slack,
@@ -297,23 +309,77 @@ impl Ctx {
             }
             #[cfg(feature = "explore")]
             crate::testing::explore::acknowledging(self.inner.key.as_str(), ack.body());
-            acking.ack = Some(ack);
+            acking.ack = Some(ack.clone());
             acking.mode
         };
         self.inner.acked.notify_one();
-        if mode == AckMode::StopAfter {
+        match mode {
             // The ingress answers Slack now and hands the rest to a worker: this run goes no
             // further (the pipeline drops it).
-            std::future::pending::<()>().await;
+            AckMode::StopAfter => std::future::pending::<()>().await,
+            // Boxed: a late acknowledgement is a step, and a step may acknowledge (in
+            // deferred mode's ingress, never in this mode).
+            AckMode::GivenEmpty => Box::pin(self.late_ack(ack)).await?,
+            _ => {}
         }
         Ok(())
+    }
+
+    /// Slack was acknowledged empty before the listener chose `ack`: its message goes through
+    /// the `response_url` (a step like any other: at most once when ephemeral, looked for when
+    /// in the channel); anything else is lost, and said so.
+    async fn late_ack(&self, ack: Ack) -> Result<(), Error> {
+        let late = |ack: &Ack| {
+            tracing::error!(
+                acknowledgement = ack.body().as_deref().unwrap_or(""),
+                failure = "ack_too_late",
+                "the listener chose its acknowledgement after the ingress had acknowledged \
+                 empty (2 s after the request: choose it sooner, before slow work); a view's \
+                 response_action cannot reach Slack now: the request ends failed"
+            );
+            crate::metrics::count("AckTooLate");
+        };
+        match &ack {
+            Ack::Empty => Ok(()),
+            Ack::Message(body) if self.response_url().is_ok() => {
+                tracing::warn!(
+                    "the listener chose its acknowledgement after the ingress had acknowledged \
+                     empty: it is sent through the response_url instead"
+                );
+                let kind = match body["response_type"].as_str() {
+                    Some("in_channel") => RespondKind::InChannel,
+                    _ => RespondKind::Ephemeral,
+                };
+                let mut body = body.clone();
+                if kind == RespondKind::Ephemeral {
+                    body["response_type"] = "ephemeral".into();
+                }
+                self.respond(Respond { kind, body }).await
+            }
+            _ => {
+                late(&ack);
+                self.inner.acking.lock().expect("ack lock").lost = Some(ack);
+                Ok(())
+            }
+        }
+    }
+
+    /// An acknowledgement the listener chose too late to reach Slack in any form.
+    pub(crate) fn lost_ack(&self) -> Option<Ack> {
+        self.inner.acking.lock().expect("ack lock").lost.clone()
+    }
+
+    /// Whether the acknowledgement was made empty on the listener's behalf.
+    pub(crate) fn acked_implicitly(&self) -> bool {
+        let acking = self.inner.acking.lock().expect("ack lock");
+        acking.implicit || acking.ack.is_none()
     }
 
     /// Whether Slack has been (or is being) acknowledged: the request's `trigger_id` can no
     /// longer be spent.
     fn past_ack(&self) -> bool {
         let acking = self.inner.acking.lock().expect("ack lock");
-        acking.ack.is_some() || acking.mode == AckMode::Given
+        acking.ack.is_some() || matches!(acking.mode, AckMode::Given | AckMode::GivenEmpty)
     }
 
     /// The claim's attempt: 1 the first time, more when this run takes over from an earlier one.
@@ -752,6 +818,7 @@ impl Ctx {
                 // further.
                 let ack = self.chosen_ack().is_none().then(Ack::empty);
                 if let Some(ack) = ack {
+                    self.inner.acking.lock().expect("ack lock").implicit = true;
                     self.ack(ack).await?;
                 }
                 std::future::pending::<()>().await;

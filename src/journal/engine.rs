@@ -122,7 +122,6 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     }
     match verdict {
         Verdict::Replay => {
-            steps.tally.settled += 1;
             tracing::debug!(
                 step,
                 method,
@@ -132,9 +131,15 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
                 Some(StepRecord::Done { result, .. }) => result.as_str(),
                 _ => "",
             };
-            return Ok(Made::Answer(
-                serde_json::from_str(result).unwrap_or_else(|_| json!({"ok": true})),
-            ));
+            let answer: Value =
+                serde_json::from_str(result).unwrap_or_else(|_| json!({"ok": true}));
+            // Settled unconfirmed by an earlier claim: still unknown, still not answered.
+            if answer.get("unknown") == Some(&Value::Bool(true)) {
+                steps.tally.unconfirmed += 1;
+            } else {
+                steps.tally.settled += 1;
+            }
+            return Ok(Made::Answer(answer));
         }
         Verdict::Taken => {
             let Some((_, Seen::Taken(answer))) = shows else {
@@ -380,6 +385,18 @@ where
     let mut steps = held.lock().await;
     if steps.closed {
         return Err(Error::Closed);
+    }
+    if let Some(outer) = steps.remembering {
+        // Inside another remembered computation: part of its result, which is remembered (or
+        // not) whole. No step of its own (a run that finds the outer remembered never gets
+        // here), and the guard against writes stays on until the outer ends.
+        tracing::debug!(
+            name,
+            outer,
+            "remember inside a remember: computed as part of it"
+        );
+        drop(steps);
+        return Ok(compute.await);
     }
     let op = step_op("remember", name, "");
     let (step, earlier) = steps.take(&op)?;

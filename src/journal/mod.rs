@@ -138,6 +138,10 @@ pub(crate) fn recordable(answer: &Value) -> String {
             kept.insert(key.into(), v.clone());
         }
     }
+    // A step settled unconfirmed stays so for every later claim that replays it.
+    if answer.get("unknown") == Some(&Value::Bool(true)) {
+        kept.insert("unknown".into(), true.into());
+    }
     for key in ["channel", "file", "view"] {
         match answer.get(key) {
             Some(v @ Value::String(_)) => {

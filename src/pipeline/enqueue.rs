@@ -19,8 +19,14 @@ impl Processor {
         retry_num: Option<u32>,
         retry_reason: Option<&str>,
     ) -> Result<Outcome, ProcessError> {
-        self.send(queue, delivery, retry_num, retry_reason, Vec::new())
-            .await
+        self.send(
+            queue,
+            delivery,
+            retry_num,
+            retry_reason,
+            (Vec::new(), false),
+        )
+        .await
     }
 
     /// A command's or interaction's form, with the steps its listener made before the
@@ -30,8 +36,10 @@ impl Processor {
         queue: &dyn WorkQueue,
         delivery: &Delivery<'_>,
         steps: Vec<QueuedStep>,
+        implicit_ack: bool,
     ) -> Result<Outcome, ProcessError> {
-        self.send(queue, delivery, None, None, steps).await
+        self.send(queue, delivery, None, None, (steps, implicit_ack))
+            .await
     }
 
     async fn send(
@@ -40,7 +48,7 @@ impl Processor {
         delivery: &Delivery<'_>,
         retry_num: Option<u32>,
         retry_reason: Option<&str>,
-        steps: Vec<QueuedStep>,
+        (steps, implicit_ack): (Vec<QueuedStep>, bool),
     ) -> Result<Outcome, ProcessError> {
         let not_text = || {
             ProcessError::Malformed(<serde_json::Error as serde::de::Error>::custom(
@@ -60,6 +68,7 @@ impl Processor {
             envelope,
             form,
             steps,
+            implicit_ack,
             retry_num,
             retry_reason: retry_reason.map(str::to_string),
             received_at_ms: unix_ms(delivery.now),

@@ -68,7 +68,7 @@ impl Processor {
         let Some(mut times) = Times::new(delivery, self.lease) else {
             return Err(ProcessError::Deadline);
         };
-        if mode != AckMode::Given {
+        if !matches!(mode, AckMode::Given | AckMode::GivenEmpty) {
             // Slack is waiting: the acknowledgement must get out within its 3 s.
             times.cap(delivery.started + ACK_BUDGET);
         }
@@ -182,7 +182,11 @@ impl Processor {
                 _ => None,
             })
             .collect();
-        let queued = self.enqueue_with_steps(&**queue, request, done).await?;
+        // Slack gets an empty acknowledgement unless the listener chose one before handing off.
+        let implicit = ctx.acked_implicitly();
+        let queued = self
+            .enqueue_with_steps(&**queue, request, done, implicit)
+            .await?;
         Ok(acked(queued))
     }
 

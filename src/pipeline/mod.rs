@@ -153,7 +153,9 @@ impl ProcessError {
     pub fn is_final(&self) -> bool {
         match self {
             ProcessError::Slack(e) => e.is_permanent(),
-            ProcessError::Nondeterministic(_) | ProcessError::JournalFull(_) => true,
+            ProcessError::Nondeterministic(_)
+            | ProcessError::JournalFull(_)
+            | ProcessError::AckTooLate => true,
             _ => false,
         }
     }
@@ -186,6 +188,7 @@ impl ProcessError {
             ProcessError::JournalFull(_) => "journal_full".into(),
             ProcessError::Deadline => "deadline_exceeded".into(),
             ProcessError::Queue(_) => "queue_unavailable".into(),
+            ProcessError::AckTooLate => "ack_too_late".into(),
         }
     }
 }
@@ -242,6 +245,12 @@ pub enum ProcessError {
     Deadline,
     #[error("the event could not be put on the work queue")]
     Queue(#[source] QueueError),
+    /// The listener chose a view's `response_action` after the ingress had acknowledged
+    /// empty: it cannot reach Slack.
+    #[error(
+        "the listener's acknowledgement came after Slack was acknowledged, and cannot reach Slack"
+    )]
+    AckTooLate,
 }
 
 /// Everything a delivery needs, built once per process and shared by every request.
@@ -277,8 +286,9 @@ pub struct Settings {
 #[derive(Clone, Debug)]
 pub enum Queued {
     Event(Arc<EventCallback>),
-    /// With the steps its listener made in the ingress before the acknowledgement.
-    Interaction(Arc<Interaction>, Vec<crate::ledger::Settled>),
+    /// With the steps its listener made in the ingress before the acknowledgement, and
+    /// whether the ingress acknowledged empty on the listener's behalf.
+    Interaction(Arc<Interaction>, Vec<crate::ledger::Settled>, bool),
 }
 
 impl Processor {
@@ -377,8 +387,11 @@ impl Processor {
         let run = async {
             match queued {
                 Queued::Event(callback) => self.run_event(callback, delivery).await,
-                Queued::Interaction(interaction, done) => {
-                    let mode = crate::app::AckMode::Given;
+                Queued::Interaction(interaction, done, implicit) => {
+                    let mode = match implicit {
+                        true => crate::app::AckMode::GivenEmpty,
+                        false => crate::app::AckMode::Given,
+                    };
                     self.run_interaction(interaction, delivery, mode, None, done.clone())
                         .await
                 }
@@ -529,6 +542,7 @@ fn record_result(result: &Result<Outcome, ProcessError>) {
             ProcessError::Deadline => "DeadlineExceeded",
             ProcessError::Queue(QueueError::TooLarge { .. }) => "RejectedTooLarge",
             ProcessError::Queue(_) => "QueueErrors",
+            ProcessError::AckTooLate => "AckTooLate",
         },
     };
     metrics::count(name);

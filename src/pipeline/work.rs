@@ -93,13 +93,20 @@ impl Processor {
                 Err(_) => (Err(ProcessError::Deadline), false),
             };
         metrics::time_ms("HandlerLatency", working.elapsed().as_secs_f64() * 1e3);
+        // An acknowledgement chosen too late to reach Slack: the request says so.
+        let worked = match (worked, ctx.lost_ack()) {
+            (Ok(()), Some(_)) => Err(ProcessError::AckTooLate),
+            (worked, _) => worked,
+        };
         let (mut settled, tally) = ctx.close().await;
         if unit.identity == Identity::Message && worked.is_ok() {
             // Which listeners answered the message: another of its events runs only others.
             settled.push(Settled::Ran { listeners: ids });
         }
         let ack = ctx.chosen_ack();
-        let refused = ack.as_ref().is_some_and(Ack::is_errors);
+        // Errors shown to the person (the modal stays open): released, so corrected values
+        // are a new submission. Errors that came too late were shown nothing.
+        let refused = ack.as_ref().is_some_and(Ack::is_errors) && ctx.lost_ack().is_none();
         if refused && worked.is_ok() {
             tracing::info!("the view's submission was refused with errors: released");
         }

@@ -42,6 +42,11 @@ pub struct QueuedEvent {
     /// A form's: the steps its listener made in the ingress, before the acknowledgement.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<QueuedStep>,
+    /// A form's: the ingress acknowledged empty on the listener's behalf (it had not chosen
+    /// within 2 s, or wrote first), so an acknowledgement it chooses on the worker is too
+    /// late for Slack's 3 s. Absent in messages of earlier versions: read as given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implicit_ack: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_num: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -93,7 +93,7 @@ impl Worker {
                             op: s.op.clone(),
                         })
                         .collect();
-                    Queued::Interaction(Arc::new(i), done)
+                    Queued::Interaction(Arc::new(i), done, queued.implicit_ack)
                 })
                 .map_err(|e| e.to_string()),
             (QUEUED_EVENT_VERSION | QUEUED_FORM_VERSION, _, _) => {

@@ -335,6 +335,7 @@ impl Explorer {
         // The fault-free run keeps every invariant of its own (an acknowledgement dropped,
         // a remembered result computed twice, a token in the logs need no fault).
         let mut own = check::check(&reference, &reference);
+        own.extend(check::clean(&reference));
         // A replay's own invariants are about the schedule replayed.
         let invariants = if self.replay.is_some() {
             &[][..]
