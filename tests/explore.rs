@@ -115,7 +115,7 @@ fn modal_opens_once_and_saves_each_note_once() {
 
 #[test]
 fn the_assistant_streams_one_complete_answer_per_question() {
-    std::env::set_var("MODEL_WORDS", "12");
+    std::env::set_var("MODEL_WORDS", "80");
     Explorer::new(assistant::app)
         .request(Request::assistant_question("what is exactly once?"))
         .request(Request::event(json!({
@@ -381,11 +381,11 @@ mod findings {
     /// the model is asked once.
     #[test]
     fn a_hung_append_does_not_hold_the_answer() {
-        std::env::set_var("MODEL_WORDS", "12");
-        // Site 6 of the first run is its first chat.appendStream.
+        std::env::set_var("MODEL_WORDS", "80");
+        // Site 7 of the first run is its first chat.appendStream, while the model answers.
         Explorer::new(super::assistant::app)
             .request(Request::assistant_question("what is exactly once?").without_copies())
-            .replay("plain; 1.6=slow")
+            .replay("plain; 1.7=slow")
             .invariant("the model is asked once", |end| {
                 let asked = end
                     .logs

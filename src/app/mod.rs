@@ -54,7 +54,7 @@ pub use events::{
 pub use interactive::{Ack, InteractiveListener, Selector};
 pub use message::Message;
 pub use reference::{reference_app, safe_text, THANKS_ACTION};
-pub use stream::{Stream, APPEND_BUFFER_CHARS};
+pub use stream::{Stream, APPEND_BUFFER_CHARS, APPEND_TIMEOUT};
 
 use crate::envelope::{Event, EventCallback};
 use events::{typed, Typed};

@@ -21,6 +21,10 @@ use crate::slack::{post_metadata, Args, SlackError};
 /// Appends are sent once this many characters are buffered (Slack's SDKs use 256), keeping
 /// within `chat.appendStream`'s rate tier.
 pub const APPEND_BUFFER_CHARS: usize = 256;
+/// An append waits at most this long for Slack (within the claim's deadline). An append is not
+/// a step: one that hangs ends the appending, and the end replaces the message with the whole
+/// answer, so neither the answer nor the listener waits on it until the lease ends.
+pub const APPEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `chat.startStream`'s answer to a recipient it cannot resolve for this app (an author of
 /// another organisation in a Slack Connect conversation).
@@ -130,10 +134,11 @@ impl Stream {
             return;
         }
         let args = json!({"channel": self.channel, "ts": self.ts, "markdown_text": self.buffer});
+        let by = (tokio::time::Instant::now() + APPEND_TIMEOUT).min(self.ctx.deadline());
         let sent = self
             .ctx
             .slack()
-            .api("chat.appendStream", &Args::Json(args), self.ctx.deadline())
+            .api("chat.appendStream", &Args::Json(args), by)
             .await;
         self.buffer.clear();
         match sent {
