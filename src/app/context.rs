@@ -644,13 +644,7 @@ impl Ctx {
             })?;
         let args = json!({"trigger_id": trigger, "view": view});
         let answer = self
-            .step(
-                method,
-                args,
-                Settle::Idempotent,
-                &["exchanged_trigger_id"],
-                Returns::Ids,
-            )
+            .step(method, args, Settle::View, &[], Returns::Ids)
             .await?;
         Ok(answer["view"]["id"]
             .as_str()

@@ -78,6 +78,7 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         benign,
         returns,
     } = call;
+    let trigger_bound = matches!(method, "views.open" | "views.push");
     // Held for the whole step: steps run one at a time, in the order they are made.
     let mut steps = steps.lock().await;
     if steps.closed {
@@ -91,11 +92,18 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     }
     let op = step_identity(method, &args);
     let (step, earlier) = steps.take(&op)?;
+    if trigger_bound && args["view"]["external_id"].is_null() && args["view"].is_object() {
+        // A view's id is known only from Slack's answer; this names it before the call, so a
+        // later run can find it (`views.update` by `external_id`) should the answer be lost.
+        args["view"]["external_id"] = format!("so-{}-{step}", steps.key).into();
+    }
     let kind = settle.kind();
     let in_own = match settle {
         Settle::Lookup { channel, .. } | Settle::Stream { channel, .. } => {
             method != RESPOND && r.own_channel == Some(channel)
         }
+        // A view is found by its external_id, whatever the scopes.
+        Settle::View => true,
         _ => false,
     };
     let may_stand = settle::may_stand(kind, in_own);
@@ -113,7 +121,10 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         Some(StepRecord::Began { .. }) => Record::Began,
     };
     let shows = match (&earlier, settle::looks(kind, record)) {
-        (Some(found), true) => Some(look(&mut steps, r, step, found, settle).await),
+        (Some(found), true) => Some(match settle {
+            Settle::View => look_for_view(r, step, &args).await,
+            _ => look(&mut steps, r, step, found, settle).await,
+        }),
         _ => None,
     };
     let verdict = settle::verdict(kind, record, shows.as_ref().map(|s| s.0));
@@ -188,7 +199,6 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         }
     }
 
-    let trigger_bound = matches!(method, "views.open" | "views.push");
     if steps.provisional && !trigger_bound {
         // Deferred mode's ingress: what follows is a worker's. The listener hands off here,
         // and this step is made again (numbered the same) by the worker's run.
@@ -224,7 +234,9 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     // fates learnt so far: no write to Slack without a claim still held.
     let stands = step == steps.covered && steps.began_stands && may_stand && !steps.provisional;
     if steps.provisional {
-        // No claim to announce it in: the trigger_id is Slack's own once-only guard.
+        // No claim to announce it in: the trigger_id is Slack's own once-only guard. Should
+        // the hand-off cut the call off, the worker gets it as unknown, and looks.
+        steps.in_flight = Some((step, intent.clone()));
     } else if stands {
         steps.in_flight = Some((step, intent.clone()));
     } else {
@@ -242,6 +254,8 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         });
         args["metadata"] = post_metadata(args.get("metadata"), names);
     }
+    // A view's arguments, to look for it by its external_id should the trigger be spent.
+    let view_args = trigger_bound.then(|| args.clone());
     let answer = if method == RESPOND {
         match &r.response_url {
             Some(url) => r.slack.respond(url, &args, r.deadline).await,
@@ -255,14 +269,37 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     steps.in_flight = None;
     let answer = match answer {
         Ok(answer) => answer,
+        Err(SlackError::Api { code }) if trigger_bound && code == "exchanged_trigger_id" => {
+            // An earlier run opened it and its answer was lost: the view is found by its
+            // external_id, and its id recorded.
+            let args = view_args.as_ref().expect("a view's arguments");
+            match look_for_view(r, step, args).await {
+                (Shows::Found, Seen::Taken(answer)) => {
+                    tracing::info!(step, method, "the trigger opened a view already: found it");
+                    return Ok(Made::Answer(steps.settled_earlier(step, &op, answer)));
+                }
+                _ => json!({"ok": true, "already": code}),
+            }
+        }
         Err(SlackError::Api { code }) if benign.contains(&code.as_str()) => {
             json!({"ok": true, "already": code})
         }
         Err(error) => {
             if error.may_have_posted() {
-                if stands {
-                    // No intent of its own in the ledger: the finish records one.
+                if stands || steps.provisional {
+                    // No intent of its own in the ledger: the finish (or the hand-off) records
+                    // one.
                     steps.unrecorded.push(Settled::Unknown { step, intent });
+                }
+                if steps.provisional && trigger_bound {
+                    // Deferred mode's ingress: the hand-off goes on; the worker looks for the
+                    // view rather than opening another with an expired trigger.
+                    tracing::warn!(
+                        step,
+                        method,
+                        "no answer to the view's call before the hand-off: the worker looks for it"
+                    );
+                    return Ok(Made::HandOff);
                 }
             } else if earlier.is_none() && !stands {
                 // Certainly not made, and no earlier claim tried: no one need look.
@@ -282,6 +319,36 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         op: Some(op),
     });
     Ok(Made::Answer(answer))
+}
+
+/// Looks for the view an earlier run opened (or pushed) as step `step`, by the `external_id`
+/// in `args`: `views.update` with the same view answers it (and its id), or `not_found`.
+async fn look_for_view(r: &For<'_>, step: u32, args: &Value) -> (Shows, Seen) {
+    let view = &args["view"];
+    let update = json!({"external_id": view["external_id"], "view": view});
+    match r
+        .slack
+        .api("views.update", &Args::Json(update), r.deadline)
+        .await
+    {
+        Ok(answer) => {
+            tracing::info!(step, "an earlier run's view is open: not opened again");
+            let id = answer["view"]["id"].clone();
+            (
+                Shows::Found,
+                Seen::Taken(json!({"ok": true, "view": {"id": id}})),
+            )
+        }
+        Err(SlackError::Api { code }) if code == "not_found" => (Shows::Absent, Seen::Nothing),
+        Err(error) => {
+            tracing::warn!(
+                error = %crate::process::error_chain(&error),
+                step,
+                "could not look for an earlier run's view: releasing"
+            );
+            (Shows::Unavailable, Seen::Failed(error))
+        }
+    }
 }
 
 /// Looks in Slack for the write an earlier claim announced as step `step` (`earlier`): what

@@ -16,6 +16,11 @@ pub enum Settle<'a> {
         channel: &'a str,
         thread_ts: &'a str,
     },
+    /// A view opened or pushed with the request's `trigger_id`: looked for by the
+    /// `external_id` every view of slack-once carries (`views.update` with it and the same
+    /// view: Slack answers the view, or `not_found`), since a trigger opens one view once and
+    /// expires in 3 s.
+    View,
     /// Made again: doing it twice changes nothing.
     Idempotent,
     /// Not made again: it can be neither looked for nor repeated harmlessly.
@@ -26,7 +31,7 @@ pub enum Settle<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// Looked for in Slack: a message by its metadata, a stream among the thread's unmarked
-    /// messages.
+    /// messages, a view by its `external_id`.
     LookedFor,
     Idempotent,
     AtMostOnce,
@@ -35,7 +40,7 @@ pub enum Kind {
 impl Settle<'_> {
     pub fn kind(&self) -> Kind {
         match self {
-            Settle::Lookup { .. } | Settle::Stream { .. } => Kind::LookedFor,
+            Settle::Lookup { .. } | Settle::Stream { .. } | Settle::View => Kind::LookedFor,
             Settle::Idempotent => Kind::Idempotent,
             Settle::AtMostOnce => Kind::AtMostOnce,
         }
@@ -217,8 +222,8 @@ pub fn may_stand(kind: Kind, in_own_conversation: bool) -> bool {
 pub fn markdown() -> String {
     let kind = |k: Option<Kind>| match k {
         None => "any",
-        Some(Kind::LookedFor) => "looked for (a message, a stream)",
-        Some(Kind::Idempotent) => "made again (an update, a reaction, a view with its trigger)",
+        Some(Kind::LookedFor) => "looked for (a message, a stream, a view)",
+        Some(Kind::Idempotent) => "made again (an update, a reaction)",
         Some(Kind::AtMostOnce) => "at most once (an ephemeral message)",
     };
     let record = |r: &[Record]| {

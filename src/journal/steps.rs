@@ -173,20 +173,25 @@ impl Steps {
     /// lowest step absent from the ledger, not for the first after these).
     pub(crate) fn seed(&mut self, done: Vec<Settled>) {
         for fate in done {
-            if let Settled::Done { step, result, op } = &fate {
-                if matches!(self.journal.get(step), Some(StepRecord::Done { .. })) {
-                    continue;
-                }
-                self.journal.insert(
-                    *step,
-                    StepRecord::Done {
-                        result: result.clone(),
-                        op: op.clone(),
-                    },
-                );
-                self.unrecorded.push(fate);
-                self.began_stands = false;
+            let record = match &fate {
+                Settled::Done { result, op, .. } => StepRecord::Done {
+                    result: result.clone(),
+                    op: op.clone(),
+                },
+                // A view whose answer the hand-off cut off: settled by looking for it.
+                Settled::Unknown { intent, .. } => intent.clone(),
+                _ => continue,
+            };
+            let step = match &fate {
+                Settled::Done { step, .. } | Settled::Unknown { step, .. } => *step,
+                _ => continue,
+            };
+            if matches!(self.journal.get(&step), Some(StepRecord::Done { .. })) {
+                continue;
             }
+            self.journal.insert(step, record);
+            self.unrecorded.push(fate);
+            self.began_stands = false;
         }
         self.covered = first_absent_step(&self.journal);
     }
@@ -217,6 +222,10 @@ impl Steps {
     /// Step `step` (its identity `op`) was found done for an earlier claim: `answer` stands
     /// for its result and is recorded with the claim's next write.
     pub(super) fn settled_earlier(&mut self, step: u32, op: &str, answer: Value) -> Value {
+        // What was learnt of it before (an unknown the ingress handed on) is replaced.
+        self.unrecorded.retain(
+            |f| !matches!(f, Settled::Unknown { step: s, .. } | Settled::NotDone { step: s } if *s == step),
+        );
         self.unrecorded.push(Settled::Done {
             step,
             result: super::recordable(&answer),

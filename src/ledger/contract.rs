@@ -522,3 +522,50 @@ pub async fn another_apps_alias_is_never_taken(ledger: &dyn Ledger, alias: &Even
         "the other app's own"
     );
 }
+
+/// One write that carries two fates of one step (a view the ingress handed on unknown, then
+/// found by the worker) records the last, and is one valid write. Leaves `e` done.
+pub async fn two_fates_of_one_step_in_one_write_record_the_last(ledger: &dyn Ledger, e: &EventId) {
+    let a = OwnerToken::random();
+    let Claim::Acquired { .. } = ledger.claim(&request(e, &a, NOW)).await.unwrap() else {
+        panic!("not acquired")
+    };
+    let held = Held {
+        event_id: e,
+        owner: &a,
+    };
+    let fates = [
+        Settled::Unknown {
+            step: 1,
+            intent: intent(0, NOW, "views.open#00000001"),
+        },
+        Settled::Done {
+            step: 1,
+            result: r#"{"ok":true,"view":{"id":"V1"}}"#.into(),
+            op: Some("views.open#00000001".into()),
+        },
+    ];
+    ledger
+        .begin_step(
+            held,
+            2,
+            &intent(1, NOW + 1, "chat.postMessage#00000002"),
+            &fates,
+            NOW + 1,
+        )
+        .await
+        .expect("one write with two fates of a step");
+    ledger
+        .finish(held, &Finish::Done, &[], NOW + 2)
+        .await
+        .unwrap();
+    // A later claim of another owner would see the journal: read it through a takeover of a
+    // released copy instead: the test of each ledger reads its storage.
+    assert!(matches!(
+        ledger
+            .claim(&request(e, &OwnerToken::random(), NOW + 3))
+            .await
+            .unwrap(),
+        Claim::AlreadyDone { .. }
+    ));
+}

@@ -239,7 +239,10 @@ impl DynamoLedger {
         mut values: Vec<(String, AttributeValue)>,
         settled: &[Settled],
     ) -> Result<(), SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>> {
-        for (i, fate) in settled.iter().enumerate() {
+        for (i, fate) in crate::ledger::last_per_step(settled)
+            .into_iter()
+            .enumerate()
+        {
             let (name, value) = (format!("#settled{i}"), format!(":settled{i}"));
             let (step, record) = match fate {
                 Settled::Done { step, result, op } => (

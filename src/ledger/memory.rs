@@ -469,6 +469,13 @@ mod tests {
     async fn the_journal_survives_a_takeover_and_settlements_ride_on_the_next_write() {
         let (ledger, e) = (MemoryLedger::new(), id("Ev1"));
         contract::the_journal_survives_a_takeover(&ledger, &e).await;
+        let v = id("Ev-two-fates");
+        contract::two_fates_of_one_step_in_one_write_record_the_last(&ledger, &v).await;
+        let journal = ledger.journal(&v).unwrap();
+        assert!(
+            matches!(journal.get(&1), Some(StepRecord::Done { result, .. }) if result.contains("V1")),
+            "{journal:?}"
+        );
         assert_eq!(
             ledger.journal(&e).unwrap().len(),
             1,

@@ -369,6 +369,30 @@ pub enum Settled {
     Ran { listeners: Vec<String> },
 }
 
+/// `settled` as one write records it: of several fates of one step (a view seeded unknown by
+/// the ingress, then found), the last; every record of the listeners that ran. A DynamoDB
+/// update cannot set one attribute twice.
+pub fn last_per_step(settled: &[Settled]) -> Vec<&Settled> {
+    let step_of = |fate: &Settled| match fate {
+        Settled::Done { step, .. } | Settled::NotDone { step } | Settled::Unknown { step, .. } => {
+            Some(*step)
+        }
+        Settled::Ran { .. } => None,
+    };
+    settled
+        .iter()
+        .enumerate()
+        .filter(|(i, fate)| {
+            step_of(fate).is_none_or(|step| {
+                !settled[i + 1..]
+                    .iter()
+                    .any(|later| step_of(later) == Some(step))
+            })
+        })
+        .map(|(_, fate)| fate)
+        .collect()
+}
+
 /// What a claim that ends without reaching the step its earlier claims' began windows stand
 /// for must record so that their doubt is not lost: an intent spanning their window.
 pub fn keep_doubt(journal: &Journal) -> Option<Settled> {

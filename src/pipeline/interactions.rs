@@ -178,7 +178,19 @@ impl Processor {
         let done: Vec<QueuedStep> = settled
             .into_iter()
             .filter_map(|fate| match fate {
-                Settled::Done { step, result, op } => Some(QueuedStep { step, result, op }),
+                Settled::Done { step, result, op } => Some(QueuedStep {
+                    step,
+                    result,
+                    op,
+                    unknown: false,
+                }),
+                // A view whose answer the hand-off cut off: the worker looks for it.
+                Settled::Unknown { step, intent } => Some(QueuedStep {
+                    step,
+                    result: String::new(),
+                    op: intent.op().map(str::to_string),
+                    unknown: true,
+                }),
                 _ => None,
             })
             .collect();

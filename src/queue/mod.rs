@@ -62,6 +62,9 @@ pub struct QueuedStep {
     pub result: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
+    /// Its fate unknown (a view whose answer the hand-off cut off): the worker looks for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unknown: bool,
 }
 
 /// One message as received.

@@ -87,10 +87,21 @@ impl Worker {
                     let done = queued
                         .steps
                         .iter()
-                        .map(|s| crate::ledger::Settled::Done {
-                            step: s.step,
-                            result: s.result.clone(),
-                            op: s.op.clone(),
+                        .map(|s| match s.unknown {
+                            false => crate::ledger::Settled::Done {
+                                step: s.step,
+                                result: s.result.clone(),
+                                op: s.op.clone(),
+                            },
+                            true => crate::ledger::Settled::Unknown {
+                                step: s.step,
+                                intent: crate::ledger::StepRecord::Intent {
+                                    attempt: 0,
+                                    op: s.op.clone(),
+                                    at_ms: Some(queued.received_at_ms),
+                                    lease_until_ms: None,
+                                },
+                            },
                         })
                         .collect();
                     Queued::Interaction(Arc::new(i), done, queued.implicit_ack)

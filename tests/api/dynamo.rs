@@ -364,6 +364,16 @@ async fn a_missing_table_answers_503_and_posts_nothing() {
 }
 
 #[tokio::test]
+async fn two_fates_of_one_step_in_one_write_are_one_valid_update_recording_the_last() {
+    let (ledger, e) = (ledger().await, id("EvD10b"));
+    contract::two_fates_of_one_step_in_one_write_record_the_last(ledger.as_ref(), &e).await;
+    let item = ledger.get_item("EvD10b").await.unwrap().unwrap();
+    let journal = item["journal"].as_m().unwrap();
+    let step1 = journal["1"].as_s().unwrap();
+    assert!(step1.starts_with("d ") && step1.contains("V1"), "{step1}");
+}
+
+#[tokio::test]
 async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
     let (ledger, e) = (ledger().await, id("EvD10"));
     contract::the_journal_survives_a_takeover(ledger.as_ref(), &e).await;

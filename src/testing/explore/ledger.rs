@@ -84,6 +84,28 @@ impl SimLedger {
     }
 }
 
+/// What DynamoDB refuses that the in-memory ledger would take: one update setting a journal
+/// step twice ("Two document paths overlap"). The DynamoDB ledger collapses a write's fates per
+/// step as a second guard; the engine must not send two fates of one step, nor a fate of the
+/// step it writes, in one write.
+fn overlapping(world: &World, step: Option<u32>, settled: &[Settled]) {
+    let mut seen: Vec<u32> = step.into_iter().collect();
+    for fate in settled {
+        let s = match fate {
+            Settled::Done { step, .. }
+            | Settled::NotDone { step }
+            | Settled::Unknown { step, .. } => *step,
+            Settled::Ran { .. } => continue,
+        };
+        if seen.contains(&s) {
+            world.violate(format!(
+                "a ledger write DynamoDB refuses: step {s} is set twice in one update"
+            ));
+        }
+        seen.push(s);
+    }
+}
+
 fn step_text(step: u32, record: &StepRecord, settled: &[Settled]) -> String {
     let mut text = format!("step {step}: {}", record.encode());
     if !settled.is_empty() {
@@ -125,6 +147,7 @@ impl Ledger for SimLedger {
         now_ms: u64,
     ) -> Result<(), LedgerError> {
         let inner = self.world.ledger.clone();
+        overlapping(&self.world, Some(step), settled);
         self.site(
             format!("write {}", step_text(step, intent, settled)),
             || {
@@ -176,6 +199,7 @@ impl Ledger for SimLedger {
         now_ms: u64,
     ) -> Result<(), LedgerError> {
         let inner = self.world.ledger.clone();
+        overlapping(&self.world, None, settled);
         let mut what = format!("finish {} {to:?}", held.event_id);
         if !settled.is_empty() {
             what.push_str(&format!(", with {}", settled_text(settled)));
