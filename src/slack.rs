@@ -188,14 +188,6 @@ struct History {
     messages: Vec<HistoryMessage>,
     #[serde(default)]
     has_more: bool,
-    #[serde(default)]
-    response_metadata: Option<ResponseMetadata>,
-}
-
-#[derive(Deserialize)]
-struct ResponseMetadata {
-    #[serde(default)]
-    next_cursor: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -341,6 +333,18 @@ pub struct ReplyQuery<'a> {
     /// Also take this app's message that carries no slack-once names (a stream not yet
     /// stopped: `chat.startStream` takes no metadata), in the window and the thread.
     pub adopt_unmarked: bool,
+    /// Where an earlier look-up of the same window stopped ([`Lookup::reached`]): searched on
+    /// from there.
+    pub resume: Option<&'a str>,
+}
+
+/// What a look-up came to: its result, and how far it got (the bound the pages it read fully
+/// moved the window to: for `conversations.history`, newest first, the oldest `ts` read; for
+/// `conversations.replies`, the newest), so that one cut short can be gone on with.
+#[derive(Debug)]
+pub struct Lookup {
+    pub result: Result<Option<Found>, SlackError>,
+    pub reached: Option<String>,
 }
 
 /// The key under which slack-once keeps its own names in a message's metadata
@@ -645,14 +649,25 @@ impl SlackClient {
     /// post carries, among this app's messages in `channel` (of the thread `thread_ts`, when
     /// set) between `oldest` and `latest`: `conversations.replies` or `conversations.history`
     /// with `include_all_metadata=true`, at most [`LOOKUP_PAGE_SIZE`] messages a page (newest
-    /// first in a channel), following the cursor and waiting out 429s while `deadline` allows.
+    /// first in a channel), page after page within the window (from [`ReplyQuery::resume`]
+    /// when an earlier look-up got that far), waiting out 429s while `deadline` allows.
     /// A message of another app never matches, whatever its metadata says. Used only where an
-    /// earlier claim may have posted. `Err` means Slack could not be asked: the caller must not
-    /// take "not found" from it.
-    pub async fn find_reply(
+    /// earlier claim may have posted. An `Err` result means Slack could not be asked: the
+    /// caller must not take "not found" from it; [`Lookup::reached`] says how far it got.
+    pub async fn find_reply(&self, query: &ReplyQuery<'_>, deadline: Instant) -> Lookup {
+        let mut reached = None;
+        let result = self.search(query, deadline, &mut reached).await;
+        Lookup { result, reached }
+    }
+
+    /// [`Self::find_reply`]'s pages: each read within the window's bounds, the next one past
+    /// the last `ts` read (bounds rather than Slack's cursor, so that where it got to means
+    /// the same to a later look-up); `reached` moved after each page read in full.
+    async fn search(
         &self,
         query: &ReplyQuery<'_>,
         deadline: Instant,
+        reached: &mut Option<String>,
     ) -> Result<Option<Found>, SlackError> {
         if self.secrets.current().bot_token.is_none() {
             return Ok(None);
@@ -674,22 +689,19 @@ impl SlackClient {
             query.channel.to_string()
         };
         let limit = LOOKUP_PAGE_SIZE.to_string();
-        let mut params = vec![
-            ("channel", channel.as_str()),
-            ("include_all_metadata", "true"),
-            ("inclusive", "true"),
-            ("limit", limit.as_str()),
-        ];
-        let method = match query.thread_ts {
-            Some(ts) => {
-                params.push(("ts", ts));
-                "conversations.replies"
-            }
-            None => "conversations.history",
+        let (method, newest_first) = match query.thread_ts {
+            Some(_) => ("conversations.replies", false),
+            None => ("conversations.history", true),
         };
-        params.extend(query.oldest.map(|o| ("oldest", o)));
-        params.extend(query.latest.map(|l| ("latest", l)));
-        let mut cursor: Option<String> = None;
+        // The window's bounds (exclusive), narrowed by where an earlier look-up got to.
+        let mut oldest = query.oldest.map(str::to_string);
+        let mut latest = query.latest.map(str::to_string);
+        if let Some(resume) = query.resume {
+            match newest_first {
+                true => latest = Some(resume.to_string()),
+                false => oldest = Some(resume.to_string()),
+            }
+        }
         // Adopting a stream: this app's messages without slack-once's names, in the window,
         // other than the thread's parent. One is the stream; several cannot be told apart.
         let mut unmarked: Vec<String> = Vec::new();
@@ -698,11 +710,15 @@ impl SlackClient {
             _ => true,
         };
         loop {
-            let mut all = params.clone();
-            if let Some(c) = cursor.as_deref() {
-                all.push(("cursor", c));
-            }
-            let encoded: Vec<String> = all
+            let mut params = vec![
+                ("channel", channel.as_str()),
+                ("include_all_metadata", "true"),
+                ("limit", limit.as_str()),
+            ];
+            params.extend(query.thread_ts.map(|ts| ("ts", ts)));
+            params.extend(oldest.as_deref().map(|o| ("oldest", o)));
+            params.extend(latest.as_deref().map(|l| ("latest", l)));
+            let encoded: Vec<String> = params
                 .iter()
                 .map(|(k, v)| format!("{k}={}", percent_encode(v)))
                 .collect();
@@ -717,56 +733,61 @@ impl SlackClient {
                         .expect("a valid request")
                 })
                 .await?;
-            let mut found = None;
-            for m in history.messages {
-                if !query.app.posted(&m) {
+            let mut read: Vec<u128> = Vec::new();
+            for m in &history.messages {
+                // The thread's parent comes first on every page of conversations.replies.
+                if Some(m.ts.as_str()) == query.thread_ts {
+                    continue;
+                }
+                read.extend(ts_micros(&m.ts));
+                if !query.app.posted(m) {
                     continue;
                 }
                 match m.metadata.as_ref().and_then(metadata_names) {
                     Some(names) if names == (query.key, u64::from(query.step)) => {
-                        found = Some(m.ts);
-                        break;
+                        return Ok(Some(Found {
+                            channel,
+                            ts: m.ts.clone(),
+                        }));
                     }
                     Some(_) => {}
                     // A stream carries no metadata until it is stopped.
-                    None if query.adopt_unmarked
-                        && Some(m.ts.as_str()) != query.thread_ts
-                        && after_oldest(&m.ts) =>
-                    {
-                        unmarked.push(m.ts)
+                    None if query.adopt_unmarked && after_oldest(&m.ts) => {
+                        unmarked.push(m.ts.clone())
                     }
                     None => {}
                 }
             }
-            if let Some(ts) = found {
-                return Ok(Some(Found { channel, ts }));
+            if !history.has_more {
+                return match unmarked.len() {
+                    0 => Ok(None),
+                    1 => Ok(Some(Found {
+                        channel,
+                        ts: unmarked.remove(0),
+                    })),
+                    n => Err(SlackError::InvalidResponse(
+                        format!("{n} unmarked messages of this app in the window: which is the stream cannot be told")
+                            .into(),
+                    )),
+                };
             }
-            let next = history
-                .response_metadata
-                .and_then(|m| m.next_cursor)
-                .filter(|c| !c.is_empty());
-            match (history.has_more, next) {
-                (false, _) => {
-                    return match unmarked.len() {
-                        0 => Ok(None),
-                        1 => Ok(Some(Found {
-                            channel,
-                            ts: unmarked.remove(0),
-                        })),
-                        n => Err(SlackError::InvalidResponse(
-                            format!("{n} unmarked messages of this app in the window: which is the stream cannot be told")
-                                .into(),
-                        )),
-                    }
-                }
-                (true, Some(next)) => cursor = Some(next),
+            // The next page: past the last message read, in the page's order.
+            let bound = match newest_first {
+                true => read.iter().min(),
+                false => read.iter().max(),
+            };
+            let Some(bound) = bound.map(|m| format!("{}.{:06}", m / 1_000_000, m % 1_000_000))
+            else {
                 // More messages that cannot be reached: "not found" would be a guess.
-                (true, None) => {
-                    return Err(SlackError::InvalidResponse(
-                        "has_more without a next_cursor".into(),
-                    ))
-                }
+                return Err(SlackError::InvalidResponse(
+                    "has_more without a message to go on from".into(),
+                ));
+            };
+            match newest_first {
+                true => latest = Some(bound.clone()),
+                false => oldest = Some(bound.clone()),
             }
+            *reached = Some(bound);
         }
     }
 

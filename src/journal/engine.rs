@@ -10,7 +10,7 @@ use super::settle::{self, Record, Shows, Verdict};
 use super::steps::journal_bytes;
 use super::{recordable, slack_ts, step_identity, Error, Returns, Settle, Steps};
 use super::{MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS};
-use crate::ledger::{step_op, Settled, StepRecord};
+use crate::ledger::{step_op, Looked, Settled, StepRecord};
 use crate::slack::{post_metadata, Args, OurApp, ReplyQuery, SlackClient, SlackError};
 
 /// The step name of a post to the request's `response_url`.
@@ -21,6 +21,9 @@ const UNLOOKABLE: &[&str] = &["not_in_channel", "channel_not_found", "missing_sc
 /// A look-up for a message an earlier claim may have posted searches the window from its
 /// intent to its lease's end, widened by this much on each side (clocks, Slack's own delay).
 const LOOKUP_SLACK_MS: u64 = 5_000;
+/// No claim's lease is longer than Lambda's longest timeout (a local worker's is at most 900 s
+/// too): a record without times is looked for this long after the request.
+const MAX_LEASE_SECS: u64 = 900;
 
 /// One write, as a listener's context asks for it.
 pub(crate) struct Call<'a> {
@@ -224,6 +227,7 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         op: Some(op.clone()),
         at_ms: Some(now_ms),
         lease_until_ms: Some(steps.lease_until_ms),
+        looked: None,
     };
     let after = steps.after(step, &intent);
     if step > MAX_STEPS || journal_bytes(&after) > MAX_JOURNAL_BYTES {
@@ -360,18 +364,20 @@ async fn look(
     earlier: &StepRecord,
     settle: Settle<'_>,
 ) -> (Shows, Seen) {
-    let (earlier_attempt, at_ms, lease_until_ms) = match *earlier {
+    let (earlier_attempt, at_ms, lease_until_ms, looked) = match earlier {
         StepRecord::Intent {
             attempt,
             at_ms,
             lease_until_ms,
+            looked,
             ..
-        } => (Some(attempt), at_ms, lease_until_ms),
+        } => (Some(*attempt), *at_ms, *lease_until_ms, looked),
         StepRecord::Began {
             at_ms,
             lease_until_ms,
+            looked,
             ..
-        } => (None, Some(at_ms), Some(lease_until_ms)),
+        } => (None, Some(*at_ms), Some(*lease_until_ms), looked),
         StepRecord::Done { .. } => unreachable!("a done step is replayed, not looked for"),
     };
     let (channel, thread_ts, adopt_unmarked) = match settle {
@@ -380,13 +386,39 @@ async fn look(
         _ => unreachable!("only looked-for steps are looked for"),
     };
     // The earlier claim posted after its intent and before its lease ended: only that window
-    // is searched, so one page settles it however busy the channel. Records of earlier
-    // versions carry no times: from the request on.
+    // is searched. Records of earlier versions carry no times: from the request on, for as
+    // long as any claim's lease can last.
     let oldest = match at_ms {
         Some(at) => Some(slack_ts(at.saturating_sub(LOOKUP_SLACK_MS))),
         None => r.since_ts.clone(),
     };
-    let latest = lease_until_ms.map(|until| slack_ts(until + LOOKUP_SLACK_MS));
+    let latest = match lease_until_ms {
+        Some(until) => Some(slack_ts(until + LOOKUP_SLACK_MS)),
+        None => oldest.as_deref().and_then(|o| {
+            let (secs, _) = o.split_once('.').unwrap_or((o, ""));
+            let secs: u64 = secs.parse().ok()?;
+            Some(slack_ts((secs + MAX_LEASE_SECS) * 1000 + LOOKUP_SLACK_MS))
+        }),
+    };
+    // A stream is adopted only when it is the one unmarked message of the whole window: its
+    // look-up always reads the window whole.
+    let window = (
+        oldest.clone().unwrap_or_default(),
+        latest.clone().unwrap_or_default(),
+    );
+    let resume = match (adopt_unmarked, looked) {
+        (false, Some(l))
+            if (l.oldest.as_str(), l.latest.as_str()) == (&window.0[..], &window.1[..]) =>
+        {
+            tracing::info!(
+                step,
+                from = l.to,
+                "going on with an earlier look-up from where it stopped"
+            );
+            Some(l.to.clone())
+        }
+        _ => None,
+    };
     let query = ReplyQuery {
         channel,
         thread_ts,
@@ -396,8 +428,21 @@ async fn look(
         step,
         app: r.app,
         adopt_unmarked,
+        resume: resume.as_deref(),
     };
-    match r.slack.find_reply(&query, r.deadline).await {
+    let lookup = r.slack.find_reply(&query, r.deadline).await;
+    if let (Err(_), Some(to), false) = (&lookup.result, &lookup.reached, adopt_unmarked) {
+        // Cut short: the next claim goes on from here.
+        steps.unrecorded.push(Settled::Looked {
+            step,
+            looked: Looked {
+                oldest: window.0.clone(),
+                latest: window.1.clone(),
+                to: to.clone(),
+            },
+        });
+    }
+    match lookup.result {
         Ok(Some(found)) => {
             tracing::info!(
                 step,

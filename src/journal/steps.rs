@@ -158,11 +158,24 @@ impl Steps {
         if let Some((step, intent)) = self.in_flight.take() {
             self.unrecorded.push(Settled::Unknown { step, intent });
         }
-        if !self.began_settled {
+        if let (false, Some(Settled::Unknown { step, mut intent })) =
+            (self.began_settled, keep_doubt(&self.journal))
+        {
             // Not reached (a failure before it, a look-up that could not be made): what the
-            // earlier claims may have done there stays in doubt, as an intent of their window.
-            let doubt = keep_doubt(&self.journal);
-            self.unrecorded.extend(doubt);
+            // earlier claims may have done there stays in doubt, as an intent of their window,
+            // with how far a look-up of it got.
+            let cut_short = self
+                .unrecorded
+                .iter()
+                .position(|f| matches!(f, Settled::Looked { step: s, .. } if *s == step));
+            if let Some(Settled::Looked { looked, .. }) =
+                cut_short.map(|i| self.unrecorded.remove(i))
+            {
+                if let StepRecord::Intent { looked: kept, .. } = &mut intent {
+                    *kept = Some(looked);
+                }
+            }
+            self.unrecorded.push(Settled::Unknown { step, intent });
         }
         (std::mem::take(&mut self.unrecorded), self.tally)
     }
@@ -256,6 +269,16 @@ pub(super) fn apply(journal: &mut Journal, fates: &[Settled]) {
                 journal.insert(*step, intent.clone());
             }
             Settled::Ran { .. } => {}
+            Settled::Looked {
+                step,
+                looked: progress,
+            } => {
+                if let Some(StepRecord::Intent { looked, .. } | StepRecord::Began { looked, .. }) =
+                    journal.get_mut(step)
+                {
+                    *looked = Some(progress.clone());
+                }
+            }
         }
     }
 }

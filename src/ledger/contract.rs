@@ -39,6 +39,7 @@ pub fn intent(attempt: u32, at_ms: u64, op: &str) -> StepRecord {
         op: Some(op.to_string()),
         at_ms: Some(at_ms),
         lease_until_ms: Some(at_ms + LEASE),
+        looked: None,
     }
 }
 
@@ -282,6 +283,7 @@ pub async fn began_windows_stand_for_the_first_step_until_the_claimant_writes(
         at_ms,
         lease_until_ms,
         announces: true,
+        looked: None,
     };
     assert_eq!(journal, Journal::from([(1, began(NOW, NOW + LEASE))]));
     let later = NOW + 2 * LEASE;

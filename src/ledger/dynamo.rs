@@ -22,9 +22,9 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 
 use super::{
-    applied_already, existing_blocks_claim, other_app, with_began, Alias, AliasRequest,
-    BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError, Settled,
-    Status, StepRecord,
+    applied_already, existing_blocks_claim, other_app, with_began, with_looked, Alias,
+    AliasRequest, BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
+    LedgerError, Settled, Status, StepRecord,
 };
 
 /// Attribute names of the ledger item (see the README's item schema).
@@ -260,6 +260,12 @@ impl DynamoLedger {
                     values.push((":ran".into(), s(&listeners.join(" "))));
                     continue;
                 }
+                Settled::Looked { step, looked } => {
+                    names.push((name.clone(), crate::ledger::looked_key(*step)));
+                    set.push(format!("#journal.{name} = {value}"));
+                    values.push((value, s(&looked.encode())));
+                    continue;
+                }
             };
             names.push((name.clone(), step.to_string()));
             match record {
@@ -268,6 +274,25 @@ impl DynamoLedger {
                     values.push((value, s(&record.encode())));
                 }
                 None => remove.push(format!("#journal.{name}")),
+            }
+            // The step written again: a look-up's progress for what it was is no longer its,
+            // but for a doubt kept with it.
+            let lname = format!("#looked{i}");
+            names.push((lname.clone(), crate::ledger::looked_key(*step)));
+            match fate {
+                Settled::Unknown {
+                    intent:
+                        StepRecord::Intent {
+                            looked: Some(looked),
+                            ..
+                        },
+                    ..
+                } => {
+                    let lvalue = format!(":looked{i}");
+                    set.push(format!("#journal.{lname} = {lvalue}"));
+                    values.push((lvalue, s(&looked.encode())));
+                }
+                _ => remove.push(format!("#journal.{lname}")),
             }
         }
         // The claimant writes: what its claim's began window stood for is recorded now.
@@ -533,7 +558,10 @@ impl DynamoLedger {
                 let attempt = old.map_or(1, |old| attempts_of(Some(old)).saturating_add(1));
                 Ok(Claim::Acquired {
                     attempt,
-                    journal: with_began(journal_of(old), &began_of(old, 0)),
+                    journal: with_looked(
+                        with_began(journal_of(old), &began_of(old, 0)),
+                        &looked_of(old),
+                    ),
                 })
             }
             Err(SdkError::ServiceError(e)) => match e.err() {
@@ -588,8 +616,11 @@ impl Ledger for DynamoLedger {
             .owner_write(
                 held,
                 vec!["#journal.#step = :intent".into()],
-                vec![],
-                vec![("#step".into(), step.to_string())],
+                vec!["#journal.#lstep".into()],
+                vec![
+                    ("#step".into(), step.to_string()),
+                    ("#lstep".into(), crate::ledger::looked_key(step)),
+                ],
                 vec![(":intent".into(), s(&intent.encode()))],
                 settled,
             )
@@ -864,6 +895,23 @@ fn write_failed(
     }
 }
 
+/// The look-ups' progress of a stored item, by step (journal keys `lN`).
+fn looked_of(
+    item: Option<&HashMap<String, AttributeValue>>,
+) -> std::collections::BTreeMap<u32, crate::ledger::Looked> {
+    let Some(AttributeValue::M(entries)) = item.and_then(|i| i.get(attr::JOURNAL)) else {
+        return Default::default();
+    };
+    entries
+        .iter()
+        .filter_map(|(key, value)| {
+            let step: u32 = key.strip_prefix('l')?.parse().ok()?;
+            let looked = crate::ledger::Looked::decode(value.as_s().ok()?)?;
+            Some((step, looked))
+        })
+        .collect()
+}
+
 /// The journal of a stored item; records that do not parse are read as intents of an unknown
 /// attempt (the safe reading: someone looks before writing again).
 fn journal_of(item: Option<&HashMap<String, AttributeValue>>) -> Journal {
@@ -880,6 +928,7 @@ fn journal_of(item: Option<&HashMap<String, AttributeValue>>) -> Journal {
                     op: None,
                     at_ms: None,
                     lease_until_ms: None,
+                    looked: None,
                 };
                 return Some((step, StepRecord::decode(text).unwrap_or(unknown)));
             }
@@ -902,6 +951,7 @@ fn journal_of(item: Option<&HashMap<String, AttributeValue>>) -> Journal {
                     op,
                     at_ms: None,
                     lease_until_ms: None,
+                    looked: None,
                 },
             };
             Some((step, record))
@@ -989,7 +1039,10 @@ fn existing_claim(
         // Its own window is the last of the began windows.
         return Some(Claim::Acquired {
             attempt: attempts_of(item),
-            journal: with_began(journal_of(item), &began_of(item, 1)),
+            journal: with_looked(
+                with_began(journal_of(item), &began_of(item, 1)),
+                &looked_of(item),
+            ),
         });
     }
     if let Some(app) = other_app(text(attr::APP).map(String::as_str), request.app_id) {
@@ -1150,6 +1203,7 @@ mod tests {
                 op: Some("chat.update#01020304".into()),
                 at_ms: Some(999_000),
                 lease_until_ms: Some(1_000_500),
+                looked: None,
             })
         );
         assert!(
@@ -1203,6 +1257,7 @@ mod tests {
                 op: Some("chat.update".into()),
                 at_ms: None,
                 lease_until_ms: None,
+                looked: None,
             })
         );
     }

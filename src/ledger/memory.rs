@@ -1,15 +1,15 @@
 //! The in-memory ledger: local mode's default and the reference for the shared semantics.
 //! It de-duplicates within one process only; several processes need the DynamoDB ledger.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 
 use super::{
-    applied_already, existing_blocks_claim, other_app, with_began, Alias, AliasRequest,
-    BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError,
-    OwnerToken, Settled, Status, StepRecord,
+    applied_already, existing_blocks_claim, other_app, with_began, with_looked, Alias,
+    AliasRequest, BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
+    LedgerError, Looked, OwnerToken, Settled, Status, StepRecord,
 };
 use crate::envelope::EventId;
 
@@ -29,6 +29,8 @@ struct Entry {
     retryable: bool,
     /// The Slack app whose claim it is (another app's is never taken).
     app: Option<String>,
+    /// Look-ups' progress, by step (see [`super::Looked`]).
+    looked: BTreeMap<u32, Looked>,
 }
 
 /// From this many entries on, a claim first drops the expired ones, so memory stays bounded by
@@ -113,6 +115,30 @@ fn record(entry: &mut Entry, settled: &[Settled]) {
                 journal.insert(*step, intent.clone());
             }
             Settled::Ran { listeners } => entry.ran = Some(listeners.clone()),
+            Settled::Looked { step, looked } => {
+                entry.looked.insert(*step, looked.clone());
+                continue;
+            }
+        }
+        // A step written again: a look-up's progress for what it was is no longer its, but
+        // for a doubt kept with it.
+        match fate {
+            Settled::Unknown {
+                step,
+                intent:
+                    StepRecord::Intent {
+                        looked: Some(looked),
+                        ..
+                    },
+            } => {
+                entry.looked.insert(*step, looked.clone());
+            }
+            Settled::Done { step, .. }
+            | Settled::NotDone { step }
+            | Settled::Unknown { step, .. } => {
+                entry.looked.remove(step);
+            }
+            _ => {}
         }
     }
 }
@@ -134,6 +160,7 @@ impl Ledger for MemoryLedger {
         let mut attempts = 0;
         let mut journal = Journal::new();
         let mut began = Vec::new();
+        let mut looked = BTreeMap::new();
         let mut app = request.app_id.map(str::to_string);
         let window = BeganWindow {
             at_ms: request.now_ms,
@@ -146,7 +173,10 @@ impl Ledger for MemoryLedger {
                 let earlier = &existing.began[..existing.began.len().saturating_sub(1)];
                 return Ok(Claim::Acquired {
                     attempt: existing.attempts,
-                    journal: with_began(existing.journal.clone(), earlier),
+                    journal: with_looked(
+                        with_began(existing.journal.clone(), earlier),
+                        &existing.looked,
+                    ),
                 });
             }
             if let Some(other) = other_app(existing.app.as_deref(), request.app_id) {
@@ -181,11 +211,12 @@ impl Ledger for MemoryLedger {
             attempts = existing.attempts;
             journal = existing.journal.clone();
             began = existing.began.clone();
+            looked = existing.looked.clone();
             // An item of no app (a version before apps) stays anyone's.
             app = existing.app.clone();
         }
         let attempt = attempts + 1;
-        let seen = with_began(journal.clone(), &began);
+        let seen = with_looked(with_began(journal.clone(), &began), &looked);
         began.push(window);
         entries.insert(
             request.event_id.clone(),
@@ -201,6 +232,7 @@ impl Ledger for MemoryLedger {
                 error: None,
                 retryable: false,
                 app,
+                looked,
             },
         );
         Ok(Claim::Acquired {
@@ -222,6 +254,7 @@ impl Ledger for MemoryLedger {
             Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
                 record(entry, settled);
                 entry.journal.insert(step, intent.clone());
+                entry.looked.remove(&step);
                 Ok(())
             }
             _ => Err(LedgerError::NotOwner {
@@ -389,6 +422,7 @@ mod tests {
                         at_ms: NOW,
                         lease_until_ms: NOW + LEASE,
                         announces: true,
+                        looked: None,
                     }
                 )])
             }

@@ -104,6 +104,8 @@ pub enum StepRecord {
         op: Option<String>,
         at_ms: Option<u64>,
         lease_until_ms: Option<u64>,
+        /// How far a later claim's look-up for it got, in the window it searched.
+        looked: Option<Looked>,
     },
     /// The call `op` took effect; what a replay returns as JSON text (for a post,
     /// `{"channel": …, "ts": …}`).
@@ -118,7 +120,41 @@ pub enum StepRecord {
         at_ms: u64,
         lease_until_ms: u64,
         announces: bool,
+        /// How far a later claim's look-up for it got, in the window it searched.
+        looked: Option<Looked>,
     },
+}
+
+/// How far a look-up for a step's message got before Slack stopped answering (a 429 for the
+/// rest of the minute, an error): in the window `oldest`..`latest` (Slack `ts`), every message
+/// from the window's start (`conversations.replies`, oldest first) or end
+/// (`conversations.history`, newest first) up to `to` was searched. A later claim searching the
+/// same window goes on from `to`, so a busy conversation under Slack's one call a minute is
+/// searched a page a delivery rather than its first page on every delivery. Stored apart from
+/// the step's record (DynamoDB: the journal key `lN`, which versions before it do not read),
+/// and dropped when the step is written again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Looked {
+    pub oldest: String,
+    pub latest: String,
+    pub to: String,
+}
+
+impl Looked {
+    /// As stored: `"OLDEST LATEST TO"`.
+    pub fn encode(&self) -> String {
+        format!("{} {} {}", self.oldest, self.latest, self.to)
+    }
+
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.split(' ');
+        let looked = Self {
+            oldest: parts.next()?.to_string(),
+            latest: parts.next()?.to_string(),
+            to: parts.next()?.to_string(),
+        };
+        parts.next().is_none().then_some(looked)
+    }
 }
 
 /// The window of one claim that may have begun the lowest step absent from the journal:
@@ -166,6 +202,25 @@ pub fn first_absent_step(journal: &Journal) -> u32 {
         .expect("a journal has fewer than u32::MAX steps")
 }
 
+/// `journal` with the look-ups' progress (by step) on the records it was made for.
+pub fn with_looked(mut journal: Journal, looked: &BTreeMap<u32, Looked>) -> Journal {
+    for (step, progress) in looked {
+        match journal.get_mut(step) {
+            Some(StepRecord::Intent { looked, .. } | StepRecord::Began { looked, .. }) => {
+                *looked = Some(progress.clone())
+            }
+            _ => {}
+        }
+    }
+    journal
+}
+
+/// The journal key under which DynamoDB keeps step `step`'s look-up progress (not a number:
+/// versions before it skip it).
+pub fn looked_key(step: u32) -> String {
+    format!("l{step}")
+}
+
 /// `journal` as a claim sees it: with the began windows of earlier claims (if any) as one
 /// [`StepRecord::Began`] spanning them, at the lowest absent step.
 pub fn with_began(mut journal: Journal, earlier: &[BeganWindow]) -> Journal {
@@ -180,6 +235,7 @@ pub fn with_began(mut journal: Journal, earlier: &[BeganWindow]) -> Journal {
                 at_ms,
                 lease_until_ms,
                 announces: earlier.iter().all(|w| w.announces),
+                looked: None,
             },
         );
     }
@@ -198,6 +254,7 @@ impl StepRecord {
                 op: o,
                 at_ms,
                 lease_until_ms,
+                ..
             } => format!(
                 "i {attempt} {} {} {}",
                 time(at_ms),
@@ -230,6 +287,7 @@ impl StepRecord {
                     op,
                     at_ms,
                     lease_until_ms,
+                    looked: None,
                 })
             }
             "d" => {
@@ -245,6 +303,7 @@ impl StepRecord {
                     at_ms: window.at_ms,
                     lease_until_ms: window.lease_until_ms,
                     announces: false,
+                    looked: None,
                 })
             }
             _ => None,
@@ -367,6 +426,8 @@ pub enum Settled {
     /// The listeners that ran under this claim (a message's, by their ids), recorded with the
     /// completion: an event of the message that others would take runs only those.
     Ran { listeners: Vec<String> },
+    /// A look-up for step `step` stopped at `looked`: the next claim goes on from there.
+    Looked { step: u32, looked: Looked },
 }
 
 /// `settled` as one write records it: of several fates of one step (a view seeded unknown by
@@ -374,9 +435,10 @@ pub enum Settled {
 /// update cannot set one attribute twice.
 pub fn last_per_step(settled: &[Settled]) -> Vec<&Settled> {
     let step_of = |fate: &Settled| match fate {
-        Settled::Done { step, .. } | Settled::NotDone { step } | Settled::Unknown { step, .. } => {
-            Some(*step)
-        }
+        Settled::Done { step, .. }
+        | Settled::NotDone { step }
+        | Settled::Unknown { step, .. }
+        | Settled::Looked { step, .. } => Some(*step),
         Settled::Ran { .. } => None,
     };
     settled
@@ -409,6 +471,7 @@ pub fn keep_doubt(journal: &Journal) -> Option<Settled> {
                 op: None,
                 at_ms: Some(*at_ms),
                 lease_until_ms: Some(*lease_until_ms),
+                looked: None,
             },
         }),
         _ => None,
@@ -657,6 +720,7 @@ mod tests {
             op: Some(step_op("chat.postMessage", "C1", "1.5")),
             at_ms: Some(1_700_000_000_123),
             lease_until_ms: Some(1_700_000_010_000),
+            looked: None,
         };
         let text = intent.encode();
         assert!(
@@ -674,6 +738,7 @@ mod tests {
             op: None,
             at_ms: None,
             lease_until_ms: None,
+            looked: None,
         };
         assert_eq!(unknown.encode(), "i 1 - - -");
         assert_eq!(StepRecord::decode("i 1 - - -"), Some(unknown));

@@ -100,6 +100,7 @@ impl Worker {
                                     op: s.op.clone(),
                                     at_ms: Some(queued.received_at_ms),
                                     lease_until_ms: None,
+                                    looked: None,
                                 },
                             },
                         })

@@ -123,6 +123,7 @@ async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
                     at_ms: NOW,
                     lease_until_ms: NOW + LEASE,
                     announces: true,
+                    looked: None,
                 }
             )])
         }

@@ -94,7 +94,8 @@ fn overlapping(world: &World, step: Option<u32>, settled: &[Settled]) {
         let s = match fate {
             Settled::Done { step, .. }
             | Settled::NotDone { step }
-            | Settled::Unknown { step, .. } => *step,
+            | Settled::Unknown { step, .. }
+            | Settled::Looked { step, .. } => *step,
             Settled::Ran { .. } => continue,
         };
         if seen.contains(&s) {
@@ -122,6 +123,9 @@ fn settled_text(settled: &[Settled]) -> String {
             Settled::NotDone { step } => format!("step {step} not done"),
             Settled::Unknown { step, .. } => format!("step {step} unknown"),
             Settled::Ran { .. } => "the listeners that ran".to_string(),
+            Settled::Looked { step, looked } => {
+                format!("step {step}'s look-up got to {}", looked.to)
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
