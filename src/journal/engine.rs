@@ -130,7 +130,7 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         }),
         _ => None,
     };
-    let verdict = settle::verdict(kind, record, shows.as_ref().map(|s| s.0));
+    let verdict = settle::verdict(kind, record, shows.as_ref().map(|s| s.0), steps.last_chance);
     if record == Record::BeganNotForIt {
         steps.began_settled = true;
     }
@@ -464,7 +464,7 @@ async fn look(
                 "an earlier claim may have made this write, and Slack refuses to show the \
                  conversation"
             );
-            (Shows::RefusedForGood, Seen::Nothing)
+            (Shows::RefusedForGood, Seen::Failed(error))
         }
         Err(error) => {
             tracing::warn!(

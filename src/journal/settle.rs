@@ -118,6 +118,9 @@ pub struct Rule {
     pub record: &'static [Record],
     /// For a step looked for: what Slack shows.
     pub shows: Option<Shows>,
+    /// Only on the request's last chance (`Some(true)`: no delivery follows), only before it
+    /// (`Some(false)`), or either (`None`).
+    pub last_chance: Option<bool>,
     pub verdict: Verdict,
     pub why: &'static str,
 }
@@ -130,6 +133,7 @@ pub const RULES: &[Rule] = &[
         kind: None,
         record: &[Record::Done],
         shows: None,
+        last_chance: None,
         verdict: Verdict::Replay,
         why: "its recorded result is returned; no call",
     },
@@ -137,6 +141,7 @@ pub const RULES: &[Rule] = &[
         kind: None,
         record: &[Record::None, Record::BeganNotForIt],
         shows: None,
+        last_chance: None,
         verdict: Verdict::Make,
         why: "no earlier claim announced it, so none made it",
     },
@@ -144,6 +149,7 @@ pub const RULES: &[Rule] = &[
         kind: Some(Kind::LookedFor),
         record: ANNOUNCED,
         shows: Some(Shows::Found),
+        last_chance: None,
         verdict: Verdict::Taken,
         why: "the earlier claim's write is in Slack: its ids are recorded",
     },
@@ -151,6 +157,7 @@ pub const RULES: &[Rule] = &[
         kind: Some(Kind::LookedFor),
         record: ANNOUNCED,
         shows: Some(Shows::Absent),
+        last_chance: None,
         verdict: Verdict::Make,
         why: "it is not in Slack, in the window it could be in",
     },
@@ -158,13 +165,23 @@ pub const RULES: &[Rule] = &[
         kind: Some(Kind::LookedFor),
         record: ANNOUNCED,
         shows: Some(Shows::RefusedForGood),
+        last_chance: Some(false),
+        verdict: Verdict::Hold,
+        why: "a later delivery may be let in (the bot invited, the scope granted): it looks again",
+    },
+    Rule {
+        kind: Some(Kind::LookedFor),
+        record: ANNOUNCED,
+        shows: Some(Shows::RefusedForGood),
+        last_chance: Some(true),
         verdict: Verdict::Unconfirmed,
-        why: "no delivery could look: never written twice, and never said to be answered",
+        why: "no delivery follows, none could look: never written twice, never said to be answered",
     },
     Rule {
         kind: Some(Kind::LookedFor),
         record: ANNOUNCED,
         shows: Some(Shows::Unavailable),
+        last_chance: None,
         verdict: Verdict::Hold,
         why: "a later delivery looks again, from where this look-up stopped; none writes blind",
     },
@@ -172,6 +189,7 @@ pub const RULES: &[Rule] = &[
         kind: Some(Kind::Idempotent),
         record: ANNOUNCED,
         shows: None,
+        last_chance: None,
         verdict: Verdict::Make,
         why: "made again: twice is the same as once",
     },
@@ -179,20 +197,22 @@ pub const RULES: &[Rule] = &[
         kind: Some(Kind::AtMostOnce),
         record: ANNOUNCED,
         shows: None,
+        last_chance: None,
         verdict: Verdict::Unconfirmed,
         why: "it can be neither looked for nor made again",
     },
 ];
 
 /// The verdict for a step of `kind` whose journal holds `record`, Slack showing `shows`
-/// (for a step looked for, once looked).
-pub fn verdict(kind: Kind, record: Record, shows: Option<Shows>) -> Verdict {
+/// (for a step looked for, once looked), on the request's last chance or not.
+pub fn verdict(kind: Kind, record: Record, shows: Option<Shows>, last_chance: bool) -> Verdict {
     RULES
         .iter()
         .find(|r| {
             r.kind.is_none_or(|k| k == kind)
                 && r.record.contains(&record)
                 && (r.shows.is_none() || r.shows == shows)
+                && r.last_chance.is_none_or(|l| l == last_chance)
         })
         .map(|r| r.verdict)
         .expect("the table covers every step")
@@ -245,15 +265,21 @@ pub fn markdown() -> String {
         Some(Shows::RefusedForGood) => "refused for good",
         Some(Shows::Unavailable) => "cannot be asked now",
     };
+    let when = |l: Option<bool>| match l {
+        None => "any",
+        Some(true) => "the last",
+        Some(false) => "one with a later delivery",
+    };
     let mut table = String::from(
-        "| step | the journal holds | Slack shows | the claim | why |\n|---|---|---|---|---|\n",
+        "| step | the journal holds | Slack shows | delivery | the claim | why |\n|---|---|---|---|---|---|\n",
     );
     for r in RULES {
         table.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} |\n",
             kind(r.kind),
             record(r.record),
             shows(r.shows),
+            when(r.last_chance),
             r.verdict.name(),
             r.why
         ));
@@ -282,11 +308,11 @@ mod tests {
                 Record::Began,
                 Record::BeganNotForIt,
             ] {
-                for seen in shows {
+                for (seen, last) in shows.iter().flat_map(|s| [(*s, false), (*s, true)]) {
                     if looks(kind, record) != seen.is_some() {
                         continue;
                     }
-                    let v = verdict(kind, record, seen);
+                    let v = verdict(kind, record, seen, last);
                     // A write whose earlier claim may have made it is made again only where
                     // Slack showed it absent, or twice is once.
                     if v == Verdict::Make && matches!(record, Record::Intent | Record::Began) {

@@ -270,9 +270,22 @@ async fn an_ephemeral_whose_fate_is_unknown_is_not_sent_again() {
         None,
     );
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
-    assert_eq!(app.send(&body, Some(1)).await.outcome(), "answered");
+    // Not sent again, the listener goes on (its reply is made), and the event ends failed:
+    // whether the person saw the ephemeral cannot be known, so it is never said answered.
+    let retry = app.send(&body, Some(1)).await;
+    assert_eq!(
+        (retry.status, retry.outcome()),
+        (StatusCode::OK, "failed".to_string()),
+        "{}",
+        retry.body
+    );
     assert_eq!(app.slack.ephemerals().len(), 1, "at most once");
     assert_eq!(app.slack.posted().len(), 1);
+    assert_eq!(
+        app.send(&body, Some(2)).await.outcome(),
+        "already_failed",
+        "and stays so"
+    );
 }
 
 #[tokio::test]

@@ -165,7 +165,7 @@ async fn a_bot_failure_before_the_post_leaves_nothing_to_look_for() {
 }
 
 #[tokio::test]
-async fn a_takeover_that_cannot_look_holds_back_until_slacks_last_retry_then_posts() {
+async fn a_takeover_that_cannot_look_holds_back_on_every_retry_and_never_posts_blind() {
     let app = spawn_app().await;
     // internal_error: the post may have gone through (here it did not).
     app.slack.script([Behaviour::OkFalse {
@@ -192,10 +192,19 @@ async fn a_takeover_that_cannot_look_holds_back_until_slacks_last_retry_then_pos
             "retry {retry}: nothing posted blind"
         );
     }
-    // The last retry: no delivery follows, so it posts.
+    // The last retry: no delivery follows, and still no post without a look-up. The event
+    // ends failed, retryable (a redrive may look again).
     let last = app.send(&body, Some(3)).await;
-    assert_eq!(last.outcome(), "answered", "{}", last.body);
-    assert_eq!(app.slack.posted().len(), 1);
+    assert_eq!(
+        (last.status, last.json()["error"].as_str()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("slack_lookup_unavailable")
+        ),
+        "{}",
+        last.body
+    );
+    assert_eq!(app.slack.posted().len(), 0, "nothing posted blind");
     assert_eq!(app.slack.lookup_queries().len(), 3);
 }
 
