@@ -85,8 +85,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// The template's `maxReceiveCount`.
 pub const DEFAULT_MAX_RECEIVES: u32 = 5;
 pub const DEFAULT_WORKER_CONCURRENCY: usize = 8;
-/// A secret read from Secrets Manager is read again at most this often.
-pub const DEFAULT_SECRETS_REFRESH: Duration = Duration::from_secs(30);
+/// A signature that matches no cached signing secret reads the secret again at most this often
+/// (a request that comes sooner waits for the next read allowed, within its budget).
+pub const DEFAULT_SECRETS_REFRESH: Duration = Duration::from_secs(1);
 pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 

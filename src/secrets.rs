@@ -189,24 +189,47 @@ impl SlackSecrets {
         self.current.read().expect("secrets lock").clone()
     }
 
-    /// Reads the secret again, if it comes from Secrets Manager and was not read in the last
-    /// `SLACK_SECRETS_REFRESH_SECONDS` by this path. Returns whether the values changed. `why`
-    /// is logged. For a signature that matched no cached secret: its bound keeps forged
-    /// requests from turning into Secrets Manager calls.
-    pub async fn refresh(&self, why: &'static str) -> bool {
+    /// For a signature that matched none of `seen` (the values it was checked against): reads
+    /// the secret again, if it comes from Secrets Manager, at most once per
+    /// `SLACK_SECRETS_REFRESH_SECONDS` on this path, so forged requests cannot turn into
+    /// Secrets Manager calls. A request that comes while a read is in flight waits for it, and
+    /// one that comes within the bound waits for the next read allowed, as long as `until`
+    /// allows; concurrent ones share one read. Returns whether the values in use now differ
+    /// from `seen` (then the signature is worth checking again). `why` is logged.
+    pub async fn refresh(
+        &self,
+        why: &'static str,
+        seen: &Arc<SecretValues>,
+        until: Instant,
+    ) -> bool {
         let Some(manager) = &self.manager else {
             return false;
         };
-        let mut last_read = manager.last_read.lock().await;
-        if last_read.elapsed() < manager.min_interval {
-            tracing::debug!(
-                why,
-                "Slack secrets read less than the refresh interval ago: not again"
-            );
-            return false;
+        let changed = || !Arc::ptr_eq(seen, &self.current());
+        let Ok(mut last_read) = tokio::time::timeout_at(until, manager.last_read.lock()).await
+        else {
+            return changed();
+        };
+        if changed() {
+            // A read this request waited for (or one that ended just before) has them.
+            return true;
+        }
+        let allowed = *last_read + manager.min_interval;
+        if allowed > Instant::now() {
+            if allowed > until {
+                tracing::debug!(
+                    why,
+                    "Slack secrets read less than the refresh interval ago: not again before \
+                     this request's budget ends"
+                );
+                return false;
+            }
+            // Those that come meanwhile wait behind this one and share its read.
+            tokio::time::sleep_until(allowed).await;
         }
         *last_read = Instant::now();
-        self.read_again(manager, why).await.unwrap_or(false)
+        self.read_again(manager, why).await;
+        changed()
     }
 
     /// Slack refused `refused`, the bot token of a call sent at `sent_at` for a verified

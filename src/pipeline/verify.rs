@@ -7,6 +7,11 @@ use crate::interaction::Incoming;
 use crate::secrets::SecretValues;
 use crate::signature::{self, SignatureError};
 
+/// A request whose signature matches no cached secret waits at most this long (from its
+/// arrival) for the secret to be read again: a rotation is picked up within Slack's 3 s for
+/// the request that meets it first (commands and interactions are never retried).
+const SECRET_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
 impl Processor {
     /// Verifies the exact bytes Slack signed, then parses them: nothing else is read before
     /// the signature holds. A well-formed, fresh signature that matches none of the signing
@@ -24,12 +29,17 @@ impl Processor {
             // A worker serves no HTTP request; should one reach it, nothing verifies.
             None => Err(SignatureError::Mismatch),
         };
-        match verify(&self.secrets.current()) {
+        let seen = self.secrets.current();
+        match verify(&seen) {
             Ok(()) => {}
             Err(SignatureError::Mismatch)
                 if self
                     .secrets
-                    .refresh("a signature matched no signing secret")
+                    .refresh(
+                        "a signature matched no signing secret",
+                        &seen,
+                        delivery.started + SECRET_WAIT,
+                    )
                     .await =>
             {
                 verify(&self.secrets.current())?
