@@ -403,6 +403,9 @@ pub struct SlackClient {
     http: Client<Connector, Full<Bytes>>,
     /// Whether the connection to Slack was opened ahead of the first call ([`Self::warm_up`]).
     warmed: Arc<std::sync::atomic::AtomicBool>,
+    /// Without a token, log each call instead of making it (local mode only: on Lambda a call
+    /// without a token fails, `not_authed`, and says why).
+    log_without_token: bool,
 }
 
 impl std::fmt::Debug for SlackClient {
@@ -444,7 +447,44 @@ impl SlackClient {
             secrets,
             http,
             warmed: Arc::default(),
+            log_without_token: true,
         }
+    }
+
+    /// Without a token, each call fails (`not_authed`) instead of being logged: what Lambda
+    /// needs, where a logged call would be taken for made.
+    pub fn calls_need_a_token(mut self) -> Self {
+        self.log_without_token = false;
+        self
+    }
+
+    /// A call that cannot be made for want of a token: logged in local mode (`Some`, a
+    /// plausible answer), refused elsewhere.
+    fn without_token(
+        &self,
+        what: &str,
+        shown: impl FnOnce() -> String,
+    ) -> Option<Result<(), SlackError>> {
+        if self.secrets.current().bot_token.is_some() {
+            return None;
+        }
+        if self.log_without_token {
+            tracing::info!(
+                call = what,
+                args = %shown(),
+                "SLACK_BOT_TOKEN is not set: the call is logged, not made"
+            );
+            return Some(Ok(()));
+        }
+        tracing::error!(
+            call = what,
+            "no bot token: the call is not made (set SLACK_BOT_TOKEN, or bot_token in the \
+             secret SLACK_SECRETS_ARN names; a deferred ingress needs it when a listener opens a \
+             view before its acknowledgement)"
+        );
+        Some(Err(SlackError::Api {
+            code: "not_authed".into(),
+        }))
     }
 
     /// Opens the connection to Slack (TCP and TLS) in the background, once per process, so that
@@ -494,13 +534,10 @@ impl SlackClient {
         args: &Args,
         deadline: Instant,
     ) -> Result<serde_json::Value, SlackError> {
-        if self.secrets.current().bot_token.is_none() {
-            tracing::info!(
-                method,
-                args = %args.describe(),
-                "SLACK_BOT_TOKEN is not set: the call is logged, not made"
-            );
-            return Ok(logged_answer(method, args));
+        match self.without_token(method, || args.describe()) {
+            Some(Ok(())) => return Ok(logged_answer(method, args)),
+            Some(Err(e)) => return Err(e),
+            None => {}
         }
         let (content_type, body) = match args {
             Args::Json(value) => (
@@ -586,12 +623,11 @@ impl SlackClient {
         body: &serde_json::Value,
         deadline: Instant,
     ) -> Result<serde_json::Value, SlackError> {
-        if self.secrets.current().bot_token.is_none() {
-            tracing::info!(
-                body = %body.to_string().chars().take(2000).collect::<String>(),
-                "SLACK_BOT_TOKEN is not set: the response is logged, not made"
-            );
-            return Ok(serde_json::json!({"ok": true, "logged": true}));
+        let shown = || body.to_string().chars().take(2000).collect::<String>();
+        match self.without_token("response_url", shown) {
+            Some(Ok(())) => return Ok(serde_json::json!({"ok": true, "logged": true})),
+            Some(Err(e)) => return Err(e),
+            None => {}
         }
         let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON serialises"));
         loop {
@@ -669,8 +705,9 @@ impl SlackClient {
         deadline: Instant,
         reached: &mut Option<String>,
     ) -> Result<Option<Found>, SlackError> {
-        if self.secrets.current().bot_token.is_none() {
-            return Ok(None);
+        // Local mode without a token logs its calls: nothing was posted to look for.
+        if let Some(without) = self.without_token("a look-up", String::new) {
+            return without.map(|()| None);
         }
         if query.app.app_id.is_none() && query.app.bot_user_id.is_none() {
             return Err(SlackError::Unidentified);

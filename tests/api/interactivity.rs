@@ -970,3 +970,71 @@ async fn an_acknowledgement_chosen_by_an_event_listener_changes_nothing() {
     );
     assert_eq!(app.slack.posted().len(), 1);
 }
+
+/// On Lambda, a deferred ingress with no bot token cannot open a view: the call fails and says
+/// why, rather than being logged as local mode logs calls, taken as made and handed on done.
+#[tokio::test]
+async fn on_lambda_a_deferred_ingress_without_a_token_does_not_take_a_view_for_opened() {
+    use slack_once::config::Config;
+    use slack_once::ledger::MemoryLedger;
+    use slack_once::queue::{MemoryQueue, WorkQueue};
+    use tower::ServiceExt;
+    let vars = [
+        ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9".to_string()),
+        ("SLACK_SIGNING_SECRET", "lambda-secret".to_string()),
+        (
+            "WORK_QUEUE_URL",
+            "http://127.0.0.1:9/000000000000/work".to_string(),
+        ),
+    ];
+    let config = Config::from_lookup(|k| {
+        vars.iter()
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| v.clone())
+    })
+    .expect("a Lambda deferred ingress's configuration");
+    let app = App::new().shortcut("new_note", |ctx: Ctx, _s: Shortcut| async move {
+        ctx.open_view(note_modal()).await?;
+        ctx.ack(Ack::empty()).await?;
+        Ok(())
+    });
+    let queue = Arc::new(MemoryQueue::new(5));
+    let router = slack_once::Application::with_queue(
+        config,
+        Arc::new(MemoryLedger::new()),
+        app,
+        Some(queue.clone() as Arc<dyn WorkQueue>),
+    )
+    .router();
+    let body = interaction(json!({
+        "type": "shortcut", "callback_id": "new_note", "action_ts": "1767225600.000300",
+        "team": {"id": "T0001"}, "user": {"id": "U0001", "team_id": "T0001"},
+        "api_app_id": "A0001", "trigger_id": Workspace::trigger_id(),
+    }));
+    let now = slack_once::clock::now_ms() / 1000;
+    let signature = slack_once::signature::sign(
+        &slack_once::config::Secret::new("lambda-secret"),
+        now,
+        body.as_bytes(),
+    );
+    let mut context = lambda_http::Context::default();
+    context.deadline = slack_once::clock::now_ms() + 10_000;
+    let mut request = http::Request::post("/slack/events")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-slack-request-timestamp", now.to_string())
+        .header("x-slack-signature", signature)
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    request.extensions_mut().insert(context);
+    let response = router.oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    assert!(
+        !status.is_success(),
+        "{status}: {}",
+        String::from_utf8_lossy(&bytes)
+    );
+    assert!(queue.is_empty(), "nothing handed on as done");
+}
