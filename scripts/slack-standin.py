@@ -29,7 +29,8 @@ chat.delete, chat.postEphemeral, reactions.add/.remove, conversations.history/.r
 (newest first / parent first, oldest/latest/inclusive/limit/cursor/include_all_metadata),
 conversations.open/.info, users.info, bots.info, auth.test, views.open/.push (a trigger_id
 `<epoch ms>.…`, as `slack-once sign` mints one per request, opens one view within 3 s:
-expired_trigger_id after, exchanged_trigger_id the second time), views.update; any other
+expired_trigger_id after, exchanged_trigger_id the second time; an external_id names one view:
+duplicate_external_id), views.update (by view_id or external_id); any other
 method answers ok. Streams: chat.startStream (channel, thread_ts, markdown_text?) is a message of
 the app in the thread, without metadata (outside a DM missing_recipient_team_id /
 missing_recipient_user_id without them; user_not_found for a recipient_team_id of another
@@ -455,17 +456,28 @@ def web_api(method, args):
         view = json_arg(args, "view", "invalid_arguments")
         if not isinstance(view, dict):
             raise Fail("invalid_arguments")
+        # An external_id names one view of the app in the workspace.
+        if view.get("external_id") and any(v.get("external_id") == view["external_id"]
+                                           for v in views.values()):
+            raise Fail("duplicate_external_id")
         triggers.add(trigger)
         view = {**view, "id": f"V{len(views) + 1:010d}", "hash": f"{time.time():.6f}.hash",
                 "app_id": OPT.app_id, "team_id": OPT.team}
         views[view["id"]] = view
         return {"ok": True, "view": view}
     if method == "views.update":
-        if args.get("view_id") not in views:
+        # By its id, or by the external_id the app gave it.
+        view_id = args.get("view_id")
+        if not view_id and args.get("external_id"):
+            view_id = next((i for i, v in views.items()
+                            if v.get("external_id") == args["external_id"]), None)
+        if view_id not in views:
             raise Fail("not_found")
-        view = {**json_arg(args, "view", "invalid_arguments"), "id": args["view_id"],
+        view = {**json_arg(args, "view", "invalid_arguments"), "id": view_id,
                 "hash": f"{time.time():.6f}.hash"}
-        views[view["id"]] = view
+        if "external_id" not in view and views[view_id].get("external_id"):
+            view["external_id"] = views[view_id]["external_id"]
+        views[view_id] = view
         return {"ok": True, "view": view}
     if method == "auth.test":
         return {"ok": True, "url": "https://standin.slack.com/", "team": "Stand-in",

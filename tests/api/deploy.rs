@@ -98,10 +98,12 @@ fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
             "chat:write",
             "commands",
             "im:history",
+            "im:write",
             "channels:history",
             "groups:history"
         ]),
-        "commands for /once; the history scopes for the look-ups of a takeover"
+        "commands for /once; the history scopes for the look-ups of a takeover; im:write for \
+         conversations.open, which finds the DM of a post made to a user's id"
     );
     // One Request URL for events, the command and interactivity.
     let urls = [

@@ -200,8 +200,15 @@ impl SlackStandin {
             .route("/api/{method}", post(other_method))
             .route("/commands/{*rest}", post(hook))
             .route("/actions/{*rest}", post(hook))
-            .route("/api/conversations.replies", axum::routing::get(lookup))
-            .route("/api/conversations.history", axum::routing::get(lookup))
+            // Reads as Slack takes them: a GET query, or a POST form (Ctx::read posts one).
+            .route(
+                "/api/conversations.replies",
+                axum::routing::get(lookup).post(lookup),
+            )
+            .route(
+                "/api/conversations.history",
+                axum::routing::get(lookup).post(lookup),
+            )
             .with_state(state.clone());
         let (addr, shutdown) = serve_loopback(app).await;
         Self {
@@ -581,9 +588,12 @@ async fn lookup(
     State(state): State<Arc<Mutex<StandinState>>>,
     headers: HeaderMap,
     uri: http::Uri,
+    body: Bytes,
 ) -> Response {
+    let form = String::from_utf8_lossy(&body);
     let query: HashMap<String, String> = query_pairs(uri.query().unwrap_or(""))
         .into_iter()
+        .chain(query_pairs(&form))
         .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
         .collect();
     let method = uri

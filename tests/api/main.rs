@@ -19,3 +19,4 @@ mod processes;
 mod redteam16;
 mod rejections;
 mod review;
+mod standins;

@@ -1,0 +1,333 @@
+//! The two Slack stand-ins agree: `slack_once::testing::FakeSlack` (what `TestBot` and the
+//! crash explorer run on) and `scripts/slack-standin.py` (what the README's manual steps run
+//! on) answer the same calls the same way: every method with its arguments as Slack takes them
+//! (a JSON body, a form, a GET query), history newest first, replies parent first, our posts
+//! with our ids, streams, views and their `external_id`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use slack_once::testing::{FakeSlack, Identity, Workspace};
+
+use crate::helpers::HttpClient;
+
+struct PythonStandin {
+    child: Child,
+    base_url: String,
+}
+
+impl PythonStandin {
+    async fn start() -> Self {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let child = Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/slack-standin.py"
+            ))
+            .arg(port.to_string())
+            .args([
+                "--team", "T0TEST", "--app-id", "A0TEST", "--bot-id", "B0TEST",
+            ])
+            .args(["--bot-user", "U0BOT"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs the stand-in");
+        let base_url = format!("http://127.0.0.1:{port}/api");
+        let http = HttpClient::default();
+        for _ in 0..100 {
+            let url = format!("http://127.0.0.1:{port}/_standin/state");
+            if http.try_request("GET", &url, &[], Vec::new()).await.is_ok() {
+                return Self { child, base_url };
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the Python stand-in did not start");
+    }
+}
+
+impl Drop for PythonStandin {
+    fn drop(&mut self) {
+        // Only the process this test started, by its handle.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One call: the method, how its arguments travel, and the arguments.
+#[derive(Clone, Copy)]
+enum As {
+    Json,
+    Form,
+    Query,
+}
+
+async fn call(base: &str, method: &str, how: As, args: &Value) -> Value {
+    let http = HttpClient::default();
+    let auth = ("authorization".to_string(), "Bearer xoxb-agree".to_string());
+    let pairs = || -> String {
+        let mut s = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in args.as_object().unwrap() {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            s.append_pair(k, &v);
+        }
+        s.finish()
+    };
+    let answer = match how {
+        As::Json => {
+            let headers = [
+                auth,
+                (
+                    "content-type".into(),
+                    "application/json; charset=utf-8".into(),
+                ),
+            ];
+            http.request(
+                "POST",
+                &format!("{base}/{method}"),
+                &headers,
+                args.to_string(),
+            )
+            .await
+        }
+        As::Form => {
+            let headers = [
+                auth,
+                (
+                    "content-type".into(),
+                    "application/x-www-form-urlencoded".into(),
+                ),
+            ];
+            http.request("POST", &format!("{base}/{method}"), &headers, pairs())
+                .await
+        }
+        As::Query => {
+            http.request(
+                "GET",
+                &format!("{base}/{method}?{}", pairs()),
+                &[auth],
+                Vec::new(),
+            )
+            .await
+        }
+    };
+    answer.json()
+}
+
+/// What of an answer a bot depends on, with `ts` and ids numbered in order of appearance.
+struct Shape {
+    seen: Vec<String>,
+}
+
+impl Shape {
+    fn id(&mut self, v: &str) -> String {
+        let i = match self.seen.iter().position(|s| s == v) {
+            Some(i) => i,
+            None => {
+                self.seen.push(v.to_string());
+                self.seen.len() - 1
+            }
+        };
+        format!("#{i}")
+    }
+
+    fn of(&mut self, answer: &Value) -> Value {
+        let mut shape = json!({"ok": answer["ok"], "error": answer["error"]});
+        if let Some(ts) = answer["ts"].as_str() {
+            shape["ts"] = self.id(ts).into();
+        }
+        match &answer["channel"] {
+            Value::String(c) => shape["channel"] = c.clone().into(),
+            Value::Object(o) => shape["channel"] = o.get("id").cloned().unwrap_or_default(),
+            _ => {}
+        }
+        if let Some(view) = answer["view"].as_object() {
+            shape["view"] = json!({
+                "id": view.get("id").and_then(Value::as_str).map(|v| self.id(v)),
+                "external_id": view.get("external_id"),
+                "title": view.get("title"),
+            });
+        }
+        if let Some(messages) = answer["messages"].as_array() {
+            shape["messages"] = messages
+                .iter()
+                .map(|m| {
+                    json!({
+                        "ts": m["ts"].as_str().map(|t| self.id(t)),
+                        "text": m["text"],
+                        "app_id": m["app_id"],
+                        "bot_id": m["bot_id"],
+                        "user": m["user"],
+                        "metadata_type": m["metadata"]["event_type"],
+                    })
+                })
+                .collect();
+            shape["has_more"] = answer["has_more"].clone();
+        }
+        shape
+    }
+}
+
+/// The script: each call's arguments may name an earlier answer's `ts` as `"$N"`.
+async fn run(base: &str) -> Vec<Value> {
+    let trigger = || Workspace::trigger_id();
+    let metadata = json!({"event_type": "order", "event_payload": {"id": 7}});
+    let script: Vec<(&str, As, Value)> = vec![
+        (
+            "chat.postMessage",
+            As::Json,
+            json!({"channel": "C1", "text": "hello", "metadata": metadata}),
+        ),
+        (
+            "chat.postMessage",
+            As::Form,
+            json!({"channel": "C1", "thread_ts": "$0", "text": "in the thread"}),
+        ),
+        (
+            "conversations.history",
+            As::Query,
+            json!({"channel": "C1", "include_all_metadata": "true"}),
+        ),
+        (
+            "conversations.history",
+            As::Form,
+            json!({"channel": "C1", "include_all_metadata": "true"}),
+        ),
+        ("conversations.history", As::Form, json!({"channel": "C1"})),
+        (
+            "conversations.replies",
+            As::Form,
+            json!({"channel": "C1", "ts": "$0"}),
+        ),
+        (
+            "conversations.replies",
+            As::Query,
+            json!({"channel": "C1", "ts": "$0"}),
+        ),
+        (
+            "chat.update",
+            As::Json,
+            json!({"channel": "C1", "ts": "$0", "text": "edited"}),
+        ),
+        (
+            "chat.update",
+            As::Json,
+            json!({"channel": "C1", "ts": "1.000001", "text": "x"}),
+        ),
+        (
+            "reactions.add",
+            As::Form,
+            json!({"channel": "C1", "timestamp": "$0", "name": "eyes"}),
+        ),
+        (
+            "reactions.add",
+            As::Form,
+            json!({"channel": "C1", "timestamp": "$0", "name": "eyes"}),
+        ),
+        (
+            "chat.postMessage",
+            As::Json,
+            json!({"channel": "U7", "text": "to a user"}),
+        ),
+        ("conversations.open", As::Form, json!({"users": "U7"})),
+        ("chat.postMessage", As::Json, json!({"channel": "C1"})),
+        (
+            "views.open",
+            As::Json,
+            json!({"trigger_id": trigger(), "view": {"type": "modal", "title": {"type": "plain_text", "text": "One"}, "external_id": "x1"}}),
+        ),
+        (
+            "views.open",
+            As::Json,
+            json!({"trigger_id": trigger(), "view": {"type": "modal", "title": {"type": "plain_text", "text": "Two"}, "external_id": "x1"}}),
+        ),
+        (
+            "views.update",
+            As::Json,
+            json!({"external_id": "x1", "view": {"type": "modal", "title": {"type": "plain_text", "text": "One again"}}}),
+        ),
+        (
+            "views.update",
+            As::Json,
+            json!({"external_id": "nope", "view": {"type": "modal"}}),
+        ),
+        (
+            "chat.startStream",
+            As::Json,
+            json!({"channel": "D1", "thread_ts": "$0", "markdown_text": "Str"}),
+        ),
+        (
+            "chat.appendStream",
+            As::Json,
+            json!({"channel": "D1", "ts": "$last", "markdown_text": "eam"}),
+        ),
+        (
+            "chat.stopStream",
+            As::Json,
+            json!({"channel": "D1", "ts": "$last"}),
+        ),
+        (
+            "chat.appendStream",
+            As::Json,
+            json!({"channel": "D1", "ts": "$last", "markdown_text": "!"}),
+        ),
+        (
+            "chat.startStream",
+            As::Json,
+            json!({"channel": "C1", "thread_ts": "$0"}),
+        ),
+        (
+            "conversations.replies",
+            As::Form,
+            json!({"channel": "D1", "ts": "$0"}),
+        ),
+    ];
+    let mut answers: Vec<Value> = Vec::new();
+    let mut stream_ts = String::new();
+    for (method, how, mut args) in script {
+        for (_, v) in args.as_object_mut().unwrap().iter_mut() {
+            match v.as_str() {
+                Some("$0") => *v = answers[0]["ts"].clone(),
+                Some("$last") => *v = stream_ts.clone().into(),
+                _ => {}
+            }
+        }
+        let answer = call(base, method, how, &args).await;
+        if method == "chat.startStream" && answer["ok"] == true {
+            stream_ts = answer["ts"].as_str().unwrap_or_default().to_string();
+        }
+        answers.push(answer);
+    }
+    answers
+}
+
+#[tokio::test]
+async fn fake_slack_and_the_python_stand_in_answer_every_call_alike() {
+    let fake = FakeSlack::start_for(Identity {
+        team: "T0TEST".into(),
+        app_id: "A0TEST".into(),
+        bot_id: "B0TEST".into(),
+        bot_user: "U0BOT".into(),
+    })
+    .await;
+    let python = PythonStandin::start().await;
+    let (ours, theirs) = (run(fake.base_url()).await, run(&python.base_url).await);
+    let (mut a, mut b) = (Shape { seen: Vec::new() }, Shape { seen: Vec::new() });
+    for (i, (x, y)) in ours.iter().zip(&theirs).enumerate() {
+        let (x, y) = (a.of(x), b.of(y));
+        assert_eq!(
+            x, y,
+            "call {i}: FakeSlack answered {x}, the Python stand-in {y}"
+        );
+    }
+    assert_eq!(ours.len(), theirs.len());
+    // Reads by POST (as Ctx::read sends them) are answered, not refused.
+    assert_eq!(ours[3]["messages"].as_array().map(Vec::len), Some(1));
+}
