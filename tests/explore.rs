@@ -410,6 +410,24 @@ mod findings {
             .assert_ok();
     }
 
+    /// Found by the long run: a stream whose start is settled unconfirmed (the look-up for it
+    /// refused to the last delivery) is not posted again whole by its finish.
+    #[test]
+    fn an_unconfirmed_stream_start_is_not_answered_a_second_time() {
+        std::env::set_var("MODEL_WORDS", "80");
+        Explorer::new(super::assistant::app)
+            .request(Request::assistant_question("what is exactly once?"))
+            .replay("plain; 1.5=dies-after 4.3=refused")
+            .run()
+            .assert_ok();
+        Explorer::new(super::assistant::app)
+            .request(Request::assistant_question("what is exactly once?"))
+            .deferred()
+            .replay("plain; 2.5=dies-after 5.3=refused")
+            .run()
+            .assert_ok();
+    }
+
     fn top_level() -> App {
         App::new().message_where(
             |m: &MessageEvent| m.mention,

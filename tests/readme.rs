@@ -38,6 +38,18 @@ async fn a_mention_gets_a_placeholder_then_the_answer_once() {
 }
 // ---- end of the test ----
 
+// ---- README: the explorer ----
+#[test]
+fn every_crash_and_every_copy_leaves_one_answer() {
+    use slack_once::testing::explore::{Explorer, Request};
+    Explorer::new(app)
+        .request(Request::mention("what is 6 x 7?")) // its copies and Slack's retries included
+        .both_modes() // synchronous, then deferred (the queue's redeliveries)
+        .run()
+        .assert_ok(); // panics with the shortest failing schedule's trace
+}
+// ---- end of the explorer ----
+
 #[tokio::test]
 async fn a_retry_of_the_same_event_writes_nothing_more() {
     let bot = TestBot::start(app()).await;
@@ -91,6 +103,17 @@ mod commands {
         App::new()
             .command("/once", once)
             .action("once_thanks", thanks)
+    }
+
+    #[test]
+    fn once_and_its_button_leave_one_answer_whatever_fails() {
+        use slack_once::testing::explore::{Explorer, Request};
+        Explorer::new(app)
+            .request(Request::command("/once", "hi"))
+            .request(Request::click("once_thanks", "helpful").on_message("<@U0USER> ran /once"))
+            .both_modes()
+            .run()
+            .assert_ok();
     }
 
     #[tokio::test]
@@ -164,6 +187,21 @@ mod assistant {
         App::new()
             .assistant_thread_started(started)
             .assistant_message(answer)
+    }
+
+    #[test]
+    fn the_assistant_leaves_one_complete_answer_whatever_fails() {
+        use slack_once::testing::explore::{Explorer, Request};
+        Explorer::new(app)
+            .request(Request::assistant_question("what is once"))
+            .request(Request::event(json!({
+                "type": "assistant_thread_started",
+                "assistant_thread": {"user_id": "U0USER", "channel_id": "D0TEST",
+                                     "thread_ts": "1767225600.000100"}
+            })))
+            .both_modes()
+            .run()
+            .assert_ok();
     }
 
     #[tokio::test]

@@ -46,6 +46,10 @@ pub struct Stream {
     /// An earlier run started it, or Slack no longer takes appends: what it shows is not known
     /// here, so nothing more is appended; the end replaces it with the final text.
     unknown: bool,
+    /// An earlier run may have started it and Slack cannot show whether (its start settled
+    /// unconfirmed): neither appended to, nor finished, nor posted whole (that could be a
+    /// second answer); the request ends `failed` (`unconfirmed_write`).
+    unconfirmed: bool,
 }
 
 impl Ctx {
@@ -85,6 +89,7 @@ impl Ctx {
             )
             .await?;
         let refused = answer["already"] == RECIPIENT_REFUSED;
+        let unconfirmed = answer["unknown"] == true;
         let called_here = self.made().await > made_before;
         let started_here = !refused && called_here;
         if refused {
@@ -113,6 +118,7 @@ impl Ctx {
             step,
             buffer: String::new(),
             unknown: !started_here,
+            unconfirmed,
         })
     }
 }
@@ -165,6 +171,13 @@ impl Stream {
     ///
     /// Returns the answer message's `ts` (the stream's, or the post's).
     pub async fn finish(mut self, text: &str, blocks: Option<Vec<Value>>) -> Result<String, Error> {
+        if self.unconfirmed {
+            tracing::warn!(
+                "the stream's start cannot be confirmed: its answer is not posted again \
+                 (the request ends failed, unconfirmed_write)"
+            );
+            return Ok(String::new());
+        }
         if self.ts.is_empty() {
             // No stream (its recipient refused): the answer, whole, as a post of ours in the
             // thread, found by its metadata if its fate is ever unknown.

@@ -795,3 +795,66 @@ async fn the_welcome_example_killed_after_its_dm_is_taken_over_without_a_second_
         "step 1's result (the DM's id) was recorded with step 2's intent: replayed, not called"
     );
 }
+
+#[tokio::test]
+async fn test_bot_acts_as_anyone_anywhere_sends_again_and_keeps_its_metrics_lines() {
+    use slack_once::testing::TestBot;
+    let bot = TestBot::start(
+        App::new()
+            .message_where(
+                |m: &MessageEvent| m.mention,
+                |ctx: Ctx, m: MessageEvent| async move {
+                    let who = m.user.clone().unwrap_or_default();
+                    ctx.reply(format!("hi {who} in {}", m.channel)).await?;
+                    Ok(())
+                },
+            )
+            .command(
+                "/where",
+                |ctx: Ctx, c: slack_once::app::Command| async move {
+                    ctx.ack(slack_once::app::Ack::ephemeral(format!(
+                        "{} in {}",
+                        c.user_id, c.channel_id
+                    )))
+                    .await?;
+                    Ok(())
+                },
+            ),
+    )
+    .await;
+    assert_eq!(
+        bot.as_user("U0ALICE")
+            .in_channel("C0OPS")
+            .mention("x")
+            .await,
+        "answered"
+    );
+    let texts: Vec<String> = bot
+        .slack()
+        .messages()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts, ["hi U0ALICE in C0OPS"]);
+    // Slack's retry of the same event, and the same request sent again: nothing more.
+    assert_eq!(bot.retry(1).await, "duplicate");
+    assert_eq!(bot.repeat().await.outcome, "duplicate");
+    assert_eq!(bot.slack().messages().len(), 1);
+    // A command as another person elsewhere.
+    let acked = bot
+        .as_user("U0BOB")
+        .in_channel("C0DEV")
+        .command("/where", "")
+        .await;
+    assert_eq!(acked.body["text"], "U0BOB in C0DEV");
+    assert_eq!(
+        bot.repeat().await.outcome,
+        "duplicate",
+        "the same command again"
+    );
+    // Metrics lines kept for the test (not printed): one per request.
+    let lines = bot.metrics();
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines[0]["Answered"], 1.0);
+    assert_eq!(lines[1]["Duplicate"], 1.0);
+}
