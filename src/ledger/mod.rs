@@ -205,11 +205,10 @@ pub fn first_absent_step(journal: &Journal) -> u32 {
 /// `journal` with the look-ups' progress (by step) on the records it was made for.
 pub fn with_looked(mut journal: Journal, looked: &BTreeMap<u32, Looked>) -> Journal {
     for (step, progress) in looked {
-        match journal.get_mut(step) {
-            Some(StepRecord::Intent { looked, .. } | StepRecord::Began { looked, .. }) => {
-                *looked = Some(progress.clone())
-            }
-            _ => {}
+        if let Some(StepRecord::Intent { looked, .. } | StepRecord::Began { looked, .. }) =
+            journal.get_mut(step)
+        {
+            *looked = Some(progress.clone())
         }
     }
     journal

@@ -37,12 +37,16 @@ impl PythonStandin {
             .stderr(Stdio::null())
             .spawn()
             .expect("python3 runs the stand-in");
-        let base_url = format!("http://127.0.0.1:{port}/api");
+        // Owned from here: dropped (killed and waited for) whatever happens next.
+        let standin = Self {
+            child,
+            base_url: format!("http://127.0.0.1:{port}/api"),
+        };
         let http = HttpClient::default();
         for _ in 0..100 {
             let url = format!("http://127.0.0.1:{port}/_standin/state");
             if http.try_request("GET", &url, &[], Vec::new()).await.is_ok() {
-                return Self { child, base_url };
+                return standin;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -89,27 +89,38 @@ fn outcome(end: &RunEnd) -> &str {
     }
 }
 
-/// What is missing from `end` that the fault-free run leaves (empty: complete).
-fn missing(reference: &End, end: &End) -> Vec<String> {
-    let mut gaps = Vec::new();
-    let sets = [
+/// The writes Slack shows, kind by kind: (what, the fault-free run's, `end`'s, how many copies
+/// with another content one of them may show: a message or a view an update did not reach).
+fn visible(reference: &End, end: &End) -> [(&'static str, Counts, Counts, usize); 3] {
+    [
         (
             "message",
             multiset(reference.messages.iter()),
             multiset(end.messages.iter()),
+            1,
         ),
         (
             "ephemeral message",
             multiset(reference.ephemerals.iter()),
             multiset(end.ephemerals.iter()),
+            0,
         ),
         (
             "view",
             multiset(reference.views.iter()),
             multiset(end.views.iter()),
+            1,
         ),
-    ];
-    for (what, want, have) in &sets {
+    ]
+}
+
+type Counts = BTreeMap<String, usize>;
+
+/// What is missing from `end` that the fault-free run leaves (empty: complete).
+fn missing(reference: &End, end: &End) -> Vec<String> {
+    let mut gaps = Vec::new();
+    let sets = visible(reference, end);
+    for (what, want, have, _) in &sets {
         for (shown, n) in want {
             let got = have.get(shown).copied().unwrap_or(0);
             if got < *n {
@@ -170,26 +181,7 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
 
     // At most once: no more messages (or views) than the fault-free run leaves, none shown
     // twice, no ephemeral sent more often.
-    let sets = [
-        (
-            "message",
-            multiset(reference.messages.iter()),
-            multiset(end.messages.iter()),
-            1,
-        ),
-        (
-            "ephemeral message",
-            multiset(reference.ephemerals.iter()),
-            multiset(end.ephemerals.iter()),
-            0,
-        ),
-        (
-            "view",
-            multiset(reference.views.iter()),
-            multiset(end.views.iter()),
-            1,
-        ),
-    ];
+    let sets = visible(reference, end);
     for (what, want, have, changed) in &sets {
         for (shown, n) in have {
             // A message (a view) may be seen with other content than the fault-free run
