@@ -428,6 +428,37 @@ mod findings {
             .assert_ok();
     }
 
+    fn look_then_whisper() -> App {
+        App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, m: MessageEvent| async move {
+                let user = m.user.clone().unwrap_or_default();
+                ctx.user_info(&user).await?;
+                ctx.post_ephemeral(&m.channel, &user, "only you see this")
+                    .await?;
+                Ok(())
+            },
+        )
+    }
+
+    /// Found by the red-team review: a claim that ends before its first write keeps its
+    /// earlier claims' doubt; the doubt must still say those claims announce an at-most-once
+    /// write themselves, or the next claim takes the ephemeral for perhaps sent and drops it.
+    #[test]
+    fn a_doubt_kept_from_announcing_claims_does_not_drop_an_ephemeral() {
+        // Run 1 dies before its first write; retry 2's claim keeps the doubt (its alias
+        // refused); retry 3 must still make the ephemeral.
+        Explorer::new(look_then_whisper)
+            .request(Request::mention("psst").without_copies())
+            .replay("plain; 1.3=dies-before 3.2=unavailable")
+            .run()
+            .assert_ok();
+        Explorer::new(look_then_whisper)
+            .request(Request::mention("psst").without_copies())
+            .run()
+            .assert_ok();
+    }
+
     fn top_level() -> App {
         App::new().message_where(
             |m: &MessageEvent| m.mention,

@@ -10,7 +10,7 @@ use super::settle::{self, Record, Shows, Verdict};
 use super::steps::journal_bytes;
 use super::{recordable, slack_ts, step_identity, Error, Returns, Settle, Steps};
 use super::{MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS};
-use crate::ledger::{step_op, Looked, Settled, StepRecord};
+use crate::ledger::{kept_doubt, step_op, Looked, Settled, StepRecord};
 use crate::slack::{post_metadata, Args, OurApp, ReplyQuery, SlackClient, SlackError};
 
 /// The step name of a post to the request's `response_url`.
@@ -113,7 +113,13 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     let record = match &earlier {
         None => Record::None,
         Some(StepRecord::Done { .. }) => Record::Done,
-        Some(StepRecord::Intent { .. }) => Record::Intent,
+        // A doubt a claim kept from began windows stands for a step as they did.
+        Some(intent @ StepRecord::Intent { .. }) => match kept_doubt(intent) {
+            Some(announces) if !may_stand && (announces || kind == settle::Kind::AtMostOnce) => {
+                Record::BeganNotForIt
+            }
+            _ => Record::Intent,
+        },
         // A step that announces itself: the claims of the window wrote its intent first if
         // they made it (at-most-once steps always did; the rest since this version).
         Some(StepRecord::Began { announces, .. })

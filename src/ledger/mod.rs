@@ -454,19 +454,40 @@ pub fn last_per_step(settled: &[Settled]) -> Vec<&Settled> {
         .collect()
 }
 
+/// The attempt of a doubt kept from began windows ([`keep_doubt`]) that all announce their own
+/// steps ([`BeganWindow::announces`]). A kept doubt has no `op`; one of attempt 0 (what every
+/// version before wrote) may stand for any step. Versions before read the attempt only for
+/// their logs.
+pub const KEPT_BY_ANNOUNCING: u32 = u32::MAX;
+
+/// Whether `record` is a doubt kept from began windows, and then whether they announced their
+/// own steps: it stands for a step the way a [`StepRecord::Began`] does.
+pub fn kept_doubt(record: &StepRecord) -> Option<bool> {
+    match record {
+        StepRecord::Intent {
+            attempt, op: None, ..
+        } if *attempt == 0 || *attempt == KEPT_BY_ANNOUNCING => {
+            Some(*attempt == KEPT_BY_ANNOUNCING)
+        }
+        _ => None,
+    }
+}
+
 /// What a claim that ends without reaching the step its earlier claims' began windows stand
-/// for must record so that their doubt is not lost: an intent spanning their window.
+/// for must record so that their doubt is not lost: an intent spanning their window, which
+/// says whether they announced their own steps.
 pub fn keep_doubt(journal: &Journal) -> Option<Settled> {
     let step = first_absent_step(journal);
     match journal.get(&step) {
         Some(StepRecord::Began {
             at_ms,
             lease_until_ms,
+            announces,
             ..
         }) => Some(Settled::Unknown {
             step,
             intent: StepRecord::Intent {
-                attempt: 0,
+                attempt: if *announces { KEPT_BY_ANNOUNCING } else { 0 },
                 op: None,
                 at_ms: Some(*at_ms),
                 lease_until_ms: Some(*lease_until_ms),

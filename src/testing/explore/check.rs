@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::run::{End, RunView, BOT_TOKEN, SIGNING_SECRET};
-use super::schedule::Fault;
+use super::schedule::{Fault, SiteKind};
 use super::world::{RunEnd, RunKind};
 
 /// What a visible write shows.
@@ -262,8 +262,17 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
     // `failed` only for a reason: a fault no retry fixes, or (for a write whose fate a fault
     // left unknown and that can be neither looked for nor made again) `unconfirmed_write`.
     let permanent = end.faults.values().any(|f| *f == Fault::Refused);
-    let unknowable = end.faults.values().any(|f| {
-        f.is_crash() || matches!(f, Fault::Slow | Fault::InternalError | Fault::Unavailable)
+    // A write's fate is left unknown only by a fault at its own call, at the ledger write
+    // that announces it, or after its run announced or made a write (its result perhaps never
+    // recorded), or by a look-up refused: not by a crash before any write.
+    let unknowable = end.struck.iter().any(|(fault, kind, what, wrote_before)| {
+        let stops = !matches!(fault, Fault::RateLimited | Fault::Refused);
+        match kind {
+            SiteKind::SlackWrite | SiteKind::ResponseUrl => stops,
+            SiteKind::SlackRead if *fault == Fault::Refused => true,
+            SiteKind::Ledger if what.starts_with("ledger write") => stops,
+            _ => stops && *wrote_before,
+        }
     });
     let failed_before = reference
         .runs

@@ -96,6 +96,14 @@ pub struct End {
     pub(crate) unfinished: bool,
     /// The acknowledgements the listener chose (`None`: empty), in order.
     pub acks: Vec<Option<String>>,
+    /// The faults that struck: the fault, its site's kind, the call, and whether its run had
+    /// announced or made a write before.
+    pub struck: Vec<(
+        super::schedule::Fault,
+        super::schedule::SiteKind,
+        String,
+        bool,
+    )>,
 }
 
 /// One run, as it ended.
@@ -211,6 +219,7 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
         faults,
         unfinished,
         acks: s.acks.clone(),
+        struck: s.struck.clone(),
     }
 }
 

@@ -75,6 +75,8 @@ pub struct Run {
     pub counts: BTreeMap<String, f64>,
     /// Its sites' kinds, in order.
     pub sites_seen: Vec<SiteKind>,
+    /// It has announced a step in the ledger or sent Slack a write.
+    wrote: bool,
     sites: u32,
     dead: bool,
     abort: Option<AbortHandle>,
@@ -106,6 +108,9 @@ pub(crate) struct State {
     /// Reads Slack refused for good: (method, conversation). Refused again, as Slack would
     /// (a scope the app lacks stays lacking).
     pub(crate) refused: std::collections::BTreeSet<(String, String)>,
+    /// The faults that struck: the fault, its site's kind, the call, and whether its run had
+    /// announced or made a write before (a write's fate then may be unknown).
+    pub(crate) struck: Vec<(Fault, SiteKind, String, bool)>,
     /// When each conversation read was last let through (Slack's 2025 limit for distributed
     /// apps: one a minute per method).
     pub(crate) last_read: BTreeMap<String, Duration>,
@@ -138,6 +143,7 @@ impl World {
                 acks: Vec::new(),
                 refused: Default::default(),
                 last_read: BTreeMap::new(),
+                struck: Vec::new(),
                 busy: Default::default(),
             }),
             ledger: Arc::new(MemoryLedger::new()),
@@ -195,6 +201,7 @@ impl World {
             end: None,
             counts: BTreeMap::new(),
             sites_seen: Vec::new(),
+            wrote: false,
             sites: 0,
             dead: false,
             abort: None,
@@ -308,6 +315,12 @@ impl World {
                 }
             }
         };
+        let wrote_before = r.wrote;
+        r.wrote |= matches!(kind, SiteKind::SlackWrite | SiteKind::ResponseUrl)
+            || (kind == SiteKind::Ledger && what.starts_with("ledger write"));
+        if let Some(fault) = fault {
+            s.struck.push((fault, kind, what.clone(), wrote_before));
+        }
         let mut text = what;
         if let Some(fault) = fault {
             text.push_str(&format!("  ✗ {}: {}", fault.name(), fault.story()));
