@@ -289,6 +289,32 @@ mod findings {
         )
     }
 
+    fn side_by_side() -> App {
+        App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, _m: MessageEvent| async move {
+                let slow = async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    6
+                };
+                let (a, b): (Result<u32, _>, Result<u32, _>) =
+                    tokio::join!(ctx.remember("a", slow), ctx.remember("b", async { 7 }));
+                ctx.reply(format!("The answer is {}.", a? * b?)).await?;
+                Ok(())
+            },
+        )
+    }
+
+    /// Found by the red-team review: two `remember`s made side by side (not one inside the
+    /// other) each keep their result under a step of their own.
+    #[test]
+    fn remembers_side_by_side_each_keep_their_result() {
+        Explorer::new(side_by_side)
+            .request(Request::mention("6 x 7").without_copies())
+            .run()
+            .assert_ok();
+    }
+
     /// A `remember` inside another is part of the outer's result: replays stay deterministic.
     #[tokio::test]
     async fn a_write_inside_a_remember_is_refused_after_an_inner_one_returns() {

@@ -87,7 +87,7 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     if steps.closed {
         return Err(Error::Closed);
     }
-    if let Some(remembering) = steps.remembering {
+    if let Some(remembering) = inside_remember() {
         return Err(Error::InsideRemember {
             step: remembering,
             method: method.to_string(),
@@ -485,6 +485,17 @@ async fn look(
     }
 }
 
+tokio::task_local! {
+    /// The step of the `remember` whose computation is being polled: set only while it is
+    /// (a `remember` made at the same time beside it, by `join!`, is not inside it).
+    static REMEMBERING: u32;
+}
+
+/// The step of the remembered computation this code runs inside, if any.
+fn inside_remember() -> Option<u32> {
+    REMEMBERING.try_with(|step| *step).ok()
+}
+
 /// Runs `compute` once per request and remembers its result in the journal, written before
 /// this returns: a later run of the listener gets the remembered value without computing it
 /// again. It is a step like a write (`name` the same, at the same place, each run); a result
@@ -504,10 +515,10 @@ where
     if steps.closed {
         return Err(Error::Closed);
     }
-    if let Some(outer) = steps.remembering {
-        // Inside another remembered computation: part of its result, which is remembered (or
-        // not) whole. No step of its own (a run that finds the outer remembered never gets
-        // here), and the guard against writes stays on until the outer ends.
+    if let Some(outer) = inside_remember() {
+        // Inside another remembered computation (polled from within it): part of its result,
+        // which is remembered (or not) whole. No step of its own (a run that finds the outer
+        // remembered never gets here), and writes inside stay refused until the outer ends.
         tracing::debug!(
             name,
             outer,
@@ -539,11 +550,9 @@ where
     // than waiting: a remembered computation must not write (a replay would skip it).
     #[cfg(feature = "explore")]
     crate::testing::explore::computing(steps.key.as_str(), step, name);
-    steps.remembering = Some(step);
     drop(steps);
-    let value = compute.await;
+    let value = REMEMBERING.scope(step, compute).await;
     let mut steps = held.lock().await;
-    steps.remembering = None;
     let result = serde_json::to_string(&value)
         .map_err(|e| Error::Slack(SlackError::InvalidResponse(Box::new(e))))?;
     if steps.provisional {

@@ -33,7 +33,7 @@ pub(crate) struct Steps {
     pub lease_until_ms: u64,
     /// The step of a [`Ctx::remember`] whose computation is running: no write may be made
     /// from inside it.
-    pub remembering: Option<u32>,
+
     /// The step this claim's own began window stands for (the lowest absent from the journal):
     /// while the claim has written nothing since, that step needs no intent of its own.
     pub(super) covered: u32,
@@ -82,7 +82,6 @@ impl Steps {
             began_stands: true,
             began_settled: false,
             provisional: false,
-            remembering: None,
             in_flight: None,
         }
     }
