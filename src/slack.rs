@@ -188,6 +188,14 @@ struct History {
     messages: Vec<HistoryMessage>,
     #[serde(default)]
     has_more: bool,
+    #[serde(default)]
+    response_metadata: Option<ResponseMetadata>,
+}
+
+#[derive(Deserialize)]
+struct ResponseMetadata {
+    #[serde(default)]
+    next_cursor: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -333,14 +341,15 @@ pub struct ReplyQuery<'a> {
     /// Also take this app's message that carries no slack-once names (a stream not yet
     /// stopped: `chat.startStream` takes no metadata), in the window and the thread.
     pub adopt_unmarked: bool,
-    /// Where an earlier look-up of the same window stopped ([`Lookup::reached`]): searched on
-    /// from there.
+    /// Where an earlier look-up of the same window stopped ([`Lookup::reached`]: `>TS` when it
+    /// searched the window up to TS, `<TS` from TS on): searched on from there.
     pub resume: Option<&'a str>,
 }
 
-/// What a look-up came to: its result, and how far it got (the bound the pages it read fully
-/// moved the window to: for `conversations.history`, newest first, the oldest `ts` read; for
-/// `conversations.replies`, the newest), so that one cut short can be gone on with.
+/// What a look-up came to: its result, and how far it got (the edge of the window the pages it
+/// read in full cover: `<TS`, the oldest `ts` read when pages come newest first, as
+/// `conversations.history`'s do; `>TS`, the newest when oldest first), so that one cut short
+/// can be gone on with.
 #[derive(Debug)]
 pub struct Lookup {
     pub result: Result<Option<Found>, SlackError>,
@@ -733,15 +742,22 @@ impl SlackClient {
         // The window's bounds (exclusive), narrowed by where an earlier look-up got to.
         let mut oldest = query.oldest.map(str::to_string);
         let mut latest = query.latest.map(str::to_string);
-        if let Some(resume) = query.resume {
-            match newest_first {
-                true => latest = Some(resume.to_string()),
-                false => oldest = Some(resume.to_string()),
-            }
+        // `>TS`: the window up to TS was searched (pages oldest first); `<TS`: from TS on
+        // (newest first).
+        match query.resume.map(|r| r.split_at(1)) {
+            Some((">", ts)) => oldest = Some(ts.to_string()),
+            Some(("<", ts)) => latest = Some(ts.to_string()),
+            _ => {}
         }
         // Adopting a stream: this app's messages without slack-once's names, in the window,
         // other than the thread's parent. One is the stream; several cannot be told apart.
         let mut unmarked: Vec<String> = Vec::new();
+        // Within this look-up, pages follow Slack's cursor. Where they reach is kept as the edge
+        // of the window they cover, read off the order the first page shows (oldest first, or
+        // newest first), so that a later look-up goes on from it with a bound, whatever order
+        // Slack gives.
+        let mut cursor: Option<String> = None;
+        let mut oldest_first: Option<bool> = None;
         let after_oldest = |ts: &str| match (query.oldest.and_then(ts_micros), ts_micros(ts)) {
             (Some(oldest), Some(ts)) => ts >= oldest,
             _ => true,
@@ -755,6 +771,7 @@ impl SlackClient {
             params.extend(query.thread_ts.map(|ts| ("ts", ts)));
             params.extend(oldest.as_deref().map(|o| ("oldest", o)));
             params.extend(latest.as_deref().map(|l| ("latest", l)));
+            params.extend(cursor.as_deref().map(|c| ("cursor", c)));
             let encoded: Vec<String> = params
                 .iter()
                 .map(|(k, v)| format!("{k}={}", percent_encode(v)))
@@ -808,23 +825,43 @@ impl SlackClient {
                     )),
                 };
             }
-            // The next page: past the last message read, in the page's order.
-            let bound = match newest_first {
-                true => read.iter().min(),
-                false => read.iter().max(),
-            };
-            let Some(bound) = bound.map(|m| format!("{}.{:06}", m / 1_000_000, m % 1_000_000))
-            else {
-                // More messages that cannot be reached: "not found" would be a guess.
-                return Err(SlackError::InvalidResponse(
-                    "has_more without a message to go on from".into(),
-                ));
-            };
-            match newest_first {
-                true => latest = Some(bound.clone()),
-                false => oldest = Some(bound.clone()),
+            // How far the pages read reach, in the order they come.
+            if oldest_first.is_none() && read.len() >= 2 {
+                oldest_first = Some(read.first() < read.last());
             }
-            *reached = Some(bound);
+            let ascending = oldest_first.unwrap_or(!newest_first);
+            let edge = match ascending {
+                true => read.iter().max(),
+                false => read.iter().min(),
+            };
+            let ts = edge.map(|m| format!("{}.{:06}", m / 1_000_000, m % 1_000_000));
+            let next = history
+                .response_metadata
+                .and_then(|m| m.next_cursor)
+                .filter(|c| !c.is_empty());
+            let mark = |ts: &str| format!("{}{ts}", if ascending { ">" } else { "<" });
+            match (next, ts) {
+                (Some(next), ts) => {
+                    cursor = Some(next);
+                    if let Some(ts) = ts {
+                        *reached = Some(mark(&ts));
+                    }
+                }
+                // No cursor: on past the edge, by the bound.
+                (None, Some(ts)) => {
+                    match ascending {
+                        true => oldest = Some(ts.clone()),
+                        false => latest = Some(ts.clone()),
+                    }
+                    *reached = Some(mark(&ts));
+                }
+                // More messages that cannot be reached: "not found" would be a guess.
+                (None, None) => {
+                    return Err(SlackError::InvalidResponse(
+                        "has_more without a next_cursor or a message to go on from".into(),
+                    ))
+                }
+            }
         }
     }
 
