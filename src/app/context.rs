@@ -364,6 +364,13 @@ impl Ctx {
         }
     }
 
+    /// Whether a step was held back, or a write's fate left unknown (see [`Steps::held`],
+    /// [`Steps::doubtful`]): the claim cannot end done.
+    pub(crate) async fn held_back(&self) -> bool {
+        let steps = self.inner.steps.lock().await;
+        steps.held || steps.doubtful
+    }
+
     /// An acknowledgement the listener chose too late to reach Slack in any form.
     pub(crate) fn lost_ack(&self) -> Option<Ack> {
         self.inner.acking.lock().expect("ack lock").lost.clone()
@@ -790,9 +797,13 @@ impl Ctx {
                 bot_user_id: source.bot_user_id(),
             },
             since_ts: source.since_ts(),
+            // A group DM is read with `mpim:history`, which the manifest does not ask for: a post
+            // there announces itself like one in any conversation the bot may not read.
             own_channel: match source {
-                Source::Event(cb) => cb.event.channel.as_deref(),
-                Source::Interaction { .. } => None,
+                Source::Event(cb) if cb.event.channel_type.as_deref() != Some("mpim") => {
+                    cb.event.channel.as_deref()
+                }
+                _ => None,
             },
             past_ack: self.past_ack(),
             response_url,

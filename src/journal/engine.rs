@@ -21,9 +21,6 @@ const UNLOOKABLE: &[&str] = &["not_in_channel", "channel_not_found", "missing_sc
 /// A look-up for a message an earlier claim may have posted searches the window from its
 /// intent to its lease's end, widened by this much on each side (clocks, Slack's own delay).
 const LOOKUP_SLACK_MS: u64 = 5_000;
-/// No claim's lease is longer than Lambda's longest timeout (a local worker's is at most 900 s
-/// too): a record without times is looked for this long after the request.
-const MAX_LEASE_SECS: u64 = 900;
 
 /// One write, as a listener's context asks for it.
 pub(crate) struct Call<'a> {
@@ -92,6 +89,11 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
             step: remembering,
             method: method.to_string(),
         });
+    }
+    if steps.held {
+        return Err(Error::LookupUnavailable(SlackError::InvalidResponse(
+            "an earlier step of this claim is held back: no more writes".into(),
+        )));
     }
     let op = step_identity(method, &args);
     let (step, earlier) = steps.take(&op)?;
@@ -186,6 +188,7 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
             let Some((_, Seen::Failed(error))) = shows else {
                 unreachable!("a step held could not be looked for")
             };
+            steps.held = true;
             return Err(Error::LookupUnavailable(error));
         }
         Verdict::Make => {
@@ -288,6 +291,16 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
                     tracing::info!(step, method, "the trigger opened a view already: found it");
                     return Ok(Made::Answer(steps.settled_earlier(step, &op, answer)));
                 }
+                (_, Seen::Failed(error)) => {
+                    // Opened, its id unknown, and Slack cannot be asked now: held, in doubt.
+                    if stands || steps.provisional {
+                        steps.unrecorded.push(Settled::Unknown { step, intent });
+                    }
+                    steps.held = true;
+                    return Err(Error::LookupUnavailable(error));
+                }
+                // Spent, and no view of ours under its external_id (closed since, or opened
+                // by a version that gave it none): nothing to open again.
                 _ => json!({"ok": true, "already": code}),
             }
         }
@@ -296,6 +309,7 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         }
         Err(error) => {
             if error.may_have_posted() {
+                steps.doubtful = true;
                 if stands || steps.provisional {
                     // No intent of its own in the ledger: the finish (or the hand-off) records
                     // one.
@@ -392,20 +406,14 @@ async fn look(
         _ => unreachable!("only looked-for steps are looked for"),
     };
     // The earlier claim posted after its intent and before its lease ended: only that window
-    // is searched. Records of earlier versions carry no times: from the request on, for as
-    // long as any claim's lease can last.
+    // is searched.
     let oldest = match at_ms {
         Some(at) => Some(slack_ts(at.saturating_sub(LOOKUP_SLACK_MS))),
         None => r.since_ts.clone(),
     };
-    let latest = match lease_until_ms {
-        Some(until) => Some(slack_ts(until + LOOKUP_SLACK_MS)),
-        None => oldest.as_deref().and_then(|o| {
-            let (secs, _) = o.split_once('.').unwrap_or((o, ""));
-            let secs: u64 = secs.parse().ok()?;
-            Some(slack_ts((secs + MAX_LEASE_SECS) * 1000 + LOOKUP_SLACK_MS))
-        }),
-    };
+    // Records of versions before times carry none: from the request on, without an end (a
+    // later claim of such a version may have posted at any time).
+    let latest = lease_until_ms.map(|until| slack_ts(until + LOOKUP_SLACK_MS));
     // A stream is adopted only when it is the one unmarked message of the whole window: its
     // look-up always reads the window whole.
     let window = (
@@ -553,6 +561,10 @@ where
     drop(steps);
     let value = REMEMBERING.scope(step, compute).await;
     let mut steps = held.lock().await;
+    if steps.held {
+        // Held back: no ledger write of this claim may end the doubt it keeps.
+        return Ok(value);
+    }
     let result = serde_json::to_string(&value)
         .map_err(|e| Error::Slack(SlackError::InvalidResponse(Box::new(e))))?;
     if steps.provisional {

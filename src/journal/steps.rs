@@ -51,6 +51,13 @@ pub(crate) struct Steps {
     /// The covered step while its call is out, made without an intent of its own: should the
     /// claim end before the call returns, its intent goes with the finish.
     pub(super) in_flight: Option<(u32, StepRecord)>,
+    /// A step was held back (Slack could not be asked whether an earlier claim made it): the
+    /// claim makes no further write (one would end the began windows the doubt stands on),
+    /// and cannot end done, even should the listener carry on past the error.
+    pub(crate) held: bool,
+    /// A write failed in a way that may have taken effect, and the listener carried on: the
+    /// claim cannot end done (a later delivery settles that step by its rule).
+    pub(crate) doubtful: bool,
 }
 
 impl Steps {
@@ -83,6 +90,8 @@ impl Steps {
             began_settled: false,
             provisional: false,
             in_flight: None,
+            held: false,
+            doubtful: false,
         }
     }
 

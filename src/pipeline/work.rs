@@ -93,8 +93,17 @@ impl Processor {
                 Err(_) => (Err(ProcessError::Deadline), false),
             };
         metrics::time_ms("HandlerLatency", working.elapsed().as_secs_f64() * 1e3);
-        // An acknowledgement chosen too late to reach Slack: the request says so.
+        // An acknowledgement chosen too late to reach Slack: the request says so. A step held
+        // back (the listener carried on past the error): released, never done.
+        let held = ctx.held_back().await;
         let worked = match (worked, ctx.lost_ack()) {
+            (Ok(()), _) if held => Err(ProcessError::LookupUnavailable(
+                crate::slack::SlackError::InvalidResponse(
+                    "a step was held back, or a write's fate left unknown, and the listener \
+                     went on"
+                        .into(),
+                ),
+            )),
             (Ok(()), Some(_)) => Err(ProcessError::AckTooLate),
             (worked, _) => worked,
         };
