@@ -485,6 +485,36 @@ mod findings {
             .assert_ok();
     }
 
+    fn carries_on() -> App {
+        App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, _m: MessageEvent| async move {
+                // A listener that does not let a failed reply stop it.
+                if ctx.reply("a reply").await.is_err() {
+                    tracing::info!("the reply failed; reacting anyway");
+                }
+                ctx.react_to_event("eyes").await?;
+                Ok(())
+            },
+        )
+    }
+
+    /// Found by the red-team review: a listener that carries on past a look-up held back must
+    /// not write the doubt away (a later write ended the began windows it stood on) nor end
+    /// the request done.
+    #[test]
+    fn a_listener_carrying_on_past_a_held_look_up_does_not_lose_the_doubt() {
+        Explorer::new(carries_on)
+            .request(Request::mention("x").without_copies())
+            .replay("plain; 1.3=dies-after 3.3=rate-limited 3.4=dies-after")
+            .run()
+            .assert_ok();
+        Explorer::new(carries_on)
+            .request(Request::mention("x").without_copies())
+            .run()
+            .assert_ok();
+    }
+
     fn top_level() -> App {
         App::new().message_where(
             |m: &MessageEvent| m.mention,

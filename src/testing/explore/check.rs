@@ -243,9 +243,15 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
             .map(|(r, e)| format!("{} ({})", r.label, outcome(e)))
             .collect::<Vec<_>>()
     };
+    // A write Slack refused for good certainly did not happen: a listener may go on without it.
+    let refused_write = end.struck.iter().any(|(fault, kind, ..)| {
+        *fault == Fault::Refused && matches!(kind, SiteKind::SlackWrite | SiteKind::ResponseUrl)
+    });
     if !gaps.is_empty() && wrote {
         let claimed = said(&["answered", "recovered", "no_reply"]);
-        if !claimed.is_empty() {
+        if !claimed.is_empty() && refused_write {
+            // The listener chose to carry on past a refusal: what it claimed is what it did.
+        } else if !claimed.is_empty() {
             broken.push(format!(
                 "complete when claimed: {} said so, but {}",
                 claimed.join(", "),
