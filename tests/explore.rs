@@ -394,6 +394,18 @@ mod findings {
                     format!("{} messages after the acknowledgement", end.messages.len())
                 })
             })
+            // A worker of an earlier version would take the view's step as made: the message
+            // says it is of a later format, which such a worker leaves for the dead letters.
+            .invariant("queued as format 3", |end| {
+                let versions: Vec<_> = end
+                    .queued
+                    .iter()
+                    .map(|b| serde_json::from_str::<serde_json::Value>(b).unwrap()["v"].clone())
+                    .collect();
+                (!versions.is_empty() && versions.iter().all(|v| v == 3))
+                    .then_some(())
+                    .ok_or(format!("queued as {versions:?}"))
+            })
             .run()
             .assert_ok();
         Explorer::new(open_then_post)

@@ -5,6 +5,7 @@ use serde_json::value::RawValue;
 use super::{unix_ms, Delivery, Outcome, ProcessError, Processor, ENQUEUE_BUDGET};
 use crate::queue::{
     QueueError, QueuedEvent, QueuedStep, WorkQueue, QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION,
+    QUEUED_FORM_VERSION_UNKNOWN,
 };
 
 impl Processor {
@@ -60,6 +61,10 @@ impl Processor {
         let (v, envelope, form) = match RawValue::from_string(text.to_string()) {
             Ok(envelope) if text.trim_start().starts_with('{') => {
                 (QUEUED_EVENT_VERSION, Some(envelope), None)
+            }
+            // A step of unknown fate is one an earlier worker would take as made.
+            _ if steps.iter().any(|s| s.unknown) => {
+                (QUEUED_FORM_VERSION_UNKNOWN, None, Some(text.to_string()))
             }
             _ => (QUEUED_FORM_VERSION, None, Some(text.to_string())),
         };

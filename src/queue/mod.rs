@@ -24,6 +24,11 @@ pub const QUEUED_EVENT_VERSION: u32 = 1;
 /// The format version of a [`QueuedEvent`] holding a command's or an interaction's form (a
 /// worker of an earlier version leaves it for the dead-letter queue rather than misread it).
 pub const QUEUED_FORM_VERSION: u32 = 2;
+/// The format version of a form's [`QueuedEvent`] carrying a step whose fate is unknown
+/// ([`QueuedStep::unknown`]): a worker of a version before it would read that step as made,
+/// so it leaves the message for the dead-letter queue instead (and its redrive waits for the
+/// new workers). The ingress sends version 2 when no step is unknown.
+pub const QUEUED_FORM_VERSION_UNKNOWN: u32 = 3;
 /// SQS's largest message body: 1 MiB since August 2025 (256 KiB before). SQS bills each 64 KiB
 /// of a message as one request; Slack's events are a few KiB.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;

@@ -19,7 +19,10 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::{QueuedEvent, Received, WorkQueue, QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION};
+use super::{
+    QueuedEvent, Received, WorkQueue, QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION,
+    QUEUED_FORM_VERSION_UNKNOWN,
+};
 use crate::envelope::Envelope;
 use crate::interaction::Interaction;
 use crate::metrics::Metrics;
@@ -82,33 +85,35 @@ impl Worker {
                     Err(error) => Err(error.to_string()),
                 }
             }
-            (QUEUED_FORM_VERSION, None, Some(form)) => Interaction::from_form(form.as_bytes())
-                .map(|i| {
-                    let done = queued
-                        .steps
-                        .iter()
-                        .map(|s| match s.unknown {
-                            false => crate::ledger::Settled::Done {
-                                step: s.step,
-                                result: s.result.clone(),
-                                op: s.op.clone(),
-                            },
-                            true => crate::ledger::Settled::Unknown {
-                                step: s.step,
-                                intent: crate::ledger::StepRecord::Intent {
-                                    attempt: 0,
+            (QUEUED_FORM_VERSION | QUEUED_FORM_VERSION_UNKNOWN, None, Some(form)) => {
+                Interaction::from_form(form.as_bytes())
+                    .map(|i| {
+                        let done = queued
+                            .steps
+                            .iter()
+                            .map(|s| match s.unknown {
+                                false => crate::ledger::Settled::Done {
+                                    step: s.step,
+                                    result: s.result.clone(),
                                     op: s.op.clone(),
-                                    at_ms: Some(queued.received_at_ms),
-                                    lease_until_ms: None,
-                                    looked: None,
                                 },
-                            },
-                        })
-                        .collect();
-                    Queued::Interaction(Arc::new(i), done, queued.implicit_ack)
-                })
-                .map_err(|e| e.to_string()),
-            (QUEUED_EVENT_VERSION | QUEUED_FORM_VERSION, _, _) => {
+                                true => crate::ledger::Settled::Unknown {
+                                    step: s.step,
+                                    intent: crate::ledger::StepRecord::Intent {
+                                        attempt: 0,
+                                        op: s.op.clone(),
+                                        at_ms: Some(queued.received_at_ms),
+                                        lease_until_ms: None,
+                                        looked: None,
+                                    },
+                                },
+                            })
+                            .collect();
+                        Queued::Interaction(Arc::new(i), done, queued.implicit_ack)
+                    })
+                    .map_err(|e| e.to_string())
+            }
+            (QUEUED_EVENT_VERSION | QUEUED_FORM_VERSION | QUEUED_FORM_VERSION_UNKNOWN, _, _) => {
                 Err("its envelope or form is missing".to_string())
             }
             (version, _, _) => {

@@ -89,6 +89,8 @@ pub struct End {
     pub logs: Vec<String>,
     /// Messages the queue dead-lettered.
     pub dead_letters: usize,
+    /// The bodies of the messages the ingress put on the queue, in order.
+    pub queued: Vec<String>,
     pub(crate) trace: Vec<Line>,
     pub(crate) violations: Vec<String>,
     pub(crate) tokens: Vec<(u32, Option<String>)>,
@@ -213,6 +215,7 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
             .collect(),
         logs,
         dead_letters: s.dead_letters.len(),
+        queued: s.queued.clone(),
         trace: s.trace.clone(),
         violations: s.violations.clone(),
         tokens: s.tokens.clone(),
