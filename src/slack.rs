@@ -122,6 +122,9 @@ pub enum SlackError {
     Transport(#[source] hyper_util::client::legacy::Error),
     #[error("Slack did not answer before the deadline")]
     Timeout,
+    /// The deadline had passed before the request was sent: certainly not made.
+    #[error("the deadline passed before the request to Slack was sent")]
+    NotSent,
     #[error("Slack's answer could not be read")]
     InvalidResponse(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Slack refused the bot token (`code`), and the secret, read again, did not settle it (it
@@ -166,6 +169,7 @@ impl SlackError {
             SlackError::Transport(e) => !e.is_connect(),
             SlackError::Status { status } => status.is_server_error(),
             SlackError::RateLimited { .. }
+            | SlackError::NotSent
             | SlackError::TokenUnconfirmed { .. }
             | SlackError::Unidentified => false,
         }
@@ -640,6 +644,9 @@ impl SlackClient {
         }
         let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON serialises"));
         loop {
+            if Instant::now() >= deadline {
+                return Err(SlackError::NotSent);
+            }
             let request = Request::builder()
                 .method(Method::POST)
                 .uri(url.clone())
@@ -705,9 +712,10 @@ impl SlackClient {
         Lookup { result, reached }
     }
 
-    /// [`Self::find_reply`]'s pages: each read within the window's bounds, the next one past
-    /// the last `ts` read (bounds rather than Slack's cursor, so that where it got to means
-    /// the same to a later look-up); `reached` moved after each page read in full.
+    /// [`Self::find_reply`]'s pages: within the window's bounds, the next one by Slack's
+    /// cursor (or, without one, past the edge read); `reached` moved after each page read in
+    /// full to the edge of the window the pages cover, with its direction (`>TS`, `<TS`), so
+    /// that where it got to means the same to a later look-up, which goes on by bound.
     async fn search(
         &self,
         query: &ReplyQuery<'_>,
@@ -841,19 +849,24 @@ impl SlackClient {
                 .filter(|c| !c.is_empty());
             let mark = |ts: &str| format!("{}{ts}", if ascending { ">" } else { "<" });
             match (next, ts) {
+                // The edge is kept only once the pages' order is seen (two messages): a bound
+                // on the wrong side would skip what was not read.
                 (Some(next), ts) => {
                     cursor = Some(next);
-                    if let Some(ts) = ts {
+                    if let (Some(ts), Some(_)) = (ts, oldest_first) {
                         *reached = Some(mark(&ts));
                     }
                 }
-                // No cursor: on past the edge, by the bound.
+                // No cursor: on past the edge, by the bound (a cursor is for its own bounds).
                 (None, Some(ts)) => {
+                    cursor = None;
                     match ascending {
                         true => oldest = Some(ts.clone()),
                         false => latest = Some(ts.clone()),
                     }
-                    *reached = Some(mark(&ts));
+                    if oldest_first.is_some() {
+                        *reached = Some(mark(&ts));
+                    }
                 }
                 // More messages that cannot be reached: "not found" would be a guess.
                 (None, None) => {
@@ -875,6 +888,9 @@ impl SlackClient {
         request: impl Fn() -> Request<Full<Bytes>>,
     ) -> Result<T, SlackError> {
         loop {
+            if Instant::now() >= deadline {
+                return Err(SlackError::NotSent);
+            }
             match tokio::time::timeout_at(deadline, self.call::<T>(request()))
                 .await
                 .map_err(|_| SlackError::Timeout)??

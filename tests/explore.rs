@@ -527,6 +527,65 @@ mod findings {
             .assert_ok();
     }
 
+    fn gives_up_waiting() -> App {
+        App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, _m: MessageEvent| async move {
+                // A listener that stops waiting for a slow reply (the future dropped mid-call).
+                let reply = ctx.reply("a reply");
+                if tokio::time::timeout(Duration::from_secs(1), reply)
+                    .await
+                    .is_err()
+                {
+                    tracing::info!("the reply is slow; reacting instead");
+                }
+                ctx.react_to_event("eyes").await?;
+                Ok(())
+            },
+        )
+    }
+
+    /// Found by the red-team review: a write the listener drops while its call is out (a
+    /// timeout around it) has an unknown fate: the claim cannot end done.
+    #[test]
+    fn a_write_dropped_by_its_listener_mid_call_is_not_taken_as_settled() {
+        Explorer::new(gives_up_waiting)
+            .request(Request::mention("x").without_copies())
+            .run()
+            .assert_ok();
+    }
+
+    fn carries_on_then_remembers() -> App {
+        App::new().message_where(
+            |m: &MessageEvent| m.mention,
+            |ctx: Ctx, _m: MessageEvent| async move {
+                // Carries on past each failed write, then remembers and writes again.
+                let _ = ctx.reply("first").await;
+                let _ = ctx.reply("second").await;
+                let n: u32 = ctx.remember("n", async { 7 }).await?;
+                ctx.react_to_event(if n == 7 { "eyes" } else { "x" })
+                    .await?;
+                Ok(())
+            },
+        )
+    }
+
+    /// Found by the red-team review: a write refused because an earlier step is held back
+    /// still takes its number, so a `remember` after it keeps the number it has on every run
+    /// (it was taken for another step: `nondeterministic_listener`, failed for good).
+    #[test]
+    fn writes_refused_after_a_hold_keep_the_steps_numbered() {
+        Explorer::new(carries_on_then_remembers)
+            .request(Request::mention("x").without_copies())
+            .replay("plain; 1.3=slow 3.3=rate-limited")
+            .run()
+            .assert_ok();
+        Explorer::new(carries_on_then_remembers)
+            .request(Request::mention("x").without_copies())
+            .run()
+            .assert_ok();
+    }
+
     fn top_level() -> App {
         App::new().message_where(
             |m: &MessageEvent| m.mention,

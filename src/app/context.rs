@@ -364,8 +364,8 @@ impl Ctx {
         }
     }
 
-    /// Whether a step was held back, or a write's fate left unknown (see [`Steps::held`],
-    /// [`Steps::doubtful`]): the claim cannot end done.
+    /// Whether a step was held back, or a write failed in a way a retry could fix or left its
+    /// fate unknown (see [`Steps::held`], [`Steps::doubtful`]): the claim cannot end done.
     pub(crate) async fn held_back(&self) -> bool {
         let steps = self.inner.steps.lock().await;
         steps.held || steps.doubtful
@@ -797,13 +797,9 @@ impl Ctx {
                 bot_user_id: source.bot_user_id(),
             },
             since_ts: source.since_ts(),
-            // A group DM is read with `mpim:history`, which the manifest does not ask for: a post
-            // there announces itself like one in any conversation the bot may not read.
             own_channel: match source {
-                Source::Event(cb) if cb.event.channel_type.as_deref() != Some("mpim") => {
-                    cb.event.channel.as_deref()
-                }
-                _ => None,
+                Source::Event(cb) => cb.event.channel.as_deref(),
+                Source::Interaction { .. } => None,
             },
             past_ack: self.past_ack(),
             response_url,

@@ -71,6 +71,22 @@ pub(crate) enum Made {
 
 /// Makes one step. See the [module](super).
 pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<Made, Error> {
+    let made = make_step(steps, r, call).await;
+    // A write a later delivery could still make (the failure is one a retry may fix): should
+    // the listener carry on past it, the claim cannot end done.
+    if let Err(Error::Slack(_) | Error::Ledger(_) | Error::LookupUnavailable(_)) = &made {
+        let retryable = match &made {
+            Err(Error::Slack(e)) => !e.is_permanent(),
+            _ => true,
+        };
+        if retryable {
+            steps.lock().await.doubtful = true;
+        }
+    }
+    made
+}
+
+async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<Made, Error> {
     let Call {
         method,
         mut args,
@@ -90,13 +106,15 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
             method: method.to_string(),
         });
     }
+    let op = step_identity(method, &args);
+    // The step's number is taken even when held back, so the listener's later steps keep the
+    // numbers they have on every run.
+    let (step, earlier) = steps.take(&op)?;
     if steps.held {
         return Err(Error::LookupUnavailable(SlackError::InvalidResponse(
             "an earlier step of this claim is held back: no more writes".into(),
         )));
     }
-    let op = step_identity(method, &args);
-    let (step, earlier) = steps.take(&op)?;
     if trigger_bound && args["view"]["external_id"].is_null() && args["view"].is_object() {
         // A view's id is known only from Slack's answer; this names it before the call, so a
         // later run can find it (`views.update` by `external_id`) should the answer be lost.
@@ -269,6 +287,9 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
     }
     // A view's arguments, to look for it by its external_id should the trigger be spent.
     let view_args = trigger_bound.then(|| args.clone());
+    // While the call is out its fate is unknown: should the listener drop it (a timeout, a
+    // select), the claim cannot end done.
+    let was_doubtful = std::mem::replace(&mut steps.doubtful, true);
     let answer = if method == RESPOND {
         match &r.response_url {
             Some(url) => r.slack.respond(url, &args, r.deadline).await,
@@ -280,6 +301,7 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
         r.slack.api(method, &Args::Json(args), r.deadline).await
     };
     steps.in_flight = None;
+    steps.doubtful = was_doubtful;
     let answer = match answer {
         Ok(answer) => answer,
         Err(SlackError::Api { code }) if trigger_bound && code == "exchanged_trigger_id" => {
@@ -295,6 +317,16 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
                     // Opened, its id unknown, and Slack cannot be asked now: held, in doubt.
                     if stands || steps.provisional {
                         steps.unrecorded.push(Settled::Unknown { step, intent });
+                    }
+                    if steps.provisional {
+                        // Deferred mode's ingress: handed on in doubt; the worker looks.
+                        tracing::warn!(
+                            step,
+                            method,
+                            "the trigger opened a view already, and Slack cannot show it now: \
+                             the worker looks for it"
+                        );
+                        return Ok(Made::HandOff);
                     }
                     steps.held = true;
                     return Err(Error::LookupUnavailable(error));

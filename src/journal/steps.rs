@@ -55,8 +55,9 @@ pub(crate) struct Steps {
     /// claim makes no further write (one would end the began windows the doubt stands on),
     /// and cannot end done, even should the listener carry on past the error.
     pub(crate) held: bool,
-    /// A write failed in a way that may have taken effect, and the listener carried on: the
-    /// claim cannot end done (a later delivery settles that step by its rule).
+    /// A write failed in a way a retry could fix, or that may have taken effect (or its call
+    /// is out), and the listener carried on: the claim cannot end done (a later delivery
+    /// makes, or settles by its rule, that step).
     pub(crate) doubtful: bool,
 }
 
@@ -102,6 +103,7 @@ impl Steps {
     /// Numbers the next step, `op`, and gives what earlier claims recorded at that number: a
     /// record of another step there is [`Error::Nondeterministic`].
     pub(super) fn take(&mut self, op: &str) -> Result<(u32, Option<StepRecord>), Error> {
+        self.dropped_in_flight();
         let step = self.next;
         self.next += 1;
         let earlier = self.journal.get(&step).cloned();
@@ -125,6 +127,7 @@ impl Steps {
         record: &StepRecord,
         deadline: Instant,
     ) -> Result<(), Error> {
+        self.dropped_in_flight();
         // A fate of this very step is written as the record itself, not twice in one update.
         let is_this = |fate: &Settled| matches!(fate, Settled::Done { step: s, .. } if *s == step);
         let others: Vec<Settled>;
@@ -158,14 +161,21 @@ impl Steps {
         }
     }
 
+    /// A covered step whose call the listener dropped while it was out (a timeout or a select
+    /// around it): its fate is unknown, and the next write records it so (it ends the began
+    /// window that stood for it).
+    fn dropped_in_flight(&mut self) {
+        if let Some((step, intent)) = self.in_flight.take() {
+            self.unrecorded.push(Settled::Unknown { step, intent });
+        }
+    }
+
     /// Ends the steps: later writes fail with [`Error::Closed`]. Returns the fates for the
     /// finishing write (a covered step whose call never returned among them, as an intent),
     /// and the tally.
     pub(crate) fn close(&mut self) -> (Vec<Settled>, Tally) {
         self.closed = true;
-        if let Some((step, intent)) = self.in_flight.take() {
-            self.unrecorded.push(Settled::Unknown { step, intent });
-        }
+        self.dropped_in_flight();
         if let (false, Some(Settled::Unknown { step, mut intent })) =
             (self.began_settled, keep_doubt(&self.journal))
         {

@@ -127,8 +127,9 @@ pub enum StepRecord {
 
 /// How far a look-up for a step's message got before Slack stopped answering (a 429 for the
 /// rest of the minute, an error): in the window `oldest`..`latest` (Slack `ts`), every message
-/// from the window's start (`conversations.replies`, oldest first) or end
-/// (`conversations.history`, newest first) up to `to` was searched. A later claim searching the
+/// up to `to` was searched: `>TS` from the window's start (pages oldest first, as
+/// `conversations.replies`' come), `<TS` from its end (newest first, as
+/// `conversations.history`'s); a `to` without either (an earlier version's) is searched again. A later claim searching the
 /// same window goes on from `to`, so a busy conversation under Slack's one call a minute is
 /// searched a page a delivery rather than its first page on every delivery. Stored apart from
 /// the step's record (DynamoDB: the journal key `lN`, which versions before it do not read),
@@ -464,8 +465,14 @@ pub const KEPT_BY_ANNOUNCING: u32 = u32::MAX;
 /// own steps: it stands for a step the way a [`StepRecord::Began`] does.
 pub fn kept_doubt(record: &StepRecord) -> Option<bool> {
     match record {
+        // A kept doubt always spans its windows; a record read as an unknown intent (one that
+        // did not parse) carries no times, and is an intent like any other.
         StepRecord::Intent {
-            attempt, op: None, ..
+            attempt,
+            op: None,
+            at_ms: Some(_),
+            lease_until_ms: Some(_),
+            ..
         } if *attempt == 0 || *attempt == KEPT_BY_ANNOUNCING => {
             Some(*attempt == KEPT_BY_ANNOUNCING)
         }
@@ -685,6 +692,33 @@ pub fn applied_already(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_doubt_spans_its_windows_and_an_unreadable_record_is_not_one() {
+        let began = |announces| StepRecord::Began {
+            at_ms: 10,
+            lease_until_ms: 20,
+            announces,
+            looked: None,
+        };
+        for announces in [false, true] {
+            let journal: Journal = [(1, began(announces))].into_iter().collect();
+            let Some(Settled::Unknown { intent, .. }) = keep_doubt(&journal) else {
+                panic!("a began window's doubt is kept");
+            };
+            assert_eq!(kept_doubt(&intent), Some(announces));
+        }
+        // What a record that does not parse is read as: an intent, never a kept doubt (which
+        // could stand for an at-most-once write that was in fact announced and perhaps made).
+        let unreadable = StepRecord::Intent {
+            attempt: 0,
+            op: None,
+            at_ms: None,
+            lease_until_ms: None,
+            looked: None,
+        };
+        assert_eq!(kept_doubt(&unreadable), None);
+    }
 
     #[test]
     fn expired_entries_and_leases_count_as_absent() {

@@ -177,6 +177,7 @@ impl ProcessError {
                     SlackError::Status { status } => format!("http_{}", status.as_u16()),
                     SlackError::Transport(_) => "connection_failed".into(),
                     SlackError::Timeout => "timeout".into(),
+                    SlackError::NotSent => "deadline_passed".into(),
                     SlackError::InvalidResponse(_) => "invalid_response".into(),
                     SlackError::TokenUnconfirmed { code } => format!("{code}_unconfirmed"),
                     SlackError::Unidentified => "app_unidentified".into(),

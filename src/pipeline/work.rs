@@ -99,8 +99,8 @@ impl Processor {
         let worked = match (worked, ctx.lost_ack()) {
             (Ok(()), _) if held => Err(ProcessError::LookupUnavailable(
                 crate::slack::SlackError::InvalidResponse(
-                    "a step was held back, or a write's fate left unknown, and the listener \
-                     went on"
+                    "a step was held back, or a write failed in a way a retry could fix (or \
+                     its fate is unknown), and the listener went on"
                         .into(),
                 ),
             )),

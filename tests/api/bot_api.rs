@@ -858,3 +858,36 @@ async fn test_bot_acts_as_anyone_anywhere_sends_again_and_keeps_its_metrics_line
     assert_eq!(lines[0]["Answered"], 1.0);
     assert_eq!(lines[1]["Duplicate"], 1.0);
 }
+
+/// A call whose deadline passed before it was sent is certainly not made: it says so
+/// (`NotSent`, not a timeout whose fate is unknown), and Slack sees nothing, so a later claim
+/// makes it rather than taking an at-most-once write for perhaps sent.
+#[tokio::test]
+async fn a_call_past_its_deadline_is_not_sent_and_says_so() {
+    let slack = SlackStandin::start().await;
+    let client = slack_once::slack::SlackClient::new(
+        slack.base_url.clone(),
+        Some(slack_once::config::Secret::new(TOKEN)),
+    );
+    let deadline = tokio::time::Instant::now();
+    let args = slack_once::slack::Args::Json(serde_json::json!({"channel": "C0001", "text": "x"}));
+    let sent = client.api("chat.postEphemeral", &args, deadline).await;
+    let error = sent.expect_err("past its deadline");
+    assert!(
+        matches!(error, slack_once::slack::SlackError::NotSent),
+        "{error:?}"
+    );
+    assert!(!error.may_have_posted());
+    assert_eq!(slack.calls_of("chat.postEphemeral"), 0);
+    let hook: http::Uri = format!("{}/commands/T0001/C0001/hook", slack.origin())
+        .parse()
+        .unwrap();
+    let answered = client
+        .respond(&hook, &serde_json::json!({"text": "x"}), deadline)
+        .await;
+    assert!(
+        matches!(answered, Err(slack_once::slack::SlackError::NotSent)),
+        "{answered:?}"
+    );
+    assert_eq!(slack.calls_of("response_url"), 0);
+}

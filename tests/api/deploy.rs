@@ -98,6 +98,7 @@ fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
             "chat:write",
             "commands",
             "im:history",
+            "mpim:history",
             "im:write",
             "channels:history",
             "groups:history"
