@@ -368,7 +368,7 @@ impl Ctx {
     /// fate unknown (see [`Steps::held`], [`Steps::doubtful`]): the claim cannot end done.
     pub(crate) async fn held_back(&self) -> bool {
         let steps = self.inner.steps.lock().await;
-        steps.held || steps.doubtful
+        steps.held || steps.doubtful || steps.in_step > 0
     }
 
     /// An acknowledgement the listener chose too late to reach Slack in any form.

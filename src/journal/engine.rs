@@ -71,17 +71,22 @@ pub(crate) enum Made {
 
 /// Makes one step. See the [module](super).
 pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<Made, Error> {
+    // While the step is under way (its look-up, its intent, its call) its fate is open: should
+    // the listener drop it (a timeout or a select around it), the flag stays set and the claim
+    // cannot end done.
+    steps.lock().await.in_step += 1;
     let made = make_step(steps, r, call).await;
+    let mut steps = steps.lock().await;
+    steps.in_step -= 1;
     // A write a later delivery could still make (the failure is one a retry may fix): should
     // the listener carry on past it, the claim cannot end done.
-    if let Err(Error::Slack(_) | Error::Ledger(_) | Error::LookupUnavailable(_)) = &made {
-        let retryable = match &made {
-            Err(Error::Slack(e)) => !e.is_permanent(),
-            _ => true,
-        };
-        if retryable {
-            steps.lock().await.doubtful = true;
-        }
+    let retryable = match &made {
+        Err(Error::Slack(e)) => !e.is_permanent(),
+        Err(Error::Ledger(_) | Error::LookupUnavailable(_)) => true,
+        _ => false,
+    };
+    if retryable {
+        steps.doubtful = true;
     }
     made
 }
@@ -287,9 +292,6 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
     }
     // A view's arguments, to look for it by its external_id should the trigger be spent.
     let view_args = trigger_bound.then(|| args.clone());
-    // While the call is out its fate is unknown: should the listener drop it (a timeout, a
-    // select), the claim cannot end done.
-    let was_doubtful = std::mem::replace(&mut steps.doubtful, true);
     let answer = if method == RESPOND {
         match &r.response_url {
             Some(url) => r.slack.respond(url, &args, r.deadline).await,
@@ -301,7 +303,6 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
         r.slack.api(method, &Args::Json(args), r.deadline).await
     };
     steps.in_flight = None;
-    steps.doubtful = was_doubtful;
     let answer = match answer {
         Ok(answer) => answer,
         Err(SlackError::Api { code }) if trigger_bound && code == "exchanged_trigger_id" => {

@@ -55,10 +55,13 @@ pub(crate) struct Steps {
     /// claim makes no further write (one would end the began windows the doubt stands on),
     /// and cannot end done, even should the listener carry on past the error.
     pub(crate) held: bool,
-    /// A write failed in a way a retry could fix, or that may have taken effect (or its call
-    /// is out), and the listener carried on: the claim cannot end done (a later delivery
+    /// A write failed in a way a retry could fix, or that may have taken effect, and the
+    /// listener carried on: the claim cannot end done (a later delivery
     /// makes, or settles by its rule, that step).
     pub(crate) doubtful: bool,
+    /// Steps under way (counted for their whole making): one still counted when the claim ends,
+    /// the listener dropped it mid-way, and its fate is open.
+    pub(crate) in_step: u32,
 }
 
 impl Steps {
@@ -93,6 +96,7 @@ impl Steps {
             in_flight: None,
             held: false,
             doubtful: false,
+            in_step: 0,
         }
     }
 
@@ -128,6 +132,7 @@ impl Steps {
         deadline: Instant,
     ) -> Result<(), Error> {
         self.dropped_in_flight();
+        self.keep_earlier_doubt();
         // A fate of this very step is written as the record itself, not twice in one update.
         let is_this = |fate: &Settled| matches!(fate, Settled::Done { step: s, .. } if *s == step);
         let others: Vec<Settled>;
@@ -176,9 +181,26 @@ impl Steps {
     pub(crate) fn close(&mut self) -> (Vec<Settled>, Tally) {
         self.closed = true;
         self.dropped_in_flight();
+        self.keep_earlier_doubt();
+        (std::mem::take(&mut self.unrecorded), self.tally)
+    }
+
+    /// The earlier claims' began windows, should this claim not have settled the step they
+    /// stand for (not reached yet, a failure before it, a look-up that could not be made or
+    /// that the listener dropped): kept as a doubt by the claim's next write, which ends the
+    /// windows (so a later step's window outlives a write this claim makes before it).
+    fn keep_earlier_doubt(&mut self) {
         if let (false, Some(Settled::Unknown { step, mut intent })) =
             (self.began_settled, keep_doubt(&self.journal))
         {
+            // Kept already, for a write that has not gone through.
+            if self
+                .unrecorded
+                .iter()
+                .any(|f| matches!(f, Settled::Unknown { step: s, .. } if *s == step))
+            {
+                return;
+            }
             // Not reached (a failure before it, a look-up that could not be made): what the
             // earlier claims may have done there stays in doubt, as an intent of their window,
             // with how far a look-up of it got.
@@ -195,7 +217,6 @@ impl Steps {
             }
             self.unrecorded.push(Settled::Unknown { step, intent });
         }
-        (std::mem::take(&mut self.unrecorded), self.tally)
     }
 
     /// Steps made before this claim existed (by deferred mode's ingress, before the

@@ -753,7 +753,14 @@ pub struct HttpClient(Client<HttpConnector, Full<Bytes>>);
 
 impl Default for HttpClient {
     fn default() -> Self {
-        Self(Client::builder(TokioExecutor::new()).build_http())
+        // Idle connections are dropped well before the server closes them (it waits
+        // HEADER_READ_TIMEOUT, 10 s, for a next request): reusing one the server is closing
+        // fails the request (`SendRequest`) on a loaded machine.
+        Self(
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(4))
+                .build_http(),
+        )
     }
 }
 
