@@ -184,6 +184,20 @@ mod findings {
     };
     use std::time::Duration;
 
+    /// A finding's failing schedule replayed, then an exploration of the same listener around
+    /// it: the mention `text`, without copies.
+    fn replay_then_explore(app: fn() -> App, text: &str, schedule: &str) {
+        Explorer::new(app)
+            .request(Request::mention(text).without_copies())
+            .replay(schedule)
+            .run()
+            .assert_ok();
+        Explorer::new(app)
+            .request(Request::mention(text).without_copies())
+            .run()
+            .assert_ok();
+    }
+
     /// A `response_url` follow-up in a conversation the bot cannot read, after a crash between
     /// the claim and the follow-up: nothing was sent, so nothing may be taken as sent.
     #[test]
@@ -486,15 +500,11 @@ mod findings {
     fn a_doubt_kept_from_announcing_claims_does_not_drop_an_ephemeral() {
         // Run 1 dies before its first write; retry 2's claim keeps the doubt (its alias
         // refused); retry 3 must still make the ephemeral.
-        Explorer::new(look_then_whisper)
-            .request(Request::mention("psst").without_copies())
-            .replay("plain; 1.3=dies-before 3.2=unavailable")
-            .run()
-            .assert_ok();
-        Explorer::new(look_then_whisper)
-            .request(Request::mention("psst").without_copies())
-            .run()
-            .assert_ok();
+        replay_then_explore(
+            look_then_whisper,
+            "psst",
+            "plain; 1.3=dies-before 3.2=unavailable",
+        );
     }
 
     fn carries_on() -> App {
@@ -516,15 +526,11 @@ mod findings {
     /// the request done.
     #[test]
     fn a_listener_carrying_on_past_a_held_look_up_does_not_lose_the_doubt() {
-        Explorer::new(carries_on)
-            .request(Request::mention("x").without_copies())
-            .replay("plain; 1.3=dies-after 3.3=rate-limited 3.4=dies-after")
-            .run()
-            .assert_ok();
-        Explorer::new(carries_on)
-            .request(Request::mention("x").without_copies())
-            .run()
-            .assert_ok();
+        replay_then_explore(
+            carries_on,
+            "x",
+            "plain; 1.3=dies-after 3.3=rate-limited 3.4=dies-after",
+        );
     }
 
     fn gives_up_waiting() -> App {
@@ -575,15 +581,11 @@ mod findings {
     /// (it was taken for another step: `nondeterministic_listener`, failed for good).
     #[test]
     fn writes_refused_after_a_hold_keep_the_steps_numbered() {
-        Explorer::new(carries_on_then_remembers)
-            .request(Request::mention("x").without_copies())
-            .replay("plain; 1.3=slow 3.3=rate-limited")
-            .run()
-            .assert_ok();
-        Explorer::new(carries_on_then_remembers)
-            .request(Request::mention("x").without_copies())
-            .run()
-            .assert_ok();
+        replay_then_explore(
+            carries_on_then_remembers,
+            "x",
+            "plain; 1.3=slow 3.3=rate-limited",
+        );
     }
 
     fn top_level() -> App {
