@@ -91,6 +91,34 @@ pub const DEFAULT_SECRETS_REFRESH: Duration = Duration::from_secs(1);
 pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 
+/// Bolt's default: a token is refreshed once fewer than 120 minutes of it remain.
+pub const DEFAULT_TOKEN_REFRESH: Duration = Duration::from_secs(120 * 60);
+/// Slack's access tokens live 12 hours: a refresh window past 11 would refresh at every use.
+pub const MAX_TOKEN_REFRESH_MINUTES: u64 = 660;
+/// A distributed app outside the Marketplace: 1 history read a minute per workspace.
+pub const DEFAULT_HISTORY_READS_PER_MINUTE: u32 = 1;
+
+/// Multi-workspace mode (`SLACK_CLIENT_ID` and its secret set): an OAuth install per
+/// workspace, each with its own bot token, kept in the installation store.
+#[derive(Clone, Debug)]
+pub struct OAuthConfig {
+    pub client_id: String,
+    /// `None` when the Secrets Manager secret holds it (`client_secret`).
+    pub client_secret: Option<Secret>,
+    /// Bot scopes asked for at install (`SLACK_SCOPES`, comma-separated).
+    pub scopes: Vec<String>,
+    /// The installing user's scopes (`SLACK_USER_SCOPES`); none by default.
+    pub user_scopes: Vec<String>,
+    /// Sent to Slack at authorize and at the exchange (`SLACK_REDIRECT_URI`); without it, the
+    /// app's configured redirect URL applies.
+    pub redirect_uri: Option<String>,
+    /// A token with fewer than this left is refreshed (`SLACK_TOKEN_REFRESH_MINUTES`).
+    pub refresh_before: Duration,
+    /// Look-ups' history reads per workspace a minute, shared by every instance through the
+    /// table (`SLACK_HISTORY_READS_PER_MINUTE`; 0: not paced).
+    pub history_reads_per_minute: u32,
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub mode: Mode,
@@ -128,6 +156,8 @@ pub struct Config {
     pub secrets_refresh: Duration,
     /// Whether each invocation prints its metrics line (`METRICS=emf`, the default; `off`).
     pub metrics: bool,
+    /// Multi-workspace mode: `None` with a single bot token (`SLACK_BOT_TOKEN`).
+    pub oauth: Option<OAuthConfig>,
 }
 
 impl Config {
@@ -246,7 +276,13 @@ impl Config {
         };
 
         let bot_token = get("SLACK_BOT_TOKEN").map(|t| Secret::new(t.trim()));
-        if bot_token.is_none() && mode == Mode::Lambda && answers && !from_manager {
+        let oauth = oauth_of(&get, from_manager, bot_token.is_some())?;
+        if bot_token.is_none()
+            && mode == Mode::Lambda
+            && answers
+            && !from_manager
+            && oauth.is_none()
+        {
             return Err(ConfigError::Missing {
                 var: "SLACK_BOT_TOKEN",
                 hint: "on Lambda the bot must post its replies: set the bot token (xoxb-…) \
@@ -303,6 +339,13 @@ impl Config {
                 var: "DEDUP_TABLE",
                 hint: "on Lambda the ledger must be shared by every instance: \
                        name the DynamoDB table (the SAM template sets it)",
+            });
+        } else if mode == Mode::Lambda && oauth.is_some() {
+            return Err(ConfigError::Missing {
+                var: "DEDUP_TABLE",
+                hint: "with SLACK_CLIENT_ID set, the installations (each workspace's bot token) \
+                       live in the ledger's table, which every instance shares, a deferred \
+                       ingress too: name the DynamoDB table (the SAM template sets it)",
             });
         }
 
@@ -411,8 +454,147 @@ impl Config {
             secrets_arn,
             secrets_refresh,
             metrics,
+            oauth,
         })
     }
+}
+
+/// The OAuth settings: `None` without `SLACK_CLIENT_ID`. Settings that contradict each other
+/// stop the start, naming the variables.
+fn oauth_of(
+    get: &impl Fn(&str) -> Option<String>,
+    from_manager: bool,
+    has_bot_token: bool,
+) -> Result<Option<OAuthConfig>, ConfigError> {
+    const DEPENDENT: &[&str] = &[
+        "SLACK_CLIENT_SECRET",
+        "SLACK_SCOPES",
+        "SLACK_USER_SCOPES",
+        "SLACK_REDIRECT_URI",
+        "SLACK_TOKEN_REFRESH_MINUTES",
+        "SLACK_HISTORY_READS_PER_MINUTE",
+    ];
+    let Some(client_id) = get("SLACK_CLIENT_ID").map(|v| v.trim().to_string()) else {
+        if let Some(var) = DEPENDENT.iter().find(|v| get(v).is_some()) {
+            return Err(ConfigError::Invalid {
+                var,
+                reason: "is an OAuth setting, and SLACK_CLIENT_ID is not set: set \
+                         SLACK_CLIENT_ID (multi-workspace mode), or unset it"
+                    .into(),
+            });
+        }
+        return Ok(None);
+    };
+    if has_bot_token {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_BOT_TOKEN, SLACK_CLIENT_ID",
+            reason: "contradict each other: SLACK_CLIENT_ID installs the app in many \
+                     workspaces, each with its own token, and SLACK_BOT_TOKEN is one workspace's. \
+                     Unset one of them"
+                .into(),
+        });
+    }
+    let client_secret = get("SLACK_CLIENT_SECRET").map(|v| Secret::new(v.trim()));
+    if client_secret.is_none() && !from_manager {
+        return Err(ConfigError::Missing {
+            var: "SLACK_CLIENT_SECRET",
+            hint: "SLACK_CLIENT_ID is set: copy the client secret from your Slack app's Basic \
+                   Information page, or keep it as client_secret in the secret \
+                   SLACK_SECRETS_ARN names",
+        });
+    }
+    let list = |v: Option<String>| -> Vec<String> {
+        v.map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    let scopes = list(get("SLACK_SCOPES"));
+    if scopes.is_empty() {
+        return Err(ConfigError::Missing {
+            var: "SLACK_SCOPES",
+            hint: "SLACK_CLIENT_ID is set: name the bot scopes an install asks for, \
+                   comma-separated (the manifest's, such as app_mentions:read,chat:write,\
+                   channels:history,commands)",
+        });
+    }
+    let valid_scope = |s: &String| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'_' | b'-'))
+    };
+    for (var, scopes) in [("SLACK_SCOPES", &scopes)] {
+        if let Some(bad) = scopes.iter().find(|s| !valid_scope(s)) {
+            return Err(ConfigError::Invalid {
+                var,
+                reason: format!("{bad:?} is not a scope name"),
+            });
+        }
+    }
+    let user_scopes = list(get("SLACK_USER_SCOPES"));
+    if let Some(bad) = user_scopes.iter().find(|s| !valid_scope(s)) {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_USER_SCOPES",
+            reason: format!("{bad:?} is not a scope name"),
+        });
+    }
+    let redirect_uri = get("SLACK_REDIRECT_URI").map(|v| v.trim().to_string());
+    if let Some(uri) = &redirect_uri {
+        let parsed = uri.parse::<http::Uri>().ok();
+        let ok = match parsed.as_ref().and_then(|u| u.scheme_str().zip(u.host())) {
+            Some(("https", _)) => true,
+            Some(("http", host)) => is_loopback(host),
+            _ => false,
+        };
+        if !ok {
+            return Err(ConfigError::Invalid {
+                var: "SLACK_REDIRECT_URI",
+                reason: "must be an https:// URL (http:// only on this machine), the one your \
+                         Slack app's OAuth & Permissions page lists, ending in \
+                         /slack/oauth_redirect"
+                    .into(),
+            });
+        }
+    }
+    let refresh_before = match get("SLACK_TOKEN_REFRESH_MINUTES") {
+        None => DEFAULT_TOKEN_REFRESH,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(m) if (1..=MAX_TOKEN_REFRESH_MINUTES).contains(&m) => Duration::from_secs(m * 60),
+            _ => {
+                return Err(ConfigError::Invalid {
+                    var: "SLACK_TOKEN_REFRESH_MINUTES",
+                    reason: format!(
+                        "must be a whole number of minutes from 1 to {MAX_TOKEN_REFRESH_MINUTES} \
+                         (Slack's tokens live 12 hours)"
+                    ),
+                })
+            }
+        },
+    };
+    let history_reads_per_minute = match get("SLACK_HISTORY_READS_PER_MINUTE") {
+        None => DEFAULT_HISTORY_READS_PER_MINUTE,
+        Some(v) => {
+            v.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= 1000)
+                .ok_or(ConfigError::Invalid {
+                    var: "SLACK_HISTORY_READS_PER_MINUTE",
+                    reason: "must be a whole number from 0 (not paced) to 1000".into(),
+                })?
+        }
+    };
+    Ok(Some(OAuthConfig {
+        client_id,
+        client_secret,
+        scopes,
+        user_scopes,
+        redirect_uri,
+        refresh_before,
+        history_reads_per_minute,
+    }))
 }
 
 /// Whether `host` (from a URL) is this machine: `localhost`, 127.0.0.0/8 or ::1.
@@ -469,6 +651,72 @@ mod tests {
             ConfigError::Missing { var, .. } => Some(var),
             ConfigError::Invalid { .. } => None,
         }
+    }
+
+    #[test]
+    fn oauth_settings_that_contradict_each_other_name_the_variables() {
+        let base = [
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("SLACK_CLIENT_ID", "111.222"),
+            ("SLACK_CLIENT_SECRET", "cs"),
+            ("SLACK_SCOPES", "chat:write, commands"),
+        ];
+        let c = config(&base).unwrap();
+        let oauth = c.oauth.unwrap();
+        assert_eq!(oauth.scopes, ["chat:write", "commands"]);
+        assert_eq!(oauth.refresh_before, DEFAULT_TOKEN_REFRESH);
+        assert_eq!(oauth.history_reads_per_minute, 1);
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut vars: Vec<(&str, &str)> = base.to_vec();
+            for (k, v) in extra {
+                vars.retain(|(name, _)| name != k);
+                vars.push((k, v));
+            }
+            config(&vars).unwrap_err()
+        };
+        let err = with(&[("SLACK_BOT_TOKEN", "xoxb-1")]);
+        assert!(
+            err.to_string().contains("SLACK_BOT_TOKEN, SLACK_CLIENT_ID"),
+            "{err}"
+        );
+        assert_eq!(
+            missing(&with(&[("SLACK_SCOPES", "")])),
+            Some("SLACK_SCOPES")
+        );
+        assert_eq!(
+            missing(&with(&[("SLACK_CLIENT_SECRET", "")])),
+            Some("SLACK_CLIENT_SECRET")
+        );
+        let err = with(&[("SLACK_CLIENT_ID", "")]);
+        assert!(err.to_string().starts_with("SLACK_CLIENT_SECRET"), "{err}");
+        assert!(err.to_string().contains("SLACK_CLIENT_ID"), "{err}");
+        let err = with(&[(
+            "SLACK_REDIRECT_URI",
+            "http://example.com/slack/oauth_redirect",
+        )]);
+        assert!(err.to_string().starts_with("SLACK_REDIRECT_URI"), "{err}");
+        let err = with(&[("SLACK_TOKEN_REFRESH_MINUTES", "700")]);
+        assert!(
+            err.to_string().starts_with("SLACK_TOKEN_REFRESH_MINUTES"),
+            "{err}"
+        );
+        let err = with(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001")]);
+        assert_eq!(missing(&err), Some("DEDUP_TABLE"), "{err}");
+        // The client secret may come from the secret instead.
+        let mut vars: Vec<(&str, &str)> = base.to_vec();
+        vars.retain(|(k, _)| *k != "SLACK_CLIENT_SECRET");
+        vars.push(("SLACK_SECRETS_ARN", "slack"));
+        assert!(config(&vars)
+            .unwrap()
+            .oauth
+            .unwrap()
+            .client_secret
+            .is_none());
+        // On Lambda with a table, no bot token is needed.
+        let mut vars: Vec<(&str, &str)> = base.to_vec();
+        vars.push(("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"));
+        vars.push(("DEDUP_TABLE", "slack-once"));
+        assert!(config(&vars).is_ok());
     }
 
     #[test]

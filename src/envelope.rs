@@ -96,6 +96,8 @@ pub struct Authorization {
     pub enterprise_id: Option<String>,
     pub user_id: Option<String>,
     pub is_bot: bool,
+    /// An org-wide install (Enterprise Grid): the installation is the enterprise's.
+    pub is_enterprise_install: bool,
 }
 
 /// The inner event: the fields the protocol and the router use, read leniently, and the whole
@@ -199,6 +201,10 @@ fn lenient_authorizations<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Authori
                 enterprise_id: s("enterprise_id"),
                 user_id: s("user_id"),
                 is_bot: a.get("is_bot").and_then(Value::as_bool).unwrap_or(false),
+                is_enterprise_install: a
+                    .get("is_enterprise_install")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
             }
         })
         .collect())
@@ -222,6 +228,11 @@ pub enum SkipReason {
     OwnMessage,
     /// An edit, a deletion, a join… rather than a new message from a person.
     NotANewMessage,
+    /// Multi-workspace mode: no installation serves the request's workspace.
+    NotInstalled,
+    /// Multi-workspace mode: the workspace's installation can no longer be used (its refresh
+    /// token was refused): it must be installed again.
+    InstallationBroken,
 }
 
 impl SkipReason {
@@ -229,6 +240,8 @@ impl SkipReason {
         match self {
             SkipReason::OwnMessage => "own_message",
             SkipReason::NotANewMessage => "not_a_new_message",
+            SkipReason::NotInstalled => "not_installed",
+            SkipReason::InstallationBroken => "installation_broken",
         }
     }
 }
@@ -238,6 +251,18 @@ impl SkipReason {
 const KEPT_WHEN_BY_THE_BOT: &[&str] = &["member_joined_channel", "member_left_channel"];
 
 impl EventCallback {
+    /// What picks the installation this delivery is for: its team, its enterprise, and
+    /// whether the app is installed org-wide.
+    pub fn installation(&self) -> (Option<&str>, Option<&str>, bool) {
+        let first = self.authorizations.first();
+        let enterprise = self
+            .enterprise_id
+            .as_deref()
+            .or_else(|| first?.enterprise_id.as_deref());
+        let org_wide = first.is_some_and(|a| a.is_enterprise_install);
+        (self.team(), enterprise, org_wide)
+    }
+
     /// The bot user of the installation this delivery is for: the authorization marked
     /// `is_bot` (an event can carry a user's authorization too).
     pub fn bot_user_id(&self) -> Option<&str> {

@@ -47,7 +47,45 @@ pub fn router(state: AppState) -> Router {
         .route("/", post(slack_events))
         .route("/{stage}/slack/events", post(slack_events))
         .route("/healthz", get(|| async { "ok" }))
+        // Multi-workspace mode's install flow (404 without SLACK_CLIENT_ID).
+        .route("/slack/install", get(install))
+        .route("/{stage}/slack/install", get(install))
+        .route("/slack/oauth_redirect", get(oauth_redirect))
+        .route("/{stage}/slack/oauth_redirect", get(oauth_redirect))
         .with_state(state)
+}
+
+async fn install(State(state): State<AppState>) -> Response {
+    let metrics = Metrics::new();
+    let response = match state.processor.oauth() {
+        Some(flow) => metrics.scope(flow.install()).await,
+        None => not_distributed(),
+    };
+    state.processor.emit_metrics(&metrics, &[]);
+    response
+}
+
+async fn oauth_redirect(State(state): State<AppState>, request: Request) -> Response {
+    let metrics = Metrics::new();
+    let response = match state.processor.oauth() {
+        Some(flow) => {
+            metrics
+                .scope(flow.redirect(request.uri().query(), request.headers()))
+                .await
+        }
+        None => not_distributed(),
+    };
+    state.processor.emit_metrics(&metrics, &[]);
+    response
+}
+
+fn not_distributed() -> Response {
+    json(
+        StatusCode::NOT_FOUND,
+        "not_distributed",
+        "this app is installed with one bot token (SLACK_BOT_TOKEN): set SLACK_CLIENT_ID, \
+         SLACK_CLIENT_SECRET and SLACK_SCOPES to install it in many workspaces",
+    )
 }
 
 async fn slack_events(State(state): State<AppState>, request: Request) -> Response {
@@ -236,6 +274,11 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
                     "queue_unavailable",
                     "the work queue did not take the event; retry later",
                 ),
+                ProcessError::Installations(_) => json(
+                    status,
+                    "installations_unavailable",
+                    "the installation store is unavailable; retry later",
+                ),
                 ProcessError::Bot(_)
                 | ProcessError::Nondeterministic(_)
                 | ProcessError::JournalFull(_)
@@ -264,7 +307,8 @@ pub fn status_of(error: &ProcessError) -> StatusCode {
         ProcessError::Malformed(_) => StatusCode::BAD_REQUEST,
         ProcessError::Ledger(LedgerError::Unavailable(_))
         | ProcessError::LookupUnavailable(_)
-        | ProcessError::Queue(QueueError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        | ProcessError::Queue(QueueError::Unavailable(_))
+        | ProcessError::Installations(_) => StatusCode::SERVICE_UNAVAILABLE,
         ProcessError::Queue(QueueError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
         ProcessError::Slack(_) => StatusCode::BAD_GATEWAY,
         ProcessError::Deadline => StatusCode::GATEWAY_TIMEOUT,

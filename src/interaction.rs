@@ -247,6 +247,22 @@ impl Interaction {
         })
     }
 
+    /// What picks the installation this request is for: its team, its enterprise, and
+    /// whether the app is installed org-wide (`is_enterprise_install`: a boolean in an
+    /// interaction's payload, `"true"` in a command's form).
+    pub fn installation(&self) -> (Option<&str>, Option<&str>, bool) {
+        let org_wide = match &self.raw["is_enterprise_install"] {
+            Value::Bool(b) => *b,
+            Value::String(s) => s == "true",
+            _ => false,
+        };
+        (
+            self.team_id.as_deref(),
+            self.enterprise_id.as_deref(),
+            org_wide,
+        )
+    }
+
     /// The team the request is for (its enterprise on an org-wide install without one).
     pub fn team(&self) -> Option<&str> {
         self.team_id.as_deref().or(self.enterprise_id.as_deref())

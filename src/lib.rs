@@ -9,11 +9,13 @@ pub mod envelope;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod installations;
 pub mod interaction;
 pub mod journal;
 pub mod ledger;
 pub mod metrics;
 pub mod net;
+pub mod oauth;
 pub mod pipeline;
 pub mod queue;
 mod run;
@@ -32,6 +34,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::{reference_app, App};
 use crate::config::{Config, Role};
+use crate::installations::{
+    DynamoInstallations, InstallationStore, MemoryInstallations, Workspaces,
+};
 use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
 use crate::pipeline::{Processor, Settings};
 
@@ -51,6 +56,8 @@ pub use crate::server::LocalServer;
 pub enum StartError {
     #[error(transparent)]
     Secrets(#[from] SecretsError),
+    #[error("SLACK_CLIENT_ID is set and there is no client secret: set SLACK_CLIENT_SECRET, or keep client_secret in the secret SLACK_SECRETS_ARN names")]
+    NoClientSecret,
 }
 
 /// The wired application: configuration, ledger, Slack client, work queue and the bot's
@@ -73,16 +80,21 @@ impl Application {
     pub async fn build_with_app(config: Config, app: App) -> Result<Self, StartError> {
         // The secrets' read (the one network call of a start, when SLACK_SECRETS_ARN is set)
         // and the clients' construction overlap; the SDK's configuration is loaded once for all.
+        // Multi-workspace mode on DynamoDB: the store shares the ledger's client and table.
+        let installations: std::sync::Mutex<Option<Arc<dyn InstallationStore>>> =
+            std::sync::Mutex::new(None);
         let secrets = async {
             Ok::<_, SecretsError>(match &config.secrets_arn {
                 Some(id) => {
                     // An ingress verifies; where events are answered on Lambda, the bot posts (in
                     // local mode a missing token logs each call instead).
                     let answers = config.role == Role::Worker || config.answers_synchronously();
+                    // Multi-workspace mode: each installation has its token, the secret none.
+                    let single = config.oauth.is_none();
                     let needs = Needs {
                         signing_secret: config.role == Role::Ingress,
-                        bot_token: config.mode == config::Mode::Lambda && answers,
-                        answers,
+                        bot_token: config.mode == config::Mode::Lambda && answers && single,
+                        answers: answers && single,
                     };
                     SlackSecrets::from_manager(id, config.secrets_refresh, needs).await?
                 }
@@ -95,7 +107,12 @@ impl Application {
             let ledger: Arc<dyn Ledger> = match &config.dedup_table {
                 Some(table) => {
                     tracing::info!(table = %table, "ledger: DynamoDB");
-                    Arc::new(DynamoLedger::from_env(table.clone()).await)
+                    let client = crate::ledger::dynamo::client_from_env().await;
+                    if config.oauth.is_some() {
+                        let store = DynamoInstallations::new(client.clone(), table.clone());
+                        *installations.lock().expect("lock") = Some(Arc::new(store));
+                    }
+                    Arc::new(DynamoLedger::new(client, table.clone()))
                 }
                 None => {
                     if config.answers_synchronously() {
@@ -122,13 +139,47 @@ impl Application {
         };
         let (secrets, ledger, queue) = tokio::join!(secrets, ledger, queue);
         let secrets = secrets?;
-        Ok(Self::assemble(
-            config,
-            Arc::new(secrets),
-            ledger,
-            app,
-            queue,
-        ))
+        if let Some(oauth) = &config.oauth {
+            if oauth.client_secret.is_none() && secrets.current().client_secret.is_none() {
+                return Err(StartError::NoClientSecret);
+            }
+        }
+        let store = installations.lock().expect("lock").take();
+        let mut application = Self::assemble(config, Arc::new(secrets), ledger, app, queue);
+        if let Some(store) = store {
+            application = application.with_store(store);
+        }
+        Ok(application)
+    }
+
+    /// Multi-workspace mode on `store` (the configuration's OAuth settings): each request is
+    /// answered with its workspace's installation. Without `SLACK_CLIENT_ID`, unchanged.
+    pub fn with_store(mut self, store: Arc<dyn InstallationStore>) -> Self {
+        let Some(oauth) = self.config.oauth.clone() else {
+            return self;
+        };
+        let processor = Arc::get_mut(&mut self.processor)
+            .expect("the processor is not shared before the application serves");
+        let workspaces = Workspaces::new(
+            store,
+            processor.base_slack().clone(),
+            oauth,
+            processor.secrets().clone(),
+        );
+        processor.set_workspaces(workspaces);
+        self
+    }
+
+    /// The client for `team`'s installation (multi-workspace mode), or the one bot token's:
+    /// for an app's own work outside a listener. `None`: the app is not installed there.
+    pub async fn client_for(
+        &self,
+        team: &str,
+    ) -> Result<Option<SlackClient>, crate::installations::StoreError> {
+        match self.processor.workspaces() {
+            Some(workspaces) => workspaces.client_for(team).await,
+            None => Ok(Some(self.processor.base_slack().clone())),
+        }
     }
 
     /// Wires a given ledger and app: the seam for tests.
@@ -170,9 +221,19 @@ impl Application {
             },
         };
         let mut processor =
-            Processor::new(ledger, slack, Arc::new(app), settings).with_secrets(secrets);
+            Processor::new(ledger, slack, Arc::new(app), settings).with_secrets(secrets.clone());
         if let Some(queue) = queue {
             processor = processor.with_queue(queue);
+        }
+        if let Some(oauth) = &config.oauth {
+            // Without a table: in memory (local mode; [`Self::with_store`] replaces it).
+            let workspaces = Workspaces::new(
+                Arc::new(MemoryInstallations::new()),
+                processor.base_slack().clone(),
+                oauth.clone(),
+                secrets,
+            );
+            processor = processor.with_workspaces(workspaces);
         }
         Self {
             config,

@@ -408,11 +408,37 @@ const TOKEN_ERRORS: &[&str] = &[
     "account_inactive",
 ];
 
+/// Where a client's bot token comes from: the process's secrets (one workspace), or a
+/// workspace's installation (multi-workspace mode: [`crate::installations`]).
+#[async_trait::async_trait]
+pub trait TokenSource: Send + Sync {
+    /// The token to call with now (`None`: none is known).
+    fn current(&self) -> Option<Secret>;
+    /// Slack refused `used`, sent at `sent_at`: whether another token is to be had.
+    async fn refused(&self, used: &Secret, sent_at: Instant) -> Refused;
+    /// Waits, within `deadline`, for the right to read one page of history (a distributed
+    /// app's per-workspace limit); `Err` when none comes in time.
+    async fn lookup_slot(&self, _deadline: Instant) -> Result<(), SlackError> {
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenSource for SlackSecrets {
+    fn current(&self) -> Option<Secret> {
+        SlackSecrets::current(self).bot_token.clone()
+    }
+
+    async fn refused(&self, used: &Secret, sent_at: Instant) -> Refused {
+        self.token_refused(used, sent_at).await
+    }
+}
+
 /// The Web API client. Built once per process and shared.
 #[derive(Clone)]
 pub struct SlackClient {
     base_url: String,
-    secrets: Arc<SlackSecrets>,
+    secrets: Arc<dyn TokenSource>,
     http: Client<Connector, Full<Bytes>>,
     /// Whether the connection to Slack was opened ahead of the first call ([`Self::warm_up`]).
     warmed: Arc<std::sync::atomic::AtomicBool>,
@@ -425,7 +451,7 @@ impl std::fmt::Debug for SlackClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlackClient")
             .field("base_url", &self.base_url)
-            .field("token", &self.secrets.current().bot_token)
+            .field("token", &self.secrets.current())
             .finish()
     }
 }
@@ -457,11 +483,57 @@ impl SlackClient {
             .build(connector);
         Self {
             base_url: base_url.into().trim_end_matches('/').to_string(),
-            secrets,
+            secrets: secrets as Arc<dyn TokenSource>,
             http,
             warmed: Arc::default(),
             log_without_token: true,
         }
+    }
+
+    /// This client, its connections shared, with its tokens from `tokens` (a workspace's
+    /// installation).
+    pub fn with_tokens(&self, tokens: Arc<dyn TokenSource>) -> Self {
+        Self {
+            secrets: tokens,
+            ..self.clone()
+        }
+    }
+
+    /// Calls `method` with a form and the given token (not the client's): the OAuth exchanges
+    /// (`oauth.v2.access` takes the client's credentials in the form, no token) and
+    /// `auth.test` with a token just issued. Nothing is retried but a 429 within `deadline`.
+    pub async fn call_with(
+        &self,
+        method: &str,
+        form: &[(&str, &str)],
+        token: Option<&Secret>,
+        deadline: Instant,
+    ) -> Result<serde_json::Value, SlackError> {
+        let body = Bytes::from(
+            form.iter()
+                .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+                .collect::<Vec<_>>()
+                .join("&"),
+        );
+        let url = format!("{}/{method}", self.base_url);
+        let mut answer: serde_json::Value = self
+            .call_until(method, deadline, || {
+                let mut request = Request::builder()
+                    .method(Method::POST)
+                    .uri(&url)
+                    .header(CONTENT_TYPE, "application/x-www-form-urlencoded");
+                if let Some(token) = token {
+                    request = request.header(AUTHORIZATION, format!("Bearer {}", token.expose()));
+                }
+                request
+                    .body(Full::new(body.clone()))
+                    .expect("a valid request")
+            })
+            .await?;
+        if let Some(fields) = answer.as_object_mut() {
+            fields.insert("ok".into(), true.into());
+        }
+        Ok(answer)
     }
 
     /// Without a token, each call fails (`not_authed`) instead of being logged: what Lambda
@@ -478,7 +550,7 @@ impl SlackClient {
         what: &str,
         shown: impl FnOnce() -> String,
     ) -> Option<Result<(), SlackError>> {
-        if self.secrets.current().bot_token.is_some() {
+        if self.secrets.current().is_some() {
             return None;
         }
         if self.log_without_token {
@@ -532,7 +604,7 @@ impl SlackClient {
 
     /// Whether calls reach Slack (a bot token is set); without one, writes are logged.
     pub fn has_token(&self) -> bool {
-        self.secrets.current().bot_token.is_some()
+        self.secrets.current().is_some()
     }
 
     /// Calls the Web API method `method` with `args` and returns Slack's answer (`ok: true`),
@@ -603,7 +675,7 @@ impl SlackClient {
         deadline: Instant,
         request: impl Fn(&Secret) -> Request<Full<Bytes>>,
     ) -> Result<T, SlackError> {
-        let Some(used) = self.secrets.current().bot_token.clone() else {
+        let Some(used) = self.secrets.current() else {
             return Err(SlackError::Api {
                 code: "not_authed".into(),
             });
@@ -611,7 +683,7 @@ impl SlackClient {
         let sent_at = Instant::now();
         match self.call_until(method, deadline, || request(&used)).await {
             Err(SlackError::Api { code }) if TOKEN_ERRORS.contains(&code.as_str()) => {
-                match self.secrets.token_refused(&used, sent_at).await {
+                match self.secrets.refused(&used, sent_at).await {
                     Refused::Renewed(token) => {
                         tracing::info!(method, "calling again with the bot token read again");
                         self.call_until(method, deadline, || request(&token)).await
@@ -785,6 +857,9 @@ impl SlackClient {
                 .map(|(k, v)| format!("{k}={}", percent_encode(v)))
                 .collect();
             let uri = format!("{}/{method}?{}", self.base_url, encoded.join("&"));
+            // A distributed app's history reads are few a minute per workspace: each page
+            // waits for its turn, shared by every instance (or gives up within the deadline).
+            self.secrets.lookup_slot(deadline).await?;
             let history: History = self
                 .authorized(method, deadline, |token| {
                     Request::builder()

@@ -10,6 +10,7 @@ use super::{unix_ms, EventDelivery, Outcome, ProcessError, Processor};
 use crate::app::{AckMode, Identity, Route, Run, Source, Unit};
 use crate::envelope::EventCallback;
 use crate::ledger::OwnerToken;
+use crate::slack::SlackClient;
 
 impl Processor {
     /// An assistant thread's start or context change: its context (the channel the user is
@@ -104,15 +105,22 @@ impl Processor {
             );
             return Err(ProcessError::Deadline);
         };
+        // The installation's client (multi-workspace mode), or the process's.
+        let slack = match self.client_for(callback.installation()).await? {
+            Ok(slack) => slack,
+            Err(outcome) => return Ok(outcome),
+        };
         // A cold start's connection to Slack opens while the claim is made.
-        self.slack.warm_up();
+        slack.warm_up();
         let mut result: Option<Result<Outcome, ProcessError>> = None;
         for unit in route.units {
             let keys = LedgerKeys::of(callback, unit.identity == Identity::Message);
             if keys.primary != callback.event_id {
                 span.record("key", keys.primary.as_str());
             }
-            let ran = self.run_unit(callback, delivery, &times, &keys, unit).await;
+            let ran = self
+                .run_unit(callback, delivery, &times, &keys, unit, &slack)
+                .await;
             result = Some(match result {
                 None => ran,
                 Some(earlier) => combine(earlier, ran),
@@ -132,6 +140,7 @@ impl Processor {
         times: &Times,
         keys: &LedgerKeys,
         unit: Unit,
+        slack: &SlackClient,
     ) -> Result<Outcome, ProcessError> {
         let owner = OwnerToken::random();
         let app = callback.api_app_id.as_deref();
@@ -153,8 +162,10 @@ impl Processor {
                 if missing.is_empty() {
                     return Ok(Outcome::Duplicate);
                 }
-                return Box::pin(self.run_stragglers(callback, delivery, times, keys, missing))
-                    .await;
+                return Box::pin(
+                    self.run_stragglers(callback, delivery, times, keys, missing, slack),
+                )
+                .await;
             }
             Claimed::Done { .. } => return Ok(Outcome::Duplicate),
             Claimed::Ended(outcome) => return Ok(outcome),
@@ -170,6 +181,7 @@ impl Processor {
             journal,
             unit,
             seed: Vec::new(),
+            slack: slack.clone(),
         };
         self.work(work).await.result
     }
@@ -183,6 +195,7 @@ impl Processor {
         times: &Times,
         keys: &LedgerKeys,
         missing: Vec<Run>,
+        slack: &SlackClient,
     ) -> Result<Outcome, ProcessError> {
         let mut result: Option<Result<Outcome, ProcessError>> = None;
         for run in missing {
@@ -202,7 +215,9 @@ impl Processor {
                 identity: Identity::Event,
                 runs: vec![run],
             };
-            let ran = self.run_unit(callback, delivery, times, &keys, unit).await;
+            let ran = self
+                .run_unit(callback, delivery, times, &keys, unit, slack)
+                .await;
             result = Some(match result {
                 None => ran,
                 Some(earlier) => combine(earlier, ran),

@@ -15,6 +15,7 @@ use crate::envelope::EventId;
 use crate::interaction::Interaction;
 use crate::ledger::{OwnerToken, Settled};
 use crate::queue::QueuedStep;
+use crate::slack::SlackClient;
 
 /// Slack waits 3 s for a command's or an interaction's acknowledgement: what runs before it
 /// (everything, in synchronous mode) must be done this long after the request arrived.
@@ -55,14 +56,18 @@ impl Processor {
             );
             return Ok(acked(None, Outcome::NoListener));
         };
+        let slack = match self.client_for(interaction.installation()).await? {
+            Ok(slack) => slack,
+            Err(outcome) => return Ok(acked(None, outcome)),
+        };
         let Some(key) = interaction.key() else {
-            return Ok(self.suggest(interaction, run, delivery).await);
+            return Ok(self.suggest(interaction, run, delivery, &slack).await);
         };
         span.record("event_id", key.as_str());
         span.record("key", key.as_str());
         if let (AckMode::StopAfter, Some(request)) = (mode, request) {
             return self
-                .hand_off(interaction, run, &key, delivery, request)
+                .hand_off(interaction, run, &key, delivery, request, &slack)
                 .await;
         }
         let Some(mut times) = Times::new(delivery, self.lease) else {
@@ -111,6 +116,7 @@ impl Processor {
             journal,
             unit,
             seed: before_ack,
+            slack,
         };
         let Worked {
             result,
@@ -133,9 +139,17 @@ impl Processor {
         key: &EventId,
         delivery: &EventDelivery<'_>,
         request: &Delivery<'_>,
+        slack: &SlackClient,
     ) -> Result<Outcome, ProcessError> {
         let deadline = delivery.started + HANDOFF_BUDGET;
-        let ctx = self.unclaimed(interaction, key, AckMode::StopAfter, delivery, deadline);
+        let ctx = self.unclaimed(
+            interaction,
+            key,
+            AckMode::StopAfter,
+            delivery,
+            deadline,
+            slack,
+        );
         let name = run.name.clone();
         let until_ack = async {
             tokio::select! {
@@ -212,6 +226,7 @@ impl Processor {
         mode: AckMode,
         delivery: &EventDelivery<'_>,
         deadline: tokio::time::Instant,
+        slack: &SlackClient,
     ) -> Ctx {
         let now_ms = unix_ms(delivery.now);
         let until_ms = now_ms
@@ -237,7 +252,7 @@ impl Processor {
                 key: key.as_str().to_string(),
             },
             mode,
-            self.slack.clone(),
+            slack.clone(),
             deadline,
             self.version.clone(),
             steps,
@@ -251,11 +266,19 @@ impl Processor {
         interaction: &Arc<Interaction>,
         run: crate::app::Run,
         delivery: &EventDelivery<'_>,
+        slack: &SlackClient,
     ) -> Outcome {
         let deadline = delivery.started + ACK_BUDGET;
         let key =
             crate::envelope::EventId::try_from("suggestion".to_string()).expect("a valid key");
-        let ctx = self.unclaimed(interaction, &key, AckMode::Inline, delivery, deadline);
+        let ctx = self.unclaimed(
+            interaction,
+            &key,
+            AckMode::Inline,
+            delivery,
+            deadline,
+            slack,
+        );
         let outcome = match tokio::time::timeout_at(deadline, (run.work)(ctx.clone())).await {
             Ok(Ok(())) => Outcome::NoReply,
             Ok(Err(error)) => {

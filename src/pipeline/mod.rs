@@ -39,9 +39,11 @@ use crate::app::App;
 use crate::app::BotError;
 use crate::envelope::SkipReason;
 use crate::envelope::{Envelope, EventCallback};
+use crate::installations::{Authorized, StoreError, Workspaces};
 use crate::interaction::{Incoming, Interaction};
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics;
+use crate::oauth::OAuthFlow;
 use crate::queue::{QueueError, WorkQueue};
 use crate::secrets::SlackSecrets;
 use crate::signature::SignatureError;
@@ -189,6 +191,7 @@ impl ProcessError {
             ProcessError::JournalFull(_) => "journal_full".into(),
             ProcessError::Deadline => "deadline_exceeded".into(),
             ProcessError::Queue(_) => "queue_unavailable".into(),
+            ProcessError::Installations(_) => "installations_unavailable".into(),
             ProcessError::AckTooLate => "ack_too_late".into(),
         }
     }
@@ -246,6 +249,8 @@ pub enum ProcessError {
     Deadline,
     #[error("the event could not be put on the work queue")]
     Queue(#[source] QueueError),
+    #[error("the installation store failed")]
+    Installations(#[source] StoreError),
     /// The listener chose a view's `response_action` after the ingress had acknowledged
     /// empty: it cannot reach Slack.
     #[error(
@@ -263,6 +268,9 @@ pub struct Processor {
     app: Arc<App>,
     /// Deferred mode: verified events go to this queue instead of being run here.
     queue: Option<Arc<dyn WorkQueue>>,
+    /// Multi-workspace mode: each request's installation, and the install flow.
+    workspaces: Option<Arc<Workspaces>>,
+    oauth: Option<Arc<OAuthFlow>>,
     ttl: Duration,
     lease: Duration,
     version: String,
@@ -305,6 +313,8 @@ impl Processor {
             slack,
             app,
             queue: None,
+            workspaces: None,
+            oauth: None,
             ttl: settings.ttl,
             lease: settings.lease,
             version: settings.version,
@@ -316,6 +326,120 @@ impl Processor {
     pub fn with_secrets(mut self, secrets: Arc<SlackSecrets>) -> Self {
         self.secrets = secrets;
         self
+    }
+
+    /// Multi-workspace mode: each request is answered with its workspace's installation, and
+    /// the install flow is served.
+    pub fn with_workspaces(mut self, workspaces: Arc<Workspaces>) -> Self {
+        self.set_workspaces(workspaces);
+        self
+    }
+
+    /// As [`Self::with_workspaces`], in place.
+    pub fn set_workspaces(&mut self, workspaces: Arc<Workspaces>) {
+        self.oauth = Some(Arc::new(OAuthFlow::new(workspaces.clone())));
+        self.workspaces = Some(workspaces);
+    }
+
+    /// The process's client (one bot token's; in multi-workspace mode, without a token: each
+    /// request gets its installation's).
+    pub fn base_slack(&self) -> &SlackClient {
+        &self.slack
+    }
+
+    /// The Slack secrets.
+    pub fn secrets(&self) -> &Arc<SlackSecrets> {
+        &self.secrets
+    }
+
+    /// The installations (multi-workspace mode).
+    pub fn workspaces(&self) -> Option<&Arc<Workspaces>> {
+        self.workspaces.as_ref()
+    }
+
+    /// The install flow (multi-workspace mode).
+    pub fn oauth(&self) -> Option<&OAuthFlow> {
+        self.oauth.as_deref()
+    }
+
+    /// The client a request of `(team, enterprise, is_enterprise_install)` is answered with:
+    /// its installation's in multi-workspace mode (`Err(outcome)`: none serves it, or it is
+    /// broken: acknowledged, never claimed), else the process's.
+    pub(crate) async fn client_for(
+        &self,
+        (team, enterprise, org_wide): (Option<&str>, Option<&str>, bool),
+    ) -> Result<Result<SlackClient, Outcome>, ProcessError> {
+        let Some(workspaces) = &self.workspaces else {
+            return Ok(Ok(self.slack.clone()));
+        };
+        let authorized = workspaces
+            .authorize(team, enterprise, org_wide)
+            .await
+            .map_err(ProcessError::Installations)?;
+        Ok(match authorized {
+            Authorized::Installed { client, .. } => Ok(client),
+            Authorized::NotInstalled => {
+                metrics::count("NotInstalled");
+                tracing::warn!(
+                    team = team.unwrap_or(""),
+                    enterprise = enterprise.unwrap_or(""),
+                    "no installation serves this workspace: acknowledged, not answered \
+                     (install the app there through /slack/install)"
+                );
+                Err(Outcome::Skipped(SkipReason::NotInstalled))
+            }
+            Authorized::Broken { .. } => {
+                metrics::count("InstallationBroken");
+                Err(Outcome::Skipped(SkipReason::InstallationBroken))
+            }
+        })
+    }
+
+    /// `app_uninstalled` and `tokens_revoked` (multi-workspace mode): the installation, or its
+    /// revoked tokens, removed from the store, each once (a write conditioned on the
+    /// installation being older than the event), in whichever order they come.
+    async fn installation_changed(&self, callback: &EventCallback) -> Result<(), ProcessError> {
+        let Some(workspaces) = &self.workspaces else {
+            return Ok(());
+        };
+        let kind = callback.event.kind.as_str();
+        if !matches!(kind, "app_uninstalled" | "tokens_revoked") {
+            return Ok(());
+        }
+        let (team, enterprise, org_wide) = callback.installation();
+        let event_ms = callback
+            .event_time
+            .filter(|t| *t > 0)
+            .map(|t| t as u64 * 1000)
+            .unwrap_or_else(crate::clock::now_ms);
+        let ids = |field: &str| -> Vec<String> {
+            callback.event.raw["tokens"][field]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (users, bots) = (ids("oauth"), ids("bot"));
+        for key in crate::installations::InstallationKey::candidates(team, enterprise, org_wide) {
+            let changed = match kind {
+                "app_uninstalled" => workspaces.uninstalled(&key, event_ms).await,
+                _ => workspaces.revoked(&key, &users, &bots, event_ms).await,
+            }
+            .map_err(ProcessError::Installations)?;
+            if changed {
+                metrics::count("Uninstalls");
+                tracing::info!(
+                    installation = key.id(),
+                    event = kind,
+                    "installation changed"
+                );
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Deferred mode: the ingress puts verified events on `queue` and acknowledges.
@@ -473,6 +597,7 @@ impl Processor {
             Envelope::Unknown => Ok(Outcome::Ignored),
             Envelope::EventCallback(callback) => {
                 let callback: Arc<EventCallback> = Arc::from(callback);
+                self.installation_changed(&callback).await?;
                 let retry_reason = header_str(delivery.headers, RETRY_REASON_HEADER)
                     .filter(|r| r.len() <= 64 && r.bytes().all(|b| b.is_ascii_graphic()));
                 if let Some(queue) = &self.queue {
@@ -543,6 +668,7 @@ fn record_result(result: &Result<Outcome, ProcessError>) {
             ProcessError::Deadline => "DeadlineExceeded",
             ProcessError::Queue(QueueError::TooLarge { .. }) => "RejectedTooLarge",
             ProcessError::Queue(_) => "QueueErrors",
+            ProcessError::Installations(_) => "InstallationStoreErrors",
             ProcessError::AckTooLate => "AckTooLate",
         },
     };

@@ -24,6 +24,8 @@ pub(super) struct Work<'a> {
     pub unit: Unit,
     /// Steps made before the claim (deferred mode's ingress, before the acknowledgement).
     pub seed: Vec<Settled>,
+    /// The request's workspace's client.
+    pub slack: crate::slack::SlackClient,
 }
 
 /// What the work came to: the result (after the finish), the acknowledgement the listener
@@ -50,6 +52,7 @@ impl Processor {
             journal,
             unit,
             seed,
+            slack,
         } = work;
         let ids: Vec<String> = unit.runs.iter().map(|r| r.id.clone()).collect();
         let mut steps = Steps::new(
@@ -64,7 +67,7 @@ impl Processor {
         let ctx = Ctx::new(
             source,
             ack_mode,
-            self.slack.clone(),
+            slack,
             times.work_deadline,
             self.version.clone(),
             steps,

@@ -1,0 +1,267 @@
+//! Multi-workspace mode: one installation per workspace (or per enterprise, for an org-wide
+//! install), each with its own bot token, kept in the ledger's table without a TTL.
+//!
+//! - [`InstallationStore`]: the seam, with a memory ([`MemoryInstallations`]) and a DynamoDB
+//!   ([`DynamoInstallations`]) implementation sharing its semantics;
+//! - [`Workspaces`]: which installation serves a request, its client, and the one refresh of a
+//!   rotating token across every instance ([`tokens`]).
+//!
+//! Keys cannot collide with the ledger's: an event's key is Slack's `Ev…` id or a `msg-`,
+//! `cmid-`, `asst-`, `actx-`, `cmd-`… name, never `install#…` or `oauth-state#…`.
+
+mod dynamo;
+mod memory;
+pub mod tokens;
+
+pub use dynamo::DynamoInstallations;
+pub use memory::MemoryInstallations;
+pub use tokens::{Authorized, Workspaces};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Secret;
+
+/// Which installation: a workspace's, or an enterprise's (an org-wide install serves every
+/// workspace of its enterprise).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum InstallationKey {
+    Workspace(String),
+    Enterprise(String),
+}
+
+impl InstallationKey {
+    /// The installations that may serve a request, in the order to try: an org-wide install's
+    /// request names its enterprise; any other its workspace first, then the enterprise's
+    /// org-wide install (Grid workspaces of an org-wide install send their own team id).
+    pub fn candidates(
+        team: Option<&str>,
+        enterprise: Option<&str>,
+        is_enterprise_install: bool,
+    ) -> Vec<InstallationKey> {
+        let mut keys = Vec::new();
+        if is_enterprise_install {
+            keys.extend(enterprise.map(|e| InstallationKey::Enterprise(e.to_string())));
+            return keys;
+        }
+        keys.extend(team.map(|t| InstallationKey::Workspace(t.to_string())));
+        keys.extend(enterprise.map(|e| InstallationKey::Enterprise(e.to_string())));
+        keys
+    }
+
+    /// The item's key in the table.
+    pub fn item_key(&self) -> String {
+        match self {
+            InstallationKey::Workspace(team) => format!("install#WORKSPACE#{team}"),
+            InstallationKey::Enterprise(e) => format!("install#ENTERPRISE#{e}"),
+        }
+    }
+
+    /// The key of the item that paces this installation's history reads.
+    pub fn pace_key(&self) -> String {
+        format!("install-pace#{}", &self.item_key()["install#".len()..])
+    }
+
+    /// The id it is named by (a team's or an enterprise's), for the logs.
+    pub fn id(&self) -> &str {
+        match self {
+            InstallationKey::Workspace(id) | InstallationKey::Enterprise(id) => id,
+        }
+    }
+}
+
+/// The key of an OAuth `state`'s item.
+pub fn state_key(state: &str) -> String {
+    format!("oauth-state#{state}")
+}
+
+/// A token, with its rotation: the refresh token and when the token expires (epoch ms), when
+/// token rotation is on.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    pub token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("token", &"[redacted]")
+            .field("rotates", &self.refresh_token.is_some())
+            .field("expires_at_ms", &self.expires_at_ms)
+            .finish()
+    }
+}
+
+impl Token {
+    pub fn secret(&self) -> Secret {
+        Secret::new(self.token.clone())
+    }
+
+    /// Names the refresh token without holding it: what a refreshed pair is conditioned on
+    /// (`-` without rotation).
+    pub fn rotation(&self) -> String {
+        use sha2::{Digest, Sha256};
+        match &self.refresh_token {
+            Some(refresh) => hex::encode(&Sha256::digest(refresh.as_bytes())[..12]),
+            None => "-".into(),
+        }
+    }
+}
+
+/// What an install keeps, as Bolt's stores do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Installation {
+    /// `None` for an org-wide install.
+    pub team_id: Option<String>,
+    #[serde(default)]
+    pub team_name: Option<String>,
+    #[serde(default)]
+    pub enterprise_id: Option<String>,
+    #[serde(default)]
+    pub enterprise_name: Option<String>,
+    #[serde(default)]
+    pub enterprise_url: Option<String>,
+    #[serde(default)]
+    pub is_enterprise_install: bool,
+    #[serde(default)]
+    pub app_id: Option<String>,
+    pub bot_id: Option<String>,
+    pub bot_user_id: Option<String>,
+    /// The scopes actually granted (an install may grant fewer optional ones).
+    #[serde(default)]
+    pub bot_scopes: Vec<String>,
+    pub bot: Token,
+    /// The installing user.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    #[serde(default)]
+    pub user_scopes: Vec<String>,
+    /// The installing user's token, where user scopes were asked for.
+    #[serde(default)]
+    pub user: Option<Token>,
+    /// When it was installed (epoch ms): an uninstall older than this is not for it.
+    pub installed_at_ms: u64,
+}
+
+impl Installation {
+    pub fn key(&self) -> Option<InstallationKey> {
+        match (
+            self.is_enterprise_install,
+            &self.enterprise_id,
+            &self.team_id,
+        ) {
+            (true, Some(e), _) => Some(InstallationKey::Enterprise(e.clone())),
+            (_, _, Some(t)) => Some(InstallationKey::Workspace(t.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// An installation as the store holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub installation: Installation,
+    /// Set when its token can no longer be refreshed (Slack's code): it must be installed
+    /// again.
+    pub broken: Option<String>,
+}
+
+/// Why the store could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the installation store is unavailable")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("an installation's item could not be read: {0}")]
+    Corrupt(String),
+}
+
+/// The installation store's seam: the memory and DynamoDB implementations share these
+/// semantics (a contract test runs both).
+#[async_trait]
+pub trait InstallationStore: Send + Sync + 'static {
+    /// Keeps an install (a reinstall replaces the earlier one, and clears `broken`).
+    async fn save(&self, installation: &Installation) -> Result<(), StoreError>;
+
+    /// The installation `key` names, read strongly.
+    async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError>;
+
+    /// Removes the installation if it was installed before `before_ms` (an `app_uninstalled`
+    /// event's time): a late uninstall never removes a later reinstall. Whether it removed one.
+    async fn delete(&self, key: &InstallationKey, before_ms: u64) -> Result<bool, StoreError>;
+
+    /// Removes the tokens of `users` (a `tokens_revoked` event's): the installing user's token
+    /// when that user is named; the whole installation when its bot user is. Only for an
+    /// installation made before `before_ms`. Whether it changed anything.
+    async fn revoke(
+        &self,
+        key: &InstallationKey,
+        users: &[String],
+        bots: &[String],
+        before_ms: u64,
+    ) -> Result<bool, StoreError>;
+
+    /// Takes the refresh of the bot token whose refresh token `rotation` names, for `owner`
+    /// until `until_ms`: only when no other owner holds it past `now_ms`. Whether taken.
+    async fn take_refresh(
+        &self,
+        key: &InstallationKey,
+        rotation: &str,
+        owner: &str,
+        now_ms: u64,
+        until_ms: u64,
+    ) -> Result<bool, StoreError>;
+
+    /// Gives up the refresh `owner` holds (a failed exchange), so the next try need not wait.
+    async fn release_refresh(&self, key: &InstallationKey, owner: &str) -> Result<(), StoreError>;
+
+    /// Stores a refreshed installation: only over the refresh token it replaces (`replaced`)
+    /// while `owner` holds the refresh, or over itself (this write sent again after its answer
+    /// was lost). Whether stored.
+    async fn store_refreshed(
+        &self,
+        key: &InstallationKey,
+        replaced: &str,
+        owner: &str,
+        refreshed: &Installation,
+    ) -> Result<bool, StoreError>;
+
+    /// Marks the installation whose refresh token `rotation` names as broken with `code`.
+    /// Whether marked (`false`: another refresh replaced it, or it is gone or marked).
+    async fn mark_broken(
+        &self,
+        key: &InstallationKey,
+        rotation: &str,
+        code: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Takes the next of `per_minute` history reads a minute for the installation: `None`
+    /// when taken, or when the next one is free (epoch ms).
+    async fn take_read(
+        &self,
+        key: &InstallationKey,
+        now_ms: u64,
+        per_minute: u32,
+    ) -> Result<Option<u64>, StoreError>;
+
+    /// Keeps an OAuth `state` until `expires_at_ms`.
+    async fn put_state(&self, state: &str, expires_at_ms: u64) -> Result<(), StoreError>;
+
+    /// Spends a state: whether it was there, unspent and unexpired. Spent once: a second
+    /// callback with it gets `false`, while this call sent again (its answer lost) gets `true`
+    /// (`nonce` is the spender's).
+    async fn consume_state(
+        &self,
+        state: &str,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError>;
+}
+
+/// The interval between history reads at `per_minute` a minute.
+pub(crate) fn read_interval_ms(per_minute: u32) -> u64 {
+    60_000u64.div_ceil(u64::from(per_minute.max(1)))
+}

@@ -1,0 +1,550 @@
+//! Which installation serves a request, and its token, refreshed once across every instance.
+//!
+//! - Found installations are cached in the process for [`CACHE_FOR`]: an uninstall (its
+//!   `app_uninstalled` or `tokens_revoked` event, handled by whichever instance receives it)
+//!   removes the installation from the table at once and from that instance's cache; every
+//!   other instance reads the table again within [`CACHE_FOR`], and sooner if Slack refuses
+//!   the token it holds (a refused token always reads the table again).
+//! - **One refresh.** A rotating token with fewer than `SLACK_TOKEN_REFRESH_MINUTES` left is
+//!   refreshed: concurrent requests of one process share one refresh (a lock per
+//!   installation); across processes, a lease in the installation's item ([`REFRESH_LEASE`])
+//!   whose holder reads the item again after taking it (another instance may have refreshed
+//!   already), exchanges the refresh token, and stores the new pair with a write conditioned
+//!   on the refresh token it replaces, before any use of the new token. An instance that finds
+//!   a refresh under way keeps using the current token, valid until it expires. A refresh
+//!   whose answer was lost, or whose store failed, left the new pair unused: the next try
+//!   exchanges the same refresh token again (Slack revokes the unused pair).
+//! - With more than [`INLINE_BELOW`] left the refresh runs beside the request, never in front
+//!   of it (a command's 3 s acknowledgement does not wait on `oauth.v2.access`); with less,
+//!   the request waits for it, at most [`INLINE_BUDGET`].
+//! - `invalid_refresh_token`, `invalid_auth` or `token_revoked` mark the installation broken
+//!   (logged once): its later requests are acknowledged without a claim, until it is
+//!   installed again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Installation, InstallationKey, InstallationStore, StoreError, Stored, Token};
+use crate::config::{OAuthConfig, Secret};
+use crate::secrets::{Refused, SlackSecrets};
+use crate::slack::{SlackClient, SlackError, TokenSource};
+
+/// How long a found installation (or its absence) is used without reading the table again.
+pub const CACHE_FOR: Duration = Duration::from_secs(30);
+/// A refresh's lease in the installation's item.
+pub const REFRESH_LEASE: Duration = Duration::from_secs(20);
+/// With less than this left of its token, a request waits for the refresh.
+pub const INLINE_BELOW: Duration = Duration::from_secs(5 * 60);
+/// The longest a request waits for a refresh.
+pub const INLINE_BUDGET: Duration = Duration::from_millis(1500);
+/// Slack's answers to a refresh that mean the installation must be installed again.
+pub const BROKEN_CODES: &[&str] = &["invalid_refresh_token", "invalid_auth", "token_revoked"];
+
+/// Which installation serves a request.
+#[derive(Clone, Debug)]
+pub enum Authorized {
+    Installed {
+        key: InstallationKey,
+        installation: Arc<Installation>,
+        /// The Web API client with this installation's token.
+        client: SlackClient,
+    },
+    /// No installation serves the request's workspace.
+    NotInstalled,
+    /// The installation's token can no longer be refreshed: installed again, it works again.
+    Broken { key: InstallationKey, code: String },
+}
+
+/// One installation as this process knows it: shared by every client made for it, so a
+/// refresh reaches them all.
+struct Known {
+    key: InstallationKey,
+    current: RwLock<Arc<Installation>>,
+}
+
+impl Known {
+    fn get(&self) -> Arc<Installation> {
+        self.current.read().expect("installation lock").clone()
+    }
+
+    fn set(&self, installation: Installation) {
+        *self.current.write().expect("installation lock") = Arc::new(installation);
+    }
+}
+
+enum Cached {
+    Found(Arc<Known>),
+    Absent,
+    Broken(String),
+}
+
+/// Multi-workspace mode's installations: built once per process.
+pub struct Workspaces {
+    store: Arc<dyn InstallationStore>,
+    slack: SlackClient,
+    oauth: OAuthConfig,
+    /// Where `client_secret` is read when the configuration does not hold it.
+    secrets: Arc<SlackSecrets>,
+    cache: Mutex<HashMap<InstallationKey, (Instant, Cached)>>,
+    /// One refresh at a time per installation in this process.
+    refreshing: Mutex<HashMap<InstallationKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Installations logged broken by this process (logged once).
+    said_broken: Mutex<std::collections::HashSet<InstallationKey>>,
+    me: std::sync::Weak<Workspaces>,
+}
+
+impl std::fmt::Debug for Workspaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workspaces")
+            .field("client_id", &self.oauth.client_id)
+            .finish()
+    }
+}
+
+impl Workspaces {
+    pub fn new(
+        store: Arc<dyn InstallationStore>,
+        slack: SlackClient,
+        oauth: OAuthConfig,
+        secrets: Arc<SlackSecrets>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            store,
+            slack,
+            oauth,
+            secrets,
+            cache: Mutex::default(),
+            refreshing: Mutex::default(),
+            said_broken: Mutex::default(),
+            me: me.clone(),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<dyn InstallationStore> {
+        &self.store
+    }
+
+    pub fn oauth(&self) -> &OAuthConfig {
+        &self.oauth
+    }
+
+    /// The client secret: the configuration's, or the Secrets Manager secret's.
+    pub fn client_secret(&self) -> Option<Secret> {
+        self.oauth
+            .client_secret
+            .clone()
+            .or_else(|| self.secrets.current().client_secret.clone())
+    }
+
+    /// The base client (no token): the OAuth exchanges go through it.
+    pub fn base_client(&self) -> &SlackClient {
+        &self.slack
+    }
+
+    /// Drops what this process knows of `key`: the next request reads the table.
+    pub fn forget(&self, key: &InstallationKey) {
+        self.cache.lock().expect("cache lock").remove(key);
+    }
+
+    /// The installation serving a request of `team` (of `enterprise`, org-wide when
+    /// `is_enterprise_install`), with its client; its token refreshed if it is due.
+    pub async fn authorize(
+        &self,
+        team: Option<&str>,
+        enterprise: Option<&str>,
+        is_enterprise_install: bool,
+    ) -> Result<Authorized, StoreError> {
+        for key in InstallationKey::candidates(team, enterprise, is_enterprise_install) {
+            match self.known(&key).await? {
+                Cached::Found(known) => {
+                    let installation = self.fresh(&known).await;
+                    let client = self.slack.with_tokens(Arc::new(InstalledToken {
+                        known: known.clone(),
+                        workspaces: self.me.upgrade().expect("workspaces alive"),
+                    }));
+                    return Ok(Authorized::Installed {
+                        key,
+                        installation,
+                        client,
+                    });
+                }
+                Cached::Broken(code) => {
+                    self.say_broken(&key, &code);
+                    return Ok(Authorized::Broken { key, code });
+                }
+                Cached::Absent => continue,
+            }
+        }
+        Ok(Authorized::NotInstalled)
+    }
+
+    /// The client for `team`'s installation, outside any request (an app's own jobs): `None`
+    /// when none serves it.
+    pub async fn client_for(&self, team: &str) -> Result<Option<SlackClient>, StoreError> {
+        match self.authorize(Some(team), None, false).await? {
+            Authorized::Installed { client, .. } => Ok(Some(client)),
+            _ => Ok(None),
+        }
+    }
+
+    fn say_broken(&self, key: &InstallationKey, code: &str) {
+        if self.said_broken.lock().expect("lock").insert(key.clone()) {
+            tracing::error!(
+                installation = key.id(),
+                code,
+                "this workspace's token can no longer be refreshed: its events are acknowledged \
+                 and not answered until the app is installed there again"
+            );
+        }
+    }
+
+    async fn known(&self, key: &InstallationKey) -> Result<Cached, StoreError> {
+        {
+            let cache = self.cache.lock().expect("cache lock");
+            if let Some((at, cached)) = cache.get(key) {
+                if at.elapsed() < CACHE_FOR {
+                    return Ok(match cached {
+                        Cached::Found(k) => Cached::Found(k.clone()),
+                        Cached::Absent => Cached::Absent,
+                        Cached::Broken(c) => Cached::Broken(c.clone()),
+                    });
+                }
+            }
+        }
+        let found = self.store.find(key).await?;
+        Ok(self.remember(key, found))
+    }
+
+    /// Keeps what the table holds for `key` (the same [`Known`] when it is still there, so the
+    /// clients made for it see the change).
+    fn remember(&self, key: &InstallationKey, found: Option<Stored>) -> Cached {
+        let mut cache = self.cache.lock().expect("cache lock");
+        let cached = match found {
+            None => Cached::Absent,
+            Some(Stored {
+                broken: Some(code), ..
+            }) => Cached::Broken(code),
+            Some(Stored { installation, .. }) => {
+                let known = match cache.get(key) {
+                    Some((_, Cached::Found(known))) => {
+                        known.set(installation);
+                        known.clone()
+                    }
+                    _ => Arc::new(Known {
+                        key: key.clone(),
+                        current: RwLock::new(Arc::new(installation)),
+                    }),
+                };
+                Cached::Found(known)
+            }
+        };
+        let copy = match &cached {
+            Cached::Found(k) => Cached::Found(k.clone()),
+            Cached::Absent => Cached::Absent,
+            Cached::Broken(c) => Cached::Broken(c.clone()),
+        };
+        cache.insert(key.clone(), (Instant::now(), copy));
+        cached
+    }
+
+    /// The installation with a token to use now: refreshed first if its token is nearly
+    /// expired, refreshed beside the request if it is due.
+    async fn fresh(&self, known: &Arc<Known>) -> Arc<Installation> {
+        let installation = known.get();
+        let Some(left) = self.left(&installation.bot) else {
+            return installation;
+        };
+        if left > self.oauth.refresh_before {
+            return installation;
+        }
+        if left > INLINE_BELOW {
+            if let Some(me) = self.me.upgrade() {
+                let known = known.clone();
+                tokio::spawn(async move {
+                    let budget = Instant::now() + REFRESH_LEASE / 2;
+                    me.refresh(&known, budget).await;
+                });
+            }
+            return installation;
+        }
+        self.refresh(known, Instant::now() + INLINE_BUDGET).await;
+        known.get()
+    }
+
+    /// How long the token has left (`None`: it does not expire).
+    fn left(&self, token: &Token) -> Option<Duration> {
+        token.refresh_token.as_ref()?;
+        let expires = token.expires_at_ms?;
+        Some(Duration::from_millis(
+            expires.saturating_sub(crate::clock::now_ms()),
+        ))
+    }
+
+    /// Refreshes `known`'s bot token once, within `deadline`: see the module's docs. Whatever
+    /// happens, `known` ends holding the best token known.
+    async fn refresh(&self, known: &Arc<Known>, deadline: Instant) {
+        let seen = known.get();
+        let lock = self
+            .refreshing
+            .lock()
+            .expect("lock")
+            .entry(known.key.clone())
+            .or_default()
+            .clone();
+        let Ok(_one) = tokio::time::timeout_at(deadline, lock.lock()).await else {
+            return;
+        };
+        // Another request of this process refreshed while this one waited.
+        if known.get().bot != seen.bot {
+            return;
+        }
+        match tokio::time::timeout_at(deadline, self.refresh_held(known, &seen)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                crate::metrics::count("TokenRefreshFailures");
+                tracing::warn!(installation = known.key.id(), error = %crate::pipeline::error_chain(&*e), "the token refresh failed: the current token is used while it lasts");
+            }
+            Err(_) => {
+                crate::metrics::count("TokenRefreshFailures");
+                tracing::warn!(
+                    installation = known.key.id(),
+                    "the token refresh did not end in time: the current token is used while it lasts"
+                );
+            }
+        }
+    }
+
+    async fn refresh_held(
+        &self,
+        known: &Arc<Known>,
+        seen: &Installation,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let key = &known.key;
+        let rotation = seen.bot.rotation();
+        // The table may hold a newer token already (another instance refreshed).
+        let stored = self.store.find(key).await?;
+        let Some(stored) = stored else {
+            self.remember(key, None);
+            return Ok(());
+        };
+        if stored.installation.bot.rotation() != rotation || stored.broken.is_some() {
+            self.remember(key, Some(stored));
+            return Ok(());
+        }
+        let owner = uuid::Uuid::new_v4().simple().to_string();
+        let now = crate::clock::now_ms();
+        let until = now + REFRESH_LEASE.as_millis() as u64;
+        if !self
+            .store
+            .take_refresh(key, &rotation, &owner, now, until)
+            .await?
+        {
+            // Another instance is refreshing: the current token serves until it expires.
+            crate::metrics::count("TokenRefreshesDeferred");
+            return Ok(());
+        }
+        // Taken: read again (a refresh may have ended between the read and the lease).
+        let held = self.store.find(key).await?;
+        match held {
+            Some(s) if s.installation.bot.rotation() == rotation && s.broken.is_none() => {}
+            other => {
+                let _ = self.store.release_refresh(key, &owner).await;
+                self.remember(key, other);
+                return Ok(());
+            }
+        }
+        let Some(secret) = self.client_secret() else {
+            let _ = self.store.release_refresh(key, &owner).await;
+            return Err(
+                "no client secret (SLACK_CLIENT_SECRET, or client_secret in the secret)".into(),
+            );
+        };
+        let refresh_token = seen.bot.refresh_token.clone().unwrap_or_default();
+        let deadline = Instant::now() + REFRESH_LEASE / 2;
+        let answer = self
+            .slack
+            .call_with(
+                "oauth.v2.access",
+                &[
+                    ("client_id", self.oauth.client_id.as_str()),
+                    ("client_secret", secret.expose()),
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", refresh_token.as_str()),
+                ],
+                None,
+                deadline,
+            )
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(SlackError::Api { code }) if BROKEN_CODES.contains(&code.as_str()) => {
+                // Only if no other refresh replaced the token meanwhile.
+                if self.store.mark_broken(key, &rotation, &code).await? {
+                    crate::metrics::count("InstallationsBroken");
+                    self.say_broken(key, &code);
+                }
+                let _ = self.store.release_refresh(key, &owner).await;
+                let now = self.store.find(key).await?;
+                self.remember(key, now);
+                return Ok(());
+            }
+            Err(e) => {
+                let _ = self.store.release_refresh(key, &owner).await;
+                return Err(Box::new(e));
+            }
+        };
+        let (Some(token), Some(refresh)) = (
+            answer["access_token"].as_str(),
+            answer["refresh_token"].as_str(),
+        ) else {
+            let _ = self.store.release_refresh(key, &owner).await;
+            return Err("oauth.v2.access answered without a token pair".into());
+        };
+        let mut refreshed = seen.clone();
+        refreshed.bot = Token {
+            token: token.to_string(),
+            refresh_token: Some(refresh.to_string()),
+            expires_at_ms: answer["expires_in"]
+                .as_u64()
+                .map(|s| crate::clock::now_ms() + s * 1000),
+        };
+        // Stored before any use: a pair not stored is never used, and the next try exchanges
+        // the same refresh token again.
+        match self
+            .store
+            .store_refreshed(key, &rotation, &owner, &refreshed)
+            .await
+        {
+            Ok(true) => {
+                crate::metrics::count("TokensRefreshed");
+                tracing::info!(installation = key.id(), "token refreshed");
+                known.set(refreshed);
+                Ok(())
+            }
+            Ok(false) => {
+                let now = self.store.find(key).await?;
+                self.remember(key, now);
+                Ok(())
+            }
+            Err(e) => {
+                // Stored or not: the table says.
+                if let Ok(now) = self.store.find(key).await {
+                    self.remember(key, now);
+                }
+                Err(Box::new(e))
+            }
+        }
+    }
+
+    /// An `app_uninstalled` event (at `event_ms`): removes the installation.
+    pub async fn uninstalled(
+        &self,
+        key: &InstallationKey,
+        event_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let removed = self.store.delete(key, event_ms).await?;
+        self.forget(key);
+        Ok(removed)
+    }
+
+    /// A `tokens_revoked` event (at `event_ms`): removes the revoked tokens.
+    pub async fn revoked(
+        &self,
+        key: &InstallationKey,
+        users: &[String],
+        bots: &[String],
+        event_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let changed = self.store.revoke(key, users, bots, event_ms).await?;
+        self.forget(key);
+        Ok(changed)
+    }
+
+    /// Waits for the next history read `key` may make (see
+    /// `SLACK_HISTORY_READS_PER_MINUTE`), until `deadline`.
+    async fn read_slot(&self, key: &InstallationKey, deadline: Instant) -> Result<(), SlackError> {
+        let per_minute = self.oauth.history_reads_per_minute;
+        if per_minute == 0 {
+            return Ok(());
+        }
+        let mut waited = false;
+        loop {
+            let now = crate::clock::now_ms();
+            let free_at = match self.store.take_read(key, now, per_minute).await {
+                Ok(None) => {
+                    if waited {
+                        crate::metrics::count("LookupsPaced");
+                    }
+                    return Ok(());
+                }
+                Ok(Some(at)) => at,
+                // Pacing is a courtesy to Slack's limit: Slack enforces it with a 429.
+                Err(e) => {
+                    tracing::warn!(error = %crate::pipeline::error_chain(&e), "history reads could not be paced");
+                    return Ok(());
+                }
+            };
+            let wait = Duration::from_millis(free_at.saturating_sub(now).max(1));
+            if Instant::now() + wait >= deadline {
+                crate::metrics::count("LookupsPaced");
+                return Err(SlackError::RateLimited { retry_after: wait });
+            }
+            waited = true;
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// An installation's token, as a client's [`TokenSource`].
+struct InstalledToken {
+    known: Arc<Known>,
+    workspaces: Arc<Workspaces>,
+}
+
+#[async_trait::async_trait]
+impl TokenSource for InstalledToken {
+    fn current(&self) -> Option<Secret> {
+        Some(self.known.get().bot.secret())
+    }
+
+    /// Slack refused the token: the table is read again (a refresh elsewhere, a reinstall); a
+    /// rotating token is refreshed if the table holds no other.
+    async fn refused(&self, used: &Secret, _sent_at: Instant) -> Refused {
+        let w = &self.workspaces;
+        let key = &self.known.key;
+        let found = match w.store.find(key).await {
+            Ok(found) => found,
+            Err(_) => return Refused::Unknown,
+        };
+        if found.is_none() {
+            // Uninstalled: the refusal stands.
+            w.remember(key, None);
+            return Refused::Confirmed;
+        }
+        if let Cached::Found(known) = w.remember(key, found) {
+            if !Arc::ptr_eq(&known, &self.known) {
+                self.known.set((*known.get()).clone());
+            }
+        }
+        let now = self.known.get();
+        if now.bot.token != used.expose() {
+            return Refused::Renewed(now.bot.secret());
+        }
+        if now.bot.refresh_token.is_some() {
+            w.refresh(&self.known, Instant::now() + INLINE_BUDGET).await;
+            let after = self.known.get();
+            if after.bot.token != used.expose() {
+                return Refused::Renewed(after.bot.secret());
+            }
+            return Refused::Unknown;
+        }
+        Refused::Confirmed
+    }
+
+    async fn lookup_slot(&self, deadline: Instant) -> Result<(), SlackError> {
+        self.workspaces.read_slot(&self.known.key, deadline).await
+    }
+}
