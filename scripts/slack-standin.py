@@ -5,7 +5,7 @@ correctness can depend on it (standard library only). Stop it with Ctrl-C.
     scripts/slack-standin.py [PORT] [options]          (PORT default 4000)
     export SLACK_API_URL=http://127.0.0.1:4000/api SLACK_BOT_TOKEN=xoxb-local
 
-One workspace with one app installed. Options:
+One workspace with one app installed (more with OAuth, below). Options:
   --team T0001TEAM --app-id A0001APP --bot-id B0001BOT --bot-user U0456BOT --bot-name slack-once
                             the identity every message posted with the bot token carries
                             (the defaults match tests/data/app_mention.body.json)
@@ -21,6 +21,9 @@ One workspace with one app installed. Options:
                             starts: message_not_in_streaming_state (Slack: about 300; default 300)
   --seed FILE               (repeatable) an Events API body (an event_callback); its event's
                             message (channel, ts, user, text, thread_ts) exists from the start
+  --client-id ID --client-secret SECRET
+                            the app's OAuth credentials (together; default none: no OAuth, and
+                            everything behaves as without these lines). The secret is never printed.
 
 Web API: /api/<method>, GET or POST, query string, form or JSON body. The token comes from
 `Authorization: Bearer` or a form body's `token` (not_authed without one). Kept and answered as
@@ -56,7 +59,40 @@ Endpoints for scripts (JSON bodies):
                           never answers (and changes nothing), post_then_hang applies the call and
                           never answers, fail:CODE answers ok:false with CODE; then, normally
   GET  /_standin/state    {messages (by channel, oldest first), ephemerals, reactions, calls}
-Each call is printed on one line (method, whether a bearer token came, arguments); never a token.
+  POST /_standin/grant    {team, team_name?, enterprise?, enterprise_name?, is_enterprise_install?,
+                          scope? ("chat:write,commands"), user_id? ("U0INSTALLER"), user_scope? (""),
+                          rotation? (false), bot_user? ("U"+team suffix+"BOT"), expires_in? (43200),
+                          redirect_uri?}  a person approved the install in a browser: {ok, code}, a code
+                          that works once within 10 minutes (OAuth only: else oauth_not_configured)
+  POST /_standin/revoke   {token} or {team}  a person removed the app: that token, or all of a team's,
+                          is revoked (token_revoked / invalid_refresh_token from then on)
+  State with OAuth also: oauth_exchanges [{grant_type, team, ok, error?}], issued_tokens (access
+  tokens issued, by team), live_tokens (usable now, by team), installations, teams (each other team's
+  messages and reactions). /_standin/messages, /foreign, /chatter take an optional team.
+Each call is printed on one line (method, whether a bearer token came, arguments); never a token,
+code or secret (they show as ***).
+
+OAuth (with --client-id): oauth.v2.access (form or query; client_id/client_secret in the body or as
+HTTP Basic) answers invalid_client_id / bad_client_secret for other credentials. With a code:
+invalid_code when unknown, used or older than 10 minutes, bad_redirect_uri when the grant named
+another; else Slack's answer: access_token (xoxb-), token_type bot, scope, bot_user_id, app_id, team
+{id, name} (null for an enterprise install), enterprise {id, name} or null, is_enterprise_install,
+authed_user {id, and with a user_scope: scope, access_token (xoxp-), token_type user}; with rotation
+also refresh_token (xoxe-1-) and expires_in, at the top and in authed_user. grant_type=refresh_token
+with refresh_token R: a new pair (access + refresh, expires_in), and the pair issued from R before is
+superseded (so of two exchanges of R both answered, only the later pair works: the earlier access
+token answers invalid_auth, its refresh token invalid_refresh_token); once a token issued from R is
+used (a Web API call, or its own exchange), R is dead: invalid_refresh_token, as for a revoked or
+unknown one. A reinstall (a new code for the team) issues new tokens; older ones keep working.
+Tokens: an issued token acts in its installation (team, bot user, bot id "B"+team suffix; the
+default team keeps --bot-id and --bot-user): auth.test answers its team_id, team, user_id, bot_id,
+app_id, is_enterprise_install (enterprise_id), posts carry its bot_id, app_id, bot_profile and bot
+user, and each team's conversations, reactions and views are its own. A revoked one answers
+token_revoked, one past expires_in token_expired, a superseded or refresh token invalid_auth;
+auth.revoke revokes the calling one. A user token (xoxp-) acts in its team as its person
+(auth.test, chat.postMessage). Tokens it did not issue follow --token's rule above, in the default
+team (so give --token for any other token to answer invalid_auth). Response URLs act in their team
+when it is installed, else in the default one.
 
 Lenient where Slack's behaviour is unknown: posting to an unseen channel id creates it; a reply
 to a reply joins its thread; blocks are derived from text; replies' parent counts in the limit.
@@ -65,6 +101,8 @@ import argparse
 import base64
 import json
 import math
+import secrets
+import string
 import threading
 import time
 import traceback
@@ -87,6 +125,48 @@ views = {}         # view id -> the view as Slack shows it
 assistant = []     # assistant.threads.* calls: {method, channel_id, thread_ts, args}
 scripts = {}       # method -> deque of scripted behaviours (POST /_standin/script)
 last_us = 0        # the newest ts handed out or stored, in microseconds
+
+# OAuth (--client-id/--client-secret). Never printed: tokens, codes, the secret.
+installs = {}      # team id -> Install (the default team's is DEFAULT, made in main)
+codes = {}         # authorization code -> {"grant": body of /_standin/grant, "made": monotonic, "used"}
+tokens = {}        # token -> {"kind": bot|user|refresh, "team", "user"?, "state": live|revoked|superseded,
+                   #           "expires": monotonic or None, "parent": the refresh token it came from,
+                   #           refresh tokens also "for": bot|user, "issued": [(access, refresh)], "dead"}
+exchanges = []     # oauth.v2.access answered: {grant_type, team, ok, error?}
+issued = {}        # team id -> access tokens issued
+view_team = {}     # view id -> the team whose view it is
+SECRET_ARGS = ("client_secret", "code", "refresh_token", "token")
+
+
+class Install:
+    """A workspace and the app's installation in it: the identity its bot token carries and
+    its conversations (each team's are its own)."""
+
+    def __init__(self, team, app_id, bot_id, bot_user, bot_name, team_name, channels=None, reactions=None):
+        self.team, self.app_id, self.bot_id, self.bot_user, self.bot_name = team, app_id, bot_id, bot_user, bot_name
+        self.team_name, self.enterprise, self.enterprise_name, self.is_enterprise_install = team_name, None, None, False
+        self.scope, self.user_scope, self.user_id, self.rotation, self.expires_in = "", "", None, False, 43200
+        self.channels = {} if channels is None else channels
+        self.reactions = {} if reactions is None else reactions
+
+
+DEFAULT = CUR = None  # the default workspace (--team …); the one the call at hand acts in
+USER = None           # the user of the user token (xoxp-) the call at hand came with
+TOKEN = None          # the record of the issued token the call at hand came with (None: --token's rule)
+
+
+def other_team():  # what kept things of a workspace other than the default one add
+    return {} if CUR is DEFAULT else {"team": CUR.team}
+
+
+def workspace(team):
+    """A team's workspace (made on first mention, not installed until an oauth.v2.access)."""
+    team = str(team)
+    if team not in installs:
+        suffix = team[1:] if team[:1] == "T" else team
+        installs[team] = Install(team, OPT.app_id, "B" + suffix, "U" + suffix + "BOT", OPT.bot_name,
+                                 f"Team {team}")
+    return installs[team]
 
 
 class Fail(Exception):
@@ -141,16 +221,16 @@ def conversation(channel, create=False):
     channel = str(channel)
     if create and channel[0] in "UW":  # posting to a user id: the DM between that user and the bot
         channel = "D" + channel
-    if channel not in channels:
+    if channel not in CUR.channels:
         if not create:
             raise Fail("channel_not_found")
-        channels[channel] = {}
+        CUR.channels[channel] = {}
     return channel
 
 
 def store(channel, message):
     global last_us
-    msgs = channels.setdefault(channel, {})
+    msgs = CUR.channels.setdefault(channel, {})
     if message["ts"] in msgs:
         raise Fail("ts_taken", 409)
     thread = message.get("thread_ts")
@@ -165,7 +245,7 @@ def store(channel, message):
 
 def person(channel, text, user=None, ts=None, thread_ts=None):
     message = {"type": "message", "user": user or "U0123USER", "text": text or "",
-               "ts": ts_text(micros(ts)) if ts else new_ts(), "team": OPT.team,
+               "ts": ts_text(micros(ts)) if ts else new_ts(), "team": CUR.team,
                "client_msg_id": str(uuid.uuid4()), "blocks": rich_text(text or "")}
     if thread_ts:
         message["thread_ts"] = ts_text(micros(thread_ts, "invalid_thread_ts"))
@@ -192,9 +272,9 @@ def bot_post(channel, args, app_id, bot_id, user, name):
     if thread is not None and thread <= 0:
         raise Fail("invalid_thread_ts")
     message = {"user": user, "type": "message", "ts": new_ts(), "bot_id": bot_id,
-               "app_id": app_id, "text": text, "team": OPT.team,
+               "app_id": app_id, "text": text, "team": CUR.team,
                "bot_profile": {"id": bot_id, "app_id": app_id, "name": name, "deleted": False,
-                               "updated": int(time.time()), "team_id": OPT.team}}
+                               "updated": int(time.time()), "team_id": CUR.team}}
     if blocks:
         message["blocks"] = blocks
     if thread:  # an unknown thread_ts is accepted (ok), and the reply then shows nowhere
@@ -213,13 +293,13 @@ def shown(channel, message, with_metadata=True):
         m["blocks"] = rich_text(m.get("text", ""))
     if not with_metadata:
         m.pop("metadata", None)
-    replies = [r for r in channels[channel].values()
+    replies = [r for r in CUR.channels[channel].values()
                if r.get("thread_ts") == m["ts"] and r["ts"] != m["ts"]]
     if replies:
         users = list(dict.fromkeys(r.get("user") for r in replies))
         m.update(thread_ts=m["ts"], reply_count=len(replies), reply_users_count=len(users),
                  reply_users=users, latest_reply=max(r["ts"] for r in replies))
-    found = reactions.get((channel, m["ts"]))
+    found = CUR.reactions.get((channel, m["ts"]))
     if found:
         m["reactions"] = [{"name": n, "users": u, "count": len(u)} for n, u in found.items()]
     return m
@@ -281,7 +361,7 @@ def history(args):
     lo, hi, inclusive, limit, cursor = window(args, 100)
     meta = flag(args, "include_all_metadata")
     # Top-level messages (and broadcast replies); a cursor continues with older ones, from its own on.
-    selected = [m for m in channels[channel].values()
+    selected = [m for m in CUR.channels[channel].values()
                 if (m.get("thread_ts", m["ts"]) == m["ts"] or m.get("subtype") == "thread_broadcast")
                 and within(m["ts"], lo, hi, inclusive, cursor)]
     selected.sort(key=lambda m: micros(m["ts"]), reverse=True)
@@ -290,7 +370,7 @@ def history(args):
 
 def replies(args):
     channel = conversation(args.get("channel"))
-    msgs = channels[channel]
+    msgs = CUR.channels[channel]
     if str(args.get("ts")) not in msgs:
         raise Fail("thread_not_found")
     root = msgs[str(args["ts"])].get("thread_ts", str(args["ts"]))
@@ -309,18 +389,23 @@ def replies(args):
 
 def own_message(args, refusal):
     channel = conversation(args.get("channel"))
-    message = channels[channel].get(str(args.get("ts")))
+    message = CUR.channels[channel].get(str(args.get("ts")))
     if message is None or message.get("subtype") == "tombstone":
         raise Fail("message_not_found")
-    if message.get("bot_id") != OPT.bot_id:
+    if message.get("bot_id") != CUR.bot_id:
         raise Fail(refusal)
     return channel, message
 
 
 def web_api(method, args):
+    if method == "chat.postMessage" and USER:  # a user token posts as its person
+        if not (args.get("text") or args.get("blocks")):
+            raise Fail("no_text")
+        channel, m = person(args.get("channel"), args.get("text"), USER, thread_ts=args.get("thread_ts"))
+        return {"ok": True, "channel": channel, "ts": m["ts"], "message": shown(channel, m)}
     if method == "chat.postMessage":
         channel = conversation(args.get("channel"), create=True)
-        m = bot_post(channel, args, OPT.app_id, OPT.bot_id, OPT.bot_user, OPT.bot_name)
+        m = bot_post(channel, args, CUR.app_id, CUR.bot_id, CUR.bot_user, CUR.bot_name)
         return {"ok": True, "channel": channel, "ts": m["ts"], "message": shown(channel, m)}
     if method == "chat.update":
         channel, m = own_message(args, "cant_update_message")
@@ -334,35 +419,35 @@ def web_api(method, args):
         metadata = metadata_arg(args)
         if metadata is not None:
             m["metadata"] = metadata
-        m["edited"] = {"user": OPT.bot_user, "ts": new_ts()}
+        m["edited"] = {"user": CUR.bot_user, "ts": new_ts()}
         m.pop("streaming", None)
         return {"ok": True, "channel": channel, "ts": m["ts"], "text": m["text"],
                 "message": shown(channel, m)}
     if method == "chat.delete":
         channel, m = own_message(args, "cant_delete_message")
-        if any(r.get("thread_ts") == m["ts"] and r["ts"] != m["ts"] for r in channels[channel].values()):
-            channels[channel][m["ts"]] = {"type": "message", "subtype": "tombstone", "hidden": True,
+        if any(r.get("thread_ts") == m["ts"] and r["ts"] != m["ts"] for r in CUR.channels[channel].values()):
+            CUR.channels[channel][m["ts"]] = {"type": "message", "subtype": "tombstone", "hidden": True,
                                           "text": "This message was deleted.", "user": "USLACKBOT",
                                           "ts": m["ts"]}
         else:
-            del channels[channel][m["ts"]]
-        reactions.pop((channel, m["ts"]), None)
+            del CUR.channels[channel][m["ts"]]
+        CUR.reactions.pop((channel, m["ts"]), None)
         return {"ok": True, "channel": channel, "ts": m["ts"]}
     if method in ("reactions.add", "reactions.remove"):
         channel = conversation(args.get("channel"))
         ts, name = str(args.get("timestamp")), str(args.get("name", "")).strip(":")
-        if ts not in channels[channel]:
+        if ts not in CUR.channels[channel]:
             raise Fail("message_not_found")
-        users = reactions.setdefault((channel, ts), {}).setdefault(name, [])
+        users = CUR.reactions.setdefault((channel, ts), {}).setdefault(name, [])
         if method == "reactions.add":
-            if OPT.bot_user in users:
+            if CUR.bot_user in users:
                 raise Fail("already_reacted")
-            users.append(OPT.bot_user)
+            users.append(CUR.bot_user)
         else:
-            if OPT.bot_user not in users:
+            if CUR.bot_user not in users:
                 raise Fail("no_reaction")
-            users.remove(OPT.bot_user)
-        reactions[(channel, ts)] = {n: u for n, u in reactions[(channel, ts)].items() if u}
+            users.remove(CUR.bot_user)
+        CUR.reactions[(channel, ts)] = {n: u for n, u in CUR.reactions[(channel, ts)].items() if u}
         return {"ok": True}
     if method == "chat.postEphemeral":
         channel = conversation(args.get("channel"), create=True)
@@ -370,7 +455,8 @@ def web_api(method, args):
             raise Fail("user_not_in_channel")
         ts = new_ts()
         ephemerals.append({"channel": channel, "user": args["user"], "message_ts": ts,
-                           "text": args.get("text"), "blocks": json_arg(args, "blocks", "invalid_blocks_format")})
+                           "text": args.get("text"), "blocks": json_arg(args, "blocks", "invalid_blocks_format"),
+                           **other_team()})
         return {"ok": True, "message_ts": ts}
     if method in ("conversations.history", "conversations.replies"):
         check_rate(method)
@@ -380,8 +466,8 @@ def web_api(method, args):
         if not users and not args.get("channel"):
             raise Fail("users_list_not_supplied")
         channel = str(args.get("channel") or "D" + users.replace(",", ""))
-        known = channel in channels
-        channels.setdefault(channel, {})
+        known = channel in CUR.channels
+        CUR.channels.setdefault(channel, {})
         return {"ok": True, "channel": {"id": channel}, **({"no_op": True, "already_open": True} if known else {})}
     if method == "conversations.info":
         channel = conversation(args.get("channel"))
@@ -393,16 +479,16 @@ def web_api(method, args):
         user = str(args.get("user") or "")
         if user[:1] not in ("U", "W"):
             raise Fail("user_not_found")
-        bot = user == OPT.bot_user
-        name = OPT.bot_name if bot else user.lower()
-        profile = {"real_name": name, "display_name": name, **({"bot_id": OPT.bot_id} if bot else {})}
-        return {"ok": True, "user": {"id": user, "team_id": OPT.team, "name": name, "real_name": name,
+        bot = user == CUR.bot_user
+        name = CUR.bot_name if bot else user.lower()
+        profile = {"real_name": name, "display_name": name, **({"bot_id": CUR.bot_id} if bot else {})}
+        return {"ok": True, "user": {"id": user, "team_id": CUR.team, "name": name, "real_name": name,
                                      "deleted": False, "is_bot": bot, "profile": profile}}
     if method == "bots.info":
-        if args.get("bot") != OPT.bot_id:
+        if args.get("bot") != CUR.bot_id:
             raise Fail("bot_not_found")
-        return {"ok": True, "bot": {"id": OPT.bot_id, "deleted": False, "name": OPT.bot_name,
-                                    "app_id": OPT.app_id, "user_id": OPT.bot_user, "updated": 1700000000}}
+        return {"ok": True, "bot": {"id": CUR.bot_id, "deleted": False, "name": CUR.bot_name,
+                                    "app_id": CUR.app_id, "user_id": CUR.bot_user, "updated": 1700000000}}
     if method == "chat.startStream":
         channel = conversation(args.get("channel"), create=True)
         if not args.get("thread_ts"):
@@ -412,13 +498,13 @@ def web_api(method, args):
                 raise Fail("missing_recipient_team_id")
             if not args.get("recipient_user_id"):
                 raise Fail("missing_recipient_user_id")
-        if args.get("recipient_team_id") and args["recipient_team_id"] != OPT.team:
+        if args.get("recipient_team_id") and args["recipient_team_id"] != CUR.team:
             raise Fail("user_not_found")  # a Slack Connect author of another organisation
-        message = {"user": OPT.bot_user, "type": "message", "ts": new_ts(), "bot_id": OPT.bot_id,
-                   "app_id": OPT.app_id, "text": str(args.get("markdown_text") or ""), "team": OPT.team,
+        message = {"user": CUR.bot_user, "type": "message", "ts": new_ts(), "bot_id": CUR.bot_id,
+                   "app_id": CUR.app_id, "text": str(args.get("markdown_text") or ""), "team": CUR.team,
                    "thread_ts": str(args["thread_ts"]), "streaming": True, "stream_started": time.monotonic(),
-                   "bot_profile": {"id": OPT.bot_id, "app_id": OPT.app_id, "name": OPT.bot_name,
-                                   "deleted": False, "updated": int(time.time()), "team_id": OPT.team}}
+                   "bot_profile": {"id": CUR.bot_id, "app_id": CUR.app_id, "name": CUR.bot_name,
+                                   "deleted": False, "updated": int(time.time()), "team_id": CUR.team}}
         store(channel, message)
         return {"ok": True, "channel": channel, "ts": message["ts"]}
     if method in ("chat.appendStream", "chat.stopStream"):
@@ -441,7 +527,7 @@ def web_api(method, args):
         if not (args.get("channel_id") and args.get("thread_ts")):
             raise Fail("invalid_arguments")
         assistant.append({"method": method, "channel_id": args["channel_id"],
-                          "thread_ts": args["thread_ts"], "args": args})
+                          "thread_ts": args["thread_ts"], "args": args, **other_team()})
         return {"ok": True}
     if method in ("views.open", "views.push"):
         trigger = str(args.get("trigger_id") or "")
@@ -458,20 +544,21 @@ def web_api(method, args):
             raise Fail("invalid_arguments")
         # An external_id names one view of the app in the workspace.
         if view.get("external_id") and any(v.get("external_id") == view["external_id"]
-                                           for v in views.values()):
+                                           for i, v in views.items() if view_team.get(i) == CUR.team):
             raise Fail("duplicate_external_id")
         triggers.add(trigger)
         view = {**view, "id": f"V{len(views) + 1:010d}", "hash": f"{time.time():.6f}.hash",
-                "app_id": OPT.app_id, "team_id": OPT.team}
+                "app_id": CUR.app_id, "team_id": CUR.team}
         views[view["id"]] = view
+        view_team[view["id"]] = CUR.team
         return {"ok": True, "view": view}
     if method == "views.update":
         # By its id, or by the external_id the app gave it.
         view_id = args.get("view_id")
         if not view_id and args.get("external_id"):
-            view_id = next((i for i, v in views.items()
-                            if v.get("external_id") == args["external_id"]), None)
-        if view_id not in views:
+            view_id = next((i for i, v in views.items() if view_team.get(i) == CUR.team
+                            and v.get("external_id") == args["external_id"]), None)
+        if view_id not in views or view_team.get(view_id) != CUR.team:
             raise Fail("not_found")
         view = {**json_arg(args, "view", "invalid_arguments"), "id": view_id,
                 "hash": f"{time.time():.6f}.hash"}
@@ -479,15 +566,32 @@ def web_api(method, args):
             view["external_id"] = views[view_id]["external_id"]
         views[view_id] = view
         return {"ok": True, "view": view}
+    if method == "auth.test" and TOKEN:  # a token the stand-in issued: its installation's identity
+        url = (f"https://{CUR.enterprise.lower()}.enterprise.slack.com/" if CUR.is_enterprise_install
+               else f"https://{CUR.team.lower()}.slack.com/")
+        answer = {"ok": True, "url": url, "team": CUR.team_name,
+                  "user": USER.lower() if USER else CUR.bot_name, "team_id": CUR.team,
+                  "user_id": USER or CUR.bot_user, "app_id": CUR.app_id,
+                  "is_enterprise_install": CUR.is_enterprise_install}
+        if not USER:
+            answer["bot_id"] = CUR.bot_id
+        if CUR.enterprise:
+            answer["enterprise_id"] = CUR.enterprise
+        return answer
+    if method == "auth.revoke" and TOKEN:  # the call's own token, as Slack's auth.revoke
+        if not flag(args, "test"):
+            TOKEN["state"] = "revoked"
+        return {"ok": True, "revoked": not flag(args, "test")}
     if method == "auth.test":
         return {"ok": True, "url": "https://standin.slack.com/", "team": "Stand-in",
-                "user": OPT.bot_name, "team_id": OPT.team, "user_id": OPT.bot_user,
-                "bot_id": OPT.bot_id, "is_enterprise_install": False}
+                "user": CUR.bot_name, "team_id": CUR.team, "user_id": CUR.bot_user,
+                "bot_id": CUR.bot_id, "is_enterprise_install": False}
     return {"ok": True}
 
 
 def respond(path, body):
     """A post to a response URL, as Slack answers it."""
+    global CUR
     parts = path.strip("/").split("/")
     if len(parts) == 4 and parts[0] == "commands":
         channel, message_ts = parts[2], None
@@ -495,6 +599,7 @@ def respond(path, body):
         channel, message_ts = parts[2], parts[3]
     else:
         raise Fail("invalid_url", 404)
+    CUR = installs.get(parts[1], DEFAULT)  # an installed team's URL acts in it; any other, the default
     uses = hooks.setdefault(path, [0, time.monotonic()])
     if time.monotonic() - uses[1] > 1800:
         raise Fail("expired_url", 404)
@@ -503,11 +608,11 @@ def respond(path, body):
     uses[0] += 1
     channel = conversation(channel, create=True)
     if body.get("delete_original") in (True, "true"):
-        if message_ts in channels[channel]:
-            del channels[channel][message_ts]
+        if message_ts in CUR.channels[channel]:
+            del CUR.channels[channel][message_ts]
         return {"ok": True}
     if body.get("replace_original") in (True, "true"):
-        m = channels[channel].get(str(message_ts))
+        m = CUR.channels[channel].get(str(message_ts))
         if m is None:
             raise Fail("message_not_found", 404)
         for key in ("text", "blocks", "attachments"):
@@ -516,13 +621,210 @@ def respond(path, body):
     if not (body.get("text") or body.get("blocks")):
         raise Fail("no_text", 400)
     if body.get("response_type") == "in_channel":
-        bot_post(channel, body, OPT.app_id, OPT.bot_id, OPT.bot_user, OPT.bot_name)
+        bot_post(channel, body, CUR.app_id, CUR.bot_id, CUR.bot_user, CUR.bot_name)
     else:
-        ephemerals.append({"channel": channel, "text": body.get("text"), "blocks": body.get("blocks")})
+        ephemerals.append({"channel": channel, "text": body.get("text"), "blocks": body.get("blocks"),
+                           **other_team()})
     return {"ok": True}
 
 
+def random_text(n, alphabet=string.ascii_letters + string.digits):
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+def issue(inst, kind, parent=None, rotation=False):
+    """A new access token of kind bot|user for inst, and with rotation its refresh token."""
+    user = inst.user_id if kind == "user" else None
+    access = f"{'xoxb' if kind == 'bot' else 'xoxp'}-{random_text(13, string.digits)}-" \
+             f"{random_text(13, string.digits)}-{random_text(24)}"
+    tokens[access] = {"kind": kind, "team": inst.team, "user": user, "state": "live", "parent": parent,
+                      "expires": time.monotonic() + inst.expires_in if rotation else None}
+    issued[inst.team] = issued.get(inst.team, 0) + 1
+    if not rotation:
+        return access, None
+    refresh = f"xoxe-1-{random_text(120)}"
+    tokens[refresh] = {"kind": "refresh", "for": kind, "team": inst.team, "user": user, "state": "live",
+                       "parent": parent, "issued": [], "dead": False}
+    return access, refresh
+
+
+def used(record):
+    """A token was used (an API call, a refresh exchange): the refresh token it came from dies."""
+    if record.get("parent") in tokens:
+        tokens[record["parent"]]["dead"] = True
+
+
+def revoke(record, state="revoked"):
+    if record["state"] == "live":
+        record["state"] = state
+
+
+def identity(inst):
+    return {"team": None if inst.is_enterprise_install else {"id": inst.team, "name": inst.team_name},
+            "enterprise": {"id": inst.enterprise, "name": inst.enterprise_name} if inst.enterprise else None,
+            "is_enterprise_install": inst.is_enterprise_install}
+
+
+def grant(body):
+    """POST /_standin/grant: a person approved the install in a browser; the code to exchange."""
+    if not OPT.client_id:
+        raise Fail("oauth_not_configured", 400)
+    if not isinstance(body.get("team"), str) or not body["team"]:
+        raise Fail("invalid_arguments", 400)
+    try:
+        if int(body.get("expires_in", 43200)) <= 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise Fail("invalid_arguments", 400)
+    code = f"{random_text(13, string.digits)}.{random_text(13, string.digits)}.{secrets.token_hex(32)}"
+    codes[code] = {"grant": dict(body), "made": time.monotonic(), "used": False}
+    return {"ok": True, "code": code}
+
+
+def install(g):
+    """The installation a code's grant makes (or makes anew: a reinstall keeps the bot)."""
+    team = g["team"]
+    inst = DEFAULT if team == OPT.team else workspace(team)
+    installs[team] = inst
+    if g.get("team_name"):
+        inst.team_name = str(g["team_name"])
+    if team != OPT.team and g.get("bot_user"):  # the default team keeps --bot-user and --bot-id
+        inst.bot_user = str(g["bot_user"])
+    inst.enterprise = g.get("enterprise") or None
+    inst.enterprise_name = g.get("enterprise_name") or (f"Enterprise {inst.enterprise}" if inst.enterprise else None)
+    inst.is_enterprise_install = bool(g.get("is_enterprise_install")) and bool(inst.enterprise)
+    inst.scope = str(g.get("scope", "chat:write,commands"))
+    inst.user_scope = str(g.get("user_scope") or "")
+    inst.user_id = str(g.get("user_id") or "U0INSTALLER")
+    inst.rotation = bool(g.get("rotation", False))
+    inst.expires_in = int(g.get("expires_in", 43200))
+    return inst
+
+
+def oauth_access(args, basic):
+    """oauth.v2.access, kept in oauth_exchanges."""
+    record = {"grant_type": str(args.get("grant_type") or "authorization_code"), "team": None, "ok": False}
+    exchanges.append(record)
+    try:
+        return exchange(args, basic, record)
+    except Fail as fail:
+        record["error"] = fail.error
+        raise
+
+
+def exchange(args, basic, record):
+    """A code's exchange, or (grant_type=refresh_token) a refresh token's."""
+    client_id, client_secret = basic or (args.get("client_id"), args.get("client_secret"))
+    grant_type = record["grant_type"]
+    if client_id != OPT.client_id:
+        raise Fail("invalid_client_id")
+    if not secrets.compare_digest(str(client_secret or ""), OPT.client_secret):
+        raise Fail("bad_client_secret")
+    if grant_type == "refresh_token":
+        old = tokens.get(str(args.get("refresh_token") or ""))
+        if old is None or old["kind"] != "refresh":
+            raise Fail("invalid_refresh_token")
+        record["team"] = old["team"]
+        if old["state"] != "live" or old["dead"]:
+            raise Fail("invalid_refresh_token")
+        for pair in old["issued"]:  # the pair issued from it before: superseded
+            for t in pair:
+                revoke(tokens[t], "superseded")
+        used(old)
+        inst = installs[old["team"]]
+        access, refresh = issue(inst, old["for"], parent=args["refresh_token"], rotation=True)
+        old["issued"] = [(access, refresh)]
+        answer = {"ok": True, "app_id": inst.app_id, "authed_user": {"id": old["user"] or inst.user_id},
+                  "scope": inst.scope if old["for"] == "bot" else inst.user_scope,
+                  "token_type": old["for"], "access_token": access}
+        if old["for"] == "bot":
+            answer["bot_user_id"] = inst.bot_user
+        answer.update(refresh_token=refresh, expires_in=inst.expires_in, **identity(inst))
+        record["ok"] = True
+        return answer
+    if grant_type != "authorization_code":
+        raise Fail("invalid_grant_type")
+    code = codes.get(str(args.get("code") or ""))
+    if code is None:
+        raise Fail("invalid_code")
+    record["team"] = code["grant"]["team"]
+    if code["used"] or time.monotonic() - code["made"] > 600:
+        raise Fail("invalid_code")
+    if code["grant"].get("redirect_uri") and args.get("redirect_uri") != code["grant"]["redirect_uri"]:
+        raise Fail("bad_redirect_uri")
+    code["used"] = True
+    inst = install(code["grant"])
+    answer = {"ok": True, "app_id": inst.app_id, "authed_user": {"id": inst.user_id}}
+    if inst.scope:
+        access, refresh = issue(inst, "bot", rotation=inst.rotation)
+        answer.update(scope=inst.scope, token_type="bot", access_token=access, bot_user_id=inst.bot_user)
+        if refresh:
+            answer.update(refresh_token=refresh, expires_in=inst.expires_in)
+    answer.update(identity(inst))
+    if inst.user_scope:
+        access, refresh = issue(inst, "user", rotation=inst.rotation)
+        answer["authed_user"].update(scope=inst.user_scope, access_token=access, token_type="user")
+        if refresh:
+            answer["authed_user"].update(refresh_token=refresh, expires_in=inst.expires_in)
+    record["ok"] = True
+    return answer
+
+
+def authenticate(token):
+    """The workspace a Web API call acts in, by its token, as Slack checks it."""
+    global CUR, USER, TOKEN
+    record = tokens.get(token)
+    if record is None:  # not issued here: the single workspace's rule (--token, or any xoxb-)
+        if not str(token).startswith("xoxb-") or (OPT.token and token != OPT.token):
+            raise Fail("invalid_auth")
+        return
+    if record["kind"] == "refresh" or record["state"] == "superseded":
+        raise Fail("invalid_auth")
+    if record["state"] == "revoked":
+        raise Fail("token_revoked")
+    if record["expires"] is not None and time.monotonic() > record["expires"]:
+        raise Fail("token_expired")
+    used(record)
+    CUR, USER, TOKEN = installs[record["team"]], record["user"], record
+
+
+def revoke_endpoint(body):
+    """POST /_standin/revoke {token} or {team}: a person removed the app (one token, or all of a team's)."""
+    if body.get("team"):
+        found = [r for r in tokens.values() if r["team"] == body["team"]]
+    else:
+        found = [tokens[body["token"]]] if body.get("token") in tokens else []
+    if not found:
+        raise Fail("token_not_found", 404)
+    for r in found:
+        revoke(r)
+    return {"ok": True, "revoked": len(found)}
+
+
+def oauth_state():
+    live = {}
+    for r in tokens.values():
+        if r["kind"] != "refresh" and r["state"] == "live" and (r["expires"] is None or time.monotonic() <= r["expires"]):
+            live[r["team"]] = live.get(r["team"], 0) + 1
+    return {"oauth_exchanges": exchanges, "issued_tokens": issued, "live_tokens": live,
+            "installations": [{"team": i.team, "team_name": i.team_name, "enterprise": i.enterprise,
+                               "is_enterprise_install": i.is_enterprise_install, "bot_id": i.bot_id,
+                               "bot_user": i.bot_user, "scope": i.scope, "user_scope": i.user_scope,
+                               "rotation": i.rotation} for i in installs.values() if i.scope or i.user_scope],
+            "teams": {t: {"messages": {c: list(m.values()) for c, m in i.channels.items()},
+                          "reactions": [{"channel": c, "ts": ts, "name": n, "users": u}
+                                        for (c, ts), r in i.reactions.items() for n, u in r.items()]}
+                      for t, i in installs.items() if i is not DEFAULT}}
+
+
 def standin(path, body):
+    global CUR
+    if body.get("team") and path in ("/_standin/messages", "/_standin/foreign", "/_standin/chatter"):
+        CUR = DEFAULT if body["team"] == OPT.team else workspace(body["team"])
+    if path == "/_standin/grant":
+        return grant(body)
+    if path == "/_standin/revoke":
+        return revoke_endpoint(body)
     if path == "/_standin/messages":
         channel, m = person(body.get("channel"), body.get("text"), body.get("user"), body.get("ts"),
                             body.get("thread_ts"))
@@ -594,7 +896,13 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def answer(self, url, raw, bearer):
-        """(HTTP status, headers, answer, the arguments as printed: without a token)."""
+        """(HTTP status, headers, answer, the arguments as printed: without a token or secret)."""
+        status, headers, answer, args = self.answer_with_secrets(url, raw, bearer)
+        return status, headers, answer, {k: ("***" if k in SECRET_ARGS else v) for k, v in args.items()}
+
+    def answer_with_secrets(self, url, raw, bearer):
+        global CUR, USER, TOKEN
+        CUR, USER, TOKEN = DEFAULT, None, None
         args = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
         args.pop("token", None)  # a token in the query string is refused (since 2021)
         hook = url.path.startswith(("/commands/", "/actions/"))
@@ -618,21 +926,36 @@ class Handler(BaseHTTPRequestHandler):
                                  "ephemerals": ephemerals, "calls": calls, "views": list(views.values()),
                                  "assistant": assistant,
                                  "reactions": [{"channel": c, "ts": t, "name": n, "users": u}
-                                               for (c, t), r in reactions.items() for n, u in r.items()]}, {}
+                                               for (c, t), r in reactions.items() for n, u in r.items()],
+                                 **(oauth_state() if OPT.client_id else {})}, {}
             if url.path.startswith("/_standin/"):
                 return 200, {}, standin(url.path, body), args
             if hook:
                 return 200, {}, respond(url.path, body), args
+            method = url.path.rstrip("/").rsplit("/", 1)[-1]
+            if method == "oauth.v2.access" and OPT.client_id:  # client credentials, not a token
+                return 200, {}, oauth_access(args, self.basic_auth()), args
             if not token:
                 raise Fail("not_authed")
-            if not str(token).startswith("xoxb-") or (OPT.token and token != OPT.token):
-                raise Fail("invalid_auth")
-            return 200, {}, web_api(url.path.rstrip("/").rsplit("/", 1)[-1], args), args
+            authenticate(token)
+            answer = web_api(method, args)
+            return 200, {"X-OAuth-Scopes": CUR.scope} if TOKEN and TOKEN["kind"] == "bot" else {}, answer, args
         except Fail as fail:
             return fail.status, fail.headers, {"ok": False, "error": fail.error}, args
         except Exception as error:  # a fault of the stand-in itself: say so, keep serving
             traceback.print_exc()
             return 500, {}, {"ok": False, "error": f"standin_fault: {error!r}"}, args
+
+    def basic_auth(self):
+        """HTTP Basic client credentials (client_id:client_secret), as oauth.v2.access takes them."""
+        authorization = self.headers.get("Authorization", "")
+        if not authorization.startswith("Basic "):
+            return None
+        try:
+            client_id, _, client_secret = base64.b64decode(authorization[6:].strip()).decode().partition(":")
+        except ValueError:
+            raise Fail("invalid_client_id")
+        return urllib.parse.unquote_plus(client_id), urllib.parse.unquote_plus(client_secret)
 
     do_GET = do_POST = handle_call
 
@@ -654,7 +977,14 @@ def main():
     p.add_argument("--history-per-minute", type=int, default=0, help="0: unlimited")
     p.add_argument("--seed", action="append", default=[], metavar="FILE")
     p.add_argument("--stream-expiry", type=float, default=300.0, metavar="SECONDS")
+    p.add_argument("--client-id", help="the app's client id: OAuth installs (oauth.v2.access) on")
+    p.add_argument("--client-secret", help="the app's client secret (never printed)")
     OPT = p.parse_args()
+    if bool(OPT.client_id) != bool(OPT.client_secret):
+        p.error("--client-id and --client-secret go together")
+    global DEFAULT, CUR
+    DEFAULT = CUR = installs[OPT.team] = Install(OPT.team, OPT.app_id, OPT.bot_id, OPT.bot_user, OPT.bot_name,
+                                                 "Stand-in", channels, reactions)
     for path in OPT.seed:
         with open(path) as f:
             event = json.load(f).get("event") or {}
@@ -663,7 +993,8 @@ def main():
         person(event["channel"], event.get("text"), event.get("user"), event["ts"], event.get("thread_ts"))
         print(f"seeded {event['channel']} {event['ts']} from {path}", flush=True)
     print(f"Slack stand-in on http://127.0.0.1:{OPT.port}/api (page cap {OPT.page_cap}, "
-          f"history/replies {OPT.history_per_minute or 'unlimited'} a minute)", flush=True)
+          f"history/replies {OPT.history_per_minute or 'unlimited'} a minute"
+          + (f"; OAuth installs for client id {OPT.client_id}" if OPT.client_id else "") + ")", flush=True)
     ThreadingHTTPServer(("127.0.0.1", OPT.port), Handler).serve_forever()
 
 

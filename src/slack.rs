@@ -416,6 +416,8 @@ pub trait TokenSource: Send + Sync {
     fn current(&self) -> Option<Secret>;
     /// Slack refused `used`, sent at `sent_at`: whether another token is to be had.
     async fn refused(&self, used: &Secret, sent_at: Instant) -> Refused;
+    /// Called before each call: a token about to expire is renewed first (within `deadline`).
+    async fn prepare(&self, _deadline: Instant) {}
     /// Waits, within `deadline`, for the right to read one page of history (a distributed
     /// app's per-workspace limit); `Err` when none comes in time.
     async fn lookup_slot(&self, _deadline: Instant) -> Result<(), SlackError> {
@@ -675,6 +677,7 @@ impl SlackClient {
         deadline: Instant,
         request: impl Fn(&Secret) -> Request<Full<Bytes>>,
     ) -> Result<T, SlackError> {
+        self.secrets.prepare(deadline).await;
         let Some(used) = self.secrets.current() else {
             return Err(SlackError::Api {
                 code: "not_authed".into(),

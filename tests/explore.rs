@@ -634,3 +634,24 @@ mod findings {
             .assert_ok();
     }
 }
+
+/// Multi-workspace mode: the reference bot installed through OAuth, its token due for a
+/// refresh (beside the request with an hour left; at its first call, after the claim, with 30
+/// seconds), every
+/// fault at `oauth.v2.access` as at any call: each request answered once with this workspace's
+/// token, and the installation still refreshable at the end.
+#[test]
+fn installed_through_oauth_each_request_refreshes_once_and_answers_once_with_its_own_token() {
+    for left in [
+        std::time::Duration::from_secs(3600),
+        std::time::Duration::from_secs(30),
+    ] {
+        Explorer::new(slack_once::app::reference_app)
+            .installed(left)
+            .request(Request::mention("hello"))
+            .request(Request::command("/once", "hi"))
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+}

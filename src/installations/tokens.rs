@@ -15,8 +15,11 @@
 //!   whose answer was lost, or whose store failed, left the new pair unused: the next try
 //!   exchanges the same refresh token again (Slack revokes the unused pair).
 //! - With more than [`INLINE_BELOW`] left the refresh runs beside the request, never in front
-//!   of it (a command's 3 s acknowledgement does not wait on `oauth.v2.access`); with less,
-//!   the request waits for it, at most [`INLINE_BUDGET`].
+//!   of it (a command's 3 s acknowledgement does not wait on `oauth.v2.access`, and a copy of
+//!   a request never loses its place in the ledger to another for it). With less (a workspace
+//!   idle for half a day), the first call the request makes waits for it, after the claim, at
+//!   most [`INLINE_BUDGET`]; a token that expires during a request is refused by Slack, which
+//!   did nothing, and the call is made again once it is refreshed.
 //! - `invalid_refresh_token`, `invalid_auth` or `token_revoked` mark the installation broken
 //!   (logged once): its later requests are acknowledged without a claim, until it is
 //!   installed again.
@@ -36,8 +39,8 @@ use crate::slack::{SlackClient, SlackError, TokenSource};
 pub const CACHE_FOR: Duration = Duration::from_secs(30);
 /// A refresh's lease in the installation's item.
 pub const REFRESH_LEASE: Duration = Duration::from_secs(20);
-/// With less than this left of its token, a request waits for the refresh.
-pub const INLINE_BELOW: Duration = Duration::from_secs(5 * 60);
+/// With less than this left of its token, a request's first call waits for the refresh.
+pub const INLINE_BELOW: Duration = Duration::from_secs(60);
 /// The longest a request waits for a refresh.
 pub const INLINE_BUDGET: Duration = Duration::from_millis(1500);
 /// Slack's answers to a refresh that mean the installation must be installed again.
@@ -250,17 +253,14 @@ impl Workspaces {
         cached
     }
 
-    /// The installation with a token to use now: refreshed first if its token is nearly
-    /// expired, refreshed beside the request if it is due.
+    /// The installation, its refresh begun beside the request if it is due (with less than
+    /// [`INLINE_BELOW`] left, the request's first call refreshes it: [`InstalledToken`]).
     async fn fresh(&self, known: &Arc<Known>) -> Arc<Installation> {
         let installation = known.get();
         let Some(left) = self.left(&installation.bot) else {
             return installation;
         };
-        if left > self.oauth.refresh_before {
-            return installation;
-        }
-        if left > INLINE_BELOW {
+        if left <= self.oauth.refresh_before && left > INLINE_BELOW {
             if let Some(me) = self.me.upgrade() {
                 let known = known.clone();
                 tokio::spawn(async move {
@@ -268,10 +268,8 @@ impl Workspaces {
                     me.refresh(&known, budget).await;
                 });
             }
-            return installation;
         }
-        self.refresh(known, Instant::now() + INLINE_BUDGET).await;
-        known.get()
+        installation
     }
 
     /// How long the token has left (`None`: it does not expire).
@@ -542,6 +540,17 @@ impl TokenSource for InstalledToken {
             return Refused::Unknown;
         }
         Refused::Confirmed
+    }
+
+    async fn prepare(&self, deadline: Instant) {
+        let w = &self.workspaces;
+        let due = w
+            .left(&self.known.get().bot)
+            .is_some_and(|left| left <= INLINE_BELOW);
+        if due {
+            let budget = (Instant::now() + INLINE_BUDGET).min(deadline);
+            w.refresh(&self.known, budget).await;
+        }
     }
 
     async fn lookup_slot(&self, deadline: Instant) -> Result<(), SlackError> {

@@ -21,10 +21,12 @@
 mod bot;
 #[cfg(feature = "explore")]
 pub mod explore;
+mod oauth;
 mod slack;
 mod workspace;
 
 pub use bot::{Acked, Actor, TestBot, CHANNEL, USER};
+pub use oauth::{bot_id_of, bot_user_of, Exchange, OAuthGrants, TOKEN_LIFETIME_S};
 pub use slack::{FakeSlack, IN_PROCESS_BASE};
 pub use workspace::{hook_answer, micros, Identity, Workspace, OTHER_APP, PAGE_CAP};
 

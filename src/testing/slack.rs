@@ -10,6 +10,7 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::Value;
 
+use super::oauth::{bot_id_of, bot_user_of, OAuthGrants};
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
 use crate::net::Connector;
@@ -17,6 +18,30 @@ use crate::net::Connector;
 pub(crate) struct Recorded {
     pub(crate) calls: Vec<(String, Value)>,
     pub(crate) workspace: Workspace,
+    /// Multi-workspace mode ([`FakeSlack::with_oauth`]): the app's grants and tokens.
+    pub(crate) grants: Option<OAuthGrants>,
+    /// The other workspaces the app is installed in, by team (or enterprise).
+    pub(crate) others: HashMap<String, Workspace>,
+    /// Each call's installation, by the token it came with: (method, team), in order.
+    pub(crate) callers: Vec<(String, String)>,
+}
+
+impl Recorded {
+    /// The workspace `owner`'s installation serves.
+    pub(crate) fn workspace_of(&mut self, owner: &str) -> &mut Workspace {
+        if owner == self.workspace.identity.team {
+            return &mut self.workspace;
+        }
+        let app_id = self.workspace.identity.app_id.clone();
+        self.others.entry(owner.to_string()).or_insert_with(|| {
+            Workspace::new(Identity {
+                team: owner.to_string(),
+                app_id,
+                bot_id: bot_id_of(owner),
+                bot_user: bot_user_of(owner),
+            })
+        })
+    }
 }
 
 /// A stand-in for Slack's Web API, for tests: one [`Workspace`] served as Slack serves it.
@@ -39,6 +64,9 @@ impl FakeSlack {
         let state = Arc::new(Mutex::new(Recorded {
             calls: Vec::new(),
             workspace: Workspace::new(identity),
+            grants: None,
+            others: HashMap::new(),
+            callers: Vec::new(),
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
@@ -139,6 +167,40 @@ impl FakeSlack {
     pub fn with_workspace<T>(&self, f: impl FnOnce(&mut Workspace) -> T) -> T {
         f(&mut self.state.lock().expect("lock").workspace)
     }
+
+    /// Multi-workspace mode: the app `client_id` (with `client_secret`) is installed through
+    /// OAuth; `oauth.v2.access` is answered, and every call is served by the workspace its
+    /// token is for (a token Slack would refuse is refused as Slack refuses it). Tokens not
+    /// issued here reach the first workspace, as before.
+    pub fn with_oauth(self, client_id: &str, client_secret: &str) -> Self {
+        {
+            let mut s = self.state.lock().expect("lock");
+            let app_id = s.workspace.identity.app_id.clone();
+            s.grants = Some(OAuthGrants::new(client_id, client_secret, &app_id));
+        }
+        self
+    }
+
+    /// Works on the grants ([`FakeSlack::with_oauth`]): make codes, revoke tokens.
+    pub fn with_grants<T>(&self, f: impl FnOnce(&mut OAuthGrants) -> T) -> T {
+        let mut s = self.state.lock().expect("lock");
+        f(s.grants.as_mut().expect("FakeSlack::with_oauth first"))
+    }
+
+    /// Works on the workspace of `team` (or of an enterprise's org-wide install).
+    pub fn with_workspace_of<T>(&self, team: &str, f: impl FnOnce(&mut Workspace) -> T) -> T {
+        f(self.state.lock().expect("lock").workspace_of(team))
+    }
+
+    /// This app's messages in `team`'s workspace.
+    pub fn messages_of(&self, team: &str) -> Vec<Value> {
+        self.with_workspace_of(team, |w| w.ours())
+    }
+
+    /// Each call's installation, by its token: (method, team), in order.
+    pub fn callers(&self) -> Vec<(String, String)> {
+        self.state.lock().expect("lock").callers.clone()
+    }
 }
 
 pub(crate) fn default_identity() -> Identity {
@@ -187,25 +249,70 @@ fn strings(args: &Value) -> HashMap<String, String> {
 /// One Web API method, answered as Slack answers it: `conversations.history` and `.replies`
 /// from the workspace's conversations (not recorded: they change nothing), any other recorded
 /// and answered by [`Workspace::call`].
-pub(crate) fn answer(state: &Mutex<Recorded>, method: &str, args: Value) -> Value {
-    let mut s = state.lock().expect("lock");
-    match method {
-        "conversations.history" => s.workspace.history(&strings(&args)),
-        "conversations.replies" => s.workspace.replies(&strings(&args)),
-        _ => {
-            s.calls.push((method.to_string(), args.clone()));
-            s.workspace.call(method, &args)
+pub(crate) fn answer(
+    state: &Mutex<Recorded>,
+    method: &str,
+    args: Value,
+    token: Option<&str>,
+) -> Value {
+    let mut guard = state.lock().expect("lock");
+    let s = &mut *guard;
+    let now_ms = crate::clock::now_ms();
+    let mut owner = s.workspace.identity.team.clone();
+    if let Some(grants) = s.grants.as_mut() {
+        if method == "oauth.v2.access" {
+            s.calls.push((method.to_string(), redacted(&args)));
+            return grants.exchange(&args, now_ms);
+        }
+        if let Some(token) = token.filter(|t| grants.issued(t)) {
+            match grants.check(token, now_ms) {
+                Ok(o) => owner = o,
+                Err(code) => return serde_json::json!({"ok": false, "error": code}),
+            }
         }
     }
+    s.callers.push((method.to_string(), owner.clone()));
+    match method {
+        "conversations.history" => s.workspace_of(&owner).history(&strings(&args)),
+        "conversations.replies" => s.workspace_of(&owner).replies(&strings(&args)),
+        _ => {
+            s.calls.push((method.to_string(), args.clone()));
+            s.workspace_of(&owner).call(method, &args)
+        }
+    }
+}
+
+/// An exchange's arguments without its secrets.
+fn redacted(args: &Value) -> Value {
+    let mut args = args.clone();
+    if let Some(fields) = args.as_object_mut() {
+        for (k, v) in fields.iter_mut() {
+            if matches!(k.as_str(), "client_secret" | "code" | "refresh_token") {
+                *v = Value::String("[redacted]".into());
+            }
+        }
+    }
+    args
+}
+
+/// The bearer token of a request.
+fn bearer(headers: &http::HeaderMap) -> Option<String> {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string)
 }
 
 async fn call(
     State(state): State<Arc<Mutex<Recorded>>>,
     Path(method): Path<String>,
     RawQuery(query): RawQuery,
+    headers: http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    json_response(answer(&state, &method, arguments(query.as_deref(), &body)))
+    let args = arguments(query.as_deref(), &body);
+    json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
 }
 
 async fn call_by_query(
@@ -213,12 +320,14 @@ async fn call_by_query(
     Path(method): Path<String>,
     verb: http::Method,
     RawQuery(query): RawQuery,
+    headers: http::HeaderMap,
 ) -> Response {
     if verb == http::Method::HEAD {
         // A client opening its connection ahead of a call (`HEAD api.test`): no call at all.
         return json_response(serde_json::json!({"ok": true}));
     }
-    json_response(answer(&state, &method, arguments(query.as_deref(), b"")))
+    let args = arguments(query.as_deref(), b"");
+    json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
 }
 
 /// A post to a response URL: recorded as the call `response_url`, answered as Slack does.

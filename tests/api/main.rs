@@ -20,3 +20,4 @@ mod redteam16;
 mod rejections;
 mod review;
 mod standins;
+mod workspaces;

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::run::{End, RunView, BOT_TOKEN, SIGNING_SECRET};
+use super::run::{End, RunView, BOT_TOKEN, CLIENT_SECRET, SIGNING_SECRET};
 use super::schedule::{Fault, SiteKind};
 use super::world::{RunEnd, RunKind};
 
@@ -350,7 +350,12 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
 
     // Tokens.
     for (run, token) in &end.tokens {
-        if token.as_deref() != Some(BOT_TOKEN) {
+        let ours = match (&end.issued, token) {
+            (Some(issued), Some(token)) => issued.contains(token),
+            (None, Some(token)) => token == BOT_TOKEN,
+            (_, None) => false,
+        };
+        if !ours {
             broken.push(format!(
                 "tokens: run {run} called Slack with {}",
                 match token {
@@ -360,7 +365,24 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
             ));
         }
     }
+    if let Some(Err(why)) = &end.installation {
+        broken.push(format!("the installation: {why}"));
+    }
     for line in &end.logs {
+        for secret in end.issued.iter().flatten() {
+            if line.contains(secret.as_str()) {
+                broken.push(format!(
+                    "tokens: a token Slack issued is in the logs: {}",
+                    brief(line)
+                ));
+            }
+        }
+        if line.contains(CLIENT_SECRET) {
+            broken.push(format!(
+                "tokens: the client secret is in the logs: {}",
+                brief(line)
+            ));
+        }
         for (secret, what) in [
             (BOT_TOKEN, "the bot token"),
             (SIGNING_SECRET, "the signing secret"),

@@ -123,6 +123,7 @@ pub struct Explorer {
     replay: Option<Schedule>,
     busy: usize,
     history_per_minute: bool,
+    installed: Option<Duration>,
 }
 
 impl Explorer {
@@ -155,7 +156,19 @@ impl Explorer {
             replay: None,
             busy: 0,
             history_per_minute: false,
+            installed: None,
         }
+    }
+
+    /// Multi-workspace mode: the app is installed in the workspace through OAuth, with token
+    /// rotation on and `left` before its token expires (within `SLACK_TOKEN_REFRESH_MINUTES`'
+    /// default of 120, a request refreshes it: beside the request with more than 5 minutes
+    /// left, in front of it with less). Every call must carry a token Slack issued to this
+    /// workspace, the refresh must leave the installation working, and Slack's token
+    /// endpoint (`oauth.v2.access`) is a site of faults like any other call.
+    pub fn installed(mut self, left: Duration) -> Self {
+        self.installed = Some(left);
+        self
     }
 
     /// A busy conversation: after the bot's first post in a conversation, `people` messages
@@ -272,6 +285,7 @@ impl Explorer {
                     max_receives: 5,
                     busy: self.busy,
                     history_per_minute: self.history_per_minute,
+                    installed: self.installed,
                 });
                 explored.push(self.explore(spec, &logs));
             }

@@ -64,7 +64,13 @@ pub(crate) struct Spec {
     pub busy: usize,
     /// Slack's 2025 history limit: one `conversations.history` (and one `.replies`) a minute.
     pub history_per_minute: bool,
+    /// Multi-workspace mode: installed through OAuth, its token with this long left.
+    pub installed: Option<Duration>,
 }
+
+/// The explorer's app's OAuth credentials (multi-workspace mode).
+pub(crate) const CLIENT_ID: &str = "1111.2222";
+pub(crate) const CLIENT_SECRET: &str = "explorer-client-secret";
 
 /// What one schedule came to.
 #[derive(Clone)]
@@ -94,6 +100,10 @@ pub struct End {
     pub(crate) trace: Vec<Line>,
     pub(crate) violations: Vec<String>,
     pub(crate) tokens: Vec<(u32, Option<String>)>,
+    /// Multi-workspace mode: every token Slack issued to the workspace (access and refresh).
+    pub(crate) issued: Option<Vec<String>>,
+    /// Multi-workspace mode: what the installation came to (`Err`: why it no longer works).
+    pub(crate) installation: Option<Result<(), String>>,
     pub(crate) faults: BTreeMap<super::schedule::At, super::schedule::Fault>,
     pub(crate) unfinished: bool,
     /// The acknowledgements the listener chose (`None`: empty), in order.
@@ -124,6 +134,8 @@ pub struct RunView {
 struct Shared {
     spec: Arc<Spec>,
     world: Arc<World>,
+    /// Multi-workspace mode: the installation store every process shares.
+    installations: Arc<crate::installations::MemoryInstallations>,
     tracker: TaskTracker,
     story: Story,
     logs: Arc<Mutex<Vec<u8>>>,
@@ -138,12 +150,17 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
         .expect("a runtime");
     let end = runtime.block_on(async move {
         let _clock = crate::clock::simulate(UNIX_EPOCH + Duration::from_secs(START));
-        let slack = FakeSlack::in_process(Identity {
+        let mut slack = FakeSlack::in_process(Identity {
             team: crate::testing::TEAM.into(),
             app_id: crate::testing::APP_ID.into(),
             bot_id: crate::testing::BOT_ID.into(),
             bot_user: crate::testing::BOT_USER.into(),
         });
+        let installations = Arc::new(crate::installations::MemoryInstallations::new());
+        if let Some(left) = spec.installed {
+            slack = slack.with_oauth(CLIENT_ID, CLIENT_SECRET);
+            install(&slack, &installations, left).await;
+        }
         let mut world = World::new(plan, slack);
         world.busy = spec.busy;
         world.history_per_minute = spec.history_per_minute;
@@ -156,6 +173,7 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
         let shared = Arc::new(Shared {
             spec,
             world: world.clone(),
+            installations,
             tracker: TaskTracker::new(),
             story,
             logs,
@@ -175,10 +193,69 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
     end
 }
 
+/// Installs the app in the workspace (a person approved it; its token has `left`): what the
+/// install flow would store.
+async fn install(
+    slack: &FakeSlack,
+    store: &crate::installations::MemoryInstallations,
+    left: Duration,
+) {
+    use crate::installations::InstallationStore;
+    let now = crate::clock::now_ms();
+    let answer = slack.with_grants(|g| {
+        g.set_lifetime(left.as_secs());
+        let code = g.grant(crate::testing::TEAM, "chat:write,commands", "", true);
+        let answer = g.exchange(
+            &serde_json::json!({"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, "code": code}),
+            now,
+        );
+        g.set_lifetime(crate::testing::TOKEN_LIFETIME_S);
+        answer
+    });
+    let mut installation =
+        crate::oauth::installation_of(&answer, now).expect("the exchange answers a token");
+    installation.bot_id = Some(crate::testing::BOT_ID.into());
+    installation.bot_user_id = Some(crate::testing::BOT_USER.into());
+    store.save(&installation).await.expect("kept");
+}
+
+/// Multi-workspace mode: whether the installation still works at the end.
+fn installation_at_end(shared: &Shared) -> Option<Result<(), String>> {
+    shared.spec.installed?;
+    let all = shared.installations.all();
+    let Some(stored) = all.first() else {
+        return Some(Err("the installation is gone".into()));
+    };
+    if let Some(code) = &stored.broken {
+        return Some(Err(format!("the installation was marked broken ({code})")));
+    }
+    let now = crate::clock::now_ms();
+    let token = stored.installation.bot.token.clone();
+    let refresh = stored.installation.bot.refresh_token.clone();
+    Some(shared.world.slack.with_grants(|g| {
+        // A token may expire after the request's life; the refresh token must still work.
+        match refresh.as_deref().map(|r| g.refresh_is_live(r)) {
+            Some(true) => Ok(()),
+            None if g.is_live(&token, now) => Ok(()),
+            None => Err("the stored token no longer works".into()),
+            Some(false) => Err(
+                "the stored refresh token no longer works: the installation \
+                                cannot be refreshed again"
+                    .into(),
+            ),
+        }
+    }))
+}
+
 fn collect(shared: &Shared, unfinished: bool) -> End {
     let world = &shared.world;
     let slack = &world.slack;
     let faults = world.faults();
+    let issued = shared
+        .spec
+        .installed
+        .map(|_| slack.with_grants(|g| g.secrets_of(crate::testing::TEAM)));
+    let installation = installation_at_end(shared);
     let s = world.lock();
     let runs = s
         .runs
@@ -219,6 +296,8 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
         trace: s.trace.clone(),
         violations: s.violations.clone(),
         tokens: s.tokens.clone(),
+        issued,
+        installation,
         faults,
         unfinished,
         acks: s.acks.clone(),
@@ -306,7 +385,10 @@ impl Shared {
         };
         let secrets = Arc::new(SlackSecrets::fixed(
             Some(SigningSecrets::parse(SIGNING_SECRET).expect("a valid secret")),
-            Some(Secret::new(BOT_TOKEN)),
+            match self.spec.installed {
+                Some(_) => None,
+                None => Some(Secret::new(BOT_TOKEN)),
+            },
         ));
         let connector = Connector::Memory(crate::net::serve_http(SimSlack {
             world: self.world.clone(),
@@ -324,8 +406,28 @@ impl Shared {
             world: self.world.clone(),
             run,
         });
+        let workspaces = self.spec.installed.map(|_| {
+            let oauth = crate::config::OAuthConfig {
+                client_id: CLIENT_ID.into(),
+                client_secret: Some(Secret::new(CLIENT_SECRET)),
+                scopes: vec!["chat:write".into(), "commands".into()],
+                user_scopes: Vec::new(),
+                redirect_uri: None,
+                refresh_before: crate::config::DEFAULT_TOKEN_REFRESH,
+                history_reads_per_minute: 0,
+            };
+            crate::installations::Workspaces::new(
+                self.installations.clone(),
+                slack.clone(),
+                oauth,
+                secrets.clone(),
+            )
+        });
         let mut processor =
             Processor::new(ledger, slack, Arc::new(app), settings).with_secrets(secrets);
+        if let Some(workspaces) = workspaces {
+            processor = processor.with_workspaces(workspaces);
+        }
         if role == Role::Ingress && self.spec.deferred {
             let shared = self.clone();
             let sent = Arc::new(move |body: String| {

@@ -180,7 +180,8 @@ impl tower::Service<Request<hyper::body::Incoming>> for SimSlack {
                 _ if is_read(&method) => SiteKind::SlackRead,
                 _ => SiteKind::SlackWrite,
             };
-            if !hook {
+            // The token exchange carries the app's credentials, no token.
+            if !hook && method != "oauth.v2.access" {
                 let bearer = parts
                     .headers
                     .get(http::header::AUTHORIZATION)

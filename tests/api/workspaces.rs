@@ -1,0 +1,768 @@
+//! Many workspaces (multi-workspace mode): the OAuth install flow over HTTP, the installation
+//! store on DynamoDB Local (and in memory: one contract for both), each request answered with
+//! its workspace's token, one token refresh across two instances, uninstalls in either order.
+//! Slack is `slack_once::testing::FakeSlack` on 127.0.0.1 with OAuth on: it issues codes and
+//! tokens as Slack does, refuses a token Slack would refuse, and serves each workspace's
+//! conversations to that workspace's token only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use slack_once::config::Config;
+use slack_once::installations::{
+    DynamoInstallations, Installation, InstallationKey, InstallationStore, MemoryInstallations,
+    Token,
+};
+use slack_once::ledger::{DynamoLedger, Ledger};
+use slack_once::testing::FakeSlack;
+use slack_once::Application;
+use tokio::sync::oneshot;
+
+use crate::helpers::*;
+
+const CLIENT_ID: &str = "1234.5678";
+const CLIENT_SECRET: &str = "test-client-secret";
+
+struct Distributed {
+    addr: std::net::SocketAddr,
+    http: HttpClient,
+    _shutdown: oneshot::Sender<()>,
+}
+
+impl Distributed {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    async fn send(&self, body: &str) -> Answer {
+        let headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+        self.http
+            .request(
+                "POST",
+                &self.url("/slack/events"),
+                &headers,
+                body.as_bytes().to_vec(),
+            )
+            .await
+    }
+
+    async fn get(&self, path: &str, cookie: Option<&str>) -> Answer {
+        let headers: Vec<(String, String)> = cookie
+            .map(|c| vec![("cookie".to_string(), c.to_string())])
+            .unwrap_or_default();
+        self.http
+            .request("GET", &self.url(path), &headers, Vec::new())
+            .await
+    }
+}
+
+fn config(slack: &FakeSlack, extra: &[(&str, &str)]) -> Config {
+    let mut vars: HashMap<String, String> = [
+        ("SLACK_SIGNING_SECRET", SECRET),
+        ("SLACK_CLIENT_ID", CLIENT_ID),
+        ("SLACK_CLIENT_SECRET", CLIENT_SECRET),
+        ("SLACK_SCOPES", "app_mentions:read,chat:write,commands"),
+        ("SLACK_API_URL", slack.base_url()),
+        ("LISTEN_ADDR", "127.0.0.1:0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, v) in extra {
+        vars.insert(k.to_string(), v.to_string());
+    }
+    Config::from_lookup(|k| vars.get(k).cloned()).expect("a multi-workspace configuration")
+}
+
+/// The reference bot in multi-workspace mode on `ledger` and `store`.
+async fn spawn(
+    slack: &FakeSlack,
+    ledger: Arc<dyn Ledger>,
+    store: Arc<dyn InstallationStore>,
+) -> Distributed {
+    let app = Application::with_parts(config(slack, &[]), ledger, slack_once::app::reference_app())
+        .with_store(store);
+    let server = app.bind().await.unwrap();
+    let addr = server.local_addr();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(server.run_until(async {
+        let _ = rx.await;
+    }));
+    Distributed {
+        addr,
+        http: HttpClient::default(),
+        _shutdown: tx,
+    }
+}
+
+async fn on_dynamo() -> (Arc<DynamoLedger>, Arc<DynamoInstallations>) {
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let store = DynamoInstallations::new(dynamodb_client(&endpoint), table);
+    (ledger, Arc::new(store))
+}
+
+/// A mention of the bot in `team`'s channel `channel`, its message in that workspace.
+fn mention_in(
+    slack: &FakeSlack,
+    team: &str,
+    enterprise: Option<&str>,
+    org_wide: bool,
+    channel: &str,
+    n: u32,
+) -> String {
+    let event_id = format!("Ev{team}{n:04}");
+    let ts = format!("1700000{n:03}.000100");
+    let body = json!({
+        "token": "unused", "team_id": team, "enterprise_id": enterprise, "api_app_id": slack_once::testing::APP_ID,
+        "type": "event_callback", "event_id": event_id, "event_time": 1_700_000_000,
+        "event": {
+            "type": "app_mention", "user": "U0PERSON", "text": format!("<@{}> hello", slack_once::testing::bot_user_of(team)),
+            "ts": ts, "channel": channel, "event_ts": ts
+        },
+        "authorizations": [{"enterprise_id": enterprise, "team_id": team, "user_id": slack_once::testing::bot_user_of(team), "is_bot": true, "is_enterprise_install": org_wide}]
+    })
+    .to_string();
+    let owner = if org_wide { enterprise.unwrap() } else { team };
+    slack.with_workspace_of(owner, |w| w.add_event_message(body.as_bytes()));
+    body
+}
+
+/// Installs the app in `team` through the flow, as a browser would: the install page, Slack's
+/// approval (a code), the redirect with the state's cookie.
+async fn install(app: &Distributed, slack: &FakeSlack, code: String) -> Answer {
+    let page = app.get("/slack/install", None).await;
+    assert_eq!(page.status, 302, "{}", page.body);
+    let location = page.headers["location"].to_str().unwrap().to_string();
+    let cookie = page.headers["set-cookie"].to_str().unwrap().to_string();
+    let state = query_of(&location)["state"].clone();
+    let _ = slack;
+    let pair = cookie.split(';').next().unwrap().to_string();
+    app.get(
+        &format!("/slack/oauth_redirect?code={code}&state={state}"),
+        Some(&pair),
+    )
+    .await
+}
+
+fn query_of(url: &str) -> HashMap<String, String> {
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn fake_slack_oauth() -> impl std::future::Future<Output = FakeSlack> {
+    async {
+        FakeSlack::start()
+            .await
+            .with_oauth(CLIENT_ID, CLIENT_SECRET)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_through_the_flow_is_stored_and_each_workspace_is_answered_with_its_own_token() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let app = spawn(&slack, ledger, store.clone()).await;
+
+    // The install page: a 302 to Slack's authorize page, with the state in a cookie.
+    let page = app.get("/slack/install", None).await;
+    assert_eq!(page.status, 302);
+    let location = page.headers["location"].to_str().unwrap();
+    assert!(
+        location.starts_with("https://slack.com/oauth/v2/authorize?"),
+        "{location}"
+    );
+    let query = query_of(location);
+    assert_eq!(query["client_id"], CLIENT_ID);
+    assert_eq!(query["scope"], "app_mentions:read,chat:write,commands");
+    assert_eq!(query["state"].len(), 64);
+    let cookie = page.headers["set-cookie"].to_str().unwrap();
+    for part in [
+        "slack-app-oauth-state=",
+        "HttpOnly",
+        "Secure",
+        "SameSite=Lax",
+        "Path=/",
+        "Max-Age=600",
+    ] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+
+    for team in ["T0002", "T0003"] {
+        let code = slack.with_grants(|g| g.grant(team, "app_mentions:read,chat:write", "", false));
+        let done = install(&app, &slack, code).await;
+        assert_eq!(done.status, 200, "{}", done.body);
+        assert!(done.body.contains("installed in Team"), "{}", done.body);
+        let stored = store
+            .find(&InstallationKey::Workspace(team.into()))
+            .await
+            .unwrap()
+            .expect("stored");
+        assert_eq!(
+            stored.installation.bot_id.as_deref(),
+            Some(slack_once::testing::bot_id_of(team).as_str())
+        );
+        assert_eq!(
+            stored.installation.bot_scopes,
+            ["app_mentions:read", "chat:write"]
+        );
+        assert!(
+            !done.body.contains(&stored.installation.bot.token),
+            "no token on the page"
+        );
+    }
+
+    // Each workspace's mention is answered there, with its own token.
+    let (a, b) = (
+        mention_in(&slack, "T0002", None, false, "C0002", 1),
+        mention_in(&slack, "T0003", None, false, "C0003", 2),
+    );
+    let (ra, rb) = tokio::join!(app.send(&a), app.send(&b));
+    assert_eq!(
+        (ra.outcome(), rb.outcome()),
+        ("answered".into(), "answered".into()),
+        "{} {}",
+        ra.body,
+        rb.body
+    );
+    assert_eq!(slack.messages_of("T0002").len(), 1);
+    assert_eq!(slack.messages_of("T0003").len(), 1);
+    assert!(
+        slack.messages().is_empty(),
+        "nothing in the first workspace"
+    );
+    let posts: Vec<String> = slack
+        .callers()
+        .into_iter()
+        .filter(|(m, _)| m == "chat.postMessage")
+        .map(|(_, team)| team)
+        .collect();
+    assert_eq!(posts.len(), 2);
+    for m in slack.messages_of("T0002") {
+        assert_eq!(m["bot_id"], slack_once::testing::bot_id_of("T0002"));
+        assert_eq!(m["channel"], "C0002");
+    }
+    // A copy is a duplicate.
+    assert_eq!(app.send(&a).await.outcome(), "duplicate");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_without_its_cookie_with_a_spent_or_unknown_state_or_an_error_stores_nothing() {
+    let slack = fake_slack_oauth().await;
+    let store = Arc::new(MemoryInstallations::new());
+    let app = spawn(
+        &slack,
+        Arc::new(slack_once::ledger::MemoryLedger::new()),
+        store.clone(),
+    )
+    .await;
+    let page = app.get("/slack/install", None).await;
+    let state = query_of(page.headers["location"].to_str().unwrap())["state"].clone();
+    let cookie = format!("slack-app-oauth-state={state}");
+    let code = slack.with_grants(|g| g.grant("T0002", "chat:write", "", false));
+
+    let cases = [
+        (
+            format!("/slack/oauth_redirect?code={code}&state={state}"),
+            None,
+            "cookie is missing",
+        ),
+        (
+            format!("/slack/oauth_redirect?code={code}&state={state}"),
+            Some("slack-app-oauth-state=other".to_string()),
+            "does not match",
+        ),
+        (
+            format!("/slack/oauth_redirect?code={code}&state=unknown"),
+            Some("slack-app-oauth-state=unknown".to_string()),
+            "expired or was used",
+        ),
+        (
+            format!("/slack/oauth_redirect?error=access_denied&state={state}"),
+            Some(cookie.clone()),
+            "access_denied",
+        ),
+        (
+            "/slack/oauth_redirect".to_string(),
+            Some(cookie.clone()),
+            "no code",
+        ),
+    ];
+    for (path, cookie, says) in cases {
+        let answer = app.get(&path, cookie.as_deref()).await;
+        assert_eq!(answer.status, 400, "{path}: {}", answer.body);
+        assert!(answer.body.contains(says), "{path}: {}", answer.body);
+        assert!(!answer.body.contains(CLIENT_SECRET));
+    }
+    assert!(store.all().is_empty());
+    assert!(
+        slack.with_grants(|g| g.exchanges().is_empty()),
+        "no code was exchanged"
+    );
+
+    // The state still works once, then never again.
+    let path = format!("/slack/oauth_redirect?code={code}&state={state}");
+    assert_eq!(app.get(&path, Some(&cookie)).await.status, 200);
+    let again = app.get(&path, Some(&cookie)).await;
+    assert_eq!(again.status, 400);
+    assert_eq!(slack.with_grants(|g| g.exchanges().len()), 1);
+
+    // Without OAuth configured, the routes say so.
+    let single = spawn_app().await;
+    let answer = single
+        .http
+        .request("GET", &single.url("/slack/install"), &[], Vec::new())
+        .await;
+    assert_eq!(answer.status, 404);
+    assert_eq!(answer.json()["error"], "not_distributed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_callbacks_with_one_state_at_once_install_once() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let app = spawn(&slack, ledger, store.clone()).await;
+    let page = app.get("/slack/install", None).await;
+    let state = query_of(page.headers["location"].to_str().unwrap())["state"].clone();
+    let cookie = format!("slack-app-oauth-state={state}");
+    let code = slack.with_grants(|g| g.grant("T0002", "chat:write", "", false));
+    let path = format!("/slack/oauth_redirect?code={code}&state={state}");
+    let (a, b) = tokio::join!(app.get(&path, Some(&cookie)), app.get(&path, Some(&cookie)));
+    let mut statuses = [a.status.as_u16(), b.status.as_u16()];
+    statuses.sort();
+    assert_eq!(statuses, [200, 400]);
+    assert_eq!(slack.with_grants(|g| g.exchanges().len()), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_of_a_workspace_without_an_installation_is_acknowledged_and_never_claimed() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let app = spawn(&slack, ledger.clone(), store).await;
+    let body = mention_in(&slack, "T0404", None, false, "C0404", 1);
+    let answer = app.send(&body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.outcome(), "skipped");
+    let key = message_key("T0404", "C0404", "1700000001.000100");
+    let item = dynamodb_client(&dynamodb_endpoint())
+        .get_item()
+        .table_name(ledger.table())
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(key))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert!(item.item().is_none(), "never claimed");
+    assert!(slack.calls().is_empty(), "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_org_wide_install_serves_every_workspace_of_its_enterprise() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let app = spawn(&slack, ledger, store.clone()).await;
+    let code = slack.with_grants(|g| g.grant_org("E0001", "chat:write", false));
+    assert_eq!(install(&app, &slack, code).await.status, 200);
+    assert!(store
+        .find(&InstallationKey::Enterprise("E0001".into()))
+        .await
+        .unwrap()
+        .is_some());
+    for (n, team) in ["T0005", "T0006"].into_iter().enumerate() {
+        let body = mention_in(
+            &slack,
+            team,
+            Some("E0001"),
+            true,
+            &format!("C{team}"),
+            n as u32 + 1,
+        );
+        assert_eq!(app.send(&body).await.outcome(), "answered");
+    }
+    assert_eq!(slack.messages_of("E0001").len(), 2);
+}
+
+fn uninstall_event(kind: &str, team: &str, at: i64, tokens: serde_json::Value) -> String {
+    let mut event = json!({"type": kind, "event_ts": format!("{at}.000100")});
+    if kind == "tokens_revoked" {
+        event["tokens"] = tokens;
+    }
+    json!({
+        "token": "unused", "team_id": team, "api_app_id": slack_once::testing::APP_ID, "type": "event_callback",
+        "event_id": format!("Ev{kind}{team}{at}"), "event_time": at, "event": event,
+        "authorizations": [{"team_id": team, "user_id": slack_once::testing::bot_user_of(team), "is_bot": true}]
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstalls_and_revocations_remove_once_in_either_order_and_never_a_later_reinstall() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let app = spawn(&slack, ledger, store.clone()).await;
+    let key = |t: &str| InstallationKey::Workspace(t.to_string());
+    let now = (now_unix() + 5) as i64;
+    for team in ["T0002", "T0003"] {
+        let code = slack.with_grants(|g| g.grant(team, "chat:write", "chat:write", false));
+        assert_eq!(install(&app, &slack, code).await.status, 200);
+    }
+    // T0002: the installer's token revoked first (the installation stays, without it), then
+    // the bot's, then the uninstall: gone, and each event again changes nothing.
+    let user = uninstall_event(
+        "tokens_revoked",
+        "T0002",
+        now,
+        json!({"oauth": ["U0INSTALLER"], "bot": []}),
+    );
+    assert_eq!(app.send(&user).await.status, 200);
+    let kept = store.find(&key("T0002")).await.unwrap().expect("kept");
+    assert!(kept.installation.user.is_none(), "the user token is gone");
+    let bot = uninstall_event(
+        "tokens_revoked",
+        "T0002",
+        now,
+        json!({"oauth": [], "bot": [slack_once::testing::bot_user_of("T0002")]}),
+    );
+    let gone = uninstall_event("app_uninstalled", "T0002", now, json!(null));
+    for body in [&bot, &gone, &bot, &gone] {
+        assert_eq!(app.send(body).await.status, 200);
+    }
+    assert!(store.find(&key("T0002")).await.unwrap().is_none());
+    // T0003: the uninstall first, then the revocation.
+    for body in [
+        uninstall_event("app_uninstalled", "T0003", now, json!(null)),
+        uninstall_event(
+            "tokens_revoked",
+            "T0003",
+            now,
+            json!({"oauth": ["U0INSTALLER"], "bot": [slack_once::testing::bot_user_of("T0003")]}),
+        ),
+    ] {
+        assert_eq!(app.send(&body).await.status, 200);
+    }
+    assert!(store.find(&key("T0003")).await.unwrap().is_none());
+    // Its events are now acknowledged, not answered.
+    let body = mention_in(&slack, "T0003", None, false, "C0003", 9);
+    assert_eq!(app.send(&body).await.outcome(), "skipped");
+
+    // Installed again: an uninstall that happened before it (a late retry) removes nothing.
+    let code = slack.with_grants(|g| g.grant("T0003", "chat:write", "", false));
+    assert_eq!(install(&app, &slack, code).await.status, 200);
+    let late = uninstall_event("app_uninstalled", "T0003", now - 3600, json!(null));
+    assert_eq!(app.send(&late).await.status, 200);
+    assert!(store.find(&key("T0003")).await.unwrap().is_some());
+}
+
+/// An installation with a rotating token that `left_s` seconds remain of, issued by `slack`.
+async fn rotating_install(
+    slack: &FakeSlack,
+    store: &dyn InstallationStore,
+    team: &str,
+    left_s: u64,
+) {
+    let now = slack_once::clock::now_ms();
+    let answer = slack.with_grants(|g| {
+        g.set_lifetime(left_s);
+        let code = g.grant(team, "chat:write", "", true);
+        let a = g.exchange(
+            &json!({"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, "code": code}),
+            now,
+        );
+        g.set_lifetime(slack_once::testing::TOKEN_LIFETIME_S);
+        a
+    });
+    let mut installation = slack_once::oauth::installation_of(&answer, now).unwrap();
+    installation.bot_id = Some(slack_once::testing::bot_id_of(team));
+    store.save(&installation).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_due_to_refresh_one_token_refresh_it_once_and_keep_answering() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    // 30 minutes left: within the 120-minute window, refreshed beside the requests.
+    rotating_install(&slack, &*store, "T0002", 1800).await;
+    let one = spawn(&slack, ledger.clone(), store.clone()).await;
+    let two = spawn(&slack, ledger.clone(), store.clone()).await;
+    let bodies: Vec<String> = (1..=6)
+        .map(|n| mention_in(&slack, "T0002", None, false, "C0002", n))
+        .collect();
+    let sends = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let app = if i % 2 == 0 { &one } else { &two };
+            (app.url("/slack/events"), b.clone())
+        })
+        .collect();
+    let answers = send_all(sends).await;
+    for a in &answers {
+        assert_eq!(a.outcome(), "answered", "{}", a.body);
+    }
+    // The refreshes run beside the requests: wait for them to end.
+    let refreshes = || {
+        slack.with_grants(|g| {
+            g.exchanges()
+                .iter()
+                .filter(|e| e.grant_type == "refresh_token")
+                .count()
+        })
+    };
+    for _ in 0..50 {
+        if refreshes() >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(refreshes(), 1, "one refresh across both instances");
+    let stored = store
+        .find(&InstallationKey::Workspace("T0002".into()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.broken.is_none());
+    let now = slack_once::clock::now_ms();
+    assert!(slack.with_grants(|g| g.is_live(&stored.installation.bot.token, now)));
+    assert!(stored.installation.bot.expires_at_ms.unwrap() > now + 11 * 3600 * 1000);
+    // Both instances answer with the new token (a refused old one reads the table again).
+    let body = mention_in(&slack, "T0002", None, false, "C0002", 7);
+    assert_eq!(two.send(&body).await.outcome(), "answered");
+    assert_eq!(slack.messages_of("T0002").len(), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_refresh_token_marks_the_installation_broken_and_its_events_are_not_claimed() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    // 30 seconds left: the first call refreshes first.
+    rotating_install(&slack, &*store, "T0002", 30).await;
+    slack.with_grants(|g| g.revoke_all("T0002"));
+    let app = spawn(&slack, ledger, store.clone()).await;
+    let body = mention_in(&slack, "T0002", None, false, "C0002", 1);
+    let first = app.send(&body).await;
+    assert_ne!(first.outcome(), "answered", "{}", first.body);
+    let stored = store
+        .find(&InstallationKey::Workspace("T0002".into()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.broken.as_deref(), Some("invalid_refresh_token"));
+    let later = mention_in(&slack, "T0002", None, false, "C0002", 2);
+    let answer = app.send(&later).await;
+    assert_eq!(
+        (answer.status.as_u16(), answer.outcome()),
+        (200, "skipped".to_string())
+    );
+    // Installed again, it works again.
+    let code = slack.with_grants(|g| g.grant("T0002", "chat:write", "", false));
+    assert_eq!(install(&app, &slack, code).await.status, 200);
+    let again = mention_in(&slack, "T0002", None, false, "C0002", 3);
+    assert_eq!(app.send(&again).await.outcome(), "answered");
+}
+
+/// Sends each body to its URL, signed, all at once.
+async fn send_all(sends: Vec<(String, String)>) -> Vec<Answer> {
+    let http = HttpClient::default();
+    let tasks: Vec<_> = sends
+        .into_iter()
+        .map(|(url, body)| {
+            let http = http.clone();
+            tokio::spawn(async move {
+                let headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+                http.request("POST", &url, &headers, body.into_bytes())
+                    .await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    answers
+}
+
+/// The store's contract, on DynamoDB Local and in memory alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_installation_stores_keep_one_contract() {
+    let (_, dynamo) = on_dynamo().await;
+    let memory = Arc::new(MemoryInstallations::new());
+    for store in [
+        dynamo as Arc<dyn InstallationStore>,
+        memory as Arc<dyn InstallationStore>,
+    ] {
+        contract(&*store).await;
+    }
+}
+
+fn installation(team: &str, refresh: &str, at: u64) -> Installation {
+    Installation {
+        team_id: Some(team.into()),
+        team_name: None,
+        enterprise_id: None,
+        enterprise_name: None,
+        enterprise_url: None,
+        is_enterprise_install: false,
+        app_id: Some("A1".into()),
+        bot_id: Some("B1".into()),
+        bot_user_id: Some("UBOT1".into()),
+        bot_scopes: vec!["chat:write".into()],
+        bot: Token {
+            token: format!("xoxe.xoxb-{refresh}"),
+            refresh_token: Some(refresh.into()),
+            expires_at_ms: Some(at + 3_600_000),
+        },
+        user_id: Some("U1".into()),
+        user_scopes: vec!["search:read".into()],
+        user: Some(Token {
+            token: "xoxp-1".into(),
+            refresh_token: None,
+            expires_at_ms: None,
+        }),
+        installed_at_ms: at,
+    }
+}
+
+async fn contract(store: &dyn InstallationStore) {
+    let key = InstallationKey::Workspace("T1".into());
+    let first = installation("T1", "r1", 1_000);
+    store.save(&first).await.unwrap();
+    assert_eq!(store.find(&key).await.unwrap().unwrap().installation, first);
+    let r1 = first.bot.rotation();
+
+    // One refresh holder at a time; the lease taken again by its holder (a write sent again).
+    assert!(store
+        .take_refresh(&key, &r1, "a", 2_000, 22_000)
+        .await
+        .unwrap());
+    assert!(store
+        .take_refresh(&key, &r1, "a", 2_000, 22_000)
+        .await
+        .unwrap());
+    assert!(!store
+        .take_refresh(&key, &r1, "b", 3_000, 23_000)
+        .await
+        .unwrap());
+    // The refreshed pair: only its holder stores it, over the token it replaces; sent again,
+    // it is stored still.
+    let second = installation("T1", "r2", 1_000);
+    assert!(!store
+        .store_refreshed(&key, &r1, "b", &second)
+        .await
+        .unwrap());
+    assert!(store
+        .store_refreshed(&key, &r1, "a", &second)
+        .await
+        .unwrap());
+    assert!(store
+        .store_refreshed(&key, &r1, "a", &second)
+        .await
+        .unwrap());
+    assert_eq!(
+        store.find(&key).await.unwrap().unwrap().installation,
+        second
+    );
+    // A refresh of the replaced token can no longer be taken; an expired lease can.
+    assert!(!store
+        .take_refresh(&key, &r1, "c", 30_000, 50_000)
+        .await
+        .unwrap());
+    let r2 = second.bot.rotation();
+    assert!(store
+        .take_refresh(&key, &r2, "c", 30_000, 50_000)
+        .await
+        .unwrap());
+    assert!(store
+        .take_refresh(&key, &r2, "d", 50_001, 70_000)
+        .await
+        .unwrap());
+    store.release_refresh(&key, "d").await.unwrap();
+    assert!(store
+        .take_refresh(&key, &r2, "e", 50_002, 70_000)
+        .await
+        .unwrap());
+
+    // Broken only over the token it was for.
+    assert!(!store
+        .mark_broken(&key, &r1, "invalid_refresh_token")
+        .await
+        .unwrap());
+    assert!(store
+        .mark_broken(&key, &r2, "invalid_refresh_token")
+        .await
+        .unwrap());
+    assert!(!store
+        .mark_broken(&key, &r2, "invalid_refresh_token")
+        .await
+        .unwrap());
+    assert!(!store
+        .take_refresh(&key, &r2, "f", 90_000, 99_000)
+        .await
+        .unwrap());
+    assert_eq!(
+        store.find(&key).await.unwrap().unwrap().broken.as_deref(),
+        Some("invalid_refresh_token")
+    );
+    // A reinstall clears it.
+    let third = installation("T1", "r3", 5_000);
+    store.save(&third).await.unwrap();
+    assert!(store.find(&key).await.unwrap().unwrap().broken.is_none());
+
+    // Revocations: the installer's token, then the bot's (the whole installation); none for
+    // an installation made after the event.
+    assert!(!store
+        .revoke(&key, &["U1".into()], &[], 4_000)
+        .await
+        .unwrap());
+    assert!(store
+        .revoke(&key, &["U1".into()], &[], 6_000)
+        .await
+        .unwrap());
+    assert!(store
+        .find(&key)
+        .await
+        .unwrap()
+        .unwrap()
+        .installation
+        .user
+        .is_none());
+    assert!(!store
+        .revoke(&key, &["U1".into()], &[], 6_000)
+        .await
+        .unwrap());
+    assert!(store
+        .revoke(&key, &[], &["UBOT1".into()], 6_000)
+        .await
+        .unwrap());
+    assert!(store.find(&key).await.unwrap().is_none());
+    // Uninstalls: not over a later install.
+    store.save(&third).await.unwrap();
+    assert!(!store.delete(&key, 4_000).await.unwrap());
+    assert!(store.delete(&key, 6_000).await.unwrap());
+    assert!(!store.delete(&key, 6_000).await.unwrap());
+
+    // States: single use; the same spender again (its answer lost) is told yes.
+    store.put_state("s1", 10_000).await.unwrap();
+    assert!(store.consume_state("s1", "n1", 5_000).await.unwrap());
+    assert!(store.consume_state("s1", "n1", 5_000).await.unwrap());
+    assert!(!store.consume_state("s1", "n2", 5_000).await.unwrap());
+    store.put_state("s2", 10_000).await.unwrap();
+    assert!(
+        !store.consume_state("s2", "n1", 10_000).await.unwrap(),
+        "expired"
+    );
+    assert!(!store.consume_state("nope", "n1", 1).await.unwrap());
+
+    // History reads: one a minute, shared.
+    let pace = InstallationKey::Workspace("T9".into());
+    assert_eq!(store.take_read(&pace, 100_000, 1).await.unwrap(), None);
+    assert_eq!(
+        store.take_read(&pace, 130_000, 1).await.unwrap(),
+        Some(160_000)
+    );
+    assert_eq!(store.take_read(&pace, 160_000, 1).await.unwrap(), None);
+}
