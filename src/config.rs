@@ -459,6 +459,47 @@ impl Config {
     }
 }
 
+/// A comma-separated list of scopes (empty when unset).
+pub fn scopes_of(var: &'static str, value: Option<&str>) -> Result<Vec<String>, ConfigError> {
+    let scopes: Vec<String> = value
+        .unwrap_or("")
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let valid = |s: &String| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'_' | b'-'))
+    };
+    match scopes.iter().find(|s| !valid(s)) {
+        Some(bad) => Err(ConfigError::Invalid {
+            var,
+            reason: format!("{bad:?} is not a scope name"),
+        }),
+        None => Ok(scopes),
+    }
+}
+
+/// A redirect URI: https, or http on this machine.
+pub fn redirect_of(var: &'static str, value: &str) -> Result<String, ConfigError> {
+    let uri = value.trim().to_string();
+    let parsed = uri.parse::<http::Uri>().ok();
+    let ok = match parsed.as_ref().and_then(|u| u.scheme_str().zip(u.host())) {
+        Some(("https", _)) => true,
+        Some(("http", host)) => is_loopback(host),
+        _ => false,
+    };
+    if !ok {
+        return Err(ConfigError::Invalid {
+            var,
+            reason: "must be an https:// URL (http:// only on this machine), the one your Slack \
+                     app's OAuth & Permissions page lists, ending in /slack/oauth_redirect"
+                .into(),
+        });
+    }
+    Ok(uri)
+}
+
 /// The OAuth settings: `None` without `SLACK_CLIENT_ID`. Settings that contradict each other
 /// stop the start, naming the variables.
 fn oauth_of(
@@ -503,61 +544,20 @@ fn oauth_of(
                    SLACK_SECRETS_ARN names",
         });
     }
-    let list = |v: Option<String>| -> Vec<String> {
-        v.map(|v| {
-            v.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default()
-    };
-    let scopes = list(get("SLACK_SCOPES"));
-    if scopes.is_empty() {
+    let scopes = scopes_of("SLACK_SCOPES", get("SLACK_SCOPES").as_deref())?;
+    if scopes.is_empty() && !from_manager {
         return Err(ConfigError::Missing {
             var: "SLACK_SCOPES",
             hint: "SLACK_CLIENT_ID is set: name the bot scopes an install asks for, \
                    comma-separated (the manifest's, such as app_mentions:read,chat:write,\
-                   channels:history,commands)",
+                   channels:history,commands), or keep them as scopes in the secret \
+                   SLACK_SECRETS_ARN names",
         });
     }
-    let valid_scope = |s: &String| {
-        s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'_' | b'-'))
-    };
-    for (var, scopes) in [("SLACK_SCOPES", &scopes)] {
-        if let Some(bad) = scopes.iter().find(|s| !valid_scope(s)) {
-            return Err(ConfigError::Invalid {
-                var,
-                reason: format!("{bad:?} is not a scope name"),
-            });
-        }
-    }
-    let user_scopes = list(get("SLACK_USER_SCOPES"));
-    if let Some(bad) = user_scopes.iter().find(|s| !valid_scope(s)) {
-        return Err(ConfigError::Invalid {
-            var: "SLACK_USER_SCOPES",
-            reason: format!("{bad:?} is not a scope name"),
-        });
-    }
-    let redirect_uri = get("SLACK_REDIRECT_URI").map(|v| v.trim().to_string());
-    if let Some(uri) = &redirect_uri {
-        let parsed = uri.parse::<http::Uri>().ok();
-        let ok = match parsed.as_ref().and_then(|u| u.scheme_str().zip(u.host())) {
-            Some(("https", _)) => true,
-            Some(("http", host)) => is_loopback(host),
-            _ => false,
-        };
-        if !ok {
-            return Err(ConfigError::Invalid {
-                var: "SLACK_REDIRECT_URI",
-                reason: "must be an https:// URL (http:// only on this machine), the one your \
-                         Slack app's OAuth & Permissions page lists, ending in \
-                         /slack/oauth_redirect"
-                    .into(),
-            });
-        }
-    }
+    let user_scopes = scopes_of("SLACK_USER_SCOPES", get("SLACK_USER_SCOPES").as_deref())?;
+    let redirect_uri = get("SLACK_REDIRECT_URI")
+        .map(|v| redirect_of("SLACK_REDIRECT_URI", &v))
+        .transpose()?;
     let refresh_before = match get("SLACK_TOKEN_REFRESH_MINUTES") {
         None => DEFAULT_TOKEN_REFRESH,
         Some(v) => match v.trim().parse::<u64>() {

@@ -58,6 +58,8 @@ pub enum StartError {
     Secrets(#[from] SecretsError),
     #[error("SLACK_CLIENT_ID is set and there is no client secret: set SLACK_CLIENT_SECRET, or keep client_secret in the secret SLACK_SECRETS_ARN names")]
     NoClientSecret,
+    #[error(transparent)]
+    Install(#[from] config::ConfigError),
 }
 
 /// The wired application: configuration, ledger, Slack client, work queue and the bot's
@@ -148,6 +150,9 @@ impl Application {
         let mut application = Self::assemble(config, Arc::new(secrets), ledger, app, queue);
         if let Some(store) = store {
             application = application.with_store(store);
+        }
+        if let Some(workspaces) = application.processor.workspaces() {
+            workspaces.install_settings()?;
         }
         Ok(application)
     }

@@ -43,6 +43,17 @@ impl OAuthFlow {
     /// `GET /slack/install`.
     pub async fn install(&self) -> Response {
         let oauth = self.workspaces.oauth();
+        let (scopes, user_scopes, redirect_uri) = match self.workspaces.install_settings() {
+            Ok(settings) => settings,
+            Err(e) => {
+                tracing::error!(error = %e, "the install flow is not configured");
+                return page(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "The installation could not start",
+                    "The app's install settings are incomplete: its operator must fix them.",
+                );
+            }
+        };
         let state = format!(
             "{}{}",
             uuid::Uuid::new_v4().simple(),
@@ -59,12 +70,12 @@ impl OAuthFlow {
         }
         let mut query = vec![
             ("client_id", oauth.client_id.clone()),
-            ("scope", oauth.scopes.join(",")),
-            ("user_scope", oauth.user_scopes.join(",")),
+            ("scope", scopes.join(",")),
+            ("user_scope", user_scopes.join(",")),
             ("state", state.clone()),
         ];
-        if let Some(uri) = &oauth.redirect_uri {
-            query.push(("redirect_uri", uri.clone()));
+        if let Some(uri) = redirect_uri {
+            query.push(("redirect_uri", uri));
         }
         let query: String = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(query)
@@ -198,12 +209,17 @@ impl OAuthFlow {
             .workspaces
             .client_secret()
             .ok_or_else(|| Failed::Unavailable("no client secret".into()))?;
+        let redirect_uri = self
+            .workspaces
+            .install_settings()
+            .ok()
+            .and_then(|(_, _, uri)| uri);
         let mut form = vec![
             ("client_id", oauth.client_id.as_str()),
             ("client_secret", secret.expose()),
             ("code", code),
         ];
-        if let Some(uri) = &oauth.redirect_uri {
+        if let Some(uri) = &redirect_uri {
             form.push(("redirect_uri", uri.as_str()));
         }
         let slack = self.workspaces.base_client();

@@ -29,6 +29,18 @@ pub struct SecretValues {
     pub signing: Option<SigningSecrets>,
     pub bot_token: Option<Secret>,
     pub client_secret: Option<Secret>,
+    /// Multi-workspace mode's install settings, where the environment does not give them
+    /// (`scopes`, `user_scopes`, `redirect_uri`: the SAM template keeps them here, so that a
+    /// change needs no new version).
+    pub install: InstallSettings,
+}
+
+/// The install flow's settings as the secret holds them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstallSettings {
+    pub scopes: Option<String>,
+    pub user_scopes: Option<String>,
+    pub redirect_uri: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +64,12 @@ struct Stored {
     bot_token: Option<String>,
     #[serde(default)]
     client_secret: Option<String>,
+    #[serde(default)]
+    scopes: Option<String>,
+    #[serde(default)]
+    user_scopes: Option<String>,
+    #[serde(default)]
+    redirect_uri: Option<String>,
 }
 
 /// What a process needs of the secret: a value read again without it is not taken.
@@ -131,6 +149,7 @@ impl SlackSecrets {
                 signing,
                 bot_token,
                 client_secret: None,
+                install: InstallSettings::default(),
             })),
             manager: None,
         }
@@ -368,5 +387,10 @@ async fn read(
         signing,
         bot_token: nonempty(stored.bot_token).map(Secret::new),
         client_secret: nonempty(stored.client_secret).map(Secret::new),
+        install: InstallSettings {
+            scopes: nonempty(stored.scopes),
+            user_scopes: nonempty(stored.user_scopes),
+            redirect_uri: nonempty(stored.redirect_uri),
+        },
     })
 }

@@ -142,6 +142,38 @@ impl Workspaces {
             .or_else(|| self.secrets.current().client_secret.clone())
     }
 
+    /// The install flow's scopes, user scopes and redirect URI: the environment's, or else the
+    /// secret's (read at run time: the SAM template keeps them there). `Err` names what is
+    /// wrong.
+    pub fn install_settings(
+        &self,
+    ) -> Result<(Vec<String>, Vec<String>, Option<String>), crate::config::ConfigError> {
+        use crate::config::{redirect_of, scopes_of};
+        let from_secret = self.secrets.current().install.clone();
+        let scopes = match self.oauth.scopes.is_empty() {
+            false => self.oauth.scopes.clone(),
+            true => scopes_of("scopes (in the secret)", from_secret.scopes.as_deref())?,
+        };
+        if scopes.is_empty() {
+            return Err(crate::config::ConfigError::Missing {
+                var: "SLACK_SCOPES",
+                hint: "SLACK_CLIENT_ID is set: name the bot scopes an install asks for, \
+                       comma-separated, in SLACK_SCOPES or as scopes in the secret \
+                       SLACK_SECRETS_ARN names",
+            });
+        }
+        let user_scopes = match (self.oauth.user_scopes.is_empty(), &from_secret.user_scopes) {
+            (true, Some(v)) => scopes_of("user_scopes (in the secret)", Some(v))?,
+            _ => self.oauth.user_scopes.clone(),
+        };
+        let redirect_uri = match (&self.oauth.redirect_uri, &from_secret.redirect_uri) {
+            (Some(uri), _) => Some(uri.clone()),
+            (None, Some(uri)) => Some(redirect_of("redirect_uri (in the secret)", uri)?),
+            (None, None) => None,
+        };
+        Ok((scopes, user_scopes, redirect_uri))
+    }
+
     /// The base client (no token): the OAuth exchanges go through it.
     pub fn base_client(&self) -> &SlackClient {
         &self.slack

@@ -766,3 +766,117 @@ async fn contract(store: &dyn InstallationStore) {
     );
     assert_eq!(store.take_read(&pace, 160_000, 1).await.unwrap(), None);
 }
+
+/// The binary in multi-workspace mode with its install settings in the secret (as the SAM
+/// template keeps them): the install page asks for the secret's scopes; settings that
+/// contradict each other, or are missing, stop the start with exit 2 naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_takes_its_install_settings_from_the_secret_and_refuses_contradictions() {
+    let sqs = sqs_endpoint(); // moto serves Secrets Manager too
+    let client = secrets_client(&sqs);
+    let secret = |value: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let name = format!("slack-once/oauth-{}", uuid::Uuid::new_v4().simple());
+            client
+                .create_secret()
+                .name(&name)
+                .secret_string(value.to_string())
+                .send()
+                .await
+                .unwrap();
+            name
+        }
+    };
+    let aws = |name: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("SLACK_SECRETS_ARN", name.to_string()),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER", sqs.clone()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_CONFIG_FILE", "/dev/null".into()),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".into()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+            ("SLACK_CLIENT_ID", CLIENT_ID.into()),
+        ]
+    };
+    let good = secret(json!({
+        "signing_secret": SECRET, "client_secret": "secret-of-the-client",
+        "scopes": "app_mentions:read,chat:write", "redirect_uri": "https://bot.example.com/slack/oauth_redirect"
+    }))
+    .await;
+    let bot = BotProcess::spawn(&aws(&good));
+    let page = HttpClient::default()
+        .request(
+            "GET",
+            &format!(
+                "{}/slack/install",
+                bot.url().trim_end_matches("/slack/events")
+            ),
+            &[],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(page.status, 302, "{}", page.body);
+    let query = query_of(page.headers["location"].to_str().unwrap());
+    assert_eq!(query["scope"], "app_mentions:read,chat:write");
+    assert_eq!(
+        query["redirect_uri"],
+        "https://bot.example.com/slack/oauth_redirect"
+    );
+    assert!(!bot.log().contains("secret-of-the-client"));
+    drop(bot);
+
+    let exits = |vars: Vec<(&'static str, String)>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+        command
+            .env_clear()
+            .env("LISTEN_ADDR", "127.0.0.1:0")
+            .env("SLACK_SIGNING_SECRET", SECRET);
+        for (k, v) in vars {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let no_scopes = secret(json!({"signing_secret": SECRET, "client_secret": "c"})).await;
+    let no_client_secret = secret(json!({"signing_secret": SECRET, "scopes": "chat:write"})).await;
+    let cases: Vec<(Vec<(&'static str, String)>, &str)> = vec![
+        (aws(&no_scopes), "SLACK_SCOPES"),
+        (aws(&no_client_secret), "client secret"),
+        (
+            vec![
+                ("SLACK_CLIENT_ID", CLIENT_ID.into()),
+                ("SLACK_CLIENT_SECRET", "c".into()),
+                ("SLACK_SCOPES", "chat:write".into()),
+                ("SLACK_BOT_TOKEN", "xoxb-a-secret-token".into()),
+            ],
+            "SLACK_BOT_TOKEN, SLACK_CLIENT_ID",
+        ),
+        (
+            vec![
+                ("SLACK_CLIENT_ID", CLIENT_ID.into()),
+                ("SLACK_CLIENT_SECRET", "c".into()),
+            ],
+            "SLACK_SCOPES",
+        ),
+        (
+            vec![("SLACK_SCOPES", "chat:write".into())],
+            "SLACK_CLIENT_ID",
+        ),
+    ];
+    for (vars, names) in cases {
+        let (code, text) = exits(vars);
+        assert_eq!(code, Some(2), "{names}: {text}");
+        assert!(text.contains(names), "{names}: {text}");
+        assert!(!text.contains("xoxb-a-secret-token"), "{text}");
+    }
+}
