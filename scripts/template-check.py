@@ -105,7 +105,8 @@ LMI_MIN_MEMORY = 2048  # "The minimum supported function size is 2GB and 1 vCPU"
 LEDGER, QUEUE, DLQ = "LedgerTable", "WorkQueue", "WorkDeadLetterQueue"
 WORKER_ALARM, RATE_ALARM = "NewWorkerVersionFailuresAlarm", "SlackFailureRateAlarm"
 # What the binary sends to the ledger: a claim puts a key never seen, everything else updates.
-LEDGER_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"]
+# Multi-workspace mode's installation store (in the same table) deletes an uninstalled one.
+LEDGER_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:DeleteItem"]
 WORKER_SQS_ACTIONS = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
 # Managed policies whose statements are known (AWS's documentation of each); any other one cannot be
 # read offline, so it fails no-sqs-star. Neither of these allows an SQS action.

@@ -655,3 +655,18 @@ fn installed_through_oauth_each_request_refreshes_once_and_answers_once_with_its
             .assert_ok();
     }
 }
+
+/// A distributed app's look-ups (Slack's 2025 history limit, one read a minute per workspace)
+/// paced through the installation store, shared by every process: a takeover in a busy
+/// channel still answers once.
+#[test]
+fn installed_through_oauth_a_takeovers_look_ups_are_paced_per_workspace() {
+    Explorer::new(slack_once::app::reference_app)
+        .installed(std::time::Duration::from_secs(3600))
+        .history_limit()
+        .busy(20)
+        .request(Request::mention("hello"))
+        .both_modes()
+        .run()
+        .assert_ok();
+}

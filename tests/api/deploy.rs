@@ -89,7 +89,16 @@ fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let events = &manifest["settings"]["event_subscriptions"]["bot_events"];
-    assert_eq!(events, &serde_json::json!(["app_mention", "message.im"]));
+    // The last two tell a distributed app to forget an installation (acknowledged otherwise).
+    assert_eq!(
+        events,
+        &serde_json::json!([
+            "app_mention",
+            "message.im",
+            "app_uninstalled",
+            "tokens_revoked"
+        ])
+    );
     let scopes = &manifest["oauth_config"]["scopes"]["bot"];
     assert_eq!(
         scopes,

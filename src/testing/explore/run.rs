@@ -414,7 +414,9 @@ impl Shared {
                 user_scopes: Vec::new(),
                 redirect_uri: None,
                 refresh_before: crate::config::DEFAULT_TOKEN_REFRESH,
-                history_reads_per_minute: 0,
+                // With Slack's history limit, look-ups are paced through the store, as
+                // SLACK_HISTORY_READS_PER_MINUTE's default does.
+                history_reads_per_minute: u32::from(self.spec.history_per_minute),
             };
             crate::installations::Workspaces::new(
                 self.installations.clone(),
