@@ -231,6 +231,11 @@ impl Application {
             processor = processor.with_queue(queue);
         }
         if let Some(oauth) = &config.oauth {
+            tracing::info!(
+                client_id = %oauth.client_id,
+                store = if config.dedup_table.is_some() { "DynamoDB" } else { "in memory" },
+                "multi-workspace mode: each workspace's installation from the installation store"
+            );
             // Without a table: in memory (local mode; [`Self::with_store`] replaces it).
             let workspaces = Workspaces::new(
                 Arc::new(MemoryInstallations::new()),

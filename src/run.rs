@@ -176,6 +176,7 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
             }
         }
         (Role::Ingress, Mode::Local) => {
+            let distributed = app.config().oauth.is_some();
             let server = match app.bind().await {
                 Ok(server) => server,
                 Err(error) => {
@@ -183,7 +184,11 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz");
+            if distributed {
+                tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz, and the install flow: GET /slack/install, GET /slack/oauth_redirect");
+            } else {
+                tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz");
+            }
             match server.run_until(shutdown_signal()).await {
                 Ok(()) => {
                     tracing::info!("stopped");
