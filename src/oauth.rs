@@ -44,7 +44,7 @@ impl OAuthFlow {
     pub async fn install(&self) -> Response {
         let oauth = self.workspaces.oauth();
         let (scopes, user_scopes, redirect_uri) = match self.workspaces.install_settings() {
-            Ok(settings) => settings,
+            Ok(s) => (s.scopes, s.user_scopes, s.redirect_uri),
             Err(e) => {
                 tracing::error!(error = %e, "the install flow is not configured");
                 return page(
@@ -213,7 +213,7 @@ impl OAuthFlow {
             .workspaces
             .install_settings()
             .ok()
-            .and_then(|(_, _, uri)| uri);
+            .and_then(|s| s.redirect_uri);
         let mut form = vec![
             ("client_id", oauth.client_id.as_str()),
             ("client_secret", secret.expose()),

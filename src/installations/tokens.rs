@@ -46,6 +46,14 @@ pub const INLINE_BUDGET: Duration = Duration::from_millis(1500);
 /// Slack's answers to a refresh that mean the installation must be installed again.
 pub const BROKEN_CODES: &[&str] = &["invalid_refresh_token", "invalid_auth", "token_revoked"];
 
+/// The install flow's settings, as they apply now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallSettings {
+    pub scopes: Vec<String>,
+    pub user_scopes: Vec<String>,
+    pub redirect_uri: Option<String>,
+}
+
 /// Which installation serves a request.
 #[derive(Clone, Debug)]
 pub enum Authorized {
@@ -145,9 +153,7 @@ impl Workspaces {
     /// The install flow's scopes, user scopes and redirect URI: the environment's, or else the
     /// secret's (read at run time: the SAM template keeps them there). `Err` names what is
     /// wrong.
-    pub fn install_settings(
-        &self,
-    ) -> Result<(Vec<String>, Vec<String>, Option<String>), crate::config::ConfigError> {
+    pub fn install_settings(&self) -> Result<InstallSettings, crate::config::ConfigError> {
         use crate::config::{redirect_of, scopes_of};
         let from_secret = self.secrets.current().install.clone();
         let scopes = match self.oauth.scopes.is_empty() {
@@ -171,7 +177,11 @@ impl Workspaces {
             (None, Some(uri)) => Some(redirect_of("redirect_uri (in the secret)", uri)?),
             (None, None) => None,
         };
-        Ok((scopes, user_scopes, redirect_uri))
+        Ok(InstallSettings {
+            scopes,
+            user_scopes,
+            redirect_uri,
+        })
     }
 
     /// The base client (no token): the OAuth exchanges go through it.

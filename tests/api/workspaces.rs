@@ -132,13 +132,12 @@ fn mention_in(
 
 /// Installs the app in `team` through the flow, as a browser would: the install page, Slack's
 /// approval (a code), the redirect with the state's cookie.
-async fn install(app: &Distributed, slack: &FakeSlack, code: String) -> Answer {
+async fn install(app: &Distributed, code: String) -> Answer {
     let page = app.get("/slack/install", None).await;
     assert_eq!(page.status, 302, "{}", page.body);
     let location = page.headers["location"].to_str().unwrap().to_string();
     let cookie = page.headers["set-cookie"].to_str().unwrap().to_string();
     let state = query_of(&location)["state"].clone();
-    let _ = slack;
     let pair = cookie.split(';').next().unwrap().to_string();
     app.get(
         &format!("/slack/oauth_redirect?code={code}&state={state}"),
@@ -194,7 +193,7 @@ async fn an_install_through_the_flow_is_stored_and_each_workspace_is_answered_wi
 
     for team in ["T0002", "T0003"] {
         let code = slack.with_grants(|g| g.grant(team, "app_mentions:read,chat:write", "", false));
-        let done = install(&app, &slack, code).await;
+        let done = install(&app, code).await;
         assert_eq!(done.status, 200, "{}", done.body);
         assert!(done.body.contains("installed in Team"), "{}", done.body);
         let stored = store
@@ -366,7 +365,7 @@ async fn an_org_wide_install_serves_every_workspace_of_its_enterprise() {
     let (ledger, store) = on_dynamo().await;
     let app = spawn(&slack, ledger, store.clone()).await;
     let code = slack.with_grants(|g| g.grant_org("E0001", "chat:write", false));
-    assert_eq!(install(&app, &slack, code).await.status, 200);
+    assert_eq!(install(&app, code).await.status, 200);
     assert!(store
         .find(&InstallationKey::Enterprise("E0001".into()))
         .await
@@ -408,7 +407,7 @@ async fn uninstalls_and_revocations_remove_once_in_either_order_and_never_a_late
     let now = (now_unix() + 5) as i64;
     for team in ["T0002", "T0003"] {
         let code = slack.with_grants(|g| g.grant(team, "chat:write", "chat:write", false));
-        assert_eq!(install(&app, &slack, code).await.status, 200);
+        assert_eq!(install(&app, code).await.status, 200);
     }
     // T0002: the installer's token revoked first (the installation stays, without it), then
     // the bot's, then the uninstall: gone, and each event again changes nothing.
@@ -451,7 +450,7 @@ async fn uninstalls_and_revocations_remove_once_in_either_order_and_never_a_late
 
     // Installed again: an uninstall that happened before it (a late retry) removes nothing.
     let code = slack.with_grants(|g| g.grant("T0003", "chat:write", "", false));
-    assert_eq!(install(&app, &slack, code).await.status, 200);
+    assert_eq!(install(&app, code).await.status, 200);
     let late = uninstall_event("app_uninstalled", "T0003", now - 3600, json!(null));
     assert_eq!(app.send(&late).await.status, 200);
     assert!(store.find(&key("T0003")).await.unwrap().is_some());
@@ -560,7 +559,7 @@ async fn a_refused_refresh_token_marks_the_installation_broken_and_its_events_ar
     );
     // Installed again, it works again.
     let code = slack.with_grants(|g| g.grant("T0002", "chat:write", "", false));
-    assert_eq!(install(&app, &slack, code).await.status, 200);
+    assert_eq!(install(&app, code).await.status, 200);
     let again = mention_in(&slack, "T0002", None, false, "C0002", 3);
     assert_eq!(app.send(&again).await.outcome(), "answered");
 }
