@@ -153,12 +153,10 @@ fn query_of(url: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn fake_slack_oauth() -> impl std::future::Future<Output = FakeSlack> {
-    async {
-        FakeSlack::start()
-            .await
-            .with_oauth(CLIENT_ID, CLIENT_SECRET)
-    }
+async fn fake_slack_oauth() -> FakeSlack {
+    FakeSlack::start()
+        .await
+        .with_oauth(CLIENT_ID, CLIENT_SECRET)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
