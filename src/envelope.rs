@@ -253,14 +253,21 @@ const KEPT_WHEN_BY_THE_BOT: &[&str] = &["member_joined_channel", "member_left_ch
 impl EventCallback {
     /// What picks the installation this delivery is for: its team, its enterprise, and
     /// whether the app is installed org-wide.
+    ///
+    /// The installation is the one Slack names in `authorizations` (as Bolt reads it): in a
+    /// channel shared with another organisation (Slack Connect), `team_id` is the team of the
+    /// person who wrote, and may have no installation of this app, or one of its own.
     pub fn installation(&self) -> (Option<&str>, Option<&str>, bool) {
-        let first = self.authorizations.first();
-        let enterprise = self
-            .enterprise_id
-            .as_deref()
-            .or_else(|| first?.enterprise_id.as_deref());
-        let org_wide = first.is_some_and(|a| a.is_enterprise_install);
-        (self.team(), enterprise, org_wide)
+        if let Some(first) = self.authorizations.first() {
+            if first.team_id.is_some() || first.enterprise_id.is_some() {
+                return (
+                    first.team_id.as_deref(),
+                    first.enterprise_id.as_deref(),
+                    first.is_enterprise_install,
+                );
+            }
+        }
+        (self.team(), self.enterprise_id.as_deref(), false)
     }
 
     /// The bot user of the installation this delivery is for: the authorization marked

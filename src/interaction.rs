@@ -256,8 +256,13 @@ impl Interaction {
             Value::String(s) => s == "true",
             _ => false,
         };
+        // A view opened in a channel shared with another organisation names the team the app
+        // is installed in (the person's `team` may be the other one).
+        let installed_team = self.raw["view"]["app_installed_team_id"]
+            .as_str()
+            .filter(|t| !t.is_empty());
         (
-            self.team_id.as_deref(),
+            installed_team.or(self.team_id.as_deref()),
             self.enterprise_id.as_deref(),
             org_wide,
         )

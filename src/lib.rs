@@ -175,14 +175,16 @@ impl Application {
         self
     }
 
-    /// The client for `team`'s installation (multi-workspace mode), or the one bot token's:
+    /// The client for `team`'s installation (multi-workspace mode; `enterprise`: a Grid
+    /// workspace may be served by its enterprise's org-wide install), or the one bot token's:
     /// for an app's own work outside a listener. `None`: the app is not installed there.
     pub async fn client_for(
         &self,
         team: &str,
+        enterprise: Option<&str>,
     ) -> Result<Option<SlackClient>, crate::installations::StoreError> {
         match self.processor.workspaces() {
-            Some(workspaces) => workspaces.client_for(team).await,
+            Some(workspaces) => workspaces.client_for(team, enterprise).await,
             None => Ok(Some(self.processor.base_slack().clone())),
         }
     }

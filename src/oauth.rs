@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
+use hmac::Mac;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use http::{HeaderMap, StatusCode};
 use tokio::time::Instant;
@@ -54,20 +55,17 @@ impl OAuthFlow {
                 );
             }
         };
-        let state = format!(
-            "{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
-        let expires = crate::clock::now_ms() + STATE_LIFETIME.as_millis() as u64;
-        if let Err(e) = self.workspaces.store().put_state(&state, expires).await {
-            tracing::error!(error = %crate::pipeline::error_chain(&e), "an install's state could not be kept");
+        // A signed state: the install page writes nothing (no request without a valid state
+        // ever reaches the table), and the callback spends its nonce once.
+        let Some(key) = self.state_key() else {
             return page(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "The installation could not start",
-                "The app could not reach its table. Try again in a moment.",
+                "The app has no client secret: its operator must set it.",
             );
-        }
+        };
+        let expires_s = (crate::clock::now_ms() + STATE_LIFETIME.as_millis() as u64) / 1000;
+        let state = sign_state(&key, &uuid::Uuid::new_v4().simple().to_string(), expires_s);
         let mut query = vec![
             ("client_id", oauth.client_id.clone()),
             ("scope", scopes.join(",")),
@@ -134,12 +132,18 @@ impl OAuthFlow {
         if !constant_time_eq(cookie.as_bytes(), state.as_bytes()) {
             return refused("This browser started another install (its cookie does not match).");
         }
-        let nonce = uuid::Uuid::new_v4().simple().to_string();
         let now = crate::clock::now_ms();
+        let Some((nonce, expires_s)) = self
+            .state_key()
+            .and_then(|key| verify_state(&key, state, now / 1000))
+        else {
+            return refused("The install link has expired or was used already.");
+        };
+        let spender = uuid::Uuid::new_v4().simple().to_string();
         match self
             .workspaces
             .store()
-            .consume_state(state, &nonce, now)
+            .consume_state(&nonce, &spender, expires_s * 1000)
             .await
         {
             Ok(true) => {}
@@ -199,6 +203,14 @@ impl OAuthFlow {
                 )
             }
         }
+    }
+
+    /// The key states are signed with: derived from the client secret.
+    fn state_key(&self) -> Option<Vec<u8>> {
+        let secret = self.workspaces.client_secret()?;
+        let mut mac = HmacSha256::new_from_slice(secret.expose().as_bytes()).ok()?;
+        mac.update(b"slack-once oauth state v1");
+        Some(mac.finalize().into_bytes().to_vec())
     }
 
     /// The code's exchange, and the bot's ids.
@@ -304,6 +316,35 @@ pub fn installation_of(answer: &serde_json::Value, now_ms: u64) -> Option<Instal
     })
 }
 
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+fn state_mac(key: &[u8], nonce: &str, expires_s: u64) -> String {
+    let mut mac = HmacSha256::new_from_slice(key).expect("any key length");
+    mac.update(format!("{nonce}.{expires_s}").as_bytes());
+    hex::encode(&mac.finalize().into_bytes()[..16])
+}
+
+/// A state: a nonce, when it expires (epoch seconds), and their signature.
+fn sign_state(key: &[u8], nonce: &str, expires_s: u64) -> String {
+    format!("{nonce}.{expires_s}.{}", state_mac(key, nonce, expires_s))
+}
+
+/// The nonce and expiry of a state signed with `key` and unexpired at `now_s`.
+fn verify_state(key: &[u8], state: &str, now_s: u64) -> Option<(String, u64)> {
+    let mut parts = state.split('.');
+    let (nonce, expires, mac) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return None;
+    }
+    let expires_s: u64 = expires.parse().ok()?;
+    let want = state_mac(key, nonce, expires_s);
+    if !constant_time_eq(want.as_bytes(), mac.as_bytes()) || expires_s <= now_s {
+        return None;
+    }
+    Some((nonce.to_string(), expires_s))
+}
+
 /// The value of the cookie `name` in the request's `Cookie` headers.
 fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -349,6 +390,19 @@ fn page(status: StatusCode, title: &str, text: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_is_signed_expires_and_cannot_be_altered() {
+        let key = b"key".to_vec();
+        let nonce = "0123456789abcdef0123456789abcdef";
+        let state = sign_state(&key, nonce, 1_000);
+        assert_eq!(verify_state(&key, &state, 999), Some((nonce.into(), 1_000)));
+        assert_eq!(verify_state(&key, &state, 1_000), None, "expired");
+        assert_eq!(verify_state(b"other", &state, 999), None, "another key");
+        let later = state.replace(".1000.", ".2000.");
+        assert_eq!(verify_state(&key, &later, 999), None, "its expiry altered");
+        assert_eq!(verify_state(&key, "x.1.y", 0), None);
+    }
 
     #[test]
     fn the_state_cookie_is_read_among_others() {

@@ -645,6 +645,8 @@ fn installed_through_oauth_each_request_refreshes_once_and_answers_once_with_its
     for left in [
         std::time::Duration::from_secs(3600),
         std::time::Duration::from_secs(30),
+        // Expired: a workspace idle for half a day.
+        std::time::Duration::ZERO,
     ] {
         Explorer::new(slack_once::app::reference_app)
             .installed(left)

@@ -32,9 +32,10 @@ pub mod attr {
     pub const KIND: &str = "kind";
     /// The ledger's TTL attribute (epoch seconds): states and pacing only.
     pub const EXPIRES_AT: &str = "expires_at";
-    pub const STATE_EXPIRES_MS: &str = "state_expires_ms";
     pub const SPENT_BY: &str = "spent_by";
     pub const NEXT_READ: &str = "next_read";
+    /// Counts the changes other than a refresh ([`super::super::Stored::revision`]).
+    pub const REVISION: &str = "revision";
 }
 
 pub struct DynamoInstallations {
@@ -94,9 +95,9 @@ fn named(expressions: &[&str]) -> Vec<(String, &'static str)> {
         attr::BROKEN,
         attr::KIND,
         attr::EXPIRES_AT,
-        attr::STATE_EXPIRES_MS,
         attr::SPENT_BY,
         attr::NEXT_READ,
+        attr::REVISION,
     ];
     ALL.iter()
         .filter(|name| {
@@ -134,6 +135,11 @@ fn stored_of(item: &HashMap<String, AttributeValue>) -> Result<Stored, StoreErro
     Ok(Stored {
         installation,
         broken: item.get(attr::BROKEN).and_then(|v| v.as_s().ok()).cloned(),
+        revision: item
+            .get(attr::REVISION)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
     })
 }
 
@@ -259,9 +265,9 @@ impl InstallationStore for DynamoInstallations {
             if self
                 .update(
                     &key.item_key(),
-                    "SET #installation = :new",
+                    "SET #installation = :new ADD #revision :one",
                     "#installation = :read",
-                    vec![(":new", s(&json)), (":read", read)],
+                    vec![(":new", s(&json)), (":read", read), (":one", n(1))],
                 )
                 .await?
             {
@@ -311,7 +317,7 @@ impl InstallationStore for DynamoInstallations {
     async fn store_refreshed(
         &self,
         key: &InstallationKey,
-        replaced: &str,
+        (replaced, revision): (&str, u64),
         owner: &str,
         refreshed: &Installation,
     ) -> Result<bool, StoreError> {
@@ -319,12 +325,14 @@ impl InstallationStore for DynamoInstallations {
         self.update(
             &key.item_key(),
             "SET #installation = :json, #rotation = :new REMOVE #refresh_owner, #refresh_until",
-            "(#rotation = :replaced AND #refresh_owner = :owner) OR #rotation = :new",
+            "(#rotation = :replaced AND #refresh_owner = :owner AND \
+              (attribute_not_exists(#revision) OR #revision = :revision)) OR #rotation = :new",
             vec![
                 (":json", s(&json)),
                 (":new", s(&refreshed.bot.rotation())),
                 (":replaced", s(replaced)),
                 (":owner", s(owner)),
+                (":revision", n(revision)),
             ],
         )
         .await
@@ -384,35 +392,32 @@ impl InstallationStore for DynamoInstallations {
         }
     }
 
-    async fn put_state(&self, state: &str, expires_at_ms: u64) -> Result<(), StoreError> {
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .item(attr::PK, s(&state_key(state)))
-            .item(attr::KIND, s("oauth_state"))
-            .item(attr::STATE_EXPIRES_MS, n(expires_at_ms))
-            .item(attr::EXPIRES_AT, n(expires_at_ms.div_ceil(1000) + 60))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", attr::PK)
-            .send()
-            .await
-            .map_err(unavailable)?;
-        Ok(())
-    }
-
     async fn consume_state(
         &self,
-        state: &str,
         nonce: &str,
-        now_ms: u64,
+        spender: &str,
+        expires_at_ms: u64,
     ) -> Result<bool, StoreError> {
-        self.update(
-            &state_key(state),
-            "SET #spent_by = :nonce",
-            "attribute_exists(#pk) AND #state_expires_ms > :now AND \
-             (attribute_not_exists(#spent_by) OR #spent_by = :nonce)",
-            vec![(":nonce", s(nonce)), (":now", n(now_ms))],
-        )
-        .await
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(attr::PK, s(&state_key(nonce)))
+            .item(attr::KIND, s("oauth_state"))
+            .item(attr::SPENT_BY, s(spender))
+            .item(attr::EXPIRES_AT, n(expires_at_ms.div_ceil(1000) + 60))
+            .condition_expression("attribute_not_exists(#pk) OR #spent_by = :spender")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#spent_by", attr::SPENT_BY)
+            .expression_attribute_values(":spender", s(spender))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(unavailable(e)),
+        }
     }
 }

@@ -48,6 +48,7 @@ impl InstallationStore for MemoryInstallations {
                 stored: Stored {
                     installation: installation.clone(),
                     broken: None,
+                    revision: 0,
                 },
                 refresh: None,
             },
@@ -94,6 +95,7 @@ impl InstallationStore for MemoryInstallations {
         }
         if i.user.is_some() && i.user_id.as_ref().is_some_and(|u| users.contains(u)) {
             i.user = None;
+            item.stored.revision += 1;
             return Ok(true);
         }
         Ok(false)
@@ -136,7 +138,7 @@ impl InstallationStore for MemoryInstallations {
     async fn store_refreshed(
         &self,
         key: &InstallationKey,
-        replaced: &str,
+        (replaced, revision): (&str, u64),
         owner: &str,
         refreshed: &Installation,
     ) -> Result<bool, StoreError> {
@@ -145,7 +147,8 @@ impl InstallationStore for MemoryInstallations {
             return Ok(false);
         };
         let current = item.stored.installation.bot.rotation();
-        let holds = item.refresh.as_ref().is_some_and(|(o, _)| o == owner);
+        let holds = item.refresh.as_ref().is_some_and(|(o, _)| o == owner)
+            && item.stored.revision == revision;
         let again = current == refreshed.bot.rotation();
         if !((current == replaced && holds) || again) {
             return Ok(false);
@@ -189,30 +192,22 @@ impl InstallationStore for MemoryInstallations {
         Ok(None)
     }
 
-    async fn put_state(&self, state: &str, expires_at_ms: u64) -> Result<(), StoreError> {
-        self.states
-            .lock()
-            .expect("store lock")
-            .insert(state.to_string(), (expires_at_ms, None));
-        Ok(())
-    }
-
     async fn consume_state(
         &self,
-        state: &str,
         nonce: &str,
-        now_ms: u64,
+        spender: &str,
+        expires_at_ms: u64,
     ) -> Result<bool, StoreError> {
         let mut states = self.states.lock().expect("store lock");
-        match states.get_mut(state) {
-            Some((expires, spent)) if *expires > now_ms => match spent {
-                None => {
-                    *spent = Some(nonce.to_string());
-                    Ok(true)
-                }
-                Some(by) => Ok(by == nonce),
-            },
-            _ => Ok(false),
+        match states.get(nonce) {
+            Some((_, Some(by))) => Ok(by == spender),
+            _ => {
+                states.insert(
+                    nonce.to_string(),
+                    (expires_at_ms, Some(spender.to_string())),
+                );
+                Ok(true)
+            }
         }
     }
 }

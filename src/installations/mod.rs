@@ -168,6 +168,9 @@ pub struct Stored {
     /// Set when its token can no longer be refreshed (Slack's code): it must be installed
     /// again.
     pub broken: Option<String>,
+    /// Counts the changes other than a refresh (a revoked user token): a refresh stores its
+    /// pair only over the revision it read, so it never undoes one.
+    pub revision: u64,
 }
 
 /// Why the store could not answer.
@@ -218,13 +221,13 @@ pub trait InstallationStore: Send + Sync + 'static {
     /// Gives up the refresh `owner` holds (a failed exchange), so the next try need not wait.
     async fn release_refresh(&self, key: &InstallationKey, owner: &str) -> Result<(), StoreError>;
 
-    /// Stores a refreshed installation: only over the refresh token it replaces (`replaced`)
-    /// while `owner` holds the refresh, or over itself (this write sent again after its answer
-    /// was lost). Whether stored.
+    /// Stores a refreshed installation: only over the refresh token it replaces (`replaced`,
+    /// at `revision`) while `owner` holds the refresh, or over itself (this write sent again
+    /// after its answer was lost). Whether stored.
     async fn store_refreshed(
         &self,
         key: &InstallationKey,
-        replaced: &str,
+        replaced: (&str, u64),
         owner: &str,
         refreshed: &Installation,
     ) -> Result<bool, StoreError>;
@@ -247,17 +250,15 @@ pub trait InstallationStore: Send + Sync + 'static {
         per_minute: u32,
     ) -> Result<Option<u64>, StoreError>;
 
-    /// Keeps an OAuth `state` until `expires_at_ms`.
-    async fn put_state(&self, state: &str, expires_at_ms: u64) -> Result<(), StoreError>;
-
-    /// Spends a state: whether it was there, unspent and unexpired. Spent once: a second
-    /// callback with it gets `false`, while this call sent again (its answer lost) gets `true`
-    /// (`nonce` is the spender's).
+    /// Spends an OAuth state's nonce (the state itself is signed, and checked before this: an
+    /// unsigned request never reaches the table), kept until `expires_at_ms`: whether it was
+    /// unspent. Spent once: a second callback with it gets `false`, while this call sent again
+    /// (its answer lost) gets `true` (`spender` is this callback's).
     async fn consume_state(
         &self,
-        state: &str,
         nonce: &str,
-        now_ms: u64,
+        spender: &str,
+        expires_at_ms: u64,
     ) -> Result<bool, StoreError>;
 }
 

@@ -43,6 +43,8 @@ pub const REFRESH_LEASE: Duration = Duration::from_secs(20);
 pub const INLINE_BELOW: Duration = Duration::from_secs(60);
 /// The longest a request waits for a refresh.
 pub const INLINE_BUDGET: Duration = Duration::from_millis(1500);
+/// A refresh's own budget (it runs on a task of its own), well within its lease.
+pub const REFRESH_BUDGET: Duration = Duration::from_secs(10);
 /// Slack's answers to a refresh that mean the installation must be installed again.
 pub const BROKEN_CODES: &[&str] = &["invalid_refresh_token", "invalid_auth", "token_revoked"];
 
@@ -100,8 +102,9 @@ pub struct Workspaces {
     /// Where `client_secret` is read when the configuration does not hold it.
     secrets: Arc<SlackSecrets>,
     cache: Mutex<HashMap<InstallationKey, (Instant, Cached)>>,
-    /// One refresh at a time per installation in this process.
-    refreshing: Mutex<HashMap<InstallationKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// The refresh running in this process, per installation (its receiver turns `true` when
+    /// it ends).
+    refreshing: Mutex<HashMap<InstallationKey, tokio::sync::watch::Receiver<bool>>>,
     /// Installations logged broken by this process (logged once).
     said_broken: Mutex<std::collections::HashSet<InstallationKey>>,
     me: std::sync::Weak<Workspaces>,
@@ -206,9 +209,15 @@ impl Workspaces {
             match self.known(&key).await? {
                 Cached::Found(known) => {
                     let installation = self.fresh(&known).await;
+                    // Slack's history limit is per workspace: an org-wide install's
+                    // workspaces each have their own.
+                    let pace = team
+                        .map(|t| InstallationKey::Workspace(t.to_string()))
+                        .unwrap_or_else(|| key.clone());
                     let client = self.slack.with_tokens(Arc::new(InstalledToken {
                         known: known.clone(),
                         workspaces: self.me.upgrade().expect("workspaces alive"),
+                        pace,
                     }));
                     return Ok(Authorized::Installed {
                         key,
@@ -226,10 +235,15 @@ impl Workspaces {
         Ok(Authorized::NotInstalled)
     }
 
-    /// The client for `team`'s installation, outside any request (an app's own jobs): `None`
+    /// The client for `team`'s installation (of `enterprise`: a Grid workspace may be served
+    /// by its enterprise's org-wide install), outside any request (an app's own jobs): `None`
     /// when none serves it.
-    pub async fn client_for(&self, team: &str) -> Result<Option<SlackClient>, StoreError> {
-        match self.authorize(Some(team), None, false).await? {
+    pub async fn client_for(
+        &self,
+        team: &str,
+        enterprise: Option<&str>,
+    ) -> Result<Option<SlackClient>, StoreError> {
+        match self.authorize(Some(team), enterprise, false).await? {
             Authorized::Installed { client, .. } => Ok(Some(client)),
             _ => Ok(None),
         }
@@ -291,7 +305,16 @@ impl Workspaces {
             Cached::Absent => Cached::Absent,
             Cached::Broken(c) => Cached::Broken(c.clone()),
         };
-        cache.insert(key.clone(), (Instant::now(), copy));
+        // Only a found installation is kept: an absent or a broken one is read again by the
+        // next request (a reinstall through another instance counts at once).
+        match copy {
+            Cached::Found(_) => {
+                cache.insert(key.clone(), (Instant::now(), copy));
+            }
+            _ => {
+                cache.remove(key);
+            }
+        }
         cached
     }
 
@@ -303,13 +326,8 @@ impl Workspaces {
             return installation;
         };
         if left <= self.oauth.refresh_before && left > INLINE_BELOW {
-            if let Some(me) = self.me.upgrade() {
-                let known = known.clone();
-                tokio::spawn(async move {
-                    let budget = Instant::now() + REFRESH_LEASE / 2;
-                    me.refresh(&known, budget).await;
-                });
-            }
+            // Begun, not waited for.
+            self.refresh(known, Instant::now()).await;
         }
         installation
     }
@@ -323,38 +341,40 @@ impl Workspaces {
         ))
     }
 
-    /// Refreshes `known`'s bot token once, within `deadline`: see the module's docs. Whatever
+    /// Refreshes `known`'s bot token, waiting for it until `deadline`: see the module's docs.
+    /// The refresh itself runs on a task of its own, one per installation in this process,
+    /// with a budget of its own ([`REFRESH_BUDGET`]): a caller that stops waiting never cuts
+    /// an exchange short, and the lease is always given back when a refresh fails. Whatever
     /// happens, `known` ends holding the best token known.
     async fn refresh(&self, known: &Arc<Known>, deadline: Instant) {
-        let seen = known.get();
-        let lock = self
-            .refreshing
-            .lock()
-            .expect("lock")
-            .entry(known.key.clone())
-            .or_default()
-            .clone();
-        let Ok(_one) = tokio::time::timeout_at(deadline, lock.lock()).await else {
+        let Some(me) = self.me.upgrade() else {
             return;
         };
-        // Another request of this process refreshed while this one waited.
-        if known.get().bot != seen.bot {
-            return;
-        }
-        match tokio::time::timeout_at(deadline, self.refresh_held(known, &seen)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                crate::metrics::count("TokenRefreshFailures");
-                tracing::warn!(installation = known.key.id(), error = %crate::pipeline::error_chain(&*e), "the token refresh failed: the current token is used while it lasts");
+        let mut done = {
+            let mut running = self.refreshing.lock().expect("lock");
+            match running.get(&known.key) {
+                Some(rx) if !*rx.borrow() => rx.clone(),
+                _ => {
+                    let (tx, rx) = tokio::sync::watch::channel(false);
+                    running.insert(known.key.clone(), rx.clone());
+                    let known = known.clone();
+                    tokio::spawn(async move {
+                        let seen = known.get();
+                        match me.refresh_held(&known, &seen).await {
+                            Ok(()) => {}
+                            Err(e) => {
+                                crate::metrics::count("TokenRefreshFailures");
+                                tracing::warn!(installation = known.key.id(), error = %crate::pipeline::error_chain(&*e), "the token refresh failed: the current token is used while it lasts");
+                            }
+                        }
+                        me.refreshing.lock().expect("lock").remove(&known.key);
+                        let _ = tx.send(true);
+                    });
+                    rx
+                }
             }
-            Err(_) => {
-                crate::metrics::count("TokenRefreshFailures");
-                tracing::warn!(
-                    installation = known.key.id(),
-                    "the token refresh did not end in time: the current token is used while it lasts"
-                );
-            }
-        }
+        };
+        let _ = tokio::time::timeout_at(deadline, done.wait_for(|ended| *ended)).await;
     }
 
     async fn refresh_held(
@@ -363,6 +383,7 @@ impl Workspaces {
         seen: &Installation,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let key = &known.key;
+        let budget = Instant::now() + REFRESH_BUDGET;
         let rotation = seen.bot.rotation();
         // The table may hold a newer token already (another instance refreshed).
         let stored = self.store.find(key).await?;
@@ -382,28 +403,55 @@ impl Workspaces {
             .take_refresh(key, &rotation, &owner, now, until)
             .await?
         {
-            // Another instance is refreshing: the current token serves until it expires.
+            // Another instance is refreshing: the current token serves until it expires. One
+            // about to expire waits for the other's pair, within the budget.
             crate::metrics::count("TokenRefreshesDeferred");
+            while self
+                .left(&known.get().bot)
+                .is_some_and(|l| l <= INLINE_BELOW)
+                && Instant::now() + Duration::from_millis(250) < budget
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                let now = self.store.find(key).await?;
+                let changed = now.as_ref().is_none_or(|s| {
+                    s.installation.bot.rotation() != rotation || s.broken.is_some()
+                });
+                if changed {
+                    self.remember(key, now);
+                    break;
+                }
+            }
             return Ok(());
         }
-        // Taken: read again (a refresh may have ended between the read and the lease).
-        let held = self.store.find(key).await?;
-        match held {
-            Some(s) if s.installation.bot.rotation() == rotation && s.broken.is_none() => {}
-            other => {
-                let _ = self.store.release_refresh(key, &owner).await;
+        let released = || async {
+            let _ = self.store.release_refresh(key, &owner).await;
+        };
+        // Taken: read again (a refresh may have ended between the read and the lease). The
+        // pair is stored over what this read found, and nothing else.
+        let held = match self.store.find(key).await {
+            Ok(Some(s)) if s.installation.bot.rotation() == rotation && s.broken.is_none() => s,
+            Ok(other) => {
+                released().await;
                 self.remember(key, other);
                 return Ok(());
             }
-        }
+            Err(e) => {
+                released().await;
+                return Err(Box::new(e));
+            }
+        };
         let Some(secret) = self.client_secret() else {
-            let _ = self.store.release_refresh(key, &owner).await;
+            released().await;
             return Err(
                 "no client secret (SLACK_CLIENT_SECRET, or client_secret in the secret)".into(),
             );
         };
-        let refresh_token = seen.bot.refresh_token.clone().unwrap_or_default();
-        let deadline = Instant::now() + REFRESH_LEASE / 2;
+        let refresh_token = held
+            .installation
+            .bot
+            .refresh_token
+            .clone()
+            .unwrap_or_default();
         let answer = self
             .slack
             .call_with(
@@ -415,7 +463,7 @@ impl Workspaces {
                     ("refresh_token", refresh_token.as_str()),
                 ],
                 None,
-                deadline,
+                budget,
             )
             .await;
         let answer = match answer {
@@ -426,13 +474,13 @@ impl Workspaces {
                     crate::metrics::count("InstallationsBroken");
                     self.say_broken(key, &code);
                 }
-                let _ = self.store.release_refresh(key, &owner).await;
+                released().await;
                 let now = self.store.find(key).await?;
                 self.remember(key, now);
                 return Ok(());
             }
             Err(e) => {
-                let _ = self.store.release_refresh(key, &owner).await;
+                released().await;
                 return Err(Box::new(e));
             }
         };
@@ -440,10 +488,10 @@ impl Workspaces {
             answer["access_token"].as_str(),
             answer["refresh_token"].as_str(),
         ) else {
-            let _ = self.store.release_refresh(key, &owner).await;
+            released().await;
             return Err("oauth.v2.access answered without a token pair".into());
         };
-        let mut refreshed = seen.clone();
+        let mut refreshed = held.installation.clone();
         refreshed.bot = Token {
             token: token.to_string(),
             refresh_token: Some(refresh.to_string()),
@@ -455,7 +503,7 @@ impl Workspaces {
         // the same refresh token again.
         match self
             .store
-            .store_refreshed(key, &rotation, &owner, &refreshed)
+            .store_refreshed(key, (&rotation, held.revision), &owner, &refreshed)
             .await
         {
             Ok(true) => {
@@ -465,12 +513,14 @@ impl Workspaces {
                 Ok(())
             }
             Ok(false) => {
+                released().await;
                 let now = self.store.find(key).await?;
                 self.remember(key, now);
                 Ok(())
             }
             Err(e) => {
                 // Stored or not: the table says.
+                released().await;
                 if let Ok(now) = self.store.find(key).await {
                     self.remember(key, now);
                 }
@@ -542,6 +592,8 @@ impl Workspaces {
 struct InstalledToken {
     known: Arc<Known>,
     workspaces: Arc<Workspaces>,
+    /// Whose history reads are paced: the request's workspace.
+    pace: InstallationKey,
 }
 
 #[async_trait::async_trait]
@@ -596,6 +648,6 @@ impl TokenSource for InstalledToken {
     }
 
     async fn lookup_slot(&self, deadline: Instant) -> Result<(), SlackError> {
-        self.workspaces.read_slot(&self.known.key, deadline).await
+        self.workspaces.read_slot(&self.pace, deadline).await
     }
 }

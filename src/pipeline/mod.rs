@@ -407,10 +407,12 @@ impl Processor {
             return Ok(());
         }
         let (team, enterprise, org_wide) = callback.installation();
+        // `event_time` is whole seconds: the event may have happened up to the end of it (an
+        // install earlier in that second is removed; one after it, a reinstall, is not).
         let event_ms = callback
             .event_time
             .filter(|t| *t > 0)
-            .map(|t| t as u64 * 1000)
+            .map(|t| t as u64 * 1000 + 999)
             .unwrap_or_else(crate::clock::now_ms);
         let ids = |field: &str| -> Vec<String> {
             callback.event.raw["tokens"][field]
@@ -423,21 +425,27 @@ impl Processor {
                 .unwrap_or_default()
         };
         let (users, bots) = (ids("oauth"), ids("bot"));
-        for key in crate::installations::InstallationKey::candidates(team, enterprise, org_wide) {
-            let changed = match kind {
-                "app_uninstalled" => workspaces.uninstalled(&key, event_ms).await,
-                _ => workspaces.revoked(&key, &users, &bots, event_ms).await,
-            }
-            .map_err(ProcessError::Installations)?;
-            if changed {
-                metrics::count("Uninstalls");
-                tracing::info!(
-                    installation = key.id(),
-                    event = kind,
-                    "installation changed"
-                );
-                break;
-            }
+        // The one installation the event names (no other: an org-wide install of the same
+        // enterprise is not this workspace's to remove).
+        let Some(key) =
+            crate::installations::InstallationKey::candidates(team, enterprise, org_wide)
+                .into_iter()
+                .next()
+        else {
+            return Ok(());
+        };
+        let changed = match kind {
+            "app_uninstalled" => workspaces.uninstalled(&key, event_ms).await,
+            _ => workspaces.revoked(&key, &users, &bots, event_ms).await,
+        }
+        .map_err(ProcessError::Installations)?;
+        if changed {
+            metrics::count("Uninstalls");
+            tracing::info!(
+                installation = key.id(),
+                event = kind,
+                "installation changed"
+            );
         }
         Ok(())
     }

@@ -176,7 +176,10 @@ async fn an_install_through_the_flow_is_stored_and_each_workspace_is_answered_wi
     let query = query_of(location);
     assert_eq!(query["client_id"], CLIENT_ID);
     assert_eq!(query["scope"], "app_mentions:read,chat:write,commands");
-    assert_eq!(query["state"].len(), 64);
+    assert!(
+        query["state"].len() > 64,
+        "a nonce, its expiry, their signature"
+    );
     let cookie = page.headers["set-cookie"].to_str().unwrap();
     for part in [
         "slack-app-oauth-state=",
@@ -648,15 +651,15 @@ async fn contract(store: &dyn InstallationStore) {
     // it is stored still.
     let second = installation("T1", "r2", 1_000);
     assert!(!store
-        .store_refreshed(&key, &r1, "b", &second)
+        .store_refreshed(&key, (&r1, 0), "b", &second)
         .await
         .unwrap());
     assert!(store
-        .store_refreshed(&key, &r1, "a", &second)
+        .store_refreshed(&key, (&r1, 0), "a", &second)
         .await
         .unwrap());
     assert!(store
-        .store_refreshed(&key, &r1, "a", &second)
+        .store_refreshed(&key, (&r1, 0), "a", &second)
         .await
         .unwrap());
     assert_eq!(
@@ -742,17 +745,10 @@ async fn contract(store: &dyn InstallationStore) {
     assert!(store.delete(&key, 6_000).await.unwrap());
     assert!(!store.delete(&key, 6_000).await.unwrap());
 
-    // States: single use; the same spender again (its answer lost) is told yes.
-    store.put_state("s1", 10_000).await.unwrap();
-    assert!(store.consume_state("s1", "n1", 5_000).await.unwrap());
-    assert!(store.consume_state("s1", "n1", 5_000).await.unwrap());
-    assert!(!store.consume_state("s1", "n2", 5_000).await.unwrap());
-    store.put_state("s2", 10_000).await.unwrap();
-    assert!(
-        !store.consume_state("s2", "n1", 10_000).await.unwrap(),
-        "expired"
-    );
-    assert!(!store.consume_state("nope", "n1", 1).await.unwrap());
+    // States' nonces: single use; the same spender again (its answer lost) is told yes.
+    assert!(store.consume_state("s1", "n1", 10_000).await.unwrap());
+    assert!(store.consume_state("s1", "n1", 10_000).await.unwrap());
+    assert!(!store.consume_state("s1", "n2", 10_000).await.unwrap());
 
     // History reads: one a minute, shared.
     let pace = InstallationKey::Workspace("T9".into());
@@ -876,4 +872,86 @@ async fn the_binary_takes_its_install_settings_from_the_secret_and_refuses_contr
         assert!(text.contains(names), "{names}: {text}");
         assert!(!text.contains("xoxb-a-secret-token"), "{text}");
     }
+}
+
+/// A channel shared with another organisation (Slack Connect): the event's `team_id` is the
+/// writer's team; the installation is the one `authorizations` names, even where the other
+/// team has installed the app too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_shared_channel_the_installation_is_the_one_authorizations_names() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let app = spawn(&slack, ledger, store).await;
+    let ours = slack.with_grants(|g| g.grant("T0002", "chat:write", "", false));
+    assert_eq!(install(&app, ours).await.status, 200);
+    for (n, other_installed) in [(1, false), (2, true)] {
+        if other_installed {
+            let theirs = slack.with_grants(|g| g.grant("T0OTHER", "chat:write", "", false));
+            assert_eq!(install(&app, theirs).await.status, 200);
+        }
+        let body = mention_in(&slack, "T0002", None, false, "C0SHARED", n);
+        let mut envelope: serde_json::Value = serde_json::from_str(&body).unwrap();
+        envelope["team_id"] = json!("T0OTHER");
+        envelope["event"]["team"] = json!("T0OTHER");
+        let answer = app.send(&envelope.to_string()).await;
+        assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    }
+    assert_eq!(slack.messages_of("T0002").len(), 2);
+    assert!(
+        slack.messages_of("T0OTHER").is_empty(),
+        "never the other team's token"
+    );
+}
+
+/// An uninstall seen by one instance, a reinstall through another: the next event on the
+/// first is answered (an absent installation is never cached). In a Grid enterprise, a
+/// workspace's uninstall (sent twice) leaves the enterprise's org-wide install alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reinstall_counts_at_once_everywhere_and_a_workspaces_uninstall_spares_its_enterprise() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let a = spawn(&slack, ledger.clone(), store.clone()).await;
+    let b = spawn(&slack, ledger, store.clone()).await;
+    let code = slack.with_grants(|g| g.grant("T0002", "chat:write", "", false));
+    assert_eq!(install(&a, code).await.status, 200);
+    let now = (now_unix() + 1) as i64;
+    let gone = uninstall_event("app_uninstalled", "T0002", now, json!(null));
+    assert_eq!(b.send(&gone).await.status, 200);
+    let first = mention_in(&slack, "T0002", None, false, "C0002", 1);
+    assert_eq!(b.send(&first).await.outcome(), "skipped");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let code = slack.with_grants(|g| g.grant("T0002", "chat:write", "", false));
+    assert_eq!(install(&a, code).await.status, 200);
+    let second = mention_in(&slack, "T0002", None, false, "C0002", 2);
+    assert_eq!(b.send(&second).await.outcome(), "answered");
+
+    let org = slack.with_grants(|g| g.grant_org("E0001", "chat:write", false));
+    assert_eq!(install(&a, org).await.status, 200);
+    let workspace = slack.with_grants(|g| g.grant("T0007", "chat:write", "", false));
+    assert_eq!(install(&a, workspace).await.status, 200);
+    let mut gone: serde_json::Value = serde_json::from_str(&uninstall_event(
+        "app_uninstalled",
+        "T0007",
+        (now_unix() + 1) as i64,
+        json!(null),
+    ))
+    .unwrap();
+    gone["enterprise_id"] = json!("E0001");
+    gone["authorizations"][0]["enterprise_id"] = json!("E0001");
+    for _ in 0..2 {
+        assert_eq!(a.send(&gone.to_string()).await.status, 200);
+    }
+    assert!(store
+        .find(&InstallationKey::Workspace("T0007".into()))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        store
+            .find(&InstallationKey::Enterprise("E0001".into()))
+            .await
+            .unwrap()
+            .is_some(),
+        "the enterprise's org-wide install stays"
+    );
 }
