@@ -19,6 +19,8 @@ usage: slack-once                 serve (Lambda when AWS_LAMBDA_RUNTIME_API is s
                                   re-sign a Slack body or Lambda event file with a fresh timestamp
        slack-once create-table [TABLE]
                                   create the ledger table (DEDUP_TABLE) where AWS_ENDPOINT_URL points
+       slack-once import-token    keep SLACK_BOT_TOKEN as its workspace's installation in DEDUP_TABLE
+                                  (moving to multi-workspace mode: DEPLOY.md); nothing if one is there
        slack-once create-queue NAME
                                   create the work queue NAME and its dead-letter queue NAME-dlq
                                   where AWS_ENDPOINT_URL_SQS points; prints WORK_QUEUE_URL";
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
         Some("sign") => return sign::run(&args[1..]),
         Some("create-table") => return runtime().block_on(create_table(args.get(1).cloned())),
         Some("create-queue") => return runtime().block_on(create_queue(args.get(1).cloned())),
+        Some("import-token") => return runtime().block_on(import_token()),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -92,6 +95,44 @@ async fn create_queue(name: Option<String>) -> ExitCode {
         Err(error) => {
             eprintln!(
                 "slack-once create-queue: {}",
+                slack_once::process::error_chain(&error)
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn import_token() -> ExitCode {
+    let (Some(token), Some(table)) = (
+        std::env::var("SLACK_BOT_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
+        std::env::var("DEDUP_TABLE").ok().filter(|t| !t.is_empty()),
+    ) else {
+        eprintln!(
+            "slack-once import-token: set SLACK_BOT_TOKEN (the token to keep) and DEDUP_TABLE"
+        );
+        return ExitCode::from(2);
+    };
+    let api = std::env::var("SLACK_API_URL")
+        .unwrap_or_else(|_| slack_once::config::DEFAULT_SLACK_API_URL.to_string());
+    let client = slack_once::ledger::dynamo::client_from_env().await;
+    let store = slack_once::installations::DynamoInstallations::new(client, table);
+    let slack = slack_once::slack::SlackClient::new(api, None);
+    let token = slack_once::config::Secret::new(token);
+    match slack_once::installations::import_token(&store, &slack, &token).await {
+        Ok(Some(installation)) => {
+            let key = installation.key().expect("a key");
+            println!("imported the installation of {}", key.id());
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            println!("an installation is stored already: nothing imported");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "slack-once import-token: {}",
                 slack_once::process::error_chain(&error)
             );
             ExitCode::FAILURE

@@ -262,6 +262,62 @@ pub trait InstallationStore: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
 }
 
+/// Why a token could not be imported.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("Slack refused the token (auth.test)")]
+    Slack(#[source] crate::slack::SlackError),
+    #[error("auth.test named no team or enterprise for the token")]
+    NoTeam,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Keeps a single workspace's bot token (`SLACK_BOT_TOKEN`) as that workspace's installation,
+/// unless one is stored already (`Ok(None)`): moving a single-workspace app to multi-workspace
+/// mode without a window in which its workspace has no installation (`slack-once
+/// import-token`). The workspace and the bot are as `auth.test` names them.
+pub async fn import_token(
+    store: &dyn InstallationStore,
+    slack: &crate::slack::SlackClient,
+    token: &Secret,
+) -> Result<Option<Installation>, ImportError> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let me = slack
+        .call_with("auth.test", &[], Some(token), deadline)
+        .await
+        .map_err(ImportError::Slack)?;
+    let text = |k: &str| me[k].as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    let org_wide = me["is_enterprise_install"].as_bool().unwrap_or(false);
+    let installation = Installation {
+        team_id: text("team_id").filter(|_| !org_wide),
+        team_name: text("team"),
+        enterprise_id: text("enterprise_id"),
+        enterprise_name: None,
+        enterprise_url: None,
+        is_enterprise_install: org_wide,
+        app_id: None,
+        bot_id: text("bot_id"),
+        bot_user_id: text("user_id"),
+        bot_scopes: Vec::new(),
+        bot: Token {
+            token: token.expose().to_string(),
+            refresh_token: None,
+            expires_at_ms: None,
+        },
+        user_id: None,
+        user_scopes: Vec::new(),
+        user: None,
+        installed_at_ms: crate::clock::now_ms(),
+    };
+    let key = installation.key().ok_or(ImportError::NoTeam)?;
+    if store.find(&key).await?.is_some() {
+        return Ok(None);
+    }
+    store.save(&installation).await?;
+    Ok(Some(installation))
+}
+
 /// The interval between history reads at `per_minute` a minute.
 pub(crate) fn read_interval_ms(per_minute: u32) -> u64 {
     60_000u64.div_ceil(u64::from(per_minute.max(1)))

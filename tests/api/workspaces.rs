@@ -955,3 +955,59 @@ async fn a_reinstall_counts_at_once_everywhere_and_a_workspaces_uninstall_spares
         "the enterprise's org-wide install stays"
     );
 }
+
+/// Moving a single-workspace app over: `slack-once import-token` keeps its bot token as its
+/// workspace's installation (the workspace and bot as auth.test names them), once; the app in
+/// multi-workspace mode then answers that workspace with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_imports_a_single_workspaces_token_and_the_app_answers_with_it() {
+    let slack = fake_slack_oauth().await;
+    let endpoint = dynamodb_endpoint();
+    let (ledger, store) = on_dynamo().await;
+    let run = || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+        command.env_clear().arg("import-token");
+        for (k, v) in dynamodb_env(&endpoint) {
+            command.env(k, v);
+        }
+        command
+            .env("SLACK_BOT_TOKEN", "xoxb-the-one-workspace")
+            .env("SLACK_API_URL", slack.base_url())
+            .env("DEDUP_TABLE", ledger.table());
+        let out = command.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, text) = run();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("imported the installation of T0TEST"),
+        "{text}"
+    );
+    assert!(!text.contains("xoxb-the-one-workspace"));
+    let (code, text) = run();
+    assert_eq!(
+        (code, text.contains("nothing imported")),
+        (Some(0), true),
+        "{text}"
+    );
+    let stored = store
+        .find(&InstallationKey::Workspace("T0TEST".into()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.installation.bot_user_id.as_deref(), Some("U0BOT"));
+    let app = spawn(&slack, ledger, store).await;
+    let body = json!({
+        "token": "unused", "team_id": "T0TEST", "api_app_id": slack_once::testing::APP_ID,
+        "type": "event_callback", "event_id": "EvImported1", "event_time": 1_700_000_000,
+        "event": {"type": "app_mention", "user": "U0PERSON", "text": "<@U0BOT> hi", "ts": "1700000001.000100", "channel": "C0TEST", "event_ts": "1700000001.000100"},
+        "authorizations": [{"team_id": "T0TEST", "user_id": "U0BOT", "is_bot": true}]
+    })
+    .to_string();
+    slack.with_workspace(|w| w.add_event_message(body.as_bytes()));
+    assert_eq!(app.send(&body).await.outcome(), "answered");
+    assert_eq!(slack.messages().len(), 1);
+}
