@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use super::schedule::{Fault, SiteKind};
 use super::world::{Decision, World};
 use crate::envelope::EventId;
+use crate::installations::{Installation, InstallationKey, InstallationStore, StoreError, Stored};
 use crate::ledger::{
     Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,
     StepRecord,
@@ -31,56 +32,213 @@ impl SimLedger {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, LedgerError>>,
     {
-        let (decision, line) =
-            self.world
-                .decide(self.run, SiteKind::Ledger, format!("ledger {what}"));
-        let shown = |r: &Result<T, LedgerError>| match r {
-            Ok(v) => format!("{v:?}"),
-            Err(e) => format!("error: {}", crate::process::error_chain(e)),
-        };
-        match decision {
-            Decision::Dead => std::future::pending().await,
-            Decision::Proceed => {
-                let result = call().await;
-                self.world.note(line, &shown(&result));
-                result
-            }
-            Decision::Fault(fault) => match fault {
-                Fault::DiesBefore => {
-                    self.world.die(self.run, "before a ledger call");
-                    std::future::pending().await
-                }
-                Fault::DiesAfter => {
-                    let result = call().await;
-                    self.world
-                        .note(line, &format!("applied: {}", shown(&result)));
-                    self.world.die(self.run, "after a ledger call took effect");
-                    std::future::pending().await
-                }
-                Fault::AnswerLost => {
-                    let result = call().await;
-                    self.world
-                        .note(line, &format!("applied ({}), answer lost", shown(&result)));
-                    Err(unavailable("the ledger's answer was lost"))
-                }
-                Fault::SdkRetry => {
-                    let first = call().await;
-                    let second = call().await;
-                    self.world.note(
-                        line,
-                        &format!(
-                            "applied ({}), sent again: {}",
-                            shown(&first),
-                            shown(&second)
-                        ),
-                    );
-                    second
-                }
-                Fault::Slow => std::future::pending().await,
-                // Unavailable, and anything a ledger call cannot meet.
-                _ => Err(unavailable("the ledger refused the call (throttled)")),
-            },
+        site(
+            &self.world,
+            self.run,
+            format!("ledger {what}"),
+            call,
+            unavailable,
+        )
+        .await
+    }
+}
+
+/// One call to the ledger's table (the ledger's, or the installation store's in it), `call`
+/// making it (again for an SDK's retry), under the schedule; `unavailable` makes the error of
+/// a call refused or whose answer was lost.
+pub(crate) async fn site<T, E, F, Fut>(
+    world: &World,
+    run: u32,
+    what: String,
+    call: F,
+    unavailable: fn(&str) -> E,
+) -> Result<T, E>
+where
+    T: Debug,
+    E: std::error::Error + 'static,
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let (decision, line) = world.decide(run, SiteKind::Ledger, what);
+    let shown = |r: &Result<T, E>| match r {
+        Ok(v) => format!("{v:?}"),
+        Err(e) => format!("error: {}", crate::process::error_chain(e)),
+    };
+    match decision {
+        Decision::Dead => std::future::pending().await,
+        Decision::Proceed => {
+            let result = call().await;
+            world.note(line, &shown(&result));
+            result
         }
+        Decision::Fault(fault) => match fault {
+            Fault::DiesBefore => {
+                world.die(run, "before a ledger call");
+                std::future::pending().await
+            }
+            Fault::DiesAfter => {
+                let result = call().await;
+                world.note(line, &format!("applied: {}", shown(&result)));
+                world.die(run, "after a ledger call took effect");
+                std::future::pending().await
+            }
+            Fault::AnswerLost => {
+                let result = call().await;
+                world.note(line, &format!("applied ({}), answer lost", shown(&result)));
+                Err(unavailable("the ledger's answer was lost"))
+            }
+            Fault::SdkRetry => {
+                let first = call().await;
+                let second = call().await;
+                world.note(
+                    line,
+                    &format!(
+                        "applied ({}), sent again: {}",
+                        shown(&first),
+                        shown(&second)
+                    ),
+                );
+                second
+            }
+            Fault::Slow => std::future::pending().await,
+            // Unavailable, and anything a ledger call cannot meet.
+            _ => Err(unavailable("the ledger refused the call (throttled)")),
+        },
+    }
+}
+
+/// The installation store as a run sees it (multi-workspace mode): the schedule's one store in
+/// memory, in the ledger's table, each call a site of the ledger's faults.
+pub(crate) struct SimInstallations {
+    pub world: Arc<World>,
+    pub run: u32,
+    pub store: Arc<crate::installations::MemoryInstallations>,
+}
+
+fn store_unavailable(why: &str) -> StoreError {
+    StoreError::Unavailable(why.to_string().into())
+}
+
+impl SimInstallations {
+    async fn site<T: Debug, F, Fut>(&self, what: String, call: F) -> Result<T, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        site(
+            &self.world,
+            self.run,
+            format!("installations {what}"),
+            call,
+            store_unavailable,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl InstallationStore for SimInstallations {
+    async fn save(&self, installation: &Installation) -> Result<(), StoreError> {
+        self.site("save".into(), || self.store.save(installation))
+            .await
+    }
+
+    async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError> {
+        let found = self
+            .site(format!("find {}", key.id()), || self.store.find(key))
+            .await?;
+        Ok(found)
+    }
+
+    async fn delete(&self, key: &InstallationKey, before_ms: u64) -> Result<bool, StoreError> {
+        self.site(format!("delete {}", key.id()), || {
+            self.store.delete(key, before_ms)
+        })
+        .await
+    }
+
+    async fn revoke(
+        &self,
+        key: &InstallationKey,
+        users: &[String],
+        bots: &[String],
+        before_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.site(format!("revoke {}", key.id()), || {
+            self.store.revoke(key, users, bots, before_ms)
+        })
+        .await
+    }
+
+    async fn take_refresh(
+        &self,
+        key: &InstallationKey,
+        rotation: &str,
+        owner: &str,
+        now_ms: u64,
+        until_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.site(format!("take the refresh of {}", key.id()), || {
+            self.store
+                .take_refresh(key, rotation, owner, now_ms, until_ms)
+        })
+        .await
+    }
+
+    async fn release_refresh(&self, key: &InstallationKey, owner: &str) -> Result<(), StoreError> {
+        self.site(format!("release the refresh of {}", key.id()), || {
+            self.store.release_refresh(key, owner)
+        })
+        .await
+    }
+
+    async fn store_refreshed(
+        &self,
+        key: &InstallationKey,
+        replaced: (&str, u64),
+        owner: &str,
+        refreshed: &Installation,
+    ) -> Result<bool, StoreError> {
+        self.site(format!("store the refreshed pair of {}", key.id()), || {
+            self.store.store_refreshed(key, replaced, owner, refreshed)
+        })
+        .await
+    }
+
+    async fn mark_broken(
+        &self,
+        key: &InstallationKey,
+        rotation: &str,
+        code: &str,
+    ) -> Result<bool, StoreError> {
+        self.site(format!("mark {} broken ({code})", key.id()), || {
+            self.store.mark_broken(key, rotation, code)
+        })
+        .await
+    }
+
+    async fn take_read(
+        &self,
+        key: &InstallationKey,
+        now_ms: u64,
+        per_minute: u32,
+    ) -> Result<Option<u64>, StoreError> {
+        self.site(format!("take a history read of {}", key.id()), || {
+            self.store.take_read(key, now_ms, per_minute)
+        })
+        .await
+    }
+
+    async fn consume_state(
+        &self,
+        nonce: &str,
+        spender: &str,
+        expires_at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.site("spend a state".into(), || {
+            self.store.consume_state(nonce, spender, expires_at_ms)
+        })
+        .await
     }
 }
 

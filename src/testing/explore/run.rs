@@ -419,7 +419,11 @@ impl Shared {
                 history_reads_per_minute: u32::from(self.spec.history_per_minute),
             };
             crate::installations::Workspaces::new(
-                self.installations.clone(),
+                Arc::new(super::ledger::SimInstallations {
+                    world: self.world.clone(),
+                    run,
+                    store: self.installations.clone(),
+                }),
                 slack.clone(),
                 oauth,
                 secrets.clone(),
