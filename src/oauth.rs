@@ -1,8 +1,10 @@
 //! Slack's OAuth v2 install flow (multi-workspace mode):
 //!
 //! - `GET /slack/install` answers 302 to Slack's authorize page with the client id, the scopes,
-//!   the redirect URI and a fresh `state`. The state is kept in the ledger's table for
-//!   [`STATE_LIFETIME`], single use, and tied to the browser that asked by a cookie
+//!   the redirect URI and a fresh `state`: a nonce and its expiry ([`STATE_LIFETIME`]),
+//!   signed with a key derived from the client secret (the page writes nothing), single use
+//!   (its nonce spent in the ledger's table at the callback), and tied to the browser that
+//!   asked by a cookie
 //!   ([`STATE_COOKIE`], `Path=/`, so it works under an API Gateway stage and on a function URL
 //!   alike: the redirect must come to the same host as the install page).
 //! - `GET /slack/oauth_redirect?code=…&state=…` checks the cookie against the state, spends

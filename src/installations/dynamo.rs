@@ -165,6 +165,35 @@ impl InstallationStore for DynamoInstallations {
         Ok(())
     }
 
+    async fn save_new(&self, installation: &Installation) -> Result<bool, StoreError> {
+        let key = installation.key().ok_or_else(|| {
+            StoreError::Corrupt("an installation without a team or enterprise".into())
+        })?;
+        let json = serde_json::to_string(installation).expect("an installation serialises");
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(attr::PK, s(&key.item_key()))
+            .item(attr::KIND, s("installation"))
+            .item(attr::INSTALLATION, s(&json))
+            .item(attr::ROTATION, s(&installation.bot.rotation()))
+            .item(attr::INSTALLED_AT, n(installation.installed_at_ms))
+            .condition_expression("attribute_not_exists(#pk) OR #installation = :json")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#installation", attr::INSTALLATION)
+            .expression_attribute_values(":json", s(&json))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError> {
         let got = self
             .client

@@ -56,6 +56,22 @@ impl InstallationStore for MemoryInstallations {
         Ok(())
     }
 
+    async fn save_new(&self, installation: &Installation) -> Result<bool, StoreError> {
+        let key = installation.key().ok_or_else(|| {
+            StoreError::Corrupt("an installation without a team or enterprise".into())
+        })?;
+        if self
+            .items
+            .lock()
+            .expect("store lock")
+            .contains_key(&key.item_key())
+        {
+            return Ok(false);
+        }
+        self.save(installation).await?;
+        Ok(true)
+    }
+
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError> {
         let items = self.items.lock().expect("store lock");
         Ok(items.get(&key.item_key()).map(|i| i.stored.clone()))

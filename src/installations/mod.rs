@@ -162,7 +162,7 @@ impl Installation {
 }
 
 /// An installation as the store holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Stored {
     pub installation: Installation,
     /// Set when its token can no longer be refreshed (Slack's code): it must be installed
@@ -171,6 +171,21 @@ pub struct Stored {
     /// Counts the changes other than a refresh (a revoked user token): a refresh stores its
     /// pair only over the revision it read, so it never undoes one.
     pub revision: u64,
+}
+
+impl std::fmt::Debug for Stored {
+    /// Brief (no token): which installation, its rotation, whether broken, its revision.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.installation;
+        f.debug_struct("Stored")
+            .field("team", &i.team_id)
+            .field("enterprise", &i.enterprise_id)
+            .field("rotation", &i.bot.rotation())
+            .field("user_token", &i.user.is_some())
+            .field("broken", &self.broken)
+            .field("revision", &self.revision)
+            .finish()
+    }
 }
 
 /// Why the store could not answer.
@@ -188,6 +203,9 @@ pub enum StoreError {
 pub trait InstallationStore: Send + Sync + 'static {
     /// Keeps an install (a reinstall replaces the earlier one, and clears `broken`).
     async fn save(&self, installation: &Installation) -> Result<(), StoreError>;
+
+    /// Keeps an install only where none is stored: whether kept.
+    async fn save_new(&self, installation: &Installation) -> Result<bool, StoreError>;
 
     /// The installation `key` names, read strongly.
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError>;
@@ -310,12 +328,12 @@ pub async fn import_token(
         user: None,
         installed_at_ms: crate::clock::now_ms(),
     };
-    let key = installation.key().ok_or(ImportError::NoTeam)?;
-    if store.find(&key).await?.is_some() {
-        return Ok(None);
+    installation.key().ok_or(ImportError::NoTeam)?;
+    // Never over an installation stored meanwhile (an OAuth install's rotating token).
+    match store.save_new(&installation).await? {
+        true => Ok(Some(installation)),
+        false => Ok(None),
     }
-    store.save(&installation).await?;
-    Ok(Some(installation))
 }
 
 /// The interval between history reads at `per_minute` a minute.

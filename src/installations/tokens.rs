@@ -45,6 +45,30 @@ pub const INLINE_BELOW: Duration = Duration::from_secs(60);
 pub const INLINE_BUDGET: Duration = Duration::from_millis(1500);
 /// A refresh's own budget (it runs on a task of its own), well within its lease.
 pub const REFRESH_BUDGET: Duration = Duration::from_secs(10);
+/// After a failed refresh, none is tried for this long (the current token serves meanwhile).
+pub const REFRESH_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Ends a refresh task's entry, however the task ends.
+struct Ended {
+    workspaces: Arc<Workspaces>,
+    key: InstallationKey,
+    tx: tokio::sync::watch::Sender<bool>,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.workspaces.refreshing.lock() {
+            // Only this task's own entry (a later one may have replaced it).
+            if running
+                .get(&self.key)
+                .is_some_and(|rx| rx.same_channel(&self.tx.subscribe()))
+            {
+                running.remove(&self.key);
+            }
+        }
+        let _ = self.tx.send(true);
+    }
+}
 /// Slack's answers to a refresh that mean the installation must be installed again.
 pub const BROKEN_CODES: &[&str] = &["invalid_refresh_token", "invalid_auth", "token_revoked"];
 
@@ -107,6 +131,10 @@ pub struct Workspaces {
     refreshing: Mutex<HashMap<InstallationKey, tokio::sync::watch::Receiver<bool>>>,
     /// Installations logged broken by this process (logged once).
     said_broken: Mutex<std::collections::HashSet<InstallationKey>>,
+    /// After a failed refresh, the next is not tried before this (per installation).
+    retry_after: Mutex<HashMap<InstallationKey, Instant>>,
+    /// Where a refresh's own metrics line goes (it runs outside any request), and the version.
+    metrics: Mutex<(crate::metrics::MetricsOut, String)>,
     me: std::sync::Weak<Workspaces>,
 }
 
@@ -133,8 +161,31 @@ impl Workspaces {
             cache: Mutex::default(),
             refreshing: Mutex::default(),
             said_broken: Mutex::default(),
+            retry_after: Mutex::default(),
+            metrics: Mutex::new((crate::metrics::MetricsOut::Off, String::new())),
             me: me.clone(),
         })
+    }
+
+    /// Where a refresh's metrics line goes (the processor's settings).
+    pub fn set_metrics(&self, out: crate::metrics::MetricsOut, version: &str) {
+        *self.metrics.lock().expect("lock") = (out, version.to_string());
+    }
+
+    /// Waits, until `deadline`, for the refreshes this process is running: on Lambda an
+    /// invocation's environment is frozen once it answers, and a refresh frozen mid-exchange
+    /// loses its answer, so a request waits for one it began (bounded by its own budget).
+    pub async fn settle(&self, deadline: Instant) {
+        let running: Vec<tokio::sync::watch::Receiver<bool>> = self
+            .refreshing
+            .lock()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect();
+        for mut rx in running {
+            let _ = tokio::time::timeout_at(deadline, rx.wait_for(|ended| *ended)).await;
+        }
     }
 
     pub fn store(&self) -> &Arc<dyn InstallationStore> {
@@ -350,25 +401,47 @@ impl Workspaces {
         let Some(me) = self.me.upgrade() else {
             return;
         };
+        // A refresh that just failed is not tried again at once, by any request.
+        let backing_off = self
+            .retry_after
+            .lock()
+            .expect("lock")
+            .get(&known.key)
+            .is_some_and(|until| Instant::now() < *until);
+        if backing_off {
+            return;
+        }
         let mut done = {
             let mut running = self.refreshing.lock().expect("lock");
+            // A receiver whose task is gone (ended, or dropped) is not waited on.
             match running.get(&known.key) {
-                Some(rx) if !*rx.borrow() => rx.clone(),
+                Some(rx) if !*rx.borrow() && rx.has_changed().is_ok() => rx.clone(),
                 _ => {
                     let (tx, rx) = tokio::sync::watch::channel(false);
                     running.insert(known.key.clone(), rx.clone());
                     let known = known.clone();
+                    let (out, version) = self.metrics.lock().expect("lock").clone();
                     tokio::spawn(async move {
+                        // Whatever becomes of the task, its entry goes and its waiters wake.
+                        let _ended = Ended {
+                            workspaces: me.clone(),
+                            key: known.key.clone(),
+                            tx,
+                        };
+                        let metrics = crate::metrics::Metrics::new();
                         let seen = known.get();
-                        match me.refresh_held(&known, &seen).await {
-                            Ok(()) => {}
-                            Err(e) => {
-                                crate::metrics::count("TokenRefreshFailures");
-                                tracing::warn!(installation = known.key.id(), error = %crate::pipeline::error_chain(&*e), "the token refresh failed: the current token is used while it lasts");
-                            }
+                        let result = metrics.scope(me.refresh_held(&known, &seen)).await;
+                        if let Err(e) = result {
+                            metrics.count("TokenRefreshFailures");
+                            me.retry_after
+                                .lock()
+                                .expect("lock")
+                                .insert(known.key.clone(), Instant::now() + REFRESH_BACKOFF);
+                            tracing::warn!(installation = known.key.id(), error = %crate::pipeline::error_chain(&*e), "the token refresh failed: the current token is used while it lasts");
+                        } else {
+                            me.retry_after.lock().expect("lock").remove(&known.key);
                         }
-                        me.refreshing.lock().expect("lock").remove(&known.key);
-                        let _ = tx.send(true);
+                        metrics.emit_to(&out, &version, &[("Installation", known.key.id())]);
                     });
                     rx
                 }
@@ -428,8 +501,18 @@ impl Workspaces {
         };
         // Taken: read again (a refresh may have ended between the read and the lease). The
         // pair is stored over what this read found, and nothing else.
+        let due = |i: &Installation| {
+            self.left(&i.bot)
+                .is_some_and(|l| l <= self.oauth.refresh_before)
+        };
         let held = match self.store.find(key).await {
-            Ok(Some(s)) if s.installation.bot.rotation() == rotation && s.broken.is_none() => s,
+            Ok(Some(s))
+                if s.installation.bot.rotation() == rotation
+                    && s.broken.is_none()
+                    && due(&s.installation) =>
+            {
+                s
+            }
             Ok(other) => {
                 released().await;
                 self.remember(key, other);
@@ -497,7 +580,7 @@ impl Workspaces {
             refresh_token: Some(refresh.to_string()),
             expires_at_ms: answer["expires_in"]
                 .as_u64()
-                .map(|s| crate::clock::now_ms() + s * 1000),
+                .map(|s| crate::clock::now_ms().saturating_add(s.saturating_mul(1000))),
         };
         // Stored before any use: a pair not stored is never used, and the next try exchanges
         // the same refresh token again.
@@ -509,7 +592,16 @@ impl Workspaces {
             Ok(true) => {
                 crate::metrics::count("TokensRefreshed");
                 tracing::info!(installation = key.id(), "token refreshed");
-                known.set(refreshed);
+                known.set(refreshed.clone());
+                // And the cache's, should it hold another copy (a forget since).
+                self.remember(
+                    key,
+                    Some(Stored {
+                        installation: refreshed,
+                        broken: None,
+                        revision: held.revision,
+                    }),
+                );
                 Ok(())
             }
             Ok(false) => {

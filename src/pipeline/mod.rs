@@ -337,6 +337,7 @@ impl Processor {
 
     /// As [`Self::with_workspaces`], in place.
     pub fn set_workspaces(&mut self, workspaces: Arc<Workspaces>) {
+        workspaces.set_metrics(self.metrics.clone(), &self.version);
         self.oauth = Some(Arc::new(OAuthFlow::new(workspaces.clone())));
         self.workspaces = Some(workspaces);
     }
@@ -477,6 +478,22 @@ impl Processor {
             .handle_in_span(delivery, retry_num)
             .instrument(span.clone())
             .await;
+        // A token refresh this request began ends before it answers (on Lambda the answer
+        // freezes the environment), within Slack's 3 s.
+        if let Some(workspaces) = &self.workspaces {
+            let bound = delivery.started + Duration::from_millis(2500);
+            let bound = match delivery.invocation_deadline {
+                Some(deadline) => bound.min(
+                    Instant::now()
+                        + deadline
+                            .duration_since(crate::clock::now())
+                            .unwrap_or_default()
+                            .saturating_sub(ANSWER_MARGIN),
+                ),
+                None => bound,
+            };
+            workspaces.settle(bound).await;
+        }
         log_result(&span, delivery.started, &result, "delivery");
         metrics::count("Deliveries");
         record_result(&result);
@@ -531,6 +548,16 @@ impl Processor {
             }
         };
         let result = run.instrument(span.clone()).await;
+        if let Some(workspaces) = &self.workspaces {
+            let left = delivery
+                .invocation_deadline
+                .and_then(|d| d.duration_since(crate::clock::now()).ok())
+                .unwrap_or(Duration::from_secs(2))
+                .saturating_sub(Duration::from_secs(1));
+            workspaces
+                .settle(Instant::now() + left.min(crate::installations::tokens::REFRESH_BUDGET))
+                .await;
+        }
         log_result(&span, delivery.started, &result, "queued event");
         metrics::count("QueuedEvents");
         record_result(&result);

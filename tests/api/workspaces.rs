@@ -1011,3 +1011,74 @@ async fn the_binary_imports_a_single_workspaces_token_and_the_app_answers_with_i
     assert_eq!(app.send(&body).await.outcome(), "answered");
     assert_eq!(slack.messages().len(), 1);
 }
+
+/// A refresh runs outside any request: its own metrics line says what it came to (the
+/// template's alarm watches `InstallationsBroken`), and a failed one is not tried again by
+/// every request at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
+    use slack_once::installations::{Authorized, Workspaces};
+    let slack = fake_slack_oauth().await;
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let workspaces = |secret: &str, store: Arc<MemoryInstallations>| {
+        let mut oauth = config(&slack, &[]).oauth.unwrap();
+        oauth.client_secret = Some(slack_once::config::Secret::new(secret));
+        let w = Workspaces::new(
+            store,
+            slack_once::slack::SlackClient::new(slack.base_url(), None),
+            oauth,
+            Arc::new(slack_once::secrets::SlackSecrets::fixed(None, None)),
+        );
+        w.set_metrics(slack_once::metrics::MetricsOut::Kept(lines.clone()), "test");
+        w
+    };
+    let call = |w: Arc<Workspaces>| async move {
+        let Authorized::Installed { client, .. } =
+            w.authorize(Some("T0002"), None, false).await.unwrap()
+        else {
+            panic!("installed");
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let _ = client
+            .api(
+                "auth.test",
+                &slack_once::slack::Args::Form(Vec::new()),
+                deadline,
+            )
+            .await;
+    };
+    // Refused for good: marked broken, counted on the refresh's own line.
+    let store = Arc::new(MemoryInstallations::new());
+    rotating_install(&slack, &*store, "T0002", 30).await;
+    slack.with_grants(|g| g.revoke_all("T0002"));
+    call(workspaces(CLIENT_SECRET, store.clone())).await;
+    let text = lines.lock().unwrap().join("\n");
+    assert!(text.contains("InstallationsBroken"), "{text}");
+    assert!(store.all()[0].broken.is_some());
+
+    // A refresh that fails (a wrong client secret) is tried once, not by each request after.
+    let other = fake_slack_oauth().await;
+    let store = Arc::new(MemoryInstallations::new());
+    rotating_install(&other, &*store, "T0002", 30).await;
+    let slack = other;
+    let w = {
+        let mut oauth = config(&slack, &[]).oauth.unwrap();
+        oauth.client_secret = Some(slack_once::config::Secret::new("wrong"));
+        Workspaces::new(
+            store,
+            slack_once::slack::SlackClient::new(slack.base_url(), None),
+            oauth,
+            Arc::new(slack_once::secrets::SlackSecrets::fixed(None, None)),
+        )
+    };
+    for _ in 0..3 {
+        call(w.clone()).await;
+    }
+    let refreshes = slack.with_grants(|g| {
+        g.exchanges()
+            .iter()
+            .filter(|e| e.grant_type == "refresh_token")
+            .count()
+    });
+    assert_eq!(refreshes, 1, "one exchange, then 30 s without");
+}

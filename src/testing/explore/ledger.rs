@@ -143,6 +143,13 @@ impl InstallationStore for SimInstallations {
             .await
     }
 
+    async fn save_new(&self, installation: &Installation) -> Result<bool, StoreError> {
+        self.site("save a new installation".into(), || {
+            self.store.save_new(installation)
+        })
+        .await
+    }
+
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError> {
         let found = self
             .site(format!("find {}", key.id()), || self.store.find(key))

@@ -162,8 +162,8 @@ impl Explorer {
 
     /// Multi-workspace mode: the app is installed in the workspace through OAuth, with token
     /// rotation on and `left` before its token expires (within `SLACK_TOKEN_REFRESH_MINUTES`'
-    /// default of 120, a request refreshes it: beside the request with more than 5 minutes
-    /// left, in front of it with less). Every call must carry a token Slack issued to this
+    /// default of 120, a request refreshes it: beside the request with more than a minute
+    /// left; at its first call, after the claim, with less). Every call must carry a token Slack issued to this
     /// workspace, the refresh must leave the installation working, and Slack's token
     /// endpoint (`oauth.v2.access`) is a site of faults like any other call.
     pub fn installed(mut self, left: Duration) -> Self {
