@@ -418,9 +418,9 @@ pub trait TokenSource: Send + Sync {
     async fn refused(&self, used: &Secret, sent_at: Instant) -> Refused;
     /// Called before each call: a token about to expire is renewed first (within `deadline`).
     async fn prepare(&self, _deadline: Instant) {}
-    /// Waits, within `deadline`, for the right to read one page of history (a distributed
-    /// app's per-workspace limit); `Err` when none comes in time.
-    async fn lookup_slot(&self, _deadline: Instant) -> Result<(), SlackError> {
+    /// Waits, within `deadline`, for the right to read one page of history with `method` (a
+    /// distributed app's limit, per workspace and method); `Err` when none comes in time.
+    async fn lookup_slot(&self, _method: &str, _deadline: Instant) -> Result<(), SlackError> {
         Ok(())
     }
 }
@@ -862,7 +862,7 @@ impl SlackClient {
             let uri = format!("{}/{method}?{}", self.base_url, encoded.join("&"));
             // A distributed app's history reads are few a minute per workspace: each page
             // waits for its turn, shared by every instance (or gives up within the deadline).
-            self.secrets.lookup_slot(deadline).await?;
+            self.secrets.lookup_slot(method, deadline).await?;
             let history: History = self
                 .authorized(method, deadline, |token| {
                     Request::builder()

@@ -385,6 +385,7 @@ impl InstallationStore for DynamoInstallations {
     async fn take_read(
         &self,
         key: &InstallationKey,
+        method: &str,
         now_ms: u64,
         per_minute: u32,
     ) -> Result<Option<u64>, StoreError> {
@@ -393,7 +394,7 @@ impl InstallationStore for DynamoInstallations {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(attr::PK, s(&key.pace_key()))
+            .key(attr::PK, s(&key.pace_key(method)))
             .update_expression("SET #next_read = :next, #expires_at = :expires")
             .condition_expression("attribute_not_exists(#next_read) OR #next_read <= :now")
             .expression_attribute_names("#next_read", attr::NEXT_READ)

@@ -196,11 +196,12 @@ impl InstallationStore for MemoryInstallations {
     async fn take_read(
         &self,
         key: &InstallationKey,
+        method: &str,
         now_ms: u64,
         per_minute: u32,
     ) -> Result<Option<u64>, StoreError> {
         let mut reads = self.reads.lock().expect("store lock");
-        let next = reads.entry(key.pace_key()).or_insert(0);
+        let next = reads.entry(key.pace_key(method)).or_insert(0);
         if *next > now_ms {
             return Ok(Some(*next));
         }

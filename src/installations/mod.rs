@@ -57,9 +57,13 @@ impl InstallationKey {
         }
     }
 
-    /// The key of the item that paces this installation's history reads.
-    pub fn pace_key(&self) -> String {
-        format!("install-pace#{}", &self.item_key()["install#".len()..])
+    /// The key of the item that paces this workspace's history reads with `method` (Slack's
+    /// limit is per method: `conversations.history` and `.replies` each their own).
+    pub fn pace_key(&self, method: &str) -> String {
+        format!(
+            "install-pace#{}#{method}",
+            &self.item_key()["install#".len()..]
+        )
     }
 
     /// The id it is named by (a team's or an enterprise's), for the logs.
@@ -259,11 +263,12 @@ pub trait InstallationStore: Send + Sync + 'static {
         code: &str,
     ) -> Result<bool, StoreError>;
 
-    /// Takes the next of `per_minute` history reads a minute for the installation: `None`
-    /// when taken, or when the next one is free (epoch ms).
+    /// Takes the next of `per_minute` history reads a minute with `method` for the workspace
+    /// `key` names: `None` when taken, or when the next one is free (epoch ms).
     async fn take_read(
         &self,
         key: &InstallationKey,
+        method: &str,
         now_ms: u64,
         per_minute: u32,
     ) -> Result<Option<u64>, StoreError>;

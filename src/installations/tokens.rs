@@ -647,7 +647,12 @@ impl Workspaces {
 
     /// Waits for the next history read `key` may make (see
     /// `SLACK_HISTORY_READS_PER_MINUTE`), until `deadline`.
-    async fn read_slot(&self, key: &InstallationKey, deadline: Instant) -> Result<(), SlackError> {
+    async fn read_slot(
+        &self,
+        key: &InstallationKey,
+        method: &str,
+        deadline: Instant,
+    ) -> Result<(), SlackError> {
         let per_minute = self.oauth.history_reads_per_minute;
         if per_minute == 0 {
             return Ok(());
@@ -655,7 +660,7 @@ impl Workspaces {
         let mut waited = false;
         loop {
             let now = crate::clock::now_ms();
-            let free_at = match self.store.take_read(key, now, per_minute).await {
+            let free_at = match self.store.take_read(key, method, now, per_minute).await {
                 Ok(None) => {
                     if waited {
                         crate::metrics::count("LookupsPaced");
@@ -739,7 +744,9 @@ impl TokenSource for InstalledToken {
         }
     }
 
-    async fn lookup_slot(&self, deadline: Instant) -> Result<(), SlackError> {
-        self.workspaces.read_slot(&self.pace, deadline).await
+    async fn lookup_slot(&self, method: &str, deadline: Instant) -> Result<(), SlackError> {
+        self.workspaces
+            .read_slot(&self.pace, method, deadline)
+            .await
     }
 }

@@ -752,12 +752,25 @@ async fn contract(store: &dyn InstallationStore) {
 
     // History reads: one a minute, shared.
     let pace = InstallationKey::Workspace("T9".into());
-    assert_eq!(store.take_read(&pace, 100_000, 1).await.unwrap(), None);
+    let history = "conversations.history";
     assert_eq!(
-        store.take_read(&pace, 130_000, 1).await.unwrap(),
+        store.take_read(&pace, history, 100_000, 1).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.take_read(&pace, history, 130_000, 1).await.unwrap(),
         Some(160_000)
     );
-    assert_eq!(store.take_read(&pace, 160_000, 1).await.unwrap(), None);
+    // Each method its own.
+    let replies = "conversations.replies";
+    assert_eq!(
+        store.take_read(&pace, replies, 130_000, 1).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.take_read(&pace, history, 160_000, 1).await.unwrap(),
+        None
+    );
 }
 
 /// The binary in multi-workspace mode with its install settings in the secret (as the SAM

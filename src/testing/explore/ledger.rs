@@ -227,11 +227,12 @@ impl InstallationStore for SimInstallations {
     async fn take_read(
         &self,
         key: &InstallationKey,
+        method: &str,
         now_ms: u64,
         per_minute: u32,
     ) -> Result<Option<u64>, StoreError> {
         self.site(format!("take a history read of {}", key.id()), || {
-            self.store.take_read(key, now_ms, per_minute)
+            self.store.take_read(key, method, now_ms, per_minute)
         })
         .await
     }
