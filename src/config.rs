@@ -489,11 +489,15 @@ pub fn redirect_of(var: &'static str, value: &str) -> Result<String, ConfigError
         Some(("http", host)) => is_loopback(host),
         _ => false,
     };
-    if !ok {
+    let path_ok = parsed
+        .as_ref()
+        .is_some_and(|u| u.path().ends_with("/slack/oauth_redirect"));
+    if !ok || !path_ok {
         return Err(ConfigError::Invalid {
             var,
             reason: "must be an https:// URL (http:// only on this machine), the one your Slack \
-                     app's OAuth & Permissions page lists, ending in /slack/oauth_redirect"
+                     app's OAuth & Permissions page lists, ending in /slack/oauth_redirect (the \
+                     path this app serves)"
                 .into(),
         });
     }
@@ -519,9 +523,10 @@ fn oauth_of(
         if let Some(var) = DEPENDENT.iter().find(|v| get(v).is_some()) {
             return Err(ConfigError::Invalid {
                 var,
-                reason: "is an OAuth setting, and SLACK_CLIENT_ID is not set: set \
-                         SLACK_CLIENT_ID (multi-workspace mode), or unset it"
-                    .into(),
+                reason: format!(
+                    "is set but SLACK_CLIENT_ID is not: it is a multi-workspace setting. Set \
+                     SLACK_CLIENT_ID, or unset {var}"
+                ),
             });
         }
         return Ok(None);
@@ -529,9 +534,9 @@ fn oauth_of(
     if has_bot_token {
         return Err(ConfigError::Invalid {
             var: "SLACK_BOT_TOKEN, SLACK_CLIENT_ID",
-            reason: "contradict each other: SLACK_CLIENT_ID installs the app in many \
-                     workspaces, each with its own token, and SLACK_BOT_TOKEN is one workspace's. \
-                     Unset one of them"
+            reason: "both set (they contradict each other): SLACK_CLIENT_ID installs the app in \
+                     many workspaces, each with its own token, and SLACK_BOT_TOKEN is one \
+                     workspace's. Unset one of them (moving over: `slack-once import-token`)"
                 .into(),
         });
     }

@@ -72,11 +72,11 @@ impl OAuthFlow {
             ("client_id", oauth.client_id.clone()),
             ("scope", scopes.join(",")),
             ("user_scope", user_scopes.join(",")),
-            ("state", state.clone()),
         ];
         if let Some(uri) = redirect_uri {
             query.push(("redirect_uri", uri));
         }
+        query.push(("state", state.clone()));
         let query: String = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(query)
             .finish();
@@ -124,7 +124,8 @@ impl OAuthFlow {
                 .collect();
             return refused(&format!("Slack answered: {error}."));
         }
-        let (Some(code), Some(state)) = (param("code"), param("state")) else {
+        let present = |name: &str| param(name).filter(|v| !v.is_empty());
+        let (Some(code), Some(state)) = (present("code"), present("state")) else {
             return refused("The link has no code or no state.");
         };
         let cookie = cookie_value(headers, STATE_COOKIE);
