@@ -9,6 +9,7 @@ pub mod envelope;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod init;
 pub mod installations;
 pub mod interaction;
 pub mod journal;
@@ -25,6 +26,7 @@ pub mod sign;
 pub mod signature;
 pub mod slack;
 pub mod testing;
+pub mod tools;
 
 use std::sync::Arc;
 
@@ -48,7 +50,7 @@ use crate::queue::{SqsQueue, WorkQueue};
 use crate::secrets::{Needs, SecretsError, SlackSecrets};
 use crate::slack::SlackClient;
 
-pub use crate::run::{run, serve, VERSION};
+pub use crate::run::{run, serve, usage, VERSION};
 pub use crate::server::LocalServer;
 
 /// What can stop the start once the configuration is read.

@@ -19,12 +19,48 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 const USAGE: &str = "\
 usage: BOT           serve Slack's requests (Lambda when AWS_LAMBDA_RUNTIME_API is set, else on LISTEN_ADDR);
                      SLACK_ONCE_ROLE=worker runs the worker instead
-       BOT worker    the worker of deferred mode: long-poll WORK_QUEUE_URL, answer each event";
+       BOT worker    the worker of deferred mode: long-poll WORK_QUEUE_URL, answer each event
+       BOT --version";
+
+/// The usage text of a bot's binary (named as it was run): serving, `worker`, and the tools.
+pub fn usage() -> String {
+    let program = std::env::args_os()
+        .next()
+        .and_then(|arg0| {
+            std::path::Path::new(&arg0)
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "slack-once".to_string());
+    format!("{USAGE}\n{}", crate::tools::USAGE)
+        .replace("BOT          ", &format!("{program:<13}"))
+        .replace("BOT ", &format!("{program} "))
+}
 
 /// Runs `app` as the process's arguments and environment say, until SIGTERM (locally) or for
 /// the life of the Lambda environment. Exit code 2 on a configuration error, named.
+///
+/// The same arguments work for every bot built on slack-once: none (serve), `worker`,
+/// `--version`, `--help`, and the tools `sign`, `create-table`, `create-queue`,
+/// and `import-token` (see [`crate::tools`]).
+///
+/// ```no_run
+/// use slack_once::app::{App, Ctx, HandlerResult, MessageEvent};
+///
+/// async fn hello(ctx: Ctx, _message: MessageEvent) -> HandlerResult {
+///     ctx.reply("Hello!").await?;
+///     Ok(())
+/// }
+///
+/// fn main() -> std::process::ExitCode {
+///     slack_once::run(App::new().message("hello", hello))
+/// }
+/// ```
 pub fn run(app: App) -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = crate::tools::dispatch(&args) {
+        return code;
+    }
     let role = match args
         .iter()
         .map(String::as_str)
@@ -34,7 +70,7 @@ pub fn run(app: App) -> ExitCode {
         [] => None,
         ["worker"] => Some(Role::Worker),
         ["-h" | "--help" | "help"] => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         ["-V" | "--version"] => {
@@ -42,7 +78,7 @@ pub fn run(app: App) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         other => {
-            eprintln!("unknown arguments {other:?}\n{USAGE}");
+            eprintln!("unknown arguments {other:?}\n{}", usage());
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `slack-once init` as a new user runs it: writes a bot (slack-once as a path dependency on this
+# checkout), runs its fmt check, clippy and tests, and `sam validate --lint` and cfn-lint on its
+# template; checks that a 32-character name still formats; and, when cargo-lambda is in .tools,
+# that `cargo lambda new --template templates/bot` writes the same files. The bot builds into
+# this checkout's target/ with this checkout's Cargo.lock, so only the bot itself is compiled.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cargo build --locked --quiet --bin slack-once
+bin="$ROOT/target/debug/slack-once"
+
+"$bin" init mybot --dir "$work/mybot"
+"$bin" init abcdefghijklmnopqrstuvwxyz012345 --dir "$work/long" > /dev/null
+(cd "$work/long" && cargo fmt --check)
+if "$bin" init mybot --dir "$work/mybot" 2> /dev/null; then
+  echo "init wrote over a bot" >&2; exit 1
+fi
+
+cd "$work/mybot"
+cp "$ROOT/Cargo.lock" .
+export CARGO_TARGET_DIR="$ROOT/target"
+cargo fmt --check
+cargo clippy --quiet --all-targets -- -D warnings
+cargo test --quiet
+# The README's try-it: the bot's own binary serves, signs, and answers once.
+"$CARGO_TARGET_DIR/debug/mybot" --help | grep -q "mybot create-table"
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+SLACK_SIGNING_SECRET=dev-secret LISTEN_ADDR="127.0.0.1:$port" "$CARGO_TARGET_DIR/debug/mybot" > "$work/mybot.log" 2>&1 &
+pid=$!
+for _ in $(seq 50); do curl -sf "127.0.0.1:$port/healthz" > /dev/null && break; sleep 0.1; done
+url="http://127.0.0.1:$port/slack/events"
+first="$(SLACK_SIGNING_SECRET=dev-secret "$CARGO_TARGET_DIR/debug/mybot" sign events/app_mention.json --url "$url" | sh)"
+again="$(SLACK_SIGNING_SECRET=dev-secret "$CARGO_TARGET_DIR/debug/mybot" sign events/app_mention.json --url "$url" --retry 1 | sh)"
+kill "$pid"; wait "$pid" || true
+grep -q '"outcome":"answered"' <<< "$first" || { echo "the mention was not answered: $first" >&2; cat "$work/mybot.log" >&2; exit 1; }
+grep -q '"outcome":"duplicate"' <<< "$again" || { echo "the retry was not a duplicate: $again" >&2; exit 1; }
+echo "mybot answered the mention once, and its retry was a duplicate"
+if [ -x "$ROOT/.tools/sam/bin/sam" ]; then
+  "$ROOT/.tools/sam/bin/sam" validate --lint
+  "$ROOT/.tools/sam/bin/cfn-lint" template.yaml
+else
+  echo "no .tools/sam (scripts/tools.sh sam): sam validate skipped"
+fi
+if [ -x "$ROOT/.tools/lambda/bin/cargo-lambda" ]; then
+  cd "$work"
+  "$ROOT/.tools/lambda/bin/cargo-lambda" lambda new mybot-lambda --template "$ROOT/templates/bot" \
+    --no-interactive --render-var "slack_once=path = \"$ROOT\"" > /dev/null
+  "$bin" init mybot-lambda --dir "$work/mybot-init" > /dev/null
+  diff -r "$work/mybot-lambda" "$work/mybot-init"
+  echo "cargo lambda new --template templates/bot writes what init writes"
+fi
+echo "== init-check passed"

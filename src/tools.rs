@@ -1,0 +1,128 @@
+//! The tools every bot built on slack-once carries, run by [`crate::run`] before it serves:
+//! `sign` (re-sign a Slack body or a Lambda event file), `create-table` (the ledger table),
+//! `create-queue` (deferred mode's work queue and its dead-letter queue) and `import-token`
+//! (keep `SLACK_BOT_TOKEN` as its workspace's installation). `mybot create-table` does what
+//! `slack-once create-table` does: a bot needs no second binary to be set up.
+
+use std::process::ExitCode;
+
+use crate::ledger::DynamoLedger;
+use crate::queue::sqs::{self, CallBudget};
+use crate::queue::SqsQueue;
+
+/// The tools' lines of the usage text.
+pub(crate) const USAGE: &str = "       BOT sign FILE [--secret S] [--url URL] [--retry N]
+                     re-sign a Slack body or Lambda event file with a fresh timestamp
+       BOT create-table [TABLE]
+                     create the ledger table (DEDUP_TABLE) where AWS_ENDPOINT_URL points
+       BOT create-queue NAME
+                     create the work queue NAME and its dead-letter queue NAME-dlq
+                     where AWS_ENDPOINT_URL_SQS points; prints WORK_QUEUE_URL
+       BOT import-token
+                     keep SLACK_BOT_TOKEN as its workspace's installation in DEDUP_TABLE
+                     (moving to multi-workspace mode: DEPLOY.md); nothing if one is there";
+
+/// Runs the tool `args[0]` names with the rest of `args`; `None` when `args[0]` names none.
+pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
+    let rest = args.get(1..).unwrap_or_default();
+    Some(match args.first()?.as_str() {
+        "sign" => crate::sign::run(rest),
+        "create-table" => runtime().block_on(create_table(rest.first().cloned())),
+        "create-queue" => runtime().block_on(create_queue(rest.first().cloned())),
+        "import-token" => runtime().block_on(import_token()),
+        _ => return None,
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts")
+}
+
+async fn create_table(table: Option<String>) -> ExitCode {
+    let Some(table) = table.or_else(|| std::env::var("DEDUP_TABLE").ok()) else {
+        eprintln!("slack-once create-table: name the table, or set DEDUP_TABLE");
+        return ExitCode::from(2);
+    };
+    let client = crate::ledger::dynamo::client_from_env().await;
+    match DynamoLedger::create_table(&client, &table).await {
+        Ok(()) => {
+            println!("created table {table}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "slack-once create-table: {}",
+                crate::process::error_chain(&error)
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn create_queue(name: Option<String>) -> ExitCode {
+    let Some(name) = name else {
+        eprintln!("slack-once create-queue: name the queue");
+        return ExitCode::from(2);
+    };
+    let max_receives = std::env::var("WORK_QUEUE_MAX_RECEIVES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(crate::config::DEFAULT_MAX_RECEIVES);
+    let client = sqs::client_from_env(CallBudget::Ingress).await;
+    let visibility = crate::config::DEFAULT_LEASE;
+    match SqsQueue::create_with_dead_letters(&client, &name, max_receives, visibility).await {
+        Ok((url, dlq)) => {
+            eprintln!("created {name} (dead-letter queue {dlq}, after {max_receives} receives)");
+            println!("{url}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "slack-once create-queue: {}",
+                crate::process::error_chain(&error)
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn import_token() -> ExitCode {
+    let (Some(token), Some(table)) = (
+        std::env::var("SLACK_BOT_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
+        std::env::var("DEDUP_TABLE").ok().filter(|t| !t.is_empty()),
+    ) else {
+        eprintln!(
+            "slack-once import-token: set SLACK_BOT_TOKEN (the token to keep) and DEDUP_TABLE"
+        );
+        return ExitCode::from(2);
+    };
+    let api = std::env::var("SLACK_API_URL")
+        .unwrap_or_else(|_| crate::config::DEFAULT_SLACK_API_URL.to_string());
+    let client = crate::ledger::dynamo::client_from_env().await;
+    let store = crate::installations::DynamoInstallations::new(client, table);
+    let slack = crate::slack::SlackClient::new(api, None);
+    let token = crate::config::Secret::new(token);
+    match crate::installations::import_token(&store, &slack, &token).await {
+        Ok(Some(installation)) => {
+            let key = installation.key().expect("a key");
+            println!("imported the installation of {}", key.id());
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            println!("an installation is stored already: nothing imported");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "slack-once import-token: {}",
+                crate::process::error_chain(&error)
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
