@@ -17,6 +17,9 @@ mod echo;
 #[path = "../examples/modal.rs"]
 #[allow(dead_code)]
 mod modal;
+#[path = "../examples/poll.rs"]
+#[allow(dead_code)]
+mod poll;
 #[path = "../examples/reactions.rs"]
 #[allow(dead_code)]
 mod reactions;
@@ -669,6 +672,58 @@ fn installed_through_oauth_a_takeovers_look_ups_are_paced_per_workspace() {
         .busy(20)
         .request(Request::mention("hello"))
         .both_modes()
+        .run()
+        .assert_ok();
+}
+
+#[test]
+fn a_poll_is_posted_once_and_kept_once() {
+    Explorer::new(poll::app)
+        .request(Request::command(poll::COMMAND, "Lunch? | Pizza | Sushi"))
+        .both_modes()
+        .invariant("one poll message", |end| {
+            let polls = end
+                .messages
+                .iter()
+                .filter(|m| m["text"].as_str().is_some_and(|t| t.starts_with("Lunch?")))
+                .count();
+            (polls <= 1)
+                .then_some(())
+                .ok_or(format!("{polls} poll messages"))
+        })
+        .run()
+        .assert_ok();
+}
+
+/// A change to the app's state is made once per request, however many times the listener
+/// runs: a counter a mention increments says 1 in every schedule, crashes and takeovers
+/// included.
+#[test]
+fn a_state_change_is_made_once_however_often_the_listener_runs() {
+    use slack_once::app::{App, Ctx, HandlerResult, MessageEvent};
+    async fn count(ctx: Ctx, _m: MessageEvent) -> HandlerResult {
+        let n: u64 = ctx
+            .state()
+            .update(
+                "mentions",
+                std::time::Duration::from_secs(3600),
+                |n: Option<u64>| n.unwrap_or(0) + 1,
+            )
+            .await?;
+        ctx.reply(format!("mention number {n}")).await?;
+        Ok(())
+    }
+    Explorer::new(|| App::new().message_where(|m: &MessageEvent| m.mention, count))
+        .request(Request::mention("count me"))
+        .both_modes()
+        .invariant("counted once", |end| {
+            for m in &end.messages {
+                if m["text"] != "mention number 1" {
+                    return Err(format!("the count went past 1: {}", m["text"]));
+                }
+            }
+            Ok(())
+        })
         .run()
         .assert_ok();
 }

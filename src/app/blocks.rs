@@ -59,6 +59,110 @@ pub fn button(
     json!({"type": "button", "text": plain(text), "action_id": action_id.into(), "value": value.into()})
 }
 
+/// A button's colour: `primary` (green) or `danger` (red); Slack's default without one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    Primary,
+    Danger,
+}
+
+/// `button` in `style`.
+///
+/// ```
+/// use slack_once::app::blocks::{button, styled, Style};
+/// let close = styled(button("Close", "poll_close", "1"), Style::Danger);
+/// assert_eq!(close["style"], "danger");
+/// ```
+pub fn styled(mut button: Value, style: Style) -> Value {
+    button["style"] = json!(match style {
+        Style::Primary => "primary",
+        Style::Danger => "danger",
+    });
+    button
+}
+
+/// `block` with its `block_id` (which an interaction names as `block_id`, and a view's
+/// submitted values are keyed by).
+///
+/// ```
+/// use slack_once::app::blocks::{actions, button, with_block_id};
+/// let block = with_block_id(actions([button("Yes", "vote", "0")]), "poll-options");
+/// assert_eq!(block["block_id"], "poll-options");
+/// ```
+pub fn with_block_id(mut block: Value, block_id: impl Into<String>) -> Value {
+    block["block_id"] = json!(block_id.into());
+    block
+}
+
+/// A one-line text input (`plain_text_input`) sending its value as `action_id`.
+pub fn text_input(action_id: impl Into<String>) -> Value {
+    json!({"type": "plain_text_input", "action_id": action_id.into()})
+}
+
+/// An input block of a modal: `label` above `element` (a [`text_input`], a select…), its
+/// value submitted under `block_id` and the element's `action_id`
+/// ([`crate::interaction::ViewValues::get`]).
+///
+/// ```
+/// use slack_once::app::blocks::{input, text_input};
+/// let reason = input("reason", "Why close it?", text_input("reason_text"));
+/// assert_eq!(reason["element"]["action_id"], "reason_text");
+/// ```
+pub fn input(block_id: impl Into<String>, label: impl Into<String>, element: Value) -> Value {
+    json!({"type": "input", "block_id": block_id.into(), "label": plain(label), "element": element})
+}
+
+/// A modal view (for [`crate::app::Ctx::open_view`]): its `callback_id` (which its submission
+/// names), title, submit button's text and blocks; `private_metadata` carries what the
+/// submission needs (at most 3,000 characters).
+///
+/// ```
+/// use slack_once::app::blocks::{input, modal, text_input};
+/// let view = modal("poll_close", "Close the poll", "Close", [input("r", "Why?", text_input("t"))])
+///     .with_metadata("C1/1767225600.000100");
+/// assert_eq!(view["private_metadata"], "C1/1767225600.000100");
+/// ```
+pub fn modal(
+    callback_id: impl Into<String>,
+    title: impl Into<String>,
+    submit: impl Into<String>,
+    blocks: impl IntoIterator<Item = Value>,
+) -> Modal {
+    Modal(json!({
+        "type": "modal",
+        "callback_id": callback_id.into(),
+        "title": plain(title),
+        "submit": plain(submit),
+        "close": plain("Cancel"),
+        "blocks": blocks.into_iter().collect::<Vec<_>>(),
+    }))
+}
+
+/// A modal view from [`modal`]: JSON, with a way to add its `private_metadata`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Modal(pub Value);
+
+impl Modal {
+    /// The modal with `private_metadata`.
+    pub fn with_metadata(mut self, metadata: impl Into<String>) -> Value {
+        self.0["private_metadata"] = json!(metadata.into());
+        self.0
+    }
+}
+
+impl From<Modal> for Value {
+    fn from(modal: Modal) -> Value {
+        modal.0
+    }
+}
+
+impl std::ops::Index<&str> for Modal {
+    type Output = Value;
+    fn index(&self, key: &str) -> &Value {
+        &self.0[key]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

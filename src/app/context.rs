@@ -146,6 +146,8 @@ struct Inner {
     wall_deadline: SystemTime,
     version: String,
     steps: Mutex<Steps>,
+    /// The state changes made so far by this run of the listener ([`Ctx::state`]).
+    state_writes: std::sync::atomic::AtomicU32,
 }
 
 /// What a listener is given: the event, its deadline, and Slack, read and written exactly once.
@@ -191,6 +193,7 @@ impl Ctx {
                 wall_deadline,
                 version,
                 steps: Mutex::new(steps),
+                state_writes: std::sync::atomic::AtomicU32::new(0),
             }),
         }
     }
@@ -280,6 +283,38 @@ impl Ctx {
             })?
             .map_err(Error::Ledger)?;
         Ok(note.and_then(|n| serde_json::from_str(&n).ok()))
+    }
+
+    /// The app's own state, in the ledger's table: small JSON values with a version and a TTL,
+    /// changed once per request however often the listener runs (see [`super::State`]).
+    pub fn state(&self) -> super::State {
+        super::State::new(self.clone())
+    }
+
+    /// The id of this request's writer of the next state change: the request's ledger key and
+    /// the change's place, the same each time the listener runs for the request.
+    pub(crate) fn next_state_writer(&self) -> String {
+        let n = self
+            .inner
+            .state_writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}#{}", self.inner.key, n + 1)
+    }
+
+    /// The ledger the request's claim is in.
+    pub(crate) async fn ledger(&self) -> Arc<dyn crate::ledger::Ledger> {
+        self.inner.steps.lock().await.ledger.clone()
+    }
+
+    /// The Slack app the request is for (`api_app_id`): `A…`.
+    ///
+    /// ```
+    /// # async fn f(ctx: slack_once::app::Ctx) {
+    /// let app = ctx.app_id().unwrap_or("unknown");
+    /// # }
+    /// ```
+    pub fn app_id(&self) -> Option<&str> {
+        self.inner.source.app_id()
     }
 
     /// The bot's own user id in this workspace (events name it; interactions do not).

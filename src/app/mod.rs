@@ -32,6 +32,7 @@ pub mod events;
 mod interactive;
 mod message;
 mod reference;
+mod state;
 mod stream;
 
 use std::future::Future;
@@ -54,6 +55,7 @@ pub use events::{
 pub use interactive::{Ack, InteractiveListener, Selector};
 pub use message::Message;
 pub use reference::{reference_app, safe_text, THANKS_ACTION};
+pub use state::{Put, State, Versioned, UPDATE_ATTEMPTS};
 pub use stream::{Stream, APPEND_BUFFER_CHARS, APPEND_TIMEOUT};
 
 use crate::envelope::{Event, EventCallback};

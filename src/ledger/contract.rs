@@ -571,3 +571,89 @@ pub async fn two_fates_of_one_step_in_one_write_record_the_last(ledger: &dyn Led
         Claim::AlreadyDone { .. }
     ));
 }
+
+/// The app's state: a first write where nothing is, a write conditioned on the version read, a
+/// conflict for a stale version (nothing written), the writers kept, and a value past its TTL
+/// counted as absent (and written again from version 0).
+pub async fn state_is_written_once_per_version_read(ledger: &dyn Ledger, key: &EventId) {
+    use super::{StatePut, StateWrite};
+    let expires_at_s = NOW / 1000 + 60;
+    let write =
+        |value: &'static str, expected: u64, writer: &'static str, read: &'static [String]| {
+            StateWrite {
+                value,
+                expected,
+                writer,
+                read_writers: read,
+                expires_at_s,
+            }
+        };
+    assert_eq!(ledger.state(key, NOW).await.unwrap(), None);
+    let first = ledger
+        .put_state(key, &write("{\"n\":1}", 0, "w1", &[]), NOW)
+        .await
+        .unwrap();
+    assert_eq!(first, StatePut::Written { version: 1 });
+    let again = ledger
+        .put_state(key, &write("{\"n\":9}", 0, "w9", &[]), NOW + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        StatePut::Conflict,
+        "a first write finds the value there"
+    );
+    let read = ledger
+        .state(key, NOW + 2)
+        .await
+        .unwrap()
+        .expect("the value");
+    assert_eq!((read.value.as_str(), read.version), ("{\"n\":1}", 1));
+    assert_eq!(read.writers, ["w1"]);
+    let writers: &'static [String] = Box::leak(read.writers.into_boxed_slice());
+    let second = ledger
+        .put_state(key, &write("{\"n\":2}", 1, "w2", writers), NOW + 3)
+        .await;
+    assert_eq!(second.unwrap(), StatePut::Written { version: 2 });
+    let stale = ledger
+        .put_state(key, &write("{\"n\":7}", 1, "w7", writers), NOW + 4)
+        .await;
+    assert_eq!(
+        stale.unwrap(),
+        StatePut::Conflict,
+        "the version read is stale"
+    );
+    let read = ledger
+        .state(key, NOW + 5)
+        .await
+        .unwrap()
+        .expect("the value");
+    assert_eq!((read.value.as_str(), read.version), ("{\"n\":2}", 2));
+    assert_eq!(read.writers, ["w1", "w2"]);
+    let later = NOW + 61_000;
+    assert_eq!(
+        ledger.state(key, later).await.unwrap(),
+        None,
+        "past its TTL"
+    );
+    let fresh = ledger
+        .put_state(
+            key,
+            &StateWrite {
+                expires_at_s: later / 1000 + 60,
+                ..write("{\"n\":1}", 0, "w3", &[])
+            },
+            later,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        fresh,
+        StatePut::Written { version: 1 },
+        "written again from nothing"
+    );
+    assert_eq!(
+        ledger.state(key, later).await.unwrap().unwrap().writers,
+        ["w3"]
+    );
+}

@@ -71,6 +71,11 @@ pub mod attr {
     pub const RAN: &str = "ran";
     /// A note's value (`actx-…`: an assistant thread's context, as JSON).
     pub const NOTE: &str = "note";
+    /// An app's state value (`state#…` items, [`crate::app::State`]): its JSON, its version
+    /// (a number, one more each write) and its latest writers (a list of strings).
+    pub const APP_STATE: &str = "app_state";
+    pub const APP_STATE_VERSION: &str = "app_state_version";
+    pub const APP_STATE_WRITERS: &str = "app_state_writers";
     /// When the note was written (epoch ms): an older write never replaces a newer one.
     pub const NOTE_AT: &str = "note_at";
     /// The Slack app (`api_app_id`) whose claim or alias the item is: another app's is never
@@ -676,6 +681,64 @@ impl Ledger for DynamoLedger {
         }
     }
 
+    async fn state(
+        &self,
+        key: &crate::envelope::EventId,
+        now_ms: u64,
+    ) -> Result<Option<super::StateItem>, LedgerError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let Some(item) = self.get_item(key.as_str()).await? else {
+            return Ok(None);
+        };
+        Ok(state_item(&item, now_ms))
+    }
+
+    async fn put_state(
+        &self,
+        key: &crate::envelope::EventId,
+        write: &super::StateWrite<'_>,
+        now_ms: u64,
+    ) -> Result<super::StatePut, LedgerError> {
+        // The writers kept are the ones read with `expected`: the condition on the version makes
+        // sure they are still the item's.
+        let writers = super::state_writers_after(write.read_writers.to_vec(), write.writer);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let version = write.expected + 1;
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(attr::PK, s(key.as_str()))
+            .item(attr::APP_STATE, s(write.value))
+            .item(attr::APP_STATE_VERSION, n(version))
+            .item(
+                attr::APP_STATE_WRITERS,
+                AttributeValue::L(writers.iter().map(|w| s(w)).collect()),
+            )
+            .item(attr::EXPIRES_AT, n(write.expires_at_s))
+            .expression_attribute_names("#expires_at", attr::EXPIRES_AT)
+            .expression_attribute_values(":now_s", n(now_ms / 1000));
+        put = if write.expected == 0 {
+            put.condition_expression("attribute_not_exists(#pk) OR #expires_at < :now_s")
+                .expression_attribute_names("#pk", attr::PK)
+        } else {
+            put.condition_expression("#version = :expected AND #expires_at >= :now_s")
+                .expression_attribute_names("#version", attr::APP_STATE_VERSION)
+                .expression_attribute_values(":expected", n(write.expected))
+        };
+        match put.send().await {
+            Ok(_) => Ok(super::StatePut::Written { version }),
+            // Another write came first, or this one's answer was lost and the SDK sent it again:
+            // the caller reads again, and finds its writer there in the second case.
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(super::StatePut::Conflict)
+            }
+            Err(e) => Err(unavailable(e.into_service_error())),
+        }
+    }
+
     async fn note(
         &self,
         key: &crate::envelope::EventId,
@@ -1071,6 +1134,26 @@ fn existing_claim(
             error: text(attr::ERROR).cloned().unwrap_or_default(),
         },
         Blocked::InProgress { lease_until_ms } => Claim::InProgress { lease_until_ms },
+    })
+}
+
+/// A state item as read, unless past its TTL or not a state item.
+fn state_item(item: &HashMap<String, AttributeValue>, now_ms: u64) -> Option<super::StateItem> {
+    let live = item
+        .get(attr::EXPIRES_AT)
+        .and_then(number)
+        .is_some_and(|at| at >= now_ms / 1000);
+    if !live {
+        return None;
+    }
+    Some(super::StateItem {
+        value: item.get(attr::APP_STATE)?.as_s().ok()?.clone(),
+        version: item.get(attr::APP_STATE_VERSION).and_then(number)?,
+        writers: item
+            .get(attr::APP_STATE_WRITERS)
+            .and_then(|v| v.as_l().ok())
+            .map(|l| l.iter().filter_map(|w| w.as_s().ok().cloned()).collect())
+            .unwrap_or_default(),
     })
 }
 

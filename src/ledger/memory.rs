@@ -45,6 +45,8 @@ struct Entries {
     aliases: HashMap<EventId, (EventId, u64, Option<String>)>,
     /// Notes: the value, when it was written (epoch ms) and when it expires (epoch seconds).
     notes: HashMap<EventId, (String, u64, u64)>,
+    /// The app's state values, with their TTL (epoch seconds).
+    states: HashMap<EventId, (super::StateItem, u64)>,
     /// Size at which the next claim sweeps (0 until the first claim sets it).
     sweep_at: usize,
 }
@@ -314,6 +316,48 @@ impl Ledger for MemoryLedger {
         Ok(())
     }
 
+    async fn state(
+        &self,
+        key: &EventId,
+        now_ms: u64,
+    ) -> Result<Option<super::StateItem>, LedgerError> {
+        let entries = self.entries.lock().expect("ledger lock");
+        Ok(entries
+            .states
+            .get(key)
+            .filter(|(_, expires)| *expires >= now_ms / 1000)
+            .map(|(item, _)| item.clone()))
+    }
+
+    async fn put_state(
+        &self,
+        key: &EventId,
+        write: &super::StateWrite<'_>,
+        now_ms: u64,
+    ) -> Result<super::StatePut, LedgerError> {
+        let mut entries = self.entries.lock().expect("ledger lock");
+        let live = entries
+            .states
+            .get(key)
+            .filter(|(_, expires)| *expires >= now_ms / 1000);
+        let (found, writers) = match live {
+            Some((item, _)) => (item.version, item.writers.clone()),
+            None => (0, Vec::new()),
+        };
+        if found != write.expected {
+            return Ok(super::StatePut::Conflict);
+        }
+        let item = super::StateItem {
+            value: write.value.to_string(),
+            version: found + 1,
+            writers: super::state_writers_after(writers, write.writer),
+        };
+        entries
+            .states
+            .insert(key.clone(), (item, write.expires_at_s));
+        Ok(super::StatePut::Written { version: found + 1 })
+    }
+
     async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError> {
         let entries = self.entries.lock().expect("ledger lock");
         Ok(entries
@@ -547,6 +591,12 @@ mod tests {
             &id("msg-T1-C1-2"),
         )
         .await;
+    }
+
+    #[tokio::test]
+    async fn state_is_written_once_per_version_read() {
+        let ledger = MemoryLedger::new();
+        contract::state_is_written_once_per_version_read(&ledger, &id("state-A1-poll")).await;
     }
 
     #[tokio::test]

@@ -545,6 +545,57 @@ pub enum LedgerError {
     ItemTooLarge(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
+/// A value of the app's own state ([`crate::app::State`]) as the ledger holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateItem {
+    /// The value, as the app wrote it (JSON).
+    pub value: String,
+    /// Its version: 1 for the first write, one more for each write since.
+    pub version: u64,
+    /// The writers of the latest writes, oldest first (at most [`STATE_WRITERS_KEPT`]): a
+    /// write sent again (an SDK retry, a listener run again by a takeover or a redelivery)
+    /// finds itself there and is not applied twice.
+    pub writers: Vec<String>,
+}
+
+/// How many of a state value's latest writers it keeps.
+pub const STATE_WRITERS_KEPT: usize = 64;
+
+/// The largest state value the ledger keeps (bytes of JSON): far below DynamoDB's 400 KB item.
+pub const MAX_STATE_BYTES: usize = 64 * 1024;
+
+/// A conditional write of a state value.
+#[derive(Clone, Debug)]
+pub struct StateWrite<'a> {
+    pub value: &'a str,
+    /// The version read (0: none was there, or it had expired).
+    pub expected: u64,
+    /// The writer's id, appended to [`StateItem::writers`].
+    pub writer: &'a str,
+    /// The writers read with `expected` (empty when it is 0).
+    pub read_writers: &'a [String],
+    /// The item's TTL (epoch seconds): past it the value counts as absent.
+    pub expires_at_s: u64,
+}
+
+/// What a [`StateWrite`] came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatePut {
+    /// Written as `version`.
+    Written { version: u64 },
+    /// Another write came between the read and this one (or this writer's write is there
+    /// already: the caller reads again and finds it): nothing was written.
+    Conflict,
+}
+
+/// The writers an item keeps after `writer`'s write: the latest [`STATE_WRITERS_KEPT`].
+pub fn state_writers_after(mut writers: Vec<String>, writer: &str) -> Vec<String> {
+    writers.push(writer.to_string());
+    let extra = writers.len().saturating_sub(STATE_WRITERS_KEPT);
+    writers.drain(..extra);
+    writers
+}
+
 /// The ledger seam: the in-memory and DynamoDB implementations share these semantics.
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
@@ -582,6 +633,19 @@ pub trait Ledger: Send + Sync + 'static {
 
     /// The note under `key`, unless none was written or it is past its TTL.
     async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError>;
+
+    /// The app's state value under `key` (an item of its own, `state#…`), unless none was
+    /// written or it is past its TTL. A strongly consistent read.
+    async fn state(&self, key: &EventId, now_ms: u64) -> Result<Option<StateItem>, LedgerError>;
+
+    /// Writes `write.value` under `key` as version `write.expected + 1` if the version there is
+    /// still `write.expected` (0: absent or past its TTL), else [`StatePut::Conflict`].
+    async fn put_state(
+        &self,
+        key: &EventId,
+        write: &StateWrite<'_>,
+        now_ms: u64,
+    ) -> Result<StatePut, LedgerError>;
 
     /// Ends the owner's claim, recording `settled` with it. Sent again after its answer was
     /// lost, a finish that finds itself applied succeeds.

@@ -57,15 +57,21 @@ pub struct TestBot {
 impl TestBot {
     /// Wires `app` to a new [`FakeSlack`].
     pub async fn start(app: App) -> Self {
-        Self::wire(app, false).await
+        Self::wire(app, false, Arc::new(MemoryLedger::new())).await
     }
 
     /// As [`TestBot::start`], each request's metrics line printed on stdout as on Lambda.
     pub async fn start_printing_metrics(app: App) -> Self {
-        Self::wire(app, true).await
+        Self::wire(app, true, Arc::new(MemoryLedger::new())).await
     }
 
-    async fn wire(app: App, print: bool) -> Self {
+    /// As [`TestBot::start`], on `ledger` (a [`crate::ledger::DynamoLedger`] on DynamoDB
+    /// Local, say, or one wrapped to hold requests back).
+    pub async fn start_with_ledger(app: App, ledger: Arc<dyn crate::ledger::Ledger>) -> Self {
+        Self::wire(app, false, ledger).await
+    }
+
+    async fn wire(app: App, print: bool, ledger: Arc<dyn crate::ledger::Ledger>) -> Self {
         let slack = FakeSlack::start().await;
         let metrics = Arc::new(Mutex::new(Vec::new()));
         let secrets = Arc::new(SlackSecrets::fixed(
@@ -83,13 +89,8 @@ impl TestBot {
                 MetricsOut::Kept(metrics.clone())
             },
         };
-        let processor = Processor::new(
-            Arc::new(MemoryLedger::new()),
-            client,
-            Arc::new(app),
-            settings,
-        )
-        .with_secrets(secrets);
+        let processor =
+            Processor::new(ledger, client, Arc::new(app), settings).with_secrets(secrets);
         let router = crate::http::router(AppState {
             processor: Arc::new(processor),
             in_flight: None,

@@ -365,6 +365,15 @@ async fn a_missing_table_answers_503_and_posts_nothing() {
 }
 
 #[tokio::test]
+async fn state_is_written_once_per_version_read() {
+    let (ledger, key) = (ledger().await, id("state-A0001-EvD30-poll"));
+    contract::state_is_written_once_per_version_read(ledger.as_ref(), &key).await;
+    let item = ledger.get_item(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(s(&item, "app_state"), "{\"n\":1}");
+    assert!(item["app_state_writers"].as_l().is_ok());
+}
+
+#[tokio::test]
 async fn two_fates_of_one_step_in_one_write_are_one_valid_update_recording_the_last() {
     let (ledger, e) = (ledger().await, id("EvD10b"));
     contract::two_fates_of_one_step_in_one_write_record_the_last(ledger.as_ref(), &e).await;

@@ -15,6 +15,7 @@ mod interactivity;
 mod lambda;
 mod operations;
 mod performance;
+mod poll;
 mod processes;
 mod redteam16;
 mod rejections;

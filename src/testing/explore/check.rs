@@ -31,7 +31,8 @@ use super::run::{End, RunView, BOT_TOKEN, CLIENT_SECRET, SIGNING_SECRET};
 use super::schedule::{Fault, SiteKind};
 use super::world::{RunEnd, RunKind};
 
-/// What a visible write shows.
+/// What a visible write shows. A message naming its own `ts` (a poll whose buttons name it)
+/// shows it as `{own ts}`: the fault-free run's message has another `ts`, and the same content.
 fn content(v: &Value) -> String {
     let mut shown = serde_json::Map::new();
     for key in ["text", "blocks", "attachments", "title", "callback_id"] {
@@ -42,7 +43,11 @@ fn content(v: &Value) -> String {
     if v["streaming"] == true {
         shown.insert("streaming".into(), true.into());
     }
-    Value::Object(shown).to_string()
+    let shown = Value::Object(shown).to_string();
+    match v["ts"].as_str().filter(|ts| !ts.is_empty()) {
+        Some(ts) => shown.replace(ts, "{own ts}"),
+        None => shown,
+    }
 }
 
 fn multiset<'a>(items: impl Iterator<Item = &'a Value>) -> BTreeMap<String, usize> {

@@ -352,6 +352,33 @@ impl Ledger for SimLedger {
         .await
     }
 
+    async fn state(
+        &self,
+        key: &EventId,
+        now_ms: u64,
+    ) -> Result<Option<crate::ledger::StateItem>, LedgerError> {
+        let inner = self.world.ledger.clone();
+        self.site(format!("read state {key}"), || {
+            let inner = inner.clone();
+            async move { inner.state(key, now_ms).await }
+        })
+        .await
+    }
+
+    async fn put_state(
+        &self,
+        key: &EventId,
+        write: &crate::ledger::StateWrite<'_>,
+        now_ms: u64,
+    ) -> Result<crate::ledger::StatePut, LedgerError> {
+        let inner = self.world.ledger.clone();
+        self.site(format!("state {key} v{}", write.expected + 1), || {
+            let inner = inner.clone();
+            async move { inner.put_state(key, write, now_ms).await }
+        })
+        .await
+    }
+
     async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError> {
         let inner = self.world.ledger.clone();
         self.site(format!("read note {key}"), || {

@@ -1,0 +1,242 @@
+//! A poll: `/poll Lunch? | Pizza | Sushi | Salad` posts the question with a button per option;
+//! each click counts (or moves) the clicker's vote; "Close" (only for the poll's author) opens a
+//! modal whose submission closes the poll with its results; a mention of the bot with "polls"
+//! says how many are open. Its votes live in the app's state ([`Ctx::state`]), not in the
+//! buttons: two people voting at once are both counted (a write conditioned on the version
+//! read, read again on a conflict), and a click run again (a retry, a takeover, a redelivery)
+//! counts once.
+//!
+//!   SLACK_SIGNING_SECRET=dev-secret cargo run --example poll
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use slack_once::app::blocks::{self, Style};
+use slack_once::app::{
+    safe_text, Ack, App, BlockAction, Command, Ctx, HandlerResult, Message, MessageEvent,
+    ViewSubmission,
+};
+
+pub const COMMAND: &str = "/poll";
+pub const VOTE: &str = "poll_vote";
+pub const CLOSE: &str = "poll_close";
+pub const CLOSE_VIEW: &str = "poll_close_view";
+/// The list of open polls' names.
+pub const OPEN_POLLS: &str = "open-polls";
+/// How long a poll is kept after its latest vote.
+pub const TTL: Duration = Duration::from_secs(30 * 86_400);
+
+/// A poll, as the app's state keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Poll {
+    pub question: String,
+    pub options: Vec<String>,
+    pub author: String,
+    /// Each voter's option.
+    pub votes: BTreeMap<String, usize>,
+    pub closed: bool,
+}
+
+impl Poll {
+    pub fn count(&self, option: usize) -> usize {
+        self.votes.values().filter(|&&v| v == option).count()
+    }
+
+    /// The poll's message: the question, a button per option with its count, and Close; once
+    /// closed, the results without buttons.
+    pub fn message(&self, name: &str) -> Message {
+        let question = safe_text(&self.question);
+        let tally: Vec<String> = (0..self.options.len())
+            .map(|i| format!("{}: {}", safe_text(&self.options[i]), self.count(i)))
+            .collect();
+        let text = format!("{question} ({} votes)", self.votes.len());
+        if self.closed {
+            return Message::text(format!("Closed: {text}")).blocks([
+                blocks::section(format!("*Closed:* {question}")),
+                blocks::context(tally),
+            ]);
+        }
+        let buttons = self.options.iter().enumerate().map(|(i, option)| {
+            let label = format!("{} ({})", option, self.count(i));
+            blocks::styled(blocks::button(label, VOTE, i.to_string()), Style::Primary)
+        });
+        let close = blocks::styled(blocks::button("Close", CLOSE, name), Style::Danger);
+        Message::text(text.clone()).blocks([
+            blocks::section(format!("*{question}*")),
+            blocks::with_block_id(blocks::actions(buttons), format!("options-{name}")),
+            blocks::with_block_id(blocks::actions([close]), format!("close-{name}")),
+            blocks::context([format!("{} votes", self.votes.len())]),
+        ])
+    }
+}
+
+/// The state name of the poll posted as `ts` in `channel`.
+pub fn poll_name(channel: &str, ts: &str) -> String {
+    format!("poll-{channel}-{ts}")
+}
+
+async fn create(ctx: Ctx, command: Command) -> HandlerResult {
+    let parts: Vec<String> = command
+        .text
+        .split('|')
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.len() < 3 || parts.len() > 11 {
+        ctx.ack(Ack::ephemeral(
+            "Usage: /poll Question | option | option (2 to 10 options)",
+        ))
+        .await?;
+        return Ok(());
+    }
+    ctx.ack(Ack::ephemeral("Poll posted.")).await?;
+    let poll = Poll {
+        question: parts[0].clone(),
+        options: parts[1..].to_vec(),
+        author: command.user_id.clone(),
+        ..Poll::default()
+    };
+    // Posted first (its ts names the poll), then kept; a click before it is kept finds no poll.
+    let posted = ctx
+        .post(&command.channel_id, poll.message("pending"))
+        .await?;
+    let name = poll_name(&posted.channel, &posted.ts);
+    let state = ctx.state();
+    state
+        .update(&name, TTL, |_: Option<Poll>| poll.clone())
+        .await?;
+    state
+        .update(OPEN_POLLS, TTL, |open: Option<Vec<String>>| {
+            let mut open = open.unwrap_or_default();
+            if !open.contains(&name) {
+                open.push(name.clone());
+            }
+            open
+        })
+        .await?;
+    // The buttons now name the poll (the Close button's value).
+    ctx.update(&posted.channel, &posted.ts, poll.message(&name))
+        .await?;
+    Ok(())
+}
+
+/// Shows `poll` in its message; then, should another vote have come in meanwhile (whose own
+/// update may have landed first), shows the newer one: the message ends with the latest.
+async fn show(ctx: &Ctx, name: &str, channel: &str, ts: &str, mut poll: Poll) -> HandlerResult {
+    for _ in 0..3 {
+        ctx.update(channel, ts, poll.message(name)).await?;
+        match ctx.state().get::<Poll>(name).await? {
+            Some(latest) if latest.value != poll => poll = latest.value,
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+async fn vote(ctx: Ctx, click: BlockAction) -> HandlerResult {
+    let (Some(channel), Some(ts)) = (click.channel_id.clone(), click.message_ts.clone()) else {
+        return Ok(());
+    };
+    let Some(option) = click.value.as_deref().and_then(|v| v.parse::<usize>().ok()) else {
+        return Ok(());
+    };
+    let name = poll_name(&channel, &ts);
+    let Some(poll) = ctx.state().get::<Poll>(&name).await? else {
+        return Ok(()); // not kept yet, or past its TTL
+    };
+    if poll.value.closed || option >= poll.value.options.len() {
+        return Ok(());
+    }
+    let voter = click.user_id.clone();
+    let poll = ctx
+        .state()
+        .update(&name, TTL, |poll: Option<Poll>| {
+            let mut poll = poll.unwrap_or_default();
+            if !poll.closed {
+                poll.votes.insert(voter.clone(), option);
+            }
+            poll
+        })
+        .await?;
+    show(&ctx, &name, &channel, &ts, poll).await
+}
+
+async fn ask_to_close(ctx: Ctx, click: BlockAction) -> HandlerResult {
+    let Some(name) = click.value.clone() else {
+        return Ok(());
+    };
+    let Some(poll) = ctx.state().get::<Poll>(&name).await? else {
+        return Ok(());
+    };
+    if poll.value.author != click.user_id {
+        ctx.respond(slack_once::app::Respond::ephemeral(
+            "Only the poll's author can close it.",
+        ))
+        .await?;
+        return Ok(());
+    }
+    let note = blocks::input(
+        "note",
+        "A last word (optional)",
+        blocks::text_input("note_text"),
+    );
+    let mut view = blocks::modal(CLOSE_VIEW, "Close the poll", "Close", [note]).with_metadata(name);
+    view["blocks"][0]["optional"] = serde_json::json!(true);
+    ctx.open_view(view).await?;
+    Ok(())
+}
+
+async fn close(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
+    let Some(name) = view.private_metadata.clone() else {
+        return Ok(());
+    };
+    ctx.ack(Ack::empty()).await?;
+    let state = ctx.state();
+    let poll = state
+        .update(&name, TTL, |poll: Option<Poll>| {
+            let mut poll = poll.unwrap_or_default();
+            poll.closed = true;
+            poll
+        })
+        .await?;
+    state
+        .update(OPEN_POLLS, TTL, |open: Option<Vec<String>>| {
+            let mut open = open.unwrap_or_default();
+            open.retain(|n| n != &name);
+            open
+        })
+        .await?;
+    let Some((channel, ts)) = name
+        .strip_prefix("poll-")
+        .and_then(|rest| rest.split_once('-'))
+    else {
+        return Ok(());
+    };
+    ctx.update(channel, ts, poll.message(&name)).await?;
+    Ok(())
+}
+
+async fn count_open(ctx: Ctx, _mention: MessageEvent) -> HandlerResult {
+    let open = ctx.state().get::<Vec<String>>(OPEN_POLLS).await?;
+    let n = open.map_or(0, |open| open.value.len());
+    ctx.reply(format!("{n} open polls.")).await?;
+    Ok(())
+}
+
+pub fn app() -> App {
+    App::new()
+        .command(COMMAND, create)
+        .action(VOTE, vote)
+        .action(CLOSE, ask_to_close)
+        .view_submission(CLOSE_VIEW, close)
+        .message_where(
+            |m: &MessageEvent| m.mention && m.text.contains("polls"),
+            count_open,
+        )
+}
+
+#[allow(dead_code)]
+fn main() -> std::process::ExitCode {
+    slack_once::run(app())
+}

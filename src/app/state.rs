@@ -1,0 +1,262 @@
+//! The app's own state, kept in the ledger's table beside the claims: small JSON values under
+//! names the app chooses (a poll's votes, a counter, a user's settings), each with a version
+//! and a TTL. [`State::update`] is the way to change one: it reads the value, applies the
+//! change, and writes it only if nobody wrote in between (else it reads again and re-applies),
+//! so two people voting at once are both counted. And it applies each change once per request:
+//! a listener run again (Slack's retry after a crash, a takeover, a queue redelivery) finds its
+//! change already made and does not make it again.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::Ctx;
+use crate::envelope::EventId;
+use crate::journal::Error;
+use crate::ledger::{LedgerError, StatePut, StateWrite, MAX_STATE_BYTES};
+
+/// How many times [`State::update`] reads again after another write came in between, before
+/// it gives up with [`Error::Ledger`] (the listener fails, and Slack's retry tries again).
+pub const UPDATE_ATTEMPTS: u32 = 16;
+
+/// A state value and its version (1 for the first write, one more each write since).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned<T> {
+    pub value: T,
+    pub version: u64,
+}
+
+/// What [`State::put`] came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Put {
+    /// Written, as this version.
+    Written { version: u64 },
+    /// Another write came after the version given: nothing was written. Read again.
+    Conflict,
+}
+
+/// The app's state, from [`Ctx::state`].
+///
+/// ```
+/// use std::time::Duration;
+/// use slack_once::app::{BlockAction, Ctx, HandlerResult};
+///
+/// async fn vote(ctx: Ctx, click: BlockAction) -> HandlerResult {
+///     let poll = format!("poll-{}", click.message_ts.as_deref().unwrap_or_default());
+///     let votes: Vec<String> = ctx
+///         .state()
+///         .update(&poll, Duration::from_secs(86_400), |votes: Option<Vec<String>>| {
+///             let mut votes = votes.unwrap_or_default();
+///             votes.push(click.user_id.clone());
+///             votes
+///         })
+///         .await?;
+///     tracing::info!(votes = votes.len(), "counted");
+///     Ok(())
+/// }
+/// ```
+#[derive(Clone, Debug)]
+pub struct State {
+    ctx: Ctx,
+}
+
+impl State {
+    pub(crate) fn new(ctx: Ctx) -> Self {
+        Self { ctx }
+    }
+
+    /// The value under `name` and its version, unless none was written or it is past its TTL
+    /// (or it is not a `T`: then `None` too, and a warning). A strongly consistent read.
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Option<Versioned<T>>, Error> {
+        let key = self.key(name)?;
+        let item = self
+            .ledger_call(|ledger, now| async move { ledger.state(&key, now).await })
+            .await?;
+        Ok(
+            item.and_then(|item| match serde_json::from_str(&item.value) {
+                Ok(value) => Some(Versioned {
+                    value,
+                    version: item.version,
+                }),
+                Err(error) => {
+                    tracing::warn!(name, %error, "a state value of another shape: read as none");
+                    None
+                }
+            }),
+        )
+    }
+
+    /// Writes `value` under `name` if its version is still `version` (0: none there), for
+    /// `ttl`. The low-level write: most listeners want [`State::update`], which also applies a
+    /// change once per request when the listener runs again.
+    pub async fn put<T: Serialize>(
+        &self,
+        name: &str,
+        value: &T,
+        version: u64,
+        ttl: Duration,
+    ) -> Result<Put, Error> {
+        let writers = match version {
+            0 => Vec::new(),
+            _ => {
+                let key = self.key(name)?;
+                let item = self
+                    .ledger_call(|ledger, now| async move { ledger.state(&key, now).await })
+                    .await?;
+                match item {
+                    Some(item) if item.version == version => item.writers,
+                    _ => return Ok(Put::Conflict),
+                }
+            }
+        };
+        let writer = self.ctx.next_state_writer();
+        match self
+            .write(name, value, version, &writer, &writers, ttl)
+            .await?
+        {
+            StatePut::Written { version } => Ok(Put::Written { version }),
+            StatePut::Conflict => Ok(Put::Conflict),
+        }
+    }
+
+    /// Changes the value under `name` with `change` (given the value there, `None` if none),
+    /// once for this request, and returns the value as it is after the change. Another write
+    /// in between: read again and `change` applied again to what is there (so `change` may run
+    /// more than once, and must only compute). Run again for the same request (a retry after
+    /// a crash, a takeover, a redelivery), it finds its change made and returns the value as it
+    /// is now without applying `change` again. The value lives `ttl` from its latest write.
+    ///
+    /// The listener's state changes must be the same, in the same order, each time it runs
+    /// for a request (as its writes to Slack must be): each is told apart by its place.
+    pub async fn update<T, F>(&self, name: &str, ttl: Duration, mut change: F) -> Result<T, Error>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(Option<T>) -> T,
+    {
+        let key = self.key(name)?;
+        let writer = self.ctx.next_state_writer();
+        for _ in 0..UPDATE_ATTEMPTS {
+            let read_key = key.clone();
+            let item = self
+                .ledger_call(|ledger, now| async move { ledger.state(&read_key, now).await })
+                .await?;
+            let (found, version, writers) = match item {
+                Some(item) => {
+                    if item.writers.contains(&writer) {
+                        // Made by an earlier run for this request (or this run's write, whose
+                        // answer was lost): not again.
+                        tracing::info!(name, "state change made already: not again");
+                        return parse(name, &item.value);
+                    }
+                    let value = serde_json::from_str(&item.value).ok();
+                    (value, item.version, item.writers)
+                }
+                None => (None, 0, Vec::new()),
+            };
+            let value = change(found);
+            match self
+                .write(name, &value, version, &writer, &writers, ttl)
+                .await?
+            {
+                StatePut::Written { .. } => return Ok(value),
+                StatePut::Conflict => continue,
+            }
+        }
+        Err(Error::Ledger(LedgerError::Unavailable(
+            format!(
+                "the state value {name:?} kept changing: {UPDATE_ATTEMPTS} writes came in between"
+            )
+            .into(),
+        )))
+    }
+
+    async fn write<T: Serialize>(
+        &self,
+        name: &str,
+        value: &T,
+        expected: u64,
+        writer: &str,
+        read_writers: &[String],
+        ttl: Duration,
+    ) -> Result<StatePut, Error> {
+        let key = self.key(name)?;
+        let text = serde_json::to_string(value).map_err(|e| {
+            Error::Ledger(LedgerError::Unavailable(
+                format!("the state value {name:?} does not serialise: {e}").into(),
+            ))
+        })?;
+        if text.len() > MAX_STATE_BYTES {
+            return Err(Error::Ledger(LedgerError::ItemTooLarge(
+                format!(
+                    "the state value {name:?} is {} bytes; at most {MAX_STATE_BYTES}",
+                    text.len()
+                )
+                .into(),
+            )));
+        }
+        let expires_at_s = (crate::clock::now_ms() / 1000).saturating_add(ttl.as_secs().max(1));
+        self.ledger_call(|ledger, now| {
+            let (key, text) = (key.clone(), text.clone());
+            async move {
+                let write = StateWrite {
+                    value: &text,
+                    expected,
+                    writer,
+                    read_writers,
+                    expires_at_s,
+                };
+                ledger.put_state(&key, &write, now).await
+            }
+        })
+        .await
+    }
+
+    /// The ledger key of `name`: the app's (`state-APP-…`, so two apps sharing a table keep
+    /// their own), a readable prefix of the name and a digest of it (names are any text).
+    fn key(&self, name: &str) -> Result<EventId, Error> {
+        let app = self.ctx.app_id().unwrap_or("-");
+        let readable: String = name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .take(40)
+            .collect();
+        let digest = hex::encode(&Sha256::digest(name.as_bytes())[..12]);
+        let app: String = app
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(24)
+            .collect();
+        EventId::try_from(format!("state-{app}-{readable}-{digest}"))
+            .map_err(|e| Error::Ledger(LedgerError::Unavailable(e.into())))
+    }
+
+    async fn ledger_call<'a, R, F, Fut>(&'a self, call: F) -> Result<R, Error>
+    where
+        F: FnOnce(std::sync::Arc<dyn crate::ledger::Ledger>, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<R, LedgerError>> + 'a,
+    {
+        let ledger = self.ctx.ledger().await;
+        let now = crate::clock::now_ms();
+        tokio::time::timeout_at(self.ctx.deadline(), call(ledger, now))
+            .await
+            .map_err(|_| {
+                Error::Ledger(LedgerError::Unavailable(
+                    "the ledger did not answer before the deadline".into(),
+                ))
+            })?
+            .map_err(Error::Ledger)
+    }
+}
+
+fn parse<T: DeserializeOwned>(name: &str, text: &str) -> Result<T, Error> {
+    serde_json::from_str(text).map_err(|e| {
+        Error::Ledger(LedgerError::Unavailable(
+            format!("the state value {name:?} is of another shape: {e}").into(),
+        ))
+    })
+}

@@ -1,0 +1,244 @@
+//! The poll example (`examples/poll.rs`) on DynamoDB Local: votes cast at once are all counted
+//! (the app's state is written conditioned on the version read), one of them forced to find
+//! the other's write in between; a closed poll takes no vote; only its author closes it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use slack_once::envelope::EventId;
+use slack_once::ledger::{
+    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,
+    StateItem, StatePut, StateWrite, StepRecord,
+};
+use slack_once::testing::TestBot;
+use tokio::sync::Barrier;
+
+use crate::helpers::{dynamodb_endpoint, fresh_table};
+
+#[path = "../../examples/poll.rs"]
+#[allow(dead_code)]
+mod example;
+
+/// A ledger that, once armed, holds the first two state writes back until both have arrived:
+/// both were read at the same version, so one of them must find the other's write.
+struct Gate {
+    inner: Arc<dyn Ledger>,
+    armed: AtomicUsize,
+    barrier: Barrier,
+    conflicts: AtomicUsize,
+}
+
+#[async_trait]
+impl Ledger for Gate {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
+        self.inner.claim(request).await
+    }
+    async fn begin_step(
+        &self,
+        held: Held<'_>,
+        step: u32,
+        intent: &StepRecord,
+        settled: &[Settled],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.inner
+            .begin_step(held, step, intent, settled, now_ms)
+            .await
+    }
+    async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
+        self.inner.alias(request).await
+    }
+    async fn set_note(
+        &self,
+        key: &EventId,
+        value: &str,
+        at: u64,
+        exp: u64,
+    ) -> Result<(), LedgerError> {
+        self.inner.set_note(key, value, at, exp).await
+    }
+    async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError> {
+        self.inner.note(key, now_ms).await
+    }
+    async fn state(&self, key: &EventId, now_ms: u64) -> Result<Option<StateItem>, LedgerError> {
+        self.inner.state(key, now_ms).await
+    }
+    async fn put_state(
+        &self,
+        key: &EventId,
+        write: &StateWrite<'_>,
+        now_ms: u64,
+    ) -> Result<StatePut, LedgerError> {
+        let held = self
+            .armed
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if held {
+            self.barrier.wait().await;
+        }
+        let put = self.inner.put_state(key, write, now_ms).await?;
+        if put == StatePut::Conflict {
+            self.conflicts.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(put)
+    }
+    async fn finish(
+        &self,
+        held: Held<'_>,
+        to: &Finish,
+        settled: &[Settled],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.inner.finish(held, to, settled, now_ms).await
+    }
+}
+
+async fn gate() -> Arc<Gate> {
+    let (_, ledger) = fresh_table(&dynamodb_endpoint()).await;
+    Arc::new(Gate {
+        inner: ledger,
+        armed: AtomicUsize::new(0),
+        barrier: Barrier::new(2),
+        conflicts: AtomicUsize::new(0),
+    })
+}
+
+/// The poll's message (the bot's other messages are its answers to "polls").
+fn the_poll(bot: &TestBot) -> Value {
+    let messages: Vec<Value> = bot
+        .slack()
+        .messages()
+        .into_iter()
+        .filter(|m| {
+            !m["text"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("open polls.")
+        })
+        .collect();
+    assert_eq!(messages.len(), 1, "one poll message: {messages:?}");
+    messages[0].clone()
+}
+
+#[tokio::test]
+async fn two_votes_cast_at_once_are_both_counted() {
+    let gate = gate().await;
+    let bot = TestBot::start_with_ledger(example::app(), gate.clone()).await;
+    let acked = bot.command(example::COMMAND, "Lunch? | Pizza | Sushi").await;
+    assert_eq!(acked.body["text"], "Poll posted.");
+    let message = the_poll(&bot);
+    assert_eq!(message["text"], "Lunch? (0 votes)");
+
+    gate.armed.store(2, Ordering::SeqCst);
+    let (alice, bob) = (bot.as_user("U0ALICE"), bot.as_user("U0BOB"));
+    let (a, b) = tokio::join!(
+        alice.click(example::VOTE, "0", Some(&message)),
+        bob.click(example::VOTE, "1", Some(&message)),
+    );
+    assert_eq!(
+        (a.outcome.as_str(), b.outcome.as_str()),
+        ("answered", "answered")
+    );
+    assert!(
+        gate.conflicts.load(Ordering::SeqCst) >= 1,
+        "both votes were read at one version: one found the other's write"
+    );
+    let message = the_poll(&bot);
+    assert_eq!(message["text"], "Lunch? (2 votes)", "{message}");
+    let buttons = &message["blocks"][1]["elements"];
+    assert_eq!(buttons[0]["text"]["text"], "Pizza (1)");
+    assert_eq!(buttons[1]["text"]["text"], "Sushi (1)");
+    assert_eq!(buttons[0]["style"], "primary");
+}
+
+#[tokio::test]
+async fn many_votes_at_once_are_all_counted_and_a_closed_poll_takes_none() {
+    let gate = gate().await;
+    let bot = TestBot::start_with_ledger(example::app(), gate.clone()).await;
+    bot.command(example::COMMAND, "Ship it? | Yes | No | Later")
+        .await;
+    let message = the_poll(&bot);
+    let voters: Vec<String> = (0..8).map(|i| format!("U0VOTER{i}")).collect();
+    let clicks = voters.iter().enumerate().map(|(i, voter)| {
+        let message = message.clone();
+        let bot = &bot;
+        async move {
+            bot.as_user(voter)
+                .click(example::VOTE, &(i % 3).to_string(), Some(&message))
+                .await
+        }
+    });
+    for acked in futures_join_all(clicks).await {
+        assert_eq!(acked.outcome, "answered");
+    }
+    assert_eq!(the_poll(&bot)["text"], "Ship it? (8 votes)");
+    assert_eq!(bot.mention("how many polls?").await, "answered");
+    let said: Vec<String> = bot
+        .slack()
+        .messages()
+        .iter()
+        .map(|m| m["text"].to_string())
+        .collect();
+    assert!(said.iter().any(|t| t.contains("1 open polls.")), "{said:?}");
+
+    // Only the author (U0USER, who ran the command) may close it: anyone else is told so.
+    let message = the_poll(&bot);
+    let close_button = message["blocks"][2]["elements"][0].clone();
+    let name = close_button["value"].as_str().unwrap().to_string();
+    bot.as_user("U0VOTER1")
+        .click(example::CLOSE, &name, Some(&message))
+        .await;
+    assert!(bot.slack().views().is_empty(), "no modal for another user");
+    bot.click(example::CLOSE, &name, Some(&message)).await;
+    let views = bot.slack().views();
+    assert_eq!(views.len(), 1, "the close modal");
+    assert_eq!(views[0]["private_metadata"], json!(name));
+    let acked = bot.submit_view(&views[0], json!({})).await;
+    assert_eq!(acked.outcome, "answered");
+    let closed = the_poll(&bot);
+    assert_eq!(closed["text"], "Closed: Ship it? (8 votes)");
+    bot.as_user("U0LATE")
+        .click(example::VOTE, "0", Some(&message))
+        .await;
+    assert_eq!(
+        the_poll(&bot),
+        closed,
+        "a vote on a closed poll changes nothing"
+    );
+    assert_eq!(bot.mention("polls?").await, "answered");
+    let said: Vec<String> = bot
+        .slack()
+        .messages()
+        .iter()
+        .map(|m| m["text"].to_string())
+        .collect();
+    assert!(said.iter().any(|t| t.contains("0 open polls.")), "{said:?}");
+}
+
+/// All of `futures` at once, in one task (so that they interleave at every await).
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = set.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|v| v.expect("ready")).collect()
+}
