@@ -17,9 +17,10 @@ pub const USAGE: &str =
 
 /// The template's files: (path in the new crate, text, executable).
 const FILES: &[(&str, &str, bool)] = &[
+    // Named so that cargo does not take the template for a package (see CargoLambda.toml).
     (
         "Cargo.toml",
-        include_str!("../templates/bot/Cargo.toml"),
+        include_str!("../templates/bot/{{'Cargo.toml'}}"),
         false,
     ),
     (
