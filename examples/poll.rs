@@ -22,8 +22,10 @@ pub const COMMAND: &str = "/poll";
 pub const VOTE: &str = "poll_vote";
 pub const CLOSE: &str = "poll_close";
 pub const CLOSE_VIEW: &str = "poll_close_view";
-/// The list of open polls' names.
-pub const OPEN_POLLS: &str = "open-polls";
+/// The state name of the list of a workspace's open polls.
+pub fn open_polls(team: Option<&str>) -> String {
+    format!("open-polls-{}", team.unwrap_or("none"))
+}
 /// How long a poll is kept after its latest vote.
 pub const TTL: Duration = Duration::from_secs(30 * 86_400);
 
@@ -59,7 +61,10 @@ impl Poll {
         }
         let buttons = self.options.iter().enumerate().map(|(i, option)| {
             let label = format!("{} ({})", option, self.count(i));
-            blocks::styled(blocks::button(label, VOTE, i.to_string()), Style::Primary)
+            blocks::styled(
+                blocks::button(label, VOTE, format!("{name} {i}")),
+                Style::Primary,
+            )
         });
         let close = blocks::styled(blocks::button("Close", CLOSE, name), Style::Danger);
         Message::text(text.clone()).blocks([
@@ -69,11 +74,6 @@ impl Poll {
             blocks::context([format!("{} votes", self.votes.len())]),
         ])
     }
-}
-
-/// The state name of the poll posted as `ts` in `channel`.
-pub fn poll_name(channel: &str, ts: &str) -> String {
-    format!("poll-{channel}-{ts}")
 }
 
 async fn create(ctx: Ctx, command: Command) -> HandlerResult {
@@ -97,17 +97,15 @@ async fn create(ctx: Ctx, command: Command) -> HandlerResult {
         author: command.user_id.clone(),
         ..Poll::default()
     };
-    // Posted first (its ts names the poll), then kept; a click before it is kept finds no poll.
-    let posted = ctx
-        .post(&command.channel_id, poll.message("pending"))
-        .await?;
-    let name = poll_name(&posted.channel, &posted.ts);
+    // Named by the command (its ledger key): kept before it is posted, so that every click on
+    // a posted poll finds it.
+    let name = format!("poll-{}", ctx.event_id());
     let state = ctx.state();
     state
         .update(&name, TTL, |_: Option<Poll>| poll.clone())
         .await?;
     state
-        .update(OPEN_POLLS, TTL, |open: Option<Vec<String>>| {
+        .update(&open_polls(ctx.team()), TTL, |open: Option<Vec<String>>| {
             let mut open = open.unwrap_or_default();
             if !open.contains(&name) {
                 open.push(name.clone());
@@ -115,9 +113,7 @@ async fn create(ctx: Ctx, command: Command) -> HandlerResult {
             open
         })
         .await?;
-    // The buttons now name the poll (the Close button's value).
-    ctx.update(&posted.channel, &posted.ts, poll.message(&name))
-        .await?;
+    ctx.post(&command.channel_id, poll.message(&name)).await?;
     Ok(())
 }
 
@@ -138,21 +134,24 @@ async fn vote(ctx: Ctx, click: BlockAction) -> HandlerResult {
     let (Some(channel), Some(ts)) = (click.channel_id.clone(), click.message_ts.clone()) else {
         return Ok(());
     };
-    let Some(option) = click.value.as_deref().and_then(|v| v.parse::<usize>().ok()) else {
+    let Some((name, option)) = click.value.as_deref().and_then(|v| v.rsplit_once(' ')) else {
         return Ok(());
     };
-    let name = poll_name(&channel, &ts);
+    let (name, Ok(option)) = (name.to_string(), option.parse::<usize>()) else {
+        return Ok(());
+    };
     let Some(poll) = ctx.state().get::<Poll>(&name).await? else {
         return Ok(()); // not kept yet, or past its TTL
     };
     if poll.value.closed || option >= poll.value.options.len() {
         return Ok(());
     }
-    let voter = click.user_id.clone();
+    let (voter, read) = (click.user_id.clone(), poll.value);
     let poll = ctx
         .state()
         .update(&name, TTL, |poll: Option<Poll>| {
-            let mut poll = poll.unwrap_or_default();
+            // Gone since it was read (past its TTL): the poll as read, with this vote.
+            let mut poll = poll.unwrap_or_else(|| read.clone());
             if !poll.closed {
                 poll.votes.insert(voter.clone(), option);
             }
@@ -176,23 +175,33 @@ async fn ask_to_close(ctx: Ctx, click: BlockAction) -> HandlerResult {
         .await?;
         return Ok(());
     }
-    let note = blocks::input(
-        "note",
-        "A last word (optional)",
-        blocks::text_input("note_text"),
-    );
-    let mut view = blocks::modal(CLOSE_VIEW, "Close the poll", "Close", [note]).with_metadata(name);
-    view["blocks"][0]["optional"] = serde_json::json!(true);
+    let note = blocks::input("note", "A last word", blocks::text_input("note_text"));
+    let (Some(channel), Some(ts)) = (click.channel_id, click.message_ts) else {
+        return Ok(());
+    };
+    let view = blocks::modal(
+        CLOSE_VIEW,
+        "Close the poll",
+        "Close",
+        [blocks::optional(note)],
+    )
+    .with_metadata(format!("{name} {channel} {ts}"));
     ctx.open_view(view).await?;
     Ok(())
 }
 
 async fn close(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
-    let Some(name) = view.private_metadata.clone() else {
+    let metadata = view.private_metadata.clone().unwrap_or_default();
+    let [name, channel, ts] = metadata.split(' ').collect::<Vec<_>>()[..] else {
         return Ok(());
     };
+    let name = name.to_string();
     ctx.ack(Ack::empty()).await?;
     let state = ctx.state();
+    match state.get::<Poll>(&name).await? {
+        Some(poll) if poll.value.author == view.user_id => {}
+        _ => return Ok(()), // gone (past its TTL), or not the author's
+    }
     let poll = state
         .update(&name, TTL, |poll: Option<Poll>| {
             let mut poll = poll.unwrap_or_default();
@@ -201,24 +210,21 @@ async fn close(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
         })
         .await?;
     state
-        .update(OPEN_POLLS, TTL, |open: Option<Vec<String>>| {
+        .update(&open_polls(ctx.team()), TTL, |open: Option<Vec<String>>| {
             let mut open = open.unwrap_or_default();
             open.retain(|n| n != &name);
             open
         })
         .await?;
-    let Some((channel, ts)) = name
-        .strip_prefix("poll-")
-        .and_then(|rest| rest.split_once('-'))
-    else {
-        return Ok(());
-    };
     ctx.update(channel, ts, poll.message(&name)).await?;
     Ok(())
 }
 
 async fn count_open(ctx: Ctx, _mention: MessageEvent) -> HandlerResult {
-    let open = ctx.state().get::<Vec<String>>(OPEN_POLLS).await?;
+    let open = ctx
+        .state()
+        .get::<Vec<String>>(&open_polls(ctx.team()))
+        .await?;
     let n = open.map_or(0, |open| open.value.len());
     ctx.reply(format!("{n} open polls.")).await?;
     Ok(())

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `slack-once init` as a new user runs it: writes a bot (slack-once as a path dependency on this
 # checkout), runs its fmt check, clippy and tests, and `sam validate --lint` and cfn-lint on its
-# template; checks that a 32-character name still formats; and, when cargo-lambda is in .tools,
+# template; checks that the longest name (31 characters) still formats; and, when cargo-lambda is in .tools,
 # that `cargo lambda new --template templates/bot` writes the same files. The bot builds into
 # this checkout's target/ with this checkout's Cargo.lock, so only the bot itself is compiled.
 set -euo pipefail
@@ -14,7 +14,7 @@ cargo build --locked --quiet --bin slack-once
 bin="$ROOT/target/debug/slack-once"
 
 "$bin" init mybot --dir "$work/mybot"
-"$bin" init abcdefghijklmnopqrstuvwxyz012345 --dir "$work/long" > /dev/null
+"$bin" init abcdefghijklmnopqrstuvwxyz01234 --dir "$work/long" > /dev/null
 (cd "$work/long" && cargo fmt --check)
 if "$bin" init mybot --dir "$work/mybot" 2> /dev/null; then
   echo "init wrote over a bot" >&2; exit 1

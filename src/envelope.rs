@@ -54,6 +54,7 @@ impl fmt::Display for EventId {
 /// The outer envelope, tagged by its `type` field.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Envelope {
     /// Sent once when the Request URL is saved in the Slack app's settings.
     UrlVerification {
@@ -74,6 +75,7 @@ pub enum Envelope {
 }
 
 #[derive(Debug, Deserialize)]
+#[non_exhaustive]
 pub struct EventCallback {
     pub event_id: EventId,
     #[serde(default, deserialize_with = "lenient_string")]
@@ -91,6 +93,7 @@ pub struct EventCallback {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Authorization {
     pub team_id: Option<String>,
     pub enterprise_id: Option<String>,
@@ -103,6 +106,7 @@ pub struct Authorization {
 /// The inner event: the fields the protocol and the router use, read leniently, and the whole
 /// event as Slack sent it (`raw`), for bots.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Event {
     /// `type`: the one field required.
     pub kind: String,

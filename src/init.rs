@@ -87,8 +87,16 @@ impl Dependency {
     /// release from crates.io.
     pub fn default_for_this_build() -> Self {
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let is_checkout = std::fs::read_to_string(here.join("Cargo.toml"))
-            .is_ok_and(|toml| toml.contains("name = \"slack-once\""))
+        // Not a crate Cargo unpacked (`cargo install slack-once`, a git dependency): its
+        // cache is no place to depend on, and is cleaned up.
+        let in_cargo_cache = here
+            .components()
+            .any(|c| c.as_os_str() == "registry" || c.as_os_str() == "git")
+            && here.components().any(|c| c.as_os_str() == ".cargo")
+            || here.join(".cargo_vcs_info.json").exists();
+        let is_checkout = !in_cargo_cache
+            && std::fs::read_to_string(here.join("Cargo.toml"))
+                .is_ok_and(|toml| toml.contains("name = \"slack-once\""))
             && here.join("templates/bot").is_dir();
         if is_checkout {
             Self::Path(here.to_path_buf())
@@ -110,7 +118,7 @@ impl Dependency {
 /// Why a bot cannot be written.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
-    #[error("{0:?} is not a bot name: lowercase letters, digits, '-' and '_', starting with a letter, at most 32 (it is also the slash command /NAME)")]
+    #[error("{0:?} is not a bot name: lowercase letters, digits and '-', starting with a letter, at most 31 (it is also the stack's name and the slash command /NAME), and none of cargo's reserved names or slack-once")]
     Name(String),
     #[error("{0} exists and is not empty: choose another NAME or --dir")]
     Exists(PathBuf),
@@ -118,12 +126,25 @@ pub enum InitError {
     Write(PathBuf, std::io::Error),
 }
 
-/// Whether `name` can name a crate, a binary, a CloudFormation stack and a slash command.
+/// Whether `name` can name a crate, a binary, a CloudFormation stack (letters, digits and
+/// `-`) and a slash command (at most 32 characters with its `/`).
 pub fn valid_name(name: &str) -> bool {
+    const RESERVED: &[&str] = &[
+        "build",
+        "deps",
+        "examples",
+        "incremental",
+        "test",
+        "bench",
+        "slack-once",
+        "slack_once",
+    ];
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c.is_ascii_lowercase())
-        && name.len() <= 32
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && name.len() <= 31
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.ends_with('-')
+        && !RESERVED.contains(&name)
 }
 
 /// The template's files rendered for `name`: (path, text, executable).
@@ -284,8 +305,19 @@ mod tests {
 
     #[test]
     fn names_are_checked_and_everything_is_rendered() {
-        assert!(valid_name("mybot") && valid_name("my-bot_2"));
-        for bad in ["", "MyBot", "2bot", "my bot", "../x", &"a".repeat(33)] {
+        assert!(valid_name("mybot") && valid_name("my-bot-2") && valid_name(&"a".repeat(31)));
+        for bad in [
+            "",
+            "MyBot",
+            "2bot",
+            "my bot",
+            "../x",
+            "my_bot",
+            "deps",
+            "slack-once",
+            "b-",
+            &"a".repeat(32),
+        ] {
             assert!(!valid_name(bad), "{bad:?}");
         }
         let files = render("pollster", &Dependency::Path("/src/slack once".into()));

@@ -75,6 +75,7 @@ fn custom(message: &str) -> serde_json::Error {
 
 /// The kinds of request this module knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Kind {
     Command,
     BlockActions,
@@ -106,6 +107,7 @@ impl Kind {
 /// `trigger_id`, `response_url`) and the payload as Slack sent it (`raw`: the command's form
 /// as a JSON object of strings, or the interaction's `payload`).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Interaction {
     pub kind: Kind,
     pub team_id: Option<String>,
@@ -445,6 +447,7 @@ fn options_values(v: Option<&Value>) -> Vec<String> {
 
 /// A slash command: `/once some text`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Command {
     /// The command's name, with its slash.
     pub command: String,
@@ -475,6 +478,7 @@ impl Command {
 
 /// A click, a selection, a date picked…: one `block_actions`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct BlockAction {
     pub action_id: String,
     pub block_id: Option<String>,
@@ -572,6 +576,7 @@ impl ViewValues {
 
 /// A modal submitted (`view_submission`) or closed (`view_closed`).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ViewSubmission {
     pub callback_id: String,
     pub view_id: String,
@@ -605,6 +610,7 @@ impl ViewSubmission {
 
 /// A global shortcut (`shortcut`) or a message shortcut (`message_action`).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Shortcut {
     pub callback_id: String,
     pub user_id: String,
@@ -635,6 +641,7 @@ impl Shortcut {
 
 /// An external select asking for its options (`block_suggestion`): what the user typed.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct OptionsRequest {
     pub action_id: String,
     pub block_id: Option<String>,

@@ -112,6 +112,12 @@ pub fn input(block_id: impl Into<String>, label: impl Into<String>, element: Val
     json!({"type": "input", "block_id": block_id.into(), "label": plain(label), "element": element})
 }
 
+/// `input` made optional: the modal submits without it.
+pub fn optional(mut input: Value) -> Value {
+    input["optional"] = json!(true);
+    input
+}
+
 /// A modal view (for [`crate::app::Ctx::open_view`]): its `callback_id` (which its submission
 /// names), title, submit button's text and blocks; `private_metadata` carries what the
 /// submission needs (at most 3,000 characters).

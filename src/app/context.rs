@@ -146,8 +146,8 @@ struct Inner {
     wall_deadline: SystemTime,
     version: String,
     steps: Mutex<Steps>,
-    /// The state changes made so far by this run of the listener ([`Ctx::state`]).
-    state_writes: std::sync::atomic::AtomicU32,
+    /// The state changes made so far by this run of the listener, per name ([`Ctx::state`]).
+    state_writes: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 /// What a listener is given: the event, its deadline, and Slack, read and written exactly once.
@@ -193,7 +193,7 @@ impl Ctx {
                 wall_deadline,
                 version,
                 steps: Mutex::new(steps),
-                state_writes: std::sync::atomic::AtomicU32::new(0),
+                state_writes: std::sync::Mutex::new(std::collections::HashMap::new()),
             }),
         }
     }
@@ -291,14 +291,16 @@ impl Ctx {
         super::State::new(self.clone())
     }
 
-    /// The id of this request's writer of the next state change: the request's ledger key and
-    /// the change's place, the same each time the listener runs for the request.
-    pub(crate) fn next_state_writer(&self) -> String {
-        let n = self
-            .inner
-            .state_writes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("{}#{}", self.inner.key, n + 1)
+    /// The id of this request's writer of its next change to the state value `name`: the
+    /// request's ledger key, a digest of the name and how many changes to it this run has made,
+    /// the same each time the listener runs for the request (whatever it does to other names).
+    pub(crate) fn next_state_writer(&self, name: &str) -> String {
+        use sha2::Digest;
+        let digest = hex::encode(&sha2::Sha256::digest(name.as_bytes())[..6]);
+        let mut counts = self.inner.state_writes.lock().expect("state writes lock");
+        let n = counts.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        format!("{}#{digest}#{n}", self.inner.key)
     }
 
     /// The ledger the request's claim is in.
@@ -742,6 +744,48 @@ impl Ctx {
             .api(method, &Args::form_from(&args), self.inner.deadline)
             .await
             .map_err(Error::Slack)
+    }
+
+    /// A paginated read (`conversations.list`, `users.list`, `conversations.members`,
+    /// `conversations.history`…), its pages followed by `response_metadata.next_cursor`: the
+    /// items under `items` of every page, at most `max_pages` pages (each counts against the
+    /// method's rate tier; reads run again each time the listener does). `limit` in `args`
+    /// sets the page size.
+    ///
+    /// ```
+    /// # async fn f(ctx: slack_once::app::Ctx) -> Result<(), slack_once::app::Error> {
+    /// let channels = ctx
+    ///     .read_pages("conversations.list", serde_json::json!({"limit": 200}), "channels", 5)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_pages(
+        &self,
+        method: &str,
+        args: Value,
+        items: &str,
+        max_pages: usize,
+    ) -> Result<Vec<Value>, Error> {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..max_pages.max(1) {
+            let mut page_args = args.clone();
+            if let (Some(c), Some(map)) = (&cursor, page_args.as_object_mut()) {
+                map.insert("cursor".into(), json!(c));
+            }
+            let page = self.read(method, page_args).await?;
+            if let Some(list) = page[items].as_array() {
+                all.extend(list.iter().cloned());
+            }
+            cursor = page["response_metadata"]["next_cursor"]
+                .as_str()
+                .filter(|c| !c.is_empty())
+                .map(str::to_string);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(all)
     }
 
     /// `users.info`: the user object.

@@ -45,6 +45,7 @@ macro_rules! typed {
 
 /// `app_mention`: the bot was mentioned in a conversation it is in.
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct AppMention {
     #[serde(default, deserialize_with = "id")]
     pub user: Option<String>,
@@ -96,6 +97,7 @@ impl AppMention {
 /// the bot. A listener built with [`crate::app::Listener::including_bots`] also hears messages
 /// of other bots (`bot_id` set, or the subtype `bot_message`).
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct MessageEvent {
     pub channel: String,
     #[serde(default)]
@@ -159,6 +161,7 @@ impl MessageEvent {
 
 /// The item a reaction is on.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[non_exhaustive]
 pub struct ReactionItem {
     #[serde(rename = "type", default)]
     pub kind: String,
@@ -172,6 +175,7 @@ pub struct ReactionItem {
 
 /// `reaction_added` and `reaction_removed`.
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct Reaction {
     #[serde(default, deserialize_with = "id")]
     pub user: Option<String>,
@@ -188,6 +192,7 @@ pub struct Reaction {
 
 /// `member_joined_channel`: someone (the bot too) joined a conversation.
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct MemberJoinedChannel {
     #[serde(deserialize_with = "id")]
     pub user: Option<String>,
@@ -205,6 +210,7 @@ pub struct MemberJoinedChannel {
 
 /// `app_home_opened`: someone opened the app's Home, Messages or About tab.
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct AppHomeOpened {
     #[serde(deserialize_with = "id")]
     pub user: Option<String>,
@@ -220,6 +226,7 @@ pub struct AppHomeOpened {
 /// the agent view of 2026, `app_home_opened` with `tab: "messages"` (the user opened the app's
 /// DM), which has no thread yet (`thread_ts` is `None`, `agent_view` true).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct AssistantThread {
     pub user_id: Option<String>,
     pub channel_id: String,
@@ -262,6 +269,7 @@ impl AssistantThread {
 
 /// A user, as `team_join` and `user_change` carry it.
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct User {
     pub id: String,
     #[serde(default)]
@@ -282,6 +290,7 @@ pub struct User {
 
 /// `team_join`: a new member of the workspace.
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct TeamJoin {
     pub user: User,
     #[serde(skip)]
@@ -290,6 +299,7 @@ pub struct TeamJoin {
 
 /// A channel, as `channel_created` carries it.
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct Channel {
     pub id: String,
     #[serde(default)]
@@ -302,6 +312,7 @@ pub struct Channel {
 
 /// `channel_created`.
 #[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
 pub struct ChannelCreated {
     pub channel: Channel,
     #[serde(skip)]

@@ -114,13 +114,27 @@ impl State {
                 }
             }
         };
-        let writer = self.ctx.next_state_writer();
+        refuse_inside_remember(name)?;
+        // A writer of its own (not counted among the request's changes): a write whose answer
+        // was lost and which the SDK sent again finds itself there, and is not a conflict.
+        let writer = format!("put-{}", uuid::Uuid::new_v4().simple());
         match self
             .write(name, value, version, &writer, &writers, ttl)
             .await?
         {
             StatePut::Written { version } => Ok(Put::Written { version }),
-            StatePut::Conflict => Ok(Put::Conflict),
+            StatePut::Conflict => {
+                let key = self.key(name)?;
+                let item = self
+                    .ledger_call(|ledger, now| async move { ledger.state(&key, now).await })
+                    .await?;
+                match item {
+                    Some(item) if item.writers.contains(&writer) => Ok(Put::Written {
+                        version: item.version,
+                    }),
+                    _ => Ok(Put::Conflict),
+                }
+            }
         }
     }
 
@@ -138,9 +152,15 @@ impl State {
         T: Serialize + DeserializeOwned,
         F: FnMut(Option<T>) -> T,
     {
+        refuse_inside_remember(name)?;
         let key = self.key(name)?;
-        let writer = self.ctx.next_state_writer();
-        for _ in 0..UPDATE_ATTEMPTS {
+        let writer = self.ctx.next_state_writer(name);
+        for attempt in 0..UPDATE_ATTEMPTS {
+            if attempt > 0 {
+                // Others are writing it too: a short wait, growing, so that a burst settles.
+                let wait = Duration::from_millis(5 * u64::from(attempt) + jitter_ms());
+                tokio::time::sleep(wait.min(self.ctx.remaining() / 4)).await;
+            }
             let read_key = key.clone();
             let item = self
                 .ledger_call(|ledger, now| async move { ledger.state(&read_key, now).await })
@@ -153,8 +173,9 @@ impl State {
                         tracing::info!(name, "state change made already: not again");
                         return parse(name, &item.value);
                     }
-                    let value = serde_json::from_str(&item.value).ok();
-                    (value, item.version, item.writers)
+                    // A value of another shape is not taken for none (and overwritten).
+                    let value: T = parse(name, &item.value)?;
+                    (Some(value), item.version, item.writers)
                 }
                 None => (None, 0, Vec::new()),
             };
@@ -219,7 +240,7 @@ impl State {
     /// The ledger key of `name`: the app's (`state-APP-…`, so two apps sharing a table keep
     /// their own), a readable prefix of the name and a digest of it (names are any text).
     fn key(&self, name: &str) -> Result<EventId, Error> {
-        let app = self.ctx.app_id().unwrap_or("-");
+        let app = self.ctx.app_id().unwrap_or("noapp");
         let readable: String = name
             .chars()
             .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
@@ -251,6 +272,23 @@ impl State {
             })?
             .map_err(Error::Ledger)
     }
+}
+
+/// State changes are refused inside [`Ctx::remember`]: a run that finds its result
+/// remembered would not make them, and the request's changes would differ between runs.
+fn refuse_inside_remember(name: &str) -> Result<(), Error> {
+    match crate::journal::inside_remember() {
+        Some(step) => Err(Error::InsideRemember {
+            step,
+            method: format!("state change {name:?}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A few milliseconds of jitter, so that writers who met do not meet again.
+fn jitter_ms() -> u64 {
+    u64::from(uuid::Uuid::new_v4().as_bytes()[0] % 8)
 }
 
 fn parse<T: DeserializeOwned>(name: &str, text: &str) -> Result<T, Error> {

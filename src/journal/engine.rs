@@ -533,7 +533,7 @@ tokio::task_local! {
 }
 
 /// The step of the remembered computation this code runs inside, if any.
-fn inside_remember() -> Option<u32> {
+pub(crate) fn inside_remember() -> Option<u32> {
     REMEMBERING.try_with(|step| *step).ok()
 }
 

@@ -30,7 +30,7 @@ mod steps;
 
 use serde_json::{json, Value};
 
-pub(crate) use engine::{make, remember, Call, For, Made, RESPOND};
+pub(crate) use engine::{inside_remember, make, remember, Call, For, Made, RESPOND};
 pub use settle::Settle;
 pub(crate) use steps::Steps;
 
@@ -87,6 +87,26 @@ pub enum Error {
     /// listener's writes would differ between runs. Write before or after `remember`.
     #[error("{method} was called inside the computation remembered at step {step}: write before or after ctx.remember")]
     InsideRemember { step: u32, method: String },
+}
+
+impl Error {
+    /// Slack's error code (`channel_not_found`, `not_in_channel`, `ratelimited`…) when Slack
+    /// refused the call with `ok:false`.
+    ///
+    /// ```
+    /// # async fn f(ctx: slack_once::app::Ctx) -> slack_once::app::HandlerResult {
+    /// match ctx.post("C0NOTHERE", "hi").await {
+    ///     Err(e) if e.slack_code() == Some("not_in_channel") => Ok(()), // not invited: fine
+    ///     other => other.map(|_| ()),
+    /// }
+    /// # }
+    /// ```
+    pub fn slack_code(&self) -> Option<&str> {
+        match self {
+            Error::Slack(e) | Error::LookupUnavailable(e) => e.code(),
+            _ => None,
+        }
+    }
 }
 
 /// What a claim's steps came to, for the outcome.

@@ -559,7 +559,7 @@ pub struct StateItem {
 }
 
 /// How many of a state value's latest writers it keeps.
-pub const STATE_WRITERS_KEPT: usize = 64;
+pub const STATE_WRITERS_KEPT: usize = 256;
 
 /// The largest state value the ledger keeps (bytes of JSON): far below DynamoDB's 400 KB item.
 pub const MAX_STATE_BYTES: usize = 64 * 1024;
@@ -634,7 +634,7 @@ pub trait Ledger: Send + Sync + 'static {
     /// The note under `key`, unless none was written or it is past its TTL.
     async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError>;
 
-    /// The app's state value under `key` (an item of its own, `state#…`), unless none was
+    /// The app's state value under `key` (an item of its own, `state-APP-…`), unless none was
     /// written or it is past its TTL. A strongly consistent read.
     async fn state(&self, key: &EventId, now_ms: u64) -> Result<Option<StateItem>, LedgerError>;
 

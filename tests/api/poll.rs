@@ -105,6 +105,14 @@ async fn gate() -> Arc<Gate> {
     })
 }
 
+/// The poll's name, as its Close button carries it.
+fn poll_name(message: &Value) -> String {
+    message["blocks"][2]["elements"][0]["value"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// The poll's message (the bot's other messages are its answers to "polls").
 fn the_poll(bot: &TestBot) -> Value {
     let messages: Vec<Value> = bot
@@ -126,16 +134,20 @@ fn the_poll(bot: &TestBot) -> Value {
 async fn two_votes_cast_at_once_are_both_counted() {
     let gate = gate().await;
     let bot = TestBot::start_with_ledger(example::app(), gate.clone()).await;
-    let acked = bot.command(example::COMMAND, "Lunch? | Pizza | Sushi").await;
+    let acked = bot
+        .command(example::COMMAND, "Lunch? | Pizza | Sushi")
+        .await;
     assert_eq!(acked.body["text"], "Poll posted.");
     let message = the_poll(&bot);
     assert_eq!(message["text"], "Lunch? (0 votes)");
 
+    let name = poll_name(&message);
     gate.armed.store(2, Ordering::SeqCst);
     let (alice, bob) = (bot.as_user("U0ALICE"), bot.as_user("U0BOB"));
+    let (first, second) = (format!("{name} 0"), format!("{name} 1"));
     let (a, b) = tokio::join!(
-        alice.click(example::VOTE, "0", Some(&message)),
-        bob.click(example::VOTE, "1", Some(&message)),
+        alice.click(example::VOTE, &first, Some(&message)),
+        bob.click(example::VOTE, &second, Some(&message)),
     );
     assert_eq!(
         (a.outcome.as_str(), b.outcome.as_str()),
@@ -160,13 +172,14 @@ async fn many_votes_at_once_are_all_counted_and_a_closed_poll_takes_none() {
     bot.command(example::COMMAND, "Ship it? | Yes | No | Later")
         .await;
     let message = the_poll(&bot);
+    let name = poll_name(&message);
     let voters: Vec<String> = (0..8).map(|i| format!("U0VOTER{i}")).collect();
     let clicks = voters.iter().enumerate().map(|(i, voter)| {
-        let message = message.clone();
+        let (message, name) = (message.clone(), name.clone());
         let bot = &bot;
         async move {
             bot.as_user(voter)
-                .click(example::VOTE, &(i % 3).to_string(), Some(&message))
+                .click(example::VOTE, &format!("{name} {}", i % 3), Some(&message))
                 .await
         }
     });
@@ -185,8 +198,6 @@ async fn many_votes_at_once_are_all_counted_and_a_closed_poll_takes_none() {
 
     // Only the author (U0USER, who ran the command) may close it: anyone else is told so.
     let message = the_poll(&bot);
-    let close_button = message["blocks"][2]["elements"][0].clone();
-    let name = close_button["value"].as_str().unwrap().to_string();
     bot.as_user("U0VOTER1")
         .click(example::CLOSE, &name, Some(&message))
         .await;
@@ -194,13 +205,14 @@ async fn many_votes_at_once_are_all_counted_and_a_closed_poll_takes_none() {
     bot.click(example::CLOSE, &name, Some(&message)).await;
     let views = bot.slack().views();
     assert_eq!(views.len(), 1, "the close modal");
-    assert_eq!(views[0]["private_metadata"], json!(name));
+    let metadata = views[0]["private_metadata"].as_str().unwrap();
+    assert!(metadata.starts_with(&format!("{name} C")), "{metadata}");
     let acked = bot.submit_view(&views[0], json!({})).await;
     assert_eq!(acked.outcome, "answered");
     let closed = the_poll(&bot);
     assert_eq!(closed["text"], "Closed: Ship it? (8 votes)");
     bot.as_user("U0LATE")
-        .click(example::VOTE, "0", Some(&message))
+        .click(example::VOTE, &format!("{name} 0"), Some(&message))
         .await;
     assert_eq!(
         the_poll(&bot),
