@@ -97,7 +97,10 @@ impl Error {
     /// # async fn f(ctx: slack_once::app::Ctx) -> slack_once::app::HandlerResult {
     /// match ctx.post("C0NOTHERE", "hi").await {
     ///     Err(e) if e.slack_code() == Some("not_in_channel") => Ok(()), // not invited: fine
-    ///     other => other.map(|_| ()),
+    ///     other => {
+    ///         other?;
+    ///         Ok(())
+    ///     }
     /// }
     /// # }
     /// ```

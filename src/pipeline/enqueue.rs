@@ -3,10 +3,7 @@
 use serde_json::value::RawValue;
 
 use super::{unix_ms, Delivery, Outcome, ProcessError, Processor, ENQUEUE_BUDGET};
-use crate::queue::{
-    QueueError, QueuedEvent, QueuedStep, WorkQueue, QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION,
-    QUEUED_FORM_VERSION_UNKNOWN,
-};
+use crate::queue::{QueueError, QueuedEvent, QueuedStep, WorkQueue};
 
 impl Processor {
     /// Deferred mode's ingress: the verified request goes to the work queue as Slack sent it
@@ -58,15 +55,19 @@ impl Processor {
         };
         let text = std::str::from_utf8(delivery.body).map_err(|_| not_text())?;
         // A body that parsed as JSON is a valid raw value; anything else is a form.
+        // A step of unknown fate is one an earlier worker would take as made.
+        let unknown = steps.iter().any(|s| s.unknown);
         let (v, envelope, form) = match RawValue::from_string(text.to_string()) {
-            Ok(envelope) if text.trim_start().starts_with('{') => {
-                (QUEUED_EVENT_VERSION, Some(envelope), None)
-            }
-            // A step of unknown fate is one an earlier worker would take as made.
-            _ if steps.iter().any(|s| s.unknown) => {
-                (QUEUED_FORM_VERSION_UNKNOWN, None, Some(text.to_string()))
-            }
-            _ => (QUEUED_FORM_VERSION, None, Some(text.to_string())),
+            Ok(envelope) if text.trim_start().starts_with('{') => (
+                crate::queue::format_for(true, unknown),
+                Some(envelope),
+                None,
+            ),
+            _ => (
+                crate::queue::format_for(false, unknown),
+                None,
+                Some(text.to_string()),
+            ),
         };
         let message = QueuedEvent {
             v,

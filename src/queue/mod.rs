@@ -29,6 +29,47 @@ pub const QUEUED_FORM_VERSION: u32 = 2;
 /// so it leaves the message for the dead-letter queue instead (and its redrive waits for the
 /// new workers). The ingress sends version 2 when no step is unknown.
 pub const QUEUED_FORM_VERSION_UNKNOWN: u32 = 3;
+/// The formats this release's worker reads.
+pub const READS: &[u32] = &[
+    QUEUED_EVENT_VERSION,
+    QUEUED_FORM_VERSION,
+    QUEUED_FORM_VERSION_UNKNOWN,
+];
+
+/// The formats the release before this one read (e596cea's worker): the ingress writes no
+/// other, so that the previous release's workers, serving beside this one during a gradual
+/// shift or after a rollback, read every message. A new format joins [`READS`] in one
+/// release and this list (and the ingress) in the next: read first, write later.
+pub const PREVIOUS_RELEASE_READS: &[u32] = &[1, 2, 3];
+
+/// The format the ingress writes for a request: an event's envelope (JSON), or a form, with
+/// or without a step of unknown fate (which a worker before format 3 would take as made).
+pub fn format_for(envelope: bool, unknown_step: bool) -> u32 {
+    match (envelope, unknown_step) {
+        (true, _) => QUEUED_EVENT_VERSION,
+        (false, true) => QUEUED_FORM_VERSION_UNKNOWN,
+        (false, false) => QUEUED_FORM_VERSION,
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+
+    /// Read first, write later: every format the ingress writes is one the previous release
+    /// reads, and this one too.
+    #[test]
+    fn the_ingress_writes_only_formats_the_previous_release_reads() {
+        for envelope in [true, false] {
+            for unknown in [true, false] {
+                let v = format_for(envelope, unknown);
+                assert!(PREVIOUS_RELEASE_READS.contains(&v), "format {v}");
+                assert!(READS.contains(&v), "format {v}");
+            }
+        }
+    }
+}
+
 /// SQS's largest message body: 1 MiB since August 2025 (256 KiB before). SQS bills each 64 KiB
 /// of a message as one request; Slack's events are a few KiB.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;

@@ -8,6 +8,7 @@ mod deferred;
 mod deploy;
 mod dynamo;
 mod faults;
+mod formats;
 mod hardening;
 mod hardening2;
 mod helpers;

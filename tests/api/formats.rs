@@ -1,0 +1,237 @@
+//! This release reads what the release before it wrote (`tests/data/formats/previous/`): its
+//! work-queue messages, handled by this release's worker, and its ledger items, put as they are
+//! into DynamoDB Local and met by this release's worker. Each request is answered once, or not
+//! again when the item says it was; a format this release does not read is left on the queue,
+//! nothing written. The promise is in DEPLOY.md ("Formats, and the promise between releases").
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::{json, Value};
+use slack_once::config::Config;
+use slack_once::queue::worker::Disposition;
+use slack_once::queue::Received;
+use slack_once::testing::FakeSlack;
+use slack_once::testing::Identity;
+use slack_once::Application;
+
+use crate::helpers::{dynamodb_client, dynamodb_endpoint, fresh_table};
+
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/formats/previous");
+const CHANNEL: &str = "C0789CHAN";
+const MESSAGE_TS: &str = "1767225600.000100";
+
+struct Rig {
+    slack: FakeSlack,
+    app: Application,
+    table: String,
+}
+
+/// This release's worker for the reference bot, on a fresh DynamoDB Local table, writing to
+/// a stand-in for the fixtures' workspace (in which the mentioned message exists).
+async fn rig() -> Rig {
+    let slack = FakeSlack::start_for(Identity {
+        team: "T0001TEAM".into(),
+        app_id: "A0001APP".into(),
+        bot_id: "B0001BOT".into(),
+        bot_user: "U0456BOT".into(),
+    })
+    .await;
+    slack.with_workspace(|w| {
+        w.add_message(
+            json!({"channel": CHANNEL, "ts": MESSAGE_TS, "user": "U0123USER",
+            "text": "<@U0456BOT> what is the status of the deploy?"}),
+        )
+    });
+    let (table, ledger) = fresh_table(&dynamodb_endpoint()).await;
+    let vars = [
+        ("SLACK_SIGNING_SECRET", "formats-secret".to_string()),
+        ("SLACK_BOT_TOKEN", "xoxb-formats".to_string()),
+        ("SLACK_API_URL", slack.base_url().to_string()),
+        ("SLACK_ONCE_ROLE", "worker".to_string()),
+        ("DEDUP_TABLE", table.clone()),
+        (
+            "WORK_QUEUE_URL",
+            "http://127.0.0.1:9/000000000000/work".to_string(),
+        ),
+    ];
+    let config =
+        Config::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+            .expect("a worker's configuration");
+    let app = Application::with_parts(config, ledger, slack_once::app::reference_app());
+    Rig { slack, app, table }
+}
+
+fn fixture(rig: &Rig, path: &str) -> String {
+    let now = slack_once::clock::now_ms();
+    let host = rig.slack.base_url().trim_end_matches("/api").to_string();
+    let encoded: String = form_urlencoded::byte_serialize(host.as_bytes()).collect();
+    std::fs::read_to_string(format!("{DIR}/{path}"))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .replace("{{SLACK_ENCODED}}", &encoded)
+        .replace("{{NOW_MS}}", &now.to_string())
+        .replace("{{PAST_MS}}", &(now - 600_000).to_string())
+        .replace("{{FUTURE_MS}}", &(now + 600_000).to_string())
+        .replace("{{TTL_S}}", &(now / 1000 + 90_000).to_string())
+}
+
+async fn handle(rig: &Rig, path: &str) -> Disposition {
+    let message = Received {
+        message_id: path.into(),
+        receipt_handle: "receipt".into(),
+        body: fixture(rig, path),
+        receive_count: 1,
+    };
+    let deadline = SystemTime::now() + std::time::Duration::from_secs(20);
+    rig.app
+        .worker()
+        .handle(
+            &message,
+            SystemTime::now(),
+            tokio::time::Instant::now(),
+            Some(deadline),
+            None,
+        )
+        .await
+}
+
+/// A previous release's item, put as it is.
+async fn put_item(rig: &Rig, path: &str) {
+    let item: Value = serde_json::from_str(&fixture(rig, path)).expect("DynamoDB JSON");
+    let item: HashMap<String, AttributeValue> = item
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), attribute(v)))
+        .collect();
+    dynamodb_client(&dynamodb_endpoint())
+        .put_item()
+        .table_name(&rig.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .expect("put the previous release's item");
+}
+
+/// DynamoDB's attribute-value JSON (S, N, BOOL, M, L) as the SDK's.
+fn attribute(v: &Value) -> AttributeValue {
+    let (kind, inner) = v
+        .as_object()
+        .and_then(|o| o.iter().next())
+        .expect("{\"T\": …}");
+    match kind.as_str() {
+        "S" => AttributeValue::S(inner.as_str().unwrap().into()),
+        "N" => AttributeValue::N(inner.as_str().unwrap().into()),
+        "BOOL" => AttributeValue::Bool(inner.as_bool().unwrap()),
+        "M" => AttributeValue::M(
+            inner
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), attribute(v)))
+                .collect(),
+        ),
+        "L" => AttributeValue::L(inner.as_array().unwrap().iter().map(attribute).collect()),
+        other => panic!("attribute type {other} is not in the fixtures' format"),
+    }
+}
+
+fn replies(rig: &Rig) -> Vec<Value> {
+    rig.slack
+        .messages()
+        .into_iter()
+        .filter(|m| m["bot_id"] == "B0001BOT")
+        .collect()
+}
+
+#[tokio::test]
+async fn a_previous_releases_queued_event_is_answered_once() {
+    let rig = rig().await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(replies(&rig).len(), 1, "one answer");
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(replies(&rig).len(), 1, "its redelivery writes nothing more");
+}
+
+#[tokio::test]
+async fn a_previous_releases_queued_command_is_answered_once_through_its_response_url() {
+    let rig = rig().await;
+    assert!(matches!(
+        handle(&rig, "queue/v2_command.json").await,
+        Disposition::Delete
+    ));
+    let answers = replies(&rig);
+    assert_eq!(
+        answers.len(),
+        1,
+        "the in-channel answer: {:?}",
+        rig.slack.messages()
+    );
+    assert!(answers[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("hello from the previous release"));
+    assert!(matches!(
+        handle(&rig, "queue/v2_command.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(replies(&rig).len(), 1);
+}
+
+#[tokio::test]
+async fn a_format_this_release_does_not_read_is_left_and_nothing_is_written() {
+    let rig = rig().await;
+    assert!(matches!(
+        handle(&rig, "queue/v99_unknown.json").await,
+        Disposition::Leave
+    ));
+    assert!(rig.slack.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_previous_releases_done_item_is_not_answered_again() {
+    let rig = rig().await;
+    put_item(&rig, "ledger/done.json").await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    assert!(replies(&rig).is_empty(), "{:?}", rig.slack.calls());
+}
+
+#[tokio::test]
+async fn a_previous_releases_failed_item_is_not_answered() {
+    let rig = rig().await;
+    put_item(&rig, "ledger/failed.json").await;
+    handle(&rig, "queue/v1_event.json").await;
+    assert!(replies(&rig).is_empty(), "{:?}", rig.slack.calls());
+}
+
+#[tokio::test]
+async fn a_previous_releases_released_item_is_taken_and_answered_once() {
+    let rig = rig().await;
+    put_item(&rig, "ledger/released.json").await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(replies(&rig).len(), 1);
+}
+
+#[tokio::test]
+async fn a_previous_releases_live_claim_is_left_to_its_owner() {
+    let rig = rig().await;
+    put_item(&rig, "ledger/in_progress_live.json").await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Leave
+    ));
+    assert!(replies(&rig).is_empty(), "{:?}", rig.slack.calls());
+}
