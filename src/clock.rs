@@ -2,7 +2,7 @@
 //!
 //! Everything that reads the time of day (a request's arrival, a message's `ts`, a metrics
 //! line's timestamp) reads it here. In production this is `SystemTime::now()`. The crash explorer
-//! ([`crate::testing::explore`]) runs each schedule on a runtime of its own whose timers are
+//! (`slack_once::testing::explore`, with the `explore` feature) runs each schedule on a runtime of its own whose timers are
 //! paused (tokio's virtual time), and sets the wall clock of that thread to follow them: a lease
 //! of 10 s, Slack's retry after 5 minutes and a `response_url`'s 30 minutes all pass at once and
 //! in the same order every run.

@@ -611,7 +611,7 @@ impl SlackClient {
 
     /// Calls the Web API method `method` with `args` and returns Slack's answer (`ok: true`),
     /// waiting out HTTP 429s while `deadline` allows: a 429 means Slack did nothing, so asking
-    /// again repeats nothing. A refused token is asked about once more (see [`Self::authorized`]).
+    /// again repeats nothing. A refused token is asked about once more (see `authorized`).
     /// Any other failure is returned as it is; whether the call may have taken effect is
     /// [`SlackError::may_have_posted`]. Without a token (local mode), the call is logged and a
     /// plausible answer returned (a `ts` for messages).

@@ -57,7 +57,7 @@ impl Ctx {
     /// `recipient` (user, and the user's team) is required outside a DM. A recipient Slack
     /// refuses (`user_not_found`, as for a Slack Connect author of another organisation)
     /// starts no stream: appends do nothing and [`Stream::finish`] posts the whole answer in
-    /// the thread. See the [module](self) for how a later run finishes the same stream.
+    /// the thread. See the module's documentation for how a later run finishes the same stream.
     pub async fn stream(
         &self,
         channel: &str,

@@ -12,7 +12,7 @@
 //!   Slack without a claim still held, and a later claim knows the step may have been made
 //!   (and when: a look-up searches only that window). The claim itself stands for the intent
 //!   of its first new step while it has written nothing since (its *began* window), where a
-//!   later claim can always tell by looking whether that step was made ([`steps`]);
+//!   later claim can always tell by looking whether that step was made (`steps`);
 //! - **recorded**: what the call returned (the ids a replay needs: a message's `ts`) rides on
 //!   the claim's next write (the next step's intent, or the finish): one ledger write a step;
 //! - **settled**: a later claim that meets a step recorded done replays its result without a
@@ -22,7 +22,7 @@
 //!
 //! So a listener must make the same writes in the same order each time it runs for a request:
 //! its own computation between steps (an LLM call, a look-up) runs again, its writes do not.
-//! [`engine`] makes one step by these rules; [`crate::app::Ctx`] is the listener's surface.
+//! `engine` makes one step by these rules; [`crate::app::Ctx`] is the listener's surface.
 
 mod engine;
 pub mod settle;

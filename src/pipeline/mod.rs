@@ -4,11 +4,11 @@
 //! that take it) → `claim` (its ledger keys) → acknowledge → `work` (the listeners, their Slack
 //! writes each a journaled step) → `finish` (done, released, or failed).
 //!
-//! - [`verify`]: the signature on the raw bytes, then the parse;
-//! - [`events`]: an event's route (skip own, the message's listeners and the event's);
-//! - [`interactions`]: a command's or an interaction's route, and its acknowledgement;
-//! - [`claim`]: keys, times and the claim; [`work`]: the listeners under a claim;
-//!   [`finish`]: the claim's end; [`enqueue`]: deferred mode's hand-off to the work queue.
+//! - `verify`: the signature on the raw bytes, then the parse;
+//! - `events`: an event's route (skip own, the message's listeners and the event's);
+//! - `interactions`: a command's or an interaction's route, and its acknowledgement;
+//! - `claim`: keys, times and the claim; `work`: the listeners under a claim;
+//!   `finish`: the claim's end; `enqueue`: deferred mode's hand-off to the work queue.
 //!
 //! The ledger is touched only after the signature verifies and the body parses, so a forged
 //! or malformed request can never claim, poison or block a real one. Every Slack write is

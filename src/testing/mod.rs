@@ -1,4 +1,4 @@
-//! Testing a bot without Slack: [`TestBot`] runs an [`App`] in-process on the in-memory ledger,
+//! Testing a bot without Slack: [`TestBot`] runs an [`App`](crate::app::App) in-process on the in-memory ledger,
 //! sends it signed events as Slack would, and points it at [`FakeSlack`], a Web API on
 //! 127.0.0.1 that keeps what the bot wrote (messages, updates, deletions, reactions, every
 //! call) and answers look-ups by metadata like Slack.
