@@ -5,6 +5,7 @@
 //! `user` as a full object in `team_join` and `user_change`, `channel` as an object in
 //! `channel_created`, `channel_rename` and `im_created`, and fields this version has never
 //! heard of. The whole inner event is kept as raw JSON for bots.
+#![warn(missing_docs)]
 
 use std::fmt;
 
@@ -21,6 +22,7 @@ pub struct EventId(String);
 pub const MAX_EVENT_ID_LEN: usize = 128;
 
 impl EventId {
+    /// The id as a string.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -58,14 +60,18 @@ impl fmt::Display for EventId {
 pub enum Envelope {
     /// Sent once when the Request URL is saved in the Slack app's settings.
     UrlVerification {
+        /// The value to answer the verification with, as it is.
         challenge: String,
     },
+    /// An event (`event_callback`): one delivery of one event.
     EventCallback(Box<EventCallback>),
     /// Slack stopped delivering events for this app in this workspace for the rest of the hour
     /// (more than 30,000 deliveries an hour).
     AppRateLimited {
+        /// The workspace whose events stopped.
         #[serde(default, deserialize_with = "lenient_string")]
         team_id: Option<String>,
+        /// The minute the limit began, in Unix seconds.
         #[serde(default, deserialize_with = "lenient_u64")]
         minute_rate_limited: Option<u64>,
     },
@@ -74,30 +80,43 @@ pub enum Envelope {
     Unknown,
 }
 
+/// An `event_callback`: one event's delivery, with the event and the installation it is for.
 #[derive(Debug, Deserialize)]
 #[non_exhaustive]
 pub struct EventCallback {
+    /// Slack's `event_id`, the same on every retry of this event.
     pub event_id: EventId,
+    /// The workspace the event happened in; in a Slack Connect channel it may not be the
+    /// installation's.
     #[serde(default, deserialize_with = "lenient_string")]
     pub team_id: Option<String>,
+    /// The Enterprise Grid organisation, when there is one.
     #[serde(default, deserialize_with = "lenient_string")]
     pub enterprise_id: Option<String>,
+    /// The app the event is delivered to (`A…`).
     #[serde(default, deserialize_with = "lenient_string")]
     pub api_app_id: Option<String>,
+    /// When the event happened, in Unix seconds.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub event_time: Option<i64>,
+    /// The inner event.
     pub event: Event,
     /// The installation this delivery is for (one entry; `is_bot` marks the bot user).
     #[serde(default, deserialize_with = "lenient_authorizations")]
     pub authorizations: Vec<Authorization>,
 }
 
+/// One entry of `authorizations`: an installation the event is visible to.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Authorization {
+    /// The installation's workspace (`T…`).
     pub team_id: Option<String>,
+    /// The installation's Enterprise Grid organisation, when there is one.
     pub enterprise_id: Option<String>,
+    /// The user the authorization is for: the bot user when `is_bot`.
     pub user_id: Option<String>,
+    /// The authorization is the app's bot user's.
     pub is_bot: bool,
     /// An org-wide install (Enterprise Grid): the installation is the enterprise's.
     pub is_enterprise_install: bool,
@@ -110,21 +129,29 @@ pub struct Authorization {
 pub struct Event {
     /// `type`: the one field required.
     pub kind: String,
+    /// The `subtype` (a message's `file_share`, `message_changed`…), when there is one.
     pub subtype: Option<String>,
     /// The acting user's id: a string in most events, the `id` of a user object in `team_join`
     /// and `user_change`.
     pub user: Option<String>,
+    /// The `bot_id` of a bot's message.
     pub bot_id: Option<String>,
+    /// The `text` of a message, when the event has one.
     pub text: Option<String>,
     /// The channel's id: a string in most events, the `id` of a channel object in
     /// `channel_created`, `channel_rename`, `im_created`; `item.channel` for reactions.
     pub channel: Option<String>,
+    /// The kind of conversation (`channel`, `group`, `im`, `mpim`), when the event says.
     pub channel_type: Option<String>,
+    /// The message's `ts`, when the event is a message's.
     pub ts: Option<String>,
+    /// The thread's parent `ts` (`thread_ts`, or `assistant_thread.thread_ts`).
     pub thread_ts: Option<String>,
+    /// When the event happened, as a Slack `ts` (`event_ts`).
     pub event_ts: Option<String>,
     /// The client's id of one user message, the same in every event that carries it.
     pub client_msg_id: Option<String>,
+    /// The whole inner event as Slack sent it.
     pub raw: Value,
 }
 
@@ -240,6 +267,7 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// The reason as a snake_case name (`own_message`, `not_a_new_message`…).
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::OwnMessage => "own_message",

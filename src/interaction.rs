@@ -7,6 +7,7 @@
 //! Each kind has an identity, the ledger key a repeat of it shares (see [`Interaction::key`]):
 //! Slack does not redeliver these requests, but people double-click, a queue redelivers, and a
 //! handler can crash after acknowledging.
+#![warn(missing_docs)]
 
 use std::fmt;
 
@@ -77,9 +78,13 @@ fn custom(message: &str) -> serde_json::Error {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kind {
+    /// A slash command (a form with a `command` field).
     Command,
+    /// An action in a block (`block_actions`): a button clicked, an option selected…
     BlockActions,
+    /// A modal submitted (`view_submission`).
     ViewSubmission,
+    /// A modal closed by the user (`view_closed`, when its view sets `notify_on_close`).
     ViewClosed,
     /// A global shortcut (`shortcut`).
     Shortcut,
@@ -90,6 +95,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind as Slack names it in the payload's `type` (`command` for a slash command).
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Command => "command",
@@ -109,14 +115,25 @@ impl Kind {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Interaction {
+    /// What the request is: a slash command, or which interaction.
     pub kind: Kind,
+    /// The workspace: a command's `team_id`, or a payload's `team.id`, `user.team_id` or
+    /// `view.team_id`.
     pub team_id: Option<String>,
+    /// The Enterprise Grid organisation, when there is one (`enterprise_id`, or `enterprise.id`).
     pub enterprise_id: Option<String>,
+    /// The app the request is for (`api_app_id`, or `view.app_id`).
     pub api_app_id: Option<String>,
+    /// The user who acted: a command's `user_id`, or a payload's `user.id`.
     pub user_id: Option<String>,
+    /// The conversation it happened in, when there is one (`channel_id`, `channel.id` or
+    /// `container.channel_id`).
     pub channel_id: Option<String>,
+    /// The `trigger_id`, to open a view (valid 3 s, and once).
     pub trigger_id: Option<String>,
+    /// Where to post responses: `response_url`, or a view submission's first of `response_urls`.
     pub response_url: Option<String>,
+    /// The payload as Slack sent it (a command's form as a JSON object of strings).
     pub raw: Value,
 }
 
@@ -451,11 +468,17 @@ fn options_values(v: Option<&Value>) -> Vec<String> {
 pub struct Command {
     /// The command's name, with its slash.
     pub command: String,
+    /// What follows the command's name, as typed (empty when nothing does).
     pub text: String,
+    /// The user who ran the command.
     pub user_id: String,
+    /// The conversation the command was run in (`C…`, `D…` for a DM, `G…`).
     pub channel_id: String,
+    /// The workspace the command was run in (`T…`).
     pub team_id: Option<String>,
+    /// The `trigger_id`, to open a modal (valid 3 s, and once).
     pub trigger_id: Option<String>,
+    /// The command's `response_url`: up to 5 posts within 30 minutes.
     pub response_url: Option<String>,
     /// The form as Slack sent it, as a JSON object of strings.
     pub raw: Value,
@@ -480,21 +503,31 @@ impl Command {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct BlockAction {
+    /// The action's `action_id`, as the app set it on the element.
     pub action_id: String,
+    /// The `block_id` of the block the element is in.
     pub block_id: Option<String>,
     /// A button's `value`, or an input's typed value.
     pub value: Option<String>,
     /// The values of the options selected (a select's, a checkbox group's).
     pub selected: Vec<String>,
+    /// The action's `action_ts`, which tells one click from the next.
     pub action_ts: Option<String>,
+    /// The user who acted.
     pub user_id: String,
+    /// The conversation the action happened in (`channel.id` or `container.channel_id`); absent in
+    /// a modal or on the Home tab.
     pub channel_id: Option<String>,
     /// The message the action's block sits in (absent in a modal or on the Home tab).
     pub message: Option<Value>,
+    /// The `ts` of the message the action's block is in, when it is in one (`container.message_ts`,
+    /// or the message's own).
     pub message_ts: Option<String>,
     /// The view the action's block sits in, if it is in one.
     pub view_id: Option<String>,
+    /// The `trigger_id`, to open a modal (valid 3 s, and once).
     pub trigger_id: Option<String>,
+    /// The action's `response_url`, when it is on a message.
     pub response_url: Option<String>,
     /// The whole payload.
     pub raw: Value,
@@ -578,12 +611,19 @@ impl ViewValues {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct ViewSubmission {
+    /// The view's `callback_id`, as the app set it when opening the modal.
     pub callback_id: String,
+    /// The view's id (`V…`).
     pub view_id: String,
+    /// The view's `hash`, which changes with each update of the view.
     pub hash: Option<String>,
+    /// The view's `private_metadata`, as the app set it (`None` when empty).
     pub private_metadata: Option<String>,
+    /// The values of the view's inputs (`view.state.values`), by block and action.
     pub values: ViewValues,
+    /// The user who submitted or closed the modal.
     pub user_id: String,
+    /// The `trigger_id` of a submission, to open another view (valid 3 s, and once).
     pub trigger_id: Option<String>,
     /// `view_closed` only: the whole stack of views was closed.
     pub is_cleared: bool,
@@ -612,13 +652,19 @@ impl ViewSubmission {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Shortcut {
+    /// The shortcut's `callback_id`, as set in the app's settings.
     pub callback_id: String,
+    /// The user who used the shortcut.
     pub user_id: String,
+    /// The `trigger_id`, to open a modal (valid 3 s, and once).
     pub trigger_id: Option<String>,
     /// A message shortcut's conversation and message.
     pub channel_id: Option<String>,
+    /// The message the shortcut was used on, as Slack sent it (a message shortcut's).
     pub message: Option<Value>,
+    /// The `ts` of that message (a message shortcut's).
     pub message_ts: Option<String>,
+    /// The `response_url`, to post in the conversation (a message shortcut's).
     pub response_url: Option<String>,
     /// The whole payload.
     pub raw: Value,
@@ -643,10 +689,13 @@ impl Shortcut {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct OptionsRequest {
+    /// The `action_id` of the external select asking.
     pub action_id: String,
+    /// The `block_id` of the block the select is in.
     pub block_id: Option<String>,
     /// What the user has typed so far.
     pub value: String,
+    /// The user typing.
     pub user_id: String,
     /// The whole payload.
     pub raw: Value,

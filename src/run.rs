@@ -77,6 +77,8 @@ pub fn run(app: App) -> ExitCode {
             println!("slack-once {VERSION}");
             return ExitCode::SUCCESS;
         }
+        // A container image's CMD (the handler's name) on Lambda: served as ever.
+        _ if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() => None,
         other => {
             eprintln!("unknown arguments {other:?}\n{}", usage());
             return ExitCode::from(2);

@@ -23,10 +23,12 @@ pub fn section_with(text: impl Into<String>, accessory: Value) -> Value {
     json!({"type": "section", "text": mrkdwn(text), "accessory": accessory})
 }
 
+/// A header block: large bold `plain_text` (Slack takes at most 150 characters).
 pub fn header(text: impl Into<String>) -> Value {
     json!({"type": "header", "text": plain(text)})
 }
 
+/// A divider block: a horizontal rule between blocks.
 pub fn divider() -> Value {
     json!({"type": "divider"})
 }
@@ -41,6 +43,7 @@ where
     json!({"type": "context", "elements": elements})
 }
 
+/// An image block showing the image at `url`, with `alt` as its alt text.
 pub fn image(url: impl Into<String>, alt: impl Into<String>) -> Value {
     json!({"type": "image", "image_url": url.into(), "alt_text": alt.into()})
 }
@@ -62,7 +65,9 @@ pub fn button(
 /// A button's colour: `primary` (green) or `danger` (red); Slack's default without one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Style {
+    /// Green (`primary`): the action that goes ahead.
     Primary,
+    /// Red (`danger`): an action that deletes or cannot be undone.
     Danger,
 }
 

@@ -22,7 +22,9 @@ use crate::slack::{Args, OurApp, SlackClient, SlackError};
 /// A message posted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Posted {
+    /// The conversation it was posted in, as Slack answered (a DM's `D…` for a post to a user).
     pub channel: String,
+    /// The message's `ts`: its id within the conversation.
     pub ts: String,
 }
 
@@ -240,6 +242,8 @@ impl Ctx {
         self.inner.source.id()
     }
 
+    /// The workspace of the request: an event's `team_id` (or its installation's team), an
+    /// interaction's team (or its enterprise).
     pub fn team(&self) -> Option<&str> {
         self.inner.source.team()
     }
@@ -931,6 +935,8 @@ pub struct Respond {
 }
 
 impl Respond {
+    /// A message only the user who made the request sees (`response_type: ephemeral`); sent at most
+    /// once.
     pub fn ephemeral(message: impl Into<Message>) -> Self {
         Self {
             kind: RespondKind::Ephemeral,
@@ -938,6 +944,7 @@ impl Respond {
         }
     }
 
+    /// A message everyone in the conversation sees (`response_type: in_channel`).
     pub fn in_channel(message: impl Into<Message>) -> Self {
         Self {
             kind: RespondKind::InChannel,

@@ -47,16 +47,24 @@ macro_rules! typed {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct AppMention {
+    /// The user who mentioned the bot (`U…`), when the event names one.
     #[serde(default, deserialize_with = "id")]
     pub user: Option<String>,
+    /// The message's `text` as Slack sent it, the mention of the bot included (empty when it has
+    /// none).
     #[serde(default, deserialize_with = "text")]
     pub text: String,
+    /// The conversation the message was posted in (`C…`, or `G…` for a private channel).
     pub channel: String,
+    /// The message's `ts`: its id within the conversation.
     pub ts: String,
+    /// The `ts` of the thread's parent, when the message is in a thread.
     #[serde(default)]
     pub thread_ts: Option<String>,
+    /// The id the Slack client gave the message, when a person sent it from a client.
     #[serde(default)]
     pub client_msg_id: Option<String>,
+    /// The whole event as Slack sent it.
     #[serde(skip)]
     pub raw: Value,
 }
@@ -99,25 +107,37 @@ impl AppMention {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct MessageEvent {
+    /// The conversation the message was posted in (`C…`, `D…` for a DM, `G…`).
     pub channel: String,
+    /// The kind of conversation (`channel`, `group`, `im`, `mpim`), when the event says; `im` is
+    /// filled in for a DM.
     #[serde(default)]
     pub channel_type: Option<String>,
+    /// The message's author (`U…` or `W…`), when it has one.
     #[serde(default, deserialize_with = "id")]
     pub user: Option<String>,
+    /// The message's `text`, without a leading mention of the bot (empty when it has none).
     #[serde(default, deserialize_with = "text")]
     pub text: String,
+    /// The message's `ts`: its id within the conversation.
     pub ts: String,
+    /// The `ts` of the thread's parent, when the message is in a thread.
     #[serde(default)]
     pub thread_ts: Option<String>,
+    /// The message's `subtype` (`file_share`, `thread_broadcast`, `me_message`, `bot_message`),
+    /// `None` for a plain message.
     #[serde(default)]
     pub subtype: Option<String>,
+    /// The id the Slack client gave the message, when a person sent it from a client.
     #[serde(default)]
     pub client_msg_id: Option<String>,
+    /// The files shared with the message (`files`), as Slack sent them; empty when none.
     #[serde(default)]
     pub files: Vec<Value>,
     /// Another bot's message: its bot id (and app id).
     #[serde(default)]
     pub bot_id: Option<String>,
+    /// Another bot's message: its app id, when Slack sends one.
     #[serde(default)]
     pub app_id: Option<String>,
     /// The message mentions the bot.
@@ -127,6 +147,7 @@ pub struct MessageEvent {
     /// (`None` for a group that did not take part).
     #[serde(skip)]
     pub captures: Vec<Option<String>>,
+    /// The whole event as Slack sent it.
     #[serde(skip)]
     pub raw: Value,
 }
@@ -163,12 +184,16 @@ impl MessageEvent {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[non_exhaustive]
 pub struct ReactionItem {
+    /// What the reaction is on (`type`): `message`, `file` or `file_comment`.
     #[serde(rename = "type", default)]
     pub kind: String,
+    /// The conversation of the message reacted to (a `message` item).
     #[serde(default)]
     pub channel: Option<String>,
+    /// The `ts` of the message reacted to (a `message` item).
     #[serde(default)]
     pub ts: Option<String>,
+    /// The id of the file reacted to (a `file` or `file_comment` item).
     #[serde(default)]
     pub file: Option<String>,
 }
@@ -177,15 +202,21 @@ pub struct ReactionItem {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct Reaction {
+    /// The user who added or removed the reaction.
     #[serde(default, deserialize_with = "id")]
     pub user: Option<String>,
+    /// The emoji's name, without colons (`thumbsup`, `eyes`, `+1::skin-tone-2`).
     pub reaction: String,
+    /// The author of the item reacted to, when Slack says.
     #[serde(default)]
     pub item_user: Option<String>,
+    /// The item the reaction is on.
     #[serde(default)]
     pub item: ReactionItem,
+    /// When the reaction was added or removed, as a Slack `ts` (`event_ts`).
     #[serde(default)]
     pub event_ts: Option<String>,
+    /// The whole event as Slack sent it.
     #[serde(skip)]
     pub raw: Value,
 }
@@ -194,16 +225,22 @@ pub struct Reaction {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct MemberJoinedChannel {
+    /// The user who joined.
     #[serde(deserialize_with = "id")]
     pub user: Option<String>,
+    /// The conversation joined.
     #[serde(deserialize_with = "id")]
     pub channel: Option<String>,
+    /// The conversation's type: `C` for a public channel, `G` for a private one.
     #[serde(default)]
     pub channel_type: Option<String>,
+    /// The workspace of the user who joined (`T…`).
     #[serde(default)]
     pub team: Option<String>,
+    /// The user who invited them, when someone did.
     #[serde(default)]
     pub inviter: Option<String>,
+    /// The whole event as Slack sent it.
     #[serde(skip)]
     pub raw: Value,
 }
@@ -212,12 +249,16 @@ pub struct MemberJoinedChannel {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct AppHomeOpened {
+    /// The user who opened the tab.
     #[serde(deserialize_with = "id")]
     pub user: Option<String>,
+    /// The app's DM with that user (`D…`).
     #[serde(default, deserialize_with = "id")]
     pub channel: Option<String>,
+    /// The tab opened (`home` or `messages`).
     #[serde(default)]
     pub tab: Option<String>,
+    /// The whole event as Slack sent it.
     #[serde(skip)]
     pub raw: Value,
 }
@@ -228,12 +269,21 @@ pub struct AppHomeOpened {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct AssistantThread {
+    /// The user the thread is with (`assistant_thread.user_id`, or the event's `user` in the agent
+    /// view).
     pub user_id: Option<String>,
+    /// The DM the thread is in (`assistant_thread.channel_id`, or the event's `channel` in the
+    /// agent view).
     pub channel_id: String,
+    /// The thread's `ts` (`assistant_thread.thread_ts`); `None` in the agent view, where there is
+    /// no thread yet.
     pub thread_ts: Option<String>,
     /// Where the user is: `{channel_id, team_id, enterprise_id}` (assistant view only).
     pub context: Option<Value>,
+    /// The agent view's opening of the app's DM (`app_home_opened` with `tab: "messages"`), not an
+    /// assistant thread event.
     pub agent_view: bool,
+    /// The whole event as Slack sent it.
     pub raw: Value,
 }
 
@@ -271,19 +321,27 @@ impl AssistantThread {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct User {
+    /// The user's id (`U…` or `W…`).
     pub id: String,
+    /// The user's workspace (`T…`).
     #[serde(default)]
     pub team_id: Option<String>,
+    /// The user's handle (`name`).
     #[serde(default)]
     pub name: Option<String>,
+    /// The user's full name (`real_name`).
     #[serde(default)]
     pub real_name: Option<String>,
+    /// The user is a bot user.
     #[serde(default)]
     pub is_bot: bool,
+    /// The user has been deactivated.
     #[serde(default)]
     pub deleted: bool,
+    /// The user's time zone, as a tz database name (`Europe/Paris`).
     #[serde(default)]
     pub tz: Option<String>,
+    /// The user's profile as Slack sent it (`display_name`, `email`, images…); `Null` when absent.
     #[serde(default)]
     pub profile: Value,
 }
@@ -292,7 +350,9 @@ pub struct User {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct TeamJoin {
+    /// The new member.
     pub user: User,
+    /// The whole event as Slack sent it.
     #[serde(skip)]
     pub raw: Value,
 }
@@ -301,11 +361,15 @@ pub struct TeamJoin {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct Channel {
+    /// The channel's id (`C…`).
     pub id: String,
+    /// The channel's name, without the `#`.
     #[serde(default)]
     pub name: Option<String>,
+    /// The user who created the channel.
     #[serde(default, deserialize_with = "id")]
     pub creator: Option<String>,
+    /// When the channel was created, in Unix seconds.
     #[serde(default)]
     pub created: Option<i64>,
 }
@@ -314,7 +378,9 @@ pub struct Channel {
 #[derive(Clone, Debug, Deserialize)]
 #[non_exhaustive]
 pub struct ChannelCreated {
+    /// The new channel.
     pub channel: Channel,
+    /// The whole event as Slack sent it.
     #[serde(skip)]
     pub raw: Value,
 }

@@ -121,7 +121,9 @@ pub(crate) fn response_body(message: Message, response_type: &str) -> Value {
 /// What a listener of actions or options is chosen by: an exact id, or a pattern.
 #[derive(Clone, Debug)]
 pub enum Selector {
+    /// An id, matched exactly.
     Exact(String),
+    /// Any id the regular expression matches.
     Pattern(Regex),
 }
 

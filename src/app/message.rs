@@ -16,10 +16,13 @@ use serde_json::Value;
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Message {
+    /// The message's `text`: the notification and fallback text when there are blocks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// Block Kit blocks (`blocks`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocks: Option<Vec<Value>>,
+    /// Legacy attachments (`attachments`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attachments: Option<Vec<Value>>,
     /// The thread's parent `ts`.
@@ -28,10 +31,13 @@ pub struct Message {
     /// With `thread_ts`: also show the reply in the channel.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_broadcast: Option<bool>,
+    /// Whether Slack unfurls the links in the text (`unfurl_links`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unfurl_links: Option<bool>,
+    /// Whether Slack unfurls linked media (`unfurl_media`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unfurl_media: Option<bool>,
+    /// Whether `text` is read as mrkdwn (`mrkdwn`; Slack's default is true).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mrkdwn: Option<bool>,
     /// The bot's own metadata: `{event_type, event_payload}`.
@@ -72,11 +78,13 @@ impl Message {
         self
     }
 
+    /// Sets whether Slack unfurls the links in the text (`unfurl_links`).
     pub fn unfurl_links(mut self, unfurl: bool) -> Self {
         self.unfurl_links = Some(unfurl);
         self
     }
 
+    /// Sets whether Slack unfurls linked media, such as images and videos (`unfurl_media`).
     pub fn unfurl_media(mut self, unfurl: bool) -> Self {
         self.unfurl_media = Some(unfurl);
         self

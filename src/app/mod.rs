@@ -25,6 +25,7 @@
 //! [`Listener::per_event_id`]: it then runs once per event, under a claim of its own, without
 //! changing how the others are keyed. Messages of other bots and of workflows are heard only by
 //! listeners built with [`Listener::including_bots`]; the bot's own messages never are.
+#![warn(missing_docs)]
 
 pub mod blocks;
 mod context;
@@ -68,6 +69,7 @@ pub(crate) use context::{AckMode, Source};
 /// is recognised, so that Slack's permanent errors end the event `failed` and transient ones
 /// release it for a retry.
 pub type BotError = Box<dyn std::error::Error + Send + Sync>;
+/// What a handler returns: `Ok(())`, or any error (see `BotError`).
 pub type HandlerResult = Result<(), BotError>;
 
 type BoxFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send>>;
@@ -240,6 +242,7 @@ impl Listener {
         )
     }
 
+    /// A reaction added to a message or a file (`reaction_added`).
     pub fn reaction_added<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, Reaction) -> Fut + Send + Sync + 'static,
@@ -248,6 +251,7 @@ impl Listener {
         Self::typed("reaction_added", handler)
     }
 
+    /// A reaction removed from a message or a file (`reaction_removed`).
     pub fn reaction_removed<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, Reaction) -> Fut + Send + Sync + 'static,
@@ -256,6 +260,7 @@ impl Listener {
         Self::typed("reaction_removed", handler)
     }
 
+    /// Someone joined a conversation, the bot included (`member_joined_channel`).
     pub fn member_joined_channel<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, MemberJoinedChannel) -> Fut + Send + Sync + 'static,
@@ -264,6 +269,7 @@ impl Listener {
         Self::typed("member_joined_channel", handler)
     }
 
+    /// Someone opened one of the app's tabs (`app_home_opened`).
     pub fn app_home_opened<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, AppHomeOpened) -> Fut + Send + Sync + 'static,
@@ -272,6 +278,7 @@ impl Listener {
         Self::typed("app_home_opened", handler)
     }
 
+    /// A new member joined the workspace (`team_join`).
     pub fn team_join<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, TeamJoin) -> Fut + Send + Sync + 'static,
@@ -322,6 +329,7 @@ impl Listener {
         )
     }
 
+    /// A channel was created (`channel_created`).
     pub fn channel_created<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, ChannelCreated) -> Fut + Send + Sync + 'static,
@@ -432,6 +440,7 @@ impl Route {
 }
 
 impl App {
+    /// An app without listeners.
     pub fn new() -> Self {
         Self::default()
     }
@@ -460,6 +469,7 @@ impl App {
         self.listen(Listener::any_event(handler))
     }
 
+    /// See `Listener::app_mention`.
     pub fn app_mention<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, AppMention) -> Fut + Send + Sync + 'static,
@@ -487,6 +497,7 @@ impl App {
         self.listen(Listener::message_where(predicate, handler))
     }
 
+    /// See `Listener::reaction_added`.
     pub fn reaction_added<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, Reaction) -> Fut + Send + Sync + 'static,
@@ -495,6 +506,7 @@ impl App {
         self.listen(Listener::reaction_added(handler))
     }
 
+    /// See `Listener::reaction_removed`.
     pub fn reaction_removed<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, Reaction) -> Fut + Send + Sync + 'static,
@@ -503,6 +515,7 @@ impl App {
         self.listen(Listener::reaction_removed(handler))
     }
 
+    /// See `Listener::member_joined_channel`.
     pub fn member_joined_channel<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, MemberJoinedChannel) -> Fut + Send + Sync + 'static,
@@ -511,6 +524,7 @@ impl App {
         self.listen(Listener::member_joined_channel(handler))
     }
 
+    /// See `Listener::app_home_opened`.
     pub fn app_home_opened<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, AppHomeOpened) -> Fut + Send + Sync + 'static,
@@ -519,6 +533,7 @@ impl App {
         self.listen(Listener::app_home_opened(handler))
     }
 
+    /// See `Listener::team_join`.
     pub fn team_join<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, TeamJoin) -> Fut + Send + Sync + 'static,
@@ -564,6 +579,7 @@ impl App {
         self.assistant
     }
 
+    /// See `Listener::channel_created`.
     pub fn channel_created<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, ChannelCreated) -> Fut + Send + Sync + 'static,

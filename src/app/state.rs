@@ -24,7 +24,9 @@ pub const UPDATE_ATTEMPTS: u32 = 16;
 /// A state value and its version (1 for the first write, one more each write since).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Versioned<T> {
+    /// The value, as written.
     pub value: T,
+    /// Its version: 1 for the first write, one more each write since.
     pub version: u64,
 }
 
@@ -32,7 +34,10 @@ pub struct Versioned<T> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Put {
     /// Written, as this version.
-    Written { version: u64 },
+    Written {
+        /// The version written.
+        version: u64,
+    },
     /// Another write came after the version given: nothing was written. Read again.
     Conflict,
 }

@@ -34,6 +34,7 @@ const RECIPIENT_REFUSED: &str = "user_not_found";
 #[derive(Debug)]
 pub struct Stream {
     ctx: Ctx,
+    /// The conversation the stream's thread is in.
     pub channel: String,
     /// The streamed message; empty when Slack refused the recipient and the answer is posted
     /// whole by [`Stream::finish`] instead.

@@ -31,8 +31,11 @@ pub const CHANNEL: &str = "C0TEST";
 /// or the error's code).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Acked {
+    /// The HTTP status Slack got.
     pub status: u16,
+    /// The acknowledgement's body as JSON (`Null` for an empty 200).
     pub body: Value,
+    /// What became of the request (`answered`, `duplicate`…, or the error's code).
     pub outcome: String,
 }
 
@@ -104,6 +107,7 @@ impl TestBot {
         }
     }
 
+    /// The fake Slack the bot writes to: its messages, reactions and every call.
     pub fn slack(&self) -> &FakeSlack {
         &self.slack
     }

@@ -17,6 +17,7 @@
 //! assert_eq!(bot.slack().messages()[0]["text"], "hello");
 //! # }
 //! ```
+#![warn(missing_docs)]
 
 mod bot;
 #[cfg(feature = "explore")]
@@ -32,6 +33,9 @@ pub use workspace::{hook_answer, micros, Identity, Workspace, OTHER_APP, PAGE_CA
 
 /// The workspace a [`TestBot`] runs in: its team, its app and its bot.
 pub const TEAM: &str = "T0TEST";
+/// The app's id (`api_app_id`).
 pub const APP_ID: &str = "A0TEST";
+/// The bot's `bot_id`, on every message the app posts.
 pub const BOT_ID: &str = "B0TEST";
+/// The bot user's id: the author of the app's messages, and who a mention names.
 pub const BOT_USER: &str = "U0BOT";

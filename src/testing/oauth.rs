@@ -46,8 +46,13 @@ struct Issued {
 /// One OAuth exchange, as a stand-in saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exchange {
+    /// The `grant_type` asked for: `authorization_code` (also when none was given) or
+    /// `refresh_token`.
     pub grant_type: String,
+    /// The installation the tokens were issued for (a team, or an enterprise for an org-wide
+    /// install); `None` when refused.
     pub owner: Option<String>,
+    /// Whether tokens were issued.
     pub ok: bool,
 }
 
@@ -77,6 +82,8 @@ pub fn bot_id_of(owner: &str) -> String {
 }
 
 impl OAuthGrants {
+    /// Slack's OAuth for the app `app_id` with the credentials `client_id` and `client_secret`: no
+    /// grants yet, tokens living `TOKEN_LIFETIME_S`.
     pub fn new(client_id: &str, client_secret: &str, app_id: &str) -> Self {
         Self {
             client_id: client_id.into(),

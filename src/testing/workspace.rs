@@ -45,9 +45,13 @@ pub const PAGE_CAP: usize = 15;
 /// Who this workspace's app is.
 #[derive(Clone, Debug)]
 pub struct Identity {
+    /// The workspace's team id (`T…`).
     pub team: String,
+    /// This app's id (`A…`), on every message it posts.
     pub app_id: String,
+    /// This app's bot id (`B…`), on every message it posts.
     pub bot_id: String,
+    /// This app's bot user (`U…`), the author of its messages.
     pub bot_user: String,
 }
 
@@ -58,6 +62,7 @@ const OTHER_BOT: &str = "B0999OTHER";
 /// One workspace's conversations.
 #[derive(Debug)]
 pub struct Workspace {
+    /// Who this workspace's app is.
     pub identity: Identity,
     /// Every message, in the order added.
     messages: Vec<Value>,
@@ -114,6 +119,7 @@ fn text(v: &Value) -> String {
 }
 
 impl Workspace {
+    /// An empty workspace of the app `identity` (streams expire after 5 minutes).
     pub fn new(identity: Identity) -> Self {
         Self {
             identity,
@@ -296,10 +302,13 @@ impl Workspace {
             .collect()
     }
 
+    /// The reactions now on messages: (channel, message `ts`, emoji name), sorted.
     pub fn reactions(&self) -> Vec<(String, String, String)> {
         self.reactions.iter().cloned().collect()
     }
 
+    /// The ephemeral messages posted (`chat.postEphemeral`, ephemeral `response_url` posts), in
+    /// order.
     pub fn ephemerals(&self) -> &[Value] {
         &self.ephemerals
     }

@@ -42,7 +42,7 @@
 //! story without faults; then every single fault at every site the runs reach; then a second
 //! fault at every site of the runs that follow a crash (every crash point of a takeover);
 //! then schedules drawn from the seed, until the budget is spent. After each schedule the
-//! invariants ([`check`]'s list, and yours: [`Explorer::invariant`]) are checked. The first
+//! invariants (the `check` module's list, and yours: [`Explorer::invariant`]) are checked. The first
 //! schedule that breaks one is shrunk to the fewest faults that still break it, and
 //! [`Report::assert_ok`] panics with its trace: each delivery, each ledger call, each Slack
 //! call and its answer, where the process died, and the schedule as text to give
@@ -82,7 +82,9 @@ pub type Invariant = Arc<dyn Fn(&End) -> Result<(), String> + Send + Sync>;
 /// How much exploring one request in one mode may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
+    /// How many schedules to explore per request and mode.
     pub schedules: usize,
+    /// How long exploring may take (wall time): it stops at the first of the two limits.
     pub time: Duration,
 }
 
@@ -586,8 +588,11 @@ impl Write for LogWriter {
 
 /// What exploring one request in one mode came to.
 pub struct Exploration {
+    /// The request explored, as a person reads it.
     pub request: String,
+    /// The mode: `synchronous` or `deferred`.
     pub mode: &'static str,
+    /// The seed of the drawn schedules (`SLACK_ONCE_SEED` replays them).
     pub seed: u64,
     /// Schedules run (the fault-free run not counted).
     pub schedules: usize,
@@ -598,7 +603,9 @@ pub struct Exploration {
     /// Schedules in which the process holding the request's last chance died (Slack had no
     /// retry left, the queue no receive): lost with it, which no protocol can prevent.
     pub lost_with_last_chance: usize,
+    /// How long the exploration took (wall time).
     pub elapsed: Duration,
+    /// The budget it ran under.
     pub budget: Budget,
     /// The shortest schedule found that breaks an invariant.
     pub failure: Option<Failure>,
@@ -608,7 +615,9 @@ pub struct Exploration {
 
 /// A schedule that breaks an invariant.
 pub struct Failure {
+    /// The schedule, as `replay` takes it.
     pub schedule: Schedule,
+    /// The invariants it breaks, each with why.
     pub broken: Vec<String>,
     /// What happened, as a person reads it.
     pub trace: String,
@@ -696,6 +705,7 @@ fn check_brief(m: &serde_json::Value) -> String {
 
 /// Everything the explorer found.
 pub struct Report {
+    /// Every exploration: one per request and mode.
     pub explored: Vec<Exploration>,
 }
 

@@ -121,11 +121,17 @@ pub struct End {
 /// One run, as it ended.
 #[derive(Clone, Debug)]
 pub struct RunView {
+    /// What the run is, as the trace names it (`run 2`, `Slack retries …`).
     pub label: String,
+    /// A delivery to an ingress, or a worker's receive.
     pub kind: RunKind,
+    /// When it started (virtual time since the request).
     pub started: Duration,
+    /// When it ended, if it did.
     pub ended_at: Option<Duration>,
+    /// How it ended, if it did.
     pub end: Option<RunEnd>,
+    /// Its metrics line's counts, by name.
     pub counts: BTreeMap<String, f64>,
     /// The kinds of its sites, in order (site 1 first).
     pub sites: Vec<super::schedule::SiteKind>,

@@ -50,6 +50,7 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// Every fault, in the order the explorer tries them.
     pub const ALL: [Fault; 10] = [
         Fault::DiesBefore,
         Fault::DiesAfter,
@@ -109,6 +110,7 @@ impl Fault {
         )
     }
 
+    /// The fault's name in a schedule (`dies-after`, `rate-limited`…).
     pub fn name(self) -> &'static str {
         match self {
             Fault::DiesBefore => "dies-before",
@@ -124,6 +126,7 @@ impl Fault {
         }
     }
 
+    /// The fault a schedule names.
     pub fn parse(name: &str) -> Option<Fault> {
         Fault::ALL.into_iter().find(|f| f.name() == name)
     }
@@ -149,7 +152,9 @@ impl Fault {
 /// receive of a worker, in the order they start).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct At {
+    /// The run (from 1, in the order runs start).
     pub run: u32,
+    /// The call of that run (from 1).
     pub site: u32,
 }
 
@@ -174,6 +179,7 @@ pub enum Story {
 }
 
 impl Story {
+    /// Every story, in the order the explorer tries them.
     pub const ALL: [Story; 5] = [
         Story::Plain,
         Story::Together,
@@ -182,6 +188,7 @@ impl Story {
         Story::Forged,
     ];
 
+    /// The story's name in a schedule (`plain`…).
     pub fn name(self) -> &'static str {
         match self {
             Story::Plain => "plain",
@@ -192,6 +199,7 @@ impl Story {
         }
     }
 
+    /// The story a schedule names.
     pub fn parse(name: &str) -> Option<Story> {
         Story::ALL.into_iter().find(|s| s.name() == name)
     }
@@ -200,11 +208,14 @@ impl Story {
 /// One schedule: a story and its faults.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Schedule {
+    /// How the copies and retries of the request arrive.
     pub story: Story,
+    /// The fault placed at each call, by run and call.
     pub faults: BTreeMap<At, Fault>,
 }
 
 impl Schedule {
+    /// The plain story with no fault: the fault-free run.
     pub fn plain() -> Self {
         Self {
             story: Story::Plain,

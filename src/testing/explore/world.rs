@@ -44,12 +44,20 @@ pub enum RunEnd {
     /// An ingress answered Slack: the status, the outcome (`answered`, `duplicate`…, or the
     /// error's code), the body (an acknowledgement's JSON; `Null` when empty).
     Answered {
+        /// The HTTP status.
         status: u16,
+        /// The outcome, or the error's code.
         outcome: String,
+        /// The body: an acknowledgement's JSON; `Null` when empty.
         body: Value,
     },
     /// A worker handled its message: what it did with it, and the outcome.
-    Handled { deleted: bool, outcome: String },
+    Handled {
+        /// Whether it deleted the message (else left it to come back).
+        deleted: bool,
+        /// The outcome.
+        outcome: String,
+    },
     /// The process died (a fault), or was killed at its deadline.
     Died,
 }
@@ -59,9 +67,19 @@ pub enum RunEnd {
 pub enum RunKind {
     /// A delivery of Slack's to an ingress: which chain (a copy of the request), and which
     /// try of it (0 the original, then Slack's retries, or a repeat).
-    Delivery { chain: usize, try_: u32 },
+    Delivery {
+        /// Which copy of the request (from 0).
+        chain: usize,
+        /// Which try of it: 0 the original, then Slack's retries or a repeat.
+        try_: u32,
+    },
     /// A worker's receive of a queued message (its receive count, from 1).
-    Receive { message: usize, count: u32 },
+    Receive {
+        /// Which queued message (from 0).
+        message: usize,
+        /// Its receive count, from 1.
+        count: u32,
+    },
 }
 
 /// One run: one process's life.
