@@ -26,6 +26,7 @@ export CARGO_TARGET_DIR="$ROOT/target"
 cargo fmt --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo test --quiet
+cargo build --quiet
 # The README's try-it: the bot's own binary serves, signs, and answers once.
 "$CARGO_TARGET_DIR/debug/mybot" --help | grep -q "mybot create-table"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -185,6 +185,19 @@ async fn a_previous_releases_queued_command_is_answered_once_through_its_respons
     assert_eq!(replies(&rig).len(), 1);
 }
 
+/// The items in the rig's table.
+async fn items(rig: &Rig) -> i32 {
+    dynamodb_client(&dynamodb_endpoint())
+        .scan()
+        .table_name(&rig.table)
+        .send()
+        .await
+        .expect("scan")
+        .count()
+}
+
+/// A later release's format (here the command of `v2_command.json`, well formed, under `v`
+/// 99): left on the queue for a worker that reads it, nothing claimed, nothing written.
 #[tokio::test]
 async fn a_format_this_release_does_not_read_is_left_and_nothing_is_written() {
     let rig = rig().await;
@@ -193,6 +206,16 @@ async fn a_format_this_release_does_not_read_is_left_and_nothing_is_written() {
         Disposition::Leave
     ));
     assert!(rig.slack.calls().is_empty());
+    assert_eq!(items(&rig).await, 0, "nothing claimed");
+    assert!(matches!(
+        handle(&rig, "queue/v2_command.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(
+        replies(&rig).len(),
+        1,
+        "the same form as format 2: answered"
+    );
 }
 
 #[tokio::test]
@@ -210,8 +233,24 @@ async fn a_previous_releases_done_item_is_not_answered_again() {
 async fn a_previous_releases_failed_item_is_not_answered() {
     let rig = rig().await;
     put_item(&rig, "ledger/failed.json").await;
-    handle(&rig, "queue/v1_event.json").await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
     assert!(replies(&rig).is_empty(), "{:?}", rig.slack.calls());
+}
+
+/// A failure that was not final (the queue's receives ran out): a redriven copy claims it
+/// again, and answers once.
+#[tokio::test]
+async fn a_previous_releases_retryable_failure_is_claimed_again_and_answered_once() {
+    let rig = rig().await;
+    put_item(&rig, "ledger/failed_retryable.json").await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(replies(&rig).len(), 1, "{:?}", rig.slack.calls());
 }
 
 #[tokio::test]
