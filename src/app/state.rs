@@ -49,7 +49,10 @@ pub enum Put {
 /// use slack_once::app::{BlockAction, Ctx, HandlerResult};
 ///
 /// async fn vote(ctx: Ctx, click: BlockAction) -> HandlerResult {
-///     let poll = format!("poll-{}", click.message_ts.as_deref().unwrap_or_default());
+///     let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) else {
+///         return Ok(());
+///     };
+///     let poll = format!("poll-{channel}-{ts}"); // a message's ts is unique in its channel
 ///     let votes: Vec<String> = ctx
 ///         .state()
 ///         .update(&poll, Duration::from_secs(86_400), |votes: Option<Vec<String>>| {
