@@ -188,13 +188,7 @@ async fn many_votes_at_once_are_all_counted_and_a_closed_poll_takes_none() {
     }
     assert_eq!(the_poll(&bot)["text"], "Ship it? (8 votes)");
     assert_eq!(bot.mention("how many polls?").await, "answered");
-    let said: Vec<String> = bot
-        .slack()
-        .messages()
-        .iter()
-        .map(|m| m["text"].to_string())
-        .collect();
-    assert!(said.iter().any(|t| t.contains("1 open polls.")), "{said:?}");
+    assert_said(&bot, "1 open polls.");
 
     // Only the author (U0USER, who ran the command) may close it: anyone else is told so.
     let message = the_poll(&bot);
@@ -220,13 +214,18 @@ async fn many_votes_at_once_are_all_counted_and_a_closed_poll_takes_none() {
         "a vote on a closed poll changes nothing"
     );
     assert_eq!(bot.mention("polls?").await, "answered");
+    assert_said(&bot, "0 open polls.");
+}
+
+/// The bot said `text` in one of its messages.
+fn assert_said(bot: &TestBot, text: &str) {
     let said: Vec<String> = bot
         .slack()
         .messages()
         .iter()
         .map(|m| m["text"].to_string())
         .collect();
-    assert!(said.iter().any(|t| t.contains("0 open polls.")), "{said:?}");
+    assert!(said.iter().any(|t| t.contains(text)), "{said:?}");
 }
 
 /// All of `futures` at once, in one task (so that they interleave at every await).
