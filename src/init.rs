@@ -219,7 +219,7 @@ pub fn run(args: &[String]) -> ExitCode {
                 None => return ExitCode::from(2),
             },
             "-h" | "--help" => {
-                println!("usage:{}", USAGE.trim_start_matches(' '));
+                say!("usage:{}", USAGE.trim_start_matches(' '));
                 return ExitCode::SUCCESS;
             }
             other if name.is_none() && !other.starts_with("--") => name = Some(other.to_string()),
@@ -237,13 +237,13 @@ pub fn run(args: &[String]) -> ExitCode {
     let dependency = dependency.unwrap_or_else(Dependency::default_for_this_build);
     match write(&dir, &name, &dependency) {
         Ok(files) => {
-            println!(
+            say!(
                 "wrote the bot {name} in {} ({} files; slack-once = {{ {} }})",
                 dir.display(),
                 files.len(),
                 dependency.toml()
             );
-            println!(
+            say!(
                 "next: cd {} && SLACK_SIGNING_SECRET=dev-secret cargo run   (and cargo test)",
                 dir.display()
             );

@@ -1,6 +1,14 @@
 //! slack-once: a Slack Events API bot that answers every event exactly once, however many
 //! copies of it arrive, by passing each event through one ledger (DynamoDB in production).
 
+/// `println!` for the tools' output, through [`tools::say`]: a reader that has gone
+/// (`mybot --help | grep -q …`, `| head -1`) ends nothing with a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::tools::say(format_args!($($arg)*))
+    };
+}
+
 pub mod app;
 pub mod aws;
 pub mod clock;

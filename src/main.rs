@@ -9,7 +9,11 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("init") => slack_once::init::run(&args[1..]),
         Some("-h" | "--help" | "help") if args.len() == 1 => {
-            println!("{}\n{}", slack_once::usage(), slack_once::init::USAGE);
+            slack_once::tools::say(format_args!(
+                "{}\n{}",
+                slack_once::usage(),
+                slack_once::init::USAGE
+            ));
             ExitCode::SUCCESS
         }
         _ => slack_once::run(slack_once::app::reference_app()),

@@ -70,11 +70,11 @@ pub fn run(app: App) -> ExitCode {
         [] => None,
         ["worker"] => Some(Role::Worker),
         ["-h" | "--help" | "help"] => {
-            println!("{}", usage());
+            say!("{}", usage());
             return ExitCode::SUCCESS;
         }
         ["-V" | "--version"] => {
-            println!("slack-once {VERSION}");
+            say!("slack-once {VERSION}");
             return ExitCode::SUCCESS;
         }
         // A container image's CMD (the handler's name) on Lambda: served as ever.

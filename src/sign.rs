@@ -214,7 +214,7 @@ pub fn run(args: &[String]) -> ExitCode {
                 }
             },
             "-h" | "--help" => {
-                println!("{USAGE}");
+                say!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
             other if file.is_none() && !other.starts_with("--") => file = Some(other.to_string()),
@@ -261,7 +261,7 @@ pub fn run(args: &[String]) -> ExitCode {
             if let Some(n) = retry {
                 set_retry(&mut event, n);
             }
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string_pretty(&event).expect("JSON serialises")
             );
@@ -269,7 +269,7 @@ pub fn run(args: &[String]) -> ExitCode {
         _ if is_form(&bytes) => {
             let url = url.unwrap_or_else(default_url);
             let body = freshen_form(&bytes, now * 1000);
-            println!("{}", curl_form_command(&url, &secret, now, &body));
+            say!("{}", curl_form_command(&url, &secret, now, &body));
         }
         _ => {
             let url = url.unwrap_or_else(|| match std::env::var("LISTEN_ADDR") {
@@ -278,7 +278,7 @@ pub fn run(args: &[String]) -> ExitCode {
                 }
                 _ => DEFAULT_URL.to_string(),
             });
-            println!("{}", curl_command(&url, &file, &secret, now, &bytes, retry));
+            say!("{}", curl_command(&url, &file, &secret, now, &bytes, retry));
         }
     }
     ExitCode::SUCCESS

@@ -10,6 +10,14 @@ use crate::ledger::DynamoLedger;
 use crate::queue::sqs::{self, CallBudget};
 use crate::queue::SqsQueue;
 
+/// Writes `text` and a newline to standard output, as `println!` does, but a reader that has
+/// gone (`mybot --help | grep -q create-table`, `| head -1`) is no error: what it did not read
+/// it did not want, and a tool must not panic on a closed pipe.
+pub fn say(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 /// The tools' lines of the usage text.
 pub(crate) const USAGE: &str = "       BOT sign FILE [--secret S] [--url URL] [--retry N]
                      re-sign a Slack body or Lambda event file with a fresh timestamp
@@ -49,7 +57,7 @@ async fn create_table(table: Option<String>) -> ExitCode {
     let client = crate::ledger::dynamo::client_from_env().await;
     match DynamoLedger::create_table(&client, &table).await {
         Ok(()) => {
-            println!("created table {table}");
+            say!("created table {table}");
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -76,7 +84,7 @@ async fn create_queue(name: Option<String>) -> ExitCode {
     match SqsQueue::create_with_dead_letters(&client, &name, max_receives, visibility).await {
         Ok((url, dlq)) => {
             eprintln!("created {name} (dead-letter queue {dlq}, after {max_receives} receives)");
-            println!("{url}");
+            say!("{url}");
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -110,11 +118,11 @@ async fn import_token() -> ExitCode {
     match crate::installations::import_token(&store, &slack, &token).await {
         Ok(Some(installation)) => {
             let key = installation.key().expect("a key");
-            println!("imported the installation of {}", key.id());
+            say!("imported the installation of {}", key.id());
             ExitCode::SUCCESS
         }
         Ok(None) => {
-            println!("an installation is stored already: nothing imported");
+            say!("an installation is stored already: nothing imported");
             ExitCode::SUCCESS
         }
         Err(error) => {

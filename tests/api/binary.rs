@@ -100,3 +100,27 @@ async fn the_curl_command_printed_by_sign_is_accepted_by_the_local_server() {
     let _ = std::fs::remove_file(file);
     assert_eq!(slack.posted().len(), 1);
 }
+
+#[test]
+fn a_reader_gone_before_the_tools_print_is_no_panic() {
+    // `mybot --help | grep -q create-table`: grep goes at its first match, and the rest of the
+    // text meets a closed pipe. A reader closed before the binary starts makes that certain.
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["sign", "events/app_mention.json"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(BIN)
+            .args(args)
+            .env("SLACK_SIGNING_SECRET", "dev-secret")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
