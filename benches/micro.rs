@@ -6,16 +6,16 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use http::HeaderMap;
+use slack_once::Application;
 use slack_once::app::reference_app;
 use slack_once::config::{Config, Secret, SigningSecrets};
 use slack_once::envelope::Envelope;
 use slack_once::ledger::MemoryLedger;
-use slack_once::Application;
 use support::*;
 use tower::ServiceExt;
 

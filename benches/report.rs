@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use slack_once::app::{reference_app, App, AppMention, Ctx};
+use slack_once::Application;
+use slack_once::app::{App, AppMention, Ctx, reference_app};
 use slack_once::config::Config;
 use slack_once::ledger::{DynamoLedger, MemoryLedger};
-use slack_once::Application;
 use support::*;
 use tokio::io::AsyncBufReadExt;
 use tower::ServiceExt;
@@ -114,7 +114,9 @@ fn dynamodb_endpoint() -> String {
     let port = env_usize("DYNAMODB_LOCAL_PORT", 8000);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port as u16));
     if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
-        panic!("DynamoDB Local is not answering on {addr}: run scripts/bench.sh (or scripts/dynamodb-local.sh start)");
+        panic!(
+            "DynamoDB Local is not answering on {addr}: run scripts/bench.sh (or scripts/dynamodb-local.sh start)"
+        );
     }
     format!("http://{addr}")
 }
@@ -123,7 +125,9 @@ fn sqs_endpoint() -> String {
     let port = env_usize("SQS_LOCAL_PORT", 9324);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port as u16));
     if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
-        panic!("the SQS server is not answering on {addr}: run scripts/bench.sh (or scripts/sqs-local.sh start)");
+        panic!(
+            "the SQS server is not answering on {addr}: run scripts/bench.sh (or scripts/sqs-local.sh start)"
+        );
     }
     format!("http://{addr}")
 }
@@ -1288,11 +1292,7 @@ fn ratio(theirs: f64, ours: f64) -> String {
 }
 
 fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "**meets**"
-    } else {
-        "**misses**"
-    }
+    if ok { "**meets**" } else { "**misses**" }
 }
 
 fn cost_row(what: &str, c: &Cost) -> String {
@@ -1325,7 +1325,9 @@ fn print_warm(rounds: &[Round], trips: f64, n: usize, memory: Latency, ddb_http:
     println!(
         "\n### 2. The warm path, side by side (µs p50 / p99, {n} sequential events per round)\n"
     );
-    println!("| round | slack-once under the Runtime API stand-in, DynamoDB ledger | the same built at opt-level 3 | the no-op fixture under the stand-in (the Runtime API's own round trip) | slack-once in-process, DynamoDB ledger | floor: {trips:.0} × raw write + 1 raw post (p50) | raw conditional write | raw post | Bolt for Python + Powertools (in-process) | Bolt for JavaScript (in-process, no ledger) |");
+    println!(
+        "| round | slack-once under the Runtime API stand-in, DynamoDB ledger | the same built at opt-level 3 | the no-op fixture under the stand-in (the Runtime API's own round trip) | slack-once in-process, DynamoDB ledger | floor: {trips:.0} × raw write + 1 raw post (p50) | raw conditional write | raw post | Bolt for Python + Powertools (in-process) | Bolt for JavaScript (in-process, no ledger) |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let show = |l: Option<Latency>| l.map(|l| l.to_string()).unwrap_or("–".into());
     for (i, r) in rounds.iter().enumerate() {
@@ -1344,7 +1346,9 @@ fn print_warm(rounds: &[Round], trips: f64, n: usize, memory: Latency, ddb_http:
             r.js.lat
         );
     }
-    println!("\n| round | in-process ÷ floor | Runtime API ÷ (floor + the no-op's round trip) | Bolt for Python ÷ slack-once, both in-process | Bolt for Python (in-process) ÷ slack-once under the Runtime API | Bolt for JavaScript ÷ slack-once, both in-process |");
+    println!(
+        "\n| round | in-process ÷ floor | Runtime API ÷ (floor + the no-op's round trip) | Bolt for Python ÷ slack-once, both in-process | Bolt for Python (in-process) ÷ slack-once under the Runtime API | Bolt for JavaScript ÷ slack-once, both in-process |"
+    );
     println!("|---|---|---|---|---|---|");
     let (mut floor_ok, mut peer_ok) = (true, true);
     for (i, r) in rounds.iter().enumerate() {
@@ -1371,8 +1375,12 @@ fn print_warm(rounds: &[Round], trips: f64, n: usize, memory: Latency, ddb_http:
     println!(
         "\nalso: in-process on the in-memory ledger {memory}; over HTTP to a local-mode process, DynamoDB ledger {ddb_http}"
     );
-    println!("\n#### What a second item costs at DynamoDB Local (µs p50 / p99, interleaved with the events above)\n");
-    println!("| round | one conditional put | two in parallel (a claim and its alias) | the two as one transaction | slack-once in-process, a person's message (claim ‖ alias) | the same, a bare event (the claim alone) | Bolt for Python ÷ the bare event |");
+    println!(
+        "\n#### What a second item costs at DynamoDB Local (µs p50 / p99, interleaved with the events above)\n"
+    );
+    println!(
+        "| round | one conditional put | two in parallel (a claim and its alias) | the two as one transaction | slack-once in-process, a person's message (claim ‖ alias) | the same, a bare event (the claim alone) | Bolt for Python ÷ the bare event |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for (i, r) in rounds.iter().enumerate() {
         println!(
@@ -1647,8 +1655,12 @@ async fn report() {
          unless a row says bare (no client_msg_id)\n"
     );
 
-    println!("### 1. What the exactly-once path asks of the ledger (counted at the proxy, {cost_n} deliveries each)\n");
-    println!("| deliveries | requests | sequential round trips | write units | reads | time at DynamoDB Local of each request, in order (µs) |");
+    println!(
+        "### 1. What the exactly-once path asks of the ledger (counted at the proxy, {cost_n} deliveries each)\n"
+    );
+    println!(
+        "| deliveries | requests | sequential round trips | write units | reads | time at DynamoDB Local of each request, in order (µs) |"
+    );
     println!("|---|---|---|---|---|---|");
     println!(
         "{}",
@@ -1721,7 +1733,9 @@ async fn report() {
         cold_secrets.init, cold_secrets.first, cold_secrets.total
     );
     println!("| slack-once, local mode (spawn → first event answered) | | | {cold_local} |");
-    println!("| Bolt for Python + Powertools (spawn → first event answered, table set-up excluded) | | | {cold_python} |");
+    println!(
+        "| Bolt for Python + Powertools (spawn → first event answered, table set-up excluded) | | | {cold_python} |"
+    );
     println!("| Bolt for JavaScript (spawn → first event answered) | | | {cold_js} |");
     if let Some(c) = &cold_noop {
         println!(
@@ -1810,8 +1824,12 @@ async fn report() {
         None => println!("| arm64 | not built (scripts/bench.sh builds it with cargo-lambda) |"),
     }
 
-    println!("\n### 6. Lambda Managed Instances: one environment, several invocations at once ({lmi_n} events each, DynamoDB Local)\n");
-    println!("| AWS_LAMBDA_MAX_CONCURRENCY (= in flight) | events/s | RSS after warm-up (MiB) | peak RSS (MiB) | posts |");
+    println!(
+        "\n### 6. Lambda Managed Instances: one environment, several invocations at once ({lmi_n} events each, DynamoDB Local)\n"
+    );
+    println!(
+        "| AWS_LAMBDA_MAX_CONCURRENCY (= in flight) | events/s | RSS after warm-up (MiB) | peak RSS (MiB) | posts |"
+    );
     println!("|---|---|---|---|---|");
     for m in &managed {
         println!(
@@ -1847,7 +1865,9 @@ async fn report() {
         mib(peak_mem),
         mib(peak_ddb)
     );
-    println!("| throughput, {concurrency} in flight from a second process (events/s): in-memory / DynamoDB ledger | {tput_mem:.0} / {tput_ddb:.0} | | |");
+    println!(
+        "| throughput, {concurrency} in flight from a second process (events/s): in-memory / DynamoDB ledger | {tput_mem:.0} / {tput_ddb:.0} | | |"
+    );
     println!("\nposts at the Slack stand-in: {}", slack.posts());
 }
 

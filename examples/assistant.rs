@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
-use slack_once::app::{safe_text, App, AssistantThread, Ctx, HandlerResult, MessageEvent, Stream};
+use serde_json::{Value, json};
+use slack_once::app::{App, AssistantThread, Ctx, HandlerResult, MessageEvent, Stream, safe_text};
 
 /// The model's words, one at a time (a deterministic stand-in for an LLM's stream).
 struct Model {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use slack_once::app::{blocks, App, Ctx, HandlerResult, Message, MessageEvent};
+use slack_once::app::{App, Ctx, HandlerResult, Message, MessageEvent, blocks};
 
 async fn deploy(ctx: Ctx, m: MessageEvent) -> HandlerResult {
     let service = m.capture(1).unwrap_or_default().to_string();

@@ -3,7 +3,7 @@
 //!
 //!   SLACK_SIGNING_SECRET=dev-secret cargo run --example echo
 
-use slack_once::app::{safe_text, App, Ctx, MessageEvent};
+use slack_once::app::{App, Ctx, MessageEvent, safe_text};
 
 pub fn app() -> App {
     App::new().message_where(

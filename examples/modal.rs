@@ -6,8 +6,8 @@
 //!
 //!   SLACK_SIGNING_SECRET=dev-secret cargo run --example modal
 
-use serde_json::{json, Value};
-use slack_once::app::{safe_text, Ack, App, Ctx, Shortcut, ViewSubmission};
+use serde_json::{Value, json};
+use slack_once::app::{Ack, App, Ctx, Shortcut, ViewSubmission, safe_text};
 
 /// The modal's `callback_id`, and its input's block and action.
 pub const CALLBACK: &str = "note_modal";

@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use slack_once::app::blocks::{self, Style};
 use slack_once::app::{
-    safe_text, Ack, App, BlockAction, Command, Ctx, HandlerResult, Message, MessageEvent,
-    ViewSubmission,
+    Ack, App, BlockAction, Command, Ctx, HandlerResult, Message, MessageEvent, ViewSubmission,
+    safe_text,
 };
 
 pub const COMMAND: &str = "/poll";

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use slack_once::app::{safe_text, App, Ctx, HandlerResult, MessageEvent};
+use slack_once::app::{App, Ctx, HandlerResult, MessageEvent, safe_text};
 
 async fn think(ctx: Ctx, m: MessageEvent) -> HandlerResult {
     ctx.react_to_event("eyes").await?;

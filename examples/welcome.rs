@@ -5,7 +5,7 @@
 //!
 //! Subscribe the app to `team_join` (scope `users:read`), with `im:write` and `chat:write`.
 
-use slack_once::app::{blocks, App, Ctx, Message, TeamJoin};
+use slack_once::app::{App, Ctx, Message, TeamJoin, blocks};
 
 pub fn app() -> App {
     App::new().team_join(|ctx: Ctx, join: TeamJoin| async move {

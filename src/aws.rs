@@ -24,8 +24,8 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::retry::ErrorKind;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::OnceCell;
 

@@ -199,7 +199,7 @@ impl Config {
                 return Err(ConfigError::Invalid {
                     var: "SLACK_ONCE_ROLE",
                     reason: format!("{other:?} is neither ingress nor worker"),
-                })
+                });
             }
         };
 
@@ -262,7 +262,7 @@ impl Config {
                     hint: "copy it from your Slack app's Basic Information page \
                            (several may be given, comma-separated, during a rotation), \
                            or name a Secrets Manager secret holding it in SLACK_SECRETS_ARN",
-                })
+                });
             }
             (None, Role::Worker) => None,
             (Some(list), _) => {
@@ -419,7 +419,7 @@ impl Config {
                 return Err(ConfigError::Invalid {
                     var: "METRICS",
                     reason: format!("{other:?} is neither emf nor off"),
-                })
+                });
             }
         };
 
@@ -574,7 +574,7 @@ fn oauth_of(
                         "must be a whole number of minutes from 1 to {MAX_TOKEN_REFRESH_MINUTES} \
                          (Slack's tokens live 12 hours)"
                     ),
-                })
+                });
             }
         },
     };
@@ -711,12 +711,14 @@ mod tests {
         let mut vars: Vec<(&str, &str)> = base.to_vec();
         vars.retain(|(k, _)| *k != "SLACK_CLIENT_SECRET");
         vars.push(("SLACK_SECRETS_ARN", "slack"));
-        assert!(config(&vars)
-            .unwrap()
-            .oauth
-            .unwrap()
-            .client_secret
-            .is_none());
+        assert!(
+            config(&vars)
+                .unwrap()
+                .oauth
+                .unwrap()
+                .client_secret
+                .is_none()
+        );
         // On Lambda with a table, no bot token is needed.
         let mut vars: Vec<(&str, &str)> = base.to_vec();
         vars.push(("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"));
@@ -781,9 +783,10 @@ mod tests {
     fn a_missing_signing_secret_names_the_variable() {
         let err = config(&[]).unwrap_err();
         assert_eq!(missing(&err), Some("SLACK_SIGNING_SECRET"));
-        assert!(err
-            .to_string()
-            .starts_with("SLACK_SIGNING_SECRET is not set"));
+        assert!(
+            err.to_string()
+                .starts_with("SLACK_SIGNING_SECRET is not set")
+        );
     }
 
     #[test]

@@ -290,14 +290,14 @@ impl EventCallback {
     /// channel shared with another organisation (Slack Connect), `team_id` is the team of the
     /// person who wrote, and may have no installation of this app, or one of its own.
     pub fn installation(&self) -> (Option<&str>, Option<&str>, bool) {
-        if let Some(first) = self.authorizations.first() {
-            if first.team_id.is_some() || first.enterprise_id.is_some() {
-                return (
-                    first.team_id.as_deref(),
-                    first.enterprise_id.as_deref(),
-                    first.is_enterprise_install,
-                );
-            }
+        if let Some(first) = self.authorizations.first()
+            && (first.team_id.is_some() || first.enterprise_id.is_some())
+        {
+            return (
+                first.team_id.as_deref(),
+                first.enterprise_id.as_deref(),
+                first.is_enterprise_install,
+            );
         }
         (self.team(), self.enterprise_id.as_deref(), false)
     }
@@ -344,10 +344,11 @@ impl EventCallback {
     /// event that does not name this app, is taken for the bot's own (never answer yourself).
     pub fn skip_reason(&self) -> Option<SkipReason> {
         let event = &self.event;
-        if let (Some(user), Some(bot)) = (event.user.as_deref(), self.bot_user_id()) {
-            if user == bot && !KEPT_WHEN_BY_THE_BOT.contains(&event.kind.as_str()) {
-                return Some(SkipReason::OwnMessage);
-            }
+        if let (Some(user), Some(bot)) = (event.user.as_deref(), self.bot_user_id())
+            && user == bot
+            && !KEPT_WHEN_BY_THE_BOT.contains(&event.kind.as_str())
+        {
+            return Some(SkipReason::OwnMessage);
         }
         if self.by_a_bot() {
             match (self.posting_app(), self.api_app_id.as_deref()) {
@@ -355,12 +356,11 @@ impl EventCallback {
                 _ => return Some(SkipReason::OwnMessage),
             }
         }
-        if event.kind == "message" {
-            if let Some(subtype) = event.subtype.as_deref() {
-                if !NEW_MESSAGE_SUBTYPES.contains(&subtype) {
-                    return Some(SkipReason::NotANewMessage);
-                }
-            }
+        if event.kind == "message"
+            && let Some(subtype) = event.subtype.as_deref()
+            && !NEW_MESSAGE_SUBTYPES.contains(&subtype)
+        {
+            return Some(SkipReason::NotANewMessage);
         }
         None
     }

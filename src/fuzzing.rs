@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderValue};
 
 use crate::config::{Secret, SigningSecrets};
 use crate::envelope::{Envelope, MAX_EVENT_ID_LEN};
-use crate::signature::{self, SignatureError, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use crate::signature::{self, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER};
 
 const SECRET: &str = "fuzz-signing-secret";
 
@@ -133,7 +133,7 @@ pub fn check_envelope(data: &[u8]) {
 /// key; a response URL is allowed only on Slack's hooks host over https or on the loopback
 /// stand-in's own origin.
 pub fn check_interaction(data: &[u8]) {
-    use crate::interaction::{allowed_response_url, Incoming, Kind, HOOKS_HOST};
+    use crate::interaction::{HOOKS_HOST, Incoming, Kind, allowed_response_url};
     let form = Some("application/x-www-form-urlencoded");
     if let Ok(Incoming::Interaction(i)) = Incoming::parse(form, data) {
         match i.key() {

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Limited};

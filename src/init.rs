@@ -118,7 +118,9 @@ impl Dependency {
 /// Why a bot cannot be written.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
-    #[error("{0:?} is not a bot name: lowercase letters, digits and '-', starting with a letter, at most 31 (it is also the stack's name and the slash command /NAME), and none of cargo's reserved names or slack-once")]
+    #[error(
+        "{0:?} is not a bot name: lowercase letters, digits and '-', starting with a letter, at most 31 (it is also the stack's name and the slash command /NAME), and none of cargo's reserved names or slack-once"
+    )]
     Name(String),
     #[error("{0} exists and is not empty: choose another NAME or --dir")]
     Exists(PathBuf),

@@ -210,7 +210,7 @@ impl Interaction {
                 return Err(Malformed(format!(
                     "{UNKNOWN_TYPE} {:?} is not one this version knows",
                     other.chars().take(40).collect::<String>()
-                )))
+                )));
             }
             None => return Err(Malformed("the payload has no string `type`".into())),
         };
@@ -740,17 +740,16 @@ pub fn allowed_response_url(url: &str, api_base: &str) -> Result<http::Uri, Stri
     {
         return Ok(uri);
     }
-    if let Ok(base) = api_base.parse::<http::Uri>() {
-        if let (Some(base_scheme), Some(base_authority)) = (base.scheme_str(), base.authority()) {
-            let local = base_scheme == "http" && crate::config::is_loopback(base_authority.host());
-            if local
-                && scheme == base_scheme
-                && authority.host().eq_ignore_ascii_case(base_authority.host())
-                && port(scheme, authority.port_u16())
-                    == port(base_scheme, base_authority.port_u16())
-            {
-                return Ok(uri);
-            }
+    if let Ok(base) = api_base.parse::<http::Uri>()
+        && let (Some(base_scheme), Some(base_authority)) = (base.scheme_str(), base.authority())
+    {
+        let local = base_scheme == "http" && crate::config::is_loopback(base_authority.host());
+        if local
+            && scheme == base_scheme
+            && authority.host().eq_ignore_ascii_case(base_authority.host())
+            && port(scheme, authority.port_u16()) == port(base_scheme, base_authority.port_u16())
+        {
+            return Ok(uri);
         }
     }
     Err(format!(

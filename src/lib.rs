@@ -42,7 +42,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
-use crate::app::{reference_app, App};
+use crate::app::{App, reference_app};
 use crate::config::{Config, Role};
 use crate::installations::{
     DynamoInstallations, InstallationStore, MemoryInstallations, Workspaces,
@@ -58,7 +58,7 @@ use crate::queue::{SqsQueue, WorkQueue};
 use crate::secrets::{Needs, SecretsError, SlackSecrets};
 use crate::slack::SlackClient;
 
-pub use crate::run::{run, serve, usage, VERSION};
+pub use crate::run::{VERSION, run, serve, usage};
 pub use crate::server::LocalServer;
 
 /// What can stop the start once the configuration is read.
@@ -66,7 +66,9 @@ pub use crate::server::LocalServer;
 pub enum StartError {
     #[error(transparent)]
     Secrets(#[from] SecretsError),
-    #[error("SLACK_CLIENT_ID is set and there is no client secret: set SLACK_CLIENT_SECRET, or keep client_secret in the secret SLACK_SECRETS_ARN names")]
+    #[error(
+        "SLACK_CLIENT_ID is set and there is no client secret: set SLACK_CLIENT_SECRET, or keep client_secret in the secret SLACK_SECRETS_ARN names"
+    )]
     NoClientSecret,
     #[error(transparent)]
     Install(#[from] config::ConfigError),
@@ -151,10 +153,11 @@ impl Application {
         };
         let (secrets, ledger, queue) = tokio::join!(secrets, ledger, queue);
         let secrets = secrets?;
-        if let Some(oauth) = &config.oauth {
-            if oauth.client_secret.is_none() && secrets.current().client_secret.is_none() {
-                return Err(StartError::NoClientSecret);
-            }
+        if let Some(oauth) = &config.oauth
+            && oauth.client_secret.is_none()
+            && secrets.current().client_secret.is_none()
+        {
+            return Err(StartError::NoClientSecret);
         }
         let store = installations.lock().expect("lock").take();
         let mut application = Self::assemble(config, Arc::new(secrets), ledger, app, queue);

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "SlackOnce";

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 
+use crate::Application;
 use crate::app::App;
 use crate::config::{Config, Mode, Role};
-use crate::queue::sqs::CallBudget;
 use crate::queue::SqsQueue;
-use crate::Application;
+use crate::queue::sqs::CallBudget;
 
 /// slack-once's version (the crate's), in the startup line and `--version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -301,8 +301,8 @@ fn lambda_service(
         Output = Result<lambda_http::Response<lambda_http::Body>, std::convert::Infallible>,
     > + Send,
 > + Clone
-       + Send
-       + 'static {
++ Send
++ 'static {
     use http_body_util::BodyExt;
     use tower::ServiceExt;
     tower::service_fn(move |request: lambda_http::Request| {

@@ -45,13 +45,17 @@ pub struct InstallSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
-    #[error("SLACK_SECRETS_ARN: the secret {id:?} could not be read: check its name or ARN, the region, and that the role may call secretsmanager:GetSecretValue on it")]
+    #[error(
+        "SLACK_SECRETS_ARN: the secret {id:?} could not be read: check its name or ARN, the region, and that the role may call secretsmanager:GetSecretValue on it"
+    )]
     Unreadable {
         id: String,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("SLACK_SECRETS_ARN: the secret {id:?} is not the JSON object expected ({{\"signing_secret\": …, \"bot_token\": …}}): {reason}")]
+    #[error(
+        "SLACK_SECRETS_ARN: the secret {id:?} is not the JSON object expected ({{\"signing_secret\": …, \"bot_token\": …}}): {reason}"
+    )]
     Invalid { id: String, reason: String },
 }
 

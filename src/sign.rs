@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::config::{Secret, SigningSecrets};
 use crate::process::{RETRY_NUM_HEADER, RETRY_REASON_HEADER};
-use crate::signature::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use crate::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 
 pub const DEFAULT_URL: &str = "http://127.0.0.1:3000/slack/events";
 
@@ -92,7 +92,9 @@ pub fn curl_command(
 ) -> String {
     let retry = retry
         .map(|n| {
-            format!("  -H '{RETRY_NUM_HEADER}: {n}' \\\n  -H '{RETRY_REASON_HEADER}: http_timeout' \\\n")
+            format!(
+                "  -H '{RETRY_NUM_HEADER}: {n}' \\\n  -H '{RETRY_REASON_HEADER}: http_timeout' \\\n"
+            )
         })
         .unwrap_or_default();
     format!(

@@ -29,7 +29,9 @@ pub enum SignatureError {
     RepeatedHeader(&'static str),
     #[error("the X-Slack-Request-Timestamp header is not a number of seconds")]
     InvalidTimestamp,
-    #[error("the request timestamp is {skew_secs} s away from now (more than 300 s): check the server clock, or this is a replay")]
+    #[error(
+        "the request timestamp is {skew_secs} s away from now (more than 300 s): check the server clock, or this is a replay"
+    )]
     StaleTimestamp { skew_secs: u64 },
     #[error("the signature version is not v0")]
     UnsupportedVersion,

@@ -13,8 +13,8 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use std::sync::Arc;
@@ -114,7 +114,9 @@ pub enum SlackError {
     #[error("Slack answered ok:false with {code}")]
     Api { code: String },
     /// Rate limited, and waiting `retry_after` would pass the deadline.
-    #[error("Slack rate-limited the post (Retry-After {retry_after:?}) and the deadline leaves no time to wait")]
+    #[error(
+        "Slack rate-limited the post (Retry-After {retry_after:?}) and the deadline leaves no time to wait"
+    )]
     RateLimited { retry_after: Duration },
     #[error("Slack answered HTTP {status}")]
     Status { status: StatusCode },
@@ -134,7 +136,9 @@ pub enum SlackError {
     TokenUnconfirmed { code: String },
     /// The event names neither this app (`api_app_id`) nor its bot user: its own messages
     /// cannot be told from other apps', so none is taken for its own.
-    #[error("the event names neither the app nor its bot user: this app's messages cannot be told from other apps'")]
+    #[error(
+        "the event names neither the app nor its bot user: this app's messages cannot be told from other apps'"
+    )]
     Unidentified,
 }
 
@@ -751,11 +755,11 @@ impl SlackClient {
                 .to_bytes();
             let text = String::from_utf8_lossy(&text);
             let text = text.trim();
-            if let Ok(answer) = serde_json::from_str::<serde_json::Value>(text) {
-                if answer.get("ok") == Some(&serde_json::Value::Bool(false)) {
-                    let code = answer["error"].as_str().unwrap_or("unknown_error");
-                    return Err(SlackError::Api { code: code.into() });
-                }
+            if let Ok(answer) = serde_json::from_str::<serde_json::Value>(text)
+                && answer.get("ok") == Some(&serde_json::Value::Bool(false))
+            {
+                let code = answer["error"].as_str().unwrap_or("unknown_error");
+                return Err(SlackError::Api { code: code.into() });
             }
             if status.is_success() {
                 return Ok(serde_json::json!({"ok": true}));
@@ -950,7 +954,7 @@ impl SlackClient {
                 (None, None) => {
                     return Err(SlackError::InvalidResponse(
                         "has_more without a next_cursor or a message to go on from".into(),
-                    ))
+                    ));
                 }
             }
         }
@@ -1076,18 +1080,24 @@ mod tests {
         assert!(api("fatal_error").may_have_posted());
         assert!(!api("channel_not_found").may_have_posted());
         assert!(SlackError::Timeout.may_have_posted());
-        assert!(!SlackError::RateLimited {
-            retry_after: Duration::from_secs(3)
-        }
-        .may_have_posted());
-        assert!(SlackError::Status {
-            status: StatusCode::BAD_GATEWAY
-        }
-        .may_have_posted());
-        assert!(!SlackError::Status {
-            status: StatusCode::NOT_FOUND
-        }
-        .may_have_posted());
+        assert!(
+            !SlackError::RateLimited {
+                retry_after: Duration::from_secs(3)
+            }
+            .may_have_posted()
+        );
+        assert!(
+            SlackError::Status {
+                status: StatusCode::BAD_GATEWAY
+            }
+            .may_have_posted()
+        );
+        assert!(
+            !SlackError::Status {
+                status: StatusCode::NOT_FOUND
+            }
+            .may_have_posted()
+        );
     }
 
     #[test]

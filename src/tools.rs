@@ -7,8 +7,8 @@
 use std::process::ExitCode;
 
 use crate::ledger::DynamoLedger;
-use crate::queue::sqs::{self, CallBudget};
 use crate::queue::SqsQueue;
+use crate::queue::sqs::{self, CallBudget};
 
 /// Writes `text` and a newline to standard output, as `println!` does, but a reader that has
 /// gone (`mybot --help | grep -q create-table`, `| head -1`) is no error: what it did not read

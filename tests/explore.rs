@@ -118,7 +118,9 @@ fn modal_opens_once_and_saves_each_note_once() {
 
 #[test]
 fn the_assistant_streams_one_complete_answer_per_question() {
-    std::env::set_var("MODEL_WORDS", "80");
+    // SAFETY: every test here that sets MODEL_WORDS sets the same value, as before Rust
+    // 2024 made set_var unsafe; none reads another value from it.
+    unsafe { std::env::set_var("MODEL_WORDS", "80") };
     Explorer::new(assistant::app)
         .request(Request::assistant_question("what is exactly once?"))
         .request(Request::event(json!({
@@ -436,7 +438,9 @@ mod findings {
     /// the model is asked once.
     #[test]
     fn a_hung_append_does_not_hold_the_answer() {
-        std::env::set_var("MODEL_WORDS", "80");
+        // SAFETY: every test here that sets MODEL_WORDS sets the same value, as before Rust
+        // 2024 made set_var unsafe; none reads another value from it.
+        unsafe { std::env::set_var("MODEL_WORDS", "80") };
         // Site 7 of the first run is its first chat.appendStream, while the model answers.
         Explorer::new(super::assistant::app)
             .request(Request::assistant_question("what is exactly once?").without_copies())
@@ -469,7 +473,9 @@ mod findings {
     /// refused to the last delivery) is not posted again whole by its finish.
     #[test]
     fn an_unconfirmed_stream_start_is_not_answered_a_second_time() {
-        std::env::set_var("MODEL_WORDS", "80");
+        // SAFETY: every test here that sets MODEL_WORDS sets the same value, as before Rust
+        // 2024 made set_var unsafe; none reads another value from it.
+        unsafe { std::env::set_var("MODEL_WORDS", "80") };
         Explorer::new(super::assistant::app)
             .request(Request::assistant_question("what is exactly once?"))
             .replay("plain; 1.5=dies-after 4.3=refused")

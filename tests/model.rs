@@ -22,7 +22,7 @@
 //!   Slack's one-minute retry); the first retry may overlap the original;
 //! - a conditional write to one DynamoDB item is atomic.
 
-use slack_once::ledger::{existing_blocks_claim, Blocked, Status};
+use slack_once::ledger::{Blocked, Status, existing_blocks_claim};
 use stateright::{Checker, Model, Property};
 
 const INSTANCES: usize = 2;
@@ -183,15 +183,16 @@ impl Protocol {
     /// The claim rule, with this request's own claim recognised (it sees the earlier began
     /// windows, not its own).
     fn claim(&self, s: &mut State, i: usize, d: u8, own: Option<Token>, update: bool) {
-        if let (Some(item), Some(own)) = (&s.item, own) {
-            if item.owner == own && item.status == Status::InProgress {
-                s.phases[i] = Phase::Claimed {
-                    d,
-                    token: own,
-                    earlier: item.intent || item.began.iter().any(|t| *t != own),
-                };
-                return;
-            }
+        if let (Some(item), Some(own)) = (&s.item, own)
+            && item.owner == own
+            && item.status == Status::InProgress
+        {
+            s.phases[i] = Phase::Claimed {
+                d,
+                token: own,
+                earlier: item.intent || item.began.iter().any(|t| *t != own),
+            };
+            return;
         }
         let found = s.item.as_ref().and_then(|item| {
             let lease_until = if item.lease_live { LIVE } else { NOW };
@@ -234,14 +235,15 @@ impl Protocol {
     /// The claimant's finishing write: the began windows end; `intent` becomes what the
     /// journal now says of the reply (`None`: unchanged).
     fn finish(s: &mut State, token: Token, to: Status, intent: Option<bool>) {
-        if let Some(item) = &mut s.item {
-            if item.owner == token && item.status == Status::InProgress {
-                item.status = to;
-                item.lease_live = false;
-                item.began.clear();
-                if let Some(intent) = intent {
-                    item.intent = intent;
-                }
+        if let Some(item) = &mut s.item
+            && item.owner == token
+            && item.status == Status::InProgress
+        {
+            item.status = to;
+            item.lease_live = false;
+            item.began.clear();
+            if let Some(intent) = intent {
+                item.intent = intent;
             }
         }
     }
@@ -276,11 +278,12 @@ impl Model for Protocol {
                 actions.push(Action::Deliver);
             }
         }
-        if let Some(item) = &s.item {
-            if item.status == Status::InProgress && item.lease_live && !Self::working(s, item.owner)
-            {
-                actions.push(Action::LeaseEnds);
-            }
+        if let Some(item) = &s.item
+            && item.status == Status::InProgress
+            && item.lease_live
+            && !Self::working(s, item.owner)
+        {
+            actions.push(Action::LeaseEnds);
         }
         for i in 0..INSTANCES {
             match &s.phases[i] {
@@ -723,10 +726,12 @@ mod alias {
                 if !s.acked[m] && s.sent[m] < DELIVERIES {
                     actions.push(Action::Deliver(m));
                 }
-                if let Some(p) = &s.primaries[m] {
-                    if !p.done && p.lease_live && !working(s, m, p.owner) {
-                        actions.push(Action::LeaseEnds(m));
-                    }
+                if let Some(p) = &s.primaries[m]
+                    && !p.done
+                    && p.lease_live
+                    && !working(s, m, p.owner)
+                {
+                    actions.push(Action::LeaseEnds(m));
                 }
             }
             for i in 0..INSTANCES {
@@ -866,11 +871,11 @@ mod alias {
                     let Phase::Replied { m, token } = s.phases[i] else {
                         return None;
                     };
-                    if let Some(p) = &mut s.primaries[m] {
-                        if p.owner == token {
-                            p.done = true;
-                            p.lease_live = false;
-                        }
+                    if let Some(p) = &mut s.primaries[m]
+                        && p.owner == token
+                    {
+                        p.done = true;
+                        p.lease_live = false;
                     }
                     s.acked[m] = true;
                     s.phases[i] = Phase::Idle;

@@ -71,7 +71,7 @@ async fn a_retry_of_the_same_event_writes_nothing_more() {
 // ---- README: /once and its button ----
 mod commands {
     use slack_once::app::{
-        blocks, Ack, App, BlockAction, Command, Ctx, HandlerResult, Message, Respond,
+        Ack, App, BlockAction, Command, Ctx, HandlerResult, Message, Respond, blocks,
     };
 
     async fn once(ctx: Ctx, command: Command) -> HandlerResult {
@@ -136,7 +136,7 @@ mod commands {
 
 // ---- README: the assistant ----
 mod assistant {
-    use serde_json::{json, Value};
+    use serde_json::{Value, json};
     use slack_once::app::{App, AssistantThread, Ctx, HandlerResult, MessageEvent};
 
     async fn model(question: &str) -> Vec<String> {

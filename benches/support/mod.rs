@@ -8,15 +8,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use slack_once::config::Secret;
 use slack_once::testing::{FakeSlack, Identity};
@@ -459,18 +459,18 @@ async fn forward(State(ctx): State<ProxyCtx>, request: Request) -> Response {
     };
     let end = Instant::now();
     let (mut write_units, mut condition_failed) = (0.0, false);
-    if let Ok((_, body)) = &answer {
-        if write {
-            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-            write_units = consumed(&v["ConsumedCapacity"]);
-            if v["__type"]
-                .as_str()
-                .is_some_and(|t| t.ends_with("ConditionalCheckFailedException"))
-            {
-                condition_failed = true;
-                let size = item_size(&v["Item"]);
-                write_units = (size as f64 / 1024.0).ceil().max(1.0);
-            }
+    if let Ok((_, body)) = &answer
+        && write
+    {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        write_units = consumed(&v["ConsumedCapacity"]);
+        if v["__type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("ConditionalCheckFailedException"))
+        {
+            condition_failed = true;
+            let size = item_size(&v["Item"]);
+            write_units = (size as f64 / 1024.0).ceil().max(1.0);
         }
     }
     ctx.log.lock().unwrap().push(Forwarded {

@@ -1,7 +1,7 @@
 //! A few Block Kit builders, as JSON: enough for the messages bots usually post. Any block
 //! Slack documents can also be written with `serde_json::json!` and passed as it is.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// A `mrkdwn` text object.
 pub fn mrkdwn(text: impl Into<String>) -> Value {

@@ -6,15 +6,15 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::interactive::{response_body, Ack};
+use super::interactive::{Ack, response_body};
 use super::message::Message;
 use crate::envelope::{EventCallback, EventId};
-use crate::interaction::{allowed_response_url, Interaction};
-use crate::journal::{self, Call, For, Made, Returns, Steps, Tally, RESPOND};
+use crate::interaction::{Interaction, allowed_response_url};
+use crate::journal::{self, Call, For, Made, RESPOND, Returns, Steps, Tally};
 pub use crate::journal::{Error, Settle};
 use crate::ledger::{LedgerError, Settled};
 use crate::slack::{Args, OurApp, SlackClient, SlackError};

@@ -15,9 +15,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use regex::Regex;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use super::{prepared, Ctx, HandlerResult, Message, Prepared};
+use super::{Ctx, HandlerResult, Message, Prepared, prepared};
 use crate::interaction::{
     BlockAction, Command, Interaction, Kind, OptionsRequest, Shortcut, ViewSubmission,
 };
@@ -197,10 +197,10 @@ where
             if !kinds.contains(&i.kind) || !selector.matches(&i.selector()?) {
                 return None;
             }
-            if let Some(block) = &block {
-                if !block.matches(&i.block_id()?) {
-                    return None;
-                }
+            if let Some(block) = &block
+                && !block.matches(&i.block_id()?)
+            {
+                return None;
             }
             Some(prepared(handler.clone(), typed(i)))
         }),

@@ -46,7 +46,7 @@ pub use crate::interaction::{
     BlockAction, Command, OptionsRequest, Shortcut, ViewSubmission, ViewValues,
 };
 pub use crate::journal::{
-    Error, Settle, Tally, MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS,
+    Error, MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS, Settle, Tally,
 };
 pub use context::{Ctx, Posted, Respond};
 pub use events::{
@@ -55,12 +55,12 @@ pub use events::{
 };
 pub use interactive::{Ack, InteractiveListener, Selector};
 pub use message::Message;
-pub use reference::{reference_app, safe_text, THANKS_ACTION};
-pub use state::{Put, State, Versioned, UPDATE_ATTEMPTS};
-pub use stream::{Stream, APPEND_BUFFER_CHARS, APPEND_TIMEOUT};
+pub use reference::{THANKS_ACTION, reference_app, safe_text};
+pub use state::{Put, State, UPDATE_ATTEMPTS, Versioned};
+pub use stream::{APPEND_BUFFER_CHARS, APPEND_TIMEOUT, Stream};
 
 use crate::envelope::{Event, EventCallback};
-use events::{typed, Typed};
+use events::{Typed, typed};
 
 pub(crate) use crate::journal::Steps;
 pub(crate) use context::{AckMode, Source};
@@ -375,10 +375,10 @@ pub(crate) fn message_view(cb: &EventCallback) -> Option<MessageEvent> {
     let tag = cb.bot_user_id().map(|bot| format!("<@{bot}>"));
     m.mention = carried_as_mention || tag.as_ref().is_some_and(|t| m.text.contains(t.as_str()));
     // The text without the leading mention of the bot: "<@U123> deploy api" → "deploy api".
-    if let Some(tag) = &tag {
-        if let Some(rest) = m.text.trim_start().strip_prefix(tag.as_str()) {
-            m.text = rest.trim_start().to_string();
-        }
+    if let Some(tag) = &tag
+        && let Some(rest) = m.text.trim_start().strip_prefix(tag.as_str())
+    {
+        m.text = rest.trim_start().to_string();
     }
     if m.channel_type.is_none() && m.channel.starts_with('D') {
         m.channel_type = Some("im".into());

@@ -8,14 +8,14 @@
 
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use super::Ctx;
 use crate::envelope::EventId;
 use crate::journal::Error;
-use crate::ledger::{LedgerError, StatePut, StateWrite, MAX_STATE_BYTES};
+use crate::ledger::{LedgerError, MAX_STATE_BYTES, StatePut, StateWrite};
 
 /// How many times [`State::update`] reads again after another write came in between, before
 /// it gives up with [`Error::Ledger`] (the listener fails, and Slack's retry tries again).

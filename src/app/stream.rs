@@ -12,11 +12,11 @@
 //! Slack refuses for its recipient (a Slack Connect author) is recorded as refused, and the
 //! answer is then one journaled post, made at the end.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::{Ctx, Error, Message};
 use crate::journal::{Returns, Settle};
-use crate::slack::{post_metadata, Args, SlackError};
+use crate::slack::{Args, SlackError, post_metadata};
 
 /// Appends are sent once this many characters are buffered (Slack's SDKs use 256), keeping
 /// within `chat.appendStream`'s rate tier.

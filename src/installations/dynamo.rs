@@ -7,13 +7,13 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use aws_sdk_dynamodb::Client;
 
 use super::{
-    read_interval_ms, state_key, Installation, InstallationKey, InstallationStore, StoreError,
-    Stored,
+    Installation, InstallationKey, InstallationStore, StoreError, Stored, read_interval_ms,
+    state_key,
 };
 
 /// The attributes of an installation's item.
@@ -277,7 +277,7 @@ impl InstallationStore for DynamoInstallations {
                     Err(SdkError::ServiceError(e))
                         if e.err().is_conditional_check_failed_exception() =>
                     {
-                        continue
+                        continue;
                     }
                     Err(e) => return Err(unavailable(e)),
                 }

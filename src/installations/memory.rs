@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    read_interval_ms, Installation, InstallationKey, InstallationStore, StoreError, Stored,
+    Installation, InstallationKey, InstallationStore, StoreError, Stored, read_interval_ms,
 };
 
 #[derive(Clone)]
@@ -143,10 +143,10 @@ impl InstallationStore for MemoryInstallations {
 
     async fn release_refresh(&self, key: &InstallationKey, owner: &str) -> Result<(), StoreError> {
         let mut items = self.items.lock().expect("store lock");
-        if let Some(item) = items.get_mut(&key.item_key()) {
-            if item.refresh.as_ref().is_some_and(|(o, _)| o == owner) {
-                item.refresh = None;
-            }
+        if let Some(item) = items.get_mut(&key.item_key())
+            && item.refresh.as_ref().is_some_and(|(o, _)| o == owner)
+        {
+            item.refresh = None;
         }
         Ok(())
     }

@@ -314,14 +314,14 @@ impl Workspaces {
     async fn known(&self, key: &InstallationKey) -> Result<Cached, StoreError> {
         {
             let cache = self.cache.lock().expect("cache lock");
-            if let Some((at, cached)) = cache.get(key) {
-                if at.elapsed() < CACHE_FOR {
-                    return Ok(match cached {
-                        Cached::Found(k) => Cached::Found(k.clone()),
-                        Cached::Absent => Cached::Absent,
-                        Cached::Broken(c) => Cached::Broken(c.clone()),
-                    });
-                }
+            if let Some((at, cached)) = cache.get(key)
+                && at.elapsed() < CACHE_FOR
+            {
+                return Ok(match cached {
+                    Cached::Found(k) => Cached::Found(k.clone()),
+                    Cached::Absent => Cached::Absent,
+                    Cached::Broken(c) => Cached::Broken(c.clone()),
+                });
             }
         }
         let found = self.store.find(key).await?;
@@ -713,10 +713,10 @@ impl TokenSource for InstalledToken {
             w.remember(key, None);
             return Refused::Confirmed;
         }
-        if let Cached::Found(known) = w.remember(key, found) {
-            if !Arc::ptr_eq(&known, &self.known) {
-                self.known.set((*known.get()).clone());
-            }
+        if let Cached::Found(known) = w.remember(key, found)
+            && !Arc::ptr_eq(&known, &self.known)
+        {
+            self.known.set((*known.get()).clone());
         }
         let now = self.known.get();
         if now.bot.token != used.expose() {

@@ -2,16 +2,16 @@
 //! settled by the table ([`super::settle`]) where an earlier claim left its fate unknown,
 //! announced in the ledger, called, and its result kept for the claim's next write.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::settle::{self, Record, Shows, Verdict};
 use super::steps::journal_bytes;
-use super::{recordable, slack_ts, step_identity, Error, Returns, Settle, Steps};
+use super::{Error, Returns, Settle, Steps, recordable, slack_ts, step_identity};
 use super::{MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS};
-use crate::ledger::{kept_doubt, step_op, Looked, Settled, StepRecord};
-use crate::slack::{post_metadata, Args, OurApp, ReplyQuery, SlackClient, SlackError};
+use crate::ledger::{Looked, Settled, StepRecord, kept_doubt, step_op};
+use crate::slack::{Args, OurApp, ReplyQuery, SlackClient, SlackError, post_metadata};
 
 /// The step name of a post to the request's `response_url`.
 pub(crate) const RESPOND: &str = "response_url";

@@ -28,13 +28,13 @@ mod engine;
 pub mod settle;
 mod steps;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-pub(crate) use engine::{inside_remember, make, remember, Call, For, Made, RESPOND};
+pub(crate) use engine::{Call, For, Made, RESPOND, inside_remember, make, remember};
 pub use settle::Settle;
 pub(crate) use steps::Steps;
 
-use crate::ledger::{step_op, LedgerError};
+use crate::ledger::{LedgerError, step_op};
 use crate::slack::SlackError;
 
 /// At most this many Slack writes (steps) per event. Each is a journal record in the event's
@@ -67,7 +67,9 @@ pub enum Error {
     #[error("the step could not be recorded in the ledger")]
     Ledger(#[source] LedgerError),
     /// Run again, the listener made a different write at this step than the first time.
-    #[error("step {step} was {recorded} when first run and is {now} now: the listener's writes must be the same each time it runs")]
+    #[error(
+        "step {step} was {recorded} when first run and is {now} now: the listener's writes must be the same each time it runs"
+    )]
     Nondeterministic {
         step: u32,
         recorded: String,
@@ -80,12 +82,16 @@ pub enum Error {
     /// ([`MAX_STEPS`], [`MAX_JOURNAL_BYTES`]): the write is not made, and the event ends
     /// `failed` (`journal_full`). Make fewer, larger writes (one `chat.update` with the final
     /// text rather than one per token).
-    #[error("step {step} would make the event's journal larger than it may grow ({MAX_STEPS} steps, {MAX_JOURNAL_BYTES} bytes)")]
+    #[error(
+        "step {step} would make the event's journal larger than it may grow ({MAX_STEPS} steps, {MAX_JOURNAL_BYTES} bytes)"
+    )]
     JournalFull { step: u32 },
     /// A write (`method`) was made from inside the computation [`crate::app::Ctx::remember`]
     /// runs at step `step`: a run that finds the result remembered would not make it, so the
     /// listener's writes would differ between runs. Write before or after `remember`.
-    #[error("{method} was called inside the computation remembered at step {step}: write before or after ctx.remember")]
+    #[error(
+        "{method} was called inside the computation remembered at step {step}: write before or after ctx.remember"
+    )]
     InsideRemember { step: u32, method: String },
 }
 

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use super::{Error, Tally};
 use crate::envelope::EventId;
 use crate::ledger::{
-    first_absent_step, keep_doubt, same_step, Held, Journal, Ledger, LedgerError, OwnerToken,
-    Settled, StepRecord,
+    Held, Journal, Ledger, LedgerError, OwnerToken, Settled, StepRecord, first_absent_step,
+    keep_doubt, same_step,
 };
 
 pub(crate) struct Steps {
@@ -111,14 +111,14 @@ impl Steps {
         let step = self.next;
         self.next += 1;
         let earlier = self.journal.get(&step).cloned();
-        if let Some(recorded) = earlier.as_ref().and_then(StepRecord::op) {
-            if !same_step(recorded, op) {
-                return Err(Error::Nondeterministic {
-                    step,
-                    recorded: recorded.to_string(),
-                    now: op.to_string(),
-                });
-            }
+        if let Some(recorded) = earlier.as_ref().and_then(StepRecord::op)
+            && !same_step(recorded, op)
+        {
+            return Err(Error::Nondeterministic {
+                step,
+                recorded: recorded.to_string(),
+                now: op.to_string(),
+            });
         }
         Ok((step, earlier))
     }
@@ -210,10 +210,9 @@ impl Steps {
                 .position(|f| matches!(f, Settled::Looked { step: s, .. } if *s == step));
             if let Some(Settled::Looked { looked, .. }) =
                 cut_short.map(|i| self.unrecorded.remove(i))
+                && let StepRecord::Intent { looked: kept, .. } = &mut intent
             {
-                if let StepRecord::Intent { looked: kept, .. } = &mut intent {
-                    *kept = Some(looked);
-                }
+                *kept = Some(looked);
             }
             self.unrecorded.push(Settled::Unknown { step, intent });
         }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -19,12 +20,11 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
 };
-use aws_sdk_dynamodb::Client;
 
 use super::{
-    applied_already, existing_blocks_claim, other_app, with_began, with_looked, Alias,
-    AliasRequest, BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
-    LedgerError, Settled, Status, StepRecord,
+    Alias, AliasRequest, BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
+    LedgerError, Settled, Status, StepRecord, applied_already, existing_blocks_claim, other_app,
+    with_began, with_looked,
 };
 
 /// Attribute names of the ledger item (see the README's item schema).
@@ -792,10 +792,10 @@ impl Ledger for DynamoLedger {
                     expires_at.is_some_and(|at| at + ALIAS_EXPIRY_SLACK_S >= request.expires_at_s);
                 match text(attr::ALIAS_OF) {
                     Some(of) if live && fresh && of == request.of.as_str() => {
-                        return Ok(Alias::Ours)
+                        return Ok(Alias::Ours);
                     }
                     Some(of) if live && of != request.of.as_str() => {
-                        return Ok(Alias::CopyOf { key: of.clone() })
+                        return Ok(Alias::CopyOf { key: of.clone() });
                     }
                     _ => {}
                 }

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    applied_already, existing_blocks_claim, other_app, with_began, with_looked, Alias,
-    AliasRequest, BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
-    LedgerError, Looked, OwnerToken, Settled, Status, StepRecord,
+    Alias, AliasRequest, BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
+    LedgerError, Looked, OwnerToken, Settled, Status, StepRecord, applied_already,
+    existing_blocks_claim, other_app, with_began, with_looked,
 };
 use crate::envelope::EventId;
 
@@ -196,15 +196,15 @@ impl Ledger for MemoryLedger {
                 Some(Blocked::Done) => {
                     return Ok(Claim::AlreadyDone {
                         ran: existing.ran.clone(),
-                    })
+                    });
                 }
                 Some(Blocked::Failed) => {
                     return Ok(Claim::AlreadyFailed {
                         error: existing.error.clone().unwrap_or_default(),
-                    })
+                    });
                 }
                 Some(Blocked::InProgress { lease_until_ms }) => {
-                    return Ok(Claim::InProgress { lease_until_ms })
+                    return Ok(Claim::InProgress { lease_until_ms });
                 }
                 None => {}
             }
@@ -405,7 +405,7 @@ impl Ledger for MemoryLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::contract::{self, request, LEASE, NOW};
+    use crate::ledger::contract::{self, LEASE, NOW, request};
 
     fn id(s: &str) -> EventId {
         EventId::try_from(s.to_string()).unwrap()

@@ -6,13 +6,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    error_chain, metrics, unix_ms, EventDelivery, Outcome, ProcessError, Processor, ANSWER_MARGIN,
-    MAX_LEASE_MARGIN,
+    ANSWER_MARGIN, EventDelivery, MAX_LEASE_MARGIN, Outcome, ProcessError, Processor, error_chain,
+    metrics, unix_ms,
 };
 use crate::envelope::{EventCallback, EventId};
 use crate::ledger::{
-    app_scoped, keep_doubt, Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal,
-    LedgerError, OwnerToken, Settled,
+    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, LedgerError, OwnerToken,
+    Settled, app_scoped, keep_doubt,
 };
 
 impl Processor {

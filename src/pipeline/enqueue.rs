@@ -2,7 +2,7 @@
 
 use serde_json::value::RawValue;
 
-use super::{unix_ms, Delivery, Outcome, ProcessError, Processor, ENQUEUE_BUDGET};
+use super::{Delivery, ENQUEUE_BUDGET, Outcome, ProcessError, Processor, unix_ms};
 use crate::queue::{QueueError, QueuedEvent, QueuedStep, WorkQueue};
 
 impl Processor {

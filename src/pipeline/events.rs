@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::claim::{ledger_key, Claimed, LedgerKeys, Times};
+use super::claim::{Claimed, LedgerKeys, Times, ledger_key};
 use super::work::Work;
-use super::{unix_ms, EventDelivery, Outcome, ProcessError, Processor};
+use super::{EventDelivery, Outcome, ProcessError, Processor, unix_ms};
 use crate::app::{AckMode, Identity, Route, Run, Source, Unit};
 use crate::envelope::EventCallback;
 use crate::ledger::OwnerToken;
@@ -246,9 +246,5 @@ pub(super) fn combine(
             Ok(_) => 7,
         }
     }
-    if rank(&b) < rank(&a) {
-        b
-    } else {
-        a
-    }
+    if rank(&b) < rank(&a) { b } else { a }
 }

@@ -1,8 +1,8 @@
 //! The claim's end: done after the work, `failed` after an error no retry can fix, released
 //! after any other failure (or when the work is handed on), each with the steps' fates.
 
-use super::claim::{before, Times};
-use super::{error_chain, metrics, Outcome, ProcessError, Processor};
+use super::claim::{Times, before};
+use super::{Outcome, ProcessError, Processor, error_chain, metrics};
 use crate::app::Tally;
 use crate::ledger::{Finish, Held, LedgerError, Settled};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::claim::{Claimed, LedgerKeys, Times};
 use super::work::listener_failed;
 use super::work::{Work, Worked};
-use super::{unix_ms, Delivery, EventDelivery, Outcome, ProcessError, Processor};
+use super::{Delivery, EventDelivery, Outcome, ProcessError, Processor, unix_ms};
 use crate::app::{Ack, AckMode, Ctx, Identity, Run, Source, Steps, Unit};
 use crate::envelope::EventId;
 use crate::interaction::Interaction;

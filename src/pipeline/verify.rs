@@ -2,7 +2,7 @@
 
 use http::header::CONTENT_TYPE;
 
-use super::{header_str, unix_ms, Delivery, ProcessError, Processor};
+use super::{Delivery, ProcessError, Processor, header_str, unix_ms};
 use crate::interaction::Incoming;
 use crate::secrets::SecretValues;
 use crate::signature::{self, SignatureError};

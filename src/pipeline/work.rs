@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 use super::claim::Times;
-use super::{metrics, EventDelivery, Outcome, ProcessError, Processor};
+use super::{EventDelivery, Outcome, ProcessError, Processor, metrics};
 use crate::app::{Ack, AckMode, BotError, Ctx, Error as StepError, Identity, Source, Steps, Unit};
 use crate::envelope::EventId;
 use crate::ledger::{Held, Journal, OwnerToken, Settled};

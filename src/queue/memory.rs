@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::{QueueError, Received, WorkQueue, MAX_MESSAGE_BYTES};
+use super::{MAX_MESSAGE_BYTES, QueueError, Received, WorkQueue};
 
 #[derive(Clone, Debug)]
 struct Message {

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 
-use super::{QueueError, Received, WorkQueue, MAX_MESSAGE_BYTES};
+use super::{MAX_MESSAGE_BYTES, QueueError, Received, WorkQueue};
 
 /// SQS's longest long poll.
 pub const MAX_WAIT: Duration = Duration::from_secs(20);

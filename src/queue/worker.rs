@@ -20,8 +20,8 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::{
-    QueuedEvent, Received, WorkQueue, QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION,
-    QUEUED_FORM_VERSION_UNKNOWN,
+    QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION, QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, Received,
+    WorkQueue,
 };
 use crate::envelope::Envelope;
 use crate::interaction::Interaction;
@@ -221,15 +221,15 @@ impl Worker {
                     worker
                         .processor
                         .emit_metrics(&metrics, &[("MessageId", &message.message_id)]);
-                    if disposition == Disposition::Delete {
-                        if let Err(error) = queue.delete(&message.receipt_handle).await {
-                            // Harmless: it comes back and is found done.
-                            tracing::warn!(
-                                message_id = message.message_id,
-                                error = %crate::process::error_chain(&error),
-                                "could not delete a handled message"
-                            );
-                        }
+                    if disposition == Disposition::Delete
+                        && let Err(error) = queue.delete(&message.receipt_handle).await
+                    {
+                        // Harmless: it comes back and is found done.
+                        tracing::warn!(
+                            message_id = message.message_id,
+                            error = %crate::process::error_chain(&error),
+                            "could not delete a handled message"
+                        );
                     }
                     drop(permit);
                 });

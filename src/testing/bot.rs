@@ -4,13 +4,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::response::Response;
 use axum::Router;
-use serde_json::{json, Value};
+use axum::response::Response;
+use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::workspace::Workspace;
-use super::{FakeSlack, APP_ID, BOT_USER, TEAM};
+use super::{APP_ID, BOT_USER, FakeSlack, TEAM};
 use crate::app::App;
 use crate::config::{Secret, SigningSecrets};
 use crate::http::AppState;

@@ -26,10 +26,10 @@ mod oauth;
 mod slack;
 mod workspace;
 
-pub use bot::{Acked, Actor, TestBot, CHANNEL, USER};
-pub use oauth::{bot_id_of, bot_user_of, Exchange, OAuthGrants, TOKEN_LIFETIME_S};
+pub use bot::{Acked, Actor, CHANNEL, TestBot, USER};
+pub use oauth::{Exchange, OAuthGrants, TOKEN_LIFETIME_S, bot_id_of, bot_user_of};
 pub use slack::{FakeSlack, IN_PROCESS_BASE};
-pub use workspace::{hook_answer, micros, Identity, Workspace, OTHER_APP, PAGE_CAP};
+pub use workspace::{Identity, OTHER_APP, PAGE_CAP, Workspace, hook_answer, micros};
 
 /// The workspace a [`TestBot`] runs in: its team, its app and its bot.
 pub const TEAM: &str = "T0TEST";

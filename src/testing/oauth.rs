@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Access tokens live this long (Slack's 12 hours).
 pub const TOKEN_LIFETIME_S: u64 = 43_200;
@@ -226,10 +226,10 @@ impl OAuthGrants {
     }
 
     fn used(&mut self, token: &str) {
-        if let Some(parent) = self.tokens.get(token).and_then(|t| t.parent.clone()) {
-            if let Some(p) = self.tokens.get_mut(&parent) {
-                p.state = State::Revoked;
-            }
+        if let Some(parent) = self.tokens.get(token).and_then(|t| t.parent.clone())
+            && let Some(p) = self.tokens.get_mut(&parent)
+        {
+            p.state = State::Revoked;
         }
     }
 
@@ -307,10 +307,10 @@ impl OAuthGrants {
             self.used(&r);
             if let Some((a, b)) = self.issued_from.remove(&r) {
                 for t in [a, b] {
-                    if let Some(t) = self.tokens.get_mut(&t) {
-                        if t.state == State::Live {
-                            t.state = State::Superseded;
-                        }
+                    if let Some(t) = self.tokens.get_mut(&t)
+                        && t.state == State::Live
+                    {
+                        t.state = State::Superseded;
                     }
                 }
             }

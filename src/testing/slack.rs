@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
 use serde_json::Value;
 
-use super::oauth::{bot_id_of, bot_user_of, OAuthGrants};
+use super::oauth::{OAuthGrants, bot_id_of, bot_user_of};
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
 use crate::net::Connector;

@@ -36,7 +36,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::SystemTime;
 
 use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Slack's 2025 cap on `limit` for conversations.history / .replies (new commercially
 /// distributed apps outside the Marketplace).
@@ -676,10 +676,8 @@ impl Workspace {
         );
         let shown = |m: &Value| {
             let mut m = m.clone();
-            if !with_metadata {
-                if let Some(o) = m.as_object_mut() {
-                    o.remove("metadata");
-                }
+            if !with_metadata && let Some(o) = m.as_object_mut() {
+                o.remove("metadata");
             }
             m
         };

@@ -3,11 +3,11 @@
 //! after `chat.startStream`, mid-appends and after `chat.stopStream`, a stream Slack expires
 //! mid-answer, a redelivered finished answer: each time one answer message, complete.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use slack_once::app::{App, Ctx, MessageEvent};
 
 use crate::helpers::*;
@@ -128,9 +128,11 @@ async fn a_question_gets_one_streamed_answer_complete_with_its_feedback_and_stat
     assert_eq!(messages.len(), 1, "one answer: {messages:?}");
     assert_eq!(messages[0]["text"], expected("what is once", 12));
     assert_ne!(messages[0]["streaming"], true, "stopped");
-    assert!(messages[0]["blocks"]
-        .to_string()
-        .contains("feedback_buttons"));
+    assert!(
+        messages[0]["blocks"]
+            .to_string()
+            .contains("feedback_buttons")
+    );
     assert!(
         slack.calls_of("chat.appendStream") >= 1,
         "streamed as written"
@@ -146,8 +148,8 @@ async fn a_question_gets_one_streamed_answer_complete_with_its_feedback_and_stat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thread_start_sets_its_prompts_once_whichever_events_carry_it_and_the_agent_view_is_claimed_only_with_a_listener(
-) {
+async fn a_thread_start_sets_its_prompts_once_whichever_events_carry_it_and_the_agent_view_is_claimed_only_with_a_listener()
+ {
     let slack = SlackStandin::start().await;
     let vars = vec![
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
@@ -424,9 +426,11 @@ async fn a_slack_connect_author_is_answered_in_one_whole_post_when_slack_refuses
     let messages = answers(&slack, thread);
     assert_eq!(messages.len(), 1, "one answer: {messages:?}");
     assert_eq!(messages[0]["text"], expected("from afar", 12));
-    assert!(messages[0]["blocks"]
-        .to_string()
-        .contains("feedback_buttons"));
+    assert!(
+        messages[0]["blocks"]
+            .to_string()
+            .contains("feedback_buttons")
+    );
     let starts: Vec<Value> = slack
         .calls()
         .into_iter()

@@ -462,10 +462,12 @@ async fn the_thinking_example_posts_a_placeholder_and_updates_it_with_the_answer
     assert_eq!(answer.outcome(), "answered", "{}", answer.body);
     let posted = slack.posted();
     assert_eq!(posted.len(), 1);
-    assert!(posted[0].body["text"]
-        .as_str()
-        .unwrap()
-        .starts_with("Here is what I think about “why?”"));
+    assert!(
+        posted[0].body["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Here is what I think about “why?”")
+    );
     assert_eq!(
         slack.reactions(),
         [("C0001".into(), ts_of("EvThink"), "eyes".into())]
@@ -564,10 +566,12 @@ async fn the_deploy_example_takes_a_command_like_message_and_makes_five_writes()
         "{}",
         posted[0].body
     );
-    assert!(posted[0].body["text"]
-        .as_str()
-        .unwrap()
-        .ends_with("is live on prod"));
+    assert!(
+        posted[0].body["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("is live on prod")
+    );
     let names: Vec<String> = slack.reactions().into_iter().map(|r| r.2).collect();
     assert_eq!(names, ["eyes", "white_check_mark"]);
 }
@@ -682,7 +686,7 @@ async fn thinking_killed(at: KillAt) {
 
 /// One test per crash point.
 macro_rules! killed_at {
-    ($($name:ident: $at:expr;)*) => {
+    ($($name:ident: $at:expr_2021;)*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {

@@ -46,10 +46,12 @@ async fn a_mention_gets_one_reply_in_its_thread_with_the_bot_token() {
     );
     assert_eq!(post.body["channel"], "C0001");
     assert_eq!(post.body["thread_ts"], ts_of("Ev0001").as_str());
-    assert!(post.body["text"]
-        .as_str()
-        .unwrap()
-        .contains("what time is it?"));
+    assert!(
+        post.body["text"]
+            .as_str()
+            .unwrap()
+            .contains("what time is it?")
+    );
     assert_eq!(post.body["metadata"]["event_type"], "slack_once_reply");
     let names = &post.body["metadata"]["event_payload"]["slack_once"];
     assert_eq!(names["event_id"], "Ev0001");

@@ -7,8 +7,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
 use slack_once::envelope::EventId;
 use slack_once::ledger::{
-    contract::{self, request, LEASE, NOW, TTL_S},
     Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken, StepRecord,
+    contract::{self, LEASE, NOW, TTL_S, request},
 };
 
 use crate::helpers::*;

@@ -156,8 +156,8 @@ fn scaled_slack() -> SlackLike {
 // ---------------------------------------------------------------- storm
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn storm_every_event_delivered_four_times_in_random_order_to_random_processes_is_answered_once(
-) {
+async fn storm_every_event_delivered_four_times_in_random_order_to_random_processes_is_answered_once()
+ {
     let processes = env_usize("STORM_PROCESSES", 4);
     let events = env_usize("STORM_EVENTS", 200);
     let in_flight = env_usize("STORM_CONCURRENCY", 64);

@@ -8,13 +8,13 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
+use slack_once::Application;
 use slack_once::config::Config;
-use slack_once::queue::worker::Disposition;
 use slack_once::queue::Received;
+use slack_once::queue::worker::Disposition;
 use slack_once::testing::FakeSlack;
 use slack_once::testing::Identity;
-use slack_once::Application;
 
 use crate::helpers::{dynamodb_client, dynamodb_endpoint, fresh_table};
 
@@ -174,10 +174,12 @@ async fn a_previous_releases_queued_command_is_answered_once_through_its_respons
         "the in-channel answer: {:?}",
         rig.slack.messages()
     );
-    assert!(answers[0]["text"]
-        .as_str()
-        .unwrap()
-        .contains("hello from the previous release"));
+    assert!(
+        answers[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the previous release")
+    );
     assert!(matches!(
         handle(&rig, "queue/v2_command.json").await,
         Disposition::Delete

@@ -6,19 +6,19 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::Router;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use slack_once::Application;
 use slack_once::config::{Config, Secret};
 use slack_once::ledger::{DynamoLedger, Ledger, MemoryLedger};
-use slack_once::Application;
 use tokio::sync::oneshot;
 
 pub const SECRET: &str = "test-signing-secret";
@@ -614,10 +614,10 @@ async fn lookup(
                 [("retry-after", secs.to_string())],
                 "",
             )
-                .into_response()
+                .into_response();
         }
         Some(LookupBehaviour::Error(code)) => {
-            return json_response(serde_json::json!({"ok": false, "error": code}))
+            return json_response(serde_json::json!({"ok": false, "error": code}));
         }
         None => {}
     }
@@ -918,7 +918,7 @@ pub const DYNAMODB_SCRIPT: &str = "scripts/dynamodb-local.sh start";
 
 /// An SDK client for a local server at `endpoint`, with test credentials, in us-east-1.
 macro_rules! local_client {
-    ($sdk:ident, $endpoint:expr) => {{
+    ($sdk:ident, $endpoint:expr_2021) => {{
         use $sdk::config::{BehaviorVersion, Credentials, Region};
         let config = $sdk::Config::builder()
             .behavior_version(BehaviorVersion::latest())
@@ -1500,7 +1500,7 @@ async fn proxy_forward(
         Err(_) => {
             return Ok(http::Response::builder()
                 .status(StatusCode::BAD_GATEWAY)
-                .body(Full::new(Bytes::new()))?)
+                .body(Full::new(Bytes::new()))?);
         }
     };
     let (parts, body) = response.into_parts();

@@ -3,12 +3,12 @@
 //! mode over the built binary, a worker SIGKILLed between the acknowledgement and the
 //! follow-up.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use slack_once::app::{
     Ack, App, BlockAction, Ctx, OptionsRequest, Respond, Shortcut, ViewSubmission,
 };
@@ -115,8 +115,8 @@ fn outcome(answer: &Answer) -> String {
 }
 
 #[tokio::test]
-async fn once_is_acknowledged_ephemerally_then_answered_in_the_channel_once_and_its_button_updates_the_answer(
-) {
+async fn once_is_acknowledged_ephemerally_then_answered_in_the_channel_once_and_its_button_updates_the_answer()
+ {
     let app = spawn_app().await;
     let body = command(&app.slack, "hello there", &Workspace::trigger_id());
     let (answer, took) = send_form(&app.http, &app.url("/slack/events"), &body).await;
@@ -526,10 +526,12 @@ async fn killed_between_ack_and_follow_up(behaviour: Behaviour) {
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(d.slack.posted().len(), 1, "one answer");
-    assert!(d.slack.posted()[0].body["text"]
-        .as_str()
-        .unwrap()
-        .contains("deferred"));
+    assert!(
+        d.slack.posted()[0].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("deferred")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,16 +5,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use slack_once::Application;
 use slack_once::app::reference_app;
 use slack_once::config::{Config, Secret};
 use slack_once::ledger::MemoryLedger;
-use slack_once::Application;
 use tokio::sync::{mpsc, oneshot};
 use tower::ServiceExt;
 

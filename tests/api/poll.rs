@@ -2,11 +2,11 @@
 //! (the app's state is written conditioned on the version read), one of them forced to find
 //! the other's write in between; a closed poll takes no vote; only its author closes it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use slack_once::envelope::EventId;
 use slack_once::ledger::{
     Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,

@@ -5,8 +5,8 @@
 //! HTTP client, message patterns on text in other languages (failed with regex-lite), and, as
 //! evidence, a claim whose connection is reset after DynamoDB applied it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use slack_once::app::{App, Ctx, MessageEvent};

@@ -10,15 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use axum::Router;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use slack_once::app::{App, AppMention, Ctx, Message, MessageEvent};
 use slack_once::ledger::{DynamoLedger, Ledger};
@@ -250,8 +250,8 @@ async fn answered_but_not_marked_done(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_when_its_alias_write_fails(
-) {
+async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_when_its_alias_write_fails()
+ {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
     let proxy = FaultProxy::start(&endpoint).await;
@@ -295,8 +295,8 @@ async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_when_an_old_version_holds_the_alias(
-) {
+async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_when_an_old_version_holds_the_alias()
+ {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
     let proxy = FaultProxy::start(&endpoint).await;
@@ -427,8 +427,8 @@ impl WithSecrets {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_refused_before_the_secret_was_updated_releases_the_event_and_the_next_delivery_uses_the_new_one(
-) {
+async fn a_token_refused_before_the_secret_was_updated_releases_the_event_and_the_next_delivery_uses_the_new_one()
+ {
     // The app was reinstalled (or its token revoked, or rotation expired it): Slack takes only
     // the new token, and the operator has not put it into the secret yet.
     let s = WithSecrets::start("xoxb-old", "30").await;
@@ -467,8 +467,8 @@ async fn a_token_refused_before_the_secret_was_updated_releases_the_event_and_th
 // ================================================================ listeners that only one event of a message selects
 
 #[tokio::test]
-async fn a_listener_only_the_message_event_selects_still_runs_once_when_the_app_mention_arrives_first(
-) {
+async fn a_listener_only_the_message_event_selects_still_runs_once_when_the_app_mention_arrives_first()
+ {
     let bot = App::new()
         .app_mention(|ctx: Ctx, _m: AppMention| async move {
             ctx.reply("On it.").await?;
@@ -715,8 +715,8 @@ async fn window_an_instance_clock_8s_ahead_of_slack_misses_its_earlier_post_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn window_a_nondeterministic_replay_that_moves_its_first_post_after_a_lost_completion_answers_twice(
-) {
+async fn window_a_nondeterministic_replay_that_moves_its_first_post_after_a_lost_completion_answers_twice()
+ {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let proxy = FaultProxy::start(&endpoint).await;

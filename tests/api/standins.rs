@@ -7,7 +7,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use slack_once::testing::{FakeSlack, Identity, Workspace};
 
 use crate::helpers::HttpClient;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use slack_once::Application;
 use slack_once::config::Config;
 use slack_once::installations::{
     DynamoInstallations, Installation, InstallationKey, InstallationStore, MemoryInstallations,
@@ -17,7 +18,6 @@ use slack_once::installations::{
 };
 use slack_once::ledger::{DynamoLedger, Ledger};
 use slack_once::testing::FakeSlack;
-use slack_once::Application;
 use tokio::sync::oneshot;
 
 use crate::helpers::*;
@@ -367,11 +367,13 @@ async fn an_org_wide_install_serves_every_workspace_of_its_enterprise() {
     let app = spawn(&slack, ledger, store.clone()).await;
     let code = slack.with_grants(|g| g.grant_org("E0001", "chat:write", false));
     assert_eq!(install(&app, code).await.status, 200);
-    assert!(store
-        .find(&InstallationKey::Enterprise("E0001".into()))
-        .await
-        .unwrap()
-        .is_some());
+    assert!(
+        store
+            .find(&InstallationKey::Enterprise("E0001".into()))
+            .await
+            .unwrap()
+            .is_some()
+    );
     for (n, team) in ["T0005", "T0006"].into_iter().enumerate() {
         let body = mention_in(
             &slack,
@@ -635,74 +637,102 @@ async fn contract(store: &dyn InstallationStore) {
     let r1 = first.bot.rotation();
 
     // One refresh holder at a time; the lease taken again by its holder (a write sent again).
-    assert!(store
-        .take_refresh(&key, &r1, "a", 2_000, 22_000)
-        .await
-        .unwrap());
-    assert!(store
-        .take_refresh(&key, &r1, "a", 2_000, 22_000)
-        .await
-        .unwrap());
-    assert!(!store
-        .take_refresh(&key, &r1, "b", 3_000, 23_000)
-        .await
-        .unwrap());
+    assert!(
+        store
+            .take_refresh(&key, &r1, "a", 2_000, 22_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .take_refresh(&key, &r1, "a", 2_000, 22_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .take_refresh(&key, &r1, "b", 3_000, 23_000)
+            .await
+            .unwrap()
+    );
     // The refreshed pair: only its holder stores it, over the token it replaces; sent again,
     // it is stored still.
     let second = installation("T1", "r2", 1_000);
-    assert!(!store
-        .store_refreshed(&key, (&r1, 0), "b", &second)
-        .await
-        .unwrap());
-    assert!(store
-        .store_refreshed(&key, (&r1, 0), "a", &second)
-        .await
-        .unwrap());
-    assert!(store
-        .store_refreshed(&key, (&r1, 0), "a", &second)
-        .await
-        .unwrap());
+    assert!(
+        !store
+            .store_refreshed(&key, (&r1, 0), "b", &second)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .store_refreshed(&key, (&r1, 0), "a", &second)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .store_refreshed(&key, (&r1, 0), "a", &second)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         store.find(&key).await.unwrap().unwrap().installation,
         second
     );
     // A refresh of the replaced token can no longer be taken; an expired lease can.
-    assert!(!store
-        .take_refresh(&key, &r1, "c", 30_000, 50_000)
-        .await
-        .unwrap());
+    assert!(
+        !store
+            .take_refresh(&key, &r1, "c", 30_000, 50_000)
+            .await
+            .unwrap()
+    );
     let r2 = second.bot.rotation();
-    assert!(store
-        .take_refresh(&key, &r2, "c", 30_000, 50_000)
-        .await
-        .unwrap());
-    assert!(store
-        .take_refresh(&key, &r2, "d", 50_001, 70_000)
-        .await
-        .unwrap());
+    assert!(
+        store
+            .take_refresh(&key, &r2, "c", 30_000, 50_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .take_refresh(&key, &r2, "d", 50_001, 70_000)
+            .await
+            .unwrap()
+    );
     store.release_refresh(&key, "d").await.unwrap();
-    assert!(store
-        .take_refresh(&key, &r2, "e", 50_002, 70_000)
-        .await
-        .unwrap());
+    assert!(
+        store
+            .take_refresh(&key, &r2, "e", 50_002, 70_000)
+            .await
+            .unwrap()
+    );
 
     // Broken only over the token it was for.
-    assert!(!store
-        .mark_broken(&key, &r1, "invalid_refresh_token")
-        .await
-        .unwrap());
-    assert!(store
-        .mark_broken(&key, &r2, "invalid_refresh_token")
-        .await
-        .unwrap());
-    assert!(!store
-        .mark_broken(&key, &r2, "invalid_refresh_token")
-        .await
-        .unwrap());
-    assert!(!store
-        .take_refresh(&key, &r2, "f", 90_000, 99_000)
-        .await
-        .unwrap());
+    assert!(
+        !store
+            .mark_broken(&key, &r1, "invalid_refresh_token")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .mark_broken(&key, &r2, "invalid_refresh_token")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .mark_broken(&key, &r2, "invalid_refresh_token")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .take_refresh(&key, &r2, "f", 90_000, 99_000)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         store.find(&key).await.unwrap().unwrap().broken.as_deref(),
         Some("invalid_refresh_token")
@@ -714,30 +744,40 @@ async fn contract(store: &dyn InstallationStore) {
 
     // Revocations: the installer's token, then the bot's (the whole installation); none for
     // an installation made after the event.
-    assert!(!store
-        .revoke(&key, &["U1".into()], &[], 4_000)
-        .await
-        .unwrap());
-    assert!(store
-        .revoke(&key, &["U1".into()], &[], 6_000)
-        .await
-        .unwrap());
-    assert!(store
-        .find(&key)
-        .await
-        .unwrap()
-        .unwrap()
-        .installation
-        .user
-        .is_none());
-    assert!(!store
-        .revoke(&key, &["U1".into()], &[], 6_000)
-        .await
-        .unwrap());
-    assert!(store
-        .revoke(&key, &[], &["UBOT1".into()], 6_000)
-        .await
-        .unwrap());
+    assert!(
+        !store
+            .revoke(&key, &["U1".into()], &[], 4_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .revoke(&key, &["U1".into()], &[], 6_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .find(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .installation
+            .user
+            .is_none()
+    );
+    assert!(
+        !store
+            .revoke(&key, &["U1".into()], &[], 6_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .revoke(&key, &[], &["UBOT1".into()], 6_000)
+            .await
+            .unwrap()
+    );
     assert!(store.find(&key).await.unwrap().is_none());
     // Uninstalls: not over a later install.
     store.save(&third).await.unwrap();
@@ -954,11 +994,13 @@ async fn a_reinstall_counts_at_once_everywhere_and_a_workspaces_uninstall_spares
     for _ in 0..2 {
         assert_eq!(a.send(&gone.to_string()).await.status, 200);
     }
-    assert!(store
-        .find(&InstallationKey::Workspace("T0007".into()))
-        .await
-        .unwrap()
-        .is_none());
+    assert!(
+        store
+            .find(&InstallationKey::Workspace("T0007".into()))
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(
         store
             .find(&InstallationKey::Enterprise("E0001".into()))

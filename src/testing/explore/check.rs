@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::run::{End, RunView, BOT_TOKEN, CLIENT_SECRET, SIGNING_SECRET};
+use super::run::{BOT_TOKEN, CLIENT_SECRET, End, RunView, SIGNING_SECRET};
 use super::schedule::{Fault, SiteKind};
 use super::world::{RunEnd, RunKind};
 
@@ -291,24 +291,24 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
         .any(|r| r.end.as_ref().is_some_and(|e| outcome(e) == "failed"));
     if !permanent && !failed_before {
         for r in &end.runs {
-            if let Some(e) = &r.end {
-                if outcome(e) == "failed" {
-                    let code = failure_code(&end.logs);
-                    if code == "unconfirmed_write" && unknowable {
-                        continue;
-                    }
-                    // Slack's own limits, met because faults delayed the request (a
-                    // response_url lives 30 minutes and takes 5 posts; a trigger_id 3 s).
-                    let limit = ["expired_url", "used_url", "expired_trigger_id"];
-                    if limit.contains(&code.as_str()) && !end.faults.is_empty() {
-                        continue;
-                    }
-                    broken.push(format!(
-                        "failed only for a reason: {} ended failed ({code}) though no fault \
-                         was one that no retry fixes",
-                        r.label
-                    ));
+            if let Some(e) = &r.end
+                && outcome(e) == "failed"
+            {
+                let code = failure_code(&end.logs);
+                if code == "unconfirmed_write" && unknowable {
+                    continue;
                 }
+                // Slack's own limits, met because faults delayed the request (a
+                // response_url lives 30 minutes and takes 5 posts; a trigger_id 3 s).
+                let limit = ["expired_url", "used_url", "expired_trigger_id"];
+                if limit.contains(&code.as_str()) && !end.faults.is_empty() {
+                    continue;
+                }
+                broken.push(format!(
+                    "failed only for a reason: {} ended failed ({code}) though no fault \
+                         was one that no retry fixes",
+                    r.label
+                ));
             }
         }
     }

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::testing::{Workspace, APP_ID, BOT_USER, TEAM};
+use crate::testing::{APP_ID, BOT_USER, TEAM, Workspace};
 
 /// The message a request is about was posted at this `ts` (just before the schedule starts).
 pub(crate) const MESSAGE_TS: &str = "1767225600.000100";

@@ -12,21 +12,21 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::ledger::SimLedger;
-use super::request::{prepare, Copy, Request};
+use super::request::{Copy, Request, prepare};
 use super::schedule::Story;
 use super::slack::{SimQueue, SimSlack};
-use super::world::{current, Line, Plan, RunEnd, RunKind, World};
+use super::world::{Line, Plan, RunEnd, RunKind, World, current};
 use crate::app::App;
 use crate::config::{Secret, SigningSecrets};
 use crate::http::AppState;
 use crate::metrics::{Metrics, MetricsOut};
 use crate::net::Connector;
 use crate::pipeline::{Processor, Settings};
-use crate::queue::worker::{Disposition, Worker};
 use crate::queue::Received;
+use crate::queue::worker::{Disposition, Worker};
 use crate::secrets::SlackSecrets;
 use crate::slack::SlackClient;
-use crate::testing::{FakeSlack, Identity, IN_PROCESS_BASE};
+use crate::testing::{FakeSlack, IN_PROCESS_BASE, Identity};
 
 /// Builds the bot, once per process.
 pub type AppFactory = Arc<dyn Fn() -> App + Send + Sync>;
