@@ -9,6 +9,7 @@ use std::time::Duration;
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps `value`.
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
@@ -30,6 +31,8 @@ impl fmt::Debug for Secret {
 pub struct SigningSecrets(Vec<Secret>);
 
 impl SigningSecrets {
+    /// The secrets in order, the first one the primary. An error when the list is empty or
+    /// one of them is.
     pub fn new(secrets: Vec<Secret>) -> Result<Self, &'static str> {
         if secrets.is_empty() {
             return Err("at least one signing secret is needed");
@@ -45,6 +48,7 @@ impl SigningSecrets {
         Self::new(list.split(',').map(|s| Secret::new(s.trim())).collect())
     }
 
+    /// Every secret, the primary first.
     pub fn iter(&self) -> impl Iterator<Item = &Secret> {
         self.0.iter()
     }
@@ -58,7 +62,9 @@ impl SigningSecrets {
 /// Where the process runs: decided by `AWS_LAMBDA_RUNTIME_API`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// On AWS Lambda (`AWS_LAMBDA_RUNTIME_API` set).
     Lambda,
+    /// A local HTTP server (`AWS_LAMBDA_RUNTIME_API` unset).
     Local,
 }
 
@@ -74,6 +80,7 @@ pub enum Role {
 
 /// Slack's "Delayed Events" option retries hourly for 24 hours: remember events a little longer.
 pub const MIN_TTL: Duration = Duration::from_secs(25 * 3600);
+/// The claim's lease when `DEDUP_LEASE_SECONDS` is unset.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// Longer than Lambda's 15-minute maximum timeout makes no sense for a lease.
 pub const MAX_LEASE: Duration = Duration::from_secs(900);
@@ -81,14 +88,18 @@ pub const MAX_LEASE: Duration = Duration::from_secs(900);
 /// room for clock skew): a longer one lets a crashed claim swallow that retry, and the
 /// five-minute one with it if the claimant dies again.
 pub const MAX_SYNC_LEASE: Duration = Duration::from_secs(50);
+/// Local mode's connections served at once when `MAX_CONNECTIONS` is unset.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// The template's `maxReceiveCount`.
 pub const DEFAULT_MAX_RECEIVES: u32 = 5;
+/// The local worker's messages in flight at once when `WORKER_CONCURRENCY` is unset.
 pub const DEFAULT_WORKER_CONCURRENCY: usize = 8;
 /// A signature that matches no cached signing secret reads the secret again at most this often
 /// (a request that comes sooner waits for the next read allowed, within its budget).
 pub const DEFAULT_SECRETS_REFRESH: Duration = Duration::from_secs(1);
+/// Slack's Web API base when `SLACK_API_URL` is unset.
 pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
+/// The local server's address when `LISTEN_ADDR` is unset.
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 
 /// Bolt's default: a token is refreshed once fewer than 120 minutes of it remain.
@@ -102,6 +113,7 @@ pub const DEFAULT_HISTORY_READS_PER_MINUTE: u32 = 1;
 /// workspace, each with its own bot token, kept in the installation store.
 #[derive(Clone, Debug)]
 pub struct OAuthConfig {
+    /// The Slack app's client ID, from `SLACK_CLIENT_ID`.
     pub client_id: String,
     /// `None` when the Secrets Manager secret holds it (`client_secret`).
     pub client_secret: Option<Secret>,
@@ -119,9 +131,13 @@ pub struct OAuthConfig {
     pub history_reads_per_minute: u32,
 }
 
+/// The process's configuration, read once at start by [`Config::from_env`].
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Where the process runs, from `AWS_LAMBDA_RUNTIME_API`.
     pub mode: Mode,
+    /// What the process does, from `SLACK_ONCE_ROLE` (`ingress`, the default, or `worker`; the
+    /// `worker` argument sets it too).
     pub role: Role,
     /// Required by an ingress; a worker verifies nothing (the queue is private).
     pub signing_secrets: Option<SigningSecrets>,
@@ -133,10 +149,13 @@ pub struct Config {
     /// `None` only where no ledger is needed (a deferred-mode ingress) or in local mode (the
     /// in-memory ledger is used).
     pub dedup_table: Option<String>,
+    /// How long the ledger remembers an event (`DEDUP_TTL_SECONDS`; at least [`MIN_TTL`],
+    /// the default).
     pub ttl: Duration,
     /// The claim's lease where the runtime gives no deadline (local mode; the local worker,
     /// which also hides each message this long); on Lambda the invocation deadline is used.
     pub lease: Duration,
+    /// Local mode: the address the server binds (`LISTEN_ADDR`; port 0 picks a free port).
     pub listen_addr: SocketAddr,
     /// Local mode: connections served at once.
     pub max_connections: usize,
@@ -167,15 +186,25 @@ impl Config {
     }
 }
 
+/// A configuration the process cannot start with; the message names the variable.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
+    /// A variable this configuration needs is unset.
     #[error("{var} is not set: {hint}")]
     Missing {
+        /// The variable's name.
         var: &'static str,
+        /// How to set it.
         hint: &'static str,
     },
+    /// A variable's value is not accepted, or two variables contradict each other.
     #[error("{var} is invalid: {reason}")]
-    Invalid { var: &'static str, reason: String },
+    Invalid {
+        /// The variable's name (both names, comma-separated, when two contradict each other).
+        var: &'static str,
+        /// Why the value is not accepted.
+        reason: String,
+    },
 }
 
 impl Config {

@@ -28,6 +28,7 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// mode), the deliveries still running, each on its own task (waited for at shutdown).
 #[derive(Clone)]
 pub struct AppState {
+    /// The pipeline each request goes through.
     pub processor: Arc<Processor>,
     /// `Some`: each delivery runs detached from its connection. `None` (Lambda, where the
     /// invocation is the request): inline.
@@ -301,6 +302,10 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
     }
 }
 
+/// The HTTP status a failed request is answered with: 401 for a bad signature, 400 for a
+/// malformed body, 503 while the ledger, the queue, the installation store or a look-up is
+/// unavailable, 413 for an event too large for the queue, 502 for Slack's error, 504 past the
+/// deadline, 500 for the rest.
 pub fn status_of(error: &ProcessError) -> StatusCode {
     match error {
         ProcessError::Signature(_) => StatusCode::UNAUTHORIZED,

@@ -118,12 +118,15 @@ impl Dependency {
 /// Why a bot cannot be written.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    /// The name given is not one [`valid_name`] accepts.
     #[error(
         "{0:?} is not a bot name: lowercase letters, digits and '-', starting with a letter, at most 31 (it is also the stack's name and the slash command /NAME), and none of cargo's reserved names or slack-once"
     )]
     Name(String),
+    /// The directory exists and holds something.
     #[error("{0} exists and is not empty: choose another NAME or --dir")]
     Exists(PathBuf),
+    /// A file or directory could not be written: its path and the I/O error.
     #[error("cannot write {0}: {1}")]
     Write(PathBuf, std::io::Error),
 }

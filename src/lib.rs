@@ -1,5 +1,6 @@
 //! slack-once: a Slack Events API bot that answers every event exactly once, however many
 //! copies of it arrive, by passing each event through one ledger (DynamoDB in production).
+#![warn(missing_docs)]
 
 /// `println!` for the tools' output, through [`tools::say`]: a reader that has gone
 /// (`mybot --help | grep -q …`, `| head -1`) ends nothing with a panic.
@@ -64,12 +65,15 @@ pub use crate::server::LocalServer;
 /// What can stop the start once the configuration is read.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The Slack secrets could not be read from Secrets Manager, or are not usable.
     #[error(transparent)]
     Secrets(#[from] SecretsError),
+    /// Multi-workspace mode without a client secret, in the environment or the secret.
     #[error(
         "SLACK_CLIENT_ID is set and there is no client secret: set SLACK_CLIENT_SECRET, or keep client_secret in the secret SLACK_SECRETS_ARN names"
     )]
     NoClientSecret,
+    /// The install flow's settings are missing or invalid (scopes, redirect URI).
     #[error(transparent)]
     Install(#[from] config::ConfigError),
 }
@@ -267,6 +271,7 @@ impl Application {
         }
     }
 
+    /// The configuration it was built with.
     pub fn config(&self) -> &Config {
         &self.config
     }

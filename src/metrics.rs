@@ -59,6 +59,7 @@ pub fn time_ms(name: &'static str, ms: f64) {
 }
 
 impl Metrics {
+    /// Empty metrics, for one invocation.
     pub fn new() -> Self {
         Self::default()
     }
@@ -77,6 +78,7 @@ impl Metrics {
         *values.counts.entry(name).or_default() += 1.0;
     }
 
+    /// Records a duration in milliseconds under `name`.
     pub fn time_ms(&self, name: &'static str, ms: f64) {
         let mut values = self.0.lock().expect("metrics lock");
         values.timings.entry(name).or_default().push(ms);

@@ -45,7 +45,9 @@ impl std::fmt::Debug for Connector {
 
 /// One connection of either kind.
 pub enum Io {
+    /// A TCP connection, over TLS or plain HTTP.
     Https(Box<MaybeHttpsStream<TokioIo<TcpStream>>>),
+    /// An in-process pipe, whose other end a [`Serve`] answers.
     Memory(TokioIo<DuplexStream>),
 }
 

@@ -39,6 +39,7 @@ pub struct OAuthFlow {
 }
 
 impl OAuthFlow {
+    /// The install flow on `workspaces`.
     pub fn new(workspaces: Arc<Workspaces>) -> Self {
         Self { workspaces }
     }

@@ -26,8 +26,14 @@ use crate::config::{Secret, SigningSecrets};
 /// The secrets in use.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecretValues {
+    /// The signing secrets (`SLACK_SIGNING_SECRET`, or the secret's `signing_secret`); `None`
+    /// when neither gives them.
     pub signing: Option<SigningSecrets>,
+    /// The bot token (`SLACK_BOT_TOKEN`, or the secret's `bot_token`); `None` when neither
+    /// gives one.
     pub bot_token: Option<Secret>,
+    /// The OAuth client secret, from the secret's `client_secret` (never from the environment:
+    /// `SLACK_CLIENT_SECRET` is in [`crate::config::OAuthConfig`]).
     pub client_secret: Option<Secret>,
     /// Multi-workspace mode's install settings, where the environment does not give them
     /// (`scopes`, `user_scopes`, `redirect_uri`: the SAM template keeps them here, so that a
@@ -38,25 +44,38 @@ pub struct SecretValues {
 /// The install flow's settings as the secret holds them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InstallSettings {
+    /// The secret's `scopes`: bot scopes, comma-separated; `None` when absent or empty.
     pub scopes: Option<String>,
+    /// The secret's `user_scopes`: user scopes, comma-separated; `None` when absent or empty.
     pub user_scopes: Option<String>,
+    /// The secret's `redirect_uri` (checked where it is used); `None` when absent or empty.
     pub redirect_uri: Option<String>,
 }
 
+/// Why the Secrets Manager secret cannot give the Slack secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
+    /// Secrets Manager did not give the secret (not found, not allowed, not reachable).
     #[error(
         "SLACK_SECRETS_ARN: the secret {id:?} could not be read: check its name or ARN, the region, and that the role may call secretsmanager:GetSecretValue on it"
     )]
     Unreadable {
+        /// The secret's name or ARN (`SLACK_SECRETS_ARN`).
         id: String,
+        /// Secrets Manager's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The secret is not the JSON object expected, or lacks a value this process needs.
     #[error(
         "SLACK_SECRETS_ARN: the secret {id:?} is not the JSON object expected ({{\"signing_secret\": …, \"bot_token\": …}}): {reason}"
     )]
-    Invalid { id: String, reason: String },
+    Invalid {
+        /// The secret's name or ARN (`SLACK_SECRETS_ARN`).
+        id: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// The JSON of the secret.

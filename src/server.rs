@@ -35,6 +35,7 @@ pub struct LocalServer {
 }
 
 impl LocalServer {
+    /// The address it listens on (with the port picked, when `LISTEN_ADDR` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()

@@ -18,6 +18,7 @@ use crate::config::{Secret, SigningSecrets};
 use crate::process::{RETRY_NUM_HEADER, RETRY_REASON_HEADER};
 use crate::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 
+/// Where the printed `curl` command sends the body when neither `--url` nor `LISTEN_ADDR` is set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:3000/slack/events";
 
 /// Re-signs a Lambda HTTP event in place: the signature covers the decoded body bytes.
@@ -198,6 +199,7 @@ fn default_url() -> String {
     }
 }
 
+/// `slack-once sign` with its arguments (after `sign`).
 pub fn run(args: &[String]) -> ExitCode {
     let mut file = None;
     let mut secret = None;

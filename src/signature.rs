@@ -10,7 +10,9 @@ use sha2::Sha256;
 
 use crate::config::{Secret, SigningSecrets};
 
+/// The header carrying the request's timestamp (epoch seconds), which the signature covers.
 pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
+/// The header carrying the signature (`v0=` and 64 hexadecimal digits).
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
 /// Slack's documented replay window, in seconds, applied in both directions.
 pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
@@ -21,22 +23,33 @@ type HmacSha256 = Hmac<Sha256>;
 /// Why a request was refused. Each failure is distinct so the log says which check failed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SignatureError {
+    /// No `X-Slack-Request-Timestamp` header.
     #[error("the X-Slack-Request-Timestamp header is missing")]
     MissingTimestamp,
+    /// No `X-Slack-Signature` header.
     #[error("the X-Slack-Signature header is missing")]
     MissingSignature,
+    /// The header named appears more than once.
     #[error("the {0} header appears more than once")]
     RepeatedHeader(&'static str),
+    /// The timestamp is not a whole number of seconds (digits only).
     #[error("the X-Slack-Request-Timestamp header is not a number of seconds")]
     InvalidTimestamp,
+    /// The timestamp is more than [`MAX_CLOCK_SKEW_SECS`] from now, either way.
     #[error(
         "the request timestamp is {skew_secs} s away from now (more than 300 s): check the server clock, or this is a replay"
     )]
-    StaleTimestamp { skew_secs: u64 },
+    StaleTimestamp {
+        /// How far the timestamp is from now, in seconds.
+        skew_secs: u64,
+    },
+    /// The signature does not start with `v0=`.
     #[error("the signature version is not v0")]
     UnsupportedVersion,
+    /// After `v0=`, the signature is not 64 hexadecimal digits.
     #[error("the signature is not 64 hexadecimal digits")]
     MalformedSignature,
+    /// The signature is well formed and matches none of the signing secrets.
     #[error("the signature does not match any configured signing secret")]
     Mismatch,
 }

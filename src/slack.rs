@@ -108,32 +108,52 @@ pub const PERMANENT_INTERACTION_ERRORS: &[&str] = &[
     "no_response_url",
 ];
 
+/// Why a Slack call failed; [`SlackError::may_have_posted`] says whether it may have taken
+/// effect all the same.
 #[derive(Debug, thiserror::Error)]
 pub enum SlackError {
     /// Slack answered `ok: false`; the code is Slack's (`channel_not_found`, `internal_error`…).
     #[error("Slack answered ok:false with {code}")]
-    Api { code: String },
+    Api {
+        /// Slack's error code.
+        code: String,
+    },
     /// Rate limited, and waiting `retry_after` would pass the deadline.
     #[error(
         "Slack rate-limited the post (Retry-After {retry_after:?}) and the deadline leaves no time to wait"
     )]
-    RateLimited { retry_after: Duration },
+    RateLimited {
+        /// How long Slack asked to wait (`Retry-After`, or 1 s without a usable one).
+        retry_after: Duration,
+    },
+    /// Slack answered a non-2xx HTTP status (other than 429) without an error code.
     #[error("Slack answered HTTP {status}")]
-    Status { status: StatusCode },
+    Status {
+        /// The HTTP status.
+        status: StatusCode,
+    },
+    /// The request failed on its connection: when connecting (nothing was made), or later (it
+    /// may have been).
     #[error("the request to Slack failed")]
     Transport(#[source] hyper_util::client::legacy::Error),
+    /// No whole answer came before the deadline: the call may have been made.
     #[error("Slack did not answer before the deadline")]
     Timeout,
     /// The deadline had passed before the request was sent: certainly not made.
     #[error("the deadline passed before the request to Slack was sent")]
     NotSent,
+    /// Slack's answer could not be read or used (too large, not the JSON expected, a field
+    /// missing, a look-up that cannot go on).
     #[error("Slack's answer could not be read")]
     InvalidResponse(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Slack refused the bot token (`code`), and the secret, read again, did not settle it (it
     /// could not be read, or it still holds that token for the first time): a later delivery
     /// tries again.
     #[error("Slack refused the bot token ({code}) and the secret held no other one yet")]
-    TokenUnconfirmed { code: String },
+    TokenUnconfirmed {
+        /// Slack's error code for the token (`invalid_auth`, `token_revoked`…).
+        code: String,
+    },
     /// The event names neither this app (`api_app_id`) nor its bot user: its own messages
     /// cannot be told from other apps', so none is taken for its own.
     #[error(
@@ -228,7 +248,9 @@ struct BotProfile {
 /// This app, as an event names it: its `api_app_id` and its bot user in the workspace.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OurApp<'a> {
+    /// The app's id (`api_app_id`), when the event names it.
     pub app_id: Option<&'a str>,
+    /// The bot's user id in the workspace, when known.
     pub bot_user_id: Option<&'a str>,
 }
 
@@ -254,7 +276,9 @@ impl OurApp<'_> {
 /// A message slack-once posted, found in Slack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Found {
+    /// The conversation it is in (for a post to a user, the DM's id).
     pub channel: String,
+    /// The message's `ts`.
     pub ts: String,
 }
 
@@ -268,7 +292,9 @@ struct MessageMetadata {
 /// A Web API method's arguments: a JSON body (write methods), or a form (any method).
 #[derive(Clone, Debug)]
 pub enum Args {
+    /// A JSON body (write methods).
     Json(serde_json::Value),
+    /// A form's fields, as name and value, in order (any method).
     Form(Vec<(String, String)>),
 }
 
@@ -343,6 +369,7 @@ pub struct ReplyQuery<'a> {
     pub latest: Option<&'a str>,
     /// The ledger key of the claim that posted (the event id, or the message's identity).
     pub key: &'a str,
+    /// The journal step that posted it (numbered from 1).
     pub step: u32,
     /// Only this app's messages can be the one.
     pub app: OurApp<'a>,
@@ -360,7 +387,11 @@ pub struct ReplyQuery<'a> {
 /// can be gone on with.
 #[derive(Debug)]
 pub struct Lookup {
+    /// The message found; `Ok(None)`: not in the window; `Err`: Slack could not be asked, which
+    /// is no "not found".
     pub result: Result<Option<Found>, SlackError>,
+    /// How far it got (`<TS` or `>TS`), for [`ReplyQuery::resume`]; `None`: no page was read
+    /// far enough to say.
     pub reached: Option<String>,
 }
 
@@ -604,6 +635,7 @@ impl SlackClient {
         });
     }
 
+    /// The Web API base, without a trailing slash (`SLACK_API_URL`).
     pub fn base_url(&self) -> &str {
         &self.base_url
     }

@@ -38,12 +38,14 @@ pub mod attr {
     pub const REVISION: &str = "revision";
 }
 
+/// The installation store in the ledger's DynamoDB table, shared by every instance.
 pub struct DynamoInstallations {
     client: Client,
     table: String,
 }
 
 impl DynamoInstallations {
+    /// The store in `table` (the ledger's), through `client`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         Self {
             client,

@@ -15,6 +15,7 @@ struct Item {
     refresh: Option<(String, u64)>,
 }
 
+/// The installation store in memory: this process only, lost when it ends.
 #[derive(Default)]
 pub struct MemoryInstallations {
     items: Mutex<HashMap<String, Item>>,
@@ -25,6 +26,7 @@ pub struct MemoryInstallations {
 }
 
 impl MemoryInstallations {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }

@@ -26,7 +26,9 @@ use crate::config::Secret;
 /// workspace of its enterprise).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum InstallationKey {
+    /// A workspace's installation, named by its team id (`T…`).
     Workspace(String),
+    /// An enterprise's org-wide install, named by its enterprise id (`E…`).
     Enterprise(String),
 }
 
@@ -83,9 +85,12 @@ pub fn state_key(state: &str) -> String {
 /// token rotation is on.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Token {
+    /// The token itself (its `Debug` prints it redacted).
     pub token: String,
+    /// The refresh token, with token rotation; `None` without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh_token: Option<String>,
+    /// When the token expires (epoch ms), with token rotation; `None`: it does not expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
 }
@@ -101,6 +106,7 @@ impl std::fmt::Debug for Token {
 }
 
 impl Token {
+    /// The token as a [`Secret`], for a call's Authorization header.
     pub fn secret(&self) -> Secret {
         Secret::new(self.token.clone())
     }
@@ -121,27 +127,37 @@ impl Token {
 pub struct Installation {
     /// `None` for an org-wide install.
     pub team_id: Option<String>,
+    /// The workspace's name, as `oauth.v2.access` gave it.
     #[serde(default)]
     pub team_name: Option<String>,
+    /// The enterprise's id (`E…`), for a workspace of an Enterprise Grid organization.
     #[serde(default)]
     pub enterprise_id: Option<String>,
+    /// The enterprise's name, as `oauth.v2.access` gave it.
     #[serde(default)]
     pub enterprise_name: Option<String>,
+    /// The enterprise's URL, for an org-wide install (as `auth.test` gave it).
     #[serde(default)]
     pub enterprise_url: Option<String>,
+    /// Whether this is an org-wide install, serving every workspace of its enterprise.
     #[serde(default)]
     pub is_enterprise_install: bool,
+    /// The Slack app's id (`A…`).
     #[serde(default)]
     pub app_id: Option<String>,
+    /// The bot's id (`B…`), as `auth.test` gave it.
     pub bot_id: Option<String>,
+    /// The bot's user id (`U…`).
     pub bot_user_id: Option<String>,
     /// The scopes actually granted (an install may grant fewer optional ones).
     #[serde(default)]
     pub bot_scopes: Vec<String>,
+    /// The bot token.
     pub bot: Token,
     /// The installing user.
     #[serde(default)]
     pub user_id: Option<String>,
+    /// The scopes granted to the installing user's token.
     #[serde(default)]
     pub user_scopes: Vec<String>,
     /// The installing user's token, where user scopes were asked for.
@@ -152,6 +168,8 @@ pub struct Installation {
 }
 
 impl Installation {
+    /// Which installation this is: its enterprise's for an org-wide install, else its
+    /// workspace's. `None` when the id that would name it is missing.
     pub fn key(&self) -> Option<InstallationKey> {
         match (
             self.is_enterprise_install,
@@ -168,6 +186,7 @@ impl Installation {
 /// An installation as the store holds it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Stored {
+    /// The installation itself.
     pub installation: Installation,
     /// Set when its token can no longer be refreshed (Slack's code): it must be installed
     /// again.
@@ -195,8 +214,12 @@ impl std::fmt::Debug for Stored {
 /// Why the store could not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The store did not answer, or kept changing under a write (the cause inside): a later
+    /// try may succeed.
     #[error("the installation store is unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// An item is not a readable installation, or an installation has no team or enterprise
+    /// to be keyed by: what is wrong.
     #[error("an installation's item could not be read: {0}")]
     Corrupt(String),
 }
@@ -288,10 +311,13 @@ pub trait InstallationStore: Send + Sync + 'static {
 /// Why a token could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// `auth.test` failed with the token: Slack refused it, or could not be reached.
     #[error("Slack refused the token (auth.test)")]
     Slack(#[source] crate::slack::SlackError),
+    /// `auth.test` named neither a team nor an enterprise for the token.
     #[error("auth.test named no team or enterprise for the token")]
     NoTeam,
+    /// The installation store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -75,16 +75,22 @@ pub const BROKEN_CODES: &[&str] = &["invalid_refresh_token", "invalid_auth", "to
 /// The install flow's settings, as they apply now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstallSettings {
+    /// The bot scopes an install asks for (never empty).
     pub scopes: Vec<String>,
+    /// The user scopes an install asks for; often none.
     pub user_scopes: Vec<String>,
+    /// Sent at authorize and at the exchange; `None`: the app's configured redirect URL applies.
     pub redirect_uri: Option<String>,
 }
 
 /// Which installation serves a request.
 #[derive(Clone, Debug)]
 pub enum Authorized {
+    /// An installation serves the request.
     Installed {
+        /// Which installation.
         key: InstallationKey,
+        /// The installation, as this process knows it now.
         installation: Arc<Installation>,
         /// The Web API client with this installation's token.
         client: SlackClient,
@@ -92,7 +98,12 @@ pub enum Authorized {
     /// No installation serves the request's workspace.
     NotInstalled,
     /// The installation's token can no longer be refreshed: installed again, it works again.
-    Broken { key: InstallationKey, code: String },
+    Broken {
+        /// Which installation.
+        key: InstallationKey,
+        /// Slack's answer to the refresh that broke it (one of [`BROKEN_CODES`]).
+        code: String,
+    },
 }
 
 /// One installation as this process knows it: shared by every client made for it, so a
@@ -147,6 +158,8 @@ impl std::fmt::Debug for Workspaces {
 }
 
 impl Workspaces {
+    /// The installations in `store`, their clients made from `slack`; the client secret and
+    /// the install settings from `oauth`, or else from `secrets`.
     pub fn new(
         store: Arc<dyn InstallationStore>,
         slack: SlackClient,
@@ -188,10 +201,12 @@ impl Workspaces {
         }
     }
 
+    /// The installation store.
     pub fn store(&self) -> &Arc<dyn InstallationStore> {
         &self.store
     }
 
+    /// The OAuth settings from the configuration.
     pub fn oauth(&self) -> &OAuthConfig {
         &self.oauth
     }

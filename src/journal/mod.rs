@@ -71,8 +71,11 @@ pub enum Error {
         "step {step} was {recorded} when first run and is {now} now: the listener's writes must be the same each time it runs"
     )]
     Nondeterministic {
+        /// The step's number.
         step: u32,
+        /// The step's identity as the journal records it (its `op`).
         recorded: String,
+        /// The identity of the write the listener makes there now.
         now: String,
     },
     /// The event's claim has ended (the listener returned, or ran out of time): no more steps.
@@ -85,14 +88,22 @@ pub enum Error {
     #[error(
         "step {step} would make the event's journal larger than it may grow ({MAX_STEPS} steps, {MAX_JOURNAL_BYTES} bytes)"
     )]
-    JournalFull { step: u32 },
+    JournalFull {
+        /// The number of the step refused.
+        step: u32,
+    },
     /// A write (`method`) was made from inside the computation [`crate::app::Ctx::remember`]
     /// runs at step `step`: a run that finds the result remembered would not make it, so the
     /// listener's writes would differ between runs. Write before or after `remember`.
     #[error(
         "{method} was called inside the computation remembered at step {step}: write before or after ctx.remember"
     )]
-    InsideRemember { step: u32, method: String },
+    InsideRemember {
+        /// The step of the remembered computation.
+        step: u32,
+        /// The write's Web API method (or, for a state change, `state change "NAME"`).
+        method: String,
+    },
 }
 
 impl Error {

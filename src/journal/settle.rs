@@ -7,13 +7,17 @@
 pub enum Settle<'a> {
     /// A message: looked for in Slack by its metadata.
     Lookup {
+        /// The conversation the message is posted in.
         channel: &'a str,
+        /// The thread it is posted in; `None`: the conversation itself, not a thread.
         thread_ts: Option<&'a str>,
     },
     /// A streamed message (`chat.startStream` takes no metadata): looked for among the app's
     /// messages of the thread, in the claim's window, that carry no slack-once names yet.
     Stream {
+        /// The conversation the stream is in.
         channel: &'a str,
+        /// The thread the stream is in.
         thread_ts: &'a str,
     },
     /// A view opened or pushed with the request's `trigger_id`: looked for by the
@@ -33,11 +37,15 @@ pub enum Kind {
     /// Looked for in Slack: a message by its metadata, a stream among the thread's unmarked
     /// messages, a view by its `external_id`.
     LookedFor,
+    /// Made again: doing it twice changes nothing (an update, a reaction).
     Idempotent,
+    /// Not made again: it can be neither looked for nor repeated harmlessly (an ephemeral
+    /// message).
     AtMostOnce,
 }
 
 impl Settle<'_> {
+    /// The kind of rule the step is settled by.
     pub fn kind(&self) -> Kind {
         match self {
             Settle::Lookup { .. } | Settle::Stream { .. } | Settle::View => Kind::LookedFor,
@@ -99,6 +107,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict as RELIABILITY.md's table names it (its "the claim" column).
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Replay => "replayed",
@@ -115,13 +124,16 @@ impl Verdict {
 pub struct Rule {
     /// `None`: every kind.
     pub kind: Option<Kind>,
+    /// What the journal holds of the step: any of these.
     pub record: &'static [Record],
     /// For a step looked for: what Slack shows.
     pub shows: Option<Shows>,
     /// Only on the request's last chance (`Some(true)`: no delivery follows), only before it
     /// (`Some(false)`), or either (`None`).
     pub last_chance: Option<bool>,
+    /// What the claim does.
     pub verdict: Verdict,
+    /// Why, as RELIABILITY.md prints it.
     pub why: &'static str,
 }
 

@@ -29,19 +29,34 @@ use super::{
 
 /// Attribute names of the ledger item (see the README's item schema).
 pub mod attr {
+    /// The partition key (a string): Slack's `event_id`, or a message's identity (`msg-…`),
+    /// an alias's (`cmid-…`), a note's (`actx-…`) or a state value's (`state-…`).
     pub const PK: &str = "pk";
+    /// The claim's status, as [`crate::ledger::Status::as_str`] writes it.
     pub const STATUS: &str = "status";
+    /// The owner token of the latest claim: only it journals a step or finishes the claim.
     pub const OWNER: &str = "owner";
+    /// The claim is live until then (epoch milliseconds).
     pub const LEASE_UNTIL: &str = "lease_until";
+    /// The table's TTL attribute (epoch seconds): past it the item counts as absent.
     pub const EXPIRES_AT: &str = "expires_at";
+    /// The claims of the event so far: above 1, a takeover or a claim after a release.
     pub const ATTEMPTS: &str = "attempts";
+    /// The workspace of the request that claimed it.
     pub const TEAM_ID: &str = "team_id";
+    /// `X-Slack-Retry-Num` of the delivery that claimed it (absent for an original).
     pub const RETRY_NUM: &str = "retry_num";
+    /// `X-Slack-Retry-Reason` of the delivery that claimed it (absent for an original).
     pub const RETRY_REASON: &str = "retry_reason";
+    /// When the event was first claimed (epoch ms).
     pub const CREATED_AT: &str = "created_at";
+    /// When the latest claim was made (epoch ms).
     pub const CLAIMED_AT: &str = "claimed_at";
+    /// When the claim was completed (epoch ms).
     pub const COMPLETED_AT: &str = "completed_at";
+    /// When the claim was released (epoch ms).
     pub const RELEASED_AT: &str = "released_at";
+    /// When the event ended `failed` (epoch ms).
     pub const FAILED_AT: &str = "failed_at";
     /// Slack's error code of a `failed` event.
     pub const ERROR: &str = "error";
@@ -52,8 +67,12 @@ pub mod attr {
     /// string ([`super::StepRecord::encode`]). Versions before it wrote a map of the fields
     /// below, still read.
     pub const JOURNAL: &str = "journal";
+    /// An older journal record's state: `done` for a done step; anything else (`intent`) is
+    /// read as an intent.
     pub const STEP_STATE: &str = "state";
+    /// An older journal record's attempt: the number of the claim whose intent it is.
     pub const STEP_ATTEMPT: &str = "attempt";
+    /// An older journal record's result: what a replay of a done step returns (JSON text).
     pub const STEP_RESULT: &str = "result";
     /// The Web API method of the step.
     pub const STEP_OP: &str = "op";
@@ -71,10 +90,12 @@ pub mod attr {
     pub const RAN: &str = "ran";
     /// A note's value (`actx-…`: an assistant thread's context, as JSON).
     pub const NOTE: &str = "note";
-    /// An app's state value (`state#…` items, [`crate::app::State`]): its JSON, its version
+    /// An app's state value (`state-APP-…` items, [`crate::app::State`]): its JSON, its version
     /// (a number, one more each write) and its latest writers (a list of strings).
     pub const APP_STATE: &str = "app_state";
+    /// A state value's version (see [`APP_STATE`]).
     pub const APP_STATE_VERSION: &str = "app_state_version";
+    /// A state value's latest writers (see [`APP_STATE`]).
     pub const APP_STATE_WRITERS: &str = "app_state_writers";
     /// When the note was written (epoch ms): an older write never replaces a newer one.
     pub const NOTE_AT: &str = "note_at";
@@ -147,6 +168,7 @@ fn put_refused_warning() {
 /// Steps, completion and release: only by the owner of a claim still in progress.
 const OWNER_CONDITION: &str = "#owner = :owner AND #status = :in_progress";
 
+/// The ledger on one DynamoDB table: one item per event (see the module's documentation).
 pub struct DynamoLedger {
     client: Client,
     table: String,
@@ -162,6 +184,7 @@ impl std::fmt::Debug for DynamoLedger {
 }
 
 impl DynamoLedger {
+    /// The ledger on `table`, through `client` (built once per process: [`client_from_env`]).
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         Self {
             client,
@@ -176,10 +199,12 @@ impl DynamoLedger {
         Self::new(client_from_env().await, table)
     }
 
+    /// The table's name.
     pub fn table(&self) -> &str {
         &self.table
     }
 
+    /// The SDK client it sends its requests through.
     pub fn client(&self) -> &Client {
         &self.client
     }

@@ -51,12 +51,14 @@ struct Entries {
     sweep_at: usize,
 }
 
+/// The ledger in this process's memory (see the module's documentation).
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
     entries: Mutex<Entries>,
 }
 
 impl MemoryLedger {
+    /// An empty ledger.
     pub fn new() -> Self {
         Self::default()
     }
@@ -66,6 +68,7 @@ impl MemoryLedger {
         self.entries.lock().expect("ledger lock").map.len()
     }
 
+    /// Whether it holds no entries, expired ones included ([`MemoryLedger::len`] is 0).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -39,10 +39,12 @@ pub use memory::MemoryLedger;
 pub struct OwnerToken(String);
 
 impl OwnerToken {
+    /// A new token: a random UUID's 32 hex digits.
     pub fn random() -> Self {
         Self(uuid::Uuid::new_v4().simple().to_string())
     }
 
+    /// The token as the ledger stores it (the item's `owner`).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -63,7 +65,9 @@ impl From<&str> for OwnerToken {
 /// Everything a claim writes. Times are passed in, never read from a clock inside the ledger.
 #[derive(Clone, Debug)]
 pub struct ClaimRequest<'a> {
+    /// The key claimed: Slack's `event_id`, or a message's identity.
     pub event_id: &'a EventId,
+    /// This delivery's token: the claim's owner if it is acquired.
     pub owner: &'a OwnerToken,
     /// Now, in milliseconds since the epoch.
     pub now_ms: u64,
@@ -71,8 +75,11 @@ pub struct ClaimRequest<'a> {
     pub lease_until_ms: u64,
     /// The entry counts as absent from then on (seconds since the epoch: DynamoDB's TTL unit).
     pub expires_at_s: u64,
+    /// The request's workspace, written on the item (`None`: the request names none).
     pub team_id: Option<&'a str>,
+    /// The delivery's `X-Slack-Retry-Num`, written on the item (`None`: an original delivery).
     pub retry_num: Option<u32>,
+    /// The delivery's `X-Slack-Retry-Reason`, written on the item (`None`: an original).
     pub retry_reason: Option<&'a str>,
     /// The Slack app claiming (the request's `api_app_id`), written on the item: a key another
     /// app holds (two apps whose deployments share one table) is never taken, and
@@ -83,7 +90,9 @@ pub struct ClaimRequest<'a> {
 /// One claim, as its owner names it to the ledger.
 #[derive(Clone, Copy, Debug)]
 pub struct Held<'a> {
+    /// The claimed key.
     pub event_id: &'a EventId,
+    /// The claim's owner token, as written by its claim.
     pub owner: &'a OwnerToken,
 }
 
@@ -100,16 +109,29 @@ pub enum StepRecord {
     /// looks, and a look-up need search only that window. Records of versions before this one
     /// carry neither time.
     Intent {
+        /// The number of the claim that wrote it (as [`Claim::Acquired`] counts); 0 where no
+        /// claim's number is known. A kept doubt ([`kept_doubt`]) has 0 or
+        /// [`KEPT_BY_ANNOUNCING`].
         attempt: u32,
+        /// The step's identity ([`step_op`]); `None` where unknown (older records, a record
+        /// that does not parse) and in kept doubts.
         op: Option<String>,
+        /// When the claim was about to make the call (epoch ms); `None` where unknown.
         at_ms: Option<u64>,
+        /// When the claim's lease ended (epoch ms): the call reached Slack before then if at
+        /// all. `None` where unknown.
         lease_until_ms: Option<u64>,
         /// How far a later claim's look-up for it got, in the window it searched.
         looked: Option<Looked>,
     },
     /// The call `op` took effect; what a replay returns as JSON text (for a post,
     /// `{"channel": …, "ts": …}`).
-    Done { result: String, op: Option<String> },
+    Done {
+        /// What a replay returns, as JSON text.
+        result: String,
+        /// The step's identity ([`step_op`]); `None` in records of versions before it.
+        op: Option<String>,
+    },
     /// Never stored as a step: earlier claims that may have made this step (the lowest absent
     /// from the journal) without an intent of its own, their claim standing for it; the window
     /// spans their claims' times and lease ends. `announces`: every one of those claims was of
@@ -117,8 +139,11 @@ pub enum StepRecord {
     /// own (see [`BeganWindow::announces`]), so the window stands only for a step a later claim
     /// can settle by looking.
     Began {
+        /// The earliest of those claims' times (epoch ms).
         at_ms: u64,
+        /// The latest of those claims' lease ends (epoch ms).
         lease_until_ms: u64,
+        /// Every one of those claims announced its own steps a look-up might not settle.
         announces: bool,
         /// How far a later claim's look-up for it got, in the window it searched.
         looked: Option<Looked>,
@@ -129,15 +154,18 @@ pub enum StepRecord {
 /// rest of the minute, an error): in the window `oldest`..`latest` (Slack `ts`), every message
 /// up to `to` was searched: `>TS` from the window's start (pages oldest first, as
 /// `conversations.replies`' come), `<TS` from its end (newest first, as
-/// `conversations.history`'s); a `to` without either (an earlier version's) is searched again. A later claim searching the
-/// same window goes on from `to`, so a busy conversation under Slack's one call a minute is
-/// searched a page a delivery rather than its first page on every delivery. Stored apart from
-/// the step's record (DynamoDB: the journal key `lN`, which versions before it do not read),
-/// and dropped when the step is written again.
+/// `conversations.history`'s); a `to` without either (an earlier version's) is searched again.
+/// A later claim searching the same window goes on from `to`, so a busy conversation under
+/// Slack's one call a minute is searched a page a delivery rather than its first page on every
+/// delivery. Stored apart from the step's record (DynamoDB: the journal key `lN`, which
+/// versions before it do not read), and dropped when the step is written again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Looked {
+    /// The window's start, as a Slack `ts` (empty: the window has none).
     pub oldest: String,
+    /// The window's end, as a Slack `ts` (empty: the window has none).
     pub latest: String,
+    /// How far the search got: `>TS` or `<TS` (see above).
     pub to: String,
 }
 
@@ -147,6 +175,7 @@ impl Looked {
         format!("{} {} {}", self.oldest, self.latest, self.to)
     }
 
+    /// Reads [`Looked::encode`]'s form. Anything else is `None`.
     pub fn decode(text: &str) -> Option<Self> {
         let mut parts = text.split(' ');
         let looked = Self {
@@ -162,7 +191,9 @@ impl Looked {
 /// when it claimed, and when its lease ended (epoch ms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BeganWindow {
+    /// When the claim was made (epoch ms).
     pub at_ms: u64,
+    /// When its lease ended (epoch ms).
     pub lease_until_ms: u64,
     /// The claim announces every step a look-up might not settle (a `response_url` post, a
     /// post outside the request's own conversation, an at-most-once write) with an intent of
@@ -350,10 +381,13 @@ pub type Journal = BTreeMap<u32, StepRecord>;
 /// An alias of a claim's key (a message's `client_msg_id`), and the key it belongs to.
 #[derive(Clone, Copy, Debug)]
 pub struct AliasRequest<'a> {
+    /// The alias's own key (`cmid-TEAM-CLIENT_MSG_ID`).
     pub alias: &'a EventId,
     /// The claim's key: the message this alias is an identity of.
     pub of: &'a EventId,
+    /// Now, in milliseconds since the epoch.
     pub now_ms: u64,
+    /// The alias counts as absent from then on (seconds since the epoch), as its claim.
     pub expires_at_s: u64,
     /// As [`ClaimRequest::app_id`].
     pub app_id: Option<&'a str>,
@@ -365,13 +399,22 @@ pub enum Alias {
     /// The alias is this key's (written now, or before by a copy of the same message).
     Ours,
     /// The alias belongs to another key: this is a copy of that message, under another `ts`.
-    CopyOf { key: String },
+    CopyOf {
+        /// The key of the message the alias belongs to.
+        key: String,
+    },
     /// An alias written as a claim by a version before aliases were pointers, still live:
     /// answered as a live claim (a non-2xx; the next delivery tries again).
-    Busy { lease_until_ms: u64 },
+    Busy {
+        /// When that claim's lease ends (epoch ms; 0 if the item holds none).
+        lease_until_ms: u64,
+    },
     /// The alias is another Slack app's (two apps share the table): this app writes its own,
     /// at [`app_scoped`].
-    OtherApp { app_id: String },
+    OtherApp {
+        /// The app whose alias it is (its `api_app_id`).
+        app_id: String,
+    },
 }
 
 /// What a claim found.
@@ -380,18 +423,35 @@ pub enum Claim {
     /// This delivery owns the event now. `attempt` counts the claims of this event, this one
     /// included: above 1, an earlier claim was released or its lease expired. `journal` holds
     /// what earlier claims recorded of their Slack writes.
-    Acquired { attempt: u32, journal: Journal },
+    Acquired {
+        /// The claims of this event so far, this one included: 1 for the first.
+        attempt: u32,
+        /// The earlier claims' steps, with their began windows as one [`StepRecord::Began`].
+        journal: Journal,
+    },
     /// The event was answered already; for a message, by the listeners `ran` names (when
     /// the claim recorded them).
-    AlreadyDone { ran: Option<Vec<String>> },
+    AlreadyDone {
+        /// The ids of the listeners that ran; `None` where the completion recorded none.
+        ran: Option<Vec<String>>,
+    },
     /// The event ended with an error no retry can fix (Slack's code in `error`).
-    AlreadyFailed { error: String },
+    AlreadyFailed {
+        /// The failure's code, as [`Finish::Failed`] recorded it.
+        error: String,
+    },
     /// Another delivery holds a live claim until `lease_until_ms`.
-    InProgress { lease_until_ms: u64 },
+    InProgress {
+        /// When that claim's lease ends (epoch ms).
+        lease_until_ms: u64,
+    },
     /// The key is another Slack app's, whatever its state (two apps whose deployments share
     /// one table, each sent the same message or event): nothing was written, and this app
     /// claims its own key, [`app_scoped`], instead.
-    OtherApp { app_id: String },
+    OtherApp {
+        /// The app whose key it is (its `api_app_id`).
+        app_id: String,
+    },
 }
 
 /// The key `app_id` claims where `key` is another app's: the same key, followed by the app.
@@ -414,20 +474,39 @@ pub fn other_app<'a>(found: Option<&'a str>, ours: Option<&str>) -> Option<&'a s
 pub enum Settled {
     /// The call `op` took effect, with this result.
     Done {
+        /// The step's number.
         step: u32,
+        /// What a replay returns, as JSON text.
         result: String,
+        /// The step's identity ([`step_op`]); `None` where it is not known.
         op: Option<String>,
     },
     /// The call certainly did not take effect: its intent is removed, so no later claim looks.
-    NotDone { step: u32 },
+    NotDone {
+        /// The step's number.
+        step: u32,
+    },
     /// The call was made without an intent of its own (the claim stood for it) and its fate
     /// is unknown: `intent` is recorded, so a later claim looks.
-    Unknown { step: u32, intent: StepRecord },
+    Unknown {
+        /// The step's number.
+        step: u32,
+        /// The record written for it: a [`StepRecord::Intent`].
+        intent: StepRecord,
+    },
     /// The listeners that ran under this claim (a message's, by their ids), recorded with the
     /// completion: an event of the message that others would take runs only those.
-    Ran { listeners: Vec<String> },
+    Ran {
+        /// The ids of the listeners that ran.
+        listeners: Vec<String>,
+    },
     /// A look-up for step `step` stopped at `looked`: the next claim goes on from there.
-    Looked { step: u32, looked: Looked },
+    Looked {
+        /// The step's number.
+        step: u32,
+        /// How far the look-up got.
+        looked: Looked,
+    },
 }
 
 /// `settled` as one write records it: of several fates of one step (a view seeded unknown by
@@ -508,6 +587,7 @@ pub fn keep_doubt(journal: &Journal) -> Option<Settled> {
 /// How a claim ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {
+    /// Answered: every later copy gets [`Claim::AlreadyDone`].
     Done,
     /// Given up, so the next copy may take the event at once.
     Released,
@@ -515,12 +595,17 @@ pub enum Finish {
     /// final (the work queue's receives ran out on a transient failure), so a copy redriven from
     /// the dead-letter queue may claim the event again, as after a release.
     Failed {
+        /// The failure's code: Slack's error code (`channel_not_found`) or the pipeline's own
+        /// (`unconfirmed_write`, `ledger_unavailable`…).
         error: String,
+        /// The failure was not final: a copy redriven from the dead-letter queue may claim the
+        /// event again.
         retryable: bool,
     },
 }
 
 impl Finish {
+    /// The status the claim ends in.
     pub fn status(&self) -> Status {
         match self {
             Finish::Done => Status::Done,
@@ -530,12 +615,16 @@ impl Finish {
     }
 }
 
+/// Why a ledger call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     /// The claim is no longer this owner's: its lease expired and another delivery took it
     /// over, or it was finished already.
     #[error("the claim on {event_id} is not held by this owner any more")]
-    NotOwner { event_id: EventId },
+    NotOwner {
+        /// The claimed key.
+        event_id: EventId,
+    },
     /// The ledger could not be reached or refused the request (throttling, timeout, network).
     #[error("the ledger is unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -567,6 +656,7 @@ pub const MAX_STATE_BYTES: usize = 64 * 1024;
 /// A conditional write of a state value.
 #[derive(Clone, Debug)]
 pub struct StateWrite<'a> {
+    /// The value to write (JSON text).
     pub value: &'a str,
     /// The version read (0: none was there, or it had expired).
     pub expected: u64,
@@ -582,7 +672,10 @@ pub struct StateWrite<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatePut {
     /// Written as `version`.
-    Written { version: u64 },
+    Written {
+        /// The version written: one more than the one read.
+        version: u64,
+    },
     /// Another write came between the read and this one (or this writer's write is there
     /// already: the caller reads again and finds it): nothing was written.
     Conflict,
@@ -683,13 +776,18 @@ pub trait Ledger: Send + Sync + 'static {
 /// The state of one event in a ledger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
+    /// Claimed: live until its lease ends, then it counts as absent.
     InProgress,
+    /// Answered: every later copy is refused.
     Done,
+    /// Given up by its claimant: the next copy may claim it at once.
     Released,
+    /// Ended with an error: later copies are refused, unless the failure was retryable.
     Failed,
 }
 
 impl Status {
+    /// The status as stored (the item's `status`): `in_progress`, `done`, `released`, `failed`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::InProgress => "in_progress",
@@ -699,6 +797,7 @@ impl Status {
         }
     }
 
+    /// Reads [`Status::as_str`]'s form. Anything else is `None`.
     pub fn parse(value: &str) -> Option<Self> {
         match value {
             "in_progress" => Some(Status::InProgress),
@@ -713,9 +812,15 @@ impl Status {
 /// Why an existing entry refuses a new claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Blocked {
+    /// The event was answered.
     Done,
+    /// The event ended with an error that was final.
     Failed,
-    InProgress { lease_until_ms: u64 },
+    /// Another claim is live.
+    InProgress {
+        /// When its lease ends (epoch ms).
+        lease_until_ms: u64,
+    },
 }
 
 /// What an existing entry means to a new claim at `now`: the one rule both ledgers apply.

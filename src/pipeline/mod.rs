@@ -49,7 +49,9 @@ use crate::secrets::SlackSecrets;
 use crate::signature::SignatureError;
 use crate::slack::{SlackClient, SlackError};
 
+/// Slack's header numbering a retry (absent on the original delivery; unsigned).
 pub const RETRY_NUM_HEADER: &str = "x-slack-retry-num";
+/// Slack's header saying why it retried (`http_timeout`, `http_error`…).
 pub const RETRY_REASON_HEADER: &str = "x-slack-retry-reason";
 /// Slack retries an event 3 times: the delivery with `X-Slack-Retry-Num: 3` is its last.
 pub const SLACK_LAST_RETRY: u32 = 3;
@@ -72,7 +74,9 @@ pub const ENQUEUE_BUDGET: Duration = Duration::from_millis(2500);
 /// One delivery of a request, as received.
 #[derive(Clone, Copy, Debug)]
 pub struct Delivery<'a> {
+    /// The request's headers (the signature and its timestamp among them).
     pub headers: &'a HeaderMap,
+    /// The raw body, as signed.
     pub body: &'a [u8],
     /// The wall-clock time the request arrived: signatures and leases are judged against it.
     pub now: SystemTime,
@@ -87,6 +91,7 @@ pub struct Delivery<'a> {
 /// A message of the work queue, as the worker received it.
 #[derive(Clone, Copy, Debug)]
 pub struct QueuedMessage<'a> {
+    /// SQS's message id (for the logs and the metrics line).
     pub message_id: &'a str,
     /// SQS's ApproximateReceiveCount.
     pub receive_count: u32,
@@ -101,11 +106,14 @@ pub struct QueuedMessage<'a> {
 pub struct EventDelivery<'a> {
     /// `X-Slack-Retry-Num`: absent on the original.
     pub retry_num: Option<u32>,
+    /// `X-Slack-Retry-Reason`: absent on the original.
     pub retry_reason: Option<&'a str>,
     /// No delivery of this event follows this one: a look-up in Slack that cannot be made no
     /// longer holds a write back (it is made, and logged as possibly a second answer).
     pub last_chance: bool,
+    /// The wall-clock time the delivery arrived: leases are judged against it.
     pub now: SystemTime,
+    /// The monotonic time it arrived: deadlines are measured from it.
     pub started: Instant,
     /// On Lambda, the invocation's deadline: it is the lease. Elsewhere the configured lease.
     pub invocation_deadline: Option<SystemTime>,
@@ -117,7 +125,11 @@ pub enum Outcome {
     /// A url_verification: answer with its challenge.
     Challenge(String),
     /// This delivery claimed the event, and its reply was posted (or, without a token, logged).
-    Answered { attempt: u32 },
+    Answered {
+        /// Which claim of the event posted it: 1 for the first, above 1 when an earlier claim
+        /// was released or its lease expired.
+        attempt: u32,
+    },
     /// This delivery took the event over and found the earlier claim's reply already in Slack:
     /// marked done without posting again.
     Recovered,
@@ -129,7 +141,10 @@ pub enum Outcome {
     Duplicate,
     /// Slack refused the reply with an error no retry can fix (`code`): the event is marked
     /// `failed`, and 2xx stops Slack from redelivering it.
-    Failed { code: String },
+    Failed {
+        /// The code the ledger records: Slack's own for a refused write.
+        code: String,
+    },
     /// The event ended `failed` already: nothing to do.
     AlreadyFailed,
     /// Another delivery holds a live claim: no reply here, and a non-2xx so Slack retries.
@@ -145,7 +160,9 @@ pub enum Outcome {
     /// A command or an interaction: answered with the listener's acknowledgement (`body`;
     /// `None`: an empty 200), after `outcome`.
     Acked {
+        /// The acknowledgement's body; `None`: an empty 200.
         body: Option<String>,
+        /// What became of the request.
         outcome: Box<Outcome>,
     },
 }
@@ -207,6 +224,8 @@ impl Outcome {
         }
     }
 
+    /// The outcome's name (`answered`, `duplicate`…), for the logs and the outcome header; an
+    /// acknowledged request's is its inner outcome's.
     pub fn as_str(&self) -> &'static str {
         match self {
             Outcome::Challenge(_) => "challenge",
@@ -227,28 +246,43 @@ impl Outcome {
     }
 }
 
+/// Why a delivery failed; [`crate::http::status_of`] gives each its HTTP status.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
+    /// The request's signature did not verify: the ledger was not touched.
     #[error("the request signature is invalid: {0}")]
     Signature(#[from] SignatureError),
+    /// The verified body is not an envelope, a command or an interaction: the ledger was not
+    /// touched.
     #[error("the body is not a valid Events API envelope, command or interaction: {0}")]
     Malformed(#[source] serde_json::Error),
+    /// A ledger call failed.
     #[error("the ledger failed")]
     Ledger(#[source] LedgerError),
+    /// A Slack call failed: the claim is released, or, when no retry can fix it
+    /// ([`ProcessError::is_final`]), the event ends `failed`.
     #[error("posting the reply to Slack failed (claim released)")]
     Slack(#[source] SlackError),
+    /// An earlier claim may have made this write, and Slack could not be asked whether it did:
+    /// the claim is released.
     #[error("an earlier claim may have posted and Slack could not be asked (claim released)")]
     LookupUnavailable(#[source] SlackError),
+    /// A listener returned an error: the claim is released.
     #[error("a listener failed (claim released)")]
     Bot(#[source] BotError),
+    /// Run again, a listener made other writes than when it first ran: the event ends `failed`.
     #[error("a listener made other writes than when it first ran")]
     Nondeterministic(#[source] BotError),
+    /// The listener's writes would outgrow the event's journal: the event ends `failed`.
     #[error("the listener's writes would not fit in the event's journal")]
     JournalFull(#[source] BotError),
+    /// The lease or the invocation's deadline came before the work was done.
     #[error("the processing deadline passed before the reply was posted")]
     Deadline,
+    /// Deferred mode: the event could not be put on the work queue.
     #[error("the event could not be put on the work queue")]
     Queue(#[source] QueueError),
+    /// Multi-workspace mode: the installation store failed.
     #[error("the installation store failed")]
     Installations(#[source] StoreError),
     /// The listener chose a view's `response_action` after the ingress had acknowledged
@@ -294,6 +328,7 @@ pub struct Settings {
 /// acknowledged in the ingress.
 #[derive(Clone, Debug)]
 pub enum Queued {
+    /// An event, to be claimed and answered.
     Event(Arc<EventCallback>),
     /// With the steps its listener made in the ingress before the acknowledgement, and
     /// whether the ingress acknowledged empty on the listener's behalf.
@@ -301,6 +336,8 @@ pub enum Queued {
 }
 
 impl Processor {
+    /// A processor on `ledger`, `slack` and `app`: one workspace, answering events itself,
+    /// with no signing secrets until [`Processor::with_secrets`].
     pub fn new(
         ledger: Arc<dyn Ledger>,
         slack: SlackClient,
@@ -739,6 +776,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// `t` in milliseconds since the Unix epoch (0 before it).
 pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -27,6 +27,8 @@ struct State {
     dead: Vec<String>,
 }
 
+/// A [`WorkQueue`] in this process's memory, with SQS's visibility semantics (see the
+/// module's documentation).
 #[derive(Debug)]
 pub struct MemoryQueue {
     state: Mutex<State>,
@@ -34,6 +36,7 @@ pub struct MemoryQueue {
 }
 
 impl MemoryQueue {
+    /// An empty queue whose messages go to the dead-letter list after `max_receives` receives.
     pub fn new(max_receives: u32) -> Self {
         Self {
             state: Mutex::default(),
@@ -46,6 +49,7 @@ impl MemoryQueue {
         self.state.lock().expect("queue lock").messages.len()
     }
 
+    /// Whether no message is left, visible or not.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -80,9 +80,13 @@ pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// again (it could not: it would have expired).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct QueuedEvent {
+    /// The format version: [`QUEUED_EVENT_VERSION`], [`QUEUED_FORM_VERSION`] or
+    /// [`QUEUED_FORM_VERSION_UNKNOWN`] (see [`format_for`]).
     pub v: u32,
+    /// An event's envelope, the JSON body exactly as Slack sent it; `None` for a form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub envelope: Option<Box<RawValue>>,
+    /// A command's or interaction's form body, exactly as Slack sent it; `None` for an event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub form: Option<String>,
     /// A form's: the steps its listener made in the ingress, before the acknowledgement.
@@ -93,8 +97,12 @@ pub struct QueuedEvent {
     /// late for Slack's 3 s. Absent in messages of earlier versions: read as given.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub implicit_ack: bool,
+    /// An event's `X-Slack-Retry-Num`, as the ingress received it (`None`: an original, or a
+    /// form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_num: Option<u32>,
+    /// An event's `X-Slack-Retry-Reason`, as the ingress received it (`None`: an original, or
+    /// a form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_reason: Option<String>,
     /// When the ingress received it (epoch ms): time to the answer is measured from it.
@@ -104,8 +112,11 @@ pub struct QueuedEvent {
 /// A step made before the claim (a view opened with a `trigger_id`), as its journal record.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct QueuedStep {
+    /// The step's number.
     pub step: u32,
+    /// What a replay returns, as JSON text (empty when `unknown`).
     pub result: String,
+    /// The step's identity ([`crate::ledger::step_op`]); `None` where it is not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
     /// Its fate unknown (a view whose answer the hand-off cut off): the worker looks for it.
@@ -116,20 +127,28 @@ pub struct QueuedStep {
 /// One message as received.
 #[derive(Clone, Debug)]
 pub struct Received {
+    /// The queue's id of the message (SQS's `MessageId`).
     pub message_id: String,
     /// What deletes it (valid for this receive only).
     pub receipt_handle: String,
+    /// The message's body, as sent: a [`QueuedEvent`] as JSON, when the ingress sent it.
     pub body: String,
     /// SQS's ApproximateReceiveCount: 1 on the first receive.
     pub receive_count: u32,
 }
 
+/// Why a queue call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
+    /// The queue could not be reached or refused the call (throttling, timeout, network).
     #[error("the work queue is unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The body is larger than [`MAX_MESSAGE_BYTES`]: nothing was sent, and no retry can fix it.
     #[error("the message is {size} bytes, more than a queue message holds ({MAX_MESSAGE_BYTES})")]
-    TooLarge { size: usize },
+    TooLarge {
+        /// The body's size, in bytes.
+        size: usize,
+    },
 }
 
 /// The queue seam.

@@ -15,6 +15,7 @@ use super::{MAX_MESSAGE_BYTES, QueueError, Received, WorkQueue};
 /// SQS's longest long poll.
 pub const MAX_WAIT: Duration = Duration::from_secs(20);
 
+/// The work queue on one SQS queue, by its URL.
 pub struct SqsQueue {
     client: Client,
     url: String,
@@ -31,7 +32,9 @@ impl std::fmt::Debug for SqsQueue {
 /// past a long poll for a worker.
 #[derive(Clone, Copy, Debug)]
 pub enum CallBudget {
+    /// The ingress's: 1.2 s an attempt, 2.5 s a call, within Slack's 3 s.
     Ingress,
+    /// A worker's: [`MAX_WAIT`] and 5 s more an attempt, [`MAX_WAIT`] and 15 s more a call.
     Worker,
 }
 
@@ -51,6 +54,7 @@ pub async fn client_from_env(budget: CallBudget) -> Client {
 }
 
 impl SqsQueue {
+    /// The queue at `url`, through `client` (built once per process: [`client_from_env`]).
     pub fn new(client: Client, url: impl Into<String>) -> Self {
         Self {
             client,
@@ -59,14 +63,18 @@ impl SqsQueue {
         }
     }
 
+    /// The queue at `url`, through a client built from the environment with `budget`'s
+    /// timeouts ([`client_from_env`]). Call once per process.
     pub async fn from_env(url: impl Into<String>, budget: CallBudget) -> Self {
         Self::new(client_from_env(budget).await, url)
     }
 
+    /// The queue's URL.
     pub fn url(&self) -> &str {
         &self.url
     }
 
+    /// The SDK client it sends its requests through.
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -77,7 +85,8 @@ impl SqsQueue {
     }
 
     /// Creates `name` and its dead-letter queue `name-dlq` (messages move there after
-    /// `max_receives` receives), as the SAM template does; returns the queue's URL.
+    /// `max_receives` receives), as the SAM template does; returns the queue's URL and the
+    /// dead-letter queue's.
     pub async fn create_with_dead_letters(
         client: &Client,
         name: &str,

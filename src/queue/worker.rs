@@ -31,11 +31,13 @@ use crate::process::{EventDelivery, Outcome, Processor, Queued, QueuedMessage};
 /// What to do with a message after its event ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Disposition {
+    /// Deleted: nothing more is to be done (done, a duplicate, failed for good, nothing to do).
     Delete,
     /// Left to come back after its visibility timeout (or go to the dead-letter queue).
     Leave,
 }
 
+/// Deferred mode's worker: runs each queued event through the pipeline, on Lambda or locally.
 pub struct Worker {
     processor: Arc<Processor>,
     /// The queue's `maxReceiveCount`: a receive with this count is the message's last.
@@ -43,6 +45,7 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// A worker on `processor`, for a queue whose `maxReceiveCount` is `max_receives`.
     pub fn new(processor: Arc<Processor>, max_receives: u32) -> Self {
         Self {
             processor,
