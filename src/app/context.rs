@@ -221,6 +221,19 @@ impl Ctx {
 
     /// The whole delivery of an event: `event_id`, team, authorizations, and the inner event
     /// (`.event`, with `.event.raw` as Slack sent it). `None` for a command or an interaction.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, _m: AppMention| async move {
+    ///     // When Slack says it happened (Unix seconds), in Slack's date formatting.
+    ///     let when = ctx.event().and_then(|cb| cb.event_time).unwrap_or_default();
+    ///     ctx.reply(format!("Mentioned <!date^{when}^{{time}}|just now>.")).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn event(&self) -> Option<&EventCallback> {
         match &self.inner.source {
             Source::Event(cb) => Some(cb),
@@ -229,6 +242,21 @@ impl Ctx {
     }
 
     /// The command or interaction, as parsed (`.raw` as Slack sent it). `None` for an event.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, BlockAction, Ctx, Respond};
+    ///
+    /// let _app = App::new().action("refresh", |ctx: Ctx, _click: BlockAction| async move {
+    ///     // The payload as Slack sent it: where the button is (`message`, `view`…).
+    ///     let container = ctx.interaction().and_then(|i| i.raw["container"]["type"].as_str());
+    ///     if container == Some("message") {
+    ///         ctx.respond(Respond::replace("Refreshed :arrows_counterclockwise:")).await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn interaction(&self) -> Option<&Interaction> {
         match &self.inner.source {
             Source::Interaction { interaction, .. } => Some(interaction),
@@ -238,18 +266,64 @@ impl Ctx {
 
     /// The event's `event_id`; for a command or an interaction, its ledger key (see
     /// [`Interaction::key`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use slack_once::app::{Ack, App, Command, Ctx, Message};
+    ///
+    /// let _app = App::new().command("/standup", |ctx: Ctx, cmd: Command| async move {
+    ///     ctx.ack(Ack::ephemeral("Starting the standup thread…")).await?;
+    ///     // The same for every repeat of this command: name what it makes after it.
+    ///     let standup = Message::text("Standup: answer in the thread")
+    ///         .metadata("standup", json!({"request": ctx.event_id()}));
+    ///     ctx.post(&cmd.channel_id, standup).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn event_id(&self) -> &str {
         self.inner.source.id()
     }
 
     /// The workspace of the request: an event's `team_id` (or its installation's team), an
     /// interaction's team (or its enterprise).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use slack_once::app::{App, Ctx, TeamJoin};
+    ///
+    /// let _app = App::new().team_join(|ctx: Ctx, join: TeamJoin| async move {
+    ///     let info = ctx.read("team.info", json!({"team": ctx.team()})).await?;
+    ///     let name = info["team"]["name"].as_str().unwrap_or("the team");
+    ///     ctx.post(&join.user.id, format!("Welcome to {name}!")).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn team(&self) -> Option<&str> {
         self.inner.source.team()
     }
 
     /// The assistant thread's context (where the user is: `{channel_id, team_id, …}`), as the
     /// event carries it (`assistant_thread_started`, `assistant_thread_context_changed`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AssistantThread, Ctx, Message};
+    ///
+    /// let _app = App::new()
+    ///     .assistant_thread_context_changed(|ctx: Ctx, t: AssistantThread| async move {
+    ///         let here = ctx.assistant_context().and_then(|c| c["channel_id"].as_str());
+    ///         if let (Some(channel), Some(ts)) = (here, t.thread_ts.as_deref()) {
+    ///             let hint = Message::text(format!("Ask me about <#{channel}>.")).in_thread(ts);
+    ///             ctx.post(&t.channel_id, hint).await?;
+    ///         }
+    ///         Ok(())
+    ///     });
+    /// ```
     pub fn assistant_context(&self) -> Option<&Value> {
         let event = self.event()?;
         event
@@ -264,6 +338,22 @@ impl Ctx {
     /// (`assistant_thread_started`, `assistant_thread_context_changed`), or, for a message in
     /// the thread, as the latest of those events left it (kept beside the claims by an app
     /// with an assistant's listener; `None` when none was seen, as in the agent view).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, _q: MessageEvent| async move {
+    ///     let context = ctx.thread_context().await?;
+    ///     let answer = match context.as_ref().and_then(|c| c["channel_id"].as_str()) {
+    ///         Some(channel) => format!("You are looking at <#{channel}>."),
+    ///         None => "Open a channel, then ask me about it.".to_string(),
+    ///     };
+    ///     ctx.reply(answer).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn thread_context(&self) -> Result<Option<Value>, Error> {
         if let Some(context) = self.assistant_context() {
             return Ok(Some(context.clone()));
@@ -291,6 +381,21 @@ impl Ctx {
 
     /// The app's own state, in the ledger's table: small JSON values with a version and a TTL,
     /// changed once per request however often the listener runs (see [`super::State`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new().message(r"(?i)\bthanks\b", |ctx: Ctx, _m: MessageEvent| async move {
+    ///     let month = Duration::from_secs(30 * 86_400);
+    ///     let state = ctx.state();
+    ///     let thanks = state.update("thanks", month, |n: Option<u64>| n.unwrap_or(0) + 1).await?;
+    ///     ctx.reply(format!("That makes {thanks} thanks :heart:")).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn state(&self) -> super::State {
         super::State::new(self.clone())
     }
@@ -324,6 +429,22 @@ impl Ctx {
     }
 
     /// The bot's own user id in this workspace (events name it; interactions do not).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MemberJoinedChannel};
+    ///
+    /// let _app = App::new()
+    ///     .member_joined_channel(|ctx: Ctx, j: MemberJoinedChannel| async move {
+    ///         // The bot itself was added to a channel: it introduces itself.
+    ///         let me = ctx.bot_user_id();
+    ///         if let Some(channel) = &j.channel && me.is_some() && j.user.as_deref() == me {
+    ///             ctx.post(channel, "Hi! Mention me with `help` to see what I do.").await?;
+    ///         }
+    ///         Ok(())
+    ///     });
+    /// ```
     pub fn bot_user_id(&self) -> Option<&str> {
         self.inner.source.bot_user_id()
     }
@@ -337,6 +458,22 @@ impl Ctx {
     /// which runs the listener again from the start (its writes so far replay from the
     /// journal, and this call returns at once). A second call is ignored; for an event, the
     /// call does nothing.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Command, Ctx, safe_text};
+    ///
+    /// let _app = App::new().command("/deploy", |ctx: Ctx, cmd: Command| async move {
+    ///     if cmd.text.trim().is_empty() {
+    ///         ctx.ack(Ack::ephemeral("Usage: /deploy <service>")).await?;
+    ///         return Ok(());
+    ///     }
+    ///     ctx.ack(Ack::in_channel(format!("Deploying {}…", safe_text(&cmd.text)))).await?;
+    ///     // What follows runs once Slack has its answer.
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn ack(&self, ack: Ack) -> Result<(), Error> {
         let mode = {
             let mut acking = self.inner.acking.lock().expect("ack lock");
@@ -431,21 +568,80 @@ impl Ctx {
     }
 
     /// The claim's attempt: 1 the first time, more when this run takes over from an earlier one.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, m: AppMention| async move {
+    ///     if ctx.attempt().await > 1 {
+    ///         tracing::warn!(ts = %m.ts, "taking over from an earlier run: its writes replay");
+    ///     }
+    ///     ctx.reply("On it.").await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn attempt(&self) -> u32 {
         self.inner.steps.lock().await.attempt
     }
 
     /// When the work must be done (the claim's lease, less a margin): bound slow calls by it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Command, Ctx, Respond};
+    /// # async fn build_report() -> String { String::new() }
+    ///
+    /// let _app = App::new().command("/report", |ctx: Ctx, _cmd: Command| async move {
+    ///     ctx.ack(Ack::ephemeral("Building the report…")).await?;
+    ///     match tokio::time::timeout_at(ctx.deadline(), build_report()).await {
+    ///         Ok(report) => ctx.respond(Respond::in_channel(report)).await?,
+    ///         Err(_) => ctx.respond("The report took too long: try again later.").await?,
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn deadline(&self) -> Instant {
         self.inner.deadline
     }
 
     /// The same deadline on the wall clock.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::UNIX_EPOCH;
+    /// use slack_once::app::{App, AppMention, Ctx};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, _m: AppMention| async move {
+    ///     let by = ctx.deadline_at().duration_since(UNIX_EPOCH)?.as_secs();
+    ///     ctx.reply(format!("On it: an answer by <!date^{by}^{{time_secs}}|soon>.")).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn deadline_at(&self) -> SystemTime {
         self.inner.wall_deadline
     }
 
     /// The time left until the deadline.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slack_once::app::{App, AppMention, Ctx};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, _m: AppMention| async move {
+    ///     if ctx.remaining() < Duration::from_secs(10) {
+    ///         ctx.reply("Too little time left for a summary: ask me again.").await?;
+    ///         return Ok(());
+    ///     }
+    ///     ctx.reply("Here is the summary…").await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn remaining(&self) -> Duration {
         self.inner
             .deadline
@@ -455,6 +651,24 @@ impl Ctx {
     // ------------------------------------------------------------ writes, each a step
 
     /// Posts `message` in `channel` (`chat.postMessage`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Message, Reaction};
+    ///
+    /// let _app = App::new().reaction_added(|ctx: Ctx, r: Reaction| async move {
+    ///     let (Some(channel), Some(ts)) = (&r.item.channel, &r.item.ts) else {
+    ///         return Ok(());
+    ///     };
+    ///     if r.reaction == "ticket" {
+    ///         let ticket = ctx.post("C0TRIAGE01", format!("New ticket from <#{channel}>")).await?;
+    ///         let note = format!("Filed in <#{}> (ticket {})", ticket.channel, ticket.ts);
+    ///         ctx.post(channel, Message::text(note).in_thread(ts)).await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn post(&self, channel: &str, message: impl Into<Message>) -> Result<Posted, Error> {
         let message = message.into();
         let args = message.args(channel, &[]);
@@ -477,6 +691,19 @@ impl Ctx {
     }
 
     /// Posts in the event's conversation: in its thread when the event is in one.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new()
+    ///     .message(r"(?i)^good morning\b", |ctx: Ctx, m: MessageEvent| async move {
+    ///         let user = m.user.as_deref().unwrap_or("there");
+    ///         ctx.say(format!("Good morning, <@{user}> :sunny:")).await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub async fn say(&self, message: impl Into<Message>) -> Result<Posted, Error> {
         let (channel, thread) = self.conversation()?;
         let mut message = message.into();
@@ -487,6 +714,21 @@ impl Ctx {
     }
 
     /// Posts in the thread of the event's message (starting one under it if need be).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx, Message, blocks};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, _m: AppMention| async move {
+    ///     let question = Message::text("Deploy to production?").blocks([
+    ///         blocks::section("*Deploy to production?*"),
+    ///         blocks::actions([blocks::button("Deploy", "deploy_prod", "api")]),
+    ///     ]);
+    ///     ctx.reply(question).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn reply(&self, message: impl Into<Message>) -> Result<Posted, Error> {
         let (channel, thread) = self.conversation()?;
         let Some(ts) = thread.or(self.inner.source.message_ts()) else {
@@ -498,6 +740,21 @@ impl Ctx {
 
     /// A message only `user` sees (`chat.postEphemeral`). Slack keeps no trace of it that can
     /// be looked up: if an earlier claim may have sent it, it is not sent again.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new()
+    ///     .message(r"(?i)\bpassword\s*[:=]", |ctx: Ctx, m: MessageEvent| async move {
+    ///         if let Some(user) = &m.user {
+    ///             let warning = "That looks like a password: delete the message?";
+    ///             ctx.post_ephemeral(&m.channel, user, warning).await?;
+    ///         }
+    ///         Ok(())
+    ///     });
+    /// ```
     pub async fn post_ephemeral(
         &self,
         channel: &str,
@@ -517,6 +774,19 @@ impl Ctx {
     }
 
     /// Replaces the message `ts` in `channel` (`chat.update`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, _m: AppMention| async move {
+    ///     let status = ctx.reply("Building… :hourglass:").await?;
+    ///     // … the build …
+    ///     ctx.update(&status.channel, &status.ts, "Build passed :white_check_mark:").await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn update(
         &self,
         channel: &str,
@@ -536,6 +806,19 @@ impl Ctx {
     }
 
     /// Deletes the message `ts` in `channel` (`chat.delete`; already gone is success).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, BlockAction, Ctx};
+    ///
+    /// let _app = App::new().action("dismiss", |ctx: Ctx, click: BlockAction| async move {
+    ///     if let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) {
+    ///         ctx.delete(channel, ts).await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn delete(&self, channel: &str, ts: &str) -> Result<(), Error> {
         let args = json!({"channel": channel, "ts": ts});
         self.step(
@@ -551,12 +834,39 @@ impl Ctx {
 
     /// Adds the reaction `name` (without colons) to the message `ts` (`already_reacted` is
     /// success).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new()
+    ///     .message(r"(?i)\bship(ped|ping)?\b", |ctx: Ctx, m: MessageEvent| async move {
+    ///         ctx.react(&m.channel, &m.ts, "rocket").await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub async fn react(&self, channel: &str, ts: &str, name: &str) -> Result<(), Error> {
         self.reaction("reactions.add", "already_reacted", channel, ts, name)
             .await
     }
 
     /// Removes the reaction `name` from the message `ts` (`no_reaction` is success).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new()
+    ///     .message(r"^deploy ([a-z0-9-]+)$", |ctx: Ctx, m: MessageEvent| async move {
+    ///         ctx.react(&m.channel, &m.ts, "eyes").await?;
+    ///         // … the deploy …
+    ///         ctx.unreact(&m.channel, &m.ts, "eyes").await?;
+    ///         ctx.react(&m.channel, &m.ts, "white_check_mark").await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub async fn unreact(&self, channel: &str, ts: &str, name: &str) -> Result<(), Error> {
         self.reaction("reactions.remove", "no_reaction", channel, ts, name)
             .await
@@ -583,6 +893,18 @@ impl Ctx {
     }
 
     /// Reacts to the event's own message.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, _m: AppMention| async move {
+    ///     ctx.react_to_event("eyes").await?; // on the message that mentions the bot
+    ///     ctx.reply("Looking into it.").await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn react_to_event(&self, name: &str) -> Result<(), Error> {
         let (channel, _) = self.conversation()?;
         let Some(ts) = self.inner.source.message_ts() else {
@@ -592,6 +914,20 @@ impl Ctx {
     }
 
     /// Opens (or finds) the DM or group DM with `users` (`conversations.open`); returns its id.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Command, Ctx, safe_text};
+    ///
+    /// let _app = App::new().command("/page", |ctx: Ctx, cmd: Command| async move {
+    ///     ctx.ack(Ack::ephemeral("Paging the on-call…")).await?;
+    ///     // A group DM of the caller and the on-call engineer.
+    ///     let dm = ctx.open_conversation(&[cmd.user_id.as_str(), "U0ONCALL01"]).await?;
+    ///     ctx.post(&dm, format!("Page: {}", safe_text(&cmd.text))).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn open_conversation(&self, users: &[&str]) -> Result<String, Error> {
         let args = json!({"users": users.join(",")});
         let answer = self
@@ -612,6 +948,21 @@ impl Ctx {
     /// Any other write method of the Web API, as a step: `settle` says what a later claim does
     /// when this call's fate is unknown ([`Settle::Idempotent`]: call again;
     /// [`Settle::AtMostOnce`]: not again). Returns Slack's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use slack_once::app::{Ack, App, Command, Ctx, Settle, safe_text};
+    ///
+    /// let _app = App::new().command("/topic", |ctx: Ctx, cmd: Command| async move {
+    ///     ctx.ack(Ack::empty()).await?;
+    ///     let args = json!({"channel": cmd.channel_id, "topic": safe_text(&cmd.text)});
+    ///     // The same topic set twice is the same topic: safe to make again.
+    ///     ctx.call("conversations.setTopic", args, Settle::Idempotent).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn call(
         &self,
         method: &str,
@@ -629,6 +980,20 @@ impl Ctx {
     /// followed only if it is Slack's (https on `hooks.slack.com`, or the local stand-in named
     /// by `SLACK_API_URL`): any other is refused before any connection, and the event ends
     /// `failed` (`response_url_refused`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Command, Ctx, Respond};
+    ///
+    /// let _app = App::new().command("/lunch", |ctx: Ctx, cmd: Command| async move {
+    ///     ctx.ack(Ack::empty()).await?;
+    ///     let invite = format!("<@{}> is going for lunch at noon: who's in?", cmd.user_id);
+    ///     ctx.respond(Respond::in_channel(invite)).await?; // everyone sees it
+    ///     ctx.respond("Invite posted.").await?; // a bare string: only the user sees it
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn respond(&self, response: impl Into<Respond>) -> Result<(), Error> {
         let response = response.into();
         self.response_url()?;
@@ -671,12 +1036,52 @@ impl Ctx {
     /// acknowledgement (and on a deferred worker) the call is not made and fails with
     /// `expired_trigger_id`. A takeover that does not know whether an earlier run opened it
     /// asks again: the same `trigger_id` cannot open a second one (`exchanged_trigger_id`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use slack_once::app::{Ack, App, Ctx, Shortcut};
+    ///
+    /// let _app = App::new().shortcut("new_ticket", |ctx: Ctx, _s: Shortcut| async move {
+    ///     let view = json!({
+    ///         "type": "modal",
+    ///         "callback_id": "ticket_modal",
+    ///         "title": {"type": "plain_text", "text": "New ticket"},
+    ///         "submit": {"type": "plain_text", "text": "File"},
+    ///         "blocks": [{
+    ///             "type": "input",
+    ///             "block_id": "summary",
+    ///             "label": {"type": "plain_text", "text": "Summary"},
+    ///             "element": {"type": "plain_text_input", "action_id": "summary_text"}
+    ///         }]
+    ///     });
+    ///     ctx.open_view(view).await?; // before the acknowledgement: the trigger_id lives 3 s
+    ///     ctx.ack(Ack::empty()).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn open_view(&self, view: Value) -> Result<String, Error> {
         self.trigger_view("views.open", view).await
     }
 
     /// Pushes a view onto the open modal's stack with the request's `trigger_id`
     /// (`views.push`), under the same rules as [`Ctx::open_view`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, BlockAction, Ctx, blocks};
+    ///
+    /// // A button in a modal: a confirmation on top of it.
+    /// let _app = App::new().action("delete_ticket", |ctx: Ctx, _click: BlockAction| async move {
+    ///     let warning = blocks::section("Delete the ticket? This cannot be undone.");
+    ///     let confirm = blocks::modal("confirm_delete", "Delete?", "Delete", [warning]);
+    ///     ctx.push_view(confirm.into()).await?;
+    ///     ctx.ack(Ack::empty()).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn push_view(&self, view: Value) -> Result<String, Error> {
         self.trigger_view("views.push", view).await
     }
@@ -701,6 +1106,24 @@ impl Ctx {
     }
 
     /// Replaces the view `view_id` (`views.update`): made again harmlessly on a takeover.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, BlockAction, Ctx, blocks};
+    ///
+    /// let _app = App::new().action("add_item", |ctx: Ctx, click: BlockAction| async move {
+    ///     let Some(view_id) = &click.view_id else {
+    ///         return Ok(()); // not in a modal
+    ///     };
+    ///     let view = blocks::modal("order_modal", "Order", "Send", [
+    ///         blocks::input("item_1", "Item", blocks::text_input("item")),
+    ///         blocks::input("item_2", "Another item", blocks::text_input("item")),
+    ///     ]);
+    ///     ctx.update_view(view_id, view.into()).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn update_view(&self, view_id: &str, view: Value) -> Result<(), Error> {
         let args = json!({"view_id": view_id, "view": view});
         self.step(
@@ -723,6 +1146,20 @@ impl Ctx {
     /// step like a write: `name` must be the same, at the same place, each time the listener
     /// runs. A result larger than [`crate::journal::MAX_REMEMBERED_BYTES`] serialised is not remembered (a
     /// warning says so): a later run computes it again.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    /// # async fn ask_model(question: &str) -> String { format!("You asked: {question}") }
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     // Asked once: a later run of the listener gets the remembered answer.
+    ///     let answer: String = ctx.remember("answer", ask_model(&q.text)).await?;
+    ///     ctx.reply(answer).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn remember<T, F>(&self, name: &str, compute: F) -> Result<T, Error>
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
@@ -742,6 +1179,22 @@ impl Ctx {
 
     /// Any read method (`users.info`, `conversations.info`, `conversations.replies`…), not
     /// journaled: it runs again each time the listener does.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use slack_once::app::{App, AppMention, Ctx};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, m: AppMention| async move {
+    ///     let thread = m.thread_ts.as_deref().unwrap_or(&m.ts);
+    ///     let args = json!({"channel": m.channel, "ts": thread, "limit": 200});
+    ///     let replies = ctx.read("conversations.replies", args).await?;
+    ///     let n = replies["messages"].as_array().map_or(0, Vec::len);
+    ///     ctx.reply(format!("This thread has {n} messages.")).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn read(&self, method: &str, args: Value) -> Result<Value, Error> {
         self.inner
             .slack
@@ -793,12 +1246,41 @@ impl Ctx {
     }
 
     /// `users.info`: the user object.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, m: AppMention| async move {
+    ///     let Some(user) = &m.user else {
+    ///         return Ok(());
+    ///     };
+    ///     let profile = ctx.user_info(user).await?;
+    ///     let tz = profile["tz"].as_str().unwrap_or("UTC");
+    ///     ctx.reply(format!("Your time zone is {tz}.")).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn user_info(&self, user: &str) -> Result<Value, Error> {
         let answer = self.read("users.info", json!({"user": user})).await?;
         Ok(answer["user"].clone())
     }
 
     /// `conversations.info`: the channel object.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx, safe_text};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, m: AppMention| async move {
+    ///     let channel = ctx.conversation_info(&m.channel).await?;
+    ///     let purpose = channel["purpose"]["value"].as_str().unwrap_or_default();
+    ///     ctx.reply(format!("This channel is for: {}", safe_text(purpose))).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn conversation_info(&self, channel: &str) -> Result<Value, Error> {
         let answer = self
             .read("conversations.info", json!({"channel": channel}))

@@ -144,6 +144,22 @@ impl Listener {
     /// Any event of type `kind`, untyped ([`Event`], with the whole event as `raw`). For
     /// `message` and `app_mention` it takes the message as the typed listeners do (any message
     /// from a person; one that mentions the bot), with the event that carried it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Listener};
+    /// use slack_once::envelope::Event;
+    ///
+    /// // `emoji_changed` has no typed listener: its fields are in `raw`.
+    /// let new_emoji = Listener::event("emoji_changed", |ctx: Ctx, e: Event| async move {
+    ///     if let (Some("add"), Some(name)) = (e.subtype.as_deref(), e.raw["name"].as_str()) {
+    ///         ctx.post("C0123EMOJI", format!("New emoji: :{name}:")).await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(new_emoji);
+    /// ```
     pub fn event<F, Fut>(kind: &str, handler: F) -> Self
     where
         F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
@@ -167,6 +183,20 @@ impl Listener {
     /// Every event (after the bot's own are skipped), untyped: a catch-all, for logging or for
     /// event types without a typed listener. A message is taken once, whichever of its events
     /// carries it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Listener};
+    /// use slack_once::envelope::Event;
+    ///
+    /// let audit = Listener::any_event(|ctx: Ctx, e: Event| async move {
+    ///     let channel = e.channel.as_deref().unwrap_or("-");
+    ///     tracing::info!(kind = %e.kind, channel, team = ctx.team(), "event");
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(audit.including_bots());
+    /// ```
     pub fn any_event<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
@@ -182,6 +212,19 @@ impl Listener {
     /// A message that mentions the bot: an `app_mention`, or a `message` event whose text
     /// mentions the bot user (Slack sends both for one message when the app subscribes to
     /// both; either one runs this listener, once).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx, Listener};
+    ///
+    /// let help = Listener::app_mention(|ctx: Ctx, m: AppMention| async move {
+    ///     let user = m.user.as_deref().unwrap_or("there");
+    ///     ctx.reply(format!("Hi <@{user}>! Say `deploy <service>` to ship.")).await?;
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(help);
+    /// ```
     pub fn app_mention<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, AppMention) -> Fut + Send + Sync + 'static,
@@ -203,6 +246,19 @@ impl Listener {
     ///
     /// Panics if `pattern` is not a valid regular expression: it is checked when the app is
     /// built, not when a message arrives.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, HandlerResult, Listener, MessageEvent};
+    ///
+    /// async fn rocket(ctx: Ctx, m: MessageEvent) -> HandlerResult {
+    ///     ctx.react(&m.channel, &m.ts, "rocket").await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let _app = App::new().listen(Listener::message(r"(?i)\bship(ped|ping)?\b", rocket));
+    /// ```
     pub fn message<F, Fut>(pattern: &str, handler: F) -> Self
     where
         F: Fn(Ctx, MessageEvent) -> Fut + Send + Sync + 'static,
@@ -226,6 +282,22 @@ impl Listener {
     }
 
     /// Messages from people (see [`MessageEvent`]) for which `predicate` holds.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Listener, MessageEvent};
+    ///
+    /// // Replies in threads (not the threads' parents).
+    /// let replies = Listener::message_where(
+    ///     |m: &MessageEvent| m.thread_ts.as_deref().is_some_and(|t| t != m.ts),
+    ///     |ctx: Ctx, m: MessageEvent| async move {
+    ///         ctx.react(&m.channel, &m.ts, "speech_balloon").await?;
+    ///         Ok(())
+    ///     },
+    /// );
+    /// let _app = App::new().listen(replies);
+    /// ```
     pub fn message_where<P, F, Fut>(predicate: P, handler: F) -> Self
     where
         P: Fn(&MessageEvent) -> bool + Send + Sync + 'static,
@@ -243,6 +315,23 @@ impl Listener {
     }
 
     /// A reaction added to a message or a file (`reaction_added`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Listener, Reaction};
+    ///
+    /// let heart = Listener::reaction_added(|ctx: Ctx, r: Reaction| async move {
+    ///     let (Some(channel), Some(ts)) = (&r.item.channel, &r.item.ts) else {
+    ///         return Ok(()); // a reaction to a file
+    ///     };
+    ///     if r.reaction == "pray" {
+    ///         ctx.react(channel, ts, "heart").await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(heart);
+    /// ```
     pub fn reaction_added<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, Reaction) -> Fut + Send + Sync + 'static,
@@ -252,6 +341,23 @@ impl Listener {
     }
 
     /// A reaction removed from a message or a file (`reaction_removed`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Listener, Reaction};
+    ///
+    /// let unheart = Listener::reaction_removed(|ctx: Ctx, r: Reaction| async move {
+    ///     let (Some(channel), Some(ts)) = (&r.item.channel, &r.item.ts) else {
+    ///         return Ok(());
+    ///     };
+    ///     if r.reaction == "pray" {
+    ///         ctx.unreact(channel, ts, "heart").await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(unheart);
+    /// ```
     pub fn reaction_removed<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, Reaction) -> Fut + Send + Sync + 'static,
@@ -261,6 +367,20 @@ impl Listener {
     }
 
     /// Someone joined a conversation, the bot included (`member_joined_channel`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Listener, MemberJoinedChannel};
+    ///
+    /// let thanks = Listener::member_joined_channel(|ctx: Ctx, j: MemberJoinedChannel| async move {
+    ///     if let (Some(channel), Some(inviter)) = (&j.channel, &j.inviter) {
+    ///         ctx.post_ephemeral(channel, inviter, "Thanks for bringing them in!").await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(thanks);
+    /// ```
     pub fn member_joined_channel<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, MemberJoinedChannel) -> Fut + Send + Sync + 'static,
@@ -270,6 +390,24 @@ impl Listener {
     }
 
     /// Someone opened one of the app's tabs (`app_home_opened`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use slack_once::app::{App, AppHomeOpened, Ctx, Listener, Settle, blocks};
+    ///
+    /// let home = Listener::app_home_opened(|ctx: Ctx, open: AppHomeOpened| async move {
+    ///     let (Some(user), Some("home")) = (&open.user, open.tab.as_deref()) else {
+    ///         return Ok(());
+    ///     };
+    ///     let view = json!({"type": "home", "blocks": [blocks::header("Your deploys")]});
+    ///     let args = json!({"user_id": user, "view": view});
+    ///     ctx.call("views.publish", args, Settle::Idempotent).await?;
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(home);
+    /// ```
     pub fn app_home_opened<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, AppHomeOpened) -> Fut + Send + Sync + 'static,
@@ -279,6 +417,21 @@ impl Listener {
     }
 
     /// A new member joined the workspace (`team_join`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Listener, TeamJoin};
+    ///
+    /// let introduce = Listener::team_join(|ctx: Ctx, join: TeamJoin| async move {
+    ///     if !join.user.is_bot {
+    ///         let hello = format!("Please welcome <@{}> :wave:", join.user.id);
+    ///         ctx.post("C0INTROS01", hello).await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(introduce);
+    /// ```
     pub fn team_join<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, TeamJoin) -> Fut + Send + Sync + 'static,
@@ -290,6 +443,22 @@ impl Listener {
     /// An assistant thread started: `assistant_thread_started`, or the agent view's
     /// `app_home_opened` with `tab: "messages"`. Claimed once per thread (its channel and
     /// `thread_ts`), whichever events carry it; an agent view's opening once per event.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AssistantThread, Ctx, Listener};
+    ///
+    /// // Through `App::listen` the threads' contexts are not kept (`App::assistant_thread_started`
+    /// // keeps them, for `Ctx::thread_context`).
+    /// let started = Listener::assistant_thread_started(|ctx: Ctx, t: AssistantThread| async move {
+    ///     if let Some(ts) = t.thread_ts.as_deref() {
+    ///         ctx.set_title(&t.channel_id, ts, "New conversation").await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(started);
+    /// ```
     pub fn assistant_thread_started<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
@@ -310,6 +479,20 @@ impl Listener {
     }
 
     /// The user switched the channel they are looking at (`assistant_thread_context_changed`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AssistantThread, Ctx, Listener};
+    ///
+    /// let moved = Listener::assistant_thread_context_changed(
+    ///     |_ctx: Ctx, t: AssistantThread| async move {
+    ///         tracing::info!(thread = t.thread_ts.as_deref(), context = ?t.context, "moved");
+    ///         Ok(())
+    ///     },
+    /// );
+    /// let _app = App::new().listen(moved);
+    /// ```
     pub fn assistant_thread_context_changed<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
@@ -330,6 +513,18 @@ impl Listener {
     }
 
     /// A channel was created (`channel_created`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, ChannelCreated, Ctx, Listener};
+    ///
+    /// let announce = Listener::channel_created(|ctx: Ctx, c: ChannelCreated| async move {
+    ///     ctx.post("C0CHANLOG1", format!("New channel: <#{}>", c.channel.id)).await?;
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(announce);
+    /// ```
     pub fn channel_created<F, Fut>(handler: F) -> Self
     where
         F: Fn(Ctx, ChannelCreated) -> Fut + Send + Sync + 'static,
@@ -341,6 +536,19 @@ impl Listener {
     /// Claims the events this listener takes by their `event_id` alone, not by the identity
     /// of the message they carry: every event of one message then runs it, each once, under a
     /// claim of its own (the other listeners of the message keep theirs).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx, Listener};
+    ///
+    /// // A line per delivery: the mention's `app_mention` and its `message` event each log one.
+    /// let log = Listener::app_mention(|ctx: Ctx, m: AppMention| async move {
+    ///     tracing::info!(event_id = ctx.event_id(), ts = %m.ts, "mention delivered");
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(log.per_event_id());
+    /// ```
     pub fn per_event_id(mut self) -> Self {
         self.per_event_id = true;
         self
@@ -348,6 +556,21 @@ impl Listener {
 
     /// Also hears messages of other bots and of workflows (never the bot's own). Mind loops:
     /// two bots that answer each other's messages answer forever.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Listener, MessageEvent};
+    ///
+    /// // The monitoring bot's alerts get a thread for the on-call's notes.
+    /// let alerts = Listener::message(r"^\[ALERT\]", |ctx: Ctx, m: MessageEvent| async move {
+    ///     if m.is_from_bot() {
+    ///         ctx.reply("On-call: notes in this thread, please.").await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(alerts.including_bots());
+    /// ```
     pub fn including_bots(mut self) -> Self {
         self.including_bots = true;
         self
@@ -446,12 +669,40 @@ impl App {
     }
 
     /// Adds a listener (for one built with options, such as [`Listener::per_event_id`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, HandlerResult, Listener, MessageEvent, safe_text};
+    ///
+    /// async fn echo(ctx: Ctx, m: MessageEvent) -> HandlerResult {
+    ///     ctx.reply(format!("Heard: {}", safe_text(&m.text))).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let _app = App::new().listen(Listener::message(r"^echo ", echo).including_bots());
+    /// ```
     pub fn listen(mut self, listener: Listener) -> Self {
         self.listeners.push(listener);
         self
     }
 
     /// See [`Listener::event`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx};
+    /// use slack_once::envelope::Event;
+    ///
+    /// let _app = App::new().event("pin_added", |ctx: Ctx, e: Event| async move {
+    ///     let channel = e.raw["channel_id"].as_str();
+    ///     if let (Some(channel), Some(user)) = (channel, e.user.as_deref()) {
+    ///         ctx.post(channel, format!("<@{user}> pinned a message :pushpin:")).await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn event<F, Fut>(self, kind: &str, handler: F) -> Self
     where
         F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
@@ -461,6 +712,18 @@ impl App {
     }
 
     /// See [`Listener::any_event`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx};
+    /// use slack_once::envelope::Event;
+    ///
+    /// let _app = App::new().any_event(|ctx: Ctx, e: Event| async move {
+    ///     tracing::info!(kind = %e.kind, event_id = ctx.event_id(), "heard");
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn any_event<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
@@ -470,6 +733,19 @@ impl App {
     }
 
     /// See `Listener::app_mention`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppMention, Ctx, Message, blocks};
+    ///
+    /// let _app = App::new().app_mention(|ctx: Ctx, m: AppMention| async move {
+    ///     let user = m.user.as_deref().unwrap_or("there");
+    ///     let section = blocks::section(format!("On it, <@{user}> :runner:"));
+    ///     ctx.reply(Message::text("On it.").blocks([section])).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn app_mention<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, AppMention) -> Fut + Send + Sync + 'static,
@@ -479,6 +755,19 @@ impl App {
     }
 
     /// See [`Listener::message`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new()
+    ///     .message(r"(?i)^status ([a-z0-9-]+)$", |ctx: Ctx, m: MessageEvent| async move {
+    ///         let service = m.capture(1).unwrap_or_default();
+    ///         ctx.say(format!("{service} is up :large_green_circle:")).await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub fn message<F, Fut>(self, pattern: &str, handler: F) -> Self
     where
         F: Fn(Ctx, MessageEvent) -> Fut + Send + Sync + 'static,
@@ -488,6 +777,20 @@ impl App {
     }
 
     /// See [`Listener::message_where`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new().message_where(
+    ///     |m: &MessageEvent| m.is_dm() && !m.files.is_empty(),
+    ///     |ctx: Ctx, m: MessageEvent| async move {
+    ///         ctx.reply(format!("Got {} file(s): filing them.", m.files.len())).await?;
+    ///         Ok(())
+    ///     },
+    /// );
+    /// ```
     pub fn message_where<P, F, Fut>(self, predicate: P, handler: F) -> Self
     where
         P: Fn(&MessageEvent) -> bool + Send + Sync + 'static,
@@ -498,6 +801,22 @@ impl App {
     }
 
     /// See `Listener::reaction_added`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Message, Reaction};
+    ///
+    /// let _app = App::new().reaction_added(|ctx: Ctx, r: Reaction| async move {
+    ///     let (Some(channel), Some(ts)) = (&r.item.channel, &r.item.ts) else {
+    ///         return Ok(());
+    ///     };
+    ///     if r.reaction == "white_check_mark" {
+    ///         ctx.post(channel, Message::text("Marked done :tada:").in_thread(ts)).await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn reaction_added<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, Reaction) -> Fut + Send + Sync + 'static,
@@ -507,6 +826,22 @@ impl App {
     }
 
     /// See `Listener::reaction_removed`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Message, Reaction};
+    ///
+    /// let _app = App::new().reaction_removed(|ctx: Ctx, r: Reaction| async move {
+    ///     let (Some(channel), Some(ts)) = (&r.item.channel, &r.item.ts) else {
+    ///         return Ok(());
+    ///     };
+    ///     if r.reaction == "white_check_mark" {
+    ///         ctx.post(channel, Message::text("Reopened :repeat:").in_thread(ts)).await?;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn reaction_removed<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, Reaction) -> Fut + Send + Sync + 'static,
@@ -516,6 +851,22 @@ impl App {
     }
 
     /// See `Listener::member_joined_channel`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MemberJoinedChannel};
+    ///
+    /// let _app = App::new()
+    ///     .member_joined_channel(|ctx: Ctx, j: MemberJoinedChannel| async move {
+    ///         let (Some(user), Some(channel)) = (&j.user, &j.channel) else {
+    ///             return Ok(());
+    ///         };
+    ///         let rules = "Welcome! Please read the pinned message before posting.";
+    ///         ctx.post_ephemeral(channel, user, rules).await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub fn member_joined_channel<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, MemberJoinedChannel) -> Fut + Send + Sync + 'static,
@@ -525,6 +876,23 @@ impl App {
     }
 
     /// See `Listener::app_home_opened`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use slack_once::app::{App, AppHomeOpened, Ctx, Settle, blocks};
+    ///
+    /// let _app = App::new().app_home_opened(|ctx: Ctx, open: AppHomeOpened| async move {
+    ///     let (Some(user), Some("home")) = (&open.user, open.tab.as_deref()) else {
+    ///         return Ok(());
+    ///     };
+    ///     let hello = blocks::section(format!("Hi <@{user}> :wave: Mention me in any channel."));
+    ///     let args = json!({"user_id": user, "view": {"type": "home", "blocks": [hello]}});
+    ///     ctx.call("views.publish", args, Settle::Idempotent).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn app_home_opened<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, AppHomeOpened) -> Fut + Send + Sync + 'static,
@@ -534,6 +902,21 @@ impl App {
     }
 
     /// See `Listener::team_join`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, TeamJoin};
+    ///
+    /// let _app = App::new().team_join(|ctx: Ctx, join: TeamJoin| async move {
+    ///     if join.user.is_bot {
+    ///         return Ok(());
+    ///     }
+    ///     let dm = ctx.open_conversation(&[join.user.id.as_str()]).await?;
+    ///     ctx.post(&dm, "Welcome aboard! Say *help* in any channel I am in.").await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn team_join<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, TeamJoin) -> Fut + Send + Sync + 'static,
@@ -543,6 +926,21 @@ impl App {
     }
 
     /// See [`Listener::assistant_thread_started`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AssistantThread, Ctx, Message};
+    ///
+    /// let _app = App::new().assistant_thread_started(|ctx: Ctx, t: AssistantThread| async move {
+    ///     let Some(ts) = t.thread_ts.as_deref() else {
+    ///         return Ok(()); // the agent view: no thread until the user writes
+    ///     };
+    ///     let hello = Message::text("Hi! What can I help with?").in_thread(ts);
+    ///     ctx.post(&t.channel_id, hello).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn assistant_thread_started<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
@@ -553,6 +951,24 @@ impl App {
     }
 
     /// See [`Listener::assistant_thread_context_changed`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AssistantThread, Ctx};
+    ///
+    /// let _app = App::new()
+    ///     .assistant_thread_context_changed(|ctx: Ctx, t: AssistantThread| async move {
+    ///         let here = t.context.as_ref().and_then(|c| c["channel_id"].as_str());
+    ///         let (Some(channel), Some(ts)) = (here, t.thread_ts.as_deref()) else {
+    ///             return Ok(());
+    ///         };
+    ///         let ask = format!("Summarise <#{channel}>");
+    ///         let prompts = [("Summarise this channel", ask.as_str())];
+    ///         ctx.set_suggested_prompts(&t.channel_id, ts, None, &prompts).await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub fn assistant_thread_context_changed<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(Ctx, AssistantThread) -> Fut + Send + Sync + 'static,
@@ -565,6 +981,18 @@ impl App {
     /// A person's message to the assistant: any direct message from a person (in an assistant
     /// thread or the agent view's DM), as [`App::message_where`] with [`MessageEvent::is_dm`].
     /// Answer in its thread ([`MessageEvent::thread`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent, safe_text};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     ctx.set_status(&q.channel, q.thread(), "is thinking…", &[]).await?;
+    ///     ctx.reply(format!("You asked: {}", safe_text(&q.text))).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn assistant_message<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(Ctx, MessageEvent) -> Fut + Send + Sync + 'static,
@@ -580,6 +1008,20 @@ impl App {
     }
 
     /// See `Listener::channel_created`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, ChannelCreated, Ctx};
+    ///
+    /// let _app = App::new().channel_created(|ctx: Ctx, c: ChannelCreated| async move {
+    ///     if let Some(creator) = &c.channel.creator {
+    ///         let tip = format!("Thanks for creating <#{}>! `/invite` me to help.", c.channel.id);
+    ///         ctx.post(creator, tip).await?; // a post to a user lands in the bot's DM with them
+    ///     }
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn channel_created<F, Fut>(self, handler: F) -> Self
     where
         F: Fn(Ctx, ChannelCreated) -> Fut + Send + Sync + 'static,
@@ -589,12 +1031,37 @@ impl App {
     }
 
     /// Adds a listener of a command, an action, a view, a shortcut or a suggestion.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Command, Ctx, InteractiveListener};
+    ///
+    /// let help = InteractiveListener::command("/help", |ctx: Ctx, _cmd: Command| async move {
+    ///     ctx.ack(Ack::ephemeral("Try `/deploy <service>`, or mention me.")).await?;
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen_interactive(help);
+    /// ```
     pub fn listen_interactive(mut self, listener: InteractiveListener) -> Self {
         self.interactive.push(listener);
         self
     }
 
     /// A slash command by name (`"/once"`). See [`interactive`](self) for when its work runs.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Command, Ctx, safe_text};
+    ///
+    /// let _app = App::new().command("/deploy", |ctx: Ctx, cmd: Command| async move {
+    ///     let service = safe_text(&cmd.text);
+    ///     ctx.ack(Ack::ephemeral(format!("Deploying {service}…"))).await?;
+    ///     ctx.post(&cmd.channel_id, format!("<@{}> deployed {service}", cmd.user_id)).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn command<F, Fut>(self, name: &str, handler: F) -> Self
     where
         F: Fn(Ctx, Command) -> Fut + Send + Sync + 'static,
@@ -604,6 +1071,26 @@ impl App {
     }
 
     /// A block action (a button, a select…) by its `action_id`: a string, or a [`regex::Regex`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use regex::Regex;
+    /// use slack_once::app::{App, BlockAction, Ctx, Respond};
+    ///
+    /// let vote = Regex::new(r"^vote_\d+$").expect("a valid pattern"); // vote_0, vote_1…
+    /// let _app = App::new()
+    ///     .action("approve", |ctx: Ctx, click: BlockAction| async move {
+    ///         let done = format!("Approved by <@{}> :white_check_mark:", click.user_id);
+    ///         ctx.respond(Respond::replace(done)).await?;
+    ///         Ok(())
+    ///     })
+    ///     .action(vote, |ctx: Ctx, click: BlockAction| async move {
+    ///         let option = click.value.unwrap_or_default();
+    ///         ctx.respond(format!("Your vote for {option} is counted.")).await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub fn action<F, Fut>(self, action_id: impl Into<Selector>, handler: F) -> Self
     where
         F: Fn(Ctx, BlockAction) -> Fut + Send + Sync + 'static,
@@ -613,6 +1100,24 @@ impl App {
     }
 
     /// A block action by its `block_id` and `action_id`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, BlockAction, Ctx};
+    ///
+    /// // `close` in the ticket's block only (other blocks have a `close` of their own).
+    /// let _app = App::new().block_action(
+    ///     "ticket_actions",
+    ///     "close",
+    ///     |ctx: Ctx, click: BlockAction| async move {
+    ///         if let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) {
+    ///             ctx.update(channel, ts, format!("Closed by <@{}>", click.user_id)).await?;
+    ///         }
+    ///         Ok(())
+    ///     },
+    /// );
+    /// ```
     pub fn block_action<F, Fut>(
         self,
         block_id: impl Into<Selector>,
@@ -632,6 +1137,23 @@ impl App {
 
     /// A modal submitted, by its `callback_id`: acknowledge with [`Ack::errors`] to keep it
     /// open, [`Ack::update_view`], [`Ack::push_view`], [`Ack::clear`], or nothing to close it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Ctx, ViewSubmission, safe_text};
+    ///
+    /// let _app = App::new()
+    ///     .view_submission("feedback_modal", |ctx: Ctx, view: ViewSubmission| async move {
+    ///         let Some(text) = view.values.get("feedback", "feedback_text") else {
+    ///             ctx.ack(Ack::errors([("feedback", "Tell us something")])).await?;
+    ///             return Ok(());
+    ///         };
+    ///         ctx.ack(Ack::empty()).await?;
+    ///         ctx.post("C0FEEDBACK", format!("Feedback: {}", safe_text(&text))).await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub fn view_submission<F, Fut>(self, callback_id: impl Into<Selector>, handler: F) -> Self
     where
         F: Fn(Ctx, ViewSubmission) -> Fut + Send + Sync + 'static,
@@ -645,6 +1167,19 @@ impl App {
     }
 
     /// A modal closed by the user (its view must set `notify_on_close`), by `callback_id`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, ViewSubmission};
+    ///
+    /// // The modal's view sets `"notify_on_close": true`.
+    /// let _app = App::new()
+    ///     .view_closed("feedback_modal", |ctx: Ctx, view: ViewSubmission| async move {
+    ///         ctx.post(&view.user_id, "No worries: `/feedback` opens the form again.").await?;
+    ///         Ok(())
+    ///     });
+    /// ```
     pub fn view_closed<F, Fut>(self, callback_id: impl Into<Selector>, handler: F) -> Self
     where
         F: Fn(Ctx, ViewSubmission) -> Fut + Send + Sync + 'static,
@@ -654,6 +1189,20 @@ impl App {
     }
 
     /// A global shortcut, by `callback_id`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Ctx, Shortcut, blocks};
+    ///
+    /// let _app = App::new().shortcut("new_ticket", |ctx: Ctx, _s: Shortcut| async move {
+    ///     let summary = blocks::input("summary", "Summary", blocks::text_input("summary_text"));
+    ///     let view = blocks::modal("ticket_modal", "New ticket", "File", [summary]);
+    ///     ctx.open_view(view.into()).await?; // before the acknowledgement
+    ///     ctx.ack(Ack::empty()).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn shortcut<F, Fut>(self, callback_id: impl Into<Selector>, handler: F) -> Self
     where
         F: Fn(Ctx, Shortcut) -> Fut + Send + Sync + 'static,
@@ -667,6 +1216,20 @@ impl App {
     }
 
     /// A message shortcut, by `callback_id`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Shortcut, safe_text};
+    ///
+    /// let _app = App::new().message_shortcut("file_ticket", |ctx: Ctx, s: Shortcut| async move {
+    ///     let text = s.message.as_ref().and_then(|m| m["text"].as_str()).unwrap_or_default();
+    ///     let ticket = format!("Ticket from <@{}>: {}", s.user_id, safe_text(text));
+    ///     ctx.post("C0TICKETS1", ticket).await?;
+    ///     ctx.respond("Filed :ticket:").await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn message_shortcut<F, Fut>(self, callback_id: impl Into<Selector>, handler: F) -> Self
     where
         F: Fn(Ctx, Shortcut) -> Fut + Send + Sync + 'static,
@@ -680,6 +1243,20 @@ impl App {
     }
 
     /// An external select's options, by `action_id`: acknowledge with [`Ack::options`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{Ack, App, Ctx, OptionsRequest};
+    ///
+    /// let _app = App::new().options("team_select", |ctx: Ctx, q: OptionsRequest| async move {
+    ///     let typed = q.value.to_lowercase();
+    ///     let teams = ["payments", "platform", "search", "support"];
+    ///     let matching = teams.into_iter().filter(|t| t.contains(typed.as_str()));
+    ///     ctx.ack(Ack::options(matching.map(|t| (t, t)))).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub fn options<F, Fut>(self, action_id: impl Into<Selector>, handler: F) -> Self
     where
         F: Fn(Ctx, OptionsRequest) -> Fut + Send + Sync + 'static,

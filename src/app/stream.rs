@@ -59,6 +59,21 @@ impl Ctx {
     /// refuses (`user_not_found`, as for a Slack Connect author of another organisation)
     /// starts no stream: appends do nothing and [`Stream::finish`] posts the whole answer in
     /// the thread. See the module's documentation for how a later run finishes the same stream.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     // Outside a DM Slack asks for the recipient: the author, and the author's team.
+    ///     let recipient = q.user.as_deref().zip(q.user_team().or(ctx.team()));
+    ///     let mut stream = ctx.stream(&q.channel, q.thread(), recipient).await?;
+    ///     stream.append("Looking that up… ").await;
+    ///     stream.finish("Deploys run at 10:00 and 15:00 UTC.", None).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn stream(
         &self,
         channel: &str,
@@ -128,6 +143,23 @@ impl Stream {
     /// Appends `text` (buffered: sent by [`APPEND_BUFFER_CHARS`]). An append Slack refuses
     /// (the stream expired: `message_not_in_streaming_state`, or any failure) ends the
     /// appending: the end replaces the message with the final text.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     let mut stream = ctx.stream(&q.channel, q.thread(), None).await?;
+    ///     let mut answer = String::new();
+    ///     for word in ["Exactly", " once,", " however", " often", " Slack", " retries."] {
+    ///         answer.push_str(word);
+    ///         stream.append(word).await; // sent APPEND_BUFFER_CHARS at a time
+    ///     }
+    ///     stream.finish(&answer, None).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn append(&mut self, text: &str) {
         self.buffer.push_str(text);
         if self.buffer.chars().count() >= APPEND_BUFFER_CHARS {
@@ -171,6 +203,26 @@ impl Stream {
     /// names in the message's metadata: no later look-up takes it for another stream.
     ///
     /// Returns the answer message's `ts` (the stream's, or the post's).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use slack_once::app::{App, Ctx, MessageEvent, blocks};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     let answer = "Deploys run at **10:00** and **15:00** UTC.";
+    ///     let mut stream = ctx.stream(&q.channel, q.thread(), None).await?;
+    ///     stream.append(answer).await;
+    ///     let shown = vec![
+    ///         json!({"type": "markdown", "text": answer}),
+    ///         blocks::actions([blocks::button("Helpful", "answer_helpful", "yes")]),
+    ///     ];
+    ///     let ts = stream.finish(answer, Some(shown)).await?;
+    ///     tracing::info!(%ts, "answered");
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn finish(mut self, text: &str, blocks: Option<Vec<Value>>) -> Result<String, Error> {
         if self.unconfirmed {
             tracing::warn!(
@@ -227,6 +279,20 @@ impl Ctx {
     /// `assistant.threads.setStatus`: the status under the thread's composer while the answer
     /// is made ("is thinking…"), with `loading_messages` shown in turn; an empty status clears
     /// it. Made again on a takeover (the same status twice).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     let loading = ["Reading the runbook…", "Writing…"];
+    ///     ctx.set_status(&q.channel, q.thread(), "is thinking…", &loading).await?;
+    ///     ctx.reply("Deploys run at 10:00 and 15:00 UTC.").await?;
+    ///     ctx.set_status(&q.channel, q.thread(), "", &[]).await?; // cleared
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn set_status(
         &self,
         channel: &str,
@@ -243,6 +309,24 @@ impl Ctx {
     }
 
     /// `assistant.threads.setSuggestedPrompts`: prompts (title, message) offered in the thread.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AssistantThread, Ctx};
+    ///
+    /// let _app = App::new().assistant_thread_started(|ctx: Ctx, t: AssistantThread| async move {
+    ///     let Some(ts) = t.thread_ts.as_deref() else {
+    ///         return Ok(()); // the agent view: no thread yet
+    ///     };
+    ///     let prompts = [
+    ///         ("When are deploys?", "When do deploys run?"),
+    ///         ("Help", "What can you do?"),
+    ///     ];
+    ///     ctx.set_suggested_prompts(&t.channel_id, ts, Some("Try one of these"), &prompts).await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn set_suggested_prompts(
         &self,
         channel: &str,
@@ -263,6 +347,20 @@ impl Ctx {
     }
 
     /// `assistant.threads.setTitle`: the thread's title in the history.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     // The thread is named in the history after the question.
+    ///     let title: String = q.text.chars().take(40).collect();
+    ///     ctx.set_title(&q.channel, q.thread(), &title).await?;
+    ///     ctx.reply("Let me look.").await?;
+    ///     Ok(())
+    /// });
+    /// ```
     pub async fn set_title(
         &self,
         channel: &str,
