@@ -6,4 +6,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
 export SQS_LOCAL_PORT="${SQS_LOCAL_PORT:-9324}"
+# The previous release's binary, for the tests in which it serves beside this one.
+if [ -z "${SLACK_ONCE_PREVIOUS_BIN:-}" ]; then
+  SLACK_ONCE_PREVIOUS_BIN="$(scripts/previous-release.sh)"
+  export SLACK_ONCE_PREVIOUS_BIN
+fi
 exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run cargo test --locked "$@"

@@ -1,5 +1,7 @@
-//! Deploy-time guarantees: old and new versions overlapping on one table answer each event
-//! once; the Slack app manifest subscribes to what the bot answers.
+//! Deploy-time guarantees: the previous release (its own binary, built from this repository's
+//! history by `scripts/previous-release.sh`) and this one overlapping on one table, and on one
+//! queue in deferred mode, answer each request once; the Slack app manifest subscribes to what
+//! the bot answers.
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use http::StatusCode;
 use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn old_and_new_versions_overlapping_on_one_table_answer_each_event_once() {
+async fn the_previous_release_and_this_one_overlapping_on_one_table_answer_each_event_once() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
@@ -23,7 +25,7 @@ async fn old_and_new_versions_overlapping_on_one_table_answer_each_event_once() 
         vars.push(("AWS_LAMBDA_FUNCTION_VERSION", v.to_string()));
         vars
     };
-    let old = BotProcess::spawn(&with_version("1"));
+    let old = BotProcess::spawn_previous(&[], &with_version("1"));
     let new = BotProcess::spawn(&with_version("2"));
     let http = HttpClient::default();
 
@@ -81,6 +83,169 @@ async fn old_and_new_versions_overlapping_on_one_table_answer_each_event_once() 
         2,
         "both versions answered some events: {versions:?}"
     );
+}
+
+/// `/once <text>` in C0001, answered through a response URL on `slack`, with a trigger of its
+/// own (a request's identity: Slack's retry of it carries the same).
+fn command(slack: &SlackStandin, text: &str) -> String {
+    let trigger = slack_once::testing::Workspace::trigger_id();
+    let url = format!(
+        "{}/commands/T0001/C0001/{}",
+        slack.origin(),
+        uuid::Uuid::new_v4().simple()
+    );
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("command", "/once"),
+            ("text", text),
+            ("team_id", "T0001"),
+            ("api_app_id", "A0001"),
+            ("user_id", "U0001"),
+            ("channel_id", "C0001"),
+            ("trigger_id", &trigger),
+            ("response_url", &url),
+        ])
+        .finish()
+}
+
+/// Delivers a command's form to `url`, signed now; Slack's retry of it when `retry` is set.
+async fn deliver_form(http: &HttpClient, url: &str, body: &str, retry: Option<u32>) -> Answer {
+    let mut headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+    headers[0].1 = "application/x-www-form-urlencoded".into();
+    if let Some(n) = retry {
+        headers.push(("x-slack-retry-num".into(), n.to_string()));
+        headers.push(("x-slack-retry-reason".into(), "http_timeout".into()));
+    }
+    http.request("POST", url, &headers, body.as_bytes().to_vec())
+        .await
+}
+
+/// How many of this app's messages in Slack contain `text`.
+fn said(slack: &SlackStandin, text: &str) -> usize {
+    slack
+        .posted()
+        .iter()
+        .filter(|p| p.body["text"].as_str().is_some_and(|t| t.contains(text)))
+        .count()
+}
+
+/// Deferred mode during a gradual deploy: the previous release's ingress and worker and this
+/// release's on one queue and one table. What this release's ingress queues, the previous
+/// release's worker answers, and the other way round; then, with both workers on the queue,
+/// each request and Slack's retry of it sent to different ingresses, every request is answered
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_release_and_this_one_share_a_queue_and_a_table_and_answer_each_request_once()
+{
+    let stack = DeferredStack::start(5).await;
+    let labelled = |mut vars: Vec<(&'static str, String)>, version: &str| {
+        vars.push(("AWS_LAMBDA_FUNCTION_VERSION", version.to_string()));
+        vars
+    };
+    let old_ingress = BotProcess::spawn_previous(&[], &labelled(stack.ingress_vars(), "1"));
+    let new_ingress = BotProcess::spawn(&labelled(stack.ingress_vars(), "2"));
+    let http = HttpClient::default();
+    let slack = &stack.slack;
+    // What (url, mention's event id, command's text) each phase sends.
+    let send = |ingress: String, other: String, tag: String| {
+        let http = http.clone();
+        let body = app_mention(&format!("Ev{tag}"), &format!("mention {tag}"));
+        let form = command(slack, &format!("command {tag}"));
+        async move {
+            for (url, retry) in [(&ingress, None), (&other, Some(1))] {
+                let answer = deliver(&http, url, &body, retry).await;
+                assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+                let answer = deliver_form(&http, url, &form, retry).await;
+                assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+            }
+        }
+    };
+    let answered = |tags: &[String]| {
+        tags.iter().all(|tag| {
+            said(slack, &format!("mention {tag}")) >= 1
+                && said(slack, &format!("command {tag}")) >= 1
+        })
+    };
+    let version_of = |tag: &str| -> Vec<String> {
+        slack
+            .posted()
+            .iter()
+            .filter(|p| {
+                p.body["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(&format!("mention {tag}")))
+            })
+            .map(|p| {
+                p.body["metadata"]["event_payload"]["slack_once"]["version"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect()
+    };
+
+    // This release's ingress queues (its retry reaching the previous release's); only the
+    // previous release's worker receives.
+    let tags: Vec<String> = (0..4).map(|i| format!("ToOld{i:02}")).collect();
+    for tag in &tags {
+        send(new_ingress.url(), old_ingress.url(), tag.clone()).await;
+    }
+    let mut old_worker =
+        BotProcess::spawn_previous(&["worker"], &labelled(stack.worker_vars(30, 5), "1"));
+    assert!(
+        eventually(Duration::from_secs(20), || answered(&tags)).await,
+        "the previous release's worker answered what this release queued: {:?}\n{}",
+        slack
+            .posted()
+            .iter()
+            .map(|p| p.body["text"].clone())
+            .collect::<Vec<_>>(),
+        old_worker.log.lock().unwrap().join("\n")
+    );
+    for tag in &tags {
+        assert_eq!(version_of(tag), ["1"], "{tag}");
+    }
+    old_worker.terminate();
+    let _ = old_worker.child.wait();
+
+    // The previous release's ingress queues; only this release's worker receives.
+    let back: Vec<String> = (0..4).map(|i| format!("ToNew{i:02}")).collect();
+    for tag in &back {
+        send(old_ingress.url(), new_ingress.url(), tag.clone()).await;
+    }
+    let new_worker = BotProcess::spawn_worker(&labelled(stack.worker_vars(30, 5), "2"));
+    assert!(
+        eventually(Duration::from_secs(20), || answered(&back)).await,
+        "this release's worker answered what the previous one queued\n{}",
+        new_worker.log.lock().unwrap().join("\n")
+    );
+    for tag in &back {
+        assert_eq!(version_of(tag), ["2"], "{tag}");
+    }
+
+    // Both workers on the queue, each request to one ingress and its retry to the other.
+    let _old_worker =
+        BotProcess::spawn_previous(&["worker"], &labelled(stack.worker_vars(30, 5), "1"));
+    let both: Vec<String> = (0..12).map(|i| format!("Both{i:02}")).collect();
+    for (i, tag) in both.iter().enumerate() {
+        let (first, second) = if i % 2 == 0 {
+            (old_ingress.url(), new_ingress.url())
+        } else {
+            (new_ingress.url(), old_ingress.url())
+        };
+        send(first, second, tag.clone()).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || answered(&both)).await,
+        "every request answered"
+    );
+    // Slack's retries and the queue's copies have all been taken by now, or find the requests
+    // done: nothing more comes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for tag in tags.iter().chain(&back).chain(&both) {
+        assert_eq!(said(slack, &format!("mention {tag}")), 1, "{tag}");
+        assert_eq!(said(slack, &format!("command {tag}")), 1, "{tag}");
+    }
 }
 
 #[test]

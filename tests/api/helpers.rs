@@ -1027,6 +1027,19 @@ impl BotProcess {
         Self::spawn_program(&binary, args, vars)
     }
 
+    /// Starts the previous release's binary (`args` may be `["worker"]`), which
+    /// `scripts/previous-release.sh` builds and `scripts/test.sh` names in
+    /// `SLACK_ONCE_PREVIOUS_BIN`.
+    pub fn spawn_previous(args: &[&str], vars: &[(&str, String)]) -> Self {
+        let binary = std::env::var_os("SLACK_ONCE_PREVIOUS_BIN").expect(
+            "SLACK_ONCE_PREVIOUS_BIN is not set: run the tests with scripts/test.sh, which \
+             builds the previous release's binary (scripts/previous-release.sh) and names it",
+        );
+        let binary = std::path::PathBuf::from(binary);
+        assert!(binary.exists(), "no binary at {}", binary.display());
+        Self::spawn_program(&binary, args, vars)
+    }
+
     fn spawn_with(args: &[&str], vars: &[(&str, String)]) -> Self {
         Self::spawn_program(
             std::path::Path::new(env!("CARGO_BIN_EXE_slack-once")),
