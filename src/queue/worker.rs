@@ -334,9 +334,9 @@ mod tests {
         let text = match v {
             1 => include_str!("../../tests/data/formats/previous/queue/v1_event.json"),
             2 => include_str!("../../tests/data/formats/previous/queue/v2_command.json"),
-            3 => include_str!(
-                "../../tests/data/formats/previous/queue/v3_command_unknown_step.json"
-            ),
+            3 => {
+                include_str!("../../tests/data/formats/previous/queue/v3_command_unknown_step.json")
+            }
             v => panic!("no fixture of format {v}: keep one for every format READS names"),
         };
         let text = text
