@@ -2,7 +2,9 @@
 //! work-queue messages, handled by this release's worker, and its ledger items, put as they are
 //! into DynamoDB Local and met by this release's worker. Each request is answered once, or not
 //! again when the item says it was; a format this release does not read is left on the queue,
-//! nothing written. The promise is in DEPLOY.md ("Formats, and the promise between releases").
+//! nothing written; a status or a journal record of a later release is taken for held, or
+//! looked for before writing again. The promise is in DEPLOY.md ("Formats, and the promise
+//! between releases").
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -275,4 +277,113 @@ async fn a_previous_releases_live_claim_is_left_to_its_owner() {
         Disposition::Leave
     ));
     assert!(replies(&rig).is_empty(), "{:?}", rig.slack.calls());
+}
+
+/// Updates the fixtures' message item by `set` (`#step` names the journal's step 1): what a
+/// later release might leave there.
+async fn rewrite_item(rig: &Rig, set: &str, values: &[(&str, AttributeValue)]) {
+    let mut update = dynamodb_client(&dynamodb_endpoint())
+        .update_item()
+        .table_name(&rig.table)
+        .key(
+            "pk",
+            AttributeValue::S("msg-T0001TEAM-C0789CHAN-1767225600_000100".into()),
+        )
+        .update_expression(set);
+    for (name, attr) in [
+        ("#status", "status"),
+        ("#lease", "lease_until"),
+        ("#journal", "journal"),
+        ("#step", "1"),
+    ] {
+        if set.contains(name) {
+            update = update.expression_attribute_names(name, attr);
+        }
+    }
+    for (name, value) in values {
+        update = update.expression_attribute_values(*name, value.clone());
+    }
+    update.send().await.expect("rewrite the item");
+}
+
+/// A later release's status, unknown here, on an item (here one this release answered): the
+/// claim reads it as held, so the request is left (Slack retries, the queue redelivers, and
+/// the message is dead-lettered while only this release serves), never answered again, and
+/// the item is not overwritten.
+#[tokio::test]
+async fn a_status_this_release_does_not_know_is_left_and_the_item_kept() {
+    let rig = rig().await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(replies(&rig).len(), 1);
+    let past = (slack_once::clock::now_ms() - 600_000).to_string();
+    rewrite_item(
+        &rig,
+        "SET #status = :s, #lease = :l",
+        &[
+            (":s", AttributeValue::S("archived".into())),
+            (":l", AttributeValue::N(past)),
+        ],
+    )
+    .await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Leave
+    ));
+    assert_eq!(replies(&rig).len(), 1, "not answered again");
+    let item = dynamodb_client(&dynamodb_endpoint())
+        .get_item()
+        .table_name(&rig.table)
+        .key(
+            "pk",
+            AttributeValue::S("msg-T0001TEAM-C0789CHAN-1767225600_000100".into()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "archived", "kept as it was");
+}
+
+/// A later release's journal record, unknown here, on step 1 of a claim given up: this
+/// release reads it as an intent of unknown fate, looks for the step's message before writing
+/// again, finds the answer that claim posted, and posts nothing more.
+#[tokio::test]
+async fn a_journal_record_this_release_does_not_know_is_looked_for_before_writing_again() {
+    let rig = rig().await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(replies(&rig).len(), 1);
+    let past = (slack_once::clock::now_ms() - 600_000).to_string();
+    rewrite_item(
+        &rig,
+        "SET #status = :s, #lease = :l, #journal.#step = :r",
+        &[
+            (":s", AttributeValue::S("released".into())),
+            (":l", AttributeValue::N(past)),
+            (":r", AttributeValue::S("q 1767225600000 a-later-release".into())),
+        ],
+    )
+    .await;
+    let calls_before = rig.slack.callers().len();
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    // Every method called, look-ups included.
+    let calls: Vec<String> = rig.slack.callers()[calls_before..]
+        .iter()
+        .map(|(method, _)| method.clone())
+        .collect();
+    assert!(
+        calls.iter().any(|m| m.starts_with("conversations.")),
+        "looked before writing: {calls:?}"
+    );
+    assert!(!calls.iter().any(|m| m == "chat.postMessage"), "{calls:?}");
+    assert_eq!(replies(&rig).len(), 1, "the one answer stands");
 }
