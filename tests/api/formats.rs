@@ -366,7 +366,10 @@ async fn a_journal_record_this_release_does_not_know_is_looked_for_before_writin
         &[
             (":s", AttributeValue::S("released".into())),
             (":l", AttributeValue::N(past)),
-            (":r", AttributeValue::S("q 1767225600000 a-later-release".into())),
+            (
+                ":r",
+                AttributeValue::S("q 1767225600000 a-later-release".into()),
+            ),
         ],
     )
     .await;
