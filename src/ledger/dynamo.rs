@@ -27,13 +27,16 @@ use super::{
     with_began, with_looked,
 };
 
-/// Attribute names of the ledger item (see the README's item schema).
+/// Attribute names of the ledger item (docs/ledger.md's item schema).
 pub mod attr {
     /// The partition key (a string): Slack's `event_id`, or a message's identity (`msg-…`),
     /// an alias's (`cmid-…`), a note's (`actx-…`) or a state value's (`state-…`).
     pub const PK: &str = "pk";
     /// The claim's status, as [`crate::ledger::Status::as_str`] writes it.
     pub const STATUS: &str = "status";
+    /// The item's format ([`super::ITEM_FORMAT`] as this release writes it; absent: format 1,
+    /// as every release before the attribute wrote it).
+    pub const FORMAT: &str = "fmt";
     /// The owner token of the latest claim: only it journals a step or finishes the claim.
     pub const OWNER: &str = "owner";
     /// The claim is live until then (epoch milliseconds).
@@ -123,14 +126,25 @@ const ALIAS_CONDITION: &str = "attribute_not_exists(#pk) \
 /// - `#status = :failed AND #retryable = :true`: it failed, but not for good (the work queue's
 ///   receives ran out on a transient failure): a copy redriven from the dead-letter queue;
 /// - `#status = :in_progress AND lease_until <= :now_ms`: its claimant's lease ran out (it
-///   crashed or was killed at its deadline), so this copy takes it over.
+///   crashed or was killed at its deadline), so this copy takes it over;
+///
+/// the last three only for an item of a format this release reads (`fmt` absent or at most
+/// [`ITEM_FORMAT`]).
 ///
 /// A `done` item inside its TTL, or a live lease, fails the condition.
 const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
     OR #expires_at <= :now_s \
-    OR #status = :released \
-    OR (#status = :failed AND #retryable = :true) \
-    OR (#status = :in_progress AND #lease_until <= :now_ms)";
+    OR ((attribute_not_exists(#fmt) OR #fmt <= :fmt) \
+        AND (#status = :released \
+            OR (#status = :failed AND #retryable = :true) \
+            OR (#status = :in_progress AND #lease_until <= :now_ms)))";
+
+/// The format of the claim items this release writes (the `fmt` attribute), and the highest it
+/// takes over. An item of a later format inside its TTL is its writer's: this release reads its
+/// `done` and `failed` as every format means them (answered; failed), but never takes it over
+/// (released, retryable, its lease ended): it is left for a delivery to a release that reads it.
+/// A new format takes two releases, as the queue's do: one that reads it, then one that writes it.
+pub const ITEM_FORMAT: u64 = 1;
 
 /// Where the request names its app, a takeover or an alias update also needs the item to be
 /// no other app's.
@@ -371,6 +385,7 @@ impl DynamoLedger {
             (attr::LEASE_UNTIL, n(request.lease_until_ms)),
             (attr::EXPIRES_AT, n(request.expires_at_s)),
             (attr::ATTEMPTS, n(1)),
+            (attr::FORMAT, n(ITEM_FORMAT)),
             (attr::CREATED_AT, n(request.now_ms)),
             (attr::CLAIMED_AT, n(request.now_ms)),
             (attr::JOURNAL, AttributeValue::M(HashMap::new())),
@@ -472,6 +487,7 @@ impl DynamoLedger {
             "#lease_until = :lease_until".to_string(),
             "#expires_at = :expires_at".to_string(),
             "#attempts = if_not_exists(#attempts, :zero) + :one".to_string(),
+            "#fmt = :fmt".to_string(),
             "#created_at = if_not_exists(#created_at, :now_ms)".to_string(),
             "#claimed_at = :now_ms".to_string(),
             // The journal goes on across claims: a takeover learns what earlier claims did.
@@ -505,6 +521,7 @@ impl DynamoLedger {
                     attr::LEASE_UNTIL,
                     attr::EXPIRES_AT,
                     attr::ATTEMPTS,
+                    attr::FORMAT,
                     attr::TEAM_ID,
                     attr::RETRY_NUM,
                     attr::RETRY_REASON,
@@ -535,6 +552,7 @@ impl DynamoLedger {
             .expression_attribute_values(":now_s", n(request.now_ms / 1000))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":fmt", n(ITEM_FORMAT))
             .expression_attribute_values(":empty_journal", AttributeValue::M(HashMap::new()))
             .expression_attribute_values(":no_windows", AttributeValue::L(Vec::new()))
             .expression_attribute_values(

@@ -23,6 +23,8 @@ use crate::helpers::{dynamodb_client, dynamodb_endpoint, fresh_table};
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/formats/previous");
 const CHANNEL: &str = "C0789CHAN";
 const MESSAGE_TS: &str = "1767225600.000100";
+/// The ledger key of the fixtures' message.
+const MESSAGE_KEY: &str = "msg-T0001TEAM-C0789CHAN-1767225600_000100";
 
 struct Rig {
     slack: FakeSlack,
@@ -279,22 +281,33 @@ async fn a_previous_releases_live_claim_is_left_to_its_owner() {
     assert!(replies(&rig).is_empty(), "{:?}", rig.slack.calls());
 }
 
+/// The fixtures' message item as it is now.
+async fn message_item(rig: &Rig) -> HashMap<String, AttributeValue> {
+    dynamodb_client(&dynamodb_endpoint())
+        .get_item()
+        .table_name(&rig.table)
+        .key("pk", AttributeValue::S(MESSAGE_KEY.into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the message's item")
+}
+
 /// Updates the fixtures' message item by `set` (`#step` names the journal's step 1): what a
 /// later release might leave there.
 async fn rewrite_item(rig: &Rig, set: &str, values: &[(&str, AttributeValue)]) {
     let mut update = dynamodb_client(&dynamodb_endpoint())
         .update_item()
         .table_name(&rig.table)
-        .key(
-            "pk",
-            AttributeValue::S("msg-T0001TEAM-C0789CHAN-1767225600_000100".into()),
-        )
+        .key("pk", AttributeValue::S(MESSAGE_KEY.into()))
         .update_expression(set);
     for (name, attr) in [
         ("#status", "status"),
         ("#lease", "lease_until"),
         ("#journal", "journal"),
         ("#step", "1"),
+        ("#fmt", "fmt"),
     ] {
         if set.contains(name) {
             update = update.expression_attribute_names(name, attr);
@@ -333,18 +346,7 @@ async fn a_status_this_release_does_not_know_is_left_and_the_item_kept() {
         Disposition::Leave
     ));
     assert_eq!(replies(&rig).len(), 1, "not answered again");
-    let item = dynamodb_client(&dynamodb_endpoint())
-        .get_item()
-        .table_name(&rig.table)
-        .key(
-            "pk",
-            AttributeValue::S("msg-T0001TEAM-C0789CHAN-1767225600_000100".into()),
-        )
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap();
+    let item = message_item(&rig).await;
     assert_eq!(item["status"].as_s().unwrap(), "archived", "kept as it was");
 }
 
@@ -389,4 +391,52 @@ async fn a_journal_record_this_release_does_not_know_is_looked_for_before_writin
     );
     assert!(!calls.iter().any(|m| m == "chat.postMessage"), "{calls:?}");
     assert_eq!(replies(&rig).len(), 1, "the one answer stands");
+}
+
+/// The item of a later format (`fmt` above this release's): never taken over, though given up
+/// (released) — it is left for a release that reads it; this release's own items say their
+/// format.
+#[tokio::test]
+async fn an_item_of_a_later_format_is_never_taken_over() {
+    let rig = rig().await;
+    put_item(&rig, "ledger/released.json").await;
+    let later = (slack_once::ledger::dynamo::ITEM_FORMAT + 1).to_string();
+    rewrite_item(&rig, "SET #fmt = :f", &[(":f", AttributeValue::N(later))]).await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Leave
+    ));
+    assert!(replies(&rig).is_empty(), "{:?}", rig.slack.calls());
+
+    // The same item of this release's format is taken over and answered once.
+    let ours = slack_once::ledger::dynamo::ITEM_FORMAT.to_string();
+    rewrite_item(
+        &rig,
+        "SET #fmt = :f",
+        &[(":f", AttributeValue::N(ours.clone()))],
+    )
+    .await;
+    assert!(matches!(
+        handle(&rig, "queue/v1_event.json").await,
+        Disposition::Delete
+    ));
+    assert_eq!(replies(&rig).len(), 1);
+    let item = message_item(&rig).await;
+    assert_eq!(
+        item["fmt"].as_n().unwrap(),
+        &ours,
+        "a takeover writes its format"
+    );
+}
+
+/// A claim of this release writes its format on the item.
+#[tokio::test]
+async fn this_releases_claims_write_their_format() {
+    let rig = rig().await;
+    handle(&rig, "queue/v1_event.json").await;
+    let item = message_item(&rig).await;
+    assert_eq!(
+        item["fmt"].as_n().unwrap(),
+        &slack_once::ledger::dynamo::ITEM_FORMAT.to_string()
+    );
 }
