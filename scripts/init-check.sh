@@ -9,7 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+pid=
+trap '[ -z "$pid" ] || kill "$pid" 2> /dev/null; rm -rf "$work"' EXIT
 cargo build --locked --quiet --bin slack-once
 bin="$ROOT/target/debug/slack-once"
 
@@ -32,11 +33,14 @@ cargo build --quiet
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 SLACK_SIGNING_SECRET=dev-secret LISTEN_ADDR="127.0.0.1:$port" "$CARGO_TARGET_DIR/debug/mybot" > "$work/mybot.log" 2>&1 &
 pid=$!
-for _ in $(seq 50); do curl -sf "127.0.0.1:$port/healthz" > /dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do curl -sf "127.0.0.1:$port/healthz" > /dev/null && break; sleep 0.1; done
+curl -sf "127.0.0.1:$port/healthz" > /dev/null || { echo "mybot did not start:" >&2; cat "$work/mybot.log" >&2; exit 1; }
 url="http://127.0.0.1:$port/slack/events"
-first="$(SLACK_SIGNING_SECRET=dev-secret "$CARGO_TARGET_DIR/debug/mybot" sign events/app_mention.json --url "$url" | sh)"
-again="$(SLACK_SIGNING_SECRET=dev-secret "$CARGO_TARGET_DIR/debug/mybot" sign events/app_mention.json --url "$url" --retry 1 | sh)"
-kill "$pid"; wait "$pid" || true
+export SLACK_SIGNING_SECRET=dev-secret    # as the README's try-it does
+first="$(cargo run -q -- sign events/app_mention.json --url "$url" | sh)"
+again="$(cargo run -q -- sign events/app_mention.json --url "$url" --retry 1 | sh)"
+unset SLACK_SIGNING_SECRET
+kill "$pid"; wait "$pid" || true; pid=
 grep -q '"outcome":"answered"' <<< "$first" || { echo "the mention was not answered: $first" >&2; cat "$work/mybot.log" >&2; exit 1; }
 grep -q '"outcome":"duplicate"' <<< "$again" || { echo "the retry was not a duplicate: $again" >&2; exit 1; }
 echo "mybot answered the mention once, and its retry was a duplicate"

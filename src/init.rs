@@ -82,10 +82,15 @@ pub enum Dependency {
     Version(String),
 }
 
+/// Whether this release is on crates.io: until it is, a bot depends on a checkout or on git,
+/// since `version = "…"` would not resolve.
+pub const PUBLISHED: bool = false;
+
 impl Dependency {
     /// This checkout when the binary was built from one that is still there, else this
-    /// release from crates.io.
-    pub fn default_for_this_build() -> Self {
+    /// release from crates.io once it is published there ([`PUBLISHED`]); `None` when neither
+    /// (a binary installed from git before then): the user names the dependency.
+    pub fn default_for_this_build() -> Option<Self> {
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         // Not a crate Cargo unpacked (`cargo install slack-once`, a git dependency): its
         // cache is no place to depend on, and is cleaned up.
@@ -99,9 +104,11 @@ impl Dependency {
                 .is_ok_and(|toml| toml.contains("name = \"slack-once\""))
             && here.join("templates/bot").is_dir();
         if is_checkout {
-            Self::Path(here.to_path_buf())
+            Some(Self::Path(here.to_path_buf()))
+        } else if PUBLISHED {
+            Some(Self::Version(crate::VERSION.to_string()))
         } else {
-            Self::Version(crate::VERSION.to_string())
+            None
         }
     }
 
@@ -239,7 +246,13 @@ pub fn run(args: &[String]) -> ExitCode {
         return ExitCode::from(2);
     };
     let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-    let dependency = dependency.unwrap_or_else(Dependency::default_for_this_build);
+    let Some(dependency) = dependency.or_else(Dependency::default_for_this_build) else {
+        eprintln!(
+            "slack-once init: this slack-once was not built from a checkout, and is not on \
+             crates.io yet: pass --path CHECKOUT (a clone of its repository) or --git URL\n{USAGE}"
+        );
+        return ExitCode::from(2);
+    };
     match write(&dir, &name, &dependency) {
         Ok(files) => {
             say!(

@@ -213,42 +213,55 @@ pub fn run(args: &[String]) -> ExitCode {
             "--retry" => match args.next().and_then(|n| n.parse::<u32>().ok()) {
                 Some(n) => retry = Some(n),
                 None => {
-                    eprintln!("slack-once sign: --retry takes a number (Slack sends 1 to 3)");
+                    eprintln!(
+                        "{} sign: --retry takes a number (Slack sends 1 to 3)",
+                        crate::run::program()
+                    );
                     return ExitCode::from(2);
                 }
             },
             "-h" | "--help" => {
-                say!("{USAGE}");
+                say!("{}", USAGE.replace("slack-once", &crate::run::program()));
                 return ExitCode::SUCCESS;
             }
             other if file.is_none() && !other.starts_with("--") => file = Some(other.to_string()),
             other => {
-                eprintln!("slack-once sign: unexpected argument {other:?}\n{USAGE}");
+                eprintln!(
+                    "{} sign: unexpected argument {other:?}\n{}",
+                    crate::run::program(),
+                    USAGE.replace("slack-once", &crate::run::program())
+                );
                 return ExitCode::from(2);
             }
         }
     }
     let Some(file) = file else {
-        eprintln!("{USAGE}");
+        eprintln!("{}", USAGE.replace("slack-once", &crate::run::program()));
         return ExitCode::from(2);
     };
     let secret = match secret.or_else(|| std::env::var("SLACK_SIGNING_SECRET").ok()) {
         Some(list) => match SigningSecrets::parse(&list) {
             Ok(secrets) => secrets.primary().clone(),
             Err(e) => {
-                eprintln!("slack-once sign: the signing secret is invalid: {e}");
+                eprintln!(
+                    "{} sign: the signing secret is invalid: {e}",
+                    crate::run::program()
+                );
                 return ExitCode::from(2);
             }
         },
         None => {
-            eprintln!("slack-once sign: give --secret or set SLACK_SIGNING_SECRET");
+            eprintln!(
+                "{} sign: give --secret or set SLACK_SIGNING_SECRET",
+                crate::run::program()
+            );
             return ExitCode::from(2);
         }
     };
     let bytes = match std::fs::read(&file) {
         Ok(bytes) => bytes,
         Err(e) => {
-            eprintln!("slack-once sign: cannot read {file}: {e}");
+            eprintln!("{} sign: cannot read {file}: {e}", crate::run::program());
             return ExitCode::from(2);
         }
     };
@@ -259,7 +272,7 @@ pub fn run(args: &[String]) -> ExitCode {
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(mut event) if is_lambda_event(&event) => {
             if let Err(e) = resign_lambda_event(&mut event, &secret, now) {
-                eprintln!("slack-once sign: {file}: {e}");
+                eprintln!("{} sign: {file}: {e}", crate::run::program());
                 return ExitCode::from(2);
             }
             if let Some(n) = retry {

@@ -51,7 +51,10 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn create_table(table: Option<String>) -> ExitCode {
     let Some(table) = table.or_else(|| std::env::var("DEDUP_TABLE").ok()) else {
-        eprintln!("slack-once create-table: name the table, or set DEDUP_TABLE");
+        eprintln!(
+            "{} create-table: name the table, or set DEDUP_TABLE",
+            crate::run::program()
+        );
         return ExitCode::from(2);
     };
     let client = crate::ledger::dynamo::client_from_env().await;
@@ -62,7 +65,8 @@ async fn create_table(table: Option<String>) -> ExitCode {
         }
         Err(error) => {
             eprintln!(
-                "slack-once create-table: {}",
+                "{} create-table: {}",
+                crate::run::program(),
                 crate::process::error_chain(&error)
             );
             ExitCode::FAILURE
@@ -72,7 +76,7 @@ async fn create_table(table: Option<String>) -> ExitCode {
 
 async fn create_queue(name: Option<String>) -> ExitCode {
     let Some(name) = name else {
-        eprintln!("slack-once create-queue: name the queue");
+        eprintln!("{} create-queue: name the queue", crate::run::program());
         return ExitCode::from(2);
     };
     let max_receives = std::env::var("WORK_QUEUE_MAX_RECEIVES")
@@ -89,7 +93,8 @@ async fn create_queue(name: Option<String>) -> ExitCode {
         }
         Err(error) => {
             eprintln!(
-                "slack-once create-queue: {}",
+                "{} create-queue: {}",
+                crate::run::program(),
                 crate::process::error_chain(&error)
             );
             ExitCode::FAILURE
@@ -105,7 +110,8 @@ async fn import_token() -> ExitCode {
         std::env::var("DEDUP_TABLE").ok().filter(|t| !t.is_empty()),
     ) else {
         eprintln!(
-            "slack-once import-token: set SLACK_BOT_TOKEN (the token to keep) and DEDUP_TABLE"
+            "{} import-token: set SLACK_BOT_TOKEN (the token to keep) and DEDUP_TABLE",
+            crate::run::program()
         );
         return ExitCode::from(2);
     };
@@ -127,7 +133,8 @@ async fn import_token() -> ExitCode {
         }
         Err(error) => {
             eprintln!(
-                "slack-once import-token: {}",
+                "{} import-token: {}",
+                crate::run::program(),
                 crate::process::error_chain(&error)
             );
             ExitCode::FAILURE

@@ -2,7 +2,7 @@
 //! however many copies of it arrive. `cargo run` serves it on 127.0.0.1:3000; on Lambda the same
 //! binary serves the Function URL (template.yaml). `cargo run -- --help` lists its tools.
 
-use slack_once::app::{blocks, Ack, App, Command, Ctx, HandlerResult, Message, MessageEvent};
+use slack_once::app::{Ack, App, Command, Ctx, HandlerResult, Message, MessageEvent, blocks};
 
 /// A mention, or a direct message: one reply in its thread.
 async fn hello(ctx: Ctx, message: MessageEvent) -> HandlerResult {

@@ -2,10 +2,10 @@
 //! crash explorer, which runs every request through every crash point, copy and Slack fault
 //! and checks that each is answered exactly once.
 
-use slack_once::testing::explore::{Explorer, Request};
 use slack_once::testing::TestBot;
+use slack_once::testing::explore::{Explorer, Request};
 
-use super::{app, COMMAND};
+use super::{COMMAND, app};
 
 #[tokio::test]
 async fn a_mention_is_answered_once() {
