@@ -26,6 +26,31 @@ pub const CLOSE_VIEW: &str = "poll_close_view";
 pub fn open_polls(team: Option<&str>) -> String {
     format!("open-polls-{}", team.unwrap_or("none"))
 }
+/// At most this many polls are listed open per workspace (the newest): a state value stays
+/// well under its 64 KiB however many polls are never closed.
+pub const MAX_LISTED: usize = 500;
+
+/// A poll in the workspace's open list, until it is closed or its creation is a TTL old.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Listed {
+    pub name: String,
+    /// When it leaves the list unless closed before (epoch ms).
+    pub until_ms: u64,
+}
+
+/// `open` without the polls past their time, with `name` added (until `until_ms`), the newest
+/// [`MAX_LISTED`] kept.
+pub fn listed(open: Option<Vec<Listed>>, name: &str, now_ms: u64, until_ms: u64) -> Vec<Listed> {
+    let mut open = open.unwrap_or_default();
+    open.retain(|l| l.until_ms > now_ms && l.name != name);
+    open.push(Listed {
+        name: name.to_string(),
+        until_ms,
+    });
+    let excess = open.len().saturating_sub(MAX_LISTED);
+    open.drain(..excess);
+    open
+}
 /// How long a poll is kept after its latest vote.
 pub const TTL: Duration = Duration::from_secs(30 * 86_400);
 
@@ -104,13 +129,11 @@ async fn create(ctx: Ctx, command: Command) -> HandlerResult {
     state
         .update(&name, TTL, |_: Option<Poll>| poll.clone())
         .await?;
+    let now_ms = now_ms();
+    let until_ms = now_ms + TTL.as_millis() as u64;
     state
-        .update(&open_polls(ctx.team()), TTL, |open: Option<Vec<String>>| {
-            let mut open = open.unwrap_or_default();
-            if !open.contains(&name) {
-                open.push(name.clone());
-            }
-            open
+        .update(&open_polls(ctx.team()), TTL, |open: Option<Vec<Listed>>| {
+            listed(open, &name, now_ms, until_ms)
         })
         .await?;
     ctx.post(&command.channel_id, poll.message(&name)).await?;
@@ -210,9 +233,9 @@ async fn close(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
         })
         .await?;
     state
-        .update(&open_polls(ctx.team()), TTL, |open: Option<Vec<String>>| {
+        .update(&open_polls(ctx.team()), TTL, |open: Option<Vec<Listed>>| {
             let mut open = open.unwrap_or_default();
-            open.retain(|n| n != &name);
+            open.retain(|l| l.name != name);
             open
         })
         .await?;
@@ -223,11 +246,20 @@ async fn close(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
 async fn count_open(ctx: Ctx, _mention: MessageEvent) -> HandlerResult {
     let open = ctx
         .state()
-        .get::<Vec<String>>(&open_polls(ctx.team()))
+        .get::<Vec<Listed>>(&open_polls(ctx.team()))
         .await?;
-    let n = open.map_or(0, |open| open.value.len());
+    let now_ms = now_ms();
+    let n = open.map_or(0, |open| {
+        open.value.iter().filter(|l| l.until_ms > now_ms).count()
+    });
     ctx.reply(format!("{n} open polls.")).await?;
     Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 pub fn app() -> App {

@@ -1378,18 +1378,30 @@ impl Ctx {
         };
         match journal::make(&self.inner.steps, &r, call).await? {
             Made::Answer(answer) => Ok(answer),
-            Made::HandOff => {
-                // Deferred mode's ingress: what follows is a worker's. Acknowledged now (with
-                // the listener's acknowledgement, or an empty one), and this run goes no
-                // further.
-                let ack = self.chosen_ack().is_none().then(Ack::empty);
-                if let Some(ack) = ack {
-                    self.inner.acking.lock().expect("ack lock").implicit = true;
-                    self.ack(ack).await?;
-                }
-                std::future::pending::<()>().await;
-                unreachable!("the pipeline drops this run");
-            }
+            Made::HandOff => self.hand_off().await,
+        }
+    }
+
+    /// Deferred mode's ingress: what follows is a worker's. Acknowledged now (with the
+    /// listener's acknowledgement, or an empty one), and this run goes no further.
+    async fn hand_off<T>(&self) -> Result<T, Error> {
+        let ack = self.chosen_ack().is_none().then(Ack::empty);
+        if let Some(ack) = ack {
+            self.inner.acking.lock().expect("ack lock").implicit = true;
+            self.ack(ack).await?;
+        }
+        std::future::pending::<()>().await;
+        unreachable!("the pipeline drops this run");
+    }
+
+    /// Before any use of the app's state: in deferred mode's ingress, which runs a listener
+    /// with no claim behind it and whose ledger may be its own memory (no table), the state
+    /// is a worker's: the request is handed off here, as at a write that is not a view.
+    pub(crate) async fn state_is_a_workers(&self) -> Result<(), Error> {
+        let mode = self.inner.acking.lock().expect("ack lock").mode;
+        match mode {
+            AckMode::StopAfter => self.hand_off().await,
+            _ => Ok(()),
         }
     }
 }

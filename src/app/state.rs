@@ -18,8 +18,11 @@ use crate::journal::Error;
 use crate::ledger::{LedgerError, MAX_STATE_BYTES, StatePut, StateWrite};
 
 /// How many times [`State::update`] reads again after another write came in between, before
-/// it gives up with [`Error::Ledger`] (the listener fails, and Slack's retry tries again).
-pub const UPDATE_ATTEMPTS: u32 = 16;
+/// it gives up with [`Error::Ledger`] (the listener fails, and Slack's retry tries again; a
+/// click is not retried). Each conflict lets one contending writer through, so a burst of N
+/// writers at once needs N attempts for the last: 64 serve a burst of 64 clicks on one value,
+/// in about 3 s of waiting at most (the claim's deadline bounds it too).
+pub const UPDATE_ATTEMPTS: u32 = 64;
 
 /// A state value and its version (1 for the first write, one more each write since).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,8 +168,10 @@ impl State {
         let writer = self.ctx.next_state_writer(name);
         for attempt in 0..UPDATE_ATTEMPTS {
             if attempt > 0 {
-                // Others are writing it too: a short wait, growing, so that a burst settles.
-                let wait = Duration::from_millis(5 * u64::from(attempt) + jitter_ms());
+                // Others are writing it too: a short wait, growing to 50 ms, half of it random,
+                // so that a burst settles and writers who met do not meet again.
+                let base = (5 * u64::from(attempt)).min(50);
+                let wait = Duration::from_millis(base / 2 + jitter_ms(base / 2));
                 tokio::time::sleep(wait.min(self.ctx.remaining() / 4)).await;
             }
             let read_key = key.clone();
@@ -269,6 +274,7 @@ impl State {
         F: FnOnce(std::sync::Arc<dyn crate::ledger::Ledger>, u64) -> Fut,
         Fut: std::future::Future<Output = Result<R, LedgerError>> + 'a,
     {
+        self.ctx.state_is_a_workers().await?;
         let ledger = self.ctx.ledger().await;
         let now = crate::clock::now_ms();
         tokio::time::timeout_at(self.ctx.deadline(), call(ledger, now))
@@ -294,9 +300,13 @@ fn refuse_inside_remember(name: &str) -> Result<(), Error> {
     }
 }
 
-/// A few milliseconds of jitter, so that writers who met do not meet again.
-fn jitter_ms() -> u64 {
-    u64::from(uuid::Uuid::new_v4().as_bytes()[0] % 8)
+/// Up to `max` milliseconds, at random.
+fn jitter_ms(max: u64) -> u64 {
+    u64::from(u16::from_le_bytes(
+        uuid::Uuid::new_v4().as_bytes()[..2]
+            .try_into()
+            .expect("2 bytes"),
+    )) % (max + 1)
 }
 
 fn parse<T: DeserializeOwned>(name: &str, text: &str) -> Result<T, Error> {

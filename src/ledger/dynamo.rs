@@ -129,22 +129,27 @@ const ALIAS_CONDITION: &str = "attribute_not_exists(#pk) \
 ///   crashed or was killed at its deadline), so this copy takes it over;
 ///
 /// the last three only for an item of a format this release reads (`fmt` absent or at most
-/// [`ITEM_FORMAT`]).
+/// [`ITEM_FORMAT_READ`]).
 ///
 /// A `done` item inside its TTL, or a live lease, fails the condition.
 const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
     OR #expires_at <= :now_s \
-    OR ((attribute_not_exists(#fmt) OR #fmt <= :fmt) \
+    OR ((attribute_not_exists(#fmt) OR #fmt <= :fmt_read) \
         AND (#status = :released \
             OR (#status = :failed AND #retryable = :true) \
             OR (#status = :in_progress AND #lease_until <= :now_ms)))";
 
-/// The format of the claim items this release writes (the `fmt` attribute), and the highest it
-/// takes over. An item of a later format inside its TTL is its writer's: this release reads its
-/// `done` and `failed` as every format means them (answered; failed), but never takes it over
-/// (released, retryable, its lease ended): it is left for a delivery to a release that reads it.
-/// A new format takes two releases, as the queue's do: one that reads it, then one that writes it.
+/// The format of the claim items this release writes (the `fmt` attribute). A takeover keeps
+/// the format an item has (it never lowers it) and gives one to an item of a release before the
+/// attribute. A new format takes two releases, as the queue's do: one that reads it
+/// ([`ITEM_FORMAT_READ`]), then one that writes it.
 pub const ITEM_FORMAT: u64 = 1;
+
+/// The highest item format this release takes over. An item of a later format inside its TTL
+/// is its writer's: this release reads its `done` and `failed` as every format means them
+/// (answered; failed), but never takes it over (released, retryable, its lease ended): it is
+/// left for a delivery to a release that reads it.
+pub const ITEM_FORMAT_READ: u64 = 1;
 
 /// Where the request names its app, a takeover or an alias update also needs the item to be
 /// no other app's.
@@ -487,7 +492,7 @@ impl DynamoLedger {
             "#lease_until = :lease_until".to_string(),
             "#expires_at = :expires_at".to_string(),
             "#attempts = if_not_exists(#attempts, :zero) + :one".to_string(),
-            "#fmt = :fmt".to_string(),
+            "#fmt = if_not_exists(#fmt, :fmt)".to_string(),
             "#created_at = if_not_exists(#created_at, :now_ms)".to_string(),
             "#claimed_at = :now_ms".to_string(),
             // The journal goes on across claims: a takeover learns what earlier claims did.
@@ -553,6 +558,7 @@ impl DynamoLedger {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":fmt", n(ITEM_FORMAT))
+            .expression_attribute_values(":fmt_read", n(ITEM_FORMAT_READ))
             .expression_attribute_values(":empty_journal", AttributeValue::M(HashMap::new()))
             .expression_attribute_values(":no_windows", AttributeValue::L(Vec::new()))
             .expression_attribute_values(

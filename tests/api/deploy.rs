@@ -85,41 +85,6 @@ async fn the_previous_release_and_this_one_overlapping_on_one_table_answer_each_
     );
 }
 
-/// `/once <text>` in C0001, answered through a response URL on `slack`, with a trigger of its
-/// own (a request's identity: Slack's retry of it carries the same).
-fn command(slack: &SlackStandin, text: &str) -> String {
-    let trigger = slack_once::testing::Workspace::trigger_id();
-    let url = format!(
-        "{}/commands/T0001/C0001/{}",
-        slack.origin(),
-        uuid::Uuid::new_v4().simple()
-    );
-    form_urlencoded::Serializer::new(String::new())
-        .extend_pairs([
-            ("command", "/once"),
-            ("text", text),
-            ("team_id", "T0001"),
-            ("api_app_id", "A0001"),
-            ("user_id", "U0001"),
-            ("channel_id", "C0001"),
-            ("trigger_id", &trigger),
-            ("response_url", &url),
-        ])
-        .finish()
-}
-
-/// Delivers a command's form to `url`, signed now; Slack's retry of it when `retry` is set.
-async fn deliver_form(http: &HttpClient, url: &str, body: &str, retry: Option<u32>) -> Answer {
-    let mut headers = signed_headers(SECRET, now_unix(), body.as_bytes());
-    headers[0].1 = "application/x-www-form-urlencoded".into();
-    if let Some(n) = retry {
-        headers.push(("x-slack-retry-num".into(), n.to_string()));
-        headers.push(("x-slack-retry-reason".into(), "http_timeout".into()));
-    }
-    http.request("POST", url, &headers, body.as_bytes().to_vec())
-        .await
-}
-
 /// How many of this app's messages in Slack contain `text`.
 fn said(slack: &SlackStandin, text: &str) -> usize {
     slack
@@ -150,7 +115,7 @@ async fn the_previous_release_and_this_one_share_a_queue_and_a_table_and_answer_
     let send = |ingress: String, other: String, tag: String| {
         let http = http.clone();
         let body = app_mention(&format!("Ev{tag}"), &format!("mention {tag}"));
-        let form = command(slack, &format!("command {tag}"));
+        let form = command_form(slack, "/once", &format!("command {tag}"));
         async move {
             for (url, retry) in [(&ingress, None), (&other, Some(1))] {
                 let answer = deliver(&http, url, &body, retry).await;

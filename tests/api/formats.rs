@@ -400,7 +400,7 @@ async fn a_journal_record_this_release_does_not_know_is_looked_for_before_writin
 async fn an_item_of_a_later_format_is_never_taken_over() {
     let rig = rig().await;
     put_item(&rig, "ledger/released.json").await;
-    let later = (slack_once::ledger::dynamo::ITEM_FORMAT + 1).to_string();
+    let later = (slack_once::ledger::dynamo::ITEM_FORMAT_READ + 1).to_string();
     rewrite_item(&rig, "SET #fmt = :f", &[(":f", AttributeValue::N(later))]).await;
     assert!(matches!(
         handle(&rig, "queue/v1_event.json").await,

@@ -1168,6 +1168,77 @@ impl Drop for BotProcess {
     }
 }
 
+/// `COMMAND TEXT` by U0001 in C0001 of T0001 (app A0001), as Slack posts it: answered through
+/// a response URL on `slack`, with a trigger of its own (the request's identity: Slack's retry
+/// of it carries the same).
+pub fn command_form(slack: &SlackStandin, command: &str, text: &str) -> String {
+    let trigger = slack_once::testing::Workspace::trigger_id();
+    let url = format!(
+        "{}/commands/T0001/C0001/{}",
+        slack.origin(),
+        uuid::Uuid::new_v4().simple()
+    );
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("command", command),
+            ("text", text),
+            ("team_id", "T0001"),
+            ("api_app_id", "A0001"),
+            ("user_id", "U0001"),
+            ("channel_id", "C0001"),
+            ("trigger_id", &trigger),
+            ("response_url", &url),
+        ])
+        .finish()
+}
+
+/// `user` clicking the button `action_id` (with `value`) on this app's message `message` in
+/// Slack, as Slack posts the click (`payload=…`), its response URL on `slack`.
+pub fn click_form(
+    slack: &SlackStandin,
+    user: &str,
+    action_id: &str,
+    value: &str,
+    message: &serde_json::Value,
+) -> String {
+    let channel = message["channel"].as_str().unwrap_or("C0001");
+    let ts = message["ts"].as_str().unwrap_or_default();
+    let payload = serde_json::json!({
+        "type": "block_actions",
+        "team": {"id": "T0001"},
+        "user": {"id": user, "team_id": "T0001"},
+        "api_app_id": "A0001",
+        "trigger_id": slack_once::testing::Workspace::trigger_id(),
+        "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": value,
+            "action_ts": format!("{}.{:06}", now_unix(), rand_u32() % 1_000_000)}],
+        "container": {"type": "message", "message_ts": ts, "channel_id": channel},
+        "channel": {"id": channel},
+        "message": message,
+        "response_url": format!("{}/actions/T0001/{channel}/{}", slack.origin(),
+            uuid::Uuid::new_v4().simple()),
+    });
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish()
+}
+
+fn rand_u32() -> u32 {
+    u32::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..4].try_into().unwrap())
+}
+
+/// Delivers a form (a command, an interaction) to `url`, signed now; Slack's retry of it when
+/// `retry` is set.
+pub async fn deliver_form(http: &HttpClient, url: &str, body: &str, retry: Option<u32>) -> Answer {
+    let mut headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+    headers[0].1 = "application/x-www-form-urlencoded".into();
+    if let Some(n) = retry {
+        headers.push(("x-slack-retry-num".into(), n.to_string()));
+        headers.push(("x-slack-retry-reason".into(), "http_timeout".into()));
+    }
+    http.request("POST", url, &headers, body.as_bytes().to_vec())
+        .await
+}
+
 /// Sends `body` signed now to `url`, with `X-Slack-Retry-Num` when `retry` is set.
 /// Delivers `body` to `url` signed now, as Slack would.
 pub async fn deliver(http: &HttpClient, url: &str, body: &str, retry: Option<u32>) -> Answer {

@@ -1,6 +1,7 @@
 //! The poll example (`examples/poll.rs`) on DynamoDB Local: votes cast at once are all counted
 //! (the app's state is written conditioned on the version read), one of them forced to find
-//! the other's write in between; a closed poll takes no vote; only its author closes it.
+//! the other's write in between; a closed poll takes no vote; only its author closes it; in
+//! deferred mode, the votes are the worker's (the ingress keeps no state of its own).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +16,10 @@ use slack_once::ledger::{
 use slack_once::testing::TestBot;
 use tokio::sync::Barrier;
 
-use crate::helpers::{dynamodb_endpoint, fresh_table};
+use crate::helpers::{
+    BotProcess, DeferredStack, HttpClient, SlackStandin, click_form, command_form, deliver_form,
+    dynamodb_endpoint, eventually, fresh_table,
+};
 
 #[path = "../../examples/poll.rs"]
 #[allow(dead_code)]
@@ -252,4 +256,87 @@ async fn futures_join_all<F: std::future::Future>(
     })
     .await;
     out.into_iter().map(|v| v.expect("ready")).collect()
+}
+
+/// The poll message in the stand-in, once it says `text`.
+async fn poll_saying(slack: &SlackStandin, text: &str) -> Option<Value> {
+    let mut found = None;
+    eventually(std::time::Duration::from_secs(20), || {
+        found = slack
+            .posted()
+            .into_iter()
+            .map(|p| p.body)
+            .find(|m| m["text"] == text);
+        found.is_some()
+    })
+    .await;
+    found
+}
+
+/// Deferred mode as the template deploys it: the ingress has no table (its ledger is its own
+/// memory), so a listener's state is a worker's. Each vote is handed to the queue at its first
+/// state call, acknowledged empty, and counted by a worker; two at once are both counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_deferred_mode_votes_are_counted_by_the_worker() {
+    let stack = DeferredStack::start(5).await;
+    let ingress = BotProcess::spawn_example("poll", &[], &stack.ingress_vars());
+    let worker = BotProcess::spawn_example("poll", &["worker"], &stack.worker_vars(30, 5));
+    let http = HttpClient::default();
+    let form = command_form(&stack.slack, example::COMMAND, "Lunch? | Pizza | Sushi");
+    let answer = deliver_form(&http, &ingress.url(), &form, None).await;
+    assert_eq!(answer.status, http::StatusCode::OK, "{}", answer.body);
+    let message = poll_saying(&stack.slack, "Lunch? (0 votes)")
+        .await
+        .expect("the poll is posted by the worker");
+
+    let name = poll_name(&message);
+    let (first, second) = (format!("{name} 0"), format!("{name} 1"));
+    let alice = click_form(&stack.slack, "U0ALICE", example::VOTE, &first, &message);
+    let bob = click_form(&stack.slack, "U0BOB", example::VOTE, &second, &message);
+    let url = ingress.url();
+    let (a, b) = tokio::join!(
+        deliver_form(&http, &url, &alice, None),
+        deliver_form(&http, &url, &bob, None),
+    );
+    assert_eq!(a.status, http::StatusCode::OK, "{}", a.body);
+    assert_eq!(b.status, http::StatusCode::OK, "{}", b.body);
+    let message = poll_saying(&stack.slack, "Lunch? (2 votes)").await;
+    let message = message.unwrap_or_else(|| {
+        panic!(
+            "both votes counted: {:?}\ningress:\n{}\nworker:\n{}",
+            stack
+                .slack
+                .posted()
+                .iter()
+                .map(|p| &p.body["text"])
+                .collect::<Vec<_>>(),
+            ingress.log.lock().unwrap().join("\n"),
+            worker.log.lock().unwrap().join("\n")
+        )
+    });
+    let buttons = &message["blocks"][1]["elements"];
+    assert_eq!(buttons[0]["text"]["text"], "Pizza (1)");
+    assert_eq!(buttons[1]["text"]["text"], "Sushi (1)");
+}
+
+/// The workspace's open list stays bounded: a poll past its time leaves it, and only the
+/// newest `MAX_LISTED` are kept however many are never closed.
+#[test]
+fn the_open_list_drops_polls_past_their_time_and_keeps_the_newest() {
+    let mut open = None;
+    for i in 0..(example::MAX_LISTED as u64 + 10) {
+        open = Some(example::listed(
+            open,
+            &format!("poll-{i}"),
+            1_000 + i,
+            10_000 + i,
+        ));
+    }
+    let open = open.unwrap();
+    assert_eq!(open.len(), example::MAX_LISTED);
+    assert_eq!(open[0].name, "poll-10", "the oldest went first");
+    let later = example::listed(Some(open), "poll-new", 10_000 + 200, 90_000);
+    assert!(later.iter().all(|l| l.until_ms > 10_200));
+    assert_eq!(later.last().unwrap().name, "poll-new");
+    assert_eq!(later.len(), example::MAX_LISTED - 200 + 10);
 }

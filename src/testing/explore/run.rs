@@ -408,10 +408,17 @@ impl Shared {
             version: version.into(),
             metrics: MetricsOut::Kept(lines.clone()),
         };
-        let ledger = Arc::new(SimLedger {
-            world: self.world.clone(),
-            run,
-        });
+        // As the template deploys it, a single-workspace deferred ingress has no table: its
+        // ledger is its own memory, gone with it (what a listener keeps there is lost).
+        let ledger: Arc<dyn crate::ledger::Ledger> =
+            if role == Role::Ingress && self.spec.deferred && self.spec.installed.is_none() {
+                Arc::new(crate::ledger::MemoryLedger::new())
+            } else {
+                Arc::new(SimLedger {
+                    world: self.world.clone(),
+                    run,
+                })
+            };
         let workspaces = self.spec.installed.map(|_| {
             let oauth = crate::config::OAuthConfig {
                 client_id: CLIENT_ID.into(),
