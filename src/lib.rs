@@ -28,6 +28,7 @@ pub mod net;
 pub mod oauth;
 pub mod pipeline;
 pub mod queue;
+pub mod redrive;
 mod run;
 pub mod secrets;
 pub mod server;

@@ -1,7 +1,8 @@
 //! The tools every bot built on slack-once carries, run by [`crate::run`] before it serves:
 //! `sign` (re-sign a Slack body or a Lambda event file), `create-table` (the ledger table),
-//! `create-queue` (deferred mode's work queue and its dead-letter queue) and `import-token`
-//! (keep `SLACK_BOT_TOKEN` as its workspace's installation). `mybot create-table` does what
+//! `create-queue` (deferred mode's work queue and its dead-letter queue), `import-token`
+//! (keep `SLACK_BOT_TOKEN` as its workspace's installation) and `redrive` (the dead-letter
+//! queue back to the work queue, [`crate::redrive`]). `mybot create-table` does what
 //! `slack-once create-table` does: a bot needs no second binary to be set up.
 
 use std::process::ExitCode;
@@ -28,7 +29,12 @@ pub(crate) const USAGE: &str = "       BOT sign FILE [--secret S] [--url URL] [-
                      where AWS_ENDPOINT_URL_SQS points; prints WORK_QUEUE_URL
        BOT import-token
                      keep SLACK_BOT_TOKEN as its workspace's installation in DEDUP_TABLE
-                     (moving to multi-workspace mode: DEPLOY.md); nothing if one is there";
+                     (moving to multi-workspace mode: DEPLOY.md); nothing if one is there
+       BOT redrive [--dry-run] [--max N]
+                     move deferred mode's dead letters (DEAD_LETTER_QUEUE_URL, else
+                     WORK_QUEUE_URL-dlq) back to WORK_QUEUE_URL, their failed items in
+                     DEDUP_TABLE made claimable; what Slack or the ledger no longer honours
+                     is refused and left; prints what it did and why each had failed";
 
 /// Runs the tool `args[0]` names with the rest of `args`; `None` when `args[0]` names none.
 pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
@@ -38,6 +44,7 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
         "create-table" => runtime().block_on(create_table(rest.first().cloned())),
         "create-queue" => runtime().block_on(create_queue(rest.first().cloned())),
         "import-token" => runtime().block_on(import_token()),
+        "redrive" => runtime().block_on(redrive(rest)),
         _ => return None,
     })
 }
@@ -137,6 +144,71 @@ async fn import_token() -> ExitCode {
                 crate::run::program(),
                 crate::process::error_chain(&error)
             );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn redrive(args: &[String]) -> ExitCode {
+    let program = crate::run::program();
+    let (mut dry_run, mut max) = (false, 1000usize);
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--dry-run" => dry_run = true,
+            "--max" => match args.next().and_then(|n| n.parse().ok()) {
+                Some(n) => max = n,
+                None => {
+                    eprintln!("{program} redrive: --max takes a number of messages");
+                    return ExitCode::from(2);
+                }
+            },
+            other => {
+                eprintln!("{program} redrive: unexpected argument {other:?}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let (Some(work), Some(table)) = (var("WORK_QUEUE_URL"), var("DEDUP_TABLE")) else {
+        eprintln!(
+            "{program} redrive: set WORK_QUEUE_URL and DEDUP_TABLE (the stack's outputs \
+             WorkQueueUrl and LedgerTableName), and DEAD_LETTER_QUEUE_URL unless it is \
+             WORK_QUEUE_URL-dlq"
+        );
+        return ExitCode::from(2);
+    };
+    let dead_letters = var("DEAD_LETTER_QUEUE_URL").unwrap_or_else(|| format!("{work}-dlq"));
+    let ttl = match var("DEDUP_TTL_SECONDS").map(|v| v.parse::<u64>()) {
+        None => crate::config::MIN_TTL,
+        Some(Ok(s)) => std::time::Duration::from_secs(s),
+        Some(Err(_)) => {
+            eprintln!("{program} redrive: DEDUP_TTL_SECONDS is a number of seconds");
+            return ExitCode::from(2);
+        }
+    };
+    let sqs = sqs::client_from_env(CallBudget::Worker).await;
+    let dynamodb = crate::ledger::dynamo::client_from_env().await;
+    let queues = crate::redrive::Queues {
+        sqs: &sqs,
+        dead_letters: &dead_letters,
+        work: &work,
+        dynamodb: &dynamodb,
+        table: &table,
+    };
+    let options = crate::redrive::Options {
+        dry_run,
+        max,
+        ttl,
+        now_ms: crate::clock::now_ms(),
+    };
+    match crate::redrive::redrive(&queues, &options).await {
+        Ok(report) => {
+            say!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{program} redrive: {error}");
             ExitCode::FAILURE
         }
     }

@@ -18,6 +18,7 @@ mod operations;
 mod performance;
 mod poll;
 mod processes;
+mod redrive;
 mod redteam16;
 mod rejections;
 mod review;

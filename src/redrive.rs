@@ -1,0 +1,563 @@
+//! `slack-once redrive`: moves what waits in deferred mode's dead-letter queue back to the work
+//! queue, once its cause is fixed (Slack was down, the bot was not in the channel, a bug in a
+//! listener). The ledger still decides every Slack write: a redriven request is claimed like
+//! any other delivery, its journal replayed, so nothing it wrote before is written again.
+//!
+//! For each message, its ledger items (the message's identity and its `event_id`, or the
+//! command's or interaction's key) say what to do:
+//! - `done`: answered already; removed from the dead-letter queue, not moved;
+//! - `failed`, retryable (the queue's receives ran out on a transient failure): moved, its TTL
+//!   extended so that the redriven copy is judged by its journal;
+//! - `failed` for good with a cause an operator can fix (`not_in_channel`, `channel_not_found`,
+//!   `missing_scope`, `invalid_auth`, `token_revoked`, `account_inactive`, a listener's error):
+//!   made retryable, then moved;
+//! - `failed` because a write's fate could not be known (`unconfirmed_write`), or for a cause no
+//!   redrive changes (a listener whose writes change between runs, a journal full, an
+//!   acknowledgement too late): refused, left where it is;
+//! - a live claim: left (try again after its lease);
+//! - no item, or a claim given up: moved.
+//!
+//! Refused as well, and left: what Slack no longer honours (a command's or an interaction's
+//! `response_url` 30 minutes after the request; a view its listener may have opened with a
+//! `trigger_id`, which expires after 3 seconds), what the ledger may have forgotten (a request
+//! older than `DEDUP_TTL_SECONDS` less an hour: its journal may be gone, and a redrive could
+//! answer it twice), and messages this release does not read.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::envelope::{Envelope, EventId};
+use crate::interaction::Interaction;
+use crate::ledger::dynamo::attr;
+use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
+
+/// How long after the request Slack takes posts to its `response_url`.
+pub const RESPONSE_URL_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+/// How much of the ledger's TTL a redriven request must have left: its claim, its lease and a
+/// margin, so that its journal is still there while it runs.
+pub const TTL_MARGIN: Duration = Duration::from_secs(3600);
+
+/// Failure codes no redrive changes: the request is left where it is, and said why.
+pub const NEVER_REDRIVEN: &[(&str, &str)] = &[
+    (
+        "unconfirmed_write",
+        "a write of it may or may not be in Slack and cannot be looked for: never made again",
+    ),
+    (
+        "nondeterministic_listener",
+        "its listener's writes changed between runs: fix the listener; a redrive would fail again",
+    ),
+    (
+        "journal_full",
+        "its listener makes more writes than a request's journal holds",
+    ),
+    (
+        "ack_too_late",
+        "its acknowledgement could not reach Slack in time, and cannot now",
+    ),
+    ("invalid_payload", "it is not a request slack-once reads"),
+];
+
+/// What `redrive` does.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Report only: nothing moved, removed or reset.
+    pub dry_run: bool,
+    /// At most this many messages are looked at.
+    pub max: usize,
+    /// The ledger's TTL (`DEDUP_TTL_SECONDS`).
+    pub ttl: Duration,
+    /// Now, in epoch milliseconds.
+    pub now_ms: u64,
+}
+
+/// What became of one message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Moved back to the work queue (with `--dry-run`: would be).
+    Moved,
+    /// Answered already: removed from the dead-letter queue (with `--dry-run`: would be).
+    Answered,
+    /// A live claim holds it: left, to redrive after its lease.
+    Held,
+    /// Left in the dead-letter queue, for this reason.
+    Refused(String),
+}
+
+/// One message of the dead-letter queue, as `redrive` found it.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The SQS message id.
+    pub message_id: String,
+    /// What the request is: the event's type, `command`, `block_actions`…
+    pub kind: String,
+    /// Its ledger keys, each with its item's status (`absent` for none).
+    pub items: Vec<(String, String)>,
+    /// Why it failed, as the ledger recorded it (`error`), if it did.
+    pub failure: Option<String>,
+    /// What was done.
+    pub action: Action,
+}
+
+/// What `redrive` found and did.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Every message looked at, in the order received.
+    pub entries: Vec<Entry>,
+    /// Nothing was changed (`--dry-run`).
+    pub dry_run: bool,
+}
+
+impl Report {
+    /// How many entries came to `action`'s kind.
+    pub fn count(&self, matches: impl Fn(&Action) -> bool) -> usize {
+        self.entries.iter().filter(|e| matches(&e.action)).count()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (moved, answered) = match self.dry_run {
+            true => ("would move", "would remove"),
+            false => ("moved", "removed"),
+        };
+        for e in &self.entries {
+            let (what, why) = match &e.action {
+                Action::Moved => (moved, String::new()),
+                Action::Answered => (answered, "answered already".to_string()),
+                Action::Held => (
+                    "left",
+                    "a live claim holds it: redrive after its lease".into(),
+                ),
+                Action::Refused(why) => ("refused", why.clone()),
+            };
+            let items: Vec<String> = e.items.iter().map(|(k, s)| format!("{k}={s}")).collect();
+            write!(
+                f,
+                "{what:<12} {} {} [{}]",
+                e.message_id,
+                e.kind,
+                items.join(" ")
+            )?;
+            if let Some(failure) = &e.failure {
+                write!(f, " failed: {failure}")?;
+            }
+            if !why.is_empty() {
+                write!(f, " — {why}")?;
+            }
+            writeln!(f)?;
+        }
+        write!(
+            f,
+            "{} {moved}, {} {answered} (answered already), {} left (held), {} refused{}",
+            self.count(|a| *a == Action::Moved),
+            self.count(|a| *a == Action::Answered),
+            self.count(|a| *a == Action::Held),
+            self.count(|a| matches!(a, Action::Refused(_))),
+            if self.dry_run {
+                "; a dry run: nothing changed"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// Why `redrive` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RedriveError {
+    /// SQS did not answer, or refused.
+    #[error("SQS: {0}")]
+    Queue(String),
+    /// DynamoDB did not answer, or refused.
+    #[error("DynamoDB: {0}")]
+    Ledger(String),
+}
+
+/// The queues and the table `redrive` works on.
+pub struct Queues<'a> {
+    /// The SQS client.
+    pub sqs: &'a aws_sdk_sqs::Client,
+    /// The dead-letter queue's URL.
+    pub dead_letters: &'a str,
+    /// The work queue's URL.
+    pub work: &'a str,
+    /// The DynamoDB client.
+    pub dynamodb: &'a aws_sdk_dynamodb::Client,
+    /// The ledger's table.
+    pub table: &'a str,
+}
+
+/// Looks at up to `options.max` messages of the dead-letter queue and moves, removes or leaves
+/// each as the module's documentation says.
+pub async fn redrive(q: &Queues<'_>, options: &Options) -> Result<Report, RedriveError> {
+    let mut report = Report {
+        dry_run: options.dry_run,
+        ..Report::default()
+    };
+    let mut seen = HashSet::new();
+    let mut held_back = Vec::new();
+    'receiving: while report.entries.len() < options.max {
+        let want = (options.max - report.entries.len()).min(10) as i32;
+        let received = q
+            .sqs
+            .receive_message()
+            .queue_url(q.dead_letters)
+            .max_number_of_messages(want)
+            .visibility_timeout(120)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .map_err(|e| RedriveError::Queue(crate::process::error_chain(&e)))?;
+        let messages = received.messages();
+        if messages.is_empty() {
+            break;
+        }
+        for message in messages {
+            let (Some(id), Some(receipt)) = (message.message_id(), message.receipt_handle()) else {
+                continue;
+            };
+            let (id, receipt) = (id.to_string(), receipt.to_string());
+            if !seen.insert(id.clone()) {
+                break 'receiving;
+            }
+            let body = message.body().unwrap_or_default().to_string();
+            let entry = judge(q, options, &id, &body).await?;
+            let keep = match (&entry.action, options.dry_run) {
+                (Action::Moved, false) => {
+                    q.sqs
+                        .send_message()
+                        .queue_url(q.work)
+                        .message_body(&body)
+                        .send()
+                        .await
+                        .map_err(|e| RedriveError::Queue(crate::process::error_chain(&e)))?;
+                    false
+                }
+                (Action::Answered, false) => false,
+                _ => true,
+            };
+            if keep {
+                held_back.push(receipt);
+            } else {
+                // Sent first, then deleted: a crash between leaves a copy, which the ledger
+                // answers once.
+                q.sqs
+                    .delete_message()
+                    .queue_url(q.dead_letters)
+                    .receipt_handle(receipt)
+                    .send()
+                    .await
+                    .map_err(|e| RedriveError::Queue(crate::process::error_chain(&e)))?;
+            }
+            report.entries.push(entry);
+        }
+    }
+    // What stays is visible again at once, for the next look (or the real run after a dry one).
+    for receipt in held_back {
+        let _ = q
+            .sqs
+            .change_message_visibility()
+            .queue_url(q.dead_letters)
+            .receipt_handle(receipt)
+            .visibility_timeout(0)
+            .send()
+            .await;
+    }
+    Ok(report)
+}
+
+/// The request a dead letter holds: its kind, its ledger keys, when it arrived, and why it
+/// cannot be redriven whatever its items say.
+struct Request {
+    kind: String,
+    keys: Vec<EventId>,
+    refused: Option<String>,
+}
+
+fn request_of(body: &str, options: &Options) -> Request {
+    let unread = |why: String| Request {
+        kind: "?".into(),
+        keys: Vec::new(),
+        refused: Some(why),
+    };
+    let queued: QueuedEvent = match serde_json::from_str(body) {
+        Ok(q) => q,
+        Err(e) => return unread(format!("not a queued request: {e}")),
+    };
+    if !READS.contains(&queued.v) {
+        return unread(format!(
+            "format {} is not one this release reads: redrive it with the release that wrote it",
+            queued.v
+        ));
+    }
+    let age = Duration::from_millis(options.now_ms.saturating_sub(queued.received_at_ms));
+    let forgotten = age + TTL_MARGIN > options.ttl;
+    let mut request = if let Some(envelope) = &queued.envelope {
+        match serde_json::from_str::<Envelope>(envelope.get()) {
+            Ok(Envelope::EventCallback(callback)) => {
+                let (by_message, alias) = crate::pipeline::ledger_keys(&callback, true);
+                let (by_event, _) = crate::pipeline::ledger_keys(&callback, false);
+                // The alias (`cmid-…`) only points at the message's item.
+                let _ = alias;
+                let mut keys = vec![by_message];
+                if !keys.contains(&by_event) {
+                    keys.push(by_event);
+                }
+                Request {
+                    kind: callback.event.kind.clone(),
+                    keys,
+                    refused: None,
+                }
+            }
+            Ok(_) => unread("an envelope that is not an event".into()),
+            Err(e) => unread(format!("an envelope that does not parse: {e}")),
+        }
+    } else if let Some(form) = &queued.form {
+        match Interaction::from_form(form.as_bytes()) {
+            Ok(interaction) => {
+                let refused = if queued.v == QUEUED_FORM_VERSION_UNKNOWN {
+                    Some(
+                        "a view its listener may have opened needs the request's trigger_id, \
+                         which expired 3 s after the request"
+                            .to_string(),
+                    )
+                } else if age > RESPONSE_URL_LIFETIME {
+                    Some(format!(
+                        "its response_url expired 30 minutes after the request ({} min ago)",
+                        age.as_secs() / 60
+                    ))
+                } else {
+                    None
+                };
+                Request {
+                    kind: interaction.kind.as_str().to_string(),
+                    keys: interaction.key().into_iter().collect(),
+                    refused,
+                }
+            }
+            Err(e) => unread(format!("a form that does not parse: {e}")),
+        }
+    } else {
+        unread("neither an envelope nor a form".into())
+    };
+    if request.refused.is_none() && forgotten {
+        request.refused = Some(format!(
+            "{} h old, past the ledger's memory (DEDUP_TTL_SECONDS less an hour): its journal \
+             may be gone, and a redrive could answer it twice",
+            age.as_secs() / 3600
+        ));
+    }
+    request
+}
+
+/// What to do with one message, its failed items made claimable (unless `--dry-run`) where it
+/// is to be moved.
+async fn judge(
+    q: &Queues<'_>,
+    options: &Options,
+    message_id: &str,
+    body: &str,
+) -> Result<Entry, RedriveError> {
+    let request = request_of(body, options);
+    let mut entry = Entry {
+        message_id: message_id.to_string(),
+        kind: request.kind.clone(),
+        items: Vec::new(),
+        failure: None,
+        action: Action::Moved,
+    };
+    let mut items: Vec<(EventId, Item)> = Vec::new();
+    for key in &request.keys {
+        let item = q
+            .dynamodb
+            .get_item()
+            .table_name(q.table)
+            .key(attr::PK, AttributeValue::S(key.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| RedriveError::Ledger(crate::process::error_chain(&e)))?
+            .item
+            // Past its TTL it counts as absent, as every claim reads it.
+            .filter(|i| number(i, attr::EXPIRES_AT).is_none_or(|s| s * 1000 > options.now_ms));
+        let status = item
+            .as_ref()
+            .and_then(|i| text(i, attr::STATUS))
+            .unwrap_or("absent")
+            .to_string();
+        entry.items.push((key.to_string(), status));
+        if let Some(item) = item {
+            items.push((key.clone(), item));
+        }
+    }
+    entry.failure = items
+        .iter()
+        .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
+    if let Some(why) = request.refused {
+        entry.action = Action::Refused(why);
+        return Ok(entry);
+    }
+    let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
+    if let Some((code, why)) = items
+        .iter()
+        .map(|(_, i)| i)
+        .filter(|i| status(i) == "failed")
+        .filter_map(|i| text(i, attr::ERROR))
+        .find_map(|code| NEVER_REDRIVEN.iter().find(|(c, _)| *c == code))
+    {
+        entry.action = Action::Refused(format!("{code}: {why}"));
+        return Ok(entry);
+    }
+    if items.iter().any(|(_, i)| {
+        status(i) == "in_progress"
+            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until > options.now_ms)
+    }) {
+        entry.action = Action::Held;
+        return Ok(entry);
+    }
+    if !items.is_empty() && items.iter().all(|(_, i)| status(i) == "done") {
+        entry.action = Action::Answered;
+        return Ok(entry);
+    }
+    if !options.dry_run {
+        for (key, item) in items.iter().filter(|(_, i)| status(i) == "failed") {
+            reset(q, options, key, item).await?;
+        }
+    }
+    Ok(entry)
+}
+
+type Item = std::collections::HashMap<String, AttributeValue>;
+
+/// Makes a failed item claimable by a redriven copy (retryable), with a TTL a claim's worth
+/// ahead, conditioned on the item being as read: a claim in between wins.
+async fn reset(
+    q: &Queues<'_>,
+    options: &Options,
+    key: &EventId,
+    item: &Item,
+) -> Result<(), RedriveError> {
+    let expires_s = number(item, attr::EXPIRES_AT)
+        .unwrap_or(0)
+        .max((options.now_ms + TTL_MARGIN.as_millis() as u64) / 1000);
+    let mut update = q
+        .dynamodb
+        .update_item()
+        .table_name(q.table)
+        .key(attr::PK, AttributeValue::S(key.to_string()))
+        .update_expression("SET #retryable = :true, #expires_at = :expires")
+        .condition_expression("#status = :failed AND #owner = :owner")
+        .expression_attribute_names("#retryable", attr::RETRYABLE)
+        .expression_attribute_names("#expires_at", attr::EXPIRES_AT)
+        .expression_attribute_names("#status", attr::STATUS)
+        .expression_attribute_names("#owner", attr::OWNER)
+        .expression_attribute_values(":true", AttributeValue::Bool(true))
+        .expression_attribute_values(":expires", AttributeValue::N(expires_s.to_string()))
+        .expression_attribute_values(":failed", AttributeValue::S("failed".into()));
+    update = update.expression_attribute_values(
+        ":owner",
+        AttributeValue::S(text(item, attr::OWNER).unwrap_or_default().to_string()),
+    );
+    match update.send().await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+        {
+            // Claimed, or changed, since it was read: the redriven copy meets it as it is.
+            Ok(())
+        }
+        Err(e) => Err(RedriveError::Ledger(crate::process::error_chain(&e))),
+    }
+}
+
+fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    item.get(name)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+}
+
+fn number(item: &Item, name: &str) -> Option<u64> {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(now_ms: u64) -> Options {
+        Options {
+            dry_run: true,
+            max: 100,
+            ttl: Duration::from_secs(90_000),
+            now_ms,
+        }
+    }
+
+    fn command(v: u32, received_at_ms: u64) -> String {
+        serde_json::json!({
+            "v": v,
+            "form": "command=%2Fonce&text=hi&team_id=T1&user_id=U1&channel_id=C1&api_app_id=A1\
+                     &response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1%2F1%2Fx\
+                     &trigger_id=1.2.3",
+            "received_at_ms": received_at_ms,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn a_command_past_its_response_urls_half_hour_is_refused() {
+        let now = 10_000_000_000;
+        assert!(
+            request_of(&command(2, now - 60_000), &options(now))
+                .refused
+                .is_none()
+        );
+        let old = request_of(&command(2, now - 31 * 60_000), &options(now));
+        assert!(old.refused.unwrap().contains("response_url expired"));
+    }
+
+    #[test]
+    fn a_form_whose_view_needed_the_trigger_is_refused() {
+        let now = 10_000_000_000;
+        let r = request_of(&command(3, now - 1_000), &options(now));
+        assert!(r.refused.unwrap().contains("trigger_id"));
+    }
+
+    #[test]
+    fn an_event_past_the_ledgers_memory_is_refused_and_a_recent_one_is_not() {
+        let now = 10_000_000_000;
+        let event = |received_at_ms: u64| {
+            serde_json::json!({
+                "v": 1,
+                "envelope": {"type": "event_callback", "event_id": "Ev1", "team_id": "T1",
+                    "api_app_id": "A1", "event_time": 1,
+                    "event": {"type": "app_mention", "user": "U1", "text": "hi",
+                        "channel": "C1", "ts": "1.000100", "event_ts": "1.000100"}},
+                "received_at_ms": received_at_ms,
+            })
+            .to_string()
+        };
+        let fresh = request_of(&event(now - 3_600_000), &options(now));
+        assert!(fresh.refused.is_none());
+        assert_eq!(fresh.kind, "app_mention");
+        assert_eq!(fresh.keys.len(), 2, "the message's key and the event's");
+        let old = request_of(&event(now - 89_000_000), &options(now));
+        assert!(old.refused.unwrap().contains("past the ledger's memory"));
+    }
+
+    #[test]
+    fn a_format_this_release_does_not_read_is_refused() {
+        let r = request_of(r#"{"v":99,"received_at_ms":1}"#, &options(2));
+        assert!(r.refused.unwrap().contains("format 99"));
+        let r = request_of("not json", &options(2));
+        assert!(r.refused.unwrap().contains("not a queued request"));
+    }
+}

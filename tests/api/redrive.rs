@@ -1,0 +1,202 @@
+//! `slack-once redrive` over the built binary, on the SQS server and DynamoDB Local: what failed
+//! for a cause since fixed is moved back and answered once; what was answered is removed, not
+//! moved; what Slack no longer honours (an expired `response_url`) or what may already be in
+//! Slack without a way to look (`unconfirmed_write`) is refused and left; `--dry-run` changes
+//! nothing and says the same.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::helpers::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_slack-once");
+
+/// Runs `slack-once redrive ARGS` on `stack`'s queues and table; its report.
+fn redrive(stack: &DeferredStack, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg("redrive")
+        .args(args)
+        .env_clear()
+        .envs(dynamodb_env(&stack.dynamodb))
+        .env("AWS_ENDPOINT_URL_SQS", &stack.sqs)
+        .env("WORK_QUEUE_URL", &stack.queue.url)
+        .env("DEAD_LETTER_QUEUE_URL", &stack.queue.dlq_url)
+        .env("DEDUP_TABLE", &stack.table)
+        .output()
+        .expect("slack-once redrive runs");
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!("slack-once redrive {args:?}:\n{report}");
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    report
+}
+
+/// Sends `body` to the dead-letter queue, as SQS moves a message there.
+async fn dead_letter(stack: &DeferredStack, body: &str) {
+    stack
+        .queue
+        .client
+        .send_message()
+        .queue_url(&stack.queue.dlq_url)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A queued event (format 1) as the ingress writes it, received `age` ago.
+fn queued_event(envelope: &str, age: Duration) -> String {
+    let received = slack_once::clock::now_ms() - age.as_millis() as u64;
+    format!(r#"{{"v":1,"envelope":{envelope},"received_at_ms":{received}}}"#)
+}
+
+/// A queued command (format 2), received `age` ago.
+fn queued_command(form: &str, age: Duration) -> String {
+    let received = slack_once::clock::now_ms() - age.as_millis() as u64;
+    serde_json::json!({"v": 2, "form": form, "received_at_ms": received}).to_string()
+}
+
+fn line<'a>(report: &'a str, needle: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{report}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_rest() {
+    let stack = DeferredStack::start(2).await;
+    let ingress = BotProcess::spawn(&stack.ingress_vars());
+    let http = HttpClient::default();
+    let ledger = slack_once::ledger::DynamoLedger::new(
+        dynamodb_client(&stack.dynamodb),
+        stack.table.clone(),
+    );
+
+    // Answered while Slack works; a copy of it then reaches the dead-letter queue.
+    let worker = BotProcess::spawn_worker(&stack.worker_vars(1, 2));
+    let done = app_mention("EvRedriveDone", "answered already");
+    assert_eq!(
+        deliver(&http, &ingress.url(), &done, None).await.outcome(),
+        "queued"
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || stack.slack.posted().len() == 1).await,
+        "{}",
+        worker.log()
+    );
+
+    // Slack is down: this one's receives run out, and SQS dead-letters it.
+    stack.slack.outage(Duration::from_secs(3600));
+    let failed = app_mention("EvRedriveFailed", "once Slack is back");
+    assert_eq!(
+        deliver(&http, &ingress.url(), &failed, None)
+            .await
+            .outcome(),
+        "queued"
+    );
+    assert!(
+        eventually_async(Duration::from_secs(30), || async {
+            stack.queue.depth(&stack.queue.dlq_url).await == 1
+        })
+        .await,
+        "dead-lettered after 2 receives: {}",
+        worker.log()
+    );
+    drop(worker);
+    let item = ledger
+        .get_item(&mention_key("EvRedriveFailed"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item["error"].as_s().unwrap(), "http_500");
+
+    dead_letter(&stack, &queued_event(&done, Duration::from_secs(60))).await;
+    // A command 31 minutes old: its response_url takes nothing now.
+    let late = command_form(&stack.slack, "/once", "too late");
+    dead_letter(&stack, &queued_command(&late, Duration::from_secs(31 * 60))).await;
+    // A write whose fate could not be known: never made again.
+    let unknown = app_mention("EvRedriveUnknown", "may be in Slack");
+    let mut item: HashMap<String, AttributeValue> = [
+        ("pk", AttributeValue::S(mention_key("EvRedriveUnknown"))),
+        ("status", AttributeValue::S("failed".into())),
+        ("error", AttributeValue::S("unconfirmed_write".into())),
+        (
+            "owner",
+            AttributeValue::S("0b5c8a7e5a0e4f519a550d6f3c1a2b3c".into()),
+        ),
+        ("lease_until", AttributeValue::N("1".into())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let ttl = slack_once::clock::now_ms() / 1000 + 86_400;
+    item.insert("expires_at".into(), AttributeValue::N(ttl.to_string()));
+    dynamodb_client(&stack.dynamodb)
+        .put_item()
+        .table_name(&stack.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    dead_letter(&stack, &queued_event(&unknown, Duration::from_secs(60))).await;
+    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 4);
+
+    // A dry run says what it would do, and does nothing.
+    let report = redrive(&stack, &["--dry-run"]);
+    assert!(
+        line(&report, "http_500").starts_with("would move"),
+        "{report}"
+    );
+    assert!(
+        line(&report, &mention_key("EvRedriveDone")).starts_with("would remove"),
+        "{report}"
+    );
+    assert!(
+        line(&report, "response_url expired").starts_with("refused"),
+        "{report}"
+    );
+    assert!(
+        line(&report, "unconfirmed_write").starts_with("refused"),
+        "{report}"
+    );
+    assert!(report.contains("a dry run: nothing changed"), "{report}");
+    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 4, "{report}");
+    assert_eq!(stack.queue.depth(&stack.queue.url).await, 0);
+
+    // Slack is back: the redrive moves the failed one, removes the answered one.
+    stack.slack.outage(Duration::ZERO);
+    let report = redrive(&stack, &[]);
+    assert!(line(&report, "http_500").starts_with("moved"), "{report}");
+    assert!(report.contains("1 moved, 1 removed (answered already), 0 left (held), 2 refused"));
+    assert_eq!(
+        stack.queue.depth(&stack.queue.dlq_url).await,
+        2,
+        "the refused stay"
+    );
+    let worker = BotProcess::spawn_worker(&stack.worker_vars(5, 2));
+    assert!(
+        eventually(Duration::from_secs(20), || stack.slack.posted().len() == 2).await,
+        "the redriven event is answered: {}",
+        worker.log()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let per_event = stack.slack.posts_per_event();
+    assert_eq!(per_event.get("EvRedriveFailed"), Some(&1), "{per_event:?}");
+    assert_eq!(per_event.get("EvRedriveDone"), Some(&1), "{per_event:?}");
+    assert_eq!(per_event.get("EvRedriveUnknown"), None, "{per_event:?}");
+    let status = ledger
+        .get_item(&mention_key("EvRedriveFailed"))
+        .await
+        .unwrap()
+        .unwrap()["status"]
+        .as_s()
+        .unwrap()
+        .clone();
+    assert_eq!(status, "done");
+}
