@@ -12,7 +12,8 @@ SlackOnceManagedWorker, the twins of SlackOnceFunction and SlackOnceWorker):
   queue-worker     the work queue (redriving to the dead-letter queue), the dead-letter queue and
                    the worker exist, whatever Mode says (what old versions queued is answered)
   ingress-env      the ingress's environment, which each published version captures, says the
-                   mode: DEDUP_TABLE only in synchronous mode, WORK_QUEUE_URL only in deferred mode
+                   mode: WORK_QUEUE_URL only in deferred mode; DEDUP_TABLE in both (a deferred
+                   ingress reads the app's state there)
   mapping          the worker's SQS event source mapping is declared explicitly (no SAM SQS event),
                    on the work queue, invokes the worker's live alias (which CodeDeploy shifts), with
                    ReportBatchItemFailures, BatchSize and MaximumConcurrency from the parameters
@@ -705,7 +706,7 @@ class Checks:
 
     def ingress_env(self, d, mode):
         env = d.props(d.ingress).get("Environment", {}).get("Variables", {})
-        want = {"DEDUP_TABLE": mode != "deferred", "WORK_QUEUE_URL": mode == "deferred"}
+        want = {"DEDUP_TABLE": True, "WORK_QUEUE_URL": mode == "deferred"}
         wrong = [f"{k} {'missing' if w else 'set'}" for k, w in want.items() if (k in env) != w]
         if wrong:
             raise CheckFailed(", ".join(wrong))

@@ -1394,15 +1394,20 @@ impl Ctx {
         unreachable!("the pipeline drops this run");
     }
 
-    /// Before any use of the app's state: in deferred mode's ingress, which runs a listener
-    /// with no claim behind it and whose ledger may be its own memory (no table), the state
-    /// is a worker's: the request is handed off here, as at a write that is not a view.
-    pub(crate) async fn state_is_a_workers(&self) -> Result<(), Error> {
+    /// Before a use of the app's state (`write`: a change; else a read). Deferred mode's
+    /// ingress runs a listener with no claim behind it: a change is a worker's, and so is a read
+    /// where the ingress's ledger is its own memory (no table): the request is handed off
+    /// here, as at a write that is not a view. A read from the table goes on (a listener may
+    /// read state, then open a view with the trigger).
+    pub(crate) async fn state_is_a_workers(&self, write: bool) -> Result<(), Error> {
         let mode = self.inner.acking.lock().expect("ack lock").mode;
-        match mode {
-            AckMode::StopAfter => self.hand_off().await,
-            _ => Ok(()),
+        if mode != AckMode::StopAfter {
+            return Ok(());
         }
+        if write || !self.ledger().await.is_shared() {
+            return self.hand_off().await;
+        }
+        Ok(())
     }
 }
 

@@ -112,6 +112,7 @@ impl State {
         version: u64,
         ttl: Duration,
     ) -> Result<Put, Error> {
+        self.ctx.state_is_a_workers(true).await?;
         let writers = match version {
             0 => Vec::new(),
             _ => {
@@ -164,6 +165,7 @@ impl State {
         F: FnMut(Option<T>) -> T,
     {
         refuse_inside_remember(name)?;
+        self.ctx.state_is_a_workers(true).await?;
         let key = self.key(name)?;
         let writer = self.ctx.next_state_writer(name);
         for attempt in 0..UPDATE_ATTEMPTS {
@@ -274,7 +276,7 @@ impl State {
         F: FnOnce(std::sync::Arc<dyn crate::ledger::Ledger>, u64) -> Fut,
         Fut: std::future::Future<Output = Result<R, LedgerError>> + 'a,
     {
-        self.ctx.state_is_a_workers().await?;
+        self.ctx.state_is_a_workers(false).await?;
         let ledger = self.ctx.ledger().await;
         let now = crate::clock::now_ms();
         tokio::time::timeout_at(self.ctx.deadline(), call(ledger, now))

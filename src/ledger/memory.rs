@@ -150,6 +150,11 @@ fn record(entry: &mut Entry, settled: &[Settled]) {
 
 #[async_trait]
 impl Ledger for MemoryLedger {
+    /// This process's memory: no other process reads it.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
         let mut guard = self.entries.lock().expect("ledger lock");
         let entries = &mut *guard;

@@ -692,6 +692,13 @@ pub fn state_writers_after(mut writers: Vec<String>, writer: &str) -> Vec<String
 /// The ledger seam: the in-memory and DynamoDB implementations share these semantics.
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
+    /// Whether every process of the deployment reads this ledger (a table), not this process
+    /// alone (its own memory). Deferred mode's ingress reads the app's state only from a
+    /// shared ledger; from its own memory it hands the request to a worker instead.
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     /// Claims the event if it is absent, expired, released or lease-expired, or if the live
     /// claim found is this request's own (a claim sent again after its answer was lost).
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError>;

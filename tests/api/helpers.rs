@@ -144,6 +144,8 @@ struct StandinState {
     method_script: HashMap<String, VecDeque<Behaviour>>,
     /// `HEAD api.test` requests: connections opened ahead of a first call.
     warm_ups: usize,
+    /// How many of each channel's event messages are in the workspace already.
+    synced: HashMap<String, usize>,
 }
 
 impl StandinState {
@@ -151,9 +153,12 @@ impl StandinState {
     fn sync(&mut self, channel: &str) {
         let all = EVENT_MESSAGES.lock().unwrap();
         if let Some(messages) = all.as_ref().and_then(|a| a.get(channel)) {
-            for m in messages {
+            // Only those registered since the last sync (a soak registers thousands).
+            let synced = self.synced.entry(channel.to_string()).or_insert(0);
+            for m in &messages[(*synced).min(messages.len())..] {
                 self.workspace.add_message(m.clone());
             }
+            *synced = messages.len();
         }
     }
 
@@ -190,6 +195,7 @@ impl SlackStandin {
             calls: Vec::new(),
             method_script: HashMap::new(),
             warm_ups: 0,
+            synced: HashMap::new(),
         }));
         let app = Router::new()
             .route("/api/chat.postMessage", post(post_message))

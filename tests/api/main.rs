@@ -22,5 +22,6 @@ mod redrive;
 mod redteam16;
 mod rejections;
 mod review;
+mod soak;
 mod standins;
 mod workspaces;

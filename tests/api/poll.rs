@@ -340,3 +340,62 @@ fn the_open_list_drops_polls_past_their_time_and_keeps_the_newest() {
     assert_eq!(later.last().unwrap().name, "poll-new");
     assert_eq!(later.len(), example::MAX_LISTED - 200 + 10);
 }
+
+/// Deferred mode with the ingress reading the table, as the template deploys it: Close reads
+/// the poll's state in the ingress and opens its modal there with the click's trigger (which a
+/// worker could not: it expires in 3 s), and the submission closes the poll on a worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_deferred_mode_the_author_closes_the_poll_through_its_modal() {
+    let stack = DeferredStack::start(5).await;
+    // The template's ingress: the table, the queue, Slack's token (views open from it).
+    let ingress = BotProcess::spawn_example("poll", &[], &stack.worker_vars(30, 5));
+    let worker = BotProcess::spawn_example("poll", &["worker"], &stack.worker_vars(30, 5));
+    let http = HttpClient::default();
+    let form = command_form(&stack.slack, example::COMMAND, "Lunch? | Pizza | Sushi");
+    deliver_form(&http, &ingress.url(), &form, None).await;
+    let message = poll_saying(&stack.slack, "Lunch? (0 votes)")
+        .await
+        .expect("the poll is posted by the worker");
+    let name = poll_name(&message);
+
+    // The author (U0001, who ran the command) clicks Close: the modal opens from the ingress.
+    let click = click_form(&stack.slack, "U0001", example::CLOSE, &name, &message);
+    let answer = deliver_form(&http, &ingress.url(), &click, None).await;
+    assert_eq!(answer.status, http::StatusCode::OK, "{}", answer.body);
+    let views = stack.slack.views();
+    assert_eq!(views.len(), 1, "the modal opened once: {}", ingress.log());
+    let view = &views[0];
+    assert_eq!(view["callback_id"], example::CLOSE_VIEW);
+
+    let payload = json!({
+        "type": "view_submission",
+        "team": {"id": "T0001"},
+        "user": {"id": "U0001", "team_id": "T0001"},
+        "api_app_id": "A0001",
+        "trigger_id": slack_once::testing::Workspace::trigger_id(),
+        "view": {
+            "id": view["id"], "callback_id": example::CLOSE_VIEW, "team_id": "T0001",
+            "private_metadata": view["private_metadata"], "app_id": "A0001",
+            "state": {"values": {}}
+        },
+    });
+    let form = form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish();
+    let answer = deliver_form(&http, &ingress.url(), &form, None).await;
+    assert_eq!(answer.status, http::StatusCode::OK, "{}", answer.body);
+    assert!(
+        poll_saying(&stack.slack, "Closed: Lunch? (0 votes)")
+            .await
+            .is_some(),
+        "the poll is closed: {:?}\ningress:\n{}\nworker:\n{}",
+        stack
+            .slack
+            .posted()
+            .iter()
+            .map(|p| &p.body["text"])
+            .collect::<Vec<_>>(),
+        ingress.log(),
+        worker.log()
+    );
+}
