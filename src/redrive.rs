@@ -5,7 +5,8 @@
 //!
 //! For each message, its ledger items (the message's identity and its `event_id`, or the
 //! command's or interaction's key) say what to do:
-//! - `done`: answered already; removed from the dead-letter queue, not moved;
+//! - `done`: answered already; moved all the same (the worker finds it done and drops it: a
+//!   request may have items `redrive` does not see, a listener's of its own, another app's);
 //! - `failed`, retryable (the queue's receives ran out on a transient failure): moved, its TTL
 //!   extended so that the redriven copy is judged by its journal;
 //! - `failed` for good with a cause an operator can fix (`not_in_channel`, `channel_not_found`,
@@ -17,8 +18,11 @@
 //! - a live claim: left (try again after its lease);
 //! - no item, or a claim given up: moved.
 //!
+//! Items of another app sharing the table are not this request's, and are passed over. An
+//! item of a later format than this release reads is refused (its worker could not take it).
+//!
 //! Refused as well, and left: what Slack no longer honours (a command's or an interaction's
-//! `response_url` 30 minutes after the request; a view its listener may have opened with a
+//! `response_url` 30 minutes after the request, with 5 minutes' margin; a view its listener may have opened with a
 //! `trigger_id`, which expires after 3 seconds), what the ledger may have forgotten (a request
 //! older than `DEDUP_TTL_SECONDS` less an hour: its journal may be gone, and a redrive could
 //! answer it twice), and messages this release does not read.
@@ -34,8 +38,9 @@ use crate::interaction::Interaction;
 use crate::ledger::dynamo::attr;
 use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
 
-/// How long after the request Slack takes posts to its `response_url`.
-pub const RESPONSE_URL_LIFETIME: Duration = Duration::from_secs(30 * 60);
+/// How long after the request a redriven command or interaction may still be answered through
+/// its `response_url`: Slack takes posts for 30 minutes, less 5 for the worker to get to it.
+pub const RESPONSE_URL_LIFETIME: Duration = Duration::from_secs(25 * 60);
 
 /// How much of the ledger's TTL a redriven request must have left: its claim, its lease and a
 /// margin, so that its journal is still there while it runs.
@@ -80,7 +85,8 @@ pub struct Options {
 pub enum Action {
     /// Moved back to the work queue (with `--dry-run`: would be).
     Moved,
-    /// Answered already: removed from the dead-letter queue (with `--dry-run`: would be).
+    /// Its items say answered: moved all the same, for the worker to find it done and drop
+    /// it (with `--dry-run`: would be).
     Answered,
     /// A live claim holds it: left, to redrive after its lease.
     Held,
@@ -110,6 +116,11 @@ pub struct Report {
     pub entries: Vec<Entry>,
     /// Nothing was changed (`--dry-run`).
     pub dry_run: bool,
+    /// The run stopped at a message it had seen already (visible again after a long run).
+    pub came_back: bool,
+    /// Why the run stopped before the queue was empty, if an error stopped it: what is listed
+    /// was done.
+    pub error: Option<RedriveError>,
 }
 
 impl Report {
@@ -121,14 +132,17 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (moved, answered) = match self.dry_run {
-            true => ("would move", "would remove"),
-            false => ("moved", "removed"),
+        let moved = match self.dry_run {
+            true => "would move",
+            false => "moved",
         };
         for e in &self.entries {
             let (what, why) = match &e.action {
                 Action::Moved => (moved, String::new()),
-                Action::Answered => (answered, "answered already".to_string()),
+                Action::Answered => (
+                    moved,
+                    "answered already: the worker finds it done and drops it".to_string(),
+                ),
                 Action::Held => (
                     "left",
                     "a live claim holds it: redrive after its lease".into(),
@@ -153,8 +167,8 @@ impl fmt::Display for Report {
         }
         write!(
             f,
-            "{} {moved}, {} {answered} (answered already), {} left (held), {} refused{}",
-            self.count(|a| *a == Action::Moved),
+            "{} {moved} ({} of them answered already), {} left (held), {} refused{}",
+            self.count(|a| matches!(a, Action::Moved | Action::Answered)),
             self.count(|a| *a == Action::Answered),
             self.count(|a| *a == Action::Held),
             self.count(|a| matches!(a, Action::Refused(_))),
@@ -163,12 +177,22 @@ impl fmt::Display for Report {
             } else {
                 ""
             }
-        )
+        )?;
+        if self.came_back {
+            write!(
+                f,
+                "\nstopped: a message came back (a long run): run it again for the rest"
+            )?;
+        }
+        if let Some(error) = &self.error {
+            write!(f, "\nstopped by an error: {error}")?;
+        }
+        Ok(())
     }
 }
 
 /// Why `redrive` stopped.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum RedriveError {
     /// SQS did not answer, or refused.
     #[error("SQS: {0}")]
@@ -192,15 +216,39 @@ pub struct Queues<'a> {
     pub table: &'a str,
 }
 
-/// Looks at up to `options.max` messages of the dead-letter queue and moves, removes or leaves
-/// each as the module's documentation says.
-pub async fn redrive(q: &Queues<'_>, options: &Options) -> Result<Report, RedriveError> {
+/// Looks at up to `options.max` messages of the dead-letter queue and moves or leaves each as
+/// the module's documentation says. An SQS or DynamoDB error stops it: the report says what
+/// was done before, and the error ([`Report::error`]).
+pub async fn redrive(q: &Queues<'_>, options: &Options) -> Report {
     let mut report = Report {
         dry_run: options.dry_run,
         ..Report::default()
     };
-    let mut seen = HashSet::new();
     let mut held_back = Vec::new();
+    if let Err(error) = receive_all(q, options, &mut report, &mut held_back).await {
+        report.error = Some(error);
+    }
+    // What stays is visible again at once, for the next look (or the real run after a dry one).
+    for receipt in held_back {
+        let _ = q
+            .sqs
+            .change_message_visibility()
+            .queue_url(q.dead_letters)
+            .receipt_handle(receipt)
+            .visibility_timeout(0)
+            .send()
+            .await;
+    }
+    report
+}
+
+async fn receive_all(
+    q: &Queues<'_>,
+    options: &Options,
+    report: &mut Report,
+    held_back: &mut Vec<String>,
+) -> Result<(), RedriveError> {
+    let mut seen = HashSet::new();
     'receiving: while report.entries.len() < options.max {
         let want = (options.max - report.entries.len()).min(10) as i32;
         let received = q
@@ -208,7 +256,7 @@ pub async fn redrive(q: &Queues<'_>, options: &Options) -> Result<Report, Redriv
             .receive_message()
             .queue_url(q.dead_letters)
             .max_number_of_messages(want)
-            .visibility_timeout(120)
+            .visibility_timeout(300)
             .wait_time_seconds(1)
             .send()
             .await
@@ -223,12 +271,13 @@ pub async fn redrive(q: &Queues<'_>, options: &Options) -> Result<Report, Redriv
             };
             let (id, receipt) = (id.to_string(), receipt.to_string());
             if !seen.insert(id.clone()) {
+                report.came_back = true;
                 break 'receiving;
             }
             let body = message.body().unwrap_or_default().to_string();
             let entry = judge(q, options, &id, &body).await?;
             let keep = match (&entry.action, options.dry_run) {
-                (Action::Moved, false) => {
+                (Action::Moved | Action::Answered, false) => {
                     q.sqs
                         .send_message()
                         .queue_url(q.work)
@@ -238,7 +287,6 @@ pub async fn redrive(q: &Queues<'_>, options: &Options) -> Result<Report, Redriv
                         .map_err(|e| RedriveError::Queue(crate::process::error_chain(&e)))?;
                     false
                 }
-                (Action::Answered, false) => false,
                 _ => true,
             };
             if keep {
@@ -257,18 +305,7 @@ pub async fn redrive(q: &Queues<'_>, options: &Options) -> Result<Report, Redriv
             report.entries.push(entry);
         }
     }
-    // What stays is visible again at once, for the next look (or the real run after a dry one).
-    for receipt in held_back {
-        let _ = q
-            .sqs
-            .change_message_visibility()
-            .queue_url(q.dead_letters)
-            .receipt_handle(receipt)
-            .visibility_timeout(0)
-            .send()
-            .await;
-    }
-    Ok(report)
+    Ok(())
 }
 
 /// The request a dead letter holds: its kind, its ledger keys, when it arrived, and why it
@@ -276,6 +313,8 @@ pub async fn redrive(q: &Queues<'_>, options: &Options) -> Result<Report, Redriv
 struct Request {
     kind: String,
     keys: Vec<EventId>,
+    /// The app it is for (`api_app_id`): an item of another app is not its own.
+    app: Option<String>,
     refused: Option<String>,
 }
 
@@ -283,6 +322,7 @@ fn request_of(body: &str, options: &Options) -> Request {
     let unread = |why: String| Request {
         kind: "?".into(),
         keys: Vec::new(),
+        app: None,
         refused: Some(why),
     };
     let queued: QueuedEvent = match serde_json::from_str(body) {
@@ -311,6 +351,7 @@ fn request_of(body: &str, options: &Options) -> Request {
                 Request {
                     kind: callback.event.kind.clone(),
                     keys,
+                    app: callback.api_app_id.clone(),
                     refused: None,
                 }
             }
@@ -328,7 +369,8 @@ fn request_of(body: &str, options: &Options) -> Request {
                     )
                 } else if age > RESPONSE_URL_LIFETIME {
                     Some(format!(
-                        "its response_url expired 30 minutes after the request ({} min ago)",
+                        "its response_url expired, or will before a worker answers: Slack takes \
+                         posts for 30 minutes after the request ({} min ago)",
                         age.as_secs() / 60
                     ))
                 } else {
@@ -337,6 +379,7 @@ fn request_of(body: &str, options: &Options) -> Request {
                 Request {
                     kind: interaction.kind.as_str().to_string(),
                     keys: interaction.key().into_iter().collect(),
+                    app: interaction.api_app_id.clone(),
                     refused,
                 }
             }
@@ -385,6 +428,11 @@ async fn judge(
             .item
             // Past its TTL it counts as absent, as every claim reads it.
             .filter(|i| number(i, attr::EXPIRES_AT).is_none_or(|s| s * 1000 > options.now_ms));
+        // Another app's item in a shared table is not this request's: passed over.
+        let item = item.filter(|i| match (text(i, attr::APP), request.app.as_deref()) {
+            (Some(theirs), Some(ours)) => theirs == ours,
+            _ => true,
+        });
         let status = item
             .as_ref()
             .and_then(|i| text(i, attr::STATUS))
@@ -395,6 +443,24 @@ async fn judge(
             items.push((key.clone(), item));
         }
     }
+    let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
+    // Answered: moved whatever else holds (the worker finds it done and drops it), so that a
+    // done request never waits in the dead-letter queue for a refusal.
+    if !items.is_empty() && items.iter().all(|(_, i)| status(i) == "done") {
+        entry.action = Action::Answered;
+        return Ok(entry);
+    }
+    if let Some(fmt) = items
+        .iter()
+        .filter_map(|(_, i)| number(i, attr::FORMAT))
+        .find(|f| *f > crate::ledger::dynamo::ITEM_FORMAT_READ)
+    {
+        entry.action = Action::Refused(format!(
+            "its item is of format {fmt}, which this release does not take over: redrive it \
+             with the release that wrote it"
+        ));
+        return Ok(entry);
+    }
     entry.failure = items
         .iter()
         .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
@@ -402,7 +468,6 @@ async fn judge(
         entry.action = Action::Refused(why);
         return Ok(entry);
     }
-    let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
     if let Some((code, why)) = items
         .iter()
         .map(|(_, i)| i)
@@ -418,10 +483,6 @@ async fn judge(
             && number(i, attr::LEASE_UNTIL).is_some_and(|until| until > options.now_ms)
     }) {
         entry.action = Action::Held;
-        return Ok(entry);
-    }
-    if !items.is_empty() && items.iter().all(|(_, i)| status(i) == "done") {
-        entry.action = Action::Answered;
         return Ok(entry);
     }
     if !options.dry_run {
@@ -513,14 +574,14 @@ mod tests {
     }
 
     #[test]
-    fn a_command_past_its_response_urls_half_hour_is_refused() {
+    fn a_command_near_the_end_of_its_response_urls_half_hour_is_refused() {
         let now = 10_000_000_000;
         assert!(
             request_of(&command(2, now - 60_000), &options(now))
                 .refused
                 .is_none()
         );
-        let old = request_of(&command(2, now - 31 * 60_000), &options(now));
+        let old = request_of(&command(2, now - 26 * 60_000), &options(now));
         assert!(old.refused.unwrap().contains("response_url expired"));
     }
 

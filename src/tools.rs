@@ -156,10 +156,10 @@ async fn redrive(args: &[String]) -> ExitCode {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--dry-run" => dry_run = true,
-            "--max" => match args.next().and_then(|n| n.parse().ok()) {
+            "--max" => match args.next().and_then(|n| n.parse().ok()).filter(|n| *n > 0) {
                 Some(n) => max = n,
                 None => {
-                    eprintln!("{program} redrive: --max takes a number of messages");
+                    eprintln!("{program} redrive: --max takes a number of messages (1 or more)");
                     return ExitCode::from(2);
                 }
             },
@@ -202,12 +202,11 @@ async fn redrive(args: &[String]) -> ExitCode {
         ttl,
         now_ms: crate::clock::now_ms(),
     };
-    match crate::redrive::redrive(&queues, &options).await {
-        Ok(report) => {
-            say!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
+    let report = crate::redrive::redrive(&queues, &options).await;
+    say!("{report}");
+    match &report.error {
+        None => ExitCode::SUCCESS,
+        Some(error) => {
             eprintln!("{program} redrive: {error}");
             ExitCode::FAILURE
         }
