@@ -643,7 +643,10 @@ impl Processor {
                 let event = EventDelivery {
                     retry_num: None,
                     retry_reason: None,
-                    last_chance: false,
+                    // Answered here (synchronous mode), its one delivery is its last: a failure
+                    // ends it failed with its reason (retryable), not released for a delivery
+                    // that never comes.
+                    last_chance: self.queue.is_none(),
                     now: delivery.now,
                     started: delivery.started,
                     invocation_deadline: delivery.invocation_deadline,

@@ -1048,3 +1048,29 @@ async fn on_lambda_a_deferred_ingress_without_a_token_does_not_take_a_view_for_o
     );
     assert!(queue.is_empty(), "nothing handed on as done");
 }
+
+/// Synchronous mode: Slack sends a command once, so a transient failure of its follow-up (the
+/// `response_url` post answered 500) ends it failed, with its reason, rather than released for
+/// a delivery that never comes (the soak found it released, with no reason recorded).
+#[tokio::test]
+async fn a_commands_one_delivery_is_its_last_a_transient_failure_ends_it_failed_with_its_reason() {
+    let ledger = Arc::new(slack_once::ledger::MemoryLedger::new());
+    let app = spawn_app_with(Options {
+        ledger: Some(ledger.clone()),
+        ..Default::default()
+    })
+    .await;
+    app.slack
+        .script_method("response_url", [Behaviour::Status(500)]);
+    let body = command(&app.slack, "hello", &Workspace::trigger_id());
+    let (answer, _) = send_form(&app.http, &app.url("/slack/events"), &body).await;
+    assert!(!answer.status.is_success(), "{}", answer.body);
+    let statuses = ledger.statuses();
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_eq!(
+        statuses[0].1,
+        slack_once::ledger::Status::Failed,
+        "{statuses:?}"
+    );
+    assert!(app.slack.posted().is_empty());
+}

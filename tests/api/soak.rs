@@ -459,10 +459,9 @@ async fn soak() {
                     .and_then(|s| s.as_s().ok())
                     .cloned();
                 match status.as_deref() {
-                    // Released (its response_url post failed, and Slack sends a command
-                    // once) or never claimed: the person saw Slack's error. The ledger records
-                    // no reason for the released ones yet (noted in the issue).
-                    None | Some("released") if refused_to_slack => refused_commands += 1,
+                    // Never claimed (its ingress was down): the person saw Slack's error. One
+                    // claimed whose follow-up failed ends failed, with its reason (below).
+                    None if refused_to_slack => refused_commands += 1,
                     Some("failed") => {
                         let error = item.as_ref().unwrap()["error"].as_s().unwrap().clone();
                         *failed.entry(error).or_default() += 1;
