@@ -35,6 +35,7 @@ pub mod server;
 pub mod sign;
 pub mod signature;
 pub mod slack;
+pub mod sweep;
 pub mod testing;
 pub mod tools;
 

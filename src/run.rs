@@ -47,7 +47,7 @@ pub fn usage() -> String {
 ///
 /// The same arguments work for every bot built on slack-once: none (serve), `worker`,
 /// `--version`, `--help`, and the tools `sign`, `create-table`, `create-queue`,
-/// `import-token` and `redrive` (see [`crate::tools`]).
+/// `import-token`, `redrive` and `sweep` (see [`crate::tools`]).
 ///
 /// ```no_run
 /// use slack_once::app::{App, Ctx, HandlerResult, MessageEvent};

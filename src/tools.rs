@@ -1,8 +1,9 @@
 //! The tools every bot built on slack-once carries, run by [`crate::run`] before it serves:
 //! `sign` (re-sign a Slack body or a Lambda event file), `create-table` (the ledger table),
 //! `create-queue` (deferred mode's work queue and its dead-letter queue), `import-token`
-//! (keep `SLACK_BOT_TOKEN` as its workspace's installation) and `redrive` (the dead-letter
-//! queue back to the work queue, [`crate::redrive`]). `mybot create-table` does what
+//! (keep `SLACK_BOT_TOKEN` as its workspace's installation), `redrive` (the dead-letter queue
+//! back to the work queue, [`crate::redrive`]) and `sweep` (claims left in progress past their
+//! lease ended failed, [`crate::sweep`]). `mybot create-table` does what
 //! `slack-once create-table` does: a bot needs no second binary to be set up.
 
 use std::process::ExitCode;
@@ -34,7 +35,11 @@ pub(crate) const USAGE: &str = "       BOT sign FILE [--secret S] [--url URL] [-
                      move deferred mode's dead letters (DEAD_LETTER_QUEUE_URL, else
                      WORK_QUEUE_URL-dlq) back to WORK_QUEUE_URL, their failed items in
                      DEDUP_TABLE made claimable; what Slack or the ledger no longer honours
-                     is refused and left; prints what it did and why each had failed";
+                     is refused and left; prints what it did and why each had failed
+       BOT sweep [--dry-run] [--older-than MINUTES]
+                     end failed (abandoned, retryable) the claims in DEDUP_TABLE left in
+                     progress past their lease (10 minutes by default): a request killed
+                     on its last delivery, counted; a later delivery still takes it over";
 
 /// Runs the tool `args[0]` names with the rest of `args`; `None` when `args[0]` names none.
 pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
@@ -45,6 +50,7 @@ pub(crate) fn dispatch(args: &[String]) -> Option<ExitCode> {
         "create-queue" => runtime().block_on(create_queue(rest.first().cloned())),
         "import-token" => runtime().block_on(import_token()),
         "redrive" => runtime().block_on(redrive(rest)),
+        "sweep" => runtime().block_on(sweep(rest)),
         _ => return None,
     })
 }
@@ -208,6 +214,63 @@ async fn redrive(args: &[String]) -> ExitCode {
         None => ExitCode::SUCCESS,
         Some(error) => {
             eprintln!("{program} redrive: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn sweep(args: &[String]) -> ExitCode {
+    let program = crate::run::program();
+    let (mut dry_run, mut older_than) = (false, crate::sweep::DEFAULT_OLDER_THAN);
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--dry-run" => dry_run = true,
+            "--older-than" => match args.next().and_then(|n| n.parse::<u64>().ok()) {
+                Some(minutes) => older_than = std::time::Duration::from_secs(minutes * 60),
+                None => {
+                    eprintln!("{program} sweep: --older-than takes a number of minutes");
+                    return ExitCode::from(2);
+                }
+            },
+            other => {
+                eprintln!("{program} sweep: unexpected argument {other:?}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Some(table) = std::env::var("DEDUP_TABLE").ok().filter(|t| !t.is_empty()) else {
+        eprintln!("{program} sweep: set DEDUP_TABLE (the stack's output LedgerTableName)");
+        return ExitCode::from(2);
+    };
+    let dynamodb = crate::ledger::dynamo::client_from_env().await;
+    let now_ms = crate::clock::now_ms();
+    match crate::sweep::sweep(&dynamodb, &table, older_than, now_ms, dry_run).await {
+        Ok(swept) => {
+            for key in &swept.keys {
+                say!(
+                    "{} {key}",
+                    if dry_run {
+                        "would end failed"
+                    } else {
+                        "ended failed"
+                    }
+                );
+            }
+            say!(
+                "{} claims left in progress past their lease{} ({} items scanned)",
+                swept.keys.len(),
+                if dry_run {
+                    ": a dry run, nothing changed"
+                } else {
+                    " ended failed (abandoned, retryable)"
+                },
+                swept.scanned
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{program} sweep: {error}");
             ExitCode::FAILURE
         }
     }

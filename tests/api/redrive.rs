@@ -205,3 +205,96 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         .clone();
     assert_eq!(status, "done");
 }
+
+/// `slack-once sweep`: a claim left in progress past its lease (a process killed on the
+/// request's last delivery) ends failed, `abandoned`, retryable, so a later delivery still takes
+/// it over and answers it once; a live claim and a done item are left as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_ends_failed_the_claims_left_past_their_lease_and_only_those() {
+    let stack = DeferredStack::start(2).await;
+    let client = dynamodb_client(&stack.dynamodb);
+    let now = slack_once::clock::now_ms();
+    let put = |key: String, status: &str, lease_until: u64| {
+        let client = client.clone();
+        let table = stack.table.clone();
+        let status = status.to_string();
+        async move {
+            let item: HashMap<String, AttributeValue> = [
+                ("pk", AttributeValue::S(key)),
+                ("status", AttributeValue::S(status)),
+                (
+                    "owner",
+                    AttributeValue::S("0b5c8a7e5a0e4f519a550d6f3c1a2b3c".into()),
+                ),
+                ("lease_until", AttributeValue::N(lease_until.to_string())),
+                (
+                    "expires_at",
+                    AttributeValue::N((now / 1000 + 86_400).to_string()),
+                ),
+                ("attempts", AttributeValue::N("1".into())),
+                ("journal", AttributeValue::M(HashMap::new())),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            client
+                .put_item()
+                .table_name(table)
+                .set_item(Some(item))
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    put(mention_key("EvSweepLeft"), "in_progress", now - 20 * 60_000).await;
+    put(mention_key("EvSweepLive"), "in_progress", now + 60_000).await;
+    put(mention_key("EvSweepDone"), "done", now - 20 * 60_000).await;
+    let sweep = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .arg("sweep")
+            .args(args)
+            .env_clear()
+            .envs(dynamodb_env(&stack.dynamodb))
+            .env("DEDUP_TABLE", &stack.table)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let dry = sweep(&["--dry-run"]);
+    assert!(dry.contains(&mention_key("EvSweepLeft")), "{dry}");
+    assert!(dry.contains("1 claims left"), "{dry}");
+    let done = sweep(&[]);
+    assert!(done.contains("ended failed"), "{done}");
+    let ledger = slack_once::ledger::DynamoLedger::new(client.clone(), stack.table.clone());
+    let item = |id: &'static str| {
+        let ledger = &ledger;
+        async move { ledger.get_item(&mention_key(id)).await.unwrap().unwrap() }
+    };
+    let left = item("EvSweepLeft").await;
+    assert_eq!(left["status"].as_s().unwrap(), "failed");
+    assert_eq!(left["error"].as_s().unwrap(), "abandoned");
+    assert_eq!(left["retryable"].as_bool().unwrap(), &true);
+    assert_eq!(
+        item("EvSweepLive").await["status"].as_s().unwrap(),
+        "in_progress"
+    );
+    assert_eq!(item("EvSweepDone").await["status"].as_s().unwrap(), "done");
+    assert!(
+        sweep(&[]).contains("0 claims left"),
+        "a second sweep finds none"
+    );
+
+    // A delivery that still comes (Slack's Delayed Events, a redrive) takes it over, once.
+    let bot = BotProcess::spawn(&bot_vars(&stack.slack, &stack.dynamodb, &stack.table));
+    let http = HttpClient::default();
+    let answer = deliver(
+        &http,
+        &bot.url(),
+        &app_mention("EvSweepLeft", "late"),
+        Some(3),
+    )
+    .await;
+    assert_eq!(answer.status, http::StatusCode::OK, "{}", answer.body);
+    assert_eq!(stack.slack.posts_per_event().get("EvSweepLeft"), Some(&1));
+}

@@ -421,6 +421,18 @@ async fn soak() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let drained_in = started.elapsed();
 
+    // What an operator runs now and then (DEPLOY.md): claims killed on their last delivery,
+    // left in progress, end failed with their reason (here at once: the run is short).
+    let swept = slack_once::sweep::sweep(
+        &dynamodb_client(&stack.dynamodb),
+        &stack.table,
+        Duration::ZERO,
+        slack_once::clock::now_ms(),
+        false,
+    )
+    .await
+    .unwrap();
+    println!("swept (killed on their last delivery): {:?}", swept.keys);
     // ---- the checks, from the stand-in's and the ledger's records
     let posted: Vec<String> = stack
         .slack

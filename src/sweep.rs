@@ -1,0 +1,118 @@
+//! `slack-once sweep`: ends `failed` (`abandoned`, retryable) the claims left in progress past
+//! their lease. A process killed during a request's last delivery (a command or an interaction,
+//! which Slack sends once; an event's third retry; a queue message's last receive) leaves its
+//! item `in_progress` until its TTL: no delivery comes to take it over, so it is never answered
+//! nor counted. The sweep counts it, with its reason, and changes nothing else: a `failed`
+//! retryable item is claimable exactly as a lapsed claim is, so a delivery that does come later
+//! (Slack's Delayed Events, a redrive) takes it over as before, and looks in Slack before
+//! writing again (the journal stays). Run it now and then (`--older-than`: how long past its
+//! lease a claim must be, 10 minutes by default, past Slack's last retry).
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::ledger::dynamo::attr;
+
+/// The failure code a swept claim ends with.
+pub const ABANDONED: &str = "abandoned";
+
+/// How long past its lease a claim is left alone by default: Slack's last retry comes about 5
+/// minutes after the event.
+pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(600);
+
+/// What a sweep found and did.
+#[derive(Clone, Debug, Default)]
+pub struct Swept {
+    /// The keys of the claims ended `failed` (with `--dry-run`: that would be).
+    pub keys: Vec<String>,
+    /// Items scanned.
+    pub scanned: usize,
+}
+
+/// Ends `failed` (`abandoned`, retryable) every claim in `table` whose lease ended before
+/// `now_ms - older_than`, each conditioned on its owner and lease as read (a takeover in
+/// between wins). With `dry_run`, only lists them.
+pub async fn sweep(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    older_than: Duration,
+    now_ms: u64,
+    dry_run: bool,
+) -> Result<Swept, String> {
+    let cutoff = now_ms.saturating_sub(older_than.as_millis() as u64);
+    let mut swept = Swept::default();
+    let mut start = None;
+    loop {
+        let page = dynamodb
+            .scan()
+            .table_name(table)
+            .filter_expression("#status = :in_progress AND #lease_until < :cutoff")
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
+            .expression_attribute_values(":in_progress", AttributeValue::S("in_progress".into()))
+            .expression_attribute_values(":cutoff", AttributeValue::N(cutoff.to_string()))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| crate::process::error_chain(&e))?;
+        swept.scanned += page.scanned_count().max(0) as usize;
+        for item in page.items() {
+            let (Some(key), Some(owner), Some(lease)) = (
+                item.get(attr::PK).cloned(),
+                item.get(attr::OWNER).cloned(),
+                item.get(attr::LEASE_UNTIL).cloned(),
+            ) else {
+                continue;
+            };
+            let name = key.as_s().cloned().unwrap_or_default();
+            if !dry_run {
+                let result = dynamodb
+                    .update_item()
+                    .table_name(table)
+                    .key(attr::PK, key)
+                    .update_expression(
+                        "SET #status = :failed, #error = :abandoned, #retryable = :true, \
+                         #failed_at = :now",
+                    )
+                    .condition_expression(
+                        "#status = :in_progress AND #owner = :owner AND #lease_until = :lease",
+                    )
+                    .expression_attribute_names("#status", attr::STATUS)
+                    .expression_attribute_names("#error", attr::ERROR)
+                    .expression_attribute_names("#retryable", attr::RETRYABLE)
+                    .expression_attribute_names("#failed_at", attr::FAILED_AT)
+                    .expression_attribute_names("#owner", attr::OWNER)
+                    .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
+                    .expression_attribute_values(":failed", AttributeValue::S("failed".into()))
+                    .expression_attribute_values(":abandoned", AttributeValue::S(ABANDONED.into()))
+                    .expression_attribute_values(":true", AttributeValue::Bool(true))
+                    .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+                    .expression_attribute_values(
+                        ":in_progress",
+                        AttributeValue::S("in_progress".into()),
+                    )
+                    .expression_attribute_values(":owner", owner)
+                    .expression_attribute_values(":lease", lease)
+                    .send()
+                    .await;
+                match result {
+                    Ok(_) => {}
+                    // Taken over, or finished, since the scan: left as it is now.
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(crate::process::error_chain(&e)),
+                }
+            }
+            swept.keys.push(name);
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return Ok(swept);
+        }
+    }
+}
