@@ -33,6 +33,7 @@
 //!   as by its `view_id`.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::time::SystemTime;
 
 use base64::Engine;
@@ -66,6 +67,10 @@ pub struct Workspace {
     pub identity: Identity,
     /// Every message, in the order added.
     messages: Vec<Value>,
+    /// Where each message is in `messages`, and how the conversation methods list them: kept
+    /// beside `messages` so that a look-up costs what its page does, however long the
+    /// conversation (a soak's channels hold hundreds of thousands).
+    index: Index,
     reactions: BTreeSet<(String, String, String)>,
     ephemerals: Vec<Value>,
     last_micros: u128,
@@ -79,6 +84,90 @@ pub struct Workspace {
     stream_expiry_ms: u64,
     /// The assistant threads' status, prompts and titles: (method, channel, thread_ts, args).
     assistant: Vec<(String, String, String, Value)>,
+}
+
+/// Positions in [`Workspace`]'s `messages`, by what the methods look messages up by.
+#[derive(Debug, Default)]
+struct Index {
+    /// (channel, ts) → position.
+    at: HashMap<(String, String), usize>,
+    /// Per channel, what `conversations.history` lists (top-level messages, thread parents and
+    /// replies broadcast to the channel), ordered by (`ts` in microseconds, position).
+    listed: HashMap<String, BTreeSet<Place>>,
+    /// Per (channel, thread_ts), the thread's replies, ordered the same way.
+    replies: HashMap<(String, String), BTreeSet<Place>>,
+    /// The positions of this app's messages, oldest first.
+    ours: Vec<usize>,
+}
+
+impl Index {
+    fn add(&mut self, message: &Value, position: usize, app_id: &str) {
+        let (channel, ts) = (text(&message["channel"]), text(&message["ts"]));
+        let at = (micros(&ts).unwrap_or(0), position);
+        let thread = text(&message["thread_ts"]);
+        if thread.is_empty() || thread == ts || message["reply_broadcast"] == true {
+            self.listed.entry(channel.clone()).or_default().insert(at);
+        }
+        if !thread.is_empty() && thread != ts {
+            self.replies
+                .entry((channel.clone(), thread))
+                .or_default()
+                .insert(at);
+        }
+        if message["app_id"] == app_id {
+            self.ours.push(position);
+        }
+        self.at.insert((channel, ts), position);
+    }
+}
+
+/// A message's place in a conversation's order: its `ts` in microseconds, its position.
+type Place = (u128, usize);
+
+/// The range of a conversation's ordered positions within a look-up's `oldest` / `latest`
+/// (exclusive, both included with `inclusive`).
+fn window(query: &HashMap<String, String>) -> (Bound<Place>, Bound<Place>) {
+    let bound = |key: &str| query.get(key).and_then(|t| micros(t));
+    let inclusive = matches!(
+        query.get("inclusive").map(String::as_str),
+        Some("true" | "1")
+    );
+    let lower = match bound("oldest") {
+        None => Bound::Unbounded,
+        Some(o) if inclusive => Bound::Included((o, 0)),
+        Some(o) => Bound::Excluded((o, usize::MAX)),
+    };
+    let upper = match bound("latest") {
+        None => Bound::Unbounded,
+        Some(l) if inclusive => Bound::Included((l, usize::MAX)),
+        Some(l) => Bound::Excluded((l, 0)),
+    };
+    (lower, upper)
+}
+
+/// The places of `set` within `bounds` ([`window`]), in order; none for an empty window (a
+/// `latest` before `oldest`, which `BTreeSet::range` does not take).
+fn within(
+    set: &BTreeSet<Place>,
+    (lower, upper): (Bound<Place>, Bound<Place>),
+) -> impl DoubleEndedIterator<Item = &Place> {
+    let start = match lower {
+        Bound::Included(p) | Bound::Excluded(p) => Some(p),
+        Bound::Unbounded => None,
+    };
+    let end = match upper {
+        Bound::Included(p) | Bound::Excluded(p) => Some(p),
+        Bound::Unbounded => None,
+    };
+    let both_excluded = matches!((lower, upper), (Bound::Excluded(_), Bound::Excluded(_)));
+    let empty = match (start, end) {
+        (Some(a), Some(b)) => a > b || (a == b && both_excluded),
+        _ => false,
+    };
+    (!empty)
+        .then(|| set.range((lower, upper)))
+        .into_iter()
+        .flatten()
 }
 
 /// What Slack's response URLs answer over HTTP: the text `ok`, or the error's code as text.
@@ -124,6 +213,7 @@ impl Workspace {
         Self {
             identity,
             messages: Vec::new(),
+            index: Index::default(),
             reactions: BTreeSet::new(),
             ephemerals: Vec::new(),
             last_micros: 0,
@@ -178,7 +268,7 @@ impl Workspace {
         let flag = |key: &str| body[key].as_bool() == Some(true) || body[key] == "true";
         if flag("delete_original") {
             if let Some(i) = message_ts.and_then(|ts| self.find(&channel, &ts)) {
-                self.messages.remove(i);
+                self.remove(i);
             }
             return (200, json!({"ok": true}));
         }
@@ -226,7 +316,23 @@ impl Workspace {
             return;
         }
         message["type"] = "message".into();
+        self.push(message);
+    }
+
+    /// Adds a message at the end, indexed.
+    fn push(&mut self, message: Value) {
+        self.index
+            .add(&message, self.messages.len(), &self.identity.app_id);
         self.messages.push(message);
+    }
+
+    /// Removes the message at `position` (a deletion: rare), and indexes the rest again.
+    fn remove(&mut self, position: usize) {
+        self.messages.remove(position);
+        self.index = Index::default();
+        for (i, message) in self.messages.iter().enumerate() {
+            self.index.add(message, i, &self.identity.app_id);
+        }
     }
 
     /// Adds the message a signed event body is about (an `event_callback` whose event has a
@@ -295,11 +401,23 @@ impl Workspace {
 
     /// The messages this app posted (what a user sees of the bot), oldest first.
     pub fn ours(&self) -> Vec<Value> {
-        self.messages
+        self.ours_from(0)
+    }
+
+    /// The messages this app posted, from the `first`-th (0: the oldest) on: what a long test
+    /// reads of them as they come, without copying them all each time.
+    pub fn ours_from(&self, first: usize) -> Vec<Value> {
+        self.index
+            .ours
             .iter()
-            .filter(|m| m["app_id"] == self.identity.app_id.as_str())
-            .cloned()
+            .skip(first)
+            .map(|&i| self.messages[i].clone())
             .collect()
+    }
+
+    /// How many messages this app has in the workspace now.
+    pub fn ours_count(&self) -> usize {
+        self.index.ours.len()
     }
 
     /// The reactions now on messages: (channel, message `ts`, emoji name), sorted.
@@ -314,9 +432,10 @@ impl Workspace {
     }
 
     fn find(&self, channel: &str, ts: &str) -> Option<usize> {
-        self.messages
-            .iter()
-            .position(|m| m["channel"] == channel && m["ts"] == ts)
+        self.index
+            .at
+            .get(&(channel.to_string(), ts.to_string()))
+            .copied()
     }
 
     /// A write or simple read method, answered as Slack answers it; the conversation methods
@@ -365,7 +484,7 @@ impl Workspace {
                     }
                 }
                 let answer_message = message.clone();
-                self.messages.push(message);
+                self.push(message);
                 json!({"ok": true, "channel": channel, "ts": ts, "message": answer_message})
             }
             "chat.update" => {
@@ -398,7 +517,7 @@ impl Workspace {
                         json!({"ok": false, "error": "cant_delete_message"})
                     }
                     Some(i) => {
-                        self.messages.remove(i);
+                        self.remove(i);
                         json!({"ok": true, "channel": channel, "ts": ts})
                     }
                 }
@@ -460,7 +579,7 @@ impl Workspace {
                     "text": text(&args["markdown_text"]),
                     "streaming": true, "stream_started_ms": epoch_ms(),
                 });
-                self.messages.push(message);
+                self.push(message);
                 json!({"ok": true, "channel": channel, "ts": ts})
             }
             "chat.appendStream" | "chat.stopStream" => {
@@ -591,19 +710,12 @@ impl Workspace {
     /// newest first.
     pub fn history(&self, query: &HashMap<String, String>) -> Value {
         let channel = query.get("channel").cloned().unwrap_or_default();
-        let listed: Vec<&Value> = self
-            .messages
-            .iter()
-            .filter(|m| m["channel"] == channel.as_str())
-            .filter(|m| {
-                m["thread_ts"].is_null()
-                    || m["thread_ts"] == m["ts"]
-                    || m["reply_broadcast"] == true
-            })
-            .collect();
-        let mut sorted = listed;
-        sorted.sort_by_key(|m| std::cmp::Reverse(micros(m["ts"].as_str().unwrap_or("0"))));
-        self.page(sorted, None, query)
+        let listed = self.index.listed.get(&channel);
+        let within = listed
+            .into_iter()
+            .flat_map(|l| within(l, window(query)).rev())
+            .map(|&(_, i)| &self.messages[i]);
+        self.page(within, None, query)
     }
 
     /// `conversations.replies`: the thread's parent, then its replies oldest first.
@@ -613,40 +725,23 @@ impl Workspace {
         let Some(parent) = self.find(&channel, &ts).map(|i| &self.messages[i]) else {
             return json!({"ok": false, "error": "thread_not_found"});
         };
-        let mut replies: Vec<&Value> = self
-            .messages
-            .iter()
-            .filter(|m| {
-                m["channel"] == channel.as_str()
-                    && m["thread_ts"] == ts.as_str()
-                    && m["ts"] != ts.as_str()
-            })
-            .collect();
-        replies.sort_by_key(|m| micros(m["ts"].as_str().unwrap_or("0")));
-        self.page(replies, Some(parent), query)
+        let replies = self.index.replies.get(&(channel, ts));
+        let within = replies
+            .into_iter()
+            .flat_map(|r| within(r, window(query)))
+            .map(|&(_, i)| &self.messages[i]);
+        self.page(within, Some(parent), query)
     }
 
-    /// One page of `listed` within the query's window, at most `limit` (capped), behind the
-    /// cursor; `parent` first on the first page (conversations.replies).
-    fn page(
+    /// One page of `within` (the listed messages inside the query's window, in the method's
+    /// order), at most `limit` (capped), behind the cursor; `parent` first on the first page
+    /// (conversations.replies).
+    fn page<'a>(
         &self,
-        listed: Vec<&Value>,
+        within: impl Iterator<Item = &'a Value>,
         parent: Option<&Value>,
         query: &HashMap<String, String>,
     ) -> Value {
-        let bound = |key: &str| query.get(key).and_then(|t| micros(t));
-        let inclusive = matches!(
-            query.get("inclusive").map(String::as_str),
-            Some("true" | "1")
-        );
-        let (oldest, latest) = (bound("oldest"), bound("latest"));
-        let within = |m: &&Value| {
-            let t = micros(m["ts"].as_str().unwrap_or("0")).unwrap_or(0);
-            let after = oldest.is_none_or(|o| if inclusive { t >= o } else { t > o });
-            let before = latest.is_none_or(|l| if inclusive { t <= l } else { t < l });
-            after && before
-        };
-        let listed: Vec<&Value> = listed.into_iter().filter(within).collect();
         let limit = query
             .get("limit")
             .and_then(|l| l.parse::<usize>().ok())
@@ -687,9 +782,11 @@ impl Workspace {
             page.push(shown(parent));
             room = room.saturating_sub(1).max(1);
         }
-        page.extend(listed.iter().skip(offset).take(room).map(|m| shown(m)));
+        // One more than the page holds: whether there is more.
+        let mut rest = within.skip(offset).take(room + 1);
+        page.extend(rest.by_ref().take(room).map(shown));
+        let has_more = rest.next().is_some();
         let next = offset + room;
-        let has_more = next < listed.len();
         let next_cursor = if has_more {
             base64::engine::general_purpose::STANDARD.encode(format!("next:{next}"))
         } else {
@@ -830,6 +927,52 @@ mod tests {
         // A reply in a thread is not in the channel's history.
         let history = w.history(&query(&[("channel", "C1")]));
         assert_eq!(history["messages"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_deleted_message_leaves_its_conversation_and_the_others_stay_where_they_were() {
+        let mut w = workspace();
+        w.add_message(
+            json!({"channel": "C1", "ts": "1600000000.000100", "user": "U1", "text": "q"}),
+        );
+        let posted: Vec<String> = (0..3)
+            .map(|n| {
+                let args = json!({"channel": "C1", "thread_ts": "1600000000.000100", "text": n.to_string()});
+                w.call("chat.postMessage", &args)["ts"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let top = w.call("chat.postMessage", &json!({"channel": "C1", "text": "top"}));
+        assert_eq!(w.ours_count(), 4);
+        assert_eq!(
+            w.call("chat.delete", &json!({"channel": "C1", "ts": posted[1]}))["ok"],
+            true
+        );
+        let thread = w.replies(&query(&[("channel", "C1"), ("ts", "1600000000.000100")]));
+        let texts: Vec<&str> = thread["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(texts, ["q", "0", "2"]);
+        let history = w.history(&query(&[("channel", "C1")]));
+        assert_eq!(history["messages"][0]["ts"], top["ts"]);
+        assert_eq!(history["messages"].as_array().unwrap().len(), 2);
+        // Found by its ts still, and ours from the second on.
+        let updated = w.call(
+            "chat.update",
+            &json!({"channel": "C1", "ts": posted[2], "text": "two"}),
+        );
+        assert_eq!(updated["ok"], true);
+        let ours: Vec<String> = w
+            .ours_from(1)
+            .iter()
+            .map(|m| m["text"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(ours, ["two", "top"]);
     }
 
     #[test]
