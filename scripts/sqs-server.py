@@ -1,0 +1,104 @@
+"""moto's server (`moto_server`'s application), made safe under concurrent requests, with four
+of its costs removed, and nothing else changed.
+
+moto's SQS is not safe when requests run at once: a DeleteMessage rebuilds the queue's list of
+messages without the queue's lock, so a message a concurrent SendMessage appended meanwhile
+is lost (the soak saw 3 of 3,000 vanish: sent, answered 200, never received), and two
+ReceiveMessage calls can walk the same visible messages together. Here each queue's
+ReceiveMessage and DeleteMessage hold the queue's own lock (the one SendMessage takes); a long
+poll releases it while it waits, as moto's wait does.
+
+moto's SQS read the clock through datetime arithmetic for every message of a queue on every
+call (`unix_time`), listed its own package directory on every request
+(`list_of_moto_modules`), and computed every queue attribute, message counts included, for
+each message it handed out (to read the queue's retention period). A soak's queue holds
+hundreds of messages in flight, so a call cost milliseconds per message and the server fell
+behind at 40 requests a second. Here the clock is `time.time()` (the same value), the
+directory is listed once (the package does not change while it runs), and the retention period
+is read from the queue itself (the attribute it would have returned). And moto_server's
+HTTP server (werkzeug's development server) closes every connection and starts a thread for
+each: under a soak's load, accepting alone took seconds. Here moto's application is served by
+waitress, with keep-alive connections and a pool of threads. Sending, receiving, visibility,
+receive counts and the dead-letter redrive are moto's own.
+
+    python scripts/sqs-server.py -H 127.0.0.1 -p 9324
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import moto.backends as backends
+import moto.core.utils as utils
+import moto.sqs.models as sqs_models
+
+_unix_time = utils.unix_time
+
+
+def unix_time(dt=None):
+    return time.time() if dt is None else _unix_time(dt)
+
+
+def unix_time_millis(dt=None):
+    return unix_time(dt) * 1000.0
+
+
+for module in (utils, sqs_models):
+    module.unix_time = unix_time
+    module.unix_time_millis = unix_time_millis
+
+_modules = tuple(backends.list_of_moto_modules())
+backends.list_of_moto_modules = lambda: _modules
+
+
+def is_message_valid_based_on_retention_period(self, queue_name, message):
+    queue = self.get_queue(queue_name)
+    return queue.message_retention_period + message.sent_timestamp / 1000 > unix_time()
+
+
+sqs_models.SQSBackend.is_message_valid_based_on_retention_period = (
+    is_message_valid_based_on_retention_period
+)
+
+
+def main(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=9324)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MOTO_PORT", str(args.port))
+
+    import waitress
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    app = DomainDispatcherApplication(create_backend_app)
+    # Threads: each long poll (a worker's ReceiveMessage, up to 20 s) holds one.
+    waitress.serve(app, host=args.host, port=args.port, threads=32, connection_limit=1000,
+                   channel_timeout=300, ident="moto")
+
+
+_delete_message = sqs_models.Queue.delete_message
+
+
+def delete_message(self, receipt_handle):
+    with self._messages_lock:
+        return _delete_message(self, receipt_handle)
+
+
+sqs_models.Queue.delete_message = delete_message
+
+_receive_message = sqs_models.SQSBackend.receive_message
+
+
+def receive_message(self, queue_name, *args, **kwargs):
+    # The queue's Condition is built on an RLock: its wait (the long poll) releases it.
+    with self.get_queue(queue_name)._messages_lock:
+        return _receive_message(self, queue_name, *args, **kwargs)
+
+
+sqs_models.SQSBackend.receive_message = receive_message
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
