@@ -4,8 +4,19 @@
 # release and this one serve side by side (tests/api/deploy.rs). Its source comes from this
 # repository's history (git archive: no worktree, no change to .git); it shares this checkout's
 # target/ and Cargo.lock, so only the crate itself is compiled again.
+#
+#   scripts/previous-release.sh                 the previous release's slack-once binary
+#   scripts/previous-release.sh --example NAME  this checkout's examples/NAME.rs built on the
+#                                               previous release's library, as
+#                                               target/debug/examples/NAME_previous (a bot of
+#                                               one's own at its older version: the soak's
+#                                               rolling deploy)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+example=""
+if [ "${1:-}" = "--example" ]; then
+  example="${2:?previous-release.sh: --example needs a name}"
+fi
 rev="$(tr -d '[:space:]' < tests/data/formats/previous/release)"
 if ! git cat-file -e "$rev^{commit}" 2>/dev/null; then
   # A shallow clone: the commit may still be fetched from where this one came from.
@@ -38,6 +49,13 @@ open(path, "w").write(text + "\n[workspace]\n")
 PY
   cp Cargo.lock "$src/Cargo.lock"
   touch "$src/.complete"
+fi
+if [ -n "$example" ]; then
+  cp "examples/$example.rs" "$src/examples/${example}_previous.rs"
+  cargo build --quiet --manifest-path "$src/Cargo.toml" --example "${example}_previous" \
+    --target-dir "$PWD/target" >&2
+  echo "$PWD/target/debug/examples/${example}_previous"
+  exit 0
 fi
 cargo build --quiet --manifest-path "$src/Cargo.toml" --bin slack-once-previous \
   --target-dir "$PWD/target" >&2

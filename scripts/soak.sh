@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The soak (tests/api/soak.rs): requests at a steady rate through a synchronous ingress, a
-# deferred ingress and two workers on DynamoDB Local and the SQS server (started here if nothing
-# answers on their ports, stopped after), with Slack's faults and SIGKILLs throughout, checked
-# at the end from the stand-in's and the ledger's records. Loopback only; bounded by --events.
+# The soak (tests/api/soak/): a seeded mix of requests at a steady rate through two synchronous
+# ingresses, a deferred ingress and two workers of the soak bot (examples/soak.rs), on DynamoDB
+# Local and the SQS server (started here if nothing answers on their ports, stopped after), with
+# Slack's and DynamoDB's faults, SIGKILLs and a rolling deploy from the bot built on the previous
+# release; checked from the stand-in's and the ledger's records, the dead-letter queue redriven,
+# and the cost per million printed. Loopback only; bounded by --events.
 #   scripts/soak.sh [--events N] [--rate PER_SECOND] [--seed S] [--kill-every SECONDS]
+#                   [--deploy-at PERCENT]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 while [ $# -gt 0 ]; do
@@ -12,8 +15,13 @@ while [ $# -gt 0 ]; do
     --rate) export SOAK_RATE="$2"; shift 2 ;;
     --seed) export SOAK_SEED="$2"; shift 2 ;;
     --kill-every) export SOAK_KILL_SECONDS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --deploy-at) export SOAK_DEPLOY_AT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "soak.sh: unexpected argument $1" >&2; exit 2 ;;
   esac
 done
-exec scripts/test.sh --test api soak::soak -- --ignored --nocapture --test-threads 1
+# The older binary of the rolling deploy: this checkout's soak bot built on the previous release.
+SOAK_PREVIOUS_BIN="$(scripts/previous-release.sh --example soak)"
+export SOAK_PREVIOUS_BIN
+exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run \
+  cargo test --locked --test api soak::soak -- --ignored --nocapture --test-threads 1

@@ -165,7 +165,7 @@ async fn the_previous_release_and_this_one_share_a_queue_and_a_table_and_answer_
             .iter()
             .map(|p| p.body["text"].clone())
             .collect::<Vec<_>>(),
-        old_worker.log.lock().unwrap().join("\n")
+        old_worker.log()
     );
     for tag in &tags {
         assert_eq!(version_of(tag), ["1"], "{tag}");
@@ -182,7 +182,7 @@ async fn the_previous_release_and_this_one_share_a_queue_and_a_table_and_answer_
     assert!(
         eventually(Duration::from_secs(20), || answered(&back)).await,
         "this release's worker answered what the previous one queued\n{}",
-        new_worker.log.lock().unwrap().join("\n")
+        new_worker.log()
     );
     for tag in &back {
         assert_eq!(version_of(tag), ["2"], "{tag}");

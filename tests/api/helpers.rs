@@ -146,6 +146,99 @@ struct StandinState {
     warm_ups: usize,
     /// How many of each channel's event messages are in the workspace already.
     synced: HashMap<String, usize>,
+    /// Whether every request's arguments are kept (`received`, `calls`, `lookup_queries`);
+    /// a long soak keeps only the counts.
+    keep_requests: bool,
+    /// Requests per method (`response_url` for posts to a response URL), kept always.
+    counts: HashMap<String, usize>,
+    /// Faults drawn at random for the calls no script decides.
+    random: Option<RandomFaults>,
+    /// The faults drawn so far: (method, behaviour's name) → count.
+    drawn: HashMap<(String, String), u64>,
+}
+
+/// Slack's faults at random, each at its rate per 10,000 calls, drawn from a seed for every
+/// call no script decides: on writes (chat.postMessage and every `chat.`, `reactions.`,
+/// `assistant.` and `views.` method), on posts to response URLs, and on look-ups.
+#[derive(Clone, Debug)]
+pub struct RandomFaults {
+    pub writes: Vec<(u64, Behaviour)>,
+    pub hooks: Vec<(u64, Behaviour)>,
+    pub lookups: Vec<(u64, LookupBehaviour)>,
+    pub seed: u64,
+}
+
+impl RandomFaults {
+    fn roll(&mut self) -> u64 {
+        // xorshift64*
+        self.seed ^= self.seed >> 12;
+        self.seed ^= self.seed << 25;
+        self.seed ^= self.seed >> 27;
+        self.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) % 10_000
+    }
+
+    fn pick<T: Clone>(roll: u64, table: &[(u64, T)]) -> Option<T> {
+        let mut upto = 0;
+        table.iter().find_map(|(rate, b)| {
+            upto += rate;
+            (roll < upto).then(|| b.clone())
+        })
+    }
+}
+
+/// Whether `method` writes to Slack (the random write faults apply to it).
+fn is_write(method: &str) -> bool {
+    ["chat.", "reactions.", "assistant.", "views."]
+        .iter()
+        .any(|p| method.starts_with(p))
+}
+
+impl StandinState {
+    /// The behaviour of the next call of `method`: its script's, else a random fault's (or
+    /// none: `Ok`).
+    fn next_behaviour(&mut self, method: &str) -> Behaviour {
+        let scripted = match method {
+            "chat.postMessage" => self.script.pop_front(),
+            m => self.method_script.get_mut(m).and_then(|q| q.pop_front()),
+        };
+        if let Some(b) = scripted {
+            return b;
+        }
+        let drawn = match self.random.as_mut() {
+            Some(r) => {
+                let roll = r.roll();
+                match method {
+                    "response_url" => RandomFaults::pick(roll, &r.hooks),
+                    m if is_write(m) => RandomFaults::pick(roll, &r.writes),
+                    _ => None,
+                }
+            }
+            None => None,
+        };
+        match drawn {
+            Some(b) => {
+                let name = format!("{b:?}");
+                *self.drawn.entry((method.to_string(), name)).or_default() += 1;
+                b
+            }
+            None => Behaviour::Ok,
+        }
+    }
+
+    /// The look-up fault of the next look-up: its script's, else a random one's.
+    fn next_lookup(&mut self, method: &str) -> Option<LookupBehaviour> {
+        if let Some(b) = self.lookup_script.pop_front() {
+            return Some(b);
+        }
+        let r = self.random.as_mut()?;
+        let roll = r.roll();
+        let b = RandomFaults::pick(roll, &r.lookups)?;
+        *self
+            .drawn
+            .entry((method.to_string(), format!("{b:?}")))
+            .or_default() += 1;
+        Some(b)
+    }
 }
 
 impl StandinState {
@@ -196,6 +289,10 @@ impl SlackStandin {
             method_script: HashMap::new(),
             warm_ups: 0,
             synced: HashMap::new(),
+            keep_requests: true,
+            counts: HashMap::new(),
+            random: None,
+            drawn: HashMap::new(),
         }));
         let app = Router::new()
             .route("/api/chat.postMessage", post(post_message))
@@ -348,12 +445,39 @@ impl SlackStandin {
         s.workspace.add_foreign(channel, thread_ts, metadata)
     }
 
+    /// From now on, every call no script decides draws its fault from `faults` (`None`: no
+    /// more random faults).
+    pub fn random_faults(&self, faults: Option<RandomFaults>) {
+        self.state.lock().unwrap().random = faults;
+    }
+
+    /// The random faults drawn so far: (method, behaviour) → count.
+    pub fn faults_drawn(&self) -> HashMap<(String, String), u64> {
+        self.state.lock().unwrap().drawn.clone()
+    }
+
+    /// From now on only the count of requests per method is kept, not their arguments
+    /// (`received`, `calls` and `lookup_queries` stay as they are): for a soak of a million.
+    pub fn keep_counts_only(&self) {
+        self.state.lock().unwrap().keep_requests = false;
+    }
+
+    /// Requests received per method so far (`response_url` for posts to a response URL).
+    pub fn counts(&self) -> HashMap<String, usize> {
+        self.state.lock().unwrap().counts.clone()
+    }
+
     /// This app's messages in Slack (what a user sees of the bot: updates applied, deletions
     /// removed), oldest first.
     pub fn posted(&self) -> Vec<Post> {
+        self.posted_from(0)
+    }
+
+    /// This app's messages from the `first`-th (0: the oldest) on, as [`Self::posted`].
+    pub fn posted_from(&self, first: usize) -> Vec<Post> {
         let s = self.state.lock().unwrap();
         s.workspace
-            .ours()
+            .ours_from(first)
             .into_iter()
             .map(|m| {
                 let ts = m["ts"].as_str().unwrap_or_default().to_string();
@@ -405,24 +529,29 @@ async fn post_message(
     let authorization = bearer(&headers);
     let behaviour = {
         let mut s = state.lock().unwrap();
-        s.received.push(Post {
-            authorization: authorization.clone(),
-            body: args.clone(),
-            ts: String::new(),
-        });
+        *s.counts.entry("chat.postMessage".into()).or_default() += 1;
+        if s.keep_requests {
+            s.received.push(Post {
+                authorization: authorization.clone(),
+                body: args.clone(),
+                ts: String::new(),
+            });
+        }
         if s.refused(authorization.as_ref()) {
             return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
         }
         match s.outage_until {
             Some(until) if tokio::time::Instant::now() < until => Behaviour::Status(500),
-            _ => s.script.pop_front().unwrap_or(Behaviour::Ok),
+            _ => s.next_behaviour("chat.postMessage"),
         }
     };
     scripted(behaviour, move || {
         let mut s = state.lock().unwrap();
         s.sync(args["channel"].as_str().unwrap_or_default());
         let answer = s.workspace.call("chat.postMessage", &args);
-        if let Some(ts) = answer["ts"].as_str() {
+        if let Some(ts) = answer["ts"].as_str()
+            && s.keep_requests
+        {
             s.posted_with.insert(ts.to_string(), authorization);
         }
         json_response(answer)
@@ -485,14 +614,14 @@ async fn other_method(
     let authorization = bearer(&headers);
     let behaviour = {
         let mut s = state.lock().unwrap();
-        s.calls.push((method.clone(), args.clone()));
+        *s.counts.entry(method.clone()).or_default() += 1;
+        if s.keep_requests {
+            s.calls.push((method.clone(), args.clone()));
+        }
         if s.refused(authorization.as_ref()) {
             return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
         }
-        s.method_script
-            .get_mut(&method)
-            .and_then(|q| q.pop_front())
-            .unwrap_or(Behaviour::Ok)
+        s.next_behaviour(&method)
     };
     scripted(behaviour, move || {
         let mut s = state.lock().unwrap();
@@ -512,11 +641,11 @@ async fn hook(
     let args: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
     let behaviour = {
         let mut s = state.lock().unwrap();
-        s.calls.push(("response_url".into(), args.clone()));
-        s.method_script
-            .get_mut("response_url")
-            .and_then(|q| q.pop_front())
-            .unwrap_or(Behaviour::Ok)
+        *s.counts.entry("response_url".into()).or_default() += 1;
+        if s.keep_requests {
+            s.calls.push(("response_url".into(), args.clone()));
+        }
+        s.next_behaviour("response_url")
     };
     let path = uri.path().to_string();
     scripted(behaviour, move || {
@@ -609,11 +738,14 @@ async fn lookup(
         .unwrap_or_default()
         .to_string();
     let mut s = state.lock().unwrap();
-    s.lookup_queries.push(query.clone());
+    *s.counts.entry(method.clone()).or_default() += 1;
+    if s.keep_requests {
+        s.lookup_queries.push(query.clone());
+    }
     if s.refused(bearer(&headers).as_ref()) {
         return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
     }
-    match s.lookup_script.pop_front() {
+    match s.next_lookup(&method) {
         Some(LookupBehaviour::RateLimited(secs)) => {
             return (
                 StatusCode::TOO_MANY_REQUESTS,
@@ -1000,7 +1132,64 @@ pub async fn fresh_table(endpoint: &str) -> (String, Arc<DynamoLedger>) {
 pub struct BotProcess {
     pub child: std::process::Child,
     pub addr: SocketAddr,
-    pub log: Arc<Mutex<Vec<String>>>,
+    pub log: Arc<Mutex<LogBook>>,
+}
+
+/// What a process printed: its last lines (all of them unless the spawn said how many to
+/// keep), and counts of everything it printed.
+#[derive(Default)]
+pub struct LogBook {
+    lines: VecDeque<String>,
+    /// At most this many lines are kept (the oldest go first); 0: all.
+    keep: usize,
+    /// Bytes printed, newlines included.
+    pub bytes: u64,
+    /// Lines printed.
+    pub printed: u64,
+    /// Embedded-metric-format lines printed (one per delivery or message).
+    pub metric_lines: u64,
+}
+
+impl LogBook {
+    fn push(&mut self, line: String) {
+        self.bytes += line.len() as u64 + 1;
+        self.printed += 1;
+        if line.starts_with('{') && line.contains("\"_aws\"") {
+            self.metric_lines += 1;
+        }
+        if self.keep > 0 && self.lines.len() == self.keep {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+
+    /// The lines kept, joined.
+    pub fn join(&self, separator: &str) -> String {
+        self.lines
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(separator)
+    }
+}
+
+/// How [`BotProcess::spawn_program_with`] starts a process.
+#[derive(Clone, Debug)]
+pub struct Spawn {
+    /// Lines of its log to keep (0: all).
+    pub keep_lines: usize,
+    /// Whether SLACK_SIGNING_SECRET is the tests' secret (else only `vars` give secrets, as
+    /// `SLACK_SECRETS_ARN` does).
+    pub signing_secret_env: bool,
+}
+
+impl Default for Spawn {
+    fn default() -> Self {
+        Self {
+            keep_lines: 0,
+            signing_secret_env: true,
+        }
+    }
 }
 
 impl BotProcess {
@@ -1055,14 +1244,38 @@ impl BotProcess {
     }
 
     fn spawn_program(program: &std::path::Path, args: &[&str], vars: &[(&str, String)]) -> Self {
+        Self::spawn_program_with(program, args, vars, &Spawn::default())
+    }
+
+    /// Starts `program` with `args` and `vars` as `how` says, and waits until it says where it
+    /// listens (a worker: until it receives).
+    pub fn spawn_program_with(
+        program: &std::path::Path,
+        args: &[&str],
+        vars: &[(&str, String)],
+        how: &Spawn,
+    ) -> Self {
+        Self::try_spawn_program_with(program, args, vars, how).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Self::spawn_program_with`]; a process that does not start is an error, with its log.
+    pub fn try_spawn_program_with(
+        program: &std::path::Path,
+        args: &[&str],
+        vars: &[(&str, String)],
+        how: &Spawn,
+    ) -> Result<Self, String> {
         use std::io::BufRead;
         let worker = args.first() == Some(&"worker");
         let mut command = std::process::Command::new(program);
         command
             .args(args)
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("SLACK_SIGNING_SECRET", SECRET)
+            .env("PATH", std::env::var("PATH").unwrap_or_default());
+        if how.signing_secret_env {
+            command.env("SLACK_SIGNING_SECRET", SECRET);
+        }
+        command
             .env("LISTEN_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::piped())
@@ -1071,7 +1284,10 @@ impl BotProcess {
             command.env(k, v);
         }
         let mut child = command.spawn().expect("the slack-once binary starts");
-        let log = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::new(Mutex::new(LogBook {
+            keep: how.keep_lines,
+            ..LogBook::default()
+        }));
         let (tx, rx) = std::sync::mpsc::channel();
         for stream in [
             Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
@@ -1098,17 +1314,17 @@ impl BotProcess {
                 }
             });
         }
-        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(addr) => addr,
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(addr) => Ok(Self { child, addr, log }),
             Err(_) => {
                 let _ = child.kill();
-                panic!(
+                let _ = child.wait();
+                Err(format!(
                     "slack-once did not start; its log:\n{}",
                     log.lock().unwrap().join("\n")
-                );
+                ))
             }
-        };
-        Self { child, addr, log }
+        }
     }
 
     pub fn url(&self) -> String {
@@ -1142,6 +1358,12 @@ impl BotProcess {
 
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
+    }
+
+    /// Bytes, lines and metric lines printed so far.
+    pub fn printed(&self) -> (u64, u64, u64) {
+        let log = self.log.lock().unwrap();
+        (log.bytes, log.printed, log.metric_lines)
     }
 
     /// The log once `ready` holds of it, or as it is after `limit`: the process's lines are

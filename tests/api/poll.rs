@@ -310,8 +310,8 @@ async fn in_deferred_mode_votes_are_counted_by_the_worker() {
                 .iter()
                 .map(|p| &p.body["text"])
                 .collect::<Vec<_>>(),
-            ingress.log.lock().unwrap().join("\n"),
-            worker.log.lock().unwrap().join("\n")
+            ingress.log(),
+            worker.log()
         )
     });
     let buttons = &message["blocks"][1]["elements"];

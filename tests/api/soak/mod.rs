@@ -1,0 +1,956 @@
+//! The soak (`scripts/soak.sh`): a seeded mix of requests at a steady rate through two
+//! synchronous ingresses, a deferred ingress and two workers of one bot (`examples/soak.rs`), on
+//! one table (DynamoDB Local) and one queue (the SQS server), with faults throughout and one
+//! rolling deploy from the bot built on the previous release to the bot built on this one;
+//! checked at the end from the stand-in's and the ledger's records, never from the bot's logs;
+//! then the dead-letter queue redriven and checked again; then the cost per million requests,
+//! from what the run counted. Ignored by `cargo test`: it takes minutes.
+//!
+//! Settings (environment): `SOAK_EVENTS` (requests, 1,000), `SOAK_RATE` (requests a second,
+//! 60), `SOAK_SEED` (1), `SOAK_KILL_SECONDS` (a SIGKILL every so often, 5), `SOAK_DEPLOY_AT`
+//! (the rolling deploy starts after this percentage of the requests, 10), `SOAK_PREVIOUS_BIN`
+//! (the bot built on the previous release: `scripts/soak.sh` builds it).
+//!
+//! **The mix** ([`mix::MIX`]): 30 % a person's mention in one of 32 channels (half of them
+//! also delivered as its `message` event), 12 % a question to the assistant in a DM (answered
+//! by a stream), 15 % `/once`, 12 % a click on the button of an earlier answer, 10 % the note
+//! modal's submission (15 % of them submitted twice), 21 % an event no listener takes (a
+//! reaction, a message nobody asked the bot about). 10 % of mentions and questions have a
+//! phantom copy under another `ts` with the same `client_msg_id`, 0.5 to 3 s later. Events are
+//! retried as Slack does when a delivery fails or is not answered within 3 s (on a scaled
+//! clock: 0.2 s, 3 s, 6 s), and 5 % of them once more though answered (the acknowledgement
+//! lost on its way to Slack); a form is sent once (a failure is an error the person sees).
+//! Each delivery goes to a synchronous or the deferred ingress at random.
+//!
+//! **Faults** ([`SLACK_FAULTS`], [`proxy::DYNAMO_FAULTS`]), per 10,000 calls: a Slack write
+//! answered 500 (150), 429 with `Retry-After: 1` (150), `internal_error` though applied (80),
+//! never answered (30), applied then never answered (30); a `response_url` post answered 500
+//! (150); a look-up answered 429 (200) or `ratelimited` (50); DynamoDB's answer lost after the
+//! write (50), a 500 after it (30), a throttle before it (50), a slow answer (50); a SIGKILL of
+//! one of the three killable processes every `SOAK_KILL_SECONDS`, restarted 300 ms later; the
+//! rolling deploy, each process replaced in turn 2 s apart, the old one finishing what it
+//! holds.
+//!
+//! **Checked**: no request answered twice; every request answered (a stream complete, a click's
+//! message marked), or failed in the ledger with its reason, or never acknowledged at all
+//! (Slack gave up, and the person saw an error); no claim left in progress past its lease once
+//! the sweep an operator runs has run; what the dead-letter queue held redriven and answered
+//! once; the memory of the processes that ran from the deploy to the end flat.
+
+mod cost;
+mod fleet;
+mod mix;
+mod proxy;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Semaphore;
+
+use crate::helpers::*;
+use fleet::{Fleet, Role, Version};
+use mix::{Clickable, Kind, Rng};
+use proxy::{AwsProxy, Registry};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Slack's faults, per 10,000 calls.
+fn slack_faults(seed: u64) -> RandomFaults {
+    RandomFaults {
+        writes: vec![
+            (150, Behaviour::Status(500)),
+            (150, Behaviour::RateLimited(1)),
+            (
+                80,
+                Behaviour::OkFalse {
+                    code: "internal_error",
+                    posted: true,
+                },
+            ),
+            (30, Behaviour::Hang),
+            (30, Behaviour::PostThenHang),
+        ],
+        hooks: vec![(150, Behaviour::Status(500))],
+        lookups: vec![
+            (200, LookupBehaviour::RateLimited(1)),
+            (50, LookupBehaviour::Error("ratelimited")),
+        ],
+        seed,
+    }
+}
+
+/// What the soak knows of one request: what it is and what became of its deliveries.
+struct Record {
+    kind: Kind,
+    marker: Option<String>,
+    keys: Vec<String>,
+    clicked: Option<(String, String)>,
+    /// When its first delivery was sent (epoch µs).
+    sent_us: u64,
+    /// Whether any delivery was answered 2xx.
+    acknowledged: bool,
+    /// Whether every delivery went out while the previous release still served somewhere.
+    before_deploy_done: bool,
+    /// Each delivery: (which of the request's bodies, attempt, where, its status or none
+    /// within Slack's 3 s), for a failure's report.
+    trail: Vec<(usize, usize, &'static str, Version, Option<u16>)>,
+}
+
+/// Ingress answers: per kind, the latency of each answered delivery (µs).
+#[derive(Default)]
+struct Deliveries {
+    latency_us: HashMap<Kind, Vec<u32>>,
+    /// Per kind, deliveries that reached a process (answered, or timed out), and their time.
+    invocations: HashMap<Kind, (u64, Duration)>,
+    /// Deliveries answered, by status.
+    statuses: BTreeMap<u16, u64>,
+    /// Deliveries that got no answer (connection refused: a process down; or 3 s passed).
+    unanswered: u64,
+}
+
+fn epoch_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// Delivers `body` signed now: the status, or `None` when no answer came within Slack's 3 s.
+async fn send(
+    http: &HttpClient,
+    url: &str,
+    body: &str,
+    form: bool,
+    retry: Option<u32>,
+) -> (Option<u16>, bool) {
+    let mut headers = signed_headers(SECRET, now_unix(), body.as_bytes());
+    if form {
+        headers[0].1 = "application/x-www-form-urlencoded".into();
+    }
+    if let Some(n) = retry {
+        headers.push(("x-slack-retry-num".into(), n.to_string()));
+        headers.push(("x-slack-retry-reason".into(), "http_timeout".into()));
+    }
+    match tokio::time::timeout(
+        Duration::from_secs(3),
+        http.try_request("POST", url, &headers, body.as_bytes().to_vec()),
+    )
+    .await
+    {
+        Ok(Ok(answer)) => (Some(answer.status.as_u16()), true),
+        Ok(Err(_)) => (None, false),
+        // Timed out: the process took it (an invocation), Slack stopped waiting.
+        Err(_) => (None, true),
+    }
+}
+
+fn percentile(sorted: &[u32], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    Duration::from_micros(sorted[((sorted.len() - 1) as f64 * p).round() as usize] as u64)
+}
+
+/// Runs the soak bot's `tool` (redrive, sweep) against the stack; its report.
+fn tool(binary: &std::path::Path, args: &[&str], vars: &[(&'static str, String)]) -> String {
+    let out = std::process::Command::new(binary)
+        .args(args)
+        .env_clear()
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("the soak bot's tool runs");
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak of minutes: scripts/soak.sh runs it"]
+async fn soak() {
+    let events = env_u64("SOAK_EVENTS", 1000);
+    let rate = env_u64("SOAK_RATE", 60).max(1);
+    let kill_every = Duration::from_secs(env_u64("SOAK_KILL_SECONDS", 5).max(1));
+    let seed = env_u64("SOAK_SEED", 1) | 1;
+    let deploy_at = events * env_u64("SOAK_DEPLOY_AT", 10).min(100) / 100;
+    let previous = std::path::PathBuf::from(std::env::var("SOAK_PREVIOUS_BIN").expect(
+        "SOAK_PREVIOUS_BIN is not set: run the soak with scripts/soak.sh, which builds the soak \
+         bot on the previous release (scripts/previous-release.sh --example soak)",
+    ));
+    let current = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples/soak"))
+        .unwrap();
+    assert!(previous.exists(), "no binary at {}", previous.display());
+    assert!(
+        current.exists(),
+        "the soak bot is not built at {}: `cargo test` builds the examples",
+        current.display()
+    );
+    println!(
+        "SOAK_EVENTS={events} SOAK_RATE={rate} SOAK_SEED={seed} SOAK_KILL_SECONDS={} \
+         deploy after request {deploy_at}",
+        kill_every.as_secs()
+    );
+    let mut rng = Rng(seed);
+
+    // ---- the stack: table, queues, the secret, Slack, the proxies
+    let dynamodb = dynamodb_endpoint();
+    let sqs = sqs_endpoint();
+    let (table, _) = fresh_table(&dynamodb).await;
+    let queue = TestQueue::create(&sqs, 4).await;
+    let secret_name = format!("soak-{}", uuid::Uuid::new_v4().simple());
+    secrets_client(&sqs)
+        .create_secret()
+        .name(&secret_name)
+        .secret_string(
+            serde_json::json!({"signing_secret": SECRET, "bot_token": TOKEN}).to_string(),
+        )
+        .send()
+        .await
+        .expect("the secret is created on the SQS server's Secrets Manager");
+    let slack = SlackStandin::start().await;
+    slack.keep_counts_only();
+    slack.random_faults(Some(slack_faults(seed.wrapping_mul(7) | 1)));
+    let registry: Arc<Mutex<Registry>> = Default::default();
+    let dynamo_proxy = AwsProxy::start(
+        &dynamodb,
+        registry.clone(),
+        Some(proxy::DYNAMO_FAULTS),
+        seed.wrapping_mul(11),
+    )
+    .await;
+    let aws_proxy = AwsProxy::start(&sqs, registry.clone(), None, 1).await;
+
+    let mut common = dynamodb_env(&dynamo_proxy.url);
+    common.extend([
+        ("AWS_ENDPOINT_URL_SQS", aws_proxy.url.clone()),
+        ("AWS_ENDPOINT_URL_SECRETS_MANAGER", aws_proxy.url.clone()),
+        ("SLACK_SECRETS_ARN", secret_name.clone()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+        ("DEDUP_TABLE", table.clone()),
+        ("MODEL_WORDS", "6".into()),
+        ("MODEL_WORD_MS", "20".into()),
+    ]);
+    let with = |extra: &[(&'static str, String)]| {
+        let mut vars = common.clone();
+        vars.extend(extra.iter().cloned());
+        vars
+    };
+    let sync_vars = with(&[("DEDUP_LEASE_SECONDS", "2".into())]);
+    let ingress_vars = with(&[("WORK_QUEUE_URL", queue.url.clone())]);
+    let worker_vars = with(&[
+        ("WORK_QUEUE_URL", queue.url.clone()),
+        ("DEDUP_LEASE_SECONDS", "3".into()),
+        ("WORK_QUEUE_MAX_RECEIVES", "4".into()),
+    ]);
+    let fleet = {
+        let (previous, current) = (previous.clone(), current.clone());
+        let slots = vec![
+            ("sync A", Role::SyncIngress, true, sync_vars.clone()),
+            ("sync B", Role::SyncIngress, false, sync_vars),
+            ("deferred", Role::DeferredIngress, true, ingress_vars),
+            ("worker 1", Role::Worker, true, worker_vars.clone()),
+            ("worker 2", Role::Worker, false, worker_vars),
+        ];
+        Arc::new(
+            tokio::task::spawn_blocking(move || Fleet::start(previous, current, slots))
+                .await
+                .unwrap(),
+        )
+    };
+
+    // ---- chaos and memory samples until the sending ends
+    let sending = Arc::new(AtomicBool::new(true));
+    let rolling = Arc::new(AtomicBool::new(false));
+    let chaos = {
+        let (fleet, sending, rolling) = (fleet.clone(), sending.clone(), rolling.clone());
+        let mut rng = Rng(seed.wrapping_mul(31) | 1);
+        tokio::spawn(async move {
+            let mut next_kill = Instant::now() + kill_every;
+            while sending.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                fleet.sample_rss();
+                if Instant::now() >= next_kill && !rolling.load(Ordering::Relaxed) {
+                    let killable = fleet.killable();
+                    fleet
+                        .kill_and_restart(killable[rng.below(killable.len())])
+                        .await;
+                    next_kill = Instant::now() + kill_every;
+                }
+            }
+        })
+    };
+
+    // ---- the requests
+    let http = HttpClient::default();
+    let started = Instant::now();
+    let in_flight = Arc::new(Semaphore::new(4096));
+    let records: Arc<Mutex<Vec<Record>>> = Default::default();
+    let deliveries: Arc<Mutex<Deliveries>> = Default::default();
+    let deploy_done = Arc::new(AtomicBool::new(false));
+    let mut deploy_task = None;
+    let mut clickable: Vec<Clickable> = Vec::new();
+    let mut seen_posts = 0;
+    let mut next_pool = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..events {
+        let at = started + Duration::from_micros(i * 1_000_000 / rate);
+        tokio::time::sleep_until(at.into()).await;
+        if i == deploy_at && deploy_task.is_none() {
+            let (fleet, rolling, done) = (fleet.clone(), rolling.clone(), deploy_done.clone());
+            rolling.store(true, Ordering::Relaxed);
+            deploy_task = Some(tokio::spawn(async move {
+                fleet.roll(Duration::from_secs(2)).await;
+                rolling.store(false, Ordering::Relaxed);
+                done.store(true, Ordering::Relaxed);
+            }));
+        }
+        if Instant::now() >= next_pool {
+            // New answers with the button join the pool of what people may click.
+            let posts = slack.posted_from(seen_posts);
+            seen_posts += posts.len();
+            for p in posts {
+                let has_button = p.body["blocks"]
+                    .as_array()
+                    .is_some_and(|b| b.iter().any(|b| b["type"] == "actions"));
+                if has_button {
+                    let channel = p.body["channel"].as_str().unwrap_or_default().to_string();
+                    clickable.push((channel, p.ts.clone(), p.body.clone()));
+                }
+            }
+            // Slack keeps a message clickable; people click recent ones.
+            if clickable.len() > 2000 {
+                clickable.drain(..clickable.len() - 2000);
+            }
+            next_pool = Instant::now() + Duration::from_millis(500);
+        }
+        let kind = mix::draw(&mut rng);
+        let planned = mix::plan(i, kind, &mut rng, &slack.origin(), &mut clickable);
+        {
+            let mut registry = registry.lock().unwrap();
+            for key in &planned.keys {
+                registry.keys.insert(key.clone(), planned.kind);
+            }
+            registry.kinds.push(planned.kind);
+        }
+        let before_deploy_done = !deploy_done.load(Ordering::Relaxed);
+        records.lock().unwrap().push(Record {
+            kind: planned.kind,
+            marker: planned.marker.clone(),
+            keys: planned.keys.clone(),
+            clicked: planned.clicked.clone(),
+            sent_us: epoch_us(),
+            acknowledged: false,
+            before_deploy_done,
+            trail: Vec::new(),
+        });
+        for (body, delivery) in planned.deliveries.into_iter().enumerate() {
+            // Where each attempt goes: a synchronous ingress (A or B) or the deferred one.
+            let picks: Vec<(Role, usize)> = (0..5)
+                .map(|_| match rng.below(4) {
+                    0 | 1 => (Role::DeferredIngress, 0),
+                    n => (Role::SyncIngress, n),
+                })
+                .collect();
+            let permit = in_flight.clone().acquire_owned().await.unwrap();
+            let (http, fleet, records, deliveries, deploy_done) = (
+                http.clone(),
+                fleet.clone(),
+                records.clone(),
+                deliveries.clone(),
+                deploy_done.clone(),
+            );
+            let (kind, ack_lost) = (planned.kind, planned.ack_lost);
+            tasks.push(tokio::spawn(async move {
+                let _permit = permit;
+                tokio::time::sleep(delivery.after).await;
+                // Slack retries an event; a form it sends once.
+                let attempts = if delivery.form { 1 } else { 4 };
+                let mut lost_once = ack_lost;
+                for (attempt, &(role, pick)) in picks.iter().enumerate().take(attempts) {
+                    if attempt > 0 {
+                        tokio::time::sleep(mix::RETRY_AFTER[attempt - 1]).await;
+                    }
+                    let (url, version) = fleet.url(role, pick);
+                    let retry = (attempt > 0).then_some(attempt as u32);
+                    let sent = Instant::now();
+                    let (status, reached) =
+                        send(&http, &url, &delivery.body, delivery.form, retry).await;
+                    let took = sent.elapsed();
+                    {
+                        let mut records = records.lock().unwrap();
+                        let r = &mut records[i as usize];
+                        if !deploy_done.load(Ordering::Relaxed) {
+                            r.before_deploy_done = true;
+                        }
+                        let place = match (role, pick % 2) {
+                            (Role::DeferredIngress, _) => "deferred",
+                            (_, 0) => "sync A",
+                            _ => "sync B",
+                        };
+                        r.trail.push((body, attempt, place, version, status));
+                    }
+                    {
+                        let mut d = deliveries.lock().unwrap();
+                        if reached {
+                            let inv = d.invocations.entry(kind).or_default();
+                            inv.0 += 1;
+                            inv.1 += took;
+                        }
+                        match status {
+                            Some(s) => *d.statuses.entry(s).or_default() += 1,
+                            None => d.unanswered += 1,
+                        }
+                        if status.is_some_and(|s| (200..300).contains(&s)) {
+                            d.latency_us
+                                .entry(kind)
+                                .or_default()
+                                .push(took.as_micros().min(u32::MAX as u128) as u32);
+                        }
+                    }
+                    if status.is_some_and(|s| (200..300).contains(&s)) {
+                        records.lock().unwrap()[i as usize].acknowledged = true;
+                        if lost_once && attempt + 1 < attempts {
+                            // Slack did not get this answer: it sends the next retry.
+                            lost_once = false;
+                            continue;
+                        }
+                        return;
+                    }
+                }
+            }));
+        }
+    }
+    let sent_in = started.elapsed();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let settled_in = started.elapsed();
+    sending.store(false, Ordering::Relaxed);
+    chaos.await.unwrap();
+    if let Some(deploy) = deploy_task {
+        deploy.await.unwrap();
+    }
+    println!(
+        "{events} requests sent in {:.1} s ({:.0}/s), their last delivery answered after {:.1} s; \
+         {} kills, {} process starts ({} failed and tried again); versions now {:?}",
+        sent_in.as_secs_f64(),
+        events as f64 / sent_in.as_secs_f64(),
+        settled_in.as_secs_f64(),
+        fleet.kills.load(Ordering::Relaxed),
+        fleet.starts.load(Ordering::Relaxed),
+        fleet.failed_starts.load(Ordering::Relaxed),
+        fleet.versions()
+    );
+
+    // ---- the queue drains; what is left is dead-lettered
+    let drain = Duration::from_secs(180).max(Duration::from_millis(events * 5));
+    assert!(
+        eventually_async(drain, || async { queue.depth(&queue.url).await == 0 }).await,
+        "the work queue did not drain within {drain:?}"
+    );
+    // A synchronous delivery Slack stopped waiting for may still run, within its lease.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let drained_in = started.elapsed();
+    let ddb = dynamodb_client(&dynamodb);
+
+    // What an operator runs now and then (DEPLOY.md): claims left in progress past their
+    // lease (a process killed during a request's last delivery) end failed, retryable.
+    let stuck = slack_once::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), true)
+        .await
+        .unwrap();
+    for key in stuck.keys.iter().take(8) {
+        let item = slack_once::ledger::DynamoLedger::new(ddb.clone(), table.clone())
+            .get_item(key)
+            .await
+            .unwrap();
+        let mut fields: Vec<String> = item
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| k != "journal")
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect();
+        fields.sort();
+        println!("  stuck: {}", fields.join(" "));
+    }
+    let swept = slack_once::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), false)
+        .await
+        .unwrap();
+    println!(
+        "in progress past their lease before the sweep: {} ({:?}); swept: {}",
+        stuck.keys.len(),
+        &stuck.keys[..stuck.keys.len().min(10)],
+        swept.keys.len()
+    );
+
+    // ---- the dead-letter queue, redriven once Slack and DynamoDB are well again (as an
+    // operator would, after the incident)
+    let ledger = slack_once::ledger::DynamoLedger::new(ddb.clone(), table.clone());
+    let records = Arc::try_unwrap(records)
+        .ok()
+        .expect("every delivery has ended")
+        .into_inner()
+        .unwrap();
+    let first = Answers::read(&slack, &records);
+    slack.random_faults(None);
+    dynamo_proxy.stop_faults();
+    let direct = {
+        let mut vars = dynamodb_env(&dynamodb);
+        vars.extend([
+            ("AWS_ENDPOINT_URL_SQS", sqs.clone()),
+            ("WORK_QUEUE_URL", queue.url.clone()),
+            ("DEAD_LETTER_QUEUE_URL", queue.dlq_url.clone()),
+            ("DEDUP_TABLE", table.clone()),
+        ]);
+        vars
+    };
+    let dead_letters = queue.depth(&queue.dlq_url).await;
+    let dry = tool(&current, &["redrive", "--dry-run"], &direct);
+    assert_eq!(
+        queue.depth(&queue.dlq_url).await,
+        dead_letters,
+        "a dry run moves nothing"
+    );
+    let redriven = tool(&current, &["redrive"], &direct);
+    let by_key: HashMap<&str, usize> = records
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| r.keys.iter().map(move |k| (k.as_str(), i)))
+        .collect();
+    // Each dead letter's request, and what the redrive did with it (its report's line).
+    let mut redrive: HashMap<usize, String> = HashMap::new();
+    for line in redriven.lines() {
+        let request = line
+            .split_whitespace()
+            .filter_map(|w| w.trim_start_matches('[').split('=').next())
+            .find_map(|k| by_key.get(k).copied());
+        if let Some(i) = request {
+            redrive.insert(i, line.to_string());
+        }
+    }
+    assert!(
+        eventually_async(drain, || async { queue.depth(&queue.url).await == 0 }).await,
+        "the redriven messages were not handled within {drain:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = Answers::read(&slack, &records);
+
+    // ---- the checks, from the stand-in's and the ledger's records
+    let mut verdicts = Verdicts::default();
+    for (i, record) in records.iter().enumerate() {
+        let lost_before = verdicts.unanswered.len();
+        verdicts
+            .judge(i as u64, record, &first, &after, redrive.get(&i), &ledger)
+            .await;
+        if verdicts.unanswered.len() > lost_before && lost_before < 20 {
+            println!(
+                "  the queue saw of {:?}: {:?}",
+                record.marker,
+                aws_proxy.journey(i as u64)
+            );
+        }
+    }
+    let left_in_progress = slack_once::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), true)
+        .await
+        .unwrap();
+
+    // ---- the figures
+    println!(
+        "drained {:.1} s after the start; Slack's faults drawn: {:?}",
+        drained_in.as_secs_f64(),
+        {
+            let mut f: Vec<_> = slack.faults_drawn().into_iter().collect();
+            f.sort();
+            f
+        }
+    );
+    println!("Slack requests by method: {:?}", {
+        let mut c: Vec<_> = slack.counts().into_iter().collect();
+        c.sort();
+        c
+    });
+    let deliveries = Arc::try_unwrap(deliveries)
+        .ok()
+        .expect("every delivery has ended")
+        .into_inner()
+        .unwrap();
+    println!(
+        "DynamoDB faults injected: {:?}; ingress answers by status: {:?}, {} unanswered (a \
+         process down, or 3 s passed)",
+        dynamo_proxy.injected(),
+        deliveries.statuses,
+        deliveries.unanswered
+    );
+    verdicts.print(&records, &deliveries, sent_in);
+    println!(
+        "dead-lettered: {dead_letters}; redrive --dry-run: {}; redrive: {}",
+        dry.lines().last().unwrap_or_default(),
+        redriven.lines().last().unwrap_or_default(),
+    );
+    let rss_flat = rss_report(&fleet);
+
+    // ---- the cost per million requests
+    let mut usage: HashMap<Option<Kind>, cost::Usage> = HashMap::new();
+    for r in &records {
+        usage.entry(Some(r.kind)).or_default().requests += 1;
+    }
+    for (kind, (n, time)) in &deliveries.invocations {
+        let u = usage.entry(Some(*kind)).or_default();
+        u.ingress_invocations += n;
+        u.ingress_time += *time;
+    }
+    let (handled, left) = aws_proxy.worker_time();
+    for (kind, (n, time)) in handled {
+        let u = usage.entry(kind).or_default();
+        u.worker_invocations += n;
+        u.worker_time += time;
+    }
+    for (kind, n) in left {
+        let u = usage.entry(kind).or_default();
+        u.worker_invocations += n;
+        u.worker_time += Duration::from_secs(3) * n as u32;
+    }
+    let (dynamo_counts, sqs_counts) = (dynamo_proxy.counts(), aws_proxy.counts());
+    cost::add_counts(&mut usage, &dynamo_counts, &sqs_counts);
+    let secret_reads = sqs_counts
+        .iter()
+        .filter(|((_, op), _)| op == "GetSecretValue")
+        .map(|(_, t)| t.requests)
+        .sum();
+    fleet.stop();
+    let (log_bytes, _lines, metric_lines) = fleet.printed();
+    cost::report(
+        &usage,
+        &cost::Fleetwide {
+            secret_reads,
+            starts: fleet.starts.load(Ordering::Relaxed),
+            log_bytes,
+            metric_lines,
+            requests: events,
+        },
+    );
+
+    // ---- the verdict
+    assert!(
+        verdicts.twice.is_empty(),
+        "answered twice: {:?}",
+        verdicts.twice
+    );
+    assert!(
+        verdicts.unanswered.is_empty(),
+        "{} neither answered nor failed with a reason: {:?}",
+        verdicts.unanswered.len(),
+        &verdicts.unanswered[..verdicts.unanswered.len().min(20)]
+    );
+    assert!(
+        left_in_progress.keys.is_empty(),
+        "in progress past its lease after the sweep: {:?}",
+        left_in_progress.keys
+    );
+    assert!(rss_flat, "a process's memory grew over the run (above)");
+}
+
+fn now_ms() -> u64 {
+    slack_once::clock::now_ms()
+}
+
+/// This app's messages in Slack, read once: each request's answers, by its marker.
+struct Answers {
+    /// Request index → (answers, the first answer's `ts` in µs).
+    count: HashMap<u64, (usize, u64)>,
+    /// Question requests whose answer is complete (the whole text, the stream stopped).
+    complete: HashSet<u64>,
+    /// Messages clicked and marked, by (channel, ts): the marks' request indexes.
+    marked: HashMap<(String, String), Vec<u64>>,
+}
+
+impl Answers {
+    fn read(slack: &SlackStandin, records: &[Record]) -> Self {
+        let mut answers = Answers {
+            count: HashMap::new(),
+            complete: HashSet::new(),
+            marked: HashMap::new(),
+        };
+        for post in slack.posted() {
+            let text = post.body["text"].as_str().unwrap_or_default();
+            let ts_us = slack_once::testing::micros(&post.ts).unwrap_or(0) as u64;
+            // A message answers the request its text names first (a click's reply names the
+            // clicker; the message clicked keeps its own text).
+            if let Some(i) = mix::markers_in(text).next() {
+                let entry = answers.count.entry(i).or_insert((0, ts_us));
+                entry.0 += 1;
+                entry.1 = entry.1.min(ts_us);
+                let question = records
+                    .get(i as usize)
+                    .is_some_and(|r| r.kind == Kind::Question);
+                if question && post.body["streaming"] != true && text.ends_with(" w6") {
+                    answers.complete.insert(i);
+                }
+            }
+            let blocks = post.body["blocks"].to_string();
+            if blocks.contains("found this helpful") {
+                let channel = post.body["channel"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                answers
+                    .marked
+                    .entry((channel, post.ts.clone()))
+                    .or_default()
+                    .extend(mix::markers_in(&blocks));
+            }
+        }
+        answers
+    }
+
+    fn count(&self, r: &Record) -> usize {
+        r.marker
+            .as_deref()
+            .and_then(|m| mix::markers_in(m).next())
+            .and_then(|i| self.count.get(&i))
+            .map_or(0, |c| c.0)
+    }
+}
+
+#[derive(Default)]
+struct Verdicts {
+    twice: Vec<String>,
+    unanswered: Vec<String>,
+    /// Per kind: answered once (before the redrive).
+    answered: HashMap<Kind, u64>,
+    /// Per kind: answered once by the redrive of its dead letter.
+    redriven: HashMap<Kind, u64>,
+    /// Answered once, but only after the first reading of Slack (a delivery still running).
+    late: u64,
+    /// Per kind: time from the request to its first answer in Slack (µs).
+    to_answer_us: HashMap<Kind, Vec<u32>>,
+    /// Failures recorded in the ledger, by reason.
+    failed: BTreeMap<String, u64>,
+    /// Never acknowledged by any delivery, nothing claimed: Slack gave up, the person saw an
+    /// error.
+    never_acknowledged: HashMap<Kind, u64>,
+    /// Dead-lettered and refused by the redrive, with its reason.
+    refused: Vec<String>,
+    /// Lost while the previous release served, with its known signature (a form's claim
+    /// released, no reason, no delivery to follow; fixed in this release).
+    lost_by_previous: Vec<String>,
+}
+
+impl Verdicts {
+    /// What became of request `i`: `first` is Slack read once the queue drained, `after` once
+    /// the dead letters were redriven and handled; `redrive` the redrive's line for it.
+    async fn judge(
+        &mut self,
+        i: u64,
+        r: &Record,
+        first: &Answers,
+        after: &Answers,
+        redrive: Option<&String>,
+        ledger: &slack_once::ledger::DynamoLedger,
+    ) {
+        let Some(marker) = &r.marker else { return };
+        let (before, at_end) = (first.count(r), after.count(r));
+        if at_end > 1 {
+            self.twice.push(format!(
+                "{:?} {marker}: {at_end} answers ({before} before the redrive)",
+                r.kind
+            ));
+            return;
+        }
+        if at_end == 1 {
+            let whole = match r.kind {
+                Kind::Question => after.complete.contains(&i),
+                Kind::Click => r
+                    .clicked
+                    .as_ref()
+                    .is_some_and(|c| after.marked.get(c).is_some_and(|marks| marks.contains(&i))),
+                _ => true,
+            };
+            if !whole {
+                self.unanswered.push(format!(
+                    "{:?} {marker}: answered but not whole (a stream not finished, a click's \
+                     message not marked)",
+                    r.kind
+                ));
+                return;
+            }
+            let redriven = redrive.is_some_and(|line| line.starts_with("moved"));
+            match (before, redriven) {
+                (1, _) => *self.answered.entry(r.kind).or_default() += 1,
+                (_, true) => *self.redriven.entry(r.kind).or_default() += 1,
+                _ => {
+                    self.late += 1;
+                    *self.answered.entry(r.kind).or_default() += 1;
+                }
+            }
+            let at = after.count[&i].1;
+            self.to_answer_us
+                .entry(r.kind)
+                .or_default()
+                .push(at.saturating_sub(r.sent_us).min(u32::MAX as u64) as u32);
+            return;
+        }
+        // No answer: the ledger says why.
+        let mut status = None;
+        for key in &r.keys {
+            if let Some(item) = ledger.get_item(key).await.unwrap() {
+                // The alias of a message names the message; its claim is what says.
+                if item.contains_key("alias_of") {
+                    continue;
+                }
+                let text = |name: &str| {
+                    item.get(name)
+                        .and_then(|s| s.as_s().ok())
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                status = Some((text("status"), text("error")));
+                break;
+            }
+        }
+        match (status, redrive) {
+            (Some((s, error)), _) if s == "failed" && !error.is_empty() => {
+                *self.failed.entry(error).or_default() += 1;
+            }
+            (_, Some(line)) if !line.starts_with("moved") => self.refused.push(line.clone()),
+            (None, None) if !r.acknowledged => {
+                *self.never_acknowledged.entry(r.kind).or_default() += 1;
+            }
+            (Some((s, error)), None)
+                if s == "released"
+                    && error.is_empty()
+                    && !r.kind.is_event()
+                    && r.before_deploy_done =>
+            {
+                self.lost_by_previous.push(format!(
+                    "{:?} {marker}: released by the previous release",
+                    r.kind
+                ));
+            }
+            (other, line) => {
+                self.unanswered.push(format!(
+                    "{:?} {marker} (acknowledged: {}, a delivery before the deploy ended: {}, \
+                     dead letter: {line:?}, deliveries (body, attempt, where, version, status): {:?}, \
+                     keys {:?}): {other:?}",
+                    r.kind, r.acknowledged, r.before_deploy_done, r.trail, r.keys
+                ));
+            }
+        }
+    }
+
+    fn print(&self, records: &[Record], d: &Deliveries, sent_in: Duration) {
+        let mut total: HashMap<Kind, u64> = HashMap::new();
+        for r in records {
+            *total.entry(r.kind).or_default() += 1;
+        }
+        println!(
+            "\n| kind | requests | answered once | answered twice | failed, never acknowledged | \
+             throughput (answered/s) | ingress answer p50 / p99 | time to the answer in Slack \
+             p50 / p99 |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
+        for kind in Kind::ALL {
+            let n = total.get(&kind).copied().unwrap_or(0);
+            let mut lat = d.latency_us.get(&kind).cloned().unwrap_or_default();
+            lat.sort_unstable();
+            let mut to = self.to_answer_us.get(&kind).cloned().unwrap_or_default();
+            to.sort_unstable();
+            let answered = self.answered.get(&kind).copied().unwrap_or(0);
+            let twice = self
+                .twice
+                .iter()
+                .filter(|t| t.starts_with(&format!("{kind:?}")))
+                .count();
+            println!(
+                "| {} | {n} | {} | {twice} | {} never acknowledged | {:.1} | {:?} / {:?} | {} |",
+                kind.name(),
+                if kind == Kind::Bare {
+                    "(nothing to answer)".to_string()
+                } else {
+                    answered.to_string()
+                },
+                self.never_acknowledged.get(&kind).copied().unwrap_or(0),
+                answered as f64 / sent_in.as_secs_f64(),
+                percentile(&lat, 0.5),
+                percentile(&lat, 0.99),
+                if to.is_empty() {
+                    "–".to_string()
+                } else {
+                    format!("{:?} / {:?}", percentile(&to, 0.5), percentile(&to, 0.99))
+                }
+            );
+        }
+        println!(
+            "answered by the redrive of their dead letter: {:?}; answered after Slack was first \
+             read: {}; failed in the ledger, with their reasons: {:?}; dead letters the redrive \
+             refused: {} {:?}; lost by the previous release during the deploy (its known \
+             defect): {} {:?}",
+            self.redriven,
+            self.late,
+            self.failed,
+            self.refused.len(),
+            &self.refused[..self.refused.len().min(5)],
+            self.lost_by_previous.len(),
+            &self.lost_by_previous[..self.lost_by_previous.len().min(5)]
+        );
+    }
+}
+
+/// Prints each slot's memory; whether the processes that lived from the deploy to the end
+/// (never killed) stayed flat: their largest RSS in the last tenth of their life within
+/// 8 MiB or 15 % of their largest after the first minute's warm-up (or first tenth).
+fn rss_report(fleet: &Fleet) -> bool {
+    let samples = fleet.rss.lock().unwrap().clone();
+    let mut flat = true;
+    let mut by_pid: BTreeMap<(&str, u32), Vec<&fleet::RssSample>> = BTreeMap::new();
+    for s in &samples {
+        by_pid.entry((s.slot, s.pid)).or_default().push(s);
+    }
+    for ((slot, pid), life) in by_pid {
+        let longest = life.last().map(|s| s.age).unwrap_or_default();
+        if longest < Duration::from_secs(60) {
+            continue;
+        }
+        let warm = Duration::from_secs(60).min(longest / 10);
+        let early = life
+            .iter()
+            .filter(|s| s.age >= warm && s.age < warm + longest / 10)
+            .map(|s| s.kib)
+            .max()
+            .unwrap_or(0);
+        let late = life
+            .iter()
+            .filter(|s| s.age >= longest - longest / 10)
+            .map(|s| s.kib)
+            .max()
+            .unwrap_or(0);
+        let max = life.iter().map(|s| s.kib).max().unwrap_or(0);
+        let version = life[0].version;
+        let grew = late.saturating_sub(early);
+        let ok = grew <= (8 * 1024).max(early * 15 / 100);
+        println!(
+            "RSS {slot} (pid {pid}, {version:?}, {:.0} s, {} samples): {early} KiB after warm-up, \
+             {late} KiB at the end, {max} KiB at most{}",
+            longest.as_secs_f64(),
+            life.len(),
+            if ok { "" } else { ": GREW" }
+        );
+        if version == Version::Current && !ok {
+            flat = false;
+        }
+    }
+    flat
+}
