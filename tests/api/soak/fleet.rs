@@ -64,6 +64,20 @@ pub struct Fleet {
     pub rss: Mutex<Vec<RssSample>>,
     /// What the processes that ended printed: bytes, lines, metric lines.
     printed: Mutex<(u64, u64, u64)>,
+    /// CPU time the processes that ended used, in clock ticks.
+    cpu_ticks: AtomicU64,
+}
+
+/// A live process's CPU time (user and system), in clock ticks, from `/proc`.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let rest = stat.rsplit(')').next().unwrap_or_default();
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0)
 }
 
 /// Lines of each process's log kept in memory (the counts cover all of them).
@@ -81,6 +95,7 @@ impl Fleet {
             failed_starts: AtomicU64::new(0),
             rss: Mutex::new(Vec::new()),
             printed: Mutex::new((0, 0, 0)),
+            cpu_ticks: AtomicU64::new(0),
         };
         for (name, role, killable, vars) in slots {
             let process = fleet.spawn(role, Version::Previous, &vars);
@@ -142,6 +157,8 @@ impl Fleet {
     }
 
     fn retire(&self, process: BotProcess) {
+        self.cpu_ticks
+            .fetch_add(cpu_ticks(process.child.id()), Ordering::Relaxed);
         let (bytes, lines, metrics) = process.printed();
         let mut printed = self.printed.lock().unwrap();
         printed.0 += bytes;
@@ -274,6 +291,17 @@ impl Fleet {
         total
     }
 
+    /// CPU seconds every process used so far (those still running, and those that ended).
+    pub fn cpu_seconds(&self) -> f64 {
+        let mut ticks = self.cpu_ticks.load(Ordering::Relaxed);
+        for s in self.slots.lock().unwrap().iter() {
+            if let Some(p) = &s.process {
+                ticks += cpu_ticks(p.child.id());
+            }
+        }
+        ticks as f64 / 100.0
+    }
+
     /// The slots' names and versions now.
     pub fn versions(&self) -> Vec<(&'static str, Version)> {
         self.slots
@@ -289,6 +317,8 @@ impl Fleet {
         let mut slots = self.slots.lock().unwrap();
         for s in slots.iter_mut() {
             if let Some(p) = s.process.take() {
+                self.cpu_ticks
+                    .fetch_add(cpu_ticks(p.child.id()), Ordering::Relaxed);
                 sigterm(p.child.id());
                 let deadline = Instant::now() + Duration::from_secs(10);
                 let mut p = p;

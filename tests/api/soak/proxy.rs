@@ -298,9 +298,11 @@ async fn forward(
     ctx: Ctx,
     request: http::Request<hyper::body::Incoming>,
 ) -> Result<http::Response<Full<Bytes>>, ProxyError> {
+    let arrived = Instant::now();
     let (parts, body) = request.into_parts();
     let mut body = body.collect().await?.to_bytes();
     let op = op_of(&parts);
+    let read_in = arrived.elapsed();
     let state = &ctx.state;
     let dynamo = state.faults.is_some();
     let request_json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -373,6 +375,7 @@ async fn forward(
         }
     }
     let request_bytes = body.len();
+    let forwarding = Instant::now();
     let response = match ctx.client.request(upstream.body(Full::new(body))?).await {
         Ok(r) => r,
         Err(_) => {
@@ -383,6 +386,13 @@ async fn forward(
     };
     let (answer_parts, answer) = response.into_parts();
     let answer = answer.collect().await?.to_bytes();
+    if arrived.elapsed() > Duration::from_secs(2) && op != "ReceiveMessage" {
+        eprintln!(
+            "soak proxy: {op} took {:?} (request read in {read_in:?}, upstream {:?})",
+            arrived.elapsed(),
+            forwarding.elapsed()
+        );
+    }
     let answer_json: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
     // What it cost.
     let (mut write_units, mut read_units, mut failed) = (0.0, 0.0, false);
