@@ -635,6 +635,58 @@ async fn ledger_costs(
     }
 }
 
+/// Bolt for Python with Powertools doing part 1's person's message, through the same counting
+/// proxy: `n` first deliveries, then Slack's retry 1 of each, on a table of its own (its
+/// requests setting the table up not counted). What DEPLOY.md's cost table sets beside ours.
+async fn bolt_python_costs(slack: &SlackStub, endpoint: &str, n: usize) -> (Cost, Cost) {
+    let proxy = CountingProxy::start(endpoint).await;
+    let table = format!("bolt-python-costs-{}", std::process::id());
+    let phase = |phase: &'static str| {
+        let mut command = peer_command(Peer::Python, slack, &proxy.url);
+        command
+            .env("BENCH_TABLE", &table)
+            .args(["costs", phase, &n.to_string()]);
+        async move {
+            let out = tokio::task::spawn_blocking(move || command.output())
+                .await
+                .unwrap()
+                .expect("Bolt for Python runs");
+            assert!(
+                out.status.success(),
+                "bench.py costs {phase}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    let item_ops = ["GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query"];
+    let mark = proxy.len();
+    phase("first").await;
+    let first: Vec<Forwarded> = proxy
+        .since(mark)
+        .into_iter()
+        .filter(|r| item_ops.contains(&r.op.as_str()))
+        .collect();
+    let mark = proxy.len();
+    phase("again").await;
+    let again: Vec<Forwarded> = proxy
+        .since(mark)
+        .into_iter()
+        .filter(|r| item_ops.contains(&r.op.as_str()))
+        .collect();
+    // One event after another: each event's requests are the n-th share of the phase's.
+    let per = |requests: Vec<Forwarded>| {
+        let mut c = cost_of(&[requests]);
+        let n = n as f64;
+        c.requests /= n;
+        c.sequential /= n;
+        c.write_units /= n;
+        c.reads /= n;
+        c
+    };
+    (per(first), per(again))
+}
+
 /// A listener of three journaled steps (a reply, a reaction, an update of the reply), run
 /// in-process on the DynamoDB ledger through the proxy: what each step after the first costs.
 async fn three_steps(slack: &SlackStub, endpoint: &str, n: usize) -> Cost {
@@ -1295,6 +1347,15 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "**meets**" } else { "**misses**" }
 }
 
+/// A row of part 1 for a peer, whose requests the proxy saw per phase, not per event: the
+/// means only.
+fn peer_cost_row(what: &str, c: &Cost) -> String {
+    format!(
+        "| {what} | {:.2} | {:.2} | {:.2} | {:.2} | |",
+        c.requests, c.sequential, c.write_units, c.reads
+    )
+}
+
 fn cost_row(what: &str, c: &Cost) -> String {
     let times: Vec<String> = c
         .at_dynamodb_us
@@ -1433,12 +1494,21 @@ async fn report() {
     let bare = ledger_costs(&slack, &endpoint, "bare", app_mention, cost_n).await;
     let person = ledger_costs(&slack, &endpoint, "person", person_message, cost_n).await;
     let steps = three_steps(&slack, &endpoint, cost_n).await;
+    let (bolt_first, bolt_again) = bolt_python_costs(&slack, &endpoint, cost_n).await;
     let trips = person.first.sequential;
     if std::env::var_os("BENCH_ONLY_COSTS").is_some() {
         println!("{}", cost_row("person first", &person.first));
         println!("{}", cost_row("person dup", &person.duplicate));
         println!("{}", cost_row("bare first", &bare.first));
         println!("{}", cost_row("steps", &steps));
+        println!(
+            "{}",
+            peer_cost_row("Bolt for Python + Powertools first", &bolt_first)
+        );
+        println!(
+            "{}",
+            peer_cost_row("Bolt for Python + Powertools retry", &bolt_again)
+        );
         return;
     }
 
@@ -1681,6 +1751,20 @@ async fn report() {
     );
     println!(
         "| deferred mode's ingress (its DynamoDB endpoint a closed port; every event acknowledged 200) | 0 | 0 | 0 | 0 | |"
+    );
+    println!(
+        "{}",
+        peer_cost_row(
+            "Bolt for Python + Powertools, a person's message, first delivery (through the same proxy)",
+            &bolt_first
+        )
+    );
+    println!(
+        "{}",
+        peer_cost_row(
+            "Bolt for Python + Powertools, a person's message, Slack's retry",
+            &bolt_again
+        )
     );
     let per_step = (steps.sequential - person.first.sequential) / 2.0;
     println!(

@@ -7,6 +7,11 @@
 #   python bench.py warm N      handle N sequential events; print latency percentiles and RSS
 #   python bench.py check       deliveries, retries, copies and a crash after the post: print what
 #                               was posted and which DynamoDB calls were made; exit 1 if unexpected
+#   python bench.py costs first|again N
+#                               N people's messages numbered 0..N (the same N each run, on
+#                               BENCH_TABLE): first deliveries, or Slack's retry 1 of each; exit 1
+#                               unless each first posts once and each retry posts nothing (the
+#                               report counts their DynamoDB requests at its proxy)
 #
 # Environment: SECRET, SLACK_API_URL (the stand-in, e.g. http://127.0.0.1:PORT/api/),
 # AWS_ENDPOINT_URL_DYNAMODB (or DYNAMODB_ENDPOINT), AWS_REGION, AWS_ACCESS_KEY_ID,
@@ -379,6 +384,20 @@ def check():
     return ok
 
 
+def costs(phase, n):
+    for i in range(n):
+        message = {"event_id": f"EvCost{i:06d}", "ts": f"1767225600.{i:06d}",
+                   "client_msg_id": f"00000000-0000-4000-8000-{i:012d}"}
+        before = posts
+        response = lambda_handler(lambda_event(message, None if phase == "first" else 1),
+                                  LambdaContext())
+        expected = 1 if phase == "first" else 0
+        if response["statusCode"] != 200 or posts != before + expected:
+            raise RuntimeError(f"{phase} {i}: status {response['statusCode']}, {posts - before} posts")
+    print_json({"phase": phase, "n": n})
+    return True
+
+
 def one():
     """`check`'s child: handle the Lambda event read from standard input."""
     print_json(lambda_handler(json.load(sys.stdin), LambdaContext()))
@@ -405,8 +424,10 @@ if __name__ == "__main__":
             passed = check()
         elif mode == "one":
             passed = one()
+        elif mode == "costs":
+            passed = costs(sys.argv[2], int(sys.argv[3]))
         else:
-            sys.exit("usage: bench.py cold | warm N | check")
+            sys.exit("usage: bench.py cold | warm N | check | costs first|again N")
     except Exception:
         import traceback
 

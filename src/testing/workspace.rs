@@ -415,6 +415,22 @@ impl Workspace {
             .collect()
     }
 
+    /// A message and its thread's replies, oldest first (nothing when there is no such
+    /// message): what a test reports of a conversation when a check fails.
+    pub fn thread(&self, channel: &str, ts: &str) -> Vec<Value> {
+        let Some(parent) = self.find(channel, ts) else {
+            return Vec::new();
+        };
+        let replies = self
+            .index
+            .replies
+            .get(&(channel.to_string(), ts.to_string()));
+        std::iter::once(parent)
+            .chain(replies.into_iter().flatten().map(|&(_, i)| i))
+            .map(|i| self.messages[i].clone())
+            .collect()
+    }
+
     /// How many messages this app has in the workspace now.
     pub fn ours_count(&self) -> usize {
         self.index.ours.len()

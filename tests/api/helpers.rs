@@ -467,6 +467,18 @@ impl SlackStandin {
         self.state.lock().unwrap().counts.clone()
     }
 
+    /// A message of `channel` and its thread's replies, as Slack holds them.
+    pub fn thread(&self, channel: &str, ts: &str) -> Vec<serde_json::Value> {
+        let mut s = self.state.lock().unwrap();
+        s.sync(channel);
+        s.workspace.thread(channel, ts)
+    }
+
+    /// How many messages this app has in Slack now.
+    pub fn posted_count(&self) -> usize {
+        self.state.lock().unwrap().workspace.ours_count()
+    }
+
     /// This app's messages in Slack (what a user sees of the bot: updates applied, deletions
     /// removed), oldest first.
     pub fn posted(&self) -> Vec<Post> {
@@ -1148,6 +1160,8 @@ pub struct LogBook {
     pub printed: u64,
     /// Embedded-metric-format lines printed (one per delivery or message).
     pub metric_lines: u64,
+    /// What was read in chunks once the process had started (lean spawns), its last 64 KiB.
+    tail: Vec<u8>,
 }
 
 impl LogBook {
@@ -1163,13 +1177,30 @@ impl LogBook {
         self.lines.push_back(line);
     }
 
-    /// The lines kept, joined.
+    /// Output read in chunks (not split into lines): counted, and its last 64 KiB kept.
+    fn push_chunk(&mut self, chunk: &[u8]) {
+        const TAIL: usize = 64 * 1024;
+        self.bytes += chunk.len() as u64;
+        self.printed += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        // A metric line holds one "_aws" member; the tail's end is searched with the chunk, so
+        // one cut in two is still found.
+        let carry = self.tail.len().min(8);
+        let mut seen = self.tail[self.tail.len() - carry..].to_vec();
+        seen.extend_from_slice(chunk);
+        self.metric_lines += seen.windows(8).filter(|w| *w == b"\"_aws\":{").count() as u64;
+        self.tail.extend_from_slice(chunk);
+        if self.tail.len() > TAIL {
+            self.tail.drain(..self.tail.len() - TAIL);
+        }
+    }
+
+    /// The lines kept (and the tail of what was read in chunks), joined.
     pub fn join(&self, separator: &str) -> String {
-        self.lines
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(separator)
+        let mut all: Vec<String> = self.lines.iter().cloned().collect();
+        if !self.tail.is_empty() {
+            all.push(String::from_utf8_lossy(&self.tail).into_owned());
+        }
+        all.join(separator)
     }
 }
 
@@ -1294,11 +1325,29 @@ impl BotProcess {
             Box::new(child.stderr.take().unwrap()),
         ] {
             let (log, tx) = (log.clone(), tx.clone());
+            let lean = how.keep_lines > 0;
             std::thread::spawn(move || {
-                for line in std::io::BufReader::new(stream)
-                    .lines()
-                    .map_while(Result::ok)
-                {
+                use std::io::Read;
+                let mut reader = std::io::BufReader::new(stream);
+                let mut line = String::new();
+                let mut started = false;
+                loop {
+                    if lean && started {
+                        // Started: from now on only counted, and its tail kept (a soak's
+                        // processes print thousands of lines a second).
+                        let mut chunk = [0u8; 64 * 1024];
+                        match reader.read(&mut chunk) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => log.lock().unwrap().push_chunk(&chunk[..n]),
+                        }
+                        continue;
+                    }
+                    line.clear();
+                    match reader.read_line(&mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                    let line = line.trim_end_matches(['\n', '\r']).to_string();
                     if let Some(addr) = line
                         .split("addr=")
                         .nth(1)
@@ -1306,9 +1355,11 @@ impl BotProcess {
                         .and_then(|a| a.parse::<SocketAddr>().ok())
                     {
                         let _ = tx.send(addr);
+                        started = true;
                     }
                     if worker && line.contains("worker: receiving") {
                         let _ = tx.send(SocketAddr::from(([127, 0, 0, 1], 0)));
+                        started = true;
                     }
                     log.lock().unwrap().push(line);
                 }

@@ -54,6 +54,17 @@ use fleet::{Fleet, Role, Version};
 use mix::{Clickable, Kind, Rng};
 use proxy::{AwsProxy, Registry};
 
+/// Deliveries in flight at most (each with its retries): far more than a steady rate needs.
+const MAX_IN_FLIGHT: usize = 4096;
+/// The pacing's bounds: visible messages in the work queue, and deliveries in flight.
+const MAX_BACKLOG: usize = 60;
+const MAX_ACTIVE: usize = 150;
+/// And the median latency of the recent mentions answered synchronously (at a rate this
+/// machine keeps up with, 30 to 60 ms).
+const MAX_MEDIAN: Duration = Duration::from_millis(100);
+/// How often a line of progress is printed while sending.
+const PROGRESS_EVERY: Duration = Duration::from_secs(60);
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -113,6 +124,21 @@ struct Deliveries {
     statuses: BTreeMap<u16, u64>,
     /// Deliveries that got no answer (connection refused: a process down; or 3 s passed).
     unanswered: u64,
+    /// The latency of the last answered deliveries (µs), whatever their kind: the pacing's
+    /// measure of how busy the machine is.
+    recent_us: std::collections::VecDeque<u32>,
+}
+
+/// How many recent answers the pacing's median is taken over.
+const RECENT: usize = 50;
+
+impl Deliveries {
+    /// The median of the recent answers' latency.
+    fn recent_median(&self) -> Duration {
+        let mut recent: Vec<u32> = self.recent_us.iter().copied().collect();
+        recent.sort_unstable();
+        Duration::from_micros(recent.get(recent.len() / 2).copied().unwrap_or(0) as u64)
+    }
 }
 
 fn epoch_us() -> u64 {
@@ -183,6 +209,8 @@ async fn soak() {
     let kill_every = Duration::from_secs(env_u64("SOAK_KILL_SECONDS", 5).max(1));
     let seed = env_u64("SOAK_SEED", 1) | 1;
     let deploy_at = events * env_u64("SOAK_DEPLOY_AT", 10).min(100) / 100;
+    // A calm day: no fault and no kill (the deploy still rolls): the cost's baseline.
+    let calm = env_u64("SOAK_CALM", 0) == 1;
     let previous = std::path::PathBuf::from(std::env::var("SOAK_PREVIOUS_BIN").expect(
         "SOAK_PREVIOUS_BIN is not set: run the soak with scripts/soak.sh, which builds the soak \
          bot on the previous release (scripts/previous-release.sh --example soak)",
@@ -201,8 +229,13 @@ async fn soak() {
     );
     println!(
         "SOAK_EVENTS={events} SOAK_RATE={rate} SOAK_SEED={seed} SOAK_KILL_SECONDS={} \
-         deploy after request {deploy_at}",
-        kill_every.as_secs()
+         deploy after request {deploy_at}{}",
+        kill_every.as_secs(),
+        if calm {
+            "; SOAK_CALM=1: no faults, no kills"
+        } else {
+            ""
+        }
     );
     let mut rng = Rng(seed);
 
@@ -223,16 +256,19 @@ async fn soak() {
         .expect("the secret is created on the SQS server's Secrets Manager");
     let slack = SlackStandin::start().await;
     slack.keep_counts_only();
-    slack.random_faults(Some(slack_faults(seed.wrapping_mul(7) | 1)));
+    if !calm {
+        slack.random_faults(Some(slack_faults(seed.wrapping_mul(7) | 1)));
+    }
     let registry: Arc<Mutex<Registry>> = Default::default();
     let dynamo_proxy = AwsProxy::start(
         &dynamodb,
         registry.clone(),
-        Some(proxy::DYNAMO_FAULTS),
+        true,
+        (!calm).then_some(proxy::DYNAMO_FAULTS),
         seed.wrapping_mul(11),
     )
     .await;
-    let aws_proxy = AwsProxy::start(&sqs, registry.clone(), None, 1).await;
+    let aws_proxy = AwsProxy::start(&sqs, registry.clone(), false, None, 1).await;
 
     let mut common = dynamodb_env(&dynamo_proxy.url);
     common.extend([
@@ -288,7 +324,7 @@ async fn soak() {
             while sending.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 fleet.sample_rss();
-                if Instant::now() >= next_kill && !rolling.load(Ordering::Relaxed) {
+                if !calm && Instant::now() >= next_kill && !rolling.load(Ordering::Relaxed) {
                     let killable = fleet.killable();
                     fleet
                         .kill_and_restart(killable[rng.below(killable.len())])
@@ -302,7 +338,7 @@ async fn soak() {
     // ---- the requests
     let http = HttpClient::default();
     let started = Instant::now();
-    let in_flight = Arc::new(Semaphore::new(4096));
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let records: Arc<Mutex<Vec<Record>>> = Default::default();
     let deliveries: Arc<Mutex<Deliveries>> = Default::default();
     let deploy_done = Arc::new(AtomicBool::new(false));
@@ -310,10 +346,64 @@ async fn soak() {
     let mut clickable: Vec<Clickable> = Vec::new();
     let mut seen_posts = 0;
     let mut next_pool = Instant::now();
-    let mut tasks = Vec::new();
+    let mut next_progress = Instant::now() + PROGRESS_EVERY;
+    // The work queue's backlog (visible messages), read every half second: the pacing's brake.
+    let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let backlog_reader = {
+        let (backlog, sending) = (backlog.clone(), sending.clone());
+        let (client, url) = (queue.client.clone(), queue.url.clone());
+        tokio::spawn(async move {
+            use aws_sdk_sqs::types::QueueAttributeName as A;
+            while sending.load(Ordering::Relaxed) {
+                let visible = client
+                    .get_queue_attributes()
+                    .queue_url(&url)
+                    .attribute_names(A::ApproximateNumberOfMessages)
+                    .send()
+                    .await
+                    .ok()
+                    .and_then(|out| {
+                        out.attributes()?
+                            .get(&A::ApproximateNumberOfMessages)?
+                            .parse()
+                            .ok()
+                    });
+                if let Some(n) = visible {
+                    backlog.store(n, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let interval = Duration::from_micros(1_000_000 / rate);
+    let mut next_at = Instant::now();
+    let mut braked = Duration::ZERO;
+    let mut median = Duration::ZERO;
     for i in 0..events {
-        let at = started + Duration::from_micros(i * 1_000_000 / rate);
-        tokio::time::sleep_until(at.into()).await;
+        // The steady rate, unless the machine has fallen behind: then the next request waits
+        // until the work queue's backlog and the deliveries in flight are back under their
+        // bounds, and the rate goes on from there (no burst to catch up). A soak measures the
+        // product's faults, not a machine's overload.
+        tokio::time::sleep_until(next_at.into()).await;
+        let brake = Instant::now();
+        if i % 50 == 0 {
+            median = deliveries.lock().unwrap().recent_median();
+        }
+        while backlog.load(Ordering::Relaxed) > MAX_BACKLOG
+            || MAX_IN_FLIGHT - in_flight.available_permits() > MAX_ACTIVE
+            || median > MAX_MEDIAN
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            median = deliveries.lock().unwrap().recent_median();
+            if median > MAX_MEDIAN {
+                // Its answers are old: the next ones tell whether the machine has caught up.
+                deliveries.lock().unwrap().recent_us.clear();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                median = Duration::ZERO;
+            }
+        }
+        braked += brake.elapsed();
+        next_at = (next_at + interval).max(Instant::now());
         if i == deploy_at && deploy_task.is_none() {
             let (fleet, rolling, done) = (fleet.clone(), rolling.clone(), deploy_done.clone());
             rolling.store(true, Ordering::Relaxed);
@@ -379,7 +469,7 @@ async fn soak() {
                 deploy_done.clone(),
             );
             let (kind, ack_lost) = (planned.kind, planned.ack_lost);
-            tasks.push(tokio::spawn(async move {
+            tokio::spawn(async move {
                 let _permit = permit;
                 tokio::time::sleep(delivery.after).await;
                 // Slack retries an event; a form it sends once.
@@ -420,10 +510,16 @@ async fn soak() {
                             None => d.unanswered += 1,
                         }
                         if status.is_some_and(|s| (200..300).contains(&s)) {
-                            d.latency_us
-                                .entry(kind)
-                                .or_default()
-                                .push(took.as_micros().min(u32::MAX as u128) as u32);
+                            let us = took.as_micros().min(u32::MAX as u128) as u32;
+                            d.latency_us.entry(kind).or_default().push(us);
+                            // The pacing watches one path: a mention answered in a synchronous
+                            // ingress (its claim, its post, its completion).
+                            if kind == Kind::Mention && role == Role::SyncIngress {
+                                if d.recent_us.len() == RECENT {
+                                    d.recent_us.pop_front();
+                                }
+                                d.recent_us.push_back(us);
+                            }
                         }
                     }
                     if status.is_some_and(|s| (200..300).contains(&s)) {
@@ -436,13 +532,32 @@ async fn soak() {
                         return;
                     }
                 }
-            }));
+            });
+        }
+        if Instant::now() >= next_progress {
+            next_progress = Instant::now() + PROGRESS_EVERY;
+            let acknowledged = records
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.acknowledged)
+                .count();
+            println!(
+                "  [{:.0} s] {} of {events} sent, {acknowledged} acknowledged, {} deliveries in \
+                 flight, work queue {}, {} kills, Slack holds {} of our messages",
+                started.elapsed().as_secs_f64(),
+                i + 1,
+                MAX_IN_FLIGHT - in_flight.available_permits(),
+                queue.depth(&queue.url).await,
+                fleet.kills.load(Ordering::Relaxed),
+                slack.posted_count(),
+            );
         }
     }
     let sent_in = started.elapsed();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    backlog_reader.abort();
+    // Every delivery's task holds a permit until it ends: all of them back, all have ended.
+    let _all = in_flight.acquire_many(MAX_IN_FLIGHT as u32).await.unwrap();
     let settled_in = started.elapsed();
     sending.store(false, Ordering::Relaxed);
     chaos.await.unwrap();
@@ -450,10 +565,12 @@ async fn soak() {
         deploy.await.unwrap();
     }
     println!(
-        "{events} requests sent in {:.1} s ({:.0}/s), their last delivery answered after {:.1} s; \
-         {} kills, {} process starts ({} failed and tried again); versions now {:?}",
+        "{events} requests sent in {:.1} s ({:.1}/s; the pacing held back {:.1} s in all), their \
+         last delivery answered after {:.1} s; {} kills, {} process starts ({} failed and tried \
+         again); versions now {:?}",
         sent_in.as_secs_f64(),
         events as f64 / sent_in.as_secs_f64(),
+        braked.as_secs_f64(),
         settled_in.as_secs_f64(),
         fleet.kills.load(Ordering::Relaxed),
         fleet.starts.load(Ordering::Relaxed),
@@ -566,6 +683,18 @@ async fn soak() {
                 record.marker,
                 aws_proxy.journey(i as u64)
             );
+            // The conversation its message is in: a message's key is msg-TEAM-CHANNEL-TS.
+            for key in record.keys.iter().filter(|k| k.starts_with("msg-")) {
+                let parts: Vec<&str> = key.splitn(4, '-').collect();
+                if let [_, _, channel, ts] = parts[..] {
+                    for m in slack.thread(channel, &ts.replace('_', ".")) {
+                        println!(
+                            "    in Slack, {channel} {}: {} (app {}, streaming {})",
+                            m["ts"], m["text"], m["app_id"], m["streaming"]
+                        );
+                    }
+                }
+            }
         }
     }
     let left_in_progress = slack_once::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), true)
@@ -655,6 +784,18 @@ async fn soak() {
             requests: events,
         },
     );
+
+    // What the run made, removed: DynamoDB Local and the SQS server keep serving the next run.
+    let _ = ddb.delete_table().table_name(&table).send().await;
+    for url in [&queue.url, &queue.dlq_url] {
+        let _ = queue.client.delete_queue().queue_url(url).send().await;
+    }
+    let _ = secrets_client(&sqs)
+        .delete_secret()
+        .secret_id(&secret_name)
+        .force_delete_without_recovery(true)
+        .send()
+        .await;
 
     // ---- the verdict
     assert!(
@@ -755,11 +896,37 @@ struct Verdicts {
     /// Never acknowledged by any delivery, nothing claimed: Slack gave up, the person saw an
     /// error.
     never_acknowledged: HashMap<Kind, u64>,
+    /// Never acknowledged, claimed by an earlier delivery and released, its last delivery
+    /// lost on the way (Slack gave up): its message's stream may stay empty.
+    gave_up_released: HashMap<Kind, u64>,
     /// Dead-lettered and refused by the redrive, with its reason.
     refused: Vec<String>,
     /// Lost while the previous release served, with its known signature (a form's claim
     /// released, no reason, no delivery to follow; fixed in this release).
     lost_by_previous: Vec<String>,
+}
+
+/// What the ledger holds of a request: its claim's status and error (its message's claim,
+/// not the alias that names it).
+async fn ledger_status(
+    r: &Record,
+    ledger: &slack_once::ledger::DynamoLedger,
+) -> Option<(String, String)> {
+    for key in &r.keys {
+        if let Some(item) = ledger.get_item(key).await.unwrap() {
+            if item.contains_key("alias_of") {
+                continue;
+            }
+            let text = |name: &str| {
+                item.get(name)
+                    .and_then(|s| s.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            return Some((text("status"), text("error")));
+        }
+    }
+    None
 }
 
 impl Verdicts {
@@ -793,11 +960,21 @@ impl Verdicts {
                 _ => true,
             };
             if !whole {
-                self.unanswered.push(format!(
-                    "{:?} {marker}: answered but not whole (a stream not finished, a click's \
-                     message not marked)",
-                    r.kind
-                ));
+                // A stream not finished, a click's message not marked: the request must have
+                // ended failed, and say why (the answer's text may be in Slack all the same).
+                match ledger_status(r, ledger).await {
+                    Some((s, error)) if s == "failed" && !error.is_empty() => {
+                        *self
+                            .failed
+                            .entry(format!("{error} (partly answered)"))
+                            .or_default() += 1;
+                    }
+                    other => self.unanswered.push(format!(
+                        "{:?} {marker}: answered but not whole (a stream not finished, a \
+                         click's message not marked): {other:?}",
+                        r.kind
+                    )),
+                }
                 return;
             }
             let redriven = redrive.is_some_and(|line| line.starts_with("moved"));
@@ -817,23 +994,15 @@ impl Verdicts {
             return;
         }
         // No answer: the ledger says why.
-        let mut status = None;
-        for key in &r.keys {
-            if let Some(item) = ledger.get_item(key).await.unwrap() {
-                // The alias of a message names the message; its claim is what says.
-                if item.contains_key("alias_of") {
-                    continue;
-                }
-                let text = |name: &str| {
-                    item.get(name)
-                        .and_then(|s| s.as_s().ok())
-                        .cloned()
-                        .unwrap_or_default()
-                };
-                status = Some((text("status"), text("error")));
-                break;
-            }
-        }
+        let status = ledger_status(r, ledger).await;
+        // Slack gave up: no delivery was acknowledged, and the last one got no answer at all
+        // (its process down, or 3 s passed): no delivery of it could end it failed. (A last
+        // delivery that got an error from slack-once ended it failed, with its reason.)
+        let last_lost = r
+            .trail
+            .iter()
+            .rfind(|t| t.0 == 0)
+            .is_some_and(|t| t.4.is_none());
         match (status, redrive) {
             (Some((s, error)), _) if s == "failed" && !error.is_empty() => {
                 *self.failed.entry(error).or_default() += 1;
@@ -841,6 +1010,9 @@ impl Verdicts {
             (_, Some(line)) if !line.starts_with("moved") => self.refused.push(line.clone()),
             (None, None) if !r.acknowledged => {
                 *self.never_acknowledged.entry(r.kind).or_default() += 1;
+            }
+            (Some((s, _)), None) if s == "released" && !r.acknowledged && last_lost => {
+                *self.gave_up_released.entry(r.kind).or_default() += 1;
             }
             (Some((s, error)), None)
                 if s == "released"
@@ -870,9 +1042,9 @@ impl Verdicts {
             *total.entry(r.kind).or_default() += 1;
         }
         println!(
-            "\n| kind | requests | answered once | answered twice | failed, never acknowledged | \
-             throughput (answered/s) | ingress answer p50 / p99 | time to the answer in Slack \
-             p50 / p99 |"
+            "\n| kind | requests | answered once | answered twice | Slack gave up (no delivery \
+             acknowledged) | throughput (answered/s) | ingress answer p50 / p99 | time to the \
+             answer in Slack p50 / p99 |"
         );
         println!("|---|---|---|---|---|---|---|---|");
         for kind in Kind::ALL {
@@ -887,15 +1059,16 @@ impl Verdicts {
                 .iter()
                 .filter(|t| t.starts_with(&format!("{kind:?}")))
                 .count();
+            let gave_up = self.never_acknowledged.get(&kind).copied().unwrap_or(0)
+                + self.gave_up_released.get(&kind).copied().unwrap_or(0);
             println!(
-                "| {} | {n} | {} | {twice} | {} never acknowledged | {:.1} | {:?} / {:?} | {} |",
+                "| {} | {n} | {} | {twice} | {gave_up} | {:.1} | {:?} / {:?} | {} |",
                 kind.name(),
                 if kind == Kind::Bare {
                     "(nothing to answer)".to_string()
                 } else {
                     answered.to_string()
                 },
-                self.never_acknowledged.get(&kind).copied().unwrap_or(0),
                 answered as f64 / sent_in.as_secs_f64(),
                 percentile(&lat, 0.5),
                 percentile(&lat, 0.99),
@@ -908,12 +1081,14 @@ impl Verdicts {
         }
         println!(
             "answered by the redrive of their dead letter: {:?}; answered after Slack was first \
-             read: {}; failed in the ledger, with their reasons: {:?}; dead letters the redrive \
+             read: {}; failed in the ledger, with their reasons: {:?}; Slack gave up after an \
+             earlier delivery had claimed and released it: {:?}; dead letters the redrive \
              refused: {} {:?}; lost by the previous release during the deploy (its known \
              defect): {} {:?}",
             self.redriven,
             self.late,
             self.failed,
+            self.gave_up_released,
             self.refused.len(),
             &self.refused[..self.refused.len().min(5)],
             self.lost_by_previous.len(),

@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use super::mix::{Kind, Rng, markers_in};
 
 #[path = "../../../benches/support/capacity.rs"]
+#[allow(dead_code)]
 mod capacity;
 
 /// DynamoDB's faults, each per 10,000 requests of the fleet (the soak's own reads go around the
@@ -119,6 +120,8 @@ struct ProxyState {
     registry: Arc<Mutex<Registry>>,
     counts: Mutex<Counts>,
     rng: Mutex<Rng>,
+    /// DynamoDB's proxy (else the SQS and Secrets Manager server's).
+    dynamo: bool,
     faults: Option<DynamoFaults>,
     /// Whether faults are still drawn (the redrive runs once DynamoDB is well again).
     faulting: std::sync::atomic::AtomicBool,
@@ -143,10 +146,12 @@ struct Ctx {
 type ProxyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl AwsProxy {
-    /// A proxy to `upstream`, with DynamoDB's `faults` drawn from `seed` (none for SQS).
+    /// A proxy to `upstream`: DynamoDB's when `dynamo`, with `faults` drawn from `seed`; else
+    /// the SQS and Secrets Manager server's (no faults).
     pub async fn start(
         upstream: &str,
         registry: Arc<Mutex<Registry>>,
+        dynamo: bool,
         faults: Option<DynamoFaults>,
         seed: u64,
     ) -> Self {
@@ -154,6 +159,7 @@ impl AwsProxy {
             registry,
             counts: Mutex::new(HashMap::new()),
             rng: Mutex::new(Rng(seed | 1)),
+            dynamo,
             faults,
             faulting: std::sync::atomic::AtomicBool::new(true),
             injected: Mutex::new(HashMap::new()),
@@ -258,20 +264,6 @@ const DYNAMO_READS: [&str; 5] = [
     "TransactGetItems",
 ];
 
-/// The partition key a DynamoDB request is about.
-fn key_of(v: &serde_json::Value) -> Option<String> {
-    let pk = |item: &serde_json::Value| item["pk"]["S"].as_str().map(str::to_string);
-    pk(&v["Key"]).or_else(|| pk(&v["Item"])).or_else(|| {
-        v["TransactItems"].as_array().and_then(|items| {
-            items.iter().find_map(|t| {
-                t.as_object()
-                    .and_then(|o| o.values().next())
-                    .and_then(|op| pk(&op["Key"]).or_else(|| pk(&op["Item"])))
-            })
-        })
-    })
-}
-
 /// The fault to inject into this DynamoDB request, if any.
 fn draw_fault(state: &ProxyState) -> Option<&'static str> {
     let faults = state.faults?;
@@ -294,35 +286,66 @@ fn draw_fault(state: &ProxyState) -> Option<&'static str> {
     None
 }
 
+/// The string value of `"field":"…"` in a JSON text, found without parsing it (the proxies see
+/// thousands of requests a second on a busy core): the first occurrence, its escapes left as
+/// they are (the values read so are ids, keys and receipt handles, which have none).
+fn json_str<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    let needle = format!("\"{field}\":\"");
+    let at = text.find(&needle)? + needle.len();
+    let rest = &text[at..];
+    rest.find('"').map(|end| &rest[..end])
+}
+
+/// The partition key a DynamoDB request is about: its `Key`'s or `Item`'s `pk` (the first).
+fn key_in(text: &str) -> Option<&str> {
+    let at = text.find("\"pk\":")?;
+    json_str(&text[at..], "S")
+}
+
+/// The capacity units a DynamoDB answer reports, read without parsing it: every
+/// `"CapacityUnits":N` (a transaction reports one per table).
+fn capacity_in(text: &str) -> f64 {
+    text.match_indices("\"CapacityUnits\":")
+        .filter_map(|(at, m)| {
+            let rest = &text[at + m.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(rest.len());
+            rest[..end].parse::<f64>().ok()
+        })
+        .sum()
+}
+
 async fn forward(
     ctx: Ctx,
     request: http::Request<hyper::body::Incoming>,
 ) -> Result<http::Response<Full<Bytes>>, ProxyError> {
-    let arrived = Instant::now();
     let (parts, body) = request.into_parts();
     let mut body = body.collect().await?.to_bytes();
     let op = op_of(&parts);
-    let read_in = arrived.elapsed();
     let state = &ctx.state;
-    let dynamo = state.faults.is_some();
-    let request_json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let dynamo = state.dynamo;
+    let text = String::from_utf8_lossy(&body).into_owned();
     let write = DYNAMO_WRITES.contains(&op.as_str());
     let read = DYNAMO_READS.contains(&op.as_str());
     let mut kind = None;
     if dynamo {
-        kind = key_of(&request_json).and_then(|k| state.registry.lock().unwrap().kind_of_key(&k));
-        if write || read {
+        kind = key_in(&text).and_then(|k| state.registry.lock().unwrap().kind_of_key(k));
+        if (write || read)
+            && text.starts_with('{')
+            && text.len() > 2
+            && !text.contains("ReturnConsumedCapacity")
+        {
             // DynamoDB Local checks no signature: the body may be changed.
-            let mut v = request_json.clone();
-            v["ReturnConsumedCapacity"] = "TOTAL".into();
-            body = Bytes::from(v.to_string());
+            body = Bytes::from(format!(
+                "{{\"ReturnConsumedCapacity\":\"TOTAL\",{}",
+                &text[1..]
+            ));
         }
     } else if op == "SendMessage" {
-        kind = request_json["MessageBody"]
-            .as_str()
-            .and_then(|b| state.registry.lock().unwrap().kind_of_text(b));
+        kind = state.registry.lock().unwrap().kind_of_text(&text);
     } else if op == "DeleteMessage" {
-        let receipt = request_json["ReceiptHandle"].as_str().unwrap_or_default();
+        let receipt = json_str(&text, "ReceiptHandle").unwrap_or_default();
         let mut sqs = state.sqs.lock().unwrap();
         if let Some(i) = sqs.receipt_request.remove(receipt) {
             let at = sqs.elapsed();
@@ -375,7 +398,6 @@ async fn forward(
         }
     }
     let request_bytes = body.len();
-    let forwarding = Instant::now();
     let response = match ctx.client.request(upstream.body(Full::new(body))?).await {
         Ok(r) => r,
         Err(_) => {
@@ -386,60 +408,48 @@ async fn forward(
     };
     let (answer_parts, answer) = response.into_parts();
     let answer = answer.collect().await?.to_bytes();
-    if arrived.elapsed() > Duration::from_secs(2) && op != "ReceiveMessage" {
-        eprintln!(
-            "soak proxy: {op} took {:?} (request read in {read_in:?}, upstream {:?})",
-            arrived.elapsed(),
-            forwarding.elapsed()
-        );
-    }
-    let answer_json: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+    let answer_text = String::from_utf8_lossy(&answer);
     // What it cost.
     let (mut write_units, mut read_units, mut failed) = (0.0, 0.0, false);
     let mut units = 1;
     if dynamo {
-        let reported = capacity::consumed(&answer_json["ConsumedCapacity"]);
-        if answer_json["__type"]
-            .as_str()
-            .is_some_and(|t| t.ends_with("ConditionalCheckFailedException"))
-        {
+        if answer_text.contains("ConditionalCheckFailedException") {
             // Billed, not reported: 1 unit per KB of the item it found (at least 1).
             failed = true;
+            let answer_json: serde_json::Value =
+                serde_json::from_slice(&answer).unwrap_or_default();
             let size = capacity::item_size(&answer_json["Item"]);
             write_units = (size as f64 / 1024.0).ceil().max(1.0);
         } else if write {
-            write_units = reported;
+            write_units = capacity_in(&answer_text);
         } else {
-            read_units = reported;
+            read_units = capacity_in(&answer_text);
         }
     } else {
         let payload = request_bytes.max(answer.len()) as u64;
         units = payload.div_ceil(64 * 1024).max(1);
-        let mut sqs = state.sqs.lock().unwrap();
         match op.as_str() {
             "SendMessage" => {
-                if let Some(id) = answer_json["MessageId"].as_str() {
+                let id = json_str(&answer_text, "MessageId");
+                let mut sqs = state.sqs.lock().unwrap();
+                if let Some(id) = id {
                     sqs.sent.insert(id.to_string(), kind);
                 }
-                let request = request_json["MessageBody"]
-                    .as_str()
-                    .and_then(|b| markers_in(b).max());
-                if let Some(i) = request {
+                if let Some(i) = markers_in(&text).max() {
                     let at = sqs.elapsed();
-                    let line = format!(
-                        "{at} sent {:?} ({})",
-                        answer_json["MessageId"].as_str(),
-                        answer_parts.status
-                    );
+                    let line = format!("{at} sent {id:?} ({})", answer_parts.status);
                     sqs.journeys.entry(i).or_default().push(line);
                 }
             }
             "ReceiveMessage" => {
                 let now = Instant::now();
+                let answer_json: serde_json::Value =
+                    serde_json::from_slice(&answer).unwrap_or_default();
                 let messages = answer_json["Messages"]
                     .as_array()
                     .cloned()
                     .unwrap_or_default();
+                let mut sqs = state.sqs.lock().unwrap();
                 let registry = state.registry.lock().unwrap();
                 for m in &messages {
                     let (Some(id), Some(receipt)) =
