@@ -6,7 +6,8 @@
 # release; checked from the stand-in's and the ledger's records, the dead-letter queue redriven,
 # and the cost per million printed. Loopback only; bounded by --events.
 #   scripts/soak.sh [--events N] [--rate PER_SECOND] [--seed S] [--kill-every SECONDS]
-#                   [--deploy-at PERCENT]
+#                   [--deploy-at PERCENT] [--calm]
+# --calm: no faults and no kills (the deploy still rolls): the cost per million's baseline.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 while [ $# -gt 0 ]; do
@@ -16,7 +17,8 @@ while [ $# -gt 0 ]; do
     --seed) export SOAK_SEED="$2"; shift 2 ;;
     --kill-every) export SOAK_KILL_SECONDS="$2"; shift 2 ;;
     --deploy-at) export SOAK_DEPLOY_AT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --calm) export SOAK_CALM=1; shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "soak.sh: unexpected argument $1" >&2; exit 2 ;;
   esac
 done

@@ -316,6 +316,8 @@ struct Request {
     /// The app it is for (`api_app_id`): an item of another app is not its own.
     app: Option<String>,
     refused: Option<String>,
+    /// Past the ledger's memory, or nearly: its items may expire before a worker reads them.
+    forgotten: bool,
 }
 
 fn request_of(body: &str, options: &Options) -> Request {
@@ -324,6 +326,7 @@ fn request_of(body: &str, options: &Options) -> Request {
         keys: Vec::new(),
         app: None,
         refused: Some(why),
+        forgotten: false,
     };
     let queued: QueuedEvent = match serde_json::from_str(body) {
         Ok(q) => q,
@@ -353,6 +356,7 @@ fn request_of(body: &str, options: &Options) -> Request {
                     keys,
                     app: callback.api_app_id.clone(),
                     refused: None,
+                    forgotten: false,
                 }
             }
             Ok(_) => unread("an envelope that is not an event".into()),
@@ -381,6 +385,7 @@ fn request_of(body: &str, options: &Options) -> Request {
                     keys: interaction.key().into_iter().collect(),
                     app: interaction.api_app_id.clone(),
                     refused,
+                    forgotten: false,
                 }
             }
             Err(e) => unread(format!("a form that does not parse: {e}")),
@@ -388,6 +393,7 @@ fn request_of(body: &str, options: &Options) -> Request {
     } else {
         unread("neither an envelope nor a form".into())
     };
+    request.forgotten = forgotten;
     if request.refused.is_none() && forgotten {
         request.refused = Some(format!(
             "{} h old, past the ledger's memory (DEDUP_TTL_SECONDS less an hour): its journal \
@@ -446,8 +452,13 @@ async fn judge(
     let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
     // Answered: moved whatever else holds (the worker finds it done and drops it), so that a
     // done request never waits in the dead-letter queue for a refusal.
+    // Not when its items may expire before the worker reads them: the worker would find them
+    // absent and answer again. Such a request stays in the dead-letter queue, refused.
     if !items.is_empty() && items.iter().all(|(_, i)| status(i) == "done") {
-        entry.action = Action::Answered;
+        entry.action = match (request.forgotten, request.refused) {
+            (true, Some(why)) => Action::Refused(format!("answered already; {why}")),
+            _ => Action::Answered,
+        };
         return Ok(entry);
     }
     if let Some(fmt) = items

@@ -47,9 +47,18 @@ pub async fn sweep(
         let page = dynamodb
             .scan()
             .table_name(table)
-            .filter_expression("#status = :in_progress AND #lease_until < :cutoff")
+            // An item of a later format is its release's to end, as a takeover leaves it.
+            .filter_expression(
+                "#status = :in_progress AND #lease_until < :cutoff \
+                 AND (attribute_not_exists(#fmt) OR #fmt <= :fmt_read)",
+            )
             .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
+            .expression_attribute_names("#fmt", attr::FORMAT)
+            .expression_attribute_values(
+                ":fmt_read",
+                AttributeValue::N(crate::ledger::dynamo::ITEM_FORMAT_READ.to_string()),
+            )
             .expression_attribute_values(":in_progress", AttributeValue::S("in_progress".into()))
             .expression_attribute_values(":cutoff", AttributeValue::N(cutoff.to_string()))
             .set_exclusive_start_key(start)

@@ -182,6 +182,9 @@ impl Fleet {
             (s.role, s.version, s.vars.clone(), s.process.take())
         };
         if let Some(mut p) = process {
+            // Its CPU time while /proc still has it (a reaped process's is gone).
+            self.cpu_ticks
+                .fetch_add(cpu_ticks(p.child.id()), Ordering::Relaxed);
             p.kill();
             self.retire(p);
         }
@@ -233,17 +236,23 @@ impl Fleet {
                     let waited = tokio::task::spawn_blocking(move || {
                         let mut old = old;
                         let deadline = Instant::now() + Duration::from_secs(15);
+                        // Its CPU time, read until it is reaped (a zombie's is still there).
+                        let mut ticks = 0;
                         while Instant::now() < deadline {
+                            ticks = ticks.max(cpu_ticks(pid));
                             if let Ok(Some(_)) = old.child.try_wait() {
                                 break;
                             }
                             std::thread::sleep(Duration::from_millis(50));
                         }
-                        old
+                        (old, ticks)
                     })
                     .await;
                     match waited {
-                        Ok(old) => fleet.retire(old),
+                        Ok((old, ticks)) => {
+                            fleet.cpu_ticks.fetch_add(ticks, Ordering::Relaxed);
+                            fleet.retire(old);
+                        }
                         Err(_) => eprintln!("soak: the old process {pid} could not be waited for"),
                     }
                 });
