@@ -6,8 +6,11 @@
 # release; checked from the stand-in's and the ledger's records, the dead-letter queue redriven,
 # and the cost per million printed. Loopback only; bounded by --events.
 #   scripts/soak.sh [--events N] [--rate PER_SECOND] [--seed S] [--kill-every SECONDS]
-#                   [--deploy-at PERCENT] [--calm]
+#                   [--deploy-at PERCENT] [--calm] [--keep]
 # --calm: no faults and no kills (the deploy still rolls): the cost per million's baseline.
+# --keep: the table, the queues and the dead letters are left (not redriven), with the command
+#   that redrives them: start DynamoDB Local and the SQS server first (scripts/dynamodb-local.sh
+#   start, scripts/sqs-local.sh start), or this script stops them, and what they held, at its end.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 while [ $# -gt 0 ]; do
@@ -18,7 +21,8 @@ while [ $# -gt 0 ]; do
     --kill-every) export SOAK_KILL_SECONDS="$2"; shift 2 ;;
     --deploy-at) export SOAK_DEPLOY_AT="$2"; shift 2 ;;
     --calm) export SOAK_CALM=1; shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --keep) export SOAK_KEEP=1; shift ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "soak.sh: unexpected argument $1" >&2; exit 2 ;;
   esac
 done

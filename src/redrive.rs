@@ -422,23 +422,23 @@ async fn judge(
     };
     let mut items: Vec<(EventId, Item)> = Vec::new();
     for key in &request.keys {
-        let item = q
-            .dynamodb
-            .get_item()
-            .table_name(q.table)
-            .key(attr::PK, AttributeValue::S(key.to_string()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| RedriveError::Ledger(crate::process::error_chain(&e)))?
-            .item
-            // Past its TTL it counts as absent, as every claim reads it.
-            .filter(|i| number(i, attr::EXPIRES_AT).is_none_or(|s| s * 1000 > options.now_ms));
-        // Another app's item in a shared table is not this request's: passed over.
-        let item = item.filter(|i| match (text(i, attr::APP), request.app.as_deref()) {
-            (Some(theirs), Some(ours)) => theirs == ours,
-            _ => true,
-        });
+        let mut key = key.clone();
+        let mut item = read_item(q, options, &key).await?;
+        // Another app's item in a shared table is not this request's: its own claim, if any,
+        // is under its app's key (as the pipeline claims it), which decides instead.
+        if let (Some(theirs), Some(ours)) = (
+            item.as_ref().and_then(|i| text(i, attr::APP)),
+            request.app.as_deref(),
+        ) && theirs != ours
+        {
+            match crate::ledger::app_scoped(&key, ours) {
+                Some(scoped) => {
+                    key = scoped;
+                    item = read_item(q, options, &key).await?;
+                }
+                None => item = None,
+            }
+        }
         let status = item
             .as_ref()
             .and_then(|i| text(i, attr::STATUS))
@@ -505,6 +505,25 @@ async fn judge(
 }
 
 type Item = std::collections::HashMap<String, AttributeValue>;
+
+/// The item at `key`, read consistently; past its TTL it counts as absent, as every claim
+/// reads it.
+async fn read_item(
+    q: &Queues<'_>,
+    options: &Options,
+    key: &EventId,
+) -> Result<Option<Item>, RedriveError> {
+    Ok(q.dynamodb
+        .get_item()
+        .table_name(q.table)
+        .key(attr::PK, AttributeValue::S(key.to_string()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| RedriveError::Ledger(crate::process::error_chain(&e)))?
+        .item
+        .filter(|i| number(i, attr::EXPIRES_AT).is_none_or(|s| s * 1000 > options.now_ms)))
+}
 
 /// Makes a failed item claimable by a redriven copy (retryable), with a TTL a claim's worth
 /// ahead, conditioned on the item being as read: a claim in between wins.

@@ -145,11 +145,46 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         .await
         .unwrap();
     dead_letter(&stack, &queued_event(&unknown, Duration::from_secs(60))).await;
+    // In a table shared with another app (A0002) that answered the same message: this app's
+    // own claim is under its app's key, failed; the other app's done item decides nothing.
+    let shared = app_mention("EvRedriveShared", "another app answered it too");
+    for (pk, app, status) in [
+        (mention_key("EvRedriveShared"), "A0002", "done"),
+        (
+            format!("{}-A0001", mention_key("EvRedriveShared")),
+            "A0001",
+            "failed",
+        ),
+    ] {
+        let item: HashMap<String, AttributeValue> = [
+            ("pk", AttributeValue::S(pk)),
+            ("app", AttributeValue::S(app.into())),
+            ("status", AttributeValue::S(status.into())),
+            ("error", AttributeValue::S("http_500".into())),
+            (
+                "owner",
+                AttributeValue::S("1b5c8a7e5a0e4f519a550d6f3c1a2b3c".into()),
+            ),
+            ("lease_until", AttributeValue::N("1".into())),
+            ("expires_at", AttributeValue::N(ttl.to_string())),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        dynamodb_client(&stack.dynamodb)
+            .put_item()
+            .table_name(&stack.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
+    dead_letter(&stack, &queued_event(&shared, Duration::from_secs(60))).await;
     // Answered, but so long ago that its item may expire before a worker reads it (within an
     // hour of the ledger's TTL): a worker finding it absent would answer it again.
     let old_enough = slack_once::config::MIN_TTL - Duration::from_secs(30 * 60);
     dead_letter(&stack, &queued_event(&done, old_enough)).await;
-    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 5);
+    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 6);
 
     // A dry run says what it would do, and does nothing.
     let report = redrive(&stack, &["--dry-run"]);
@@ -176,8 +211,16 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
             .any(|l| l.starts_with("refused") && l.contains("answered already; ")),
         "{report}"
     );
+    assert!(
+        line(
+            &report,
+            &format!("{}-A0001=failed", mention_key("EvRedriveShared"))
+        )
+        .starts_with("would move"),
+        "{report}"
+    );
     assert!(report.contains("a dry run: nothing changed"), "{report}");
-    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 5, "{report}");
+    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 6, "{report}");
     assert_eq!(stack.queue.depth(&stack.queue.url).await, 0);
 
     // Slack is back: the redrive moves the failed one, and the answered one for the worker
@@ -186,7 +229,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     let report = redrive(&stack, &[]);
     assert!(line(&report, "http_500").starts_with("moved"), "{report}");
     assert!(
-        report.contains("2 moved (1 of them answered already), 0 left (held), 3 refused"),
+        report.contains("3 moved (1 of them answered already), 0 left (held), 3 refused"),
         "{report}"
     );
     assert_eq!(
@@ -196,7 +239,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     );
     let worker = BotProcess::spawn_worker(&stack.worker_vars(5, 2));
     assert!(
-        eventually(Duration::from_secs(20), || stack.slack.posted().len() == 2).await,
+        eventually(Duration::from_secs(20), || stack.slack.posted().len() == 3).await,
         "the redriven event is answered: {}",
         worker.log()
     );
@@ -205,6 +248,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     assert_eq!(per_event.get("EvRedriveFailed"), Some(&1), "{per_event:?}");
     assert_eq!(per_event.get("EvRedriveDone"), Some(&1), "{per_event:?}");
     assert_eq!(per_event.get("EvRedriveUnknown"), None, "{per_event:?}");
+    assert_eq!(per_event.get("EvRedriveShared"), Some(&1), "{per_event:?}");
     let status = ledger
         .get_item(&mention_key("EvRedriveFailed"))
         .await

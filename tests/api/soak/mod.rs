@@ -10,7 +10,9 @@
 //! 45), `SOAK_SEED` (1), `SOAK_KILL_SECONDS` (a SIGKILL every so often, 5), `SOAK_DEPLOY_AT`
 //! (the rolling deploy starts after this percentage of the requests, 10), `SOAK_PREVIOUS_BIN`
 //! (the bot built on the previous release: `scripts/soak.sh` builds it), `SOAK_CALM=1` (no
-//! faults and no kills: the baseline the cost per million is read from). The rate is a ceiling:
+//! faults and no kills: the baseline the cost per million is read from), `SOAK_KEEP=1` (the
+//! table, the queues and the dead letters left, not redriven, with the command that redrives
+//! them). The rate is a ceiling:
 //! the driver holds back while the work queue, the deliveries in flight or the synchronous
 //! ingress's median latency say the machine is at its knee, so a slower machine runs longer
 //! rather than failing requests of its own overload.
@@ -30,7 +32,9 @@
 //! answered 500 (150), 429 with `Retry-After: 1` (150), `internal_error` though applied (80),
 //! never answered (30), applied then never answered (30); a `response_url` post answered 500
 //! (150); a look-up answered 429 (200) or `ratelimited` (50); DynamoDB's answer lost after the
-//! write (50), a 500 after it (30), a throttle before it (50), a slow answer (50); a SIGKILL of
+//! write (50), a 500 after it (30), a throttle before it (50), a slow answer (50); an SQS
+//! send, receive, delete or visibility change applied and its answer lost (50) or a 500 (30)
+//! ([`proxy::SQS_FAULTS`]); a SIGKILL of
 //! one of the three killable processes every `SOAK_KILL_SECONDS`, restarted 300 ms later; the
 //! rolling deploy, each process replaced in turn 2 s apart, the old one finishing what it
 //! holds.
@@ -223,6 +227,8 @@ async fn soak() {
     let deploy_at = events * env_u64("SOAK_DEPLOY_AT", 10).clamp(1, 90) / 100;
     // A calm day: no fault and no kill (the deploy still rolls): the cost's baseline.
     let calm = env_u64("SOAK_CALM", 0) == 1;
+    // Leave the stack and the dead letters for a redrive by hand.
+    let keep = env_u64("SOAK_KEEP", 0) == 1;
     let previous = std::path::PathBuf::from(std::env::var("SOAK_PREVIOUS_BIN").expect(
         "SOAK_PREVIOUS_BIN is not set: run the soak with scripts/soak.sh, which builds the soak \
          bot on the previous release (scripts/previous-release.sh --example soak)",
@@ -280,7 +286,14 @@ async fn soak() {
         seed.wrapping_mul(11),
     )
     .await;
-    let aws_proxy = AwsProxy::start(&sqs, registry.clone(), false, None, 1).await;
+    let aws_proxy = AwsProxy::start(
+        &sqs,
+        registry.clone(),
+        false,
+        (!calm).then_some(proxy::SQS_FAULTS),
+        seed.wrapping_mul(13),
+    )
+    .await;
 
     let mut common = dynamodb_env(&dynamo_proxy.url);
     common.extend([
@@ -642,6 +655,7 @@ async fn soak() {
     let first = Answers::read(&slack, &records);
     slack.random_faults(None);
     dynamo_proxy.stop_faults();
+    aws_proxy.stop_faults();
     let direct = {
         let mut vars = dynamodb_env(&dynamodb);
         vars.extend([
@@ -661,7 +675,19 @@ async fn soak() {
         dead_letters,
         "a dry run moves nothing"
     );
-    let redriven = tool(&current, &["redrive", "--max", &max], &direct);
+    println!("\nslack-once redrive --dry-run on the dead-letter queue:");
+    for line in dry.lines().take(20) {
+        println!("  {line}");
+    }
+    if dry.lines().count() > 20 {
+        println!("  … ({} lines in all)", dry.lines().count());
+    }
+    // --keep: the dead letters stay where they are, for the operator's own redrive.
+    let redriven = if keep {
+        String::new()
+    } else {
+        tool(&current, &["redrive", "--max", &max], &direct)
+    };
     // Each dead letter has its line, and what was not moved is still there.
     let lines: Vec<&str> = redriven
         .lines()
@@ -673,10 +699,13 @@ async fn soak() {
         .collect();
     assert_eq!(
         lines.len(),
-        dead_letters,
+        if keep { 0 } else { dead_letters },
         "a line per dead letter:\n{redriven}"
     );
-    let kept = lines.iter().filter(|l| !l.starts_with("moved")).count();
+    let kept = match keep {
+        true => dead_letters,
+        false => lines.iter().filter(|l| !l.starts_with("moved")).count(),
+    };
     // Refused only for what Slack or the ledger no longer honours.
     for l in lines.iter().filter(|l| l.starts_with("refused")) {
         assert!(
@@ -694,9 +723,16 @@ async fn soak() {
     // A claim is left past its lease only by a process that stopped while holding it (a kill:
     // a delivery that got no answer, or a worker's message), or by a claim DynamoDB applied
     // while every answer to it was lost (its delivery answered 5xx, the ledger unavailable);
-    // never in a calm run, never by a delivery answered 2xx or 4xx.
+    // never in a calm run, never by a delivery answered 2xx or 4xx. Or by an answer whose
+    // completion DynamoDB failed (its writes out, the 2xx sent, the item left in progress for a
+    // later copy to find answered; the sweep ends it `abandoned` all the same): counted.
+    let mut answered_unrecorded = 0;
     for key in &swept.keys {
         let r = by_key.get(key.as_str()).map(|&i| &records[i]);
+        if r.is_some_and(|r| first.count(r) == 1) {
+            answered_unrecorded += 1;
+            continue;
+        }
         let explained = r.is_some_and(|r| {
             r.trail
                 .iter()
@@ -708,6 +744,12 @@ async fn soak() {
             r.map(|r| &r.trail)
         );
     }
+    println!(
+        "swept: {} answered whose completion DynamoDB failed (2xx sent, the item left in \
+         progress), {} left by a kill or a lost ledger answer",
+        answered_unrecorded,
+        swept.keys.len() - answered_unrecorded
+    );
     // Each dead letter's request, and what the redrive did with it (its report's line).
     let mut redrive: HashMap<usize, String> = HashMap::new();
     for line in redriven.lines() {
@@ -783,9 +825,10 @@ async fn soak() {
         .into_inner()
         .unwrap();
     println!(
-        "DynamoDB faults injected: {:?}; ingress answers by status: {:?}, {} unanswered (a \
-         process down, or 3 s passed)",
+        "DynamoDB faults injected: {:?}; SQS's: {:?}; ingress answers by status: {:?}, {} \
+         unanswered (a process down, or 3 s passed)",
         dynamo_proxy.injected(),
+        aws_proxy.injected(),
         deliveries.statuses,
         deliveries.unanswered
     );
@@ -847,16 +890,31 @@ async fn soak() {
     );
 
     // What the run made, removed: DynamoDB Local and the SQS server keep serving the next run.
-    let _ = ddb.delete_table().table_name(&table).send().await;
-    for url in [&queue.url, &queue.dlq_url] {
-        let _ = queue.client.delete_queue().queue_url(url).send().await;
+    if keep {
+        let vars: Vec<String> = direct
+            .iter()
+            .filter(|(k, _)| !k.starts_with("AWS_CONFIG") && !k.starts_with("AWS_SHARED"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!(
+            "\n--keep: the table, the queues and their {dead_letters} dead letters are left. \
+             The redrive an operator runs:\n  env {} {} redrive --dry-run\n(then without \
+             --dry-run; DynamoDB Local and the SQS server keep them only while they run)",
+            vars.join(" "),
+            current.display()
+        );
+    } else {
+        let _ = ddb.delete_table().table_name(&table).send().await;
+        for url in [&queue.url, &queue.dlq_url] {
+            let _ = queue.client.delete_queue().queue_url(url).send().await;
+        }
+        let _ = secrets_client(&sqs)
+            .delete_secret()
+            .secret_id(&secret_name)
+            .force_delete_without_recovery(true)
+            .send()
+            .await;
     }
-    let _ = secrets_client(&sqs)
-        .delete_secret()
-        .secret_id(&secret_name)
-        .force_delete_without_recovery(true)
-        .send()
-        .await;
 
     // ---- the verdict
     assert!(

@@ -1,6 +1,7 @@
 //! Proxies on 127.0.0.1 between the fleet and AWS's stand-ins: DynamoDB Local, and the server
 //! of SQS and Secrets Manager. Each request is counted as AWS bills it, for the kind of request
-//! it was made for; DynamoDB's answers are lost, refused or slowed at stated rates.
+//! it was made for; DynamoDB's answers are lost, refused or slowed, and SQS's lost or answered
+//! with an error after the request was applied, at stated rates.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,25 @@ pub struct DynamoFaults {
     /// Forwarded after 300 to 800 ms.
     pub slow: u64,
 }
+
+/// SQS's faults, per 10,000 `SendMessage`, `ReceiveMessage`, `DeleteMessage` and
+/// `ChangeMessageVisibility` requests (Secrets Manager's are left alone): each applied, then its
+/// answer lost or a 500. The SDK sends again: a message enqueued twice, a receive's messages
+/// hidden until their visibility timeout ends, a delete made twice.
+pub const SQS_FAULTS: DynamoFaults = DynamoFaults {
+    answer_lost: 50,
+    error_after_applying: 30,
+    throttled: 0,
+    slow: 0,
+};
+
+/// The SQS operations faults are drawn for.
+const SQS_FAULTED: [&str; 4] = [
+    "SendMessage",
+    "ReceiveMessage",
+    "DeleteMessage",
+    "ChangeMessageVisibility",
+];
 
 pub const DYNAMO_FAULTS: DynamoFaults = DynamoFaults {
     answer_lost: 50,
@@ -146,8 +166,8 @@ struct Ctx {
 type ProxyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl AwsProxy {
-    /// A proxy to `upstream`: DynamoDB's when `dynamo`, with `faults` drawn from `seed`; else
-    /// the SQS and Secrets Manager server's (no faults).
+    /// A proxy to `upstream`: DynamoDB's when `dynamo`, else the SQS and Secrets Manager
+    /// server's; `faults` drawn from `seed` (for SQS, on its queue operations only).
     pub async fn start(
         upstream: &str,
         registry: Arc<Mutex<Registry>>,
@@ -361,7 +381,11 @@ async fn forward(
             handled.1 += at.elapsed();
         }
     }
-    let fault = if dynamo { draw_fault(state) } else { None };
+    let fault = if dynamo || SQS_FAULTED.contains(&op.as_str()) {
+        draw_fault(state)
+    } else {
+        None
+    };
     if let Some(name) = fault {
         *state.injected.lock().unwrap().entry(name).or_default() += 1;
     }
@@ -484,7 +508,11 @@ async fn forward(
         Some("answer lost") => Err("injected: the answer is lost (the connection closes)".into()),
         Some("500 after applying") => Ok(dynamo_error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalServerError",
+            if dynamo {
+                "InternalServerError"
+            } else {
+                "InternalError"
+            },
             "injected after the request was applied",
         )),
         _ => Ok(http::Response::from_parts(answer_parts, Full::new(answer))),
