@@ -659,21 +659,23 @@ async fn bolt_python_costs(slack: &SlackStub, endpoint: &str, n: usize) -> (Cost
             );
         }
     };
+    // What a phase asked of the items (the table's creation and description left out).
     let item_ops = ["GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query"];
-    let mark = proxy.len();
-    phase("first").await;
-    let first: Vec<Forwarded> = proxy
-        .since(mark)
-        .into_iter()
-        .filter(|r| item_ops.contains(&r.op.as_str()))
-        .collect();
-    let mark = proxy.len();
-    phase("again").await;
-    let again: Vec<Forwarded> = proxy
-        .since(mark)
-        .into_iter()
-        .filter(|r| item_ops.contains(&r.op.as_str()))
-        .collect();
+    let measured = |name: &'static str| {
+        let mark = proxy.len();
+        let run = phase(name);
+        let (proxy, item_ops) = (&proxy, &item_ops);
+        async move {
+            run.await;
+            proxy
+                .since(mark)
+                .into_iter()
+                .filter(|r| item_ops.contains(&r.op.as_str()))
+                .collect::<Vec<Forwarded>>()
+        }
+    };
+    let first = measured("first").await;
+    let again = measured("again").await;
     // One event after another: each event's requests are the n-th share of the phase's.
     let per = |requests: Vec<Forwarded>| {
         let mut c = cost_of(&[requests]);

@@ -61,6 +61,42 @@ fn queued_command(form: &str, age: Duration) -> String {
     serde_json::json!({"v": 2, "form": form, "received_at_ms": received}).to_string()
 }
 
+/// Writes a ledger item at `pk` as an earlier claim left it: `status`, `error`, its lease long
+/// over, for `app` if given, expiring at `expires_at` (epoch s).
+async fn put_failed(
+    stack: &DeferredStack,
+    pk: &str,
+    app: Option<&str>,
+    status: &str,
+    error: &str,
+    expires_at: u64,
+) {
+    let mut item: HashMap<String, AttributeValue> = [
+        ("pk", AttributeValue::S(pk.into())),
+        ("status", AttributeValue::S(status.into())),
+        ("error", AttributeValue::S(error.into())),
+        (
+            "owner",
+            AttributeValue::S("0b5c8a7e5a0e4f519a550d6f3c1a2b3c".into()),
+        ),
+        ("lease_until", AttributeValue::N("1".into())),
+        ("expires_at", AttributeValue::N(expires_at.to_string())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    if let Some(app) = app {
+        item.insert("app".into(), AttributeValue::S(app.into()));
+    }
+    dynamodb_client(&stack.dynamodb)
+        .put_item()
+        .table_name(&stack.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+}
+
 fn line<'a>(report: &'a str, needle: &str) -> &'a str {
     report
         .lines()
@@ -122,63 +158,24 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     dead_letter(&stack, &queued_command(&late, Duration::from_secs(31 * 60))).await;
     // A write whose fate could not be known: never made again.
     let unknown = app_mention("EvRedriveUnknown", "may be in Slack");
-    let mut item: HashMap<String, AttributeValue> = [
-        ("pk", AttributeValue::S(mention_key("EvRedriveUnknown"))),
-        ("status", AttributeValue::S("failed".into())),
-        ("error", AttributeValue::S("unconfirmed_write".into())),
-        (
-            "owner",
-            AttributeValue::S("0b5c8a7e5a0e4f519a550d6f3c1a2b3c".into()),
-        ),
-        ("lease_until", AttributeValue::N("1".into())),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
     let ttl = slack_once::clock::now_ms() / 1000 + 86_400;
-    item.insert("expires_at".into(), AttributeValue::N(ttl.to_string()));
-    dynamodb_client(&stack.dynamodb)
-        .put_item()
-        .table_name(&stack.table)
-        .set_item(Some(item))
-        .send()
-        .await
-        .unwrap();
+    put_failed(
+        &stack,
+        &mention_key("EvRedriveUnknown"),
+        None,
+        "failed",
+        "unconfirmed_write",
+        ttl,
+    )
+    .await;
     dead_letter(&stack, &queued_event(&unknown, Duration::from_secs(60))).await;
     // In a table shared with another app (A0002) that answered the same message: this app's
     // own claim is under its app's key, failed; the other app's done item decides nothing.
     let shared = app_mention("EvRedriveShared", "another app answered it too");
-    for (pk, app, status) in [
-        (mention_key("EvRedriveShared"), "A0002", "done"),
-        (
-            format!("{}-A0001", mention_key("EvRedriveShared")),
-            "A0001",
-            "failed",
-        ),
-    ] {
-        let item: HashMap<String, AttributeValue> = [
-            ("pk", AttributeValue::S(pk)),
-            ("app", AttributeValue::S(app.into())),
-            ("status", AttributeValue::S(status.into())),
-            ("error", AttributeValue::S("http_500".into())),
-            (
-                "owner",
-                AttributeValue::S("1b5c8a7e5a0e4f519a550d6f3c1a2b3c".into()),
-            ),
-            ("lease_until", AttributeValue::N("1".into())),
-            ("expires_at", AttributeValue::N(ttl.to_string())),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        dynamodb_client(&stack.dynamodb)
-            .put_item()
-            .table_name(&stack.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .unwrap();
-    }
+    let key = mention_key("EvRedriveShared");
+    put_failed(&stack, &key, Some("A0002"), "done", "http_500", ttl).await;
+    let ours = format!("{key}-A0001");
+    put_failed(&stack, &ours, Some("A0001"), "failed", "http_500", ttl).await;
     dead_letter(&stack, &queued_event(&shared, Duration::from_secs(60))).await;
     // Answered, but so long ago that its item may expire before a worker reads it (within an
     // hour of the ledger's TTL): a worker finding it absent would answer it again.
