@@ -15,29 +15,25 @@ pub mod aws;
 pub mod clock;
 pub mod config;
 pub mod envelope;
+pub mod errors;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
-pub mod init;
-pub mod installations;
 pub mod interaction;
 pub mod journal;
 pub mod ledger;
 pub mod metrics;
 pub mod net;
-pub mod oauth;
 pub mod pipeline;
 pub mod queue;
-pub mod redrive;
 mod run;
 pub mod secrets;
 pub mod server;
-pub mod sign;
 pub mod signature;
 pub mod slack;
-pub mod sweep;
 pub mod testing;
 pub mod tools;
+pub mod workspaces;
 
 use std::sync::Arc;
 
@@ -47,11 +43,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::{App, reference_app};
 use crate::config::{Config, Role};
-use crate::installations::{
-    DynamoInstallations, InstallationStore, MemoryInstallations, Workspaces,
-};
 use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
 use crate::pipeline::{Processor, Settings};
+use crate::workspaces::{DynamoInstallations, InstallationStore, MemoryInstallations, Workspaces};
 
 /// The pipeline's former name, kept for code written against it.
 pub use crate::pipeline as process;
@@ -60,6 +54,9 @@ use crate::queue::worker::Worker;
 use crate::queue::{SqsQueue, WorkQueue};
 use crate::secrets::{Needs, SecretsError, SlackSecrets};
 use crate::slack::SlackClient;
+/// The workspaces' former name, kept for code written against it.
+#[doc(hidden)]
+pub use crate::workspaces as installations;
 
 pub use crate::run::{VERSION, run, serve, usage};
 pub use crate::server::LocalServer;
@@ -201,7 +198,7 @@ impl Application {
         &self,
         team: &str,
         enterprise: Option<&str>,
-    ) -> Result<Option<SlackClient>, crate::installations::StoreError> {
+    ) -> Result<Option<SlackClient>, crate::workspaces::StoreError> {
         match self.processor.workspaces() {
             Some(workspaces) => workspaces.client_for(team, enterprise).await,
             None => Ok(Some(self.processor.base_slack().clone())),

@@ -7,12 +7,12 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("init") => slack_once::init::run(&args[1..]),
+        Some("init") => slack_once::tools::init::run(&args[1..]),
         Some("-h" | "--help" | "help") if args.len() == 1 => {
             slack_once::tools::say(format_args!(
                 "{}\n{}",
                 slack_once::usage(),
-                slack_once::init::USAGE
+                slack_once::tools::init::usage_lines()
             ));
             ExitCode::SUCCESS
         }

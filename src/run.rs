@@ -37,7 +37,7 @@ pub(crate) fn program() -> String {
 /// The usage text of a bot's binary (named as it was run): serving, `worker`, and the tools.
 pub fn usage() -> String {
     let program = program();
-    format!("{USAGE}\n{}", crate::tools::USAGE)
+    format!("{USAGE}\n{}", crate::tools::usage_lines())
         .replace("BOT          ", &format!("{program:<13}"))
         .replace("BOT ", &format!("{program} "))
 }
@@ -201,7 +201,7 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
     let app = match Application::build_with_app(config, app).await {
         Ok(app) => app,
         Err(error) => {
-            tracing::error!("cannot start: {}", crate::process::error_chain(&error));
+            tracing::error!("cannot start: {}", crate::errors::error_chain(&error));
             return ExitCode::from(2);
         }
     };

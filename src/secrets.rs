@@ -333,7 +333,7 @@ impl SlackSecrets {
         let values = match read(&manager.client, &manager.id).await {
             Ok(values) => values,
             Err(error) => {
-                tracing::warn!(error = %crate::process::error_chain(&error), why, "reading the Slack secrets again failed: keeping the cached ones");
+                tracing::warn!(error = %crate::errors::error_chain(&error), why, "reading the Slack secrets again failed: keeping the cached ones");
                 return None;
             }
         };

@@ -444,7 +444,7 @@ const TOKEN_ERRORS: &[&str] = &[
 ];
 
 /// Where a client's bot token comes from: the process's secrets (one workspace), or a
-/// workspace's installation (multi-workspace mode: [`crate::installations`]).
+/// workspace's installation (multi-workspace mode: [`crate::workspaces`]).
 #[async_trait::async_trait]
 pub trait TokenSource: Send + Sync {
     /// The token to call with now (`None`: none is known).

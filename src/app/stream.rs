@@ -188,7 +188,7 @@ impl Stream {
             }
             Err(error) => {
                 tracing::warn!(
-                    error = %crate::process::error_chain(&error),
+                    error = %crate::errors::error_chain(&error),
                     "an append failed: the answer is finished by an update"
                 );
                 self.unknown = true;

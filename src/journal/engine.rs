@@ -399,7 +399,7 @@ async fn look_for_view(r: &For<'_>, step: u32, args: &Value) -> (Shows, Seen) {
         Err(SlackError::Api { code }) if code == "not_found" => (Shows::Absent, Seen::Nothing),
         Err(error) => {
             tracing::warn!(
-                error = %crate::process::error_chain(&error),
+                error = %crate::errors::error_chain(&error),
                 step,
                 "could not look for an earlier run's view: releasing"
             );
@@ -506,7 +506,7 @@ async fn look(
             // between people, a DM `conversations.open` may not open): no later delivery
             // could look either.
             tracing::warn!(
-                error = %crate::process::error_chain(&error),
+                error = %crate::errors::error_chain(&error),
                 step,
                 "an earlier claim may have made this write, and Slack refuses to show the \
                  conversation"
@@ -515,7 +515,7 @@ async fn look(
         }
         Err(error) => {
             tracing::warn!(
-                error = %crate::process::error_chain(&error),
+                error = %crate::errors::error_chain(&error),
                 step,
                 last_chance = steps.last_chance,
                 "could not look for an earlier claim's message: releasing, so that a later \

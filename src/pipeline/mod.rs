@@ -39,15 +39,15 @@ use crate::app::App;
 use crate::app::BotError;
 use crate::envelope::SkipReason;
 use crate::envelope::{Envelope, EventCallback};
-use crate::installations::{Authorized, StoreError, Workspaces};
 use crate::interaction::{Incoming, Interaction};
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics;
-use crate::oauth::OAuthFlow;
 use crate::queue::{QueueError, WorkQueue};
 use crate::secrets::SlackSecrets;
 use crate::signature::SignatureError;
 use crate::slack::{SlackClient, SlackError};
+use crate::workspaces::oauth::OAuthFlow;
+use crate::workspaces::{Authorized, StoreError, Workspaces};
 
 /// Slack's header numbering a retry (absent on the original delivery; unsigned).
 pub const RETRY_NUM_HEADER: &str = "x-slack-retry-num";
@@ -465,10 +465,9 @@ impl Processor {
         let (users, bots) = (ids("oauth"), ids("bot"));
         // The one installation the event names (no other: an org-wide install of the same
         // enterprise is not this workspace's to remove).
-        let Some(key) =
-            crate::installations::InstallationKey::candidates(team, enterprise, org_wide)
-                .into_iter()
-                .next()
+        let Some(key) = crate::workspaces::InstallationKey::candidates(team, enterprise, org_wide)
+            .into_iter()
+            .next()
         else {
             return Ok(());
         };
@@ -592,7 +591,7 @@ impl Processor {
                 .unwrap_or(Duration::from_secs(2))
                 .saturating_sub(Duration::from_secs(1));
             workspaces
-                .settle(Instant::now() + left.min(crate::installations::tokens::REFRESH_BUDGET))
+                .settle(Instant::now() + left.min(crate::workspaces::tokens::REFRESH_BUDGET))
                 .await;
         }
         log_result(&span, delivery.started, &result, "queued event");
@@ -786,14 +785,4 @@ pub fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// An error and all its sources on one line, for the log.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use crate::errors::error_chain;

@@ -227,7 +227,7 @@ impl Worker {
                 Ok(messages) => messages,
                 Err(error) => {
                     tracing::warn!(
-                        error = %crate::process::error_chain(&error),
+                        error = %crate::errors::error_chain(&error),
                         "receiving from the work queue failed; trying again in 1 s"
                     );
                     tokio::select! {
@@ -253,7 +253,7 @@ impl Worker {
                         // Harmless: it comes back and is found done.
                         tracing::warn!(
                             message_id = message.message_id,
-                            error = %crate::process::error_chain(&error),
+                            error = %crate::errors::error_chain(&error),
                             "could not delete a handled message"
                         );
                     }

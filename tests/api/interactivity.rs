@@ -662,7 +662,7 @@ async fn the_lambda_sample_command_and_submission_are_acknowledged_through_lambd
             event["isBase64Encoded"], true,
             "Function URLs encode form bodies"
         );
-        slack_once::sign::resign_lambda_event(
+        slack_once::tools::sign::resign_lambda_event(
             &mut event,
             &slack_once::config::Secret::new(SECRET),
             now_unix(),
@@ -696,13 +696,13 @@ async fn sign_renews_a_forms_trigger_id_and_response_url_and_its_signature_holds
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    assert!(slack_once::sign::is_form(&sample));
+    assert!(slack_once::tools::sign::is_form(&sample));
     let now_ms = now_unix() * 1000;
-    let fresh = slack_once::sign::freshen_form(&sample, now_ms).replace(
+    let fresh = slack_once::tools::sign::freshen_form(&sample, now_ms).replace(
         "http%3A%2F%2F127.0.0.1%3A4000",
         &urlencode(&app.slack.origin()),
     );
-    let again = slack_once::sign::freshen_form(&sample, now_ms);
+    let again = slack_once::tools::sign::freshen_form(&sample, now_ms);
     let field = |body: &str, key: &str| {
         form_urlencoded::parse(body.as_bytes())
             .find(|(k, _)| k == key)
@@ -715,7 +715,7 @@ async fn sign_renews_a_forms_trigger_id_and_response_url_and_its_signature_holds
         field(&fresh, "response_url").rsplit('/').next(),
         field(&again, "response_url").rsplit('/').next()
     );
-    let command = slack_once::sign::curl_form_command(
+    let command = slack_once::tools::sign::curl_form_command(
         &app.url("/slack/events"),
         &slack_once::config::Secret::new(SECRET),
         now_unix(),

@@ -27,7 +27,8 @@ fn sample(name: &str) -> serde_json::Value {
 
 fn resigned(name: &str) -> serde_json::Value {
     let mut event = sample(name);
-    slack_once::sign::resign_lambda_event(&mut event, &Secret::new(SECRET), now_unix()).unwrap();
+    slack_once::tools::sign::resign_lambda_event(&mut event, &Secret::new(SECRET), now_unix())
+        .unwrap();
     event
 }
 
@@ -309,7 +310,7 @@ async fn four_at_once(max_concurrency: Option<&str>) -> (usize, Vec<serde_json::
         register_event_message(body.as_bytes());
         let mut event = sample("app_mention.json");
         event["body"] = body.into();
-        slack_once::sign::resign_lambda_event(&mut event, &Secret::new(SECRET), now_unix())
+        slack_once::tools::sign::resign_lambda_event(&mut event, &Secret::new(SECRET), now_unix())
             .unwrap();
         let (runtime, slack) = (runtime.clone(), slack.clone());
         invocations.spawn(async move {

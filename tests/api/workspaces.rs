@@ -12,12 +12,12 @@ use std::time::Duration;
 use serde_json::json;
 use slack_once::Application;
 use slack_once::config::Config;
-use slack_once::installations::{
+use slack_once::ledger::{DynamoLedger, Ledger};
+use slack_once::testing::FakeSlack;
+use slack_once::workspaces::{
     DynamoInstallations, Installation, InstallationKey, InstallationStore, MemoryInstallations,
     Token,
 };
-use slack_once::ledger::{DynamoLedger, Ledger};
-use slack_once::testing::FakeSlack;
 use tokio::sync::oneshot;
 
 use crate::helpers::*;
@@ -477,7 +477,7 @@ async fn rotating_install(
         g.set_lifetime(slack_once::testing::TOKEN_LIFETIME_S);
         a
     });
-    let mut installation = slack_once::oauth::installation_of(&answer, now).unwrap();
+    let mut installation = slack_once::workspaces::oauth::installation_of(&answer, now).unwrap();
     installation.bot_id = Some(slack_once::testing::bot_id_of(team));
     store.save(&installation).await.unwrap();
 }
@@ -1072,7 +1072,7 @@ async fn the_binary_imports_a_single_workspaces_token_and_the_app_answers_with_i
 /// every request at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
-    use slack_once::installations::{Authorized, Workspaces};
+    use slack_once::workspaces::{Authorized, Workspaces};
     let slack = fake_slack_oauth().await;
     let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
     let workspaces = |secret: &str, store: Arc<MemoryInstallations>| {

@@ -10,11 +10,11 @@ use async_trait::async_trait;
 use super::schedule::{Fault, SiteKind};
 use super::world::{Decision, World};
 use crate::envelope::EventId;
-use crate::installations::{Installation, InstallationKey, InstallationStore, StoreError, Stored};
 use crate::ledger::{
     Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,
     StepRecord,
 };
+use crate::workspaces::{Installation, InstallationKey, InstallationStore, StoreError, Stored};
 
 pub(crate) struct SimLedger {
     pub world: Arc<World>,
@@ -62,7 +62,7 @@ where
     let (decision, line) = world.decide(run, SiteKind::Ledger, what);
     let shown = |r: &Result<T, E>| match r {
         Ok(v) => format!("{v:?}"),
-        Err(e) => format!("error: {}", crate::process::error_chain(e)),
+        Err(e) => format!("error: {}", crate::errors::error_chain(e)),
     };
     match decision {
         Decision::Dead => std::future::pending().await,
@@ -112,7 +112,7 @@ where
 pub(crate) struct SimInstallations {
     pub world: Arc<World>,
     pub run: u32,
-    pub store: Arc<crate::installations::MemoryInstallations>,
+    pub store: Arc<crate::workspaces::MemoryInstallations>,
 }
 
 fn store_unavailable(why: &str) -> StoreError {

@@ -141,7 +141,7 @@ struct Shared {
     spec: Arc<Spec>,
     world: Arc<World>,
     /// Multi-workspace mode: the installation store every process shares.
-    installations: Arc<crate::installations::MemoryInstallations>,
+    installations: Arc<crate::workspaces::MemoryInstallations>,
     tracker: TaskTracker,
     story: Story,
     logs: Arc<Mutex<Vec<u8>>>,
@@ -162,7 +162,7 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
             bot_id: crate::testing::BOT_ID.into(),
             bot_user: crate::testing::BOT_USER.into(),
         });
-        let installations = Arc::new(crate::installations::MemoryInstallations::new());
+        let installations = Arc::new(crate::workspaces::MemoryInstallations::new());
         if let Some(left) = spec.installed {
             slack = slack.with_oauth(CLIENT_ID, CLIENT_SECRET);
             install(&slack, &installations, left).await;
@@ -203,10 +203,10 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
 /// install flow would store.
 async fn install(
     slack: &FakeSlack,
-    store: &crate::installations::MemoryInstallations,
+    store: &crate::workspaces::MemoryInstallations,
     left: Duration,
 ) {
-    use crate::installations::InstallationStore;
+    use crate::workspaces::InstallationStore;
     let now = crate::clock::now_ms();
     let answer = slack.with_grants(|g| {
         g.set_lifetime(left.as_secs());
@@ -218,8 +218,8 @@ async fn install(
         g.set_lifetime(crate::testing::TOKEN_LIFETIME_S);
         answer
     });
-    let mut installation =
-        crate::oauth::installation_of(&answer, now).expect("the exchange answers a token");
+    let mut installation = crate::workspaces::oauth::installation_of(&answer, now)
+        .expect("the exchange answers a token");
     installation.bot_id = Some(crate::testing::BOT_ID.into());
     installation.bot_user_id = Some(crate::testing::BOT_USER.into());
     store.save(&installation).await.expect("kept");
@@ -431,7 +431,7 @@ impl Shared {
                 // SLACK_HISTORY_READS_PER_MINUTE's default does.
                 history_reads_per_minute: u32::from(self.spec.history_per_minute),
             };
-            crate::installations::Workspaces::new(
+            crate::workspaces::Workspaces::new(
                 Arc::new(super::ledger::SimInstallations {
                     world: self.world.clone(),
                     run,

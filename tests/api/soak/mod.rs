@@ -617,7 +617,7 @@ async fn soak() {
 
     // What an operator runs now and then (DEPLOY.md): claims left in progress past their
     // lease (a process killed during a request's last delivery) end failed, retryable.
-    let stuck = slack_once::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), true)
+    let stuck = slack_once::tools::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), true)
         .await
         .unwrap();
     for key in stuck.keys.iter().take(8) {
@@ -634,7 +634,7 @@ async fn soak() {
         fields.sort();
         println!("  stuck: {}", fields.join(" "));
     }
-    let swept = slack_once::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), false)
+    let swept = slack_once::tools::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), false)
         .await
         .unwrap();
     println!(
@@ -800,9 +800,10 @@ async fn soak() {
             }
         }
     }
-    let left_in_progress = slack_once::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), true)
-        .await
-        .unwrap();
+    let left_in_progress =
+        slack_once::tools::sweep::sweep(&ddb, &table, Duration::ZERO, now_ms(), true)
+            .await
+            .unwrap();
 
     // ---- the figures
     println!(

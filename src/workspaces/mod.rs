@@ -11,6 +11,7 @@
 
 mod dynamo;
 mod memory;
+pub mod oauth;
 pub mod tokens;
 
 pub use dynamo::DynamoInstallations;

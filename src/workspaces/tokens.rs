@@ -452,7 +452,7 @@ impl Workspaces {
                                 .lock()
                                 .expect("lock")
                                 .insert(known.key.clone(), Instant::now() + REFRESH_BACKOFF);
-                            tracing::warn!(installation = known.key.id(), error = %crate::pipeline::error_chain(&*e), "the token refresh failed: the current token is used while it lasts");
+                            tracing::warn!(installation = known.key.id(), error = %crate::errors::error_chain(&*e), "the token refresh failed: the current token is used while it lasts");
                         } else {
                             me.retry_after.lock().expect("lock").remove(&known.key);
                         }
@@ -685,7 +685,7 @@ impl Workspaces {
                 Ok(Some(at)) => at,
                 // Pacing is a courtesy to Slack's limit: Slack enforces it with a 429.
                 Err(e) => {
-                    tracing::warn!(error = %crate::pipeline::error_chain(&e), "history reads could not be paced");
+                    tracing::warn!(error = %crate::errors::error_chain(&e), "history reads could not be paced");
                     return Ok(());
                 }
             };

@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use serde_json::Value;
 
+use super::args::{Args, Item, Spec};
 use crate::config::{Secret, SigningSecrets};
 use crate::process::{RETRY_NUM_HEADER, RETRY_REASON_HEADER};
 use crate::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
@@ -185,12 +186,40 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-const USAGE: &str = "usage: slack-once sign FILE [--secret SECRET] [--url URL] [--retry N]
-  FILE      a Lambda HTTP event (events/*.json): printed re-signed, for cargo lambda invoke --data-file
-            or a Slack request body: a curl command is printed that sends it signed
-  --secret  the signing secret (default: the first of SLACK_SIGNING_SECRET)
-  --url     where the curl command sends the body (default: http://LISTEN_ADDR/slack/events)
-  --retry   send it as Slack's retry N (X-Slack-Retry-Num: N, X-Slack-Retry-Reason: http_timeout)";
+/// `sign FILE [--secret S] [--url URL] [--retry N]`.
+pub static SPEC: Spec = Spec {
+    name: "sign",
+    about: "re-sign a Slack body or Lambda event file with a fresh timestamp",
+    operands: &[Item {
+        name: "FILE",
+        help: "a Lambda HTTP event (events/*.json): printed re-signed, for cargo lambda invoke \
+               --data-file; or a Slack request body: a curl command that sends it signed",
+    }],
+    options: &[
+        Item {
+            name: "--secret S",
+            help: "the signing secret (default: the first of SLACK_SIGNING_SECRET)",
+        },
+        Item {
+            name: "--url URL",
+            help: "where the curl command sends the body (default: http://LISTEN_ADDR/slack/events)",
+        },
+        Item {
+            name: "--retry N",
+            help: "send it as Slack's retry N (X-Slack-Retry-Num: N, X-Slack-Retry-Reason: http_timeout)",
+        },
+    ],
+    env: &[
+        Item {
+            name: "SLACK_SIGNING_SECRET",
+            help: "the signing secret, when --secret is not given",
+        },
+        Item {
+            name: "LISTEN_ADDR",
+            help: "the local server the curl command sends to (default 127.0.0.1:3000)",
+        },
+    ],
+};
 
 fn default_url() -> String {
     match std::env::var("LISTEN_ADDR") {
@@ -199,71 +228,25 @@ fn default_url() -> String {
     }
 }
 
-/// `slack-once sign` with its arguments (after `sign`).
-pub fn run(args: &[String]) -> ExitCode {
-    let mut file = None;
-    let mut secret = None;
-    let mut url = None;
-    let mut retry = None;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--secret" => secret = args.next().cloned(),
-            "--url" => url = args.next().cloned(),
-            "--retry" => match args.next().and_then(|n| n.parse::<u32>().ok()) {
-                Some(n) => retry = Some(n),
-                None => {
-                    eprintln!(
-                        "{} sign: --retry takes a number (Slack sends 1 to 3)",
-                        crate::run::program()
-                    );
-                    return ExitCode::from(2);
-                }
-            },
-            "-h" | "--help" => {
-                say!("{}", USAGE.replace("slack-once", &crate::run::program()));
-                return ExitCode::SUCCESS;
-            }
-            other if file.is_none() && !other.starts_with("--") => file = Some(other.to_string()),
-            other => {
-                eprintln!(
-                    "{} sign: unexpected argument {other:?}\n{}",
-                    crate::run::program(),
-                    USAGE.replace("slack-once", &crate::run::program())
-                );
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let Some(file) = file else {
-        eprintln!("{}", USAGE.replace("slack-once", &crate::run::program()));
-        return ExitCode::from(2);
+/// Runs `sign` with its arguments.
+pub fn run(args: &Args) -> ExitCode {
+    let file = args.operand(0).unwrap_or_default().to_string();
+    let url = args.value("--url").map(str::to_string);
+    let retry = match args.parsed::<u32>("--retry", "a number (Slack sends 1 to 3)") {
+        Ok(retry) => retry,
+        Err(code) => return code,
     };
+    let secret = args.value("--secret").map(str::to_string);
     let secret = match secret.or_else(|| std::env::var("SLACK_SIGNING_SECRET").ok()) {
         Some(list) => match SigningSecrets::parse(&list) {
             Ok(secrets) => secrets.primary().clone(),
-            Err(e) => {
-                eprintln!(
-                    "{} sign: the signing secret is invalid: {e}",
-                    crate::run::program()
-                );
-                return ExitCode::from(2);
-            }
+            Err(e) => return args.fail(&format!("the signing secret is invalid: {e}")),
         },
-        None => {
-            eprintln!(
-                "{} sign: give --secret or set SLACK_SIGNING_SECRET",
-                crate::run::program()
-            );
-            return ExitCode::from(2);
-        }
+        None => return args.fail("give --secret or set SLACK_SIGNING_SECRET"),
     };
     let bytes = match std::fs::read(&file) {
         Ok(bytes) => bytes,
-        Err(e) => {
-            eprintln!("{} sign: cannot read {file}: {e}", crate::run::program());
-            return ExitCode::from(2);
-        }
+        Err(e) => return args.fail(&format!("cannot read {file}: {e}")),
     };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -272,8 +255,7 @@ pub fn run(args: &[String]) -> ExitCode {
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(mut event) if is_lambda_event(&event) => {
             if let Err(e) = resign_lambda_event(&mut event, &secret, now) {
-                eprintln!("{} sign: {file}: {e}", crate::run::program());
-                return ExitCode::from(2);
+                return args.fail(&format!("{file}: {e}"));
             }
             if let Some(n) = retry {
                 set_retry(&mut event, n);
@@ -289,12 +271,7 @@ pub fn run(args: &[String]) -> ExitCode {
             say!("{}", curl_form_command(&url, &secret, now, &body));
         }
         _ => {
-            let url = url.unwrap_or_else(|| match std::env::var("LISTEN_ADDR") {
-                Ok(addr) if !addr.trim().is_empty() => {
-                    format!("http://{}/slack/events", addr.trim())
-                }
-                _ => DEFAULT_URL.to_string(),
-            });
+            let url = url.unwrap_or_else(default_url);
             say!("{}", curl_command(&url, &file, &secret, now, &bytes, retry));
         }
     }

@@ -9,64 +9,95 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// The usage line of `slack-once init`.
-pub const USAGE: &str =
-    "       slack-once init NAME [--dir DIR] [--path CHECKOUT | --git URL | --version V]
-                     write a new bot crate NAME into DIR (default ./NAME), depending on
-                     slack-once by path (default: this checkout, when it is one), git or version";
+use super::args::{Args, Item, Spec};
+
+/// `init NAME [--dir DIR] [--path CHECKOUT] [--git URL] [--version V]`.
+pub static SPEC: Spec = Spec {
+    name: "init",
+    about: "write a new bot crate NAME into DIR (default ./NAME), depending on\n\
+            slack-once by path (default: this checkout, when it is one), git or version",
+    operands: &[Item {
+        name: "NAME",
+        help: "the bot's name: its crate, binary, stack and slash command /NAME",
+    }],
+    options: &[
+        Item {
+            name: "--dir DIR",
+            help: "where to write it (default ./NAME); must not exist, or be empty",
+        },
+        Item {
+            name: "--path CHECKOUT",
+            help: "depend on slack-once at this checkout",
+        },
+        Item {
+            name: "--git URL",
+            help: "depend on slack-once from this git repository",
+        },
+        Item {
+            name: "--version V",
+            help: "depend on slack-once V from crates.io",
+        },
+    ],
+    env: &[],
+};
+
+/// The usage lines of `slack-once init`, as the binary's usage lists them.
+pub fn usage_lines() -> String {
+    super::overview(&SPEC, "slack-once")
+}
 
 /// The template's files: (path in the new crate, text, executable).
 const FILES: &[(&str, &str, bool)] = &[
     // Named so that cargo does not take the template for a package (see CargoLambda.toml).
     (
         "Cargo.toml",
-        include_str!("../templates/bot/{{'Cargo.toml'}}"),
+        include_str!("../../templates/bot/{{'Cargo.toml'}}"),
         false,
     ),
     (
         "src/main.rs",
-        include_str!("../templates/bot/src/main.rs"),
+        include_str!("../../templates/bot/src/main.rs"),
         false,
     ),
     (
         "src/tests.rs",
-        include_str!("../templates/bot/src/tests.rs"),
+        include_str!("../../templates/bot/src/tests.rs"),
         false,
     ),
     (
         "template.yaml",
-        include_str!("../templates/bot/template.yaml"),
+        include_str!("../../templates/bot/template.yaml"),
         false,
     ),
     (
         "samconfig.toml",
-        include_str!("../templates/bot/samconfig.toml"),
+        include_str!("../../templates/bot/samconfig.toml"),
         false,
     ),
     (
         "slack-app-manifest.json",
-        include_str!("../templates/bot/slack-app-manifest.json"),
+        include_str!("../../templates/bot/slack-app-manifest.json"),
         false,
     ),
     (
         "events/app_mention.json",
-        include_str!("../templates/bot/events/app_mention.json"),
+        include_str!("../../templates/bot/events/app_mention.json"),
         false,
     ),
     (
         "events/command.form",
-        include_str!("../templates/bot/events/command.form"),
+        include_str!("../../templates/bot/events/command.form"),
         false,
     ),
-    (".ci/run", include_str!("../templates/bot/.ci/run"), true),
+    (".ci/run", include_str!("../../templates/bot/.ci/run"), true),
     (
         ".gitignore",
-        include_str!("../templates/bot/.gitignore"),
+        include_str!("../../templates/bot/.gitignore"),
         false,
     ),
     (
         "README.md",
-        include_str!("../templates/bot/README.md"),
+        include_str!("../../templates/bot/README.md"),
         false,
     ),
 ];
@@ -199,59 +230,31 @@ pub fn write(dir: &Path, name: &str, dependency: &Dependency) -> Result<Vec<Path
     Ok(written)
 }
 
-/// `slack-once init` with its arguments (after `init`).
+/// Runs `slack-once init` with its arguments (after `init`).
 pub fn run(args: &[String]) -> ExitCode {
-    let mut name = None;
-    let mut dir = None;
-    let mut dependency = None;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| {
-            let value = args.next().cloned();
-            if value.is_none() {
-                eprintln!("slack-once init: {flag} takes a value\n{USAGE}");
-            }
-            value
-        };
-        match arg.as_str() {
-            "--dir" => match value("--dir") {
-                Some(v) => dir = Some(PathBuf::from(v)),
-                None => return ExitCode::from(2),
-            },
-            "--path" => match value("--path") {
-                Some(v) => dependency = Some(Dependency::Path(absolute(Path::new(&v)))),
-                None => return ExitCode::from(2),
-            },
-            "--git" => match value("--git") {
-                Some(v) => dependency = Some(Dependency::Git(v)),
-                None => return ExitCode::from(2),
-            },
-            "--version" => match value("--version") {
-                Some(v) => dependency = Some(Dependency::Version(v)),
-                None => return ExitCode::from(2),
-            },
-            "-h" | "--help" => {
-                say!("usage:{}", USAGE.trim_start_matches(' '));
-                return ExitCode::SUCCESS;
-            }
-            other if name.is_none() && !other.starts_with("--") => name = Some(other.to_string()),
-            other => {
-                eprintln!("slack-once init: unexpected argument {other:?}\n{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
+    super::run_tool(&SPEC, init, args)
+}
+
+fn init(args: &Args) -> ExitCode {
+    let name = args.operand(0).unwrap_or_default().to_string();
+    let dir = args.value("--dir").map(PathBuf::from);
+    let chosen = [
+        args.value("--path")
+            .map(|v| Dependency::Path(absolute(Path::new(v)))),
+        args.value("--git").map(|v| Dependency::Git(v.to_string())),
+        args.value("--version")
+            .map(|v| Dependency::Version(v.to_string())),
+    ];
+    if chosen.iter().flatten().count() > 1 {
+        return args.fail("give one of --path, --git and --version");
     }
-    let Some(name) = name else {
-        eprintln!("slack-once init: name the bot\n{USAGE}");
-        return ExitCode::from(2);
-    };
+    let dependency = chosen.into_iter().flatten().next();
     let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
     let Some(dependency) = dependency.or_else(Dependency::default_for_this_build) else {
-        eprintln!(
-            "slack-once init: this slack-once was not built from a checkout, and is not on \
-             crates.io yet: pass --path CHECKOUT (a clone of its repository) or --git URL\n{USAGE}"
+        return args.fail(
+            "this slack-once was not built from a checkout, and is not on crates.io yet: pass \
+             --path CHECKOUT (a clone of its repository) or --git URL",
         );
-        return ExitCode::from(2);
     };
     match write(&dir, &name, &dependency) {
         Ok(files) => {
@@ -267,14 +270,8 @@ pub fn run(args: &[String]) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(error @ InitError::Write(..)) => {
-            eprintln!("slack-once init: {error}");
-            ExitCode::FAILURE
-        }
-        Err(error) => {
-            eprintln!("slack-once init: {error}");
-            ExitCode::from(2)
-        }
+        Err(error @ InitError::Write(..)) => args.failed(&error.to_string()),
+        Err(error) => args.fail(&error.to_string()),
     }
 }
 

@@ -21,8 +21,8 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use http::{HeaderMap, StatusCode};
 use tokio::time::Instant;
 
-use crate::installations::{Installation, Token, Workspaces};
 use crate::slack::SlackError;
+use crate::workspaces::{Installation, Token, Workspaces};
 
 /// The state cookie, named as Bolt names it.
 pub const STATE_COOKIE: &str = "slack-app-oauth-state";
@@ -153,7 +153,7 @@ impl OAuthFlow {
             Ok(true) => {}
             Ok(false) => return refused("The install link has expired or was used already."),
             Err(e) => {
-                tracing::error!(error = %crate::pipeline::error_chain(&e), "an install's state could not be spent");
+                tracing::error!(error = %crate::errors::error_chain(&e), "an install's state could not be spent");
                 return page(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "The app was not installed",
@@ -165,7 +165,7 @@ impl OAuthFlow {
             Ok(installation) => {
                 let key = installation.key();
                 if let Err(e) = self.workspaces.store().save(&installation).await {
-                    tracing::error!(error = %crate::pipeline::error_chain(&e), "an installation could not be stored");
+                    tracing::error!(error = %crate::errors::error_chain(&e), "an installation could not be stored");
                     return page(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "The app was not installed",
@@ -275,7 +275,7 @@ impl Failed {
     fn of(e: SlackError) -> Self {
         match e {
             SlackError::Api { code } => Failed::Refused(code),
-            other => Failed::Unavailable(crate::pipeline::error_chain(&other)),
+            other => Failed::Unavailable(crate::errors::error_chain(&other)),
         }
     }
 }
@@ -430,9 +430,7 @@ mod tests {
         let i = installation_of(&answer, 1000).unwrap();
         assert_eq!(
             i.key(),
-            Some(crate::installations::InstallationKey::Enterprise(
-                "E1".into()
-            ))
+            Some(crate::workspaces::InstallationKey::Enterprise("E1".into()))
         );
         assert_eq!(i.bot.expires_at_ms, Some(1000 + 43_200_000));
         assert_eq!(i.bot_scopes, ["chat:write", "commands"]);

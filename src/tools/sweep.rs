@@ -8,10 +8,12 @@
 //! writing again (the journal stays). Run it now and then (`--older-than`: how long past its
 //! lease a claim must be, 10 minutes by default, past Slack's last retry).
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use super::args::{Args, Item, Spec, env};
 use crate::ledger::dynamo::attr;
 
 /// The failure code a swept claim ends with.
@@ -64,7 +66,7 @@ pub async fn sweep(
             .set_exclusive_start_key(start)
             .send()
             .await
-            .map_err(|e| crate::process::error_chain(&e))?;
+            .map_err(|e| crate::errors::error_chain(&e))?;
         swept.scanned += page.scanned_count().max(0) as usize;
         for item in page.items() {
             let (Some(key), Some(owner), Some(lease)) = (
@@ -114,7 +116,7 @@ pub async fn sweep(
                     {
                         continue;
                     }
-                    Err(e) => return Err(crate::process::error_chain(&e)),
+                    Err(e) => return Err(crate::errors::error_chain(&e)),
                 }
             }
             swept.keys.push(name);
@@ -124,4 +126,69 @@ pub async fn sweep(
             return Ok(swept);
         }
     }
+}
+
+/// `sweep [--dry-run] [--older-than MINUTES]`.
+pub static SPEC: Spec = Spec {
+    name: "sweep",
+    about: "end failed (abandoned, retryable) the claims in DEDUP_TABLE left in\n\
+            progress past their lease (10 minutes by default): a request killed\n\
+            on its last delivery, counted; a later delivery still takes it over",
+    operands: &[],
+    options: &[
+        Item {
+            name: "--dry-run",
+            help: "list them, change nothing",
+        },
+        Item {
+            name: "--older-than MINUTES",
+            help: "how long past its lease a claim must be (default 10)",
+        },
+    ],
+    env: &[Item {
+        name: "DEDUP_TABLE",
+        help: "the ledger's table (the stack's output LedgerTableName)",
+    }],
+};
+
+/// Runs `sweep` with its arguments.
+pub fn run(args: &Args) -> ExitCode {
+    let older_than = match args.parsed::<u64>("--older-than", "a number of minutes") {
+        Ok(minutes) => minutes.map_or(DEFAULT_OLDER_THAN, |m| Duration::from_secs(m * 60)),
+        Err(code) => return code,
+    };
+    let dry_run = args.flag("--dry-run");
+    let Some(table) = env("DEDUP_TABLE") else {
+        return args.fail("set DEDUP_TABLE (the stack's output LedgerTableName)");
+    };
+    super::runtime().block_on(async {
+        let dynamodb = crate::ledger::dynamo::client_from_env().await;
+        let now_ms = crate::clock::now_ms();
+        match sweep(&dynamodb, &table, older_than, now_ms, dry_run).await {
+            Ok(swept) => {
+                for key in &swept.keys {
+                    say!(
+                        "{} {key}",
+                        if dry_run {
+                            "would end failed"
+                        } else {
+                            "ended failed"
+                        }
+                    );
+                }
+                say!(
+                    "{} claims left in progress past their lease{} ({} items scanned)",
+                    swept.keys.len(),
+                    if dry_run {
+                        ": a dry run, nothing changed"
+                    } else {
+                        " ended failed (abandoned, retryable)"
+                    },
+                    swept.scanned
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => args.failed(&error),
+        }
+    })
 }

@@ -29,13 +29,16 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use super::args::{self, Args, Spec, env};
 use crate::envelope::{Envelope, EventId};
 use crate::interaction::Interaction;
 use crate::ledger::dynamo::attr;
+use crate::queue::sqs::{self, CallBudget};
 use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
 
 /// How long after the request a redriven command or interaction may still be answered through
@@ -260,7 +263,7 @@ async fn receive_all(
             .wait_time_seconds(1)
             .send()
             .await
-            .map_err(|e| RedriveError::Queue(crate::process::error_chain(&e)))?;
+            .map_err(|e| RedriveError::Queue(crate::errors::error_chain(&e)))?;
         let messages = received.messages();
         if messages.is_empty() {
             break;
@@ -284,7 +287,7 @@ async fn receive_all(
                         .message_body(&body)
                         .send()
                         .await
-                        .map_err(|e| RedriveError::Queue(crate::process::error_chain(&e)))?;
+                        .map_err(|e| RedriveError::Queue(crate::errors::error_chain(&e)))?;
                     false
                 }
                 _ => true,
@@ -300,7 +303,7 @@ async fn receive_all(
                     .receipt_handle(receipt)
                     .send()
                     .await
-                    .map_err(|e| RedriveError::Queue(crate::process::error_chain(&e)))?;
+                    .map_err(|e| RedriveError::Queue(crate::errors::error_chain(&e)))?;
             }
             report.entries.push(entry);
         }
@@ -520,7 +523,7 @@ async fn read_item(
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| RedriveError::Ledger(crate::process::error_chain(&e)))?
+        .map_err(|e| RedriveError::Ledger(crate::errors::error_chain(&e)))?
         .item
         .filter(|i| number(i, attr::EXPIRES_AT).is_none_or(|s| s * 1000 > options.now_ms)))
 }
@@ -563,7 +566,7 @@ async fn reset(
             // Claimed, or changed, since it was read: the redriven copy meets it as it is.
             Ok(())
         }
-        Err(e) => Err(RedriveError::Ledger(crate::process::error_chain(&e))),
+        Err(e) => Err(RedriveError::Ledger(crate::errors::error_chain(&e))),
     }
 }
 
@@ -577,6 +580,88 @@ fn number(item: &Item, name: &str) -> Option<u64> {
     item.get(name)
         .and_then(|v| v.as_n().ok())
         .and_then(|n| n.parse().ok())
+}
+
+/// `redrive [--dry-run] [--max N]`.
+pub static SPEC: Spec = Spec {
+    name: "redrive",
+    about: "move deferred mode's dead letters (DEAD_LETTER_QUEUE_URL, else\n\
+            WORK_QUEUE_URL-dlq) back to WORK_QUEUE_URL, their failed items in\n\
+            DEDUP_TABLE made claimable; what Slack or the ledger no longer honours\n\
+            is refused and left; prints what it did and why each had failed",
+    operands: &[],
+    options: &[
+        args::Item {
+            name: "--dry-run",
+            help: "say what would be done, change nothing",
+        },
+        args::Item {
+            name: "--max N",
+            help: "look at N messages at most (default 1000)",
+        },
+    ],
+    env: &[
+        args::Item {
+            name: "WORK_QUEUE_URL",
+            help: "the work queue (the stack's output WorkQueueUrl)",
+        },
+        args::Item {
+            name: "DEAD_LETTER_QUEUE_URL",
+            help: "its dead-letter queue (default: WORK_QUEUE_URL-dlq)",
+        },
+        args::Item {
+            name: "DEDUP_TABLE",
+            help: "the ledger's table (the stack's output LedgerTableName)",
+        },
+        args::Item {
+            name: "DEDUP_TTL_SECONDS",
+            help: "how long the ledger remembers a request, as the functions have it",
+        },
+    ],
+};
+
+/// Runs `redrive` with its arguments.
+pub fn run(args: &Args) -> ExitCode {
+    let max = match args.parsed::<usize>("--max", "a number of messages (1 or more)") {
+        Ok(Some(0)) => return args.fail("--max takes a number of messages (1 or more)"),
+        Ok(max) => max.unwrap_or(1000),
+        Err(code) => return code,
+    };
+    let (Some(work), Some(table)) = (env("WORK_QUEUE_URL"), env("DEDUP_TABLE")) else {
+        return args.fail(
+            "set WORK_QUEUE_URL and DEDUP_TABLE (the stack's outputs WorkQueueUrl and \
+             LedgerTableName), and DEAD_LETTER_QUEUE_URL unless it is WORK_QUEUE_URL-dlq",
+        );
+    };
+    let dead_letters = env("DEAD_LETTER_QUEUE_URL").unwrap_or_else(|| format!("{work}-dlq"));
+    let ttl = match env("DEDUP_TTL_SECONDS").map(|v| v.parse::<u64>()) {
+        None => crate::config::MIN_TTL,
+        Some(Ok(s)) => Duration::from_secs(s),
+        Some(Err(_)) => return args.fail("DEDUP_TTL_SECONDS is a number of seconds"),
+    };
+    super::runtime().block_on(async {
+        let sqs = sqs::client_from_env(CallBudget::Worker).await;
+        let dynamodb = crate::ledger::dynamo::client_from_env().await;
+        let queues = Queues {
+            sqs: &sqs,
+            dead_letters: &dead_letters,
+            work: &work,
+            dynamodb: &dynamodb,
+            table: &table,
+        };
+        let options = Options {
+            dry_run: args.flag("--dry-run"),
+            max,
+            ttl,
+            now_ms: crate::clock::now_ms(),
+        };
+        let report = redrive(&queues, &options).await;
+        say!("{report}");
+        match &report.error {
+            None => ExitCode::SUCCESS,
+            Some(error) => args.failed(&error.to_string()),
+        }
+    })
 }
 
 #[cfg(test)]

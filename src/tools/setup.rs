@@ -1,0 +1,157 @@
+//! Setting a deployment up: `create-table` (the ledger's table), `create-queue` (deferred
+//! mode's work queue and its dead-letter queue) and `import-token` (a single workspace's bot
+//! token kept as that workspace's installation, when moving to multi-workspace mode).
+
+use std::process::ExitCode;
+
+use super::args::{Args, Item, Spec, env};
+use super::runtime;
+use crate::errors::error_chain;
+use crate::ledger::DynamoLedger;
+use crate::queue::SqsQueue;
+use crate::queue::sqs::{self, CallBudget};
+
+/// `create-table [TABLE]`.
+pub static CREATE_TABLE: Spec = Spec {
+    name: "create-table",
+    about: "create the ledger table (DEDUP_TABLE) where AWS_ENDPOINT_URL points",
+    operands: &[Item {
+        name: "[TABLE]",
+        help: "the table's name (default: DEDUP_TABLE)",
+    }],
+    options: &[],
+    env: &[
+        Item {
+            name: "DEDUP_TABLE",
+            help: "the table's name, when TABLE is not given",
+        },
+        Item {
+            name: "AWS_ENDPOINT_URL",
+            help: "a local DynamoDB (DynamoDB Local); unset: AWS",
+        },
+    ],
+};
+
+/// `create-queue NAME`.
+pub static CREATE_QUEUE: Spec = Spec {
+    name: "create-queue",
+    about: "create the work queue NAME and its dead-letter queue NAME-dlq\n\
+            where AWS_ENDPOINT_URL_SQS points; prints WORK_QUEUE_URL",
+    operands: &[Item {
+        name: "NAME",
+        help: "the work queue's name",
+    }],
+    options: &[],
+    env: &[
+        Item {
+            name: "WORK_QUEUE_MAX_RECEIVES",
+            help: "receives before a message goes to the dead-letter queue (default 5)",
+        },
+        Item {
+            name: "AWS_ENDPOINT_URL_SQS",
+            help: "a local SQS server; unset: AWS",
+        },
+    ],
+};
+
+/// `import-token`.
+pub static IMPORT_TOKEN: Spec = Spec {
+    name: "import-token",
+    about: "keep SLACK_BOT_TOKEN as its workspace's installation of this app in DEDUP_TABLE\n\
+            (moving to multi-workspace mode: DEPLOY.md); nothing if one is there",
+    operands: &[],
+    options: &[],
+    env: &[
+        Item {
+            name: "SLACK_BOT_TOKEN",
+            help: "the token to keep",
+        },
+        Item {
+            name: "DEDUP_TABLE",
+            help: "the ledger's table, where installations are kept",
+        },
+        Item {
+            name: "SLACK_CLIENT_ID",
+            help: "the app's client id: installations are kept per app",
+        },
+        Item {
+            name: "SLACK_TOKEN_KEY_ID",
+            help: "the KMS key the token is encrypted with (unset: stored as it is)",
+        },
+        Item {
+            name: "SLACK_API_URL",
+            help: "Slack's Web API (default https://slack.com/api)",
+        },
+    ],
+};
+
+/// Runs `create-table`.
+pub fn create_table(args: &Args) -> ExitCode {
+    let Some(table) = args
+        .operand(0)
+        .map(str::to_string)
+        .or_else(|| env("DEDUP_TABLE"))
+    else {
+        return args.fail("name the table, or set DEDUP_TABLE");
+    };
+    runtime().block_on(async {
+        let client = crate::ledger::dynamo::client_from_env().await;
+        match DynamoLedger::create_table(&client, &table).await {
+            Ok(()) => {
+                say!("created table {table}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => args.failed(&error_chain(&error)),
+        }
+    })
+}
+
+/// Runs `create-queue`.
+pub fn create_queue(args: &Args) -> ExitCode {
+    let name = args.operand(0).unwrap_or_default().to_string();
+    let max_receives = match env("WORK_QUEUE_MAX_RECEIVES").map(|v| v.parse::<u32>()) {
+        None => crate::config::DEFAULT_MAX_RECEIVES,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => return args.fail("WORK_QUEUE_MAX_RECEIVES is a number of receives (1 or more)"),
+    };
+    runtime().block_on(async {
+        let client = sqs::client_from_env(CallBudget::Ingress).await;
+        let visibility = crate::config::DEFAULT_LEASE;
+        match SqsQueue::create_with_dead_letters(&client, &name, max_receives, visibility).await {
+            Ok((url, dlq)) => {
+                eprintln!(
+                    "created {name} (dead-letter queue {dlq}, after {max_receives} receives)"
+                );
+                say!("{url}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => args.failed(&error_chain(&error)),
+        }
+    })
+}
+
+/// Runs `import-token`.
+pub fn import_token(args: &Args) -> ExitCode {
+    let (Some(token), Some(table)) = (env("SLACK_BOT_TOKEN"), env("DEDUP_TABLE")) else {
+        return args.fail("set SLACK_BOT_TOKEN (the token to keep) and DEDUP_TABLE");
+    };
+    let api = env("SLACK_API_URL").unwrap_or_else(|| crate::config::DEFAULT_SLACK_API_URL.into());
+    runtime().block_on(async {
+        let client = crate::ledger::dynamo::client_from_env().await;
+        let store = crate::workspaces::DynamoInstallations::new(client, table);
+        let slack = crate::slack::SlackClient::new(api, None);
+        let token = crate::config::Secret::new(token);
+        match crate::workspaces::import_token(&store, &slack, &token).await {
+            Ok(Some(installation)) => {
+                let key = installation.key().expect("a key");
+                say!("imported the installation of {}", key.id());
+                ExitCode::SUCCESS
+            }
+            Ok(None) => {
+                say!("an installation is stored already: nothing imported");
+                ExitCode::SUCCESS
+            }
+            Err(error) => args.failed(&error_chain(&error)),
+        }
+    })
+}
