@@ -22,10 +22,9 @@ pub const COMMAND: &str = "/poll";
 pub const VOTE: &str = "poll_vote";
 pub const CLOSE: &str = "poll_close";
 pub const CLOSE_VIEW: &str = "poll_close_view";
-/// The state name of the list of a workspace's open polls.
-pub fn open_polls(team: Option<&str>) -> String {
-    format!("open-polls-{}", team.unwrap_or("none"))
-}
+/// The state name of the list of the workspace's open polls: [`Ctx::state`]'s names are each
+/// workspace's own, so one name serves every workspace the app is installed in.
+pub const OPEN_POLLS: &str = "open-polls";
 /// At most this many polls are listed open per workspace (the newest): a state value stays
 /// well under its 64 KiB however many polls are never closed.
 pub const MAX_LISTED: usize = 500;
@@ -132,7 +131,7 @@ async fn create(ctx: Ctx, command: Command) -> HandlerResult {
     let now_ms = now_ms();
     let until_ms = now_ms + TTL.as_millis() as u64;
     state
-        .update(&open_polls(ctx.team()), TTL, |open: Option<Vec<Listed>>| {
+        .update(OPEN_POLLS, TTL, |open: Option<Vec<Listed>>| {
             listed(open, &name, now_ms, until_ms)
         })
         .await?;
@@ -233,7 +232,7 @@ async fn close(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
         })
         .await?;
     state
-        .update(&open_polls(ctx.team()), TTL, |open: Option<Vec<Listed>>| {
+        .update(OPEN_POLLS, TTL, |open: Option<Vec<Listed>>| {
             let mut open = open.unwrap_or_default();
             open.retain(|l| l.name != name);
             open
@@ -244,10 +243,7 @@ async fn close(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
 }
 
 async fn count_open(ctx: Ctx, _mention: MessageEvent) -> HandlerResult {
-    let open = ctx
-        .state()
-        .get::<Vec<Listed>>(&open_polls(ctx.team()))
-        .await?;
+    let open = ctx.state().get::<Vec<Listed>>(OPEN_POLLS).await?;
     let now_ms = now_ms();
     let n = open.map_or(0, |open| {
         open.value.iter().filter(|l| l.until_ms > now_ms).count()

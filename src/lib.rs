@@ -125,8 +125,12 @@ impl Application {
                 Some(table) => {
                     tracing::info!(table = %table, "ledger: DynamoDB");
                     let client = crate::ledger::dynamo::client_from_env().await;
-                    if config.oauth.is_some() {
-                        let store = DynamoInstallations::new(client.clone(), table.clone());
+                    if let Some(oauth) = &config.oauth {
+                        let store = DynamoInstallations::new(
+                            client.clone(),
+                            table.clone(),
+                            oauth.client_id.clone(),
+                        );
                         *installations.lock().expect("lock") = Some(Arc::new(store));
                     }
                     Arc::new(DynamoLedger::new(client, table.clone()))
@@ -256,7 +260,7 @@ impl Application {
             );
             // Without a table: in memory (local mode; [`Self::with_store`] replaces it).
             let workspaces = Workspaces::new(
-                Arc::new(MemoryInstallations::new()),
+                Arc::new(MemoryInstallations::of_app(&oauth.client_id)),
                 processor.base_slack().clone(),
                 oauth.clone(),
                 secrets,

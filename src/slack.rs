@@ -458,6 +458,12 @@ pub trait TokenSource: Send + Sync {
     async fn lookup_slot(&self, _method: &str, _deadline: Instant) -> Result<(), SlackError> {
         Ok(())
     }
+    /// The installation whose token this is (multi-workspace mode): its workspace's team id
+    /// (`T…`), or its enterprise's id (`E…`) for an org-wide install. `None`: the process's
+    /// one token (single-workspace mode).
+    fn installation(&self) -> Option<&str> {
+        None
+    }
 }
 
 #[async_trait::async_trait]
@@ -534,6 +540,12 @@ impl SlackClient {
             secrets: tokens,
             ..self.clone()
         }
+    }
+
+    /// The installation this client's token is (see [`TokenSource::installation`]): whose
+    /// tenant a request answered with it is.
+    pub fn installation(&self) -> Option<&str> {
+        self.secrets.installation()
     }
 
     /// Calls `method` with a form and the given token (not the client's): the OAuth exchanges

@@ -380,7 +380,10 @@ impl Ctx {
     }
 
     /// The app's own state, in the ledger's table: small JSON values with a version and a TTL,
-    /// changed once per request however often the listener runs (see [`super::State`]).
+    /// changed once per request however often the listener runs (see [`super::State`]). Its
+    /// names are this workspace's: in multi-workspace mode each installation (a workspace, or
+    /// an enterprise's org-wide install) has values of its own under every name, and no name
+    /// reaches another's; [`Ctx::shared_state`] holds the values every workspace shares.
     ///
     /// # Example
     ///
@@ -397,19 +400,55 @@ impl Ctx {
     /// });
     /// ```
     pub fn state(&self) -> super::State {
-        super::State::new(self.clone())
+        super::State::new(self.clone(), false)
     }
 
-    /// The id of this request's writer of its next change to the state value `name`: the
-    /// request's ledger key, a digest of the name and how many changes to it this run has made,
-    /// the same each time the listener runs for the request (whatever it does to other names).
-    pub(crate) fn next_state_writer(&self, name: &str) -> String {
-        use sha2::Digest;
-        let digest = hex::encode(&sha2::Sha256::digest(name.as_bytes())[..6]);
+    /// The app's state shared by every workspace it is installed in: one value under each
+    /// name for all of them (a global setting, a count across customers). Take care: what a
+    /// listener writes here any workspace's request reads. In single-workspace mode it is the
+    /// same as [`Ctx::state`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slack_once::app::{App, Ctx, MessageEvent};
+    ///
+    /// let _app = App::new().message(r"(?i)\bthanks\b", |ctx: Ctx, _m: MessageEvent| async move {
+    ///     let year = Duration::from_secs(365 * 86_400);
+    ///     let everywhere = ctx.shared_state();
+    ///     let all = everywhere.update("thanks-everywhere", year, |n: Option<u64>| n.unwrap_or(0) + 1).await?;
+    ///     ctx.reply(format!("{all} thanks across every workspace :heart:")).await?;
+    ///     Ok(())
+    /// });
+    /// ```
+    pub fn shared_state(&self) -> super::State {
+        super::State::new(self.clone(), true)
+    }
+
+    /// The installation the request is answered with (multi-workspace mode): its workspace's
+    /// team id, or its enterprise's id for an org-wide install; `None` in single-workspace
+    /// mode. The tenant whose state [`Ctx::state`] reads and writes.
+    pub fn installation(&self) -> Option<&str> {
+        self.inner.slack.installation()
+    }
+
+    /// The ids of this request's next change to the state value under `key`: the writer kept
+    /// on the value (the request's ledger key and the change's id), and the change's id its
+    /// claim records, the same each time the listener runs for the request (it counts the
+    /// changes to that value this run has made, whatever it does to others).
+    pub(crate) fn next_state_change(&self, key: &EventId) -> (String, String) {
         let mut counts = self.inner.state_writes.lock().expect("state writes lock");
-        let n = counts.entry(name.to_string()).or_insert(0);
+        let n = counts.entry(key.to_string()).or_insert(0);
         *n += 1;
-        format!("{}#{digest}#{n}", self.inner.key)
+        let change = crate::ledger::state_change_id(key, *n);
+        (format!("{}#{change}", self.inner.key), change)
+    }
+
+    /// The request's claim (its key and owner), where the ledger claims it.
+    pub(crate) async fn claim(&self) -> Option<(EventId, crate::ledger::OwnerToken)> {
+        let steps = self.inner.steps.lock().await;
+        steps
+            .claimed
+            .then(|| (steps.key.clone(), steps.owner.clone()))
     }
 
     /// The ledger the request's claim is in.

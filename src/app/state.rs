@@ -3,8 +3,18 @@
 //! and a TTL. [`State::update`] is the way to change one: it reads the value, applies the
 //! change, and writes it only if nobody wrote in between (else it reads again and re-applies),
 //! so two people voting at once are both counted. And it applies each change once per request:
-//! a listener run again (Slack's retry after a crash, a takeover, a queue redelivery) finds its
-//! change already made and does not make it again.
+//! the change is written in one transaction with its record on the request's own claim, so a
+//! listener run again at any time the ledger remembers the request (Slack's retry after a
+//! crash, a takeover, a queue redelivery an hour later, a redrive a day later) finds its change
+//! made and does not make it again, whatever became of the value meanwhile.
+//!
+//! **Whose values.** [`Ctx::state`]'s names are the request's tenant's: in multi-workspace mode
+//! the installation the request is answered with (a workspace's; for an org-wide install, the
+//! enterprise's, one tenant for all its workspaces; for a Slack Connect channel, the
+//! installation that received the request, never the other organization's). No name a listener
+//! can write reaches another tenant's value: the tenant is part of the item's key, outside any
+//! name. [`Ctx::shared_state`] is the one set of values every workspace shares (and, in
+//! single-workspace mode, the same as [`Ctx::state`]: one workspace, values as before).
 
 use std::time::Duration;
 
@@ -15,7 +25,9 @@ use sha2::{Digest, Sha256};
 use super::Ctx;
 use crate::envelope::EventId;
 use crate::journal::Error;
-use crate::ledger::{LedgerError, MAX_STATE_BYTES, StatePut, StateWrite};
+use crate::ledger::{
+    Held, LedgerError, MAX_STATE_BYTES, OwnerToken, RequestChange, StatePut, StateWrite,
+};
 
 /// How many times [`State::update`] reads again after another write came in between, before
 /// it gives up with [`Error::Ledger`] (the listener fails, and Slack's retry tries again; a
@@ -71,11 +83,13 @@ pub enum Put {
 #[derive(Clone, Debug)]
 pub struct State {
     ctx: Ctx,
+    /// The values every workspace shares ([`Ctx::shared_state`]), not the request's tenant's.
+    shared: bool,
 }
 
 impl State {
-    pub(crate) fn new(ctx: Ctx) -> Self {
-        Self { ctx }
+    pub(crate) fn new(ctx: Ctx, shared: bool) -> Self {
+        Self { ctx, shared }
     }
 
     /// The value under `name` and its version, unless none was written or it is past its TTL
@@ -103,8 +117,9 @@ impl State {
     }
 
     /// Writes `value` under `name` if its version is still `version` (0: none there), for
-    /// `ttl`. The low-level write: most listeners want [`State::update`], which also applies a
-    /// change once per request when the listener runs again.
+    /// `ttl`. The low-level write: most listeners want [`State::update`], which re-applies a
+    /// change when another write came in between. Like every state change it is made once per
+    /// request: run again for the request, it finds its write made and writes nothing.
     pub async fn put<T: Serialize>(
         &self,
         name: &str,
@@ -112,41 +127,32 @@ impl State {
         version: u64,
         ttl: Duration,
     ) -> Result<Put, Error> {
+        refuse_inside_remember(name)?;
         self.ctx.state_is_a_workers(true).await?;
+        let claim = self.claim(name).await?;
+        let key = self.key(name)?;
         let writers = match version {
             0 => Vec::new(),
             _ => {
-                let key = self.key(name)?;
+                let key = key.clone();
                 let item = self
                     .ledger_call(|ledger, now| async move { ledger.state(&key, now).await })
                     .await?;
                 match item {
                     Some(item) if item.version == version => item.writers,
-                    _ => return Ok(Put::Conflict),
+                    _ => Vec::new(),
                 }
             }
         };
-        refuse_inside_remember(name)?;
-        // A writer of its own (not counted among the request's changes): a write whose answer
-        // was lost and which the SDK sent again finds itself there, and is not a conflict.
-        let writer = format!("put-{}", uuid::Uuid::new_v4().simple());
+        let ids = self.ctx.next_state_change(&key);
         match self
-            .write(name, value, version, &writer, &writers, ttl)
+            .write(name, value, version, &ids, &claim, &writers, ttl)
             .await?
         {
-            StatePut::Written { version } => Ok(Put::Written { version }),
-            StatePut::Conflict => {
-                let key = self.key(name)?;
-                let item = self
-                    .ledger_call(|ledger, now| async move { ledger.state(&key, now).await })
-                    .await?;
-                match item {
-                    Some(item) if item.writers.contains(&writer) => Ok(Put::Written {
-                        version: item.version,
-                    }),
-                    _ => Ok(Put::Conflict),
-                }
+            StatePut::Written { version } | StatePut::MadeAlready { version } => {
+                Ok(Put::Written { version })
             }
+            StatePut::Conflict => Ok(Put::Conflict),
         }
     }
 
@@ -166,8 +172,9 @@ impl State {
     {
         refuse_inside_remember(name)?;
         self.ctx.state_is_a_workers(true).await?;
+        let claim = self.claim(name).await?;
         let key = self.key(name)?;
-        let writer = self.ctx.next_state_writer(name);
+        let ids = self.ctx.next_state_change(&key);
         for attempt in 0..UPDATE_ATTEMPTS {
             if attempt > 0 {
                 // Others are writing it too: a short wait, growing to 50 ms, half of it random,
@@ -176,18 +183,8 @@ impl State {
                 let wait = Duration::from_millis(base / 2 + jitter_ms(base / 2));
                 tokio::time::sleep(wait.min(self.ctx.remaining() / 4)).await;
             }
-            let read_key = key.clone();
-            let item = self
-                .ledger_call(|ledger, now| async move { ledger.state(&read_key, now).await })
-                .await?;
-            let (found, version, writers) = match item {
+            let (found, version, writers) = match self.read(&key).await? {
                 Some(item) => {
-                    if item.writers.contains(&writer) {
-                        // Made by an earlier run for this request (or this run's write, whose
-                        // answer was lost): not again.
-                        tracing::info!(name, "state change made already: not again");
-                        return parse(name, &item.value);
-                    }
                     // A value of another shape is not taken for none (and overwritten).
                     let value: T = parse(name, &item.value)?;
                     (Some(value), item.version, item.writers)
@@ -196,11 +193,21 @@ impl State {
             };
             let value = change(found);
             match self
-                .write(name, &value, version, &writer, &writers, ttl)
+                .write(name, &value, version, &ids, &claim, &writers, ttl)
                 .await?
             {
                 StatePut::Written { .. } => return Ok(value),
                 StatePut::Conflict => continue,
+                StatePut::MadeAlready { .. } => {
+                    // Made by an earlier run for this request (or by this run's write, whose
+                    // answer was lost): not again. The value as it is now; one whose TTL ran
+                    // out since is what the change makes of none, not written.
+                    tracing::info!(name, "state change made already: not again");
+                    return match self.read(&key).await? {
+                        Some(item) => parse(name, &item.value),
+                        None => Ok(change(None)),
+                    };
+                }
             }
         }
         Err(Error::Ledger(LedgerError::Unavailable(
@@ -211,12 +218,27 @@ impl State {
         )))
     }
 
+    async fn read(&self, key: &EventId) -> Result<Option<crate::ledger::StateItem>, Error> {
+        let key = key.clone();
+        self.ledger_call(|ledger, now| async move { ledger.state(&key, now).await })
+            .await
+    }
+
+    /// The request's claim a change of `name` is recorded with: refused where there is none.
+    async fn claim(&self, name: &str) -> Result<(EventId, OwnerToken), Error> {
+        self.ctx.claim().await.ok_or_else(|| Error::Unclaimed {
+            what: format!("state change {name:?}"),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn write<T: Serialize>(
         &self,
         name: &str,
         value: &T,
         expected: u64,
-        writer: &str,
+        (writer, change): &(String, String),
+        (key_of_claim, owner): &(EventId, OwnerToken),
         read_writers: &[String],
         ttl: Duration,
     ) -> Result<StatePut, Error> {
@@ -245,6 +267,13 @@ impl State {
                     writer,
                     read_writers,
                     expires_at_s,
+                    request: Some(RequestChange {
+                        held: Held {
+                            event_id: key_of_claim,
+                            owner,
+                        },
+                        change,
+                    }),
                 };
                 ledger.put_state(&key, &write, now).await
             }
@@ -252,23 +281,42 @@ impl State {
         .await
     }
 
-    /// The ledger key of `name`: the app's (`state-APP-…`, so two apps sharing a table keep
-    /// their own), a readable prefix of the name and a digest of it (names are any text).
+    /// The ledger key of `name`: the app's and, unless shared, the tenant's
+    /// (`statew-APP-TENANT-…`; shared and single-workspace values `state-APP-…`, as releases
+    /// before tenants wrote them), a readable prefix of the name and a digest of the tenant
+    /// and the name (names are any text). The two prefixes differ in their sixth character, so
+    /// no shared key is ever a tenant's, and the tenant is a field of its own, never read from
+    /// the name: no name reaches another tenant's value.
     fn key(&self, name: &str) -> Result<EventId, Error> {
-        let app = self.ctx.app_id().unwrap_or("noapp");
+        let app = alphanumeric(self.ctx.app_id().unwrap_or("noapp"), 24);
         let readable: String = name
             .chars()
             .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
             .take(40)
             .collect();
-        let digest = hex::encode(&Sha256::digest(name.as_bytes())[..12]);
-        let app: String = app
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(24)
-            .collect();
-        EventId::try_from(format!("state-{app}-{readable}-{digest}"))
-            .map_err(|e| Error::Ledger(LedgerError::Unavailable(e.into())))
+        let tenant = match self.shared {
+            true => None,
+            false => self.ctx.installation().map(|t| alphanumeric(t, 24)),
+        };
+        let key = match tenant {
+            None => {
+                let digest = hex::encode(&Sha256::digest(name.as_bytes())[..12]);
+                format!("state-{app}-{readable}-{digest}")
+            }
+            Some(tenant) => {
+                let digest = Sha256::new()
+                    .chain_update(b"tenant state\0")
+                    .chain_update(tenant.as_bytes())
+                    .chain_update([0])
+                    .chain_update(name.as_bytes())
+                    .finalize();
+                format!(
+                    "statew-{app}-{tenant}-{readable}-{}",
+                    hex::encode(&digest[..12])
+                )
+            }
+        };
+        EventId::try_from(key).map_err(|e| Error::Ledger(LedgerError::Unavailable(e.into())))
     }
 
     async fn ledger_call<'a, R, F, Fut>(&'a self, call: F) -> Result<R, Error>
@@ -300,6 +348,14 @@ fn refuse_inside_remember(name: &str) -> Result<(), Error> {
         }),
         None => Ok(()),
     }
+}
+
+/// The ASCII letters and digits of `text`, at most `max` of them.
+fn alphanumeric(text: &str, max: usize) -> String {
+    text.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(max)
+        .collect()
 }
 
 /// Up to `max` milliseconds, at random.

@@ -104,6 +104,16 @@ pub enum Error {
         /// The write's Web API method (or, for a state change, `state change "NAME"`).
         method: String,
     },
+    /// A state change (`what`) in a request the ledger never claims (a `block_suggestion`: an
+    /// options request, answered at once and never de-duplicated): with no claim to record it
+    /// with, it could not be made once per request, so it is refused, never skipped.
+    #[error(
+        "{what} needs a request the ledger claims, and an options request (block_suggestion) is never claimed: change state in the action that follows the choice"
+    )]
+    Unclaimed {
+        /// The change: `state change "NAME"`.
+        what: String,
+    },
 }
 
 impl Error {

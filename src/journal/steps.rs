@@ -44,6 +44,9 @@ pub(crate) struct Steps {
     /// keeping them as an intent, or a later claim would never look for what they may have
     /// posted.
     pub(super) began_settled: bool,
+    /// A claim behind these steps: `false` for a request the ledger never claims (an options
+    /// request) and for deferred mode's ingress before the acknowledgement.
+    pub claimed: bool,
     /// No claim behind these steps (deferred mode's ingress, before the acknowledgement): only
     /// the `trigger_id`'s views may be opened (Slack itself takes a trigger once); any other
     /// write is where the listener hands off to a worker (an implicit empty acknowledgement).
@@ -92,6 +95,7 @@ impl Steps {
             lease_until_ms,
             began_stands: true,
             began_settled: false,
+            claimed: true,
             provisional: false,
             in_flight: None,
             held: false,

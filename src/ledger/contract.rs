@@ -586,6 +586,7 @@ pub async fn state_is_written_once_per_version_read(ledger: &dyn Ledger, key: &E
                 writer,
                 read_writers: read,
                 expires_at_s,
+                request: None,
             }
         };
     assert_eq!(ledger.state(key, NOW).await.unwrap(), None);
@@ -656,4 +657,114 @@ pub async fn state_is_written_once_per_version_read(ledger: &dyn Ledger, key: &E
         ledger.state(key, later).await.unwrap().unwrap().writers,
         ["w3"]
     );
+}
+
+/// A state change recorded with its request's claim: made once however often, and whenever,
+/// the request runs again (its write sent again after a lost answer, a takeover, the request
+/// failed and claimed again by a redrive, whatever other writes came to the value meanwhile);
+/// refused for a claim no longer the writer's; and nothing of a refused transaction is kept.
+/// `e` and `f` are requests' keys; `key` the value's.
+pub async fn a_state_change_is_made_once_per_request(
+    ledger: &dyn Ledger,
+    e: &EventId,
+    f: &EventId,
+    key: &EventId,
+) {
+    use super::{RequestChange, StatePut, StateWrite};
+    let expires_at_s = NOW / 1000 + 7_200;
+    let leak = |o: OwnerToken| -> &'static OwnerToken { Box::leak(Box::new(o)) };
+    let key_of = |k: &EventId| -> &'static EventId { Box::leak(Box::new(k.clone())) };
+    let (a, b, c) = (
+        leak(OwnerToken::random()),
+        leak(OwnerToken::random()),
+        leak(OwnerToken::random()),
+    );
+    let (e, f) = (key_of(e), key_of(f));
+    let put =
+        |value: &'static str, expected: u64, event_id, owner, change: &'static str| StateWrite {
+            value,
+            expected,
+            writer: "w",
+            read_writers: &[],
+            expires_at_s,
+            request: Some(RequestChange {
+                held: Held { event_id, owner },
+                change,
+            }),
+        };
+    ledger.claim(&request(e, a, NOW)).await.unwrap();
+    ledger.claim(&request(f, b, NOW)).await.unwrap();
+    let first = ledger
+        .put_state(key, &put("1", 0, e, a, "c#1"), NOW + 1)
+        .await
+        .unwrap();
+    assert_eq!(first, StatePut::Written { version: 1 });
+    // The same change sent again (its answer lost), over the version it finds now.
+    let again = ledger
+        .put_state(key, &put("2", 1, e, a, "c#1"), NOW + 2)
+        .await
+        .unwrap();
+    assert_eq!(again, StatePut::MadeAlready { version: 1 });
+    // Another request's changes, many of them.
+    for v in 1..=5u64 {
+        let value: &'static str = Box::leak(format!("{}", v + 1).into_boxed_str());
+        let change: &'static str = Box::leak(format!("c#{v}").into_boxed_str());
+        let made = ledger
+            .put_state(key, &put(value, v, f, b, change), NOW + 3)
+            .await
+            .unwrap();
+        assert_eq!(made, StatePut::Written { version: v + 1 });
+    }
+    // A stale version with a change not made yet: a conflict, and nothing recorded.
+    let stale = ledger
+        .put_state(key, &put("9", 1, e, a, "c#2"), NOW + 4)
+        .await
+        .unwrap();
+    assert_eq!(stale, StatePut::Conflict);
+    let made = ledger
+        .put_state(key, &put("7", 6, e, a, "c#2"), NOW + 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        made,
+        StatePut::Written { version: 7 },
+        "not recorded by the conflict"
+    );
+    // The request fails for now (retryable), and is claimed again later (a redrive): its
+    // changes are still its own, the first found made.
+    ledger
+        .finish(
+            Held {
+                event_id: e,
+                owner: a,
+            },
+            &super::Finish::Failed {
+                error: "slack_failed".into(),
+                retryable: true,
+            },
+            &[],
+            NOW + 6,
+        )
+        .await
+        .unwrap();
+    let later = NOW + 3_600_000;
+    assert!(matches!(
+        ledger.claim(&request(e, c, later)).await.unwrap(),
+        Claim::Acquired { .. }
+    ));
+    let redriven = ledger
+        .put_state(key, &put("8", 7, e, c, "c#1"), later + 1)
+        .await
+        .unwrap();
+    assert_eq!(redriven, StatePut::MadeAlready { version: 1 });
+    // The earlier owner's claim is gone: its write is refused, and nothing is written.
+    let lost = ledger
+        .put_state(key, &put("8", 7, e, a, "c#3"), later + 2)
+        .await;
+    assert!(
+        matches!(lost, Err(LedgerError::NotOwner { .. })),
+        "{lost:?}"
+    );
+    let read = ledger.state(key, later + 3).await.unwrap().unwrap();
+    assert_eq!((read.value.as_str(), read.version), ("7", 7));
 }

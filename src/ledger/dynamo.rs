@@ -15,10 +15,11 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TransactWriteItem, Update,
 };
 
 use super::{
@@ -102,6 +103,10 @@ pub mod attr {
     pub const APP_STATE_WRITERS: &str = "app_state_writers";
     /// When the note was written (epoch ms): an older write never replaces a newer one.
     pub const NOTE_AT: &str = "note_at";
+    /// A claim's state changes made ([`crate::ledger::RequestChange`]): a map from the change's
+    /// id to the version it wrote, set in the same transaction as the value. Made (empty) by
+    /// every claim of this release; kept across takeovers, as the journal is.
+    pub const STATE_CHANGES: &str = "state_changes";
     /// The Slack app (`api_app_id`) whose claim or alias the item is: another app's is never
     /// taken (two apps whose deployments share the table).
     pub const APP: &str = "app";
@@ -394,6 +399,7 @@ impl DynamoLedger {
             (attr::CREATED_AT, n(request.now_ms)),
             (attr::CLAIMED_AT, n(request.now_ms)),
             (attr::JOURNAL, AttributeValue::M(HashMap::new())),
+            (attr::STATE_CHANGES, AttributeValue::M(HashMap::new())),
             (
                 attr::BEGAN,
                 AttributeValue::L(vec![s(&window_of(request).encode())]),
@@ -497,6 +503,8 @@ impl DynamoLedger {
             "#claimed_at = :now_ms".to_string(),
             // The journal goes on across claims: a takeover learns what earlier claims did.
             "#journal = if_not_exists(#journal, :empty_journal)".to_string(),
+            // And the request's state changes, as the journal.
+            "#state_changes = if_not_exists(#state_changes, :empty_journal)".to_string(),
             // This claim stands for the intent of its first new step.
             "#began = list_append(if_not_exists(#began, :no_windows), :window)".to_string(),
             "#began_by = list_append(if_not_exists(#began_by, :no_windows), :window)".to_string(),
@@ -538,6 +546,7 @@ impl DynamoLedger {
                     attr::ERROR,
                     attr::RETRYABLE,
                     attr::JOURNAL,
+                    attr::STATE_CHANGES,
                     attr::BEGAN,
                     attr::BEGAN_BY,
                 ]
@@ -753,39 +762,158 @@ impl Ledger for DynamoLedger {
         let writers = super::state_writers_after(write.read_writers.to_vec(), write.writer);
         self.requests.fetch_add(1, Ordering::Relaxed);
         let version = write.expected + 1;
-        let mut put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item(attr::PK, s(key.as_str()))
-            .item(attr::APP_STATE, s(write.value))
-            .item(attr::APP_STATE_VERSION, n(version))
-            .item(
+        let (condition, mut names, mut values) = if write.expected == 0 {
+            (
+                "attribute_not_exists(#pk) OR #expires_at < :now_s",
+                vec![("#pk", attr::PK)],
+                vec![],
+            )
+        } else {
+            (
+                "#version = :expected AND #expires_at >= :now_s",
+                vec![("#version", attr::APP_STATE_VERSION)],
+                vec![(":expected", n(write.expected))],
+            )
+        };
+        names.push(("#expires_at", attr::EXPIRES_AT));
+        values.push((":now_s", n(now_ms / 1000)));
+        let item: HashMap<String, AttributeValue> = [
+            (attr::PK, s(key.as_str())),
+            (attr::APP_STATE, s(write.value)),
+            (attr::APP_STATE_VERSION, n(version)),
+            (
                 attr::APP_STATE_WRITERS,
                 AttributeValue::L(writers.iter().map(|w| s(w)).collect()),
-            )
-            .item(attr::EXPIRES_AT, n(write.expires_at_s))
-            .expression_attribute_names("#expires_at", attr::EXPIRES_AT)
-            .expression_attribute_values(":now_s", n(now_ms / 1000));
-        put = if write.expected == 0 {
-            put.condition_expression("attribute_not_exists(#pk) OR #expires_at < :now_s")
-                .expression_attribute_names("#pk", attr::PK)
-        } else {
-            put.condition_expression("#version = :expected AND #expires_at >= :now_s")
-                .expression_attribute_names("#version", attr::APP_STATE_VERSION)
-                .expression_attribute_values(":expected", n(write.expected))
+            ),
+            (attr::EXPIRES_AT, n(write.expires_at_s)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let names: HashMap<String, String> = names
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let values: HashMap<String, AttributeValue> = values
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let Some(request) = &write.request else {
+            let put = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression(condition)
+                .set_expression_attribute_names(Some(names))
+                .set_expression_attribute_values(Some(values));
+            return match put.send().await {
+                Ok(_) => Ok(super::StatePut::Written { version }),
+                Err(SdkError::ServiceError(e))
+                    if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+                {
+                    Ok(super::StatePut::Conflict)
+                }
+                Err(e) => Err(unavailable(e.into_service_error())),
+            };
         };
-        match put.send().await {
-            Ok(_) => Ok(super::StatePut::Written { version }),
-            // Another write came first, or this one's answer was lost and the SDK sent it again:
-            // the caller reads again, and finds its writer there in the second case.
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(super::StatePut::Conflict)
-            }
-            Err(e) => Err(unavailable(e.into_service_error())),
+        // The value and the request's record of the change, in one transaction: the value
+        // conditioned on the version read, the record on the claim being the owner's, in
+        // progress, and not recording this change yet.
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(unavailable)?;
+        let record = Update::builder()
+            .table_name(&self.table)
+            .key(
+                attr::PK,
+                AttributeValue::S(request.held.event_id.to_string()),
+            )
+            .update_expression("SET #changes.#change = :version")
+            .condition_expression(
+                "#owner = :owner AND #status = :in_progress AND attribute_exists(#changes) \
+                 AND attribute_not_exists(#changes.#change)",
+            )
+            .expression_attribute_names("#changes", attr::STATE_CHANGES)
+            .expression_attribute_names("#change", request.change)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":version", n(version))
+            .expression_attribute_values(":owner", s(request.held.owner.as_str()))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(unavailable)?;
+        let sent = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(TransactWriteItem::builder().update(record).build())
+            .send()
+            .await;
+        let reasons = match sent {
+            Ok(_) => return Ok(super::StatePut::Written { version }),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                TransactWriteItemsError::TransactionCanceledException(canceled) => {
+                    canceled.cancellation_reasons().to_vec()
+                }
+                _ => return Err(unavailable(SdkError::ServiceError(e))),
+            },
+            Err(e) => return Err(unavailable(e)),
+        };
+        let failed = |i: usize| {
+            reasons
+                .get(i)
+                .and_then(|r| r.code())
+                .is_some_and(|c| c == "ConditionalCheckFailed")
+        };
+        if failed(1) {
+            // The claim's item as it is (returned with the failure; read where it is not).
+            let item = match reasons[1].item() {
+                Some(item) => Some(item.clone()),
+                None => self.get_item(request.held.event_id.as_str()).await?,
+            };
+            let recorded = item
+                .as_ref()
+                .and_then(|i| i.get(attr::STATE_CHANGES))
+                .and_then(|m| m.as_m().ok())
+                .and_then(|m| m.get(request.change))
+                .and_then(number);
+            let owner = item
+                .as_ref()
+                .and_then(|i| i.get(attr::OWNER))
+                .and_then(|v| v.as_s().ok());
+            return match recorded {
+                // Made by an earlier run of this request, or by this write, whose answer was
+                // lost (a claim taken over since records it all the same).
+                Some(version) => Ok(super::StatePut::MadeAlready { version }),
+                None if owner.map(String::as_str) == Some(request.held.owner.as_str())
+                    && item
+                        .as_ref()
+                        .and_then(|i| i.get(attr::STATE_CHANGES))
+                        .is_none() =>
+                {
+                    Err(LedgerError::Unavailable(
+                        "the claim's item has no record of state changes (a claim of a release \
+                         before them): the change is not made"
+                            .into(),
+                    ))
+                }
+                None => Err(LedgerError::NotOwner {
+                    event_id: request.held.event_id.clone(),
+                }),
+            };
         }
+        if failed(0) {
+            return Ok(super::StatePut::Conflict);
+        }
+        // Another write to either item at the same moment (TransactionConflict): read again.
+        Ok(super::StatePut::Conflict)
     }
 
     async fn note(

@@ -31,6 +31,8 @@ struct Entry {
     app: Option<String>,
     /// Look-ups' progress, by step (see [`super::Looked`]).
     looked: BTreeMap<u32, Looked>,
+    /// The request's state changes made, by change id, with the version each wrote.
+    changes: BTreeMap<String, u64>,
 }
 
 /// From this many entries on, a claim first drops the expired ones, so memory stays bounded by
@@ -171,6 +173,7 @@ impl Ledger for MemoryLedger {
         let mut journal = Journal::new();
         let mut began = Vec::new();
         let mut looked = BTreeMap::new();
+        let mut changes = BTreeMap::new();
         let mut app = request.app_id.map(str::to_string);
         let window = BeganWindow {
             at_ms: request.now_ms,
@@ -222,6 +225,7 @@ impl Ledger for MemoryLedger {
             journal = existing.journal.clone();
             began = existing.began.clone();
             looked = existing.looked.clone();
+            changes = existing.changes.clone();
             // An item of no app (a version before apps) stays anyone's.
             app = existing.app.clone();
         }
@@ -243,6 +247,7 @@ impl Ledger for MemoryLedger {
                 retryable: false,
                 app,
                 looked,
+                changes,
             },
         );
         Ok(Claim::Acquired {
@@ -343,7 +348,24 @@ impl Ledger for MemoryLedger {
         write: &super::StateWrite<'_>,
         now_ms: u64,
     ) -> Result<super::StatePut, LedgerError> {
-        let mut entries = self.entries.lock().expect("ledger lock");
+        let mut guard = self.entries.lock().expect("ledger lock");
+        let entries = &mut *guard;
+        // The request's record first, as DynamoDB's transaction evaluates both conditions.
+        if let Some(request) = &write.request {
+            let held = request.held;
+            let entry = entries
+                .map
+                .get(held.event_id)
+                .filter(|e| e.owner == *held.owner && e.status == Status::InProgress);
+            let Some(entry) = entry else {
+                return Err(LedgerError::NotOwner {
+                    event_id: held.event_id.clone(),
+                });
+            };
+            if let Some(version) = entry.changes.get(request.change) {
+                return Ok(super::StatePut::MadeAlready { version: *version });
+            }
+        }
         let live = entries
             .states
             .get(key)
@@ -363,6 +385,11 @@ impl Ledger for MemoryLedger {
         entries
             .states
             .insert(key.clone(), (item, write.expires_at_s));
+        if let Some(request) = &write.request
+            && let Some(entry) = entries.map.get_mut(request.held.event_id)
+        {
+            entry.changes.insert(request.change.to_string(), found + 1);
+        }
         Ok(super::StatePut::Written { version: found + 1 })
     }
 
@@ -605,6 +632,18 @@ mod tests {
     async fn state_is_written_once_per_version_read() {
         let ledger = MemoryLedger::new();
         contract::state_is_written_once_per_version_read(&ledger, &id("state-A1-poll")).await;
+    }
+
+    #[tokio::test]
+    async fn a_state_change_is_made_once_per_request() {
+        let ledger = MemoryLedger::new();
+        contract::a_state_change_is_made_once_per_request(
+            &ledger,
+            &id("Ev1"),
+            &id("Ev2"),
+            &id("state-A1-count"),
+        )
+        .await;
     }
 
     #[tokio::test]

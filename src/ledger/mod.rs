@@ -647,8 +647,10 @@ pub struct StateItem {
     pub writers: Vec<String>,
 }
 
-/// How many of a state value's latest writers it keeps.
-pub const STATE_WRITERS_KEPT: usize = 256;
+/// How many of a state value's latest writers it keeps. This release decides whether a
+/// request made a change by the request's own record ([`RequestChange`]); the writers are kept
+/// for the previous release, which decides by them, while both run during a rolling deploy.
+pub const STATE_WRITERS_KEPT: usize = 32;
 
 /// The largest state value the ledger keeps (bytes of JSON): far below DynamoDB's 400 KB item.
 pub const MAX_STATE_BYTES: usize = 64 * 1024;
@@ -666,6 +668,32 @@ pub struct StateWrite<'a> {
     pub read_writers: &'a [String],
     /// The item's TTL (epoch seconds): past it the value counts as absent.
     pub expires_at_s: u64,
+    /// The request making the change, and the change's id in it: the change is recorded on
+    /// the request's claim in the same atomic write, so that the request run again, at any
+    /// time while its claim is remembered (a redelivery an hour later, a redrive a day later),
+    /// finds it made whatever became of the value meanwhile. `None`: not recorded.
+    pub request: Option<RequestChange<'a>>,
+}
+
+/// A state change as its request records it.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestChange<'a> {
+    /// The request's claim: the write is refused (`NotOwner`) where it is no longer this
+    /// owner's, in progress.
+    pub held: Held<'a>,
+    /// The change's id in the request: the same each time the request runs
+    /// ([`state_change_id`]).
+    pub change: &'a str,
+}
+
+/// The id of a request's `n`th change (from 1) of the value under `key`: what the request's
+/// claim records, the same each time the listener runs for the request.
+pub fn state_change_id(key: &EventId, n: u32) -> String {
+    use sha2::{Digest, Sha256};
+    format!(
+        "{}#{n}",
+        hex::encode(&Sha256::digest(key.as_str().as_bytes())[..8])
+    )
 }
 
 /// What a [`StateWrite`] came to.
@@ -676,9 +704,14 @@ pub enum StatePut {
         /// The version written: one more than the one read.
         version: u64,
     },
-    /// Another write came between the read and this one (or this writer's write is there
-    /// already: the caller reads again and finds it): nothing was written.
+    /// Another write came between the read and this one: nothing was written.
     Conflict,
+    /// The request's claim records this change already (an earlier run of the request made
+    /// it, or this very write, whose answer was lost): nothing was written.
+    MadeAlready {
+        /// The version the change wrote, as the claim records it.
+        version: u64,
+    },
 }
 
 /// The writers an item keeps after `writer`'s write: the latest [`STATE_WRITERS_KEPT`].
@@ -739,7 +772,10 @@ pub trait Ledger: Send + Sync + 'static {
     async fn state(&self, key: &EventId, now_ms: u64) -> Result<Option<StateItem>, LedgerError>;
 
     /// Writes `write.value` under `key` as version `write.expected + 1` if the version there is
-    /// still `write.expected` (0: absent or past its TTL), else [`StatePut::Conflict`].
+    /// still `write.expected` (0: absent or past its TTL), else [`StatePut::Conflict`]; with
+    /// `write.request`, atomically with the change's record on the request's claim: refused
+    /// with [`StatePut::MadeAlready`] where the claim records the change already, and with
+    /// [`LedgerError::NotOwner`] where the claim is no longer the owner's.
     async fn put_state(
         &self,
         key: &EventId,

@@ -2,6 +2,7 @@
 //! the claim they run under (the message the event carries, or the event itself), each group
 //! claimed, worked and finished.
 
+use crate::workspaces::Requester;
 use std::sync::Arc;
 
 use super::claim::{Claimed, LedgerKeys, Times, ledger_key};
@@ -106,7 +107,11 @@ impl Processor {
             return Err(ProcessError::Deadline);
         };
         // The installation's client (multi-workspace mode), or the process's.
-        let slack = match self.client_for(callback.installation()).await? {
+        let who = Requester {
+            app_id: callback.api_app_id.as_deref(),
+            bot_user: callback.bot_user_id(),
+        };
+        let slack = match self.client_for(callback.installation(), &who).await? {
             Ok(slack) => slack,
             Err(outcome) => return Ok(outcome),
         };

@@ -3,6 +3,7 @@
 //! then what follows it (inline in synchronous mode; from the queue in deferred mode). A
 //! `block_suggestion` only asks for options: it is answered, never claimed.
 
+use crate::workspaces::Requester;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +57,11 @@ impl Processor {
             );
             return Ok(acked(None, Outcome::NoListener));
         };
-        let slack = match self.client_for(interaction.installation()).await? {
+        let who = Requester {
+            app_id: interaction.api_app_id.as_deref(),
+            bot_user: None,
+        };
+        let slack = match self.client_for(interaction.installation(), &who).await? {
             Ok(slack) => slack,
             Err(outcome) => return Ok(acked(None, outcome)),
         };
@@ -241,6 +246,7 @@ impl Processor {
             false,
             (now_ms, delivery.started, until_ms),
         );
+        steps.claimed = false;
         if mode == AckMode::StopAfter {
             steps.provisional = true;
         } else {

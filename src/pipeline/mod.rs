@@ -406,12 +406,13 @@ impl Processor {
     pub(crate) async fn client_for(
         &self,
         (team, enterprise, org_wide): (Option<&str>, Option<&str>, bool),
+        who: &crate::workspaces::Requester<'_>,
     ) -> Result<Result<SlackClient, Outcome>, ProcessError> {
         let Some(workspaces) = &self.workspaces else {
             return Ok(Ok(self.slack.clone()));
         };
         let authorized = workspaces
-            .authorize(team, enterprise, org_wide)
+            .authorize(team, enterprise, org_wide, who)
             .await
             .map_err(ProcessError::Installations)?;
         Ok(match authorized {
@@ -471,9 +472,17 @@ impl Processor {
         else {
             return Ok(());
         };
+        let who = crate::workspaces::Requester {
+            app_id: callback.api_app_id.as_deref(),
+            bot_user: callback.bot_user_id(),
+        };
         let changed = match kind {
-            "app_uninstalled" => workspaces.uninstalled(&key, event_ms).await,
-            _ => workspaces.revoked(&key, &users, &bots, event_ms).await,
+            "app_uninstalled" => workspaces.uninstalled(&key, event_ms, &who).await,
+            _ => {
+                workspaces
+                    .revoked(&key, &users, &bots, event_ms, &who)
+                    .await
+            }
         }
         .map_err(ProcessError::Installations)?;
         if changed {

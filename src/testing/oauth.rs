@@ -71,14 +71,32 @@ pub struct OAuthGrants {
     lifetime_s: u64,
 }
 
-/// The bot user a stand-in gives `owner`'s installation.
+/// The bot user a stand-in gives `owner`'s installation of the test app ([`super::APP_ID`]).
 pub fn bot_user_of(owner: &str) -> String {
     format!("U{owner}BOT")
 }
 
-/// The bot id a stand-in gives `owner`'s installation.
+/// The bot id a stand-in gives `owner`'s installation of the test app ([`super::APP_ID`]).
 pub fn bot_id_of(owner: &str) -> String {
     format!("B{owner}")
+}
+
+/// The bot user a stand-in gives `owner`'s installation of the app `app_id`: each app has a
+/// bot user of its own in a workspace ([`bot_user_of`] for the test app).
+pub fn bot_user_for(app_id: &str, owner: &str) -> String {
+    match app_id == super::APP_ID {
+        true => bot_user_of(owner),
+        false => format!("U{owner}{app_id}"),
+    }
+}
+
+/// The bot id a stand-in gives `owner`'s installation of the app `app_id` ([`bot_id_of`] for
+/// the test app).
+pub fn bot_id_for(app_id: &str, owner: &str) -> String {
+    match app_id == super::APP_ID {
+        true => bot_id_of(owner),
+        false => format!("B{owner}{app_id}"),
+    }
 }
 
 impl OAuthGrants {
@@ -98,14 +116,42 @@ impl OAuthGrants {
         }
     }
 
+    /// The app's client id.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
     /// Tokens issued from now on live `seconds`.
     pub fn set_lifetime(&mut self, seconds: u64) {
         self.lifetime_s = seconds;
     }
 
+    /// A new token or code: each names its app, as no two apps' tokens are alike in Slack (a
+    /// token one app's stand-in issued is refused by another's).
     fn fresh(&mut self, prefix: &str) -> String {
         self.next += 1;
-        format!("{prefix}-{}-{:08x}", self.next, rand_u32(self.next))
+        format!(
+            "{prefix}-{}-{}-{:08x}",
+            self.app_id,
+            self.next,
+            rand_u32(self.next)
+        )
+    }
+
+    /// Takes `token` as a bot token of `owner`'s installation issued outside the install flow
+    /// (a single workspace's token, kept with `import-token`): Slack refuses any other token
+    /// it never issued.
+    pub fn accept(&mut self, token: &str, owner: &str) {
+        self.tokens.insert(
+            token.to_string(),
+            Issued {
+                owner: owner.into(),
+                refresh: false,
+                parent: None,
+                state: State::Live,
+                expires_at_ms: None,
+            },
+        );
     }
 
     /// A person approved the install in `team` with `scope` (and `user_scope`): the code
@@ -349,7 +395,7 @@ impl OAuthGrants {
         let (access, refresh) = self.issue(&owner, prefix, grant.rotation, None, now_ms);
         let mut answer = json!({
             "ok": true, "token_type": "bot", "access_token": access, "scope": grant.scope,
-            "bot_user_id": bot_user_of(&owner), "app_id": self.app_id,
+            "bot_user_id": bot_user_for(&self.app_id, &owner), "app_id": self.app_id,
             "team": grant.team.as_ref().filter(|_| !grant.org_wide).map(|t| json!({"id": t, "name": format!("Team {t}")})),
             "enterprise": grant.enterprise.as_ref().map(|e| json!({"id": e, "name": format!("Enterprise {e}")})),
             "is_enterprise_install": grant.org_wide,

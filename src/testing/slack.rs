@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
 
-use super::oauth::{OAuthGrants, bot_id_of, bot_user_of};
+use super::oauth::{OAuthGrants, bot_id_for, bot_user_for};
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
 use crate::net::Connector;
@@ -24,6 +24,9 @@ pub(crate) struct Recorded {
     pub(crate) others: HashMap<String, Workspace>,
     /// Each call's installation, by the token it came with: (method, team), in order.
     pub(crate) callers: Vec<(String, String)>,
+    /// The stand-ins of other apps on the same Slack ([`FakeSlack::same_slack_as`]): a token
+    /// one of them issued is served there, as that app, wherever it is presented.
+    pub(crate) peers: Vec<std::sync::Weak<Mutex<Recorded>>>,
 }
 
 impl Recorded {
@@ -36,9 +39,9 @@ impl Recorded {
         self.others.entry(owner.to_string()).or_insert_with(|| {
             Workspace::new(Identity {
                 team: owner.to_string(),
+                bot_id: bot_id_for(&app_id, owner),
+                bot_user: bot_user_for(&app_id, owner),
                 app_id,
-                bot_id: bot_id_of(owner),
-                bot_user: bot_user_of(owner),
             })
         })
     }
@@ -67,6 +70,7 @@ impl FakeSlack {
             grants: None,
             others: HashMap::new(),
             callers: Vec::new(),
+            peers: Vec::new(),
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
@@ -170,8 +174,9 @@ impl FakeSlack {
 
     /// Multi-workspace mode: the app `client_id` (with `client_secret`) is installed through
     /// OAuth; `oauth.v2.access` is answered, and every call is served by the workspace its
-    /// token is for (a token Slack would refuse is refused as Slack refuses it). Tokens not
-    /// issued here reach the first workspace, as before.
+    /// token is for. A token Slack would refuse is refused as Slack refuses it: one it never
+    /// issued (another app's, one made up) with `invalid_auth`, none with `not_authed`; a token
+    /// issued outside the flow is taken once [`OAuthGrants::accept`] names it.
     pub fn with_oauth(self, client_id: &str, client_secret: &str) -> Self {
         {
             let mut s = self.state.lock().expect("lock");
@@ -179,6 +184,24 @@ impl FakeSlack {
             s.grants = Some(OAuthGrants::new(client_id, client_secret, &app_id));
         }
         self
+    }
+
+    /// This stand-in and `other` (another app's, each [`FakeSlack::with_oauth`]) are one Slack:
+    /// a token either issued is taken by both and acts as its own app (a call with app B's
+    /// token made through app A's stand-in is B's call, in B's workspace, as in Slack, where
+    /// it would post as B's bot), and an exchange goes to the app its client id names.
+    pub fn same_slack_as(&self, other: &FakeSlack) {
+        self.state
+            .lock()
+            .expect("lock")
+            .peers
+            .push(Arc::downgrade(&other.state));
+        other
+            .state
+            .lock()
+            .expect("lock")
+            .peers
+            .push(Arc::downgrade(&self.state));
     }
 
     /// Works on the grants ([`FakeSlack::with_oauth`]): make codes, revoke tokens.
@@ -255,6 +278,27 @@ pub(crate) fn answer(
     args: Value,
     token: Option<&str>,
 ) -> Value {
+    // Another app's token, or an exchange of another app's client id, on the same Slack: that
+    // app's stand-in answers it.
+    let peer = {
+        let s = state.lock().expect("lock");
+        let client = args["client_id"].as_str().unwrap_or_default();
+        let ours = |g: &OAuthGrants| match method {
+            "oauth.v2.access" => g.client_id() == client,
+            _ => token.is_none_or(|t| g.issued(t)),
+        };
+        match s.grants.as_ref() {
+            Some(g) if !ours(g) => s
+                .peers
+                .iter()
+                .filter_map(std::sync::Weak::upgrade)
+                .find(|p| p.lock().expect("lock").grants.as_ref().is_some_and(&ours)),
+            _ => None,
+        }
+    };
+    if let Some(peer) = peer {
+        return answer(&peer, method, args, token);
+    }
     let mut guard = state.lock().expect("lock");
     let s = &mut *guard;
     let now_ms = crate::clock::now_ms();
@@ -264,11 +308,14 @@ pub(crate) fn answer(
             s.calls.push((method.to_string(), redacted(&args)));
             return grants.exchange(&args, now_ms);
         }
-        if let Some(token) = token.filter(|t| grants.issued(t)) {
-            match grants.check(token, now_ms) {
-                Ok(o) => owner = o,
-                Err(code) => return serde_json::json!({"ok": false, "error": code}),
-            }
+        // As Slack: a call without a token is `not_authed`, and one with a token Slack never
+        // issued (another app's, a made-up one) is `invalid_auth`.
+        let Some(token) = token else {
+            return serde_json::json!({"ok": false, "error": "not_authed"});
+        };
+        match grants.check(token, now_ms) {
+            Ok(o) => owner = o,
+            Err(code) => return serde_json::json!({"ok": false, "error": code}),
         }
     }
     s.callers.push((method.to_string(), owner.clone()));

@@ -716,7 +716,7 @@ impl Workspace {
             }
             "auth.test" => {
                 let id = &self.identity;
-                json!({"ok": true, "team_id": id.team, "user_id": id.bot_user, "bot_id": id.bot_id})
+                json!({"ok": true, "team_id": id.team, "user_id": id.bot_user, "bot_id": id.bot_id, "app_id": id.app_id})
             }
             _ => json!({"ok": true}),
         }

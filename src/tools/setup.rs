@@ -10,6 +10,7 @@ use crate::errors::error_chain;
 use crate::ledger::DynamoLedger;
 use crate::queue::SqsQueue;
 use crate::queue::sqs::{self, CallBudget};
+use crate::workspaces::LegacyFound;
 
 /// `create-table [TABLE]`.
 pub static CREATE_TABLE: Spec = Spec {
@@ -132,23 +133,47 @@ pub fn create_queue(args: &Args) -> ExitCode {
 
 /// Runs `import-token`.
 pub fn import_token(args: &Args) -> ExitCode {
-    let (Some(token), Some(table)) = (env("SLACK_BOT_TOKEN"), env("DEDUP_TABLE")) else {
-        return args.fail("set SLACK_BOT_TOKEN (the token to keep) and DEDUP_TABLE");
+    let (Some(token), Some(table), Some(client_id)) = (
+        env("SLACK_BOT_TOKEN"),
+        env("DEDUP_TABLE"),
+        env("SLACK_CLIENT_ID"),
+    ) else {
+        return args.fail(
+            "set SLACK_BOT_TOKEN (the token to keep), DEDUP_TABLE and SLACK_CLIENT_ID (the \
+             app's client id: each app's installations are its own)",
+        );
     };
     let api = env("SLACK_API_URL").unwrap_or_else(|| crate::config::DEFAULT_SLACK_API_URL.into());
     runtime().block_on(async {
         let client = crate::ledger::dynamo::client_from_env().await;
-        let store = crate::workspaces::DynamoInstallations::new(client, table);
+        let store = crate::workspaces::DynamoInstallations::new(client, table, client_id.trim());
         let slack = crate::slack::SlackClient::new(api, None);
         let token = crate::config::Secret::new(token);
         match crate::workspaces::import_token(&store, &slack, &token).await {
-            Ok(Some(installation)) => {
-                let key = installation.key().expect("a key");
-                say!("imported the installation of {}", key.id());
-                ExitCode::SUCCESS
-            }
-            Ok(None) => {
-                say!("an installation is stored already: nothing imported");
+            Ok(imported) => {
+                let id = imported
+                    .installation
+                    .key()
+                    .map(|k| k.id().to_string())
+                    .unwrap_or_default();
+                match &imported.legacy {
+                    Some(LegacyFound::Ours) => say!(
+                        "the previous release kept this app's installation of {id} without \
+                         the app: this app's own takes its place"
+                    ),
+                    Some(LegacyFound::OtherApp(app)) => say!(
+                        "the previous release's installation of {id} is another app's ({}), \
+                         not this token's: left to it",
+                        app.as_deref().unwrap_or("its app unnamed")
+                    ),
+                    None => {}
+                }
+                match imported.kept {
+                    true => say!("imported the installation of {id}"),
+                    false => say!(
+                        "this app has an installation of {id} stored already: nothing imported"
+                    ),
+                }
                 ExitCode::SUCCESS
             }
             Err(error) => args.failed(&error_chain(&error)),

@@ -1,8 +1,10 @@
-//! The installation store in the ledger's DynamoDB table: one item per installation
-//! (`install#WORKSPACE#T…`, `install#ENTERPRISE#E…`), without `expires_at` (never expired by
-//! the table's TTL); OAuth states (`oauth-state#…`) and history-read pacing
-//! (`install-pace#…`) with one. Every write is one conditional request, and each stays right
-//! when the SDK sends it again after its answer was lost.
+//! The installation store in the ledger's DynamoDB table: one item per app and installation
+//! (`install#CLIENT#WORKSPACE#T…`, `install#CLIENT#ENTERPRISE#E…`), without `expires_at`
+//! (never expired by the table's TTL); OAuth states (`oauth-state#CLIENT#…`) and history-read
+//! pacing (`install-pace#CLIENT#…`) with one. Items the previous release kept without the app
+//! (`install#WORKSPACE#T…`) are read where the app has none, and written in place only as the
+//! caller's ownership check allows (see [`super`]). Every write is one conditional request,
+//! and each stays right when the SDK sends it again after its answer was lost.
 
 use std::collections::HashMap;
 
@@ -12,8 +14,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{
-    Installation, InstallationKey, InstallationStore, StoreError, Stored, read_interval_ms,
-    state_key,
+    Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
+    read_interval_ms, state_key,
 };
 
 /// The attributes of an installation's item.
@@ -36,21 +38,78 @@ pub mod attr {
     pub const NEXT_READ: &str = "next_read";
     /// Counts the changes other than a refresh ([`super::super::Stored::revision`]).
     pub const REVISION: &str = "revision";
+    /// The app's client id, on every item the store writes (operators and tools read it).
+    pub const CLIENT: &str = "client";
+    /// The Slack app's id (`A…`) of the installation, where the install named it.
+    pub const APP: &str = "app";
 }
 
-/// The installation store in the ledger's DynamoDB table, shared by every instance.
+/// The installation store in the ledger's DynamoDB table, shared by every instance of one app
+/// (and, under keys of their own, by other apps sharing the table).
 pub struct DynamoInstallations {
     client: Client,
     table: String,
+    /// The app's client id.
+    app: String,
 }
 
 impl DynamoInstallations {
-    /// The store in `table` (the ledger's), through `client`.
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
+    /// The store of the app whose client id is `app` in `table` (the ledger's), through
+    /// `client`.
+    pub fn new(client: Client, table: impl Into<String>, app: impl Into<String>) -> Self {
         Self {
             client,
             table: table.into(),
+            app: app.into(),
         }
+    }
+
+    fn key(&self, key: &InstallationKey, place: Place) -> String {
+        key.item_key(&self.app, place)
+    }
+
+    /// The item at `place`, read strongly.
+    async fn get(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(&self.key(key, place)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(got
+            .item
+            .filter(|item| item.contains_key(attr::INSTALLATION)))
+    }
+
+    /// The attributes of a new item for `installation`.
+    fn item_of(
+        &self,
+        key: &InstallationKey,
+        installation: &Installation,
+    ) -> HashMap<String, AttributeValue> {
+        let json = serde_json::to_string(installation).expect("an installation serialises");
+        let mut item: HashMap<String, AttributeValue> = [
+            (attr::PK, s(&self.key(key, Place::Own))),
+            (attr::KIND, s("installation")),
+            (attr::INSTALLATION, s(&json)),
+            (attr::ROTATION, s(&installation.bot.rotation())),
+            (attr::INSTALLED_AT, n(installation.installed_at_ms)),
+            (attr::CLIENT, s(&self.app)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        if let Some(app) = &installation.app_id {
+            item.insert(attr::APP.into(), s(app));
+        }
+        item
     }
 
     /// A conditional update: `Ok(false)` when its condition failed.
@@ -100,6 +159,8 @@ fn named(expressions: &[&str]) -> Vec<(String, &'static str)> {
         attr::SPENT_BY,
         attr::NEXT_READ,
         attr::REVISION,
+        attr::CLIENT,
+        attr::APP,
     ];
     ALL.iter()
         .filter(|name| {
@@ -127,7 +188,7 @@ fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> StoreError 
     StoreError::Unavailable(Box::new(e))
 }
 
-fn stored_of(item: &HashMap<String, AttributeValue>) -> Result<Stored, StoreError> {
+fn stored_of(item: &HashMap<String, AttributeValue>, place: Place) -> Result<Stored, StoreError> {
     let json = item
         .get(attr::INSTALLATION)
         .and_then(|v| v.as_s().ok())
@@ -142,25 +203,26 @@ fn stored_of(item: &HashMap<String, AttributeValue>) -> Result<Stored, StoreErro
             .and_then(|v| v.as_n().ok())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
+        place,
+        tag: item.get(attr::APP).and_then(|v| v.as_s().ok()).cloned(),
     })
 }
 
 #[async_trait]
 impl InstallationStore for DynamoInstallations {
+    fn app(&self) -> &str {
+        &self.app
+    }
+
     async fn save(&self, installation: &Installation) -> Result<(), StoreError> {
         let key = installation.key().ok_or_else(|| {
             StoreError::Corrupt("an installation without a team or enterprise".into())
         })?;
-        let json = serde_json::to_string(installation).expect("an installation serialises");
         // A put replaces the whole item: a reinstall's tokens, no lease, not broken.
         self.client
             .put_item()
             .table_name(&self.table)
-            .item(attr::PK, s(&key.item_key()))
-            .item(attr::KIND, s("installation"))
-            .item(attr::INSTALLATION, s(&json))
-            .item(attr::ROTATION, s(&installation.bot.rotation()))
-            .item(attr::INSTALLED_AT, n(installation.installed_at_ms))
+            .set_item(Some(self.item_of(&key, installation)))
             .send()
             .await
             .map_err(unavailable)?;
@@ -171,20 +233,17 @@ impl InstallationStore for DynamoInstallations {
         let key = installation.key().ok_or_else(|| {
             StoreError::Corrupt("an installation without a team or enterprise".into())
         })?;
-        let json = serde_json::to_string(installation).expect("an installation serialises");
+        let item = self.item_of(&key, installation);
+        let json = item[attr::INSTALLATION].clone();
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
-            .item(attr::PK, s(&key.item_key()))
-            .item(attr::KIND, s("installation"))
-            .item(attr::INSTALLATION, s(&json))
-            .item(attr::ROTATION, s(&installation.bot.rotation()))
-            .item(attr::INSTALLED_AT, n(installation.installed_at_ms))
+            .set_item(Some(item))
             .condition_expression("attribute_not_exists(#pk) OR #installation = :json")
             .expression_attribute_names("#pk", attr::PK)
             .expression_attribute_names("#installation", attr::INSTALLATION)
-            .expression_attribute_values(":json", s(&json))
+            .expression_attribute_values(":json", json)
             .send()
             .await;
         match result {
@@ -197,33 +256,46 @@ impl InstallationStore for DynamoInstallations {
     }
 
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError> {
-        let got = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(attr::PK, s(&key.item_key()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(unavailable)?;
-        match got.item() {
-            Some(item) if item.contains_key(attr::INSTALLATION) => stored_of(item).map(Some),
-            _ => Ok(None),
+        if let Some(item) = self.get(key, Place::Own).await? {
+            return stored_of(&item, Place::Own).map(Some);
+        }
+        match self.get(key, Place::Legacy).await? {
+            Some(item) => stored_of(&item, Place::Legacy).map(Some),
+            None => Ok(None),
         }
     }
 
-    async fn delete(&self, key: &InstallationKey, before_ms: u64) -> Result<bool, StoreError> {
-        let result = self
+    async fn delete(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        before_ms: u64,
+        owns: Owns<'_>,
+    ) -> Result<bool, StoreError> {
+        let mut request = self
             .client
             .delete_item()
             .table_name(&self.table)
-            .key(attr::PK, s(&key.item_key()))
-            .condition_expression("#installed_at < :before")
+            .key(attr::PK, s(&self.key(key, place)))
             .expression_attribute_names("#installed_at", attr::INSTALLED_AT)
-            .expression_attribute_values(":before", n(before_ms))
-            .send()
-            .await;
-        match result {
+            .expression_attribute_values(":before", n(before_ms));
+        request = match place {
+            Place::Own => request.condition_expression("#installed_at < :before"),
+            // The previous release's item: only the one read and judged the asker's.
+            Place::Legacy => {
+                let Some(item) = self.get(key, place).await? else {
+                    return Ok(false);
+                };
+                if !owns(&stored_of(&item, place)?) {
+                    return Ok(false);
+                }
+                request
+                    .condition_expression("#installed_at < :before AND #installation = :read")
+                    .expression_attribute_names("#installation", attr::INSTALLATION)
+                    .expression_attribute_values(":read", item[attr::INSTALLATION].clone())
+            }
+        };
+        match request.send().await {
             Ok(_) => Ok(true),
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
                 Ok(false)
@@ -235,27 +307,25 @@ impl InstallationStore for DynamoInstallations {
     async fn revoke(
         &self,
         key: &InstallationKey,
+        place: Place,
         users: &[String],
         bots: &[String],
         before_ms: u64,
+        owns: Owns<'_>,
     ) -> Result<bool, StoreError> {
         // Read, then write conditioned on what was read (the installation's JSON): a refresh or
         // a reinstall in between makes the write fail, and it is read again.
+        let item_key = self.key(key, place);
         for _ in 0..4 {
-            let got = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(attr::PK, s(&key.item_key()))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            let Some(item) = got.item().filter(|i| i.contains_key(attr::INSTALLATION)) else {
+            let Some(item) = self.get(key, place).await? else {
                 return Ok(false);
             };
             let read = item[attr::INSTALLATION].clone();
-            let mut installation = stored_of(item)?.installation;
+            let stored = stored_of(&item, place)?;
+            if place == Place::Legacy && !owns(&stored) {
+                return Ok(false);
+            }
+            let mut installation = stored.installation;
             if installation.installed_at_ms >= before_ms {
                 return Ok(false);
             }
@@ -268,7 +338,7 @@ impl InstallationStore for DynamoInstallations {
                     .client
                     .delete_item()
                     .table_name(&self.table)
-                    .key(attr::PK, s(&key.item_key()))
+                    .key(attr::PK, s(&item_key))
                     .condition_expression("#installation = :read")
                     .expression_attribute_names("#installation", attr::INSTALLATION)
                     .expression_attribute_values(":read", read)
@@ -295,7 +365,7 @@ impl InstallationStore for DynamoInstallations {
             let json = serde_json::to_string(&installation).expect("an installation serialises");
             if self
                 .update(
-                    &key.item_key(),
+                    &item_key,
                     "SET #installation = :new ADD #revision :one",
                     "#installation = :read",
                     vec![(":new", s(&json)), (":read", read), (":one", n(1))],
@@ -313,13 +383,14 @@ impl InstallationStore for DynamoInstallations {
     async fn take_refresh(
         &self,
         key: &InstallationKey,
+        place: Place,
         rotation: &str,
         owner: &str,
         now_ms: u64,
         until_ms: u64,
     ) -> Result<bool, StoreError> {
         self.update(
-            &key.item_key(),
+            &self.key(key, place),
             "SET #refresh_owner = :owner, #refresh_until = :until",
             "#rotation = :rotation AND attribute_not_exists(#broken) AND \
              (attribute_not_exists(#refresh_until) OR #refresh_until <= :now \
@@ -334,9 +405,14 @@ impl InstallationStore for DynamoInstallations {
         .await
     }
 
-    async fn release_refresh(&self, key: &InstallationKey, owner: &str) -> Result<(), StoreError> {
+    async fn release_refresh(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        owner: &str,
+    ) -> Result<(), StoreError> {
         self.update(
-            &key.item_key(),
+            &self.key(key, place),
             "REMOVE #refresh_owner, #refresh_until",
             "#refresh_owner = :owner",
             vec![(":owner", s(owner))],
@@ -348,13 +424,14 @@ impl InstallationStore for DynamoInstallations {
     async fn store_refreshed(
         &self,
         key: &InstallationKey,
+        place: Place,
         (replaced, revision): (&str, u64),
         owner: &str,
         refreshed: &Installation,
     ) -> Result<bool, StoreError> {
         let json = serde_json::to_string(refreshed).expect("an installation serialises");
         self.update(
-            &key.item_key(),
+            &self.key(key, place),
             "SET #installation = :json, #rotation = :new REMOVE #refresh_owner, #refresh_until",
             "(#rotation = :replaced AND #refresh_owner = :owner AND \
               (attribute_not_exists(#revision) OR #revision = :revision)) OR #rotation = :new",
@@ -372,11 +449,12 @@ impl InstallationStore for DynamoInstallations {
     async fn mark_broken(
         &self,
         key: &InstallationKey,
+        place: Place,
         rotation: &str,
         code: &str,
     ) -> Result<bool, StoreError> {
         self.update(
-            &key.item_key(),
+            &self.key(key, place),
             "SET #broken = :code REMOVE #refresh_owner, #refresh_until",
             "#rotation = :rotation AND attribute_not_exists(#broken)",
             vec![(":code", s(code)), (":rotation", s(rotation))],
@@ -396,7 +474,7 @@ impl InstallationStore for DynamoInstallations {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(attr::PK, s(&key.pace_key(method)))
+            .key(attr::PK, s(&key.pace_key(&self.app, method)))
             .update_expression("SET #next_read = :next, #expires_at = :expires")
             .condition_expression("attribute_not_exists(#next_read) OR #next_read <= :now")
             .expression_attribute_names("#next_read", attr::NEXT_READ)
@@ -424,6 +502,17 @@ impl InstallationStore for DynamoInstallations {
         }
     }
 
+    async fn tag_legacy(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
+        // `app` beside the installation's JSON, which the previous release reads as ever.
+        self.update(
+            &self.key(key, Place::Legacy),
+            "SET #app = :app",
+            "attribute_exists(#installation) AND attribute_not_exists(#app)",
+            vec![(":app", s(app_id))],
+        )
+        .await
+    }
+
     async fn consume_state(
         &self,
         nonce: &str,
@@ -434,7 +523,8 @@ impl InstallationStore for DynamoInstallations {
             .client
             .put_item()
             .table_name(&self.table)
-            .item(attr::PK, s(&state_key(nonce)))
+            .item(attr::PK, s(&state_key(&self.app, nonce)))
+            .item(attr::CLIENT, s(&self.app))
             .item(attr::KIND, s("oauth_state"))
             .item(attr::SPENT_BY, s(spender))
             .item(attr::EXPIRES_AT, n(expires_at_ms.div_ceil(1000) + 60))

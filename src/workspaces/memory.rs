@@ -1,12 +1,15 @@
-//! The installation store in memory: local mode without `DEDUP_TABLE`, and tests.
+//! The installation store in memory: local mode without `DEDUP_TABLE`, and tests. Its items are
+//! keyed as the DynamoDB store keys them, so that two apps' stores on one memory
+//! ([`MemoryInstallations::for_app`]) keep apart as they do in a shared table.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
 use super::{
-    Installation, InstallationKey, InstallationStore, StoreError, Stored, read_interval_ms,
+    Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
+    read_interval_ms, state_key,
 };
 
 #[derive(Clone)]
@@ -15,75 +18,154 @@ struct Item {
     refresh: Option<(String, u64)>,
 }
 
-/// The installation store in memory: this process only, lost when it ends.
 #[derive(Default)]
-pub struct MemoryInstallations {
+struct Shared {
+    /// Item key → installation.
     items: Mutex<HashMap<String, Item>>,
-    /// state → (expires_at_ms, spent by).
+    /// State key → (expires_at_ms, spent by).
     states: Mutex<HashMap<String, (u64, Option<String>)>>,
-    /// pace key → next read free at (epoch ms).
+    /// Pace key → next read free at (epoch ms).
     reads: Mutex<HashMap<String, u64>>,
 }
 
-impl MemoryInstallations {
-    /// An empty store.
-    pub fn new() -> Self {
-        Self::default()
-    }
+/// The installation store in memory: this process only, lost when it ends.
+#[derive(Clone)]
+pub struct MemoryInstallations {
+    app: String,
+    shared: Arc<Shared>,
+}
 
-    /// Every installation kept, for tests.
-    pub fn all(&self) -> Vec<Stored> {
-        let items = self.items.lock().expect("store lock");
-        items.values().map(|i| i.stored.clone()).collect()
+impl Default for MemoryInstallations {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
-#[async_trait]
-impl InstallationStore for MemoryInstallations {
-    async fn save(&self, installation: &Installation) -> Result<(), StoreError> {
-        let key = installation.key().ok_or_else(|| {
-            StoreError::Corrupt("an installation without a team or enterprise".into())
-        })?;
-        self.items.lock().expect("store lock").insert(
-            key.item_key(),
+/// The app of a store made with [`MemoryInstallations::new`].
+pub const LOCAL_APP: &str = "local";
+
+impl MemoryInstallations {
+    /// An empty store, of the app [`LOCAL_APP`].
+    pub fn new() -> Self {
+        Self {
+            app: LOCAL_APP.to_string(),
+            shared: Arc::default(),
+        }
+    }
+
+    /// An empty store of the app whose client id is `client_id`.
+    pub fn of_app(client_id: &str) -> Self {
+        Self::new().for_app(client_id)
+    }
+
+    /// The store of the app `client_id` on the same memory (two apps sharing one table).
+    pub fn for_app(&self, client_id: &str) -> Self {
+        Self {
+            app: client_id.to_string(),
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Every installation kept, for tests (every app's, at either place).
+    pub fn all(&self) -> Vec<Stored> {
+        let items = self.shared.items.lock().expect("store lock");
+        items.values().map(|i| i.stored.clone()).collect()
+    }
+
+    /// Keeps `installation` as the previous release kept it, without the app
+    /// ([`Place::Legacy`]): for tests of what this release does with such items.
+    pub fn save_legacy(&self, installation: &Installation) -> Result<(), StoreError> {
+        let key = installation.key().ok_or_else(no_key)?;
+        self.put(
+            key.item_key(&self.app, Place::Legacy),
+            installation,
+            Place::Legacy,
+        );
+        Ok(())
+    }
+
+    fn put(&self, item_key: String, installation: &Installation, place: Place) {
+        self.shared.items.lock().expect("store lock").insert(
+            item_key,
             Item {
                 stored: Stored {
                     installation: installation.clone(),
                     broken: None,
                     revision: 0,
+                    place,
+                    tag: None,
                 },
                 refresh: None,
             },
         );
+    }
+
+    fn key(&self, key: &InstallationKey, place: Place) -> String {
+        key.item_key(&self.app, place)
+    }
+}
+
+fn no_key() -> StoreError {
+    StoreError::Corrupt("an installation without a team or enterprise".into())
+}
+
+#[async_trait]
+impl InstallationStore for MemoryInstallations {
+    fn app(&self) -> &str {
+        &self.app
+    }
+
+    async fn save(&self, installation: &Installation) -> Result<(), StoreError> {
+        let key = installation.key().ok_or_else(no_key)?;
+        self.put(self.key(&key, Place::Own), installation, Place::Own);
         Ok(())
     }
 
     async fn save_new(&self, installation: &Installation) -> Result<bool, StoreError> {
-        let key = installation.key().ok_or_else(|| {
-            StoreError::Corrupt("an installation without a team or enterprise".into())
-        })?;
-        if self
-            .items
-            .lock()
-            .expect("store lock")
-            .contains_key(&key.item_key())
-        {
+        let key = installation.key().ok_or_else(no_key)?;
+        let item_key = self.key(&key, Place::Own);
+        let mut items = self.shared.items.lock().expect("store lock");
+        if items.contains_key(&item_key) {
             return Ok(false);
         }
-        self.save(installation).await?;
+        items.insert(
+            item_key,
+            Item {
+                stored: Stored {
+                    installation: installation.clone(),
+                    broken: None,
+                    revision: 0,
+                    place: Place::Own,
+                    tag: None,
+                },
+                refresh: None,
+            },
+        );
         Ok(true)
     }
 
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError> {
-        let items = self.items.lock().expect("store lock");
-        Ok(items.get(&key.item_key()).map(|i| i.stored.clone()))
+        let items = self.shared.items.lock().expect("store lock");
+        Ok(items
+            .get(&self.key(key, Place::Own))
+            .or_else(|| items.get(&self.key(key, Place::Legacy)))
+            .map(|i| i.stored.clone()))
     }
 
-    async fn delete(&self, key: &InstallationKey, before_ms: u64) -> Result<bool, StoreError> {
-        let mut items = self.items.lock().expect("store lock");
-        let k = key.item_key();
+    async fn delete(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        before_ms: u64,
+        owns: Owns<'_>,
+    ) -> Result<bool, StoreError> {
+        let mut items = self.shared.items.lock().expect("store lock");
+        let k = self.key(key, place);
         match items.get(&k) {
-            Some(i) if i.stored.installation.installed_at_ms < before_ms => {
+            Some(i)
+                if i.stored.installation.installed_at_ms < before_ms
+                    && (place == Place::Own || owns(&i.stored)) =>
+            {
                 items.remove(&k);
                 Ok(true)
             }
@@ -94,15 +176,20 @@ impl InstallationStore for MemoryInstallations {
     async fn revoke(
         &self,
         key: &InstallationKey,
+        place: Place,
         users: &[String],
         bots: &[String],
         before_ms: u64,
+        owns: Owns<'_>,
     ) -> Result<bool, StoreError> {
-        let mut items = self.items.lock().expect("store lock");
-        let k = key.item_key();
+        let mut items = self.shared.items.lock().expect("store lock");
+        let k = self.key(key, place);
         let Some(item) = items.get_mut(&k) else {
             return Ok(false);
         };
+        if place == Place::Legacy && !owns(&item.stored) {
+            return Ok(false);
+        }
         let i = &mut item.stored.installation;
         if i.installed_at_ms >= before_ms {
             return Ok(false);
@@ -122,13 +209,14 @@ impl InstallationStore for MemoryInstallations {
     async fn take_refresh(
         &self,
         key: &InstallationKey,
+        place: Place,
         rotation: &str,
         owner: &str,
         now_ms: u64,
         until_ms: u64,
     ) -> Result<bool, StoreError> {
-        let mut items = self.items.lock().expect("store lock");
-        let Some(item) = items.get_mut(&key.item_key()) else {
+        let mut items = self.shared.items.lock().expect("store lock");
+        let Some(item) = items.get_mut(&self.key(key, place)) else {
             return Ok(false);
         };
         if item.stored.installation.bot.rotation() != rotation || item.stored.broken.is_some() {
@@ -143,9 +231,14 @@ impl InstallationStore for MemoryInstallations {
         }
     }
 
-    async fn release_refresh(&self, key: &InstallationKey, owner: &str) -> Result<(), StoreError> {
-        let mut items = self.items.lock().expect("store lock");
-        if let Some(item) = items.get_mut(&key.item_key())
+    async fn release_refresh(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        owner: &str,
+    ) -> Result<(), StoreError> {
+        let mut items = self.shared.items.lock().expect("store lock");
+        if let Some(item) = items.get_mut(&self.key(key, place))
             && item.refresh.as_ref().is_some_and(|(o, _)| o == owner)
         {
             item.refresh = None;
@@ -156,12 +249,13 @@ impl InstallationStore for MemoryInstallations {
     async fn store_refreshed(
         &self,
         key: &InstallationKey,
+        place: Place,
         (replaced, revision): (&str, u64),
         owner: &str,
         refreshed: &Installation,
     ) -> Result<bool, StoreError> {
-        let mut items = self.items.lock().expect("store lock");
-        let Some(item) = items.get_mut(&key.item_key()) else {
+        let mut items = self.shared.items.lock().expect("store lock");
+        let Some(item) = items.get_mut(&self.key(key, place)) else {
             return Ok(false);
         };
         let current = item.stored.installation.bot.rotation();
@@ -179,11 +273,12 @@ impl InstallationStore for MemoryInstallations {
     async fn mark_broken(
         &self,
         key: &InstallationKey,
+        place: Place,
         rotation: &str,
         code: &str,
     ) -> Result<bool, StoreError> {
-        let mut items = self.items.lock().expect("store lock");
-        match items.get_mut(&key.item_key()) {
+        let mut items = self.shared.items.lock().expect("store lock");
+        match items.get_mut(&self.key(key, place)) {
             Some(item)
                 if item.stored.installation.bot.rotation() == rotation
                     && item.stored.broken.is_none() =>
@@ -202,13 +297,26 @@ impl InstallationStore for MemoryInstallations {
         now_ms: u64,
         per_minute: u32,
     ) -> Result<Option<u64>, StoreError> {
-        let mut reads = self.reads.lock().expect("store lock");
-        let next = reads.entry(key.pace_key(method)).or_insert(0);
+        let mut reads = self.shared.reads.lock().expect("store lock");
+        let next = reads.entry(key.pace_key(&self.app, method)).or_insert(0);
         if *next > now_ms {
             return Ok(Some(*next));
         }
         *next = now_ms + read_interval_ms(per_minute);
         Ok(None)
+    }
+
+    async fn tag_legacy(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
+        let mut items = self.shared.items.lock().expect("store lock");
+        match items.get_mut(&self.key(key, Place::Legacy)) {
+            Some(item)
+                if item.stored.tag.is_none() && item.stored.installation.app_id.is_none() =>
+            {
+                item.stored.tag = Some(app_id.to_string());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn consume_state(
@@ -217,12 +325,12 @@ impl InstallationStore for MemoryInstallations {
         spender: &str,
         expires_at_ms: u64,
     ) -> Result<bool, StoreError> {
-        let mut states = self.states.lock().expect("store lock");
-        match states.get(nonce) {
+        let mut states = self.shared.states.lock().expect("store lock");
+        match states.get(&state_key(&self.app, nonce)) {
             Some((_, Some(by))) => Ok(by == spender),
             _ => {
                 states.insert(
-                    nonce.to_string(),
+                    state_key(&self.app, nonce),
                     (expires_at_ms, Some(spender.to_string())),
                 );
                 Ok(true)

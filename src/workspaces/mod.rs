@@ -1,10 +1,24 @@
-//! Multi-workspace mode: one installation per workspace (or per enterprise, for an org-wide
-//! install), each with its own bot token, kept in the ledger's table without a TTL.
+//! Multi-workspace mode: one installation per app and workspace (or enterprise, for an
+//! org-wide install), each with its own bot token, kept in the ledger's table without a TTL.
 //!
 //! - [`InstallationStore`]: the seam, with a memory ([`MemoryInstallations`]) and a DynamoDB
-//!   ([`DynamoInstallations`]) implementation sharing its semantics;
+//!   ([`DynamoInstallations`]) implementation sharing its semantics; a store is one app's
+//!   (named by its client id), and touches no other app's items in a table they share;
 //! - [`Workspaces`]: which installation serves a request, its client, and the one refresh of a
-//!   rotating token across every instance ([`tokens`]).
+//!   rotating token across every instance ([`tokens`]);
+//! - [`oauth`]: the install flow (`/slack/install`, `/slack/oauth_redirect`).
+//!
+//! **Apps sharing a table.** Every key the store writes names the app by its client id
+//! (`install#CLIENT#WORKSPACE#T…`, `install-pace#CLIENT#…`, `oauth-state#CLIENT#…`): the
+//! client id is the one name of the app that every part of a deployment has (the install flow,
+//! a refresh outside any request, the tools). The previous release wrote its installations
+//! without the app (`install#WORKSPACE#T…`: [`Place::Legacy`]); this release reads such an
+//! item where the app has none of its own, and uses it, in place, only when it is this app's
+//! (the app the item names is the request's; an item that names none, imported with
+//! `import-token`, is this app's when its bot user is the one the request names, or the
+//! request names none), so that both releases serve and refresh one installation during a
+//! rolling deploy. A new install, a reinstall or an import writes the app's own key, which wins
+//! from then on: that is how the previous release's items are moved.
 //!
 //! Keys cannot collide with the ledger's: an event's key is Slack's `Ev…` id or a `msg-`,
 //! `cmid-`, `asst-`, `actx-`, `cmd-`… name, never `install#…` or `oauth-state#…`.
@@ -52,21 +66,27 @@ impl InstallationKey {
         keys
     }
 
-    /// The item's key in the table.
-    pub fn item_key(&self) -> String {
+    /// `WORKSPACE#T…` or `ENTERPRISE#E…`.
+    fn scope(&self) -> String {
         match self {
-            InstallationKey::Workspace(team) => format!("install#WORKSPACE#{team}"),
-            InstallationKey::Enterprise(e) => format!("install#ENTERPRISE#{e}"),
+            InstallationKey::Workspace(team) => format!("WORKSPACE#{team}"),
+            InstallationKey::Enterprise(e) => format!("ENTERPRISE#{e}"),
         }
     }
 
-    /// The key of the item that paces this workspace's history reads with `method` (Slack's
-    /// limit is per method: `conversations.history` and `.replies` each their own).
-    pub fn pace_key(&self, method: &str) -> String {
-        format!(
-            "install-pace#{}#{method}",
-            &self.item_key()["install#".len()..]
-        )
+    /// The key of the app `app`'s (its client id) item of this installation in the table, at
+    /// `place`.
+    pub fn item_key(&self, app: &str, place: Place) -> String {
+        match place {
+            Place::Own => format!("install#{app}#{}", self.scope()),
+            Place::Legacy => format!("install#{}", self.scope()),
+        }
+    }
+
+    /// The key of the item that paces the app `app`'s history reads in this workspace with
+    /// `method` (Slack's limit is per app, workspace and method).
+    pub fn pace_key(&self, app: &str, method: &str) -> String {
+        format!("install-pace#{app}#{}#{method}", self.scope())
     }
 
     /// The id it is named by (a team's or an enterprise's), for the logs.
@@ -77,9 +97,57 @@ impl InstallationKey {
     }
 }
 
-/// The key of an OAuth `state`'s item.
-pub fn state_key(state: &str) -> String {
-    format!("oauth-state#{state}")
+/// The key of the app `app`'s (its client id) OAuth `state`'s item.
+pub fn state_key(app: &str, state: &str) -> String {
+    format!("oauth-state#{app}#{state}")
+}
+
+/// Where an installation's item is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// Under the app's own key (`install#CLIENT#…`): this release's.
+    Own,
+    /// Under the key the previous release wrote, without the app (`install#WORKSPACE#T…`):
+    /// used in place only where it is this app's (see the module's documentation).
+    Legacy,
+}
+
+/// Who asks for an installation: what a verified request says of its app and its bot, which
+/// decides whether an item the previous release wrote without the app is this app's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Requester<'a> {
+    /// The request's `api_app_id`.
+    pub app_id: Option<&'a str>,
+    /// The bot user the request names (an event's `authorizations`), if any.
+    pub bot_user: Option<&'a str>,
+}
+
+impl Requester<'_> {
+    /// Whether `stored`, found where the previous release kept it, is the requester's
+    /// (`our_app`: the app learnt from earlier requests, where this one names none):
+    /// - an item that names its app (an OAuth install's, or one tagged since), when that app
+    ///   is the requester's;
+    /// - one that names none (imported with the previous release's `import-token`), when its
+    ///   bot user is the one the request names (each app has its own bot user in a
+    ///   workspace).
+    ///
+    /// `None` when this cannot tell (an untagged import, a request that names no bot user):
+    /// the caller asks Slack whose token it is ([`Workspaces`] does, with `auth.test`, and
+    /// tags the item), or, where it cannot ask, takes it as not the requester's.
+    pub fn owns_legacy(&self, stored: &Stored, our_app: Option<&str>) -> Option<bool> {
+        let app = stored
+            .installation
+            .app_id
+            .as_deref()
+            .or(stored.tag.as_deref());
+        match app {
+            Some(app) => Some(self.app_id.or(our_app) == Some(app)),
+            None => match (self.bot_user, stored.installation.bot_user_id.as_deref()) {
+                (Some(asked), Some(kept)) => Some(asked == kept),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// A token, with its rotation: the refresh token and when the token expires (epoch ms), when
@@ -195,6 +263,11 @@ pub struct Stored {
     /// Counts the changes other than a refresh (a revoked user token): a refresh stores its
     /// pair only over the revision it read, so it never undoes one.
     pub revision: u64,
+    /// Where it was found: the app's own key, or the previous release's.
+    pub place: Place,
+    /// The app the item is tagged with (its `app` attribute), where its installation names
+    /// none: an import the previous release kept, whose app `auth.test` has told since.
+    pub tag: Option<String>,
 }
 
 impl std::fmt::Debug for Stored {
@@ -208,6 +281,7 @@ impl std::fmt::Debug for Stored {
             .field("user_token", &i.user.is_some())
             .field("broken", &self.broken)
             .field("revision", &self.revision)
+            .field("place", &self.place)
             .finish()
     }
 }
@@ -225,39 +299,65 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// Whether an item found where the previous release kept it is the asker's: see
+/// [`Requester::owns_legacy`].
+pub type Owns<'a> = &'a (dyn Fn(&Stored) -> bool + Send + Sync);
+
 /// The installation store's seam: the memory and DynamoDB implementations share these
-/// semantics (a contract test runs both).
+/// semantics (a contract test runs both). A store is one app's ([`InstallationStore::app`]):
+/// every item it writes is keyed by that app, and it never writes another app's.
 #[async_trait]
 pub trait InstallationStore: Send + Sync + 'static {
-    /// Keeps an install (a reinstall replaces the earlier one, and clears `broken`).
+    /// The app whose installations these are: its client id.
+    fn app(&self) -> &str;
+
+    /// Keeps an install under the app's own key (a reinstall replaces the earlier one, and
+    /// clears `broken`).
     async fn save(&self, installation: &Installation) -> Result<(), StoreError>;
 
-    /// Keeps an install only where none is stored: whether kept.
+    /// Keeps an install under the app's own key only where none is stored there: whether
+    /// kept.
     async fn save_new(&self, installation: &Installation) -> Result<bool, StoreError>;
 
-    /// The installation `key` names, read strongly.
+    /// The installation `key` names, read strongly: the app's own; where it has none, the one
+    /// the previous release kept without the app ([`Place::Legacy`]), whichever app's it is
+    /// (the caller decides whether it is its own).
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError>;
 
-    /// Removes the installation if it was installed before `before_ms` (an `app_uninstalled`
-    /// event's time): a late uninstall never removes a later reinstall. Whether it removed one.
-    async fn delete(&self, key: &InstallationKey, before_ms: u64) -> Result<bool, StoreError>;
+    /// Removes the installation at `place` if it was installed before `before_ms` (an
+    /// `app_uninstalled` event's time): a late uninstall never removes a later reinstall. At
+    /// [`Place::Legacy`], only one `owns` says is the asker's. Whether it removed one.
+    async fn delete(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        before_ms: u64,
+        owns: Owns<'_>,
+    ) -> Result<bool, StoreError>;
 
-    /// Removes the tokens of `users` (a `tokens_revoked` event's): the installing user's token
-    /// when that user is named; the whole installation when its bot user is. Only for an
-    /// installation made before `before_ms`. Whether it changed anything.
+    /// Removes the tokens of `users` (a `tokens_revoked` event's) from the installation at
+    /// `place`: the installing user's token when that user is named; the whole installation
+    /// when its bot user is. Only for an installation made before `before_ms`, and at
+    /// [`Place::Legacy`] one `owns` says is the asker's. Whether it changed anything.
+    #[allow(clippy::too_many_arguments)]
     async fn revoke(
         &self,
         key: &InstallationKey,
+        place: Place,
         users: &[String],
         bots: &[String],
         before_ms: u64,
+        owns: Owns<'_>,
     ) -> Result<bool, StoreError>;
 
-    /// Takes the refresh of the bot token whose refresh token `rotation` names, for `owner`
-    /// until `until_ms`: only when no other owner holds it past `now_ms`. Whether taken.
+    /// Takes the refresh of the bot token whose refresh token `rotation` names (at `place`),
+    /// for `owner` until `until_ms`: only when no other owner holds it past `now_ms`. Whether
+    /// taken.
+    #[allow(clippy::too_many_arguments)]
     async fn take_refresh(
         &self,
         key: &InstallationKey,
+        place: Place,
         rotation: &str,
         owner: &str,
         now_ms: u64,
@@ -265,30 +365,37 @@ pub trait InstallationStore: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
 
     /// Gives up the refresh `owner` holds (a failed exchange), so the next try need not wait.
-    async fn release_refresh(&self, key: &InstallationKey, owner: &str) -> Result<(), StoreError>;
+    async fn release_refresh(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        owner: &str,
+    ) -> Result<(), StoreError>;
 
-    /// Stores a refreshed installation: only over the refresh token it replaces (`replaced`,
-    /// at `revision`) while `owner` holds the refresh, or over itself (this write sent again
-    /// after its answer was lost). Whether stored.
+    /// Stores a refreshed installation at `place`: only over the refresh token it replaces
+    /// (`replaced`, at `revision`) while `owner` holds the refresh, or over itself (this write
+    /// sent again after its answer was lost). Whether stored.
     async fn store_refreshed(
         &self,
         key: &InstallationKey,
+        place: Place,
         replaced: (&str, u64),
         owner: &str,
         refreshed: &Installation,
     ) -> Result<bool, StoreError>;
 
-    /// Marks the installation whose refresh token `rotation` names as broken with `code`.
-    /// Whether marked (`false`: another refresh replaced it, or it is gone or marked).
+    /// Marks the installation at `place` whose refresh token `rotation` names as broken with
+    /// `code`. Whether marked (`false`: another refresh replaced it, or it is gone or marked).
     async fn mark_broken(
         &self,
         key: &InstallationKey,
+        place: Place,
         rotation: &str,
         code: &str,
     ) -> Result<bool, StoreError>;
 
-    /// Takes the next of `per_minute` history reads a minute with `method` for the workspace
-    /// `key` names: `None` when taken, or when the next one is free (epoch ms).
+    /// Takes the next of `per_minute` history reads a minute with `method` for the app in the
+    /// workspace `key` names: `None` when taken, or when the next one is free (epoch ms).
     async fn take_read(
         &self,
         key: &InstallationKey,
@@ -297,10 +404,15 @@ pub trait InstallationStore: Send + Sync + 'static {
         per_minute: u32,
     ) -> Result<Option<u64>, StoreError>;
 
-    /// Spends an OAuth state's nonce (the state itself is signed, and checked before this: an
-    /// unsigned request never reaches the table), kept until `expires_at_ms`: whether it was
-    /// unspent. Spent once: a second callback with it gets `false`, while this call sent again
-    /// (its answer lost) gets `true` (`spender` is this callback's).
+    /// Tags the previous release's item of `key` that names no app (an import) as the app
+    /// `app_id`'s, as `auth.test` with its token told: later reads need not ask again. Only
+    /// where it is untagged and still names no app. Whether tagged.
+    async fn tag_legacy(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError>;
+
+    /// Spends the app's OAuth state's nonce (the state itself is signed, and checked before
+    /// this: an unsigned request never reaches the table), kept until `expires_at_ms`: whether
+    /// it was unspent. Spent once: a second callback with it gets `false`, while this call
+    /// sent again (its answer lost) gets `true` (`spender` is this callback's).
     async fn consume_state(
         &self,
         nonce: &str,
@@ -323,15 +435,37 @@ pub enum ImportError {
     Store(#[from] StoreError),
 }
 
-/// Keeps a single workspace's bot token (`SLACK_BOT_TOKEN`) as that workspace's installation,
-/// unless one is stored already (`Ok(None)`): moving a single-workspace app to multi-workspace
-/// mode without a window in which its workspace has no installation (`slack-once
-/// import-token`). The workspace and the bot are as `auth.test` names them.
+/// What `import-token` found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Imported {
+    /// The installation the token makes (its workspace and bot as `auth.test` names them).
+    pub installation: Installation,
+    /// Whether it was kept: `false` when the app has an installation there already (an OAuth
+    /// install's rotating token, an earlier import), which stays.
+    pub kept: bool,
+    /// What the previous release kept there without the app, if anything.
+    pub legacy: Option<LegacyFound>,
+}
+
+/// An installation the previous release kept without the app, as `import-token` judged it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LegacyFound {
+    /// This app's (its bot user is the token's): the app's own item now takes its place.
+    Ours,
+    /// Another app's (its bot user is not the token's): left to it; its app, where it names one.
+    OtherApp(Option<String>),
+}
+
+/// Keeps a single workspace's bot token (`SLACK_BOT_TOKEN`) as that workspace's installation of
+/// the store's app, unless the app has one stored there already: moving a single-workspace app
+/// to multi-workspace mode without a window in which its workspace has no installation
+/// (`slack-once import-token`). The workspace and the bot are as `auth.test` names them;
+/// another app's installation in the workspace is never touched, and is reported.
 pub async fn import_token(
     store: &dyn InstallationStore,
     slack: &crate::slack::SlackClient,
     token: &Secret,
-) -> Result<Option<Installation>, ImportError> {
+) -> Result<Imported, ImportError> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     let me = slack
         .call_with("auth.test", &[], Some(token), deadline)
@@ -346,7 +480,7 @@ pub async fn import_token(
         enterprise_name: None,
         enterprise_url: None,
         is_enterprise_install: org_wide,
-        app_id: None,
+        app_id: text("app_id"),
         bot_id: text("bot_id"),
         bot_user_id: text("user_id"),
         bot_scopes: Vec::new(),
@@ -360,12 +494,28 @@ pub async fn import_token(
         user: None,
         installed_at_ms: crate::clock::now_ms(),
     };
-    installation.key().ok_or(ImportError::NoTeam)?;
-    // Never over an installation stored meanwhile (an OAuth install's rotating token).
-    match store.save_new(&installation).await? {
-        true => Ok(Some(installation)),
-        false => Ok(None),
-    }
+    let key = installation.key().ok_or(ImportError::NoTeam)?;
+    let legacy = match store.find(&key).await? {
+        Some(found) if found.place == Place::Legacy => {
+            let asker = Requester {
+                app_id: installation.app_id.as_deref(),
+                bot_user: installation.bot_user_id.as_deref(),
+            };
+            Some(match asker.owns_legacy(&found, None) {
+                Some(true) => LegacyFound::Ours,
+                _ => LegacyFound::OtherApp(found.installation.app_id.clone().or(found.tag.clone())),
+            })
+        }
+        _ => None,
+    };
+    // Never over an installation of the app stored meanwhile (an OAuth install's rotating
+    // token).
+    let kept = store.save_new(&installation).await?;
+    Ok(Imported {
+        installation,
+        kept,
+        legacy,
+    })
 }
 
 /// The interval between history reads at `per_minute` a minute.

@@ -163,6 +163,7 @@ impl OAuthFlow {
         }
         match self.exchange(code).await {
             Ok(installation) => {
+                self.workspaces.learn_app(installation.app_id.as_deref());
                 let key = installation.key();
                 if let Err(e) = self.workspaces.store().save(&installation).await {
                     tracing::error!(error = %crate::errors::error_chain(&e), "an installation could not be stored");
@@ -192,8 +193,7 @@ impl OAuthFlow {
                     StatusCode::OK,
                     "Installed",
                     &format!(
-                        "The app is installed in {}. You can close this page and go back to Slack.",
-                        escape(&name)
+                        "The app is installed in {name}. You can close this page and go back to Slack."
                     ),
                 )
             }
@@ -373,8 +373,10 @@ fn escape(text: &str) -> String {
         .replace('\'', "&#39;")
 }
 
-/// A small HTML page.
+/// A small HTML page. Every value it shows is escaped here (a workspace's name, Slack's error
+/// code, a reason): none can make markup.
 fn page(status: StatusCode, title: &str, text: &str) -> Response {
+    let (title, text) = (escape(title), escape(text));
     let html = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title></head>\
          <body style=\"font-family: sans-serif; max-width: 36em; margin: 4em auto\">\

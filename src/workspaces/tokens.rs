@@ -30,7 +30,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Installation, InstallationKey, InstallationStore, StoreError, Stored, Token};
+use super::{
+    Installation, InstallationKey, InstallationStore, Place, Requester, StoreError, Stored, Token,
+};
 use crate::config::{OAuthConfig, Secret};
 use crate::secrets::{Refused, SlackSecrets};
 use crate::slack::{SlackClient, SlackError, TokenSource};
@@ -110,16 +112,21 @@ pub enum Authorized {
 /// refresh reaches them all.
 struct Known {
     key: InstallationKey,
-    current: RwLock<Arc<Installation>>,
+    /// The installation, and where its item is.
+    current: RwLock<(Arc<Installation>, Place)>,
 }
 
 impl Known {
     fn get(&self) -> Arc<Installation> {
-        self.current.read().expect("installation lock").clone()
+        self.current.read().expect("installation lock").0.clone()
     }
 
-    fn set(&self, installation: Installation) {
-        *self.current.write().expect("installation lock") = Arc::new(installation);
+    fn place(&self) -> Place {
+        self.current.read().expect("installation lock").1
+    }
+
+    fn set(&self, installation: Installation, place: Place) {
+        *self.current.write().expect("installation lock") = (Arc::new(installation), place);
     }
 }
 
@@ -146,6 +153,9 @@ pub struct Workspaces {
     retry_after: Mutex<HashMap<InstallationKey, Instant>>,
     /// Where a refresh's own metrics line goes (it runs outside any request), and the version.
     metrics: Mutex<(crate::metrics::MetricsOut, String)>,
+    /// The app's id (`A…`), as its verified requests and its installs name it: what decides
+    /// whether an item the previous release kept is this app's where a caller names no app.
+    app_id: Mutex<Option<String>>,
     me: std::sync::Weak<Workspaces>,
 }
 
@@ -176,6 +186,7 @@ impl Workspaces {
             said_broken: Mutex::default(),
             retry_after: Mutex::default(),
             metrics: Mutex::new((crate::metrics::MetricsOut::Off, String::new())),
+            app_id: Mutex::new(None),
             me: me.clone(),
         })
     }
@@ -263,16 +274,112 @@ impl Workspaces {
         self.cache.lock().expect("cache lock").remove(key);
     }
 
+    /// Keeps the app's id (`A…`) as a verified request or an install names it.
+    pub fn learn_app(&self, app_id: Option<&str>) {
+        if let Some(app) = app_id.filter(|a| !a.is_empty()) {
+            let mut known = self.app_id.lock().expect("lock");
+            if known.as_deref() != Some(app) {
+                *known = Some(app.to_string());
+            }
+        }
+    }
+
+    /// The app's id, as learnt ([`Workspaces::learn_app`]).
+    pub fn app_id(&self) -> Option<String> {
+        self.app_id.lock().expect("lock").clone()
+    }
+
+    /// What the table holds for `key`, as `who` may use it: an item the previous release kept
+    /// is dropped unless it is `who`'s ([`Requester::owns_legacy`]; where that cannot tell,
+    /// `auth.test` with the item's token names its app, and the item is tagged with it), and
+    /// an item of the app's own whose installation names another app than the request's is
+    /// refused (a deployment given another app's client id).
+    async fn judged(
+        &self,
+        key: &InstallationKey,
+        found: Option<Stored>,
+        who: &Requester<'_>,
+    ) -> Result<Option<Stored>, StoreError> {
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        let our_app = self.app_id();
+        let asker = who.app_id.or(our_app.as_deref());
+        let app_of = found.installation.app_id.as_deref();
+        match found.place {
+            Place::Legacy => {
+                let ours = match who.owns_legacy(&found, our_app.as_deref()) {
+                    Some(ours) => ours,
+                    None => match self.app_of_token(key, &found).await? {
+                        Some(app) => asker == Some(app.as_str()),
+                        // Slack named no app: a deployment's own import (the only way such an
+                        // item was made), taken as this app's.
+                        None => true,
+                    },
+                };
+                Ok(ours.then_some(found))
+            }
+            Place::Own if app_of.is_some() && who.app_id.is_some() && app_of != who.app_id => {
+                tracing::error!(
+                    installation = key.id(),
+                    installed_app = app_of.unwrap_or(""),
+                    request_app = who.app_id.unwrap_or(""),
+                    "this deployment's installation is another app's than the request's: is \
+                     SLACK_CLIENT_ID this app's? The request is not answered"
+                );
+                Ok(None)
+            }
+            Place::Own => Ok(Some(found)),
+        }
+    }
+
+    /// The app whose token the previous release's import `found` holds, as `auth.test` names
+    /// it, tagged on the item so that no later read asks again. `None` where Slack names none.
+    /// A token Slack refuses is nobody's to use here: `Some("")`.
+    async fn app_of_token(
+        &self,
+        key: &InstallationKey,
+        found: &Stored,
+    ) -> Result<Option<String>, StoreError> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let token = found.installation.bot.secret();
+        match self
+            .slack
+            .call_with("auth.test", &[], Some(&token), deadline)
+            .await
+        {
+            Ok(me) => match me["app_id"].as_str().filter(|a| !a.is_empty()) {
+                Some(app) => {
+                    self.store.tag_legacy(key, app).await?;
+                    Ok(Some(app.to_string()))
+                }
+                None => Ok(None),
+            },
+            Err(SlackError::Api { code }) => {
+                tracing::warn!(
+                    installation = key.id(),
+                    code,
+                    "the previous release's import here holds a token Slack refuses: not used"
+                );
+                Ok(Some(String::new()))
+            }
+            Err(e) => Err(StoreError::Unavailable(Box::new(e))),
+        }
+    }
+
     /// The installation serving a request of `team` (of `enterprise`, org-wide when
-    /// `is_enterprise_install`), with its client; its token refreshed if it is due.
+    /// `is_enterprise_install`) made by `who`, with its client; its token refreshed if it is
+    /// due.
     pub async fn authorize(
         &self,
         team: Option<&str>,
         enterprise: Option<&str>,
         is_enterprise_install: bool,
+        who: &Requester<'_>,
     ) -> Result<Authorized, StoreError> {
+        self.learn_app(who.app_id);
         for key in InstallationKey::candidates(team, enterprise, is_enterprise_install) {
-            match self.known(&key).await? {
+            match self.known(&key, who).await? {
                 Cached::Found(known) => {
                     let installation = self.fresh(&known).await;
                     // Slack's history limit is per workspace: an org-wide install's
@@ -309,7 +416,10 @@ impl Workspaces {
         team: &str,
         enterprise: Option<&str>,
     ) -> Result<Option<SlackClient>, StoreError> {
-        match self.authorize(Some(team), enterprise, false).await? {
+        match self
+            .authorize(Some(team), enterprise, false, &Requester::default())
+            .await?
+        {
             Authorized::Installed { client, .. } => Ok(Some(client)),
             _ => Ok(None),
         }
@@ -326,7 +436,11 @@ impl Workspaces {
         }
     }
 
-    async fn known(&self, key: &InstallationKey) -> Result<Cached, StoreError> {
+    async fn known(
+        &self,
+        key: &InstallationKey,
+        who: &Requester<'_>,
+    ) -> Result<Cached, StoreError> {
         {
             let cache = self.cache.lock().expect("cache lock");
             if let Some((at, cached)) = cache.get(key)
@@ -340,7 +454,24 @@ impl Workspaces {
             }
         }
         let found = self.store.find(key).await?;
-        Ok(self.remember(key, found))
+        let judged = self.judged(key, found, who).await?;
+        Ok(self.remember(key, judged))
+    }
+
+    /// What the table holds for the installation `known`, as a refresh or a refused token (on
+    /// the app's behalf, its bot user the known one's) may use it.
+    async fn judge_for(
+        &self,
+        key: &InstallationKey,
+        found: Option<Stored>,
+        known: &Known,
+    ) -> Result<Option<Stored>, StoreError> {
+        let bot_user = known.get().bot_user_id.clone();
+        let who = Requester {
+            app_id: None,
+            bot_user: bot_user.as_deref(),
+        };
+        self.judged(key, found, &who).await
     }
 
     /// Keeps what the table holds for `key` (the same [`Known`] when it is still there, so the
@@ -352,15 +483,19 @@ impl Workspaces {
             Some(Stored {
                 broken: Some(code), ..
             }) => Cached::Broken(code),
-            Some(Stored { installation, .. }) => {
+            Some(Stored {
+                installation,
+                place,
+                ..
+            }) => {
                 let known = match cache.get(key) {
                     Some((_, Cached::Found(known))) => {
-                        known.set(installation);
+                        known.set(installation, place);
                         known.clone()
                     }
                     _ => Arc::new(Known {
                         key: key.clone(),
-                        current: RwLock::new(Arc::new(installation)),
+                        current: RwLock::new((Arc::new(installation), place)),
                     }),
                 };
                 Cached::Found(known)
@@ -474,21 +609,29 @@ impl Workspaces {
         let budget = Instant::now() + REFRESH_BUDGET;
         let rotation = seen.bot.rotation();
         // The table may hold a newer token already (another instance refreshed).
-        let stored = self.store.find(key).await?;
+        let stored = self
+            .judge_for(key, self.store.find(key).await?, known)
+            .await?;
         let Some(stored) = stored else {
             self.remember(key, None);
             return Ok(());
         };
-        if stored.installation.bot.rotation() != rotation || stored.broken.is_some() {
+        if stored.installation.bot.rotation() != rotation
+            || stored.broken.is_some()
+            || stored.place != known.place()
+        {
             self.remember(key, Some(stored));
             return Ok(());
         }
+        // The item the pair is stored in: the app's own, or the previous release's (in place,
+        // so that both releases refresh one installation once).
+        let place = stored.place;
         let owner = uuid::Uuid::new_v4().simple().to_string();
         let now = crate::clock::now_ms();
         let until = now + REFRESH_LEASE.as_millis() as u64;
         if !self
             .store
-            .take_refresh(key, &rotation, &owner, now, until)
+            .take_refresh(key, place, &rotation, &owner, now, until)
             .await?
         {
             // Another instance is refreshing: the current token serves until it expires. One
@@ -500,9 +643,13 @@ impl Workspaces {
                 && Instant::now() + Duration::from_millis(250) < budget
             {
                 tokio::time::sleep(Duration::from_millis(250)).await;
-                let now = self.store.find(key).await?;
+                let now = self
+                    .judge_for(key, self.store.find(key).await?, known)
+                    .await?;
                 let changed = now.as_ref().is_none_or(|s| {
-                    s.installation.bot.rotation() != rotation || s.broken.is_some()
+                    s.installation.bot.rotation() != rotation
+                        || s.broken.is_some()
+                        || s.place != place
                 });
                 if changed {
                     self.remember(key, now);
@@ -512,7 +659,7 @@ impl Workspaces {
             return Ok(());
         }
         let released = || async {
-            let _ = self.store.release_refresh(key, &owner).await;
+            let _ = self.store.release_refresh(key, place, &owner).await;
         };
         // Taken: read again (a refresh may have ended between the read and the lease). The
         // pair is stored over what this read found, and nothing else.
@@ -520,10 +667,15 @@ impl Workspaces {
             self.left(&i.bot)
                 .is_some_and(|l| l <= self.oauth.refresh_before)
         };
-        let held = match self.store.find(key).await {
+        let found = match self.store.find(key).await {
+            Ok(found) => self.judge_for(key, found, known).await,
+            Err(e) => Err(e),
+        };
+        let held = match found {
             Ok(Some(s))
                 if s.installation.bot.rotation() == rotation
                     && s.broken.is_none()
+                    && s.place == place
                     && due(&s.installation) =>
             {
                 s
@@ -568,12 +720,14 @@ impl Workspaces {
             Ok(answer) => answer,
             Err(SlackError::Api { code }) if BROKEN_CODES.contains(&code.as_str()) => {
                 // Only if no other refresh replaced the token meanwhile.
-                if self.store.mark_broken(key, &rotation, &code).await? {
+                if self.store.mark_broken(key, place, &rotation, &code).await? {
                     crate::metrics::count("InstallationsBroken");
                     self.say_broken(key, &code);
                 }
                 released().await;
-                let now = self.store.find(key).await?;
+                let now = self
+                    .judge_for(key, self.store.find(key).await?, known)
+                    .await?;
                 self.remember(key, now);
                 return Ok(());
             }
@@ -601,13 +755,13 @@ impl Workspaces {
         // the same refresh token again.
         match self
             .store
-            .store_refreshed(key, (&rotation, held.revision), &owner, &refreshed)
+            .store_refreshed(key, place, (&rotation, held.revision), &owner, &refreshed)
             .await
         {
             Ok(true) => {
                 crate::metrics::count("TokensRefreshed");
                 tracing::info!(installation = key.id(), "token refreshed");
-                known.set(refreshed.clone());
+                known.set(refreshed.clone(), place);
                 // And the cache's, should it hold another copy (a forget since).
                 self.remember(
                     key,
@@ -615,20 +769,26 @@ impl Workspaces {
                         installation: refreshed,
                         broken: None,
                         revision: held.revision,
+                        place,
+                        tag: held.tag.clone(),
                     }),
                 );
                 Ok(())
             }
             Ok(false) => {
                 released().await;
-                let now = self.store.find(key).await?;
+                let now = self
+                    .judge_for(key, self.store.find(key).await?, known)
+                    .await?;
                 self.remember(key, now);
                 Ok(())
             }
             Err(e) => {
                 // Stored or not: the table says.
                 released().await;
-                if let Ok(now) = self.store.find(key).await {
+                if let Ok(now) = self.store.find(key).await
+                    && let Ok(now) = self.judge_for(key, now, known).await
+                {
                     self.remember(key, now);
                 }
                 Err(Box::new(e))
@@ -636,26 +796,48 @@ impl Workspaces {
         }
     }
 
-    /// An `app_uninstalled` event (at `event_ms`): removes the installation.
+    /// An `app_uninstalled` event (at `event_ms`) of `who`: removes the app's installation
+    /// (its own item, and the previous release's where that one is `who`'s).
     pub async fn uninstalled(
         &self,
         key: &InstallationKey,
         event_ms: u64,
+        who: &Requester<'_>,
     ) -> Result<bool, StoreError> {
-        let removed = self.store.delete(key, event_ms).await?;
+        self.learn_app(who.app_id);
+        let our_app = self.app_id();
+        // Only what is surely this app's: an undecided import stays (its app's own uninstall
+        // removes it, or a reinstall's own item takes its place).
+        let owns = |s: &Stored| who.owns_legacy(s, our_app.as_deref()) == Some(true);
+        let own = self.store.delete(key, Place::Own, event_ms, &owns).await?;
+        let legacy = self
+            .store
+            .delete(key, Place::Legacy, event_ms, &owns)
+            .await?;
         self.forget(key);
-        Ok(removed)
+        Ok(own || legacy)
     }
 
-    /// A `tokens_revoked` event (at `event_ms`): removes the revoked tokens.
+    /// A `tokens_revoked` event (at `event_ms`) of `who`: removes the revoked tokens from the
+    /// app's installation (its own item, and the previous release's where that one is `who`'s).
     pub async fn revoked(
         &self,
         key: &InstallationKey,
         users: &[String],
         bots: &[String],
         event_ms: u64,
+        who: &Requester<'_>,
     ) -> Result<bool, StoreError> {
-        let changed = self.store.revoke(key, users, bots, event_ms).await?;
+        self.learn_app(who.app_id);
+        let our_app = self.app_id();
+        let owns = |s: &Stored| who.owns_legacy(s, our_app.as_deref()) == Some(true);
+        let mut changed = false;
+        for place in [Place::Own, Place::Legacy] {
+            changed |= self
+                .store
+                .revoke(key, place, users, bots, event_ms, &owns)
+                .await?;
+        }
         self.forget(key);
         Ok(changed)
     }
@@ -720,7 +902,10 @@ impl TokenSource for InstalledToken {
         let w = &self.workspaces;
         let key = &self.known.key;
         let found = match w.store.find(key).await {
-            Ok(found) => found,
+            Ok(found) => match w.judge_for(key, found, &self.known).await {
+                Ok(found) => found,
+                Err(_) => return Refused::Unknown,
+            },
             Err(_) => return Refused::Unknown,
         };
         if found.is_none() {
@@ -731,7 +916,7 @@ impl TokenSource for InstalledToken {
         if let Cached::Found(known) = w.remember(key, found)
             && !Arc::ptr_eq(&known, &self.known)
         {
-            self.known.set((*known.get()).clone());
+            self.known.set((*known.get()).clone(), known.place());
         }
         let now = self.known.get();
         if now.bot.token != used.expose() {
@@ -757,6 +942,10 @@ impl TokenSource for InstalledToken {
             let budget = (Instant::now() + INLINE_BUDGET).min(deadline);
             w.refresh(&self.known, budget).await;
         }
+    }
+
+    fn installation(&self) -> Option<&str> {
+        Some(self.known.key.id())
     }
 
     async fn lookup_slot(&self, method: &str, deadline: Instant) -> Result<(), SlackError> {

@@ -365,6 +365,22 @@ async fn a_missing_table_answers_503_and_posts_nothing() {
 }
 
 #[tokio::test]
+async fn a_state_change_is_made_once_per_request() {
+    let ledger = ledger().await;
+    contract::a_state_change_is_made_once_per_request(
+        ledger.as_ref(),
+        &id("EvD40"),
+        &id("EvD41"),
+        &id("state-A0001-count"),
+    )
+    .await;
+    // The record on the request's claim, in the transaction's other item.
+    let item = ledger.get_item("EvD40").await.unwrap().unwrap();
+    let changes = item["state_changes"].as_m().unwrap();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+}
+
+#[tokio::test]
 async fn state_is_written_once_per_version_read() {
     let (ledger, key) = (ledger().await, id("state-A0001-EvD30-poll"));
     contract::state_is_written_once_per_version_read(ledger.as_ref(), &key).await;

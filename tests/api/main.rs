@@ -24,4 +24,5 @@ mod rejections;
 mod review;
 mod soak;
 mod standins;
+mod tenants;
 mod workspaces;

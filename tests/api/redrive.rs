@@ -369,3 +369,78 @@ async fn a_sweep_ends_failed_the_claims_left_past_their_lease_and_only_those() {
     assert_eq!(answer.status, http::StatusCode::OK, "{}", answer.body);
     assert_eq!(stack.slack.posts_per_event().get("EvSweepLeft"), Some(&1));
 }
+
+/// The counter (examples/counter.rs) in deferred mode: a mention whose count was changed, but
+/// whose reply Slack refused on both receives, is dead-lettered; 300 other mentions change the
+/// count meanwhile; then `redrive` runs it again: its change is found made (recorded with its
+/// own claim, not among the value's latest writers, which long forgot it), and the count is
+/// 301, not 302. Its reply says the count as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counters_redriven_request_counts_once_after_300_other_changes() {
+    let stack = DeferredStack::start(2).await;
+    let ingress = BotProcess::spawn_example("counter", &[], &stack.ingress_vars());
+    let http = HttpClient::default();
+    let worker = BotProcess::spawn_example("counter", &["worker"], &stack.worker_vars(1, 2));
+    stack.slack.outage(Duration::from_secs(3600));
+    let first = app_mention("EvCount000", "count me");
+    let queued = deliver(&http, &ingress.url(), &first, None).await;
+    assert_eq!(queued.outcome(), "queued", "{}", queued.body);
+    assert!(
+        eventually_async(Duration::from_secs(30), || async {
+            stack.queue.depth(&stack.queue.dlq_url).await == 1
+        })
+        .await,
+        "dead-lettered after 2 receives: {}",
+        worker.log()
+    );
+    drop(worker);
+    assert_eq!(count_of(&stack).await, Some(1), "its change was made");
+
+    // Slack is back; 300 other mentions, answered by a synchronous process of the same bot.
+    stack.slack.outage(Duration::ZERO);
+    let sync = BotProcess::spawn_example(
+        "counter",
+        &[],
+        &bot_vars(&stack.slack, &stack.dynamodb, &stack.table),
+    );
+    for i in 1..=300 {
+        let body = app_mention(&format!("EvCount{i:03}"), "count me");
+        let answer = deliver(&http, &sync.url(), &body, None).await;
+        assert_eq!(answer.outcome(), "answered", "{i}: {}", answer.body);
+    }
+    assert_eq!(count_of(&stack).await, Some(301));
+
+    let report = redrive(&stack, &[]);
+    assert!(line(&report, "http_500").starts_with("moved"), "{report}");
+    let worker = BotProcess::spawn_example("counter", &["worker"], &stack.worker_vars(1, 2));
+    assert!(
+        eventually(Duration::from_secs(30), || stack.slack.posted().len()
+            == 301)
+        .await,
+        "{}",
+        worker.log()
+    );
+    assert_eq!(count_of(&stack).await, Some(301), "counted once, not twice");
+    let last = stack.slack.posted().last().unwrap().body["text"].clone();
+    assert_eq!(last, "That makes 301.");
+}
+
+/// The counter's value in `stack`'s table.
+async fn count_of(stack: &DeferredStack) -> Option<u64> {
+    let client = dynamodb_client(&stack.dynamodb);
+    let page = client
+        .scan()
+        .table_name(&stack.table)
+        .filter_expression("begins_with(pk, :state)")
+        .expression_attribute_values(":state", AttributeValue::S("state".into()))
+        .send()
+        .await
+        .unwrap();
+    let items = page.items();
+    assert!(items.len() <= 1, "{items:?}");
+    items
+        .first()
+        .and_then(|i| i.get("app_state"))
+        .and_then(|v| v.as_s().ok())
+        .and_then(|v| v.parse().ok())
+}

@@ -16,7 +16,7 @@ use slack_once::ledger::{DynamoLedger, Ledger};
 use slack_once::testing::FakeSlack;
 use slack_once::workspaces::{
     DynamoInstallations, Installation, InstallationKey, InstallationStore, MemoryInstallations,
-    Token,
+    Place, Token,
 };
 use tokio::sync::oneshot;
 
@@ -82,8 +82,17 @@ async fn spawn(
     ledger: Arc<dyn Ledger>,
     store: Arc<dyn InstallationStore>,
 ) -> Distributed {
-    let app = Application::with_parts(config(slack, &[]), ledger, slack_once::app::reference_app())
-        .with_store(store);
+    spawn_bot(slack, ledger, store, slack_once::app::reference_app()).await
+}
+
+/// The bot `bot` in multi-workspace mode on `ledger` and `store`.
+async fn spawn_bot(
+    slack: &FakeSlack,
+    ledger: Arc<dyn Ledger>,
+    store: Arc<dyn InstallationStore>,
+    bot: slack_once::app::App,
+) -> Distributed {
+    let app = Application::with_parts(config(slack, &[]), ledger, bot).with_store(store);
     let server = app.bind().await.unwrap();
     let addr = server.local_addr();
     let (tx, rx) = oneshot::channel::<()>();
@@ -100,7 +109,7 @@ async fn spawn(
 async fn on_dynamo() -> (Arc<DynamoLedger>, Arc<DynamoInstallations>) {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
-    let store = DynamoInstallations::new(dynamodb_client(&endpoint), table);
+    let store = DynamoInstallations::new(dynamodb_client(&endpoint), table, CLIENT_ID);
     (ledger, Arc::new(store))
 }
 
@@ -253,7 +262,7 @@ async fn an_install_through_the_flow_is_stored_and_each_workspace_is_answered_wi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redirect_without_its_cookie_with_a_spent_or_unknown_state_or_an_error_stores_nothing() {
     let slack = fake_slack_oauth().await;
-    let store = Arc::new(MemoryInstallations::new());
+    let store = Arc::new(MemoryInstallations::of_app(CLIENT_ID));
     let app = spawn(
         &slack,
         Arc::new(slack_once::ledger::MemoryLedger::new()),
@@ -592,7 +601,7 @@ async fn send_all(sends: Vec<(String, String)>) -> Vec<Answer> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_installation_stores_keep_one_contract() {
     let (_, dynamo) = on_dynamo().await;
-    let memory = Arc::new(MemoryInstallations::new());
+    let memory = Arc::new(MemoryInstallations::of_app(CLIENT_ID));
     for store in [
         dynamo as Arc<dyn InstallationStore>,
         memory as Arc<dyn InstallationStore>,
@@ -639,19 +648,19 @@ async fn contract(store: &dyn InstallationStore) {
     // One refresh holder at a time; the lease taken again by its holder (a write sent again).
     assert!(
         store
-            .take_refresh(&key, &r1, "a", 2_000, 22_000)
+            .take_refresh(&key, Place::Own, &r1, "a", 2_000, 22_000)
             .await
             .unwrap()
     );
     assert!(
         store
-            .take_refresh(&key, &r1, "a", 2_000, 22_000)
+            .take_refresh(&key, Place::Own, &r1, "a", 2_000, 22_000)
             .await
             .unwrap()
     );
     assert!(
         !store
-            .take_refresh(&key, &r1, "b", 3_000, 23_000)
+            .take_refresh(&key, Place::Own, &r1, "b", 3_000, 23_000)
             .await
             .unwrap()
     );
@@ -660,19 +669,19 @@ async fn contract(store: &dyn InstallationStore) {
     let second = installation("T1", "r2", 1_000);
     assert!(
         !store
-            .store_refreshed(&key, (&r1, 0), "b", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "b", &second)
             .await
             .unwrap()
     );
     assert!(
         store
-            .store_refreshed(&key, (&r1, 0), "a", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second)
             .await
             .unwrap()
     );
     assert!(
         store
-            .store_refreshed(&key, (&r1, 0), "a", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second)
             .await
             .unwrap()
     );
@@ -683,27 +692,27 @@ async fn contract(store: &dyn InstallationStore) {
     // A refresh of the replaced token can no longer be taken; an expired lease can.
     assert!(
         !store
-            .take_refresh(&key, &r1, "c", 30_000, 50_000)
+            .take_refresh(&key, Place::Own, &r1, "c", 30_000, 50_000)
             .await
             .unwrap()
     );
     let r2 = second.bot.rotation();
     assert!(
         store
-            .take_refresh(&key, &r2, "c", 30_000, 50_000)
+            .take_refresh(&key, Place::Own, &r2, "c", 30_000, 50_000)
             .await
             .unwrap()
     );
     assert!(
         store
-            .take_refresh(&key, &r2, "d", 50_001, 70_000)
+            .take_refresh(&key, Place::Own, &r2, "d", 50_001, 70_000)
             .await
             .unwrap()
     );
-    store.release_refresh(&key, "d").await.unwrap();
+    store.release_refresh(&key, Place::Own, "d").await.unwrap();
     assert!(
         store
-            .take_refresh(&key, &r2, "e", 50_002, 70_000)
+            .take_refresh(&key, Place::Own, &r2, "e", 50_002, 70_000)
             .await
             .unwrap()
     );
@@ -711,25 +720,25 @@ async fn contract(store: &dyn InstallationStore) {
     // Broken only over the token it was for.
     assert!(
         !store
-            .mark_broken(&key, &r1, "invalid_refresh_token")
+            .mark_broken(&key, Place::Own, &r1, "invalid_refresh_token")
             .await
             .unwrap()
     );
     assert!(
         store
-            .mark_broken(&key, &r2, "invalid_refresh_token")
+            .mark_broken(&key, Place::Own, &r2, "invalid_refresh_token")
             .await
             .unwrap()
     );
     assert!(
         !store
-            .mark_broken(&key, &r2, "invalid_refresh_token")
+            .mark_broken(&key, Place::Own, &r2, "invalid_refresh_token")
             .await
             .unwrap()
     );
     assert!(
         !store
-            .take_refresh(&key, &r2, "f", 90_000, 99_000)
+            .take_refresh(&key, Place::Own, &r2, "f", 90_000, 99_000)
             .await
             .unwrap()
     );
@@ -746,13 +755,13 @@ async fn contract(store: &dyn InstallationStore) {
     // an installation made after the event.
     assert!(
         !store
-            .revoke(&key, &["U1".into()], &[], 4_000)
+            .revoke(&key, Place::Own, &["U1".into()], &[], 4_000, &|_| true)
             .await
             .unwrap()
     );
     assert!(
         store
-            .revoke(&key, &["U1".into()], &[], 6_000)
+            .revoke(&key, Place::Own, &["U1".into()], &[], 6_000, &|_| true)
             .await
             .unwrap()
     );
@@ -768,22 +777,37 @@ async fn contract(store: &dyn InstallationStore) {
     );
     assert!(
         !store
-            .revoke(&key, &["U1".into()], &[], 6_000)
+            .revoke(&key, Place::Own, &["U1".into()], &[], 6_000, &|_| true)
             .await
             .unwrap()
     );
     assert!(
         store
-            .revoke(&key, &[], &["UBOT1".into()], 6_000)
+            .revoke(&key, Place::Own, &[], &["UBOT1".into()], 6_000, &|_| true)
             .await
             .unwrap()
     );
     assert!(store.find(&key).await.unwrap().is_none());
     // Uninstalls: not over a later install.
     store.save(&third).await.unwrap();
-    assert!(!store.delete(&key, 4_000).await.unwrap());
-    assert!(store.delete(&key, 6_000).await.unwrap());
-    assert!(!store.delete(&key, 6_000).await.unwrap());
+    assert!(
+        !store
+            .delete(&key, Place::Own, 4_000, &|_| true)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .delete(&key, Place::Own, 6_000, &|_| true)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .delete(&key, Place::Own, 6_000, &|_| true)
+            .await
+            .unwrap()
+    );
 
     // States' nonces: single use; the same spender again (its answer lost) is told yes.
     assert!(store.consume_state("s1", "n1", 10_000).await.unwrap());
@@ -1017,6 +1041,8 @@ async fn a_reinstall_counts_at_once_everywhere_and_a_workspaces_uninstall_spares
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_imports_a_single_workspaces_token_and_the_app_answers_with_it() {
     let slack = fake_slack_oauth().await;
+    // A token Slack issued when the app was installed in its one workspace.
+    slack.with_grants(|g| g.accept("xoxb-the-one-workspace", "T0TEST"));
     let endpoint = dynamodb_endpoint();
     let (ledger, store) = on_dynamo().await;
     let run = || {
@@ -1027,6 +1053,7 @@ async fn the_binary_imports_a_single_workspaces_token_and_the_app_answers_with_i
         }
         command
             .env("SLACK_BOT_TOKEN", "xoxb-the-one-workspace")
+            .env("SLACK_CLIENT_ID", CLIENT_ID)
             .env("SLACK_API_URL", slack.base_url())
             .env("DEDUP_TABLE", ledger.table());
         let out = command.output().unwrap();
@@ -1088,8 +1115,10 @@ async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
         w
     };
     let call = |w: Arc<Workspaces>| async move {
-        let Authorized::Installed { client, .. } =
-            w.authorize(Some("T0002"), None, false).await.unwrap()
+        let Authorized::Installed { client, .. } = w
+            .authorize(Some("T0002"), None, false, &Default::default())
+            .await
+            .unwrap()
         else {
             panic!("installed");
         };
@@ -1103,7 +1132,7 @@ async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
             .await;
     };
     // Refused for good: marked broken, counted on the refresh's own line.
-    let store = Arc::new(MemoryInstallations::new());
+    let store = Arc::new(MemoryInstallations::of_app(CLIENT_ID));
     rotating_install(&slack, &*store, "T0002", 30).await;
     slack.with_grants(|g| g.revoke_all("T0002"));
     call(workspaces(CLIENT_SECRET, store.clone())).await;
@@ -1113,7 +1142,7 @@ async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
 
     // A refresh that fails (a wrong client secret) is tried once, not by each request after.
     let other = fake_slack_oauth().await;
-    let store = Arc::new(MemoryInstallations::new());
+    let store = Arc::new(MemoryInstallations::of_app(CLIENT_ID));
     rotating_install(&other, &*store, "T0002", 30).await;
     let slack = other;
     let w = {
@@ -1136,4 +1165,121 @@ async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
             .count()
     });
     assert_eq!(refreshes, 1, "one exchange, then 30 s without");
+}
+
+/// A bot of settings: a mention `set VALUE` keeps VALUE under "settings" in the workspace's
+/// state, `get NAME` says what the workspace's state holds under NAME, `share VALUE` keeps
+/// VALUE in the state every workspace shares, `shared` says what it holds.
+fn settings_bot() -> slack_once::app::App {
+    use slack_once::app::{App, AppMention, Ctx};
+    let day = Duration::from_secs(86_400);
+    App::new().app_mention(move |ctx: Ctx, m: AppMention| async move {
+        let said = m.text.split_once("> ").map(|(_, t)| t).unwrap_or_default();
+        let (verb, rest) = said.split_once(' ').unwrap_or((said, ""));
+        let rest = rest.to_string();
+        let answer = match verb {
+            "set" => {
+                let v: String = ctx
+                    .state()
+                    .update("settings", day, |_: Option<String>| rest.clone())
+                    .await?;
+                format!("set {v}")
+            }
+            "get" => match ctx.state().get::<String>(&rest).await? {
+                Some(v) => format!("got {}", v.value),
+                None => "got none".to_string(),
+            },
+            "share" => {
+                let v: String = ctx
+                    .shared_state()
+                    .update("motd", day, |_: Option<String>| rest.clone())
+                    .await?;
+                format!("shared {v}")
+            }
+            "shared" => match ctx.shared_state().get::<String>("motd").await? {
+                Some(v) => format!("motd {}", v.value),
+                None => "motd none".to_string(),
+            },
+            _ => "?".to_string(),
+        };
+        ctx.reply(answer).await?;
+        Ok(())
+    })
+}
+
+/// State is per workspace: two workspaces write and read "settings", each sees its own; no
+/// name a listener can give (another workspace's id in it, the other item's key itself, a path)
+/// reaches the other's value; the shared state is one value for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workspaces_each_keep_their_own_state_and_share_only_the_shared() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let table = ledger.table().to_string();
+    let app = spawn_bot(&slack, ledger.clone(), store, settings_bot()).await;
+    for team in ["T0002", "T0003"] {
+        let code = slack.with_grants(|g| g.grant(team, "app_mentions:read,chat:write", "", false));
+        assert_eq!(install(&app, code).await.status, 200);
+    }
+    let n = std::sync::atomic::AtomicU32::new(0);
+    let say = |team: &'static str, text: String| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let body = mention_in(&slack, team, None, false, "C1", 100 + i);
+        let mut body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let bot = slack_once::testing::bot_user_of(team);
+        body["event"]["text"] = json!(format!("<@{bot}> {text}"));
+        let body = body.to_string();
+        slack.with_workspace_of(team, |w| w.add_event_message(body.as_bytes()));
+        let (app, slack) = (&app, &slack);
+        async move {
+            let answer = app.send(&body).await;
+            assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+            let said = slack.messages_of(team);
+            said.last().unwrap()["text"].as_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(say("T0002", "set blue".into()).await, "set blue");
+    assert_eq!(say("T0003", "set green".into()).await, "set green");
+    assert_eq!(say("T0002", "get settings".into()).await, "got blue");
+    assert_eq!(say("T0003", "get settings".into()).await, "got green");
+
+    // The two values are two items, each keyed by its workspace.
+    let keys: Vec<String> = dynamodb_client(&dynamodb_endpoint())
+        .scan()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap()
+        .items()
+        .iter()
+        .filter_map(|i| i.get("pk").and_then(|v| v.as_s().ok()).cloned())
+        .filter(|k| k.starts_with("state"))
+        .collect();
+    let t3 = keys
+        .iter()
+        .find(|k| k.contains("-T0003-"))
+        .unwrap_or_else(|| panic!("{keys:?}"))
+        .clone();
+    assert!(keys.iter().any(|k| k.contains("-T0002-")), "{keys:?}");
+    // No name given in T0002 reaches T0003's value.
+    for forged in [
+        "T0003-settings".to_string(),
+        "T0003/settings".to_string(),
+        "../T0003/settings".to_string(),
+        "settings\u{0}T0003".to_string(),
+        t3.clone(),
+        t3.split_once("-T0003-").unwrap().1.to_string(),
+    ] {
+        assert_eq!(
+            say("T0002", format!("get {forged}")).await,
+            "got none",
+            "{forged:?} from T0002"
+        );
+    }
+    assert_eq!(say("T0002", "get settings".into()).await, "got blue");
+    // The shared state: one value, whichever workspace wrote it.
+    assert_eq!(
+        say("T0002", "share lunch at noon".into()).await,
+        "shared lunch at noon"
+    );
+    assert_eq!(say("T0003", "shared".into()).await, "motd lunch at noon");
 }

@@ -14,7 +14,9 @@ use crate::ledger::{
     Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,
     StepRecord,
 };
-use crate::workspaces::{Installation, InstallationKey, InstallationStore, StoreError, Stored};
+use crate::workspaces::{
+    Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
+};
 
 pub(crate) struct SimLedger {
     pub world: Arc<World>,
@@ -138,6 +140,10 @@ impl SimInstallations {
 
 #[async_trait]
 impl InstallationStore for SimInstallations {
+    fn app(&self) -> &str {
+        self.store.app()
+    }
+
     async fn save(&self, installation: &Installation) -> Result<(), StoreError> {
         self.site("save".into(), || self.store.save(installation))
             .await
@@ -157,9 +163,15 @@ impl InstallationStore for SimInstallations {
         Ok(found)
     }
 
-    async fn delete(&self, key: &InstallationKey, before_ms: u64) -> Result<bool, StoreError> {
-        self.site(format!("delete {}", key.id()), || {
-            self.store.delete(key, before_ms)
+    async fn delete(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        before_ms: u64,
+        owns: Owns<'_>,
+    ) -> Result<bool, StoreError> {
+        self.site(format!("delete {} ({place:?})", key.id()), || {
+            self.store.delete(key, place, before_ms, owns)
         })
         .await
     }
@@ -167,12 +179,14 @@ impl InstallationStore for SimInstallations {
     async fn revoke(
         &self,
         key: &InstallationKey,
+        place: Place,
         users: &[String],
         bots: &[String],
         before_ms: u64,
+        owns: Owns<'_>,
     ) -> Result<bool, StoreError> {
-        self.site(format!("revoke {}", key.id()), || {
-            self.store.revoke(key, users, bots, before_ms)
+        self.site(format!("revoke {} ({place:?})", key.id()), || {
+            self.store.revoke(key, place, users, bots, before_ms, owns)
         })
         .await
     }
@@ -180,6 +194,7 @@ impl InstallationStore for SimInstallations {
     async fn take_refresh(
         &self,
         key: &InstallationKey,
+        place: Place,
         rotation: &str,
         owner: &str,
         now_ms: u64,
@@ -187,14 +202,19 @@ impl InstallationStore for SimInstallations {
     ) -> Result<bool, StoreError> {
         self.site(format!("take the refresh of {}", key.id()), || {
             self.store
-                .take_refresh(key, rotation, owner, now_ms, until_ms)
+                .take_refresh(key, place, rotation, owner, now_ms, until_ms)
         })
         .await
     }
 
-    async fn release_refresh(&self, key: &InstallationKey, owner: &str) -> Result<(), StoreError> {
+    async fn release_refresh(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        owner: &str,
+    ) -> Result<(), StoreError> {
         self.site(format!("release the refresh of {}", key.id()), || {
-            self.store.release_refresh(key, owner)
+            self.store.release_refresh(key, place, owner)
         })
         .await
     }
@@ -202,12 +222,14 @@ impl InstallationStore for SimInstallations {
     async fn store_refreshed(
         &self,
         key: &InstallationKey,
+        place: Place,
         replaced: (&str, u64),
         owner: &str,
         refreshed: &Installation,
     ) -> Result<bool, StoreError> {
         self.site(format!("store the refreshed pair of {}", key.id()), || {
-            self.store.store_refreshed(key, replaced, owner, refreshed)
+            self.store
+                .store_refreshed(key, place, replaced, owner, refreshed)
         })
         .await
     }
@@ -215,11 +237,19 @@ impl InstallationStore for SimInstallations {
     async fn mark_broken(
         &self,
         key: &InstallationKey,
+        place: Place,
         rotation: &str,
         code: &str,
     ) -> Result<bool, StoreError> {
         self.site(format!("mark {} broken ({code})", key.id()), || {
-            self.store.mark_broken(key, rotation, code)
+            self.store.mark_broken(key, place, rotation, code)
+        })
+        .await
+    }
+
+    async fn tag_legacy(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
+        self.site(format!("tag {} as {app_id}'s", key.id()), || {
+            self.store.tag_legacy(key, app_id)
         })
         .await
     }

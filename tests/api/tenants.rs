@@ -1,0 +1,543 @@
+//! Tenants: two Slack apps whose deployments share one DynamoDB table, and many workspaces of
+//! one app. Each app is the built binary in a process of its own, with its own signing secret,
+//! client credentials and Slack stand-in (its own app id, its own tokens: a token one app's
+//! stand-in issued is refused by the other's, as Slack refuses another app's token), installed
+//! through the OAuth flow over HTTP. They must never use, delete or break each other's
+//! installations, nor read each other's state.
+
+use std::collections::HashMap;
+
+use serde_json::json;
+use slack_once::testing::{FakeSlack, Identity, bot_id_for, bot_user_for};
+
+use crate::helpers::*;
+
+/// One app's deployment: its stand-in, its process, its credentials.
+pub struct Tenant {
+    pub app_id: &'static str,
+    pub signing_secret: &'static str,
+    pub slack: FakeSlack,
+    pub bot: BotProcess,
+    pub http: HttpClient,
+    pub vars: Vec<(&'static str, String)>,
+}
+
+/// App A and app B.
+pub const A: (&str, &str, &str, &str) = (
+    "A0000APPA",
+    "1111.0001",
+    "client-secret-a",
+    "signing-secret-a",
+);
+pub const B: (&str, &str, &str, &str) = (
+    "A0000APPB",
+    "2222.0002",
+    "client-secret-b",
+    "signing-secret-b",
+);
+
+/// The variables of app `app` ((app id, client id, client secret, signing secret)) on `table`,
+/// its Slack at `slack`.
+pub fn tenant_vars(
+    app: (&str, &str, &str, &str),
+    slack: &FakeSlack,
+    endpoint: &str,
+    table: &str,
+) -> Vec<(&'static str, String)> {
+    let mut vars = dynamodb_env(endpoint);
+    vars.extend([
+        ("SLACK_SIGNING_SECRET", app.3.to_string()),
+        ("SLACK_CLIENT_ID", app.1.to_string()),
+        ("SLACK_CLIENT_SECRET", app.2.to_string()),
+        (
+            "SLACK_SCOPES",
+            "app_mentions:read,chat:write,commands".into(),
+        ),
+        ("SLACK_API_URL", slack.base_url().to_string()),
+        ("DEDUP_TABLE", table.to_string()),
+    ]);
+    vars
+}
+
+impl Tenant {
+    /// The app `app` on `table`, `extra` added to its variables (or replacing them).
+    pub async fn start(
+        app: (&'static str, &'static str, &'static str, &'static str),
+        endpoint: &str,
+        table: &str,
+        extra: &[(&'static str, String)],
+    ) -> Self {
+        let slack = FakeSlack::start_for(Identity {
+            team: "T0000HOME".into(),
+            app_id: app.0.into(),
+            bot_id: bot_id_for(app.0, "T0000HOME"),
+            bot_user: bot_user_for(app.0, "T0000HOME"),
+        })
+        .await
+        .with_oauth(app.1, app.2);
+        let mut vars = tenant_vars(app, &slack, endpoint, table);
+        for (k, v) in extra {
+            vars.retain(|(name, _)| name != k);
+            vars.push((k, v.clone()));
+        }
+        let bot = spawn_tenant(&vars, false);
+        Self {
+            app_id: app.0,
+            signing_secret: app.3,
+            slack,
+            bot,
+            http: HttpClient::default(),
+            vars,
+        }
+    }
+
+    /// Another process of this app: this release's, or the previous release's (`previous`).
+    pub fn process(&self, previous: bool) -> BotProcess {
+        spawn_tenant(&self.vars, previous)
+    }
+
+    /// Sends `body` signed with this app's secret.
+    pub async fn send(&self, body: &str) -> Answer {
+        self.send_to(&self.bot, body).await
+    }
+
+    /// Sends `body` signed with this app's secret to its process `bot`.
+    pub async fn send_to(&self, bot: &BotProcess, body: &str) -> Answer {
+        let headers = signed_headers(self.signing_secret, now_unix(), body.as_bytes());
+        self.http
+            .request(
+                "POST",
+                &format!("http://{}/slack/events", bot.addr),
+                &headers,
+                body.as_bytes().to_vec(),
+            )
+            .await
+    }
+
+    /// Installs the app in `team` through the flow, as a browser does (`rotation`: its tokens
+    /// expire and are refreshed).
+    pub async fn install(&self, team: &str, rotation: bool) -> Answer {
+        self.install_via(&self.bot, team, rotation).await
+    }
+
+    /// As [`Tenant::install`], through the process `bot`.
+    pub async fn install_via(&self, bot: &BotProcess, team: &str, rotation: bool) -> Answer {
+        let url = |path: &str| format!("http://{}{}", bot.addr, path);
+        let code = self
+            .slack
+            .with_grants(|g| g.grant(team, "app_mentions:read,chat:write,commands", "", rotation));
+        let page = self
+            .http
+            .request("GET", &url("/slack/install"), &[], Vec::new())
+            .await;
+        assert_eq!(page.status, 302, "{}", page.body);
+        let location = page.headers["location"].to_str().unwrap().to_string();
+        let cookie = page.headers["set-cookie"].to_str().unwrap().to_string();
+        let state = query_of(&location)["state"].clone();
+        let pair = cookie.split(';').next().unwrap().to_string();
+        self.http
+            .request(
+                "GET",
+                &url(&format!("/slack/oauth_redirect?code={code}&state={state}")),
+                &[("cookie".to_string(), pair)],
+                Vec::new(),
+            )
+            .await
+    }
+
+    /// A mention of this app's bot in `team`'s channel `C1`, its message in that workspace.
+    pub fn mention(&self, team: &str, n: u32) -> String {
+        let bot = bot_user_for(self.app_id, team);
+        let ts = format!("1700001{n:03}.000100");
+        let body = json!({
+            "token": "unused", "team_id": team, "api_app_id": self.app_id,
+            "type": "event_callback", "event_id": format!("Ev{}{team}{n:04}", self.app_id),
+            "event_time": now_unix(),
+            "event": {
+                "type": "app_mention", "user": "U0PERSON", "text": format!("<@{bot}> hello"),
+                "ts": ts, "channel": "C1", "event_ts": ts
+            },
+            "authorizations": [{"team_id": team, "user_id": bot, "is_bot": true}]
+        })
+        .to_string();
+        self.slack
+            .with_workspace_of(team, |w| w.add_event_message(body.as_bytes()));
+        body
+    }
+
+    /// This app's `app_uninstalled` in `team`, now.
+    pub fn uninstalled(&self, team: &str) -> String {
+        let at = now_unix() + 1;
+        json!({
+            "token": "unused", "team_id": team, "api_app_id": self.app_id, "type": "event_callback",
+            "event_id": format!("Ev{}gone{team}", self.app_id), "event_time": at,
+            "event": {"type": "app_uninstalled", "event_ts": format!("{at}.000100")},
+            "authorizations": [{"team_id": team, "user_id": bot_user_for(self.app_id, team), "is_bot": true}]
+        })
+        .to_string()
+    }
+
+    /// A click of this app's "Helpful" button on its message `message` in `team` (a
+    /// `block_actions`, which names no bot user).
+    pub fn click(&self, team: &str, message: &serde_json::Value) -> String {
+        let channel = message["channel"].as_str().unwrap_or("C1");
+        let ts = message["ts"].as_str().unwrap_or_default();
+        let origin = self.slack.base_url().trim_end_matches("/api").to_string();
+        let payload = json!({
+            "type": "block_actions", "team": {"id": team},
+            "user": {"id": "U0PERSON", "team_id": team}, "api_app_id": self.app_id,
+            "trigger_id": slack_once::testing::Workspace::trigger_id(),
+            "actions": [{"type": "button", "action_id": "once_thanks",
+                "block_id": "b", "value": "helpful", "action_ts": format!("{}.000200", now_unix())}],
+            "container": {"type": "message", "message_ts": ts, "channel_id": channel},
+            "channel": {"id": channel}, "message": message,
+            "response_url": format!("{origin}/actions/{team}/{channel}/{ts}/{}", uuid::Uuid::new_v4().simple()),
+        });
+        form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &payload.to_string())
+            .finish()
+    }
+
+    /// Sends the form `body` signed with this app's secret.
+    pub async fn send_form(&self, body: &str) -> Answer {
+        let mut headers = signed_headers(self.signing_secret, now_unix(), body.as_bytes());
+        headers[0].1 = "application/x-www-form-urlencoded".into();
+        self.http
+            .request(
+                "POST",
+                &format!("http://{}/slack/events", self.bot.addr),
+                &headers,
+                body.as_bytes().to_vec(),
+            )
+            .await
+    }
+
+    /// This app's messages in `team`.
+    pub fn answers_in(&self, team: &str) -> usize {
+        self.slack.messages_of(team).len()
+    }
+}
+
+/// A process of the app `vars` configure: this release's binary, or the previous release's.
+fn spawn_tenant(vars: &[(&'static str, String)], previous: bool) -> BotProcess {
+    let how = Spawn {
+        signing_secret_env: false,
+        ..Spawn::default()
+    };
+    let program = match previous {
+        false => std::path::PathBuf::from(env!("CARGO_BIN_EXE_slack-once")),
+        true => std::path::PathBuf::from(std::env::var_os("SLACK_ONCE_PREVIOUS_BIN").expect(
+            "SLACK_ONCE_PREVIOUS_BIN is not set: run the tests with scripts/test.sh, which \
+             builds the previous release's binary (scripts/previous-release.sh) and names it",
+        )),
+    };
+    BotProcess::spawn_program_with(&program, &[], vars, &how)
+}
+
+fn query_of(url: &str) -> HashMap<String, String> {
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+async fn two_apps() -> (Tenant, Tenant, String) {
+    two_apps_with(&[]).await
+}
+
+async fn two_apps_with(extra: &[(&'static str, String)]) -> (Tenant, Tenant, String) {
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let (a, b) = tokio::join!(
+        Tenant::start(A, &endpoint, &table, extra),
+        Tenant::start(B, &endpoint, &table, extra)
+    );
+    // One Slack: a token of either app acts as that app wherever it is presented.
+    a.slack.same_slack_as(&b.slack);
+    (a, b, table)
+}
+
+/// Sequence 1: both apps installed in one workspace; each answers its mentions there with its
+/// own token (before, the second install replaced the first's: app A posted with B's token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_apps_installed_in_one_workspace_each_answer_with_their_own_token() {
+    let (a, b, _) = two_apps().await;
+    assert_eq!(a.install("T0000ONE", false).await.status, 200);
+    assert_eq!(b.install("T0000ONE", false).await.status, 200);
+    let (ma, mb) = (a.mention("T0000ONE", 1), b.mention("T0000ONE", 1));
+    let (ra, rb) = tokio::join!(a.send(&ma), b.send(&mb));
+    assert_eq!(
+        (ra.outcome(), rb.outcome()),
+        ("answered".into(), "answered".into()),
+        "A: {} B: {}",
+        ra.body,
+        rb.body
+    );
+    assert_eq!((a.answers_in("T0000ONE"), b.answers_in("T0000ONE")), (1, 1));
+    for m in a.slack.messages_of("T0000ONE") {
+        assert_eq!(m["app_id"], A.0, "{m}");
+    }
+}
+
+/// Sequence 2: app B uninstalled from a workspace where app A stays installed: A's mentions
+/// there are still answered (before, B's `app_uninstalled` deleted A's installation, and A's
+/// events ended `200 skipped`: lost, while Slack was told they were taken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_apps_uninstall_leaves_this_apps_installation() {
+    let (a, b, _) = two_apps().await;
+    assert_eq!(b.install("T0000TWO", false).await.status, 200);
+    assert_eq!(a.install("T0000TWO", false).await.status, 200);
+    b.slack.with_grants(|g| g.revoke_all("T0000TWO"));
+    let gone = b.send(&b.uninstalled("T0000TWO")).await;
+    assert_eq!(gone.status, 200, "{}", gone.body);
+    let answered = a.send(&a.mention("T0000TWO", 2)).await;
+    assert_eq!(answered.outcome(), "answered", "{}", answered.body);
+    assert_eq!(a.answers_in("T0000TWO"), 1);
+    // And B's next mention there (it is uninstalled) is B's own to skip.
+    let skipped = b.send(&b.mention("T0000TWO", 3)).await;
+    assert_eq!(skipped.outcome(), "skipped", "{}", skipped.body);
+}
+
+/// Sequence 3: both apps with rotating tokens in one workspace, each refreshing its own: app
+/// A's refresh never exchanges B's refresh token, so B's installation is never marked broken
+/// (before, A read B's installation from the one item both shared, was refused B's token,
+/// refreshed with B's refresh token at its own client, was refused again, and marked the item
+/// broken: B's events were skipped until B was installed again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_apps_refresh_never_breaks_this_apps_installation() {
+    // Tokens live 10 minutes; every request finds them due (refreshed 11 hours before).
+    let refresh = [("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string())];
+    let (a, b, _) = two_apps_with(&refresh).await;
+    for t in [&a, &b] {
+        t.slack.with_grants(|g| g.set_lifetime(600));
+    }
+    assert_eq!(a.install("T0000THREE", true).await.status, 200);
+    assert_eq!(b.install("T0000THREE", true).await.status, 200);
+    for n in 1..=2 {
+        let ra = a.send(&a.mention("T0000THREE", n)).await;
+        assert_eq!(ra.outcome(), "answered", "A: {}", ra.body);
+        // The refresh runs beside the request: let it end.
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    }
+    for n in 3..=4 {
+        let rb = b.send(&b.mention("T0000THREE", n)).await;
+        assert_eq!(rb.outcome(), "answered", "B: {}", rb.body);
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    }
+    let refreshed = |t: &Tenant| {
+        t.slack.with_grants(|g| {
+            g.exchanges()
+                .iter()
+                .filter(|e| e.grant_type == "refresh_token")
+                .map(|e| e.ok)
+                .collect::<Vec<_>>()
+        })
+    };
+    for (name, t) in [("A", &a), ("B", &b)] {
+        let exchanges = refreshed(t);
+        assert!(
+            !exchanges.is_empty() && exchanges.iter().all(|ok| *ok),
+            "{name} refreshed its own tokens, each exchange taken: {exchanges:?}"
+        );
+    }
+    assert_eq!(
+        (a.answers_in("T0000THREE"), b.answers_in("T0000THREE")),
+        (2, 2)
+    );
+}
+
+/// Sequence 4: `import-token` of app A where app B is installed in the workspace: A's token is
+/// kept as A's installation (before, it found B's item, said "an installation is stored
+/// already", imported nothing, and A then answered with B's token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_token_keeps_this_apps_installation_beside_another_apps() {
+    let (a, b, table) = two_apps().await;
+    assert_eq!(b.install("T0000FOUR", false).await.status, 200);
+    let token = format!("xoxb-{}-single-workspace", A.0);
+    a.slack.with_grants(|g| g.accept(&token, "T0000FOUR"));
+    // auth.test, in A's stand-in, names T0000FOUR's bot of app A.
+    a.slack.with_workspace_of("T0000FOUR", |_| ());
+    let endpoint = dynamodb_endpoint();
+    let run = || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+        command.env_clear().arg("import-token");
+        for (k, v) in tenant_vars(A, &a.slack, &endpoint, &table) {
+            command.env(k, v);
+        }
+        command.env("SLACK_BOT_TOKEN", &token);
+        let out = command.output().unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, text) = run();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("imported the installation of T0000FOUR"),
+        "{text}"
+    );
+    assert!(!text.contains(&token), "{text}");
+    let (code, text) = run();
+    assert_eq!(
+        (code, text.contains("nothing imported")),
+        (Some(0), true),
+        "{text}"
+    );
+    let ra = a.send(&a.mention("T0000FOUR", 4)).await;
+    assert_eq!(ra.outcome(), "answered", "{}", ra.body);
+    let rb = b.send(&b.mention("T0000FOUR", 4)).await;
+    assert_eq!(rb.outcome(), "answered", "{}", rb.body);
+}
+
+/// A rolling deploy: app A installed (rotating tokens) through the previous release, which kept
+/// the installation without the app; this release, serving beside it on the same table, uses
+/// that item in place (both answer, and every refresh of either is one exchange of the one
+/// refresh token: none is refused), while app B (this release) installed in the same workspace
+/// never touches it. A's uninstall through this release removes it for both releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_releases_installation_serves_both_releases_of_its_app_and_no_other() {
+    let refresh = [("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string())];
+    let (a, b, table) = two_apps_with(&refresh).await;
+    for t in [&a, &b] {
+        t.slack.with_grants(|g| g.set_lifetime(600));
+    }
+    let old = a.process(true);
+    let installed = a.install_via(&old, "T0000ROLL", true).await;
+    assert_eq!(installed.status, 200, "{}", installed.body);
+    let endpoint = dynamodb_endpoint();
+    let items = scan_keys(&endpoint, &table).await;
+    assert!(
+        items.iter().any(|k| k == "install#WORKSPACE#T0000ROLL"),
+        "the previous release keeps it without the app: {items:?}"
+    );
+    assert_eq!(b.install("T0000ROLL", true).await.status, 200);
+    for n in 1..=6u32 {
+        let to = if n % 2 == 0 { &old } else { &a.bot };
+        let answer = a.send_to(to, &a.mention("T0000ROLL", n)).await;
+        assert_eq!(answer.outcome(), "answered", "A {n}: {}", answer.body);
+        let answer = b.send(&b.mention("T0000ROLL", n)).await;
+        assert_eq!(answer.outcome(), "answered", "B {n}: {}", answer.body);
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    assert_eq!(
+        (a.answers_in("T0000ROLL"), b.answers_in("T0000ROLL")),
+        (6, 6)
+    );
+    for (name, t) in [("A", &a), ("B", &b)] {
+        let exchanges = t.slack.with_grants(|g| {
+            g.exchanges()
+                .iter()
+                .filter(|e| e.grant_type == "refresh_token")
+                .map(|e| e.ok)
+                .collect::<Vec<_>>()
+        });
+        assert!(
+            !exchanges.is_empty() && exchanges.iter().all(|ok| *ok),
+            "{name}'s refreshes, each taken: {exchanges:?}"
+        );
+    }
+    // A uninstalled, through this release: its installation is gone for both releases; B's
+    // stays.
+    a.slack.with_grants(|g| g.revoke_all("T0000ROLL"));
+    assert_eq!(a.send(&a.uninstalled("T0000ROLL")).await.status, 200);
+    let items = scan_keys(&endpoint, &table).await;
+    assert!(
+        !items.iter().any(|k| k == "install#WORKSPACE#T0000ROLL"),
+        "{items:?}"
+    );
+    // (The previous release reads the table again within its cache's 30 s.)
+    let answer = b.send(&b.mention("T0000ROLL", 9)).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+}
+
+/// Every key in `table`.
+async fn scan_keys(endpoint: &str, table: &str) -> Vec<String> {
+    let client = dynamodb_client(endpoint);
+    let mut keys = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        for item in page.items() {
+            if let Some(k) = item.get("pk").and_then(|v| v.as_s().ok()) {
+                keys.push(k.clone());
+            }
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return keys;
+        }
+    }
+}
+
+/// The previous release's `import-token` kept app A's token without the app (nor, from that
+/// release, its app id). This release's A uses it in place: a mention names A's bot user; a
+/// click names none, and `auth.test` with the item's token says it is A's (the item is tagged,
+/// so no later request asks). App B, never installed in that workspace, never uses it: its
+/// mention names another bot user, and its click's `auth.test` names app A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_releases_import_is_used_by_its_own_app_only() {
+    let (a, b, table) = two_apps().await;
+    let token = format!("xoxb-{}-imported-by-the-previous-release", A.0);
+    a.slack.with_grants(|g| g.accept(&token, "T0000IMP"));
+    let endpoint = dynamodb_endpoint();
+    let previous = std::env::var_os("SLACK_ONCE_PREVIOUS_BIN")
+        .expect("SLACK_ONCE_PREVIOUS_BIN is not set: run the tests with scripts/test.sh");
+    let mut command = std::process::Command::new(previous);
+    command.env_clear().arg("import-token");
+    for (k, v) in tenant_vars(A, &a.slack, &endpoint, &table) {
+        command.env(k, v);
+    }
+    let out = command.env("SLACK_BOT_TOKEN", &token).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        scan_keys(&endpoint, &table)
+            .await
+            .iter()
+            .any(|k| k == "install#WORKSPACE#T0000IMP")
+    );
+
+    // B first: neither its mention nor its click is answered with A's token.
+    let rb = b.send(&b.mention("T0000IMP", 1)).await;
+    assert_eq!(rb.outcome(), "skipped", "B's mention: {}", rb.body);
+    let fake = json!({"channel": "C1", "ts": "1700000900.000100", "text": "B's message"});
+    let rb = b.send_form(&b.click("T0000IMP", &fake)).await;
+    assert_eq!(rb.status, 200, "{}", rb.body);
+    assert_eq!(b.answers_in("T0000IMP"), 0);
+    assert_eq!(a.answers_in("T0000IMP"), 0, "nothing posted with A's token");
+    let b_calls_with_a_token = a
+        .slack
+        .calls()
+        .iter()
+        .filter(|(m, _)| m != "auth.test")
+        .count();
+    assert_eq!(b_calls_with_a_token, 0, "{:?}", a.slack.calls());
+
+    // A: its mention, then a click on its answer, both with its imported token.
+    let ra = a.send(&a.mention("T0000IMP", 2)).await;
+    assert_eq!(ra.outcome(), "answered", "A's mention: {}", ra.body);
+    let answer = a.slack.messages_of("T0000IMP")[0].clone();
+    let ra = a.send_form(&a.click("T0000IMP", &answer)).await;
+    assert_eq!(ra.status, 200, "{}", ra.body);
+    let updated = a.slack.messages_of("T0000IMP");
+    assert_eq!(updated.len(), 1);
+    assert!(
+        updated[0].to_string().contains("found this helpful"),
+        "the click updated A's answer: {}",
+        updated[0]
+    );
+}
