@@ -713,6 +713,73 @@ async fn three_steps(slack: &SlackStub, endpoint: &str, n: usize) -> Cost {
     cost_of(&per_event)
 }
 
+/// A listener that changes one state value (a counter every event increments), then replies,
+/// in-process on the DynamoDB ledger through the proxy: set beside a listener that only
+/// replies, what a state change costs (its read, and the transaction that writes the value and
+/// its record on the request's claim). Returns (with the change, without it, the value item's
+/// size in bytes once its writers are all kept).
+async fn state_change(slack: &SlackStub, endpoint: &str, n: usize) -> (Cost, Cost, usize) {
+    let table = fresh_table(endpoint, "state").await;
+    let proxy = CountingProxy::start(endpoint).await;
+    let counting = App::new().app_mention(|ctx: Ctx, _m: AppMention| async move {
+        let n = ctx
+            .state()
+            .update(
+                "count",
+                std::time::Duration::from_secs(3600),
+                |n: Option<u64>| n.unwrap_or(0) + 1,
+            )
+            .await?;
+        ctx.reply(format!("{n}")).await?;
+        Ok(())
+    });
+    let replying = App::new().app_mention(|ctx: Ctx, _m: AppMention| async move {
+        ctx.reply("1").await?;
+        Ok(())
+    });
+    let mut costs = Vec::new();
+    for (name, app) in [("StateOn", counting), ("StateOff", replying)] {
+        let router = in_process_router(slack, Some((&proxy.url, &table)), app);
+        let mut per_event = Vec::with_capacity(n);
+        for i in 0..n {
+            let body = person_message(&format!("Ev{name}{i}"));
+            slack.saw(&body);
+            let mark = proxy.len();
+            oneshot(&router, &body).await;
+            per_event.push(proxy.since(mark));
+        }
+        costs.push(cost_of(&per_event));
+    }
+    let client = dynamodb_client(endpoint);
+    let items = client.scan().table_name(&table).send().await.unwrap();
+    let value_bytes = items
+        .items()
+        .iter()
+        .filter(|i| i.get("app_state").is_some())
+        .map(|i| {
+            i.iter()
+                .map(|(k, v)| k.len() + attribute_bytes(v))
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0);
+    let off = costs.pop().unwrap();
+    let on = costs.pop().unwrap();
+    (on, off, value_bytes)
+}
+
+/// An attribute value's size as DynamoDB counts it (strings, numbers and lists of strings,
+/// which is what a state value's item holds).
+fn attribute_bytes(v: &aws_sdk_dynamodb::types::AttributeValue) -> usize {
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    match v {
+        A::S(s) => s.len(),
+        A::N(n) => n.len().div_ceil(2) + 1,
+        A::L(l) => 3 + l.iter().map(|e| 1 + attribute_bytes(e)).sum::<usize>(),
+        _ => 1,
+    }
+}
+
 // ---------------------------------------------------------------- warm paths
 
 fn in_process_router(slack: &SlackStub, ledger: Option<(&str, &str)>, app: App) -> axum::Router {
@@ -1496,6 +1563,7 @@ async fn report() {
     let bare = ledger_costs(&slack, &endpoint, "bare", app_mention, cost_n).await;
     let person = ledger_costs(&slack, &endpoint, "person", person_message, cost_n).await;
     let steps = three_steps(&slack, &endpoint, cost_n).await;
+    let (state_on, state_off, state_bytes) = state_change(&slack, &endpoint, cost_n).await;
     let (bolt_first, bolt_again) = bolt_python_costs(&slack, &endpoint, cost_n).await;
     let trips = person.first.sequential;
     if std::env::var_os("BENCH_ONLY_COSTS").is_some() {
@@ -1503,6 +1571,9 @@ async fn report() {
         println!("{}", cost_row("person dup", &person.duplicate));
         println!("{}", cost_row("bare first", &bare.first));
         println!("{}", cost_row("steps", &steps));
+        println!("{}", cost_row("state change + reply", &state_on));
+        println!("{}", cost_row("reply only", &state_off));
+        println!("state value item: {state_bytes} bytes");
         println!(
             "{}",
             peer_cost_row("Bolt for Python + Powertools first", &bolt_first)
@@ -1752,6 +1823,17 @@ async fn report() {
         )
     );
     println!(
+        "{}",
+        cost_row(
+            "a listener changing one state value, then replying, first delivery",
+            &state_on
+        )
+    );
+    println!(
+        "{}",
+        cost_row("the same listener replying only, first delivery", &state_off)
+    );
+    println!(
         "| deferred mode's ingress (its DynamoDB endpoint a closed port; every event acknowledged 200) | 0 | 0 | 0 | 0 | |"
     );
     println!(
@@ -1769,6 +1851,15 @@ async fn report() {
         )
     );
     let per_step = (steps.sequential - person.first.sequential) / 2.0;
+    println!(
+        "\na state change (its read, then the value and its record on the request's claim in one \
+         transaction): +{:.2} requests, +{:.2} sequential round trips, +{:.2} write units, +{:.2} \
+         reads per change; the value's item {state_bytes} bytes with its latest writers kept",
+        state_on.requests - state_off.requests,
+        state_on.sequential - state_off.sequential,
+        state_on.write_units - state_off.write_units,
+        state_on.reads - state_off.reads,
+    );
     println!(
         "\nitems left: a person's message {:.2} per message (mean {:.0} bytes, largest {}); a bare event {:.2} (mean {:.0} bytes)",
         person.items.per_delivery,

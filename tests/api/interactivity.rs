@@ -1074,3 +1074,60 @@ async fn a_commands_one_delivery_is_its_last_a_transient_failure_ends_it_failed_
     );
     assert!(app.slack.posted().is_empty());
 }
+
+/// An options request (`block_suggestion`) is never claimed: a state change there has no claim
+/// to be recorded with, so it is refused with an error that says why, every time (before, every
+/// suggestion shared one key, and an `update` there was applied once ever, then silently
+/// skipped as made); a read goes on; the action that follows the choice changes state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_change_in_an_options_request_is_refused_not_skipped() {
+    use slack_once::app::{App, BlockAction, Ctx, OptionsRequest};
+    let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = errors.clone();
+    let day = Duration::from_secs(86_400);
+    let app = App::new()
+        .options("pick", move |ctx: Ctx, _q: OptionsRequest| {
+            let seen = seen.clone();
+            async move {
+                let changed = ctx
+                    .state()
+                    .update("typed", day, |n: Option<u64>| n.unwrap_or(0) + 1)
+                    .await;
+                seen.lock().unwrap().push(match changed {
+                    Ok(n) => format!("changed to {n}"),
+                    Err(e) => e.to_string(),
+                });
+                let read = ctx.state().get::<u64>("typed").await?;
+                ctx.ack(slack_once::app::Ack::options([(
+                    format!("{:?}", read.map(|r| r.value)),
+                    "x".to_string(),
+                )]))
+                .await?;
+                Ok(())
+            }
+        })
+        .action("chosen", move |ctx: Ctx, _a: BlockAction| async move {
+            ctx.state()
+                .update("typed", day, |n: Option<u64>| n.unwrap_or(0) + 1)
+                .await?;
+            Ok(())
+        });
+    let bot = slack_once::testing::TestBot::start(app).await;
+    for _ in 0..2 {
+        let options = bot.options("pick", "a").await;
+        assert_eq!(
+            options.body["options"][0]["text"]["text"], "None",
+            "{:?}",
+            options.body
+        );
+    }
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 2);
+    for e in &errors {
+        assert!(e.contains("block_suggestion"), "a clear error: {e}");
+        assert!(e.contains("\"typed\""), "{e}");
+    }
+    assert_eq!(bot.click("chosen", "x", None).await.outcome, "no_reply");
+    let options = bot.options("pick", "a").await;
+    assert_eq!(options.body["options"][0]["text"]["text"], "Some(1)");
+}
