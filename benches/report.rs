@@ -1831,7 +1831,10 @@ async fn report() {
     );
     println!(
         "{}",
-        cost_row("the same listener replying only, first delivery", &state_off)
+        cost_row(
+            "the same listener replying only, first delivery",
+            &state_off
+        )
     );
     println!(
         "| deferred mode's ingress (its DynamoDB endpoint a closed port; every event acknowledged 200) | 0 | 0 | 0 | 0 | |"

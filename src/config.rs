@@ -129,6 +129,9 @@ pub struct OAuthConfig {
     /// Look-ups' history reads per workspace a minute, shared by every instance through the
     /// table (`SLACK_HISTORY_READS_PER_MINUTE`; 0: not paced).
     pub history_reads_per_minute: u32,
+    /// The KMS key the installations' tokens are sealed with in the table
+    /// (`SLACK_TOKEN_KEY_ID`: a key id, an ARN or `alias/…`); `None`: kept as they are.
+    pub token_key_id: Option<String>,
 }
 
 /// The process's configuration, read once at start by [`Config::from_env`].
@@ -547,6 +550,7 @@ fn oauth_of(
         "SLACK_REDIRECT_URI",
         "SLACK_TOKEN_REFRESH_MINUTES",
         "SLACK_HISTORY_READS_PER_MINUTE",
+        "SLACK_TOKEN_KEY_ID",
     ];
     let Some(client_id) = get("SLACK_CLIENT_ID").map(|v| v.trim().to_string()) else {
         if let Some(var) = DEPENDENT.iter().find(|v| get(v).is_some()) {
@@ -620,6 +624,17 @@ fn oauth_of(
                 })?
         }
     };
+    let token_key_id = get("SLACK_TOKEN_KEY_ID")
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    if let Some(key) = &token_key_id
+        && key.chars().any(char::is_whitespace)
+    {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_TOKEN_KEY_ID",
+            reason: "must name one KMS key: its id, its ARN, or alias/NAME".into(),
+        });
+    }
     Ok(Some(OAuthConfig {
         client_id,
         client_secret,
@@ -628,6 +643,7 @@ fn oauth_of(
         redirect_uri,
         refresh_before,
         history_reads_per_minute,
+        token_key_id,
     }))
 }
 

@@ -45,6 +45,7 @@ use crate::app::{App, reference_app};
 use crate::config::{Config, Role};
 use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
 use crate::pipeline::{Processor, Settings};
+use crate::workspaces::seal::Seal;
 use crate::workspaces::{DynamoInstallations, InstallationStore, MemoryInstallations, Workspaces};
 
 /// The pipeline's former name, kept for code written against it.
@@ -126,11 +127,29 @@ impl Application {
                     tracing::info!(table = %table, "ledger: DynamoDB");
                     let client = crate::ledger::dynamo::client_from_env().await;
                     if let Some(oauth) = &config.oauth {
+                        let seal = match &oauth.token_key_id {
+                            Some(key) => {
+                                tracing::info!(
+                                    key = %key,
+                                    "installations' tokens sealed in the table with KMS"
+                                );
+                                Seal::kms_from_env(key.clone()).await
+                            }
+                            None => {
+                                tracing::warn!(
+                                    "SLACK_TOKEN_KEY_ID is not set: installations' tokens are \
+                                     kept in the table as they are, readable by anyone who can \
+                                     read the table (set it to a KMS key to seal them)"
+                                );
+                                Seal::none()
+                            }
+                        };
                         let store = DynamoInstallations::new(
                             client.clone(),
                             table.clone(),
                             oauth.client_id.clone(),
-                        );
+                        )
+                        .with_seal(Arc::new(seal));
                         *installations.lock().expect("lock") = Some(Arc::new(store));
                     }
                     Arc::new(DynamoLedger::new(client, table.clone()))
@@ -258,6 +277,12 @@ impl Application {
                 store = if config.dedup_table.is_some() { "DynamoDB" } else { "in memory" },
                 "multi-workspace mode: each workspace's installation from the installation store"
             );
+            if config.dedup_table.is_none() && oauth.token_key_id.is_some() {
+                tracing::info!(
+                    "SLACK_TOKEN_KEY_ID is set but the installations are in this process's \
+                     memory (no DEDUP_TABLE): nothing is written at rest to seal"
+                );
+            }
             // Without a table: in memory (local mode; [`Self::with_store`] replaces it).
             let workspaces = Workspaces::new(
                 Arc::new(MemoryInstallations::of_app(&oauth.client_id)),

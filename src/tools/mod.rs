@@ -4,6 +4,8 @@
 //! - `sign` ([`sign`]): re-sign a Slack body or a Lambda event file;
 //! - `create-table`, `create-queue` ([`setup`]): the ledger table, deferred mode's queues;
 //! - `import-token` ([`setup`]): keep `SLACK_BOT_TOKEN` as its workspace's installation;
+//! - `seal-installations` ([`setup`]): seal the tokens kept as they are, move the previous
+//!   release's installations to the app's own keys;
 //! - `redrive` ([`redrive`]): the dead-letter queue back to the work queue;
 //! - `sweep` ([`sweep`]): claims left in progress past their lease ended failed;
 //! - `init` ([`init`], the `slack-once` binary only): a new bot in a repository of its own.
@@ -53,6 +55,10 @@ const TOOLS: &[Tool] = &[
     Tool {
         spec: &setup::IMPORT_TOKEN,
         run: setup::import_token,
+    },
+    Tool {
+        spec: &setup::SEAL_INSTALLATIONS,
+        run: setup::seal_installations,
     },
     Tool {
         spec: &redrive::SPEC,

@@ -11,6 +11,7 @@ use crate::ledger::DynamoLedger;
 use crate::queue::SqsQueue;
 use crate::queue::sqs::{self, CallBudget};
 use crate::workspaces::LegacyFound;
+use crate::workspaces::seal::Seal;
 
 /// `create-table [TABLE]`.
 pub static CREATE_TABLE: Spec = Spec {
@@ -86,6 +87,110 @@ pub static IMPORT_TOKEN: Spec = Spec {
     ],
 };
 
+/// `seal-installations [--dry-run] [--app APP_ID]`.
+pub static SEAL_INSTALLATIONS: Spec = Spec {
+    name: "seal-installations",
+    about: "seal with KMS (SLACK_TOKEN_KEY_ID) the tokens of this app's installations still\n\
+            kept as they are, and move the previous release's (keyed without the app) to\n\
+            the app's own key: once the previous release no longer runs",
+    operands: &[],
+    options: &[
+        Item {
+            name: "--dry-run",
+            help: "say what would be sealed and moved, change nothing",
+        },
+        Item {
+            name: "--app APP_ID",
+            help: "the app's id (A…), which the previous release's items name (default: SLACK_APP_ID, else as the app's own items name it)",
+        },
+    ],
+    env: &[
+        Item {
+            name: "DEDUP_TABLE",
+            help: "the ledger's table, where installations are kept",
+        },
+        Item {
+            name: "SLACK_CLIENT_ID",
+            help: "the app's client id: only its installations are touched",
+        },
+        Item {
+            name: "SLACK_TOKEN_KEY_ID",
+            help: "the KMS key to seal with (the stack's output TokenKeyId)",
+        },
+        Item {
+            name: "SLACK_APP_ID",
+            help: "as --app",
+        },
+    ],
+};
+
+/// Runs `seal-installations`.
+pub fn seal_installations(args: &Args) -> ExitCode {
+    let (Some(table), Some(client_id), Some(key)) = (
+        env("DEDUP_TABLE"),
+        env("SLACK_CLIENT_ID"),
+        env("SLACK_TOKEN_KEY_ID"),
+    ) else {
+        return args.fail(
+            "set DEDUP_TABLE, SLACK_CLIENT_ID (the app whose installations to seal) and \
+             SLACK_TOKEN_KEY_ID (the KMS key: the stack's output TokenKeyId)",
+        );
+    };
+    let app_id = args
+        .value("--app")
+        .map(str::to_string)
+        .or_else(|| env("SLACK_APP_ID"));
+    let dry_run = args.flag("--dry-run");
+    runtime().block_on(async {
+        let client = crate::ledger::dynamo::client_from_env().await;
+        let seal = Seal::kms_from_env(key.trim()).await;
+        let store = crate::workspaces::DynamoInstallations::new(client, table, client_id.trim())
+            .with_seal(std::sync::Arc::new(seal));
+        match store.seal_all(app_id.as_deref(), dry_run).await {
+            Ok(done) => {
+                let (seal_verb, move_verb) = match dry_run {
+                    true => ("would seal", "would move"),
+                    false => ("sealed", "moved"),
+                };
+                for pk in &done.sealed {
+                    say!("{seal_verb} {pk}");
+                }
+                for pk in &done.moved {
+                    say!("{move_verb} {pk} to the app's own key, sealed");
+                }
+                for pk in &done.undecided {
+                    say!(
+                        "left {pk}: it names no app (an import): run import-token with its \
+                         workspace's token to keep it as this app's, sealed"
+                    );
+                }
+                for pk in &done.changed {
+                    say!("left {pk}: it changed meanwhile: run this again");
+                }
+                if done.app_id.is_none() && !done.undecided.is_empty() {
+                    say!("the app's id is not known: give --app A… to move what names it");
+                }
+                say!(
+                    "{} {seal_verb}, {} {move_verb}, {} sealed already, {} left, {} other apps' \
+                     passed over{}",
+                    done.sealed.len(),
+                    done.moved.len(),
+                    done.sealed_already,
+                    done.undecided.len() + done.changed.len(),
+                    done.others,
+                    if dry_run {
+                        ": a dry run, nothing changed"
+                    } else {
+                        ""
+                    }
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => args.failed(&error_chain(&error)),
+        }
+    })
+}
+
 /// Runs `create-table`.
 pub fn create_table(args: &Args) -> ExitCode {
     let Some(table) = args
@@ -146,7 +251,18 @@ pub fn import_token(args: &Args) -> ExitCode {
     let api = env("SLACK_API_URL").unwrap_or_else(|| crate::config::DEFAULT_SLACK_API_URL.into());
     runtime().block_on(async {
         let client = crate::ledger::dynamo::client_from_env().await;
-        let store = crate::workspaces::DynamoInstallations::new(client, table, client_id.trim());
+        let seal = match env("SLACK_TOKEN_KEY_ID") {
+            Some(key) => Seal::kms_from_env(key.trim()).await,
+            None => {
+                eprintln!(
+                    "SLACK_TOKEN_KEY_ID is not set: the token is kept in the table as it is (set \
+                     it to the stack's TokenKeyId output to seal it)"
+                );
+                Seal::none()
+            }
+        };
+        let store = crate::workspaces::DynamoInstallations::new(client, table, client_id.trim())
+            .with_seal(std::sync::Arc::new(seal));
         let slack = crate::slack::SlackClient::new(api, None);
         let token = crate::config::Secret::new(token);
         match crate::workspaces::import_token(&store, &slack, &token).await {

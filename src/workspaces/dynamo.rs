@@ -13,6 +13,9 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
+use aws_sdk_dynamodb::primitives::Blob;
+
+use super::seal::{SEAL_FORMAT, Seal, SealError, Sealed, Tokens};
 use super::{
     Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
     read_interval_ms, state_key,
@@ -21,8 +24,9 @@ use super::{
 /// The attributes of an installation's item.
 pub mod attr {
     pub const PK: &str = "pk";
-    /// The installation as JSON (its tokens among it: the table is encrypted at rest, and only
-    /// the function's role reads it).
+    /// The installation as JSON. Its tokens are in it where no KMS key seals them (an item of
+    /// the previous release, or of a deployment without `SLACK_TOKEN_KEY_ID`: readable by
+    /// anyone who can read the table); else every token is empty, and `sealed` holds them.
     pub const INSTALLATION: &str = "installation";
     /// Names the bot's refresh token ([`super::super::Token::rotation`]): what a refreshed
     /// pair is conditioned on.
@@ -42,6 +46,13 @@ pub mod attr {
     pub const CLIENT: &str = "client";
     /// The Slack app's id (`A…`) of the installation, where the install named it.
     pub const APP: &str = "app";
+    /// The installation's tokens, sealed ([`super::super::seal`]): the nonce, then the
+    /// ciphertext and its tag (binary). `installation` then holds every token empty.
+    pub const SEALED: &str = "sealed";
+    /// The data key that sealed them, wrapped by KMS (binary).
+    pub const SEALED_KEY: &str = "sealed_key";
+    /// The sealed format ([`super::super::seal::SEAL_FORMAT`]).
+    pub const SEAL: &str = "seal";
 }
 
 /// The installation store in the ledger's DynamoDB table, shared by every instance of one app
@@ -51,6 +62,8 @@ pub struct DynamoInstallations {
     table: String,
     /// The app's client id.
     app: String,
+    /// Where the tokens are sealed (KMS, or nowhere).
+    seal: std::sync::Arc<Seal>,
 }
 
 impl DynamoInstallations {
@@ -61,7 +74,82 @@ impl DynamoInstallations {
             client,
             table: table.into(),
             app: app.into(),
+            seal: std::sync::Arc::new(Seal::none()),
         }
+    }
+
+    /// The same store, its tokens sealed by `seal` (KMS: `SLACK_TOKEN_KEY_ID`).
+    pub fn with_seal(mut self, seal: std::sync::Arc<Seal>) -> Self {
+        self.seal = seal;
+        self
+    }
+
+    /// The item at `pk`, `place`, as stored: its tokens opened where they are sealed.
+    async fn stored_of(
+        &self,
+        item: &HashMap<String, AttributeValue>,
+        place: Place,
+    ) -> Result<Stored, StoreError> {
+        let mut stored = stored_of(item, place)?;
+        let blob = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_b().ok())
+                .map(|b| b.as_ref().to_vec())
+        };
+        if let (Some(text), Some(key)) = (blob(attr::SEALED), blob(attr::SEALED_KEY)) {
+            let pk = item
+                .get(attr::PK)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default();
+            let tokens = self
+                .seal
+                .open(&self.app, &pk, &Sealed { text, key })
+                .await
+                .map_err(|e| match e {
+                    SealError::Kms(_) => StoreError::Unavailable(Box::new(e)),
+                    other => StoreError::Corrupt(crate::errors::error_chain(&other)),
+                })?;
+            stored.installation = tokens.put_into(stored.installation);
+        }
+        Ok(stored)
+    }
+
+    /// The attributes that keep `installation` in the item `pk` at `place`: sealed at the app's
+    /// own key when a key is set (the JSON then holds no token), as it is otherwise (and always
+    /// at the previous release's, which reads it in place); and those to remove.
+    async fn kept(
+        &self,
+        pk: &str,
+        place: Place,
+        installation: &Installation,
+    ) -> Result<(Vec<(&'static str, AttributeValue)>, Vec<&'static str>), StoreError> {
+        let sealed = match place {
+            Place::Own => {
+                let (tokens, bare) = Tokens::taken_from(installation);
+                self.seal
+                    .seal(&self.app, pk, &tokens)
+                    .await
+                    .map_err(|e| StoreError::Unavailable(Box::new(e)))?
+                    .map(|sealed| (sealed, bare))
+            }
+            Place::Legacy => None,
+        };
+        Ok(match sealed {
+            Some((sealed, bare)) => (
+                vec![
+                    (attr::INSTALLATION, s(&json_of(&bare))),
+                    (attr::SEALED, AttributeValue::B(Blob::new(sealed.text))),
+                    (attr::SEALED_KEY, AttributeValue::B(Blob::new(sealed.key))),
+                    (attr::SEAL, n(SEAL_FORMAT)),
+                ],
+                vec![],
+            ),
+            None => (
+                vec![(attr::INSTALLATION, s(&json_of(installation)))],
+                vec![attr::SEALED, attr::SEALED_KEY, attr::SEAL],
+            ),
+        })
     }
 
     fn key(&self, key: &InstallationKey, place: Place) -> String {
@@ -88,28 +176,231 @@ impl DynamoInstallations {
             .filter(|item| item.contains_key(attr::INSTALLATION)))
     }
 
-    /// The attributes of a new item for `installation`.
-    fn item_of(
+    /// The attributes of a new item for `installation` at the app's own key.
+    async fn item_of(
         &self,
         key: &InstallationKey,
         installation: &Installation,
-    ) -> HashMap<String, AttributeValue> {
-        let json = serde_json::to_string(installation).expect("an installation serialises");
+    ) -> Result<HashMap<String, AttributeValue>, StoreError> {
+        let pk = self.key(key, Place::Own);
+        let (kept, _) = self.kept(&pk, Place::Own, installation).await?;
         let mut item: HashMap<String, AttributeValue> = [
-            (attr::PK, s(&self.key(key, Place::Own))),
+            (attr::PK, s(&pk)),
             (attr::KIND, s("installation")),
-            (attr::INSTALLATION, s(&json)),
             (attr::ROTATION, s(&installation.bot.rotation())),
             (attr::INSTALLED_AT, n(installation.installed_at_ms)),
             (attr::CLIENT, s(&self.app)),
         ]
         .into_iter()
+        .chain(kept)
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         if let Some(app) = &installation.app_id {
             item.insert(attr::APP.into(), s(app));
         }
-        item
+        Ok(item)
+    }
+
+    /// Sets the attributes that keep `installation` at `pk` (see [`Self::kept`]) in an update
+    /// that also does `set` and `remove`, conditioned on `condition`.
+    async fn update_kept(
+        &self,
+        pk: &str,
+        place: Place,
+        installation: &Installation,
+        (set, remove, add): (&str, &str, &str),
+        condition: &str,
+        mut values: Vec<(&str, AttributeValue)>,
+    ) -> Result<bool, StoreError> {
+        let (kept, removed) = self.kept(pk, place, installation).await?;
+        let mut sets: Vec<String> = set
+            .split(", ")
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        let mut removes: Vec<String> = remove
+            .split(", ")
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        let placeholders: Vec<String> = kept
+            .iter()
+            .map(|(name, _)| format!(":kept_{name}"))
+            .collect();
+        for ((name, value), placeholder) in kept.into_iter().zip(&placeholders) {
+            sets.push(format!("#{name} = {placeholder}"));
+            values.push((placeholder.as_str(), value));
+        }
+        removes.extend(removed.iter().map(|name| format!("#{name}")));
+        let mut update = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            update.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        if !add.is_empty() {
+            update.push_str(&format!(" ADD {add}"));
+        }
+        self.update(pk, &update, condition, values).await
+    }
+
+    /// Seals every installation of the app still kept as it is, and moves the previous
+    /// release's (keyed without the app) to the app's own key, sealed, removing each: what
+    /// `seal-installations` does once the previous release no longer runs. `app_id` says which
+    /// of the previous release's items are this app's (those that name it); without it, it is
+    /// learnt from the app's own items. An item that names no app (an import), or changes while
+    /// this runs, is left and reported. With `dry_run`, only reports.
+    pub async fn seal_all(
+        &self,
+        app_id: Option<&str>,
+        dry_run: bool,
+    ) -> Result<Sealing, StoreError> {
+        if !self.seal.seals() {
+            return Err(StoreError::Unavailable(
+                "no KMS key: set SLACK_TOKEN_KEY_ID (the stack's output TokenKeyId)".into(),
+            ));
+        }
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(#pk, :install)")
+                .expression_attribute_names("#pk", attr::PK)
+                .expression_attribute_values(":install", s("install#"))
+                .set_exclusive_start_key(start)
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            items.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        let own_prefix = format!("install#{}#", self.app);
+        let app_id = app_id.map(str::to_string).or_else(|| {
+            items
+                .iter()
+                .filter(|i| pk_of(i).starts_with(&own_prefix))
+                .find_map(|i| i.get(attr::APP).and_then(|v| v.as_s().ok()).cloned())
+        });
+        let mut report = Sealing {
+            app_id: app_id.clone(),
+            ..Sealing::default()
+        };
+        for item in items {
+            let pk = pk_of(&item).to_string();
+            let legacy_key = legacy_key_of(&pk);
+            if pk.starts_with(&own_prefix) {
+                if item.contains_key(attr::SEALED) {
+                    report.sealed_already += 1;
+                    continue;
+                }
+                if !dry_run {
+                    let stored = self.stored_of(&item, Place::Own).await?;
+                    let sealed = self
+                        .update_kept(
+                            &pk,
+                            Place::Own,
+                            &stored.installation,
+                            ("", "", ""),
+                            "#installation = :read AND attribute_not_exists(#sealed)",
+                            vec![(":read", item[attr::INSTALLATION].clone())],
+                        )
+                        .await?;
+                    if !sealed {
+                        report.changed.push(pk);
+                        continue;
+                    }
+                }
+                report.sealed.push(pk);
+            } else if let Some(key) = legacy_key {
+                let stored = self.stored_of(&item, Place::Legacy).await?;
+                let named = stored.installation.app_id.clone().or(stored.tag.clone());
+                match (&named, &app_id) {
+                    (Some(named), Some(ours)) if named == ours => {}
+                    (Some(_), _) => {
+                        report.others += 1;
+                        continue;
+                    }
+                    (None, _) => {
+                        report.undecided.push(pk);
+                        continue;
+                    }
+                }
+                if !dry_run && !self.move_legacy(&key, &item, stored).await? {
+                    report.changed.push(pk);
+                    continue;
+                }
+                report.moved.push(pk);
+            } else {
+                report.others += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Moves the previous release's item of `key` (as read: `item`, `stored`) to the app's own
+    /// key, sealed, in one transaction that removes it only as read; where the app has an item
+    /// of its own already (a reinstall since), only removes it. Whether done.
+    async fn move_legacy(
+        &self,
+        key: &InstallationKey,
+        item: &HashMap<String, AttributeValue>,
+        stored: Stored,
+    ) -> Result<bool, StoreError> {
+        let read = item[attr::INSTALLATION].clone();
+        let remove = aws_sdk_dynamodb::types::Delete::builder()
+            .table_name(&self.table)
+            .key(attr::PK, s(&self.key(key, Place::Legacy)))
+            .condition_expression("#installation = :read")
+            .expression_attribute_names("#installation", attr::INSTALLATION)
+            .expression_attribute_values(":read", read)
+            .build()
+            .map_err(unavailable)?;
+        let own = self.get(key, Place::Own).await?;
+        let mut transaction = self.client.transact_write_items();
+        if own.is_none() {
+            let mut moved = self.item_of(key, &stored.installation).await?;
+            if let Some(code) = &stored.broken {
+                moved.insert(attr::BROKEN.into(), s(code));
+            }
+            moved.insert(attr::REVISION.into(), n(stored.revision));
+            let put = aws_sdk_dynamodb::types::Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(moved))
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", attr::PK)
+                .build()
+                .map_err(unavailable)?;
+            transaction = transaction.transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .put(put)
+                    .build(),
+            );
+        }
+        let sent = transaction
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .delete(remove)
+                    .build(),
+            )
+            .send()
+            .await;
+        match sent {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e))
+                if matches!(
+                    e.err(),
+                    aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(_)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(unavailable(e)),
+        }
     }
 
     /// A conditional update: `Ok(false)` when its condition failed.
@@ -161,6 +452,9 @@ fn named(expressions: &[&str]) -> Vec<(String, &'static str)> {
         attr::REVISION,
         attr::CLIENT,
         attr::APP,
+        attr::SEALED,
+        attr::SEALED_KEY,
+        attr::SEAL,
     ];
     ALL.iter()
         .filter(|name| {
@@ -174,6 +468,52 @@ fn named(expressions: &[&str]) -> Vec<(String, &'static str)> {
         })
         .map(|name| (format!("#{name}"), *name))
         .collect()
+}
+
+/// What [`DynamoInstallations::seal_all`] found and did.
+#[derive(Clone, Debug, Default)]
+pub struct Sealing {
+    /// The app's id the previous release's items were judged by, if known.
+    pub app_id: Option<String>,
+    /// The app's own items sealed (with `dry_run`: to seal).
+    pub sealed: Vec<String>,
+    /// The previous release's items of the app moved to its own key, sealed (or to move).
+    pub moved: Vec<String>,
+    /// The app's own items sealed already.
+    pub sealed_already: usize,
+    /// Other apps' items, passed over.
+    pub others: usize,
+    /// The previous release's items that name no app: left (`import-token` with their token
+    /// moves them).
+    pub undecided: Vec<String>,
+    /// Items that changed while this ran: left (run it again).
+    pub changed: Vec<String>,
+}
+
+fn pk_of(item: &HashMap<String, AttributeValue>) -> &str {
+    item.get(attr::PK)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+        .unwrap_or_default()
+}
+
+/// The installation the previous release's item `pk` keeps (`install#WORKSPACE#T…`,
+/// `install#ENTERPRISE#E…`), if it is one.
+fn legacy_key_of(pk: &str) -> Option<InstallationKey> {
+    let rest = pk.strip_prefix("install#")?;
+    let (scope, id) = rest.split_once('#')?;
+    if id.contains('#') || id.is_empty() {
+        return None;
+    }
+    match scope {
+        "WORKSPACE" => Some(InstallationKey::Workspace(id.to_string())),
+        "ENTERPRISE" => Some(InstallationKey::Enterprise(id.to_string())),
+        _ => None,
+    }
+}
+
+fn json_of(installation: &Installation) -> String {
+    serde_json::to_string(installation).expect("an installation serialises")
 }
 
 fn s(value: &str) -> AttributeValue {
@@ -222,7 +562,7 @@ impl InstallationStore for DynamoInstallations {
         self.client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(self.item_of(&key, installation)))
+            .set_item(Some(self.item_of(&key, installation).await?))
             .send()
             .await
             .map_err(unavailable)?;
@@ -233,7 +573,7 @@ impl InstallationStore for DynamoInstallations {
         let key = installation.key().ok_or_else(|| {
             StoreError::Corrupt("an installation without a team or enterprise".into())
         })?;
-        let item = self.item_of(&key, installation);
+        let item = self.item_of(&key, installation).await?;
         let json = item[attr::INSTALLATION].clone();
         let result = self
             .client
@@ -257,10 +597,10 @@ impl InstallationStore for DynamoInstallations {
 
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError> {
         if let Some(item) = self.get(key, Place::Own).await? {
-            return stored_of(&item, Place::Own).map(Some);
+            return self.stored_of(&item, Place::Own).await.map(Some);
         }
         match self.get(key, Place::Legacy).await? {
-            Some(item) => stored_of(&item, Place::Legacy).map(Some),
+            Some(item) => self.stored_of(&item, Place::Legacy).await.map(Some),
             None => Ok(None),
         }
     }
@@ -286,7 +626,7 @@ impl InstallationStore for DynamoInstallations {
                 let Some(item) = self.get(key, place).await? else {
                     return Ok(false);
                 };
-                if !owns(&stored_of(&item, place)?) {
+                if !owns(&self.stored_of(&item, place).await?) {
                     return Ok(false);
                 }
                 request
@@ -321,7 +661,7 @@ impl InstallationStore for DynamoInstallations {
                 return Ok(false);
             };
             let read = item[attr::INSTALLATION].clone();
-            let stored = stored_of(&item, place)?;
+            let stored = self.stored_of(&item, place).await?;
             if place == Place::Legacy && !owns(&stored) {
                 return Ok(false);
             }
@@ -362,13 +702,14 @@ impl InstallationStore for DynamoInstallations {
                 return Ok(false);
             }
             installation.user = None;
-            let json = serde_json::to_string(&installation).expect("an installation serialises");
             if self
-                .update(
+                .update_kept(
                     &item_key,
-                    "SET #installation = :new ADD #revision :one",
+                    place,
+                    &installation,
+                    ("", "", "#revision :one"),
                     "#installation = :read",
-                    vec![(":new", s(&json)), (":read", read), (":one", n(1))],
+                    vec![(":read", read), (":one", n(1))],
                 )
                 .await?
             {
@@ -429,14 +770,14 @@ impl InstallationStore for DynamoInstallations {
         owner: &str,
         refreshed: &Installation,
     ) -> Result<bool, StoreError> {
-        let json = serde_json::to_string(refreshed).expect("an installation serialises");
-        self.update(
+        self.update_kept(
             &self.key(key, place),
-            "SET #installation = :json, #rotation = :new REMOVE #refresh_owner, #refresh_until",
+            place,
+            refreshed,
+            ("#rotation = :new", "#refresh_owner, #refresh_until", ""),
             "(#rotation = :replaced AND #refresh_owner = :owner AND \
               (attribute_not_exists(#revision) OR #revision = :revision)) OR #rotation = :new",
             vec![
-                (":json", s(&json)),
                 (":new", s(&refreshed.bot.rotation())),
                 (":replaced", s(replaced)),
                 (":owner", s(owner)),

@@ -26,9 +26,10 @@
 mod dynamo;
 mod memory;
 pub mod oauth;
+pub mod seal;
 pub mod tokens;
 
-pub use dynamo::DynamoInstallations;
+pub use dynamo::{DynamoInstallations, Sealing};
 pub use memory::MemoryInstallations;
 pub use tokens::{Authorized, Workspaces};
 

@@ -1896,6 +1896,33 @@ pub const SQS_SCRIPT: &str = "scripts/sqs-local.sh start";
 
 /// The SQS server's endpoint on 127.0.0.1 (port from SQS_LOCAL_PORT, default 9324). Fails the
 /// test, naming the script, when nothing answers there: never skips silently.
+/// A new KMS key on the SQS server (moto serves KMS too), under the alias `alias/NAME-…`: the
+/// variables that make a process seal its tokens with it.
+pub async fn kms_key_vars() -> Vec<(&'static str, String)> {
+    let endpoint = sqs_endpoint();
+    let kms = local_client!(aws_sdk_kms, &endpoint);
+    let key = kms
+        .create_key()
+        .description("slack-once tests: installations' tokens")
+        .send()
+        .await
+        .expect("a KMS key on the moto server")
+        .key_metadata
+        .unwrap()
+        .key_id;
+    let alias = format!("alias/slack-once-test-{}", uuid::Uuid::new_v4().simple());
+    kms.create_alias()
+        .alias_name(&alias)
+        .target_key_id(&key)
+        .send()
+        .await
+        .unwrap();
+    vec![
+        ("SLACK_TOKEN_KEY_ID", alias),
+        ("AWS_ENDPOINT_URL_KMS", endpoint),
+    ]
+}
+
 pub fn sqs_endpoint() -> String {
     let port: u16 = std::env::var("SQS_LOCAL_PORT")
         .ok()

@@ -122,10 +122,15 @@ impl Tenant {
 
     /// As [`Tenant::install`], through the process `bot`.
     pub async fn install_via(&self, bot: &BotProcess, team: &str, rotation: bool) -> Answer {
-        let url = |path: &str| format!("http://{}{}", bot.addr, path);
         let code = self
             .slack
             .with_grants(|g| g.grant(team, "app_mentions:read,chat:write,commands", "", rotation));
+        self.install_code(bot, &code).await
+    }
+
+    /// Installs through the process `bot` with the code of a person's approval, `code`.
+    pub async fn install_code(&self, bot: &BotProcess, code: &str) -> Answer {
+        let url = |path: &str| format!("http://{}{}", bot.addr, path);
         let page = self
             .http
             .request("GET", &url("/slack/install"), &[], Vec::new())
@@ -540,4 +545,223 @@ async fn the_previous_releases_import_is_used_by_its_own_app_only() {
         "the click updated A's answer: {}",
         updated[0]
     );
+}
+
+/// Every item of `table`, as text (attribute names and values; binary values as bytes).
+async fn table_text(endpoint: &str, table: &str) -> String {
+    let client = dynamodb_client(endpoint);
+    let mut text = String::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        for item in page.items() {
+            for (k, v) in item {
+                text.push_str(&format!("{k}={v:?}\n"));
+                if let Ok(b) = v.as_b() {
+                    text.push_str(&String::from_utf8_lossy(b.as_ref()));
+                    text.push('\n');
+                }
+            }
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return text;
+        }
+    }
+}
+
+/// Every token the app's Slack issued in `owner`'s workspace (bot, refresh and user tokens).
+fn tokens_of(t: &Tenant, owner: &str) -> Vec<String> {
+    t.slack.with_grants(|g| g.secrets_of(owner))
+}
+
+/// Tokens sealed with KMS (the moto server's): after installs into two workspaces (rotating
+/// bot tokens, a user token each), a scan of the whole table holds no token text; a restarted
+/// instance still answers both; a sealed text copied onto the other workspace's item opens for
+/// neither (KMS and GCM both refuse it: never the other workspace's token); a process without
+/// the key refuses to answer rather than use anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_sealed_at_rest_and_open_only_for_their_own_item() {
+    let kms = kms_key_vars().await;
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let a = Tenant::start(A, &endpoint, &table, &kms).await;
+    for team in ["T0000KMS1", "T0000KMS2"] {
+        let code = a
+            .slack
+            .with_grants(|g| g.grant(team, "app_mentions:read,chat:write", "search:read", true));
+        let page = a.install_code(&a.bot, &code).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+    }
+    let text = table_text(&endpoint, &table).await;
+    for team in ["T0000KMS1", "T0000KMS2"] {
+        let tokens = tokens_of(&a, team);
+        assert!(
+            tokens.len() >= 3,
+            "bot, refresh and user tokens: {tokens:?}"
+        );
+        for token in tokens {
+            assert!(!text.contains(&token), "a token in the table:\n{text}");
+        }
+    }
+    assert!(text.contains("sealed_key="), "{text}");
+
+    // A restarted instance (another process: no key, nothing cached) answers both.
+    let b = a.process(false);
+    for (n, team) in ["T0000KMS1", "T0000KMS2"].into_iter().enumerate() {
+        let answer = a.send_to(&b, &a.mention(team, n as u32 + 1)).await;
+        assert_eq!(answer.outcome(), "answered", "{team}: {}", answer.body);
+        assert_eq!(a.answers_in(team), 1);
+    }
+
+    // T1's sealed text and key copied onto T2's item: it opens for neither.
+    let client = dynamodb_client(&endpoint);
+    let item = |pk: String| {
+        let client = client.clone();
+        let table = table.clone();
+        async move {
+            client
+                .get_item()
+                .table_name(&table)
+                .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk))
+                .send()
+                .await
+                .unwrap()
+                .item
+                .unwrap()
+        }
+    };
+    let one = item(format!("install#{}#WORKSPACE#T0000KMS1", A.1)).await;
+    let mut two = item(format!("install#{}#WORKSPACE#T0000KMS2", A.1)).await;
+    for name in ["sealed", "sealed_key"] {
+        two.insert(name.to_string(), one[name].clone());
+    }
+    client
+        .put_item()
+        .table_name(&table)
+        .set_item(Some(two))
+        .send()
+        .await
+        .unwrap();
+    let c = a.process(false);
+    let answer = a.send_to(&c, &a.mention("T0000KMS2", 3)).await;
+    assert_ne!(answer.outcome(), "answered", "{}", answer.body);
+    assert_eq!(a.answers_in("T0000KMS1"), 1, "never with T1's token");
+    assert_eq!(a.answers_in("T0000KMS2"), 1);
+
+    // Without the key, a sealed installation is not used: the request is refused, not answered
+    // with nothing, and the process says what to set.
+    let keyless: Vec<(&'static str, String)> = a
+        .vars
+        .iter()
+        .filter(|(k, _)| *k != "SLACK_TOKEN_KEY_ID")
+        .cloned()
+        .collect();
+    let d = spawn_tenant(&keyless, false);
+    let answer = a.send_to(&d, &a.mention("T0000KMS1", 4)).await;
+    assert_ne!(answer.outcome(), "answered", "{}", answer.body);
+    assert!(
+        d.log()
+            .contains("sealed with KMS and this process has no key"),
+        "{}",
+        d.log()
+    );
+}
+
+/// The previous release's installation (kept as it is, without the app) and one of this app
+/// kept as it is (installed before the key was set) are read as ever; the latter is sealed at
+/// its next write (a refresh); `seal-installations`, run once the previous release no longer
+/// runs, moves the former to the app's own key, sealed; the table then holds no token, and the
+/// app still answers both workspaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plaintext_installations_are_read_then_sealed_at_their_next_write_or_by_the_tool() {
+    let kms = kms_key_vars().await;
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let refresh = ("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string());
+    let plain = Tenant::start(A, &endpoint, &table, std::slice::from_ref(&refresh)).await;
+    plain.slack.with_grants(|g| g.set_lifetime(600));
+    let old = plain.process(true);
+    assert_eq!(plain.install_via(&old, "T0000OLD", false).await.status, 200);
+    assert_eq!(plain.install("T0000NEW", true).await.status, 200);
+    drop(old);
+    let text = table_text(&endpoint, &table).await;
+    assert!(
+        tokens_of(&plain, "T0000NEW")
+            .iter()
+            .any(|t| text.contains(t)),
+        "kept as it is before the key"
+    );
+
+    // The key set: both read as ever; the rotating one is refreshed, and so sealed.
+    let mut vars = plain.vars.clone();
+    vars.extend(kms.iter().cloned());
+    let sealing = spawn_tenant(&vars, false);
+    for (n, team) in ["T0000OLD", "T0000NEW"].into_iter().enumerate() {
+        let answer = plain
+            .send_to(&sealing, &plain.mention(team, n as u32 + 1))
+            .await;
+        assert_eq!(answer.outcome(), "answered", "{team}: {}", answer.body);
+    }
+    let own_new = format!("install#{}#WORKSPACE#T0000NEW", A.1);
+    assert!(
+        eventually_async(std::time::Duration::from_secs(10), || async {
+            table_text(&endpoint, &table).await.contains("sealed=")
+        })
+        .await
+    );
+    let text = table_text(&endpoint, &table).await;
+    for token in tokens_of(&plain, "T0000NEW") {
+        assert!(!text.contains(&token), "sealed at its refresh:\n{text}");
+    }
+    assert!(text.contains(&own_new));
+    assert!(
+        text.contains("install#WORKSPACE#T0000OLD"),
+        "left where the previous release reads it"
+    );
+
+    // seal-installations: a dry run changes nothing; the run moves the previous release's.
+    let tool = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+        command.env_clear().arg("seal-installations").args(args);
+        for (k, v) in &vars {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{said}");
+        said
+    };
+    let said = tool(&["--dry-run"]);
+    assert!(
+        said.contains("would move install#WORKSPACE#T0000OLD"),
+        "{said}"
+    );
+    assert!(said.contains("a dry run, nothing changed"), "{said}");
+    let said = tool(&[]);
+    assert!(said.contains("moved install#WORKSPACE#T0000OLD"), "{said}");
+    let text = table_text(&endpoint, &table).await;
+    assert!(!text.contains("install#WORKSPACE#T0000OLD"), "{text}");
+    for team in ["T0000OLD", "T0000NEW"] {
+        for token in tokens_of(&plain, team) {
+            assert!(!text.contains(&token), "no token left:\n{text}");
+        }
+    }
+    let fresh = spawn_tenant(&vars, false);
+    for (n, team) in ["T0000OLD", "T0000NEW"].into_iter().enumerate() {
+        let answer = plain
+            .send_to(&fresh, &plain.mention(team, n as u32 + 5))
+            .await;
+        assert_eq!(answer.outcome(), "answered", "{team}: {}", answer.body);
+    }
 }

@@ -162,7 +162,7 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
             bot_id: crate::testing::BOT_ID.into(),
             bot_user: crate::testing::BOT_USER.into(),
         });
-        let installations = Arc::new(crate::workspaces::MemoryInstallations::new());
+        let installations = Arc::new(crate::workspaces::MemoryInstallations::of_app(CLIENT_ID));
         if let Some(left) = spec.installed {
             slack = slack.with_oauth(CLIENT_ID, CLIENT_SECRET);
             install(&slack, &installations, left).await;
@@ -430,6 +430,7 @@ impl Shared {
                 // With Slack's history limit, look-ups are paced through the store, as
                 // SLACK_HISTORY_READS_PER_MINUTE's default does.
                 history_reads_per_minute: u32::from(self.spec.history_per_minute),
+                token_key_id: None,
             };
             crate::workspaces::Workspaces::new(
                 Arc::new(super::ledger::SimInstallations {
