@@ -1,5 +1,6 @@
 """moto's server (`moto_server`'s application), made safe under concurrent requests, with four
-of its costs removed, and nothing else changed.
+of its costs removed, and, as SQS does, a visibility change taken only with a message's latest
+receipt handle.
 
 moto's SQS is not safe when requests run at once: a DeleteMessage rebuilds the queue's list of
 messages without the queue's lock, so a message a concurrent SendMessage appended meanwhile
@@ -141,6 +142,26 @@ def receive_message(self, queue_name, *args, **kwargs):
 
 
 sqs_models.SQSBackend.receive_message = receive_message
+
+
+def change_message_visibility(self, queue_name, receipt_handle, visibility_timeout):
+    """As SQS: a message's visibility is changed only with the receipt handle of its latest
+    receive ("you must provide the most recently received receipt handle"); an earlier one's
+    change is refused, ReceiptHandleIsInvalid (moto took any handle the message ever had, so a
+    consumer holding a stale handle could hide or show a message another consumer has since
+    received). Otherwise moto's own."""
+    queue = self.get_queue(queue_name)
+    with queue._messages_lock:
+        for message in queue._messages:
+            if message.had_receipt_handle(receipt_handle):
+                if message.receipt_handle != receipt_handle:
+                    raise sqs_models.ReceiptHandleIsInvalid()
+                break
+    return _change_message_visibility(self, queue_name, receipt_handle, visibility_timeout)
+
+
+_change_message_visibility = sqs_models.SQSBackend.change_message_visibility
+sqs_models.SQSBackend.change_message_visibility = change_message_visibility
 
 
 if __name__ == "__main__":

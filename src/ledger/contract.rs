@@ -29,6 +29,7 @@ pub fn request<'a>(event_id: &'a EventId, owner: &'a OwnerToken, now_ms: u64) ->
         retry_num: Some(2),
         retry_reason: Some("http_timeout"),
         app_id: Some(APP),
+        redelivery_due: false,
     }
 }
 

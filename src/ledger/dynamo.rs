@@ -52,6 +52,10 @@ pub mod attr {
     pub const RETRY_NUM: &str = "retry_num";
     /// `X-Slack-Retry-Reason` of the delivery that claimed it (absent for an original).
     pub const RETRY_REASON: &str = "retry_reason";
+    /// `true` where the claim came from the work queue with receives left: should it end
+    /// with its process, the queue hands the request out again (or dead-letters it), so
+    /// `sweep` leaves it ([`crate::ledger::ClaimRequest::redelivery_due`]).
+    pub const REDELIVERY: &str = "redelivery";
     /// When the event was first claimed (epoch ms).
     pub const CREATED_AT: &str = "created_at";
     /// When the latest claim was made (epoch ms).
@@ -421,6 +425,9 @@ impl DynamoLedger {
         if let Some(reason) = request.retry_reason {
             item.insert(attr::RETRY_REASON.into(), s(reason));
         }
+        if request.redelivery_due {
+            item.insert(attr::REDELIVERY.into(), AttributeValue::Bool(true));
+        }
         if let Some(app) = request.app_id {
             item.insert(attr::APP.into(), s(app));
         }
@@ -538,6 +545,7 @@ impl DynamoLedger {
                     attr::TEAM_ID,
                     attr::RETRY_NUM,
                     attr::RETRY_REASON,
+                    attr::REDELIVERY,
                     attr::CREATED_AT,
                     attr::CLAIMED_AT,
                     attr::COMPLETED_AT,
@@ -589,6 +597,11 @@ impl DynamoLedger {
                 attr::RETRY_REASON,
                 ":retry_reason",
                 request.retry_reason.map(s),
+            ),
+            (
+                attr::REDELIVERY,
+                ":redelivery",
+                request.redelivery_due.then_some(AttributeValue::Bool(true)),
             ),
         ];
         for (name, placeholder, value) in optional {
@@ -1376,6 +1389,7 @@ mod tests {
             retry_num: None,
             retry_reason: None,
             app_id: None,
+            redelivery_due: false,
         }
     }
 

@@ -85,6 +85,10 @@ pub struct ClaimRequest<'a> {
     /// app holds (two apps whose deployments share one table) is never taken, and
     /// [`Claim::OtherApp`] sends this one to its own key ([`app_scoped`]).
     pub app_id: Option<&'a str>,
+    /// A delivery from the work queue with receives left: should this claim end with its
+    /// process, the queue hands the request out again (or, its receives spent, dead-letters it
+    /// for `redrive`). Written on the item (`redelivery`), so that `sweep` leaves it to them.
+    pub redelivery_due: bool,
 }
 
 /// One claim, as its owner names it to the ledger.

@@ -43,6 +43,7 @@ impl Processor {
             retry_num: delivery.retry_num,
             retry_reason: delivery.retry_reason,
             app_id: app,
+            redelivery_due: delivery.queued && !delivery.last_chance,
         };
         // The alias always names the message's key as every app derives it.
         let first_alias = keys.alias.as_ref().map(|alias| AliasRequest {
@@ -385,6 +386,7 @@ mod tests {
             retry_num: None,
             retry_reason: None,
             last_chance: false,
+            queued: false,
             now,
             started,
             invocation_deadline: Some(now + Duration::from_secs(10)),

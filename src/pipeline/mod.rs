@@ -108,9 +108,19 @@ pub struct EventDelivery<'a> {
     pub retry_num: Option<u32>,
     /// `X-Slack-Retry-Reason`: absent on the original.
     pub retry_reason: Option<&'a str>,
-    /// No delivery of this event follows this one: a look-up in Slack that cannot be made no
-    /// longer holds a write back (it is made, and logged as possibly a second answer).
+    /// No delivery of this request follows this one: an interaction answered synchronously
+    /// (Slack sends a command or an interaction once), a queued request's last receive (SQS
+    /// dead-letters it after), or Slack's last retry of an event (`X-Slack-Retry-Num` 3, signed
+    /// at least `LAST_RETRY_AFTER` after its `event_time`). It decides how a failure here ends,
+    /// never whether a write is made without a look-up: a failure a retry could fix ends the
+    /// request `failed` with its reason, retryable, rather than released for a delivery that
+    /// never comes; and a write an earlier claim may have made, which Slack refuses for good to
+    /// show, is not made again and ends the request `failed` (`unconfirmed_write`) rather than
+    /// held back for a later delivery.
     pub last_chance: bool,
+    /// A delivery from the work queue (a worker's): with `last_chance` false, the queue hands
+    /// the request out again should this delivery's process end with its claim.
+    pub queued: bool,
     /// The wall-clock time the delivery arrived: leases are judged against it.
     pub now: SystemTime,
     /// The monotonic time it arrived: deadlines are measured from it.
@@ -655,6 +665,7 @@ impl Processor {
                     // ends it failed with its reason (retryable), not released for a delivery
                     // that never comes.
                     last_chance: self.queue.is_none(),
+                    queued: false,
                     now: delivery.now,
                     started: delivery.started,
                     invocation_deadline: delivery.invocation_deadline,
@@ -708,6 +719,7 @@ impl Processor {
                     retry_num,
                     retry_reason,
                     last_chance: retry_num.is_some_and(|n| n >= SLACK_LAST_RETRY) && late_enough,
+                    queued: false,
                     now: delivery.now,
                     started: delivery.started,
                     invocation_deadline: delivery.invocation_deadline,

@@ -167,6 +167,7 @@ impl Worker {
             retry_reason: queued.retry_reason.as_deref(),
             // The receive after which SQS dead-letters the message: no delivery follows.
             last_chance: message.receive_count >= self.max_receives,
+            queued: true,
             now,
             started,
             invocation_deadline,

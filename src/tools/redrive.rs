@@ -81,7 +81,13 @@ pub struct Options {
     pub ttl: Duration,
     /// Now, in epoch milliseconds.
     pub now_ms: u64,
+    /// How long a message received is hidden from the next receive (SQS's visibility
+    /// timeout): one seen again within a run has come back after it ([`RECEIVE_VISIBILITY`]).
+    pub visibility: Duration,
 }
+
+/// How long `redrive` hides each message it receives while it looks at the queue.
+pub const RECEIVE_VISIBILITY: Duration = Duration::from_secs(300);
 
 /// What became of one message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -259,7 +265,7 @@ async fn receive_all(
             .receive_message()
             .queue_url(q.dead_letters)
             .max_number_of_messages(want)
-            .visibility_timeout(300)
+            .visibility_timeout(options.visibility.as_secs().try_into().unwrap_or(i32::MAX))
             .wait_time_seconds(1)
             .send()
             .await
@@ -268,13 +274,20 @@ async fn receive_all(
         if messages.is_empty() {
             break;
         }
-        for message in messages {
+        for (i, message) in messages.iter().enumerate() {
             let (Some(id), Some(receipt)) = (message.message_id(), message.receipt_handle()) else {
                 continue;
             };
             let (id, receipt) = (id.to_string(), receipt.to_string());
             if !seen.insert(id.clone()) {
+                // A message seen already: this run has gone round. It, and the rest of its
+                // batch (received, not looked at), are visible again at once, not in 5 minutes.
                 report.came_back = true;
+                held_back.extend(
+                    messages[i..]
+                        .iter()
+                        .filter_map(|m| m.receipt_handle().map(str::to_string)),
+                );
                 break 'receiving;
             }
             let body = message.body().unwrap_or_default().to_string();
@@ -654,6 +667,7 @@ pub fn run(args: &Args) -> ExitCode {
             max,
             ttl,
             now_ms: crate::clock::now_ms(),
+            visibility: RECEIVE_VISIBILITY,
         };
         let report = redrive(&queues, &options).await;
         say!("{report}");
@@ -674,6 +688,7 @@ mod tests {
             max: 100,
             ttl: Duration::from_secs(90_000),
             now_ms,
+            visibility: RECEIVE_VISIBILITY,
         }
     }
 

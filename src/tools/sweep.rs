@@ -30,14 +30,22 @@ pub struct Swept {
     pub keys: Vec<String>,
     /// Items scanned.
     pub scanned: usize,
+    /// Lapsed claims of other apps than the one swept, passed over (with no app named, every
+    /// claim that names one).
+    pub other_apps: usize,
+    /// Lapsed claims of queued requests with receives left, passed over: the queue brings them
+    /// back.
+    pub redelivery_due: usize,
 }
 
-/// Ends `failed` (`abandoned`, retryable) every claim in `table` whose lease ended before
-/// `now_ms - older_than`, each conditioned on its owner and lease as read (a takeover in
-/// between wins). With `dry_run`, only lists them.
+/// Ends `failed` (`abandoned`, retryable) every claim of the app `app` (and every claim that
+/// names no app) in `table` whose lease ended before `now_ms - older_than`, but for claims of
+/// queued requests with receives left; each conditioned on its owner and lease as read (a
+/// takeover in between wins). With `dry_run`, only lists them.
 pub async fn sweep(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
+    app: Option<&str>,
     older_than: Duration,
     now_ms: u64,
     dry_run: bool,
@@ -77,6 +85,20 @@ pub async fn sweep(
                 continue;
             };
             let name = key.as_s().cloned().unwrap_or_default();
+            if item
+                .get(attr::REDELIVERY)
+                .and_then(|v| v.as_bool().ok())
+                .copied()
+                .unwrap_or(false)
+            {
+                swept.redelivery_due += 1;
+                continue;
+            }
+            let item_app = item.get(attr::APP).and_then(|v| v.as_s().ok());
+            if item_app.is_some_and(|a| Some(a.as_str()) != app) {
+                swept.other_apps += 1;
+                continue;
+            }
             if !dry_run {
                 let result = dynamodb
                     .update_item()
@@ -144,11 +166,21 @@ pub static SPEC: Spec = Spec {
             name: "--older-than MINUTES",
             help: "how long past its lease a claim must be (default 10)",
         },
+        Item {
+            name: "--app APP_ID",
+            help: "the app whose claims to sweep (A…; default SLACK_APP_ID): other apps' are left",
+        },
     ],
-    env: &[Item {
-        name: "DEDUP_TABLE",
-        help: "the ledger's table (the stack's output LedgerTableName)",
-    }],
+    env: &[
+        Item {
+            name: "DEDUP_TABLE",
+            help: "the ledger's table (the stack's output LedgerTableName)",
+        },
+        Item {
+            name: "SLACK_APP_ID",
+            help: "as --app; with neither, only claims that name no app are swept",
+        },
+    ],
 };
 
 /// Runs `sweep` with its arguments.
@@ -161,10 +193,23 @@ pub fn run(args: &Args) -> ExitCode {
     let Some(table) = env("DEDUP_TABLE") else {
         return args.fail("set DEDUP_TABLE (the stack's output LedgerTableName)");
     };
+    let app = args
+        .value("--app")
+        .map(str::to_string)
+        .or_else(|| env("SLACK_APP_ID"));
     super::runtime().block_on(async {
         let dynamodb = crate::ledger::dynamo::client_from_env().await;
         let now_ms = crate::clock::now_ms();
-        match sweep(&dynamodb, &table, older_than, now_ms, dry_run).await {
+        match sweep(
+            &dynamodb,
+            &table,
+            app.as_deref(),
+            older_than,
+            now_ms,
+            dry_run,
+        )
+        .await
+        {
             Ok(swept) => {
                 for key in &swept.keys {
                     say!(
@@ -173,6 +218,23 @@ pub fn run(args: &Args) -> ExitCode {
                             "would end failed"
                         } else {
                             "ended failed"
+                        }
+                    );
+                }
+                if swept.redelivery_due > 0 {
+                    say!(
+                        "left {} claims of queued requests with receives left: the queue \
+                         brings them back (or dead-letters them, for redrive)",
+                        swept.redelivery_due
+                    );
+                }
+                if swept.other_apps > 0 {
+                    say!(
+                        "left {} claims of {}",
+                        swept.other_apps,
+                        match &app {
+                            Some(app) => format!("other apps than {app}"),
+                            None => "apps (name this app with --app A… to sweep its own)".into(),
                         }
                     );
                 }

@@ -467,6 +467,7 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
                 retry_num: None,
                 retry_reason: None,
                 app_id: None,
+                redelivery_due: false,
             })
             .await
             .unwrap();

@@ -444,3 +444,169 @@ async fn count_of(stack: &DeferredStack) -> Option<u64> {
         .and_then(|v| v.as_s().ok())
         .and_then(|v| v.parse().ok())
 }
+
+/// `sweep` in a table shared by apps, and with a worker killed mid-request: another app's lapsed
+/// claims are left (with no app named, every claim that names one is), and so is a worker's
+/// claim of a queued request with receives left, which the queue brings back: the next receive
+/// takes it over and answers it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_back() {
+    let stack = DeferredStack::start(3).await;
+    let ingress = BotProcess::spawn(&stack.ingress_vars());
+    let http = HttpClient::default();
+    let ttl = slack_once::clock::now_ms() / 1000 + 86_400;
+    // Lapsed claims of two apps sharing the table.
+    for (key, app) in [("EvSweepOurs", "A0001"), ("EvSweepTheirs", "A0002")] {
+        put_failed(&stack, &mention_key(key), Some(app), "in_progress", "", ttl).await;
+    }
+    // A worker claims a queued mention, then Slack hangs and the worker is killed: its claim
+    // is left in progress, its message hidden until the visibility timeout.
+    let mut worker = BotProcess::spawn_worker(&stack.worker_vars(1, 3));
+    stack.slack.script([Behaviour::Hang]);
+    let body = app_mention("EvSweepQueued", "killed mid-way");
+    assert_eq!(
+        deliver(&http, &ingress.url(), &body, None).await.outcome(),
+        "queued"
+    );
+    let ledger = slack_once::ledger::DynamoLedger::new(
+        dynamodb_client(&stack.dynamodb),
+        stack.table.clone(),
+    );
+    let key = mention_key("EvSweepQueued");
+    assert!(
+        eventually_async(Duration::from_secs(20), || async {
+            ledger.get_item(&key).await.unwrap().is_some()
+        })
+        .await
+    );
+    worker.kill();
+    let item = ledger.get_item(&key).await.unwrap().unwrap();
+    assert_eq!(item["redelivery"].as_bool().unwrap(), &true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let sweep = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .arg("sweep")
+            .args(args)
+            .env_clear()
+            .envs(dynamodb_env(&stack.dynamodb))
+            .env("DEDUP_TABLE", &stack.table)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let nameless = sweep(&["--older-than", "0"]);
+    assert!(nameless.contains("left 2 claims of apps"), "{nameless}");
+    assert!(
+        nameless.contains("left 1 claims of queued requests"),
+        "{nameless}"
+    );
+    assert!(nameless.contains("0 claims left"), "{nameless}");
+    let ours = sweep(&["--older-than", "0", "--app", "A0001"]);
+    assert!(
+        ours.contains(&format!("ended failed {}", mention_key("EvSweepOurs"))),
+        "{ours}"
+    );
+    assert!(
+        ours.contains("left 1 claims of other apps than A0001"),
+        "{ours}"
+    );
+    assert!(
+        ours.contains("left 1 claims of queued requests with receives left"),
+        "{ours}"
+    );
+    let status = |id: &'static str| {
+        let ledger = &ledger;
+        async move {
+            ledger.get_item(&mention_key(id)).await.unwrap().unwrap()["status"]
+                .as_s()
+                .unwrap()
+                .clone()
+        }
+    };
+    assert_eq!(status("EvSweepTheirs").await, "in_progress");
+    assert_eq!(status("EvSweepQueued").await, "in_progress");
+
+    // The queue brings it back: a worker takes the claim over and answers it, once.
+    let worker = BotProcess::spawn_worker(&stack.worker_vars(1, 3));
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            stack.slack.posts_per_event().get("EvSweepQueued") == Some(&1)
+        })
+        .await,
+        "{}",
+        worker.log()
+    );
+    assert!(
+        eventually_async(Duration::from_secs(10), || async {
+            status("EvSweepQueued").await == "done"
+        })
+        .await
+    );
+}
+
+/// A redrive that goes round the dead-letter queue (a run longer than its receives' visibility:
+/// here 1 s) stops at the first message it sees again, and makes that message and the rest of
+/// its batch visible again at once, with every message it held: the next run sees them all
+/// (before, the rest of that batch stayed hidden for the visibility timeout, and a run at once
+/// after, as the report advises, missed them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_that_goes_round_leaves_every_message_visible() {
+    let stack = DeferredStack::start(2).await;
+    let ttl = slack_once::clock::now_ms() / 1000 + 86_400;
+    // Dead letters whose writes' fates are unknown: each refused, left; enough of them that
+    // looking at them all takes longer than their visibility.
+    const N: usize = 400;
+    for i in 0..N {
+        let id = format!("EvRound{i:03}");
+        put_failed(
+            &stack,
+            &mention_key(&id),
+            None,
+            "failed",
+            "unconfirmed_write",
+            ttl,
+        )
+        .await;
+        let body = app_mention(&id, "its fate unknown");
+        dead_letter(&stack, &queued_event(&body, Duration::from_secs(60))).await;
+    }
+    let sqs = stack.queue.client.clone();
+    let dynamodb = dynamodb_client(&stack.dynamodb);
+    let queues = slack_once::tools::redrive::Queues {
+        sqs: &sqs,
+        dead_letters: &stack.queue.dlq_url,
+        work: &stack.queue.url,
+        dynamodb: &dynamodb,
+        table: &stack.table,
+    };
+    let options = slack_once::tools::redrive::Options {
+        dry_run: false,
+        max: 1000,
+        ttl: slack_once::config::MIN_TTL,
+        now_ms: slack_once::clock::now_ms(),
+        visibility: Duration::from_secs(1),
+    };
+    let report = slack_once::tools::redrive::redrive(&queues, &options).await;
+    assert!(report.error.is_none(), "{report}");
+    assert!(report.came_back, "the run went round: {report}");
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(&stack.queue.dlq_url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let count = |name: A| -> usize { attributes.attributes().unwrap()[&name].parse().unwrap() };
+    assert_eq!(
+        (
+            count(A::ApproximateNumberOfMessages),
+            count(A::ApproximateNumberOfMessagesNotVisible)
+        ),
+        (N, 0),
+        "every message visible again at once: {report}"
+    );
+}
