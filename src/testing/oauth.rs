@@ -69,6 +69,8 @@ pub struct OAuthGrants {
     exchanges: Vec<Exchange>,
     next: u64,
     lifetime_s: u64,
+    /// The error the next exchange answers, whatever it asks.
+    refuse_next: Option<String>,
 }
 
 /// The bot user a stand-in gives `owner`'s installation of the test app ([`super::APP_ID`]).
@@ -113,7 +115,14 @@ impl OAuthGrants {
             exchanges: Vec::new(),
             next: 0,
             lifetime_s: TOKEN_LIFETIME_S,
+            refuse_next: None,
         }
+    }
+
+    /// The next exchange answers `{"ok": false, "error": code}` (Slack's answer as a page shows
+    /// it, whatever it holds).
+    pub fn refuse_next(&mut self, code: &str) {
+        self.refuse_next = Some(code.to_string());
     }
 
     /// The app's client id.
@@ -330,6 +339,10 @@ impl OAuthGrants {
                 ok,
             })
         };
+        if let Some(code) = self.refuse_next.take() {
+            log(self, None, false);
+            return json!({"ok": false, "error": code});
+        }
         if text("client_id") != self.client_id {
             log(self, None, false);
             return json!({"ok": false, "error": "invalid_client_id"});

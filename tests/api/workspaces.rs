@@ -1283,3 +1283,118 @@ async fn two_workspaces_each_keep_their_own_state_and_share_only_the_shared() {
     );
     assert_eq!(say("T0003", "shared".into()).await, "motd lunch at noon");
 }
+
+/// A flood of callbacks to `/slack/oauth_redirect` with made-up states (random text, the
+/// state's shape with a forged signature, an expired one, each with a cookie that matches it)
+/// spends no `oauth.v2.access` and writes nothing to the table: a state is checked by its
+/// signature before anything else happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_callbacks_with_made_up_states_spends_no_exchange_and_no_write() {
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let table = ledger.table().to_string();
+    let app = spawn(&slack, ledger, store).await;
+    let nonce = |i: usize| format!("{:032x}", 0xfeed_0000_u128 + i as u128);
+    let future = now_unix() + 300;
+    let states: Vec<String> = (0..200)
+        .map(|i| match i % 4 {
+            0 => format!("made-up-{i}"),
+            1 => format!("{}.{future}.{:032x}", nonce(i), i),
+            2 => format!("{}.{}.{:032x}", nonce(i), now_unix() - 10, i),
+            _ => format!("{}.{future}", nonce(i)),
+        })
+        .collect();
+    let mut tasks = Vec::new();
+    for (i, state) in states.into_iter().enumerate() {
+        let (http, url) = (
+            app.http.clone(),
+            app.url(&format!(
+                "/slack/oauth_redirect?code=code-{i}&state={state}"
+            )),
+        );
+        tasks.push(tokio::spawn(async move {
+            let cookie = vec![(
+                "cookie".to_string(),
+                format!("slack-app-oauth-state={state}"),
+            )];
+            http.request("GET", &url, &cookie, Vec::new()).await
+        }));
+    }
+    for task in tasks {
+        let answer = task.await.unwrap();
+        assert_eq!(answer.status, 400, "{}", answer.body);
+    }
+    assert_eq!(slack.with_grants(|g| g.exchanges().len()), 0, "no exchange");
+    let items = dynamodb_client(&dynamodb_endpoint())
+        .scan()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(items.count(), 0, "nothing written: {:?}", items.items());
+}
+
+/// Every value an OAuth page shows is escaped: the workspace's name as Slack gives it, Slack's
+/// error code, a refused exchange's code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_value_an_oauth_page_shows_is_escaped() {
+    let slack = fake_slack_oauth().await;
+    let store = Arc::new(MemoryInstallations::of_app(CLIENT_ID));
+    let app = spawn(
+        &slack,
+        Arc::new(slack_once::ledger::MemoryLedger::new()),
+        store,
+    )
+    .await;
+    // A workspace whose name (as the stand-in makes it, "Team " and the id) holds markup.
+    let code = slack.with_grants(|g| g.grant("T<b>\"x\"</b>", "chat:write", "", false));
+    let done = install(&app, code).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert!(
+        done.body.contains("Team T&lt;b&gt;&quot;x&quot;&lt;/b&gt;"),
+        "{}",
+        done.body
+    );
+    assert!(!done.body.contains("<b>"), "{}", done.body);
+    // Slack's error, as the redirect carries it.
+    let page = app.get("/slack/install", None).await;
+    let state = query_of(page.headers["location"].to_str().unwrap())["state"].clone();
+    let cookie = format!("slack-app-oauth-state={state}");
+    let refused = app
+        .get(
+            &format!(
+                "/slack/oauth_redirect?error=%3Cscript%3Ealert(1)%3C%2Fscript%3E&state={state}"
+            ),
+            Some(&cookie),
+        )
+        .await;
+    assert_eq!(refused.status, 400);
+    assert!(!refused.body.contains("<script>"), "{}", refused.body);
+    // A code Slack refuses: its error code shown, escaped.
+    let page = app.get("/slack/install", None).await;
+    let state = query_of(page.headers["location"].to_str().unwrap())["state"].clone();
+    let cookie = format!("slack-app-oauth-state={state}");
+    let refused = app
+        .get(
+            &format!("/slack/oauth_redirect?code=not-a-code&state={state}"),
+            Some(&cookie),
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("invalid_code"), "{}", refused.body);
+    // Whatever Slack's answer holds.
+    slack.with_grants(|g| g.refuse_next("<img src=x onerror=alert(1)>"));
+    let page = app.get("/slack/install", None).await;
+    let state = query_of(page.headers["location"].to_str().unwrap())["state"].clone();
+    let cookie = format!("slack-app-oauth-state={state}");
+    let code = slack.with_grants(|g| g.grant("T0009", "chat:write", "", false));
+    let refused = app
+        .get(
+            &format!("/slack/oauth_redirect?code={code}&state={state}"),
+            Some(&cookie),
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("&lt;img src=x"), "{}", refused.body);
+    assert!(!refused.body.contains("<img"), "{}", refused.body);
+}
