@@ -667,6 +667,45 @@ fn installed_through_oauth_each_request_refreshes_once_and_answers_once_with_its
     }
 }
 
+/// The app's state in multi-workspace mode, the installation's own (`statew-…`), each change
+/// written with its record on the request's claim in one transaction, and every fault at that
+/// write as at any ledger call (its answer lost, sent again by the SDK, the process dying before
+/// or after it): the counter says 1 in every schedule, in both modes, its token refreshed beside.
+#[test]
+fn installed_through_oauth_a_workspaces_state_change_is_made_once() {
+    use slack_once::app::{App, Ctx, HandlerResult, MessageEvent};
+    async fn count(ctx: Ctx, _m: MessageEvent) -> HandlerResult {
+        assert!(
+            ctx.installation().is_some(),
+            "answered with an installation"
+        );
+        let n: u64 = ctx
+            .state()
+            .update(
+                "mentions",
+                std::time::Duration::from_secs(3600),
+                |n: Option<u64>| n.unwrap_or(0) + 1,
+            )
+            .await?;
+        ctx.reply(format!("mention number {n}")).await?;
+        Ok(())
+    }
+    Explorer::new(|| App::new().message_where(|m: &MessageEvent| m.mention, count))
+        .installed(std::time::Duration::from_secs(3600))
+        .request(Request::mention("count me"))
+        .both_modes()
+        .invariant("counted once, in the workspace's own state", |end| {
+            for m in &end.messages {
+                if m["text"] != "mention number 1" {
+                    return Err(format!("the count went past 1: {}", m["text"]));
+                }
+            }
+            Ok(())
+        })
+        .run()
+        .assert_ok();
+}
+
 /// A distributed app's look-ups (Slack's 2025 history limit, one read a minute per workspace)
 /// paced through the installation store, shared by every process: a takeover in a busy
 /// channel still answers once.
