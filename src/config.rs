@@ -132,6 +132,10 @@ pub struct OAuthConfig {
     /// The KMS key the installations' tokens are sealed with in the table
     /// (`SLACK_TOKEN_KEY_ID`: a key id, an ARN or `alias/…`); `None`: kept as they are.
     pub token_key_id: Option<String>,
+    /// The Slack app's id (`SLACK_APP_ID`, `A…`), where it is given: which of the previous
+    /// release's installations are this app's, for the app's own work outside a request before
+    /// any request has named the app (requests and installs name it otherwise).
+    pub app_id: Option<String>,
 }
 
 /// The process's configuration, read once at start by [`Config::from_env`].
@@ -551,6 +555,7 @@ fn oauth_of(
         "SLACK_TOKEN_REFRESH_MINUTES",
         "SLACK_HISTORY_READS_PER_MINUTE",
         "SLACK_TOKEN_KEY_ID",
+        "SLACK_APP_ID",
     ];
     let Some(client_id) = get("SLACK_CLIENT_ID").map(|v| v.trim().to_string()) else {
         if let Some(var) = DEPENDENT.iter().find(|v| get(v).is_some()) {
@@ -635,6 +640,19 @@ fn oauth_of(
             reason: "must name one KMS key: its id, its ARN, or alias/NAME".into(),
         });
     }
+    let app_id = get("SLACK_APP_ID")
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    if let Some(app) = &app_id
+        && !(app.starts_with('A') && app.chars().all(|c| c.is_ascii_alphanumeric()))
+    {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_APP_ID",
+            reason: "must be the app's id as Basic Information shows it (A… , letters and \
+                     digits)"
+                .into(),
+        });
+    }
     Ok(Some(OAuthConfig {
         client_id,
         client_secret,
@@ -644,6 +662,7 @@ fn oauth_of(
         refresh_before,
         history_reads_per_minute,
         token_key_id,
+        app_id,
     }))
 }
 

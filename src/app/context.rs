@@ -148,8 +148,11 @@ struct Inner {
     wall_deadline: SystemTime,
     version: String,
     steps: Mutex<Steps>,
-    /// The state changes made so far by this run of the listener, per name ([`Ctx::state`]).
+    /// The state changes made so far by this run of the listeners, per listener and value and
+    /// per name ([`Ctx::state`]).
     state_writes: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// The id of the listener running ([`Ctx::set_listener`]).
+    listener: std::sync::Mutex<String>,
 }
 
 /// What a listener is given: the event, its deadline, and Slack, read and written exactly once.
@@ -196,6 +199,7 @@ impl Ctx {
                 version,
                 steps: Mutex::new(steps),
                 state_writes: std::sync::Mutex::new(std::collections::HashMap::new()),
+                listener: std::sync::Mutex::new(String::new()),
             }),
         }
     }
@@ -431,16 +435,29 @@ impl Ctx {
         self.inner.slack.installation()
     }
 
-    /// The ids of this request's next change to the state value under `key`: the writer kept
-    /// on the value (the request's ledger key and the change's id), and the change's id its
-    /// claim records, the same each time the listener runs for the request (it counts the
-    /// changes to that value this run has made, whatever it does to others).
-    pub(crate) fn next_state_change(&self, key: &EventId) -> (String, String) {
+    /// The ids of this request's next change to the state value under `key` (named `name`):
+    /// the writer kept on the value, as the previous release writes and looks for it (the
+    /// request's ledger key, a digest of the name and the change's place among this run's
+    /// changes to that name), and the change's id the claim records (the listener running, a
+    /// digest of the key, and the change's place among that listener's changes to it): both
+    /// the same each time the listener runs for the request.
+    pub(crate) fn next_state_change(&self, key: &EventId, name: &str) -> (String, String) {
+        use sha2::Digest;
+        let listener = self.inner.listener.lock().expect("listener lock").clone();
         let mut counts = self.inner.state_writes.lock().expect("state writes lock");
-        let n = counts.entry(key.to_string()).or_insert(0);
-        *n += 1;
-        let change = crate::ledger::state_change_id(key, *n);
-        (format!("{}#{change}", self.inner.key), change)
+        let by_name = counts.entry(format!("name\0{name}")).or_insert(0);
+        *by_name += 1;
+        let by_name = *by_name;
+        let mine = counts.entry(format!("{listener}\0{key}")).or_insert(0);
+        *mine += 1;
+        let change = crate::ledger::state_change_id(&listener, key, *mine);
+        let digest = hex::encode(&sha2::Sha256::digest(name.as_bytes())[..6]);
+        (format!("{}#{digest}#{by_name}", self.inner.key), change)
+    }
+
+    /// The listener now running (its id), whose state changes are counted apart.
+    pub(crate) fn set_listener(&self, id: &str) {
+        *self.inner.listener.lock().expect("listener lock") = id.to_string();
     }
 
     /// The request's claim (its key and owner), where the ledger claims it.

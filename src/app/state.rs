@@ -144,7 +144,13 @@ impl State {
                 }
             }
         };
-        let ids = self.ctx.next_state_change(&key);
+        let ids = self.ctx.next_state_change(&key, name);
+        if version > 0
+            && writers.contains(&ids.0)
+            && self.made_by_previous_release(&key, &claim.0).await?
+        {
+            return Ok(Put::Written { version });
+        }
         match self
             .write(name, value, version, &ids, &claim, &writers, ttl)
             .await?
@@ -174,7 +180,7 @@ impl State {
         self.ctx.state_is_a_workers(true).await?;
         let claim = self.claim(name).await?;
         let key = self.key(name)?;
-        let ids = self.ctx.next_state_change(&key);
+        let ids = self.ctx.next_state_change(&key, name);
         for attempt in 0..UPDATE_ATTEMPTS {
             if attempt > 0 {
                 // Others are writing it too: a short wait, growing to 50 ms, half of it random,
@@ -184,6 +190,13 @@ impl State {
                 tokio::time::sleep(wait.min(self.ctx.remaining() / 4)).await;
             }
             let (found, version, writers) = match self.read(&key).await? {
+                Some(item)
+                    if item.writers.contains(&ids.0)
+                        && self.made_by_previous_release(&key, &claim.0).await? =>
+                {
+                    tracing::info!(name, "state change made already (by the previous release)");
+                    return parse(name, &item.value);
+                }
                 Some(item) => {
                     // A value of another shape is not taken for none (and overwritten).
                     let value: T = parse(name, &item.value)?;
@@ -222,6 +235,24 @@ impl State {
         let key = key.clone();
         self.ledger_call(|ledger, now| async move { ledger.state(&key, now).await })
             .await
+    }
+
+    /// Whether the previous release made this request's change of the value under `key`: the
+    /// value keeps the writer that release writes for it (this release writes it too, for that
+    /// release to find), and the request's claim records no change of this release to that
+    /// value (so no listener of this release wrote that writer). A read of the claim, only where
+    /// the writer was found: a request run again.
+    async fn made_by_previous_release(
+        &self,
+        key: &EventId,
+        claim: &EventId,
+    ) -> Result<bool, Error> {
+        let claim = claim.clone();
+        let recorded = self
+            .ledger_call(|ledger, _| async move { ledger.state_changes(&claim).await })
+            .await?;
+        let value = format!(":{}#", crate::ledger::state_key_digest(key));
+        Ok(!recorded.keys().any(|id| id.contains(&value)))
     }
 
     /// The request's claim a change of `name` is recorded with: refused where there is none.

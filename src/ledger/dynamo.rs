@@ -370,8 +370,8 @@ impl DynamoLedger {
         values.push((":owner".into(), s(held.owner.as_str())));
         values.push((":in_progress".into(), s(Status::InProgress.as_str())));
         let expression = format!("SET {} REMOVE {}", set.join(", "), remove.join(", "));
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        self.client
+        let update = self
+            .client
             .update_item()
             .table_name(&self.table)
             .key(attr::PK, AttributeValue::S(held.event_id.to_string()))
@@ -379,10 +379,13 @@ impl DynamoLedger {
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names.into_iter().collect()))
             .set_expression_attribute_values(Some(values.into_iter().collect()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await
-            .map(|_| ())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        past_transactions(|| {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            update.clone().send()
+        })
+        .await
+        .map(|_| ())
     }
 
     /// The claim of a key never seen: one put, conditioned on the key's absence. `Err` when the
@@ -449,17 +452,19 @@ impl DynamoLedger {
     /// is), or refused by a role that allows only `UpdateItem` (a deploy whose new policy has
     /// not reached IAM yet, a role kept outside the template), said once.
     async fn put_new(&self, item: HashMap<String, AttributeValue>) -> Result<PutNew, LedgerError> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let result = self
+        let put = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(#pk)")
             .expression_attribute_names("#pk", attr::PK)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let result = past_transactions(|| {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            put.clone().send()
+        })
+        .await;
         match result {
             Ok(_) => Ok(PutNew::Written),
             Err(SdkError::ServiceError(e)) => match e.err() {
@@ -626,8 +631,13 @@ impl DynamoLedger {
         }
         let expression = format!("SET {} REMOVE {}", set.join(", "), remove.join(", "));
 
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        match update.update_expression(expression).send().await {
+        let update = update.update_expression(expression);
+        let sent = past_transactions(|| {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            update.clone().send()
+        })
+        .await;
+        match sent {
             Ok(out) => {
                 // `if_not_exists(attempts, 0) + 1`, read from the item as it was.
                 let old = out.attributes().filter(|a| !a.is_empty());
@@ -648,6 +658,39 @@ impl DynamoLedger {
                 _ => Err(unavailable(SdkError::ServiceError(e))),
             },
             Err(e) => Err(unavailable(e)),
+        }
+    }
+}
+
+/// How many times a write to one item is sent while it meets a transaction under way on that
+/// item ([`past_transactions`]).
+pub const TRANSACTION_CONFLICT_ATTEMPTS: u32 = 6;
+
+/// Sends a write to one item again while DynamoDB refuses it for a transaction under way on
+/// that item (`TransactionConflictException`: a state change of the same request, written with
+/// its record on the claim's item, while the claim journals a step or finishes). The SDK does
+/// not retry that refusal, and the transaction takes milliseconds: a few tries, 5 to 80 ms
+/// apart, and a refusal past them is the caller's to handle as any other.
+pub async fn past_transactions<T, E, F, Fut>(
+    mut send: F,
+) -> Result<T, SdkError<E, aws_smithy_runtime_api::http::Response>>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, SdkError<E, aws_smithy_runtime_api::http::Response>>>,
+{
+    let mut attempt = 0;
+    loop {
+        match send().await {
+            Err(SdkError::ServiceError(e))
+                if e.err().code() == Some("TransactionConflictException")
+                    && attempt + 1 < TRANSACTION_CONFLICT_ATTEMPTS =>
+            {
+                crate::metrics::count("LedgerTransactionConflicts");
+                tokio::time::sleep(Duration::from_millis(5 << attempt)).await;
+                attempt += 1;
+            }
+            other => return other,
         }
     }
 }
@@ -762,6 +805,24 @@ impl Ledger for DynamoLedger {
             return Ok(None);
         };
         Ok(state_item(&item, now_ms))
+    }
+
+    async fn state_changes(
+        &self,
+        key: &crate::envelope::EventId,
+    ) -> Result<std::collections::BTreeMap<String, u64>, LedgerError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let item = self.get_item(key.as_str()).await?;
+        Ok(item
+            .as_ref()
+            .and_then(|i| i.get(attr::STATE_CHANGES))
+            .and_then(|m| m.as_m().ok())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| number(v).map(|v| (k.clone(), v)))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     async fn put_state(
@@ -925,8 +986,19 @@ impl Ledger for DynamoLedger {
         if failed(0) {
             return Ok(super::StatePut::Conflict);
         }
-        // Another write to either item at the same moment (TransactionConflict): read again.
-        Ok(super::StatePut::Conflict)
+        let codes: Vec<&str> = reasons.iter().filter_map(|r| r.code()).collect();
+        // Another write to either item at the same moment: read again and try again.
+        if codes.contains(&"TransactionConflict") {
+            crate::metrics::count("LedgerTransactionConflicts");
+            return Ok(super::StatePut::Conflict);
+        }
+        let why = format!("the state change's transaction was cancelled: {codes:?}");
+        // A claim item grown past DynamoDB's 400 KB (its record of changes among it): no retry
+        // fixes that. Throttling and the rest: the ledger is unavailable, as for any write.
+        if codes.contains(&"ValidationError") {
+            return Err(LedgerError::ItemTooLarge(why.into()));
+        }
+        Err(LedgerError::Unavailable(why.into()))
     }
 
     async fn note(

@@ -342,6 +342,15 @@ impl Ledger for MemoryLedger {
             .map(|(item, _)| item.clone()))
     }
 
+    async fn state_changes(&self, key: &EventId) -> Result<BTreeMap<String, u64>, LedgerError> {
+        let entries = self.entries.lock().expect("ledger lock");
+        Ok(entries
+            .map
+            .get(key)
+            .map(|e| e.changes.clone())
+            .unwrap_or_default())
+    }
+
     async fn put_state(
         &self,
         key: &EventId,
@@ -353,17 +362,16 @@ impl Ledger for MemoryLedger {
         // The request's record first, as DynamoDB's transaction evaluates both conditions.
         if let Some(request) = &write.request {
             let held = request.held;
-            let entry = entries
-                .map
-                .get(held.event_id)
-                .filter(|e| e.owner == *held.owner && e.status == Status::InProgress);
-            let Some(entry) = entry else {
+            let entry = entries.map.get(held.event_id);
+            // Made already whoever holds the claim now (a takeover keeps the record), as
+            // DynamoDB's cancelled transaction is read: the record first, then the owner.
+            if let Some(version) = entry.and_then(|e| e.changes.get(request.change)) {
+                return Ok(super::StatePut::MadeAlready { version: *version });
+            }
+            if !entry.is_some_and(|e| e.owner == *held.owner && e.status == Status::InProgress) {
                 return Err(LedgerError::NotOwner {
                     event_id: held.event_id.clone(),
                 });
-            };
-            if let Some(version) = entry.changes.get(request.change) {
-                return Ok(super::StatePut::MadeAlready { version: *version });
             }
         }
         let live = entries

@@ -690,14 +690,26 @@ pub struct RequestChange<'a> {
     pub change: &'a str,
 }
 
-/// The id of a request's `n`th change (from 1) of the value under `key`: what the request's
-/// claim records, the same each time the listener runs for the request.
-pub fn state_change_id(key: &EventId, n: u32) -> String {
-    use sha2::{Digest, Sha256};
+/// The id of the listener `listener`'s `n`th change (from 1) of the value under `key` in a
+/// request: what the request's claim records, the same each time the listener runs for the
+/// request. The listener is part of it: one message's events run different listeners under one
+/// claim (stragglers), and each listener's changes are its own.
+pub fn state_change_id(listener: &str, key: &EventId, n: u32) -> String {
     format!(
-        "{}#{n}",
-        hex::encode(&Sha256::digest(key.as_str().as_bytes())[..8])
+        "{}:{}#{n}",
+        short_digest(listener, 4),
+        state_key_digest(key)
     )
+}
+
+/// The part of every change id of the value under `key` that names the value.
+pub fn state_key_digest(key: &EventId) -> String {
+    short_digest(key.as_str(), 8)
+}
+
+fn short_digest(text: &str, bytes: usize) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(text.as_bytes())[..bytes])
 }
 
 /// What a [`StateWrite`] came to.
@@ -770,6 +782,11 @@ pub trait Ledger: Send + Sync + 'static {
 
     /// The note under `key`, unless none was written or it is past its TTL.
     async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError>;
+
+    /// The state changes the claim of `key` records ([`RequestChange`]), by change id, with
+    /// the version each wrote: none where it records none (or is gone). A strongly consistent
+    /// read.
+    async fn state_changes(&self, key: &EventId) -> Result<BTreeMap<String, u64>, LedgerError>;
 
     /// The app's state value under `key` (an item of its own, `state-APP-…`), unless none was
     /// written or it is past its TTL. A strongly consistent read.

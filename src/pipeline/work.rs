@@ -74,6 +74,7 @@ impl Processor {
         );
         let listeners = async {
             for run in unit.runs {
+                ctx.set_listener(&run.id);
                 if let Err(error) = (run.work)(ctx.clone()).await {
                     return Err(listener_failed(&run.name, error));
                 }

@@ -27,6 +27,8 @@ pub(crate) struct Recorded {
     /// The stand-ins of other apps on the same Slack ([`FakeSlack::same_slack_as`]): a token
     /// one of them issued is served there, as that app, wherever it is presented.
     pub(crate) peers: Vec<std::sync::Weak<Mutex<Recorded>>>,
+    /// `auth.test` answers without `app_id` (Slack's documented example names none).
+    pub(crate) auth_test_without_app: bool,
 }
 
 impl Recorded {
@@ -71,6 +73,7 @@ impl FakeSlack {
             others: HashMap::new(),
             callers: Vec::new(),
             peers: Vec::new(),
+            auth_test_without_app: false,
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
@@ -204,6 +207,12 @@ impl FakeSlack {
             .push(Arc::downgrade(&self.state));
     }
 
+    /// `auth.test` answers without naming the app (`app_id`), as Slack's documented example
+    /// does.
+    pub fn auth_test_without_app(&self) {
+        self.state.lock().expect("lock").auth_test_without_app = true;
+    }
+
     /// Works on the grants ([`FakeSlack::with_oauth`]): make codes, revoke tokens.
     pub fn with_grants<T>(&self, f: impl FnOnce(&mut OAuthGrants) -> T) -> T {
         let mut s = self.state.lock().expect("lock");
@@ -324,7 +333,12 @@ pub(crate) fn answer(
         "conversations.replies" => s.workspace_of(&owner).replies(&strings(&args)),
         _ => {
             s.calls.push((method.to_string(), args.clone()));
-            s.workspace_of(&owner).call(method, &args)
+            let without_app = method == "auth.test" && s.auth_test_without_app;
+            let mut answer = s.workspace_of(&owner).call(method, &args);
+            if without_app && let Some(fields) = answer.as_object_mut() {
+                fields.remove("app_id");
+            }
+            answer
         }
     }
 }

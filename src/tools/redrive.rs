@@ -274,7 +274,15 @@ async fn receive_all(
         if messages.is_empty() {
             break;
         }
+        // What of this batch was not looked at, should the run stop on an error mid-way: made
+        // visible again at the end, as what was held back is.
+        let mut rest: Vec<String> = messages
+            .iter()
+            .filter_map(|m| m.receipt_handle().map(str::to_string))
+            .collect();
+        rest.reverse();
         for (i, message) in messages.iter().enumerate() {
+            rest.pop();
             let (Some(id), Some(receipt)) = (message.message_id(), message.receipt_handle()) else {
                 continue;
             };
@@ -291,16 +299,28 @@ async fn receive_all(
                 break 'receiving;
             }
             let body = message.body().unwrap_or_default().to_string();
-            let entry = judge(q, options, &id, &body).await?;
+            let entry = match judge(q, options, &id, &body).await {
+                Ok(entry) => entry,
+                Err(e) => {
+                    held_back.push(receipt);
+                    held_back.extend(rest);
+                    return Err(e);
+                }
+            };
             let keep = match (&entry.action, options.dry_run) {
                 (Action::Moved | Action::Answered, false) => {
-                    q.sqs
+                    let sent = q
+                        .sqs
                         .send_message()
                         .queue_url(q.work)
                         .message_body(&body)
                         .send()
-                        .await
-                        .map_err(|e| RedriveError::Queue(crate::errors::error_chain(&e)))?;
+                        .await;
+                    if let Err(e) = sent {
+                        held_back.push(receipt);
+                        held_back.extend(rest);
+                        return Err(RedriveError::Queue(crate::errors::error_chain(&e)));
+                    }
                     false
                 }
                 _ => true,
@@ -310,13 +330,18 @@ async fn receive_all(
             } else {
                 // Sent first, then deleted: a crash between leaves a copy, which the ledger
                 // answers once.
-                q.sqs
+                let deleted = q
+                    .sqs
                     .delete_message()
                     .queue_url(q.dead_letters)
-                    .receipt_handle(receipt)
+                    .receipt_handle(&receipt)
                     .send()
-                    .await
-                    .map_err(|e| RedriveError::Queue(crate::errors::error_chain(&e)))?;
+                    .await;
+                if let Err(e) = deleted {
+                    held_back.push(receipt);
+                    held_back.extend(rest);
+                    return Err(RedriveError::Queue(crate::errors::error_chain(&e)));
+                }
             }
             report.entries.push(entry);
         }

@@ -352,12 +352,18 @@ impl DynamoInstallations {
         stored: Stored,
     ) -> Result<bool, StoreError> {
         let read = item[attr::INSTALLATION].clone();
+        // Not while a refresh holds its lease (it is about to store a new pair there).
         let remove = aws_sdk_dynamodb::types::Delete::builder()
             .table_name(&self.table)
             .key(attr::PK, s(&self.key(key, Place::Legacy)))
-            .condition_expression("#installation = :read")
+            .condition_expression(
+                "#installation = :read AND \
+                 (attribute_not_exists(#refresh_until) OR #refresh_until < :now)",
+            )
             .expression_attribute_names("#installation", attr::INSTALLATION)
+            .expression_attribute_names("#refresh_until", attr::REFRESH_UNTIL)
             .expression_attribute_values(":read", read)
+            .expression_attribute_values(":now", n(crate::clock::now_ms()))
             .build()
             .map_err(unavailable)?;
         let own = self.get(key, Place::Own).await?;
@@ -744,6 +750,17 @@ impl InstallationStore for DynamoInstallations {
             ],
         )
         .await
+    }
+
+    async fn ready_to_store(&self, key: &InstallationKey, place: Place) -> Result<(), StoreError> {
+        match place {
+            Place::Own => self
+                .seal
+                .ready(&self.app, &self.key(key, place))
+                .await
+                .map_err(|e| StoreError::Unavailable(Box::new(e))),
+            Place::Legacy => Ok(()),
+        }
     }
 
     async fn release_refresh(

@@ -365,6 +365,16 @@ pub trait InstallationStore: Send + Sync + 'static {
         until_ms: u64,
     ) -> Result<bool, StoreError>;
 
+    /// Readies the writes of the installation at `place` (a refresh's store, next): what they
+    /// need from elsewhere (a KMS data key) is had now, before the refresh exchanges its token.
+    async fn ready_to_store(
+        &self,
+        _key: &InstallationKey,
+        _place: Place,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Gives up the refresh `owner` holds (a failed exchange), so the next try need not wait.
     async fn release_refresh(
         &self,

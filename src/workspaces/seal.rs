@@ -191,6 +191,17 @@ impl Seal {
         Self::kms(aws_sdk_kms::Client::from_conf(config), key_id)
     }
 
+    /// Makes sure a data key for the item `item` of the app `app` is at hand, so that the next
+    /// [`Seal::seal`] for it needs no call to KMS: before a token refresh exchanges its refresh
+    /// token (Slack revokes the pair a later exchange replaces), so that KMS being down stops the
+    /// refresh before the exchange, not between it and the store.
+    pub async fn ready(&self, app: &str, item: &str) -> Result<(), SealError> {
+        match &self.kms {
+            Some(kms) => kms.data_key(app, item).await.map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
     /// Whether tokens are sealed.
     pub fn seals(&self) -> bool {
         self.kms.is_some()
@@ -341,11 +352,12 @@ impl Kms {
         {
             return Ok(k.plain);
         }
+        // No key id: the wrapped key names its own, so a ciphertext sealed under an earlier key
+        // (SLACK_TOKEN_KEY_ID changed, an alias moved) still opens where the role may use it.
         let mut request = self
             .client
             .decrypt()
-            .ciphertext_blob(Blob::new(wrapped.to_vec()))
-            .key_id(&self.key_id);
+            .ciphertext_blob(Blob::new(wrapped.to_vec()));
         for (k, v) in context(app, item) {
             request = request.encryption_context(k, v);
         }

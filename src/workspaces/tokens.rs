@@ -37,6 +37,9 @@ use crate::config::{OAuthConfig, Secret};
 use crate::secrets::{Refused, SlackSecrets};
 use crate::slack::{SlackClient, SlackError, TokenSource};
 
+/// The tag of an import of the previous release whose token Slack refuses: no app's.
+pub const NO_APP: &str = "-";
+
 /// How long a found installation (or its absence) is used without reading the table again.
 pub const CACHE_FOR: Duration = Duration::from_secs(30);
 /// A refresh's lease in the installation's item.
@@ -176,6 +179,7 @@ impl Workspaces {
         oauth: OAuthConfig,
         secrets: Arc<SlackSecrets>,
     ) -> Arc<Self> {
+        let app_id = oauth.app_id.clone();
         Arc::new_cyclic(|me| Self {
             store,
             slack,
@@ -186,7 +190,7 @@ impl Workspaces {
             said_broken: Mutex::default(),
             retry_after: Mutex::default(),
             metrics: Mutex::new((crate::metrics::MetricsOut::Off, String::new())),
-            app_id: Mutex::new(None),
+            app_id: Mutex::new(app_id),
             me: me.clone(),
         })
     }
@@ -309,12 +313,30 @@ impl Workspaces {
         match found.place {
             Place::Legacy => {
                 let ours = match who.owns_legacy(&found, our_app.as_deref()) {
+                    // An import that names no app, shown the requester's by its bot user: tagged
+                    // with the request's app, so that requests naming no bot user (clicks,
+                    // commands) know it too.
+                    Some(true) if found.installation.app_id.is_none() && found.tag.is_none() => {
+                        if let Some(app) = who.app_id {
+                            self.store.tag_legacy(key, app).await?;
+                        }
+                        true
+                    }
                     Some(ours) => ours,
                     None => match self.app_of_token(key, &found).await? {
                         Some(app) => asker == Some(app.as_str()),
-                        // Slack named no app: a deployment's own import (the only way such an
-                        // item was made), taken as this app's.
-                        None => true,
+                        // Slack named no app: whose it is cannot be told, and a token never
+                        // crosses apps. Its own app's events (naming its bot user) use it, and
+                        // `import-token` with it makes it the app's own.
+                        None => {
+                            tracing::warn!(
+                                installation = key.id(),
+                                "the previous release's import here names no app, and Slack did \
+                                 not say whose token it is: not used for a request that names no \
+                                 bot user; run import-token with that workspace's token"
+                            );
+                            false
+                        }
                     },
                 };
                 Ok(ours.then_some(found))
@@ -335,7 +357,7 @@ impl Workspaces {
 
     /// The app whose token the previous release's import `found` holds, as `auth.test` names
     /// it, tagged on the item so that no later read asks again. `None` where Slack names none.
-    /// A token Slack refuses is nobody's to use here: `Some("")`.
+    /// A token Slack refuses is nobody's to use here: tagged and answered [`NO_APP`].
     async fn app_of_token(
         &self,
         key: &InstallationKey,
@@ -361,7 +383,9 @@ impl Workspaces {
                     code,
                     "the previous release's import here holds a token Slack refuses: not used"
                 );
-                Ok(Some(String::new()))
+                // Tagged as no app's: no later request asks Slack again.
+                self.store.tag_legacy(key, NO_APP).await?;
+                Ok(Some(NO_APP.to_string()))
             }
             Err(e) => Err(StoreError::Unavailable(Box::new(e))),
         }
@@ -690,6 +714,12 @@ impl Workspaces {
                 return Err(Box::new(e));
             }
         };
+        // What storing the new pair needs (a KMS data key) is had before the exchange: KMS
+        // down stops the refresh here, not between the exchange and the store.
+        if let Err(e) = self.store.ready_to_store(key, place).await {
+            released().await;
+            return Err(Box::new(e));
+        }
         let Some(secret) = self.client_secret() else {
             released().await;
             return Err(

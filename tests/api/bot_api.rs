@@ -895,3 +895,76 @@ async fn a_call_past_its_deadline_is_not_sent_and_says_so() {
     );
     assert_eq!(slack.calls_of("response_url"), 0);
 }
+
+/// One message's events can run different listeners under its one claim: here the first
+/// listener takes only the `app_mention`, the second every event of a mention. The mention
+/// runs both: the first counts, the second fails (the claim is released). The message event of
+/// the same message then runs only the second, under the same claim: its change is its own, not
+/// taken for the first's (made already by the mention), and is made: the count is 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_listeners_state_changes_are_its_own_under_one_messages_claim() {
+    use slack_once::app::{App, Ctx, MessageEvent};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let day = Duration::from_secs(86_400);
+    let failures = Arc::new(AtomicUsize::new(1));
+    let left = failures.clone();
+    let app = App::new()
+        .message_where(
+            |m: &MessageEvent| m.raw["type"] == "app_mention",
+            move |ctx: Ctx, _m: MessageEvent| async move {
+                ctx.state()
+                    .update("count", day, |n: Option<u64>| n.unwrap_or(0) + 1)
+                    .await?;
+                Ok(())
+            },
+        )
+        .message_where(
+            |m: &MessageEvent| m.mention,
+            move |ctx: Ctx, _m: MessageEvent| {
+                let left = left.clone();
+                async move {
+                    if left
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok()
+                    {
+                        return Err("not yet".into());
+                    }
+                    let n = ctx
+                        .state()
+                        .update("count", day, |n: Option<u64>| n.unwrap_or(0) + 1)
+                        .await?;
+                    ctx.reply(format!("count {n}")).await?;
+                    Ok(())
+                }
+            },
+        );
+    let bot = slack_once::testing::TestBot::start(app).await;
+    let (ts, channel, user) = (
+        "1767225600.000100",
+        slack_once::testing::CHANNEL,
+        slack_once::testing::USER,
+    );
+    let text = format!("<@{}> count", slack_once::testing::BOT_USER);
+    let cmid = "8d5c0c0e-0000-4000-8000-000000000001";
+    let mention = serde_json::json!({
+        "type": "app_mention", "user": user, "text": text, "ts": ts, "channel": channel,
+        "event_ts": ts, "client_msg_id": cmid
+    });
+    let message = serde_json::json!({
+        "type": "message", "channel_type": "channel", "user": user, "text": text, "ts": ts,
+        "channel": channel, "event_ts": ts, "client_msg_id": cmid
+    });
+    assert_ne!(
+        bot.send(mention).await,
+        "answered",
+        "the second listener failed"
+    );
+    assert_eq!(bot.send(message).await, "answered");
+    let said: Vec<String> = bot
+        .slack()
+        .messages()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(said, ["count 2"], "each listener's change made once");
+}

@@ -640,3 +640,67 @@ fn a_lease_longer_than_slacks_one_minute_retry_allows_is_refused_at_start() {
     assert!(text.contains("DEDUP_LEASE_SECONDS is invalid"), "{text}");
     assert!(text.contains("one-minute retry"), "{text}");
 }
+
+/// A claim's write to its item met a transaction under way on it (a state change of the same
+/// request, recorded with the claim): DynamoDB refuses with `TransactionConflictException`,
+/// which the SDK does not send again. The claim, a step's intent and the completion each send
+/// it again a few ms later: the request is answered once, never released or failed for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_meets_a_transaction_on_its_item_is_sent_again() {
+    for (n, op) in [LedgerOp::Claim, LedgerOp::Intent, LedgerOp::Complete]
+        .into_iter()
+        .enumerate()
+    {
+        let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+        proxy.hold_next(op, HoldAt::TransactionConflict);
+        let id = format!("EvConflict{n}");
+        let http = HttpClient::default();
+        // The reference bot's /once: its answer through the response URL is a step with an
+        // intent of its own, after the claim.
+        let body = match op {
+            LedgerOp::Intent => command_form(&slack, "/once", "hi"),
+            _ => app_mention(&id, "hi"),
+        };
+        let answer = match op {
+            LedgerOp::Intent => deliver_form(&http, &bot.url(), &body, None).await,
+            _ => deliver(&http, &bot.url(), &body, None).await,
+        };
+        assert_eq!(
+            answer.status,
+            StatusCode::OK,
+            "{op:?}: {}\n{}",
+            answer.body,
+            bot.log()
+        );
+        assert_eq!(proxy.held(), 1, "{op:?}: refused once");
+        let sent = proxy.seen().iter().filter(|&&o| o == op).count();
+        assert!(sent >= 2, "{op:?}: sent again ({sent})");
+        if op == LedgerOp::Intent {
+            // Acknowledged, then answered in the channel through the response URL: its claim
+            // done.
+            let client = dynamodb_client(&dynamodb_endpoint());
+            let done = eventually_async(Duration::from_secs(10), || async {
+                let page = client
+                    .scan()
+                    .table_name(ledger.table())
+                    .send()
+                    .await
+                    .unwrap();
+                page.items().iter().any(|i| {
+                    i["pk"].as_s().unwrap().starts_with("cmd-")
+                        && i.get("status")
+                            .and_then(|v| v.as_s().ok())
+                            .map(String::as_str)
+                            == Some("done")
+                })
+            })
+            .await;
+            assert!(done, "{}", bot.log());
+        } else {
+            assert_eq!(answer.outcome(), "answered", "{op:?}: {}", answer.body);
+            assert_eq!(slack.posted().len(), 1, "{op:?}");
+            let item = ledger.get_item(&mention_key(&id)).await.unwrap().unwrap();
+            assert_eq!(item["status"].as_s().unwrap(), "done", "{op:?}");
+        }
+    }
+}

@@ -1682,10 +1682,16 @@ pub enum HoldAt {
     Error500AfterForwarding,
     /// The request is forwarded after this long (a slow service).
     DelayForwarding(Duration),
+    /// The request never reaches DynamoDB, and is refused as DynamoDB refuses a write to an
+    /// item a transaction is under way on (`TransactionConflictException`, HTTP 400, which the
+    /// SDK does not send again).
+    TransactionConflict,
 }
 
 #[derive(Default)]
 struct ProxyState {
+    /// Every request is answered 503 and none forwarded: the service is down.
+    down: bool,
     /// The kind of request to hold, how many more of that kind pass first, and how.
     hold: Option<(LedgerOp, usize, HoldAt)>,
     held: usize,
@@ -1772,6 +1778,11 @@ impl LedgerProxy {
             .expect("the held request arrived");
     }
 
+    /// While `down`, every request is answered 503 (ServiceUnavailable) and none forwarded.
+    pub fn set_down(&self, down: bool) {
+        self.state.lock().unwrap().down = down;
+    }
+
     /// How many requests were held so far.
     pub fn held(&self) -> usize {
         self.state.lock().unwrap().held
@@ -1818,6 +1829,14 @@ async fn proxy_forward(
     let (parts, body) = request.into_parts();
     let body = body.collect().await?.to_bytes();
     let op = classify(&body);
+    if ctx.state.lock().unwrap().down {
+        return Ok(http::Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .header("content-type", "application/x-amz-json-1.1")
+            .body(Full::new(Bytes::from_static(
+                br#"{"__type":"ServiceUnavailableException","message":"down"}"#,
+            )))?);
+    }
     let hold = {
         let mut s = ctx.state.lock().unwrap();
         s.seen.push(op);
@@ -1842,6 +1861,15 @@ async fn proxy_forward(
         Some(HoldAt::DelayForwarding(delay)) => {
             ctx.held.notify_waiters();
             tokio::time::sleep(delay).await;
+        }
+        Some(HoldAt::TransactionConflict) => {
+            ctx.held.notify_waiters();
+            return Ok(http::Response::builder()
+                .status(StatusCode::BAD_REQUEST)
+                .header("content-type", "application/x-amz-json-1.0")
+                .body(Full::new(Bytes::from_static(
+                    br#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"Transaction is ongoing for the item"}"#,
+                )))?);
         }
         _ => {}
     }

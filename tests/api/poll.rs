@@ -69,6 +69,12 @@ impl Ledger for Gate {
     async fn state(&self, key: &EventId, now_ms: u64) -> Result<Option<StateItem>, LedgerError> {
         self.inner.state(key, now_ms).await
     }
+    async fn state_changes(
+        &self,
+        key: &EventId,
+    ) -> Result<std::collections::BTreeMap<String, u64>, LedgerError> {
+        self.inner.state_changes(key).await
+    }
     async fn put_state(
         &self,
         key: &EventId,

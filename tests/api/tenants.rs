@@ -765,3 +765,115 @@ async fn plaintext_installations_are_read_then_sealed_at_their_next_write_or_by_
         assert_eq!(answer.outcome(), "answered", "{team}: {}", answer.body);
     }
 }
+
+/// The KMS key changed (`SLACK_TOKEN_KEY_ID` names another key): what the first sealed still
+/// opens (the wrapped key names its own), and new writes seal with the new one. KMS down (every
+/// call refused, through a proxy in front of moto's): a request is refused with a 5xx before
+/// anything is claimed or written, nothing is posted, and Slack's retry once KMS is back is
+/// answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_key_still_opens_and_kms_down_refuses_before_anything_then_answers_once() {
+    let kms = kms_key_vars().await;
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let a = Tenant::start(A, &endpoint, &table, &kms).await;
+    assert_eq!(a.install("T0000KEY", false).await.status, 200);
+
+    let second = kms_key_vars().await;
+    let mut vars = a.vars.clone();
+    vars.retain(|(k, _)| *k != "SLACK_TOKEN_KEY_ID");
+    vars.extend(
+        second
+            .iter()
+            .filter(|(k, _)| *k == "SLACK_TOKEN_KEY_ID")
+            .cloned(),
+    );
+    let rekeyed = spawn_tenant(&vars, false);
+    let answer = a.send_to(&rekeyed, &a.mention("T0000KEY", 1)).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+
+    // KMS down for a process that has opened nothing yet.
+    let proxy = LedgerProxy::start(&sqs_endpoint()).await;
+    let mut vars = a.vars.clone();
+    vars.retain(|(k, _)| *k != "AWS_ENDPOINT_URL_KMS");
+    vars.push(("AWS_ENDPOINT_URL_KMS", proxy.url.clone()));
+    let cut_off = spawn_tenant(&vars, false);
+    proxy.set_down(true);
+    let body = a.mention("T0000KEY", 2);
+    let refused = a.send_to(&cut_off, &body).await;
+    assert!(
+        refused.status.is_server_error(),
+        "{} {}",
+        refused.status,
+        refused.body
+    );
+    assert_eq!(a.answers_in("T0000KEY"), 1, "nothing posted");
+    proxy.set_down(false);
+    let headers = {
+        let mut h = signed_headers(a.signing_secret, now_unix(), body.as_bytes());
+        h.push(("x-slack-retry-num".into(), "1".into()));
+        h.push(("x-slack-retry-reason".into(), "http_error".into()));
+        h
+    };
+    let retried = a
+        .http
+        .request(
+            "POST",
+            &format!("http://{}/slack/events", cut_off.addr),
+            &headers,
+            body.as_bytes().to_vec(),
+        )
+        .await;
+    assert_eq!(retried.outcome(), "answered", "{}", retried.body);
+    assert_eq!(a.answers_in("T0000KEY"), 2);
+}
+
+/// The previous release's import, where Slack's `auth.test` names no app: whose token it is
+/// cannot be told from a request that names no bot user, so it is never used for one (another
+/// app's click is not answered with it, nor is this app's before it is known); this app's
+/// mention, naming its bot user, shows it this app's and tags it, and its clicks then use it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_whose_app_slack_does_not_name_is_used_only_once_shown_its_own() {
+    let (a, b, table) = two_apps().await;
+    for t in [&a, &b] {
+        t.slack.auth_test_without_app();
+    }
+    let token = format!("xoxb-{}-imported-unnamed", A.0);
+    a.slack.with_grants(|g| g.accept(&token, "T0000UNN"));
+    let endpoint = dynamodb_endpoint();
+    let previous = std::env::var_os("SLACK_ONCE_PREVIOUS_BIN")
+        .expect("SLACK_ONCE_PREVIOUS_BIN is not set: run the tests with scripts/test.sh");
+    let mut command = std::process::Command::new(previous);
+    command.env_clear().arg("import-token");
+    for (k, v) in tenant_vars(A, &a.slack, &endpoint, &table) {
+        command.env(k, v);
+    }
+    let out = command.env("SLACK_BOT_TOKEN", &token).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let fake = json!({"channel": "C1", "ts": "1700000900.000100", "text": "a message"});
+    let rb = b.send_form(&b.click("T0000UNN", &fake)).await;
+    assert_eq!(rb.status, 200, "{}", rb.body);
+    let ra = a.send_form(&a.click("T0000UNN", &fake)).await;
+    assert_eq!(ra.status, 200, "{}", ra.body);
+    assert!(
+        !a.slack.calls().iter().any(|(m, _)| m == "chat.update"),
+        "nobody's click used the token: {:?}",
+        a.slack.calls()
+    );
+    let ra = a.send(&a.mention("T0000UNN", 1)).await;
+    assert_eq!(ra.outcome(), "answered", "{}", ra.body);
+    let answer = a.slack.messages_of("T0000UNN")[0].clone();
+    let ra = a.send_form(&a.click("T0000UNN", &answer)).await;
+    assert_eq!(ra.status, 200, "{}", ra.body);
+    assert!(
+        a.slack.messages_of("T0000UNN")[0]
+            .to_string()
+            .contains("found this helpful"),
+        "the click, after the mention tagged the import"
+    );
+}

@@ -207,6 +207,10 @@ impl InstallationStore for SimInstallations {
         .await
     }
 
+    async fn ready_to_store(&self, key: &InstallationKey, place: Place) -> Result<(), StoreError> {
+        self.store.ready_to_store(key, place).await
+    }
+
     async fn release_refresh(
         &self,
         key: &InstallationKey,
@@ -391,6 +395,18 @@ impl Ledger for SimLedger {
         self.site(format!("read state {key}"), || {
             let inner = inner.clone();
             async move { inner.state(key, now_ms).await }
+        })
+        .await
+    }
+
+    async fn state_changes(
+        &self,
+        key: &EventId,
+    ) -> Result<std::collections::BTreeMap<String, u64>, LedgerError> {
+        let inner = self.world.ledger.clone();
+        self.site(format!("read the state changes of {key}"), || {
+            let inner = inner.clone();
+            async move { inner.state_changes(key).await }
         })
         .await
     }
