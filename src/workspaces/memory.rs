@@ -45,7 +45,7 @@ impl Default for MemoryInstallations {
 pub const LOCAL_APP: &str = "local";
 
 impl MemoryInstallations {
-    /// An empty store, of the app [`LOCAL_APP`].
+    /// An empty store, of the app `local` (a client id no app has).
     pub fn new() -> Self {
         Self {
             app: LOCAL_APP.to_string(),
