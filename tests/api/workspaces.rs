@@ -1398,3 +1398,84 @@ async fn every_value_an_oauth_page_shows_is_escaped() {
     assert!(refused.body.contains("&lt;img src=x"), "{}", refused.body);
     assert!(!refused.body.contains("<img"), "{}", refused.body);
 }
+
+/// Two apps on one table, both installed in one workspace, never read each other's state:
+/// neither the workspace's (`ctx.state()`) nor the app-wide (`ctx.shared_state()`), under the
+/// same names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_apps_on_one_table_never_read_each_others_state() {
+    use slack_once::testing::{Identity, bot_id_for, bot_user_for};
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let a_slack = fake_slack_oauth().await;
+    let b_app = "A0000OTHER";
+    let b_slack = FakeSlack::start_for(Identity {
+        team: "T0BHOME".into(),
+        app_id: b_app.into(),
+        bot_id: bot_id_for(b_app, "T0BHOME"),
+        bot_user: bot_user_for(b_app, "T0BHOME"),
+    })
+    .await
+    .with_oauth("9999.0009", "client-secret-b");
+    a_slack.same_slack_as(&b_slack);
+    let store_a = DynamoInstallations::new(dynamodb_client(&endpoint), table.clone(), CLIENT_ID);
+    let store_b = DynamoInstallations::new(dynamodb_client(&endpoint), table.clone(), "9999.0009");
+    let a = spawn_bot(&a_slack, ledger.clone(), Arc::new(store_a), settings_bot()).await;
+    let b = {
+        let config = config(
+            &b_slack,
+            &[
+                ("SLACK_CLIENT_ID", "9999.0009"),
+                ("SLACK_CLIENT_SECRET", "client-secret-b"),
+            ],
+        );
+        let app = Application::with_parts(config, ledger.clone(), settings_bot())
+            .with_store(Arc::new(store_b));
+        let server = app.bind().await.unwrap();
+        let addr = server.local_addr();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(server.run_until(async {
+            let _ = rx.await;
+        }));
+        Distributed {
+            addr,
+            http: HttpClient::default(),
+            _shutdown: tx,
+        }
+    };
+    let code = a_slack.with_grants(|g| g.grant("T0002", "app_mentions:read,chat:write", "", false));
+    assert_eq!(install(&a, code).await.status, 200);
+    let code = b_slack.with_grants(|g| g.grant("T0002", "app_mentions:read,chat:write", "", false));
+    assert_eq!(install(&b, code).await.status, 200);
+    let n = std::sync::atomic::AtomicU32::new(0);
+    let say = |which: &'static str, text: &str| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (app, slack, app_id) = match which {
+            "A" => (&a, &a_slack, slack_once::testing::APP_ID),
+            _ => (&b, &b_slack, b_app),
+        };
+        let bot = bot_user_for(app_id, "T0002");
+        let ts = format!("1700003{i:03}.000100");
+        let body = json!({
+            "token": "unused", "team_id": "T0002", "api_app_id": app_id,
+            "type": "event_callback", "event_id": format!("EvTwoApps{i:04}"), "event_time": 1_700_000_000,
+            "event": {"type": "app_mention", "user": "U0PERSON", "text": format!("<@{bot}> {text}"),
+                "ts": ts, "channel": "C1", "event_ts": ts},
+            "authorizations": [{"team_id": "T0002", "user_id": bot, "is_bot": true}]
+        })
+        .to_string();
+        slack.with_workspace_of("T0002", |w| w.add_event_message(body.as_bytes()));
+        async move {
+            let answer = app.send(&body).await;
+            assert_eq!(answer.outcome(), "answered", "{which}: {}", answer.body);
+            let said = slack.messages_of("T0002");
+            said.last().unwrap()["text"].as_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(say("A", "set blue").await, "set blue");
+    assert_eq!(say("B", "get settings").await, "got none");
+    assert_eq!(say("B", "set green").await, "set green");
+    assert_eq!(say("A", "get settings").await, "got blue");
+    assert_eq!(say("A", "share from A").await, "shared from A");
+    assert_eq!(say("B", "shared").await, "motd none");
+}
