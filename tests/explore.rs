@@ -674,34 +674,18 @@ fn installed_through_oauth_each_request_refreshes_once_and_answers_once_with_its
 #[test]
 fn installed_through_oauth_a_workspaces_state_change_is_made_once() {
     use slack_once::app::{App, Ctx, HandlerResult, MessageEvent};
-    async fn count(ctx: Ctx, _m: MessageEvent) -> HandlerResult {
+    async fn count(ctx: Ctx, m: MessageEvent) -> HandlerResult {
         assert!(
             ctx.installation().is_some(),
             "answered with an installation"
         );
-        let n: u64 = ctx
-            .state()
-            .update(
-                "mentions",
-                std::time::Duration::from_secs(3600),
-                |n: Option<u64>| n.unwrap_or(0) + 1,
-            )
-            .await?;
-        ctx.reply(format!("mention number {n}")).await?;
-        Ok(())
+        count_mentions(ctx, m).await
     }
     Explorer::new(|| App::new().message_where(|m: &MessageEvent| m.mention, count))
         .installed(std::time::Duration::from_secs(3600))
         .request(Request::mention("count me"))
         .both_modes()
-        .invariant("counted once, in the workspace's own state", |end| {
-            for m in &end.messages {
-                if m["text"] != "mention number 1" {
-                    return Err(format!("the count went past 1: {}", m["text"]));
-                }
-            }
-            Ok(())
-        })
+        .invariant("counted once, in the workspace's own state", counted_once)
         .run()
         .assert_ok();
 }
@@ -745,30 +729,39 @@ fn a_poll_is_posted_once_and_kept_once() {
 /// included.
 #[test]
 fn a_state_change_is_made_once_however_often_the_listener_runs() {
-    use slack_once::app::{App, Ctx, HandlerResult, MessageEvent};
-    async fn count(ctx: Ctx, _m: MessageEvent) -> HandlerResult {
-        let n: u64 = ctx
-            .state()
-            .update(
-                "mentions",
-                std::time::Duration::from_secs(3600),
-                |n: Option<u64>| n.unwrap_or(0) + 1,
-            )
-            .await?;
-        ctx.reply(format!("mention number {n}")).await?;
-        Ok(())
-    }
-    Explorer::new(|| App::new().message_where(|m: &MessageEvent| m.mention, count))
+    use slack_once::app::{App, MessageEvent};
+    Explorer::new(|| App::new().message_where(|m: &MessageEvent| m.mention, count_mentions))
         .request(Request::mention("count me"))
         .both_modes()
-        .invariant("counted once", |end| {
-            for m in &end.messages {
-                if m["text"] != "mention number 1" {
-                    return Err(format!("the count went past 1: {}", m["text"]));
-                }
-            }
-            Ok(())
-        })
+        .invariant("counted once", counted_once)
         .run()
         .assert_ok();
+}
+
+/// A counter every mention increments in the app's state (in multi-workspace mode, the
+/// workspace's), replying with the count.
+async fn count_mentions(
+    ctx: slack_once::app::Ctx,
+    _m: slack_once::app::MessageEvent,
+) -> slack_once::app::HandlerResult {
+    let n: u64 = ctx
+        .state()
+        .update(
+            "mentions",
+            std::time::Duration::from_secs(3600),
+            |n: Option<u64>| n.unwrap_or(0) + 1,
+        )
+        .await?;
+    ctx.reply(format!("mention number {n}")).await?;
+    Ok(())
+}
+
+/// Every reply of [`count_mentions`] says 1: one mention, counted once.
+fn counted_once(end: &slack_once::testing::explore::End) -> Result<(), String> {
+    for m in &end.messages {
+        if m["text"] != "mention number 1" {
+            return Err(format!("the count went past 1: {}", m["text"]));
+        }
+    }
+    Ok(())
 }

@@ -36,6 +36,20 @@ fn redrive(stack: &DeferredStack, args: &[&str]) -> String {
     report
 }
 
+/// Runs `slack-once sweep ARGS` on `stack`'s table; what it printed.
+fn sweep_cli(stack: &DeferredStack, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg("sweep")
+        .args(args)
+        .env_clear()
+        .envs(dynamodb_env(&stack.dynamodb))
+        .env("DEDUP_TABLE", &stack.table)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 /// Sends `body` to the dead-letter queue, as SQS moves a message there.
 async fn dead_letter(stack: &DeferredStack, body: &str) {
     stack
@@ -316,18 +330,7 @@ async fn a_sweep_ends_failed_the_claims_left_past_their_lease_and_only_those() {
         .send()
         .await
         .unwrap();
-    let sweep = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .arg("sweep")
-            .args(args)
-            .env_clear()
-            .envs(dynamodb_env(&stack.dynamodb))
-            .env("DEDUP_TABLE", &stack.table)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
+    let sweep = |args: &[&str]| sweep_cli(&stack, args);
     let dry = sweep(&["--dry-run"]);
     assert!(dry.contains(&mention_key("EvSweepLeft")), "{dry}");
     assert!(dry.contains("1 claims left"), "{dry}");
@@ -484,18 +487,7 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
     assert_eq!(item["redelivery"].as_bool().unwrap(), &true);
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
-    let sweep = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .arg("sweep")
-            .args(args)
-            .env_clear()
-            .envs(dynamodb_env(&stack.dynamodb))
-            .env("DEDUP_TABLE", &stack.table)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
+    let sweep = |args: &[&str]| sweep_cli(&stack, args);
     let nameless = sweep(&["--older-than", "0"]);
     assert!(nameless.contains("left 2 claims of apps"), "{nameless}");
     assert!(

@@ -250,6 +250,31 @@ async fn two_apps() -> (Tenant, Tenant, String) {
     two_apps_with(&[]).await
 }
 
+/// Two apps whose tokens live 10 minutes and are refreshed at every request (11 hours before).
+async fn two_rotating_apps() -> (Tenant, Tenant, String) {
+    let refresh = [("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string())];
+    let (a, b, table) = two_apps_with(&refresh).await;
+    for t in [&a, &b] {
+        t.slack.with_grants(|g| g.set_lifetime(600));
+    }
+    (a, b, table)
+}
+
+/// Whether each of `t`'s refresh exchanges was taken (none refused), and there was one.
+fn refreshes_all_taken(t: &Tenant) -> Result<(), String> {
+    let exchanges = t.slack.with_grants(|g| {
+        g.exchanges()
+            .iter()
+            .filter(|e| e.grant_type == "refresh_token")
+            .map(|e| e.ok)
+            .collect::<Vec<_>>()
+    });
+    match !exchanges.is_empty() && exchanges.iter().all(|ok| *ok) {
+        true => Ok(()),
+        false => Err(format!("{exchanges:?}")),
+    }
+}
+
 async fn two_apps_with(extra: &[(&'static str, String)]) -> (Tenant, Tenant, String) {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -310,12 +335,7 @@ async fn another_apps_uninstall_leaves_this_apps_installation() {
 /// broken: B's events were skipped until B was installed again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_apps_refresh_never_breaks_this_apps_installation() {
-    // Tokens live 10 minutes; every request finds them due (refreshed 11 hours before).
-    let refresh = [("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string())];
-    let (a, b, _) = two_apps_with(&refresh).await;
-    for t in [&a, &b] {
-        t.slack.with_grants(|g| g.set_lifetime(600));
-    }
+    let (a, b, _) = two_rotating_apps().await;
     assert_eq!(a.install("T0000THREE", true).await.status, 200);
     assert_eq!(b.install("T0000THREE", true).await.status, 200);
     for n in 1..=2 {
@@ -329,21 +349,10 @@ async fn another_apps_refresh_never_breaks_this_apps_installation() {
         assert_eq!(rb.outcome(), "answered", "B: {}", rb.body);
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
     }
-    let refreshed = |t: &Tenant| {
-        t.slack.with_grants(|g| {
-            g.exchanges()
-                .iter()
-                .filter(|e| e.grant_type == "refresh_token")
-                .map(|e| e.ok)
-                .collect::<Vec<_>>()
-        })
-    };
     for (name, t) in [("A", &a), ("B", &b)] {
-        let exchanges = refreshed(t);
-        assert!(
-            !exchanges.is_empty() && exchanges.iter().all(|ok| *ok),
-            "{name} refreshed its own tokens, each exchange taken: {exchanges:?}"
-        );
+        if let Err(exchanges) = refreshes_all_taken(t) {
+            panic!("{name} refreshed its own tokens, each exchange taken: {exchanges}");
+        }
     }
     assert_eq!(
         (a.answers_in("T0000THREE"), b.answers_in("T0000THREE")),
@@ -406,11 +415,7 @@ async fn import_token_keeps_this_apps_installation_beside_another_apps() {
 /// never touches it. A's uninstall through this release removes it for both releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_previous_releases_installation_serves_both_releases_of_its_app_and_no_other() {
-    let refresh = [("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string())];
-    let (a, b, table) = two_apps_with(&refresh).await;
-    for t in [&a, &b] {
-        t.slack.with_grants(|g| g.set_lifetime(600));
-    }
+    let (a, b, table) = two_rotating_apps().await;
     let old = a.process(true);
     let installed = a.install_via(&old, "T0000ROLL", true).await;
     assert_eq!(installed.status, 200, "{}", installed.body);
@@ -434,17 +439,9 @@ async fn the_previous_releases_installation_serves_both_releases_of_its_app_and_
         (6, 6)
     );
     for (name, t) in [("A", &a), ("B", &b)] {
-        let exchanges = t.slack.with_grants(|g| {
-            g.exchanges()
-                .iter()
-                .filter(|e| e.grant_type == "refresh_token")
-                .map(|e| e.ok)
-                .collect::<Vec<_>>()
-        });
-        assert!(
-            !exchanges.is_empty() && exchanges.iter().all(|ok| *ok),
-            "{name}'s refreshes, each taken: {exchanges:?}"
-        );
+        if let Err(exchanges) = refreshes_all_taken(t) {
+            panic!("{name}'s refreshes, each taken: {exchanges}");
+        }
     }
     // A uninstalled, through this release: its installation is gone for both releases; B's
     // stays.

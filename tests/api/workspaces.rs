@@ -92,7 +92,17 @@ async fn spawn_bot(
     store: Arc<dyn InstallationStore>,
     bot: slack_once::app::App,
 ) -> Distributed {
-    let app = Application::with_parts(config(slack, &[]), ledger, bot).with_store(store);
+    spawn_configured(config(slack, &[]), ledger, store, bot).await
+}
+
+/// The bot `bot` as `config` says, on `ledger` and `store`.
+async fn spawn_configured(
+    config: Config,
+    ledger: Arc<dyn Ledger>,
+    store: Arc<dyn InstallationStore>,
+    bot: slack_once::app::App,
+) -> Distributed {
+    let app = Application::with_parts(config, ledger, bot).with_store(store);
     let server = app.bind().await.unwrap();
     let addr = server.local_addr();
     let (tx, rx) = oneshot::channel::<()>();
@@ -1421,28 +1431,14 @@ async fn two_apps_on_one_table_never_read_each_others_state() {
     let store_a = DynamoInstallations::new(dynamodb_client(&endpoint), table.clone(), CLIENT_ID);
     let store_b = DynamoInstallations::new(dynamodb_client(&endpoint), table.clone(), "9999.0009");
     let a = spawn_bot(&a_slack, ledger.clone(), Arc::new(store_a), settings_bot()).await;
-    let b = {
-        let config = config(
-            &b_slack,
-            &[
-                ("SLACK_CLIENT_ID", "9999.0009"),
-                ("SLACK_CLIENT_SECRET", "client-secret-b"),
-            ],
-        );
-        let app = Application::with_parts(config, ledger.clone(), settings_bot())
-            .with_store(Arc::new(store_b));
-        let server = app.bind().await.unwrap();
-        let addr = server.local_addr();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(server.run_until(async {
-            let _ = rx.await;
-        }));
-        Distributed {
-            addr,
-            http: HttpClient::default(),
-            _shutdown: tx,
-        }
-    };
+    let b_config = config(
+        &b_slack,
+        &[
+            ("SLACK_CLIENT_ID", "9999.0009"),
+            ("SLACK_CLIENT_SECRET", "client-secret-b"),
+        ],
+    );
+    let b = spawn_configured(b_config, ledger.clone(), Arc::new(store_b), settings_bot()).await;
     let code = a_slack.with_grants(|g| g.grant("T0002", "app_mentions:read,chat:write", "", false));
     assert_eq!(install(&a, code).await.status, 200);
     let code = b_slack.with_grants(|g| g.grant("T0002", "app_mentions:read,chat:write", "", false));
