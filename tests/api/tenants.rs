@@ -457,6 +457,23 @@ async fn the_previous_releases_installation_serves_both_releases_of_its_app_and_
     assert_eq!(answer.outcome(), "answered", "{}", answer.body);
 }
 
+/// The previous release's `import-token` of `token` for the app `tenant` (A) into `table`.
+fn import_with_the_previous_release(tenant: &Tenant, table: &str, token: &str) {
+    let previous = std::env::var_os("SLACK_ONCE_PREVIOUS_BIN")
+        .expect("SLACK_ONCE_PREVIOUS_BIN is not set: run the tests with scripts/test.sh");
+    let mut command = std::process::Command::new(previous);
+    command.env_clear().arg("import-token");
+    for (k, v) in tenant_vars(A, &tenant.slack, &dynamodb_endpoint(), table) {
+        command.env(k, v);
+    }
+    let out = command.env("SLACK_BOT_TOKEN", token).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Every key in `table`.
 async fn scan_keys(endpoint: &str, table: &str) -> Vec<String> {
     let client = dynamodb_client(endpoint);
@@ -493,19 +510,7 @@ async fn the_previous_releases_import_is_used_by_its_own_app_only() {
     let token = format!("xoxb-{}-imported-by-the-previous-release", A.0);
     a.slack.with_grants(|g| g.accept(&token, "T0000IMP"));
     let endpoint = dynamodb_endpoint();
-    let previous = std::env::var_os("SLACK_ONCE_PREVIOUS_BIN")
-        .expect("SLACK_ONCE_PREVIOUS_BIN is not set: run the tests with scripts/test.sh");
-    let mut command = std::process::Command::new(previous);
-    command.env_clear().arg("import-token");
-    for (k, v) in tenant_vars(A, &a.slack, &endpoint, &table) {
-        command.env(k, v);
-    }
-    let out = command.env("SLACK_BOT_TOKEN", &token).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    import_with_the_previous_release(&a, &table, &token);
     assert!(
         scan_keys(&endpoint, &table)
             .await
@@ -837,20 +842,7 @@ async fn an_import_whose_app_slack_does_not_name_is_used_only_once_shown_its_own
     }
     let token = format!("xoxb-{}-imported-unnamed", A.0);
     a.slack.with_grants(|g| g.accept(&token, "T0000UNN"));
-    let endpoint = dynamodb_endpoint();
-    let previous = std::env::var_os("SLACK_ONCE_PREVIOUS_BIN")
-        .expect("SLACK_ONCE_PREVIOUS_BIN is not set: run the tests with scripts/test.sh");
-    let mut command = std::process::Command::new(previous);
-    command.env_clear().arg("import-token");
-    for (k, v) in tenant_vars(A, &a.slack, &endpoint, &table) {
-        command.env(k, v);
-    }
-    let out = command.env("SLACK_BOT_TOKEN", &token).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    import_with_the_previous_release(&a, &table, &token);
 
     let fake = json!({"channel": "C1", "ts": "1700000900.000100", "text": "a message"});
     let rb = b.send_form(&b.click("T0000UNN", &fake)).await;
