@@ -765,3 +765,133 @@ fn counted_once(end: &slack_once::testing::explore::End) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Issue 36: an explorer a bot author can trust. Correct bots that the explorer flagged.
+mod trust {
+    use slack_once::app::{App, BlockAction, Ctx, HandlerResult, MessageEvent, Respond};
+    use slack_once::testing::explore::{Explorer, Request};
+
+    /// A reply that shows when it was written: a retry a second later, or a worker minutes
+    /// later, writes another time. The journal knows the post by its identity, and so must
+    /// the explorer.
+    #[test]
+    fn a_message_showing_its_time_is_one_message() {
+        async fn stamped(ctx: Ctx, _m: MessageEvent) -> HandlerResult {
+            let now = slack_once::clock::now_ms() / 1000;
+            ctx.reply(format!("Noted at <!date^{now}^{{time}}|now>."))
+                .await?;
+            Ok(())
+        }
+        Explorer::new(|| App::new().message_where(|m: &MessageEvent| m.mention, stamped))
+            .request(Request::mention("note this"))
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+
+    /// Compared by its identity, a message is still checked for its updates: a takeover that
+    /// skips the update its first run would have made (a planted defect) is found.
+    #[test]
+    fn an_update_a_takeover_skips_is_found() {
+        let defective = || {
+            App::new().message_where(
+                |m: &MessageEvent| m.mention,
+                |ctx: Ctx, _m: MessageEvent| async move {
+                    let placeholder = ctx.reply("Thinking…").await?;
+                    if ctx.attempt().await == 1 {
+                        // The defect: a takeover leaves the placeholder as it is.
+                        ctx.update(&placeholder.channel, &placeholder.ts, "The answer.")
+                            .await?;
+                    }
+                    Ok(())
+                },
+            )
+        };
+        let report = Explorer::new(defective)
+            .request(Request::mention("hi"))
+            .seed(7)
+            .run();
+        report
+            .failures()
+            .next()
+            .expect("the explorer finds the defect");
+        let text = report.to_string();
+        assert!(text.contains("was updated 0 times"), "{text}");
+    }
+
+    /// What a message shows, compared where the test asks for it: the same bot, its time
+    /// masked, passes; unmasked, its retries' later times are other messages.
+    #[test]
+    fn content_is_compared_where_the_test_asks_normalized_as_it_says() {
+        async fn stamped(ctx: Ctx, _m: MessageEvent) -> HandlerResult {
+            let now = slack_once::clock::now_ms() / 1000;
+            ctx.reply(format!("Noted at <!date^{now}^{{time}}|now>."))
+                .await?;
+            Ok(())
+        }
+        let app = || App::new().message_where(|m: &MessageEvent| m.mention, stamped);
+        Explorer::new(app)
+            .request(Request::mention("note this"))
+            .compare_content_by(|m| {
+                let mut m = m.clone();
+                if let Some(text) = m["text"].as_str() {
+                    m["text"] = text.split("<!date").next().unwrap_or("").into();
+                }
+                m
+            })
+            .run()
+            .assert_ok();
+        let unmasked = Explorer::new(app)
+            .request(Request::mention("note this"))
+            .compare_content()
+            .run();
+        assert!(unmasked.failures().next().is_some(), "{unmasked}");
+    }
+
+    /// A click answered with an ephemeral refusal: an ephemeral cannot be looked for, so a
+    /// repeat after its answer was lost ends `unconfirmed_write`, rightly; the explorer judges
+    /// the run that ended the request, not the first failure logged.
+    #[test]
+    fn an_ephemeral_refusal_whose_answer_was_lost_ends_for_its_own_reason() {
+        async fn refuse(ctx: Ctx, _a: BlockAction) -> HandlerResult {
+            ctx.respond(Respond::ephemeral(
+                "Only the incoming person can acknowledge.",
+            ))
+            .await?;
+            Ok(())
+        }
+        Explorer::new(|| App::new().action("ack", refuse))
+            .request(Request::click("ack", "1").on_message("Handoff to Ana"))
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+
+    /// A reply made only when Slack refused the post for good (the bot tells the person): it
+    /// is once in Slack on the path that refusal takes, which the fault-free run never takes.
+    #[test]
+    fn a_reply_on_an_error_path_is_at_most_once_on_that_path() {
+        async fn post_or_say_why(ctx: Ctx, m: MessageEvent) -> HandlerResult {
+            match ctx.post("C0ROTA", format!("Handoff: {}", m.text)).await {
+                Ok(_) => {}
+                // Refused for good (not in the channel, archived): tell the person.
+                Err(slack_once::app::Error::Slack(e)) if e.is_permanent() => {
+                    let user = m.user.clone().unwrap_or_default();
+                    ctx.post_ephemeral(
+                        &m.channel,
+                        &user,
+                        "I could not post the handoff in #rota: am I in it?",
+                    )
+                    .await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            Ok(())
+        }
+        Explorer::new(|| App::new().message_where(|m: &MessageEvent| m.mention, post_or_say_why))
+            .request(Request::mention("handoff to Ana"))
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+}

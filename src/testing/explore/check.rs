@@ -1,7 +1,11 @@
 //! The invariants every schedule is checked against, per listener write, with the fault-free
-//! run of the same request as the measure of what the listener writes:
-//! - at most once: no write visible more often than the fault-free run makes it (no message,
-//!   ephemeral or view twice; no slack-once step's message twice);
+//! run of the same request as the measure of what the listener writes. A write is compared as
+//! [`Compare`] says: by default as the journal compares it, a message of slack-once's by its
+//! identity (the request's key and the step that posted it), an ephemeral by whom it was for
+//! and where, a view by what it shows; what a message shows only where the test asks for it:
+//! - at most once: no write visible more often than the fault-free run makes it, and none
+//!   another path made (a reply on an error path) more than once (no message, ephemeral or
+//!   view twice; no slack-once step's message twice);
 //! - complete when claimed: once any run says `answered` or `recovered`, Slack shows what the
 //!   fault-free run leaves (every message with its final text and blocks, a stream stopped
 //!   with the whole answer, each ephemeral, view and reaction);
@@ -25,11 +29,55 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::run::{BOT_TOKEN, CLIENT_SECRET, End, RunView, SIGNING_SECRET};
 use super::schedule::{Fault, SiteKind};
 use super::world::{RunEnd, RunKind};
+
+/// What the explorer compares of a write between the fault-free run and a schedule
+/// ([`super::Explorer::compare`]).
+#[derive(Clone, Default)]
+pub enum Compare {
+    /// What the journal compares: a message of slack-once's by its identity (the request's key
+    /// and the step that posted it: its text may differ between runs, a time it shows, a
+    /// count, and it is still the one message), an ephemeral by whom and where it was for, a
+    /// view and a message slack-once did not name (a stream's) by what they show. The default.
+    #[default]
+    Identity,
+    /// Every write by what it shows (its text, blocks and attachments), as normalized: for a
+    /// bot whose messages must be the same in every run.
+    Content(Arc<dyn Fn(&Value) -> Value + Send + Sync>),
+}
+
+impl std::fmt::Debug for Compare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compare::Identity => f.write_str("Identity"),
+            Compare::Content(_) => f.write_str("Content(…)"),
+        }
+    }
+}
+
+impl Compare {
+    /// What `v` (a `kind` of write) is compared by.
+    fn key(&self, kind: &str, v: &Value) -> String {
+        match self {
+            Compare::Content(normalize) => content(&normalize(v)),
+            Compare::Identity => match (kind, names(v)) {
+                ("message", Some((key, step))) => format!("step {step} of {key}"),
+                ("ephemeral message", _) => format!(
+                    "to {} in {}",
+                    v["user"].as_str().unwrap_or("the person of the request"),
+                    v["channel"].as_str().unwrap_or("?")
+                ),
+                _ => content(v),
+            },
+        }
+    }
+}
 
 /// What a visible write shows. A message naming its own `ts` (a poll whose buttons name it)
 /// shows it as `{own ts}`: the fault-free run's message has another `ts`, and the same content.
@@ -50,10 +98,14 @@ fn content(v: &Value) -> String {
     }
 }
 
-fn multiset<'a>(items: impl Iterator<Item = &'a Value>) -> BTreeMap<String, usize> {
+fn multiset<'a>(
+    compare: &Compare,
+    kind: &str,
+    items: impl Iterator<Item = &'a Value>,
+) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for item in items {
-        *counts.entry(content(item)).or_insert(0) += 1;
+        *counts.entry(compare.key(kind, item)).or_insert(0) += 1;
     }
     counts
 }
@@ -95,41 +147,54 @@ fn outcome(end: &RunEnd) -> &str {
 }
 
 /// The writes Slack shows, kind by kind: (what, the fault-free run's, `end`'s, how many copies
-/// with another content one of them may show: a message or a view an update did not reach).
-fn visible(reference: &End, end: &End) -> [(&'static str, Counts, Counts, usize); 3] {
+/// of a write the fault-free run does not leave one of them may show: a message or a view an
+/// update did not reach, a write another path made, the reply on an error path).
+fn visible(
+    compare: &Compare,
+    reference: &End,
+    end: &End,
+) -> [(&'static str, Counts, Counts, usize); 3] {
+    let sets = |kind: &'static str, want: &[Value], have: &[Value]| {
+        (
+            kind,
+            multiset(compare, kind, want.iter()),
+            multiset(compare, kind, have.iter()),
+            1,
+        )
+    };
     [
-        (
-            "message",
-            multiset(reference.messages.iter()),
-            multiset(end.messages.iter()),
-            1,
-        ),
-        (
-            "ephemeral message",
-            multiset(reference.ephemerals.iter()),
-            multiset(end.ephemerals.iter()),
-            0,
-        ),
-        (
-            "view",
-            multiset(reference.views.iter()),
-            multiset(end.views.iter()),
-            1,
-        ),
+        sets("message", &reference.messages, &end.messages),
+        sets("ephemeral message", &reference.ephemerals, &end.ephemerals),
+        sets("view", &reference.views, &end.views),
     ]
 }
 
 type Counts = BTreeMap<String, usize>;
 
 /// What is missing from `end` that the fault-free run leaves (empty: complete).
-fn missing(reference: &End, end: &End) -> Vec<String> {
+fn missing(compare: &Compare, reference: &End, end: &End) -> Vec<String> {
     let mut gaps = Vec::new();
-    let sets = visible(reference, end);
+    let sets = visible(compare, reference, end);
     for (what, want, have, _) in &sets {
         for (shown, n) in want {
             let got = have.get(shown).copied().unwrap_or(0);
             if got < *n {
                 gaps.push(format!("the {what} {} is not in Slack", brief(shown)));
+            }
+        }
+    }
+    // A message compared by its identity alone still shows every update the fault-free run
+    // made to it: each update is a step of the journal, made at least once (a takeover may
+    // make one again).
+    if matches!(compare, Compare::Identity) {
+        let (want, have) = (updates(reference), updates(end));
+        for (message, n) in &want {
+            let got = have.get(message).copied().unwrap_or(0);
+            if got < *n {
+                gaps.push(format!(
+                    "the message {message} was updated {got} times; the fault-free run updates \
+                     it {n} times"
+                ));
             }
         }
     }
@@ -153,6 +218,35 @@ fn missing(reference: &End, end: &End) -> Vec<String> {
     gaps
 }
 
+/// How many `chat.update` calls reached each of slack-once's messages (by its identity).
+fn updates(end: &End) -> BTreeMap<String, usize> {
+    let mut by_ts: BTreeMap<(String, String), String> = BTreeMap::new();
+    for m in &end.messages {
+        if let (Some((key, step)), Some(channel), Some(ts)) =
+            (names(m), m["channel"].as_str(), m["ts"].as_str())
+        {
+            by_ts.insert(
+                (channel.to_string(), ts.to_string()),
+                format!("step {step} of {key}"),
+            );
+        }
+    }
+    let mut counts = BTreeMap::new();
+    for (method, args) in &end.calls {
+        if method != "chat.update" {
+            continue;
+        }
+        let target = (
+            args["channel"].as_str().unwrap_or_default().to_string(),
+            args["ts"].as_str().unwrap_or_default().to_string(),
+        );
+        if let Some(identity) = by_ts.get(&target) {
+            *counts.entry(identity.clone()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 /// `end` as the request sees it: a phantom copy (another `ts`, the same `client_msg_id`) is
 /// the same message, so an answer made for it (in its thread, a reaction on it) counts as the
 /// message's.
@@ -165,9 +259,20 @@ fn as_one_message(end: &End) -> End {
         }
     };
     let mut end = end.clone();
+    // A message's key names its `ts` (`msg-T-C-1767225600_000100`): the phantom copy's key is
+    // the message's.
+    let key_ts = |ts: &str| ts.replace('.', "_");
+    let (phantom, message) = (
+        key_ts(super::request::PHANTOM_TS),
+        key_ts(super::request::MESSAGE_TS),
+    );
     for m in &mut end.messages {
         if let Some(thread) = m["thread_ts"].as_str().map(same) {
             m["thread_ts"] = thread.into();
+        }
+        let names = &mut m["metadata"]["event_payload"]["slack_once"]["key"];
+        if let Some(key) = names.as_str().filter(|k| k.contains(&phantom)) {
+            *names = key.replace(&phantom, &message).into();
         }
     }
     for r in &mut end.reactions {
@@ -179,14 +284,20 @@ fn as_one_message(end: &End) -> End {
     end
 }
 
-/// The invariants `end` breaks, given the fault-free run `reference`.
-pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
+/// The invariants `end` breaks, given the fault-free run `reference`, its writes compared as
+/// `compare` says.
+pub(crate) fn check(compare: &Compare, reference: &End, end: &End) -> Vec<String> {
     let end = &as_one_message(end);
     let mut broken = Vec::new();
+    // A write Slack refused for good certainly did not happen: a listener may go on without
+    // it, on another path than the fault-free run's (a reply saying why).
+    let refused_write = end.struck.iter().any(|(fault, kind, ..)| {
+        *fault == Fault::Refused && matches!(kind, SiteKind::SlackWrite | SiteKind::ResponseUrl)
+    });
 
     // At most once: no more messages (or views) than the fault-free run leaves, none shown
     // twice, no ephemeral sent more often.
-    let sets = visible(reference, end);
+    let sets = visible(compare, reference, end);
     for (what, want, have, changed) in &sets {
         for (shown, n) in have {
             // A message (a view) may be seen with other content than the fault-free run
@@ -226,7 +337,7 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
             ));
         }
     }
-    if end.messages.len() > reference.messages.len() {
+    if end.messages.len() > reference.messages.len() && !refused_write {
         broken.push(format!(
             "at most once: {} messages of this app are in Slack; the fault-free run leaves {}",
             end.messages.len(),
@@ -235,7 +346,7 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
     }
 
     // Complete when claimed; counted when lost.
-    let gaps = missing(reference, end);
+    let gaps = missing(compare, reference, end);
     let wrote = !reference.messages.is_empty()
         || !reference.ephemerals.is_empty()
         || !reference.views.is_empty()
@@ -248,10 +359,6 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
             .map(|(r, e)| format!("{} ({})", r.label, outcome(e)))
             .collect::<Vec<_>>()
     };
-    // A write Slack refused for good certainly did not happen: a listener may go on without it.
-    let refused_write = end.struck.iter().any(|(fault, kind, ..)| {
-        *fault == Fault::Refused && matches!(kind, SiteKind::SlackWrite | SiteKind::ResponseUrl)
-    });
     if !gaps.is_empty() && wrote {
         let claimed = said(&["answered", "recovered", "no_reply"]);
         if !claimed.is_empty() && refused_write {
@@ -290,11 +397,13 @@ pub(crate) fn check(reference: &End, end: &End) -> Vec<String> {
         .iter()
         .any(|r| r.end.as_ref().is_some_and(|e| outcome(e) == "failed"));
     if !permanent && !failed_before {
-        for r in &end.runs {
+        for (i, r) in end.runs.iter().enumerate() {
             if let Some(e) = &r.end
                 && outcome(e) == "failed"
             {
-                let code = failure_code(&end.logs);
+                // The run that ended failed is judged by its own reason, not by the first
+                // failure any run logged (an earlier run's transient one).
+                let code = failure_code(&end.logs, i as u32 + 1);
                 if code == "unconfirmed_write" && unknowable {
                     continue;
                 }
@@ -426,8 +535,19 @@ pub(crate) fn clean(reference: &End) -> Vec<String> {
         .collect()
 }
 
-/// The code of the first `failed` in the logs, for the message.
-fn failure_code(logs: &[String]) -> String {
+/// The code of the first `failed` the run numbered `run` logged (its lines carry its request
+/// id, `run-N`); of any run's where it logged none.
+fn failure_code(logs: &[String], run: u32) -> String {
+    let id = format!("request_id=\"run-{run}\"");
+    let own: Vec<String> = logs.iter().filter(|l| l.contains(&id)).cloned().collect();
+    match failure_code_in(&own) {
+        Some(code) => code,
+        None => failure_code_in(logs).unwrap_or_else(|| "see the log".into()),
+    }
+}
+
+/// The code of the first `failed` in `logs`.
+fn failure_code_in(logs: &[String]) -> Option<String> {
     logs.iter()
         .find_map(|l| {
             let i = l.find("failure=")?;
@@ -452,7 +572,6 @@ fn failure_code(logs: &[String]) -> String {
                 )
             })
         })
-        .unwrap_or_else(|| "see the log".into())
 }
 
 /// Whether the request ended counted as failed: a `failed` outcome or ledger item, the

@@ -67,6 +67,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use check::Compare;
 pub use request::Request;
 pub use run::{AppFactory, End, RunView};
 pub use schedule::{At, Fault, Schedule, SiteKind, Story};
@@ -126,6 +127,7 @@ pub struct Explorer {
     busy: usize,
     history_per_minute: bool,
     installed: Option<Duration>,
+    compare: check::Compare,
 }
 
 impl Explorer {
@@ -159,7 +161,40 @@ impl Explorer {
             busy: 0,
             history_per_minute: false,
             installed: None,
+            compare: check::Compare::Identity,
         }
+    }
+
+    /// Compares what the bot's messages show between the fault-free run and each schedule,
+    /// not only which messages they are: for a bot whose messages must read the same in
+    /// every run (by default, as the journal does, a message of slack-once's is compared by
+    /// its identity, and may show another time or count in another run).
+    pub fn compare_content(self) -> Self {
+        self.compare_content_by(|v| v.clone())
+    }
+
+    /// As [`Explorer::compare_content`], each write first made what `normalize` makes of it
+    /// (a message or ephemeral's JSON: `text`, `blocks`, `attachments`…): drop or mask what
+    /// may differ between runs (a time it shows, an id it makes up).
+    ///
+    /// ```
+    /// # use slack_once::testing::explore::Explorer;
+    /// # fn app() -> slack_once::app::App { slack_once::app::App::new() }
+    /// let explorer = Explorer::new(app).compare_content_by(|m| {
+    ///     let mut m = m.clone();
+    ///     // "Noted at <!date^1767225600^{time}|now>.": every run notes another time.
+    ///     if let Some(text) = m["text"].as_str() {
+    ///         m["text"] = text.split("<!date").next().unwrap_or("").into();
+    ///     }
+    ///     m
+    /// });
+    /// ```
+    pub fn compare_content_by(
+        mut self,
+        normalize: impl Fn(&serde_json::Value) -> serde_json::Value + Send + Sync + 'static,
+    ) -> Self {
+        self.compare = check::Compare::Content(Arc::new(normalize));
+        self
     }
 
     /// Multi-workspace mode: the app is installed in the workspace through OAuth, with token
@@ -305,7 +340,7 @@ impl Explorer {
         logs: &Arc<Mutex<Vec<u8>>>,
     ) -> (End, Vec<String>) {
         let end = run::run(spec.clone(), story, plan, logs.clone());
-        let mut broken = check::check(reference, &end);
+        let mut broken = check::check(&self.compare, reference, &end);
         for (name, invariant) in &self.invariants {
             if let Err(why) = invariant(&end) {
                 broken.push(format!("{name}: {why}"));
@@ -350,7 +385,7 @@ impl Explorer {
         }
         // The fault-free run keeps every invariant of its own (an acknowledgement dropped,
         // a remembered result computed twice, a token in the logs need no fault).
-        let mut own = check::check(&reference, &reference);
+        let mut own = check::check(&self.compare, &reference, &reference);
         own.extend(check::clean(&reference));
         // A replay's own invariants are about the schedule replayed.
         let invariants = if self.replay.is_some() {
