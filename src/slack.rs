@@ -1113,6 +1113,49 @@ fn percent_encode(value: &str) -> String {
     out
 }
 
+/// Whether the Web API method `method` only reads (changes nothing in Slack): what
+/// [`crate::app::Ctx::read`] accepts. By Slack's naming: a method whose last part lists, gets,
+/// looks up or tells (`conversations.history`, `conversations.replies`, `users.info`,
+/// `chat.getPermalink`, `users.lookupByEmail`, `auth.test`…), the `search.*` methods, and
+/// `conversations.open` (which finds a conversation, opening a DM only if there is none).
+/// Anything else is taken for a write.
+pub fn is_read_method(method: &str) -> bool {
+    let last = method.rsplit('.').next().unwrap_or_default();
+    let family = method.split('.').next().unwrap_or_default();
+    family == "search"
+        || method == "conversations.open"
+        || method == "users.conversations"
+        || method == "users.identity"
+        || method == "users.getPresence"
+        || matches!(
+            last,
+            "list" | "info" | "history" | "replies" | "members" | "test"
+        )
+        || ["list", "get", "lookup"].iter().any(|verb| {
+            last.starts_with(verb)
+                && last.len() > verb.len()
+                && last[verb.len()..].starts_with(|c: char| c.is_ascii_uppercase())
+        })
+}
+
+/// The Web API base a client of the bot's own should call (without a trailing slash):
+/// `SLACK_API_URL` where set (the local stand-in), else `https://slack.com/api`; during an
+/// exploration of the crash explorer, the explorer's Slack, which names every write made
+/// there as a defect ("a Slack call that is not a step of the journal"). slack-once's own
+/// calls never need it: every write a listener makes goes through [`crate::app::Ctx`], as a
+/// step of the journal.
+pub fn api_url() -> String {
+    #[cfg(feature = "explore")]
+    if let Some(url) = crate::testing::explore::door::url() {
+        return url;
+    }
+    std::env::var("SLACK_API_URL")
+        .ok()
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| crate::config::DEFAULT_SLACK_API_URL.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,6 +104,81 @@ pub fn text_input(action_id: impl Into<String>) -> Value {
     json!({"type": "plain_text_input", "action_id": action_id.into()})
 }
 
+/// A multi-line text input (a `plain_text_input` with `multiline`): a reason, a note, a
+/// description.
+///
+/// ```
+/// use slack_once::app::blocks::{input, text_area};
+/// let reason = input("reason", "Why escalate?", text_area("reason_text"));
+/// assert_eq!(reason["element"]["multiline"], true);
+/// ```
+pub fn text_area(action_id: impl Into<String>) -> Value {
+    json!({"type": "plain_text_input", "action_id": action_id.into(), "multiline": true})
+}
+
+/// A select of one person of the workspace (`users_select`), showing `placeholder` until one
+/// is picked: its value is the user's id ([`crate::interaction::ViewValues::get`] reads
+/// `selected_user`).
+///
+/// ```
+/// use slack_once::app::blocks::{input, user_select};
+/// let to = input("to", "Hand off to", user_select("to_user", "Pick a person"));
+/// assert_eq!(to["element"]["type"], "users_select");
+/// ```
+pub fn user_select(action_id: impl Into<String>, placeholder: impl Into<String>) -> Value {
+    json!({"type": "users_select", "action_id": action_id.into(), "placeholder": plain(placeholder)})
+}
+
+/// A select of one conversation (`conversations_select`: public and private channels, DMs),
+/// showing `placeholder` until one is picked; `default_to_current_conversation` set, so that
+/// a modal opened from a channel starts on it. Its value is the conversation's id
+/// (`selected_conversation`).
+///
+/// ```
+/// use slack_once::app::blocks::{channel_select, input};
+/// let to = input("where", "Post in", channel_select("where_channel", "Pick a channel"));
+/// assert_eq!(to["element"]["type"], "conversations_select");
+/// ```
+pub fn channel_select(action_id: impl Into<String>, placeholder: impl Into<String>) -> Value {
+    json!({
+        "type": "conversations_select",
+        "action_id": action_id.into(),
+        "placeholder": plain(placeholder),
+        "default_to_current_conversation": true,
+        "response_url_enabled": false,
+    })
+}
+
+/// `button` asking first: a confirmation dialog (`title`, `text`, the `confirm` and `deny`
+/// buttons' texts) that Slack shows before the click is sent.
+///
+/// ```
+/// use slack_once::app::blocks::{button, confirmed};
+/// let escalate = confirmed(
+///     button("Escalate", "handoff_escalate", "1"),
+///     "Escalate?",
+///     "This pages the next person on the rota.",
+///     "Escalate",
+///     "Cancel",
+/// );
+/// assert_eq!(escalate["confirm"]["confirm"]["text"], "Escalate");
+/// ```
+pub fn confirmed(
+    mut button: Value,
+    title: impl Into<String>,
+    text: impl Into<String>,
+    confirm: impl Into<String>,
+    deny: impl Into<String>,
+) -> Value {
+    button["confirm"] = json!({
+        "title": plain(title),
+        "text": mrkdwn(text),
+        "confirm": plain(confirm),
+        "deny": plain(deny),
+    });
+    button
+}
+
 /// An input block of a modal: `label` above `element` (a [`text_input`], a select…), its
 /// value submitted under `block_id` and the element's `action_id`
 /// ([`crate::interaction::ViewValues::get`]).

@@ -1234,7 +1234,10 @@ impl Ctx {
     // ------------------------------------------------------------ reads, straight to Slack
 
     /// Any read method (`users.info`, `conversations.info`, `conversations.replies`…), not
-    /// journaled: it runs again each time the listener does.
+    /// journaled: it runs again each time the listener does. A method that writes
+    /// (`chat.postMessage`…) is refused before anything is sent ([`Error::NotARead`]: see
+    /// [`crate::slack::is_read_method`] for what counts as a read): a write goes through the
+    /// journal, with [`Ctx::call`] or the typed calls.
     ///
     /// # Example
     ///
@@ -1252,6 +1255,11 @@ impl Ctx {
     /// });
     /// ```
     pub async fn read(&self, method: &str, args: Value) -> Result<Value, Error> {
+        if !crate::slack::is_read_method(method) {
+            return Err(Error::NotARead {
+                method: method.to_string(),
+            });
+        }
         self.inner
             .slack
             .api(method, &Args::form_from(&args), self.inner.deadline)

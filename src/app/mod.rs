@@ -56,7 +56,9 @@ pub use events::{
 pub use interactive::{Ack, InteractiveListener, Selector};
 pub use message::Message;
 pub use reference::{THANKS_ACTION, reference_app, safe_text};
-pub use state::{Put, State, UPDATE_ATTEMPTS, Versioned};
+#[cfg_attr(not(feature = "explore"), allow(unused_imports))]
+pub(crate) use state::state_key;
+pub use state::{Changed, Put, State, UPDATE_ATTEMPTS, Versioned};
 pub use stream::{APPEND_BUFFER_CHARS, APPEND_TIMEOUT, Stream};
 
 use crate::envelope::{Event, EventCallback};

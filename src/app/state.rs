@@ -45,6 +45,16 @@ pub struct Versioned<T> {
     pub version: u64,
 }
 
+/// What [`State::change`] came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changed<T> {
+    /// The value as it is now (`None`: none, or past its TTL).
+    pub value: Option<T>,
+    /// Whether the value holds this request's change: made by this run, or found made by an
+    /// earlier run of the same request. `false`: the change left it as it was.
+    pub applied: bool,
+}
+
 /// What [`State::put`] came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Put {
@@ -168,6 +178,8 @@ impl State {
     /// more than once, and must only compute). Run again for the same request (a retry after
     /// a crash, a takeover, a redelivery), it finds its change made and returns the value as it
     /// is now without applying `change` again. The value lives `ttl` from its latest write.
+    /// To know whether the value holds this request's change or another's (the first click
+    /// wins), see [`State::change`].
     ///
     /// The listener's state changes must be the same, in the same order, each time it runs
     /// for a request (as its writes to Slack must be): each is told apart by its place.
@@ -176,11 +188,63 @@ impl State {
         T: Serialize + DeserializeOwned,
         F: FnMut(Option<T>) -> T,
     {
+        let changed = self
+            .change(name, ttl, |found: Option<T>| Some(change(found)))
+            .await?;
+        match changed.value {
+            Some(value) => Ok(value),
+            // Made by an earlier run, and its TTL ran out since: what the change makes of none.
+            None => Ok(change(None)),
+        }
+    }
+
+    /// As [`State::update`], where `change` may leave the value as it is (`None`: this request
+    /// changes nothing), and says whether the value holds this request's change: made now, or
+    /// found made by an earlier run of this request (a retry, a takeover, a redelivery), so
+    /// that every run of the request takes the same path. The first click wins:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slack_once::app::{BlockAction, Ctx, HandlerResult, Respond};
+    ///
+    /// async fn acknowledge(ctx: Ctx, click: BlockAction) -> HandlerResult {
+    ///     let me = click.user_id.clone();
+    ///     let day = Duration::from_secs(86_400);
+    ///     let taken = ctx
+    ///         .state()
+    ///         .change("acknowledged", day, |by: Option<String>| match by {
+    ///             Some(_) => None,          // someone was first: leave it
+    ///             None => Some(me.clone()), // nobody yet: it is mine
+    ///         })
+    ///         .await?;
+    ///     let text = match (taken.applied, taken.value) {
+    ///         (true, _) => "You acknowledged it.".to_string(),
+    ///         (false, Some(by)) => format!("<@{by}> acknowledged it first."),
+    ///         (false, None) => "It is no longer open.".to_string(),
+    ///     };
+    ///     ctx.respond(Respond::ephemeral(text)).await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn change<T, F>(
+        &self,
+        name: &str,
+        ttl: Duration,
+        change: F,
+    ) -> Result<Changed<T>, Error>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(Option<T>) -> Option<T>,
+    {
         refuse_inside_remember(name)?;
         self.ctx.state_is_a_workers(true).await?;
         let claim = self.claim(name).await?;
         let key = self.key(name)?;
         let ids = self.ctx.next_state_change(&key, name);
+        let now = |item: Option<crate::ledger::StateItem>| -> Result<Option<T>, Error> {
+            item.map(|item| parse(name, &item.value)).transpose()
+        };
+        let mut change = change;
         for attempt in 0..UPDATE_ATTEMPTS {
             if attempt > 0 {
                 // Others are writing it too: a short wait, growing to 50 ms, half of it random,
@@ -195,7 +259,10 @@ impl State {
                         && self.made_by_previous_release(&key, &claim.0).await? =>
                 {
                     tracing::info!(name, "state change made already (by the previous release)");
-                    return parse(name, &item.value);
+                    return Ok(Changed {
+                        value: now(Some(item))?,
+                        applied: true,
+                    });
                 }
                 Some(item) => {
                     // A value of another shape is not taken for none (and overwritten).
@@ -204,22 +271,43 @@ impl State {
                 }
                 None => (None, 0, Vec::new()),
             };
-            let value = change(found);
+            let before = found
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| Error::Ledger(LedgerError::Unavailable(e.to_string().into())))?;
+            let Some(value) = change(found) else {
+                // This request changes nothing now; an earlier run of it may have (its writer
+                // on the value, or its change recorded with the request's claim).
+                let applied = writers.contains(&ids.0) || {
+                    let held = claim.0.clone();
+                    self.ledger_call(|ledger, _| async move { ledger.state_changes(&held).await })
+                        .await?
+                        .contains_key(&ids.1)
+                };
+                let value = before.map(|text| parse(name, &text)).transpose()?;
+                return Ok(Changed { value, applied });
+            };
             match self
                 .write(name, &value, version, &ids, &claim, &writers, ttl)
                 .await?
             {
-                StatePut::Written { .. } => return Ok(value),
+                StatePut::Written { .. } => {
+                    return Ok(Changed {
+                        value: Some(value),
+                        applied: true,
+                    });
+                }
                 StatePut::Conflict => continue,
                 StatePut::MadeAlready { .. } => {
                     // Made by an earlier run for this request (or by this run's write, whose
-                    // answer was lost): not again. The value as it is now; one whose TTL ran
-                    // out since is what the change makes of none, not written.
+                    // answer was lost): not again. The value as it is now (none if its TTL
+                    // ran out since).
                     tracing::info!(name, "state change made already: not again");
-                    return match self.read(&key).await? {
-                        Some(item) => parse(name, &item.value),
-                        None => Ok(change(None)),
-                    };
+                    return Ok(Changed {
+                        value: now(self.read(&key).await?)?,
+                        applied: true,
+                    });
                 }
             }
         }
@@ -312,42 +400,14 @@ impl State {
         .await
     }
 
-    /// The ledger key of `name`: the app's and, unless shared, the tenant's
-    /// (`statew-APP-TENANT-…`; shared and single-workspace values `state-APP-…`, as releases
-    /// before tenants wrote them), a readable prefix of the name and a digest of the tenant
-    /// and the name (names are any text). The two prefixes differ in their sixth character, so
-    /// no shared key is ever a tenant's, and the tenant is a field of its own, never read from
-    /// the name: no name reaches another tenant's value.
+    /// The ledger key of `name`: see [`state_key`]; the request's tenant's unless shared.
     fn key(&self, name: &str) -> Result<EventId, Error> {
-        let app = alphanumeric(self.ctx.app_id().unwrap_or("noapp"), 24);
-        let readable: String = name
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-            .take(40)
-            .collect();
         let tenant = match self.shared {
             true => None,
-            false => self.ctx.installation().map(|t| alphanumeric(t, 24)),
+            false => self.ctx.installation(),
         };
-        let key = match tenant {
-            None => {
-                let digest = hex::encode(&Sha256::digest(name.as_bytes())[..12]);
-                format!("state-{app}-{readable}-{digest}")
-            }
-            Some(tenant) => {
-                let digest = Sha256::new()
-                    .chain_update(b"tenant state\0")
-                    .chain_update(tenant.as_bytes())
-                    .chain_update([0])
-                    .chain_update(name.as_bytes())
-                    .finalize();
-                format!(
-                    "statew-{app}-{tenant}-{readable}-{}",
-                    hex::encode(&digest[..12])
-                )
-            }
-        };
-        EventId::try_from(key).map_err(|e| Error::Ledger(LedgerError::Unavailable(e.into())))
+        state_key(self.ctx.app_id(), tenant, name)
+            .map_err(|e| Error::Ledger(LedgerError::Unavailable(e.into())))
     }
 
     async fn ledger_call<'a, R, F, Fut>(&'a self, call: F) -> Result<R, Error>
@@ -379,6 +439,44 @@ fn refuse_inside_remember(name: &str) -> Result<(), Error> {
         }),
         None => Ok(()),
     }
+}
+
+/// The ledger key of the state value `name` of the app `app` (`noapp` where none is known):
+/// `tenant`'s (`statew-APP-TENANT-…`), or (`None`: a shared or single-workspace value)
+/// `state-APP-…`, as releases before tenants wrote them; a readable prefix of the name and a
+/// digest of the tenant and the name (names are any text). The two prefixes differ in their
+/// sixth character, so no shared key is ever a tenant's, and the tenant is a field of its own,
+/// never read from the name: no name reaches another tenant's value.
+pub(crate) fn state_key(
+    app: Option<&str>,
+    tenant: Option<&str>,
+    name: &str,
+) -> Result<EventId, String> {
+    let app = alphanumeric(app.unwrap_or("noapp"), 24);
+    let readable: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .take(40)
+        .collect();
+    let key = match tenant.map(|t| alphanumeric(t, 24)) {
+        None => {
+            let digest = hex::encode(&Sha256::digest(name.as_bytes())[..12]);
+            format!("state-{app}-{readable}-{digest}")
+        }
+        Some(tenant) => {
+            let digest = Sha256::new()
+                .chain_update(b"tenant state\0")
+                .chain_update(tenant.as_bytes())
+                .chain_update([0])
+                .chain_update(name.as_bytes())
+                .finalize();
+            format!(
+                "statew-{app}-{tenant}-{readable}-{}",
+                hex::encode(&digest[..12])
+            )
+        }
+    };
+    EventId::try_from(key).map_err(|e| e.to_string())
 }
 
 /// The ASCII letters and digits of `text`, at most `max` of them.

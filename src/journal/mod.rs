@@ -114,6 +114,16 @@ pub enum Error {
         /// The change: `state change "NAME"`.
         what: String,
     },
+    /// A Web API method that writes was given to [`crate::app::Ctx::read`], which makes reads
+    /// only: a write made there would be a write the journal never sees (made again on every
+    /// retry and takeover). Nothing was sent.
+    #[error(
+        "ctx.read makes reads only, and {method} writes to Slack: make it a step of the journal with ctx.call(\"{method}\", args, Settle::…) (or ctx.post, ctx.update, ctx.react…)"
+    )]
+    NotARead {
+        /// The method refused.
+        method: String,
+    },
 }
 
 impl Error {

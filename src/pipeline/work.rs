@@ -162,6 +162,10 @@ pub(super) fn listener_failed(name: &str, error: BotError) -> ProcessError {
             e @ StepError::InsideRemember { .. } => ProcessError::Nondeterministic(Box::new(e)),
             // Claimed work never meets it (only an unclaimed options request does): a bug.
             e @ StepError::Unclaimed { .. } => ProcessError::Bot(Box::new(e)),
+            e @ StepError::NotARead { .. } => {
+                tracing::warn!(listener = name, error = %e, "the listener failed");
+                ProcessError::Bot(Box::new(e))
+            }
         },
         Err(error) => {
             tracing::warn!(listener = name, error = %error, "the listener failed");

@@ -116,6 +116,11 @@ fn names(m: &Value) -> Option<(String, u64)> {
     Some((names["key"].as_str()?.to_string(), names["step"].as_u64()?))
 }
 
+/// A JSON value in a few words (a call's arguments in a report).
+pub(crate) fn brief_value(v: &Value) -> String {
+    brief(&v.to_string())
+}
+
 fn brief(text: &str) -> String {
     let cut: String = text.chars().take(120).collect();
     if cut.len() < text.len() {
@@ -247,47 +252,239 @@ fn updates(end: &End) -> BTreeMap<String, usize> {
     counts
 }
 
-/// `end` as the request sees it: a phantom copy (another `ts`, the same `client_msg_id`) is
+/// `end` as the requests see it: a phantom copy (another `ts`, the same `client_msg_id`) is
 /// the same message, so an answer made for it (in its thread, a reaction on it) counts as the
 /// message's.
 fn as_one_message(end: &End) -> End {
-    let same = |ts: &str| {
-        if ts == super::request::PHANTOM_TS {
-            super::request::MESSAGE_TS.to_string()
-        } else {
-            ts.to_string()
-        }
-    };
     let mut end = end.clone();
-    // A message's key names its `ts` (`msg-T-C-1767225600_000100`): the phantom copy's key is
-    // the message's.
-    let key_ts = |ts: &str| ts.replace('.', "_");
-    let (phantom, message) = (
-        key_ts(super::request::PHANTOM_TS),
-        key_ts(super::request::MESSAGE_TS),
-    );
-    for m in &mut end.messages {
-        if let Some(thread) = m["thread_ts"].as_str().map(same) {
-            m["thread_ts"] = thread.into();
+    // With several requests, a person's message's `ts` is when it was sent, which faults
+    // move: each is named by its request's place instead (`0000000000.00000N`), in both runs.
+    let canonical: Vec<(String, String)> = match end.requests.len() {
+        0 | 1 => Vec::new(),
+        _ => end
+            .phantoms
+            .iter()
+            .flat_map(|(phantom, message)| {
+                let n = message.rsplit('.').next().unwrap_or_default().to_string();
+                let named = format!("0000000000.{n}");
+                [(phantom.clone(), named.clone()), (message.clone(), named)]
+            })
+            .collect(),
+    };
+    let pairs: Vec<(String, String)> = if canonical.is_empty() {
+        end.phantoms.clone()
+    } else {
+        canonical
+    };
+    for (phantom, message) in pairs {
+        let same = |ts: &str| {
+            if ts == phantom {
+                message.clone()
+            } else {
+                ts.to_string()
+            }
+        };
+        // A message's key names its `ts` (`msg-T-C-1767225600_000100`): the phantom copy's
+        // key is the message's.
+        let key_ts = |ts: &str| ts.replace('.', "_");
+        let (phantom_key, message_key) = (key_ts(&phantom), key_ts(&message));
+        for m in &mut end.messages {
+            if let Some(thread) = m["thread_ts"].as_str().map(same) {
+                m["thread_ts"] = thread.into();
+            }
+            let names = &mut m["metadata"]["event_payload"]["slack_once"]["key"];
+            if let Some(key) = names.as_str().filter(|k| k.contains(&phantom_key)) {
+                *names = key.replace(&phantom_key, &message_key).into();
+            }
         }
-        let names = &mut m["metadata"]["event_payload"]["slack_once"]["key"];
-        if let Some(key) = names.as_str().filter(|k| k.contains(&phantom)) {
-            *names = key.replace(&phantom, &message).into();
+        for r in &mut end.reactions {
+            r.1 = same(&r.1);
         }
-    }
-    for r in &mut end.reactions {
-        r.1 = same(&r.1);
-    }
-    for a in &mut end.assistant {
-        a.2 = same(&a.2);
+        for a in &mut end.assistant {
+            a.2 = same(&a.2);
+        }
     }
     end
 }
 
+impl End {
+    /// What of `self` is request `n`'s (its place in the exploration): its runs, what they
+    /// made in Slack (a message it posted or changed, its ephemerals, views and reactions),
+    /// its ledger items, its logs, the faults that struck its runs.
+    pub(crate) fn for_request(&self, n: usize) -> End {
+        use std::collections::BTreeSet;
+        let mut e = self.clone();
+        let runs: BTreeSet<u32> = self
+            .runs
+            .iter()
+            .filter(|r| r.request == n)
+            .map(|r| r.number)
+            .collect();
+        let writes: Vec<&(usize, String, Value)> = self
+            .origins
+            .writes
+            .iter()
+            .filter(|(r, ..)| *r == n)
+            .collect();
+        let place = |v: &Value, ts: &str| {
+            (
+                v["channel"].as_str().unwrap_or_default().to_string(),
+                v[ts].as_str().unwrap_or_default().to_string(),
+            )
+        };
+        let touched: BTreeSet<(String, String)> = writes
+            .iter()
+            .filter(|(_, m, _)| m != "chat.postMessage")
+            .map(|(_, _, args)| place(args, "ts"))
+            .collect();
+        e.messages.retain(|m| {
+            let at = place(m, "ts");
+            self.origins.messages.get(&at) == Some(&n) || touched.contains(&at)
+        });
+        let mine = |origins: &[usize], items: &[Value]| -> Vec<Value> {
+            items
+                .iter()
+                .zip(origins.iter().chain(std::iter::repeat(&usize::MAX)))
+                .filter(|(_, o)| **o == n)
+                .map(|(v, _)| v.clone())
+                .collect()
+        };
+        e.ephemerals = mine(&self.origins.ephemerals, &self.ephemerals);
+        e.views = mine(&self.origins.views, &self.views);
+        let reacted: BTreeSet<(String, String, String)> = writes
+            .iter()
+            .filter(|(_, m, _)| m == "reactions.add")
+            .map(|(_, _, a)| {
+                let (c, t) = place(a, "timestamp");
+                (c, t, a["name"].as_str().unwrap_or_default().to_string())
+            })
+            .collect();
+        e.reactions.retain(|r| reacted.contains(r));
+        e.assistant.retain(|(method, channel, thread, _)| {
+            writes.iter().any(|(_, m, a)| {
+                m == method
+                    && a["channel_id"].as_str() == Some(channel.as_str())
+                    && a["thread_ts"].as_str() == Some(thread.as_str())
+            })
+        });
+        e.calls = writes
+            .iter()
+            .map(|(_, m, a)| (m.clone(), a.clone()))
+            .collect();
+        e.ledger
+            .retain(|(key, _)| self.keys.get(key).is_some_and(|r| *r == n));
+        let ids: Vec<String> = runs
+            .iter()
+            .map(|r| format!("request_id=\"run-{r}\""))
+            .collect();
+        e.logs
+            .retain(|l| ids.iter().any(|id| l.contains(id.as_str())));
+        e.dead_lettered
+            .retain(|i| self.queued_by.get(*i) == Some(&n));
+        e.dead_letters = e.dead_lettered.len();
+        let acks: Vec<Option<String>> = self
+            .acks
+            .iter()
+            .zip(&self.acked_by)
+            .filter(|(_, r)| **r == n)
+            .map(|(a, _)| a.clone())
+            .collect();
+        e.acks = acks;
+        let struck: Vec<_> = self
+            .struck
+            .iter()
+            .zip(&self.struck_runs)
+            .filter(|(_, r)| runs.contains(r))
+            .map(|(s, _)| s.clone())
+            .collect();
+        e.struck = struck;
+        e.faults.retain(|at, _| runs.contains(&at.run));
+        e.tokens.retain(|(r, _)| runs.contains(r));
+        e.runs.retain(|r| r.request == n);
+        // What the whole schedule broke is checked once, not per request.
+        e.violations.clear();
+        e.unfinished = false;
+        e.installation = None;
+        e
+    }
+}
+
 /// The invariants `end` breaks, given the fault-free run `reference`, its writes compared as
-/// `compare` says.
+/// `compare` says: each request's (of several, each against its own part of the fault-free
+/// run), then the whole schedule's.
 pub(crate) fn check(compare: &Compare, reference: &End, end: &End) -> Vec<String> {
     let end = &as_one_message(end);
+    let mut broken = Vec::new();
+    match end.requests.len() {
+        0 | 1 => broken.extend(check_request(compare, reference, end)),
+        _ => {
+            let reference = &as_one_message(reference);
+            for group in &end.groups {
+                broken.extend(check_group(compare, reference, end, group));
+            }
+        }
+    }
+    broken.extend(check_schedule(end));
+    broken
+}
+
+/// The invariants a group of requests sent at once breaks, each request against its part of
+/// the fault-free run. Requests sent at once race (two clicks on one button: either may be
+/// first), so each may have taken the other's path: the group holds if its requests hold
+/// against the fault-free run's in some order.
+fn check_group(compare: &Compare, reference: &End, end: &End, group: &[usize]) -> Vec<String> {
+    let parts: Vec<(usize, End)> = group.iter().map(|i| (*i, end.for_request(*i))).collect();
+    let measures: Vec<(usize, End)> = group
+        .iter()
+        .map(|i| (*i, reference.for_request(*i)))
+        .collect();
+    let judge = |order: &[usize]| -> Vec<String> {
+        let mut broken = Vec::new();
+        for ((i, part), j) in parts.iter().zip(order) {
+            // A request not sent (a click on a message that never came): the request that
+            // was to post it answers for it.
+            if end.unsent.contains_key(i) {
+                continue;
+            }
+            let measure = &measures.iter().find(|(k, _)| k == j).expect("a part").1;
+            broken.extend(
+                check_request(compare, measure, part)
+                    .into_iter()
+                    .map(|b| format!("request {} ({}): {b}", i + 1, end.requests[*i])),
+            );
+        }
+        broken
+    };
+    let first = judge(group);
+    if first.is_empty() || group.len() > 5 {
+        return first;
+    }
+    let mut order = group.to_vec();
+    while next_permutation(&mut order) {
+        if judge(&order).is_empty() {
+            return Vec::new();
+        }
+    }
+    first
+}
+
+/// The next order of `items` in lexicographic order; `false` after the last (they are then
+/// left as they were).
+fn next_permutation(items: &mut [usize]) -> bool {
+    let Some(i) = (1..items.len()).rev().find(|&i| items[i - 1] < items[i]) else {
+        return false;
+    };
+    let j = (i..items.len())
+        .rev()
+        .find(|&j| items[j] > items[i - 1])
+        .expect("a larger item");
+    items.swap(i - 1, j);
+    items[i..].reverse();
+    true
+}
+
+/// The invariants one request's part of a schedule breaks.
+fn check_request(compare: &Compare, reference: &End, end: &End) -> Vec<String> {
     let mut broken = Vec::new();
     // A write Slack refused for good certainly did not happen: a listener may go on without
     // it, on another path than the fault-free run's (a reply saying why).
@@ -397,13 +594,13 @@ pub(crate) fn check(compare: &Compare, reference: &End, end: &End) -> Vec<String
         .iter()
         .any(|r| r.end.as_ref().is_some_and(|e| outcome(e) == "failed"));
     if !permanent && !failed_before {
-        for (i, r) in end.runs.iter().enumerate() {
+        for r in &end.runs {
             if let Some(e) = &r.end
                 && outcome(e) == "failed"
             {
                 // The run that ended failed is judged by its own reason, not by the first
                 // failure any run logged (an earlier run's transient one).
-                let code = failure_code(&end.logs, i as u32 + 1);
+                let code = failure_code(&end.logs, r.number);
                 if code == "unconfirmed_write" && unknowable {
                     continue;
                 }
@@ -429,10 +626,18 @@ pub(crate) fn check(compare: &Compare, reference: &End, end: &End) -> Vec<String
             .as_deref()
             .and_then(|b| serde_json::from_str(b).ok())
             .unwrap_or(Value::Null);
-        let first = end
+        // The request's first copy's first delivery.
+        let first_chain = end
             .runs
             .iter()
-            .find(|r| matches!(r.kind, RunKind::Delivery { chain: 0, .. }));
+            .filter_map(|r| match r.kind {
+                RunKind::Delivery { chain, .. } => Some(chain),
+                RunKind::Receive { .. } => None,
+            })
+            .min();
+        let first = end.runs.iter().find(
+            |r| matches!(r.kind, RunKind::Delivery { chain, .. } if Some(chain) == first_chain),
+        );
         if let Some(RunView {
             end: Some(RunEnd::Answered { status, body, .. }),
             started,
@@ -462,6 +667,13 @@ pub(crate) fn check(compare: &Compare, reference: &End, end: &End) -> Vec<String
         }
     }
 
+    broken
+}
+
+/// The invariants of the whole schedule: every call's token, the installation, secrets in the
+/// logs, what broke as it happened, the schedule's end.
+fn check_schedule(end: &End) -> Vec<String> {
+    let mut broken = Vec::new();
     // Tokens.
     for (run, token) in &end.tokens {
         let ours = match (&end.issued, token) {

@@ -61,6 +61,8 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
+    // Other runs go on between any two calls (two requests at once interleave).
+    tokio::task::yield_now().await;
     let (decision, line) = world.decide(run, SiteKind::Ledger, what);
     let shown = |r: &Result<T, E>| match r {
         Ok(v) => format!("{v:?}"),
@@ -335,6 +337,7 @@ fn settled_text(settled: &[Settled]) -> String {
 impl Ledger for SimLedger {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
         let inner = self.world.ledger.clone();
+        self.world.touch(self.run, request.event_id.as_str());
         self.site(format!("claim {}", request.event_id), || {
             let inner = inner.clone();
             async move { inner.claim(request).await }
@@ -364,6 +367,8 @@ impl Ledger for SimLedger {
 
     async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
         let inner = self.world.ledger.clone();
+        self.world.touch(self.run, request.alias.as_str());
+        self.world.touch(self.run, request.of.as_str());
         self.site(format!("alias {} of {}", request.alias, request.of), || {
             let inner = inner.clone();
             async move { inner.alias(request).await }

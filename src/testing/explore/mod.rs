@@ -54,6 +54,7 @@
 //! or [`Explorer::seed`] sets it.
 
 pub(crate) mod check;
+pub(crate) mod door;
 mod ledger;
 mod request;
 mod run;
@@ -74,7 +75,7 @@ pub use schedule::{At, Fault, Schedule, SiteKind, Story};
 pub use world::{RunEnd, RunKind};
 
 use crate::app::App;
-use run::Spec;
+use run::{Seeds, Spec, Start, Step};
 use world::Plan;
 
 /// An invariant of your own bot: `Err` says what broke.
@@ -118,7 +119,9 @@ impl Budget {
 pub struct Explorer {
     app: AppFactory,
     old_app: Option<AppFactory>,
-    requests: Vec<Request>,
+    /// Each exploration's requests, in the order they are sent.
+    explorations: Vec<Vec<Step>>,
+    seeds: Seeds,
     modes: Vec<bool>,
     budget: Budget,
     seed: u64,
@@ -152,7 +155,8 @@ impl Explorer {
         Self {
             app: Arc::new(app),
             old_app: None,
-            requests: Vec::new(),
+            explorations: Vec::new(),
+            seeds: Seeds::default(),
             modes: vec![false],
             budget: Budget::from_env(),
             seed,
@@ -223,9 +227,90 @@ impl Explorer {
         self
     }
 
-    /// A request to explore (several: each is explored in turn).
+    /// A request to explore (several: each is explored in turn, on its own).
     pub fn request(mut self, request: Request) -> Self {
-        self.requests.push(request);
+        self.explorations.push(vec![Step {
+            request,
+            start: Start::AtOnce,
+        }]);
+        self
+    }
+
+    /// Requests explored together, one after the other, as people make them: a click on the
+    /// bot's message ([`Request::on_posted_message`]) or the submission of a view it opened
+    /// ([`Request::submit_opened_view`]) once that is in Slack (and the person took 5 s to
+    /// read it), any other request 30 s after the one before (virtual time). Each runs on
+    /// processes of its own, with its own retries and faults, while the requests before it
+    /// may still be running (a takeover, a retry, a redelivery). Each request is checked
+    /// against its own part of the fault-free run; an invariant of your own sees them all.
+    ///
+    /// ```
+    /// # use slack_once::testing::explore::{Explorer, Request};
+    /// # fn app() -> slack_once::app::App { slack_once::app::App::new() }
+    /// let explorer = Explorer::new(app).sequence([
+    ///     Request::command("/handoff", "<@U0BOB|bob> the database is slow"),
+    ///     Request::click("acknowledge", "").as_user("U0BOB").on_posted_message(),
+    ///     Request::mention("who is on call?"),
+    /// ]);
+    /// ```
+    pub fn sequence(mut self, requests: impl IntoIterator<Item = Request>) -> Self {
+        let steps: Vec<Step> = requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, request)| Step {
+                request,
+                start: if i == 0 {
+                    Start::AtOnce
+                } else {
+                    Start::AfterPrevious
+                },
+            })
+            .collect();
+        assert!(!steps.is_empty(), "Explorer::sequence: give it a request");
+        self.explorations.push(steps);
+        self
+    }
+
+    /// Requests explored together, all sent at the same moment (two people's commands in one
+    /// channel): their runs interleave at every call to the ledger and to Slack.
+    pub fn together(mut self, requests: impl IntoIterator<Item = Request>) -> Self {
+        let steps: Vec<Step> = requests
+            .into_iter()
+            .map(|request| Step {
+                request,
+                start: Start::AtOnce,
+            })
+            .collect();
+        assert!(!steps.is_empty(), "Explorer::together: give it a request");
+        self.explorations.push(steps);
+        self
+    }
+
+    /// The app's state holds `value` under `name` before the first request
+    /// ([`crate::app::Ctx::state`]'s: the workspace's, with [`Explorer::installed`]).
+    pub fn with_state(mut self, name: &str, value: impl serde::Serialize) -> Self {
+        let value = serde_json::to_value(value).expect("Explorer::with_state: a JSON value");
+        self.seeds.state.push((name.to_string(), false, value));
+        self
+    }
+
+    /// The app's state shared by every workspace ([`crate::app::Ctx::shared_state`]) holds
+    /// `value` under `name` before the first request.
+    pub fn with_shared_state(mut self, name: &str, value: impl serde::Serialize) -> Self {
+        let value = serde_json::to_value(value).expect("Explorer::with_shared_state: a JSON value");
+        self.seeds.state.push((name.to_string(), true, value));
+        self
+    }
+
+    /// A message in Slack before the first request: `{"channel": …, "ts": …, "user": …,
+    /// "text": …}` (a person's), or the bot's own earlier one (with `"bot_id":
+    /// slack_once::testing::BOT_ID`, `"app_id": slack_once::testing::APP_ID`).
+    pub fn with_message(mut self, message: serde_json::Value) -> Self {
+        assert!(
+            message["channel"].is_string() && message["ts"].is_string(),
+            "Explorer::with_message: a message has a channel and a ts"
+        );
+        self.seeds.messages.push(message);
         self
     }
 
@@ -290,7 +375,7 @@ impl Explorer {
     /// async or not).
     pub fn run(self) -> Report {
         assert!(
-            !self.requests.is_empty(),
+            !self.explorations.is_empty(),
             "Explorer: give it a request (Explorer::request)"
         );
         std::thread::spawn(move || self.run_here())
@@ -310,10 +395,11 @@ impl Explorer {
             .finish();
         let _guard = tracing::subscriber::set_default(subscriber);
         let mut explored = Vec::new();
-        for request in &self.requests {
+        for steps in &self.explorations {
             for deferred in &self.modes {
                 let spec = Arc::new(Spec {
-                    request: request.clone(),
+                    steps: steps.clone(),
+                    seeds: self.seeds.clone(),
                     deferred: *deferred,
                     app: self.app.clone(),
                     old_app: self.old_app.clone(),
@@ -357,7 +443,8 @@ impl Explorer {
             "synchronous"
         };
         let mut exploration = Exploration {
-            request: spec.request.describe(),
+            request: describe(&spec.steps),
+            fault_free: String::new(),
             mode,
             seed: self.seed,
             schedules: 0,
@@ -383,10 +470,12 @@ impl Explorer {
             ));
             return exploration;
         }
+        exploration.fault_free = fault_free_text(&reference);
         // The fault-free run keeps every invariant of its own (an acknowledgement dropped,
         // a remembered result computed twice, a token in the logs need no fault).
         let mut own = check::check(&self.compare, &reference, &reference);
         own.extend(check::clean(&reference));
+        own.extend(taken(&spec.steps, &reference));
         // A replay's own invariants are about the schedule replayed.
         let invariants = if self.replay.is_some() {
             &[][..]
@@ -430,7 +519,7 @@ impl Explorer {
         // fault-free runs, then a crash at each site of the runs a crash leads to.
         let stories: Vec<Story> = Story::ALL
             .into_iter()
-            .filter(|s| *s != Story::Forged || spec.request.is_event())
+            .filter(|s| *s != Story::Forged || spec.steps[0].request.is_event())
             .collect();
         let mut queue: VecDeque<Schedule> = VecDeque::new();
         for story in &stories {
@@ -598,6 +687,116 @@ impl Explorer {
     }
 }
 
+/// What the requests of an exploration are, as a person reads them.
+fn describe(steps: &[Step]) -> String {
+    let mut text = String::new();
+    for (i, step) in steps.iter().enumerate() {
+        if i > 0 {
+            text.push_str(match step.start {
+                Start::AtOnce => " and, at once, ",
+                Start::AfterPrevious => ", then ",
+            });
+        }
+        text.push_str(&step.request.describe());
+    }
+    text
+}
+
+/// What the fault-free run must show of each request: that it was sent, and that a listener
+/// took it (unless the test says none is to).
+fn taken(steps: &[Step], reference: &End) -> Vec<String> {
+    let mut broken = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let what = if steps.len() > 1 {
+            format!("request {} ({})", i + 1, step.request.describe())
+        } else {
+            step.request.describe()
+        };
+        if let Some(why) = reference.unsent.get(&i) {
+            broken.push(format!(
+                "sent: in the fault-free run, {what} cannot be sent: {why}"
+            ));
+            continue;
+        }
+        // A copy no listener takes while another is taken (an `app_mention` listener and the
+        // mention's `message` event) is a request taken.
+        let outcomes: Vec<&str> = reference
+            .runs
+            .iter()
+            .filter(|r| r.request == i)
+            .filter_map(|r| match &r.end {
+                Some(RunEnd::Answered { outcome, .. } | RunEnd::Handled { outcome, .. }) => {
+                    Some(outcome.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        let untaken = outcomes.contains(&"no_listener")
+            && !outcomes
+                .iter()
+                .any(|o| ["answered", "no_reply", "recovered", "failed"].contains(o));
+        if untaken && !step.request.unhandled {
+            broken.push(format!(
+                "taken by a listener: no listener takes {what} (a typo in its action id, \
+                 callback id or command?); if none is meant to, say so with \
+                 Request::unhandled()"
+            ));
+        }
+    }
+    broken
+}
+
+/// What the fault-free run did, as the report shows it: how each run ended, and each write
+/// it made to Slack, with Slack's answer.
+fn fault_free_text(reference: &End) -> String {
+    let mut out = String::new();
+    for r in &reference.runs {
+        let end = match &r.end {
+            Some(RunEnd::Answered {
+                status, outcome, ..
+            }) => format!("answers Slack {status} {outcome}"),
+            Some(RunEnd::Handled { deleted, outcome }) => format!(
+                "{outcome}: the message is {}",
+                if *deleted {
+                    "deleted"
+                } else {
+                    "left on the queue"
+                }
+            ),
+            Some(RunEnd::Died) => "dies".into(),
+            None => "does not end".into(),
+        };
+        out.push_str(&format!("    run {} ({}): {end}\n", r.number, r.label));
+    }
+    let mut writes = 0;
+    for line in &reference.trace {
+        if let (Some(run), Some(site)) = (line.run, line.site) {
+            let kind = reference
+                .runs
+                .get(run as usize - 1)
+                .and_then(|r| r.sites.get(site as usize - 1));
+            if matches!(kind, Some(SiteKind::SlackWrite | SiteKind::ResponseUrl)) {
+                writes += 1;
+                out.push_str(&format!("    run {run} writes {}\n", line.text));
+            }
+        }
+    }
+    for (method, args) in reference.calls_around_the_crate() {
+        writes += 1;
+        out.push_str(&format!(
+            "    around slack-once's client: {method} {}\n",
+            check::brief_value(args)
+        ));
+    }
+    if writes == 0 {
+        out.push_str(
+            "    it writes nothing to Slack: every invariant about the bot's writes holds \
+             because there are none (an invariant of your own can say what it must do)\n",
+        );
+    }
+    out
+}
+
 /// Whether the request's last chance died with its process (the window no retry covers).
 fn lost_with_last_chance(end: &End) -> bool {
     end.runs
@@ -623,8 +822,10 @@ impl Write for LogWriter {
 
 /// What exploring one request in one mode came to.
 pub struct Exploration {
-    /// The request explored, as a person reads it.
+    /// The request explored (the requests, in order), as a person reads it.
     pub request: String,
+    /// What the fault-free run did: how each run ended, each write it made and Slack's answer.
+    pub fault_free: String,
     /// The mode: `synchronous` or `deferred`.
     pub mode: &'static str,
     /// The seed of the drawn schedules (`SLACK_ONCE_SEED` replays them).
@@ -779,6 +980,7 @@ impl fmt::Display for Report {
                     Some(_) => ": an invariant broke".to_string(),
                 }
             )?;
+            write!(f, "  the fault-free run:\n{}", e.fault_free)?;
             if e.lost_with_last_chance > 0 {
                 writeln!(
                     f,
@@ -825,7 +1027,13 @@ pub(crate) fn acknowledging(key: &str, body: Option<String>) {
             body.as_deref().unwrap_or("an empty body")
         ),
     );
-    world.lock().acks.push(body);
+    let request = world::RUN
+        .try_with(|run| *run)
+        .ok()
+        .map_or(0, |run| world.request_of(run));
+    let mut s = world.lock();
+    s.acks.push(body);
+    s.acked_by.push(request);
 }
 
 /// The listener is computing a remembered result (step `step` of the claim `key`): the

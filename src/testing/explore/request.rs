@@ -9,10 +9,6 @@ use serde_json::{Value, json};
 
 use crate::testing::{APP_ID, BOT_USER, TEAM, Workspace};
 
-/// The message a request is about was posted at this `ts` (just before the schedule starts).
-pub(crate) const MESSAGE_TS: &str = "1767225600.000100";
-/// The phantom copy's `ts` (Slack has sent one gesture as two messages 21 s apart).
-pub(crate) const PHANTOM_TS: &str = "1767225621.000100";
 /// The `client_msg_id` of a person's message.
 const CLIENT_MSG_ID: &str = "5f0c1a7e-0d1e-4c3b-9a2f-explorer0001";
 
@@ -25,6 +21,20 @@ pub struct Request {
     pub(crate) channel: String,
     /// A message's copies: its other event and the phantom copy.
     pub(crate) copies: bool,
+    /// No listener takes it, and the test says that is intended ([`Request::unhandled`]).
+    pub(crate) unhandled: bool,
+}
+
+/// Which message a click is on.
+#[derive(Clone, Debug)]
+pub(crate) enum On {
+    /// Outside any message (a button in a view, on the App Home).
+    Nothing,
+    /// A message of the bot's that says this, in Slack before the schedule starts.
+    Text(String),
+    /// The newest message of the bot's in the channel with this button, when the click is
+    /// sent (one an earlier request of a sequence posted).
+    Posted,
 }
 
 #[derive(Clone, Debug)]
@@ -44,15 +54,18 @@ pub(crate) enum Kind {
     Click {
         action_id: String,
         value: String,
-        on: Option<String>,
+        on: On,
     },
     Shortcut {
         callback_id: String,
         message: bool,
     },
-    /// A view the bot opened, submitted with these values.
+    /// A view the bot opened, submitted with these values: this view (opened before the
+    /// schedule starts), or (`None`) the one the bot opened with this `callback_id` in an
+    /// earlier request of a sequence.
     ViewSubmission {
-        view: Value,
+        view: Option<Value>,
+        callback_id: String,
         values: Value,
     },
 }
@@ -64,6 +77,7 @@ impl Request {
             user: crate::testing::USER.into(),
             channel: crate::testing::CHANNEL.into(),
             copies: true,
+            unhandled: false,
         }
     }
 
@@ -115,7 +129,7 @@ impl Request {
         Self::new(Kind::Click {
             action_id: action_id.into(),
             value: value.into(),
-            on: None,
+            on: On::Nothing,
         })
     }
 
@@ -139,7 +153,24 @@ impl Request {
     /// listener), with `values` (`{block_id: {action_id: {"type": …, "value": …}}}`). The view
     /// is open in Slack before the schedule starts.
     pub fn view_submission(view: Value, values: Value) -> Self {
-        Self::new(Kind::ViewSubmission { view, values })
+        let callback_id = view["callback_id"].as_str().unwrap_or_default().to_string();
+        Self::new(Kind::ViewSubmission {
+            view: Some(view),
+            callback_id,
+            values,
+        })
+    }
+
+    /// In a sequence ([`super::Explorer::sequence`]): the submission of the view the bot
+    /// opened with this `callback_id` in an earlier request (the newest such), with `values`
+    /// (`{block_id: {action_id: {"type": …, "value": …}}}`). If the bot opened none, the
+    /// person has nothing to submit: in the fault-free run, the exploration fails and says so.
+    pub fn submit_opened_view(callback_id: &str, values: Value) -> Self {
+        Self::new(Kind::ViewSubmission {
+            view: None,
+            callback_id: callback_id.into(),
+            values,
+        })
     }
 
     /// From `user` (a person's id) rather than `U0USER`.
@@ -158,8 +189,30 @@ impl Request {
     /// starts), and gets the click's `response_url`.
     pub fn on_message(mut self, text: &str) -> Self {
         if let Kind::Click { on, .. } = &mut self.kind {
-            *on = Some(text.to_string());
+            *on = On::Text(text.to_string());
         }
+        self
+    }
+
+    /// In a sequence ([`super::Explorer::sequence`]): a click on the button `action_id` of
+    /// the newest message of the bot's in the channel that has one (an earlier request posted
+    /// it), sent once that message is in Slack, as a person clicks what they see. The click
+    /// carries what Slack's would: the message, the button's `value` and `block_id` (the
+    /// request's `value` where the button has none), a `response_url`. If no message of the
+    /// bot's has that button (a typo in an action id), the person has nothing to click: in
+    /// the fault-free run, the exploration fails and says so.
+    pub fn on_posted_message(mut self) -> Self {
+        if let Kind::Click { on, .. } = &mut self.kind {
+            *on = On::Posted;
+        }
+        self
+    }
+
+    /// No listener takes this request, and that is intended (a button only a URL opens, an
+    /// event the bot subscribes to and ignores). Without it, a request no listener takes fails
+    /// the exploration: it is most often a typo in an action id or a callback id.
+    pub fn unhandled(mut self) -> Self {
+        self.unhandled = true;
         self
     }
 
@@ -184,11 +237,19 @@ impl Request {
             Kind::Command { command, text } => format!("the command {command} {text:?}"),
             Kind::Click { action_id, .. } => format!("a click on {action_id}"),
             Kind::Shortcut { callback_id, .. } => format!("the shortcut {callback_id}"),
-            Kind::ViewSubmission { view, .. } => format!(
-                "a submission of the view {}",
-                view["callback_id"].as_str().unwrap_or("?")
-            ),
+            Kind::ViewSubmission { callback_id, .. } => {
+                format!("a submission of the view {callback_id}")
+            }
         }
+    }
+
+    /// Whether it is about something the bot shows in Slack (a click on its posted message,
+    /// the submission of a view it opened): sent once that is there.
+    pub(crate) fn waits_for_slack(&self) -> bool {
+        matches!(
+            &self.kind,
+            Kind::Click { on: On::Posted, .. } | Kind::ViewSubmission { view: None, .. }
+        )
     }
 
     /// Whether Slack retries it (events) or sends it once (commands, interactions).
@@ -197,13 +258,20 @@ impl Request {
     }
 }
 
-/// One copy of the request as Slack sends it: its body, and when (from the schedule's start).
+/// One copy of the request as Slack sends it: its body, and when (from the request's start).
 #[derive(Clone, Debug)]
 pub(crate) struct Copy {
     pub label: String,
     pub body: String,
     pub form: bool,
     pub offset: Duration,
+}
+
+/// A request made ready to send: its copies, and (a person's message) its `ts` and its
+/// phantom copy's.
+pub(crate) struct Prepared {
+    pub copies: Vec<Copy>,
+    pub phantom: Option<(String, String)>,
 }
 
 fn envelope(event_id: &str, event: Value) -> String {
@@ -221,16 +289,42 @@ fn trigger_id(ms: u64, n: u32) -> String {
     format!("{ms}.{:09}.{:020x}", 100 + n, 0x5eed_u64 + u64::from(n))
 }
 
-/// What the explorer puts in Slack before the schedule, and the copies it sends. `now_ms` is
-/// the schedule's start (epoch ms); `origin` the fake's (response URLs name it).
+/// The button `action_id` in a message's blocks (an actions block's element, a section's
+/// accessory): its block's id and the element.
+fn button_in(message: &Value, action_id: &str) -> Option<(String, Value)> {
+    for block in message["blocks"].as_array()? {
+        let block_id = block["block_id"].as_str().unwrap_or("b").to_string();
+        let elements = block["elements"].as_array().cloned().unwrap_or_default();
+        let accessory = block.get("accessory").cloned().into_iter();
+        for element in elements.into_iter().chain(accessory) {
+            if element["action_id"] == action_id {
+                return Some((block_id, element));
+            }
+        }
+    }
+    None
+}
+
+/// What the explorer puts in Slack before the request, and the copies it sends. `n` is the
+/// request's place in its exploration (from 0: its ids and the `ts` of its message are its
+/// own); `now_ms` the time it is sent (epoch ms); `origin` the fake's (response URLs name it).
+/// `Err`: the request cannot be sent (a click on a message no earlier request posted), and why.
 pub(crate) fn prepare(
     request: &Request,
+    n: usize,
     workspace: &mut Workspace,
     now_ms: u64,
     origin: &str,
-) -> Vec<Copy> {
+) -> Result<Prepared, String> {
     let (user, channel) = (request.user.as_str(), request.channel.as_str());
     let dm = channel.starts_with('D');
+    let k = n as u32;
+    // The first request's message was posted just before the schedule: `MESSAGE_TS`; a later
+    // one's just before it is sent. The phantom copy's 21 s later.
+    let posted_s = now_ms / 1000 - 1;
+    let message_ts = format!("{posted_s}.{:06}", 100 + n);
+    let phantom_ts = format!("{}.{:06}", posted_s + 21, 100 + n);
+    let event_id = |copy: u32| format!("Ev{n}EXPLORE{copy}");
     let form = |payload: Value| {
         form_urlencoded::Serializer::new(String::new())
             .append_pair("payload", &payload.to_string())
@@ -242,12 +336,18 @@ pub(crate) fn prepare(
         form,
         offset: Duration::ZERO,
     };
+    let only = |copies: Vec<Copy>| {
+        Ok(Prepared {
+            copies,
+            phantom: None,
+        })
+    };
     let interaction = |mut payload: Value| {
         for (key, value) in [
             ("team", json!({"id": TEAM})),
             ("user", json!({"id": user, "team_id": TEAM})),
             ("api_app_id", json!(APP_ID)),
-            ("trigger_id", json!(trigger_id(now_ms, 1))),
+            ("trigger_id", json!(trigger_id(now_ms, 1 + 10 * k))),
         ] {
             if payload.get(key).is_none() {
                 payload[key] = value;
@@ -257,18 +357,19 @@ pub(crate) fn prepare(
     };
     match &request.kind {
         Kind::Event(event) => {
-            let body = envelope("Ev0EXPLORE1", event.clone());
+            let body = envelope(&event_id(1), event.clone());
             workspace.add_event_message(body.as_bytes());
             // A person's message in the channel, for events about one (a reaction's item).
-            workspace.add_message(json!({"channel": channel, "ts": MESSAGE_TS, "user": user,
+            workspace.add_message(json!({"channel": channel, "ts": message_ts, "user": user,
                 "text": "a person's message"}));
-            vec![one("the event", body, false)]
+            only(vec![one("the event", body, false)])
         }
         Kind::Message { text, mention } => {
             let message = |ts: &str| {
                 let mut m = json!({
                     "type": "message", "user": user, "text": text, "channel": channel,
-                    "ts": ts, "event_ts": ts, "client_msg_id": CLIENT_MSG_ID,
+                    "ts": ts, "event_ts": ts,
+                    "client_msg_id": format!("{}{:04}", &CLIENT_MSG_ID[..CLIENT_MSG_ID.len() - 4], n + 1),
                     "channel_type": if dm { "im" } else { "channel" },
                 });
                 if *mention {
@@ -277,7 +378,7 @@ pub(crate) fn prepare(
                 }
                 m
             };
-            let first = envelope("Ev0EXPLORE1", message(MESSAGE_TS));
+            let first = envelope(&event_id(1), message(&message_ts));
             workspace.add_event_message(first.as_bytes());
             let mut copies = vec![one(
                 if *mention {
@@ -290,16 +391,16 @@ pub(crate) fn prepare(
             )];
             if request.copies {
                 if *mention {
-                    let mut m = message(MESSAGE_TS);
+                    let mut m = message(&message_ts);
                     m["type"] = "message".into();
                     m["channel_type"] = "channel".into();
                     copies.push(Copy {
                         offset: Duration::from_millis(40),
-                        ..one("its message event", envelope("Ev0EXPLORE2", m), false)
+                        ..one("its message event", envelope(&event_id(2), m), false)
                     });
                 }
-                let phantom = envelope("Ev0EXPLORE3", {
-                    let mut m = message(PHANTOM_TS);
+                let phantom = envelope(&event_id(3), {
+                    let mut m = message(&phantom_ts);
                     m["type"] = "message".into();
                     m["channel_type"] = if dm { "im" } else { "channel" }.into();
                     m
@@ -314,7 +415,10 @@ pub(crate) fn prepare(
                     )
                 });
             }
-            copies
+            Ok(Prepared {
+                copies,
+                phantom: Some((phantom_ts, message_ts)),
+            })
         }
         Kind::Command { command, text } => {
             let body = form_urlencoded::Serializer::new(String::new())
@@ -325,45 +429,67 @@ pub(crate) fn prepare(
                     ("api_app_id", APP_ID),
                     ("user_id", user),
                     ("channel_id", channel),
-                    ("trigger_id", &trigger_id(now_ms, 1)),
+                    ("trigger_id", &trigger_id(now_ms, 1 + 10 * k)),
                     (
                         "response_url",
-                        &format!("{origin}/commands/{TEAM}/{channel}/1"),
+                        &format!("{origin}/commands/{TEAM}/{channel}/{}", n + 1),
                     ),
                 ])
                 .finish();
-            vec![one("the command", body, true)]
+            only(vec![one("the command", body, true)])
         }
         Kind::Click {
             action_id,
             value,
             on,
         } => {
-            let action_ts = format!("{}.000200", now_ms / 1000);
-            let mut payload = json!({
-                "type": "block_actions",
-                "actions": [{"type": "button", "action_id": action_id, "block_id": "b",
-                             "value": value, "action_ts": action_ts}],
-            });
-            if let Some(text) = on {
-                let posted = workspace.call(
-                    "chat.postMessage",
-                    &json!({"channel": channel, "text": text, "blocks": [
-                        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
-                        {"type": "actions", "elements": [{"type": "button", "action_id": action_id,
-                            "text": {"type": "plain_text", "text": "Click"}, "value": value}]}
-                    ]}),
-                );
-                let message = posted["message"].clone();
+            let action_ts = format!("{}.{:06}", now_ms / 1000, 200 + n);
+            let mut button = json!({"type": "button", "action_id": action_id, "block_id": "b",
+                                    "value": value, "action_ts": action_ts});
+            let message = match on {
+                On::Nothing => None,
+                On::Text(text) => {
+                    let posted = workspace.call(
+                        "chat.postMessage",
+                        &json!({"channel": channel, "text": text, "blocks": [
+                            {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+                            {"type": "actions", "elements": [{"type": "button", "action_id": action_id,
+                                "text": {"type": "plain_text", "text": "Click"}, "value": value}]}
+                        ]}),
+                    );
+                    Some(posted["message"].clone())
+                }
+                On::Posted => {
+                    let ours = workspace.ours();
+                    let found = ours.iter().rev().find_map(|m| {
+                        (m["channel"] == channel)
+                            .then(|| button_in(m, action_id).map(|b| (m.clone(), b)))
+                            .flatten()
+                    });
+                    let Some((message, (block_id, element))) = found else {
+                        return Err(format!(
+                            "no message of this app's in {channel} has a button {action_id:?} \
+                             to click"
+                        ));
+                    };
+                    button["block_id"] = block_id.into();
+                    if let Some(v) = element.get("value") {
+                        button["value"] = v.clone();
+                    }
+                    Some(message)
+                }
+            };
+            let mut payload = json!({"type": "block_actions", "actions": [button]});
+            if let Some(message) = message {
                 let ts = message["ts"].as_str().unwrap_or_default().to_string();
                 payload["container"] =
                     json!({"type": "message", "message_ts": ts, "channel_id": channel});
                 payload["channel"] = json!({"id": channel});
                 payload["message"] = message;
                 payload["response_url"] =
-                    format!("{origin}/actions/{TEAM}/{channel}/{ts}/1").into();
+                    format!("{origin}/actions/{TEAM}/{channel}/{ts}/{}", n + 1).into();
             }
-            vec![one("the click", form(interaction(payload)), true)]
+            only(vec![one("the click", form(interaction(payload)), true)])
         }
         Kind::Shortcut {
             callback_id,
@@ -372,31 +498,46 @@ pub(crate) fn prepare(
             let mut payload = json!({
                 "type": if *message { "message_action" } else { "shortcut" },
                 "callback_id": callback_id,
-                "action_ts": format!("{}.000300", now_ms / 1000),
+                "action_ts": format!("{}.{:06}", now_ms / 1000, 300 + n),
             });
             if *message {
-                workspace.add_message(json!({"channel": channel, "ts": MESSAGE_TS, "user": user,
+                workspace.add_message(json!({"channel": channel, "ts": message_ts, "user": user,
                     "text": "a message to act on"}));
                 payload["channel"] = json!({"id": channel});
-                payload["message_ts"] = MESSAGE_TS.into();
-                payload["message"] = json!({"type": "message", "ts": MESSAGE_TS, "user": user, "text": "a message to act on"});
+                payload["message_ts"] = message_ts.clone().into();
+                payload["message"] = json!({"type": "message", "ts": message_ts, "user": user, "text": "a message to act on"});
                 payload["response_url"] =
-                    format!("{origin}/actions/{TEAM}/{channel}/{MESSAGE_TS}/1").into();
+                    format!("{origin}/actions/{TEAM}/{channel}/{message_ts}/{}", n + 1).into();
             }
-            vec![one("the shortcut", form(interaction(payload)), true)]
+            only(vec![one("the shortcut", form(interaction(payload)), true)])
         }
-        Kind::ViewSubmission { view, values } => {
-            let opened = workspace.call(
-                "views.open",
-                &json!({"trigger_id": trigger_id(now_ms, 9), "view": view}),
-            );
-            let mut shown = opened["view"].clone();
-            if shown.is_null() {
-                shown = view.clone();
-            }
+        Kind::ViewSubmission {
+            view,
+            callback_id,
+            values,
+        } => {
+            let mut shown = match view {
+                Some(view) => {
+                    let opened = workspace.call(
+                        "views.open",
+                        &json!({"trigger_id": trigger_id(now_ms, 9 + 10 * k), "view": view}),
+                    );
+                    match opened["view"].clone() {
+                        Value::Null => view.clone(),
+                        shown => shown,
+                    }
+                }
+                None => workspace
+                    .views()
+                    .iter()
+                    .rev()
+                    .find(|v| v["callback_id"] == callback_id.as_str())
+                    .cloned()
+                    .ok_or_else(|| format!("the bot opened no view {callback_id:?} to submit"))?,
+            };
             shown["state"] = json!({ "values": values });
             let payload = interaction(json!({"type": "view_submission", "view": shown}));
-            vec![one("the view submission", form(payload), true)]
+            only(vec![one("the view submission", form(payload), true)])
         }
     }
 }

@@ -15,6 +15,7 @@ use super::ledger::SimLedger;
 use super::request::{Copy, Request, prepare};
 use super::schedule::Story;
 use super::slack::{SimQueue, SimSlack};
+use super::world::RUN;
 use super::world::{Line, Plan, RunEnd, RunKind, World, current};
 use crate::app::App;
 use crate::config::{Secret, SigningSecrets};
@@ -49,9 +50,42 @@ const RECEIVE_AFTER: Duration = Duration::from_millis(20);
 /// Nothing of a request's life lasts longer (virtual time): past it, what still runs is cut.
 const HORIZON: Duration = Duration::from_secs(6 * 3600);
 
+/// One request of an exploration, and when it is sent.
+#[derive(Clone, Debug)]
+pub(crate) struct Step {
+    pub request: Request,
+    pub start: Start,
+}
+
+/// When a request of an exploration is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// At once (the first request; every request of [`super::Explorer::together`]).
+    AtOnce,
+    /// After the one before ([`super::Explorer::sequence`]): a click on a message or the
+    /// submission of a view once the bot's message or view is there (and the person took 5 s
+    /// to read it); any other request 30 s after the one before was sent.
+    AfterPrevious,
+}
+
+/// A later request of a sequence is sent this long after the one before.
+const THEN_AFTER: Duration = Duration::from_secs(30);
+/// A person clicks (submits) this long after the message (view) is there.
+const READS_FOR: Duration = Duration::from_secs(5);
+
+/// What the world holds before the first request.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Seeds {
+    /// State values: (name, shared by every workspace, the value).
+    pub state: Vec<(String, bool, Value)>,
+    /// Messages in Slack (people's, the bot's earlier ones).
+    pub messages: Vec<Value>,
+}
+
 /// What stays the same across the schedules of one exploration.
 pub(crate) struct Spec {
-    pub request: Request,
+    pub steps: Vec<Step>,
+    pub seeds: Seeds,
     pub deferred: bool,
     pub app: AppFactory,
     pub old_app: Option<AppFactory>,
@@ -75,6 +109,8 @@ pub(crate) const CLIENT_SECRET: &str = "explorer-client-secret";
 /// What one schedule came to.
 #[derive(Clone)]
 pub struct End {
+    /// The requests of the exploration, as a person reads them, in order.
+    pub requests: Vec<String>,
     /// Every run, in the order they started.
     pub runs: Vec<RunView>,
     /// This app's messages in Slack at the end (updates applied, deletions removed).
@@ -116,11 +152,92 @@ pub struct End {
         String,
         bool,
     )>,
+    pub(crate) origins: super::world::Origins,
+    pub(crate) keys: BTreeMap<String, usize>,
+    pub(crate) queued_by: Vec<usize>,
+    pub(crate) acked_by: Vec<usize>,
+    pub(crate) struck_runs: Vec<u32>,
+    pub(crate) phantoms: Vec<(String, String)>,
+    pub(crate) unsent: BTreeMap<usize, String>,
+    pub(crate) around: Vec<(Option<usize>, String, Value)>,
+    pub(crate) state: StateView,
+    /// The queued messages dead-lettered (their index in `queued`).
+    pub(crate) dead_lettered: Vec<usize>,
+    /// The requests, in groups sent at once (a sequence: one each).
+    pub(crate) groups: Vec<Vec<usize>>,
+}
+
+/// The app's state at the end of a schedule, for invariants to read ([`End::state`]).
+#[derive(Clone)]
+pub(crate) struct StateView {
+    pub ledger: Arc<crate::ledger::MemoryLedger>,
+    /// The tenant [`crate::app::Ctx::state`] is for (multi-workspace mode: the workspace).
+    pub tenant: Option<String>,
+    pub now_ms: u64,
+}
+
+impl End {
+    /// The value the app's state holds under `name` at the end ([`crate::app::Ctx::state`]'s,
+    /// the workspace's), if any (and if it is a `T`).
+    pub fn state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
+        self.state_value(self.state.tenant.as_deref(), name)
+    }
+
+    /// The value the app's state shared by every workspace holds under `name` at the end
+    /// ([`crate::app::Ctx::shared_state`]'s), if any.
+    pub fn shared_state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
+        self.state_value(None, name)
+    }
+
+    fn state_value<T: serde::de::DeserializeOwned>(
+        &self,
+        tenant: Option<&str>,
+        name: &str,
+    ) -> Option<T> {
+        let key = crate::app::state_key(Some(crate::testing::APP_ID), tenant, name).ok()?;
+        let ledger = self.state.ledger.clone();
+        let now = self.state.now_ms;
+        let item = at_once(async move {
+            use crate::ledger::Ledger;
+            ledger.state(&key, now).await
+        })
+        .ok()??;
+        serde_json::from_str(&item.value).ok()
+    }
+
+    /// Whether request `n` (from 0) was sent; `Err` says why not (a click on a message no
+    /// earlier request posted).
+    pub fn was_sent(&self, n: usize) -> Result<(), String> {
+        match self.unsent.get(&n) {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// The calls to Slack that went around slack-once's client (a bot's own HTTP client):
+    /// (method, arguments).
+    pub fn calls_around_the_crate(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.around.iter().map(|(_, m, a)| (m.as_str(), a))
+    }
+}
+
+/// The output of a future that needs no waiting (the in-memory ledger's calls).
+pub(crate) fn at_once<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => panic!("an in-memory ledger call waited"),
+    }
 }
 
 /// One run, as it ended.
 #[derive(Clone, Debug)]
 pub struct RunView {
+    /// Its number in the schedule (from 1), as the trace and a schedule name it.
+    pub number: u32,
+    /// The request it is for (its place in the exploration, from 0).
+    pub request: usize,
     /// What the run is, as the trace names it (`run 2`, `Slack retries …`).
     pub label: String,
     /// A delivery to an ingress, or a worker's receive.
@@ -145,12 +262,145 @@ struct Shared {
     tracker: TaskTracker,
     story: Story,
     logs: Arc<Mutex<Vec<u8>>>,
+    /// Copies sent so far (each copy's deliveries are a chain).
+    chains: Mutex<usize>,
+    /// Each request's tasks (its deliveries, its queued messages' receives).
+    trackers: Mutex<BTreeMap<usize, TaskTracker>>,
+}
+
+impl Shared {
+    /// Runs `task` as one of `request`'s.
+    fn spawn_for<T: Send + 'static>(
+        &self,
+        request: usize,
+        task: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        let tracker = self
+            .trackers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(request)
+            .or_default()
+            .clone();
+        self.tracker.spawn(tracker.track_future(task))
+    }
+
+    /// Whether every task of `request` has ended.
+    fn request_over(&self, request: usize) -> bool {
+        self.trackers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&request)
+            .is_none_or(|t| t.is_empty())
+    }
+}
+
+/// The world before the first request: the seeded state values and messages.
+fn seed(spec: &Spec, world: &World) {
+    use crate::ledger::Ledger;
+    let tenant = spec.installed.map(|_| crate::testing::TEAM);
+    let now = crate::clock::now_ms();
+    for (name, shared, value) in &spec.seeds.state {
+        let key = crate::app::state_key(
+            Some(crate::testing::APP_ID),
+            if *shared { None } else { tenant },
+            name,
+        )
+        .expect("a state key");
+        let text = value.to_string();
+        let write = crate::ledger::StateWrite {
+            value: &text,
+            expected: 0,
+            writer: "seeded",
+            read_writers: &[],
+            expires_at_s: now / 1000 + 30 * 86_400,
+            request: None,
+        };
+        let ledger = world.ledger.clone();
+        let written = at_once(async move { ledger.put_state(&key, &write, now).await });
+        assert!(
+            matches!(written, Ok(crate::ledger::StatePut::Written { .. })),
+            "Explorer::with_state({name:?}): seeded twice"
+        );
+    }
+    for message in &spec.seeds.messages {
+        world
+            .slack
+            .with_workspace(|w| w.add_message(message.clone()));
+    }
+}
+
+/// Sends each request of the exploration when its time comes (see [`Start`]).
+async fn send_all(shared: Arc<Shared>) {
+    let world = shared.world.clone();
+    let origin = IN_PROCESS_BASE.trim_end_matches("/api").to_string();
+    let mut previous: Option<Instant> = None;
+    for (n, step) in shared.spec.steps.iter().enumerate() {
+        let waits = step.request.waits_for_slack();
+        if let (Start::AfterPrevious, Some(sent)) = (step.start, previous) {
+            if waits {
+                // The person clicks (submits) what the bot showed, once it is there, while
+                // the request before may still be running (a takeover, a retry).
+                loop {
+                    let there = world.slack.with_workspace(|w| {
+                        prepare(&step.request, n, w, crate::clock::now_ms(), &origin).is_ok()
+                    });
+                    if there || shared.request_over(n - 1) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                tokio::time::sleep(READS_FOR).await;
+            } else {
+                tokio::time::sleep_until(sent + THEN_AFTER).await;
+            }
+        }
+        let before = world.shown();
+        let prepared = world
+            .slack
+            .with_workspace(|w| prepare(&step.request, n, w, crate::clock::now_ms(), &origin));
+        world.made_by(n, &before);
+        match prepared {
+            Err(why) => {
+                world.say(
+                    None,
+                    format!("{} is not sent: {why}", step.request.describe()),
+                );
+                world.lock().unsent.insert(n, why);
+            }
+            Ok(prepared) => {
+                {
+                    let mut s = world.lock();
+                    if let Some(pair) = prepared.phantom {
+                        s.phantoms.push(pair);
+                    }
+                }
+                if shared.spec.steps.len() > 1 {
+                    world.say(
+                        None,
+                        format!("request {}: {}", n + 1, step.request.describe()),
+                    );
+                }
+                for copy in prepared.copies {
+                    let chain = {
+                        let mut chains = shared.chains.lock().unwrap_or_else(|e| e.into_inner());
+                        *chains += 1;
+                        *chains - 1
+                    };
+                    drop(shared.spawn_for(n, deliveries(shared.clone(), n, chain, copy)));
+                }
+            }
+        }
+        previous = Some(Instant::now());
+    }
 }
 
 /// Runs one schedule (its story, its plan of faults), on a runtime of its own.
 pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec<u8>>>) -> End {
+    // With I/O: a bot's own HTTP client reaches the side door ([`super::door`]).
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
+        .enable_io()
         .start_paused(true)
         .build()
         .expect("a runtime");
@@ -171,11 +421,8 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
         world.busy = spec.busy;
         world.history_per_minute = spec.history_per_minute;
         let world = Arc::new(world);
+        seed(&spec, &world);
         current::set(Some(world.clone()));
-        let origin = IN_PROCESS_BASE.trim_end_matches("/api").to_string();
-        let copies = world
-            .slack
-            .with_workspace(|w| prepare(&spec.request, w, crate::clock::now_ms(), &origin));
         let shared = Arc::new(Shared {
             spec,
             world: world.clone(),
@@ -183,16 +430,16 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
             tracker: TaskTracker::new(),
             story,
             logs,
+            chains: Mutex::new(0),
+            trackers: Mutex::new(BTreeMap::new()),
         });
-        for (chain, copy) in copies.into_iter().enumerate() {
-            let shared2 = shared.clone();
-            shared.tracker.spawn(deliveries(shared2, chain, copy));
-        }
+        shared.tracker.spawn(send_all(shared.clone()));
         shared.tracker.close();
         let unfinished = tokio::time::timeout(HORIZON, shared.tracker.wait())
             .await
             .is_err();
         current::set(None);
+        super::door::forget(&world);
         collect(&shared, unfinished)
     });
     drop(runtime);
@@ -266,7 +513,10 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
     let runs = s
         .runs
         .iter()
-        .map(|r| RunView {
+        .enumerate()
+        .map(|(i, r)| RunView {
+            number: i as u32 + 1,
+            request: r.request,
             label: r.label.clone(),
             kind: r.kind.clone(),
             started: r.started,
@@ -283,6 +533,28 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
     .map(str::to_string)
     .collect();
     End {
+        requests: shared
+            .spec
+            .steps
+            .iter()
+            .map(|s| s.request.describe())
+            .collect(),
+        origins: s.origins.clone(),
+        keys: s.keys.clone(),
+        queued_by: s.queued_by.clone(),
+        acked_by: s.acked_by.clone(),
+        struck_runs: s.struck_runs.clone(),
+        phantoms: s.phantoms.clone(),
+        unsent: s.unsent.clone(),
+        around: s.around.clone(),
+        state: StateView {
+            ledger: world.ledger.clone(),
+            tenant: shared
+                .spec
+                .installed
+                .map(|_| crate::testing::TEAM.to_string()),
+            now_ms: crate::clock::now_ms(),
+        },
         runs,
         messages: slack.messages(),
         ephemerals: slack.ephemerals(),
@@ -298,6 +570,17 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
             .collect(),
         logs,
         dead_letters: s.dead_letters.len(),
+        dead_lettered: s.dead_letters.clone(),
+        groups: {
+            let mut groups: Vec<Vec<usize>> = Vec::new();
+            for (i, step) in shared.spec.steps.iter().enumerate() {
+                match (step.start, groups.last_mut()) {
+                    (Start::AtOnce, Some(group)) => group.push(i),
+                    _ => groups.push(vec![i]),
+                }
+            }
+            groups
+        },
         queued: s.queued.clone(),
         trace: s.trace.clone(),
         violations: s.violations.clone(),
@@ -451,14 +734,16 @@ impl Shared {
         }
         if role == Role::Ingress && self.spec.deferred {
             let shared = self.clone();
+            let request = self.world.request_of(run);
             let sent = Arc::new(move |body: String| {
                 let index = {
                     let mut s = shared.world.lock();
                     s.queued.push(body.clone());
+                    s.queued_by.push(request);
                     s.queued.len() - 1
                 };
                 let shared2 = shared.clone();
-                shared.tracker.spawn(receives(shared2, index, body));
+                drop(shared.spawn_for(request, receives(shared2, request, index, body)));
             });
             processor = processor.with_queue(Arc::new(SimQueue {
                 world: self.world.clone(),
@@ -486,7 +771,7 @@ impl Shared {
 /// Slack's deliveries of one copy: the first, and (for an event) a retry after each failure
 /// Slack sees (no 2xx within 3 s), up to 3; for [`Story::Repeated`], a second delivery 1 s
 /// after the first whatever it came to.
-async fn deliveries(shared: Arc<Shared>, chain: usize, copy: Copy) {
+async fn deliveries(shared: Arc<Shared>, request: usize, chain: usize, copy: Copy) {
     let story = shared.story;
     let start = Instant::now();
     let delay = match story {
@@ -494,27 +779,37 @@ async fn deliveries(shared: Arc<Shared>, chain: usize, copy: Copy) {
         _ => copy.offset,
     };
     tokio::time::sleep_until(start + delay).await;
-    let event = shared.spec.request.is_event();
+    let event = shared.spec.steps[request].request.is_event();
     if story == Story::Repeated && chain == 0 {
         let (again, copy2) = (shared.clone(), copy.clone());
-        shared.tracker.spawn(async move {
+        drop(shared.spawn_for(request, async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let label = format!("{} again, the same request (a repeat)", copy2.label);
             let retry = event.then_some(1);
-            deliver(&again, &copy2, chain, 1, label, retry, None).await;
-        });
+            deliver(&again, &copy2, request, chain, 1, label, retry, None).await;
+        }));
     }
     if story == Story::Forged && chain == 0 {
         let (again, copy2) = (shared.clone(), copy.clone());
         let signed_at = crate::clock::now_ms() / 1000;
-        shared.tracker.spawn(async move {
+        drop(shared.spawn_for(request, async move {
             tokio::time::sleep(Duration::from_secs(61)).await;
             let label = format!(
                 "someone replays {} as signed 61 s ago, with X-Slack-Retry-Num: 3",
                 copy2.label
             );
-            deliver(&again, &copy2, chain, 9, label, Some(3), Some(signed_at)).await;
-        });
+            deliver(
+                &again,
+                &copy2,
+                request,
+                chain,
+                9,
+                label,
+                Some(3),
+                Some(signed_at),
+            )
+            .await;
+        }));
     }
     let tries = if event { 4 } else { 1 };
     for try_ in 0..tries {
@@ -523,7 +818,7 @@ async fn deliveries(shared: Arc<Shared>, chain: usize, copy: Copy) {
             n => format!("Slack retries {} (retry {n})", copy.label),
         };
         let retry = (try_ > 0).then_some(try_);
-        let seen = deliver(&shared, &copy, chain, try_, label, retry, None).await;
+        let seen = deliver(&shared, &copy, request, chain, try_, label, retry, None).await;
         let accepted = matches!(&seen, Some((status, _, _)) if (200..300).contains(status));
         if accepted || try_ + 1 == tries {
             if !accepted && event {
@@ -546,9 +841,11 @@ async fn deliveries(shared: Arc<Shared>, chain: usize, copy: Copy) {
 
 /// One delivery to a new ingress: what Slack saw within 3 s (status, body, outcome), if
 /// anything.
+#[allow(clippy::too_many_arguments)]
 async fn deliver(
     shared: &Arc<Shared>,
     copy: &Copy,
+    request_of: usize,
     chain: usize,
     try_: u32,
     label: String,
@@ -556,7 +853,7 @@ async fn deliver(
     signed_at: Option<u64>,
 ) -> Option<(u16, Value, String)> {
     let world = &shared.world;
-    let run = world.begin_run(label, RunKind::Delivery { chain, try_ });
+    let run = world.begin_run(label, RunKind::Delivery { chain, try_ }, request_of);
     let (processor, lines) = shared.processor(run, Role::Ingress);
     let router = crate::http::router(AppState {
         processor,
@@ -591,8 +888,11 @@ async fn deliver(
     context.request_id = format!("run-{run}");
     request.extensions_mut().insert(context);
     let world2 = world.clone();
-    let task = shared.tracker.spawn(async move {
-        let response = router.oneshot(request).await.expect("the router answers");
+    let task = shared.spawn_for(request_of, async move {
+        let response = RUN
+            .scope(run, router.oneshot(request))
+            .await
+            .expect("the router answers");
         let status = response.status().as_u16();
         let header = response
             .headers()
@@ -631,7 +931,7 @@ async fn deliver(
 
 /// The queue's receives of one message: to a new worker each time, until one deletes it or
 /// `maxReceiveCount` receives have passed (then it is dead-lettered).
-async fn receives(shared: Arc<Shared>, index: usize, body: String) {
+async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: String) {
     let spec = shared.spec.clone();
     let visibility = spec.worker_timeout * 6;
     let mut visible_at = Instant::now() + RECEIVE_AFTER;
@@ -656,6 +956,7 @@ async fn receives(shared: Arc<Shared>, index: usize, body: String) {
                 message: index,
                 count,
             },
+            request,
         );
         let (processor, _lines) = shared.processor(run, Role::Worker);
         let worker = Arc::new(Worker::new(processor, spec.max_receives));
@@ -668,16 +969,19 @@ async fn receives(shared: Arc<Shared>, index: usize, body: String) {
         let now = crate::clock::now();
         let deadline: SystemTime = now + spec.worker_timeout;
         let world = shared.world.clone();
-        let task = shared.tracker.spawn(async move {
+        let task = shared.spawn_for(request, async move {
             let metrics = Metrics::new();
-            let disposition = metrics
-                .scope(worker.handle(
-                    &message,
-                    now,
-                    Instant::now(),
-                    Some(deadline),
-                    Some(&format!("run-{run}")),
-                ))
+            let disposition = RUN
+                .scope(
+                    run,
+                    metrics.scope(worker.handle(
+                        &message,
+                        now,
+                        Instant::now(),
+                        Some(deadline),
+                        Some(&format!("run-{run}")),
+                    )),
+                )
                 .await;
             let counts: BTreeMap<String, f64> = metrics
                 .counts()

@@ -164,6 +164,8 @@ impl tower::Service<Request<hyper::body::Incoming>> for SimSlack {
     fn call(&mut self, request: Request<hyper::body::Incoming>) -> Self::Future {
         let (world, run) = (self.world.clone(), self.run);
         Box::pin(async move {
+            // Other runs go on between any two calls (two requests at once interleave).
+            tokio::task::yield_now().await;
             let (parts, body) = request.into_parts();
             let bytes = body.collect().await?.to_bytes();
             if parts.method == http::Method::HEAD {
@@ -248,9 +250,16 @@ impl tower::Service<Request<hyper::body::Incoming>> for SimSlack {
                 }
             }
             let fake = world.slack.router();
+            let writes = matches!(kind, SiteKind::SlackWrite | SiteKind::ResponseUrl);
             let forward = || async {
+                // What the write adds to Slack is its request's.
+                let before = writes.then(|| world.shown());
                 let request = Request::from_parts(parts.clone(), Body::from(bytes.clone()));
                 let response = fake.oneshot(request).await.expect("the fake answers");
+                if let Some(before) = before {
+                    world.made_by(world.request_of(run), &before);
+                    world.wrote(run, &method, &args);
+                }
                 let (head, body) = response.into_parts();
                 let body = body
                     .collect()

@@ -85,6 +85,8 @@ pub enum RunKind {
 /// One run: one process's life.
 pub struct Run {
     pub label: String,
+    /// The request it is for (its place in the exploration, from 0).
+    pub request: usize,
     pub kind: RunKind,
     pub started: Duration,
     pub ended_at: Option<Duration>,
@@ -134,6 +136,48 @@ pub(crate) struct State {
     pub(crate) last_read: BTreeMap<String, Duration>,
     /// Conversations made busy already: (channel, thread).
     pub(crate) busy: std::collections::BTreeSet<(String, String)>,
+    /// Which request made what Slack shows, and each write it made.
+    pub(crate) origins: Origins,
+    /// The request that first touched each ledger key.
+    pub(crate) keys: BTreeMap<String, usize>,
+    /// The request each queued message is for (by its index in `queued`).
+    pub(crate) queued_by: Vec<usize>,
+    /// The request each acknowledgement in `acks` is for.
+    pub(crate) acked_by: Vec<usize>,
+    /// The run each fault in `struck` struck.
+    pub(crate) struck_runs: Vec<u32>,
+    /// A person's message's `ts` and its phantom copy's, per request that is one.
+    pub(crate) phantoms: Vec<(String, String)>,
+    /// When each request was sent (virtual time since the schedule began), by its place.
+    /// The requests that could not be sent, and why (a click on a message never posted).
+    pub(crate) unsent: BTreeMap<usize, String>,
+    /// Calls to Slack that reached it around the crate's client (the bot's own HTTP client):
+    /// (request, method, arguments).
+    pub(crate) around: Vec<(Option<usize>, String, Value)>,
+}
+
+/// Which request made each thing Slack shows: its messages (by channel and `ts`), its
+/// ephemeral messages and views (by their place in Slack's lists), and every write it made.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Origins {
+    pub messages: BTreeMap<(String, String), usize>,
+    pub ephemerals: Vec<usize>,
+    pub views: Vec<usize>,
+    /// Every write Slack applied: (request, method, arguments).
+    pub writes: Vec<(usize, String, Value)>,
+}
+
+/// What Slack shows before a write, to tell what the write added.
+pub(crate) struct Shown {
+    messages: std::collections::BTreeSet<(String, String)>,
+    ephemerals: usize,
+    views: usize,
+}
+
+tokio::task_local! {
+    /// The run a task is part of (a delivery's, a receive's): what the bot API reports to the
+    /// explorer (an acknowledgement) is its run's.
+    pub(crate) static RUN: u32;
 }
 
 /// The world of one schedule. Shared by every run of it.
@@ -145,6 +189,8 @@ pub struct World {
     /// People's messages that follow the bot's first post in each conversation.
     pub(crate) busy: usize,
     pub(crate) history_per_minute: bool,
+    /// Its path at the side door ([`super::door`]), once a bot asked for it.
+    pub(crate) door_id: std::sync::OnceLock<u64>,
 }
 
 impl World {
@@ -163,12 +209,21 @@ impl World {
                 last_read: BTreeMap::new(),
                 struck: Vec::new(),
                 busy: Default::default(),
+                origins: Origins::default(),
+                keys: BTreeMap::new(),
+                queued_by: Vec::new(),
+                acked_by: Vec::new(),
+                struck_runs: Vec::new(),
+                phantoms: Vec::new(),
+                unsent: BTreeMap::new(),
+                around: Vec::new(),
             }),
             ledger: Arc::new(MemoryLedger::new()),
             slack,
             start: Instant::now(),
             busy: 0,
             history_per_minute: false,
+            door_id: std::sync::OnceLock::new(),
         }
     }
 
@@ -207,11 +262,80 @@ impl World {
         Instant::now().saturating_duration_since(self.start)
     }
 
-    /// A new run; returns its number (from 1).
-    pub(crate) fn begin_run(&self, label: String, kind: RunKind) -> u32 {
+    /// What Slack shows now (to tell, after a write, what it added).
+    pub(crate) fn shown(&self) -> Shown {
+        self.slack.with_workspace(|w| Shown {
+            messages: w
+                .ours()
+                .iter()
+                .map(|m| {
+                    (
+                        m["channel"].as_str().unwrap_or_default().to_string(),
+                        m["ts"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect(),
+            ephemerals: w.ephemerals().len(),
+            views: w.views().len(),
+        })
+    }
+
+    /// What Slack shows that it did not at `before` is `request`'s.
+    pub(crate) fn made_by(&self, request: usize, before: &Shown) {
+        let now = self.shown();
+        let mut s = self.lock();
+        let origins = &mut s.origins;
+        for m in now.messages {
+            if !before.messages.contains(&m) {
+                origins.messages.entry(m).or_insert(request);
+            }
+        }
+        while origins.ephemerals.len() < now.ephemerals {
+            let i = origins.ephemerals.len();
+            origins.ephemerals.push(if i >= before.ephemerals {
+                request
+            } else {
+                usize::MAX
+            });
+        }
+        while origins.views.len() < now.views {
+            let i = origins.views.len();
+            origins.views.push(if i >= before.views {
+                request
+            } else {
+                usize::MAX
+            });
+        }
+    }
+
+    /// A write Slack applied for `run`.
+    pub(crate) fn wrote(&self, run: u32, method: &str, args: &Value) {
+        let mut s = self.lock();
+        let request = s.runs[run as usize - 1].request;
+        s.origins
+            .writes
+            .push((request, method.to_string(), args.clone()));
+    }
+
+    /// The request `run` is for.
+    pub(crate) fn request_of(&self, run: u32) -> usize {
+        self.lock().runs[run as usize - 1].request
+    }
+
+    /// `run` touched the ledger key `key`: the request it is for owns it, unless another
+    /// touched it first.
+    pub(crate) fn touch(&self, run: u32, key: &str) {
+        let mut s = self.lock();
+        let request = s.runs[run as usize - 1].request;
+        s.keys.entry(key.to_string()).or_insert(request);
+    }
+
+    /// A new run for `request`; returns its number (from 1).
+    pub(crate) fn begin_run(&self, label: String, kind: RunKind, request: usize) -> u32 {
         let at = self.elapsed();
         let mut s = self.lock();
         s.runs.push(Run {
+            request,
             label: label.clone(),
             kind,
             started: at,
@@ -338,6 +462,7 @@ impl World {
             || (kind == SiteKind::Ledger && what.starts_with("ledger write"));
         if let Some(fault) = fault {
             s.struck.push((fault, kind, what.clone(), wrote_before));
+            s.struck_runs.push(run);
         }
         let mut text = what;
         if let Some(fault) = fault {
