@@ -27,7 +27,22 @@ export CARGO_TARGET_DIR="$ROOT/target"
 cargo fmt --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo test --quiet
-cargo build --quiet
+# The binary's build shares the tests' build of every dependency: only the bot and slack-once
+# (without the explorer) are compiled again.
+rebuilt="$(cargo build --message-format=json 2> /dev/null | python3 -c '
+import json, sys
+names = set()
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and not m.get("fresh"):
+        names.add(m["target"]["name"])
+print(" ".join(sorted(names)))')"
+for name in $rebuilt; do
+  case "$name" in mybot|slack_once|slack-once|build-script-build) ;;
+    *) echo "cargo build compiled $name again after cargo test (rebuilt: $rebuilt)" >&2; exit 1 ;;
+  esac
+done
+echo "cargo build after cargo test compiled only: ${rebuilt:-nothing}"
 # The README's try-it: the bot's own binary serves, signs, and answers once.
 "$CARGO_TARGET_DIR/debug/mybot" --help | grep -q "mybot create-table"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -1129,7 +1129,7 @@ pub fn is_read_method(method: &str) -> bool {
         || method == "users.getPresence"
         || matches!(
             last,
-            "list" | "info" | "history" | "replies" | "members" | "test"
+            "list" | "info" | "history" | "replies" | "members" | "test" | "get" | "lookup"
         )
         || ["list", "get", "lookup"].iter().any(|verb| {
             last.starts_with(verb)
@@ -1158,6 +1158,45 @@ pub fn api_url() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reads_are_told_from_writes_by_slacks_method_names() {
+        for read in [
+            "conversations.history",
+            "conversations.replies",
+            "conversations.info",
+            "conversations.list",
+            "conversations.members",
+            "conversations.open",
+            "users.info",
+            "users.lookupByEmail",
+            "users.getPresence",
+            "chat.getPermalink",
+            "auth.test",
+            "team.info",
+            "search.messages",
+            "reactions.get",
+            "pins.list",
+        ] {
+            assert!(is_read_method(read), "{read} reads");
+        }
+        for write in [
+            "chat.postMessage",
+            "chat.update",
+            "chat.delete",
+            "chat.postEphemeral",
+            "chat.startStream",
+            "reactions.add",
+            "views.open",
+            "conversations.setTopic",
+            "conversations.invite",
+            "pins.add",
+            "users.setPresence",
+            "listing",
+        ] {
+            assert!(!is_read_method(write), "{write} writes");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -102,6 +102,19 @@ impl FakeSlack {
         slack
     }
 
+    /// Starts it on `127.0.0.1:port` (0: a free port), for the app `identity` names, on the
+    /// current runtime; `Err` if the port is taken.
+    pub async fn start_on(identity: Identity, port: u16) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let addr = listener.local_addr()?;
+        let slack = Self::new(identity, format!("http://{addr}/api"));
+        let router = slack.router.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok(slack)
+    }
+
     /// Starts it for the app a [`super::TestBot`] is ([`TEAM`], [`APP_ID`], [`BOT_ID`],
     /// [`BOT_USER`]).
     pub async fn start() -> Self {
@@ -235,7 +248,9 @@ impl FakeSlack {
     }
 }
 
-pub(crate) fn default_identity() -> Identity {
+/// The identity of the app a [`super::TestBot`] is ([`TEAM`], [`APP_ID`], [`BOT_ID`],
+/// [`BOT_USER`]).
+pub fn default_identity() -> Identity {
     Identity {
         team: TEAM.into(),
         app_id: APP_ID.into(),

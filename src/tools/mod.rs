@@ -8,6 +8,8 @@
 //!   release's installations to the app's own keys;
 //! - `redrive` ([`redrive`]): the dead-letter queue back to the work queue;
 //! - `sweep` ([`sweep`]): claims left in progress past their lease ended failed;
+//! - `standin` ([`standin`]): a stand-in for Slack's Web API on 127.0.0.1, for the bot run
+//!   locally;
 //! - `init` ([`init`], the `slack-once` binary only): a new bot in a repository of its own.
 //!
 //! `mybot create-table` does what `slack-once create-table` does: a bot needs no second binary
@@ -18,6 +20,7 @@ pub mod init;
 pub mod redrive;
 pub mod setup;
 pub mod sign;
+pub mod standin;
 pub mod sweep;
 
 use std::process::ExitCode;
@@ -67,6 +70,10 @@ const TOOLS: &[Tool] = &[
     Tool {
         spec: &sweep::SPEC,
         run: sweep::run,
+    },
+    Tool {
+        spec: &standin::SPEC,
+        run: standin::run,
     },
 ];
 

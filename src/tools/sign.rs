@@ -6,7 +6,9 @@
 //! --data-file`. Given a plain Slack body, it prints a `curl` command for the local server. A
 //! form (a slash command's, or an interaction's `payload=…`) is sent as a form, and, as Slack
 //! does for each request, with a fresh `trigger_id` (valid 3 s) and a fresh `response_url`
-//! (the last segment of the file's one renewed, its origin kept: point it at the stand-in).
+//! (the last segment of the file's one renewed, its origin kept: point it at the stand-in). An
+//! interaction's payload given as JSON (`{"type": "block_actions", …}`: a click on the bot's
+//! button, a view submitted) is sent as Slack sends it, as the form field `payload`.
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -107,6 +109,31 @@ pub fn curl_command(
     )
 }
 
+/// Whether `value` is an interaction's payload (a click, a view submitted, a shortcut), which
+/// Slack sends as a form's `payload` field, not as JSON.
+pub fn is_interaction(value: &Value) -> bool {
+    matches!(
+        value["type"].as_str(),
+        Some(
+            "block_actions"
+                | "view_submission"
+                | "view_closed"
+                | "shortcut"
+                | "message_action"
+                | "block_suggestion"
+        )
+    )
+}
+
+/// An interaction's payload as Slack sends it at `now_ms`: the form field `payload`, with a
+/// fresh `trigger_id` and `response_url`.
+pub fn interaction_form(payload: &Value, now_ms: u64) -> String {
+    let form = form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish();
+    freshen_form(form.as_bytes(), now_ms)
+}
+
 /// Whether `bytes` are a form (a command's, an interaction's) rather than JSON.
 pub fn is_form(bytes: &[u8]) -> bool {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
@@ -193,7 +220,9 @@ pub static SPEC: Spec = Spec {
     operands: &[Item {
         name: "FILE",
         help: "a Lambda HTTP event (events/*.json): printed re-signed, for cargo lambda invoke \
-               --data-file; or a Slack request body: a curl command that sends it signed",
+               --data-file; or a Slack request body (an event, a command's form): a curl \
+               command that sends it signed; or an interaction's payload as JSON (a click on \
+               the bot's button, a view submitted): sent as Slack sends it, a payload form",
     }],
     options: &[
         Item {
@@ -265,6 +294,13 @@ pub fn run(args: &Args) -> ExitCode {
                 serde_json::to_string_pretty(&event).expect("JSON serialises")
             );
         }
+        // An interaction's payload as JSON (a click on the bot's button, a view submitted):
+        // sent as Slack sends it, a form whose `payload` field is the JSON.
+        Ok(payload) if is_interaction(&payload) => {
+            let url = url.unwrap_or_else(default_url);
+            let body = interaction_form(&payload, now * 1000);
+            say!("{}", curl_form_command(&url, &secret, now, &body));
+        }
         _ if is_form(&bytes) => {
             let url = url.unwrap_or_else(default_url);
             let body = freshen_form(&bytes, now * 1000);
@@ -308,6 +344,35 @@ mod tests {
             event["multiValueHeaders"][SIGNATURE_HEADER][0],
             headers[SIGNATURE_HEADER]
         );
+    }
+
+    #[test]
+    fn a_click_given_as_json_is_sent_as_slacks_payload_form_with_a_fresh_trigger() {
+        let click = serde_json::json!({
+            "type": "block_actions", "trigger_id": "1.2.3", "user": {"id": "U1"},
+            "actions": [{"action_id": "handoff_acknowledge", "value": "h1"}],
+            "response_url": "http://127.0.0.1:4000/actions/T1/C1/1/1"
+        });
+        assert!(is_interaction(&click));
+        assert!(!is_interaction(
+            &serde_json::json!({"type": "event_callback"})
+        ));
+        let body = interaction_form(&click, 1_767_225_600_000);
+        assert!(is_form(body.as_bytes()), "{body}");
+        let fields: Vec<(String, String)> = form_urlencoded::parse(body.as_bytes())
+            .into_owned()
+            .collect();
+        assert_eq!(fields.len(), 1, "{fields:?}");
+        assert_eq!(fields[0].0, "payload");
+        let sent: Value = serde_json::from_str(&fields[0].1).unwrap();
+        assert_eq!(sent["actions"][0]["action_id"], "handoff_acknowledge");
+        assert!(
+            sent["trigger_id"]
+                .as_str()
+                .unwrap()
+                .starts_with("1767225600000.")
+        );
+        assert_ne!(sent["response_url"], click["response_url"]);
     }
 
     #[test]

@@ -124,3 +124,54 @@ fn a_reader_gone_before_the_tools_print_is_no_panic() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+/// Every bot's `standin`: the Slack stand-in for a bot run locally outside this checkout. The
+/// bot, pointed at it, answers a mention whose message the stand-in was seeded with, and the
+/// stand-in prints the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standin_tool_serves_a_bot_run_locally_and_prints_its_writes() {
+    use std::io::{BufRead, BufReader};
+    let body = app_mention("EvStandin", "who is there?");
+    let file =
+        std::env::temp_dir().join(format!("slack-once-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, &body).unwrap();
+    let mut standin = Command::new(BIN)
+        .args(["standin", "0", "--seed", file.to_str().unwrap()])
+        .args([
+            "--team",
+            "T0001",
+            "--app-id",
+            "A0001",
+            "--bot-user",
+            BOT_USER,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let out = standin.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let first = lines.recv_timeout(Duration::from_secs(10)).unwrap();
+    let url = first
+        .strip_prefix("Slack stand-in on ")
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let bot = BotProcess::spawn(&[
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", url.clone()),
+    ]);
+    let answer = deliver(&HttpClient::default(), &bot.url(), &body, None).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    let printed = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(5)).ok())
+        .find(|l| l.starts_with("chat.postMessage"));
+    let _ = standin.kill();
+    let _ = standin.wait();
+    let _ = std::fs::remove_file(file);
+    let printed = printed.expect("the stand-in prints the bot's reply");
+    assert!(printed.contains("channel=C0001"), "{printed}");
+}
