@@ -1113,20 +1113,46 @@ fn percent_encode(value: &str) -> String {
     out
 }
 
+/// Read methods Slack names in ways the rule below does not catch.
+const READS: &[&str] = &[
+    "assistant.search.context",
+    "team.accessLogs",
+    "team.billableInfo",
+    "team.integrationLogs",
+    "dnd.teamInfo",
+    "openid.connect.userInfo",
+    "apps.manifest.export",
+    "apps.manifest.validate",
+    "migration.exchange",
+    "rtm.connect",
+    "conversations.open",
+    "users.conversations",
+    "users.identity",
+    "users.getPresence",
+    "bots.info",
+];
+
+/// Methods the rule below would take for reads, that change something.
+const WRITES: &[&str] = &["files.getUploadURLExternal"];
+
 /// Whether the Web API method `method` only reads (changes nothing in Slack): what
-/// [`crate::app::Ctx::read`] accepts. By Slack's naming: a method whose last part lists, gets,
-/// looks up or tells (`conversations.history`, `conversations.replies`, `users.info`,
-/// `chat.getPermalink`, `users.lookupByEmail`, `auth.test`…), the `search.*` methods, and
-/// `conversations.open` (which finds a conversation, opening a DM only if there is none).
-/// Anything else is taken for a write.
+/// [`crate::app::Ctx::read`] accepts. Slack's methods named as reads: a last part that lists,
+/// gets, looks up or tells (`conversations.history`, `conversations.replies`, `users.info`,
+/// `chat.getPermalink`, `users.lookupByEmail`, `reactions.get`, `auth.test`…), the `search.*`
+/// methods, and those named in a list of their own (`assistant.search.context`,
+/// `team.accessLogs`, `conversations.open`, which finds a conversation, opening a DM only if
+/// there is none…); `files.getUploadURLExternal` reserves an upload and is a write. Anything
+/// else is taken for a write.
 pub fn is_read_method(method: &str) -> bool {
+    if WRITES.contains(&method) {
+        return false;
+    }
+    if READS.contains(&method) {
+        return true;
+    }
     let last = method.rsplit('.').next().unwrap_or_default();
     let family = method.split('.').next().unwrap_or_default();
     family == "search"
-        || method == "conversations.open"
-        || method == "users.conversations"
-        || method == "users.identity"
-        || method == "users.getPresence"
         || matches!(
             last,
             "list" | "info" | "history" | "replies" | "members" | "test" | "get" | "lookup"
@@ -1176,6 +1202,9 @@ mod tests {
             "search.messages",
             "reactions.get",
             "pins.list",
+            "assistant.search.context",
+            "team.accessLogs",
+            "dnd.teamInfo",
         ] {
             assert!(is_read_method(read), "{read} reads");
         }
@@ -1191,6 +1220,7 @@ mod tests {
             "conversations.invite",
             "pins.add",
             "users.setPresence",
+            "files.getUploadURLExternal",
             "listing",
         ] {
             assert!(!is_read_method(write), "{write} writes");

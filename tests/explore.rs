@@ -1301,3 +1301,266 @@ mod authors {
         let _ = Message::text("");
     }
 }
+
+/// What a red team found in the explorer's sequences, requests at once and side door (issue
+/// 36): each failed before its fix.
+mod authors_red_team {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use serde_json::json;
+    use slack_once::app::blocks;
+    use slack_once::app::{
+        Ack, App, AppMention, BlockAction, Command, Ctx, HandlerResult, Message, Respond,
+    };
+    use slack_once::testing::explore::{Explorer, Request};
+
+    fn with_button(text: &str) -> Message {
+        Message::text(text).blocks([
+            blocks::section(text),
+            blocks::actions([blocks::button("Acknowledge", "ack_it", "h1")]),
+        ])
+    }
+
+    async fn post_with_button(ctx: Ctx, c: Command) -> HandlerResult {
+        ctx.ack(Ack::empty()).await?;
+        ctx.post(&c.channel_id, with_button("handed off")).await?;
+        Ok(())
+    }
+
+    /// A click's key is made of when it is sent, which a fault before it moves: its post in
+    /// the thread is still its post.
+    #[test]
+    fn a_clicks_post_is_its_post_whenever_the_click_comes() {
+        async fn click(ctx: Ctx, a: BlockAction) -> HandlerResult {
+            let (Some(ch), Some(ts)) = (a.channel_id.clone(), a.message_ts.clone()) else {
+                return Ok(());
+            };
+            ctx.post(&ch, Message::text("acknowledged").in_thread(ts))
+                .await?;
+            Ok(())
+        }
+        Explorer::new(|| {
+            App::new()
+                .command("/h", post_with_button)
+                .action("ack_it", click)
+        })
+        .sequence([
+            Request::command("/h", "x"),
+            Request::click("ack_it", "").on_posted_message(),
+        ])
+        .schedules(300)
+        .seed(7)
+        .run()
+        .assert_ok();
+    }
+
+    /// A mention after a handoff that was lost (a command is sent once) answers that nobody
+    /// is on call: another path than the fault-free run's, and a correct one.
+    #[test]
+    fn a_request_after_a_lost_one_may_take_another_path() {
+        async fn cmd(ctx: Ctx, c: Command) -> HandlerResult {
+            ctx.ack(Ack::empty()).await?;
+            ctx.state()
+                .update("rota", Duration::from_secs(3600), |_: Option<String>| {
+                    "bob".to_string()
+                })
+                .await?;
+            ctx.post(&c.channel_id, Message::text("handed off to bob"))
+                .await?;
+            Ok(())
+        }
+        async fn who(ctx: Ctx, m: AppMention) -> HandlerResult {
+            match ctx.state().get::<String>("rota").await? {
+                Some(v) => {
+                    ctx.react(&m.channel, &m.ts, "white_check_mark").await?;
+                    ctx.reply(format!("{} is on call", v.value)).await?;
+                }
+                None => {
+                    ctx.reply("nobody is on call").await?;
+                }
+            }
+            Ok(())
+        }
+        Explorer::new(|| App::new().command("/h", cmd).app_mention(who))
+            .sequence([Request::command("/h", "x"), Request::mention("who?")])
+            .schedules(300)
+            .seed(7)
+            .run()
+            .assert_ok();
+    }
+
+    /// Two clicks on one button at once: the first wins whichever it is.
+    #[test]
+    fn two_clicks_at_once_hold_whichever_wins() {
+        async fn click(ctx: Ctx, a: BlockAction) -> HandlerResult {
+            let (Some(ch), Some(ts)) = (a.channel_id.clone(), a.message_ts.clone()) else {
+                return Ok(());
+            };
+            let me = a.user_id.clone();
+            let taken = ctx
+                .state()
+                .change(
+                    "winner",
+                    Duration::from_secs(3600),
+                    |w: Option<String>| match w {
+                        Some(_) => None,
+                        None => Some(me.clone()),
+                    },
+                )
+                .await?;
+            if taken.applied {
+                ctx.post(&ch, Message::text(format!("<@{me}> took it")).in_thread(ts))
+                    .await?;
+            }
+            Ok(())
+        }
+        let mut posted = serde_json::to_value(with_button("handed off")).unwrap();
+        for (k, v) in [
+            ("channel", json!("C0TEST")),
+            ("ts", json!("1767225500.000001")),
+            ("bot_id", json!(slack_once::testing::BOT_ID)),
+            ("app_id", json!(slack_once::testing::APP_ID)),
+        ] {
+            posted[k] = v;
+        }
+        Explorer::new(|| App::new().action("ack_it", click))
+            .with_message(posted)
+            .together([
+                Request::click("ack_it", "")
+                    .as_user("U0ANN")
+                    .on_posted_message(),
+                Request::click("ack_it", "")
+                    .as_user("U0BOB")
+                    .on_posted_message(),
+            ])
+            .invariant("one winner, told once", |end| {
+                let took = end
+                    .messages
+                    .iter()
+                    .filter(|m| m["text"].as_str().is_some_and(|t| t.ends_with("took it")))
+                    .count();
+                match took {
+                    0 | 1 => Ok(()),
+                    n => Err(format!("{n} winners")),
+                }
+            })
+            .schedules(300)
+            .seed(7)
+            .run()
+            .assert_ok();
+    }
+
+    /// A click's replacement of its message through the `response_url`, skipped by a
+    /// takeover (a planted defect), is found as a `chat.update` skipped is.
+    #[test]
+    fn a_replacement_through_the_response_url_a_takeover_skips_is_found() {
+        async fn click(ctx: Ctx, _a: BlockAction) -> HandlerResult {
+            if ctx.attempt().await == 1 {
+                ctx.respond(Respond::replace(Message::text("acknowledged by bob")))
+                    .await?;
+            }
+            Ok(())
+        }
+        let report = Explorer::new(|| {
+            App::new()
+                .command("/h", post_with_button)
+                .action("ack_it", click)
+        })
+        .sequence([
+            Request::command("/h", "x"),
+            Request::click("ack_it", "").on_posted_message(),
+        ])
+        .both_modes()
+        .schedules(400)
+        .seed(7)
+        .run();
+        let text = report.to_string();
+        assert!(report.failures().next().is_some(), "{text}");
+        assert!(text.contains("was updated 0 times"), "{text}");
+    }
+
+    /// A blocking client run where blocking work belongs (`spawn_blocking`, another thread of
+    /// the schedule's runtime) still reaches the explorer's Slack, and is named.
+    #[test]
+    fn a_post_from_a_blocking_task_is_found_and_named() {
+        async fn blocking(_ctx: Ctx, m: AppMention) -> HandlerResult {
+            let channel = m.channel.clone();
+            tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+                use std::io::{Read, Write};
+                let url = slack_once::slack::api_url();
+                assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+                let rest = url.strip_prefix("http://").unwrap().to_string();
+                let (host, path) = rest.split_once('/').unwrap();
+                let body = format!("channel={channel}&text=on+call");
+                let mut s = std::net::TcpStream::connect(host)?;
+                write!(
+                    s,
+                    "POST /{path}/chat.postMessage HTTP/1.1\r\nhost: {host}\r\n\
+                     content-type: application/x-www-form-urlencoded\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )?;
+                let mut answer = String::new();
+                s.read_to_string(&mut answer)?;
+                Ok(answer)
+            })
+            .await
+            .map_err(std::io::Error::other)??;
+            Ok(())
+        }
+        let report = Explorer::new(|| App::new().app_mention(blocking))
+            .request(Request::mention("who is on call?").without_copies())
+            .schedules(5)
+            .run();
+        let text = report.to_string();
+        assert!(report.failures().next().is_some(), "{text}");
+        assert!(
+            text.contains("a Slack call that is not a step of the journal: chat.postMessage"),
+            "{text}"
+        );
+    }
+
+    /// A base kept from the first schedule (a client built once, in a `static`): the later
+    /// schedules' writes reach no schedule, are never sent, and fail the exploration.
+    #[test]
+    fn a_base_kept_from_an_earlier_schedule_is_reported() {
+        static BASE: OnceLock<String> = OnceLock::new();
+        async fn kept(_ctx: Ctx, m: AppMention) -> HandlerResult {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let url = BASE.get_or_init(slack_once::slack::api_url).clone();
+            let rest = url.strip_prefix("http://").unwrap().to_string();
+            let (host, path) = rest.split_once('/').unwrap();
+            let body = format!("channel={}&text=on+call", m.channel);
+            let mut s = tokio::net::TcpStream::connect(host).await?;
+            s.write_all(
+                format!(
+                    "POST /{path}/chat.postMessage HTTP/1.1\r\nhost: {host}\r\n\
+                     content-type: application/x-www-form-urlencoded\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await?;
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).await?;
+            Ok(())
+        }
+        let explore = || {
+            Explorer::new(|| App::new().app_mention(kept))
+                .request(Request::mention("who is on call?").without_copies())
+                .schedules(3)
+                .run()
+        };
+        // The first exploration keeps its schedule's base (and finds the write there).
+        assert!(explore().failures().next().is_some());
+        let report = explore();
+        let text = report.to_string();
+        assert!(!report.around.is_empty(), "{text}");
+        assert!(
+            text.contains("under a base kept from a schedule that has ended"),
+            "{text}"
+        );
+    }
+}

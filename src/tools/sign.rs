@@ -156,6 +156,20 @@ pub fn freshen_form(bytes: &[u8], now_ms: u64) -> String {
             "response_url" => renew_url(&v),
             "payload" => match serde_json::from_str::<Value>(&v) {
                 Ok(mut payload) => {
+                    // Each click (each shortcut) is another, with its own `action_ts`: the
+                    // second signing of one file is a second click, not Slack's same one.
+                    // A view submitted is the same submission however often it is sent.
+                    if payload["type"] != "view_submission" && payload["type"] != "view_closed" {
+                        let action_ts = format!("{}.{}", now_ms / 1000, &n[..6]);
+                        if let Some(actions) = payload["actions"].as_array_mut() {
+                            for action in actions {
+                                action["action_ts"] = action_ts.clone().into();
+                            }
+                        }
+                        if payload.get("action_ts").is_some() || payload.get("actions").is_none() {
+                            payload["action_ts"] = action_ts.clone().into();
+                        }
+                    }
                     if payload.get("trigger_id").is_some() {
                         payload["trigger_id"] = trigger.clone().into();
                     }
@@ -222,7 +236,8 @@ pub static SPEC: Spec = Spec {
         help: "a Lambda HTTP event (events/*.json): printed re-signed, for cargo lambda invoke \
                --data-file; or a Slack request body (an event, a command's form): a curl \
                command that sends it signed; or an interaction's payload as JSON (a click on \
-               the bot's button, a view submitted): sent as Slack sends it, a payload form",
+               the bot's button, a view submitted): sent as Slack sends it, a payload form \
+               (each click signed is another: a fresh action_ts)",
     }],
     options: &[
         Item {
@@ -373,6 +388,16 @@ mod tests {
                 .starts_with("1767225600000.")
         );
         assert_ne!(sent["response_url"], click["response_url"]);
+        // Signed again, it is another click: another `action_ts`, another ledger key.
+        let again = interaction_form(&click, 1_767_225_700_000);
+        let key = |form: &str| {
+            crate::interaction::Interaction::from_form(form.as_bytes())
+                .ok()
+                .and_then(|i| i.key())
+                .map(|k| k.as_str().to_string())
+                .unwrap()
+        };
+        assert_ne!(key(&body), key(&again));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! blocking task holds the virtual clock still, as tokio does for every blocking task.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,13 +26,66 @@ use tower::ServiceExt;
 
 use super::world::{RUN, World};
 
-/// The door: its address and the schedules it serves.
+/// The door: its address, and per schedule the calls still being answered and when the last
+/// one came or ended.
 struct Door {
     port: u16,
-    worlds: Mutex<HashMap<u64, Weak<World>>>,
-    /// Per schedule: calls still being answered, and when the last one came or ended.
     activity: Mutex<HashMap<u64, (usize, Instant)>>,
-    next: Mutex<u64>,
+}
+
+/// Every schedule running in this process, by its id (its runtime's threads are named after
+/// it, so that a blocking task of the bot's finds it too).
+static WORLDS: OnceLock<Mutex<HashMap<u64, Weak<World>>>> = OnceLock::new();
+static NEXT: AtomicU64 = AtomicU64::new(1);
+/// Explorations running in this process: while any is, [`url`] never gives Slack's own base.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Calls through the door that no running schedule knows: (when, what).
+static ORPHANS: Mutex<Vec<(Instant, String)>> = Mutex::new(Vec::new());
+/// The prefix of a schedule's runtime's thread names.
+const THREAD: &str = "slack-once-explore-w";
+/// How long the door must be quiet (real time) before the virtual clock goes on.
+const QUIET: Duration = Duration::from_millis(200);
+
+fn worlds() -> std::sync::MutexGuard<'static, HashMap<u64, Weak<World>>> {
+    lock(WORLDS.get_or_init(|| Mutex::new(HashMap::new())))
+}
+
+/// A new schedule's id, and the name of its runtime's threads.
+pub(crate) fn reserve() -> (u64, String) {
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    (id, format!("{THREAD}{id}"))
+}
+
+/// The schedule `world` (its id reserved) runs from now on.
+pub(crate) fn register(world: &Arc<World>) {
+    if let Some(id) = world.door_id.get() {
+        worlds().insert(*id, Arc::downgrade(world));
+    }
+}
+
+/// An exploration runs while the guard lives.
+pub(crate) struct Running;
+
+impl Running {
+    pub(crate) fn start() -> Self {
+        RUNNING.fetch_add(1, Ordering::SeqCst);
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The calls through the door that no schedule knew, since `since`.
+pub(crate) fn orphans_since(since: Instant) -> Vec<String> {
+    lock(&ORPHANS)
+        .iter()
+        .filter(|(at, _)| *at >= since)
+        .map(|(_, what)| what.clone())
+        .collect()
 }
 
 static DOOR: OnceLock<Option<Arc<Door>>> = OnceLock::new();
@@ -44,9 +98,7 @@ fn door() -> Option<Arc<Door>> {
         let port = listener.local_addr().ok()?.port();
         let door = Arc::new(Door {
             port,
-            worlds: Mutex::new(HashMap::new()),
             activity: Mutex::new(HashMap::new()),
-            next: Mutex::new(1),
         });
         let served = door.clone();
         std::thread::Builder::new()
@@ -76,24 +128,41 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The Web API base the schedule running on this thread gives a bot's own client, if one is
-/// running; the virtual clock is held while the bot may be using it.
+/// The schedule this thread is part of: the schedule's own thread, or a thread of its runtime
+/// (a blocking task of the bot's).
+fn this_world() -> Option<Arc<World>> {
+    if let Some(world) = super::world::current::get() {
+        return Some(world);
+    }
+    let name = std::thread::current().name()?.to_string();
+    let id: u64 = name.strip_prefix(THREAD)?.parse().ok()?;
+    worlds().get(&id).and_then(Weak::upgrade)
+}
+
+/// The Web API base a bot's own client gets in an exploration: the schedule's at the door,
+/// the virtual clock held while the bot may be using it; while an exploration runs and this
+/// thread is none of its schedules' (a thread the bot started), the door's base that knows no
+/// schedule (its calls are reported by the exploration, never sent to Slack). `None`: no
+/// exploration runs.
 pub(crate) fn url() -> Option<String> {
-    let world = super::world::current::get()?;
+    let Some(world) = this_world() else {
+        if RUNNING.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let door = door()?;
+        return Some(format!("http://127.0.0.1:{}/w/0/r/0/api", door.port));
+    };
     let door = door()?;
-    let id = *world.door_id.get_or_init(|| {
-        let mut next = lock(&door.next);
-        let id = *next;
-        *next += 1;
-        lock(&door.worlds).insert(id, Arc::downgrade(&world));
-        id
-    });
+    let id = *world.door_id.get()?;
     let run = RUN.try_with(|r| *r).unwrap_or(0);
-    lock(&door.activity).insert(id, (0, Instant::now()));
+    lock(&door.activity)
+        .entry(id)
+        .and_modify(|a| a.1 = Instant::now())
+        .or_insert((0, Instant::now()));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         let door = door.clone();
-        // Holds the virtual clock while the door may be in use: until it has been quiet for
-        // 50 ms (real time), at most 5 s.
+        // Holds the virtual clock while the door may be in use: until no call is being
+        // answered and it has been quiet for QUIET (real time), at most 5 s.
         drop(runtime.spawn_blocking(move || {
             let started = Instant::now();
             loop {
@@ -102,7 +171,7 @@ pub(crate) fn url() -> Option<String> {
                     .get(&id)
                     .copied()
                     .unwrap_or((0, started));
-                let quiet = busy == 0 && last.elapsed() >= Duration::from_millis(50);
+                let quiet = busy == 0 && last.elapsed() >= QUIET;
                 if quiet || started.elapsed() >= Duration::from_secs(5) {
                     return;
                 }
@@ -114,9 +183,11 @@ pub(crate) fn url() -> Option<String> {
 
 /// Forgets a schedule's world.
 pub(crate) fn forget(world: &World) {
-    if let (Some(id), Some(Some(door))) = (world.door_id.get(), DOOR.get()) {
-        lock(&door.worlds).remove(id);
-        lock(&door.activity).remove(id);
+    if let Some(id) = world.door_id.get() {
+        worlds().remove(id);
+        if let Some(Some(door)) = DOOR.get() {
+            lock(&door.activity).remove(id);
+        }
     }
 }
 
@@ -129,11 +200,26 @@ async fn call(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response<Body> {
-    let world = lock(&door.worlds).get(&world_id).and_then(Weak::upgrade);
+    let world = worlds().get(&world_id).and_then(Weak::upgrade);
     let Some(world) = world else {
+        // A call no running schedule knows: from a thread the bot started, or under a base
+        // kept from a schedule that has ended (a client built once). Never made; reported.
+        let why = match world_id {
+            0 => "from a thread that is none of a schedule's (one the bot started)",
+            _ => {
+                "under a base kept from a schedule that has ended (take it from \
+                  slack_once::slack::api_url() for each call)"
+            }
+        };
+        if !crate::slack::is_read_method(&method) {
+            lock(&ORPHANS).push((Instant::now(), format!("{method} {why}")));
+        }
         return Response::builder()
-            .status(404)
-            .body(Body::from("no exploration runs under this path"))
+            .status(200)
+            .header("content-type", "application/json")
+            .body(Body::from(
+                r#"{"ok":false,"error":"not_in_any_exploration"}"#,
+            ))
             .expect("a response");
     };
     lock(&door.activity)

@@ -48,6 +48,16 @@
 //! call and its answer, where the process died, and the schedule as text to give
 //! [`Explorer::replay`].
 //!
+//! Several requests are explored as one life with [`Explorer::sequence`] (a command, a click on
+//! the message it posted, a mention later, each on processes of their own) or
+//! [`Explorer::together`] (sent at the same moment, their runs interleaved at every call); each
+//! is checked against its own part of the fault-free run. The world can be seeded before the
+//! first request ([`Explorer::with_state`], [`Explorer::with_message`]) and the app's state read
+//! at the end ([`End::state`]). The report says what the fault-free run did (each run, each
+//! write and Slack's answer); a request no listener takes fails unless the test says so
+//! ([`Request::unhandled`]); a write made around slack-once's client, through
+//! [`crate::slack::api_url`], is named as broken.
+//!
 //! The budget: `SLACK_ONCE_EXPLORE` unset gives each exploration 250 schedules or 20 s,
 //! whichever ends first; `long`, 20,000 or 10 minutes; a number, that many schedules (within
 //! an hour). [`Explorer::schedules`] sets it in code. The seed is printed; `SLACK_ONCE_SEED`
@@ -384,6 +394,8 @@ impl Explorer {
     }
 
     fn run_here(self) -> Report {
+        let _running = door::Running::start();
+        let began = Instant::now();
         let logs = Arc::new(Mutex::new(Vec::new()));
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -413,7 +425,10 @@ impl Explorer {
                 explored.push(self.explore(spec, &logs));
             }
         }
-        Report { explored }
+        Report {
+            explored,
+            around: door::orphans_since(began),
+        }
     }
 
     /// Runs one schedule and checks it; the broken invariants.
@@ -943,6 +958,10 @@ fn check_brief(m: &serde_json::Value) -> String {
 pub struct Report {
     /// Every exploration: one per request and mode.
     pub explored: Vec<Exploration>,
+    /// Writes through `slack_once::slack::api_url()` that no schedule knew (from a thread the
+    /// bot started, or under a base kept from a schedule that had ended), made while this
+    /// explorer ran: never sent, each a failure.
+    pub around: Vec<String>,
 }
 
 impl Report {
@@ -953,9 +972,10 @@ impl Report {
             .filter_map(|e| e.failure.as_ref().map(|f| (e, f)))
     }
 
-    /// Panics with the shortest failing schedule of each exploration that found one.
+    /// Panics with the shortest failing schedule of each exploration that found one (and
+    /// with the writes no schedule knew).
     pub fn assert_ok(&self) {
-        if self.failures().next().is_some() {
+        if self.failures().next().is_some() || !self.around.is_empty() {
             panic!("{self}");
         }
         eprintln!("{self}");
@@ -964,6 +984,13 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for what in &self.around {
+            writeln!(
+                f,
+                "slack-once explorer: broken: a Slack call that is not a step of the journal, \
+                 and that no schedule knows: {what}"
+            )?;
+        }
         for e in &self.explored {
             writeln!(
                 f,

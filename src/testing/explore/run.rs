@@ -397,8 +397,11 @@ async fn send_all(shared: Arc<Shared>) {
 
 /// Runs one schedule (its story, its plan of faults), on a runtime of its own.
 pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec<u8>>>) -> End {
-    // With I/O: a bot's own HTTP client reaches the side door ([`super::door`]).
+    // With I/O: a bot's own HTTP client reaches the side door ([`super::door`]); its threads
+    // (a blocking task of the bot's) named after the schedule, so that the door knows them.
+    let (door_id, threads) = super::door::reserve();
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .thread_name(threads)
         .enable_time()
         .enable_io()
         .start_paused(true)
@@ -420,7 +423,9 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
         let mut world = World::new(plan, slack);
         world.busy = spec.busy;
         world.history_per_minute = spec.history_per_minute;
+        let _ = world.door_id.set(door_id);
         let world = Arc::new(world);
+        super::door::register(&world);
         seed(&spec, &world);
         current::set(Some(world.clone()));
         let shared = Arc::new(Shared {

@@ -258,7 +258,19 @@ impl tower::Service<Request<hyper::body::Incoming>> for SimSlack {
                 let response = fake.oneshot(request).await.expect("the fake answers");
                 if let Some(before) = before {
                     world.made_by(world.request_of(run), &before);
-                    world.wrote(run, &method, &args);
+                    // A response_url names where it answers: `/actions/T/CHANNEL/TS/n` (the
+                    // message it came with), `/commands/T/CHANNEL/n`.
+                    let mut recorded = args.clone();
+                    if hook {
+                        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+                        if let Some(channel) = parts.get(2) {
+                            recorded["channel"] = (*channel).into();
+                        }
+                        if let (Some(&"actions"), Some(ts)) = (parts.first(), parts.get(3)) {
+                            recorded["ts"] = (*ts).into();
+                        }
+                    }
+                    world.wrote(run, &method, &recorded);
                 }
                 let (head, body) = response.into_parts();
                 let body = body
