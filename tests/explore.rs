@@ -910,7 +910,7 @@ mod trust {
 /// (examples/handoff.rs), correct, passes every request, a sequence and two requests at
 /// once; the same bot with a defect planted fails with a trace that names it.
 mod authors {
-    use serde_json::{Value, json};
+    use serde_json::json;
     use slack_once::app::{App, AppMention, Ctx, HandlerResult, Message};
     use slack_once::testing::explore::{End, Explorer, Request};
 
@@ -1099,36 +1099,15 @@ mod authors {
         );
     }
 
-    /// A write with a client of the bot's own, to the base `slack_once::slack::api_url()`
-    /// gives: an HTTP/1.1 POST on a socket of its own.
-    async fn post_around(method: &str, body: Value) -> std::io::Result<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let url = slack_once::slack::api_url();
-        let rest = url
-            .strip_prefix("http://")
-            .expect("a loopback URL in tests");
-        let (host, path) = rest.split_once('/').unwrap();
-        let mut stream = tokio::net::TcpStream::connect(host).await?;
-        let body = body.to_string();
-        let request = format!(
-            "POST /{path}/{method} HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer xoxb-mine\r\n\
-             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await?;
-        Ok(answer)
-    }
-
     /// A defect planted: the answer posted with the bot's own HTTP client (async, then
     /// blocking). The explorer's Slack is where it lands, and the call is named.
     #[test]
     fn a_post_through_the_bots_own_http_client_is_found_and_named() {
         async fn around(ctx: Ctx, m: AppMention) -> HandlerResult {
             let _ = &ctx;
-            let args = json!({"channel": m.channel, "thread_ts": m.ts, "text": "on call: bob"});
-            post_around("chat.postMessage", args).await?;
+            let form = format!("channel={}&thread_ts={}&text=on+call", m.channel, m.ts);
+            let base = slack_once::slack::api_url();
+            super::own_client::post(&base, "chat.postMessage", &form).await?;
             Ok(())
         }
         let report = Explorer::new(|| App::new().app_mention(around))
@@ -1143,23 +1122,11 @@ mod authors {
         }
 
         async fn blocking(ctx: Ctx, m: AppMention) -> HandlerResult {
-            use std::io::{Read, Write};
             let _ = &ctx;
-            let url = slack_once::slack::api_url();
-            let rest = url.strip_prefix("http://").unwrap().to_string();
-            let (host, path) = rest.split_once('/').unwrap();
-            let body = format!("channel={}&text=on+call", m.channel);
             // A blocking client, on the listener's own thread.
-            let mut s = std::net::TcpStream::connect(host)?;
-            write!(
-                s,
-                "POST /{path}/chat.postMessage HTTP/1.1\r\nhost: {host}\r\n\
-                 content-type: application/x-www-form-urlencoded\r\n\
-                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )?;
-            let mut answer = String::new();
-            s.read_to_string(&mut answer)?;
+            let form = format!("channel={}&text=on+call", m.channel);
+            let base = slack_once::slack::api_url();
+            super::own_client::post_blocking(&base, "chat.postMessage", &form)?;
             Ok(())
         }
         let report = Explorer::new(|| App::new().app_mention(blocking))
@@ -1487,23 +1454,10 @@ mod authors_red_team {
         async fn blocking(_ctx: Ctx, m: AppMention) -> HandlerResult {
             let channel = m.channel.clone();
             tokio::task::spawn_blocking(move || -> std::io::Result<String> {
-                use std::io::{Read, Write};
-                let url = slack_once::slack::api_url();
-                assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-                let rest = url.strip_prefix("http://").unwrap().to_string();
-                let (host, path) = rest.split_once('/').unwrap();
-                let body = format!("channel={channel}&text=on+call");
-                let mut s = std::net::TcpStream::connect(host)?;
-                write!(
-                    s,
-                    "POST /{path}/chat.postMessage HTTP/1.1\r\nhost: {host}\r\n\
-                     content-type: application/x-www-form-urlencoded\r\n\
-                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )?;
-                let mut answer = String::new();
-                s.read_to_string(&mut answer)?;
-                Ok(answer)
+                let base = slack_once::slack::api_url();
+                assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+                let form = format!("channel={channel}&text=on+call");
+                super::own_client::post_blocking(&base, "chat.postMessage", &form)
             })
             .await
             .map_err(std::io::Error::other)??;
@@ -1521,46 +1475,70 @@ mod authors_red_team {
         );
     }
 
-    /// A base kept from the first schedule (a client built once, in a `static`): the later
-    /// schedules' writes reach no schedule, are never sent, and fail the exploration.
+    /// A base kept from the first schedule (a client built once, in a `static`): a later
+    /// schedule's write (here a takeover's) reaches no schedule, is never sent, and fails the
+    /// exploration.
     #[test]
     fn a_base_kept_from_an_earlier_schedule_is_reported() {
         static BASE: OnceLock<String> = OnceLock::new();
-        async fn kept(_ctx: Ctx, m: AppMention) -> HandlerResult {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let url = BASE.get_or_init(slack_once::slack::api_url).clone();
-            let rest = url.strip_prefix("http://").unwrap().to_string();
-            let (host, path) = rest.split_once('/').unwrap();
-            let body = format!("channel={}&text=on+call", m.channel);
-            let mut s = tokio::net::TcpStream::connect(host).await?;
-            s.write_all(
-                format!(
-                    "POST /{path}/chat.postMessage HTTP/1.1\r\nhost: {host}\r\n\
-                     content-type: application/x-www-form-urlencoded\r\n\
-                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            )
-            .await?;
-            let mut answer = String::new();
-            s.read_to_string(&mut answer).await?;
+        async fn kept(ctx: Ctx, m: AppMention) -> HandlerResult {
+            let base = BASE.get_or_init(slack_once::slack::api_url).clone();
+            if ctx.attempt().await > 1 {
+                let form = format!("channel={}&text=on+call", m.channel);
+                super::own_client::post(&base, "chat.postMessage", &form).await?;
+            }
+            ctx.reply("on call: bob").await?;
             Ok(())
         }
-        let explore = || {
-            Explorer::new(|| App::new().app_mention(kept))
-                .request(Request::mention("who is on call?").without_copies())
-                .schedules(3)
-                .run()
-        };
-        // The first exploration keeps its schedule's base (and finds the write there).
-        assert!(explore().failures().next().is_some());
-        let report = explore();
+        let report = Explorer::new(|| App::new().app_mention(kept))
+            .request(Request::mention("who is on call?").without_copies())
+            .schedules(40)
+            .run();
         let text = report.to_string();
         assert!(!report.around.is_empty(), "{text}");
         assert!(
             text.contains("under a base kept from a schedule that has ended"),
             "{text}"
         );
+    }
+}
+
+/// A client of the bot's own, as a bot with one would write it: an HTTP/1.1 POST of a form to
+/// `{base}/{method}`, the base from `slack_once::slack::api_url()` (in an exploration, the
+/// explorer's Slack on 127.0.0.1), on a socket of its own; async or blocking.
+mod own_client {
+    /// The request's bytes, and the host to connect to.
+    fn request(base: &str, method: &str, form: &str) -> (String, String) {
+        let rest = base
+            .strip_prefix("http://")
+            .expect("a loopback base in tests");
+        let (host, path) = rest.split_once('/').expect("a base with a path");
+        let bytes = format!(
+            "POST /{path}/{method} HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer xoxb-mine\r\n\
+             content-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{form}",
+            form.len()
+        );
+        (host.to_string(), bytes)
+    }
+
+    pub async fn post(base: &str, method: &str, form: &str) -> std::io::Result<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (host, bytes) = request(base, method, form);
+        let mut stream = tokio::net::TcpStream::connect(host).await?;
+        stream.write_all(bytes.as_bytes()).await?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await?;
+        Ok(answer)
+    }
+
+    pub fn post_blocking(base: &str, method: &str, form: &str) -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let (host, bytes) = request(base, method, form);
+        let mut stream = std::net::TcpStream::connect(host)?;
+        stream.write_all(bytes.as_bytes())?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer)?;
+        Ok(answer)
     }
 }

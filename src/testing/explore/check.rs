@@ -240,7 +240,7 @@ fn updates(end: &End) -> BTreeMap<String, usize> {
     // A `chat.update`, or a `response_url` post replacing the message it came with (its
     // channel and `ts` are the URL's).
     let flag = |v: &Value| v.as_bool() == Some(true) || v == "true";
-    for (_, method, args) in &end.origins.writes {
+    for (_, method, args) in &end.by_request.origins.writes {
         let replaces = method == "response_url" && flag(&args["replace_original"]);
         if method != "chat.update" && !replaces {
             continue;
@@ -266,6 +266,7 @@ fn as_one_message(end: &End) -> End {
     let canonical: Vec<(String, String)> = match end.requests.len() {
         0 | 1 => Vec::new(),
         _ => end
+            .by_request
             .phantoms
             .iter()
             .flat_map(|(phantom, message)| {
@@ -276,7 +277,7 @@ fn as_one_message(end: &End) -> End {
             .collect(),
     };
     let pairs: Vec<(String, String)> = if canonical.is_empty() {
-        end.phantoms.clone()
+        end.by_request.phantoms.clone()
     } else {
         canonical
     };
@@ -325,6 +326,7 @@ impl End {
             .map(|r| r.number)
             .collect();
         let writes: Vec<&(usize, String, Value)> = self
+            .by_request
             .origins
             .writes
             .iter()
@@ -347,7 +349,7 @@ impl End {
             .collect();
         e.messages.retain(|m| {
             let at = place(m, "ts");
-            self.origins.messages.get(&at) == Some(&n) || touched.contains(&at)
+            self.by_request.origins.messages.get(&at) == Some(&n) || touched.contains(&at)
         });
         let mine = |origins: &[usize], items: &[Value]| -> Vec<Value> {
             items
@@ -357,8 +359,8 @@ impl End {
                 .map(|(v, _)| v.clone())
                 .collect()
         };
-        e.ephemerals = mine(&self.origins.ephemerals, &self.ephemerals);
-        e.views = mine(&self.origins.views, &self.views);
+        e.ephemerals = mine(&self.by_request.origins.ephemerals, &self.ephemerals);
+        e.views = mine(&self.by_request.origins.views, &self.views);
         let reacted: BTreeSet<(String, String, String)> = writes
             .iter()
             .filter(|(_, m, _)| m == "reactions.add")
@@ -379,9 +381,9 @@ impl End {
             .iter()
             .map(|(_, m, a)| (m.clone(), a.clone()))
             .collect();
-        e.origins.writes = writes.iter().map(|w| (*w).clone()).collect();
+        e.by_request.origins.writes = writes.iter().map(|w| (*w).clone()).collect();
         e.ledger
-            .retain(|(key, _)| self.keys.get(key).is_some_and(|r| *r == n));
+            .retain(|(key, _)| self.by_request.keys.get(key).is_some_and(|r| *r == n));
         let ids: Vec<String> = runs
             .iter()
             .map(|r| format!("request_id=\"run-{r}\""))
@@ -389,12 +391,12 @@ impl End {
         e.logs
             .retain(|l| ids.iter().any(|id| l.contains(id.as_str())));
         e.dead_lettered
-            .retain(|i| self.queued_by.get(*i) == Some(&n));
+            .retain(|i| self.by_request.queued_by.get(*i) == Some(&n));
         e.dead_letters = e.dead_lettered.len();
         let acks: Vec<Option<String>> = self
             .acks
             .iter()
-            .zip(&self.acked_by)
+            .zip(&self.by_request.acked_by)
             .filter(|(_, r)| **r == n)
             .map(|(a, _)| a.clone())
             .collect();
@@ -402,7 +404,7 @@ impl End {
         let struck: Vec<_> = self
             .struck
             .iter()
-            .zip(&self.struck_runs)
+            .zip(&self.by_request.struck_runs)
             .filter(|(_, r)| runs.contains(r))
             .map(|(s, _)| s.clone())
             .collect();
@@ -474,7 +476,7 @@ fn check_group(
         let off: Vec<bool> = pairs
             .iter()
             .map(|(i, part, measure)| {
-                end.unsent.contains_key(i)
+                end.by_request.unsent.contains_key(i)
                     || !missing(compare, measure, part).is_empty()
                     || counted_failed(part)
             })
@@ -483,7 +485,7 @@ fn check_group(
         for (k, (i, part, measure)) in pairs.iter().enumerate() {
             // A request not sent (a click on a message that never came): the request that
             // was to post it answers for it.
-            if end.unsent.contains_key(i) {
+            if end.by_request.unsent.contains_key(i) {
                 continue;
             }
             let others_off = off.iter().enumerate().any(|(m, o)| m != k && *o);
@@ -520,7 +522,7 @@ fn named_by_request(end: &End) -> End {
     let mut end = end.clone();
     for m in &mut end.messages {
         let names = &mut m["metadata"]["event_payload"]["slack_once"]["key"];
-        if let Some(n) = names.as_str().and_then(|k| end.keys.get(k)) {
+        if let Some(n) = names.as_str().and_then(|k| end.by_request.keys.get(k)) {
             *names = request_name(*n).into();
         }
     }

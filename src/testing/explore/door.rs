@@ -30,7 +30,28 @@ use super::world::{RUN, World};
 /// one came or ended.
 struct Door {
     port: u16,
-    activity: Mutex<HashMap<u64, (usize, Instant)>>,
+    activity: Mutex<HashMap<u64, Activity>>,
+}
+
+/// A schedule's use of the door.
+#[derive(Clone, Copy)]
+struct Activity {
+    /// Bases given out that no call has come under yet (a base is taken to call).
+    pending: usize,
+    /// Calls being answered.
+    busy: usize,
+    /// When the last base was given, or a call came or was answered.
+    last: Instant,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            pending: 0,
+            busy: 0,
+            last: Instant::now(),
+        }
+    }
 }
 
 /// Every schedule running in this process, by its id (its runtime's threads are named after
@@ -39,12 +60,22 @@ static WORLDS: OnceLock<Mutex<HashMap<u64, Weak<World>>>> = OnceLock::new();
 static NEXT: AtomicU64 = AtomicU64::new(1);
 /// Explorations running in this process: while any is, [`url`] never gives Slack's own base.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
-/// Calls through the door that no running schedule knows: (when, what).
-static ORPHANS: Mutex<Vec<(Instant, String)>> = Mutex::new(Vec::new());
+/// Writes through the door that no running schedule knows: (when, the exploration whose
+/// ended schedule's base it came under, if known, what).
+static ORPHANS: Mutex<Vec<(Instant, Option<u64>, String)>> = Mutex::new(Vec::new());
+/// The exploration each schedule is of, kept after the schedule ends.
+static OWNERS: OnceLock<Mutex<HashMap<u64, u64>>> = OnceLock::new();
+static EXPLORATIONS: AtomicU64 = AtomicU64::new(1);
+
+fn owners() -> std::sync::MutexGuard<'static, HashMap<u64, u64>> {
+    lock(OWNERS.get_or_init(|| Mutex::new(HashMap::new())))
+}
 /// The prefix of a schedule's runtime's thread names.
 const THREAD: &str = "slack-once-explore-w";
 /// How long the door must be quiet (real time) before the virtual clock goes on.
 const QUIET: Duration = Duration::from_millis(200);
+/// How long (real time) a base given out may wait for its call before the clock goes on.
+const FIRST_CALL: Duration = Duration::from_secs(2);
 
 fn worlds() -> std::sync::MutexGuard<'static, HashMap<u64, Weak<World>>> {
     lock(WORLDS.get_or_init(|| Mutex::new(HashMap::new())))
@@ -56,20 +87,21 @@ pub(crate) fn reserve() -> (u64, String) {
     (id, format!("{THREAD}{id}"))
 }
 
-/// The schedule `world` (its id reserved) runs from now on.
-pub(crate) fn register(world: &Arc<World>) {
+/// The schedule `world` (its id reserved) of the exploration `explorer` runs from now on.
+pub(crate) fn register(world: &Arc<World>, explorer: u64) {
     if let Some(id) = world.door_id.get() {
         worlds().insert(*id, Arc::downgrade(world));
+        owners().insert(*id, explorer);
     }
 }
 
-/// An exploration runs while the guard lives.
-pub(crate) struct Running;
+/// An exploration runs while the guard lives: its id.
+pub(crate) struct Running(pub(crate) u64);
 
 impl Running {
     pub(crate) fn start() -> Self {
         RUNNING.fetch_add(1, Ordering::SeqCst);
-        Running
+        Running(EXPLORATIONS.fetch_add(1, Ordering::Relaxed))
     }
 }
 
@@ -79,12 +111,17 @@ impl Drop for Running {
     }
 }
 
-/// The calls through the door that no schedule knew, since `since`.
-pub(crate) fn orphans_since(since: Instant) -> Vec<String> {
+/// The writes through the door that no schedule knew and that are `explorer`'s: under a base
+/// from one of its ended schedules, or from a thread no schedule knows while it ran (since
+/// `since`).
+pub(crate) fn orphans_of(explorer: u64, since: Instant) -> Vec<String> {
     lock(&ORPHANS)
         .iter()
-        .filter(|(at, _)| *at >= since)
-        .map(|(_, what)| what.clone())
+        .filter(|(at, owner, _)| match owner {
+            Some(owner) => *owner == explorer,
+            None => *at >= since,
+        })
+        .map(|(_, _, what)| what.clone())
         .collect()
 }
 
@@ -155,23 +192,28 @@ pub(crate) fn url() -> Option<String> {
     let door = door()?;
     let id = *world.door_id.get()?;
     let run = RUN.try_with(|r| *r).unwrap_or(0);
-    lock(&door.activity)
-        .entry(id)
-        .and_modify(|a| a.1 = Instant::now())
-        .or_insert((0, Instant::now()));
+    {
+        let mut activity = lock(&door.activity);
+        let a = activity.entry(id).or_insert_with(Activity::new);
+        a.pending += 1;
+        a.last = Instant::now();
+    }
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         let door = door.clone();
-        // Holds the virtual clock while the door may be in use: until no call is being
-        // answered and it has been quiet for QUIET (real time), at most 5 s.
+        // Holds the virtual clock while the door may be in use: until the base given has
+        // been called under (or FIRST_CALL has passed), no call is being answered, and it has
+        // been quiet for QUIET (real time); at most 5 s. Real time under load only lengthens
+        // the hold: a call made at once is answered on virtual time that stood still.
         drop(runtime.spawn_blocking(move || {
             let started = Instant::now();
             loop {
                 std::thread::sleep(Duration::from_millis(5));
-                let (busy, last) = lock(&door.activity)
+                let a = lock(&door.activity)
                     .get(&id)
                     .copied()
-                    .unwrap_or((0, started));
-                let quiet = busy == 0 && last.elapsed() >= QUIET;
+                    .unwrap_or_else(Activity::new);
+                let called = a.pending == 0 || started.elapsed() >= FIRST_CALL;
+                let quiet = called && a.busy == 0 && a.last.elapsed() >= QUIET;
                 if quiet || started.elapsed() >= Duration::from_secs(5) {
                     return;
                 }
@@ -212,7 +254,8 @@ async fn call(
             }
         };
         if !crate::slack::is_read_method(&method) {
-            lock(&ORPHANS).push((Instant::now(), format!("{method} {why}")));
+            let owner = owners().get(&world_id).copied();
+            lock(&ORPHANS).push((Instant::now(), owner, format!("{method} {why}")));
         }
         return Response::builder()
             .status(200)
@@ -222,13 +265,13 @@ async fn call(
             ))
             .expect("a response");
     };
-    lock(&door.activity)
-        .entry(world_id)
-        .and_modify(|a| {
-            a.0 += 1;
-            a.1 = Instant::now();
-        })
-        .or_insert((1, Instant::now()));
+    {
+        let mut activity = lock(&door.activity);
+        let a = activity.entry(world_id).or_insert_with(Activity::new);
+        a.pending = a.pending.saturating_sub(1);
+        a.busy += 1;
+        a.last = Instant::now();
+    }
     let mut args = crate::testing::slack::form(query.as_deref().unwrap_or(""));
     match serde_json::from_slice::<Value>(&body) {
         Ok(Value::Object(fields)) => args.extend(fields),
@@ -244,6 +287,7 @@ async fn call(
     );
     world
         .lock()
+        .by_request
         .around
         .push((request, method.clone(), args.clone()));
     if write {
@@ -275,11 +319,16 @@ async fn call(
         .unwrap_or_else(|e| match e {});
     if let (Some(before), Some(request)) = (before, request) {
         world.made_by(request, &before);
-        world.lock().origins.writes.push((request, method, args));
+        world
+            .lock()
+            .by_request
+            .origins
+            .writes
+            .push((request, method, args));
     }
-    lock(&door.activity).entry(world_id).and_modify(|a| {
-        a.0 = a.0.saturating_sub(1);
-        a.1 = Instant::now();
-    });
+    if let Some(a) = lock(&door.activity).get_mut(&world_id) {
+        a.busy = a.busy.saturating_sub(1);
+        a.last = Instant::now();
+    }
     response
 }

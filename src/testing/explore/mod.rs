@@ -394,7 +394,7 @@ impl Explorer {
     }
 
     fn run_here(self) -> Report {
-        let _running = door::Running::start();
+        let running = door::Running::start();
         let began = Instant::now();
         let logs = Arc::new(Mutex::new(Vec::new()));
         let writer = logs.clone();
@@ -410,6 +410,7 @@ impl Explorer {
         for steps in &self.explorations {
             for deferred in &self.modes {
                 let spec = Arc::new(Spec {
+                    explorer: running.0,
                     steps: steps.clone(),
                     seeds: self.seeds.clone(),
                     deferred: *deferred,
@@ -427,7 +428,7 @@ impl Explorer {
         }
         Report {
             explored,
-            around: door::orphans_since(began),
+            around: door::orphans_of(running.0, began),
         }
     }
 
@@ -727,7 +728,7 @@ fn taken(steps: &[Step], reference: &End) -> Vec<String> {
         } else {
             step.request.describe()
         };
-        if let Some(why) = reference.unsent.get(&i) {
+        if let Some(why) = reference.by_request.unsent.get(&i) {
             broken.push(format!(
                 "sent: in the fault-free run, {what} cannot be sent: {why}"
             ));
@@ -1060,7 +1061,7 @@ pub(crate) fn acknowledging(key: &str, body: Option<String>) {
         .map_or(0, |run| world.request_of(run));
     let mut s = world.lock();
     s.acks.push(body);
-    s.acked_by.push(request);
+    s.by_request.acked_by.push(request);
 }
 
 /// The listener is computing a remembered result (step `step` of the claim `key`): the

@@ -84,6 +84,8 @@ pub(crate) struct Seeds {
 
 /// What stays the same across the schedules of one exploration.
 pub(crate) struct Spec {
+    /// The exploration's id (the side door's).
+    pub explorer: u64,
     pub steps: Vec<Step>,
     pub seeds: Seeds,
     pub deferred: bool,
@@ -152,14 +154,7 @@ pub struct End {
         String,
         bool,
     )>,
-    pub(crate) origins: super::world::Origins,
-    pub(crate) keys: BTreeMap<String, usize>,
-    pub(crate) queued_by: Vec<usize>,
-    pub(crate) acked_by: Vec<usize>,
-    pub(crate) struck_runs: Vec<u32>,
-    pub(crate) phantoms: Vec<(String, String)>,
-    pub(crate) unsent: BTreeMap<usize, String>,
-    pub(crate) around: Vec<(Option<usize>, String, Value)>,
+    pub(crate) by_request: super::world::ByRequest,
     pub(crate) state: StateView,
     /// The queued messages dead-lettered (their index in `queued`).
     pub(crate) dead_lettered: Vec<usize>,
@@ -208,7 +203,7 @@ impl End {
     /// Whether request `n` (from 0) was sent; `Err` says why not (a click on a message no
     /// earlier request posted).
     pub fn was_sent(&self, n: usize) -> Result<(), String> {
-        match self.unsent.get(&n) {
+        match self.by_request.unsent.get(&n) {
             Some(why) => Err(why.clone()),
             None => Ok(()),
         }
@@ -217,7 +212,10 @@ impl End {
     /// The calls to Slack that went around slack-once's client (a bot's own HTTP client):
     /// (method, arguments).
     pub fn calls_around_the_crate(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.around.iter().map(|(_, m, a)| (m.as_str(), a))
+        self.by_request
+            .around
+            .iter()
+            .map(|(_, m, a)| (m.as_str(), a))
     }
 }
 
@@ -366,13 +364,13 @@ async fn send_all(shared: Arc<Shared>) {
                     None,
                     format!("{} is not sent: {why}", step.request.describe()),
                 );
-                world.lock().unsent.insert(n, why);
+                world.lock().by_request.unsent.insert(n, why);
             }
             Ok(prepared) => {
                 {
                     let mut s = world.lock();
                     if let Some(pair) = prepared.phantom {
-                        s.phantoms.push(pair);
+                        s.by_request.phantoms.push(pair);
                     }
                 }
                 if shared.spec.steps.len() > 1 {
@@ -425,7 +423,7 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
         world.history_per_minute = spec.history_per_minute;
         let _ = world.door_id.set(door_id);
         let world = Arc::new(world);
-        super::door::register(&world);
+        super::door::register(&world, spec.explorer);
         seed(&spec, &world);
         current::set(Some(world.clone()));
         let shared = Arc::new(Shared {
@@ -544,14 +542,7 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
             .iter()
             .map(|s| s.request.describe())
             .collect(),
-        origins: s.origins.clone(),
-        keys: s.keys.clone(),
-        queued_by: s.queued_by.clone(),
-        acked_by: s.acked_by.clone(),
-        struck_runs: s.struck_runs.clone(),
-        phantoms: s.phantoms.clone(),
-        unsent: s.unsent.clone(),
-        around: s.around.clone(),
+        by_request: s.by_request.clone(),
         state: StateView {
             ledger: world.ledger.clone(),
             tenant: shared
@@ -744,7 +735,7 @@ impl Shared {
                 let index = {
                     let mut s = shared.world.lock();
                     s.queued.push(body.clone());
-                    s.queued_by.push(request);
+                    s.by_request.queued_by.push(request);
                     s.queued.len() - 1
                 };
                 let shared2 = shared.clone();

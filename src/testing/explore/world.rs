@@ -136,24 +136,30 @@ pub(crate) struct State {
     pub(crate) last_read: BTreeMap<String, Duration>,
     /// Conversations made busy already: (channel, thread).
     pub(crate) busy: std::collections::BTreeSet<(String, String)>,
+    /// What is whose, of several requests.
+    pub(crate) by_request: ByRequest,
+}
+
+/// What is whose, of an exploration's requests.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ByRequest {
     /// Which request made what Slack shows, and each write it made.
-    pub(crate) origins: Origins,
+    pub origins: Origins,
     /// The request that first touched each ledger key.
-    pub(crate) keys: BTreeMap<String, usize>,
+    pub keys: BTreeMap<String, usize>,
     /// The request each queued message is for (by its index in `queued`).
-    pub(crate) queued_by: Vec<usize>,
+    pub queued_by: Vec<usize>,
     /// The request each acknowledgement in `acks` is for.
-    pub(crate) acked_by: Vec<usize>,
+    pub acked_by: Vec<usize>,
     /// The run each fault in `struck` struck.
-    pub(crate) struck_runs: Vec<u32>,
+    pub struck_runs: Vec<u32>,
     /// A person's message's `ts` and its phantom copy's, per request that is one.
-    pub(crate) phantoms: Vec<(String, String)>,
-    /// When each request was sent (virtual time since the schedule began), by its place.
+    pub phantoms: Vec<(String, String)>,
     /// The requests that could not be sent, and why (a click on a message never posted).
-    pub(crate) unsent: BTreeMap<usize, String>,
+    pub unsent: BTreeMap<usize, String>,
     /// Calls to Slack that reached it around the crate's client (the bot's own HTTP client):
     /// (request, method, arguments).
-    pub(crate) around: Vec<(Option<usize>, String, Value)>,
+    pub around: Vec<(Option<usize>, String, Value)>,
 }
 
 /// Which request made each thing Slack shows: its messages (by channel and `ts`), its
@@ -209,14 +215,7 @@ impl World {
                 last_read: BTreeMap::new(),
                 struck: Vec::new(),
                 busy: Default::default(),
-                origins: Origins::default(),
-                keys: BTreeMap::new(),
-                queued_by: Vec::new(),
-                acked_by: Vec::new(),
-                struck_runs: Vec::new(),
-                phantoms: Vec::new(),
-                unsent: BTreeMap::new(),
-                around: Vec::new(),
+                by_request: ByRequest::default(),
             }),
             ledger: Arc::new(MemoryLedger::new()),
             slack,
@@ -284,7 +283,7 @@ impl World {
     pub(crate) fn made_by(&self, request: usize, before: &Shown) {
         let now = self.shown();
         let mut s = self.lock();
-        let origins = &mut s.origins;
+        let origins = &mut s.by_request.origins;
         for m in now.messages {
             if !before.messages.contains(&m) {
                 origins.messages.entry(m).or_insert(request);
@@ -312,7 +311,8 @@ impl World {
     pub(crate) fn wrote(&self, run: u32, method: &str, args: &Value) {
         let mut s = self.lock();
         let request = s.runs[run as usize - 1].request;
-        s.origins
+        s.by_request
+            .origins
             .writes
             .push((request, method.to_string(), args.clone()));
     }
@@ -327,7 +327,7 @@ impl World {
     pub(crate) fn touch(&self, run: u32, key: &str) {
         let mut s = self.lock();
         let request = s.runs[run as usize - 1].request;
-        s.keys.entry(key.to_string()).or_insert(request);
+        s.by_request.keys.entry(key.to_string()).or_insert(request);
     }
 
     /// A new run for `request`; returns its number (from 1).
@@ -462,7 +462,7 @@ impl World {
             || (kind == SiteKind::Ledger && what.starts_with("ledger write"));
         if let Some(fault) = fault {
             s.struck.push((fault, kind, what.clone(), wrote_before));
-            s.struck_runs.push(run);
+            s.by_request.struck_runs.push(run);
         }
         let mut text = what;
         if let Some(fault) = fault {
