@@ -38,7 +38,7 @@ use super::schedule::{Fault, SiteKind};
 use super::world::{RunEnd, RunKind};
 
 /// What the explorer compares of a write between the fault-free run and a schedule
-/// ([`super::Explorer::compare`]).
+/// ([`super::Explorer::compare_content_by`]).
 #[derive(Clone, Default)]
 pub enum Compare {
     /// What the journal compares: a message of slack-once's by its identity (the request's key
