@@ -24,6 +24,9 @@ One workspace with one app installed (more with OAuth, below). Options:
   --client-id ID --client-secret SECRET
                             the app's OAuth credentials (together; default none: no OAuth, and
                             everything behaves as without these lines). The secret is never printed.
+  --workflow-token-seconds N
+                            a workflow token (xwfp-) answers token_expired this long after it is
+                            issued (default 900: Slack's 15 minutes)
 
 Web API: /api/<method>, GET or POST, query string, form or JSON body. The token comes from
 `Authorization: Bearer` or a form body's `token` (not_authed without one). Kept and answered as
@@ -66,11 +69,22 @@ Endpoints for scripts (JSON bodies):
                           that works once within 10 minutes (OAuth only: else oauth_not_configured)
   POST /_standin/revoke   {token} or {team}  a person removed the app: that token, or all of a team's,
                           is revoked (token_revoked / invalid_refresh_token from then on)
+  POST /_standin/execution {callback_id, inputs? ({}), team? (--team)}  a workflow reached the app's
+                          custom step (Workflow Builder): {ok, function_execution_id ("Fx…"),
+                          workflow_execution_id ("Wx…"), bot_access_token ("xwfp-…")}; it is running
+  POST /_standin/execution/token {function_execution_id}  {ok, bot_access_token}: a new token of that
+                          execution, as each interactive payload of the step carries one (born revoked
+                          when the execution no longer runs); unknown: function_execution_not_found
+  POST /_standin/execution/end {function_execution_id}  the workflow was stopped / the step timed out:
+                          a running execution is ended; all its tokens are revoked
+  State also: executions [{function_execution_id, workflow_execution_id, callback_id, team, inputs,
+  state (running|completed|failed|ended), outputs, error, completions (completeSuccess/completeError
+  answered ok), refused (answered not ok; a scripted fail:CODE is not counted)}], oldest first.
   State with OAuth also: oauth_exchanges [{grant_type, team, ok, error?}], issued_tokens (access
   tokens issued, by team), live_tokens (usable now, by team), installations, teams (each other team's
   messages and reactions). /_standin/messages, /foreign, /chatter take an optional team.
 Each call is printed on one line (method, whether a bearer token came, arguments); never a token,
-code or secret (they show as ***).
+code or secret (they show as ***); the same arguments are kept in calls.
 
 OAuth (with --client-id): oauth.v2.access (form or query; client_id/client_secret in the body or as
 HTTP Basic) answers invalid_client_id / bad_client_secret for other credentials. With a code:
@@ -93,6 +107,17 @@ auth.revoke revokes the calling one. A user token (xoxp-) acts in its team as it
 (auth.test, chat.postMessage). Tokens it did not issue follow --token's rule above, in the default
 team (so give --token for any other token to answer invalid_auth). Response URLs act in their team
 when it is installed, else in the default one.
+
+Workflow steps: a workflow token (xwfp-) acts as the app's bot in its execution's team, as a bot
+token of that team does (posts carry its bot_id, app_id, bot user; auth.test its identity). Older
+than --workflow-token-seconds: token_expired; its execution no longer running (or the token revoked):
+token_revoked; not issued here: invalid_auth. functions.completeSuccess {function_execution_id,
+outputs (an object; JSON text in a form)} and functions.completeError {function_execution_id, error
+(non-empty text)} check, in order: not_authed, token_expired (a workflow token), the token's usual
+refusals (another kind of token), function_execution_not_found, access_denied (not a token of this
+execution: a bot or user token, another execution's), execution_not_in_running_state (completed,
+failed or ended; a token revoked by that end is still this execution's), invalid_arguments; then the
+execution is completed (outputs) or failed (error), all its tokens revoked: {ok}.
 
 Lenient where Slack's behaviour is unknown: posting to an unseen channel id creates it; a reply
 to a reply joins its thread; blocks are derived from text; replies' parent counts in the limit.
@@ -135,7 +160,14 @@ tokens = {}        # token -> {"kind": bot|user|refresh, "team", "user"?, "state
 exchanges = []     # oauth.v2.access answered: {grant_type, team, ok, error?}
 issued = {}        # team id -> access tokens issued
 view_team = {}     # view id -> the team whose view it is
-SECRET_ARGS = ("client_secret", "code", "refresh_token", "token")
+SECRET_ARGS = ("client_secret", "code", "refresh_token", "token", "bot_access_token")
+
+# Workflow Builder custom steps. Never printed: workflow tokens.
+executions = {}     # function execution id -> {function_execution_id, workflow_execution_id, callback_id,
+                    #   team, inputs, state: running|completed|failed|ended, outputs, error, completions, refused}
+workflow_tokens = {}  # xwfp- token -> {"kind": "workflow", "execution", "team", "user": None,
+                      #                 "state": live|revoked, "made": monotonic}
+COMPLETE = ("functions.completeSuccess", "functions.completeError")
 
 
 class Install:
@@ -398,6 +430,8 @@ def own_message(args, refusal):
 
 
 def web_api(method, args):
+    if method in COMPLETE:
+        return complete(method, args)
     if method == "chat.postMessage" and USER:  # a user token posts as its person
         if not (args.get("text") or args.get("blocks")):
             raise Fail("no_text")
@@ -589,6 +623,93 @@ def web_api(method, args):
     return {"ok": True}
 
 
+def complete(method, args):
+    """functions.completeSuccess / .completeError: the step's outcome, by a token of its execution."""
+    execution = executions.get(str(args.get("function_execution_id") or ""))
+    if execution is None:
+        raise Fail("function_execution_not_found")
+    if not (TOKEN and TOKEN["kind"] == "workflow" and TOKEN["execution"] == execution["function_execution_id"]):
+        raise Fail("access_denied")
+    if execution["state"] != "running":
+        raise Fail("execution_not_in_running_state")
+    if method == "functions.completeSuccess":
+        outputs = args.get("outputs")
+        if isinstance(outputs, str):  # a form carries it as JSON text
+            try:
+                outputs = json.loads(outputs)
+            except ValueError:
+                raise Fail("invalid_arguments")
+        if not isinstance(outputs, dict):
+            raise Fail("invalid_arguments")
+        execution.update(state="completed", outputs=outputs)
+    else:
+        error = args.get("error")
+        if not isinstance(error, str) or not error:
+            raise Fail("invalid_arguments")
+        execution.update(state="failed", error=error)
+    revoke_execution(execution)
+    execution["completions"] += 1
+    return {"ok": True}
+
+
+def refused(url, args):
+    """A completeSuccess/completeError answered not ok: counted on the execution it names."""
+    if not url.path.startswith("/_standin/") and url.path.rstrip("/").rsplit("/", 1)[-1] in COMPLETE:
+        execution = executions.get(str(args.get("function_execution_id") or ""))
+        if execution is not None:
+            execution["refused"] += 1
+
+
+def workflow_token(execution):
+    """A new token of the execution (born revoked when it no longer runs)."""
+    token = f"xwfp-{random_text(13, string.digits)}-{random_text(13, string.digits)}-{random_text(32)}"
+    workflow_tokens[token] = {"kind": "workflow", "execution": execution["function_execution_id"],
+                              "team": execution["team"], "user": None, "made": time.monotonic(),
+                              "state": "live" if execution["state"] == "running" else "revoked"}
+    return token
+
+
+def revoke_execution(execution):
+    for record in workflow_tokens.values():
+        if record["execution"] == execution["function_execution_id"]:
+            record["state"] = "revoked"
+
+
+def execution_id(prefix, taken):
+    while True:
+        made = prefix + random_text(10, string.ascii_uppercase + string.digits)
+        if made not in taken:
+            return made
+
+
+def execution_endpoint(path, body):
+    """POST /_standin/execution, /execution/token, /execution/end."""
+    if path == "/_standin/execution":
+        if not body.get("callback_id"):
+            raise Fail("invalid_arguments")
+        team = str(body.get("team") or OPT.team)
+        workspace(team)  # made on first mention, as other teams are
+        fid = execution_id("Fx", executions)
+        execution = executions[fid] = {
+            "function_execution_id": fid,
+            "workflow_execution_id": execution_id("Wx", {e["workflow_execution_id"] for e in executions.values()}),
+            "callback_id": body["callback_id"], "team": team,
+            "inputs": {} if body.get("inputs") is None else body["inputs"], "state": "running",
+            "outputs": None, "error": None, "completions": 0, "refused": 0}
+        return {"ok": True, "function_execution_id": fid,
+                "workflow_execution_id": execution["workflow_execution_id"],
+                "bot_access_token": workflow_token(execution)}
+    execution = executions.get(str(body.get("function_execution_id") or ""))
+    if execution is None:
+        raise Fail("function_execution_not_found")
+    if path == "/_standin/execution/token":
+        return {"ok": True, "bot_access_token": workflow_token(execution)}
+    if execution["state"] == "running":  # /end: stopped or timed out; a finished one keeps its state
+        execution["state"] = "ended"
+    revoke_execution(execution)
+    return {"ok": True}
+
+
 def respond(path, body):
     """A post to a response URL, as Slack answers it."""
     global CUR
@@ -770,9 +891,21 @@ def exchange(args, basic, record):
     return answer
 
 
-def authenticate(token):
+def authenticate(token, method=None):
     """The workspace a Web API call acts in, by its token, as Slack checks it."""
     global CUR, USER, TOKEN
+    if str(token).startswith("xwfp-"):  # a workflow token: the app's bot in its execution's team
+        record = workflow_tokens.get(token)
+        if record is None:
+            raise Fail("invalid_auth")
+        if time.monotonic() - record["made"] > OPT.workflow_token_seconds:
+            raise Fail("token_expired")
+        # Completing an execution answers for its state itself (execution_not_in_running_state).
+        if method not in COMPLETE and (record["state"] != "live"
+                                       or executions[record["execution"]]["state"] != "running"):
+            raise Fail("token_revoked")
+        CUR, USER, TOKEN = workspace(record["team"]), None, record
+        return
     record = tokens.get(token)
     if record is None:  # not issued here: the single workspace's rule (--token, or any xoxb-)
         if not str(token).startswith("xoxb-") or (OPT.token and token != OPT.token):
@@ -825,6 +958,8 @@ def standin(path, body):
         return grant(body)
     if path == "/_standin/revoke":
         return revoke_endpoint(body)
+    if path in ("/_standin/execution", "/_standin/execution/token", "/_standin/execution/end"):
+        return execution_endpoint(path, body)
     if path == "/_standin/messages":
         channel, m = person(body.get("channel"), body.get("text"), body.get("user"), body.get("ts"),
                             body.get("thread_ts"))
@@ -924,7 +1059,7 @@ class Handler(BaseHTTPRequestHandler):
             if url.path == "/_standin/state":
                 return 200, {}, {"ok": True, "messages": {c: list(m.values()) for c, m in channels.items()},
                                  "ephemerals": ephemerals, "calls": calls, "views": list(views.values()),
-                                 "assistant": assistant,
+                                 "assistant": assistant, "executions": list(executions.values()),
                                  "reactions": [{"channel": c, "ts": t, "name": n, "users": u}
                                                for (c, t), r in reactions.items() for n, u in r.items()],
                                  **(oauth_state() if OPT.client_id else {})}, {}
@@ -937,13 +1072,15 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, {}, oauth_access(args, self.basic_auth()), args
             if not token:
                 raise Fail("not_authed")
-            authenticate(token)
+            authenticate(token, method)
             answer = web_api(method, args)
             return 200, {"X-OAuth-Scopes": CUR.scope} if TOKEN and TOKEN["kind"] == "bot" else {}, answer, args
         except Fail as fail:
+            refused(url, args)
             return fail.status, fail.headers, {"ok": False, "error": fail.error}, args
         except Exception as error:  # a fault of the stand-in itself: say so, keep serving
             traceback.print_exc()
+            refused(url, args)
             return 500, {}, {"ok": False, "error": f"standin_fault: {error!r}"}, args
 
     def basic_auth(self):
@@ -979,6 +1116,8 @@ def main():
     p.add_argument("--stream-expiry", type=float, default=300.0, metavar="SECONDS")
     p.add_argument("--client-id", help="the app's client id: OAuth installs (oauth.v2.access) on")
     p.add_argument("--client-secret", help="the app's client secret (never printed)")
+    p.add_argument("--workflow-token-seconds", type=float, default=900.0, metavar="SECONDS",
+                   help="a workflow token (xwfp-) expires this long after it is issued")
     OPT = p.parse_args()
     if bool(OPT.client_id) != bool(OPT.client_secret):
         p.error("--client-id and --client-secret go together")

@@ -66,6 +66,12 @@ pub fn run(app: App) -> ExitCode {
     if let Some(code) = crate::tools::dispatch(&args) {
         return code;
     }
+    if args.first().map(String::as_str) == Some(crate::tools::manifest::SPEC.name) {
+        return match crate::tools::manifest::SPEC.parse(&args[1..]) {
+            Ok(parsed) => crate::tools::manifest::run(&app, &parsed),
+            Err(code) => code,
+        };
+    }
     let role = match args
         .iter()
         .map(String::as_str)

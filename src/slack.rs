@@ -108,6 +108,15 @@ pub const PERMANENT_INTERACTION_ERRORS: &[&str] = &[
     "no_response_url",
 ];
 
+/// A step completion's errors no retry fixes: the execution ended, is unknown, or the outputs
+/// were refused (`functions.completeSuccess`, `functions.completeError`).
+pub const PERMANENT_STEP_ERRORS: &[&str] = &[
+    "execution_not_in_running_state",
+    "function_execution_not_found",
+    "parameter_validation_failed",
+    "access_denied",
+];
+
 /// Why a Slack call failed; [`SlackError::may_have_posted`] says whether it may have taken
 /// effect all the same.
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +179,7 @@ impl SlackError {
             SlackError::Api { code } => {
                 PERMANENT_POST_ERRORS.contains(&code.as_str())
                     || PERMANENT_INTERACTION_ERRORS.contains(&code.as_str())
+                    || PERMANENT_STEP_ERRORS.contains(&code.as_str())
             }
             _ => false,
         }
@@ -477,6 +487,30 @@ impl TokenSource for SlackSecrets {
     }
 }
 
+/// A Workflow Builder step execution's own token (`bot_access_token`, `xwfp-…`), which the
+/// request that carries it uses for every call, in place of the installation's: nothing else
+/// can renew it, so a refusal stands. The installation (the tenant) stays the one the request
+/// is answered for.
+struct ExecutionToken {
+    token: Secret,
+    installation: Option<String>,
+}
+
+#[async_trait::async_trait]
+impl TokenSource for ExecutionToken {
+    fn current(&self) -> Option<Secret> {
+        Some(self.token.clone())
+    }
+
+    async fn refused(&self, _used: &Secret, _sent_at: Instant) -> Refused {
+        Refused::Confirmed
+    }
+
+    fn installation(&self) -> Option<&str> {
+        self.installation.as_deref()
+    }
+}
+
 /// The Web API client. Built once per process and shared.
 #[derive(Clone)]
 pub struct SlackClient {
@@ -539,6 +573,19 @@ impl SlackClient {
         Self {
             secrets: tokens,
             ..self.clone()
+        }
+    }
+
+    /// This client, its connections and installation kept, calling with a step execution's own
+    /// token (`bot_access_token` of `function_executed`, or of a click or submission in a
+    /// step), when `token` is one; else this client as it is.
+    pub fn for_execution(&self, token: Option<&str>) -> Self {
+        match token.filter(|t| !t.is_empty()) {
+            Some(token) => self.with_tokens(Arc::new(ExecutionToken {
+                token: Secret::new(token),
+                installation: self.installation().map(str::to_string),
+            })),
+            None => self.clone(),
         }
     }
 

@@ -153,6 +153,9 @@ struct Inner {
     state_writes: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// The id of the listener running ([`Ctx::set_listener`]).
     listener: std::sync::Mutex<String>,
+    /// The app's functions (Workflow Builder steps), whose declared outputs a completion is
+    /// checked against.
+    functions: Arc<Vec<super::function::Function>>,
 }
 
 /// What a listener is given: the event, its deadline, and Slack, read and written exactly once.
@@ -178,6 +181,7 @@ impl Ctx {
         deadline: Instant,
         version: String,
         steps: Steps,
+        functions: Arc<Vec<super::function::Function>>,
     ) -> Self {
         let wall_deadline =
             crate::clock::now() + deadline.saturating_duration_since(Instant::now());
@@ -200,6 +204,7 @@ impl Ctx {
                 steps: Mutex::new(steps),
                 state_writes: std::sync::Mutex::new(std::collections::HashMap::new()),
                 listener: std::sync::Mutex::new(String::new()),
+                functions,
             }),
         }
     }
@@ -1370,6 +1375,40 @@ impl Ctx {
         self.step(method, args, settle, benign, returns).await
     }
 
+    /// A journaled write for which Slack's answers `benign_if_announced` mean made already when
+    /// it was announced before (by an earlier run, or `announced_elsewhere`): a completion.
+    pub(crate) async fn journaled_announced(
+        &self,
+        method: &str,
+        args: Value,
+        settle: Settle<'_>,
+        benign_if_announced: &[&str],
+        announced_elsewhere: bool,
+        returns: Returns,
+    ) -> Result<Value, Error> {
+        self.step_with(
+            method,
+            args,
+            settle,
+            (&[], benign_if_announced, announced_elsewhere),
+            returns,
+        )
+        .await
+    }
+
+    /// The function (Workflow Builder step) registered under `callback_id`.
+    pub(crate) fn function(&self, callback_id: &str) -> Option<&super::function::Function> {
+        self.inner
+            .functions
+            .iter()
+            .find(|f| f.callback_id() == callback_id)
+    }
+
+    /// The request's ledger key.
+    pub(crate) fn ledger_key(&self) -> &str {
+        self.inner.key.as_str()
+    }
+
     /// The number the next step will have.
     pub(crate) async fn next_step(&self) -> u32 {
         self.inner.steps.lock().await.next
@@ -1411,6 +1450,18 @@ impl Ctx {
         benign: &[&str],
         returns: Returns,
     ) -> Result<Value, Error> {
+        self.step_with(method, args, settle, (benign, &[], false), returns)
+            .await
+    }
+
+    async fn step_with(
+        &self,
+        method: &str,
+        args: Value,
+        settle: Settle<'_>,
+        (benign, benign_if_announced, announced_elsewhere): (&[&str], &[&str], bool),
+        returns: Returns,
+    ) -> Result<Value, Error> {
         let source = &self.inner.source;
         let response_url = match method {
             RESPOND => Some(self.response_url()?),
@@ -1438,6 +1489,8 @@ impl Ctx {
             args,
             settle,
             benign,
+            benign_if_announced,
+            announced_elsewhere,
             returns,
         };
         match journal::make(&self.inner.steps, &r, call).await? {

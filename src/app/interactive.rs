@@ -167,6 +167,21 @@ type TakeInteraction = Box<dyn Fn(&Interaction) -> Option<Prepared> + Send + Syn
 pub struct InteractiveListener {
     pub(crate) name: String,
     pub(crate) take: TakeInteraction,
+    /// What the app's manifest declares for it ([`crate::app::App::manifest`]).
+    pub(crate) declares: Declares,
+}
+
+/// What an interactive listener needs of the app's manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Declares {
+    /// A slash command (`/name`).
+    Command(String),
+    /// A shortcut: its callback id when exact, and whether it is a message shortcut.
+    Shortcut(Option<String>, bool),
+    /// Interactivity (actions, views).
+    Interactivity,
+    /// Interactivity with options loaded from the Request URL (an external select).
+    Options,
 }
 
 impl std::fmt::Debug for InteractiveListener {
@@ -191,8 +206,21 @@ where
     Fut: Future<Output = HandlerResult> + Send + 'static,
 {
     let handler = Arc::new(handler);
+    let declares = match kinds.first() {
+        Some(Kind::Command) => Declares::Command(selector.describe()),
+        Some(k @ (Kind::Shortcut | Kind::MessageShortcut)) => Declares::Shortcut(
+            match &selector {
+                Selector::Exact(id) => Some(id.clone()),
+                Selector::Pattern(_) => None,
+            },
+            *k == Kind::MessageShortcut,
+        ),
+        Some(Kind::BlockSuggestion) => Declares::Options,
+        _ => Declares::Interactivity,
+    };
     InteractiveListener {
         name,
+        declares,
         take: Box::new(move |i| {
             if !kinds.contains(&i.kind) || !selector.matches(&i.selector()?) {
                 return None;

@@ -30,7 +30,9 @@
 pub mod blocks;
 mod context;
 pub mod events;
+pub mod function;
 mod interactive;
+pub mod manifest;
 mod message;
 mod reference;
 mod state;
@@ -92,6 +94,8 @@ pub struct Listener {
     per_event_id: bool,
     including_bots: bool,
     take: Take,
+    /// The events it is for, as the manifest subscribes them (`message`: any message).
+    events: Vec<String>,
 }
 
 impl std::fmt::Debug for Listener {
@@ -120,7 +124,13 @@ impl Listener {
             per_event_id: false,
             including_bots: false,
             take,
+            events: Vec::new(),
         }
+    }
+
+    fn for_events(mut self, events: &[&str]) -> Self {
+        self.events = events.iter().map(|e| e.to_string()).collect();
+        self
     }
 
     fn typed<E, F, Fut>(kind: &'static str, handler: F) -> Self
@@ -141,6 +151,7 @@ impl Listener {
                 Some(prepared(handler.clone(), event))
             }),
         )
+        .for_events(&[kind])
     }
 
     /// Any event of type `kind`, untyped ([`Event`], with the whole event as `raw`). For
@@ -169,6 +180,7 @@ impl Listener {
     {
         let handler = Arc::new(handler);
         let kind = kind.to_string();
+        let subscribed = kind.clone();
         Self::new(
             kind.clone(),
             Box::new(move |heard| {
@@ -180,6 +192,7 @@ impl Listener {
                 takes.then(|| prepared(handler.clone(), heard.callback.event.clone()))
             }),
         )
+        .for_events(&[subscribed.as_str()])
     }
 
     /// Every event (after the bot's own are skipped), untyped: a catch-all, for logging or for
@@ -209,6 +222,7 @@ impl Listener {
             "any event",
             Box::new(move |heard| Some(prepared(handler.clone(), heard.callback.event.clone()))),
         )
+        .for_events(&[])
     }
 
     /// A message that mentions the bot: an `app_mention`, or a `message` event whose text
@@ -240,6 +254,7 @@ impl Listener {
                 Some(prepared(handler.clone(), AppMention::from_message(m)))
             }),
         )
+        .for_events(&["app_mention"])
     }
 
     /// Messages from people (see [`MessageEvent`]: `app_mention`s too) whose text matches
@@ -281,6 +296,7 @@ impl Listener {
                 Some(prepared(handler.clone(), m))
             }),
         )
+        .for_events(&["message"])
     }
 
     /// Messages from people (see [`MessageEvent`]) for which `predicate` holds.
@@ -314,6 +330,7 @@ impl Listener {
                 predicate(m).then(|| prepared(handler.clone(), m.clone()))
             }),
         )
+        .for_events(&["message"])
     }
 
     /// A reaction added to a message or a file (`reaction_added`).
@@ -478,6 +495,7 @@ impl Listener {
                 Some(prepared(handler.clone(), thread))
             }),
         )
+        .for_events(&["assistant_thread_started"])
     }
 
     /// The user switched the channel they are looking at (`assistant_thread_context_changed`).
@@ -512,6 +530,7 @@ impl Listener {
                 Some(prepared(handler.clone(), thread))
             }),
         )
+        .for_events(&["assistant_thread_context_changed"])
     }
 
     /// A channel was created (`channel_created`).
@@ -533,6 +552,45 @@ impl Listener {
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         Self::typed("channel_created", handler)
+    }
+
+    /// A Workflow Builder step of the app (`function_executed` for `function`'s callback id):
+    /// the handler gets the execution, its inputs deserialised into the author's type `I`
+    /// ([`serde_json::Value`] for them untyped). Inputs that are not an `I` end the execution
+    /// with an error (`functions.completeError`, once), and the handler is not called. Every
+    /// Slack call of the handler goes with the execution's own token. See
+    /// [`App::function`].
+    pub fn function<I, F, Fut>(function: impl Into<function::Function>, handler: F) -> Self
+    where
+        I: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(Ctx, function::Execution<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let function = function.into();
+        let callback_id = function.callback_id().to_string();
+        let handler = Arc::new(handler);
+        Self::new(
+            format!("function {callback_id:?}"),
+            Box::new(move |heard| {
+                let event = &heard.callback.event;
+                if event.kind != "function_executed"
+                    || event.raw["function"]["callback_id"].as_str() != Some(callback_id.as_str())
+                {
+                    return None;
+                }
+                Some(match function::execution_of::<I>(&event.raw) {
+                    Ok(execution) => prepared(handler.clone(), execution),
+                    Err(reason) => Box::new(move |ctx: Ctx| {
+                        Box::pin(async move {
+                            tracing::warn!(%reason, "the step's inputs are not what its listener reads: failing the step");
+                            ctx.fail(reason).await?;
+                            Ok(())
+                        }) as BoxFuture
+                    }),
+                })
+            }),
+        )
+        .for_events(&["function_executed"])
     }
 
     /// Claims the events this listener takes by their `event_id` alone, not by the identity
@@ -618,6 +676,10 @@ pub struct App {
     interactive: Vec<InteractiveListener>,
     /// An assistant listens: the threads' contexts are kept ([`Ctx::thread_context`]).
     assistant: bool,
+    /// The Workflow Builder steps registered ([`App::function`]), in order.
+    functions: Arc<Vec<function::Function>>,
+    /// What the author says of the app for its manifest ([`App::with_manifest`]).
+    described: Option<manifest::Manifest>,
 }
 
 impl std::fmt::Debug for App {
@@ -1030,6 +1092,74 @@ impl App {
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         self.listen(Listener::channel_created(handler))
+    }
+
+    /// Registers a Workflow Builder step: `function` declares it (its callback id, title and
+    /// parameters, for the manifest and for checking outputs; a bare `&str` callback id declares
+    /// none), and `handler` runs once per execution, however many times Slack sends
+    /// `function_executed`. The handler completes the step ([`Ctx::complete`], [`Ctx::fail`])
+    /// or posts something a person answers later; that click or submission (it carries
+    /// `function_data`) reaches the app's action and view listeners, whose [`Ctx::complete`]
+    /// completes the same execution: once, whoever is first.
+    ///
+    /// ```
+    /// use serde::Deserialize;
+    /// use serde_json::json;
+    /// use slack_once::app::function::{Execution, Function, types};
+    /// use slack_once::app::{App, Ctx};
+    ///
+    /// #[derive(Deserialize)]
+    /// struct Inputs { channel: String, text: String }
+    ///
+    /// let _app = App::new().function(
+    ///     Function::new("announce", "Announce")
+    ///         .input("channel", types::CHANNEL_ID, "Channel")
+    ///         .input("text", types::STRING, "Text")
+    ///         .output("ts", types::STRING, "Message ts"),
+    ///     |ctx: Ctx, ex: Execution<Inputs>| async move {
+    ///         let posted = ctx.post(&ex.inputs.channel, ex.inputs.text.as_str()).await?;
+    ///         ctx.complete(json!({"ts": posted.ts})).await?;
+    ///         Ok(())
+    ///     },
+    /// );
+    /// ```
+    pub fn function<I, F, Fut>(
+        mut self,
+        function: impl Into<function::Function>,
+        handler: F,
+    ) -> Self
+    where
+        I: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(Ctx, function::Execution<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let function = function.into();
+        let id = function.callback_id().to_string();
+        assert!(
+            !self.functions.iter().any(|f| f.callback_id() == id),
+            "the function {id:?} is registered twice"
+        );
+        Arc::make_mut(&mut self.functions).push(function.clone());
+        self.listen(Listener::function(function, handler))
+    }
+
+    /// Describes the app for its manifest ([`App::manifest`]): its name, the commands'
+    /// descriptions, which message events it takes, further scopes.
+    pub fn with_manifest(mut self, manifest: manifest::Manifest) -> Self {
+        self.described = Some(manifest);
+        self
+    }
+
+    /// The app manifest this app needs (what `BOT manifest` prints): its events, commands,
+    /// shortcuts, interactivity and Workflow Builder steps with their parameters, and the bot
+    /// scopes they imply, with what [`App::with_manifest`] describes (see [`manifest`]).
+    pub fn manifest(&self) -> serde_json::Value {
+        manifest::of(self, &self.described.clone().unwrap_or_default())
+    }
+
+    /// The app's Workflow Builder steps, as registered.
+    pub fn functions(&self) -> Arc<Vec<function::Function>> {
+        self.functions.clone()
     }
 
     /// Adds a listener of a command, an action, a view, a shortcut or a suggestion.

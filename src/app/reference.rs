@@ -4,6 +4,7 @@
 //! command's `response_url`, once; the button on its answers updates the message it sits in.
 
 use super::blocks::{actions, button, context, section};
+use super::manifest::Manifest;
 use super::{
     Ack, App, AppMention, BlockAction, Command, Ctx, HandlerResult, Message, MessageEvent, Respond,
 };
@@ -21,6 +22,28 @@ pub fn reference_app() -> App {
         .message_where(|m: &MessageEvent| m.is_dm() && !m.mention, answer_dm)
         .command("/once", answer_command)
         .action(THANKS_ACTION, thank)
+        .with_manifest(
+            Manifest::new("slack-once")
+                .description(
+                    "Answers every mention, direct message, /once and button exactly once.",
+                )
+                .background_color("#2c2d30")
+                .command(
+                    "/once",
+                    "Answers once in the channel, however many times the request arrives",
+                    Some("[something to say]"),
+                    false,
+                )
+                .message_events(["message.im"])
+                // A takeover looks for its answers where it posts them (the history scopes);
+                // a post to a user's id opens their DM (im:write).
+                .scopes([
+                    "mpim:history",
+                    "im:write",
+                    "channels:history",
+                    "groups:history",
+                ]),
+        )
 }
 
 /// An answer with the button that marks it helpful.

@@ -29,6 +29,12 @@ pub(crate) struct Call<'a> {
     pub settle: Settle<'a>,
     /// Slack's answers that mean it is done already (`already_reacted`).
     pub benign: &'a [&'a str],
+    /// Slack's answers that mean it is done already only when the call was announced before
+    /// (an earlier claim's intent, or a claim standing for it, or `announced_elsewhere`): a
+    /// step completion answered `execution_not_in_running_state`.
+    pub benign_if_announced: &'a [&'a str],
+    /// The call was announced by another request's record (a step's decision).
+    pub announced_elsewhere: bool,
     pub returns: Returns,
 }
 
@@ -97,8 +103,11 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
         mut args,
         settle,
         benign,
+        benign_if_announced,
+        announced_elsewhere,
         returns,
     } = call;
+
     let trigger_bound = matches!(method, "views.open" | "views.push");
     // Held for the whole step: steps run one at a time, in the order they are made.
     let mut steps = steps.lock().await;
@@ -115,6 +124,11 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
     // The step's number is taken even when held back, so the listener's later steps keep the
     // numbers they have on every run.
     let (step, earlier) = steps.take(&op)?;
+    let announced = announced_elsewhere
+        || matches!(
+            earlier,
+            Some(StepRecord::Intent { .. } | StepRecord::Began { .. })
+        );
     if steps.held {
         return Err(Error::LookupUnavailable(SlackError::InvalidResponse(
             "an earlier step of this claim is held back: no more writes".into(),
@@ -338,6 +352,17 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
             }
         }
         Err(SlackError::Api { code }) if benign.contains(&code.as_str()) => {
+            json!({"ok": true, "already": code})
+        }
+        Err(SlackError::Api { code })
+            if announced && benign_if_announced.contains(&code.as_str()) =>
+        {
+            tracing::info!(
+                step,
+                method,
+                code,
+                "an announced call answered as made already: the earlier call's own"
+            );
             json!({"ok": true, "already": code})
         }
         Err(error) => {

@@ -124,6 +124,24 @@ pub enum Error {
         /// The method refused.
         method: String,
     },
+    /// A step's completion ([`crate::app::Ctx::complete`], `fail`, `decide`) in a request that
+    /// is not in a step's execution (neither `function_executed` nor a click or submission
+    /// carrying `function_data`). Nothing was recorded or sent.
+    #[error(
+        "{what} needs a request in a Workflow Builder step's execution (function_executed, or an interaction with function_data)"
+    )]
+    NotAStep {
+        /// The call refused.
+        what: String,
+    },
+    /// The outputs given to [`crate::app::Ctx::complete`] do not match the function's declared
+    /// output parameters: nothing was recorded or sent (Slack would refuse them,
+    /// `parameter_validation_failed`).
+    #[error("{reason}")]
+    InvalidOutputs {
+        /// What is wrong, output by output.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -174,11 +192,19 @@ pub(crate) enum Returns {
 /// A step's identity: its method, and the conversation and thread (or message) it writes to.
 pub(crate) fn step_identity(method: &str, args: &Value) -> String {
     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
-    let target = ["thread_ts", "ts", "timestamp", "users", "user", "view_id"]
-        .iter()
-        .map(|k| text(k))
-        .find(|t| !t.is_empty())
-        .unwrap_or_default();
+    let target = [
+        "thread_ts",
+        "ts",
+        "timestamp",
+        "users",
+        "user",
+        "view_id",
+        "function_execution_id",
+    ]
+    .iter()
+    .map(|k| text(k))
+    .find(|t| !t.is_empty())
+    .unwrap_or_default();
     step_op(method, text("channel"), target)
 }
 

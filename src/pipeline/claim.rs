@@ -218,6 +218,19 @@ impl LedgerKeys {
             alias: None,
         };
         let event = &callback.event;
+        if event.kind == "function_executed" {
+            // One step execution, however many events (retries, copies) carry it.
+            return match event.raw["function_execution_id"]
+                .as_str()
+                .and_then(|id| ledger_key(&format!("fx-{id}")))
+            {
+                Some(primary) => Self {
+                    primary,
+                    alias: None,
+                },
+                None => by_event(),
+            };
+        }
         if event.kind == "assistant_thread_started" {
             // One assistant thread, however many events carry its start.
             let team = callback.team().unwrap_or("-");

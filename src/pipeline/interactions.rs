@@ -65,6 +65,13 @@ impl Processor {
             Ok(slack) => slack,
             Err(outcome) => return Ok(acked(None, outcome)),
         };
+        // A click or submission in a step's execution: the token Slack sent with it.
+        let slack = slack.for_execution(
+            interaction.raw["function_data"]
+                .is_object()
+                .then(|| interaction.raw["bot_access_token"].as_str())
+                .flatten(),
+        );
         let Some(key) = interaction.key() else {
             return Ok(self.suggest(interaction, run, delivery, &slack).await);
         };
@@ -262,6 +269,7 @@ impl Processor {
             deadline,
             self.version.clone(),
             steps,
+            self.app.functions(),
         )
     }
 

@@ -71,6 +71,7 @@ impl Processor {
             times.work_deadline,
             self.version.clone(),
             steps,
+            self.app.functions(),
         );
         let listeners = async {
             for run in unit.runs {
@@ -162,7 +163,9 @@ pub(super) fn listener_failed(name: &str, error: BotError) -> ProcessError {
             e @ StepError::InsideRemember { .. } => ProcessError::Nondeterministic(Box::new(e)),
             // Claimed work never meets it (only an unclaimed options request does): a bug.
             e @ StepError::Unclaimed { .. } => ProcessError::Bot(Box::new(e)),
-            e @ StepError::NotARead { .. } => {
+            e @ (StepError::NotARead { .. }
+            | StepError::NotAStep { .. }
+            | StepError::InvalidOutputs { .. }) => {
                 tracing::warn!(listener = name, error = %e, "the listener failed");
                 ProcessError::Bot(Box::new(e))
             }

@@ -9,6 +9,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use super::functions::StartedExecution;
 use super::workspace::Workspace;
 use super::{APP_ID, BOT_USER, FakeSlack, TEAM};
 use crate::app::App;
@@ -128,7 +129,33 @@ impl TestBot {
             bot: self,
             user: user.to_string(),
             channel: CHANNEL.to_string(),
+            execution: None,
         }
+    }
+
+    /// A workflow reaches the app's step `callback_id` with `inputs`: the stand-in starts an
+    /// execution ([`FakeSlack::start_execution`]) and Slack sends `function_executed` with its
+    /// token. Returns the outcome (`answered`…) and the execution. Send it again with
+    /// [`TestBot::retry`] (Slack's retry) or [`TestBot::repeat`].
+    pub async fn run_step(&self, callback_id: &str, inputs: Value) -> (String, StartedExecution) {
+        let execution = self.slack.start_execution(callback_id, inputs.clone());
+        let ts = self.new_ts();
+        let outcome = self
+            .send(json!({
+                "type": "function_executed",
+                "function": {
+                    "id": format!("Fn{}", callback_id.len()), "callback_id": callback_id,
+                    "title": callback_id, "type": "app", "app_id": APP_ID,
+                    "input_parameters": [], "output_parameters": [],
+                },
+                "inputs": inputs,
+                "function_execution_id": execution.function_execution_id,
+                "workflow_execution_id": execution.workflow_execution_id,
+                "event_ts": ts,
+                "bot_access_token": execution.bot_access_token,
+            }))
+            .await;
+        (outcome, execution)
     }
 
     /// Requests from [`USER`] in `channel`.
@@ -332,12 +359,22 @@ pub struct Actor<'a> {
     bot: &'a TestBot,
     user: String,
     channel: String,
+    /// The step execution its interactions are in ([`Actor::in_step`]).
+    execution: Option<String>,
 }
 
 impl Actor<'_> {
     /// In `channel` (a DM's id starts with `D`).
     pub fn in_channel(mut self, channel: &str) -> Self {
         self.channel = channel.to_string();
+        self
+    }
+
+    /// Interactions in the step execution `function_execution_id` (a click on a message the
+    /// step posted, a submission of a view it opened): each carries the execution's
+    /// `function_data` and a new token of the execution, as Slack sends them.
+    pub fn in_step(mut self, function_execution_id: &str) -> Self {
+        self.execution = Some(function_execution_id.to_string());
         self
     }
 
@@ -379,6 +416,7 @@ impl Actor<'_> {
             bot: self.bot,
             user: self.user.clone(),
             channel,
+            execution: None,
         }
         .message(text)
         .await
@@ -387,6 +425,27 @@ impl Actor<'_> {
     /// Sends an interaction's `payload` (the team, the app and this person filled in when
     /// absent, and a fresh `trigger_id`).
     pub async fn send_interaction(&self, mut payload: Value) -> Acked {
+        if let Some(id) = &self.execution {
+            let found = self
+                .bot
+                .slack
+                .executions()
+                .into_iter()
+                .find(|e| e["function_execution_id"] == id.as_str());
+            let (callback_id, inputs) = found
+                .map(|e| (e["callback_id"].clone(), e["inputs"].clone()))
+                .unwrap_or_default();
+            payload["function_data"] = json!({
+                "execution_id": id, "function": {"callback_id": callback_id}, "inputs": inputs,
+            });
+            if let Some(token) = self.bot.slack.execution_token(id) {
+                payload["bot_access_token"] = token.into();
+            }
+            payload["interactivity"] = json!({
+                "interactor": {"id": self.user, "secret": "not-a-secret"},
+                "interactivity_pointer": Workspace::trigger_id(),
+            });
+        }
         for (key, value) in [
             ("team", json!({"id": TEAM})),
             ("user", json!({"id": self.user, "team_id": TEAM})),

@@ -22,11 +22,13 @@
 mod bot;
 #[cfg(feature = "explore")]
 pub mod explore;
+mod functions;
 mod oauth;
 mod slack;
 mod workspace;
 
 pub use bot::{Acked, Actor, CHANNEL, TestBot, USER};
+pub use functions::{StartedExecution, WORKFLOW_TOKEN_MS};
 pub use oauth::{
     Exchange, OAuthGrants, TOKEN_LIFETIME_S, bot_id_for, bot_id_of, bot_user_for, bot_user_of,
 };

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
 
+use super::functions::{Authenticated, Executions, StartedExecution};
 use super::oauth::{OAuthGrants, bot_id_for, bot_user_for};
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
@@ -29,6 +30,11 @@ pub(crate) struct Recorded {
     pub(crate) peers: Vec<std::sync::Weak<Mutex<Recorded>>>,
     /// `auth.test` answers without `app_id` (Slack's documented example names none).
     pub(crate) auth_test_without_app: bool,
+    /// Workflow Builder step executions and their tokens.
+    pub(crate) executions: super::functions::Executions,
+    /// Each call's method and the token it came with, in order (kept in the test's memory,
+    /// never printed).
+    pub(crate) bearers: Vec<(String, String)>,
 }
 
 impl Recorded {
@@ -74,6 +80,8 @@ impl FakeSlack {
             callers: Vec::new(),
             peers: Vec::new(),
             auth_test_without_app: false,
+            executions: Default::default(),
+            bearers: Vec::new(),
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
@@ -246,6 +254,46 @@ impl FakeSlack {
     pub fn callers(&self) -> Vec<(String, String)> {
         self.state.lock().expect("lock").callers.clone()
     }
+
+    /// Each Web API call's method and the token it came with, in order (a test's check of
+    /// which token a call used: a step execution's own, `xwfp-…`, or the installation's).
+    pub fn tokens_used(&self) -> Vec<(String, String)> {
+        self.state.lock().expect("lock").bearers.clone()
+    }
+
+    /// A workflow reached the app's step `callback_id` with `inputs`, in the default workspace:
+    /// the execution runs, with its ids and its first token (for its `function_executed`).
+    pub fn start_execution(&self, callback_id: &str, inputs: Value) -> StartedExecution {
+        let mut s = self.state.lock().expect("lock");
+        let team = s.workspace.identity.team.clone();
+        let (function_execution_id, workflow_execution_id, bot_access_token) =
+            s.executions.start(callback_id, inputs, &team);
+        StartedExecution {
+            function_execution_id,
+            workflow_execution_id,
+            bot_access_token,
+        }
+    }
+
+    /// A new token of the execution `id` (Slack sends one with each request of the step: a
+    /// click's, a submission's); born revoked once the execution has ended. `None`: unknown.
+    pub fn execution_token(&self, id: &str) -> Option<String> {
+        self.state.lock().expect("lock").executions.token(id)
+    }
+
+    /// The workflow was stopped, or the step timed out: the execution `id` ends (its tokens
+    /// revoked) unless it has completed already.
+    pub fn end_execution(&self, id: &str) -> bool {
+        self.state.lock().expect("lock").executions.end(id)
+    }
+
+    /// The executions, in the order they started: each `function_execution_id`,
+    /// `workflow_execution_id`, `callback_id`, `team`, `inputs`, `state` (`running`,
+    /// `completed`, `failed`, `ended`), `outputs`, `error`, `completions` (answered ok: at most
+    /// one) and `refused` (completions answered not ok).
+    pub fn executions(&self) -> Vec<Value> {
+        self.state.lock().expect("lock").executions.shown()
+    }
 }
 
 /// The identity of the app a [`super::TestBot`] is ([`TEAM`], [`APP_ID`], [`BOT_ID`],
@@ -327,7 +375,25 @@ pub(crate) fn answer(
     let s = &mut *guard;
     let now_ms = crate::clock::now_ms();
     let mut owner = s.workspace.identity.team.clone();
-    if let Some(grants) = s.grants.as_mut() {
+    if let Some(token) = token {
+        s.bearers.push((method.to_string(), token.to_string()));
+    }
+    if matches!(
+        method,
+        "functions.completeSuccess" | "functions.completeError"
+    ) {
+        s.calls.push((method.to_string(), args.clone()));
+        return s.executions.complete(method, &args, token);
+    }
+    if Executions::is_workflow_token(token) {
+        // A step execution's token: its team's bot while the execution runs.
+        match s.executions.authenticate(token.unwrap_or_default()) {
+            Authenticated::Team(team) => owner = team,
+            Authenticated::Refused(code) => {
+                return serde_json::json!({"ok": false, "error": code});
+            }
+        }
+    } else if let Some(grants) = s.grants.as_mut() {
         if method == "oauth.v2.access" {
             s.calls.push((method.to_string(), redacted(&args)));
             return grants.exchange(&args, now_ms);

@@ -8,6 +8,8 @@
 //!   release's installations to the app's own keys;
 //! - `redrive` ([`redrive`]): the dead-letter queue back to the work queue;
 //! - `sweep` ([`sweep`]): claims left in progress past their lease ended failed;
+//! - `manifest` ([`manifest`]): the app manifest the bot's code needs (run by
+//!   [`crate::run`], which has the app);
 //! - `standin` ([`standin`]): a stand-in for Slack's Web API on 127.0.0.1, for the bot run
 //!   locally;
 //! - `init` ([`init`], the `slack-once` binary only): a new bot in a repository of its own.
@@ -17,6 +19,7 @@
 
 pub mod args;
 pub mod init;
+pub mod manifest;
 pub mod redrive;
 pub mod setup;
 pub mod sign;
@@ -81,7 +84,9 @@ const TOOLS: &[Tool] = &[
 pub(crate) fn usage_lines() -> String {
     TOOLS
         .iter()
-        .map(|tool| overview(tool.spec, "BOT"))
+        .map(|tool| tool.spec)
+        .chain([&manifest::SPEC])
+        .map(|spec| overview(spec, "BOT"))
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -224,8 +224,8 @@ fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
         events,
         &serde_json::json!([
             "app_mention",
-            "message.im",
             "app_uninstalled",
+            "message.im",
             "tokens_revoked"
         ])
     );
@@ -234,13 +234,13 @@ fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
         scopes,
         &serde_json::json!([
             "app_mentions:read",
+            "channels:history",
             "chat:write",
             "commands",
+            "groups:history",
             "im:history",
-            "mpim:history",
             "im:write",
-            "channels:history",
-            "groups:history"
+            "mpim:history"
         ]),
         "commands for /once; the history scopes for the look-ups of a takeover; im:write for \
          conversations.open, which finds the DM of a post made to a user's id"

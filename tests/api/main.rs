@@ -24,5 +24,6 @@ mod rejections;
 mod review;
 mod soak;
 mod standins;
+mod steps;
 mod tenants;
 mod workspaces;
