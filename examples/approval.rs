@@ -6,9 +6,10 @@
 //!
 //! Exactly once, whatever arrives: Slack's retries of `function_executed` send one DM; two
 //! clicks at once, a double click, a click repeated after a crash complete the step once, with
-//! the first decision (the others see the message updated with it); a click after the workflow
-//! stopped completes nothing and says so. Every call for the execution goes with the token
-//! Slack sent for it (the step's, or the click's own).
+//! the first decision (the DM shows it, naming who decided, before the completion: Slack
+//! revokes the execution's tokens when it completes); a click after the workflow stopped
+//! completes nothing and says so (through the click's `response_url`). Every call for the
+//! execution goes with the token Slack sent for it (the step's, or the click's own).
 //!
 //!   SLACK_SIGNING_SECRET=dev-secret cargo run --example approval
 //!   cargo run --example approval -- manifest      (the app manifest, its function included)
@@ -64,8 +65,8 @@ pub fn request(summary: &str) -> Message {
     ])
 }
 
-/// The DM once decided: the summary, and who decided what.
-pub fn decided(summary: &str, d: &Decision) -> Message {
+/// A decision in a few words: "Approved by <@U…>", "Rejected: the reason by <@U…>".
+pub fn verdict(d: &Decision) -> String {
     let outcome = match &d.end {
         StepEnd::Success(o) => match (o["decision"].as_str(), o["reason"].as_str()) {
             (Some("rejected"), Some(reason)) => format!("Rejected: {}", safe_text(reason)),
@@ -78,10 +79,16 @@ pub fn decided(summary: &str, d: &Decision) -> Message {
         d.by.as_deref()
             .map(|u| format!(" by <@{u}>"))
             .unwrap_or_default();
+    format!("{outcome}{by}")
+}
+
+/// The DM once decided: the summary, and who decided what.
+pub fn decided(summary: &str, d: &Decision) -> Message {
     let head = format!("Approval requested:\n>{}", safe_text(summary));
-    Message::text(format!("{outcome}{by}")).blocks([
+    let verdict = verdict(d);
+    Message::text(verdict.clone()).blocks([
         blocks::section(head),
-        blocks::context([format!("*{outcome}*{by}")]),
+        blocks::context([format!("*{verdict}*")]),
     ])
 }
 
@@ -111,30 +118,66 @@ fn summary(ctx: &Ctx) -> String {
         .unwrap_or_default()
 }
 
-async fn approve(ctx: Ctx, click: BlockAction) -> HandlerResult {
-    let outputs = json!({"decision": "approved", "decided_by": click.user_id});
-    let shown = match ctx.complete(outputs).await? {
-        Completion::Completed => {
-            let d = ctx.decision().await?.expect("recorded");
-            decided(&summary(&ctx), &d)
-        }
-        Completion::DecidedElsewhere(d) => decided(&summary(&ctx), &d),
-        Completion::Ended => Message::text(ENDED),
-    };
-    ctx.respond(Respond::replace(shown)).await?;
+/// What a click shows: the decision on the DM, with the click's token while the execution runs
+/// (Slack revokes it when the step completes: shown before the completion). A click on a DM
+/// whose execution was completed by another click finds its token revoked: the other click
+/// showed the decision.
+async fn show(ctx: &Ctx, channel: &str, ts: &str, message: Message) -> Result<(), Error> {
+    match ctx.update(channel, ts, message).await {
+        Err(e) if e.slack_code() == Some("token_revoked") => Ok(()),
+        other => other,
+    }
+}
+
+/// The execution ended before any decision: said through the click's response_url (it needs
+/// no token), when Slack gave the click one.
+async fn ended(ctx: &Ctx) -> Result<(), Error> {
+    if ctx.interaction().is_some_and(|i| i.response_url.is_some()) {
+        ctx.respond(Respond::replace(Message::text(ENDED))).await?;
+    } else {
+        tracing::warn!("the step had ended before the click, and the click has no response_url");
+    }
     Ok(())
 }
 
-async fn reject(ctx: Ctx, _click: BlockAction) -> HandlerResult {
-    // Decided already (the other button, another click): the message shows it, no modal.
-    if let Some(d) = ctx.decision().await? {
-        ctx.respond(Respond::replace(decided(&summary(&ctx), &d)))
-            .await?;
-        return Ok(());
-    }
-    let (Some(channel), Some(ts)) = (&_click.channel_id, &_click.message_ts) else {
+async fn approve(ctx: Ctx, click: BlockAction) -> HandlerResult {
+    let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) else {
         return Ok(());
     };
+    let outputs = json!({"decision": "approved", "decided_by": click.user_id});
+    // The first decision wins: this click's, or the one recorded before it.
+    let decision = ctx.decide(StepEnd::Success(outputs)).await?;
+    show(&ctx, channel, ts, decided(&summary(&ctx), &decision)).await?;
+    match ctx.complete_decision(&decision).await? {
+        Completion::Completed => {}
+        // Someone was first: this person is told who, privately.
+        Completion::DecidedElsewhere(d) => told(&ctx, &d).await?,
+        Completion::Ended => ended(&ctx).await?,
+    }
+    Ok(())
+}
+
+/// Tells the person who clicked that `d` was decided first, through the click's response_url.
+async fn told(ctx: &Ctx, d: &Decision) -> Result<(), Error> {
+    if ctx.interaction().is_some_and(|i| i.response_url.is_some()) {
+        ctx.respond(Respond::ephemeral(format!(
+            "Decided already: {}",
+            verdict(d)
+        )))
+        .await?;
+    }
+    Ok(())
+}
+
+async fn reject(ctx: Ctx, click: BlockAction) -> HandlerResult {
+    let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) else {
+        return Ok(());
+    };
+    // Decided already (the other button, another click): the message shows it, no modal.
+    if let Some(d) = ctx.decision().await? {
+        show(&ctx, channel, ts, decided(&summary(&ctx), &d)).await?;
+        return Ok(());
+    }
     let reason = blocks::input(REASON_BLOCK, "Why reject?", blocks::text_area(REASON_INPUT));
     let view = blocks::modal(REJECT_VIEW, "Reject", "Reject", [reason])
         .with_metadata(format!("{channel} {ts}"));
@@ -142,10 +185,7 @@ async fn reject(ctx: Ctx, _click: BlockAction) -> HandlerResult {
     match ctx.open_view(view).await {
         Ok(_) => Ok(()),
         // The execution ended meanwhile: Slack revoked its tokens.
-        Err(e) if e.slack_code() == Some("token_revoked") => {
-            ctx.respond(Respond::replace(Message::text(ENDED))).await?;
-            Ok(())
-        }
+        Err(e) if e.slack_code() == Some("token_revoked") => Ok(ended(&ctx).await?),
         Err(e) => Err(e.into()),
     }
 }
@@ -164,12 +204,8 @@ async fn rejected(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
     let outputs = json!({"decision": "rejected", "decided_by": view.user_id, "reason": reason});
     let decision = ctx.decide(StepEnd::Success(outputs)).await?;
     let metadata = view.private_metadata.clone().unwrap_or_default();
-    if decision.mine
-        && let Some((channel, ts)) = metadata.split_once(' ')
-    {
-        // Shown before the completion: Slack revokes the execution's tokens when it completes.
-        ctx.update(channel, ts, decided(&summary(&ctx), &decision))
-            .await?;
+    if let Some((channel, ts)) = metadata.split_once(' ') {
+        show(&ctx, channel, ts, decided(&summary(&ctx), &decision)).await?;
     }
     ctx.complete_decision(&decision).await?;
     Ok(())

@@ -260,7 +260,10 @@ impl Interaction {
             api_app_id: text(&raw, &["api_app_id"]).or_else(|| text(&raw, &["view", "app_id"])),
             user_id: text(&raw, &["user", "id"]),
             channel_id,
-            trigger_id: text(&raw, &["trigger_id"]),
+            // A click in a Workflow Builder step may carry its trigger only as the
+            // interactivity pointer (Slack's SDKs open views with it as the trigger_id).
+            trigger_id: text(&raw, &["trigger_id"])
+                .or_else(|| text(&raw, &["interactivity", "interactivity_pointer"])),
             response_url,
             raw,
         })

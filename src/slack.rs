@@ -163,6 +163,14 @@ pub enum SlackError {
         /// Slack's error code for the token (`invalid_auth`, `token_revoked`…).
         code: String,
     },
+    /// Slack refused a token nothing can renew (a Workflow Builder step execution's own, which
+    /// Slack revokes when the execution ends and expires 15 minutes after issuing it): no
+    /// retry of this request can make the call.
+    #[error("Slack refused the step execution's token ({code})")]
+    ExecutionTokenRefused {
+        /// Slack's error code (`token_revoked`, `token_expired`…).
+        code: String,
+    },
     /// The event names neither this app (`api_app_id`) nor its bot user: its own messages
     /// cannot be told from other apps', so none is taken for its own.
     #[error(
@@ -181,6 +189,7 @@ impl SlackError {
                     || PERMANENT_INTERACTION_ERRORS.contains(&code.as_str())
                     || PERMANENT_STEP_ERRORS.contains(&code.as_str())
             }
+            SlackError::ExecutionTokenRefused { .. } => true,
             _ => false,
         }
     }
@@ -188,7 +197,7 @@ impl SlackError {
     /// Slack's error code, if Slack answered `ok:false`.
     pub fn code(&self) -> Option<&str> {
         match self {
-            SlackError::Api { code } => Some(code),
+            SlackError::Api { code } | SlackError::ExecutionTokenRefused { code } => Some(code),
             _ => None,
         }
     }
@@ -205,6 +214,7 @@ impl SlackError {
             SlackError::RateLimited { .. }
             | SlackError::NotSent
             | SlackError::TokenUnconfirmed { .. }
+            | SlackError::ExecutionTokenRefused { .. }
             | SlackError::Unidentified => false,
         }
     }
@@ -474,6 +484,11 @@ pub trait TokenSource: Send + Sync {
     fn installation(&self) -> Option<&str> {
         None
     }
+    /// Whether a refusal of this source's token stands for good for the request (nothing can
+    /// renew it: a step execution's token).
+    fn refusals_are_final(&self) -> bool {
+        false
+    }
 }
 
 #[async_trait::async_trait]
@@ -508,6 +523,10 @@ impl TokenSource for ExecutionToken {
 
     fn installation(&self) -> Option<&str> {
         self.installation.as_deref()
+    }
+
+    fn refusals_are_final(&self) -> bool {
+        true
     }
 }
 
@@ -785,6 +804,9 @@ impl SlackClient {
                     Refused::Renewed(token) => {
                         tracing::info!(method, "calling again with the bot token read again");
                         self.call_until(method, deadline, || request(&token)).await
+                    }
+                    Refused::Confirmed if self.secrets.refusals_are_final() => {
+                        Err(SlackError::ExecutionTokenRefused { code })
                     }
                     Refused::Confirmed => Err(SlackError::Api { code }),
                     Refused::Unknown => Err(SlackError::TokenUnconfirmed { code }),

@@ -5,6 +5,9 @@
 use serde_json::json;
 use slack_once::testing::explore::{Explorer, Request};
 
+#[path = "../examples/approval.rs"]
+#[allow(dead_code)]
+mod approval;
 #[path = "../examples/assistant.rs"]
 #[allow(dead_code)]
 mod assistant;
@@ -1540,5 +1543,207 @@ mod own_client {
         let mut answer = String::new();
         stream.read_to_string(&mut answer)?;
         Ok(answer)
+    }
+}
+
+/// Workflow Builder steps (issue 37): the approval example's step, its clicks and its modal,
+/// explored with every fault; a step completed twice, or reported answered without its
+/// completion in Slack, or with the installation's token, is caught.
+mod steps {
+    use serde_json::json;
+    use slack_once::app::function::{Execution, Function, types};
+    use slack_once::app::{App, BlockAction, Ctx, HandlerResult};
+    use slack_once::testing::explore::{End, Explorer, Request};
+
+    use super::approval::{self, APPROVE, CALLBACK_ID, REJECT, REJECT_VIEW};
+
+    const DM: &str = "DU0APPROVER";
+
+    fn inputs() -> serde_json::Value {
+        json!({"approver": "U0APPROVER", "summary": "Ship the release"})
+    }
+
+    fn completed_once(end: &End) -> Result<(), String> {
+        for e in &end.executions {
+            if e["completions"].as_u64().unwrap_or(0) > 1 {
+                return Err(format!("completed more than once: {e}"));
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_step_and_an_approval_are_explored_in_both_modes() {
+        Explorer::new(approval::app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                Request::click(APPROVE, "approve")
+                    .as_user("U0APPROVER")
+                    .in_channel(DM)
+                    .on_posted_message()
+                    .in_step(),
+            ])
+            .both_modes()
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    #[test]
+    fn a_rejection_through_the_modal_is_explored() {
+        Explorer::new(approval::app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                Request::click(REJECT, "reject")
+                    .as_user("U0APPROVER")
+                    .in_channel(DM)
+                    .on_posted_message()
+                    .in_step(),
+                Request::submit_opened_view(
+                    REJECT_VIEW,
+                    json!({"reason": {"reason_text": {"type": "plain_text_input", "value": "Not now"}}}),
+                )
+                .as_user("U0APPROVER")
+                .in_step(),
+            ])
+            .invariant("completed once, with the reason", |end| {
+                completed_once(end)?;
+                match end.executions.first() {
+                    // Not decided (a click lost with its process), or failed on the error path
+                    // (Slack refused the DM for good).
+                    Some(e) if e["state"] == "running" || e["state"] == "failed" => Ok(()),
+                    Some(e) if e["outputs"]["reason"] == "Not now" => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .run()
+            .assert_ok();
+    }
+
+    #[test]
+    fn two_approvers_clicking_at_once_complete_it_once() {
+        let mut dm = serde_json::to_value(approval::request("Ship the release")).unwrap();
+        for (k, v) in [
+            ("channel", json!(DM)),
+            ("ts", json!("1767220000.000100")),
+            ("bot_id", json!(slack_once::testing::BOT_ID)),
+            ("app_id", json!(slack_once::testing::APP_ID)),
+        ] {
+            dm[k] = v;
+        }
+        Explorer::new(approval::app)
+            .with_execution(CALLBACK_ID, inputs())
+            .with_message(dm)
+            .together([
+                Request::click(APPROVE, "approve")
+                    .as_user("U0APPROVER")
+                    .in_channel(DM)
+                    .on_posted_message()
+                    .in_step(),
+                Request::click(APPROVE, "approve")
+                    .as_user("U0DEPUTY")
+                    .in_channel(DM)
+                    .on_posted_message()
+                    .in_step(),
+            ])
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// A planted defect: a step completed with a raw call (`ctx.call`, a journaled write, but
+    /// no decision), once from the step and again from the click: the second completion is
+    /// sent and refused.
+    #[test]
+    fn a_step_completed_twice_is_caught() {
+        fn app() -> App {
+            let f = Function::new("twice", "Twice").output("ok", types::BOOLEAN, "Ok");
+            App::new()
+                .function(f, |ctx: Ctx, ex: Execution| async move {
+                    ctx.post(
+                        "C0TEST",
+                        slack_once::app::Message::text("done").blocks([
+                            slack_once::app::blocks::actions([slack_once::app::blocks::button(
+                                "Again", "again", "x",
+                            )]),
+                        ]),
+                    )
+                    .await?;
+                    let args = json!({"function_execution_id": ex.function_execution_id,
+                                      "outputs": {"ok": true}});
+                    ctx.call(
+                        "functions.completeSuccess",
+                        args,
+                        slack_once::app::Settle::Idempotent,
+                    )
+                    .await?;
+                    Ok(())
+                })
+                .action(
+                    "again",
+                    |ctx: Ctx,
+                     _c: BlockAction|
+                     -> std::pin::Pin<
+                        Box<dyn std::future::Future<Output = HandlerResult> + Send>,
+                    > {
+                        Box::pin(async move {
+                            let id = ctx.execution().map(|e| e.id).unwrap_or_default();
+                            let args =
+                                json!({"function_execution_id": id, "outputs": {"ok": true}});
+                            match ctx
+                                .call(
+                                    "functions.completeSuccess",
+                                    args,
+                                    slack_once::app::Settle::Idempotent,
+                                )
+                                .await
+                            {
+                                Err(e) if e.slack_code().is_some() => Ok(()),
+                                other => other.map(|_| ()).map_err(Into::into),
+                            }
+                        })
+                    },
+                )
+        }
+        let report = Explorer::new(app)
+            .sequence([
+                Request::step("twice", json!({})),
+                Request::click("again", "x").on_posted_message().in_step(),
+            ])
+            .run();
+        let text = report.to_string();
+        assert!(
+            text.contains("at most one completion per execution"),
+            "the explorer finds the second completion:\n{text}"
+        );
+    }
+
+    /// A planted defect: the click's completion reported answered though Slack never got it
+    /// (the listener swallows the completion's failure).
+    #[test]
+    fn a_completion_lost_and_reported_answered_is_caught() {
+        fn app() -> App {
+            approval::app().action("approval_swallow", |ctx: Ctx, _c: BlockAction| async move {
+                let _ = ctx
+                    .complete(json!({"decision": "approved", "decided_by": "U0APPROVER"}))
+                    .await;
+                Ok(())
+            })
+        }
+        let report = Explorer::new(app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                Request::click("approval_swallow", "x")
+                    .as_user("U0APPROVER")
+                    .in_channel(DM)
+                    .on_message("a message of the step's")
+                    .in_step(),
+            ])
+            .run();
+        let text = report.to_string();
+        assert!(
+            text.contains("is not in Slack") || text.contains("not in Slack"),
+            "the explorer finds the lost completion:\n{text}"
+        );
     }
 }

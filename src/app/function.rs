@@ -553,24 +553,24 @@ impl Ctx {
         })?;
         let theirs = || Completion::DecidedElsewhere(decision.clone());
         let record = &decision.record;
-        match (record.closed.as_deref(), decision.mine) {
-            (Some("ended"), _) => return Ok(Completion::Ended),
-            (Some(_), true) => return Ok(Completion::Completed),
-            (Some(_), false) => return Ok(theirs()),
-            (None, false) if crate::clock::now_ms() < record.until_ms => {
-                tracing::info!(
-                    "the execution was decided by another request, whose run is completing it"
-                );
-                return Ok(theirs());
-            }
-            (None, _) => {}
-        }
         if !decision.mine {
-            tracing::warn!(
-                "the execution's decision was recorded by a request whose lease has ended with \
-                 the completion unconfirmed: sending that decision"
-            );
+            match record.closed.as_deref() {
+                Some("ended") => return Ok(Completion::Ended),
+                Some(_) => return Ok(theirs()),
+                None if crate::clock::now_ms() < record.until_ms => {
+                    tracing::info!(
+                        "the execution was decided by another request, whose run is completing it"
+                    );
+                    return Ok(theirs());
+                }
+                None => tracing::warn!(
+                    "the execution's decision was recorded by a request whose lease has ended \
+                     with the completion unconfirmed: sending that decision"
+                ),
+            }
         }
+        // This request's decision always goes through its step, which a run of the request
+        // after the first replays from the journal (or settles: see the module's text).
         let (method, args) = match &record.end {
             StepEnd::Success(outputs) => (
                 "functions.completeSuccess",
@@ -581,23 +581,17 @@ impl Ctx {
                 json!({"function_execution_id": execution.id, "error": message}),
             ),
         };
-        let sent = self.completion_step(method, args, !decision.mine).await;
-        let closed = match sent {
-            Ok(_) => "completed",
-            Err(e)
-                if matches!(
-                    e.slack_code(),
-                    Some(NOT_RUNNING | "token_revoked" | "function_execution_not_found")
-                ) =>
-            {
-                tracing::warn!(
-                    code = e.slack_code().unwrap_or_default(),
-                    "the execution was no longer running: nothing completed"
-                );
-                "ended"
-            }
-            Err(e) => return Err(e),
-        };
+        let answer = self.completion_step(method, args, !decision.mine).await?;
+        let ended = answer["already"]
+            .as_str()
+            .is_some_and(|a| a.starts_with(crate::journal::UNANNOUNCED));
+        if ended {
+            tracing::warn!(
+                code = answer["already"].as_str().unwrap_or_default(),
+                "the execution was no longer running: nothing completed"
+            );
+        }
+        let closed = if ended { "ended" } else { "completed" };
         self.state()
             .change(
                 &record_name(&execution.id),
@@ -612,10 +606,10 @@ impl Ctx {
                 },
             )
             .await?;
-        Ok(match (closed, decision.mine) {
-            ("ended", _) => Completion::Ended,
-            (_, true) => Completion::Completed,
-            (_, false) => theirs(),
+        Ok(match (ended, decision.mine) {
+            (true, _) => Completion::Ended,
+            (false, true) => Completion::Completed,
+            (false, false) => theirs(),
         })
     }
 
@@ -632,7 +626,7 @@ impl Ctx {
             method,
             args,
             Settle::Idempotent,
-            &[NOT_RUNNING],
+            &[NOT_RUNNING, "token_revoked", "function_execution_not_found"],
             announced_elsewhere,
             Returns::Nothing,
         )

@@ -13,6 +13,9 @@ use super::{MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS};
 use crate::ledger::{Looked, Settled, StepRecord, kept_doubt, step_op};
 use crate::slack::{Args, OurApp, ReplyQuery, SlackClient, SlackError, post_metadata};
 
+/// What a step answered with one of its `benign_if_announced` codes records when it had not
+/// been announced before (`unannounced:CODE`): its target was gone, not made by an earlier call.
+pub(crate) const UNANNOUNCED: &str = "unannounced:";
 /// The step name of a post to the request's `response_url`.
 pub(crate) const RESPOND: &str = "response_url";
 /// Look-up refusals no later delivery gets past: the bot is not in the conversation, or the app
@@ -354,16 +357,22 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
         Err(SlackError::Api { code }) if benign.contains(&code.as_str()) => {
             json!({"ok": true, "already": code})
         }
-        Err(SlackError::Api { code })
-            if announced && benign_if_announced.contains(&code.as_str()) =>
-        {
-            tracing::info!(
-                step,
-                method,
-                code,
-                "an announced call answered as made already: the earlier call's own"
-            );
-            json!({"ok": true, "already": code})
+        Err(e) if e.code().is_some_and(|c| benign_if_announced.contains(&c)) => {
+            let code = e.code().unwrap_or_default().to_string();
+            // A definite answer either way, recorded so that every run takes the same path:
+            // made already by the earlier call that was announced, or (never announced) the
+            // call found its target gone.
+            if announced {
+                tracing::info!(
+                    step,
+                    method,
+                    code,
+                    "an announced call answered as made already: the earlier call's own"
+                );
+                json!({"ok": true, "already": code})
+            } else {
+                json!({"ok": true, "already": format!("{UNANNOUNCED}{code}")})
+            }
         }
         Err(error) => {
             if error.may_have_posted() {

@@ -30,7 +30,7 @@ mod steps;
 
 use serde_json::{Value, json};
 
-pub(crate) use engine::{Call, For, Made, RESPOND, inside_remember, make, remember};
+pub(crate) use engine::{Call, For, Made, RESPOND, UNANNOUNCED, inside_remember, make, remember};
 pub use settle::Settle;
 pub(crate) use steps::Steps;
 

@@ -201,7 +201,9 @@ impl ProcessError {
                     _ => "",
                 };
                 let kind = match e {
-                    SlackError::Api { code } => code.clone(),
+                    SlackError::Api { code } | SlackError::ExecutionTokenRefused { code } => {
+                        code.clone()
+                    }
                     SlackError::RateLimited { .. } => "ratelimited".into(),
                     SlackError::Status { status } => format!("http_{}", status.as_u16()),
                     SlackError::Transport(_) => "connection_failed".into(),

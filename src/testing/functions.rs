@@ -32,6 +32,8 @@ pub(crate) struct Execution {
     /// Completions answered ok (never more than one) and refused.
     pub completions: u32,
     pub refused: u32,
+    /// The refusals' codes, in order.
+    pub refusals: Vec<String>,
 }
 
 struct Token {
@@ -48,6 +50,16 @@ pub(crate) struct Executions {
     minted: u64,
 }
 
+impl std::fmt::Debug for Executions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the tokens.
+        f.debug_struct("Executions")
+            .field("executions", &self.list)
+            .field("tokens", &self.tokens.len())
+            .finish()
+    }
+}
+
 /// What a workflow token may do now.
 pub(crate) enum Authenticated {
     /// It acts in this team.
@@ -57,13 +69,14 @@ pub(crate) enum Authenticated {
 }
 
 impl Executions {
+    /// An id or a token: the same ones in the same order in every stand-in (an exploration's
+    /// schedules compare their executions' keys).
     fn mint(&mut self, prefix: &str, len: usize) -> String {
         use sha2::{Digest, Sha256};
         self.minted += 1;
         let digest = Sha256::new()
             .chain_update(prefix)
             .chain_update(self.minted.to_le_bytes())
-            .chain_update(uuid::Uuid::new_v4().as_bytes())
             .finalize();
         let text: String = hex::encode(digest).to_uppercase();
         format!("{prefix}{}", &text[..len])
@@ -90,6 +103,7 @@ impl Executions {
             error: None,
             completions: 0,
             refused: 0,
+            refusals: Vec::new(),
         });
         let token = self.token(&id).expect("just started");
         (id, workflow, token)
@@ -134,6 +148,19 @@ impl Executions {
         self.list.iter().find(|e| e.id == id)
     }
 
+    /// Every token issued, with its execution (for the explorer: none may reach the logs).
+    pub fn issued(&self) -> Vec<(String, String)> {
+        self.tokens
+            .iter()
+            .map(|(t, r)| (t.clone(), r.execution.clone()))
+            .collect()
+    }
+
+    /// The newest execution, if any.
+    pub fn newest(&self) -> Option<&Execution> {
+        self.list.last()
+    }
+
     /// Whether `token` is a workflow token (`xwfp-`).
     pub fn is_workflow_token(token: Option<&str>) -> bool {
         token.is_some_and(|t| t.starts_with("xwfp-"))
@@ -168,6 +195,7 @@ impl Executions {
             let id = args["function_execution_id"].as_str().unwrap_or_default();
             if let Some(e) = self.list.iter_mut().find(|e| e.id == id) {
                 e.refused += 1;
+                e.refusals.push("token_expired".into());
             }
             return refuse("token_expired");
         }
@@ -186,6 +214,7 @@ impl Executions {
         };
         if let Some(code) = code {
             e.refused += 1;
+            e.refusals.push(code.into());
             return refuse(code);
         }
         let outputs = match &args["outputs"] {
@@ -203,6 +232,7 @@ impl Executions {
             }
             _ => {
                 e.refused += 1;
+                e.refusals.push("invalid_arguments".into());
                 return refuse("invalid_arguments");
             }
         }
@@ -227,6 +257,7 @@ impl Executions {
                     "error": e.error,
                     "completions": e.completions,
                     "refused": e.refused,
+                    "refusals": e.refusals,
                 })
             })
             .collect()

@@ -30,8 +30,6 @@ pub(crate) struct Recorded {
     pub(crate) peers: Vec<std::sync::Weak<Mutex<Recorded>>>,
     /// `auth.test` answers without `app_id` (Slack's documented example names none).
     pub(crate) auth_test_without_app: bool,
-    /// Workflow Builder step executions and their tokens.
-    pub(crate) executions: super::functions::Executions,
     /// Each call's method and the token it came with, in order (kept in the test's memory,
     /// never printed).
     pub(crate) bearers: Vec<(String, String)>,
@@ -80,7 +78,6 @@ impl FakeSlack {
             callers: Vec::new(),
             peers: Vec::new(),
             auth_test_without_app: false,
-            executions: Default::default(),
             bearers: Vec::new(),
         }));
         let router = Router::new()
@@ -267,7 +264,7 @@ impl FakeSlack {
         let mut s = self.state.lock().expect("lock");
         let team = s.workspace.identity.team.clone();
         let (function_execution_id, workflow_execution_id, bot_access_token) =
-            s.executions.start(callback_id, inputs, &team);
+            s.workspace.executions.start(callback_id, inputs, &team);
         StartedExecution {
             function_execution_id,
             workflow_execution_id,
@@ -278,13 +275,23 @@ impl FakeSlack {
     /// A new token of the execution `id` (Slack sends one with each request of the step: a
     /// click's, a submission's); born revoked once the execution has ended. `None`: unknown.
     pub fn execution_token(&self, id: &str) -> Option<String> {
-        self.state.lock().expect("lock").executions.token(id)
+        self.state
+            .lock()
+            .expect("lock")
+            .workspace
+            .executions
+            .token(id)
     }
 
     /// The workflow was stopped, or the step timed out: the execution `id` ends (its tokens
     /// revoked) unless it has completed already.
     pub fn end_execution(&self, id: &str) -> bool {
-        self.state.lock().expect("lock").executions.end(id)
+        self.state
+            .lock()
+            .expect("lock")
+            .workspace
+            .executions
+            .end(id)
     }
 
     /// The executions, in the order they started: each `function_execution_id`,
@@ -292,7 +299,12 @@ impl FakeSlack {
     /// `completed`, `failed`, `ended`), `outputs`, `error`, `completions` (answered ok: at most
     /// one) and `refused` (completions answered not ok).
     pub fn executions(&self) -> Vec<Value> {
-        self.state.lock().expect("lock").executions.shown()
+        self.state
+            .lock()
+            .expect("lock")
+            .workspace
+            .executions
+            .shown()
     }
 }
 
@@ -383,11 +395,15 @@ pub(crate) fn answer(
         "functions.completeSuccess" | "functions.completeError"
     ) {
         s.calls.push((method.to_string(), args.clone()));
-        return s.executions.complete(method, &args, token);
+        return s.workspace.executions.complete(method, &args, token);
     }
     if Executions::is_workflow_token(token) {
         // A step execution's token: its team's bot while the execution runs.
-        match s.executions.authenticate(token.unwrap_or_default()) {
+        match s
+            .workspace
+            .executions
+            .authenticate(token.unwrap_or_default())
+        {
             Authenticated::Team(team) => owner = team,
             Authenticated::Refused(code) => {
                 return serde_json::json!({"ok": false, "error": code});

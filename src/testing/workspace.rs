@@ -84,6 +84,9 @@ pub struct Workspace {
     stream_expiry_ms: u64,
     /// The assistant threads' status, prompts and titles: (method, channel, thread_ts, args).
     assistant: Vec<(String, String, String, Value)>,
+    /// Workflow Builder step executions and their tokens (the default workspace's stand-in
+    /// keeps every team's: an execution names its team).
+    pub(crate) executions: super::functions::Executions,
 }
 
 /// Positions in [`Workspace`]'s `messages`, by what the methods look messages up by.
@@ -222,6 +225,7 @@ impl Workspace {
             views: Vec::new(),
             stream_expiry_ms: 5 * 60 * 1000,
             assistant: Vec::new(),
+            executions: Default::default(),
         }
     }
 

@@ -82,6 +82,10 @@ async fn two_approvers_at_once_and_a_double_click_complete_the_step_once_with_th
     );
     for acked in [&a, &b, &a2] {
         assert_eq!(acked.status, 200, "{acked:?}");
+        assert_eq!(
+            acked.outcome, "answered",
+            "each click done, none left to retry: {acked:?}"
+        );
     }
     let e = execution(&bot, &id);
     assert_eq!(e["state"], "completed", "{e}");
@@ -126,8 +130,81 @@ async fn two_approvers_at_once_and_a_double_click_complete_the_step_once_with_th
         .in_step(&id)
         .click(example::APPROVE, "approve", Some(&message))
         .await;
-    assert_eq!(late.status, 200);
+    assert_eq!(
+        (late.status, late.outcome.as_str()),
+        (200, "answered"),
+        "{late:?}"
+    );
     assert_eq!(execution(&bot, &id)["completions"], 1);
+}
+
+/// A click as a step's message may bring it: its trigger only as the interactivity pointer,
+/// and no response_url. Approve shows the decision with the click's token and completes;
+/// Reject opens its modal with the pointer.
+#[tokio::test]
+async fn a_click_without_trigger_id_or_response_url_still_decides_and_shows_it() {
+    let bot = TestBot::start(example::app()).await;
+    let (_, ex) = bot.run_step(example::CALLBACK_ID, inputs()).await;
+    let message = dm(&bot).remove(0);
+    let token = bot
+        .slack()
+        .execution_token(&ex.function_execution_id)
+        .unwrap();
+    let click = |action: &str| {
+        json!({
+            "type": "block_actions",
+            "user": {"id": APPROVER, "team_id": slack_once::testing::TEAM},
+            "team": {"id": slack_once::testing::TEAM},
+            "api_app_id": slack_once::testing::APP_ID,
+            "container": {"type": "message", "message_ts": message["ts"], "channel_id": message["channel"]},
+            "channel": {"id": message["channel"]},
+            "message": message,
+            "actions": [{"type": "button", "action_id": action, "block_id": "approval",
+                         "value": "x", "action_ts": format!("1767225700.{:06}", action.len())}],
+            "trigger_id": null,
+            "bot_access_token": token,
+            "function_data": {"execution_id": ex.function_execution_id,
+                              "function": {"callback_id": example::CALLBACK_ID}, "inputs": inputs()},
+            "interactivity": {"interactor": {"id": APPROVER, "secret": "s"},
+                              "interactivity_pointer": slack_once::testing::Workspace::trigger_id()},
+        })
+    };
+    let rejected = bot.send_interaction(click(example::REJECT)).await;
+    assert_eq!(
+        (rejected.status, rejected.outcome.as_str()),
+        (200, "answered"),
+        "{rejected:?}"
+    );
+    assert_eq!(
+        bot.slack().views().len(),
+        1,
+        "the modal opened with the pointer"
+    );
+    let approved = bot.send_interaction(click(example::APPROVE)).await;
+    assert_eq!(
+        (approved.status, approved.outcome.as_str()),
+        (200, "answered"),
+        "{approved:?}"
+    );
+    let e = execution(&bot, &ex.function_execution_id);
+    assert_eq!(
+        (e["state"].as_str(), e["completions"].as_u64()),
+        (Some("completed"), Some(1))
+    );
+    let shown = bot
+        .slack()
+        .messages()
+        .into_iter()
+        .find(|m| m["ts"] == message["ts"])
+        .unwrap();
+    assert!(
+        shown.to_string().contains("Approved by <@U0APPROVER>"),
+        "{shown}"
+    );
+    assert!(
+        bot.slack().calls().iter().all(|(m, _)| m != "response_url"),
+        "no response_url to use"
+    );
 }
 
 #[tokio::test]
@@ -193,6 +270,7 @@ async fn a_click_after_the_workflow_stopped_says_so_and_completes_nothing() {
         .click(example::APPROVE, "approve", Some(&message))
         .await;
     assert_eq!(clicked.status, 200, "{clicked:?}");
+    assert_eq!(clicked.outcome, "answered", "told, and done: {clicked:?}");
     let e = execution(&bot, &ex.function_execution_id);
     assert_eq!(
         (e["state"].as_str(), e["completions"].as_u64()),

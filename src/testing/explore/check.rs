@@ -756,6 +756,32 @@ fn check_schedule(end: &End) -> Vec<String> {
     let mut broken = Vec::new();
     // Tokens.
     for (run, token) in &end.tokens {
+        let request = end
+            .runs
+            .get(*run as usize - 1)
+            .map(|r| r.request)
+            .unwrap_or(usize::MAX);
+        if let Some(execution) = end.by_request.executions.get(&request) {
+            // A step's request: every call with a token of its own execution.
+            let of = token.as_ref().and_then(|t| {
+                end.execution_tokens
+                    .iter()
+                    .find(|(issued, _)| issued == t)
+                    .map(|(_, e)| e)
+            });
+            if of != Some(execution) {
+                broken.push(format!(
+                    "tokens: run {run}, of the step execution {execution}, called Slack with {}",
+                    match (token, of) {
+                        (None, _) => "no token",
+                        (Some(_), Some(_)) => "another execution's token",
+                        (Some(_), None) =>
+                            "a token that is not its execution's (the installation's?)",
+                    }
+                ));
+            }
+            continue;
+        }
         let ours = match (&end.issued, token) {
             (Some(issued), Some(token)) => issued.contains(token),
             (None, Some(token)) => token == BOT_TOKEN,
@@ -783,6 +809,14 @@ fn check_schedule(end: &End) -> Vec<String> {
                 ));
             }
         }
+        for (secret, _) in &end.execution_tokens {
+            if line.contains(secret.as_str()) {
+                broken.push(format!(
+                    "tokens: a step execution's token is in the logs: {}",
+                    brief(line)
+                ));
+            }
+        }
         if line.contains(CLIENT_SECRET) {
             broken.push(format!(
                 "tokens: the client secret is in the logs: {}",
@@ -801,9 +835,110 @@ fn check_schedule(end: &End) -> Vec<String> {
         }
     }
 
+    broken.extend(check_steps(end));
     broken.extend(end.violations.iter().cloned());
     if end.unfinished {
         broken.push("the request's life did not end within 6 hours (virtual)".into());
+    }
+    broken
+}
+
+/// Workflow Builder steps: at most one completion per execution (a completion sent after
+/// one was made is allowed only where a fault may have lost a completion's answer: the one
+/// announced and sent again, which Slack answers `execution_not_in_running_state`), every
+/// completion with the execution's own token, and a request reported answered only when its
+/// completion is in Slack (the execution's record says completed only where Slack does).
+fn check_steps(end: &End) -> Vec<String> {
+    let mut broken = Vec::new();
+    // The completions Slack was sent, in order: (run, what Slack answered).
+    let sent: Vec<(u32, &str)> = end
+        .trace
+        .iter()
+        .filter(|l| l.text.starts_with("slack functions.complete"))
+        .filter_map(|l| Some((l.run?, l.text.as_str())))
+        .collect();
+    // A run whose completion may have gone out unconfirmed: it died, a fault struck it, or it
+    // did not end with its request answered (released, the queue's message kept).
+    let unconfirmed = |run: u32| {
+        let struck = end.by_request.struck_runs.contains(&run);
+        let ended_well = end
+            .runs
+            .get(run as usize - 1)
+            .and_then(|r| r.end.as_ref())
+            .is_some_and(|e| match e {
+                RunEnd::Answered { status, .. } => (200..300).contains(status),
+                RunEnd::Handled { deleted, .. } => *deleted,
+                RunEnd::Died => false,
+            });
+        struck || !ended_well
+    };
+    let sent_again_unwarranted = sent.iter().enumerate().any(|(i, (run, text))| {
+        text.contains("execution_not_in_running_state")
+            && !sent[..i]
+                .iter()
+                .any(|(earlier, _)| earlier != run && unconfirmed(*earlier))
+    });
+    for e in &end.executions {
+        let id = e["function_execution_id"].as_str().unwrap_or_default();
+        let refusals: Vec<&str> = e["refusals"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let again = refusals
+            .iter()
+            .filter(|c| **c == "execution_not_in_running_state")
+            .count();
+        let state = e["state"].as_str().unwrap_or_default();
+        if again > 0 && state != "ended" && sent_again_unwarranted {
+            broken.push(format!(
+                "steps: at most one completion per execution: {id} was sent {again} more after its completion, though no completion's answer was lost"
+            ));
+        }
+        if refusals.contains(&"access_denied") {
+            broken.push(format!(
+                "steps: {id} was sent a completion with a token that is not the execution's"
+            ));
+        }
+        #[derive(serde::Deserialize)]
+        struct Record {
+            #[serde(default)]
+            closed: Option<String>,
+        }
+        let record: Option<Record> = end.state(&format!("slack-once/execution/{id}"));
+        let closed = record.and_then(|r| r.closed);
+        if closed.as_deref() == Some("completed") && !matches!(state, "completed" | "failed") {
+            broken.push(format!(
+                "steps: the ledger says {id} was completed, and Slack shows it {state}"
+            ));
+        }
+        // The requests of the execution that sent a completion, and ended answered.
+        for (n, of) in &end.by_request.executions {
+            if of != id {
+                continue;
+            }
+            let completed_by_n = end.by_request.origins.writes.iter().any(|(r, m, a)| {
+                r == n
+                    && m.starts_with("functions.complete")
+                    && a["function_execution_id"].as_str() == Some(id)
+            });
+            let answered = end
+                .runs
+                .iter()
+                .rev()
+                .find(|r| r.request == *n && r.end.is_some())
+                .and_then(|r| r.end.as_ref())
+                .is_some_and(|e| outcome(e) == "answered");
+            if completed_by_n
+                && answered
+                && state == "running"
+                && closed.as_deref() != Some("ended")
+            {
+                broken.push(format!(
+                    "steps: request {} was reported answered, and its completion of {id} is not in Slack (the execution is still running)",
+                    n + 1
+                ));
+            }
+        }
     }
     broken
 }

@@ -324,6 +324,16 @@ impl Explorer {
         self
     }
 
+    /// A Workflow Builder step execution of `callback_id` with `inputs` is running before the
+    /// first request (its `function_executed` answered earlier: seed what it posted with
+    /// [`Explorer::with_message`]), for requests [`Request::in_step`] in it.
+    pub fn with_execution(mut self, callback_id: &str, inputs: serde_json::Value) -> Self {
+        self.seeds
+            .executions
+            .push((callback_id.to_string(), inputs));
+        self
+    }
+
     /// In deferred mode only (an ingress that hands each request to the work queue, workers
     /// that answer it).
     pub fn deferred(mut self) -> Self {

@@ -23,6 +23,8 @@ pub struct Request {
     pub(crate) copies: bool,
     /// No listener takes it, and the test says that is intended ([`Request::unhandled`]).
     pub(crate) unhandled: bool,
+    /// An interaction in the newest step execution ([`Request::in_step`]).
+    pub(crate) in_step: bool,
 }
 
 /// Which message a click is on.
@@ -68,6 +70,11 @@ pub(crate) enum Kind {
         callback_id: String,
         values: Value,
     },
+    /// A workflow reaching the app's step: `function_executed`.
+    Step {
+        callback_id: String,
+        inputs: Value,
+    },
 }
 
 impl Request {
@@ -78,7 +85,26 @@ impl Request {
             channel: crate::testing::CHANNEL.into(),
             copies: true,
             unhandled: false,
+            in_step: false,
         }
+    }
+
+    /// A workflow reaches the app's step `callback_id` with `inputs`: Slack starts an
+    /// execution and sends `function_executed` with the execution's token, retried as every
+    /// event is.
+    pub fn step(callback_id: &str, inputs: Value) -> Self {
+        Self::new(Kind::Step {
+            callback_id: callback_id.into(),
+            inputs,
+        })
+    }
+
+    /// In a sequence: an interaction (a click, a view submission) in the step execution an
+    /// earlier request started (the newest): it carries the execution's `function_data` and
+    /// a new token of the execution, as Slack's does.
+    pub fn in_step(mut self) -> Self {
+        self.in_step = true;
+        self
     }
 
     /// A person's message mentioning the bot: it arrives as an `app_mention` and a `message`
@@ -240,6 +266,7 @@ impl Request {
             Kind::ViewSubmission { callback_id, .. } => {
                 format!("a submission of the view {callback_id}")
             }
+            Kind::Step { callback_id, .. } => format!("the workflow step {callback_id}"),
         }
     }
 
@@ -254,7 +281,10 @@ impl Request {
 
     /// Whether Slack retries it (events) or sends it once (commands, interactions).
     pub(crate) fn is_event(&self) -> bool {
-        matches!(self.kind, Kind::Event(_) | Kind::Message { .. })
+        matches!(
+            self.kind,
+            Kind::Event(_) | Kind::Message { .. } | Kind::Step { .. }
+        )
     }
 }
 
@@ -272,6 +302,30 @@ pub(crate) struct Copy {
 pub(crate) struct Prepared {
     pub copies: Vec<Copy>,
     pub phantom: Option<(String, String)>,
+    /// The step execution it is in (a step's own request, or an interaction in one).
+    pub execution: Option<String>,
+}
+
+/// An interaction's payload made one in the newest step execution: its `function_data`, a new
+/// token of the execution, the interactivity Slack adds. `Err` when no execution was started.
+fn in_step(workspace: &mut Workspace, payload: &mut Value) -> Result<String, String> {
+    let newest = workspace
+        .executions
+        .newest()
+        .map(|e| (e.id.clone(), e.callback_id.clone(), e.inputs.clone()))
+        .ok_or("no step execution was started to interact in")?;
+    let (id, callback_id, inputs) = newest;
+    payload["function_data"] = json!({
+        "execution_id": id, "function": {"callback_id": callback_id}, "inputs": inputs,
+    });
+    if let Some(token) = workspace.executions.token(&id) {
+        payload["bot_access_token"] = token.into();
+    }
+    payload["interactivity"] = json!({
+        "interactor": {"id": payload["user"]["id"].clone(), "secret": "not-a-secret"},
+        "interactivity_pointer": payload["trigger_id"].clone(),
+    });
+    Ok(id)
 }
 
 fn envelope(event_id: &str, event: Value) -> String {
@@ -340,6 +394,28 @@ pub(crate) fn prepare(
         Ok(Prepared {
             copies,
             phantom: None,
+            execution: None,
+        })
+    };
+    // An interaction, in the newest step execution when the request says so.
+    let send = |workspace: &mut Workspace, label: &str, payload: Value| {
+        let mut payload = payload;
+        let execution = match request.in_step {
+            true => Some(in_step(workspace, &mut payload)?),
+            false => None,
+        };
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &payload.to_string())
+            .finish();
+        Ok(Prepared {
+            copies: vec![Copy {
+                label: label.to_string(),
+                body,
+                form: true,
+                offset: Duration::ZERO,
+            }],
+            phantom: None,
+            execution,
         })
     };
     let interaction = |mut payload: Value| {
@@ -418,6 +494,7 @@ pub(crate) fn prepare(
             Ok(Prepared {
                 copies,
                 phantom: Some((phantom_ts, message_ts)),
+                execution: None,
             })
         }
         Kind::Command { command, text } => {
@@ -489,7 +566,7 @@ pub(crate) fn prepare(
                 payload["response_url"] =
                     format!("{origin}/actions/{TEAM}/{channel}/{ts}/{}", n + 1).into();
             }
-            only(vec![one("the click", form(interaction(payload)), true)])
+            send(workspace, "the click", interaction(payload))
         }
         Kind::Shortcut {
             callback_id,
@@ -537,7 +614,37 @@ pub(crate) fn prepare(
             };
             shown["state"] = json!({ "values": values });
             let payload = interaction(json!({"type": "view_submission", "view": shown}));
-            only(vec![one("the view submission", form(payload), true)])
+            send(workspace, "the view submission", payload)
+        }
+        Kind::Step {
+            callback_id,
+            inputs,
+        } => {
+            let (id, workflow, token) =
+                workspace
+                    .executions
+                    .start(callback_id, inputs.clone(), TEAM);
+            let ts = format!("{}.{:06}", now_ms / 1000, 400 + n);
+            let event = json!({
+                "type": "function_executed",
+                "function": {"id": format!("Fn0EXPLORE{n}"), "callback_id": callback_id,
+                             "title": callback_id, "type": "app", "app_id": APP_ID,
+                             "input_parameters": [], "output_parameters": []},
+                "inputs": inputs,
+                "function_execution_id": id,
+                "workflow_execution_id": workflow,
+                "event_ts": ts,
+                "bot_access_token": token,
+            });
+            Ok(Prepared {
+                copies: vec![one(
+                    "function_executed",
+                    envelope(&event_id(1), event),
+                    false,
+                )],
+                phantom: None,
+                execution: Some(id),
+            })
         }
     }
 }

@@ -80,6 +80,8 @@ pub(crate) struct Seeds {
     pub state: Vec<(String, bool, Value)>,
     /// Messages in Slack (people's, the bot's earlier ones).
     pub messages: Vec<Value>,
+    /// Workflow Builder step executions running: (callback id, inputs).
+    pub executions: Vec<(String, Value)>,
 }
 
 /// What stays the same across the schedules of one exploration.
@@ -160,6 +162,11 @@ pub struct End {
     pub(crate) dead_lettered: Vec<usize>,
     /// The requests, in groups sent at once (a sequence: one each).
     pub(crate) groups: Vec<Vec<usize>>,
+    /// The step executions Slack ran, as [`crate::testing::FakeSlack::executions`] shows
+    /// them (`state`, `completions`, `refusals`…).
+    pub executions: Vec<Value>,
+    /// Every token of a step execution Slack issued, with its execution.
+    pub(crate) execution_tokens: Vec<(String, String)>,
 }
 
 /// The app's state at the end of a schedule, for invariants to read ([`End::state`]).
@@ -326,6 +333,9 @@ fn seed(spec: &Spec, world: &World) {
             .slack
             .with_workspace(|w| w.add_message(message.clone()));
     }
+    for (callback_id, inputs) in &spec.seeds.executions {
+        world.slack.start_execution(callback_id, inputs.clone());
+    }
 }
 
 /// Sends each request of the exploration when its time comes (see [`Start`]).
@@ -371,6 +381,9 @@ async fn send_all(shared: Arc<Shared>) {
                     let mut s = world.lock();
                     if let Some(pair) = prepared.phantom {
                         s.by_request.phantoms.push(pair);
+                    }
+                    if let Some(execution) = prepared.execution {
+                        s.by_request.executions.insert(n, execution);
                     }
                 }
                 if shared.spec.steps.len() > 1 {
@@ -587,6 +600,8 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
         unfinished,
         acks: s.acks.clone(),
         struck: s.struck.clone(),
+        executions: slack.executions(),
+        execution_tokens: slack.with_workspace(|w| w.executions.issued()),
     }
 }
 

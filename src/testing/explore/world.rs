@@ -160,6 +160,8 @@ pub(crate) struct ByRequest {
     /// Calls to Slack that reached it around the crate's client (the bot's own HTTP client):
     /// (request, method, arguments).
     pub around: Vec<(Option<usize>, String, Value)>,
+    /// The step execution each request is in (a step's own, or an interaction in one).
+    pub executions: BTreeMap<usize, String>,
 }
 
 /// Which request made each thing Slack shows: its messages (by channel and `ts`), its
