@@ -1718,32 +1718,77 @@ mod steps {
         );
     }
 
-    /// A planted defect: the click's completion reported answered though Slack never got it
-    /// (the listener swallows the completion's failure).
+    /// A click that swallows its completion's failures of unknown fate (a timeout, a lost
+    /// answer, the ledger's) is still never reported answered while the completion's fate is
+    /// open: the journal holds the request back, and the queue's redelivery completes it.
     #[test]
-    fn a_completion_lost_and_reported_answered_is_caught() {
+    fn a_swallowed_completion_failure_is_not_reported_answered() {
         fn app() -> App {
             approval::app().action("approval_swallow", |ctx: Ctx, _c: BlockAction| async move {
-                let _ = ctx
-                    .complete(json!({"decision": "approved", "decided_by": "U0APPROVER"}))
-                    .await;
+                let outputs = json!({"decision": "approved", "decided_by": "U0APPROVER"});
+                match ctx.complete(outputs).await {
+                    // Slack's refusal is surfaced; a timeout, a lost answer, a ledger that
+                    // did not answer are swallowed.
+                    Err(e) if e.slack_code().is_some() => Err(e.into()),
+                    _ => Ok(()),
+                }
+            })
+        }
+        Explorer::new(app)
+            .with_execution(CALLBACK_ID, inputs())
+            .with_message(dm_with("approval_swallow"))
+            .request(click("approval_swallow"))
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+
+    /// A planted defect: a click that records its decision and never completes the step.
+    #[test]
+    fn a_decision_never_completed_is_caught() {
+        fn app() -> App {
+            approval::app().action("approval_forget", |ctx: Ctx, _c: BlockAction| async move {
+                let outputs = json!({"decision": "approved", "decided_by": "U0APPROVER"});
+                ctx.decide(slack_once::app::function::StepEnd::Success(outputs))
+                    .await?;
                 Ok(())
             })
         }
         let report = Explorer::new(app)
-            .sequence([
-                Request::step(CALLBACK_ID, inputs()),
-                Request::click("approval_swallow", "x")
-                    .as_user("U0APPROVER")
-                    .in_channel(DM)
-                    .on_message("a message of the step's")
-                    .in_step(),
-            ])
+            .with_execution(CALLBACK_ID, inputs())
+            .with_message(dm_with("approval_forget"))
+            .request(click("approval_forget"))
             .run();
         let text = report.to_string();
         assert!(
-            text.contains("is not in Slack") || text.contains("not in Slack"),
-            "the explorer finds the lost completion:\n{text}"
+            text.contains("and never completed it"),
+            "the explorer finds the step left running:\n{text}"
         );
+    }
+
+    /// The step's DM with one button, `action_id`, in Slack before the request.
+    fn dm_with(action_id: &str) -> serde_json::Value {
+        let message =
+            slack_once::app::Message::text("Approve?").blocks([slack_once::app::blocks::actions(
+                [slack_once::app::blocks::button("Approve", action_id, "x")],
+            )]);
+        let mut dm = serde_json::to_value(message).unwrap();
+        for (k, v) in [
+            ("channel", json!(DM)),
+            ("ts", json!("1767220000.000100")),
+            ("bot_id", json!(slack_once::testing::BOT_ID)),
+            ("app_id", json!(slack_once::testing::APP_ID)),
+        ] {
+            dm[k] = v;
+        }
+        dm
+    }
+
+    fn click(action_id: &str) -> Request {
+        Request::click(action_id, "x")
+            .as_user("U0APPROVER")
+            .in_channel(DM)
+            .on_posted_message()
+            .in_step()
     }
 }

@@ -610,6 +610,12 @@ impl Ctx {
         steps.held || steps.doubtful || steps.in_step > 0
     }
 
+    /// A write whose fate is unknown (a state change whose answer was lost): the claim cannot
+    /// end done, whatever the listener does with the error.
+    pub(crate) async fn doubtful(&self) {
+        self.inner.steps.lock().await.doubtful = true;
+    }
+
     /// An acknowledgement the listener chose too late to reach Slack in any form.
     pub(crate) fn lost_ack(&self) -> Option<Ack> {
         self.inner.acking.lock().expect("ack lock").lost.clone()

@@ -137,6 +137,27 @@ impl State {
         version: u64,
         ttl: Duration,
     ) -> Result<Put, Error> {
+        let put = self.put_once(name, value, version, ttl).await;
+        self.unknown_if_failed(&put).await;
+        put
+    }
+
+    /// A change whose ledger call failed is of unknown fate (its answer lost, the deadline
+    /// passed): should the listener go on past the error, the request is not done, and its
+    /// next run finds the change made or makes it.
+    async fn unknown_if_failed<R>(&self, result: &Result<R, Error>) {
+        if let Err(Error::Ledger(_)) = result {
+            self.ctx.doubtful().await;
+        }
+    }
+
+    async fn put_once<T: Serialize>(
+        &self,
+        name: &str,
+        value: &T,
+        version: u64,
+        ttl: Duration,
+    ) -> Result<Put, Error> {
         refuse_inside_remember(name)?;
         self.ctx.state_is_a_workers(true).await?;
         let claim = self.claim(name).await?;
@@ -227,6 +248,21 @@ impl State {
     /// }
     /// ```
     pub async fn change<T, F>(
+        &self,
+        name: &str,
+        ttl: Duration,
+        change: F,
+    ) -> Result<Changed<T>, Error>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(Option<T>) -> Option<T>,
+    {
+        let changed = self.change_once(name, ttl, change).await;
+        self.unknown_if_failed(&changed).await;
+        changed
+    }
+
+    async fn change_once<T, F>(
         &self,
         name: &str,
         ttl: Duration,
@@ -377,27 +413,35 @@ impl State {
             )));
         }
         let expires_at_s = (crate::clock::now_ms() / 1000).saturating_add(ttl.as_secs().max(1));
-        self.ledger_call(|ledger, now| {
-            let (key, text) = (key.clone(), text.clone());
-            async move {
-                let write = StateWrite {
-                    value: &text,
-                    expected,
-                    writer,
-                    read_writers,
-                    expires_at_s,
-                    request: Some(RequestChange {
-                        held: Held {
-                            event_id: key_of_claim,
-                            owner,
-                        },
-                        change,
-                    }),
-                };
-                ledger.put_state(&key, &write, now).await
-            }
-        })
-        .await
+        let written = self
+            .ledger_call(|ledger, now| {
+                let (key, text) = (key.clone(), text.clone());
+                async move {
+                    let write = StateWrite {
+                        value: &text,
+                        expected,
+                        writer,
+                        read_writers,
+                        expires_at_s,
+                        request: Some(RequestChange {
+                            held: Held {
+                                event_id: key_of_claim,
+                                owner,
+                            },
+                            change,
+                        }),
+                    };
+                    ledger.put_state(&key, &write, now).await
+                }
+            })
+            .await;
+        if let Err(Error::Ledger(_)) = &written {
+            // Its fate unknown (the answer lost, the deadline passed): should the listener go
+            // on past the error, the request is not done, and its next run finds the change
+            // made or makes it.
+            self.ctx.doubtful().await;
+        }
+        written
     }
 
     /// The ledger key of `name`: see [`state_key`]; the request's tenant's unless shared.

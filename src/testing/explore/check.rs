@@ -685,8 +685,14 @@ fn check_request(compare: &Compare, reference: &End, end: &End, relaxed: bool) -
                     continue;
                 }
                 // Slack's own limits, met because faults delayed the request (a
-                // response_url lives 30 minutes and takes 5 posts; a trigger_id 3 s).
-                let limit = ["expired_url", "used_url", "expired_trigger_id"];
+                // response_url lives 30 minutes and takes 5 posts; a trigger_id 3 s; a step
+                // execution's token 15 minutes).
+                let limit = [
+                    "expired_url",
+                    "used_url",
+                    "expired_trigger_id",
+                    "token_expired",
+                ];
                 if limit.contains(&code.as_str()) && !end.faults.is_empty() {
                     continue;
                 }
@@ -903,9 +909,33 @@ fn check_steps(end: &End) -> Vec<String> {
         struct Record {
             #[serde(default)]
             closed: Option<String>,
+            #[serde(default)]
+            key: String,
         }
         let record: Option<Record> = end.state(&format!("slack-once/execution/{id}"));
+        let decider = record
+            .as_ref()
+            .and_then(|r| end.by_request.keys.get(&r.key).copied());
         let closed = record.and_then(|r| r.closed);
+        let answered = |n: usize| {
+            end.runs
+                .iter()
+                .rev()
+                .find(|r| r.request == n && r.end.is_some())
+                .and_then(|r| r.end.as_ref())
+                .is_some_and(|e| matches!(outcome(e), "answered" | "no_reply"))
+        };
+        if let Some(n) = decider
+            && closed.is_none()
+            && state == "running"
+            && answered(n)
+        {
+            broken.push(format!(
+                "steps: request {} decided {id} and was reported answered, and never completed it \
+                 (the execution is still running)",
+                n + 1
+            ));
+        }
         if closed.as_deref() == Some("completed") && !matches!(state, "completed" | "failed") {
             broken.push(format!(
                 "steps: the ledger says {id} was completed, and Slack shows it {state}"
