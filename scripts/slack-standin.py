@@ -79,7 +79,8 @@ Endpoints for scripts (JSON bodies):
                           a running execution is ended; all its tokens are revoked
   State also: executions [{function_execution_id, workflow_execution_id, callback_id, team, inputs,
   state (running|completed|failed|ended), outputs, error, completions (completeSuccess/completeError
-  answered ok), refused (answered not ok; a scripted fail:CODE is not counted)}], oldest first.
+  answered ok), refused (answered not ok; a scripted fail:CODE is not counted), refusals (their
+  codes, in order)}], oldest first.
   State with OAuth also: oauth_exchanges [{grant_type, team, ok, error?}], issued_tokens (access
   tokens issued, by team), live_tokens (usable now, by team), installations, teams (each other team's
   messages and reactions). /_standin/messages, /foreign, /chatter take an optional team.
@@ -652,12 +653,13 @@ def complete(method, args):
     return {"ok": True}
 
 
-def refused(url, args):
+def refused(url, args, error):
     """A completeSuccess/completeError answered not ok: counted on the execution it names."""
     if not url.path.startswith("/_standin/") and url.path.rstrip("/").rsplit("/", 1)[-1] in COMPLETE:
         execution = executions.get(str(args.get("function_execution_id") or ""))
         if execution is not None:
             execution["refused"] += 1
+            execution["refusals"].append(error)
 
 
 def workflow_token(execution):
@@ -695,7 +697,7 @@ def execution_endpoint(path, body):
             "workflow_execution_id": execution_id("Wx", {e["workflow_execution_id"] for e in executions.values()}),
             "callback_id": body["callback_id"], "team": team,
             "inputs": {} if body.get("inputs") is None else body["inputs"], "state": "running",
-            "outputs": None, "error": None, "completions": 0, "refused": 0}
+            "outputs": None, "error": None, "completions": 0, "refused": 0, "refusals": []}
         return {"ok": True, "function_execution_id": fid,
                 "workflow_execution_id": execution["workflow_execution_id"],
                 "bot_access_token": workflow_token(execution)}
@@ -1076,11 +1078,11 @@ class Handler(BaseHTTPRequestHandler):
             answer = web_api(method, args)
             return 200, {"X-OAuth-Scopes": CUR.scope} if TOKEN and TOKEN["kind"] == "bot" else {}, answer, args
         except Fail as fail:
-            refused(url, args)
+            refused(url, args, fail.error)
             return fail.status, fail.headers, {"ok": False, "error": fail.error}, args
         except Exception as error:  # a fault of the stand-in itself: say so, keep serving
             traceback.print_exc()
-            refused(url, args)
+            refused(url, args, "standin_fault")
             return 500, {}, {"ok": False, "error": f"standin_fault: {error!r}"}, args
 
     def basic_auth(self):

@@ -25,5 +25,6 @@ mod review;
 mod soak;
 mod standins;
 mod steps;
+mod steps_processes;
 mod tenants;
 mod workspaces;

@@ -12,13 +12,18 @@ use slack_once::testing::{FakeSlack, Identity, Workspace};
 
 use crate::helpers::HttpClient;
 
-struct PythonStandin {
+pub(crate) struct PythonStandin {
     child: Child,
-    base_url: String,
+    pub(crate) base_url: String,
 }
 
 impl PythonStandin {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// Started with more options (`--workflow-token-seconds 2`).
+    pub(crate) async fn start_with(options: &[&str]) -> Self {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -33,6 +38,7 @@ impl PythonStandin {
                 "--team", "T0TEST", "--app-id", "A0TEST", "--bot-id", "B0TEST",
             ])
             .args(["--bot-user", "U0BOT"])
+            .args(options)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -334,4 +340,270 @@ async fn fake_slack_and_the_python_stand_in_answer_every_call_alike() {
     assert_eq!(ours.len(), theirs.len());
     // Reads by POST (as Ctx::read sends them) are answered, not refused.
     assert_eq!(ours[3]["messages"].as_array().map(Vec::len), Some(1));
+}
+
+impl PythonStandin {
+    /// Its origin (`http://127.0.0.1:PORT`).
+    pub(crate) fn origin(&self) -> String {
+        self.base_url.trim_end_matches("/api").to_string()
+    }
+
+    /// A script endpoint: `POST /_standin/<path>` with a JSON body.
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
+        let http = HttpClient::default();
+        let headers = [("content-type".to_string(), "application/json".to_string())];
+        http.request(
+            "POST",
+            &format!("{}/_standin/{path}", self.origin()),
+            &headers,
+            body.to_string(),
+        )
+        .await
+        .json()
+    }
+
+    /// `GET /_standin/state`.
+    pub(crate) async fn state(&self) -> Value {
+        HttpClient::default()
+            .request(
+                "GET",
+                &format!("{}/_standin/state", self.origin()),
+                &[],
+                Vec::new(),
+            )
+            .await
+            .json()
+    }
+}
+
+/// A call with `token` (JSON, or a form when `form`).
+async fn call_with(base: &str, method: &str, token: &str, form: bool, args: &Value) -> Value {
+    let http = HttpClient::default();
+    let auth = ("authorization".to_string(), format!("Bearer {token}"));
+    let (content_type, body) = if form {
+        let mut s = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in args.as_object().unwrap() {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            s.append_pair(k, &v);
+        }
+        ("application/x-www-form-urlencoded", s.finish())
+    } else {
+        ("application/json; charset=utf-8", args.to_string())
+    };
+    http.request(
+        "POST",
+        &format!("{base}/{method}"),
+        &[auth, ("content-type".into(), content_type.into())],
+        body,
+    )
+    .await
+    .json()
+}
+
+/// Step executions, as both stand-ins model them (scripts/slack-standin.py's
+/// `/_standin/execution…`, `FakeSlack::start_execution`…): running until completed, failed or
+/// ended; the execution's tokens act as the bot while it runs and are revoked at its end; a
+/// completion checked as Slack does (`access_denied` for a token not the execution's,
+/// `execution_not_in_running_state` after the end, `function_execution_not_found`,
+/// `invalid_arguments`).
+#[tokio::test]
+async fn both_stand_ins_model_step_executions_alike() {
+    let fake = FakeSlack::start_for(Identity {
+        team: "T0TEST".into(),
+        app_id: "A0TEST".into(),
+        bot_id: "B0TEST".into(),
+        bot_user: "U0BOT".into(),
+    })
+    .await;
+    let python = PythonStandin::start().await;
+
+    /// Starts an execution in a stand-in: (id, token).
+    enum Standin<'a> {
+        Fake(&'a FakeSlack),
+        Python(&'a PythonStandin),
+    }
+    impl Standin<'_> {
+        async fn start(&self) -> (String, String) {
+            match self {
+                Standin::Fake(f) => {
+                    let e = f.start_execution("approve", json!({"who": "U1"}));
+                    (e.function_execution_id, e.bot_access_token)
+                }
+                Standin::Python(p) => {
+                    let e = p
+                        .post(
+                            "execution",
+                            json!({"callback_id": "approve", "inputs": {"who": "U1"}}),
+                        )
+                        .await;
+                    (
+                        e["function_execution_id"].as_str().unwrap().to_string(),
+                        e["bot_access_token"].as_str().unwrap().to_string(),
+                    )
+                }
+            }
+        }
+        async fn token(&self, id: &str) -> String {
+            match self {
+                Standin::Fake(f) => f.execution_token(id).unwrap(),
+                Standin::Python(p) => p
+                    .post("execution/token", json!({"function_execution_id": id}))
+                    .await["bot_access_token"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            }
+        }
+        async fn end(&self, id: &str) {
+            match self {
+                Standin::Fake(f) => assert!(f.end_execution(id)),
+                Standin::Python(p) => {
+                    p.post("execution/end", json!({"function_execution_id": id}))
+                        .await;
+                }
+            }
+        }
+        async fn executions(&self) -> Vec<Value> {
+            match self {
+                Standin::Fake(f) => f.executions(),
+                Standin::Python(p) => p.state().await["executions"].as_array().unwrap().clone(),
+            }
+        }
+        fn base(&self) -> String {
+            match self {
+                Standin::Fake(f) => f.base_url().to_string(),
+                Standin::Python(p) => p.base_url.clone(),
+            }
+        }
+    }
+    async fn script(s: Standin<'_>) -> (Vec<Value>, Vec<Value>) {
+        let base = s.base();
+        let mut answers = Vec::new();
+        let mut kept = |a: Value| {
+            answers.push(json!({"ok": a["ok"], "error": a["error"], "bot_id": a["message"]["bot_id"], "app_id": a["message"]["app_id"]}));
+        };
+        let (one, t1) = s.start().await;
+        let post = json!({"channel": "DU1", "text": "Approve?"});
+        kept(call_with(&base, "chat.postMessage", &t1, false, &post).await);
+        let done = |id: &str| json!({"function_execution_id": id, "outputs": {"ok": true}});
+        kept(
+            call_with(
+                &base,
+                "functions.completeSuccess",
+                "xoxb-installation",
+                false,
+                &done(&one),
+            )
+            .await,
+        );
+        kept(
+            call_with(
+                &base,
+                "functions.completeSuccess",
+                &t1,
+                false,
+                &json!({"function_execution_id": one, "outputs": [1]}),
+            )
+            .await,
+        );
+        let t1b = s.token(&one).await;
+        kept(call_with(&base, "functions.completeSuccess", &t1b, false, &done(&one)).await);
+        kept(call_with(&base, "functions.completeSuccess", &t1, false, &done(&one)).await);
+        kept(call_with(&base, "chat.postMessage", &t1, false, &post).await);
+        let late = s.token(&one).await;
+        kept(call_with(&base, "chat.postMessage", &late, false, &post).await);
+        let (two, t2) = s.start().await;
+        kept(
+            call_with(
+                &base,
+                "functions.completeError",
+                &t1,
+                true,
+                &json!({"function_execution_id": two, "error": "no"}),
+            )
+            .await,
+        );
+        kept(
+            call_with(
+                &base,
+                "functions.completeError",
+                &t2,
+                true,
+                &json!({"function_execution_id": two, "error": "no"}),
+            )
+            .await,
+        );
+        let (three, t3) = s.start().await;
+        s.end(&three).await;
+        kept(call_with(&base, "chat.postMessage", &t3, false, &post).await);
+        kept(
+            call_with(
+                &base,
+                "functions.completeSuccess",
+                &t3,
+                true,
+                &json!({"function_execution_id": three, "outputs": "{\"ok\": true}"}),
+            )
+            .await,
+        );
+        kept(
+            call_with(
+                &base,
+                "functions.completeSuccess",
+                &t3,
+                false,
+                &done("Fx0NOTHERE0"),
+            )
+            .await,
+        );
+        kept(call_with(&base, "chat.postMessage", "xwfp-never-issued", false, &post).await);
+        let states = s
+            .executions()
+            .await
+            .into_iter()
+            .map(|e| {
+                json!({"state": e["state"], "outputs": e["outputs"], "error": e["error"],
+                            "completions": e["completions"], "refused": e["refused"],
+                            "refusals": e["refusals"]})
+            })
+            .collect();
+        (answers, states)
+    }
+    let ours = script(Standin::Fake(&fake)).await;
+    let theirs = script(Standin::Python(&python)).await;
+    assert_eq!(
+        ours.0, theirs.0,
+        "the answers: FakeSlack, then the Python stand-in"
+    );
+    assert_eq!(
+        ours.1, theirs.1,
+        "the executions: FakeSlack, then the Python stand-in"
+    );
+    // What the script is about, in case both are wrong alike.
+    let codes: Vec<&Value> = ours.0.iter().map(|a| &a["error"]).collect();
+    assert_eq!(
+        codes,
+        vec![
+            &Value::Null,
+            &json!("access_denied"),
+            &json!("invalid_arguments"),
+            &Value::Null,
+            &json!("execution_not_in_running_state"),
+            &json!("token_revoked"),
+            &json!("token_revoked"),
+            &json!("access_denied"),
+            &Value::Null,
+            &json!("token_revoked"),
+            &json!("execution_not_in_running_state"),
+            &json!("function_execution_not_found"),
+            &json!("invalid_auth"),
+        ]
+    );
+    assert_eq!(
+        ours.0[0]["bot_id"], "B0TEST",
+        "a step's post is the app's bot's"
+    );
 }
