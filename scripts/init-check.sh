@@ -43,6 +43,8 @@ for name in $rebuilt; do
   esac
 done
 echo "cargo build after cargo test compiled only: ${rebuilt:-nothing}"
+# The checked-in manifest is the one the bot's code needs (as the bot's own CI checks it).
+"$CARGO_TARGET_DIR/debug/mybot" manifest --check slack-app-manifest.json
 # The README's try-it: the bot's own binary serves, signs, and answers once.
 "$CARGO_TARGET_DIR/debug/mybot" --help | grep -q "mybot create-table"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -150,7 +150,9 @@ impl Manifest {
         self
     }
 
-    /// Further bot events (those of `Listener::event` listeners are there already).
+    /// Further bot events (those of `Listener::event` listeners are there already), with the
+    /// scopes they imply as a listener's would (`app_mention` for a `message_where` listener
+    /// that takes mentions: `app_mentions:read`).
     pub fn events<I, S>(mut self, events: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -210,49 +212,50 @@ pub(crate) fn of(app: &App, m: &Manifest) -> Value {
         .message_events
         .clone()
         .unwrap_or_else(|| MESSAGE_EVENTS.iter().map(|e| e.to_string()).collect());
-    for listener in &app.listeners {
-        for event in &listener.events {
-            match event.as_str() {
-                "message" => {
-                    for e in &messages {
-                        push(&mut events, e);
-                    }
+    let always = ["app_uninstalled".to_string(), "tokens_revoked".to_string()];
+    let named: Vec<String> = app
+        .listeners
+        .iter()
+        .flat_map(|l| l.events.iter())
+        .chain(m.events.iter())
+        .chain(always.iter())
+        .cloned()
+        .collect();
+    for event in &named {
+        match event.as_str() {
+            "message" => {
+                for e in &messages {
+                    push(&mut events, e);
                 }
-                "app_mention" => {
-                    push(&mut events, "app_mention");
-                    push(&mut scopes, "app_mentions:read");
-                }
-                "assistant_thread_started" | "assistant_thread_context_changed" => {
-                    push(&mut events, event);
-                    push(&mut events, "message.im");
-                    push(&mut scopes, "assistant:write");
-                }
-                "reaction_added" | "reaction_removed" => {
-                    push(&mut events, event);
-                    push(&mut scopes, "reactions:read");
-                }
-                "member_joined_channel" => {
-                    push(&mut events, event);
-                    push(&mut scopes, "channels:read");
-                    push(&mut scopes, "groups:read");
-                }
-                "channel_created" => {
-                    push(&mut events, event);
-                    push(&mut scopes, "channels:read");
-                }
-                "team_join" => {
-                    push(&mut events, event);
-                    push(&mut scopes, "users:read");
-                }
-                other => push(&mut events, other),
             }
+            "app_mention" => {
+                push(&mut events, "app_mention");
+                push(&mut scopes, "app_mentions:read");
+            }
+            "assistant_thread_started" | "assistant_thread_context_changed" => {
+                push(&mut events, event);
+                push(&mut events, "message.im");
+                push(&mut scopes, "assistant:write");
+            }
+            "reaction_added" | "reaction_removed" => {
+                push(&mut events, event);
+                push(&mut scopes, "reactions:read");
+            }
+            "member_joined_channel" => {
+                push(&mut events, event);
+                push(&mut scopes, "channels:read");
+                push(&mut scopes, "groups:read");
+            }
+            "channel_created" => {
+                push(&mut events, event);
+                push(&mut scopes, "channels:read");
+            }
+            "team_join" => {
+                push(&mut events, event);
+                push(&mut scopes, "users:read");
+            }
+            other => push(&mut events, other),
         }
-    }
-    for e in &m.events {
-        push(&mut events, e);
-    }
-    for e in ["app_uninstalled", "tokens_revoked"] {
-        push(&mut events, e);
     }
     push(&mut scopes, "chat:write");
     for e in &events {

@@ -149,6 +149,7 @@ impl Executions {
     }
 
     /// Every token issued, with its execution (for the explorer: none may reach the logs).
+    #[cfg_attr(not(feature = "explore"), allow(dead_code))]
     pub fn issued(&self) -> Vec<(String, String)> {
         self.tokens
             .iter()
@@ -157,6 +158,7 @@ impl Executions {
     }
 
     /// The newest execution, if any.
+    #[cfg_attr(not(feature = "explore"), allow(dead_code))]
     pub fn newest(&self) -> Option<&Execution> {
         self.list.last()
     }

@@ -381,3 +381,74 @@ async fn completing_outside_a_step_is_a_clear_error() {
     assert_eq!(acked.status, 200);
     assert!(bot.slack().calls().is_empty());
 }
+
+/// `BOT manifest` from the code: the approval step with its parameters, what steps need
+/// (`function_executed`, interactivity, org deploy, the remote runtime), and `--check`.
+#[test]
+fn the_manifest_declares_the_step_with_its_parameters() {
+    let manifest = example::app().manifest();
+    let f = &manifest["functions"][example::CALLBACK_ID];
+    assert_eq!(f["title"], "Request approval");
+    assert_eq!(
+        f["input_parameters"]["approver"],
+        json!({"type": "slack#/types/user_id", "title": "Approver", "is_required": true})
+    );
+    assert_eq!(f["input_parameters"]["summary"]["type"], "string");
+    assert_eq!(f["output_parameters"]["decision"]["is_required"], true);
+    assert_eq!(
+        f["output_parameters"]["decided_by"]["type"],
+        "slack#/types/user_id"
+    );
+    assert_eq!(f["output_parameters"]["reason"]["is_required"], false);
+    let settings = &manifest["settings"];
+    assert_eq!(settings["org_deploy_enabled"], true);
+    assert_eq!(settings["function_runtime"], "remote");
+    assert_eq!(settings["interactivity"]["is_enabled"], true);
+    assert!(
+        settings["event_subscriptions"]["bot_events"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("function_executed"))
+    );
+
+    // The example's binary prints it, and checks a file against it.
+    let binary = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples").join("approval"))
+        .unwrap();
+    let out = std::process::Command::new(&binary)
+        .arg("manifest")
+        .output()
+        .expect("the example runs");
+    assert!(out.status.success());
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed, manifest);
+    let dir = std::env::temp_dir().join(format!("manifest-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("slack-app-manifest.json");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let check = |path: &std::path::Path| {
+        std::process::Command::new(&binary)
+            .args(["manifest", "--check"])
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    assert!(check(&file).status.success());
+    let mut stale = printed.clone();
+    stale["functions"][example::CALLBACK_ID]["output_parameters"]
+        .as_object_mut()
+        .unwrap()
+        .remove("reason");
+    std::fs::write(&file, stale.to_string()).unwrap();
+    let refused = check(&file);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(".functions.request_approval.output_parameters.reason"),
+        "{said}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
