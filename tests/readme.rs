@@ -222,3 +222,78 @@ mod assistant {
     }
 }
 // ---- end of the assistant ----
+
+// ---- README: a workflow step ----
+mod workflow_step {
+    use serde_json::json;
+    use slack_once::app::blocks::{actions, button, section};
+    use slack_once::app::function::{Execution, Function, types};
+    use slack_once::app::{App, BlockAction, Ctx, HandlerResult, Message};
+
+    async fn ask(ctx: Ctx, ex: Execution) -> HandlerResult {
+        let approver = ex.inputs["approver"].as_str().unwrap_or_default();
+        let buttons = actions([button("Approve", "approve", "yes")]);
+        let dm = Message::text("Approve the release?")
+            .blocks([section("Approve the release?"), buttons]);
+        ctx.post(approver, dm).await?; // with the step's own token; the step stays open
+        Ok(())
+    }
+
+    async fn approve(ctx: Ctx, click: BlockAction) -> HandlerResult {
+        // Two approvers at once, a double click, a crash and its retry: one completion.
+        ctx.complete(json!({"decided_by": click.user_id})).await?;
+        Ok(())
+    }
+
+    pub fn app() -> App {
+        let step = Function::new("request_approval", "Request approval")
+            .input("approver", types::USER_ID, "Approver")
+            .output("decided_by", types::USER_ID, "Decided by");
+        App::new().function(step, ask).action("approve", approve)
+    }
+    // ---- end of the step ----
+
+    #[tokio::test]
+    async fn the_step_completes_once_for_two_approvers_at_once() {
+        let bot = slack_once::testing::TestBot::start(app()).await;
+        let (outcome, ex) = bot
+            .run_step("request_approval", json!({"approver": "U0APPROVER"}))
+            .await;
+        assert_eq!(outcome, "answered");
+        assert_eq!(bot.retry(1).await, "duplicate");
+        let dm = bot.slack().messages().remove(0);
+        let id = ex.function_execution_id.clone();
+        let (alice, bob) = (
+            bot.as_user("U0ALICE").in_step(&id),
+            bot.as_user("U0BOB").in_step(&id),
+        );
+        tokio::join!(
+            alice.click("approve", "yes", Some(&dm)),
+            bob.click("approve", "yes", Some(&dm)),
+            alice.click("approve", "yes", Some(&dm)),
+        );
+        let e = &bot.slack().executions()[0];
+        assert_eq!(
+            (e["state"].as_str(), e["completions"].as_u64()),
+            (Some("completed"), Some(1))
+        );
+        assert_eq!(e["outputs"], json!({"decided_by": "U0ALICE"}));
+    }
+
+    #[test]
+    fn the_step_is_explored_with_every_fault() {
+        use slack_once::testing::explore::{Explorer, Request};
+        Explorer::new(app)
+            .sequence([
+                Request::step("request_approval", json!({"approver": "U0APPROVER"})),
+                Request::click("approve", "yes")
+                    .as_user("U0APPROVER")
+                    .in_channel("DU0APPROVER")
+                    .on_posted_message()
+                    .in_step(),
+            ])
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+}
