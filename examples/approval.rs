@@ -21,6 +21,7 @@ use slack_once::app::function::{Completion, Decision, Execution, Function, StepE
 use slack_once::app::{
     Ack, App, BlockAction, Ctx, Error, HandlerResult, Message, Respond, ViewSubmission, safe_text,
 };
+use slack_once::slack::SlackError;
 
 pub const CALLBACK_ID: &str = "request_approval";
 pub const APPROVE: &str = "approval_approve";
@@ -47,22 +48,24 @@ pub struct Inputs {
     pub summary: String,
 }
 
+/// The DM's buttons.
+fn buttons() -> serde_json::Value {
+    blocks::with_block_id(
+        blocks::actions([
+            blocks::styled(
+                blocks::button("Approve", APPROVE, "approve"),
+                Style::Primary,
+            ),
+            blocks::styled(blocks::button("Reject", REJECT, "reject"), Style::Danger),
+        ]),
+        "approval",
+    )
+}
+
 /// The DM asking for a decision.
 pub fn request(summary: &str) -> Message {
     let head = format!("Approval requested:\n>{}", safe_text(summary));
-    Message::text(head.clone()).blocks([
-        blocks::section(head),
-        blocks::with_block_id(
-            blocks::actions([
-                blocks::styled(
-                    blocks::button("Approve", APPROVE, "approve"),
-                    Style::Primary,
-                ),
-                blocks::styled(blocks::button("Reject", REJECT, "reject"), Style::Danger),
-            ]),
-            "approval",
-        ),
-    ])
+    Message::text(head.clone()).blocks([blocks::section(head), buttons()])
 }
 
 /// A decision in a few words: "Approved by <@U…>", "Rejected: the reason by <@U…>".
@@ -82,18 +85,26 @@ pub fn verdict(d: &Decision) -> String {
     format!("{outcome}{by}")
 }
 
-/// The DM once decided: the summary, and who decided what.
-pub fn decided(summary: &str, d: &Decision) -> Message {
-    let head = format!("Approval requested:\n>{}", safe_text(summary));
+/// The DM once decided: the summary, and who decided what. Its buttons stay while the
+/// completion is not confirmed (`buttons`), so that, should it fail, a click again sends the
+/// recorded decision; they go once Slack has it.
+pub fn decided(summary: &str, d: &Decision, buttons: bool) -> Message {
     let verdict = verdict(d);
-    Message::text(verdict.clone()).blocks([
+    let head = format!("Approval requested:\n>{}", safe_text(summary));
+    let mut shown = vec![
         blocks::section(head),
         blocks::context([format!("*{verdict}*")]),
-    ])
+    ];
+    if buttons {
+        shown.push(self::buttons());
+    }
+    Message::text(verdict).blocks(shown)
 }
 
 /// What a click or submission after the end shows.
 pub const ENDED: &str = "This request ended before a decision (the workflow stopped or timed out).";
+/// What a Reject shows when the execution is over (its token refused): decided, or stopped.
+pub const CLOSED: &str = "This request is closed: decided already, or the workflow stopped.";
 
 async fn ask(ctx: Ctx, ex: Execution<Inputs>) -> HandlerResult {
     // A user id as the channel: the DM with the approver.
@@ -102,6 +113,9 @@ async fn ask(ctx: Ctx, ex: Execution<Inputs>) -> HandlerResult {
         .await
     {
         Ok(_) => Ok(()),
+        // The step's token refused: the execution ended (or the token expired); nothing can
+        // be done with it, not even failing the step.
+        Err(Error::Slack(SlackError::ExecutionTokenRefused { .. })) => Ok(()),
         Err(Error::Slack(e)) if e.is_permanent() => {
             let code = e.code().unwrap_or("refused").to_string();
             ctx.fail(format!("The approver could not be messaged ({code})."))
@@ -118,74 +132,70 @@ fn summary(ctx: &Ctx) -> String {
         .unwrap_or_default()
 }
 
-/// What a click shows: the decision on the DM, with the click's token while the execution runs
-/// (Slack revokes it when the step completes: shown before the completion). A click on a DM
-/// whose execution was completed by another click finds its token revoked: the other click
-/// showed the decision.
+/// Shows `message` on the DM with the request's token, while the execution runs (a click whose
+/// token was revoked, the execution completed by another click, shows nothing: the other did).
 async fn show(ctx: &Ctx, channel: &str, ts: &str, message: Message) -> Result<(), Error> {
     match ctx.update(channel, ts, message).await {
-        Err(e) if e.slack_code() == Some("token_revoked") => Ok(()),
+        Err(Error::Slack(SlackError::ExecutionTokenRefused { .. })) => Ok(()),
         other => other,
     }
 }
 
-/// The execution ended before any decision: said through the click's response_url (it needs
-/// no token), when Slack gave the click one.
-async fn ended(ctx: &Ctx) -> Result<(), Error> {
+/// Shows `message` in place of the DM through the click's response_url, which needs no token
+/// (Slack revokes the execution's when it completes), when Slack gave the click one.
+async fn replace(ctx: &Ctx, message: Message) -> Result<(), Error> {
     if ctx.interaction().is_some_and(|i| i.response_url.is_some()) {
-        ctx.respond(Respond::replace(Message::text(ENDED))).await?;
-    } else {
-        tracing::warn!("the step had ended before the click, and the click has no response_url");
+        ctx.respond(Respond::replace(message)).await?;
+    }
+    Ok(())
+}
+
+/// A click's decision (its own, or the one recorded before it) shown and completed: the DM
+/// shows it with its buttons while the completion is under way, then without them.
+async fn settle(ctx: &Ctx, click: &BlockAction, decision: Decision) -> HandlerResult {
+    let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) else {
+        return Ok(());
+    };
+    let summary = summary(ctx);
+    show(ctx, channel, ts, decided(&summary, &decision, true)).await?;
+    match ctx.complete_decision(&decision).await? {
+        Completion::Completed => replace(ctx, decided(&summary, &decision, false)).await?,
+        // Someone was first: the DM shows their decision, and this person is told.
+        Completion::DecidedElsewhere(d) => {
+            replace(ctx, decided(&summary, &d, false)).await?;
+            if ctx.interaction().is_some_and(|i| i.response_url.is_some()) {
+                let text = format!("Decided already: {}", verdict(&d));
+                ctx.respond(Respond::ephemeral(text)).await?;
+            }
+        }
+        Completion::Ended => replace(ctx, Message::text(ENDED)).await?,
     }
     Ok(())
 }
 
 async fn approve(ctx: Ctx, click: BlockAction) -> HandlerResult {
-    let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) else {
-        return Ok(());
-    };
     let outputs = json!({"decision": "approved", "decided_by": click.user_id});
     // The first decision wins: this click's, or the one recorded before it.
     let decision = ctx.decide(StepEnd::Success(outputs)).await?;
-    show(&ctx, channel, ts, decided(&summary(&ctx), &decision)).await?;
-    match ctx.complete_decision(&decision).await? {
-        Completion::Completed => {}
-        // Someone was first: this person is told who, privately.
-        Completion::DecidedElsewhere(d) => told(&ctx, &d).await?,
-        Completion::Ended => ended(&ctx).await?,
-    }
-    Ok(())
-}
-
-/// Tells the person who clicked that `d` was decided first, through the click's response_url.
-async fn told(ctx: &Ctx, d: &Decision) -> Result<(), Error> {
-    if ctx.interaction().is_some_and(|i| i.response_url.is_some()) {
-        ctx.respond(Respond::ephemeral(format!(
-            "Decided already: {}",
-            verdict(d)
-        )))
-        .await?;
-    }
-    Ok(())
+    settle(&ctx, &click, decision).await
 }
 
 async fn reject(ctx: Ctx, click: BlockAction) -> HandlerResult {
     let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) else {
         return Ok(());
     };
-    // Decided already (the other button, another click): the message shows it, no modal.
-    if let Some(d) = ctx.decision().await? {
-        show(&ctx, channel, ts, decided(&summary(&ctx), &d)).await?;
-        return Ok(());
-    }
     let reason = blocks::input(REASON_BLOCK, "Why reject?", blocks::text_area(REASON_INPUT));
     let view = blocks::modal(REJECT_VIEW, "Reject", "Reject", [reason])
         .with_metadata(format!("{channel} {ts}"));
-    // The trigger lives 3 s: the modal opens while Slack waits.
+    // The trigger lives 3 s: the modal opens at once, while Slack waits (before any read of
+    // the ledger, which deferred mode's ingress may not have). A decision made meanwhile is
+    // found by the submission.
     match ctx.open_view(view).await {
         Ok(_) => Ok(()),
-        // The execution ended meanwhile: Slack revoked its tokens.
-        Err(e) if e.slack_code() == Some("token_revoked") => Ok(ended(&ctx).await?),
+        // The execution is over (decided and completed, or stopped): Slack revoked its tokens.
+        Err(Error::Slack(SlackError::ExecutionTokenRefused { .. })) => {
+            Ok(replace(&ctx, Message::text(CLOSED)).await?)
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -204,8 +214,12 @@ async fn rejected(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
     let outputs = json!({"decision": "rejected", "decided_by": view.user_id, "reason": reason});
     let decision = ctx.decide(StepEnd::Success(outputs)).await?;
     let metadata = view.private_metadata.clone().unwrap_or_default();
+    // A submission has no response_url: the DM shows the decision that stands (this one, or
+    // one made before) with the submission's token, before the completion revokes it; its
+    // buttons stay (a click on them later is told, and sends the decision should this
+    // completion fail).
     if let Some((channel, ts)) = metadata.split_once(' ') {
-        show(&ctx, channel, ts, decided(&summary(&ctx), &decision)).await?;
+        show(&ctx, channel, ts, decided(&summary(&ctx), &decision, true)).await?;
     }
     ctx.complete_decision(&decision).await?;
     Ok(())

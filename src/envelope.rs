@@ -151,13 +151,17 @@ pub struct Event {
     pub event_ts: Option<String>,
     /// The client's id of one user message, the same in every event that carries it.
     pub client_msg_id: Option<String>,
-    /// The whole inner event as Slack sent it.
+    /// The whole inner event as Slack sent it, but for a Workflow Builder step's token
+    /// (`bot_access_token`, shown `[redacted]`: the context's calls use it).
     pub raw: Value,
+    /// A step execution's token (`function_executed`'s `bot_access_token`).
+    pub(crate) execution_token: Option<crate::config::Secret>,
 }
 
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Value::deserialize(deserializer)?;
+        let mut raw = Value::deserialize(deserializer)?;
+        let execution_token = redact_execution_token(&mut raw);
         let Value::Object(map) = &raw else {
             return Err(serde::de::Error::custom("event must be an object"));
         };
@@ -199,8 +203,19 @@ impl<'de> Deserialize<'de> for Event {
             client_msg_id: text("client_msg_id"),
             kind,
             raw,
+            execution_token,
         })
     }
+}
+
+/// Takes a Workflow Builder step's token (`bot_access_token`) out of `raw`, leaving
+/// `[redacted]` in its place: what listeners see of a request never holds it, so that a
+/// listener that logs the event or the click logs no token.
+pub(crate) fn redact_execution_token(raw: &mut Value) -> Option<crate::config::Secret> {
+    let slot = raw.get_mut("bot_access_token")?;
+    let token = slot.as_str().filter(|t| !t.is_empty())?.to_string();
+    *slot = Value::String("[redacted]".into());
+    Some(crate::config::Secret::new(token))
 }
 
 fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {

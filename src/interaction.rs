@@ -133,8 +133,11 @@ pub struct Interaction {
     pub trigger_id: Option<String>,
     /// Where to post responses: `response_url`, or a view submission's first of `response_urls`.
     pub response_url: Option<String>,
-    /// The payload as Slack sent it (a command's form as a JSON object of strings).
+    /// The payload as Slack sent it (a command's form as a JSON object of strings), but for a
+    /// Workflow Builder step's token (`bot_access_token`, shown `[redacted]`).
     pub raw: Value,
+    /// A step execution's token (an interaction in a step: its `bot_access_token`).
+    pub(crate) execution_token: Option<crate::config::Secret>,
 }
 
 /// A form's fields, each at most once (a field given twice is not Slack's).
@@ -191,11 +194,17 @@ impl Interaction {
             trigger_id: text(&raw, &["trigger_id"]),
             response_url: text(&raw, &["response_url"]),
             raw,
+            execution_token: None,
         })
     }
 
     /// An interaction's `payload`.
-    pub fn from_payload(raw: Value) -> Result<Self, Malformed> {
+    pub fn from_payload(mut raw: Value) -> Result<Self, Malformed> {
+        // A step's token: the context's calls use it; listeners never see it.
+        let execution_token = match raw.get("function_data").is_some_and(Value::is_object) {
+            true => crate::envelope::redact_execution_token(&mut raw),
+            false => None,
+        };
         if !raw.is_object() {
             return Err(Malformed("the payload is not a JSON object".into()));
         }
@@ -266,6 +275,7 @@ impl Interaction {
                 .or_else(|| text(&raw, &["interactivity", "interactivity_pointer"])),
             response_url,
             raw,
+            execution_token,
         })
     }
 

@@ -598,10 +598,10 @@ impl SlackClient {
     /// This client, its connections and installation kept, calling with a step execution's own
     /// token (`bot_access_token` of `function_executed`, or of a click or submission in a
     /// step), when `token` is one; else this client as it is.
-    pub fn for_execution(&self, token: Option<&str>) -> Self {
-        match token.filter(|t| !t.is_empty()) {
+    pub fn for_execution(&self, token: Option<&Secret>) -> Self {
+        match token {
             Some(token) => self.with_tokens(Arc::new(ExecutionToken {
-                token: Secret::new(token),
+                token: token.clone(),
                 installation: self.installation().map(str::to_string),
             })),
             None => self.clone(),
@@ -1131,6 +1131,11 @@ impl SlackClient {
         match (answer.ok, answer.rest) {
             (true, Some(rest)) => Ok(Answer::Done(rest)),
             (true, None) => Err(SlackError::InvalidResponse("ok without a result".into())),
+            // Slack's rate limit said in the body (`ok:false`, `ratelimited`) rather than with
+            // a 429: nothing was done either, so it is waited out as a 429 is.
+            (false, _) if answer.error.as_deref() == Some("ratelimited") => {
+                Ok(Answer::RateLimited(DEFAULT_RETRY_AFTER))
+            }
             (false, _) => Err(SlackError::Api {
                 code: answer.error.unwrap_or_else(|| "unknown_error".into()),
             }),

@@ -1606,6 +1606,7 @@ mod steps {
                 .as_user("U0APPROVER")
                 .in_step(),
             ])
+            .both_modes()
             .invariant("completed once, with the reason", |end| {
                 completed_once(end)?;
                 match end.executions.first() {

@@ -1402,6 +1402,13 @@ impl Ctx {
         .await
     }
 
+    /// Takes the number of a step this run does not make (a completion another request made
+    /// for this one), so that the steps after it keep the numbers they have on every run.
+    pub(crate) async fn pass_step(&self, method: &str, args: &Value) -> Result<(), Error> {
+        let op = crate::journal::step_identity(method, args);
+        self.inner.steps.lock().await.take(&op).map(|_| ())
+    }
+
     /// The function (Workflow Builder step) registered under `callback_id`.
     pub(crate) fn function(&self, callback_id: &str) -> Option<&super::function::Function> {
         self.inner

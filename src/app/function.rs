@@ -138,6 +138,9 @@ impl Parameter {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Function {
     callback_id: String,
+    /// Declared with its parameters ([`Function::new`]); `false` for a bare callback id, whose
+    /// outputs are not checked.
+    declared: bool,
     title: String,
     description: Option<String>,
     inputs: Vec<Parameter>,
@@ -149,6 +152,7 @@ impl Function {
     pub fn new(callback_id: impl Into<String>, title: impl Into<String>) -> Self {
         Self {
             callback_id: callback_id.into(),
+            declared: true,
             title: title.into(),
             description: None,
             inputs: Vec::new(),
@@ -236,6 +240,10 @@ impl Function {
     /// output there (not null), none undeclared, each of its type. `Err` says what is wrong, in
     /// the author's terms, before Slack would refuse it (`parameter_validation_failed`).
     pub fn check_outputs(&self, outputs: &Value) -> Result<(), String> {
+        if !self.declared {
+            // A bare callback id declares nothing to check against: Slack checks.
+            return Ok(());
+        }
         let Some(given) = outputs.as_object() else {
             return Err(format!(
                 "the outputs of {:?} must be a JSON object of the declared outputs, not {outputs}",
@@ -283,7 +291,10 @@ impl From<&str> for Function {
     /// A step declared by its `callback_id` alone (no parameters: outputs are not checked, and
     /// the manifest's entry has none).
     fn from(callback_id: &str) -> Self {
-        Function::new(callback_id, callback_id)
+        Function {
+            declared: false,
+            ..Function::new(callback_id, callback_id)
+        }
     }
 }
 
@@ -376,7 +387,7 @@ pub enum Completion {
     /// Another request decided first (a faster approver, the other button, a first click): its
     /// decision. This request sent nothing, unless the other's run had died with the
     /// completion unsent: then this one sent that decision for it.
-    DecidedElsewhere(Decision),
+    DecidedElsewhere(Box<Decision>),
     /// Slack said the execution was no longer running before any completion of slack-once's
     /// (the workflow was stopped, the step timed out, or it was completed outside slack-once):
     /// nothing was completed.
@@ -395,6 +406,13 @@ struct Record {
     /// `completed` or `ended` once Slack answered.
     #[serde(default)]
     closed: Option<String>,
+    /// The ledger key of the request that closed it.
+    #[serde(default)]
+    closed_by: Option<String>,
+    /// The ledger key of the first request about to send the decision (written just before its
+    /// completion call): a request that finds it set knows the decision may be in Slack already.
+    #[serde(default)]
+    sending: Option<String>,
 }
 
 fn record_name(execution: &str) -> String {
@@ -438,9 +456,24 @@ impl Ctx {
     pub async fn complete(&self, outputs: impl Serialize) -> Result<Completion, Error> {
         let outputs = serde_json::to_value(outputs).map_err(|e| Error::InvalidOutputs {
             reason: format!("the outputs do not serialise: {e}"),
-        })?;
-        let decision = self.decide(StepEnd::Success(outputs)).await?;
-        self.complete_decision(&decision).await
+        });
+        let decided = match outputs {
+            Ok(outputs) => self.decide(StepEnd::Success(outputs)).await,
+            Err(e) => Err(e),
+        };
+        match decided {
+            Ok(decision) => self.complete_decision(&decision).await,
+            Err(Error::InvalidOutputs { reason }) => {
+                // The author's error: the step fails with it (once), so that the workflow
+                // stops and says why rather than waiting for a completion that cannot come;
+                // the error is the listener's still.
+                tracing::error!(%reason, "the step's outputs do not match its declaration: failing the step");
+                self.fail(format!("The step could not complete: {reason}"))
+                    .await?;
+                Err(Error::InvalidOutputs { reason })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Ends the request's step execution with an error (`functions.completeError`: the workflow
@@ -500,6 +533,8 @@ impl Ctx {
             key: key.clone(),
             until_ms,
             closed: None,
+            closed_by: None,
+            sending: None,
         };
         let changed = self
             .state()
@@ -548,30 +583,46 @@ impl Ctx {
     /// own decision; another's only when that request's lease has ended with the record still
     /// open (it died before it completed). Then closes the record.
     pub async fn complete_decision(&self, decision: &Decision) -> Result<Completion, Error> {
+        let completed = self.complete_decision_once(decision).await;
+        if let Err(Error::Ledger(_)) = &completed {
+            // A read or a change of the record failed midway: the completion is unfinished,
+            // and the request is not done whatever the listener does with the error.
+            self.doubtful().await;
+        }
+        completed
+    }
+
+    async fn complete_decision_once(&self, decision: &Decision) -> Result<Completion, Error> {
         let execution = self.execution().ok_or_else(|| Error::NotAStep {
             what: "ctx.complete_decision".into(),
         })?;
-        let theirs = || Completion::DecidedElsewhere(decision.clone());
-        let record = &decision.record;
-        if !decision.mine {
-            match record.closed.as_deref() {
-                Some("ended") => return Ok(Completion::Ended),
-                Some(_) => return Ok(theirs()),
-                None if crate::clock::now_ms() < record.until_ms => {
-                    tracing::info!(
-                        "the execution was decided by another request, whose run is completing it"
-                    );
-                    return Ok(theirs());
-                }
-                None => tracing::warn!(
-                    "the execution's decision was recorded by a request whose lease has ended \
-                     with the completion unconfirmed: sending that decision"
-                ),
+        let name = record_name(&execution.id);
+        let me = self.ledger_key().to_string();
+        let theirs = || Completion::DecidedElsewhere(Box::new(decision.clone()));
+        // The record as it is now (another request may have sent this decision, or closed it,
+        // since it was decided).
+        let now = self
+            .state()
+            .get::<Record>(&name)
+            .await?
+            .map(|v| v.value)
+            .unwrap_or_else(|| decision.record.clone());
+        let closed_elsewhere = now.closed.is_some() && now.closed_by.as_deref() != Some(&me);
+        if !decision.mine && now.closed.is_none() && crate::clock::now_ms() < now.until_ms {
+            tracing::info!(
+                "the execution was decided by another request, whose run is completing it"
+            );
+            // The same state changes as the other paths (none made here), so that a later
+            // run of this request, which may find the decider's lease over, counts its
+            // changes as this one did.
+            for _ in 0..2 {
+                self.state()
+                    .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
+                    .await?;
             }
+            return Ok(theirs());
         }
-        // This request's decision always goes through its step, which a run of the request
-        // after the first replays from the journal (or settles: see the module's text).
-        let (method, args) = match &record.end {
+        let (method, args) = match &now.end {
             StepEnd::Success(outputs) => (
                 "functions.completeSuccess",
                 json!({"function_execution_id": execution.id, "outputs": outputs}),
@@ -581,31 +632,66 @@ impl Ctx {
                 json!({"function_execution_id": execution.id, "error": message}),
             ),
         };
-        let answer = self.completion_step(method, args, !decision.mine).await?;
-        let ended = answer["already"]
+        // Every run of the request makes the same state changes and takes the same step number
+        // for the completion, whatever it finds: the journal and the state changes are told
+        // apart by their places.
+        let sending = self
+            .state()
+            .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                let mut r = found?;
+                if r.sending.is_some() || r.closed.is_some() || closed_elsewhere {
+                    return None;
+                }
+                r.sending = Some(me.clone());
+                Some(r)
+            })
+            .await?;
+        let answer = if closed_elsewhere {
+            // Closed by a request that sent it, or found the execution ended: nothing to send.
+            self.pass_step(method, &args).await?;
+            json!({"ok": true, "already": match now.closed.as_deref() {
+                Some("ended") => format!("{}closed", crate::journal::UNANNOUNCED),
+                _ => "closed".to_string(),
+            }})
+        } else {
+            if !decision.mine {
+                tracing::warn!(
+                    "the execution's decision was recorded by a request whose lease has ended \
+                     with the record open: sending that decision"
+                );
+            }
+            // Another request about to send it before this one: the decision may be in Slack.
+            let announced_elsewhere = now.sending.as_deref().is_some_and(|s| s != me);
+            self.completion_step(method, args, announced_elsewhere)
+                .await?
+        };
+        let mut ended = answer["already"]
             .as_str()
             .is_some_and(|a| a.starts_with(crate::journal::UNANNOUNCED));
+        if ended && !closed_elsewhere {
+            // Not running, and never announced: ended elsewhere, unless a request that sent
+            // this decision closed the record meanwhile.
+            let after = self.state().get::<Record>(&name).await?.map(|v| v.value);
+            if after.is_some_and(|r| r.closed.as_deref() == Some("completed")) {
+                ended = false;
+            }
+        }
         if ended {
-            tracing::warn!(
-                code = answer["already"].as_str().unwrap_or_default(),
-                "the execution was no longer running: nothing completed"
-            );
+            tracing::warn!("the execution was no longer running: nothing completed");
         }
         let closed = if ended { "ended" } else { "completed" };
         self.state()
-            .change(
-                &record_name(&execution.id),
-                EXECUTION_RECORD_TTL,
-                |found: Option<Record>| {
-                    let mut r = found?;
-                    if r.closed.is_some() {
-                        return None;
-                    }
-                    r.closed = Some(closed.to_string());
-                    Some(r)
-                },
-            )
+            .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                let mut r = found?;
+                if r.closed.is_some() {
+                    return None;
+                }
+                r.closed = Some(closed.to_string());
+                r.closed_by = Some(me.clone());
+                Some(r)
+            })
             .await?;
+        drop(sending);
         Ok(match (ended, decision.mine) {
             (true, _) => Completion::Ended,
             (false, true) => Completion::Completed,

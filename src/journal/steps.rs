@@ -110,7 +110,7 @@ impl Steps {
 
     /// Numbers the next step, `op`, and gives what earlier claims recorded at that number: a
     /// record of another step there is [`Error::Nondeterministic`].
-    pub(super) fn take(&mut self, op: &str) -> Result<(u32, Option<StepRecord>), Error> {
+    pub(crate) fn take(&mut self, op: &str) -> Result<(u32, Option<StepRecord>), Error> {
         self.dropped_in_flight();
         let step = self.next;
         self.next += 1;

@@ -116,7 +116,7 @@ impl Processor {
             Err(outcome) => return Ok(outcome),
         };
         // A step's execution: its own token, for every call made for it.
-        let slack = slack.for_execution(callback.event.raw["bot_access_token"].as_str());
+        let slack = slack.for_execution(callback.event.execution_token.as_ref());
         // A cold start's connection to Slack opens while the claim is made.
         slack.warm_up();
         let mut result: Option<Result<Outcome, ProcessError>> = None;

@@ -66,12 +66,7 @@ impl Processor {
             Err(outcome) => return Ok(acked(None, outcome)),
         };
         // A click or submission in a step's execution: the token Slack sent with it.
-        let slack = slack.for_execution(
-            interaction.raw["function_data"]
-                .is_object()
-                .then(|| interaction.raw["bot_access_token"].as_str())
-                .flatten(),
-        );
+        let slack = slack.for_execution(interaction.execution_token.as_ref());
         let Some(key) = interaction.key() else {
             return Ok(self.suggest(interaction, run, delivery, &slack).await);
         };

@@ -263,10 +263,23 @@ fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
         manifest["features"]["slash_commands"][0]["command"],
         "/once"
     );
-    assert_eq!(
-        manifest["features"]["shortcuts"][0]["callback_id"],
-        "new_note"
-    );
+    // The reference bot handles no shortcut (examples/modal.rs's `new_note` is that example's:
+    // `cargo run --example modal -- manifest` declares it).
+    assert!(manifest["features"]["shortcuts"].is_null());
+    let modal = std::process::Command::new(
+        std::env::current_exe()
+            .unwrap()
+            .parent()
+            .and_then(|deps| deps.parent())
+            .map(|dir| dir.join("examples").join("modal"))
+            .unwrap(),
+    )
+    .arg("manifest")
+    .output()
+    .expect("the modal example runs");
+    let modal: serde_json::Value = serde_json::from_slice(&modal.stdout).unwrap();
+    assert_eq!(modal["features"]["shortcuts"][0]["callback_id"], "new_note");
+    assert_eq!(modal["features"]["shortcuts"][0]["type"], "global");
     assert_eq!(
         manifest["features"]["app_home"]["messages_tab_enabled"], true,
         "DMs need the messages tab"

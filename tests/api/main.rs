@@ -20,6 +20,7 @@ mod poll;
 mod processes;
 mod redrive;
 mod redteam16;
+mod redteam37;
 mod rejections;
 mod review;
 mod soak;

@@ -294,7 +294,8 @@ async fn a_click_after_the_workflow_stopped_says_so_and_completes_nothing() {
 }
 
 /// A step that completes in its own request: outputs checked against the declaration before
-/// anything is sent; inputs that are not the author's type fail the step once.
+/// anything is sent (outputs that do not match fail the step with the reason, once); inputs
+/// that are not the author's type fail the step once.
 #[tokio::test]
 async fn outputs_are_checked_before_they_are_sent_and_unreadable_inputs_fail_the_step_once() {
     #[derive(serde::Deserialize)]
@@ -335,10 +336,34 @@ async fn outputs_are_checked_before_they_are_sent_and_unreadable_inputs_fail_the
         outcome, "internal_error",
         "the author's error, as any listener's"
     );
+    // Never the typo'd outputs: the step failed with the reason, once, so the workflow stops
+    // and says why; Slack's retries (the request ended in an error) fail nothing more.
+    for n in 1..=3 {
+        assert_eq!(bot.retry(n).await, "internal_error");
+    }
     let e = execution(&bot, &bad.function_execution_id);
     assert_eq!(
-        (e["state"].as_str(), e["completions"].as_u64()),
-        (Some("running"), Some(0))
+        (
+            e["state"].as_str(),
+            e["completions"].as_u64(),
+            e["refused"].as_u64()
+        ),
+        (Some("failed"), Some(1), Some(0)),
+        "{e}"
+    );
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("\"totl\" is not a declared output"),
+        "{e}"
+    );
+    assert!(
+        bot.slack()
+            .calls()
+            .iter()
+            .all(|(m, a)| m != "functions.completeSuccess" || a["outputs"].get("totl").is_none()),
+        "the outputs Slack would refuse were never sent"
     );
 
     let (outcome, unreadable) = bot.run_step("sum", json!({"a": "two", "b": 40})).await;
@@ -360,8 +385,8 @@ async fn outputs_are_checked_before_they_are_sent_and_unreadable_inputs_fail_the
         .filter(|(m, _)| m.starts_with("functions.complete"))
         .count();
     assert_eq!(
-        sent, 2,
-        "the sum's completion and the unreadable inputs' error, once each"
+        sent, 3,
+        "the sum's completion, the typo's and the unreadable inputs' errors, once each"
     );
 }
 
