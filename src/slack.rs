@@ -1131,11 +1131,6 @@ impl SlackClient {
         match (answer.ok, answer.rest) {
             (true, Some(rest)) => Ok(Answer::Done(rest)),
             (true, None) => Err(SlackError::InvalidResponse("ok without a result".into())),
-            // Slack's rate limit said in the body (`ok:false`, `ratelimited`) rather than with
-            // a 429: nothing was done either, so it is waited out as a 429 is.
-            (false, _) if answer.error.as_deref() == Some("ratelimited") => {
-                Ok(Answer::RateLimited(DEFAULT_RETRY_AFTER))
-            }
             (false, _) => Err(SlackError::Api {
                 code: answer.error.unwrap_or_else(|| "unknown_error".into()),
             }),

@@ -1623,15 +1623,7 @@ mod steps {
 
     #[test]
     fn two_approvers_clicking_at_once_complete_it_once() {
-        let mut dm = serde_json::to_value(approval::request("Ship the release")).unwrap();
-        for (k, v) in [
-            ("channel", json!(DM)),
-            ("ts", json!("1767220000.000100")),
-            ("bot_id", json!(slack_once::testing::BOT_ID)),
-            ("app_id", json!(slack_once::testing::APP_ID)),
-        ] {
-            dm[k] = v;
-        }
+        let dm = seeded(approval::request("Ship the release"));
         Explorer::new(approval::app)
             .with_execution(CALLBACK_ID, inputs())
             .with_message(dm)
@@ -1769,10 +1761,15 @@ mod steps {
 
     /// The step's DM with one button, `action_id`, in Slack before the request.
     fn dm_with(action_id: &str) -> serde_json::Value {
-        let message =
-            slack_once::app::Message::text("Approve?").blocks([slack_once::app::blocks::actions(
-                [slack_once::app::blocks::button("Approve", action_id, "x")],
-            )]);
+        seeded(slack_once::app::Message::text("Approve?").blocks([
+            slack_once::app::blocks::actions([slack_once::app::blocks::button(
+                "Approve", action_id, "x",
+            )]),
+        ]))
+    }
+
+    /// `message` as the bot's DM to the approver, in Slack before the first request.
+    fn seeded(message: slack_once::app::Message) -> serde_json::Value {
         let mut dm = serde_json::to_value(message).unwrap();
         for (k, v) in [
             ("channel", json!(DM)),

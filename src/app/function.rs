@@ -496,12 +496,12 @@ impl Ctx {
     /// use slack_once::app::{Ctx, HandlerResult, ViewSubmission};
     ///
     /// async fn rejected(ctx: Ctx, v: ViewSubmission) -> HandlerResult {
-    ///     let (channel, ts) = v.private_metadata.split_once(' ').unwrap_or_default();
+    ///     let metadata = v.private_metadata.clone().unwrap_or_default();
+    ///     let (channel, ts) = metadata.split_once(' ').unwrap_or_default();
     ///     let outputs = json!({"decision": "rejected", "decided_by": v.user_id});
     ///     let decision = ctx.decide(StepEnd::Success(outputs)).await?;
-    ///     if decision.mine {
-    ///         ctx.update(channel, ts, format!("Rejected by <@{}>", v.user_id)).await?;
-    ///     }
+    ///     // Shown while the submission's token is good: the completion revokes it.
+    ///     ctx.update(channel, ts, format!("Rejected by <@{}>", v.user_id)).await?;
     ///     ctx.complete_decision(&decision).await?;
     ///     Ok(())
     /// }

@@ -18,104 +18,13 @@ use slack_once::testing::TestBot;
 use crate::helpers::*;
 use crate::standins::PythonStandin;
 
-const APPROVER: &str = "U0APPROVER";
-const DM: &str = "DU0APPROVER";
-
-fn inputs() -> Value {
-    json!({"approver": APPROVER, "summary": "Ship the release"})
-}
-
-fn vars(python: &PythonStandin, endpoint: &str, table: &str) -> Vec<(&'static str, String)> {
-    let mut vars = dynamodb_env(endpoint);
-    vars.extend([
-        ("SLACK_BOT_TOKEN", "xoxb-installation".to_string()),
-        ("SLACK_API_URL", python.base_url.clone()),
-        ("DEDUP_TABLE", table.to_string()),
-    ]);
-    vars
-}
-
-async fn start_step(python: &PythonStandin, n: u32) -> (String, String) {
-    let e = python
-        .post(
-            "execution",
-            json!({"callback_id": "request_approval", "inputs": inputs()}),
-        )
-        .await;
-    let id = e["function_execution_id"].as_str().unwrap().to_string();
-    let body = json!({
-        "token": "unused", "team_id": "T0TEST", "api_app_id": "A0TEST",
-        "type": "event_callback", "event_id": format!("EvRt{n}"), "event_time": now_unix(),
-        "event": {
-            "type": "function_executed",
-            "function": {"id": "Fn0APPROVAL", "callback_id": "request_approval",
-                         "title": "Request approval", "type": "app", "app_id": "A0TEST",
-                         "input_parameters": [], "output_parameters": []},
-            "inputs": inputs(),
-            "function_execution_id": id,
-            "workflow_execution_id": e["workflow_execution_id"],
-            "event_ts": format!("{}.000100", now_unix()),
-            "bot_access_token": e["bot_access_token"],
-        },
-        "authorizations": [{"team_id": "T0TEST", "user_id": "U0BOT", "is_bot": true}]
-    });
-    (id, body.to_string())
-}
-
-async fn execution(python: &PythonStandin, id: &str) -> Value {
-    python.state().await["executions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["function_execution_id"] == id)
-        .cloned()
-        .expect("the execution")
-}
-
-async fn dms(python: &PythonStandin) -> Vec<Value> {
-    python.state().await["messages"][DM]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
+use crate::steps_processes::{
+    APPROVER, DM, click_on, dm as dms, execution, inputs, start_step, vars,
+};
 
 /// The DM of execution number `index` (in posting order).
 async fn dm_at(python: &PythonStandin, index: usize) -> Value {
     dms(python).await.remove(index)
-}
-
-async fn click_on(
-    python: &PythonStandin,
-    message: &Value,
-    id: &str,
-    user: &str,
-    action_id: &str,
-    n: u32,
-) -> String {
-    let ts = message["ts"].as_str().unwrap().to_string();
-    let token = python
-        .post("execution/token", json!({"function_execution_id": id}))
-        .await["bot_access_token"]
-        .clone();
-    let payload = json!({
-        "type": "block_actions",
-        "team": {"id": "T0TEST"}, "user": {"id": user, "team_id": "T0TEST"},
-        "api_app_id": "A0TEST",
-        "container": {"type": "message", "message_ts": ts, "channel_id": DM},
-        "channel": {"id": DM}, "message": message,
-        "actions": [{"type": "button", "action_id": action_id, "block_id": "approval",
-                     "value": "x", "action_ts": format!("{}.{:06}", now_unix(), n)}],
-        "trigger_id": slack_once::testing::Workspace::trigger_id(),
-        "response_url": format!("{}/actions/T0TEST/{DM}/{ts}/{n}", python.origin()),
-        "bot_access_token": token,
-        "function_data": {"execution_id": id, "function": {"callback_id": "request_approval"},
-                          "inputs": inputs()},
-        "interactivity": {"interactor": {"id": user, "secret": "s"},
-                          "interactivity_pointer": slack_once::testing::Workspace::trigger_id()},
-    });
-    form_urlencoded::Serializer::new(String::new())
-        .append_pair("payload", &payload.to_string())
-        .finish()
 }
 
 async fn script(python: &PythonStandin, method: &str, behaviours: Value) {
