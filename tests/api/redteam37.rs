@@ -18,9 +18,7 @@ use slack_once::testing::TestBot;
 use crate::helpers::*;
 use crate::standins::PythonStandin;
 
-use crate::steps_processes::{
-    APPROVER, DM, click_on, dm as dms, execution, inputs, start_step, vars,
-};
+use crate::steps_processes::{APPROVER, click_on, dm as dms, execution, start_step, vars};
 
 /// The DM of execution number `index` (in posting order).
 async fn dm_at(python: &PythonStandin, index: usize) -> Value {
