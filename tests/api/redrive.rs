@@ -521,9 +521,10 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
     assert_eq!(status("EvSweepQueued").await, "in_progress");
 
     // The queue brings it back: a worker takes the claim over and answers it, once.
-    let worker = BotProcess::spawn_worker(&stack.worker_vars(1, 3));
+    // A lease of 3 s: room for the takeover's look-up and post on a loaded machine.
+    let worker = BotProcess::spawn_worker(&stack.worker_vars(3, 3));
     assert!(
-        eventually(Duration::from_secs(30), || {
+        eventually(Duration::from_secs(45), || {
             stack.slack.posts_per_event().get("EvSweepQueued") == Some(&1)
         })
         .await,

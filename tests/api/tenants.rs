@@ -668,11 +668,16 @@ async fn tokens_are_sealed_at_rest_and_open_only_for_their_own_item() {
     let d = spawn_tenant(&keyless, false);
     let answer = a.send_to(&d, &a.mention("T0000KMS1", 4)).await;
     assert_ne!(answer.outcome(), "answered", "{}", answer.body);
+    // The process's log reaches the test a moment after its answer (a loaded machine).
+    let said = d
+        .log_when(std::time::Duration::from_secs(10), |log| {
+            log.contains("sealed with KMS and this process has no key")
+        })
+        .await;
     assert!(
-        d.log()
-            .contains("sealed with KMS and this process has no key"),
+        said.contains("sealed with KMS and this process has no key"),
         "{}",
-        d.log()
+        said
     );
 }
 
