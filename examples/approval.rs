@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::json;
 use slack_once::app::blocks::{self, Style};
 use slack_once::app::function::{Completion, Decision, Execution, Function, StepEnd, types};
+use slack_once::app::manifest::Manifest;
 use slack_once::app::{
     Ack, App, BlockAction, Ctx, Error, HandlerResult, Message, Respond, ViewSubmission, safe_text,
 };
@@ -231,6 +232,14 @@ pub fn app() -> App {
         .action(APPROVE, approve)
         .action(REJECT, reject)
         .view_submission(REJECT_VIEW, rejected)
+        .with_manifest(
+            Manifest::new("approval")
+                .description("An approval step for Workflow Builder, completed exactly once")
+                .background_color("#2c2d30")
+                // A takeover looks for the DM it may have sent (a post to a user's id: its DM
+                // found with conversations.open, then read).
+                .scopes(["im:write", "im:history"]),
+        )
 }
 
 fn main() -> std::process::ExitCode {
