@@ -599,29 +599,44 @@ impl Ctx {
         let name = record_name(&execution.id);
         let me = self.ledger_key().to_string();
         let theirs = || Completion::DecidedElsewhere(Box::new(decision.clone()));
-        // The record as it is now (another request may have sent this decision, or closed it,
-        // since it was decided).
-        let now = self
+        let now_ms = crate::clock::now_ms();
+        // Whether another request's run is completing the decision (its lease is on).
+        let completing_elsewhere =
+            |r: &Record| !decision.mine && r.closed.is_none() && now_ms < r.until_ms;
+        let closed_by_other =
+            |r: &Record| r.closed.is_some() && r.closed_by.as_deref() != Some(me.as_str());
+        // The record as it is now, read by the change that marks it `sending` just before the
+        // completion call (another request may have sent this decision, or closed it, since it
+        // was decided). Every run of the request makes the same state changes and takes the
+        // same step number for the completion, whatever it finds: the journal and the state
+        // changes are told apart by their places.
+        let marked = self
             .state()
-            .get::<Record>(&name)
-            .await?
-            .map(|v| v.value)
-            .unwrap_or_else(|| decision.record.clone());
-        let closed_elsewhere = now.closed.is_some() && now.closed_by.as_deref() != Some(&me);
-        if !decision.mine && now.closed.is_none() && crate::clock::now_ms() < now.until_ms {
+            .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                let mut r = found?;
+                if r.sending.is_some() || r.closed.is_some() || completing_elsewhere(&r) {
+                    return None;
+                }
+                r.sending = Some(me.clone());
+                Some(r)
+            })
+            .await?;
+        // Marked now (by this run or an earlier one of this request): `sending` is this
+        // request's; left as it was: another's mark, or none.
+        let now = marked.value.unwrap_or_else(|| decision.record.clone());
+        if completing_elsewhere(&now) {
             tracing::info!(
                 "the execution was decided by another request, whose run is completing it"
             );
-            // The same state changes as the other paths (none made here), so that a later
-            // run of this request, which may find the decider's lease over, counts its
-            // changes as this one did.
-            for _ in 0..2 {
-                self.state()
-                    .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
-                    .await?;
-            }
+            // The same state changes as the other paths (none made here), so that a later run
+            // of this request, which may find the decider's lease over, counts its changes as
+            // this one did.
+            self.state()
+                .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
+                .await?;
             return Ok(theirs());
         }
+        let closed_elsewhere = closed_by_other(&now);
         let (method, args) = match &now.end {
             StepEnd::Success(outputs) => (
                 "functions.completeSuccess",
@@ -632,20 +647,6 @@ impl Ctx {
                 json!({"function_execution_id": execution.id, "error": message}),
             ),
         };
-        // Every run of the request makes the same state changes and takes the same step number
-        // for the completion, whatever it finds: the journal and the state changes are told
-        // apart by their places.
-        let sending = self
-            .state()
-            .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
-                let mut r = found?;
-                if r.sending.is_some() || r.closed.is_some() || closed_elsewhere {
-                    return None;
-                }
-                r.sending = Some(me.clone());
-                Some(r)
-            })
-            .await?;
         let answer = if closed_elsewhere {
             // Closed by a request that sent it, or found the execution ended: nothing to send.
             self.pass_step(method, &args).await?;
@@ -691,7 +692,6 @@ impl Ctx {
                 Some(r)
             })
             .await?;
-        drop(sending);
         Ok(match (ended, decision.mine) {
             (true, _) => Completion::Ended,
             (false, true) => Completion::Completed,
