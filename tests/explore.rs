@@ -11,6 +11,9 @@ mod approval;
 #[path = "../examples/assistant.rs"]
 #[allow(dead_code)]
 mod assistant;
+#[path = "../examples/assistant_view.rs"]
+#[allow(dead_code)]
+mod assistant_view;
 #[path = "../examples/deploy.rs"]
 #[allow(dead_code)]
 mod deploy;
@@ -127,7 +130,7 @@ fn the_assistant_streams_one_complete_answer_per_question() {
     // SAFETY: every test here that sets MODEL_WORDS sets the same value, as before Rust
     // 2024 made set_var unsafe; none reads another value from it.
     unsafe { std::env::set_var("MODEL_WORDS", "80") };
-    Explorer::new(assistant::app)
+    Explorer::new(assistant_view::app)
         .request(Request::assistant_question("what is exactly once?"))
         .request(Request::event(json!({
             "type": "assistant_thread_started", "event_ts": "1767225600.000200",
@@ -455,7 +458,7 @@ mod findings {
         // 2024 made set_var unsafe; none reads another value from it.
         unsafe { std::env::set_var("MODEL_WORDS", "80") };
         // Site 7 of the first run is its first chat.appendStream, while the model answers.
-        Explorer::new(super::assistant::app)
+        Explorer::new(super::assistant_view::app)
             .request(Request::assistant_question("what is exactly once?").without_copies())
             .replay("plain; 1.7=slow")
             .invariant("the model is asked once", |end| {
@@ -489,12 +492,12 @@ mod findings {
         // SAFETY: every test here that sets MODEL_WORDS sets the same value, as before Rust
         // 2024 made set_var unsafe; none reads another value from it.
         unsafe { std::env::set_var("MODEL_WORDS", "80") };
-        Explorer::new(super::assistant::app)
+        Explorer::new(super::assistant_view::app)
             .request(Request::assistant_question("what is exactly once?"))
             .replay("plain; 1.5=dies-after 4.3=refused")
             .run()
             .assert_ok();
-        Explorer::new(super::assistant::app)
+        Explorer::new(super::assistant_view::app)
             .request(Request::assistant_question("what is exactly once?"))
             .deferred()
             .replay("plain; 2.5=dies-after 5.3=refused")

@@ -388,6 +388,27 @@ impl Ctx {
         Ok(note.and_then(|n| serde_json::from_str(&n).ok()))
     }
 
+    /// The note under `key` beside the claims (a conversation's latest context, a session's
+    /// stop), read by the listener's deadline.
+    pub(crate) async fn note(&self, key: &EventId) -> Result<Option<String>, Error> {
+        let ledger = self.inner.steps.lock().await.ledger.clone();
+        let now_ms = crate::clock::now_ms();
+        tokio::time::timeout_at(self.inner.deadline, ledger.note(key, now_ms))
+            .await
+            .map_err(|_| {
+                Error::Ledger(LedgerError::Unavailable(
+                    "the ledger did not answer before the deadline".into(),
+                ))
+            })?
+            .map_err(Error::Ledger)
+    }
+
+    /// When the request happened (its message's or event's `ts`, a click's `action_ts`), in
+    /// epoch milliseconds.
+    pub(crate) fn request_ms(&self) -> Option<u64> {
+        crate::pipeline::ts_ms(&self.inner.source.since_ts()?)
+    }
+
     /// The app's own state, in the ledger's table: small JSON values with a version and a TTL,
     /// changed once per request however often the listener runs (see [`super::State`]). Its
     /// names are this workspace's: in multi-workspace mode each installation (a workspace, or
@@ -1409,6 +1430,46 @@ impl Ctx {
         self.inner.steps.lock().await.take(&op).map(|_| ())
     }
 
+    /// As [`Ctx::pass_step`], giving what an earlier run recorded there as done (its ids),
+    /// if it did.
+    pub(crate) async fn pass_recorded(
+        &self,
+        method: &str,
+        args: &Value,
+    ) -> Result<Option<Value>, Error> {
+        let op = crate::journal::step_identity(method, args);
+        let (_, record) = self.inner.steps.lock().await.take(&op)?;
+        Ok(match record {
+            Some(crate::ledger::StepRecord::Done { result, .. }) => {
+                serde_json::from_str(&result).ok()
+            }
+            _ => None,
+        })
+    }
+
+    /// Keeps a person's stop of the session of `thread_ts` in `channel` beside the claims,
+    /// as its event does, where a run learnt of it from Slack first (`stopped_by_user`): so
+    /// that every later run of any request of the session knows it. Best effort.
+    pub(crate) async fn note_stop(&self, channel: &str, thread_ts: &str) {
+        let Some(key) = self
+            .team()
+            .and_then(|t| crate::pipeline::session_stop_key(t, channel, thread_ts))
+        else {
+            return;
+        };
+        let now_ms = crate::clock::now_ms();
+        let value = json!({"at_ms": now_ms, "value": "[]"}).to_string();
+        let expires_at_s = now_ms / 1000 + 7 * 86_400;
+        let ledger = self.inner.steps.lock().await.ledger.clone();
+        let write = ledger.set_note(&key, &value, now_ms, expires_at_s);
+        if let Err(e) | Ok(Err(e)) = tokio::time::timeout_at(self.inner.deadline, write)
+            .await
+            .map_err(|_| LedgerError::Unavailable("the deadline passed".into()))
+        {
+            tracing::warn!(error = %crate::errors::error_chain(&e), "the stop could not be kept");
+        }
+    }
+
     /// The function (Workflow Builder step) registered under `callback_id`.
     pub(crate) fn function(&self, callback_id: &str) -> Option<&super::function::Function> {
         self.inner
@@ -1435,6 +1496,19 @@ impl Ctx {
             "step": step,
             "version": self.inner.version,
         })
+    }
+
+    /// What the journal holds for the next `n` steps (what an earlier run of the listener did
+    /// at this point): per step, `None` where it has no record, `Some(None)` where it has one
+    /// without an identity (an earlier claim's began window), else the step's identity.
+    pub(crate) async fn records_ahead(&self, n: u32) -> Vec<Option<Option<String>>> {
+        let steps = self.inner.steps.lock().await;
+        (0..n)
+            .map(|i| {
+                let record = steps.journal.get(&(steps.next + i))?;
+                Some(record.op().map(str::to_string))
+            })
+            .collect()
     }
 
     /// How many writes this claim has made to Slack so far.

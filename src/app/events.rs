@@ -153,6 +153,15 @@ pub struct MessageEvent {
 }
 
 impl MessageEvent {
+    /// What the person was looking at when they sent it (the agent view: the message's
+    /// `app_context`), when Slack sent it.
+    pub fn app_context(&self) -> Option<super::AppContext> {
+        self.raw
+            .get("app_context")
+            .filter(|c| c.is_object())
+            .map(super::AppContext::of)
+    }
+
     /// A direct message to the bot.
     pub fn is_dm(&self) -> bool {
         self.channel_type.as_deref() == Some("im")

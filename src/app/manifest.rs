@@ -71,6 +71,8 @@ pub struct Manifest {
     events: Vec<String>,
     scopes: Vec<String>,
     home_tab: bool,
+    /// The agent view (`features.agent_view`): its description and suggested prompts.
+    agent: Option<(String, Vec<(String, String)>)>,
 }
 
 impl Default for Manifest {
@@ -93,6 +95,7 @@ impl Manifest {
             events: Vec::new(),
             scopes: Vec::new(),
             home_tab: false,
+            agent: None,
         }
     }
 
@@ -179,6 +182,37 @@ impl Manifest {
         self.home_tab = true;
         self
     }
+
+    /// An agent-view app (`features.agent_view`, Slack's agent messaging experience, the only
+    /// one for new apps since 2026-06-30): `description` (at most 300 characters) and the
+    /// Messages tab's suggested prompts, (title, message) each, at most 4. The assistant
+    /// listeners then subscribe to the agent view's events: `app_home_opened` (the Messages
+    /// tab) for [`crate::app::App::assistant_thread_started`], `app_context_changed` for
+    /// [`crate::app::App::assistant_thread_context_changed`].
+    ///
+    /// ```
+    /// use slack_once::app::{App, AssistantThread, Ctx, MessageEvent};
+    /// use slack_once::app::manifest::Manifest;
+    ///
+    /// let app = App::new()
+    ///     .assistant_thread_started(|_ctx: Ctx, _t: AssistantThread| async move { Ok(()) })
+    ///     .assistant_message(|_ctx: Ctx, _q: MessageEvent| async move { Ok(()) })
+    ///     .with_manifest(Manifest::new("helper").agent("Answers questions", &[("Hi", "Hello")]));
+    /// let manifest = app.manifest();
+    /// assert_eq!(manifest["features"]["agent_view"]["agent_description"], "Answers questions");
+    /// let events = manifest["settings"]["event_subscriptions"]["bot_events"].to_string();
+    /// assert!(events.contains("app_home_opened") && !events.contains("assistant_thread_started"));
+    /// ```
+    pub fn agent(mut self, description: impl Into<String>, prompts: &[(&str, &str)]) -> Self {
+        let description: String = description.into().chars().take(300).collect();
+        let prompts = prompts
+            .iter()
+            .take(4)
+            .map(|(t, m)| (t.to_string(), m.to_string()))
+            .collect();
+        self.agent = Some((description, prompts));
+        self
+    }
 }
 
 fn push(list: &mut Vec<String>, item: &str) {
@@ -233,8 +267,25 @@ pub(crate) fn of(app: &App, m: &Manifest) -> Value {
                 push(&mut scopes, "app_mentions:read");
             }
             "assistant_thread_started" | "assistant_thread_context_changed" => {
-                push(&mut events, event);
+                // The agent view has no assistant threads: the Messages tab's opening and
+                // the person's context take their place.
+                let agent_event = match event.as_str() {
+                    "assistant_thread_started" => "app_home_opened",
+                    _ => "app_context_changed",
+                };
+                push(
+                    &mut events,
+                    if m.agent.is_some() {
+                        agent_event
+                    } else {
+                        event
+                    },
+                );
                 push(&mut events, "message.im");
+                push(&mut scopes, "assistant:write");
+            }
+            "app_context_changed" | "agent_session_stopped" | "agent_session_title_changed" => {
+                push(&mut events, event);
                 push(&mut scopes, "assistant:write");
             }
             "reaction_added" | "reaction_removed" => {
@@ -329,6 +380,16 @@ pub(crate) fn of(app: &App, m: &Manifest) -> Value {
             "messages_tab_enabled": messages_tab,
             "messages_tab_read_only_enabled": false,
         });
+    }
+    if let Some((description, prompts)) = &m.agent {
+        let prompts: Vec<Value> = prompts
+            .iter()
+            .map(|(t, msg)| json!({"title": t, "message": msg}))
+            .collect();
+        features["agent_view"] = json!({"agent_description": description});
+        if !prompts.is_empty() {
+            features["agent_view"]["suggested_prompts"] = prompts.into();
+        }
     }
     if !commands.is_empty() {
         features["slash_commands"] = commands.into();

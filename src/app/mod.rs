@@ -27,6 +27,7 @@
 //! listeners built with [`Listener::including_bots`]; the bot's own messages never are.
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod blocks;
 mod context;
 pub mod events;
@@ -50,6 +51,10 @@ pub use crate::interaction::{
 pub use crate::journal::{
     Error, MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS, Settle, Tally,
 };
+pub use agent::{
+    AgentSessionStopped, AgentSessionTitleChanged, AppContext, AppContextChanged, ContextEntity,
+    Entity, Feedback, SessionStatus, Task, TaskDisplay, TaskStatus, feedback_buttons,
+};
 pub use context::{Ctx, Posted, Respond};
 pub use events::{
     AppHomeOpened, AppMention, AssistantThread, ChannelCreated, MemberJoinedChannel, MessageEvent,
@@ -61,7 +66,9 @@ pub use reference::{THANKS_ACTION, reference_app, safe_text};
 #[cfg_attr(not(feature = "explore"), allow(unused_imports))]
 pub(crate) use state::state_key;
 pub use state::{Changed, Put, State, UPDATE_ATTEMPTS, Versioned};
-pub use stream::{APPEND_BUFFER_CHARS, APPEND_TIMEOUT, Stream};
+pub use stream::{
+    APPEND_BUFFER_CHARS, APPEND_TIMEOUT, PART_CHARS, ROTATE_AFTER, Stream, StreamOptions,
+};
 
 use crate::envelope::{Event, EventCallback};
 use events::{Typed, typed};
@@ -531,6 +538,102 @@ impl Listener {
             }),
         )
         .for_events(&["assistant_thread_context_changed"])
+    }
+
+    /// An event read by `parse` (the agent view's events), claimed once per event.
+    fn parsed<E, F, Fut>(
+        kind: &'static str,
+        parse: fn(&serde_json::Value) -> Option<E>,
+        handler: F,
+    ) -> Self
+    where
+        E: Send + 'static,
+        F: Fn(Ctx, E) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        Self::new(
+            kind,
+            Box::new(move |heard| {
+                let event = &heard.callback.event;
+                if event.kind != kind {
+                    return None;
+                }
+                Some(prepared(handler.clone(), parse(&event.raw)?))
+            }),
+        )
+        .for_events(&[kind])
+    }
+
+    /// The agent view: what the person looks at changed (`app_context_changed`). Through
+    /// `App::listen` the conversations' contexts are not kept ([`App::app_context_changed`]
+    /// keeps them, for [`Ctx::app_context`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppContextChanged, Ctx, Listener};
+    ///
+    /// let moved = Listener::app_context_changed(|_ctx: Ctx, c: AppContextChanged| async move {
+    ///     tracing::info!(channel = c.context.channel(), "the person looks elsewhere");
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(moved);
+    /// ```
+    pub fn app_context_changed<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Ctx, AppContextChanged) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        Self::parsed("app_context_changed", AppContextChanged::of, handler)
+    }
+
+    /// A person pressed an agent session's stop button (`agent_session_stopped`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{AgentSessionStopped, App, Ctx, Listener, SessionStatus};
+    ///
+    /// let stop = Listener::agent_session_stopped(|ctx: Ctx, s: AgentSessionStopped| async move {
+    ///     let status = SessionStatus::Active;
+    ///     ctx.set_session_status(&s.channel, s.thread_ts.as_deref(), status, None).await?;
+    ///     Ok(())
+    /// });
+    /// let _app = App::new().listen(stop);
+    /// ```
+    pub fn agent_session_stopped<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Ctx, AgentSessionStopped) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        Self::parsed("agent_session_stopped", AgentSessionStopped::of, handler)
+    }
+
+    /// A person renamed an agent session (`agent_session_title_changed`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{AgentSessionTitleChanged, App, Ctx, Listener};
+    ///
+    /// let renamed =
+    ///     Listener::agent_session_title_changed(|_ctx: Ctx, t: AgentSessionTitleChanged| async move {
+    ///         tracing::info!(title = t.title, "renamed");
+    ///         Ok(())
+    ///     });
+    /// let _app = App::new().listen(renamed);
+    /// ```
+    pub fn agent_session_title_changed<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Ctx, AgentSessionTitleChanged) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        Self::parsed(
+            "agent_session_title_changed",
+            AgentSessionTitleChanged::of,
+            handler,
+        )
     }
 
     /// A channel was created (`channel_created`).
@@ -1064,6 +1167,117 @@ impl App {
     {
         self.assistant = true;
         self.message_where(|m: &MessageEvent| m.is_dm() && !m.is_from_bot(), handler)
+    }
+
+    /// See [`Listener::app_context_changed`]; the conversations' latest contexts are kept
+    /// beside the claims for [`Ctx::app_context`] (one `PutItem` per change, an older change
+    /// never replacing a newer).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, AppContextChanged, Ctx};
+    ///
+    /// let _app = App::new().app_context_changed(|_ctx: Ctx, c: AppContextChanged| async move {
+    ///     tracing::info!(entities = c.context.entities.len(), "context changed");
+    ///     Ok(())
+    /// });
+    /// ```
+    pub fn app_context_changed<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Ctx, AppContextChanged) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.assistant = true;
+        self.listen(Listener::app_context_changed(handler))
+    }
+
+    /// See [`Listener::agent_session_stopped`]. The stop is also kept beside the claims
+    /// (before the listener runs), so that an answer's stream begun before it, on any
+    /// instance, writes nothing more ([`crate::app::Stream`]), and
+    /// [`Ctx::set_session_status`] does not set the session processing again.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{AgentSessionStopped, App, Ctx, SessionStatus};
+    ///
+    /// let _app = App::new().agent_session_stopped(|ctx: Ctx, s: AgentSessionStopped| async move {
+    ///     let status = SessionStatus::Active; // Slack leaves the status to the app
+    ///     ctx.set_session_status(&s.channel, s.thread_ts.as_deref(), status, None).await?;
+    ///     Ok(())
+    /// });
+    /// ```
+    pub fn agent_session_stopped<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Ctx, AgentSessionStopped) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.assistant = true;
+        self.listen(Listener::agent_session_stopped(handler))
+    }
+
+    /// See [`Listener::agent_session_title_changed`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{AgentSessionTitleChanged, App, Ctx};
+    ///
+    /// let _app = App::new()
+    ///     .agent_session_title_changed(|_ctx: Ctx, t: AgentSessionTitleChanged| async move {
+    ///         tracing::info!(title = t.title, "the person renamed the session");
+    ///         Ok(())
+    ///     });
+    /// ```
+    pub fn agent_session_title_changed<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Ctx, AgentSessionTitleChanged) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.assistant = true;
+        self.listen(Listener::agent_session_title_changed(handler))
+    }
+
+    /// A click on the feedback buttons (`feedback_buttons`, in a `context_actions` block) of
+    /// `action_id`: positive or negative, and the answer's message. Each click is its own
+    /// request, claimed once (its `action_ts`): what the listener writes, a state change or a
+    /// reply, is made once per click. A click on another element with this `action_id` is
+    /// not heard.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, Feedback};
+    ///
+    /// let _app = App::new().feedback("answer_feedback", |ctx: Ctx, f: Feedback| async move {
+    ///     let name = if f.positive { "feedback/positive" } else { "feedback/negative" };
+    ///     ctx.state().update(name, std::time::Duration::from_secs(90 * 86_400), |n: Option<u64>| {
+    ///         Some(n.unwrap_or(0) + 1)
+    ///     })
+    ///     .await?;
+    ///     ctx.respond("Thanks for the feedback.").await?;
+    ///     Ok(())
+    /// });
+    /// ```
+    pub fn feedback<F, Fut>(self, action_id: impl Into<Selector>, handler: F) -> Self
+    where
+        F: Fn(Ctx, Feedback) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        self.action(action_id, move |ctx: Ctx, click: BlockAction| {
+            let handler = handler.clone();
+            async move {
+                match Feedback::of(click) {
+                    Some(feedback) => handler(ctx, feedback).await,
+                    None => {
+                        tracing::warn!("a click on this action id that is not on feedback buttons");
+                        Ok(())
+                    }
+                }
+            }
+        })
     }
 
     /// Whether the app has an assistant's listener: the threads' contexts are then kept.

@@ -1,56 +1,172 @@
-//! Streamed answers (`chat.startStream`, `chat.appendStream`, `chat.stopStream`), exactly once.
+//! Streamed answers (`chat.startStream`, `chat.appendStream`, `chat.stopStream`), exactly once,
+//! with plans and tasks, and answers longer than a stream lives.
 //!
 //! The stream's start is a journaled step whose `ts` is written to the ledger as soon as Slack
 //! answers, so a later run (a takeover after a crash, a redelivery) never starts a second one:
 //! it finds the stream in the journal (or, if the start's answer was lost, among the app's
 //! messages of the thread in the claim's window: a stream carries no metadata until stopped).
-//! Appends are buffered and not journaled one by one. The end is always two steps: the stream
-//! stopped (`message_not_in_streaming_state`, as after Slack expired it, counts as stopped),
-//! then the message replaced with the final text and blocks (`chat.update`), so whatever ran
-//! or crashed before, the thread holds one message, complete. A reader may see, during a
-//! takeover, the words the crashed run had appended, then the whole answer at once. A start
-//! Slack refuses for its recipient (a Slack Connect author) is recorded as refused, and the
-//! answer is then one journaled post, made at the end.
+//! Text appends are buffered and not journaled one by one; a plan's title, a task's update and
+//! a blocks chunk are each a journaled step ([`Stream::plan`], [`Stream::task`],
+//! [`Stream::blocks`]), made once across takeovers, and a task never moves back.
+//!
+//! **Parts.** Slack ends a stream by itself about 5 minutes after its start
+//! (`message_not_in_streaming_state`, earlier when it idles). An answer that runs longer goes
+//! on in a new stream in the same thread, a *part*: when the current part is older than
+//! [`StreamOptions::rotate_after`] (4 minutes), holds [`PART_CHARS`] characters, or Slack
+//! ended it, the part is stopped and marked with slack-once's names (two journaled steps) and
+//! the next is started (a journaled step carrying the plan so far). The journal knows each
+//! part's message: a takeover after a switch replays the switch, never starting a part twice.
+//!
+//! **The end** ([`Stream::finish`], [`Stream::finish_answer`]): the last part stopped, then
+//! every part replaced with its share of the final text (`chat.update`), the plan as a `plan`
+//! block at the top of the first: so whatever ran or crashed before, the thread holds the
+//! answer once, in order, without a gap. A reader may see, during a takeover, the words the
+//! crashed run had appended, then the whole answer at once. A start Slack refuses for its
+//! recipient (a Slack Connect author) is recorded as refused, and the answer is then one
+//! journaled post, made at the end.
+//!
+//! **A stop.** A person who presses the session's stop button (`agent_session_stopped`, kept
+//! beside the claims) or whose stream Slack answers `stopped_by_user` ends the answer: nothing
+//! is appended, started, stopped or updated after it, on any instance. A run learns of a stop
+//! at the latest at each switch and at the end, where the stream reads the stop's note (a
+//! remembered step, so every later run takes the same way).
+
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::agent::{Task, TaskDisplay};
 use super::{Ctx, Error, Message};
-use crate::journal::{Returns, Settle};
+use crate::journal::{Returns, Settle, step_identity};
 use crate::slack::{Args, SlackError, post_metadata};
 
 /// Appends are sent once this many characters are buffered (Slack's SDKs use 256), keeping
 /// within `chat.appendStream`'s rate tier.
 pub const APPEND_BUFFER_CHARS: usize = 256;
 /// An append waits at most this long for Slack (within the claim's deadline). An append is not
-/// a step: one that hangs ends the appending, and the end replaces the message with the whole
-/// answer, so neither the answer nor the listener waits on it until the lease ends.
-pub const APPEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// a step: one that hangs ends the appending to this part, and the end replaces the message
+/// with its share of the answer, so neither the answer nor the listener waits on it until the
+/// lease ends.
+pub const APPEND_TIMEOUT: Duration = Duration::from_secs(2);
+/// A part holds at most this many characters of the answer (a `markdown` block holds 12,000):
+/// past it, the answer goes on in a new part.
+pub const PART_CHARS: usize = 10_000;
+/// A part is switched for a new one this long after it started, before Slack ends it (about
+/// 5 minutes).
+pub const ROTATE_AFTER: Duration = Duration::from_secs(240);
 
 /// `chat.startStream`'s answer to a recipient it cannot resolve for this app (an author of
 /// another organisation in a Slack Connect conversation).
 const RECIPIENT_REFUSED: &str = "user_not_found";
+const EXPIRED: &str = "message_not_in_streaming_state";
+const STOPPED: &str = "stopped_by_user";
 
-/// A streamed message in a thread: [`Ctx::stream`].
+/// How a stream is started: [`Ctx::stream_with`].
+#[derive(Clone, Debug)]
+pub struct StreamOptions {
+    tasks: Option<TaskDisplay>,
+    rotate_after: Duration,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        Self {
+            tasks: None,
+            rotate_after: ROTATE_AFTER,
+        }
+    }
+}
+
+impl StreamOptions {
+    /// Slack's defaults; parts switched after [`ROTATE_AFTER`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How the stream shows its tasks (`task_display_mode`).
+    pub fn tasks(mut self, display: TaskDisplay) -> Self {
+        self.tasks = Some(display);
+        self
+    }
+
+    /// Switch to a new part this long after a part started (default [`ROTATE_AFTER`]; keep it
+    /// below Slack's 5 minutes by more than a model's pause between words).
+    pub fn rotate_after(mut self, after: Duration) -> Self {
+        self.rotate_after = after;
+        self
+    }
+}
+
+/// One message of a streamed answer.
+#[derive(Debug, Clone)]
+struct Part {
+    ts: String,
+    /// The start's step: the finished message is marked with it.
+    step: u32,
+    /// Where its share of the answer begins (characters appended by this run before it).
+    from: usize,
+    /// Epoch ms of its start (its `ts`).
+    started_ms: u64,
+    /// This run started it, and Slack takes its appends: text goes to it.
+    live: bool,
+    /// Slack no longer takes appends to it (expired, or an append failed).
+    ended: bool,
+    /// This run replaced it with its share (at a switch), from `from` to the next part's.
+    written: bool,
+    /// Blocks chunks streamed into it, kept for its final form.
+    blocks: Vec<Value>,
+}
+
+/// A streamed answer in a thread: [`Ctx::stream`].
 #[derive(Debug)]
 pub struct Stream {
     ctx: Ctx,
     /// The conversation the stream's thread is in.
     pub channel: String,
-    /// The streamed message; empty when Slack refused the recipient and the answer is posted
-    /// whole by [`Stream::finish`] instead.
+    /// The (first) streamed message; empty when Slack refused the recipient and the answer is
+    /// posted whole by [`Stream::finish`] instead.
     pub ts: String,
     thread_ts: String,
-    /// The start's step: the finished message is marked with it, so no later look-up takes
-    /// it for another stream.
-    step: u32,
+    recipient: Option<(String, String)>,
+    options: StreamOptions,
+    parts: Vec<Part>,
     buffer: String,
-    /// An earlier run started it, or Slack no longer takes appends: what it shows is not known
-    /// here, so nothing more is appended; the end replaces it with the final text.
-    unknown: bool,
+    /// Characters of the answer appended by this run.
+    appended: usize,
+    /// What this run appended (a part's share at a switch).
+    text: String,
+    plan: Option<String>,
+    tasks: Vec<Task>,
+    /// A person stopped the answer: nothing more is written.
+    stopped: bool,
+    /// Slack answered an append `stopped_by_user`: the next check reads the stop.
+    stop_hint: bool,
     /// An earlier run may have started it and Slack cannot show whether (its start settled
     /// unconfirmed): neither appended to, nor finished, nor posted whole (that could be a
     /// second answer); the request ends `failed` (`unconfirmed_write`).
     unconfirmed: bool,
+    /// Slack refused the stream's recipient: no stream, the answer posted whole at the end.
+    refused: bool,
+}
+
+fn epoch_ms_of(ts: &str) -> u64 {
+    crate::pipeline::ts_ms(ts).unwrap_or_else(crate::clock::now_ms)
+}
+
+fn slice(text: &str, from: usize, to: Option<usize>) -> String {
+    let part: String = match to {
+        Some(to) => text
+            .chars()
+            .skip(from)
+            .take(to.saturating_sub(from))
+            .collect(),
+        None => text.chars().skip(from).collect(),
+    };
+    if part.trim().is_empty() {
+        "…".to_string()
+    } else {
+        part
+    }
 }
 
 impl Ctx {
@@ -80,33 +196,132 @@ impl Ctx {
         thread_ts: &str,
         recipient: Option<(&str, &str)>,
     ) -> Result<Stream, Error> {
-        let mut args = json!({"channel": channel, "thread_ts": thread_ts});
-        if let Some((user, team)) = recipient {
-            args["recipient_user_id"] = user.into();
-            args["recipient_team_id"] = team.into();
+        self.stream_with(channel, thread_ts, recipient, StreamOptions::default())
+            .await
+    }
+
+    /// As [`Ctx::stream`], with `options`: how tasks are shown, when a part is switched.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent, StreamOptions, Task, TaskDisplay, TaskStatus};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     let options = StreamOptions::new().tasks(TaskDisplay::Plan);
+    ///     let mut stream = ctx.stream_with(&q.channel, q.thread(), None, options).await?;
+    ///     stream.plan("Looking it up").await?;
+    ///     stream.task(Task::new("docs", "Read the runbook", TaskStatus::InProgress)).await?;
+    ///     stream.task(Task::new("docs", "Read the runbook", TaskStatus::Complete)).await?;
+    ///     let answer = "Deploys run at 10:00 and 15:00 UTC.";
+    ///     stream.append(answer).await;
+    ///     stream.finish_answer(answer, vec![]).await?;
+    ///     Ok(())
+    /// });
+    /// ```
+    pub async fn stream_with(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        recipient: Option<(&str, &str)>,
+        options: StreamOptions,
+    ) -> Result<Stream, Error> {
+        let mut stream = Stream {
+            ctx: self.clone(),
+            channel: channel.to_string(),
+            ts: String::new(),
+            thread_ts: thread_ts.to_string(),
+            recipient: recipient.map(|(u, t)| (u.to_string(), t.to_string())),
+            options,
+            parts: Vec::new(),
+            buffer: String::new(),
+            appended: 0,
+            text: String::new(),
+            plan: None,
+            tasks: Vec::new(),
+            stopped: false,
+            stop_hint: false,
+            unconfirmed: false,
+            refused: false,
+        };
+        // A stop pressed before this request's run began (a redelivery after it).
+        stream.stop_seen().await?;
+        stream.start_part().await?;
+        stream.ts = stream
+            .parts
+            .first()
+            .map(|p| p.ts.clone())
+            .unwrap_or_default();
+        Ok(stream)
+    }
+}
+
+impl Stream {
+    /// Starts a part (the first, or the next after a switch): a journaled step.
+    async fn start_part(&mut self) -> Result<(), Error> {
+        let ctx = self.ctx.clone();
+        let mut args = json!({"channel": self.channel, "thread_ts": self.thread_ts});
+        if let Some((user, team)) = &self.recipient {
+            args["recipient_user_id"] = user.as_str().into();
+            args["recipient_team_id"] = team.as_str().into();
+        }
+        if let Some(display) = self.options.tasks {
+            args["task_display_mode"] = display.as_str().into();
+        }
+        // A later part shows the plan so far.
+        if !self.parts.is_empty() {
+            let chunks = self.plan_chunks();
+            if !chunks.is_empty() {
+                args["chunks"] = Value::Array(chunks);
+            }
         }
         // A recipient Slack refuses (`user_not_found`: an author of another organisation in a
         // Slack Connect conversation) started nothing. The refusal is the step's recorded
         // result, so every later run takes the same way: no stream, the answer posted whole
         // by `finish` (without a recipient Slack would refuse a stream in a channel too).
-        let benign: &[&str] = match recipient {
-            Some(_) => &[RECIPIENT_REFUSED],
-            None => &[],
+        let benign: &[&str] = match (&self.recipient, self.parts.is_empty()) {
+            (Some(_), true) => &[RECIPIENT_REFUSED],
+            _ => &[],
         };
-        let made_before = self.made().await;
-        let step = self.next_step().await;
-        let answer = self
+        let step = ctx.next_step().await;
+        if self.stopped {
+            // Nothing is started after a stop: the start an earlier run made is taken from
+            // the journal, so the steps after it are the same.
+            if let Some(ts) = ctx
+                .pass_recorded("chat.startStream", &args)
+                .await?
+                .and_then(|a| a["ts"].as_str().map(str::to_string))
+            {
+                self.parts.push(Part {
+                    started_ms: epoch_ms_of(&ts),
+                    ts,
+                    step,
+                    from: self.appended,
+                    live: false,
+                    ended: true,
+                    written: false,
+                    blocks: Vec::new(),
+                });
+            }
+            return Ok(());
+        }
+        let made_before = ctx.made().await;
+        let answer = ctx
             .journaled(
                 "chat.startStream",
                 args,
-                Settle::Stream { channel, thread_ts },
+                Settle::Stream {
+                    channel: &self.channel,
+                    thread_ts: &self.thread_ts,
+                },
                 benign,
                 Returns::Ids,
             )
             .await?;
         let refused = answer["already"] == RECIPIENT_REFUSED;
-        let unconfirmed = answer["unknown"] == true;
-        let called_here = self.made().await > made_before;
+        self.refused = refused;
+        self.unconfirmed = answer["unknown"] == true;
+        let called_here = ctx.made().await > made_before;
         let started_here = !refused && called_here;
         if refused {
             tracing::info!(
@@ -115,34 +330,75 @@ impl Ctx {
             );
             if called_here {
                 // Nothing reached the thread: not an answer by itself.
-                self.unmade().await;
+                ctx.unmade().await;
                 // The refusal is in the ledger before the answer is made: a takeover replays
                 // it, never looks for a stream this step did not start.
-                self.record_now().await?;
+                ctx.record_now().await?;
             }
-        } else if started_here {
-            // The stream's ts is in the ledger before anything else happens.
-            self.record_now().await?;
-        } else {
-            tracing::info!(ts = %answer["ts"], "the stream an earlier run started: finishing it");
+            return Ok(());
         }
-        Ok(Stream {
-            ctx: self.clone(),
-            channel: answer["channel"].as_str().unwrap_or(channel).to_string(),
-            ts: answer["ts"].as_str().unwrap_or_default().to_string(),
-            thread_ts: thread_ts.to_string(),
+        if started_here {
+            // The part's ts is in the ledger before anything else happens.
+            ctx.record_now().await?;
+        } else {
+            tracing::info!(ts = %answer["ts"], part = self.parts.len() + 1,
+                "a part an earlier run started: finishing it");
+        }
+        let ts = answer["ts"].as_str().unwrap_or_default().to_string();
+        if let Some(channel) = answer["channel"].as_str() {
+            self.channel = channel.to_string();
+        }
+        self.parts.push(Part {
+            started_ms: epoch_ms_of(&ts),
+            ts,
             step,
-            buffer: String::new(),
-            unknown: !started_here,
-            unconfirmed,
-        })
+            from: self.appended,
+            live: started_here,
+            ended: !started_here,
+            written: false,
+            blocks: Vec::new(),
+        });
+        Ok(())
     }
-}
 
-impl Stream {
+    /// No stream to write to, and no step to make: refused for its recipient, unconfirmed.
+    fn closed(&self) -> bool {
+        self.refused || self.unconfirmed || (self.parts.is_empty() && !self.stopped)
+    }
+
+    /// A journaled step of the stream, or, after a stop, the same step passed (taken from the
+    /// journal, not made): `None` then.
+    async fn step(
+        &self,
+        method: &str,
+        args: Value,
+        benign: &[&str],
+    ) -> Result<Option<Value>, Error> {
+        if self.stopped {
+            self.ctx.pass_recorded(method, &args).await?;
+            return Ok(None);
+        }
+        self.ctx
+            .journaled(method, args, Settle::Idempotent, benign, Returns::Nothing)
+            .await
+            .map(Some)
+    }
+
+    /// The messages holding the answer, in order (one per part).
+    pub fn parts(&self) -> Vec<&str> {
+        self.parts.iter().map(|p| p.ts.as_str()).collect()
+    }
+
+    /// Whether a person stopped the answer (as far as this run knows): nothing more is written.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
     /// Appends `text` (buffered: sent by [`APPEND_BUFFER_CHARS`]). An append Slack refuses
     /// (the stream expired: `message_not_in_streaming_state`, or any failure) ends the
-    /// appending: the end replaces the message with the final text.
+    /// appending to this part: the next switches to a new part (outside
+    /// [`Ctx::remember`], where no step can be made), and the end replaces each part with its
+    /// share of the final text. A stop ends the appending for good.
     ///
     /// # Example
     ///
@@ -161,48 +417,285 @@ impl Stream {
     /// });
     /// ```
     pub async fn append(&mut self, text: &str) {
+        if self.closed() {
+            return;
+        }
         self.buffer.push_str(text);
+        self.text.push_str(text);
+        self.appended += text.chars().count();
         if self.buffer.chars().count() >= APPEND_BUFFER_CHARS {
             self.flush().await;
+            if let Err(error) = self.before_step().await {
+                tracing::warn!(
+                    error = %crate::errors::error_chain(&error),
+                    "the answer's next part could not be started: the end writes it"
+                );
+                if let Some(part) = self.parts.last_mut() {
+                    part.ended = true;
+                }
+            }
         }
     }
 
     async fn flush(&mut self) {
-        if self.unknown || self.buffer.is_empty() {
-            self.buffer.clear();
+        let text = std::mem::take(&mut self.buffer);
+        let Some(part) = self.parts.last_mut() else {
+            return;
+        };
+        if !part.live || part.ended || self.stopped || text.is_empty() {
             return;
         }
-        let args = json!({"channel": self.channel, "ts": self.ts, "markdown_text": self.buffer});
+        let args = json!({"channel": self.channel, "ts": part.ts, "markdown_text": text});
         let by = (tokio::time::Instant::now() + APPEND_TIMEOUT).min(self.ctx.deadline());
         let sent = self
             .ctx
             .slack()
             .api("chat.appendStream", &Args::Json(args), by)
             .await;
-        self.buffer.clear();
         match sent {
             Ok(_) => {}
-            Err(SlackError::Api { code }) if code == "message_not_in_streaming_state" => {
-                tracing::info!("Slack ended the stream: the answer is finished by an update");
-                self.unknown = true;
+            Err(SlackError::Api { code }) if code == EXPIRED => {
+                tracing::info!("Slack ended the stream: the answer goes on in a new part");
+                part.ended = true;
+            }
+            Err(SlackError::Api { code }) if code == STOPPED => {
+                tracing::info!("the person stopped the answer: nothing more is written");
+                part.ended = true;
+                self.stop_hint = true;
             }
             Err(error) => {
                 tracing::warn!(
                     error = %crate::errors::error_chain(&error),
-                    "an append failed: the answer is finished by an update"
+                    "an append failed: the part is finished by an update"
                 );
-                self.unknown = true;
+                part.ended = true;
             }
         }
+    }
+
+    /// Whether the earlier run switched parts here (the journal's next records are a
+    /// switch's: the part's stop and update, the next's start), or, past what the journal
+    /// holds, whether the current part is due: older than `rotate_after`, holding
+    /// [`PART_CHARS`], or ended by Slack (never after a stop).
+    async fn due(&self) -> bool {
+        let Some(part) = self.parts.last() else {
+            return false;
+        };
+        let at = json!({"channel": self.channel, "ts": part.ts});
+        let want = [
+            step_identity("chat.stopStream", &at),
+            step_identity("chat.update", &at),
+            step_identity(
+                "chat.startStream",
+                &json!({"channel": self.channel, "thread_ts": self.thread_ts}),
+            ),
+        ];
+        let ahead = self.ctx.records_ahead(3).await;
+        match ahead.first() {
+            Some(Some(Some(_))) => ahead.iter().zip(&want).all(|(record, want)| match record {
+                Some(Some(op)) => crate::ledger::same_step(op, want),
+                _ => true,
+            }),
+            // An earlier claim's began window: it made some step here, not known which.
+            Some(Some(None)) => false,
+            _ if self.stopped => false,
+            _ => {
+                let age = crate::clock::now_ms().saturating_sub(part.started_ms);
+                part.ended
+                    || age >= self.options.rotate_after.as_millis() as u64
+                    || self.appended.saturating_sub(part.from) >= PART_CHARS
+            }
+        }
+    }
+
+    /// Before a step of the stream (or after a batch of text): a stop Slack reported is
+    /// taken, and a due switch made.
+    async fn before_step(&mut self) -> Result<(), Error> {
+        if self.closed() || crate::journal::inside_remember().is_some() {
+            return Ok(());
+        }
+        if self.stop_hint {
+            self.stop_seen().await?;
+        }
+        self.switch_if_due().await
+    }
+
+    /// Switches to a new part when one is due (never inside [`Ctx::remember`]).
+    async fn switch_if_due(&mut self) -> Result<(), Error> {
+        if self.closed() || crate::journal::inside_remember().is_some() || !self.due().await {
+            return Ok(());
+        }
+        // Nothing is started after a person's stop (a switch an earlier run made is passed).
+        self.stop_seen().await?;
+        self.flush().await;
+        let part = self.parts.last().cloned().expect("a part");
+        let names = post_metadata(None, self.ctx.names(part.step));
+        // Stopped and marked as ours (its share of the answer so far, with slack-once's
+        // names), so that the next part's look-up never takes it for the new stream. The
+        // session stays processing.
+        let stop = json!({"channel": self.channel, "ts": part.ts, "metadata": names,
+                          "session_status": "processing"});
+        self.step("chat.stopStream", stop, &[EXPIRED, STOPPED])
+            .await?;
+        let share = self.draft_share(&part);
+        let update = json!({"channel": self.channel, "ts": part.ts, "text": share,
+                            "blocks": [markdown(&share)], "metadata": names});
+        let made_before = self.ctx.made().await;
+        self.step("chat.update", update, &[]).await?;
+        let written = part.live && self.ctx.made().await > made_before;
+        if let Some(last) = self.parts.last_mut() {
+            last.ended = true;
+            last.written = written;
+        }
+        self.start_part().await
+    }
+
+    /// The part's share of what this run appended (its final share when this run streamed
+    /// the whole part; the end replaces it otherwise).
+    fn draft_share(&self, part: &Part) -> String {
+        slice(&self.text, part.from, Some(self.appended))
+    }
+
+    /// Whether a person stopped the answer: Slack said so (`stopped_by_user`: then kept
+    /// beside the claims, for every later run), or the stop's note says so (one `GetItem`).
+    /// A stop is for good: from it on, the stream's steps are passed, not made.
+    async fn stop_seen(&mut self) -> Result<bool, Error> {
+        if self.stopped {
+            return Ok(true);
+        }
+        if self.stop_hint {
+            self.ctx.note_stop(&self.channel, &self.thread_ts).await;
+            self.stopped = true;
+        } else if self
+            .ctx
+            .session_stopped(&self.channel, &self.thread_ts)
+            .await?
+        {
+            self.stopped = true;
+        }
+        if self.stopped {
+            tracing::info!("the person stopped the answer: nothing more is written");
+        }
+        Ok(self.stopped)
+    }
+
+    /// A journaled chunk (a plan's title, a task's update, blocks) into the current part.
+    async fn chunk(&mut self, chunk: Value) -> Result<(), Error> {
+        if self.closed() {
+            return Ok(());
+        }
+        // The text before it goes first.
+        self.flush().await;
+        self.before_step().await?;
+        let Some(part) = self.parts.last().map(|p| p.ts.clone()) else {
+            return Ok(());
+        };
+        let args = json!({"channel": self.channel, "ts": part, "chunks": [chunk]});
+        let Some(answer) = self
+            .step("chat.appendStream", args, &[EXPIRED, STOPPED])
+            .await?
+        else {
+            return Ok(());
+        };
+        if answer["already"] == STOPPED {
+            self.stop_hint = true;
+        }
+        if answer["already"] == EXPIRED || answer["already"] == STOPPED {
+            // Not shown in this part: the end shows it.
+            if let Some(part) = self.parts.last_mut() {
+                part.ended = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The plan's title (`plan_update`): a journaled step. The plan, with every task at its
+    /// last status, heads the first part of the finished answer.
+    pub async fn plan(&mut self, title: &str) -> Result<(), Error> {
+        self.plan = Some(title.to_string());
+        self.chunk(json!({"type": "plan_update", "title": title}))
+            .await
+    }
+
+    /// A task's update (`task_update`: its id, title, status, details, output, sources): a
+    /// journaled step, made once across takeovers. A task moves forward only (`pending` →
+    /// `in_progress` → `complete` or `error`): an update that would move it back, or change
+    /// a finished task, is refused before anything is sent ([`Error::TaskMovedBack`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent, Task, TaskStatus};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     let mut stream = ctx.stream(&q.channel, q.thread(), None).await?;
+    ///     stream.plan("Checking the deploy").await?;
+    ///     let task = |status| Task::new("ci", "Read the CI run", status);
+    ///     stream.task(task(TaskStatus::InProgress)).await?;
+    ///     let found = ctx.remember("ci", async { "green".to_string() }).await?;
+    ///     stream.task(task(TaskStatus::Complete).output(format!("CI is {found}"))).await?;
+    ///     stream.append("The deploy can go.").await;
+    ///     stream.finish_answer("The deploy can go.", vec![]).await?;
+    ///     Ok(())
+    /// });
+    /// ```
+    pub async fn task(&mut self, task: Task) -> Result<(), Error> {
+        if let Some(known) = self.tasks.iter_mut().find(|t| t.id == task.id) {
+            if !known.status.may_become(task.status) {
+                return Err(Error::TaskMovedBack {
+                    task: task.id.clone(),
+                    from: known.status.as_str(),
+                    to: task.status.as_str(),
+                });
+            }
+            *known = task.clone();
+        } else {
+            self.tasks.push(task.clone());
+        }
+        self.chunk(task.chunk()).await
+    }
+
+    /// Blocks streamed into the answer (a `blocks` chunk): a journaled step; the finished
+    /// answer keeps them under the part's text.
+    pub async fn blocks(&mut self, blocks: Vec<Value>) -> Result<(), Error> {
+        if let Some(part) = self.parts.last_mut() {
+            part.blocks.extend(blocks.iter().cloned());
+        }
+        self.chunk(json!({"type": "blocks", "blocks": blocks}))
+            .await
+    }
+
+    /// The plan so far as chunks (a later part starts with them).
+    fn plan_chunks(&self) -> Vec<Value> {
+        let mut chunks = Vec::new();
+        if let Some(title) = &self.plan {
+            chunks.push(json!({"type": "plan_update", "title": title}));
+        }
+        chunks.extend(self.tasks.iter().map(Task::chunk));
+        chunks
+    }
+
+    /// The plan as a `plan` block of `task_card`s (the finished answer's), when there is one.
+    fn plan_block(&self) -> Option<Value> {
+        if self.plan.is_none() && self.tasks.is_empty() {
+            return None;
+        }
+        let cards: Vec<Value> = self.tasks.iter().map(Task::card).collect();
+        Some(
+            json!({"type": "plan", "title": self.plan.as_deref().unwrap_or("Plan"),
+                    "tasks": cards}),
+        )
     }
 
     /// Ends the stream with the whole answer: `text` (and `blocks`: give the answer a
     /// `markdown` block, which holds 12,000 characters, beside feedback buttons; with blocks,
     /// `text` is only the notification's) replace what it shows, so the message is complete
     /// whatever was appended, by this run or by an earlier one. Both writes carry slack-once's
-    /// names in the message's metadata: no later look-up takes it for another stream.
+    /// names in the message's metadata: no later look-up takes it for another stream. An
+    /// answer in several parts is ended as [`Stream::finish_answer`] ends it, with `blocks`
+    /// other than `markdown` ones under the last part. The plan, if any, heads the first part.
     ///
-    /// Returns the answer message's `ts` (the stream's, or the post's).
+    /// Returns the answer's last message's `ts` (the stream's, or the post's).
     ///
     /// # Example
     ///
@@ -223,7 +716,47 @@ impl Stream {
     ///     Ok(())
     /// });
     /// ```
-    pub async fn finish(mut self, text: &str, blocks: Option<Vec<Value>>) -> Result<String, Error> {
+    pub async fn finish(self, text: &str, blocks: Option<Vec<Value>>) -> Result<String, Error> {
+        if self.parts.len() > 1 {
+            let footer = blocks
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|b| b["type"] != "markdown")
+                .collect();
+            return self.end(text, End::Parts { footer }).await;
+        }
+        self.end(text, End::Given(blocks)).await
+    }
+
+    /// Ends the answer, in as many parts as it took: each part replaced with its share of
+    /// `text` as a `markdown` block (the first headed by the plan), `footer` (feedback
+    /// buttons, say) under the last. `text` is the answer as appended, in order: a part's
+    /// share is where this run's appends put it.
+    ///
+    /// Returns the answer's last message's `ts`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use slack_once::app::{App, Ctx, MessageEvent, feedback_buttons};
+    ///
+    /// let _app = App::new().assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+    ///     let mut stream = ctx.stream(&q.channel, q.thread(), None).await?;
+    ///     let mut answer = String::new();
+    ///     for word in ["Deploys", " run", " at", " 10:00."] {
+    ///         answer.push_str(word);
+    ///         stream.append(word).await;
+    ///     }
+    ///     let footer = vec![feedback_buttons("answer_feedback", "Good answer", "Bad answer")];
+    ///     stream.finish_answer(&answer, footer).await?;
+    ///     Ok(())
+    /// });
+    /// ```
+    pub async fn finish_answer(self, text: &str, footer: Vec<Value>) -> Result<String, Error> {
+        self.end(text, End::Parts { footer }).await
+    }
+
+    async fn end(mut self, text: &str, end: End) -> Result<String, Error> {
         if self.unconfirmed {
             tracing::warn!(
                 "the stream's start cannot be confirmed: its answer is not posted again \
@@ -231,48 +764,98 @@ impl Stream {
             );
             return Ok(String::new());
         }
-        if self.ts.is_empty() {
+        if self.refused {
             // No stream (its recipient refused): the answer, whole, as a post of ours in the
             // thread, found by its metadata if its fate is ever unknown.
             let mut message = Message::text(text).in_thread(&self.thread_ts);
-            if let Some(blocks) = blocks {
+            let mut blocks: Vec<Value> = self.plan_block().into_iter().collect();
+            match end {
+                End::Given(Some(given)) => blocks.extend(given),
+                End::Given(None) if blocks.is_empty() => {}
+                End::Given(None) => blocks.push(markdown(text)),
+                End::Parts { footer } => {
+                    blocks.push(markdown(text));
+                    blocks.extend(footer);
+                }
+            }
+            if !blocks.is_empty() {
                 message = message.blocks(blocks);
             }
             let posted = self.ctx.post(&self.channel, message).await?;
             return Ok(posted.ts);
         }
         self.flush().await;
-        let metadata = post_metadata(None, self.ctx.names(self.step));
-        let mut stop = json!({"channel": self.channel, "ts": self.ts, "metadata": metadata});
-        if let Some(blocks) = &blocks {
-            stop["blocks"] = Value::Array(blocks.clone());
-        }
-        self.ctx
-            .journaled(
-                "chat.stopStream",
-                stop,
-                Settle::Idempotent,
-                // Slack expired it, or the user pressed stop: the update below still ends it.
-                &["message_not_in_streaming_state", "stopped_by_user"],
-                Returns::Nothing,
-            )
+        // After a stop the end's steps are passed: the answer is left as the stop left it.
+        self.stop_seen().await?;
+        let Some(last) = self.parts.last().cloned() else {
+            return Ok(String::new());
+        };
+        let names = post_metadata(None, self.ctx.names(last.step));
+        let stop = json!({"channel": self.channel, "ts": last.ts, "metadata": names});
+        // Slack expired it, or the user pressed stop: the update below still ends it.
+        self.step("chat.stopStream", stop, &[EXPIRED, STOPPED])
             .await?;
-        let mut update =
-            json!({"channel": self.channel, "ts": self.ts, "text": text, "metadata": metadata});
-        if let Some(blocks) = blocks {
-            update["blocks"] = Value::Array(blocks);
+        let n = self.parts.len();
+        for (i, part) in self.parts.iter().enumerate() {
+            let to = self.parts.get(i + 1).map(|next| next.from);
+            let share = if n == 1 {
+                text.to_string()
+            } else {
+                slice(text, part.from, to)
+            };
+            let mut blocks: Vec<Value> = if i == 0 {
+                self.plan_block().into_iter().collect()
+            } else {
+                Vec::new()
+            };
+            match &end {
+                End::Given(Some(given)) => blocks.extend(given.iter().cloned()),
+                End::Given(None) => {
+                    if !blocks.is_empty() || !part.blocks.is_empty() {
+                        blocks.push(markdown(&share));
+                    }
+                    blocks.extend(part.blocks.iter().cloned());
+                }
+                End::Parts { footer } => {
+                    blocks.push(markdown(&share));
+                    blocks.extend(part.blocks.iter().cloned());
+                    if i + 1 == n {
+                        blocks.extend(footer.iter().cloned());
+                    }
+                }
+            }
+            let names = post_metadata(None, self.ctx.names(part.step));
+            let mut update =
+                json!({"channel": self.channel, "ts": part.ts, "text": share, "metadata": names});
+            if !blocks.is_empty() {
+                update["blocks"] = Value::Array(blocks);
+            }
+            if part.written
+                && i + 1 < n
+                && (i > 0 || self.plan_block().is_none())
+                && part.blocks.is_empty()
+            {
+                // This run wrote the part's final share at the switch.
+                self.ctx.pass_step("chat.update", &update).await?;
+                continue;
+            }
+            self.step("chat.update", update, &[]).await?;
         }
-        self.ctx
-            .journaled(
-                "chat.update",
-                update,
-                Settle::Idempotent,
-                &[],
-                Returns::Nothing,
-            )
-            .await?;
-        Ok(self.ts)
+        Ok(last.ts)
     }
+}
+
+/// How [`Stream::end`] shows the answer.
+enum End {
+    /// [`Stream::finish`]'s blocks, for an answer of one part.
+    Given(Option<Vec<Value>>),
+    /// Each part's share as a `markdown` block, `footer` under the last.
+    Parts { footer: Vec<Value> },
+}
+
+/// `text` as a `markdown` block (12,000 characters; a `section` holds 3,000).
+fn markdown(text: &str) -> Value {
+    json!({"type": "markdown", "text": text})
 }
 
 impl Ctx {

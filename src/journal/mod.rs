@@ -104,6 +104,17 @@ pub enum Error {
         /// The write's Web API method (or, for a state change, `state change "NAME"`).
         method: String,
     },
+    /// A stream's task update would move the task back (`complete` to `in_progress`, say) or
+    /// change a finished task: refused before anything is sent.
+    #[error("task {task} is {from} and cannot become {to}: a task moves forward only")]
+    TaskMovedBack {
+        /// The task's id.
+        task: String,
+        /// Its status.
+        from: &'static str,
+        /// The status asked for.
+        to: &'static str,
+    },
     /// A state change (`what`) in a request the ledger never claims (a `block_suggestion`: an
     /// options request, answered at once and never de-duplicated): with no claim to record it
     /// with, it could not be made once per request, so it is refused, never skipped.

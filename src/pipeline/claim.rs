@@ -270,6 +270,18 @@ pub(crate) fn thread_context_key(team: &str, channel: &str, thread_ts: &str) -> 
     ledger_key(&format!("actx-{team}-{channel}-{thread_ts}"))
 }
 
+/// The key of the note that keeps a conversation's latest agent context
+/// (`app_context_changed`): team and the app's DM with the person.
+pub(crate) fn agent_context_key(team: &str, channel: &str) -> Option<EventId> {
+    ledger_key(&format!("agctx-{team}-{channel}"))
+}
+
+/// The key of the note that says a person stopped an agent session (`agent_session_stopped`):
+/// team, channel and the session's thread.
+pub(crate) fn session_stop_key(team: &str, channel: &str, thread_ts: &str) -> Option<EventId> {
+    ledger_key(&format!("astop-{team}-{channel}-{thread_ts}"))
+}
+
 /// The ledger keys of `callback` (primary, alias), as a claim derives them: for the fuzzers.
 #[doc(hidden)]
 pub fn ledger_keys(callback: &EventCallback, by_message: bool) -> (EventId, Option<EventId>) {

@@ -14,49 +14,77 @@ use crate::ledger::OwnerToken;
 use crate::slack::SlackClient;
 
 impl Processor {
-    /// An assistant thread's start or context change: its context (the channel the user is
-    /// looking at) is kept beside the claims, for the thread's later messages
-    /// ([`crate::app::Ctx::thread_context`]), when the app has an assistant's listener. A
+    /// Notes kept beside the claims, before the event is routed, when the app has an
+    /// assistant's or an agent's listener: an assistant thread's context at its start or
+    /// change ([`crate::app::Ctx::thread_context`]); the agent view's latest context of a DM
+    /// (`app_context_changed`: [`crate::app::Ctx::app_context`]); a session a person stopped
+    /// (`agent_session_stopped`: a stream of an answer begun before it writes nothing more). A
     /// failure is logged: the event is answered all the same.
     async fn keep_thread_context(&self, callback: &EventCallback, delivery: &EventDelivery<'_>) {
         let event = &callback.event;
-        if !self.app.keeps_thread_contexts()
-            || callback.skip_reason().is_some()
-            || !matches!(
-                event.kind.as_str(),
-                "assistant_thread_started" | "assistant_thread_context_changed"
-            )
-        {
+        if !self.app.keeps_thread_contexts() || callback.skip_reason().is_some() {
             return;
         }
-        let context = event.raw["assistant_thread"]["context"].clone();
-        let (Some(channel), Some(thread)) = (event.channel.as_deref(), event.thread_ts.as_deref())
-        else {
-            return;
-        };
         let team = callback.team().unwrap_or("-");
-        let Some(key) = super::claim::thread_context_key(team, channel, thread) else {
+        let channel = event.channel.as_deref();
+        let (key, value) = match (event.kind.as_str(), channel) {
+            ("assistant_thread_started" | "assistant_thread_context_changed", Some(channel)) => {
+                let Some(thread) = event.thread_ts.as_deref() else {
+                    return;
+                };
+                let context = event.raw["assistant_thread"]["context"].clone();
+                (
+                    super::claim::thread_context_key(team, channel, thread),
+                    context.to_string(),
+                )
+            }
+            ("app_context_changed", Some(channel)) => {
+                let context = event.raw["context"].clone();
+                let context = if context.is_object() {
+                    context
+                } else {
+                    serde_json::json!({})
+                };
+                (
+                    super::claim::agent_context_key(team, channel),
+                    context.to_string(),
+                )
+            }
+            ("agent_session_stopped", Some(channel)) => {
+                let Some(thread) = event.raw["thread_ts"].as_str() else {
+                    return;
+                };
+                (
+                    super::claim::session_stop_key(team, channel, thread),
+                    event.raw["streaming_message_ts"].to_string(),
+                )
+            }
+            _ => return,
+        };
+        let Some(key) = key else {
             return;
         };
         // Ordered by the event's own time: a retry of an older change does not undo a newer.
         let at_ms = event
             .event_ts
             .as_deref()
-            .and_then(|ts| {
-                let (secs, frac) = ts.split_once('.').unwrap_or((ts, "0"));
-                let ms = format!("{frac:0<3}");
-                Some(secs.parse::<u64>().ok()? * 1000 + ms.get(..3)?.parse::<u64>().ok()?)
-            })
+            .and_then(super::ts_ms)
             .unwrap_or_else(|| unix_ms(delivery.now));
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
-        let context = context.to_string();
-        let write = self.ledger.set_note(&key, &context, at_ms, expires_at_s);
+        // The agent's notes carry their time (a session's stop is compared with a request's);
+        // an assistant thread's context is kept as the versions before wrote it.
+        let value = if event.kind.starts_with("assistant_thread_") {
+            value
+        } else {
+            serde_json::json!({"at_ms": at_ms, "value": value}).to_string()
+        };
+        let write = self.ledger.set_note(&key, &value, at_ms, expires_at_s);
         match tokio::time::timeout(std::time::Duration::from_millis(800), write).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                tracing::warn!(error = %super::error_chain(&e), "the thread's context could not be kept")
+                tracing::warn!(error = %super::error_chain(&e), kind = %event.kind, "a note could not be kept")
             }
-            Err(_) => tracing::warn!("the thread's context could not be kept in time"),
+            Err(_) => tracing::warn!(kind = %event.kind, "a note could not be kept in time"),
         }
     }
     /// Names the event on the current span, then routes it to the listeners that take it; the

@@ -25,7 +25,7 @@ mod verify;
 mod work;
 
 pub use claim::ledger_keys;
-pub(crate) use claim::thread_context_key;
+pub(crate) use claim::{agent_context_key, session_stop_key, thread_context_key};
 pub use interactions::ACK_BUDGET;
 
 use std::sync::Arc;
@@ -799,6 +799,13 @@ fn log_result(
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A Slack `ts` (`"1700000000.123456"`) as epoch milliseconds.
+pub(crate) fn ts_ms(ts: &str) -> Option<u64> {
+    let (secs, frac) = ts.split_once('.').unwrap_or((ts, "0"));
+    let ms = format!("{frac:0<3}");
+    Some(secs.parse::<u64>().ok()? * 1000 + ms.get(..3)?.parse::<u64>().ok()?)
 }
 
 /// `t` in milliseconds since the Unix epoch (0 before it).

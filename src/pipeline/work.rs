@@ -165,7 +165,8 @@ pub(super) fn listener_failed(name: &str, error: BotError) -> ProcessError {
             e @ StepError::Unclaimed { .. } => ProcessError::Bot(Box::new(e)),
             e @ (StepError::NotARead { .. }
             | StepError::NotAStep { .. }
-            | StepError::InvalidOutputs { .. }) => {
+            | StepError::InvalidOutputs { .. }
+            | StepError::TaskMovedBack { .. }) => {
                 tracing::warn!(listener = name, error = %e, "the listener failed");
                 ProcessError::Bot(Box::new(e))
             }

@@ -339,6 +339,19 @@ impl TestBot {
         self.default_actor().dm(text).await
     }
 
+    /// [`USER`] clicks feedback buttons on the answer `message`: see [`Actor::feedback`].
+    pub async fn feedback(&self, action_id: &str, positive: bool, message: &Value) -> Acked {
+        self.default_actor()
+            .feedback(action_id, positive, message)
+            .await
+    }
+
+    /// [`USER`] presses the stop button of the session of `thread_ts` in `D0TEST`: see
+    /// [`Actor::stop_session`].
+    pub async fn stop_session(&self, thread_ts: &str) -> String {
+        self.default_actor().stop_session(thread_ts).await
+    }
+
     fn new_ts(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         format!("1767225600.{n:06}")
@@ -505,6 +518,59 @@ impl Actor<'_> {
                 .into();
         }
         self.send_interaction(payload).await
+    }
+
+    /// This person clicks the positive (`true`) or negative feedback button of the
+    /// `feedback_buttons` element `action_id` on the bot's answer `message`, as Slack sends
+    /// the click (its `value` the button's).
+    pub async fn feedback(&self, action_id: &str, positive: bool, message: &Value) -> Acked {
+        let n = self.bot.next.fetch_add(1, Ordering::Relaxed);
+        let action_ts = format!("{}.{n:06}", crate::clock::now_ms() / 1000);
+        let element = message["blocks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|b| b["elements"].as_array().into_iter().flatten())
+            .find(|e| e["type"] == "feedback_buttons" && e["action_id"] == action_id)
+            .cloned()
+            .unwrap_or_default();
+        let button = if positive {
+            "positive_button"
+        } else {
+            "negative_button"
+        };
+        let value = element[button]["value"]
+            .as_str()
+            .unwrap_or(if positive { "positive" } else { "negative" })
+            .to_string();
+        let channel = message["channel"].as_str().unwrap_or(&self.channel);
+        let ts = message["ts"].as_str().unwrap_or_default();
+        let payload = json!({
+            "type": "block_actions",
+            "actions": [{"type": "feedback_buttons", "action_id": action_id, "block_id": "fb",
+                         "value": value, "text": element[button]["text"], "action_ts": action_ts}],
+            "container": {"type": "message", "message_ts": ts, "channel_id": channel},
+            "channel": {"id": channel},
+            "message": message,
+            "response_url": self.bot.response_url("actions", channel, Some(ts), n),
+        });
+        self.send_interaction(payload).await
+    }
+
+    /// This person presses the stop button of the agent session of `thread_ts` in this
+    /// conversation (a DM: `D0TEST` unless the channel is one): Slack stops the app's streams
+    /// there, then sends `agent_session_stopped`. The outcome of its delivery.
+    pub async fn stop_session(&self, thread_ts: &str) -> String {
+        let channel = if self.channel.starts_with('D') {
+            self.channel.clone()
+        } else {
+            "D0TEST".to_string()
+        };
+        let event = self
+            .bot
+            .slack
+            .with_workspace(|w| w.stop_session(&channel, thread_ts, &self.user));
+        self.bot.send(event).await
     }
 
     /// This person uses the global shortcut `callback_id`.

@@ -25,7 +25,20 @@
 //!   Connect author is: `user_not_found`), that `chat.appendStream` extends and `chat.stopStream` ends (with its final text, blocks
 //!   and metadata); once stopped, or older than the stream expiry (Slack: about 5 minutes;
 //!   [`Workspace::set_stream_expiry`]), both answer `message_not_in_streaming_state`;
-//!   `assistant.threads.setStatus` / `setSuggestedPrompts` / `setTitle` are kept per thread;
+//!   `assistant.threads.setStatus` / `setSuggestedPrompts` / `setTitle` are kept per thread
+//!   (suggested prompts also without a thread: the agent view's Messages tab);
+//! - a stream's `chunks` are shown as Slack shows them: `markdown_text` extends its text,
+//!   `plan_update` titles its plan, `task_update` adds a task or changes it in place (by its
+//!   `id`; a status other than `pending`, `in_progress`, `complete`, `error` is
+//!   `invalid_chunks`), `blocks` adds blocks; each task's updates are counted
+//!   ([`Workspace::task_updates`]). `chat.update` replaces what the message shows (its plan
+//!   and streamed blocks with it). A person's stop ([`Workspace::stop_session`]) stops the
+//!   app's streams of the session's thread: appends answer `stopped_by_user`, stops
+//!   `message_not_in_streaming_state`;
+//! - an agent session per thread (`agents.sessions.setStatus`: `processing`, `active`,
+//!   `suspended`, `closed`, and a title when it creates one; `agents.sessions.rename`; a
+//!   stream's start makes it `processing`, its stop `session_status`, `active` by default),
+//!   each status kept in order ([`Workspace::session`]);
 //! - a `trigger_id` ([`Workspace::trigger_id`]: `{epoch ms}.{n}.{hex}`, as Slack mints one per
 //!   request) opens or pushes one view, within 3 s of its minting: after that
 //!   `expired_trigger_id`, a second use `exchanged_trigger_id`; a view's `external_id` is one
@@ -84,6 +97,10 @@ pub struct Workspace {
     stream_expiry_ms: u64,
     /// The assistant threads' status, prompts and titles: (method, channel, thread_ts, args).
     assistant: Vec<(String, String, String, Value)>,
+    /// Agent sessions by (channel, thread_ts): `{status, title, statuses: [...]}`.
+    sessions: HashMap<(String, String), Value>,
+    /// Each task's updates: (channel, stream ts, task id) → the statuses sent, in order.
+    task_updates: HashMap<(String, String, String), Vec<String>>,
     /// Workflow Builder step executions and their tokens (the default workspace's stand-in
     /// keeps every team's: an execution names its team).
     pub(crate) executions: super::functions::Executions,
@@ -195,6 +212,34 @@ fn epoch_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// A JSON argument as sent: JSON, or a form's JSON string.
+fn json_value(v: &Value) -> Value {
+    match v {
+        Value::String(s) => serde_json::from_str(s).unwrap_or(Value::Null),
+        v => v.clone(),
+    }
+}
+
+/// Whether a stream's `chunks` are what Slack takes: an array of known types, tasks with an
+/// id, a title and one of the four statuses.
+fn chunks_valid(chunks: &Value) -> bool {
+    let Some(chunks) = chunks.as_array() else {
+        return chunks.is_null();
+    };
+    chunks.iter().all(|c| match c["type"].as_str() {
+        Some("markdown_text") => c["text"].is_string(),
+        Some("plan_update") => c["title"].is_string(),
+        Some("task_update") => {
+            c["id"].as_str().is_some_and(|s| !s.is_empty())
+                && c["title"].is_string()
+                && ["pending", "in_progress", "complete", "error"]
+                    .contains(&c["status"].as_str().unwrap_or_default())
+        }
+        Some("blocks") => c["blocks"].is_array(),
+        _ => false,
+    })
+}
+
 /// A `ts` as microseconds, for ordering (`"1700000000.000100"` → 1700000000000100).
 pub fn micros(ts: &str) -> Option<u128> {
     let (secs, frac) = ts.split_once('.').unwrap_or((ts, "0"));
@@ -225,6 +270,8 @@ impl Workspace {
             views: Vec::new(),
             stream_expiry_ms: 5 * 60 * 1000,
             assistant: Vec::new(),
+            sessions: HashMap::new(),
+            task_updates: HashMap::new(),
             executions: Default::default(),
         }
     }
@@ -458,6 +505,122 @@ impl Workspace {
             .copied()
     }
 
+    /// Shows a stream's `chunks` on its message: text, a plan's title, tasks (in place, by
+    /// id: each update counted), blocks.
+    fn apply_chunks(&mut self, m: &mut Value, chunks: &Value) {
+        let (channel, ts) = (text(&m["channel"]), text(&m["ts"]));
+        for chunk in chunks.as_array().into_iter().flatten() {
+            match chunk["type"].as_str() {
+                Some("markdown_text") => {
+                    let so_far = text(&m["text"]);
+                    m["text"] = format!("{so_far}{}", text(&chunk["text"])).into();
+                }
+                Some("plan_update") => {
+                    if m["plan"].is_null() {
+                        m["plan"] = json!({"tasks": []});
+                    }
+                    m["plan"]["title"] = chunk["title"].clone();
+                }
+                Some("task_update") => {
+                    if m["plan"].is_null() {
+                        m["plan"] = json!({"tasks": []});
+                    }
+                    let id = text(&chunk["id"]);
+                    let tasks = m["plan"]["tasks"].as_array_mut().expect("tasks");
+                    match tasks.iter_mut().find(|t| t["id"] == id.as_str()) {
+                        Some(task) => {
+                            for (k, v) in chunk.as_object().into_iter().flatten() {
+                                task[k] = v.clone();
+                            }
+                        }
+                        None => tasks.push(chunk.clone()),
+                    }
+                    self.task_updates
+                        .entry((channel.clone(), ts.clone(), id))
+                        .or_default()
+                        .push(text(&chunk["status"]));
+                }
+                Some("blocks") => {
+                    if m["stream_blocks"].is_null() {
+                        m["stream_blocks"] = json!([]);
+                    }
+                    let shown = m["stream_blocks"].as_array_mut().expect("blocks");
+                    shown.extend(chunk["blocks"].as_array().into_iter().flatten().cloned());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The session of `thread` in `channel` gets `status` (kept in order) and `title` (only
+    /// when this creates it, unless `rename`).
+    fn set_session(
+        &mut self,
+        channel: &str,
+        thread: &str,
+        status: Option<&str>,
+        title: Option<&str>,
+        rename: bool,
+    ) {
+        let key = (channel.to_string(), thread.to_string());
+        let new = !self.sessions.contains_key(&key);
+        let session = self.sessions.entry(key).or_insert_with(
+            || json!({"status": null, "title": null, "statuses": [], "titles": []}),
+        );
+        if let Some(title) = title
+            && (new || rename)
+        {
+            session["title"] = title.into();
+            session["titles"]
+                .as_array_mut()
+                .expect("titles")
+                .push(title.into());
+        }
+        if let Some(status) = status {
+            session["status"] = status.into();
+            session["statuses"]
+                .as_array_mut()
+                .expect("statuses")
+                .push(status.into());
+        }
+    }
+
+    /// The agent session of `thread_ts` in `channel`: `{status, title, statuses, titles}`
+    /// (every status and title it was given, in order).
+    pub fn session(&self, channel: &str, thread_ts: &str) -> Option<Value> {
+        self.sessions
+            .get(&(channel.to_string(), thread_ts.to_string()))
+            .cloned()
+    }
+
+    /// Each task's updates as streams showed them: (channel, stream ts, task id) → statuses.
+    pub fn task_updates(&self) -> &HashMap<(String, String, String), Vec<String>> {
+        &self.task_updates
+    }
+
+    /// A person presses the stop button of the session of `thread_ts` in `channel`: Slack
+    /// stops the app's streams in that thread (appends then answer `stopped_by_user`) and
+    /// sends `agent_session_stopped`, which this returns (the event, not its envelope). The
+    /// session's status is left as it is.
+    pub fn stop_session(&mut self, channel: &str, thread_ts: &str, user: &str) -> Value {
+        let app = self.identity.app_id.clone();
+        let mut stopped = Vec::new();
+        for m in self.messages.iter_mut() {
+            if text(&m["channel"]) == channel
+                && text(&m["thread_ts"]) == thread_ts
+                && m["app_id"] == app.as_str()
+                && m["streaming"] == true
+            {
+                m["streaming"] = false.into();
+                m["stopped_by_user"] = true.into();
+                stopped.push(text(&m["ts"]));
+            }
+        }
+        let event_ts = self.next_ts();
+        json!({"type": "agent_session_stopped", "channel": channel, "user": user,
+               "thread_ts": thread_ts, "streaming_message_ts": stopped, "event_ts": event_ts})
+    }
+
     /// A write or simple read method, answered as Slack answers it; the conversation methods
     /// with [`Workspace::history`] and [`Workspace::replies`].
     pub fn call(&mut self, method: &str, args: &Value) -> Value {
@@ -524,6 +687,11 @@ impl Workspace {
                         }
                         m["edited"] = json!({"user": self.identity.bot_user});
                         m["streaming"] = false.into();
+                        // What the stream showed beside its text is replaced too.
+                        if let Some(m) = m.as_object_mut() {
+                            m.remove("plan");
+                            m.remove("stream_blocks");
+                        }
                         json!({"ok": true, "channel": channel, "ts": ts, "text": m["text"], "message": m.clone()})
                     }
                 }
@@ -590,16 +758,26 @@ impl Workspace {
                     // user as this app's stream recipient.
                     return json!({"ok": false, "error": "user_not_found"});
                 }
+                let chunks = json_value(&args["chunks"]);
+                if !chunks_valid(&chunks) {
+                    return json!({"ok": false, "error": "invalid_chunks"});
+                }
                 let ts = self.next_ts();
                 let id = &self.identity;
-                let message = json!({
+                let mut message = json!({
                     "channel": channel, "ts": ts, "thread_ts": thread, "user": id.bot_user,
                     "bot_id": id.bot_id, "app_id": id.app_id, "team": id.team,
                     "bot_profile": {"id": id.bot_id, "app_id": id.app_id, "name": "slack-once", "team_id": id.team},
                     "text": text(&args["markdown_text"]),
                     "streaming": true, "stream_started_ms": epoch_ms(),
                 });
+                if !args["task_display_mode"].is_null() {
+                    message["task_display_mode"] = args["task_display_mode"].clone();
+                }
+                self.apply_chunks(&mut message, &chunks);
                 self.push(message);
+                // A stream makes its thread's session processing (creating it).
+                self.set_session(&channel, &thread, Some("processing"), None, false);
                 json!({"ok": true, "channel": channel, "ts": ts})
             }
             "chat.appendStream" | "chat.stopStream" => {
@@ -608,31 +786,78 @@ impl Workspace {
                 let Some(i) = self.find(&channel, &ts) else {
                     return json!({"ok": false, "error": "message_not_found"});
                 };
+                let chunks = json_value(&args["chunks"]);
                 let m = &mut self.messages[i];
+                if m["stopped_by_user"] == true && method == "chat.appendStream" {
+                    return json!({"ok": false, "error": "stopped_by_user"});
+                }
                 let started = m["stream_started_ms"].as_u64().unwrap_or(0);
                 if m["streaming"] != true || epoch_ms().saturating_sub(started) > expiry {
                     m["streaming"] = false.into();
                     return json!({"ok": false, "error": "message_not_in_streaming_state"});
                 }
+                if !chunks_valid(&chunks) {
+                    return json!({"ok": false, "error": "invalid_chunks"});
+                }
                 let more = text(&args["markdown_text"]);
                 let so_far = text(&m["text"]);
                 m["text"] = format!("{so_far}{more}").into();
+                let mut message = std::mem::take(m);
+                self.apply_chunks(&mut message, &chunks);
+                let thread = text(&message["thread_ts"]);
                 if method == "chat.stopStream" {
-                    m["streaming"] = false.into();
+                    message["streaming"] = false.into();
                     for key in ["blocks", "metadata"] {
                         if !args[key].is_null() {
-                            m[key] = args[key].clone();
+                            message[key] = json_value(&args[key]);
                         }
                     }
+                    let status = match text(&args["session_status"]) {
+                        s if s.is_empty() => "active".to_string(),
+                        s => s,
+                    };
+                    self.set_session(&channel, &thread, Some(&status), None, false);
                 }
+                self.messages[i] = message;
                 json!({"ok": true, "channel": channel, "ts": ts})
+            }
+            "agents.sessions.setStatus" | "agents.sessions.rename" => {
+                let channel = text(&args["channel_id"]);
+                let thread = text(&args["thread_ts"]);
+                if channel.is_empty() {
+                    return json!({"ok": false, "error": "invalid_arguments"});
+                }
+                if method == "agents.sessions.rename" {
+                    let title = text(&args["title"]);
+                    if title.is_empty() || title.chars().count() > 200 {
+                        return json!({"ok": false, "error": "invalid_arguments"});
+                    }
+                    if !self
+                        .sessions
+                        .contains_key(&(channel.clone(), thread.clone()))
+                    {
+                        return json!({"ok": false, "error": "session_not_found"});
+                    }
+                    self.set_session(&channel, &thread, None, Some(&title), true);
+                    return json!({"ok": true, "title": title});
+                }
+                let status = text(&args["status"]);
+                if !["processing", "active", "suspended", "closed"].contains(&status.as_str()) {
+                    return json!({"ok": false, "error": "invalid_arguments"});
+                }
+                let title = text(&args["title"]);
+                let title = (!title.is_empty()).then_some(title.as_str());
+                self.set_session(&channel, &thread, Some(&status), title, false);
+                json!({"ok": true, "status": status, "agent_status": status})
             }
             "assistant.threads.setStatus"
             | "assistant.threads.setSuggestedPrompts"
             | "assistant.threads.setTitle" => {
                 let channel = text(&args["channel_id"]);
                 let thread = text(&args["thread_ts"]);
-                if channel.is_empty() || thread.is_empty() {
+                // The agent view's suggested prompts are the Messages tab's: no thread.
+                let threadless = method == "assistant.threads.setSuggestedPrompts";
+                if channel.is_empty() || (thread.is_empty() && !threadless) {
                     return json!({"ok": false, "error": "invalid_arguments"});
                 }
                 self.assistant

@@ -1,4 +1,4 @@
-//! The assistant example (`examples/assistant.rs`) as processes against the Slack stand-in:
+//! The legacy assistant-view example (`examples/assistant_view.rs`) as processes against the Slack stand-in:
 //! streamed answers, suggested prompts, the agent view; SIGKILLed before its stream starts,
 //! after `chat.startStream`, mid-appends and after `chat.stopStream`, a stream Slack expires
 //! mid-answer, a redelivered finished answer: each time one answer message, complete.
@@ -111,7 +111,7 @@ async fn a_question_gets_one_streamed_answer_complete_with_its_feedback_and_stat
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
         ("SLACK_API_URL", slack.base_url.clone()),
     ]);
-    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let bot = BotProcess::spawn_example("assistant_view", &[], &vars);
     let http = HttpClient::default();
     let thread = &ts_of("EvQ1");
     let answer = deliver(&http, &bot.url(), &question("EvQ1", "what is once"), None).await;
@@ -155,7 +155,7 @@ async fn a_thread_start_sets_its_prompts_once_whichever_events_carry_it_and_the_
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
         ("SLACK_API_URL", slack.base_url.clone()),
     ];
-    let assistant = BotProcess::spawn_example("assistant", &[], &vars);
+    let assistant = BotProcess::spawn_example("assistant_view", &[], &vars);
     let http = HttpClient::default();
     let url = assistant.url();
     let thread = "1700000000.000900";
@@ -216,7 +216,7 @@ async fn a_stream_slack_expires_mid_answer_is_finished_by_an_update_one_message_
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
         ("SLACK_API_URL", slack.base_url.clone()),
     ]);
-    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let bot = BotProcess::spawn_example("assistant_view", &[], &vars);
     let http = HttpClient::default();
     let thread = &ts_of("EvX1");
     let answer = deliver(&http, &bot.url(), &question("EvX1", "long"), None).await;
@@ -254,7 +254,7 @@ impl std::ops::Deref for Deferred {
 impl Deferred {
     async fn start(words: usize) -> Self {
         let stack = DeferredStack::start(5).await;
-        let ingress = BotProcess::spawn_example("assistant", &[], &stack.ingress_vars());
+        let ingress = BotProcess::spawn_example("assistant_view", &[], &stack.ingress_vars());
         Self {
             stack,
             ingress,
@@ -265,7 +265,7 @@ impl Deferred {
     fn worker(&self) -> BotProcess {
         let mut vars = self.worker_vars(3, 5);
         vars.extend(model_vars(self.words, 5));
-        BotProcess::spawn_example("assistant", &["worker"], &vars)
+        BotProcess::spawn_example("assistant_view", &["worker"], &vars)
     }
 }
 
@@ -404,7 +404,7 @@ async fn a_slack_connect_author_is_answered_in_one_whole_post_when_slack_refuses
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
         ("SLACK_API_URL", slack.base_url.clone()),
     ]);
-    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let bot = BotProcess::spawn_example("assistant_view", &[], &vars);
     let http = HttpClient::default();
     let thread = &ts_of("EvConnect1");
     let sent = deliver(

@@ -353,6 +353,11 @@ impl SlackStandin {
             .set_stream_expiry(expiry);
     }
 
+    /// Works on the stand-in's workspace directly (a session's statuses, a person's stop).
+    pub fn with_workspace<T>(&self, f: impl FnOnce(&mut slack_once::testing::Workspace) -> T) -> T {
+        f(&mut self.state.lock().unwrap().workspace)
+    }
+
     /// The assistant calls: (method, channel, thread_ts, arguments).
     pub fn assistant_calls(&self) -> Vec<(String, String, String, serde_json::Value)> {
         self.state

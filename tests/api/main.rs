@@ -1,5 +1,7 @@
 //! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
 
+mod agent;
+mod agent_processes;
 mod assistant;
 mod binary;
 mod bot_api;

@@ -1,0 +1,244 @@
+//! The agent-view example (`examples/assistant.rs`) as processes against the Slack stand-in:
+//! a DM answered with a plan of three tasks and an answer longer than a stream lives (its
+//! parts switched sooner: `STREAM_PART_MS`), the session processing → active, one message per
+//! part and every task once; the worker SIGKILLed mid-answer (DynamoDB Local, the SQS server)
+//! and taken over, the same; stopped by the person, nothing written after the stop; a
+//! feedback click heard once; the Messages tab's prompts.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::agent::{check_answer, expected, parts_in, processing_then_active};
+use crate::helpers::*;
+
+/// A person's DM (its own thread root, in the agent view).
+fn question(event_id: &str, text: &str) -> String {
+    envelope(
+        event_id,
+        json!({"type": "message", "channel_type": "im", "user": "U0001", "text": text,
+               "ts": ts_of(event_id), "channel": "D0001", "event_ts": ts_of(event_id)}),
+    )
+}
+
+fn envelope(event_id: &str, event: Value) -> String {
+    json!({
+        "token": "unused", "team_id": TEAM, "api_app_id": APP_ID, "type": "event_callback",
+        "event_id": event_id, "event_time": now_unix(), "event": event,
+        "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": true}]
+    })
+    .to_string()
+}
+
+/// A click on the feedback buttons under `answer`, as Slack posts it.
+fn feedback_click(slack: &SlackStandin, answer: &Value, positive: bool) -> String {
+    let channel = answer["channel"].as_str().unwrap();
+    let ts = answer["ts"].as_str().unwrap();
+    let payload = json!({
+        "type": "block_actions", "team": {"id": TEAM}, "user": {"id": "U0001", "team_id": TEAM},
+        "api_app_id": APP_ID, "trigger_id": slack_once::testing::Workspace::trigger_id(),
+        "actions": [{"type": "feedback_buttons", "action_id": "answer_feedback", "block_id": "fb",
+                     "value": if positive { "positive" } else { "negative" },
+                     "action_ts": format!("{}.000{}", now_unix(), u8::from(positive))}],
+        "container": {"type": "message", "message_ts": ts, "channel_id": channel},
+        "channel": {"id": channel}, "message": answer,
+        "response_url": format!("{}/actions/{TEAM}/{channel}/{ts}/1", slack.origin()),
+    });
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish()
+}
+
+fn model(words: usize, word_ms: u64, part_ms: u64) -> Vec<(&'static str, String)> {
+    vec![
+        ("MODEL_WORDS", words.to_string()),
+        ("MODEL_WORD_MS", word_ms.to_string()),
+        ("MODEL_TASK_MS", "5".to_string()),
+        ("STREAM_PART_MS", part_ms.to_string()),
+    ]
+}
+
+fn ours(slack: &SlackStandin) -> Vec<Value> {
+    slack.with_workspace(|w| w.ours())
+}
+
+fn starts(slack: &SlackStandin) -> usize {
+    slack.calls_of("chat.startStream")
+}
+
+/// The answer in `thread` is finished: some parts, none streaming, the last with its
+/// feedback buttons.
+fn finished(slack: &SlackStandin, thread: &str) -> bool {
+    let parts = parts_in(&ours(slack), "D0001", thread);
+    !parts.is_empty()
+        && parts.iter().all(|p| p["streaming"] != true)
+        && parts
+            .last()
+            .is_some_and(|p| p["blocks"].to_string().contains("feedback_buttons"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dm_gets_a_plan_and_an_answer_in_parts_its_session_processing_then_active_and_one_feedback()
+ {
+    let slack = SlackStandin::start().await;
+    let mut vars = model(100, 8, 300);
+    vars.extend([
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ]);
+    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let http = HttpClient::default();
+    // The Messages tab opened: its suggested prompts, without a thread.
+    let opened = envelope(
+        "EvOpen1",
+        json!({"type": "app_home_opened", "user": "U0001", "channel": "D0001",
+               "tab": "messages", "event_ts": ts_of("EvOpen1")}),
+    );
+    assert_eq!(
+        deliver(&http, &bot.url(), &opened, None).await.outcome(),
+        "answered"
+    );
+    let prompts: Vec<_> = slack
+        .assistant_calls()
+        .into_iter()
+        .filter(|(m, ..)| m == "assistant.threads.setSuggestedPrompts")
+        .collect();
+    assert_eq!(prompts.len(), 1);
+    assert_eq!(prompts[0].2, "", "the Messages tab's: no thread");
+
+    let thread = ts_of("EvAsk1");
+    let asked = deliver(&http, &bot.url(), &question("EvAsk1", "why once"), None).await;
+    assert_eq!(asked.outcome(), "answered", "{}", bot.log());
+    let parts = parts_in(&ours(&slack), "D0001", &thread);
+    assert!(parts.len() >= 2, "longer than a part: {parts:#?}");
+    check_answer(
+        &parts,
+        &expected("why once", 100),
+        &slack.with_workspace(|w| w.task_updates().clone()),
+    );
+    assert_eq!(starts(&slack), parts.len(), "a stream per part");
+    let session = slack
+        .with_workspace(|w| w.session("D0001", &thread))
+        .unwrap();
+    processing_then_active(&session);
+    assert_eq!(session["title"], "why once");
+
+    // Feedback: a click, Slack's retry of it, then the other button (acknowledged empty).
+    let last = parts.last().unwrap();
+    let up = feedback_click(&slack, last, true);
+    let down = feedback_click(&slack, last, false);
+    for (form, retry) in [(&up, None), (&up, Some(1)), (&down, None)] {
+        let acked = deliver_form(&http, &bot.url(), form, retry).await;
+        assert_eq!(acked.status, http::StatusCode::OK, "{}", acked.body);
+    }
+    let log = bot
+        .log_when(Duration::from_secs(10), |l| {
+            l.matches("outcome=\"answered\"").count() >= 4
+        })
+        .await;
+    assert_eq!(log.matches("outcome=\"duplicate\"").count(), 1, "{log}");
+    assert_eq!(slack.ephemerals().len(), 2, "one thanks per click");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_answer_the_takeover_finishes_the_same_parts_and_every_task_once() {
+    let stack = DeferredStack::start(5).await;
+    let ingress = BotProcess::spawn_example("assistant", &[], &stack.ingress_vars());
+    let worker = || {
+        let mut vars = stack.worker_vars(3, 5);
+        vars.extend(model(150, 10, 400));
+        BotProcess::spawn_example("assistant", &["worker"], &vars)
+    };
+    let mut a = worker();
+    let http = HttpClient::default();
+    let thread = ts_of("EvKill1");
+    let sent = deliver(&http, &ingress.url(), &question("EvKill1", "kill me"), None).await;
+    assert_eq!(sent.outcome(), "queued");
+    // Killed once the answer's second part streams.
+    assert!(
+        eventually(Duration::from_secs(20), || starts(&stack.slack) >= 2).await,
+        "a second part:\n{}",
+        a.log()
+    );
+    a.kill();
+    let b = worker();
+    assert!(
+        eventually(Duration::from_secs(40), || finished(&stack.slack, &thread)).await,
+        "finished: {:#?}\n{}",
+        parts_in(&ours(&stack.slack), "D0001", &thread),
+        b.log()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let parts = parts_in(&ours(&stack.slack), "D0001", &thread);
+    check_answer(
+        &parts,
+        &expected("kill me", 150),
+        &stack.slack.with_workspace(|w| w.task_updates().clone()),
+    );
+    assert_eq!(
+        starts(&stack.slack),
+        parts.len(),
+        "never a part started twice: every stream is a part"
+    );
+    let session = stack
+        .slack
+        .with_workspace(|w| w.session("D0001", &thread))
+        .unwrap();
+    processing_then_active(&session);
+    let work =
+        a.log().matches("model: working").count() + b.log().matches("model: working").count();
+    assert!(
+        work <= 4,
+        "each task's work done once, the one in flight at most again: {work}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_by_the_person_nothing_is_written_after_the_stop() {
+    let slack = SlackStandin::start().await;
+    let mut vars = model(2000, 2, 240_000);
+    vars.extend([
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+    ]);
+    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let http = HttpClient::default();
+    let thread = ts_of("EvStop1");
+    let ask = {
+        let (http, url) = (http.clone(), bot.url());
+        tokio::spawn(
+            async move { deliver(&http, &url, &question("EvStop1", "stop me"), None).await },
+        )
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            ours(&slack).iter().any(|m| {
+                m["streaming"] == true && m["text"].as_str().is_some_and(|t| t.len() > 300)
+            })
+        })
+        .await,
+        "the answer streams:\n{}",
+        bot.log()
+    );
+    let stop = slack.with_workspace(|w| w.stop_session("D0001", &thread, "U0001"));
+    let at_stop = slack.calls().len();
+    let shown = ours(&slack);
+    let stopped = deliver(&http, &bot.url(), &envelope("EvStop2", stop), None).await;
+    assert_eq!(stopped.outcome(), "answered", "{}", bot.log());
+    let asked = ask.await.unwrap();
+    assert_eq!(asked.outcome(), "answered", "{}", bot.log());
+    let after: Vec<(String, Value)> = slack.calls()[at_stop..].to_vec();
+    let writes: Vec<&(String, Value)> = after
+        .iter()
+        .filter(|(m, _)| m.starts_with("chat."))
+        .collect();
+    assert!(
+        writes.len() <= 1 && writes.iter().all(|(m, _)| m == "chat.appendStream"),
+        "at most the append on its way, refused; nothing stopped, updated or started: {writes:#?}"
+    );
+    assert_eq!(ours(&slack), shown, "the answer as the stop left it");
+    let session = slack
+        .with_workspace(|w| w.session("D0001", &thread))
+        .unwrap();
+    assert_eq!(session["status"], "active", "{session}");
+}
