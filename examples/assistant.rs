@@ -18,6 +18,7 @@
 //!   SLACK_SIGNING_SECRET=dev-secret cargo run --example assistant
 //!   cargo run --example assistant -- manifest      (its app manifest: the agent view)
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use slack_once::app::manifest::Manifest;
@@ -47,15 +48,22 @@ const TASKS: [(&str, &str); 3] = [
 pub const FEEDBACK: &str = "answer_feedback";
 
 /// The model's words, one at a time (a deterministic stand-in for an LLM's stream).
-struct Model {
-    words: usize,
-    pause: Duration,
-    task: Duration,
-    part: Duration,
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// How many words an answer has after `You asked: Q.`.
+    pub words: usize,
+    /// The pause before each word.
+    pub pause: Duration,
+    /// How long each task's work takes.
+    pub task: Duration,
+    /// When an answer's part is switched for the next (Slack ends a stream after about 5
+    /// minutes).
+    pub part: Duration,
 }
 
 impl Model {
-    fn from_env() -> Self {
+    /// As `MODEL_WORDS`, `MODEL_WORD_MS`, `MODEL_TASK_MS` and `STREAM_PART_MS` say.
+    pub fn from_env() -> Self {
         let var = |name: &str, default: u64| {
             std::env::var(name)
                 .ok()
@@ -110,8 +118,7 @@ async fn opened(ctx: Ctx, opened: AssistantThread) -> HandlerResult {
     Ok(())
 }
 
-async fn answer(ctx: Ctx, question: MessageEvent) -> HandlerResult {
-    let model = Model::from_env();
+async fn answer(ctx: Ctx, question: MessageEvent, model: Arc<Model>) -> HandlerResult {
     let channel = question.channel.clone();
     // Each DM message is its own thread root; a follow-up is in its thread.
     let thread = question.thread().to_string();
@@ -204,9 +211,15 @@ async fn feedback(ctx: Ctx, click: Feedback) -> HandlerResult {
 }
 
 pub fn app() -> App {
+    app_with(Model::from_env())
+}
+
+/// The app, its model `model`.
+pub fn app_with(model: Model) -> App {
+    let model = Arc::new(model);
     App::new()
         .assistant_thread_started(opened)
-        .assistant_message(answer)
+        .assistant_message(move |ctx: Ctx, q: MessageEvent| answer(ctx, q, model.clone()))
         .agent_session_stopped(stopped)
         .app_context_changed(context_changed)
         .feedback(FEEDBACK, feedback)

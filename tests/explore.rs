@@ -1793,3 +1793,94 @@ mod steps {
             .in_step()
     }
 }
+
+/// The agent-view example: a question answered with a plan of three tasks and an answer
+/// longer than a part (parts switched after 1 s here, Slack's streams ending after 2 s), its
+/// session processing then active; and a person's stop while it streams.
+mod agent {
+    use std::time::Duration;
+
+    use super::assistant::{Model, app_with};
+    use slack_once::testing::explore::{Explorer, Request};
+
+    fn long_answers() -> slack_once::app::App {
+        app_with(Model {
+            words: 60,
+            pause: Duration::from_millis(50),
+            task: Duration::from_millis(20),
+            part: Duration::from_secs(1),
+        })
+    }
+
+    /// A session is never set processing again once set active (a takeover's statuses are
+    /// in their order), and is set active when the answer is whole.
+    fn sessions_in_order(end: &slack_once::testing::explore::End) -> Result<(), String> {
+        let made: Vec<&str> = end
+            .calls
+            .iter()
+            .filter(|(m, _)| m == "agents.sessions.setStatus")
+            .filter_map(|(_, a)| a["status"].as_str())
+            .collect();
+        let first_active = made.iter().position(|s| *s == "active");
+        if let Some(i) = first_active
+            && made[i..].contains(&"processing")
+        {
+            return Err(format!("processing after active: {made:?}"));
+        }
+        let whole = end.messages.iter().any(|m| {
+            m["blocks"].to_string().contains("feedback_buttons") && m["streaming"] != true
+        });
+        if whole && first_active.is_none() {
+            return Err(format!(
+                "answered, and the session never set active: {made:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn an_answer_in_parts_with_its_plan_is_one_answer_through_every_fault() {
+        Explorer::new(long_answers)
+            .request(Request::assistant_question("what is exactly once?"))
+            .invariant("the session's statuses in order", sessions_in_order)
+            .invariant("a whole answer is the model's, in order", |end| {
+                let mut model = "You asked: what is exactly once?.".to_string();
+                for n in 1..=60 {
+                    model.push_str(&format!(" w{n}"));
+                }
+                let whole = end.messages.iter().find(|m| {
+                    m["blocks"].to_string().contains("feedback_buttons") && m["streaming"] != true
+                });
+                match whole {
+                    Some(m) if m["text"] != model.as_str() => {
+                        Err(format!("the answer reads {}", m["text"]))
+                    }
+                    _ => Ok(()),
+                }
+            })
+            .invariant("a whole answer is in parts", |end| {
+                let whole = end.messages.iter().find(|m| {
+                    m["blocks"].to_string().contains("feedback_buttons") && m["streaming"] != true
+                });
+                match whole.map(|m| m["parts"].as_u64().unwrap_or(1)) {
+                    Some(1) => Err("a whole answer in 1 part: not longer than a part".into()),
+                    _ => Ok(()),
+                }
+            })
+            .both_modes()
+            .run()
+            .assert_ok();
+    }
+
+    #[test]
+    fn a_stop_while_the_answer_streams_ends_it_whatever_struck() {
+        Explorer::new(long_answers)
+            .sequence([
+                Request::assistant_question("what is exactly once?").without_copies(),
+                Request::stop_session(),
+            ])
+            .deferred()
+            .run()
+            .assert_ok();
+    }
+}

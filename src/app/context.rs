@@ -156,6 +156,9 @@ struct Inner {
     /// The app's functions (Workflow Builder steps), whose declared outputs a completion is
     /// checked against.
     functions: Arc<Vec<super::function::Function>>,
+    /// The app keeps agents' notes (it has an assistant's or agent's listener): a stream
+    /// reads the session's stop.
+    agent: bool,
 }
 
 /// What a listener is given: the event, its deadline, and Slack, read and written exactly once.
@@ -181,7 +184,7 @@ impl Ctx {
         deadline: Instant,
         version: String,
         steps: Steps,
-        functions: Arc<Vec<super::function::Function>>,
+        (functions, agent): (Arc<Vec<super::function::Function>>, bool),
     ) -> Self {
         let wall_deadline =
             crate::clock::now() + deadline.saturating_duration_since(Instant::now());
@@ -205,6 +208,7 @@ impl Ctx {
                 state_writes: std::sync::Mutex::new(std::collections::HashMap::new()),
                 listener: std::sync::Mutex::new(String::new()),
                 functions,
+                agent,
             }),
         }
     }
@@ -1428,6 +1432,11 @@ impl Ctx {
     pub(crate) async fn pass_step(&self, method: &str, args: &Value) -> Result<(), Error> {
         let op = crate::journal::step_identity(method, args);
         self.inner.steps.lock().await.take(&op).map(|_| ())
+    }
+
+    /// Whether the app keeps agents' notes (a session's stop, a conversation's context).
+    pub(crate) fn keeps_agent_notes(&self) -> bool {
+        self.inner.agent
     }
 
     /// As [`Ctx::pass_step`], giving what an earlier run recorded there as done (its ids),

@@ -147,6 +147,9 @@ pub struct Stream {
     unconfirmed: bool,
     /// Slack refused the stream's recipient: no stream, the answer posted whole at the end.
     refused: bool,
+    /// A step of the stream failed while text was appended (a switch): nothing more is
+    /// made, and the next step, or the end, fails with it (a retry settles it).
+    failed: Option<Error>,
 }
 
 fn epoch_ms_of(ts: &str) -> u64 {
@@ -243,6 +246,7 @@ impl Ctx {
             stop_hint: false,
             unconfirmed: false,
             refused: false,
+            failed: None,
         };
         // A stop pressed before this request's run began (a redelivery after it).
         stream.stop_seen().await?;
@@ -420,20 +424,25 @@ impl Stream {
         if self.closed() {
             return;
         }
+        if self.failed.is_some() {
+            return;
+        }
+        // A part due for its switch is switched before this text (what is buffered goes to
+        // it first): the new part begins with it. A switch that fails ends the streaming:
+        // the next step, or the end, fails with its error, and the request is tried again.
+        if let Err(error) = self.before_step(true).await {
+            tracing::warn!(
+                error = %crate::errors::error_chain(&error),
+                "the answer's next part could not be started: the answer fails with it"
+            );
+            self.failed = Some(error);
+            return;
+        }
         self.buffer.push_str(text);
         self.text.push_str(text);
         self.appended += text.chars().count();
         if self.buffer.chars().count() >= APPEND_BUFFER_CHARS {
             self.flush().await;
-            if let Err(error) = self.before_step().await {
-                tracing::warn!(
-                    error = %crate::errors::error_chain(&error),
-                    "the answer's next part could not be started: the end writes it"
-                );
-                if let Some(part) = self.parts.last_mut() {
-                    part.ended = true;
-                }
-            }
         }
     }
 
@@ -477,7 +486,7 @@ impl Stream {
     /// switch's: the part's stop and update, the next's start), or, past what the journal
     /// holds, whether the current part is due: older than `rotate_after`, holding
     /// [`PART_CHARS`], or ended by Slack (never after a stop).
-    async fn due(&self) -> bool {
+    async fn due(&self, by_age: bool) -> bool {
         let Some(part) = self.parts.last() else {
             return false;
         };
@@ -492,13 +501,19 @@ impl Stream {
         ];
         let ahead = self.ctx.records_ahead(3).await;
         match ahead.first() {
-            Some(Some(Some(_))) => ahead.iter().zip(&want).all(|(record, want)| match record {
-                Some(Some(op)) => crate::ledger::same_step(op, want),
-                _ => true,
-            }),
+            // Before text, a switch waits until the part has its share (no other step comes
+            // between: the answer's end begins with the same stop and update).
+            Some(Some(Some(_))) => {
+                ahead.iter().zip(&want).all(|(record, want)| match record {
+                    Some(Some(op)) => crate::ledger::same_step(op, want),
+                    _ => true,
+                }) && (!by_age || self.appended > part.from)
+            }
             // An earlier claim's began window: it made some step here, not known which.
             Some(Some(None)) => false,
-            _ if self.stopped => false,
+            _ if self.stopped || !by_age => false,
+            // A part gets its share of the answer before the next begins.
+            _ if self.appended <= part.from => false,
             _ => {
                 let age = crate::clock::now_ms().saturating_sub(part.started_ms);
                 part.ended
@@ -508,28 +523,30 @@ impl Stream {
         }
     }
 
-    /// Before a step of the stream (or after a batch of text): a stop Slack reported is
-    /// taken, and a due switch made.
-    async fn before_step(&mut self) -> Result<(), Error> {
+    /// Before a step of the stream, or before text: a stop Slack reported is taken, and a
+    /// switch made where the journal says an earlier run made one here, or (`by_age`: before
+    /// text) where the part is due.
+    async fn before_step(&mut self, by_age: bool) -> Result<(), Error> {
         if self.closed() || crate::journal::inside_remember().is_some() {
             return Ok(());
         }
         if self.stop_hint {
             self.stop_seen().await?;
         }
-        self.switch_if_due().await
+        self.switch_if_due(by_age).await
     }
 
     /// Switches to a new part when one is due (never inside [`Ctx::remember`]).
-    async fn switch_if_due(&mut self) -> Result<(), Error> {
-        if self.closed() || crate::journal::inside_remember().is_some() || !self.due().await {
+    async fn switch_if_due(&mut self, by_age: bool) -> Result<(), Error> {
+        if self.closed() || crate::journal::inside_remember().is_some() || !self.due(by_age).await {
             return Ok(());
         }
-        // Nothing is started after a person's stop (a switch an earlier run made is passed).
-        self.stop_seen().await?;
+        // Nothing is started after a person's stop (a switch an earlier run made is passed):
+        // the part's last text first (Slack may answer it `stopped_by_user`), then the stop.
         self.flush().await;
+        self.stop_seen().await?;
         let part = self.parts.last().cloned().expect("a part");
-        let names = post_metadata(None, self.ctx.names(part.step));
+        let names = self.part_names(self.parts.len() - 1);
         // Stopped and marked as ours (its share of the answer so far, with slack-once's
         // names), so that the next part's look-up never takes it for the new stream. The
         // session stays processing.
@@ -547,7 +564,18 @@ impl Stream {
             last.ended = true;
             last.written = written;
         }
-        self.start_part().await
+        let before = self.parts.len();
+        self.start_part().await?;
+        if self.parts.len() > before {
+            // Where the new part's share begins, remembered: a takeover splits the answer
+            // where this run did (its own appends may be behind).
+            let k = self.parts.len() - 1;
+            let appended = self.appended;
+            let name = format!("stream-part-{}-{k}", self.ts);
+            let from: usize = self.ctx.remember(&name, async move { appended }).await?;
+            self.parts[k].from = from.max(self.parts[k - 1].from);
+        }
+        Ok(())
     }
 
     /// The part's share of what this run appended (its final share when this run streamed
@@ -557,7 +585,8 @@ impl Stream {
     }
 
     /// Whether a person stopped the answer: Slack said so (`stopped_by_user`: then kept
-    /// beside the claims, for every later run), or the stop's note says so (one `GetItem`).
+    /// beside the claims, for every later run), or the stop's note says so (one `GetItem`,
+    /// in an app with an assistant's or agent's listener: only those keep it).
     /// A stop is for good: from it on, the stream's steps are passed, not made.
     async fn stop_seen(&mut self) -> Result<bool, Error> {
         if self.stopped {
@@ -566,10 +595,11 @@ impl Stream {
         if self.stop_hint {
             self.ctx.note_stop(&self.channel, &self.thread_ts).await;
             self.stopped = true;
-        } else if self
-            .ctx
-            .session_stopped(&self.channel, &self.thread_ts)
-            .await?
+        } else if self.ctx.keeps_agent_notes()
+            && self
+                .ctx
+                .session_stopped(&self.channel, &self.thread_ts)
+                .await?
         {
             self.stopped = true;
         }
@@ -581,12 +611,16 @@ impl Stream {
 
     /// A journaled chunk (a plan's title, a task's update, blocks) into the current part.
     async fn chunk(&mut self, chunk: Value) -> Result<(), Error> {
+        if let Some(error) = self.failed.take() {
+            self.failed = Some(Error::Closed);
+            return Err(error);
+        }
         if self.closed() {
             return Ok(());
         }
         // The text before it goes first.
         self.flush().await;
-        self.before_step().await?;
+        self.before_step(false).await?;
         let Some(part) = self.parts.last().map(|p| p.ts.clone()) else {
             return Ok(());
         };
@@ -663,6 +697,15 @@ impl Stream {
         }
         self.chunk(json!({"type": "blocks", "blocks": blocks}))
             .await
+    }
+
+    /// The metadata of part `i`: slack-once's names of its start's step, with the answer's
+    /// (its first part's step) and its place among the parts.
+    fn part_names(&self, i: usize) -> Value {
+        let mut names = self.ctx.names(self.parts[i].step);
+        names["stream"] = self.parts[0].step.into();
+        names["part"] = i.into();
+        post_metadata(None, names)
     }
 
     /// The plan so far as chunks (a later part starts with them).
@@ -757,6 +800,9 @@ impl Stream {
     }
 
     async fn end(mut self, text: &str, end: End) -> Result<String, Error> {
+        if let Some(error) = self.failed.take() {
+            return Err(error);
+        }
         if self.unconfirmed {
             tracing::warn!(
                 "the stream's start cannot be confirmed: its answer is not posted again \
@@ -790,7 +836,7 @@ impl Stream {
         let Some(last) = self.parts.last().cloned() else {
             return Ok(String::new());
         };
-        let names = post_metadata(None, self.ctx.names(last.step));
+        let names = self.part_names(self.parts.len() - 1);
         let stop = json!({"channel": self.channel, "ts": last.ts, "metadata": names});
         // Slack expired it, or the user pressed stop: the update below still ends it.
         self.step("chat.stopStream", stop, &[EXPIRED, STOPPED])
@@ -824,7 +870,7 @@ impl Stream {
                     }
                 }
             }
-            let names = post_metadata(None, self.ctx.names(part.step));
+            let names = self.part_names(i);
             let mut update =
                 json!({"channel": self.channel, "ts": part.ts, "text": share, "metadata": names});
             if !blocks.is_empty() {

@@ -71,7 +71,7 @@ impl Processor {
             times.work_deadline,
             self.version.clone(),
             steps,
-            self.app.functions(),
+            (self.app.functions(), self.app.keeps_thread_contexts()),
         );
         let listeners = async {
             for run in unit.runs {

@@ -593,6 +593,18 @@ impl Workspace {
             .cloned()
     }
 
+    /// Every agent session: ((channel, thread_ts), the session as [`Workspace::session`]
+    /// shows it, with `stopped_after`: how many statuses it had when a person stopped it).
+    pub fn sessions(&self) -> Vec<((String, String), Value)> {
+        let mut all: Vec<_> = self
+            .sessions
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
     /// Each task's updates as streams showed them: (channel, stream ts, task id) → statuses.
     pub fn task_updates(&self) -> &HashMap<(String, String, String), Vec<String>> {
         &self.task_updates
@@ -617,6 +629,21 @@ impl Workspace {
             }
         }
         let event_ts = self.next_ts();
+        // What the person saw when they stopped it: nothing may change after.
+        for m in self.messages.iter_mut() {
+            if m["stopped_by_user"] == true && m["stopped_at"].is_null() {
+                m["stopped_at"] = event_ts.clone().into();
+                m["stopped_text"] = m["text"].clone();
+                m["stopped_blocks"] = m["blocks"].clone();
+            }
+        }
+        if let Some(session) = self
+            .sessions
+            .get_mut(&(channel.to_string(), thread_ts.to_string()))
+        {
+            let n = session["statuses"].as_array().map_or(0, Vec::len);
+            session["stopped_after"] = n.into();
+        }
         json!({"type": "agent_session_stopped", "channel": channel, "user": user,
                "thread_ts": thread_ts, "streaming_message_ts": stopped, "event_ts": event_ts})
     }

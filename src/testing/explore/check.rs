@@ -253,6 +253,16 @@ fn updates(end: &End) -> BTreeMap<String, usize> {
             *counts.entry(identity.clone()).or_insert(0) += 1;
         }
     }
+    // An answer in parts is updated at a switch and at its end, as many times as its parts
+    // were switched, which differs between runs: its first part once at least.
+    for m in &end.messages {
+        if m["metadata"]["event_payload"]["slack_once"]["stream"].is_u64()
+            && let Some((key, step)) = names(m)
+            && let Some(n) = counts.get_mut(&format!("step {step} of {key}"))
+        {
+            *n = (*n).min(1);
+        }
+    }
     counts
 }
 
@@ -759,7 +769,7 @@ fn check_request(compare: &Compare, reference: &End, end: &End, relaxed: bool) -
 /// The invariants of the whole schedule: every call's token, the installation, secrets in the
 /// logs, what broke as it happened, the schedule's end.
 fn check_schedule(end: &End) -> Vec<String> {
-    let mut broken = Vec::new();
+    let mut broken = end.agents.clone();
     // Tokens.
     for (run, token) in &end.tokens {
         let request = end
@@ -1077,4 +1087,131 @@ fn ack_followed_up(ack: &Value, end: &End) -> bool {
             .calls
             .iter()
             .any(|(m, args)| m == "response_url" && args["text"] == *text)
+}
+
+/// An answer in parts ([`crate::app::Stream`]) as one message: the parts of one answer (their
+/// metadata names the answer's first step, `stream`) folded into the first, its text theirs in
+/// order, its `markdown` blocks one with their texts, its other blocks theirs; streaming if
+/// any part is. So an answer is compared whole, however a run split it.
+pub(crate) fn merge_parts(messages: Vec<Value>) -> Vec<Value> {
+    let answer_of = |m: &Value| {
+        let names = &m["metadata"]["event_payload"]["slack_once"];
+        Some((
+            m["channel"].as_str()?.to_string(),
+            m["thread_ts"].as_str()?.to_string(),
+            names["key"].as_str()?.to_string(),
+            names["stream"].as_u64()?,
+            names["part"].as_u64()?,
+        ))
+    };
+    let mut out: Vec<Value> = Vec::new();
+    let mut firsts: BTreeMap<(String, String, String, u64), usize> = BTreeMap::new();
+    let mut parts: BTreeMap<usize, Vec<(u64, Value)>> = BTreeMap::new();
+    for m in messages {
+        match answer_of(&m) {
+            Some((c, t, k, stream, part)) => {
+                let at = *firsts.entry((c, t, k, stream)).or_insert_with(|| {
+                    out.push(Value::Null);
+                    out.len() - 1
+                });
+                parts.entry(at).or_default().push((part, m));
+            }
+            None => out.push(m),
+        }
+    }
+    for (at, mut list) in parts {
+        list.sort_by_key(|(part, _)| *part);
+        let mut merged = list[0].1.clone();
+        let mut text = String::new();
+        let mut markdown = String::new();
+        let mut blocks: Vec<Value> = Vec::new();
+        let mut streaming = false;
+        for (_, m) in &list {
+            text.push_str(m["text"].as_str().unwrap_or_default());
+            streaming |= m["streaming"] == true;
+            for b in m["blocks"].as_array().into_iter().flatten() {
+                if b["type"] == "markdown" {
+                    markdown.push_str(b["text"].as_str().unwrap_or_default());
+                } else {
+                    blocks.push(b.clone());
+                }
+            }
+        }
+        if !markdown.is_empty() {
+            blocks.push(serde_json::json!({"type": "markdown", "text": markdown}));
+        }
+        merged["text"] = text.into();
+        if !blocks.is_empty() {
+            merged["blocks"] = blocks.into();
+        }
+        merged["streaming"] = streaming.into();
+        merged["parts"] = list.len().into();
+        out[at] = merged;
+    }
+    out
+}
+
+/// What Slack shows of an agent's answers that no run may break, whatever struck it: a
+/// person's stop ends the answer (a stopped message shows what it showed at the stop, and no
+/// message of the app appears in its thread after it; its session is never made processing
+/// again); a task's updates in a stream go forward only.
+pub(crate) fn agent_invariants(w: &crate::testing::Workspace) -> Vec<String> {
+    let mut broken = Vec::new();
+    let ours = w.ours();
+    for m in ours.iter().filter(|m| !m["stopped_at"].is_null()) {
+        let (channel, thread) = (
+            m["channel"].as_str().unwrap_or_default(),
+            m["thread_ts"].as_str().unwrap_or_default(),
+        );
+        let at = m["stopped_at"].as_str().unwrap_or_default();
+        if m["text"] != m["stopped_text"] || m["blocks"] != m["stopped_blocks"] {
+            broken.push(format!(
+                "a person's stop: the stopped answer {channel}/{} changed after the stop",
+                m["ts"].as_str().unwrap_or_default()
+            ));
+        }
+        let later = ours.iter().any(|o| {
+            o["channel"] == channel
+                && o["thread_ts"] == thread
+                && crate::testing::micros(o["ts"].as_str().unwrap_or_default())
+                    > crate::testing::micros(at)
+        });
+        if later {
+            broken.push(format!(
+                "a person's stop: a message of the app appeared in {channel}/{thread} after it"
+            ));
+        }
+    }
+    for ((channel, thread), session) in w.sessions() {
+        let Some(after) = session["stopped_after"].as_u64() else {
+            continue;
+        };
+        let statuses = session["statuses"].as_array().cloned().unwrap_or_default();
+        if statuses
+            .iter()
+            .skip(after as usize)
+            .any(|s| s == "processing")
+        {
+            broken.push(format!(
+                "a person's stop: the session {channel}/{thread} was made processing again after it"
+            ));
+        }
+    }
+    let order = ["pending", "in_progress", "complete", "error"];
+    let mut updates: Vec<_> = w.task_updates().iter().collect();
+    updates.sort();
+    for ((_, ts, id), statuses) in updates {
+        let ranks: Vec<usize> = statuses
+            .iter()
+            .map(|s| order.iter().position(|o| o == s).unwrap_or(0))
+            .collect();
+        // The same update again (its fate left unknown by a crash: made again, shown in
+        // place by its id) is not a move.
+        if !ranks.windows(2).all(|p| p[0] <= p[1]) {
+            broken.push(format!(
+                "tasks: the task {id} in the stream {ts} went {statuses:?} (forward only)"
+            ));
+        }
+    }
+    broken
 }

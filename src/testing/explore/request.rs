@@ -70,6 +70,10 @@ pub(crate) enum Kind {
         callback_id: String,
         values: Value,
     },
+    /// A person presses the stop button of the session whose answer streams in the channel
+    /// (the newest stream of the bot's there): Slack stops it, then sends
+    /// `agent_session_stopped`.
+    StopSession,
     /// A workflow reaching the app's step: `function_executed`.
     Step {
         callback_id: String,
@@ -128,6 +132,22 @@ impl Request {
     /// A direct message to the bot (in `D0TEST`), and its phantom copy.
     pub fn dm(text: &str) -> Self {
         Self::message(text).in_channel("D0TEST")
+    }
+
+    /// In a sequence: the person presses the stop button while the bot's answer streams in
+    /// the DM (`D0TEST`): sent once a stream of the bot's is there, at once (Slack stops the
+    /// stream, then sends `agent_session_stopped`, retried as every event is). Slack's stand-in
+    /// keeps what the stopped message showed, and the explorer checks that nothing changes it
+    /// or follows it in its thread, and that its session is not made processing again.
+    ///
+    /// ```
+    /// # use slack_once::testing::explore::{Explorer, Request};
+    /// # fn app() -> slack_once::app::App { slack_once::app::App::new() }
+    /// let explorer = Explorer::new(app)
+    ///     .sequence([Request::assistant_question("a long one"), Request::stop_session()]);
+    /// ```
+    pub fn stop_session() -> Self {
+        Self::new(Kind::StopSession).in_channel("D0TEST")
     }
 
     /// A question to an AI assistant: a direct message, which starts a thread of its own.
@@ -267,6 +287,7 @@ impl Request {
                 format!("a submission of the view {callback_id}")
             }
             Kind::Step { callback_id, .. } => format!("the workflow step {callback_id}"),
+            Kind::StopSession => "the person's stop of the streaming answer".to_string(),
         }
     }
 
@@ -275,15 +296,27 @@ impl Request {
     pub(crate) fn waits_for_slack(&self) -> bool {
         matches!(
             &self.kind,
-            Kind::Click { on: On::Posted, .. } | Kind::ViewSubmission { view: None, .. }
+            Kind::Click { on: On::Posted, .. }
+                | Kind::ViewSubmission { view: None, .. }
+                | Kind::StopSession
         )
+    }
+
+    /// Whether what it waits for is in Slack, where looking changes nothing (`None`: ask
+    /// [`prepare`]). A stop waits for a stream of the bot's in the channel, and is pressed
+    /// at once.
+    pub(crate) fn ready(&self, workspace: &Workspace) -> Option<bool> {
+        match self.kind {
+            Kind::StopSession => Some(streaming_in(workspace, &self.channel).is_some()),
+            _ => None,
+        }
     }
 
     /// Whether Slack retries it (events) or sends it once (commands, interactions).
     pub(crate) fn is_event(&self) -> bool {
         matches!(
             self.kind,
-            Kind::Event(_) | Kind::Message { .. } | Kind::Step { .. }
+            Kind::Event(_) | Kind::Message { .. } | Kind::Step { .. } | Kind::StopSession
         )
     }
 }
@@ -326,6 +359,16 @@ fn in_step(workspace: &mut Workspace, payload: &mut Value) -> Result<String, Str
         "interactivity_pointer": payload["trigger_id"].clone(),
     });
     Ok(id)
+}
+
+/// The thread of the newest stream of the bot's in `channel` that is streaming.
+fn streaming_in(workspace: &Workspace, channel: &str) -> Option<String> {
+    workspace
+        .ours()
+        .into_iter()
+        .rev()
+        .find(|m| m["channel"] == channel && m["streaming"] == true)
+        .and_then(|m| m["thread_ts"].as_str().map(str::to_string))
 }
 
 fn envelope(event_id: &str, event: Value) -> String {
@@ -615,6 +658,16 @@ pub(crate) fn prepare(
             shown["state"] = json!({ "values": values });
             let payload = interaction(json!({"type": "view_submission", "view": shown}));
             send(workspace, "the view submission", payload)
+        }
+        Kind::StopSession => {
+            let thread =
+                streaming_in(workspace, channel).ok_or("no answer of the bot's streams to stop")?;
+            let event = workspace.stop_session(channel, &thread, user);
+            only(vec![one(
+                "agent_session_stopped",
+                envelope(&event_id(1), event),
+                false,
+            )])
         }
         Kind::Step {
             callback_id,

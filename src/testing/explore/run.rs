@@ -167,6 +167,8 @@ pub struct End {
     pub executions: Vec<Value>,
     /// Every token of a step execution Slack issued, with its execution.
     pub(crate) execution_tokens: Vec<(String, String)>,
+    /// What agents' answers broke, as Slack shows them (a stop, tasks).
+    pub(crate) agents: Vec<String>,
 }
 
 /// The app's state at the end of a schedule, for invariants to read ([`End::state`]).
@@ -349,16 +351,26 @@ async fn send_all(shared: Arc<Shared>) {
             if waits {
                 // The person clicks (submits) what the bot showed, once it is there, while
                 // the request before may still be running (a takeover, a retry).
+                let at_once = world
+                    .slack
+                    .with_workspace(|w| step.request.ready(w))
+                    .is_some();
                 loop {
                     let there = world.slack.with_workspace(|w| {
-                        prepare(&step.request, n, w, crate::clock::now_ms(), &origin).is_ok()
+                        step.request.ready(w).unwrap_or_else(|| {
+                            prepare(&step.request, n, w, crate::clock::now_ms(), &origin).is_ok()
+                        })
                     });
                     if there || shared.request_over(n - 1) {
                         break;
                     }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    // A stop is pressed while the answer streams: looked for more often.
+                    let poll = if at_once { 100 } else { 1000 };
+                    tokio::time::sleep(Duration::from_millis(poll)).await;
                 }
-                tokio::time::sleep(READS_FOR).await;
+                if !at_once {
+                    tokio::time::sleep(READS_FOR).await;
+                }
             } else {
                 tokio::time::sleep_until(sent + THEN_AFTER).await;
             }
@@ -565,7 +577,7 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
             now_ms: crate::clock::now_ms(),
         },
         runs,
-        messages: slack.messages(),
+        messages: super::check::merge_parts(slack.messages()),
         ephemerals: slack.ephemerals(),
         views: slack.views(),
         reactions: slack.reactions(),
@@ -602,6 +614,7 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
         struck: s.struck.clone(),
         executions: slack.executions(),
         execution_tokens: slack.with_workspace(|w| w.executions.issued()),
+        agents: slack.with_workspace(|w| super::check::agent_invariants(w)),
     }
 }
 
