@@ -42,8 +42,15 @@ the app in the thread, without metadata (outside a DM missing_recipient_team_id 
 missing_recipient_user_id without them; user_not_found for a recipient_team_id of another
 workspace, as for a Slack Connect author); chat.appendStream adds markdown_text; chat.stopStream
 adds its final markdown_text, blocks and metadata and ends it; after the end or the expiry both
-answer message_not_in_streaming_state. assistant.threads.setStatus / setSuggestedPrompts /
-setTitle answer ok (channel_id and thread_ts required) and are kept in /_standin/state.
+answer message_not_in_streaming_state. A stream's `chunks` show as Slack shows them: markdown_text
+extends its text, plan_update titles its plan, task_update adds a task or changes it in place by id
+(a status other than pending/in_progress/complete/error: invalid_chunks), blocks adds blocks;
+chat.update replaces what it shows. assistant.threads.setStatus / setSuggestedPrompts / setTitle
+answer ok (channel_id and thread_ts required; setSuggestedPrompts also without a thread: the agent
+view's Messages tab) and are kept in /_standin/state. Agent sessions, one per (channel, thread_ts):
+agents.sessions.setStatus (processing, active, suspended, closed; a title when it creates one),
+agents.sessions.rename (session_not_found for none); a stream's start makes it processing, its
+stop its session_status (active by default); kept in /_standin/state as sessions.
 
 Response URLs (no token: the URL is the credential), as `slack-once sign` and the samples in
 tests/data/ name them: POST /commands/<team>/<channel>/<id> and
@@ -69,6 +76,10 @@ Endpoints for scripts (JSON bodies):
                           that works once within 10 minutes (OAuth only: else oauth_not_configured)
   POST /_standin/revoke   {token} or {team}  a person removed the app: that token, or all of a team's,
                           is revoked (token_revoked / invalid_refresh_token from then on)
+  POST /_standin/stop     {channel, thread_ts, user?}  a person pressed the stop button of that
+                          agent session: the app's streams in the thread stop (appends answer
+                          stopped_by_user, stops message_not_in_streaming_state); answers
+                          {ok, event}: the agent_session_stopped event to deliver
   POST /_standin/execution {callback_id, inputs? ({}), team? (--team)}  a workflow reached the app's
                           custom step (Workflow Builder): {ok, function_execution_id ("Fx…"),
                           workflow_execution_id ("Wx…"), bot_access_token ("xwfp-…")}; it is running
@@ -149,6 +160,8 @@ hooks = {}         # response URL path -> [uses, first use (monotonic)]
 triggers = set()   # trigger ids spent
 views = {}         # view id -> the view as Slack shows it
 assistant = []     # assistant.threads.* calls: {method, channel_id, thread_ts, args}
+sessions = {}      # (channel, thread_ts) -> {status, title, statuses, titles, stopped_after?}: agent sessions
+task_updates = {}  # "channel ts task" -> the statuses a stream showed for the task, in order
 scripts = {}       # method -> deque of scripted behaviours (POST /_standin/script)
 last_us = 0        # the newest ts handed out or stored, in microseconds
 
@@ -420,6 +433,79 @@ def replies(args):
     return page({"ok": True}, channel, [msgs[root]] + later, limit, meta)
 
 
+TASK_STATUSES = ("pending", "in_progress", "complete", "error")
+
+
+def chunks_arg(args):  # a stream's chunks: JSON, or JSON text in a form; None when absent
+    chunks = json_arg(args, "chunks", "invalid_chunks")
+    if chunks is None:
+        return None
+    def valid(c):
+        kind = c.get("type") if isinstance(c, dict) else None
+        if kind == "markdown_text":
+            return isinstance(c.get("text"), str)
+        if kind == "plan_update":
+            return isinstance(c.get("title"), str)
+        if kind == "task_update":
+            return bool(c.get("id")) and isinstance(c.get("title"), str) and c.get("status") in TASK_STATUSES
+        if kind == "blocks":
+            return isinstance(c.get("blocks"), list)
+        return False
+    if not isinstance(chunks, list) or not all(valid(c) for c in chunks):
+        raise Fail("invalid_chunks")
+    return chunks
+
+
+def apply_chunks(channel, m, chunks):
+    for c in chunks or []:
+        if c["type"] == "markdown_text":
+            m["text"] = m.get("text", "") + c["text"]
+        elif c["type"] == "plan_update":
+            m.setdefault("plan", {"tasks": []})["title"] = c["title"]
+        elif c["type"] == "task_update":
+            tasks = m.setdefault("plan", {"tasks": []})["tasks"]
+            known = next((t for t in tasks if t["id"] == c["id"]), None)
+            if known is None:
+                tasks.append(dict(c))
+            else:
+                known.update(c)
+            task_updates.setdefault(f"{channel} {m['ts']} {c['id']}", []).append(c["status"])
+        elif c["type"] == "blocks":
+            m.setdefault("stream_blocks", []).extend(c["blocks"])
+
+
+def set_session(channel, thread, status=None, title=None, rename=False):
+    key = (channel, thread or "")
+    new = key not in sessions
+    s = sessions.setdefault(key, {"channel": channel, "thread_ts": thread or "", "status": None,
+                                  "title": None, "statuses": [], "titles": []})
+    if title and (new or rename):
+        s["title"] = title
+        s["titles"].append(title)
+    if status:
+        s["status"] = status
+        s["statuses"].append(status)
+
+
+def stop_session(body):
+    """POST /_standin/stop: a person pressed the stop button of a session."""
+    channel, thread = conversation(body.get("channel")), str(body.get("thread_ts") or "")
+    stopped = []
+    for m in CUR.channels[channel].values():
+        if m.get("app_id") == CUR.app_id and m.get("thread_ts") == thread and m.get("streaming"):
+            m["streaming"], m["stopped_by_user"] = False, True
+            stopped.append(m["ts"])
+    ts = new_ts()
+    for m in CUR.channels[channel].values():
+        if m.get("stopped_by_user") and "stopped_at" not in m:
+            m["stopped_at"], m["stopped_text"], m["stopped_blocks"] = ts, m.get("text"), m.get("blocks")
+    if (channel, thread) in sessions:
+        sessions[(channel, thread)]["stopped_after"] = len(sessions[(channel, thread)]["statuses"])
+    return {"ok": True, "event": {"type": "agent_session_stopped", "channel": channel,
+                                  "user": body.get("user") or "U0123USER", "thread_ts": thread,
+                                  "streaming_message_ts": stopped, "event_ts": ts}}
+
+
 def own_message(args, refusal):
     channel = conversation(args.get("channel"))
     message = CUR.channels[channel].get(str(args.get("ts")))
@@ -456,6 +542,8 @@ def web_api(method, args):
             m["metadata"] = metadata
         m["edited"] = {"user": CUR.bot_user, "ts": new_ts()}
         m.pop("streaming", None)
+        m.pop("plan", None)  # what the stream showed beside its text is replaced too
+        m.pop("stream_blocks", None)
         return {"ok": True, "channel": channel, "ts": m["ts"], "text": m["text"],
                 "message": shown(channel, m)}
     if method == "chat.delete":
@@ -535,19 +623,28 @@ def web_api(method, args):
                 raise Fail("missing_recipient_user_id")
         if args.get("recipient_team_id") and args["recipient_team_id"] != CUR.team:
             raise Fail("user_not_found")  # a Slack Connect author of another organisation
+        chunks = chunks_arg(args)
         message = {"user": CUR.bot_user, "type": "message", "ts": new_ts(), "bot_id": CUR.bot_id,
                    "app_id": CUR.app_id, "text": str(args.get("markdown_text") or ""), "team": CUR.team,
                    "thread_ts": str(args["thread_ts"]), "streaming": True, "stream_started": time.monotonic(),
                    "bot_profile": {"id": CUR.bot_id, "app_id": CUR.app_id, "name": CUR.bot_name,
                                    "deleted": False, "updated": int(time.time()), "team_id": CUR.team}}
+        if args.get("task_display_mode"):
+            message["task_display_mode"] = str(args["task_display_mode"])
+        apply_chunks(channel, message, chunks)
         store(channel, message)
+        set_session(channel, str(args["thread_ts"]), "processing")  # a stream makes its session processing
         return {"ok": True, "channel": channel, "ts": message["ts"]}
     if method in ("chat.appendStream", "chat.stopStream"):
         channel, m = own_message(args, "cant_update_message")
+        if m.get("stopped_by_user") and method == "chat.appendStream":
+            raise Fail("stopped_by_user")
         if not m.get("streaming") or time.monotonic() - m.get("stream_started", 0) > OPT.stream_expiry:
             m["streaming"] = False
             raise Fail("message_not_in_streaming_state")
+        chunks = chunks_arg(args)
         m["text"] = m.get("text", "") + str(args.get("markdown_text") or "")
+        apply_chunks(channel, m, chunks)
         if method == "chat.stopStream":
             m["streaming"] = False
             blocks = json_arg(args, "blocks", "invalid_blocks_format")
@@ -556,13 +653,32 @@ def web_api(method, args):
             metadata = metadata_arg(args)
             if metadata is not None:
                 m["metadata"] = metadata
+            set_session(channel, m.get("thread_ts"), str(args.get("session_status") or "active"))
         return {"ok": True, "channel": channel, "ts": m["ts"]}
+    if method in ("agents.sessions.setStatus", "agents.sessions.rename"):
+        channel, thread = str(args.get("channel_id") or ""), str(args.get("thread_ts") or "")
+        if not channel:
+            raise Fail("invalid_arguments")
+        if method == "agents.sessions.rename":
+            title = str(args.get("title") or "")
+            if not title or len(title) > 200:
+                raise Fail("invalid_arguments")
+            if (channel, thread) not in sessions:
+                raise Fail("session_not_found")
+            set_session(channel, thread, title=title, rename=True)
+            return {"ok": True, "title": title}
+        status = str(args.get("status") or "")
+        if status not in ("processing", "active", "suspended", "closed"):
+            raise Fail("invalid_arguments")
+        set_session(channel, thread, status, str(args.get("title") or "") or None)
+        return {"ok": True, "status": status, "agent_status": status}
     if method in ("assistant.threads.setStatus", "assistant.threads.setSuggestedPrompts",
                   "assistant.threads.setTitle"):
-        if not (args.get("channel_id") and args.get("thread_ts")):
+        threadless = method == "assistant.threads.setSuggestedPrompts"  # the Messages tab's
+        if not (args.get("channel_id") and (args.get("thread_ts") or threadless)):
             raise Fail("invalid_arguments")
         assistant.append({"method": method, "channel_id": args["channel_id"],
-                          "thread_ts": args["thread_ts"], "args": args, **other_team()})
+                          "thread_ts": args.get("thread_ts") or "", "args": args, **other_team()})
         return {"ok": True}
     if method in ("views.open", "views.push"):
         trigger = str(args.get("trigger_id") or "")
@@ -960,6 +1076,8 @@ def standin(path, body):
         return grant(body)
     if path == "/_standin/revoke":
         return revoke_endpoint(body)
+    if path == "/_standin/stop":
+        return stop_session(body)
     if path in ("/_standin/execution", "/_standin/execution/token", "/_standin/execution/end"):
         return execution_endpoint(path, body)
     if path == "/_standin/messages":
@@ -1062,6 +1180,7 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, {}, {"ok": True, "messages": {c: list(m.values()) for c, m in channels.items()},
                                  "ephemerals": ephemerals, "calls": calls, "views": list(views.values()),
                                  "assistant": assistant, "executions": list(executions.values()),
+                                 "sessions": list(sessions.values()), "task_updates": task_updates,
                                  "reactions": [{"channel": c, "ts": t, "name": n, "users": u}
                                                for (c, t), r in reactions.items() for n, u in r.items()],
                                  **(oauth_state() if OPT.client_id else {})}, {}

@@ -223,6 +223,106 @@ mod assistant {
 }
 // ---- end of the assistant ----
 
+// ---- README: an AI agent ----
+mod agent {
+    use slack_once::app::SessionStatus::{Active, Processing};
+    use slack_once::app::TaskStatus::{Complete, InProgress};
+    use slack_once::app::{AgentSessionStopped, App, Ctx, Feedback, HandlerResult, MessageEvent};
+    use slack_once::app::{StreamOptions, Task, TaskDisplay, feedback_buttons};
+
+    async fn read_the_runbook() -> String {
+        "deploys at 10:00".to_string()
+    }
+
+    async fn model(question: &str, found: &str) -> Vec<String> {
+        // A model takes its time (virtual time in the explorer): a person can press stop.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let mut words = vec![format!("You asked: {question} ({found}).")];
+        words.extend((1..=5).map(|n| format!(" w{n}")));
+        words
+    }
+
+    async fn answer(ctx: Ctx, q: MessageEvent) -> HandlerResult {
+        let (channel, thread) = (q.channel.as_str(), q.thread()); // each DM message its own thread
+        ctx.set_session_status(channel, Some(thread), Processing, Some("Deploys"))
+            .await?;
+        let plan = StreamOptions::new().tasks(TaskDisplay::Plan);
+        let mut stream = ctx.stream_with(channel, thread, None, plan).await?; // its ts journaled at once
+        stream.plan("Looking it up").await?;
+        stream
+            .task(Task::new("docs", "Read the runbook", InProgress))
+            .await?; // each chunk once
+        let found = ctx.remember("docs", read_the_runbook()).await?; // done once, whoever takes over
+        stream
+            .task(Task::new("docs", "Read the runbook", Complete).output(&found))
+            .await?;
+        let mut text = String::new();
+        for word in model(&q.text, &found).await {
+            text.push_str(&word);
+            stream.append(&word).await; // past the stream's life: the next part, no gap, no repeat
+        }
+        let footer = vec![feedback_buttons("feedback", "Good", "Bad")];
+        stream.finish_answer(&text, footer).await?; // each part whole; nothing after a stop
+        ctx.set_session_status(channel, Some(thread), Active, None)
+            .await?;
+        Ok(())
+    }
+
+    async fn stopped(ctx: Ctx, stop: AgentSessionStopped) -> HandlerResult {
+        // The answer's own run, wherever it runs, writes nothing more; the session is ours to set.
+        ctx.set_session_status(&stop.channel, stop.thread_ts.as_deref(), Active, None)
+            .await?;
+        Ok(())
+    }
+
+    async fn rated(ctx: Ctx, f: Feedback) -> HandlerResult {
+        let name = if f.positive { "up" } else { "down" }; // once per click, however often sent
+        let year = std::time::Duration::from_secs(365 * 86_400);
+        ctx.state()
+            .update(name, year, |n: Option<u64>| n.unwrap_or(0) + 1)
+            .await?;
+        Ok(())
+    }
+
+    fn app() -> App {
+        App::new()
+            .assistant_message(answer)
+            .agent_session_stopped(stopped)
+            .feedback("feedback", rated)
+    }
+
+    #[tokio::test]
+    async fn the_agent_answers_once_with_its_plan_and_hears_its_feedback() {
+        let bot = slack_once::testing::TestBot::start(app()).await;
+        assert_eq!(bot.dm("when").await, "answered");
+        let answer = bot.slack().messages().pop().unwrap();
+        assert_eq!(
+            answer["text"],
+            "You asked: when (deploys at 10:00). w1 w2 w3 w4 w5"
+        );
+        assert_eq!(answer["blocks"][0]["type"], "plan");
+        assert_eq!(
+            bot.feedback("feedback", true, &answer).await.outcome,
+            "no_reply"
+        );
+        assert_eq!(bot.repeat().await.outcome, "duplicate");
+    }
+
+    #[test]
+    fn the_agent_leaves_one_whole_answer_whatever_fails_and_nothing_after_a_stop() {
+        use slack_once::testing::explore::{Explorer, Request};
+        Explorer::new(app)
+            .request(Request::assistant_question("when"))
+            .sequence([
+                Request::assistant_question("when").without_copies(),
+                Request::stop_session(),
+            ])
+            .run()
+            .assert_ok();
+    }
+}
+// ---- end of the agent ----
+
 // ---- README: a workflow step ----
 mod workflow_step {
     use serde_json::json;

@@ -242,3 +242,49 @@ async fn stopped_by_the_person_nothing_is_written_after_the_stop() {
         .unwrap();
     assert_eq!(session["status"], "active", "{session}");
 }
+
+#[test]
+fn the_example_s_checked_in_manifest_is_the_one_its_code_needs() {
+    let binary = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples").join("assistant"))
+        .unwrap();
+    let out = std::process::Command::new(binary)
+        .args(["manifest", "--check"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/assistant-manifest.json"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/assistant-manifest.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        manifest["features"]["agent_view"].is_object(),
+        "an agent-view app"
+    );
+    let events = manifest["settings"]["event_subscriptions"]["bot_events"].to_string();
+    for event in [
+        "app_home_opened",
+        "app_context_changed",
+        "agent_session_stopped",
+        "message.im",
+    ] {
+        assert!(events.contains(event), "{event} in {events}");
+    }
+    assert!(!events.contains("assistant_thread_started"), "{events}");
+}

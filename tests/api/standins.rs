@@ -607,3 +607,167 @@ async fn both_stand_ins_model_step_executions_alike() {
         "a step's post is the app's bot's"
     );
 }
+
+/// The agent view's calls, alike in both stand-ins: a stream's chunks (a plan, tasks changed in
+/// place by id, a status Slack refuses), sessions' statuses and titles (a title only where a
+/// call creates the session, `session_not_found`), the Messages tab's prompts without a thread,
+/// a person's stop (appends `stopped_by_user`, stops `message_not_in_streaming_state`, the
+/// message still updated), and what each leaves.
+#[tokio::test]
+async fn both_stand_ins_model_agents_alike() {
+    let fake = FakeSlack::start_for(Identity {
+        team: "T0TEST".into(),
+        app_id: "A0TEST".into(),
+        bot_id: "B0TEST".into(),
+        bot_user: "U0BOT".into(),
+    })
+    .await;
+    let python = PythonStandin::start().await;
+    let thread = "1700000000.000100";
+    let script = |stream: &str| -> Vec<(&'static str, As, Value)> {
+        let chunk = |id: &str, status: &str| json!({"type": "task_update", "id": id, "title": "Read", "status": status});
+        vec![
+            (
+                "chat.appendStream",
+                As::Json,
+                json!({"channel": "D1", "ts": stream,
+                       "chunks": [chunk("t1", "complete").as_object().cloned().map(|mut o| {
+                           o.insert("output".into(), "3 results".into());
+                           Value::Object(o)
+                       }).unwrap()]}),
+            ),
+            (
+                "chat.appendStream",
+                As::Form,
+                json!({"channel": "D1", "ts": stream,
+                       "chunks": json!([chunk("t2", "completed")]).to_string()}),
+            ),
+            (
+                "agents.sessions.setStatus",
+                As::Json,
+                json!({"channel_id": "D1", "thread_ts": thread, "status": "processing", "title": "T"}),
+            ),
+            (
+                "agents.sessions.setStatus",
+                As::Form,
+                json!({"channel_id": "D1", "thread_ts": thread, "status": "thinking"}),
+            ),
+            (
+                "agents.sessions.rename",
+                As::Json,
+                json!({"channel_id": "D1", "thread_ts": thread, "title": "New"}),
+            ),
+            (
+                "agents.sessions.rename",
+                As::Json,
+                json!({"channel_id": "D1", "thread_ts": "1700000000.000999", "title": "X"}),
+            ),
+            (
+                "assistant.threads.setSuggestedPrompts",
+                As::Json,
+                json!({"channel_id": "D1", "prompts": [{"title": "Hi", "message": "Hello"}]}),
+            ),
+        ]
+    };
+    let after_stop = |stream: &str| -> Vec<(&'static str, As, Value)> {
+        vec![
+            (
+                "chat.appendStream",
+                As::Json,
+                json!({"channel": "D1", "ts": stream, "markdown_text": " more"}),
+            ),
+            (
+                "chat.stopStream",
+                As::Json,
+                json!({"channel": "D1", "ts": stream}),
+            ),
+            (
+                "chat.update",
+                As::Json,
+                json!({"channel": "D1", "ts": stream, "text": "final"}),
+            ),
+        ]
+    };
+    let shape = |a: &Value| {
+        json!({"ok": a["ok"], "error": a["error"], "status": a["status"], "title": a["title"],
+               "type": a["type"], "stopped": a["streaming_message_ts"].as_array().map(Vec::len)})
+    };
+    let start = json!({"channel": "D1", "thread_ts": thread, "task_display_mode": "plan",
+        "chunks": [{"type": "plan_update", "title": "Plan"},
+                   {"type": "task_update", "id": "t1", "title": "Read", "status": "in_progress"}]});
+    let mut seen: Vec<Vec<Value>> = Vec::new();
+    for python_side in [false, true] {
+        let base = if python_side {
+            python.base_url.clone()
+        } else {
+            fake.base_url().to_string()
+        };
+        let mut answers = Vec::new();
+        let started = call(&base, "chat.startStream", As::Json, &start).await;
+        let stream = started["ts"].as_str().unwrap_or_default().to_string();
+        answers.push(shape(&started));
+        for (method, how, args) in script(&stream) {
+            answers.push(shape(&call(&base, method, how, &args).await));
+        }
+        let stop = if python_side {
+            python
+                .post(
+                    "stop",
+                    json!({"channel": "D1", "thread_ts": thread, "user": "U1"}),
+                )
+                .await["event"]
+                .clone()
+        } else {
+            fake.with_workspace(|w| w.stop_session("D1", thread, "U1"))
+        };
+        answers.push(shape(&stop));
+        for (method, how, args) in after_stop(&stream) {
+            answers.push(shape(&call(&base, method, how, &args).await));
+        }
+        // What each leaves: the session, and the message's plan as it was before the update.
+        let (session, updates) = if python_side {
+            let state = python.state().await;
+            let session = state["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["thread_ts"] == thread)
+                .cloned()
+                .unwrap();
+            let updates = state["task_updates"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.rsplit(' ').next().unwrap().to_string(), v.clone()))
+                .collect::<std::collections::BTreeMap<_, _>>();
+            (session, updates)
+        } else {
+            fake.with_workspace(|w| {
+                let updates = w
+                    .task_updates()
+                    .iter()
+                    .map(|((_, _, id), v)| (id.clone(), json!(v)))
+                    .collect::<std::collections::BTreeMap<_, _>>();
+                (w.session("D1", thread).unwrap(), updates)
+            })
+        };
+        answers.push(
+            json!({"status": session["status"], "title": session["title"],
+            "statuses": session["statuses"], "titles": session["titles"],
+            "stopped_after": session["stopped_after"], "task_updates": updates}),
+        );
+        seen.push(answers);
+    }
+    for (i, (x, y)) in seen[0].iter().zip(&seen[1]).enumerate() {
+        assert_eq!(x, y, "step {i}: FakeSlack {x}, the Python stand-in {y}");
+    }
+    assert_eq!(seen[0].len(), seen[1].len());
+    // And what both show is Slack's: the refusals where Slack refuses.
+    let errors: Vec<&Value> = seen[0].iter().map(|a| &a["error"]).collect();
+    assert_eq!(errors[2], "invalid_chunks");
+    assert_eq!(errors[4], "invalid_arguments");
+    assert_eq!(errors[6], "session_not_found");
+    assert_eq!(errors[9], "stopped_by_user");
+    assert_eq!(errors[10], "message_not_in_streaming_state");
+    assert_eq!(seen[0].last().unwrap()["titles"], json!(["New"]));
+}
