@@ -1243,7 +1243,7 @@ impl App {
     /// `action_id`: positive or negative, and the answer's message. Each click is its own
     /// request, claimed once (its `action_ts`): what the listener writes, a state change or a
     /// reply, is made once per click. A click on another element with this `action_id` is
-    /// not heard.
+    /// claimed and ignored (a warning logged).
     ///
     /// # Example
     ///
@@ -1252,10 +1252,8 @@ impl App {
     ///
     /// let _app = App::new().feedback("answer_feedback", |ctx: Ctx, f: Feedback| async move {
     ///     let name = if f.positive { "feedback/positive" } else { "feedback/negative" };
-    ///     ctx.state().update(name, std::time::Duration::from_secs(90 * 86_400), |n: Option<u64>| {
-    ///         Some(n.unwrap_or(0) + 1)
-    ///     })
-    ///     .await?;
+    ///     let keep = std::time::Duration::from_secs(90 * 86_400);
+    ///     ctx.state().update(name, keep, |n: Option<u64>| n.unwrap_or(0) + 1).await?;
     ///     ctx.respond("Thanks for the feedback.").await?;
     ///     Ok(())
     /// });

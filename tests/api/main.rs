@@ -23,6 +23,7 @@ mod processes;
 mod redrive;
 mod redteam16;
 mod redteam37;
+mod redteam38;
 mod rejections;
 mod review;
 mod soak;
