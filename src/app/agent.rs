@@ -534,6 +534,7 @@ impl Ctx {
             args["title"] = title.into();
         }
         if status == SessionStatus::Processing
+            && self.keeps_agent_notes()
             && let Some(ts) = thread_ts
             && self.session_stopped(channel, ts).await?
         {
@@ -662,13 +663,22 @@ impl Ctx {
         if let Some(own) = own.filter(|c| c.is_object()) {
             return Ok(Some(AppContext::of(own)));
         }
-        let (Some(team), Some(channel)) = (self.team(), callback.event.channel.as_deref()) else {
+        let Some(team) = self.team() else {
             return Ok(None);
         };
-        let Some(key) = crate::pipeline::agent_context_key(team, channel) else {
-            return Ok(None);
-        };
-        let Some(note) = self.note(&key).await? else {
+        // The DM's note, else the person's (a change Slack sent without naming the DM).
+        let user = raw["user"].as_str().map(|u| format!("user-{u}"));
+        let mut note = None;
+        for place in [callback.event.channel.clone(), user].into_iter().flatten() {
+            let Some(key) = crate::pipeline::agent_context_key(team, &place) else {
+                continue;
+            };
+            note = self.note(&key).await?;
+            if note.is_some() {
+                break;
+            }
+        }
+        let Some(note) = note else {
             return Ok(None);
         };
         let kept: Value = serde_json::from_str(&note).unwrap_or_default();

@@ -156,8 +156,8 @@ struct Inner {
     /// The app's functions (Workflow Builder steps), whose declared outputs a completion is
     /// checked against.
     functions: Arc<Vec<super::function::Function>>,
-    /// The app keeps agents' notes (it has an assistant's or agent's listener): a stream
-    /// reads the session's stop.
+    /// The app hears the stop button (`agent_session_stopped`): a stream reads a session's
+    /// stop.
     agent: bool,
 }
 
@@ -1434,7 +1434,7 @@ impl Ctx {
         self.inner.steps.lock().await.take(&op).map(|_| ())
     }
 
-    /// Whether the app keeps agents' notes (a session's stop, a conversation's context).
+    /// Whether the app hears the stop button: its streams read a session's stop.
     pub(crate) fn keeps_agent_notes(&self) -> bool {
         self.inner.agent
     }
@@ -1466,11 +1466,15 @@ impl Ctx {
         else {
             return;
         };
+        // Stamped with a time the stop cannot be earlier than: this request's (the stop came
+        // while its answer streamed). Never later: a question asked after the stop is not
+        // stopped by it, and the stop's own event (its real time) replaces this note.
         let now_ms = crate::clock::now_ms();
-        let value = json!({"at_ms": now_ms, "value": "[]"}).to_string();
+        let at_ms = self.request_ms().unwrap_or(now_ms).min(now_ms);
+        let value = json!({"at_ms": at_ms, "value": "[]"}).to_string();
         let expires_at_s = now_ms / 1000 + 7 * 86_400;
         let ledger = self.inner.steps.lock().await.ledger.clone();
-        let write = ledger.set_note(&key, &value, now_ms, expires_at_s);
+        let write = ledger.set_note(&key, &value, at_ms, expires_at_s);
         if let Err(e) | Ok(Err(e)) = tokio::time::timeout_at(self.inner.deadline, write)
             .await
             .map_err(|_| LedgerError::Unavailable("the deadline passed".into()))

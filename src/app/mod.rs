@@ -1283,6 +1283,14 @@ impl App {
         self.assistant
     }
 
+    /// Whether the app hears the stop button (`agent_session_stopped`): Slack shows it only
+    /// then, and only then do its streams read a session's stop.
+    pub(crate) fn hears_stops(&self) -> bool {
+        self.listeners
+            .iter()
+            .any(|l| l.events.iter().any(|e| e == "agent_session_stopped"))
+    }
+
     /// See `Listener::channel_created`.
     ///
     /// # Example

@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 
 use super::agent::{Task, TaskDisplay};
 use super::{Ctx, Error, Message};
-use crate::journal::{Returns, Settle, step_identity};
+use crate::journal::{Returns, Settle};
 use crate::slack::{Args, SlackError, post_metadata};
 
 /// Appends are sent once this many characters are buffered (Slack's SDKs use 256), keeping
@@ -54,6 +54,10 @@ pub const PART_CHARS: usize = 10_000;
 /// A part is switched for a new one this long after it started, before Slack ends it (about
 /// 5 minutes).
 pub const ROTATE_AFTER: Duration = Duration::from_secs(240);
+
+/// How long a switch waits for a stop's event where Slack ended a part it was still taking
+/// text for (the event trails Slack's own stop), before it starts the next part.
+pub const STOP_EVENT_GRACE: Duration = Duration::from_secs(1);
 
 /// `chat.startStream`'s answer to a recipient it cannot resolve for this app (an author of
 /// another organisation in a Slack Connect conversation).
@@ -109,8 +113,11 @@ struct Part {
     started_ms: u64,
     /// This run started it, and Slack takes its appends: text goes to it.
     live: bool,
-    /// Slack no longer takes appends to it (expired, or an append failed).
+    /// Slack no longer takes appends to it (expired, or stopped).
     ended: bool,
+    /// An append to it failed (a 429, a timeout): no more text goes to it (the end writes
+    /// its share), and no switch is made for it.
+    muted: bool,
     /// This run replaced it with its share (at a switch), from `from` to the next part's.
     written: bool,
     /// Blocks chunks streamed into it, kept for its final form.
@@ -303,6 +310,7 @@ impl Stream {
                     from: self.appended,
                     live: false,
                     ended: true,
+                    muted: false,
                     written: false,
                     blocks: Vec::new(),
                 });
@@ -359,6 +367,7 @@ impl Stream {
             from: self.appended,
             live: started_here,
             ended: !started_here,
+            muted: false,
             written: false,
             blocks: Vec::new(),
         });
@@ -451,7 +460,7 @@ impl Stream {
         let Some(part) = self.parts.last_mut() else {
             return;
         };
-        if !part.live || part.ended || self.stopped || text.is_empty() {
+        if !part.live || part.ended || part.muted || self.stopped || text.is_empty() {
             return;
         }
         let args = json!({"channel": self.channel, "ts": part.ts, "markdown_text": text});
@@ -473,42 +482,33 @@ impl Stream {
                 self.stop_hint = true;
             }
             Err(error) => {
+                // Not ended: a part is switched only where Slack ended it (each switch is two
+                // Tier 2 calls, and an answer in more parts than its time needs).
                 tracing::warn!(
                     error = %crate::errors::error_chain(&error),
-                    "an append failed: the part is finished by an update"
+                    "an append failed: the part's share is written by the end"
                 );
-                part.ended = true;
+                part.muted = true;
             }
         }
     }
 
-    /// Whether the earlier run switched parts here (the journal's next records are a
-    /// switch's: the part's stop and update, the next's start), or, past what the journal
-    /// holds, whether the current part is due: older than `rotate_after`, holding
-    /// [`PART_CHARS`], or ended by Slack (never after a stop).
+    /// The name of the remembered step a switch to part `k` begins with (where the part's
+    /// share begins): a step the end never makes, so a later run tells a switch from the end.
+    fn switch_name(&self, k: usize) -> String {
+        format!("stream-switch-{}-{k}", self.ts)
+    }
+
+    /// Whether the earlier run switched parts here (the journal's next record is the switch's
+    /// first step), or, past what the journal holds, whether the current part is due: older
+    /// than `rotate_after`, holding [`PART_CHARS`], or ended by Slack.
     async fn due(&self, by_age: bool) -> bool {
         let Some(part) = self.parts.last() else {
             return false;
         };
-        let at = json!({"channel": self.channel, "ts": part.ts});
-        let want = [
-            step_identity("chat.stopStream", &at),
-            step_identity("chat.update", &at),
-            step_identity(
-                "chat.startStream",
-                &json!({"channel": self.channel, "thread_ts": self.thread_ts}),
-            ),
-        ];
-        let ahead = self.ctx.records_ahead(3).await;
-        match ahead.first() {
-            // Before text, a switch waits until the part has its share (no other step comes
-            // between: the answer's end begins with the same stop and update).
-            Some(Some(Some(_))) => {
-                ahead.iter().zip(&want).all(|(record, want)| match record {
-                    Some(Some(op)) => crate::ledger::same_step(op, want),
-                    _ => true,
-                }) && (!by_age || self.appended > part.from)
-            }
+        let switch = crate::ledger::step_op("remember", &self.switch_name(self.parts.len()), "");
+        match self.ctx.records_ahead(1).await.first() {
+            Some(Some(Some(op))) => crate::ledger::same_step(op, &switch),
             // An earlier claim's began window: it made some step here, not known which.
             Some(Some(None)) => false,
             _ if self.stopped || !by_age => false,
@@ -536,57 +536,72 @@ impl Stream {
         self.switch_if_due(by_age).await
     }
 
-    /// Switches to a new part when one is due (never inside [`Ctx::remember`]).
+    /// Switches to a new part when one is due (never inside [`Ctx::remember`]): where the
+    /// new part's share begins (remembered: a takeover splits the answer where this run did),
+    /// the part stopped and replaced with its share, marked as ours (so that the next part's
+    /// look-up never takes it for the new stream; the session stays processing), and the
+    /// next part started. Nothing is started, stopped or updated once a stop is seen; a stop
+    /// Slack answers the part's stop with is read again before the update and the start.
     async fn switch_if_due(&mut self, by_age: bool) -> Result<(), Error> {
         if self.closed() || crate::journal::inside_remember().is_some() || !self.due(by_age).await {
             return Ok(());
         }
-        // Nothing is started after a person's stop (a switch an earlier run made is passed):
-        // the part's last text first (Slack may answer it `stopped_by_user`), then the stop.
+        // The part's last text first (Slack may answer it `stopped_by_user`).
         self.flush().await;
+        let k = self.parts.len();
+        let appended = self.appended;
+        let from: usize = self
+            .ctx
+            .remember(&self.switch_name(k), async move { appended })
+            .await?;
         self.stop_seen().await?;
         let part = self.parts.last().cloned().expect("a part");
-        let names = self.part_names(self.parts.len() - 1);
-        // Stopped and marked as ours (its share of the answer so far, with slack-once's
-        // names), so that the next part's look-up never takes it for the new stream. The
-        // session stays processing.
+        let names = self.part_names(k - 1);
         let stop = json!({"channel": self.channel, "ts": part.ts, "metadata": names,
                           "session_status": "processing"});
-        self.step("chat.stopStream", stop, &[EXPIRED, STOPPED])
+        let stopped = self
+            .step("chat.stopStream", stop, &[EXPIRED, STOPPED])
             .await?;
-        let share = self.draft_share(&part);
+        if let Some(answer) = stopped
+            && (answer["already"] == EXPIRED || answer["already"] == STOPPED)
+        {
+            self.stop_hint |= answer["already"] == STOPPED;
+            if !part.ended && !self.stop_hint {
+                // Slack ended a part it was still taking text for: expired early, or stopped
+                // by the person, whose event trails Slack's own stop. Its note is given a
+                // moment before it is read again, so that no part starts after the stop.
+                let wait = tokio::time::Instant::now() + STOP_EVENT_GRACE;
+                tokio::time::sleep_until(wait.min(self.ctx.deadline())).await;
+            }
+            self.stop_seen().await?;
+        }
+        let share = slice(&self.text, part.from, Some(from));
+        // The first part keeps its plan, as the end shows it.
+        let mut blocks: Vec<Value> = match k {
+            1 => self.plan_block().into_iter().collect(),
+            _ => Vec::new(),
+        };
+        blocks.push(markdown(&share));
+        blocks.extend(part.blocks.iter().cloned());
         let update = json!({"channel": self.channel, "ts": part.ts, "text": share,
-                            "blocks": [markdown(&share)], "metadata": names});
+                            "blocks": blocks, "metadata": names});
         let made_before = self.ctx.made().await;
         self.step("chat.update", update, &[]).await?;
-        let written = part.live && self.ctx.made().await > made_before;
+        let written = part.live && from == appended && self.ctx.made().await > made_before;
         if let Some(last) = self.parts.last_mut() {
             last.ended = true;
             last.written = written;
         }
-        let before = self.parts.len();
         self.start_part().await?;
-        if self.parts.len() > before {
-            // Where the new part's share begins, remembered: a takeover splits the answer
-            // where this run did (its own appends may be behind).
-            let k = self.parts.len() - 1;
-            let appended = self.appended;
-            let name = format!("stream-part-{}-{k}", self.ts);
-            let from: usize = self.ctx.remember(&name, async move { appended }).await?;
-            self.parts[k].from = from.max(self.parts[k - 1].from);
+        if let Some(new) = self.parts.get_mut(k) {
+            new.from = from.max(part.from);
         }
         Ok(())
     }
 
-    /// The part's share of what this run appended (its final share when this run streamed
-    /// the whole part; the end replaces it otherwise).
-    fn draft_share(&self, part: &Part) -> String {
-        slice(&self.text, part.from, Some(self.appended))
-    }
-
     /// Whether a person stopped the answer: Slack said so (`stopped_by_user`: then kept
     /// beside the claims, for every later run), or the stop's note says so (one `GetItem`,
-    /// in an app with an assistant's or agent's listener: only those keep it).
+    /// in an app that hears `agent_session_stopped`: Slack shows the stop button only then).
     /// A stop is for good: from it on, the stream's steps are passed, not made.
     async fn stop_seen(&mut self) -> Result<bool, Error> {
         if self.stopped {
@@ -830,17 +845,40 @@ impl Stream {
             let posted = self.ctx.post(&self.channel, message).await?;
             return Ok(posted.ts);
         }
-        self.flush().await;
-        // After a stop the end's steps are passed: the answer is left as the stop left it.
+        // After a stop the end's steps are passed: the answer is left as the stop left it
+        // (what is buffered is not sent after it either).
         self.stop_seen().await?;
+        self.flush().await;
         let Some(last) = self.parts.last().cloned() else {
             return Ok(String::new());
         };
         let names = self.part_names(self.parts.len() - 1);
-        let stop = json!({"channel": self.channel, "ts": last.ts, "metadata": names});
-        // Slack expired it, or the user pressed stop: the update below still ends it.
-        self.step("chat.stopStream", stop, &[EXPIRED, STOPPED])
-            .await?;
+        if self.stopped && last.live && !last.ended {
+            // A part this run started while the person's stop was on its way (its event not
+            // yet here): ended at once, its session made active, nothing else written.
+            let stop = json!({"channel": self.channel, "ts": last.ts, "session_status": "active"});
+            self.ctx
+                .journaled(
+                    "chat.stopStream",
+                    stop,
+                    Settle::Idempotent,
+                    &[EXPIRED, STOPPED],
+                    Returns::Nothing,
+                )
+                .await?;
+        } else {
+            let stop = json!({"channel": self.channel, "ts": last.ts, "metadata": names});
+            // Slack expired it, or the person pressed stop (asked again before the update).
+            let answer = self
+                .step("chat.stopStream", stop, &[EXPIRED, STOPPED])
+                .await?;
+            if let Some(answer) = answer
+                && (answer["already"] == EXPIRED || answer["already"] == STOPPED)
+            {
+                self.stop_hint |= answer["already"] == STOPPED;
+                self.stop_seen().await?;
+            }
+        }
         let n = self.parts.len();
         for (i, part) in self.parts.iter().enumerate() {
             let to = self.parts.get(i + 1).map(|next| next.from);
@@ -876,12 +914,9 @@ impl Stream {
             if !blocks.is_empty() {
                 update["blocks"] = Value::Array(blocks);
             }
-            if part.written
-                && i + 1 < n
-                && (i > 0 || self.plan_block().is_none())
-                && part.blocks.is_empty()
-            {
-                // This run wrote the part's final share at the switch.
+            if part.written && i + 1 < n && (i > 0 || self.plan_block().is_none()) {
+                // This run wrote the part's final share at the switch (the first part's plan
+                // may have moved on since: that part is written again).
                 self.ctx.pass_step("chat.update", &update).await?;
                 continue;
             }

@@ -22,7 +22,9 @@ impl Processor {
     /// failure is logged: the event is answered all the same.
     async fn keep_thread_context(&self, callback: &EventCallback, delivery: &EventDelivery<'_>) {
         let event = &callback.event;
-        if !self.app.keeps_thread_contexts() || callback.skip_reason().is_some() {
+        if !(self.app.keeps_thread_contexts() || self.app.hears_stops())
+            || callback.skip_reason().is_some()
+        {
             return;
         }
         let team = callback.team().unwrap_or("-");
@@ -38,17 +40,30 @@ impl Processor {
                     context.to_string(),
                 )
             }
-            ("app_context_changed", Some(channel)) => {
+            ("app_context_changed", _) => {
                 let context = event.raw["context"].clone();
                 let context = if context.is_object() {
                     context
                 } else {
                     serde_json::json!({})
                 };
-                (
-                    super::claim::agent_context_key(team, channel),
-                    context.to_string(),
-                )
+                // The app's DM with the person; Slack's documented example names neither it
+                // nor the person in the event: then the person the event is authorized for.
+                let user = event.raw["user"].as_str().map(str::to_string).or_else(|| {
+                    callback
+                        .authorizations
+                        .iter()
+                        .find(|a| !a.is_bot)
+                        .and_then(|a| a.user_id.clone())
+                });
+                let key = match (channel, user) {
+                    (Some(channel), _) => super::claim::agent_context_key(team, channel),
+                    (None, Some(user)) => {
+                        super::claim::agent_context_key(team, &format!("user-{user}"))
+                    }
+                    (None, None) => return,
+                };
+                (key, context.to_string())
             }
             ("agent_session_stopped", Some(channel)) => {
                 let Some(thread) = event.raw["thread_ts"].as_str() else {
@@ -69,6 +84,10 @@ impl Processor {
             .event_ts
             .as_deref()
             .and_then(super::ts_ms)
+            .or(callback
+                .event_time
+                .and_then(|t| u64::try_from(t).ok())
+                .map(|t| t * 1000))
             .unwrap_or_else(|| unix_ms(delivery.now));
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
         // The agent's notes carry their time (a session's stop is compared with a request's);

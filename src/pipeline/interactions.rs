@@ -264,7 +264,7 @@ impl Processor {
             deadline,
             self.version.clone(),
             steps,
-            (self.app.functions(), self.app.keeps_thread_contexts()),
+            (self.app.functions(), self.app.hears_stops()),
         )
     }
 

@@ -71,7 +71,7 @@ impl Processor {
             times.work_deadline,
             self.version.clone(),
             steps,
-            (self.app.functions(), self.app.keeps_thread_contexts()),
+            (self.app.functions(), self.app.hears_stops()),
         );
         let listeners = async {
             for run in unit.runs {
