@@ -21,7 +21,6 @@ use serde_json::{Value, json};
 
 use super::{Ctx, Error};
 use crate::interaction::BlockAction;
-use crate::journal::{Returns, Settle};
 
 fn text(v: &Value) -> Option<String> {
     v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
@@ -541,15 +540,7 @@ impl Ctx {
             tracing::info!("the person stopped this session: not setting it processing again");
             return self.pass_step("agents.sessions.setStatus", &args).await;
         }
-        self.journaled(
-            "agents.sessions.setStatus",
-            args,
-            Settle::Idempotent,
-            &[],
-            Returns::Nothing,
-        )
-        .await
-        .map(|_| ())
+        self.assistant_call("agents.sessions.setStatus", args).await
     }
 
     /// `agents.sessions.rename`: the session's title (1–200 characters). A journaled write.
@@ -576,15 +567,7 @@ impl Ctx {
         if let Some(ts) = thread_ts {
             args["thread_ts"] = ts.into();
         }
-        self.journaled(
-            "agents.sessions.rename",
-            args,
-            Settle::Idempotent,
-            &[],
-            Returns::Nothing,
-        )
-        .await
-        .map(|_| ())
+        self.assistant_call("agents.sessions.rename", args).await
     }
 
     /// The agent view's suggested prompts, at the top of the Messages tab
@@ -619,15 +602,8 @@ impl Ctx {
         if let Some(title) = title {
             args["title"] = title.into();
         }
-        self.journaled(
-            "assistant.threads.setSuggestedPrompts",
-            args,
-            Settle::Idempotent,
-            &[],
-            Returns::Nothing,
-        )
-        .await
-        .map(|_| ())
+        self.assistant_call("assistant.threads.setSuggestedPrompts", args)
+            .await
     }
 
     /// What the person is looking at (the agent view): as this event carries it

@@ -379,16 +379,7 @@ impl Ctx {
         let Some(key) = crate::pipeline::thread_context_key(team, &channel, &thread) else {
             return Ok(None);
         };
-        let ledger = self.inner.steps.lock().await.ledger.clone();
-        let now_ms = crate::clock::now_ms();
-        let note = tokio::time::timeout_at(self.inner.deadline, ledger.note(&key, now_ms))
-            .await
-            .map_err(|_| {
-                Error::Ledger(LedgerError::Unavailable(
-                    "the ledger did not answer before the deadline".into(),
-                ))
-            })?
-            .map_err(Error::Ledger)?;
+        let note = self.note(&key).await?;
         Ok(note.and_then(|n| serde_json::from_str(&n).ok()))
     }
 

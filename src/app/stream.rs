@@ -1036,7 +1036,9 @@ impl Ctx {
             .await
     }
 
-    async fn assistant_call(&self, method: &str, args: Value) -> Result<(), Error> {
+    /// A journaled write made again where its fate is unknown (doing it twice changes
+    /// nothing): the assistants' and agents' calls.
+    pub(crate) async fn assistant_call(&self, method: &str, args: Value) -> Result<(), Error> {
         self.journaled(method, args, Settle::Idempotent, &[], Returns::Nothing)
             .await
             .map(|_| ())
