@@ -288,3 +288,135 @@ fn the_example_s_checked_in_manifest_is_the_one_its_code_needs() {
     }
     assert!(!events.contains("assistant_thread_started"), "{events}");
 }
+
+/// The example against the Python stand-in (what the guide's manual steps run on): a plan of
+/// three tasks and an answer in parts, the session processing → active, every task once; then
+/// another question stopped through `/_standin/stop`, nothing written after the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
+    let python = crate::standins::PythonStandin::start().await;
+    let mut vars = model(60, 20, 400);
+    vars.extend([
+        ("SLACK_BOT_TOKEN", "xoxb-local".to_string()),
+        ("SLACK_API_URL", python.base_url.clone()),
+    ]);
+    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let http = HttpClient::default();
+    let ask = |id: &str, text: &str| {
+        json!({
+            "token": "unused", "team_id": "T0TEST", "api_app_id": "A0TEST", "type": "event_callback",
+            "event_id": id, "event_time": now_unix(),
+            "event": {"type": "message", "channel_type": "im", "user": "U0001", "text": text,
+                      "ts": ts_of(id), "channel": "D0001", "event_ts": ts_of(id)},
+            "authorizations": [{"team_id": "T0TEST", "user_id": "U0BOT", "is_bot": true}]
+        })
+        .to_string()
+    };
+    let asked = deliver(&http, &bot.url(), &ask("EvPy1", "why once"), None).await;
+    assert_eq!(asked.outcome(), "answered", "{}", bot.log());
+    let state = python.state().await;
+    let thread = ts_of("EvPy1");
+    let parts: Vec<Value> = state["messages"]["D0001"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["bot_id"].is_string() && m["thread_ts"] == thread.as_str())
+        .cloned()
+        .collect();
+    let updates: std::collections::HashMap<(String, String, String), Vec<String>> =
+        state["task_updates"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                let mut it = k.split(' ').map(str::to_string);
+                let key = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+                let statuses = v
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_str().unwrap().to_string())
+                    .collect();
+                (key, statuses)
+            })
+            .collect();
+    assert!(parts.len() >= 2, "longer than a part: {parts:#?}");
+    check_answer(&parts, &expected("why once", 60), &updates);
+    let session = state["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["thread_ts"] == thread.as_str())
+        .cloned()
+        .unwrap();
+    processing_then_active(&session);
+
+    // A long answer to another question, stopped while it streams.
+    drop(bot);
+    let mut vars = model(3000, 2, 240_000);
+    vars.extend([
+        ("SLACK_BOT_TOKEN", "xoxb-local".to_string()),
+        ("SLACK_API_URL", python.base_url.clone()),
+    ]);
+    let bot = BotProcess::spawn_example("assistant", &[], &vars);
+    let thread = ts_of("EvPy2");
+    let question = {
+        let (http, url, body) = (http.clone(), bot.url(), ask("EvPy2", "stop me"));
+        tokio::spawn(async move { deliver(&http, &url, &body, None).await })
+    };
+    let mut streaming = false;
+    for _ in 0..200 {
+        let state = python.state().await;
+        streaming = state["messages"]["D0001"].as_array().is_some_and(|ms| {
+            ms.iter().any(|m| {
+                m["streaming"] == true
+                    && m["thread_ts"] == thread.as_str()
+                    && m["text"].as_str().is_some_and(|t| t.len() > 300)
+            })
+        });
+        if streaming {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(streaming, "the answer streams:\n{}", bot.log());
+    let stop = python
+        .post(
+            "stop",
+            json!({"channel": "D0001", "thread_ts": thread, "user": "U0001"}),
+        )
+        .await;
+    let calls_at_stop = python.state().await["calls"].as_array().unwrap().len();
+    let shown = python.state().await["messages"]["D0001"].clone();
+    let stopped = deliver(
+        &http,
+        &bot.url(),
+        &json!({"token": "unused", "team_id": "T0TEST", "api_app_id": "A0TEST",
+                "type": "event_callback", "event_id": "EvPyStop", "event_time": now_unix(),
+                "event": stop["event"],
+                "authorizations": [{"team_id": "T0TEST", "user_id": "U0BOT", "is_bot": true}]})
+        .to_string(),
+        None,
+    )
+    .await;
+    assert_eq!(stopped.outcome(), "answered", "{}", bot.log());
+    assert_eq!(
+        question.await.unwrap().outcome(),
+        "answered",
+        "{}",
+        bot.log()
+    );
+    let state = python.state().await;
+    let after: Vec<&Value> = state["calls"].as_array().unwrap()[calls_at_stop..]
+        .iter()
+        .filter(|c| c["method"].as_str().is_some_and(|m| m.starts_with("chat.")))
+        .collect();
+    assert!(
+        after.len() <= 1 && after.iter().all(|c| c["method"] == "chat.appendStream"),
+        "nothing but the append on its way after the stop: {after:#?}"
+    );
+    assert_eq!(
+        state["messages"]["D0001"], shown,
+        "the answer as the stop left it"
+    );
+}
