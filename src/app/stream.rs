@@ -297,12 +297,15 @@ impl Stream {
         let step = ctx.next_step().await;
         if self.stopped {
             // Nothing is started after a stop: the start an earlier run made is taken from
-            // the journal, so the steps after it are the same.
-            if let Some(ts) = ctx
-                .pass_recorded("chat.startStream", &args)
-                .await?
-                .and_then(|a| a["ts"].as_str().map(str::to_string))
-            {
+            // the journal (a refusal, an unconfirmed start, or its part), so the steps after
+            // it are the same.
+            let recorded = ctx.pass_recorded("chat.startStream", &args).await?;
+            let recorded = recorded.unwrap_or_default();
+            if self.parts.is_empty() && recorded["already"] == RECIPIENT_REFUSED {
+                self.refused = true;
+            }
+            self.unconfirmed |= recorded["unknown"] == true;
+            if let Some(ts) = recorded["ts"].as_str().map(str::to_string) {
                 self.parts.push(Part {
                     started_ms: epoch_ms_of(&ts),
                     ts,
@@ -509,8 +512,8 @@ impl Stream {
         let switch = crate::ledger::step_op("remember", &self.switch_name(self.parts.len()), "");
         match self.ctx.records_ahead(1).await.first() {
             Some(Some(Some(op))) => crate::ledger::same_step(op, &switch),
-            // An earlier claim's began window: it made some step here, not known which.
-            Some(Some(None)) => false,
+            // Else (no record, or an earlier claim's began window, which names no step and
+            // stands for no switch's remembered step): as this run finds the part.
             _ if self.stopped || !by_age => false,
             // A part gets its share of the answer before the next begins.
             _ if self.appended <= part.from => false,
@@ -842,6 +845,14 @@ impl Stream {
             if !blocks.is_empty() {
                 message = message.blocks(blocks);
             }
+            if self.stopped {
+                // Not posted after a stop (an earlier run's post is taken from the journal).
+                let at = json!({"channel": self.channel, "thread_ts": self.thread_ts});
+                let posted = self.ctx.pass_recorded("chat.postMessage", &at).await?;
+                return Ok(posted
+                    .and_then(|p| p["ts"].as_str().map(str::to_string))
+                    .unwrap_or_default());
+            }
             let posted = self.ctx.post(&self.channel, message).await?;
             return Ok(posted.ts);
         }
@@ -849,6 +860,10 @@ impl Stream {
         // (what is buffered is not sent after it either).
         self.stop_seen().await?;
         self.flush().await;
+        if self.stop_hint {
+            // The last text was refused `stopped_by_user`.
+            self.stop_seen().await?;
+        }
         let Some(last) = self.parts.last().cloned() else {
             return Ok(String::new());
         };

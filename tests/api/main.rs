@@ -24,6 +24,7 @@ mod redrive;
 mod redteam16;
 mod redteam37;
 mod redteam38;
+mod redteam38b;
 mod rejections;
 mod review;
 mod soak;
