@@ -143,6 +143,10 @@ struct Protocol {
     /// The fixed protocol: a failed look-up holds the post back while a delivery remains.
     /// `false` models the old one: post anyway.
     hold_back_without_lookup: bool,
+    /// The last delivery posts after a failed look-up (the protocol before issue 36: "a blind
+    /// post on the last delivery"). `false`, today's: it holds the claim too, and the event
+    /// ends counted as failed rather than answered twice.
+    blind_on_last: bool,
     /// Whether a takeover looks in Slack at all before posting.
     search_slack: bool,
     /// A claim that ends without settling the earlier claims' began windows keeps them as an
@@ -158,6 +162,7 @@ impl Protocol {
         Self {
             deliveries,
             hold_back_without_lookup: true,
+            blind_on_last: false,
             search_slack: true,
             keep_unsettled_windows: true,
             put_first: true,
@@ -388,7 +393,7 @@ impl Model for Protocol {
                 let Phase::Claimed { d, token, .. } = s.phases[i] else {
                     return None;
                 };
-                if self.hold_back_without_lookup && !self.last(d) {
+                if self.hold_back_without_lookup && !(self.blind_on_last && self.last(d)) {
                     // Release, the earlier claims' doubt kept as an intent; answer 503: a
                     // later delivery looks again.
                     let keep = self.keep_unsettled_windows.then_some(true);
@@ -396,7 +401,7 @@ impl Model for Protocol {
                     s.held_back = true;
                     s.phases[i] = Phase::Idle;
                 } else {
-                    // Allowed blind only on the last delivery.
+                    // Blind: the old rule, or (before issue 36) the last delivery.
                     s.phases[i] = Phase::Posting {
                         token,
                         earlier_intent: true,
@@ -485,6 +490,10 @@ impl Model for Protocol {
                 s.replies.saturating_sub(s.blind_posts) <= 1
             }),
             Property::always(
+                "never two replies, not even on the last delivery",
+                |model: &Protocol, s: &State| s.replies <= 1 || !model.hold_back_without_lookup,
+            ),
+            Property::always(
                 "a blind post only doubles the last delivery's",
                 |_, s: &State| s.blind_posts <= 1,
             ),
@@ -558,6 +567,29 @@ fn the_claim_as_one_update_holds_the_same_properties() {
         checker.unique_state_count()
     );
     checker.assert_properties();
+}
+
+#[test]
+fn the_blind_post_on_the_last_delivery_before_issue_36_is_found_to_answer_twice() {
+    // Before issue 36 the last delivery posted after a failed look-up (a second reply then
+    // counted as "only the last delivery's"); today's protocol holds the claim there too, and
+    // never answers twice (the property the fixed protocol holds above).
+    let checker = Protocol {
+        blind_on_last: true,
+        ..Protocol::fixed(3)
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("never two replies, not even on the last delivery")
+        .expect("a counterexample exists with the blind post");
+    println!("counterexample: {:?}", path.into_actions());
+    assert!(
+        checker
+            .discovery("never two replies while a retry remains")
+            .is_none()
+    );
 }
 
 #[test]
