@@ -609,8 +609,9 @@ impl Ctx {
     /// What the person is looking at (the agent view): as this event carries it
     /// (`app_context_changed`'s `context`, the Messages tab's `app_home_opened`'s, a DM
     /// message's `app_context`), or else as the latest `app_context_changed` of this
-    /// conversation left it (kept beside the claims by an app with an assistant's or agent's
-    /// listener: one `GetItem`). `None` when Slack sent none.
+    /// conversation (or of this person) left it, for an event or for a click or submission in
+    /// the DM (kept beside the claims by an app with an assistant's or agent's listener: a
+    /// `GetItem` or two). `None` when Slack sent none.
     ///
     /// # Example
     ///
@@ -628,24 +629,35 @@ impl Ctx {
     /// });
     /// ```
     pub async fn app_context(&self) -> Result<Option<AppContext>, Error> {
-        let Some(callback) = self.event() else {
-            return Ok(None);
+        // Where to look: the event's own context, else the notes of its DM and its person; a
+        // click or a submission in the DM: the notes of its conversation and its person.
+        let (channel, user) = match (self.event(), self.interaction()) {
+            (Some(callback), _) => {
+                let raw = &callback.event.raw;
+                let own = match callback.event.kind.as_str() {
+                    "app_context_changed" | "app_home_opened" => raw.get("context"),
+                    _ => raw.get("app_context"),
+                };
+                if let Some(own) = own.filter(|c| c.is_object()) {
+                    return Ok(Some(AppContext::of(own)));
+                }
+                (
+                    callback.event.channel.clone(),
+                    raw["user"].as_str().map(str::to_string),
+                )
+            }
+            (None, Some(interaction)) => {
+                (interaction.channel_id.clone(), interaction.user_id.clone())
+            }
+            (None, None) => return Ok(None),
         };
-        let raw = &callback.event.raw;
-        let own = match callback.event.kind.as_str() {
-            "app_context_changed" | "app_home_opened" => raw.get("context"),
-            _ => raw.get("app_context"),
-        };
-        if let Some(own) = own.filter(|c| c.is_object()) {
-            return Ok(Some(AppContext::of(own)));
-        }
         let Some(team) = self.team() else {
             return Ok(None);
         };
         // The DM's note, else the person's (a change Slack sent without naming the DM).
-        let user = raw["user"].as_str().map(|u| format!("user-{u}"));
+        let user = user.map(|u| format!("user-{u}"));
         let mut note = None;
-        for place in [callback.event.channel.clone(), user].into_iter().flatten() {
+        for place in [channel, user].into_iter().flatten() {
             let Some(key) = crate::pipeline::agent_context_key(team, &place) else {
                 continue;
             };

@@ -459,3 +459,46 @@ async fn the_person_context_is_the_message_s_own_or_the_latest_change() {
         [None, Some("C0NEW".to_string()), Some("C0MSG".to_string())]
     );
 }
+
+#[tokio::test]
+async fn a_click_in_the_dm_reads_what_the_person_looks_at() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    let app = App::new()
+        .assistant_message(|ctx: Ctx, q: MessageEvent| async move {
+            ctx.reply(format!("About {}?", q.text)).await?;
+            Ok(())
+        })
+        .app_context_changed(|_ctx: Ctx, _c| async move { Ok(()) })
+        .action(
+            "more",
+            move |ctx: Ctx, _click: slack_once::app::BlockAction| {
+                let keep = keep.clone();
+                async move {
+                    let here = ctx.app_context().await?;
+                    keep.lock()
+                        .unwrap()
+                        .push(here.and_then(|c| c.channel().map(str::to_string)));
+                    Ok(())
+                }
+            },
+        );
+    let bot = TestBot::start(app).await;
+    assert_eq!(bot.dm("deploys").await, "answered");
+    // Slack's documented example names neither the DM nor the person in the event: the
+    // change is the person's the event is authorized for.
+    let change = json!({"token": "unused", "team_id": "T0TEST", "api_app_id": "A0TEST",
+        "type": "event_callback", "event_id": "EvCTX1", "event_time": 1_767_225_700,
+        "event": {"type": "app_context_changed",
+                  "context": {"entities": [{"type": "slack#/types/channel_id", "value": "C0DOC"}]}},
+        "authorizations": [{"team_id": "T0TEST", "user_id": "U0USER", "is_bot": false}]});
+    assert_eq!(bot.send_envelope(change).await, "no_reply");
+    let answer = bot.slack().messages().pop().unwrap();
+    let click = bot
+        .as_user("U0USER")
+        .in_channel("D0TEST")
+        .click("more", "", Some(&answer))
+        .await;
+    assert_eq!(click.outcome, "no_reply");
+    assert_eq!(*seen.lock().unwrap(), [Some("C0DOC".to_string())]);
+}
