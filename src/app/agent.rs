@@ -533,7 +533,7 @@ impl Ctx {
             args["title"] = title.into();
         }
         if status == SessionStatus::Processing
-            && self.keeps_agent_notes()
+            && self.hears_stops()
             && let Some(ts) = thread_ts
             && self.session_stopped(channel, ts).await?
         {

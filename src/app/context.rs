@@ -1426,7 +1426,7 @@ impl Ctx {
     }
 
     /// Whether the app hears the stop button: its streams read a session's stop.
-    pub(crate) fn keeps_agent_notes(&self) -> bool {
+    pub(crate) fn hears_stops(&self) -> bool {
         self.inner.agent
     }
 

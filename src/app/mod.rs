@@ -779,6 +779,8 @@ pub struct App {
     interactive: Vec<InteractiveListener>,
     /// An assistant listens: the threads' contexts are kept ([`Ctx::thread_context`]).
     assistant: bool,
+    /// A listener hears the stop button (`agent_session_stopped`), however it was registered.
+    stops: bool,
     /// The Workflow Builder steps registered ([`App::function`]), in order.
     functions: Arc<Vec<function::Function>>,
     /// What the author says of the app for its manifest ([`App::with_manifest`]).
@@ -850,6 +852,7 @@ impl App {
     /// let _app = App::new().listen(Listener::message(r"^echo ", echo).including_bots());
     /// ```
     pub fn listen(mut self, listener: Listener) -> Self {
+        self.stops |= listener.events.iter().any(|e| e == "agent_session_stopped");
         self.listeners.push(listener);
         self
     }
@@ -1286,9 +1289,7 @@ impl App {
     /// Whether the app hears the stop button (`agent_session_stopped`): Slack shows it only
     /// then, and only then do its streams read a session's stop.
     pub(crate) fn hears_stops(&self) -> bool {
-        self.listeners
-            .iter()
-            .any(|l| l.events.iter().any(|e| e == "agent_session_stopped"))
+        self.stops
     }
 
     /// See `Listener::channel_created`.

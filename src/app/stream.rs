@@ -562,22 +562,7 @@ impl Stream {
         let names = self.part_names(k - 1);
         let stop = json!({"channel": self.channel, "ts": part.ts, "metadata": names,
                           "session_status": "processing"});
-        let stopped = self
-            .step("chat.stopStream", stop, &[EXPIRED, STOPPED])
-            .await?;
-        if let Some(answer) = stopped
-            && (answer["already"] == EXPIRED || answer["already"] == STOPPED)
-        {
-            self.stop_hint |= answer["already"] == STOPPED;
-            if !part.ended && !self.stop_hint {
-                // Slack ended a part it was still taking text for: expired early, or stopped
-                // by the person, whose event trails Slack's own stop. Its note is given a
-                // moment before it is read again, so that no part starts after the stop.
-                let wait = tokio::time::Instant::now() + STOP_EVENT_GRACE;
-                tokio::time::sleep_until(wait.min(self.ctx.deadline())).await;
-            }
-            self.stop_seen().await?;
-        }
+        self.stop_part(stop, !part.ended).await?;
         let share = slice(&self.text, part.from, Some(from));
         // The first part keeps its plan, as the end shows it.
         let mut blocks: Vec<Value> = match k {
@@ -602,6 +587,30 @@ impl Stream {
         Ok(())
     }
 
+    /// A part's `chat.stopStream` (a step, passed after a stop). Slack answering that it no
+    /// longer streams (expired, or stopped by the person) has the stop read again before
+    /// anything else is written; where the part was still taking text (`was_live`), after
+    /// `STOP_EVENT_GRACE`: the person's event trails Slack's own stop, and no part may start
+    /// after it.
+    async fn stop_part(&mut self, stop: Value, was_live: bool) -> Result<(), Error> {
+        let answer = self
+            .step("chat.stopStream", stop, &[EXPIRED, STOPPED])
+            .await?;
+        let Some(answer) = answer else {
+            return Ok(());
+        };
+        if answer["already"] != EXPIRED && answer["already"] != STOPPED {
+            return Ok(());
+        }
+        self.stop_hint |= answer["already"] == STOPPED;
+        if was_live && !self.stop_hint {
+            let wait = tokio::time::Instant::now() + STOP_EVENT_GRACE;
+            tokio::time::sleep_until(wait.min(self.ctx.deadline())).await;
+        }
+        self.stop_seen().await?;
+        Ok(())
+    }
+
     /// Whether a person stopped the answer: Slack said so (`stopped_by_user`: then kept
     /// beside the claims, for every later run), or the stop's note says so (one `GetItem`,
     /// in an app that hears `agent_session_stopped`: Slack shows the stop button only then).
@@ -613,7 +622,7 @@ impl Stream {
         if self.stop_hint {
             self.ctx.note_stop(&self.channel, &self.thread_ts).await;
             self.stopped = true;
-        } else if self.ctx.keeps_agent_notes()
+        } else if self.ctx.hears_stops()
             && self
                 .ctx
                 .session_stopped(&self.channel, &self.thread_ts)
@@ -883,16 +892,7 @@ impl Stream {
                 .await?;
         } else {
             let stop = json!({"channel": self.channel, "ts": last.ts, "metadata": names});
-            // Slack expired it, or the person pressed stop (asked again before the update).
-            let answer = self
-                .step("chat.stopStream", stop, &[EXPIRED, STOPPED])
-                .await?;
-            if let Some(answer) = answer
-                && (answer["already"] == EXPIRED || answer["already"] == STOPPED)
-            {
-                self.stop_hint |= answer["already"] == STOPPED;
-                self.stop_seen().await?;
-            }
+            self.stop_part(stop, false).await?;
         }
         let n = self.parts.len();
         for (i, part) in self.parts.iter().enumerate() {
