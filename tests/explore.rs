@@ -1873,6 +1873,34 @@ mod agent {
     }
 
     #[test]
+    fn a_feedback_click_is_counted_once_whatever_struck() {
+        // The answer, then the person's click on its feedback buttons: counted once in the
+        // app's state, and thanked once, through every fault of either request.
+        Explorer::new(|| {
+            app_with(Model {
+                words: 8,
+                pause: Duration::from_millis(20),
+                task: Duration::from_millis(5),
+                part: Duration::from_secs(240),
+            })
+        })
+        .sequence([
+            Request::assistant_question("what is exactly once?").without_copies(),
+            Request::click(super::assistant::FEEDBACK, "positive")
+                .in_channel("D0TEST")
+                .on_posted_message(),
+        ])
+        .invariant("a click counted at most once", |end| {
+            match end.state::<u64>("feedback/positive") {
+                Some(n) if n > 1 => Err(format!("counted {n} times")),
+                _ => Ok(()),
+            }
+        })
+        .run()
+        .assert_ok();
+    }
+
+    #[test]
     fn a_stop_while_the_answer_streams_ends_it_whatever_struck() {
         Explorer::new(long_answers)
             .sequence([

@@ -246,7 +246,9 @@ impl Request {
     /// carries what Slack's would: the message, the button's `value` and `block_id` (the
     /// request's `value` where the button has none), a `response_url`. If no message of the
     /// bot's has that button (a typo in an action id), the person has nothing to click: in
-    /// the fault-free run, the exploration fails and says so.
+    /// the fault-free run, the exploration fails and says so. On feedback buttons
+    /// (`feedback_buttons` of that `action_id`), the request's `value` `negative` presses the
+    /// negative button, any other the positive one, as Slack sends the click.
     pub fn on_posted_message(mut self) -> Self {
         if let Kind::Click { on, .. } = &mut self.kind {
             *on = On::Posted;
@@ -593,7 +595,15 @@ pub(crate) fn prepare(
                         ));
                     };
                     button["block_id"] = block_id.into();
-                    if let Some(v) = element.get("value") {
+                    if element["type"] == "feedback_buttons" {
+                        // Feedback buttons: the value `negative` presses the negative one.
+                        let which = match value.as_str() {
+                            "negative" => "negative_button",
+                            _ => "positive_button",
+                        };
+                        button["type"] = "feedback_buttons".into();
+                        button["value"] = element[which]["value"].clone();
+                    } else if let Some(v) = element.get("value") {
                         button["value"] = v.clone();
                     }
                     Some(message)
