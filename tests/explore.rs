@@ -32,6 +32,9 @@ mod poll;
 #[path = "../examples/reactions.rs"]
 #[allow(dead_code)]
 mod reactions;
+#[path = "../examples/simulate.rs"]
+#[allow(dead_code)]
+mod simulate;
 #[path = "../examples/thinking.rs"]
 #[allow(dead_code)]
 mod thinking;
@@ -1910,5 +1913,119 @@ mod agent {
             .deferred()
             .run()
             .assert_ok();
+    }
+}
+
+/// The simulation (issue 39): the soak's mix through the soak bot, every request with faults
+/// drawn from the seed, checked by every invariant; the same report whatever the threads; a
+/// defect planted in a bot, and one in the runtime, found and shown.
+mod simulation {
+    use super::simulate::{soak, soak_mix, writing_around_the_journal};
+    use slack_once::testing::explore::{Request, Simulation};
+    use std::time::Duration;
+
+    /// Requests in the bounded run: `SLACK_ONCE_SIMULATE` (3,000 unless set).
+    fn bounded() -> u64 {
+        std::env::var("SLACK_ONCE_SIMULATE")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(3_000)
+    }
+
+    #[test]
+    fn the_soak_mix_keeps_every_invariant_and_every_kind_is_answered() {
+        let report = soak_mix(Simulation::new(soak::app).old_version(soak::app))
+            .requests(bounded())
+            .seed(1)
+            .run();
+        eprintln!("{report}");
+        report.assert_ok();
+        assert!(report.requests >= bounded(), "{report}");
+        for kind in [
+            "mention",
+            "button click",
+            "assistant question",
+            "slash command",
+            "view submission",
+        ] {
+            let t = &report.kinds[kind];
+            // Faults fail some requests for good (a refusal, the last chance killed); most
+            // are answered.
+            assert!(
+                t.requests > 0 && t.answered * 10 >= t.requests * 9,
+                "{kind}: {report}"
+            );
+            assert!(
+                t.ledger_writes > 0 && t.invocations >= t.requests,
+                "{kind}: {report}"
+            );
+        }
+        let bare = &report.kinds["event no listener takes"];
+        assert_eq!(bare.not_taken, bare.requests, "{report}");
+        assert_eq!(bare.ledger_writes, 0, "{report}");
+    }
+
+    #[test]
+    fn the_report_is_the_seeds_whatever_the_threads() {
+        let run = |threads| {
+            soak_mix(Simulation::new(soak::app).old_version(soak::app))
+                .requests(400)
+                .seed(7)
+                .threads(threads)
+                .run()
+        };
+        let (one, two) = (run(1), run(2));
+        one.assert_ok();
+        assert_eq!(one.kinds, two.kinds, "{one}\n{two}");
+        assert_eq!(one.schedules, two.schedules);
+        // Another seed, another history.
+        let other = soak_mix(Simulation::new(soak::app))
+            .requests(400)
+            .seed(8)
+            .threads(2)
+            .run();
+        assert_ne!(one.kinds, other.kinds, "{one}\n{other}");
+    }
+
+    /// A bot whose mention listener posts through its own HTTP client when it takes a request
+    /// over: no fault-free run shows it; the simulation finds a schedule that does, shrinks it
+    /// to the one fault that lets a takeover happen, and names the call.
+    #[test]
+    fn a_write_around_the_journal_on_a_takeover_is_found_and_shrunk() {
+        let report = Simulation::new(writing_around_the_journal)
+            .mix(1, [("mention", Request::mention("is the build green?"))])
+            .requests(2_000)
+            .seed(1)
+            .run();
+        let text = report.to_string();
+        let failure = report.failure.as_ref().expect("the defect is found");
+        assert!(failure.schedule_number.is_some(), "{text}");
+        assert_eq!(failure.failure.schedule.faults.len(), 1, "{text}");
+        for part in [
+            "a Slack call that is not a step of the journal: chat.postMessage",
+            "taken over",
+            "run it again: scripts/simulate.sh --seed 1 --only",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+    }
+
+    /// The runtime planted with a defect: each process told a deadline a minute later than
+    /// the one Lambda kills it at, so its claims outlive it (Slack's retries would meet a live
+    /// claim nobody answers). Every claim shows it: the fault-free run is the trace.
+    #[test]
+    fn a_lease_past_the_deadline_is_found() {
+        let report = soak_mix(Simulation::new(soak::app))
+            .plant_lease_past_deadline(Duration::from_secs(60))
+            .requests(200)
+            .seed(1)
+            .run();
+        let text = report.to_string();
+        assert!(report.failure.is_some(), "{text}");
+        assert!(
+            text.contains("processing never outlives its lease: run 1 claims")
+                && text.contains("60 s after the deadline its process is killed at"),
+            "{text}"
+        );
     }
 }

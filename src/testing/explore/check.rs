@@ -144,7 +144,7 @@ fn statuses(end: &End) -> BTreeMap<(String, String), String> {
         .collect()
 }
 
-fn outcome(end: &RunEnd) -> &str {
+pub(crate) fn outcome(end: &RunEnd) -> &str {
     match end {
         RunEnd::Answered { outcome, .. } | RunEnd::Handled { outcome, .. } => outcome,
         RunEnd::Died => "died",
@@ -403,6 +403,8 @@ impl End {
         e.dead_lettered
             .retain(|i| self.by_request.queued_by.get(*i) == Some(&n));
         e.dead_letters = e.dead_lettered.len();
+        e.redriven
+            .retain(|i| self.by_request.queued_by.get(*i) == Some(&n));
         let acks: Vec<Option<String>> = self
             .acks
             .iter()
@@ -1004,7 +1006,7 @@ pub(crate) fn clean(reference: &End) -> Vec<String> {
 
 /// The code of the first `failed` the run numbered `run` logged (its lines carry its request
 /// id, `run-N`); of any run's where it logged none.
-fn failure_code(logs: &[String], run: u32) -> String {
+pub(crate) fn failure_code(logs: &[String], run: u32) -> String {
     let id = format!("request_id=\"run-{run}\"");
     let own: Vec<String> = logs.iter().filter(|l| l.contains(&id)).cloned().collect();
     match failure_code_in(&own) {

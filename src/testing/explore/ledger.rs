@@ -338,6 +338,8 @@ impl Ledger for SimLedger {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
         let inner = self.world.ledger.clone();
         self.world.touch(self.run, request.event_id.as_str());
+        self.world
+            .check_lease(self.run, request.event_id.as_str(), request.lease_until_ms);
         self.site(format!("claim {}", request.event_id), || {
             let inner = inner.clone();
             async move { inner.claim(request).await }

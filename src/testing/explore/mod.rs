@@ -69,6 +69,7 @@ mod ledger;
 mod request;
 mod run;
 mod schedule;
+pub mod simulate;
 mod slack;
 mod world;
 
@@ -82,6 +83,7 @@ pub use check::Compare;
 pub use request::Request;
 pub use run::{AppFactory, End, RunView};
 pub use schedule::{At, Fault, Schedule, SiteKind, Story};
+pub use simulate::{FaultRates, Simulation, SimulationReport};
 pub use world::{RunEnd, RunKind};
 
 use crate::app::App;
@@ -432,6 +434,8 @@ impl Explorer {
                     busy: self.busy,
                     history_per_minute: self.history_per_minute,
                     installed: self.installed,
+                    redrive: false,
+                    lease_past_deadline: Duration::ZERO,
                 });
                 explored.push(self.explore(spec, &logs));
             }
@@ -482,41 +486,16 @@ impl Explorer {
             replayed: None,
             budget: self.budget,
         };
-        let reference = run::run(
-            spec.clone(),
-            Story::Plain,
-            Plan::Fixed(BTreeMap::new()),
-            logs.clone(),
-        );
-        if reference.unfinished {
-            exploration.failure = Some(Failure::new(
-                Schedule::plain(),
-                vec!["the fault-free run did not end".into()],
-                &reference,
-            ));
-            return exploration;
-        }
-        exploration.fault_free = fault_free_text(&reference);
-        // The fault-free run keeps every invariant of its own (an acknowledgement dropped,
-        // a remembered result computed twice, a token in the logs need no fault).
-        let mut own = check::check(&self.compare, &reference, &reference);
-        own.extend(check::clean(&reference));
-        own.extend(taken(&spec.steps, &reference));
-        // A replay's own invariants are about the schedule replayed.
-        let invariants = if self.replay.is_some() {
-            &[][..]
-        } else {
-            &self.invariants[..]
-        };
-        for (name, invariant) in invariants {
-            if let Err(why) = invariant(&reference) {
-                own.push(format!("{name}: {why}"));
+        let reference = match self.fault_free(&spec, logs) {
+            Ok(reference) => reference,
+            Err(failed) => {
+                let (broken, reference) = *failed;
+                exploration.fault_free = fault_free_text(&reference);
+                exploration.failure = Some(Failure::new(Schedule::plain(), broken, &reference));
+                return exploration;
             }
-        }
-        if !own.is_empty() {
-            exploration.failure = Some(Failure::new(Schedule::plain(), own, &reference));
-            return exploration;
-        }
+        };
+        exploration.fault_free = fault_free_text(&reference);
 
         let mut failing: Option<(Schedule, Vec<String>, End)> = None;
         let out_of_budget =
@@ -662,6 +641,46 @@ impl Explorer {
         }
         exploration.elapsed = started.elapsed();
         exploration
+    }
+
+    /// The fault-free run of `spec`, which must keep every invariant of its own (an
+    /// acknowledgement dropped, a remembered result computed twice, a token in the logs need
+    /// no fault): `Err` with what it broke.
+    fn fault_free(
+        &self,
+        spec: &Arc<Spec>,
+        logs: &Arc<Mutex<Vec<u8>>>,
+    ) -> Result<End, Box<(Vec<String>, End)>> {
+        let reference = run::run(
+            spec.clone(),
+            Story::Plain,
+            Plan::Fixed(BTreeMap::new()),
+            logs.clone(),
+        );
+        if reference.unfinished {
+            return Err(Box::new((
+                vec!["the fault-free run did not end".into()],
+                reference,
+            )));
+        }
+        let mut own = check::check(&self.compare, &reference, &reference);
+        own.extend(check::clean(&reference));
+        own.extend(taken(&spec.steps, &reference));
+        // A replay's own invariants are about the schedule replayed.
+        let invariants = if self.replay.is_some() {
+            &[][..]
+        } else {
+            &self.invariants[..]
+        };
+        for (name, invariant) in invariants {
+            if let Err(why) = invariant(&reference) {
+                own.push(format!("{name}: {why}"));
+            }
+        }
+        match own.is_empty() {
+            true => Ok(reference),
+            false => Err(Box::new((own, reference))),
+        }
     }
 
     /// The fewest faults (and the plainest story) that still break an invariant.

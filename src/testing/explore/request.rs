@@ -21,6 +21,8 @@ pub struct Request {
     pub(crate) channel: String,
     /// A message's copies: its other event and the phantom copy.
     pub(crate) copies: bool,
+    /// Of a message's copies, the phantom one.
+    pub(crate) phantom: bool,
     /// No listener takes it, and the test says that is intended ([`Request::unhandled`]).
     pub(crate) unhandled: bool,
     /// An interaction in the newest step execution ([`Request::in_step`]).
@@ -88,6 +90,7 @@ impl Request {
             user: crate::testing::USER.into(),
             channel: crate::testing::CHANNEL.into(),
             copies: true,
+            phantom: true,
             unhandled: false,
             in_step: false,
         }
@@ -261,6 +264,12 @@ impl Request {
     /// the exploration: it is most often a typo in an action id or a callback id.
     pub fn unhandled(mut self) -> Self {
         self.unhandled = true;
+        self
+    }
+
+    /// A message without its phantom copy (a mention still arrives as its two events).
+    pub fn without_phantom(mut self) -> Self {
+        self.phantom = false;
         self
     }
 
@@ -510,16 +519,16 @@ pub(crate) fn prepare(
                 first,
                 false,
             )];
-            if request.copies {
-                if *mention {
-                    let mut m = message(&message_ts);
-                    m["type"] = "message".into();
-                    m["channel_type"] = "channel".into();
-                    copies.push(Copy {
-                        offset: Duration::from_millis(40),
-                        ..one("its message event", envelope(&event_id(2), m), false)
-                    });
-                }
+            if request.copies && *mention {
+                let mut m = message(&message_ts);
+                m["type"] = "message".into();
+                m["channel_type"] = "channel".into();
+                copies.push(Copy {
+                    offset: Duration::from_millis(40),
+                    ..one("its message event", envelope(&event_id(2), m), false)
+                });
+            }
+            if request.copies && request.phantom {
                 let phantom = envelope(&event_id(3), {
                     let mut m = message(&phantom_ts);
                     m["type"] = "message".into();

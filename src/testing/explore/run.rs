@@ -104,7 +104,17 @@ pub(crate) struct Spec {
     pub history_per_minute: bool,
     /// Multi-workspace mode: installed through OAuth, its token with this long left.
     pub installed: Option<Duration>,
+    /// An operator redrives the dead-letter queue [`REDRIVE_AFTER`] after a message lands
+    /// there (once): the simulation's, as the soak's redrive at its end.
+    pub redrive: bool,
+    /// A defect planted in the runtime, for checking the checker: each process is told its
+    /// deadline is this much later than the one it is killed at, so its claims' leases
+    /// outlive it (zero: none).
+    pub lease_past_deadline: Duration,
 }
+
+/// An operator redrives a dead letter this long after it lands in the dead-letter queue.
+pub(crate) const REDRIVE_AFTER: Duration = Duration::from_secs(3600);
 
 /// The explorer's app's OAuth credentials (multi-workspace mode).
 pub(crate) const CLIENT_ID: &str = "1111.2222";
@@ -158,8 +168,10 @@ pub struct End {
     )>,
     pub(crate) by_request: super::world::ByRequest,
     pub(crate) state: StateView,
-    /// The queued messages dead-lettered (their index in `queued`).
+    /// The queued messages dead-lettered (their index in `queued`), and not redriven.
     pub(crate) dead_lettered: Vec<usize>,
+    /// The queued messages an operator redrove from the dead-letter queue.
+    pub(crate) redriven: Vec<usize>,
     /// The requests, in groups sent at once (a sequence: one each).
     pub(crate) groups: Vec<Vec<usize>>,
     /// The step executions Slack ran, as [`crate::testing::FakeSlack::executions`] shows
@@ -592,6 +604,7 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
         logs,
         dead_letters: s.dead_letters.len(),
         dead_lettered: s.dead_letters.clone(),
+        redriven: s.redriven.clone(),
         groups: {
             let mut groups: Vec<Vec<usize>> = Vec::new();
             for (i, step) in shared.spec.steps.iter().enumerate() {
@@ -885,6 +898,7 @@ async fn deliver(
     });
     let now_ms = crate::clock::now_ms();
     let deadline_ms = now_ms + shared.spec.timeout.as_millis() as u64;
+    world.set_deadline(run, deadline_ms);
     let secret = Secret::new(SIGNING_SECRET);
     let signed_at = signed_at.unwrap_or(now_ms / 1000);
     let signature = crate::signature::sign(&secret, signed_at, copy.body.as_bytes());
@@ -908,7 +922,7 @@ async fn deliver(
         .body(axum::body::Body::from(copy.body.clone()))
         .expect("a valid request");
     let mut context = lambda_http::Context::default();
-    context.deadline = deadline_ms;
+    context.deadline = deadline_ms + shared.spec.lease_past_deadline.as_millis() as u64;
     context.request_id = format!("run-{run}");
     request.extensions_mut().insert(context);
     let world2 = world.clone();
@@ -954,80 +968,186 @@ async fn deliver(
 }
 
 /// The queue's receives of one message: to a new worker each time, until one deletes it or
-/// `maxReceiveCount` receives have passed (then it is dead-lettered).
+/// `maxReceiveCount` receives have passed (then it is dead-lettered, and with a redrive sent
+/// again an hour later, once). In [`Story::Together`], the queue hands the first receive to
+/// two workers at once, as SQS's at-least-once delivery now and then does.
 async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: String) {
     let spec = shared.spec.clone();
     let visibility = spec.worker_timeout * 6;
     let mut visible_at = Instant::now() + RECEIVE_AFTER;
-    for count in 1..=spec.max_receives + 1 {
-        tokio::time::sleep_until(visible_at).await;
-        if count > spec.max_receives {
-            shared.world.lock().dead_letters.push(index);
+    let deleted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The receives of the message as sent, then (with a redrive) of the message the redrive
+    // sends again: a new message, its receive count from 1.
+    let passes = if spec.redrive { 2 } else { 1 };
+    for pass in 0..passes {
+        for count in 1..=spec.max_receives + 1 {
+            tokio::time::sleep_until(visible_at).await;
+            if deleted.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            if count > spec.max_receives {
+                shared.world.lock().dead_letters.push(index);
+                shared.world.say(
+                    None,
+                    format!(
+                        "the queue moves message {} to the dead-letter queue",
+                        index + 1
+                    ),
+                );
+                break;
+            }
+            let received_at = Instant::now();
+            let receive = Receive {
+                request,
+                index,
+                pass,
+                count,
+                twin: false,
+            };
+            if shared.story == Story::Together && pass == 0 && count == 1 {
+                let (twin_shared, twin_body, twin_deleted) =
+                    (shared.clone(), body.clone(), deleted.clone());
+                let twin = Receive {
+                    twin: true,
+                    ..receive
+                };
+                drop(shared.spawn_for(request, async move {
+                    if let Some(Disposition::Delete) =
+                        receive_once(&twin_shared, twin, &twin_body).await
+                    {
+                        twin_deleted.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }));
+            }
+            if let Some(Disposition::Delete) = receive_once(&shared, receive, &body).await {
+                return;
+            }
+            visible_at = received_at + visibility;
+        }
+        if pass + 1 < passes {
+            // The operator's redrive (`slack-once redrive`): the dead letter sent again.
+            tokio::time::sleep(REDRIVE_AFTER).await;
+            {
+                let mut s = shared.world.lock();
+                if let Some(at) = s.dead_letters.iter().rposition(|i| *i == index) {
+                    s.dead_letters.remove(at);
+                }
+                s.redriven.push(index);
+            }
             shared.world.say(
                 None,
                 format!(
-                    "the queue moves message {} to the dead-letter queue",
+                    "an operator redrives the dead-letter queue: message {} is sent again",
                     index + 1
                 ),
             );
-            return;
+            visible_at = Instant::now() + RECEIVE_AFTER;
         }
-        let received_at = Instant::now();
-        let label = format!("a worker receives message {} (receive {count})", index + 1);
-        let run = shared.world.begin_run(
-            label,
-            RunKind::Receive {
-                message: index,
-                count,
-            },
-            request,
-        );
-        let (processor, _lines) = shared.processor(run, Role::Worker);
-        let worker = Arc::new(Worker::new(processor, spec.max_receives));
-        let message = Received {
-            message_id: format!("m{}", index + 1),
-            receipt_handle: format!("r{}-{count}", index + 1),
-            body: body.clone(),
-            receive_count: count,
-        };
-        let now = crate::clock::now();
-        let deadline: SystemTime = now + spec.worker_timeout;
-        let world = shared.world.clone();
-        let task = shared.spawn_for(request, async move {
-            let metrics = Metrics::new();
-            let disposition = RUN
-                .scope(
-                    run,
-                    metrics.scope(worker.handle(
-                        &message,
-                        now,
-                        Instant::now(),
-                        Some(deadline),
-                        Some(&format!("run-{run}")),
-                    )),
-                )
-                .await;
-            let counts: BTreeMap<String, f64> = metrics
-                .counts()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
-            let outcome = outcome_of(&counts);
-            world.end_run(
-                run,
-                RunEnd::Handled {
-                    deleted: disposition == Disposition::Delete,
-                    outcome,
-                },
-                counts,
-            );
-            disposition
-        });
-        shared.world.set_abort(run, task.abort_handle());
-        shared.kill_at(run, received_at + spec.worker_timeout);
-        if let Ok(Disposition::Delete) = task.await {
-            return;
-        }
-        visible_at = received_at + visibility;
     }
+}
+
+/// One receive of a queued message.
+#[derive(Clone, Copy)]
+struct Receive {
+    request: usize,
+    /// The message (its index in `queued`).
+    index: usize,
+    /// 0 as sent, 1 as the redrive sent it again.
+    pass: u32,
+    /// The receive count SQS gives it.
+    count: u32,
+    /// The second worker the queue handed the same receive to.
+    twin: bool,
+}
+
+/// A worker's receive of a queued message, to its end (or its deadline): what the worker did
+/// with the message, unless it died.
+async fn receive_once(shared: &Arc<Shared>, receive: Receive, body: &str) -> Option<Disposition> {
+    let spec = shared.spec.clone();
+    let Receive {
+        request,
+        index,
+        pass,
+        count,
+        twin,
+    } = receive;
+    let received_at = Instant::now();
+    let (label, seen) = match (pass, twin) {
+        (0, false) => (
+            format!("a worker receives message {} (receive {count})", index + 1),
+            count,
+        ),
+        (0, true) => (
+            format!(
+                "a second worker receives message {} at once (receive {count}, SQS's \
+                 at-least-once)",
+                index + 1
+            ),
+            100 + count,
+        ),
+        _ => (
+            format!(
+                "a worker receives message {} redriven (receive {count})",
+                index + 1
+            ),
+            spec.max_receives + count,
+        ),
+    };
+    let run = shared.world.begin_run(
+        label,
+        RunKind::Receive {
+            message: index,
+            count: seen,
+        },
+        request,
+    );
+    let (processor, _lines) = shared.processor(run, Role::Worker);
+    let worker = Arc::new(Worker::new(processor, spec.max_receives));
+    let message = Received {
+        message_id: format!("m{}-{pass}", index + 1),
+        receipt_handle: format!("r{}-{pass}-{count}-{twin}", index + 1),
+        body: body.to_string(),
+        receive_count: count,
+    };
+    let now = crate::clock::now();
+    let deadline: SystemTime = now + spec.worker_timeout;
+    shared.world.set_deadline(
+        run,
+        crate::clock::now_ms() + spec.worker_timeout.as_millis() as u64,
+    );
+    let told = deadline + spec.lease_past_deadline;
+    let world = shared.world.clone();
+    let task = shared.spawn_for(request, async move {
+        let metrics = Metrics::new();
+        let disposition = RUN
+            .scope(
+                run,
+                metrics.scope(worker.handle(
+                    &message,
+                    now,
+                    Instant::now(),
+                    Some(told),
+                    Some(&format!("run-{run}")),
+                )),
+            )
+            .await;
+        let counts: BTreeMap<String, f64> = metrics
+            .counts()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let outcome = outcome_of(&counts);
+        world.end_run(
+            run,
+            RunEnd::Handled {
+                deleted: disposition == Disposition::Delete,
+                outcome,
+            },
+            counts,
+        );
+        disposition
+    });
+    shared.world.set_abort(run, task.abort_handle());
+    shared.kill_at(run, received_at + spec.worker_timeout);
+    task.await.ok()
 }

@@ -25,6 +25,13 @@ pub(crate) enum Plan {
         max: usize,
         drawn: BTreeMap<At, Fault>,
     },
+    /// Drawn at each site from a seeded generator, each fault with its own chance at a site of
+    /// its kind ([`super::simulate::FaultRates`]).
+    Rates {
+        rng: Rng,
+        rates: Arc<super::simulate::FaultRates>,
+        drawn: BTreeMap<At, Fault>,
+    },
 }
 
 /// What a site does.
@@ -95,6 +102,8 @@ pub struct Run {
     pub counts: BTreeMap<String, f64>,
     /// Its sites' kinds, in order.
     pub sites_seen: Vec<SiteKind>,
+    /// When Lambda kills its process (epoch ms; the explorer's runs all have one).
+    pub deadline_ms: Option<u64>,
     /// It has announced a step in the ledger or sent Slack a write.
     wrote: bool,
     sites: u32,
@@ -121,8 +130,10 @@ pub(crate) struct State {
     pub(crate) tokens: Vec<(u32, Option<String>)>,
     /// The messages sent to the work queue, in order.
     pub(crate) queued: Vec<String>,
-    /// Those dead-lettered (their index in `queued`).
+    /// Those dead-lettered (their index in `queued`), and not redriven.
     pub(crate) dead_letters: Vec<usize>,
+    /// Those an operator redrove from the dead-letter queue.
+    pub(crate) redriven: Vec<usize>,
     /// The acknowledgements the listener chose, in order (`None`: an empty one).
     pub(crate) acks: Vec<Option<String>>,
     /// Reads Slack refused for good: (method, conversation). Refused again, as Slack would
@@ -212,6 +223,7 @@ impl World {
                 tokens: Vec::new(),
                 queued: Vec::new(),
                 dead_letters: Vec::new(),
+                redriven: Vec::new(),
                 acks: Vec::new(),
                 refused: Default::default(),
                 last_read: BTreeMap::new(),
@@ -332,6 +344,25 @@ impl World {
         s.by_request.keys.entry(key.to_string()).or_insert(request);
     }
 
+    /// Lambda kills `run`'s process at `deadline_ms` (epoch ms).
+    pub(crate) fn set_deadline(&self, run: u32, deadline_ms: u64) {
+        self.lock().runs[run as usize - 1].deadline_ms = Some(deadline_ms);
+    }
+
+    /// A claim `run` makes on `key`, live until `lease_until_ms`: a lease that outlives the
+    /// process that holds it keeps every other copy away from a request nobody is answering
+    /// (Slack's retries meet a live claim until they run out), so it breaks an invariant.
+    pub(crate) fn check_lease(&self, run: u32, key: &str, lease_until_ms: u64) {
+        let deadline = self.lock().runs[run as usize - 1].deadline_ms;
+        if let Some(deadline) = deadline.filter(|d| lease_until_ms > *d) {
+            self.violate(format!(
+                "processing never outlives its lease: run {run} claims {key} until {} s after \
+                 the deadline its process is killed at",
+                (lease_until_ms - deadline) as f64 / 1000.0
+            ));
+        }
+    }
+
     /// A new run for `request`; returns its number (from 1).
     pub(crate) fn begin_run(&self, label: String, kind: RunKind, request: usize) -> u32 {
         let at = self.elapsed();
@@ -345,6 +376,7 @@ impl World {
             end: None,
             counts: BTreeMap::new(),
             sites_seen: Vec::new(),
+            deadline_ms: None,
             wrote: false,
             sites: 0,
             dead: false,
@@ -458,6 +490,14 @@ impl World {
                     None
                 }
             }
+            Plan::Rates { rng, rates, drawn } => {
+                let fault = rates.draw(kind, rng.below(10_000) as u32);
+                let fault = fault.filter(|f| possible.contains(f));
+                if let Some(f) = fault {
+                    drawn.insert(at, f);
+                }
+                fault
+            }
         };
         let wrote_before = r.wrote;
         r.wrote |= matches!(kind, SiteKind::SlackWrite | SiteKind::ResponseUrl)
@@ -508,7 +548,7 @@ impl World {
     pub(crate) fn faults(&self) -> BTreeMap<At, Fault> {
         match &self.lock().plan {
             Plan::Fixed(faults) => faults.clone(),
-            Plan::Drawn { drawn, .. } => drawn.clone(),
+            Plan::Drawn { drawn, .. } | Plan::Rates { drawn, .. } => drawn.clone(),
         }
     }
 }

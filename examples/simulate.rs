@@ -1,0 +1,196 @@
+//! The soak's traffic, simulated (`scripts/simulate.sh`): the soak bot (examples/soak.rs)
+//! under the soak's mix of requests, every request with its copies, retries, redeliveries and
+//! faults drawn from the seed, on the explorer's virtual time, in one process
+//! (`slack_once::testing::explore::Simulation`), checked by every invariant the explorer
+//! checks; per kind of request, what became of them, and the first failure shrunk.
+//!
+//!   scripts/simulate.sh --requests 1000000 --seed 1
+//!
+//! Options: `--requests N` (100,000), `--seed S` (1), `--threads N` (the machine's cores),
+//! `--faults RATE` (every fault a call can meet, with `RATE` in all at each call, rather than
+//! the soak's faults), `--installed PER_MILLE` (the share of schedules in which the app is
+//! installed through OAuth, its token rotating and Slack's history limit on: 200; the soak
+//! has none, so `--installed 0` is the mix the soak is compared with), `--only N` (schedule N of the
+//! seed alone, as a failure names it), `--plant lease|around` (a defect planted, to see it
+//! found: every process's leases past its deadline, or the mention listener posting through
+//! an HTTP client of its own when it takes a request over).
+
+use std::time::Duration;
+
+use serde_json::json;
+use slack_once::app::{App, AppMention, Ctx, HandlerResult};
+use slack_once::testing::explore::{FaultRates, Request, Simulation};
+
+#[path = "soak.rs"]
+#[allow(dead_code)]
+pub mod soak;
+
+/// The soak's mix (tests/api/soak/mix.rs), per mille of requests: 300 mentions (150 also
+/// delivered as their `message` event, 30 of those with a phantom copy under another `ts`),
+/// 120 questions to the assistant (12 with a phantom copy), 150 `/once`, 120 clicks on the
+/// button of a mention's answer, 100 submissions of the note modal (a double submit is the
+/// repeated story), 210 events no listener takes (a reaction, a message nobody asked the bot
+/// about).
+pub fn soak_mix(simulation: Simulation) -> Simulation {
+    let note = json!({
+        "id": "VSOAKNOTE", "type": "modal", "callback_id": soak::NOTE,
+        "title": {"type": "plain_text", "text": "Note"},
+    });
+    let values = json!({soak::NOTE_BLOCK: {soak::NOTE_INPUT:
+        {"type": "plain_text_input", "value": "the deploy is done"}}});
+    let mention = || Request::mention("is the build green?");
+    let click = || Request::click(soak::HELPFUL, "helpful").on_posted_message();
+    let question = || Request::assistant_question("why is the sky blue?");
+    simulation
+        .mix(30, [("mention", mention())])
+        .mix(60, [("mention", mention().without_phantom())])
+        .mix(90, [("mention", mention().without_copies())])
+        .mix(
+            60,
+            [
+                ("mention", mention().without_phantom()),
+                ("button click", click()),
+            ],
+        )
+        .mix(
+            60,
+            [
+                ("mention", mention().without_copies()),
+                ("button click", click()),
+            ],
+        )
+        .mix(12, [("assistant question", question())])
+        .mix(108, [("assistant question", question().without_copies())])
+        .mix(
+            150,
+            [("slash command", Request::command("/once", "ship it"))],
+        )
+        .mix(
+            100,
+            [("view submission", Request::view_submission(note, values))],
+        )
+        .mix(
+            110,
+            [(
+                "event no listener takes",
+                Request::event(json!({
+                    "type": "reaction_added", "user": "U0USER", "reaction": "eyes",
+                    "item": {"type": "message", "channel": "C0TEST", "ts": "1767225500.000100"},
+                    "event_ts": "1767225600.000200",
+                }))
+                .unhandled(),
+            )],
+        )
+        .mix(
+            100,
+            [(
+                "event no listener takes",
+                Request::message("lunch, anyone?")
+                    .without_copies()
+                    .unhandled(),
+            )],
+        )
+}
+
+/// A defect planted: a bot whose mention listener, when it takes a request over (an earlier
+/// run claimed it and died), also posts through an HTTP client of its own, around the journal.
+pub fn writing_around_the_journal() -> App {
+    async fn mention(ctx: Ctx, m: AppMention) -> HandlerResult {
+        if ctx.attempt().await > 1 {
+            let form = format!("channel={}&thread_ts={}&text=taken+over", m.channel, m.ts);
+            post_around(&slack_once::slack::api_url(), "chat.postMessage", &form)?;
+        }
+        ctx.reply(format!(
+            "<@{}> asked.",
+            m.user.as_deref().unwrap_or("there")
+        ))
+        .await?;
+        Ok(())
+    }
+    App::new().app_mention(mention)
+}
+
+/// An HTTP/1.1 POST of a form to `{base}/{method}` on a socket of its own (a bot's own client).
+fn post_around(base: &str, method: &str, form: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let rest = base.strip_prefix("http://").unwrap_or(base);
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = std::net::TcpStream::connect(host)?;
+    write!(
+        stream,
+        "POST /{path}/{method} HTTP/1.1\r\nhost: {host}\r\ncontent-type: \
+         application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{form}",
+        form.len()
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[allow(dead_code)]
+fn main() -> std::process::ExitCode {
+    let mut args = std::env::args().skip(1);
+    let (mut requests, mut seed, mut threads, mut rate, mut only, mut plant) =
+        (100_000u64, 1u64, None, None, None, None::<String>);
+    let mut installed = 200u64;
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_default();
+        match arg.as_str() {
+            "--requests" => requests = value().replace(['_', ','], "").parse().unwrap_or(0),
+            "--seed" => seed = value().parse().unwrap_or(1),
+            "--threads" => threads = value().parse().ok(),
+            "--faults" => rate = value().parse::<f64>().ok(),
+            "--only" => only = value().parse::<u64>().ok(),
+            "--plant" => plant = Some(value()),
+            "--installed" => installed = value().parse().unwrap_or(200),
+            "-h" | "--help" => {
+                println!(
+                    "usage: simulate [--requests N] [--seed S] [--threads N] [--faults RATE] [--only N] [--plant lease|around]"
+                );
+                return std::process::ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!("simulate: unexpected argument {other} (--help)");
+                return std::process::ExitCode::from(2);
+            }
+        }
+    }
+    if requests == 0 {
+        eprintln!("simulate: --requests takes a positive number");
+        return std::process::ExitCode::from(2);
+    }
+    let mut s = match plant.as_deref() {
+        None | Some("lease") => soak_mix(Simulation::new(soak::app).old_version(soak::app)),
+        // Mentions only: the defective bot takes nothing else.
+        Some("around") => Simulation::new(writing_around_the_journal)
+            .mix(1, [("mention", Request::mention("is the build green?"))]),
+        Some(other) => {
+            eprintln!("simulate: --plant takes lease or around, not {other}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    s = s
+        .requests(requests)
+        .seed(seed)
+        .installed(installed)
+        .progress();
+    if plant.as_deref() == Some("lease") {
+        s = s.plant_lease_past_deadline(Duration::from_secs(60));
+    }
+    if let Some(n) = threads {
+        s = s.threads(n);
+    }
+    if let Some(rate) = rate {
+        s = s.faults(FaultRates::uniform(rate));
+    }
+    if let Some(n) = only {
+        s = s.only(n);
+    }
+    let report = s.run();
+    println!("{report}");
+    if report.failure.is_some() {
+        std::process::ExitCode::FAILURE
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
