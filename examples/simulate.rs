@@ -21,6 +21,13 @@ use serde_json::json;
 use slack_once::app::{App, AppMention, Ctx, HandlerResult};
 use slack_once::testing::explore::{FaultRates, Request, Simulation};
 
+/// glibc's allocator is a third of the simulation's time (`perf`: malloc, free and their
+/// consolidation); mimalloc takes less of it (BENCHMARKS.md). The example's own, not the
+/// test binaries' that include this file.
+#[cfg(not(test))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "soak.rs"]
 #[allow(dead_code)]
 pub mod soak;

@@ -12,5 +12,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 case "${1:-}" in -h|--help) sed -n '2,11p' "$0"; exit 0 ;; esac
-cargo build --locked --quiet --profile simulate --example simulate
-exec target/simulate/examples/simulate "$@"
+cargo build --locked --quiet --profile release-fast --example simulate
+exec target/release-fast/examples/simulate "$@"

@@ -6,13 +6,17 @@
 # release; checked from the stand-in's and the ledger's records, the dead-letter queue redriven,
 # and the cost per million printed. Loopback only; bounded by --events.
 #   scripts/soak.sh [--events N] [--rate PER_SECOND] [--seed S] [--kill-every SECONDS]
-#                   [--deploy-at PERCENT] [--calm] [--keep]
+#                   [--deploy-at PERCENT] [--calm] [--keep] [--release]
 # --calm: no faults and no kills (the deploy still rolls): the cost per million's baseline.
+# --release: the bot, the driver and the stand-ins built optimised (the release-fast profile):
+#   a third of the CPU a request, for long runs at a higher --rate (the calibration of
+#   scripts/simulate.sh in RELIABILITY.md); the previous release's bot is still a debug build.
 # --keep: the table, the queues and the dead letters are left (not redriven), with the command
 #   that redrives them: start DynamoDB Local and the SQS server first (scripts/dynamodb-local.sh
 #   start, scripts/sqs-local.sh start), or this script stops them, and what they held, at its end.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+profile=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --events) export SOAK_EVENTS="$2"; shift 2 ;;
@@ -22,12 +26,15 @@ while [ $# -gt 0 ]; do
     --deploy-at) export SOAK_DEPLOY_AT="$2"; shift 2 ;;
     --calm) export SOAK_CALM=1; shift ;;
     --keep) export SOAK_KEEP=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --release) profile=(--profile release-fast); shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "soak.sh: unexpected argument $1" >&2; exit 2 ;;
   esac
 done
+# The bot the fleet runs (`cargo test` builds it, `--test api` alone does not).
+cargo build --locked --quiet "${profile[@]}" --example soak
 # The older binary of the rolling deploy: this checkout's soak bot built on the previous release.
 SOAK_PREVIOUS_BIN="$(scripts/previous-release.sh --example soak)"
 export SOAK_PREVIOUS_BIN
 exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run \
-  cargo test --locked --test api soak::soak -- --ignored --nocapture --test-threads 1
+  cargo test --locked "${profile[@]}" --test api soak::soak -- --ignored --nocapture --test-threads 1

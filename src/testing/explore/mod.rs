@@ -58,6 +58,9 @@
 //! ([`Request::unhandled`]); a write made around slack-once's client, through
 //! [`crate::slack::api_url`], is named as broken.
 //!
+//! A fleet's traffic, many requests of a mix each with faults drawn at given rates, is
+//! [`Simulation`]'s: every schedule checked by the same invariants, the fates tallied per kind.
+//!
 //! The budget: `SLACK_ONCE_EXPLORE` unset gives each exploration 250 schedules or 20 s,
 //! whichever ends first; `long`, 20,000 or 10 minutes; a number, that many schedules (within
 //! an hour). [`Explorer::schedules`] sets it in code. The seed is printed; `SLACK_ONCE_SEED`
