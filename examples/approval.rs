@@ -107,7 +107,7 @@ pub const ENDED: &str = "This request ended before a decision (the workflow stop
 /// What a Reject shows when the execution is over (its token refused): decided, or stopped.
 pub const CLOSED: &str = "This request is closed: decided already, or the workflow stopped.";
 
-async fn ask(ctx: Ctx, ex: Execution<Inputs>) -> HandlerResult {
+pub async fn ask(ctx: Ctx, ex: Execution<Inputs>) -> HandlerResult {
     // A user id as the channel: the DM with the approver.
     match ctx
         .post(&ex.inputs.approver, request(&ex.inputs.summary))
@@ -174,14 +174,14 @@ async fn settle(ctx: &Ctx, click: &BlockAction, decision: Decision) -> HandlerRe
     Ok(())
 }
 
-async fn approve(ctx: Ctx, click: BlockAction) -> HandlerResult {
+pub async fn approve(ctx: Ctx, click: BlockAction) -> HandlerResult {
     let outputs = json!({"decision": "approved", "decided_by": click.user_id});
     // The first decision wins: this click's, or the one recorded before it.
     let decision = ctx.decide(StepEnd::Success(outputs)).await?;
     settle(&ctx, &click, decision).await
 }
 
-async fn reject(ctx: Ctx, click: BlockAction) -> HandlerResult {
+pub async fn reject(ctx: Ctx, click: BlockAction) -> HandlerResult {
     let (Some(channel), Some(ts)) = (&click.channel_id, &click.message_ts) else {
         return Ok(());
     };
@@ -201,7 +201,7 @@ async fn reject(ctx: Ctx, click: BlockAction) -> HandlerResult {
     }
 }
 
-async fn rejected(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
+pub async fn rejected(ctx: Ctx, view: ViewSubmission) -> HandlerResult {
     let reason = view
         .values
         .get(REASON_BLOCK, REASON_INPUT)

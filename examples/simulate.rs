@@ -1,14 +1,17 @@
-//! The soak's traffic, simulated (`scripts/simulate.sh`): the soak bot (examples/soak.rs)
-//! under the soak's mix of requests, every request with its copies, retries, redeliveries and
-//! faults drawn from the seed, on the explorer's virtual time, in one process
-//! (`slack_once::testing::explore::Simulation`), checked by every invariant the explorer
-//! checks; per kind of request, what became of them, and the first failure shrunk.
+//! A fleet's traffic, simulated (`scripts/simulate.sh`): the soak bot (examples/soak.rs) with
+//! the approval step of Workflow Builder (examples/approval.rs) and `/count` (a change to the
+//! app's state), under the soak's mix of requests and those, every request with its copies,
+//! retries, redeliveries and faults drawn from the seed, on the explorer's virtual time, in one
+//! process (`slack_once::testing::explore::Simulation`), checked by every invariant the
+//! explorer checks; per kind of request, what became of them, and the first failure shrunk.
 //!
 //!   scripts/simulate.sh --requests 1000000 --seed 1
 //!
 //! Options: `--requests N` (100,000), `--seed S` (1), `--threads N` (the machine's cores),
 //! `--faults RATE` (every fault a call can meet, with `RATE` in all at each call, rather than
-//! the soak's faults), `--installed PER_MILLE` (the share of schedules in which the app is
+//! the soak's faults), `--mix fleet|soak` (the soak's mix, or with Workflow Builder steps
+//! approved by a click and changes to the app's state beside it: `fleet`, the default),
+//! `--installed PER_MILLE` (the share of schedules in which the app is
 //! installed through OAuth, its token rotating and Slack's history limit on: 200; the soak
 //! has none, so `--installed 0` is the mix the soak is compared with), `--only N` (schedule N of the
 //! seed alone, as a failure names it), `--plant lease|around` (a defect planted, to see it
@@ -18,7 +21,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use slack_once::app::{App, AppMention, Ctx, HandlerResult};
+use slack_once::app::{Ack, App, AppMention, Command, Ctx, HandlerResult, Respond};
 use slack_once::testing::explore::{FaultRates, Request, Simulation};
 
 /// glibc's allocator is a third of the simulation's time (`perf`: malloc, free and their
@@ -31,6 +34,94 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "soak.rs"]
 #[allow(dead_code)]
 pub mod soak;
+
+#[path = "approval.rs"]
+#[allow(dead_code)]
+pub mod approval;
+
+/// The state name `/count` counts under.
+pub const COUNT: &str = "count";
+
+/// `/count`: one more in the app's state (the workspace's), answered in the channel with the
+/// count. Once per request, whatever runs it again.
+async fn count(ctx: Ctx, _command: Command) -> HandlerResult {
+    ctx.ack(Ack::empty()).await?;
+    let month = Duration::from_secs(30 * 86_400);
+    let n = ctx
+        .state()
+        .update(COUNT, month, |n: Option<u64>| n.unwrap_or(0) + 1)
+        .await?;
+    ctx.respond(Respond::in_channel(format!("That makes {n}.")))
+        .await?;
+    Ok(())
+}
+
+/// The fleet's bot: the soak bot, the approval step of Workflow Builder (a step that waits for
+/// a click) and `/count`, a change to the app's state.
+pub fn fleet_app() -> App {
+    fleet_app_but_count().command("/count", count)
+}
+
+/// The fleet's bot without `/count` (for a test's own).
+pub fn fleet_app_but_count() -> App {
+    soak::app()
+        .function(approval::function(), approval::ask)
+        .action(approval::APPROVE, approval::approve)
+        .action(approval::REJECT, approval::reject)
+        .view_submission(approval::REJECT_VIEW, approval::rejected)
+}
+
+/// The whole fleet's mix: the soak's, and per 1,060 requests 30 Workflow Builder steps, each
+/// approved by a click in its DM once its message is there, and 30 `/count`; with the
+/// invariants of each: a step completed at most once, and one count per `/count` (one when its
+/// answer is in Slack).
+pub fn fleet_mix(simulation: Simulation) -> Simulation {
+    let inputs = json!({"approver": "U0APPROVER", "summary": "Ship the release"});
+    soak_mix(simulation)
+        .mix(
+            30,
+            [
+                (
+                    "workflow step",
+                    Request::step(approval::CALLBACK_ID, inputs),
+                ),
+                (
+                    "its approval click",
+                    Request::click(approval::APPROVE, "approve")
+                        .as_user("U0APPROVER")
+                        .in_channel("DU0APPROVER")
+                        .on_posted_message()
+                        .in_step(),
+                ),
+            ],
+        )
+        .mix(30, [("state change", Request::command("/count", ""))])
+        .invariant("a step completed at most once", |end| {
+            match end
+                .executions
+                .iter()
+                .find(|e| e["completions"].as_u64().unwrap_or(0) > 1)
+            {
+                Some(e) => Err(format!("completed more than once: {e}")),
+                None => Ok(()),
+            }
+        })
+        .invariant("a state change once per request", |end| {
+            let n = end.state::<u64>(COUNT).unwrap_or(0);
+            let answered = end.messages.iter().any(|m| {
+                m["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("That makes"))
+            });
+            match (n, answered) {
+                (0 | 1, false) | (1, true) => Ok(()),
+                _ => Err(format!(
+                    "the count is {n} after one /count{}",
+                    if answered { " answered" } else { "" }
+                )),
+            }
+        })
+}
 
 /// The soak's mix (tests/api/soak/mix.rs), per mille of requests: 300 mentions (150 also
 /// delivered as their `message` event, 30 of those with a phantom copy under another `ts`),
@@ -140,6 +231,7 @@ fn main() -> std::process::ExitCode {
     let (mut requests, mut seed, mut threads, mut rate, mut only, mut plant) =
         (100_000u64, 1u64, None, None, None, None::<String>);
     let mut installed = 200u64;
+    let mut mix = String::from("fleet");
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
         match arg.as_str() {
@@ -150,6 +242,7 @@ fn main() -> std::process::ExitCode {
             "--only" => only = value().parse::<u64>().ok(),
             "--plant" => plant = Some(value()),
             "--installed" => installed = value().parse().unwrap_or(200),
+            "--mix" => mix = value(),
             "-h" | "--help" => {
                 println!(
                     "usage: simulate [--requests N] [--seed S] [--threads N] [--faults RATE] [--only N] [--plant lease|around]"
@@ -167,7 +260,16 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     let mut s = match plant.as_deref() {
-        None | Some("lease") => soak_mix(Simulation::new(soak::app).old_version(soak::app)),
+        None | Some("lease") if mix == "soak" => {
+            soak_mix(Simulation::new(soak::app).old_version(soak::app))
+        }
+        None | Some("lease") if mix == "fleet" => {
+            fleet_mix(Simulation::new(fleet_app).old_version(fleet_app))
+        }
+        None | Some("lease") => {
+            eprintln!("simulate: --mix takes fleet or soak, not {mix}");
+            return std::process::ExitCode::from(2);
+        }
         // Mentions only: the defective bot takes nothing else.
         Some("around") => Simulation::new(writing_around_the_journal)
             .mix(1, [("mention", Request::mention("is the build green?"))]),
