@@ -5,9 +5,6 @@
 use serde_json::json;
 use slack_once::testing::explore::{Explorer, Request};
 
-#[path = "../examples/approval.rs"]
-#[allow(dead_code)]
-mod approval;
 #[path = "../examples/assistant.rs"]
 #[allow(dead_code)]
 mod assistant;
@@ -35,6 +32,8 @@ mod reactions;
 #[path = "../examples/simulate.rs"]
 #[allow(dead_code)]
 mod simulate;
+// The approval step is the simulation's too: one copy of the module.
+use simulate::approval;
 #[path = "../examples/thinking.rs"]
 #[allow(dead_code)]
 mod thinking;
