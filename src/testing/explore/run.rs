@@ -891,6 +891,14 @@ async fn deliver(
 ) -> Option<(u16, Value, String)> {
     let world = &shared.world;
     let run = world.begin_run(label, RunKind::Delivery { chain, try_ }, request_of);
+    if world.down(run) {
+        // Connection refused: Slack sees a failure at once.
+        world.die(
+            run,
+            "its instance is down, killed and not started again yet",
+        );
+        return None;
+    }
     let (processor, lines) = shared.processor(run, Role::Ingress);
     let router = crate::http::router(AppState {
         processor,
@@ -974,7 +982,8 @@ async fn deliver(
 async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: String) {
     let spec = shared.spec.clone();
     let visibility = spec.worker_timeout * 6;
-    let mut visible_at = Instant::now() + RECEIVE_AFTER;
+    let sent_at = Instant::now();
+    let mut visible_at = sent_at + RECEIVE_AFTER;
     let deleted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The receives of the message as sent, then (with a redrive) of the message the redrive
     // sends again: a new message, its receive count from 1.
@@ -1027,6 +1036,19 @@ async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: Strin
         if pass + 1 < passes {
             // The operator's redrive (`slack-once redrive`): the dead letter sent again.
             tokio::time::sleep(REDRIVE_AFTER).await;
+            // As the tool judges a form: its response_url (and so its answer) expired.
+            let form = !spec.steps[request].request.is_event();
+            if form && sent_at.elapsed() > crate::tools::redrive::RESPONSE_URL_LIFETIME {
+                shared.world.say(
+                    None,
+                    format!(
+                        "an operator redrives the dead-letter queue: message {} is refused \
+                         (a form whose response_url expired)",
+                        index + 1
+                    ),
+                );
+                return;
+            }
             {
                 let mut s = shared.world.lock();
                 if let Some(at) = s.dead_letters.iter().rposition(|i| *i == index) {

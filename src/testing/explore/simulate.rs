@@ -57,31 +57,61 @@ use super::{End, Explorer, Failure, LogWriter, door};
 use crate::app::App;
 use crate::testing::explore::Request;
 
-/// The chance of each fault at a call of each kind, per 10,000 calls.
+/// The soak's deliveries to an instance that is down, per million (`FaultRates::soak`).
+const SOAK_DOWN: u32 = 15_000;
+
+/// The chance of each fault at a call of each kind, per million calls.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FaultRates {
     rates: Vec<(SiteKind, Fault, u32)>,
+    /// Of deliveries, per million: to an instance that is down (killed, not started again).
+    down: u32,
 }
 
 impl FaultRates {
     /// No faults.
     pub fn none() -> Self {
-        Self { rates: Vec::new() }
+        Self {
+            rates: Vec::new(),
+            down: 0,
+        }
     }
 
-    /// The soak's faults (tests/api/soak/: `SLACK_FAULTS`, `DYNAMO_FAULTS`, `SQS_FAULTS`),
-    /// per 10,000 calls, as the explorer's faults: a Slack write answered 500 (150:
-    /// unavailable), 429 with `Retry-After` (150), `internal_error` though applied (80), never
-    /// answered (30: slow), applied and never answered (30: slow-applied); a `response_url`
-    /// post answered 500 (150); a look-up answered 429 or `ratelimited` (250); DynamoDB's
-    /// answer lost after the write (50), a 500 after it that the SDK sends again (30:
-    /// sdk-retry), a throttle (50: unavailable), a slow answer (50); the queue's send applied
-    /// and its answer lost (50) or refused (30). The soak's SIGKILL every 5 s of one of three
-    /// processes, which meets about one call in 700 of the whole fleet's, is a process killed
-    /// before (7) or after (7) any call.
+    /// Of deliveries to an ingress, per million: to an instance that is down (killed and not
+    /// started again yet), the connection refused.
+    pub fn down(&self) -> u32 {
+        self.down
+    }
+
+    /// Sets the deliveries, per million, that reach an instance that is down.
+    pub fn with_down(mut self, per_million: u32) -> Self {
+        self.down = per_million;
+        self
+    }
+
+    /// The soak's faults (tests/api/soak/: `slack_faults`, `proxy::DYNAMO_FAULTS`,
+    /// `proxy::SQS_FAULTS`), as they reach slack-once, per million calls. The soak injects
+    /// them on the wire, below the AWS SDK and the Slack client; the explorer's faults strike
+    /// above them, where what the SDK and the client retry is already absorbed:
+    /// - a Slack write answered 500 (15,000: unavailable), 429 with `Retry-After: 1` (15,000:
+    ///   rate-limited, the same wait), `internal_error` though applied (8,000), never answered
+    ///   (3,000: slow), applied and never answered (3,000: slow-applied); a `response_url` post
+    ///   answered 500 (15,000);
+    /// - a look-up answered `ok:false` `ratelimited` (5,000: rate-limited, which the client
+    ///   cannot wait for); the soak's 429s with `Retry-After: 1` on look-ups (20,000) are
+    ///   waited out within the deadline, and not drawn;
+    /// - DynamoDB's answer lost after the write (5,000) and a 500 after it (3,000), each sent
+    ///   again by the SDK: sdk-retry; a throttle, retried by the SDK (three in a row, one call
+    ///   in eight million), and a slow answer (300 to 800 ms): not drawn, but for a call refused
+    ///   or slow past its deadline under load (5 each, the soak's few `ledger_unavailable`);
+    /// - the queue's send whose answer is lost (100: answer-lost; the soak's SDK sends it again
+    ///   and the message is enqueued twice, which the explorer's queue does not model);
+    /// - the soak's SIGKILL every 5 s of one of three processes, restarted 300 ms later: a
+    ///   process killed before (120) or after (120) any call, and a delivery reaching an
+    ///   instance that is down (15,000 per million deliveries: [`FaultRates::down`]).
     pub fn soak() -> Self {
         use Fault::*;
-        let kills = [(DiesBefore, 7), (DiesAfter, 7)];
+        let kills = [(DiesBefore, 120), (DiesAfter, 120)];
         let mut rates = Vec::new();
         let mut add = |kind: SiteKind, faults: &[(Fault, u32)]| {
             for (fault, per) in faults.iter().chain(&kills) {
@@ -91,26 +121,24 @@ impl FaultRates {
         add(
             SiteKind::SlackWrite,
             &[
-                (Unavailable, 150),
-                (RateLimited, 150),
-                (InternalError, 80),
-                (Slow, 30),
-                (SlowApplied, 30),
+                (Unavailable, 15_000),
+                (RateLimited, 15_000),
+                (InternalError, 8_000),
+                (Slow, 3_000),
+                (SlowApplied, 3_000),
             ],
         );
-        add(SiteKind::ResponseUrl, &[(Unavailable, 150)]);
-        add(SiteKind::SlackRead, &[(RateLimited, 250)]);
+        add(SiteKind::ResponseUrl, &[(Unavailable, 15_000)]);
+        add(SiteKind::SlackRead, &[(RateLimited, 5_000)]);
         add(
             SiteKind::Ledger,
-            &[
-                (AnswerLost, 50),
-                (SdkRetry, 30),
-                (Unavailable, 50),
-                (Slow, 50),
-            ],
+            &[(SdkRetry, 8_000), (Unavailable, 5), (Slow, 5)],
         );
-        add(SiteKind::QueueSend, &[(AnswerLost, 50), (Unavailable, 30)]);
-        Self { rates }
+        add(SiteKind::QueueSend, &[(AnswerLost, 100)]);
+        Self {
+            rates,
+            down: SOAK_DOWN,
+        }
     }
 
     /// Every fault a call of its kind can meet, each with the same chance: `rate` (0 to 1) in
@@ -125,22 +153,22 @@ impl FaultRates {
             SiteKind::QueueSend,
         ] {
             let faults = Fault::at(kind);
-            let each = (rate.clamp(0.0, 1.0) * 10_000.0 / faults.len() as f64).round() as u32;
+            let each = (rate.clamp(0.0, 1.0) * 1_000_000.0 / faults.len() as f64).round() as u32;
             for fault in faults {
                 rates.push((kind, *fault, each));
             }
         }
-        Self { rates }
+        Self { rates, down: 0 }
     }
 
-    /// Sets the chance of `fault` at a call of `kind`, per 10,000 calls.
-    pub fn with(mut self, kind: SiteKind, fault: Fault, per_10_000: u32) -> Self {
+    /// Sets the chance of `fault` at a call of `kind`, per million calls.
+    pub fn with(mut self, kind: SiteKind, fault: Fault, per_million: u32) -> Self {
         self.rates.retain(|(k, f, _)| !(*k == kind && *f == fault));
-        self.rates.push((kind, fault, per_10_000));
+        self.rates.push((kind, fault, per_million));
         self
     }
 
-    /// The fault a call of `kind` meets, given a roll in `0..10_000`.
+    /// The fault a call of `kind` meets, given a roll in `0..1_000_000`.
     pub(crate) fn draw(&self, kind: SiteKind, roll: u32) -> Option<Fault> {
         let mut below = 0;
         for (k, fault, per) in &self.rates {
@@ -191,7 +219,10 @@ impl Simulation {
     /// Simulates traffic to the bot `app` builds (once per process).
     pub fn new(app: impl Fn() -> App + Send + Sync + 'static) -> Self {
         Self {
-            explorer: Explorer::new(app),
+            explorer: Explorer::new(app).invariant(
+                "nothing claimed past its lease at the end",
+                claims_left_explained,
+            ),
             scenes: Vec::new(),
             requests: 10_000,
             threads: std::thread::available_parallelism()
@@ -531,8 +562,8 @@ impl Simulation {
             }
         }
         if let Some((n, broken, end)) = failure {
-            // Only the schedules before the first failure count: the same for every thread
-            // count.
+            // The tallies are dropped: which schedules after the first failure ran depends on
+            // the threads, and the report must not.
             report.kinds.clear();
             report.schedules = 0;
             let (number, drawn) = &draws[n];
@@ -797,7 +828,12 @@ fn fate(reference: &End, end: &End, n: usize, event: bool) -> Fate {
         .iter()
         .any(|i| end.by_request.queued_by.get(*i) == Some(&n))
     {
-        return Fate::Failed("dead-lettered, and again after its redrive".into());
+        return Fate::Failed(match event {
+            true => "dead-lettered, and again after its redrive".into(),
+            // `slack-once redrive` refuses a form past its response_url's life: a dead
+            // letter is at least maxReceiveCount visibility timeouts old.
+            false => "dead-lettered; the redrive refuses it (its response_url expired)".into(),
+        });
     }
     match last.and_then(|r| r.end.as_ref()) {
         Some(RunEnd::Died) => Fate::Failed("its last chance's process killed".into()),
@@ -809,6 +845,48 @@ fn fate(reference: &End, end: &End, n: usize, event: bool) -> Fate {
         }
         Some(e) => Fate::Failed(format!("not answered ({})", super::check::outcome(e))),
         None => Fate::Failed("Slack gave up (its claim held by a process killed)".into()),
+    }
+}
+
+/// The soak's check after its sweep: a claim still in progress at the end (its lease long
+/// past: nothing runs past 6 hours) was left by a process killed, or by a ledger call that
+/// failed (a completion refused, its answer lost), and by nothing else.
+fn claims_left_explained(end: &End) -> Result<(), String> {
+    use crate::ledger::Status;
+    let mut left = Vec::new();
+    for (key, status) in &end.ledger {
+        if *status != Status::InProgress {
+            continue;
+        }
+        let Some(n) = end.by_request.keys.get(key) else {
+            continue;
+        };
+        let runs: Vec<u32> = end
+            .runs
+            .iter()
+            .filter(|r| r.request == *n)
+            .map(|r| r.number)
+            .collect();
+        let killed = end
+            .runs
+            .iter()
+            .any(|r| runs.contains(&r.number) && matches!(r.end, Some(RunEnd::Died)));
+        let ledger_fault = end
+            .struck
+            .iter()
+            .zip(&end.by_request.struck_runs)
+            .any(|((_, kind, ..), run)| runs.contains(run) && *kind == SiteKind::Ledger);
+        if !killed && !ledger_fault {
+            left.push(key.clone());
+        }
+    }
+    match left.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "{} in progress at the end, and no process killed nor ledger call failed to \
+             explain it",
+            left.join(", ")
+        )),
     }
 }
 

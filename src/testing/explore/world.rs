@@ -344,6 +344,24 @@ impl World {
         s.by_request.keys.entry(key.to_string()).or_insert(request);
     }
 
+    /// Whether the instance a delivery of `run` goes to is down (killed, and not started
+    /// again yet): placed as `dies-before` at site 0 of the run, or drawn.
+    pub(crate) fn down(&self, run: u32) -> bool {
+        let at = At { run, site: 0 };
+        let mut s = self.lock();
+        match &mut s.plan {
+            Plan::Fixed(faults) => faults.get(&at) == Some(&Fault::DiesBefore),
+            Plan::Drawn { .. } => false,
+            Plan::Rates { rng, rates, drawn } => {
+                let down = rates.down() > 0 && (rng.below(1_000_000) as u32) < rates.down();
+                if down {
+                    drawn.insert(at, Fault::DiesBefore);
+                }
+                down
+            }
+        }
+    }
+
     /// Lambda kills `run`'s process at `deadline_ms` (epoch ms).
     pub(crate) fn set_deadline(&self, run: u32, deadline_ms: u64) {
         self.lock().runs[run as usize - 1].deadline_ms = Some(deadline_ms);
@@ -491,7 +509,7 @@ impl World {
                 }
             }
             Plan::Rates { rng, rates, drawn } => {
-                let fault = rates.draw(kind, rng.below(10_000) as u32);
+                let fault = rates.draw(kind, rng.below(1_000_000) as u32);
                 let fault = fault.filter(|f| possible.contains(f));
                 if let Some(f) = fault {
                     drawn.insert(at, f);
