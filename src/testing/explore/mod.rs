@@ -403,24 +403,14 @@ impl Explorer {
             !self.explorations.is_empty(),
             "Explorer: give it a request (Explorer::request)"
         );
-        std::thread::spawn(move || self.run_here())
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        on_a_thread_of_its_own(move || self.run_here())
     }
 
     fn run_here(self) -> Report {
         let running = door::Running::start();
         let began = Instant::now();
         let logs = Arc::new(Mutex::new(Vec::new()));
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || LogWriter(writer.clone()))
-            .with_ansi(false)
-            .with_target(false)
-            .without_time()
-            .with_max_level(tracing::Level::INFO)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let _guard = tracing::subscriber::set_default(log_to(logs.clone()));
         let mut explored = Vec::new();
         for steps in &self.explorations {
             for deferred in &self.modes {
@@ -850,6 +840,25 @@ fn lost_with_last_chance(end: &End) -> bool {
     end.runs
         .last()
         .is_some_and(|r| matches!(r.end, Some(RunEnd::Died)))
+}
+
+/// Runs `f` on a thread of its own (its runtimes never nest in the caller's), its panic the
+/// caller's.
+fn on_a_thread_of_its_own<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(f)
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+/// The subscriber the processes of a schedule log through: INFO and above, into `logs`.
+fn log_to(logs: Arc<Mutex<Vec<u8>>>) -> impl tracing::Subscriber + Send + Sync {
+    tracing_subscriber::fmt()
+        .with_writer(move || LogWriter(logs.clone()))
+        .with_ansi(false)
+        .with_target(false)
+        .without_time()
+        .with_max_level(tracing::Level::INFO)
+        .finish()
 }
 
 struct LogWriter(Arc<Mutex<Vec<u8>>>);

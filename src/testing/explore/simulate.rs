@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use super::run::{Seeds, Spec, Start, Step};
 use super::schedule::{Fault, Rng, Schedule, SiteKind, Story};
 use super::world::{Plan, RunEnd, RunKind};
-use super::{End, Explorer, Failure, LogWriter, door};
+use super::{End, Explorer, Failure, door};
 use crate::app::App;
 use crate::testing::explore::Request;
 
@@ -351,9 +351,7 @@ impl Simulation {
             !self.scenes.is_empty(),
             "Simulation: give it a mix (Simulation::mix)"
         );
-        std::thread::spawn(move || self.run_here())
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        super::on_a_thread_of_its_own(move || self.run_here())
     }
 
     /// What schedule `n` is: its scene, mode, story and the seed of its faults.
@@ -421,7 +419,7 @@ impl Simulation {
         let began = Instant::now();
         let cpu_before = cpu_seconds();
         let logs = Arc::new(Mutex::new(Vec::new()));
-        let _guard = tracing::subscriber::set_default(subscriber(logs.clone()));
+        let _guard = tracing::subscriber::set_default(super::log_to(logs.clone()));
         let seed = self.explorer.seed;
         let mut report = SimulationReport {
             seed,
@@ -495,7 +493,7 @@ impl Simulation {
                     let (next, lowest_failure, done) = (&next, &lowest_failure, &done);
                     scope.spawn(move || {
                         let logs = Arc::new(Mutex::new(Vec::new()));
-                        let _guard = tracing::subscriber::set_default(subscriber(logs.clone()));
+                        let _guard = tracing::subscriber::set_default(super::log_to(logs.clone()));
                         let mut partial = Partial::default();
                         loop {
                             let n = next.fetch_add(1, Ordering::Relaxed);
@@ -902,16 +900,6 @@ fn mode_name(setting: usize) -> &'static str {
         2 => "synchronous, installed through OAuth (its token rotating, Slack's history limit)",
         _ => "deferred, installed through OAuth (its token rotating, Slack's history limit)",
     }
-}
-
-fn subscriber(logs: Arc<Mutex<Vec<u8>>>) -> impl tracing::Subscriber + Send + Sync {
-    tracing_subscriber::fmt()
-        .with_writer(move || LogWriter(logs.clone()))
-        .with_ansi(false)
-        .with_target(false)
-        .without_time()
-        .with_max_level(tracing::Level::INFO)
-        .finish()
 }
 
 /// The process's CPU time (user and system), in seconds, where `/proc` says.
