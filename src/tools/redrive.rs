@@ -25,7 +25,10 @@
 //! `response_url` 30 minutes after the request, with 5 minutes' margin; a view its listener may have opened with a
 //! `trigger_id`, which expires after 3 seconds), what the ledger may have forgotten (a request
 //! older than `DEDUP_TTL_SECONDS` less an hour: its journal may be gone, and a redrive could
-//! answer it twice), and messages this release does not read.
+//! answer it twice), and messages this release does not read. A claim such a request left in
+//! progress past its lease (a worker killed on its last receive, or marked for a redelivery
+//! that never took it) ends `failed` (`dead_letter_refused`, retryable as a lapsed claim is),
+//! so that the ledger says why it was never answered.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -44,6 +47,10 @@ use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
 /// How long after the request a redriven command or interaction may still be answered through
 /// its `response_url`: Slack takes posts for 30 minutes, less 5 for the worker to get to it.
 pub const RESPONSE_URL_LIFETIME: Duration = Duration::from_secs(25 * 60);
+
+/// The failure code of a claim `redrive` ends because it refused the request's dead letter:
+/// nothing brings the request back (retryable all the same, as a lapsed claim is).
+pub const DEAD_LETTER_REFUSED: &str = "dead_letter_refused";
 
 /// How much of the ledger's TTL a redriven request must have left: its claim, its lease and a
 /// margin, so that its journal is still there while it runs.
@@ -517,7 +524,26 @@ async fn judge(
         .iter()
         .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
     if let Some(why) = request.refused {
-        entry.action = Action::Refused(why);
+        // Nothing brings the request back now: a claim of it left in progress past its lease
+        // (a worker's last receive killed, or one marked for a redelivery that never took it)
+        // ends failed with the reason, retryable as a lapsed claim is, so that the ledger says
+        // why it was never answered.
+        let mut ended = 0;
+        for (key, item) in items.iter().filter(|(_, i)| {
+            status(i) == "in_progress"
+                && number(i, attr::LEASE_UNTIL).is_some_and(|until| until <= options.now_ms)
+        }) {
+            if options.dry_run || end_refused(q, options, key, item).await? {
+                ended += 1;
+            }
+        }
+        entry.action = Action::Refused(match ended {
+            0 => why,
+            _ => format!(
+                "{why}; its claim left in progress {} failed ({DEAD_LETTER_REFUSED})",
+                if options.dry_run { "would end" } else { "ended" }
+            ),
+        });
         return Ok(entry);
     }
     if let Some((code, why)) = items
@@ -603,6 +629,54 @@ async fn reset(
         {
             // Claimed, or changed, since it was read: the redriven copy meets it as it is.
             Ok(())
+        }
+        Err(e) => Err(RedriveError::Ledger(crate::errors::error_chain(&e))),
+    }
+}
+
+/// Ends `failed` ([`DEAD_LETTER_REFUSED`], retryable) the claim at `key` that a refused dead
+/// letter's request left in progress past its lease, conditioned on its owner and lease as read
+/// (a takeover in between wins); whether it did.
+async fn end_refused(
+    q: &Queues<'_>,
+    options: &Options,
+    key: &EventId,
+    item: &Item,
+) -> Result<bool, RedriveError> {
+    let (Some(owner), Some(lease)) = (item.get(attr::OWNER), item.get(attr::LEASE_UNTIL)) else {
+        return Ok(false);
+    };
+    let update = q
+        .dynamodb
+        .update_item()
+        .table_name(q.table)
+        .key(attr::PK, AttributeValue::S(key.to_string()))
+        .update_expression(
+            "SET #status = :failed, #error = :refused, #retryable = :true, #failed_at = :now \
+             REMOVE #redelivery",
+        )
+        .condition_expression("#status = :in_progress AND #owner = :owner AND #lease = :lease")
+        .expression_attribute_names("#status", attr::STATUS)
+        .expression_attribute_names("#error", attr::ERROR)
+        .expression_attribute_names("#retryable", attr::RETRYABLE)
+        .expression_attribute_names("#failed_at", attr::FAILED_AT)
+        .expression_attribute_names("#redelivery", attr::REDELIVERY)
+        .expression_attribute_names("#owner", attr::OWNER)
+        .expression_attribute_names("#lease", attr::LEASE_UNTIL)
+        .expression_attribute_values(":failed", AttributeValue::S("failed".into()))
+        .expression_attribute_values(":refused", AttributeValue::S(DEAD_LETTER_REFUSED.into()))
+        .expression_attribute_values(":true", AttributeValue::Bool(true))
+        .expression_attribute_values(":now", AttributeValue::N(options.now_ms.to_string()))
+        .expression_attribute_values(":in_progress", AttributeValue::S("in_progress".into()))
+        .expression_attribute_values(":owner", owner.clone())
+        .expression_attribute_values(":lease", lease.clone());
+    match update.send().await {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+        {
+            Ok(false)
         }
         Err(e) => Err(RedriveError::Ledger(crate::errors::error_chain(&e))),
     }

@@ -7,6 +7,13 @@
 //! (Slack's Delayed Events, a redrive) takes it over as before, and looks in Slack before
 //! writing again (the journal stays). Run it now and then (`--older-than`: how long past its
 //! lease a claim must be, 10 minutes by default, past Slack's last retry).
+//!
+//! A worker's claim of a queued request with receives left (its item says `redelivery`) is left
+//! to the queue, which hands the message out again within its visibility timeout: the next
+//! receive takes the claim over. Only for [`REDELIVERY_WITHIN`] (SQS's longest visibility
+//! timeout, 12 hours) past the cutoff, though: a claim no receive took over by then had its
+//! message dead-lettered (and `redrive` refused it or was never run) or deleted, and is swept
+//! as any other. A receive that still comes later takes over the `failed` item all the same.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -23,6 +30,11 @@ pub const ABANDONED: &str = "abandoned";
 /// minutes after the event.
 pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(600);
 
+/// How long past the cutoff a claim marked `redelivery` is left to the queue: SQS's longest
+/// visibility timeout, after which a message with receives left has been handed out again
+/// (and its claim taken over), or dead-lettered.
+pub const REDELIVERY_WITHIN: Duration = Duration::from_secs(12 * 3600);
+
 /// What a sweep found and did.
 #[derive(Clone, Debug, Default)]
 pub struct Swept {
@@ -34,13 +46,13 @@ pub struct Swept {
     /// claim that names one).
     pub other_apps: usize,
     /// Lapsed claims of queued requests with receives left, passed over: the queue brings them
-    /// back.
+    /// back (within [`REDELIVERY_WITHIN`] past the cutoff; older ones are swept).
     pub redelivery_due: usize,
 }
 
 /// Ends `failed` (`abandoned`, retryable) every claim of the app `app` (and every claim that
 /// names no app) in `table` whose lease ended before `now_ms - older_than`, but for claims of
-/// queued requests with receives left; each conditioned on its owner and lease as read (a
+/// queued requests with receives left (for [`REDELIVERY_WITHIN`] more); each conditioned on its owner and lease as read (a
 /// takeover in between wins). With `dry_run`, only lists them.
 pub async fn sweep(
     dynamodb: &aws_sdk_dynamodb::Client,
@@ -85,11 +97,18 @@ pub async fn sweep(
                 continue;
             };
             let name = key.as_s().cloned().unwrap_or_default();
-            if item
+            let lease_ms: u64 = lease
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let redelivery_due = item
                 .get(attr::REDELIVERY)
                 .and_then(|v| v.as_bool().ok())
                 .copied()
-                .unwrap_or(false)
+                .unwrap_or(false);
+            if redelivery_due
+                && lease_ms >= cutoff.saturating_sub(REDELIVERY_WITHIN.as_millis() as u64)
             {
                 swept.redelivery_due += 1;
                 continue;
@@ -224,7 +243,7 @@ pub fn run(args: &Args) -> ExitCode {
                 if swept.redelivery_due > 0 {
                     say!(
                         "left {} claims of queued requests with receives left: the queue \
-                         brings them back (or dead-letters them, for redrive)",
+                         brings them back (or dead-letters them, for redrive); swept 12 h on",
                         swept.redelivery_due
                     );
                 }

@@ -170,9 +170,27 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     // A command 31 minutes old: its response_url takes nothing now.
     let late = command_form(&stack.slack, "/once", "too late");
     dead_letter(&stack, &queued_command(&late, Duration::from_secs(31 * 60))).await;
+    let ttl = slack_once::clock::now_ms() / 1000 + 86_400;
+    // Its claim, left in progress by a worker's receive marked for a redelivery that never
+    // took it over (the next receives failed before claiming): nothing brings it back now, so
+    // the redrive ends it failed with the reason, not left unexplained until its TTL.
+    let late_key = slack_once::interaction::Interaction::from_form(late.as_bytes())
+        .unwrap()
+        .key()
+        .unwrap()
+        .to_string();
+    put_failed(&stack, &late_key, Some("A0001"), "in_progress", "", ttl).await;
+    dynamodb_client(&stack.dynamodb)
+        .update_item()
+        .table_name(&stack.table)
+        .key("pk", AttributeValue::S(late_key.clone()))
+        .update_expression("SET redelivery = :true")
+        .expression_attribute_values(":true", AttributeValue::Bool(true))
+        .send()
+        .await
+        .unwrap();
     // A write whose fate could not be known: never made again.
     let unknown = app_mention("EvRedriveUnknown", "may be in Slack");
-    let ttl = slack_once::clock::now_ms() / 1000 + 86_400;
     put_failed(
         &stack,
         &mention_key("EvRedriveUnknown"),
@@ -213,6 +231,11 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         "{report}"
     );
     assert!(
+        line(&report, "response_url expired")
+            .contains("its claim left in progress would end failed (dead_letter_refused)"),
+        "{report}"
+    );
+    assert!(
         line(&report, "unconfirmed_write").starts_with("refused"),
         "{report}"
     );
@@ -222,6 +245,14 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
             .any(|l| l.starts_with("refused") && l.contains("answered already; ")),
         "{report}"
     );
+    let late_claim = || async {
+        ledger
+            .get_item(&late_key)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(late_claim().await["status"].as_s().unwrap(), "in_progress");
     assert!(
         line(
             &report,
@@ -248,6 +279,16 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         3,
         "the refused stay"
     );
+    assert!(
+        line(&report, "response_url expired")
+            .contains("its claim left in progress ended failed (dead_letter_refused)"),
+        "{report}"
+    );
+    let claim = late_claim().await;
+    assert_eq!(claim["status"].as_s().unwrap(), "failed");
+    assert_eq!(claim["error"].as_s().unwrap(), "dead_letter_refused");
+    assert_eq!(claim["retryable"].as_bool().unwrap(), &true);
+    assert!(!claim.contains_key("redelivery"), "{claim:?}");
     let worker = BotProcess::spawn_worker(&stack.worker_vars(5, 2));
     assert!(
         eventually(Duration::from_secs(20), || stack.slack.posted().len() == 3).await,
@@ -462,6 +503,26 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
     for (key, app) in [("EvSweepOurs", "A0001"), ("EvSweepTheirs", "A0002")] {
         put_failed(&stack, &mention_key(key), Some(app), "in_progress", "", ttl).await;
     }
+    // A claim marked for a redelivery that never took it over, its lease long over (past SQS's
+    // longest visibility timeout): its message is dead-lettered or gone, and it is swept.
+    put_failed(
+        &stack,
+        &mention_key("EvSweepNoRedelivery"),
+        Some("A0001"),
+        "in_progress",
+        "",
+        ttl,
+    )
+    .await;
+    dynamodb_client(&stack.dynamodb)
+        .update_item()
+        .table_name(&stack.table)
+        .key("pk", AttributeValue::S(mention_key("EvSweepNoRedelivery")))
+        .update_expression("SET redelivery = :true")
+        .expression_attribute_values(":true", AttributeValue::Bool(true))
+        .send()
+        .await
+        .unwrap();
     // A worker claims a queued mention, then Slack hangs and the worker is killed: its claim
     // is left in progress, its message hidden until the visibility timeout.
     let mut worker = BotProcess::spawn_worker(&stack.worker_vars(1, 3));
@@ -489,7 +550,7 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
 
     let sweep = |args: &[&str]| sweep_cli(&stack, args);
     let nameless = sweep(&["--older-than", "0"]);
-    assert!(nameless.contains("left 2 claims of apps"), "{nameless}");
+    assert!(nameless.contains("left 3 claims of apps"), "{nameless}");
     assert!(
         nameless.contains("left 1 claims of queued requests"),
         "{nameless}"
@@ -498,6 +559,13 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
     let ours = sweep(&["--older-than", "0", "--app", "A0001"]);
     assert!(
         ours.contains(&format!("ended failed {}", mention_key("EvSweepOurs"))),
+        "{ours}"
+    );
+    assert!(
+        ours.contains(&format!(
+            "ended failed {}",
+            mention_key("EvSweepNoRedelivery")
+        )),
         "{ours}"
     );
     assert!(
