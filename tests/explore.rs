@@ -2032,6 +2032,7 @@ mod simulation {
             .mix(1, [("mention", Request::mention("is the build green?"))])
             .requests(2_000)
             .seed(1)
+            .replay_command("scripts/simulate.sh --plant around --seed 1")
             .run();
         let text = report.to_string();
         let failure = report.failure.as_ref().expect("the defect is found");
@@ -2040,7 +2041,31 @@ mod simulation {
         for part in [
             "a Slack call that is not a step of the journal: chat.postMessage",
             "taken over",
-            "run it again: scripts/simulate.sh --seed 1 --only",
+            "run it again: scripts/simulate.sh --plant around --seed 1 --only",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+    }
+
+    /// The ledger planted with a defect: a takeover's completion dropped and answered as made.
+    /// No fault-free run takes anything over; the simulation finds a schedule whose claim a
+    /// later run takes over, and the claim left in progress by a run that ended well (neither
+    /// killed nor met by a ledger fault) breaks "nothing claimed past its lease at the end".
+    #[test]
+    fn a_takeovers_completion_dropped_is_found_and_shrunk() {
+        let report = soak_mix(Simulation::new(soak::app))
+            .plant_dropped_takeover_finish()
+            .requests(2_000)
+            .seed(1)
+            .run();
+        let text = report.to_string();
+        let failure = report.failure.as_ref().expect("the defect is found");
+        assert!(failure.schedule_number.is_some(), "{text}");
+        assert!(!failure.failure.schedule.faults.is_empty(), "{text}");
+        for part in [
+            "nothing claimed past its lease at the end",
+            "neither died nor met a ledger call failing",
+            "(dropped: the planted defect)",
         ] {
             assert!(text.contains(part), "{part:?} in {text}");
         }

@@ -98,6 +98,28 @@ impl MemoryLedger {
         let entries = self.entries.lock().expect("ledger lock");
         entries.map.get(event_id).map(|e| e.status)
     }
+
+    /// The failure code an event's claim ended with, as stored (for tests).
+    pub(crate) fn error(&self, event_id: &EventId) -> Option<String> {
+        let entries = self.entries.lock().expect("ledger lock");
+        entries.map.get(event_id).and_then(|e| e.error.clone())
+    }
+
+    /// Ends `failed` (`code`, retryable) the claim of `event_id` if it is in progress past its
+    /// lease at `now_ms`, as `slack-once redrive` ends a refused dead letter's claim (for the
+    /// simulation); whether it did.
+    pub(crate) fn end_lapsed(&self, event_id: &EventId, code: &str, now_ms: u64) -> bool {
+        let mut entries = self.entries.lock().expect("ledger lock");
+        match entries.map.get_mut(event_id) {
+            Some(e) if e.status == Status::InProgress && e.lease_until_ms <= now_ms => {
+                e.status = Status::Failed;
+                e.error = Some(code.to_string());
+                e.retryable = true;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 fn record(entry: &mut Entry, settled: &[Settled]) {

@@ -541,7 +541,11 @@ async fn judge(
             0 => why,
             _ => format!(
                 "{why}; its claim left in progress {} failed ({DEAD_LETTER_REFUSED})",
-                if options.dry_run { "would end" } else { "ended" }
+                if options.dry_run {
+                    "would end"
+                } else {
+                    "ended"
+                }
             ),
         });
         return Ok(entry);

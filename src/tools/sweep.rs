@@ -97,11 +97,7 @@ pub async fn sweep(
                 continue;
             };
             let name = key.as_s().cloned().unwrap_or_default();
-            let lease_ms: u64 = lease
-                .as_n()
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
+            let lease_ms: u64 = lease.as_n().ok().and_then(|n| n.parse().ok()).unwrap_or(0);
             let redelivery_due = item
                 .get(attr::REDELIVERY)
                 .and_then(|v| v.as_bool().ok())

@@ -245,13 +245,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
             .any(|l| l.starts_with("refused") && l.contains("answered already; ")),
         "{report}"
     );
-    let late_claim = || async {
-        ledger
-            .get_item(&late_key)
-            .await
-            .unwrap()
-            .unwrap()
-    };
+    let late_claim = || async { ledger.get_item(&late_key).await.unwrap().unwrap() };
     assert_eq!(late_claim().await["status"].as_s().unwrap(), "in_progress");
     assert!(
         line(

@@ -21,6 +21,10 @@ use crate::workspaces::{
 pub(crate) struct SimLedger {
     pub world: Arc<World>,
     pub run: u32,
+    /// The planted defect of [`super::run::Spec::drop_takeover_finish`].
+    pub drop_takeover_finish: bool,
+    /// The keys this run took over (an attempt above 1), for that defect.
+    pub took_over: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 fn unavailable(why: &str) -> LedgerError {
@@ -340,9 +344,28 @@ impl Ledger for SimLedger {
         self.world.touch(self.run, request.event_id.as_str());
         self.world
             .check_lease(self.run, request.event_id.as_str(), request.lease_until_ms);
+        let (world, run) = (self.world.clone(), self.run);
+        let took_over = &self.took_over;
         self.site(format!("claim {}", request.event_id), || {
-            let inner = inner.clone();
-            async move { inner.claim(request).await }
+            let (inner, world) = (inner.clone(), world.clone());
+            async move {
+                let claim = inner.claim(request).await;
+                // Applied (its answer may yet be lost): this run owns the claim now.
+                if let Ok(Claim::Acquired { attempt, .. }) = &claim {
+                    world
+                        .lock()
+                        .by_request
+                        .claimers
+                        .insert(request.event_id.to_string(), run);
+                    if *attempt > 1 {
+                        took_over
+                            .lock()
+                            .expect("took_over")
+                            .insert(request.event_id.to_string());
+                    }
+                }
+                claim
+            }
         })
         .await
     }
@@ -453,6 +476,17 @@ impl Ledger for SimLedger {
         let mut what = format!("finish {} {to:?}", held.event_id);
         if !settled.is_empty() {
             what.push_str(&format!(", with {}", settled_text(settled)));
+        }
+        if self.drop_takeover_finish
+            && self
+                .took_over
+                .lock()
+                .expect("took_over")
+                .contains(held.event_id.as_str())
+        {
+            // The planted defect: answered as made, never written.
+            what.push_str(" (dropped: the planted defect)");
+            return self.site(what, || async { Ok(()) }).await;
         }
         self.site(what, || {
             let inner = inner.clone();

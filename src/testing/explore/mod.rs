@@ -429,6 +429,7 @@ impl Explorer {
                     installed: self.installed,
                     redrive: false,
                     lease_past_deadline: Duration::ZERO,
+                    drop_takeover_finish: false,
                 });
                 explored.push(self.explore(spec, &logs));
             }

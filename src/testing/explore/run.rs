@@ -111,6 +111,9 @@ pub(crate) struct Spec {
     /// deadline is this much later than the one it is killed at, so its claims' leases
     /// outlive it (zero: none).
     pub lease_past_deadline: Duration,
+    /// A defect planted in the ledger, for checking the checker: a run that took a claim
+    /// over (its attempt above 1) has its completion or release dropped, answered as if made.
+    pub drop_takeover_finish: bool,
 }
 
 /// An operator redrives a dead letter this long after it lands in the dead-letter queue.
@@ -737,6 +740,8 @@ impl Shared {
                 Arc::new(SimLedger {
                     world: self.world.clone(),
                     run,
+                    drop_takeover_finish: self.spec.drop_takeover_finish,
+                    took_over: Default::default(),
                 })
             };
         let workspaces = self.spec.installed.map(|_| {
@@ -1039,12 +1044,44 @@ async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: Strin
             // As the tool judges a form: its response_url (and so its answer) expired.
             let form = !spec.steps[request].request.is_event();
             if form && sent_at.elapsed() > crate::tools::redrive::RESPONSE_URL_LIFETIME {
+                // As the tool does: a claim of it left in progress past its lease ends failed
+                // (`dead_letter_refused`), nothing bringing the request back.
+                let keys: Vec<String> = {
+                    let s = shared.world.lock();
+                    s.by_request
+                        .keys
+                        .iter()
+                        .filter(|(_, r)| **r == request)
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                };
+                let now_ms = crate::clock::now_ms();
+                let ended: Vec<String> = keys
+                    .into_iter()
+                    .filter(|k| {
+                        crate::envelope::EventId::try_from(k.clone()).is_ok_and(|id| {
+                            shared.world.ledger.end_lapsed(
+                                &id,
+                                crate::tools::redrive::DEAD_LETTER_REFUSED,
+                                now_ms,
+                            )
+                        })
+                    })
+                    .collect();
                 shared.world.say(
                     None,
                     format!(
                         "an operator redrives the dead-letter queue: message {} is refused \
-                         (a form whose response_url expired)",
-                        index + 1
+                         (a form whose response_url expired){}",
+                        index + 1,
+                        match ended.is_empty() {
+                            true => String::new(),
+                            false => format!(
+                                "; its claim left in progress ended failed \
+                                 (dead_letter_refused): {}",
+                                ended.join(", ")
+                            ),
+                        }
                     ),
                 );
                 return;

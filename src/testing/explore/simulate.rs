@@ -193,7 +193,9 @@ pub struct Simulation {
     deferred_per_mille: u64,
     installed_per_mille: u64,
     lease_past_deadline: Duration,
+    drop_takeover_finish: bool,
     progress: bool,
+    replay: Option<String>,
     only: Option<u64>,
 }
 
@@ -219,10 +221,15 @@ impl Simulation {
     /// Simulates traffic to the bot `app` builds (once per process).
     pub fn new(app: impl Fn() -> App + Send + Sync + 'static) -> Self {
         Self {
-            explorer: Explorer::new(app).invariant(
-                "nothing claimed past its lease at the end",
-                claims_left_explained,
-            ),
+            explorer: Explorer::new(app)
+                .invariant(
+                    "nothing claimed past its lease at the end",
+                    claims_left_explained,
+                )
+                .invariant(
+                    "every request answered, or failed with its reason",
+                    every_request_explained,
+                ),
             scenes: Vec::new(),
             requests: 10_000,
             threads: std::thread::available_parallelism()
@@ -232,7 +239,9 @@ impl Simulation {
             deferred_per_mille: 500,
             installed_per_mille: 0,
             lease_past_deadline: Duration::ZERO,
+            drop_takeover_finish: false,
             progress: false,
+            replay: None,
             only: None,
         }
     }
@@ -332,6 +341,14 @@ impl Simulation {
         self
     }
 
+    /// A defect planted in the ledger, to see the simulation find it: a run that took a claim
+    /// over has its completion (or release) dropped and answered as made, so the claim stays
+    /// in progress though its holder ended well.
+    pub fn plant_dropped_takeover_finish(mut self) -> Self {
+        self.drop_takeover_finish = true;
+        self
+    }
+
     /// Runs schedule `n` of the seed only (as a failure names it), and shrinks it if it
     /// breaks an invariant: its trace, again.
     pub fn only(mut self, n: u64) -> Self {
@@ -342,6 +359,14 @@ impl Simulation {
     /// Prints a line of progress to stderr at every tenth of the requests.
     pub fn progress(mut self) -> Self {
         self.progress = true;
+        self
+    }
+
+    /// The command a failure's report says runs it again, `--only N` added (by default
+    /// `scripts/simulate.sh --seed S`): what chose the mix, the bot and the rates, so that
+    /// schedule N is the same schedule.
+    pub fn replay_command(mut self, command: impl Into<String>) -> Self {
+        self.replay = Some(command.into());
         self
     }
 
@@ -411,6 +436,7 @@ impl Simulation {
             installed: installed.then_some(Duration::from_secs(90 * 60)),
             redrive: true,
             lease_past_deadline: self.lease_past_deadline,
+            drop_takeover_finish: self.drop_takeover_finish,
         })
     }
 
@@ -432,6 +458,10 @@ impl Simulation {
             threads: self.threads,
             failure: None,
             trace: None,
+            replay: self
+                .replay
+                .clone()
+                .unwrap_or_else(|| format!("scripts/simulate.sh --seed {seed}")),
         };
         for scene in &self.scenes {
             for kind in &scene.kinds {
@@ -610,6 +640,8 @@ pub struct SimulationReport {
     pub failure: Option<SimFailure>,
     /// With [`Simulation::only`], the schedule's trace.
     pub trace: Option<String>,
+    /// The command that runs it again ([`Simulation::replay_command`]), without `--only`.
+    pub replay: String,
 }
 
 /// The first schedule of a simulation that broke an invariant.
@@ -631,8 +663,14 @@ pub struct SimFailure {
 pub struct Tally {
     /// Requests.
     pub requests: u64,
-    /// Answered (their claim done).
+    /// Answered: their claim done, or every write the fault-free run made for them in Slack
+    /// (as the soak counts, from what the person sees).
     pub answered: u64,
+    /// Of those answered, the ones whose claim the ledger records failed all the same, by
+    /// reason: a last write Slack applied and answered with an error (`internal_error`, or no
+    /// answer within the deadline). The person saw the answer; the ledger says why it was not
+    /// confirmed.
+    pub answered_failed: BTreeMap<String, u64>,
     /// Failed, by reason (a failed claim's code, the dead-letter queue after its redrive,
     /// the process holding the last chance killed, Slack's retries run out).
     pub failed: BTreeMap<String, u64>,
@@ -665,6 +703,9 @@ impl Tally {
     fn add(&mut self, other: &Tally) {
         self.requests += other.requests;
         self.answered += other.answered;
+        for (why, n) in &other.answered_failed {
+            *self.answered_failed.entry(why.clone()).or_default() += n;
+        }
         for (why, n) in &other.failed {
             *self.failed.entry(why.clone()).or_default() += n;
         }
@@ -749,6 +790,10 @@ fn tally(partial: &mut Partial, number: u64, scene: &Scene, reference: &End, end
         }
         match fate(reference, end, n, scene.steps[n].request.is_event()) {
             Fate::Answered => t.answered += 1,
+            Fate::AnsweredFailed(why) => {
+                t.answered += 1;
+                *t.answered_failed.entry(why).or_default() += 1;
+            }
             Fate::NotTaken => t.not_taken += 1,
             Fate::NotSent => t.not_sent += 1,
             Fate::Failed(why) => {
@@ -762,6 +807,8 @@ fn tally(partial: &mut Partial, number: u64, scene: &Scene, reference: &End, end
 
 enum Fate {
     Answered,
+    /// Every write in Slack, its claim failed (the reason).
+    AnsweredFailed(String),
     NotTaken,
     NotSent,
     Failed(String),
@@ -809,6 +856,22 @@ fn fate(reference: &End, end: &End, n: usize, event: bool) -> Fate {
             )
         })
     });
+    // Ended by the redrive that refused its dead letter (as `slack-once redrive` does).
+    let refused = end
+        .ledger
+        .iter()
+        .filter(|(key, s)| *s == Status::Failed && end.by_request.keys.get(key) == Some(&n))
+        .filter_map(|(key, _)| crate::envelope::EventId::try_from(key.clone()).ok())
+        .any(|id| {
+            end.state.ledger.error(&id).as_deref()
+                == Some(crate::tools::redrive::DEAD_LETTER_REFUSED)
+        });
+    if refused {
+        return Fate::Failed(format!(
+            "failed ({})",
+            crate::tools::redrive::DEAD_LETTER_REFUSED
+        ));
+    }
     if statuses.contains(&Status::Failed) {
         let code = last
             .and_then(|r| Some((r.number, r.end.as_ref()?)))
@@ -819,6 +882,11 @@ fn fate(reference: &End, end: &End, n: usize, event: bool) -> Fate {
                 },
             )
             .unwrap_or_else(|| "failed".into());
+        // What the person sees decides whether it was answered, as the soak judges: every
+        // write of the fault-free run's in Slack (a last write applied, its answer an error).
+        if writes_cover(reference, end, n) {
+            return Fate::AnsweredFailed(code);
+        }
         return Fate::Failed(format!("failed ({code})"));
     }
     if end
@@ -846,43 +914,92 @@ fn fate(reference: &End, end: &End, n: usize, event: bool) -> Fate {
     }
 }
 
+/// The soak's check per request: each is answered, or failed with a reason its records show
+/// (its claim's failure, the dead-letter queue, its last chance's process killed, an error the
+/// person or Slack was answered), or taken by no listener; never left unanswered with nothing
+/// to say why (a run that answered Slack 2xx and did not answer the request, or no run that
+/// decided it and none killed).
+fn every_request_explained(end: &End) -> Result<(), String> {
+    let mut unexplained = Vec::new();
+    for n in 0..end.requests.len() {
+        // The schedule as its own reference: taken if it touched the ledger.
+        if let Fate::Failed(why) = fate(end, end, n, false) {
+            let killed = || {
+                end.runs
+                    .iter()
+                    .any(|r| r.request == n && matches!(r.end, Some(RunEnd::Died)))
+            };
+            if why.starts_with("not answered")
+                || (why.starts_with("Slack gave up (its claim held") && !killed())
+            {
+                unexplained.push(format!("request {} ({why})", n + 1));
+            }
+        }
+    }
+    match unexplained.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "{} neither answered nor failed with a reason its records show",
+            unexplained.join(", ")
+        )),
+    }
+}
+
+/// Whether Slack holds, for request `n`, at least as many writes of each method as the
+/// fault-free run made for it (and it made some).
+fn writes_cover(reference: &End, end: &End, n: usize) -> bool {
+    fn count(e: &End, n: usize) -> BTreeMap<&str, usize> {
+        let mut by_method: BTreeMap<&str, usize> = BTreeMap::new();
+        for (r, method, _) in &e.by_request.origins.writes {
+            if *r == n {
+                *by_method.entry(method.as_str()).or_default() += 1;
+            }
+        }
+        by_method
+    }
+    let (wanted, made) = (count(reference, n), count(end, n));
+    !wanted.is_empty()
+        && wanted
+            .iter()
+            .all(|(method, k)| made.get(method).copied().unwrap_or(0) >= *k)
+}
+
 /// The soak's check after its sweep: a claim still in progress at the end (its lease long
-/// past: nothing runs past 6 hours) was left by a process killed, or by a ledger call that
-/// failed (a completion refused, its answer lost), and by nothing else.
+/// past: nothing runs past 6 hours) was left by the run that owns it dying (a kill, its
+/// deadline), or by a ledger call of that run failing (a completion refused, its answer lost,
+/// slow past the deadline), and by nothing else: a run that died or met a ledger fault does
+/// not excuse a claim another run took and left.
 fn claims_left_explained(end: &End) -> Result<(), String> {
     use crate::ledger::Status;
     let mut left = Vec::new();
     for (key, status) in &end.ledger {
-        if *status != Status::InProgress {
+        if *status != Status::InProgress || !end.by_request.keys.contains_key(key) {
             continue;
         }
-        let Some(n) = end.by_request.keys.get(key) else {
+        let Some(owner) = end.by_request.claimers.get(key).copied() else {
+            left.push(format!("{key} (claimed by no run)"));
             continue;
         };
-        let runs: Vec<u32> = end
+        let died = end
             .runs
             .iter()
-            .filter(|r| r.request == *n)
-            .map(|r| r.number)
-            .collect();
-        let killed = end
-            .runs
-            .iter()
-            .any(|r| runs.contains(&r.number) && matches!(r.end, Some(RunEnd::Died)));
-        let ledger_fault = end
-            .struck
-            .iter()
-            .zip(&end.by_request.struck_runs)
-            .any(|((_, kind, ..), run)| runs.contains(run) && *kind == SiteKind::Ledger);
-        if !killed && !ledger_fault {
-            left.push(key.clone());
+            .any(|r| r.number == owner && matches!(r.end, Some(RunEnd::Died)));
+        let ledger_failed =
+            end.struck
+                .iter()
+                .zip(&end.by_request.struck_runs)
+                .any(|((fault, kind, ..), run)| {
+                    *run == owner && *kind == SiteKind::Ledger && *fault != Fault::SdkRetry
+                });
+        if !died && !ledger_failed {
+            left.push(format!("{key} (run {owner}'s claim)"));
         }
     }
     match left.is_empty() {
         true => Ok(()),
         false => Err(format!(
-            "{} in progress at the end, and no process killed nor ledger call failed to \
-             explain it",
+            "{} in progress at the end, and the run that holds it neither died nor met a \
+             ledger call failing",
             left.join(", ")
         )),
     }
@@ -1003,9 +1120,12 @@ impl fmt::Display for SimulationReport {
         if self.requests > 0 {
             writeln!(
                 f,
-                "\n| kind | requests | answered | failed (reasons below) | not taken | redriven | invocations | ledger writes | ledger reads | Slack calls | queue calls |"
+                "\n| kind | requests | answered | failed (reasons below) | not taken | not sent | redriven | invocations | ledger writes | ledger reads | Slack calls | queue calls |"
             )?;
-            writeln!(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+            writeln!(
+                f,
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            )?;
             let per = |n: u64, t: &Tally| n as f64 / t.requests.max(1) as f64;
             for kind in &self.order {
                 let Some(t) = self.kinds.get(kind) else {
@@ -1013,11 +1133,12 @@ impl fmt::Display for SimulationReport {
                 };
                 writeln!(
                     f,
-                    "| {kind} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    "| {kind} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                     t.requests,
                     t.answered,
                     t.failed_total(),
                     t.not_taken,
+                    t.not_sent,
                     t.redriven,
                     per(t.invocations, t),
                     per(t.ledger_writes, t),
@@ -1041,6 +1162,25 @@ impl fmt::Display for SimulationReport {
             )?;
             for ((kind, why), (n, first)) in reasons {
                 writeln!(f, "  {kind}: {why}: {n} (schedule {first})")?;
+            }
+        }
+        let answered_failed: Vec<(&str, &str, u64)> = self
+            .kinds
+            .iter()
+            .flat_map(|(kind, t)| {
+                t.answered_failed
+                    .iter()
+                    .map(move |(why, n)| (kind.as_str(), why.as_str(), *n))
+            })
+            .collect();
+        if !answered_failed.is_empty() {
+            writeln!(
+                f,
+                "\nanswered in Slack, though the ledger records the claim failed (its last write \
+                 applied, Slack's answer an error):"
+            )?;
+            for (kind, why, n) in answered_failed {
+                writeln!(f, "  {kind}: {why}: {n}")?;
             }
         }
         if let Some(trace) = &self.trace {
@@ -1079,11 +1219,7 @@ impl fmt::Display for SimulationReport {
                 }
                 writeln!(f, "  the trace:\n{}", sf.failure.trace)?;
                 if let Some(n) = sf.schedule_number {
-                    writeln!(
-                        f,
-                        "  run it again: scripts/simulate.sh --seed {} --only {n}",
-                        self.seed
-                    )?;
+                    writeln!(f, "  run it again: {} --only {n}", self.replay)?;
                 }
                 writeln!(
                     f,

@@ -173,6 +173,9 @@ pub(crate) struct ByRequest {
     pub around: Vec<(Option<usize>, String, Value)>,
     /// The step execution each request is in (a step's own, or an interaction in one).
     pub executions: BTreeMap<usize, String>,
+    /// The run that last acquired each ledger key's claim (its owner now, while it is in
+    /// progress).
+    pub claimers: BTreeMap<String, u32>,
 }
 
 /// Which request made each thing Slack shows: its messages (by channel and `ts`), its
