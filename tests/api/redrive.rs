@@ -189,6 +189,32 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         .send()
         .await
         .unwrap();
+    // Another, whose claim a worker still holds (its lease live): refused all the same, and
+    // its claim left to its holder.
+    let late_live = command_form(&stack.slack, "/once", "too late, still held");
+    dead_letter(
+        &stack,
+        &queued_command(&late_live, Duration::from_secs(31 * 60)),
+    )
+    .await;
+    let live_key = slack_once::interaction::Interaction::from_form(late_live.as_bytes())
+        .unwrap()
+        .key()
+        .unwrap()
+        .to_string();
+    put_failed(&stack, &live_key, Some("A0001"), "in_progress", "", ttl).await;
+    dynamodb_client(&stack.dynamodb)
+        .update_item()
+        .table_name(&stack.table)
+        .key("pk", AttributeValue::S(live_key.clone()))
+        .update_expression("SET lease_until = :live")
+        .expression_attribute_values(
+            ":live",
+            AttributeValue::N((slack_once::clock::now_ms() + 600_000).to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
     // A write whose fate could not be known: never made again.
     let unknown = app_mention("EvRedriveUnknown", "may be in Slack");
     put_failed(
@@ -213,7 +239,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     // hour of the ledger's TTL): a worker finding it absent would answer it again.
     let old_enough = slack_once::config::MIN_TTL - Duration::from_secs(30 * 60);
     dead_letter(&stack, &queued_event(&done, old_enough)).await;
-    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 6);
+    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 7);
 
     // A dry run says what it would do, and does nothing.
     let report = redrive(&stack, &["--dry-run"]);
@@ -231,8 +257,13 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         "{report}"
     );
     assert!(
-        line(&report, "response_url expired")
+        line(&report, &format!("{late_key}="))
             .contains("its claim left in progress would end failed (dead_letter_refused)"),
+        "{report}"
+    );
+    assert!(
+        line(&report, &format!("{live_key}=")).starts_with("refused")
+            && !line(&report, &format!("{live_key}=")).contains("end failed"),
         "{report}"
     );
     assert!(
@@ -256,7 +287,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         "{report}"
     );
     assert!(report.contains("a dry run: nothing changed"), "{report}");
-    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 6, "{report}");
+    assert_eq!(stack.queue.depth(&stack.queue.dlq_url).await, 7, "{report}");
     assert_eq!(stack.queue.depth(&stack.queue.url).await, 0);
 
     // Slack is back: the redrive moves the failed one, and the answered one for the worker
@@ -265,17 +296,21 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     let report = redrive(&stack, &[]);
     assert!(line(&report, "http_500").starts_with("moved"), "{report}");
     assert!(
-        report.contains("3 moved (1 of them answered already), 0 left (held), 3 refused"),
+        report.contains("3 moved (1 of them answered already), 0 left (held), 4 refused"),
         "{report}"
     );
     assert_eq!(
         stack.queue.depth(&stack.queue.dlq_url).await,
-        3,
+        4,
         "the refused stay"
     );
     assert!(
-        line(&report, "response_url expired")
+        line(&report, &format!("{late_key}="))
             .contains("its claim left in progress ended failed (dead_letter_refused)"),
+        "{report}"
+    );
+    assert!(
+        !line(&report, &format!("{live_key}=")).contains("ended failed"),
         "{report}"
     );
     let claim = late_claim().await;
@@ -283,6 +318,8 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     assert_eq!(claim["error"].as_s().unwrap(), "dead_letter_refused");
     assert_eq!(claim["retryable"].as_bool().unwrap(), &true);
     assert!(!claim.contains_key("redelivery"), "{claim:?}");
+    let held = ledger.get_item(&live_key).await.unwrap().unwrap();
+    assert_eq!(held["status"].as_s().unwrap(), "in_progress", "{held:?}");
     let worker = BotProcess::spawn_worker(&stack.worker_vars(5, 2));
     assert!(
         eventually(Duration::from_secs(20), || stack.slack.posted().len() == 3).await,
