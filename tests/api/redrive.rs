@@ -574,6 +574,20 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
         })
         .await
     );
+    // Killed once its post hangs in Slack (the script taken by it, not left for the takeover's
+    // post: on a loaded machine the kill could otherwise come between the claim and the post).
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            stack
+                .slack
+                .counts()
+                .get("chat.postMessage")
+                .is_some_and(|n| *n >= 1)
+        })
+        .await,
+        "{}",
+        worker.log()
+    );
     worker.kill();
     let item = ledger.get_item(&key).await.unwrap().unwrap();
     assert_eq!(item["redelivery"].as_bool().unwrap(), &true);
