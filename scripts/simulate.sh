@@ -7,7 +7,7 @@
 # Nothing listens or is sent outside the process but to 127.0.0.1.
 #   scripts/simulate.sh [--requests N] [--seed S] [--threads N] [--faults RATE] [--only N]
 #                       [--plant lease|around|finish] [--mix fleet|soak] [--installed PER_MILLE]
-# --requests: 100,000 unless given (a million takes under five minutes here); --only N: schedule
+# --requests: 100,000 unless given (a million takes three to four minutes here); --only N: schedule
 # N of the seed alone, with its trace; --plant: a defect planted, to see it found.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
