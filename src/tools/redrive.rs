@@ -650,40 +650,17 @@ async fn end_refused(
     let (Some(owner), Some(lease)) = (item.get(attr::OWNER), item.get(attr::LEASE_UNTIL)) else {
         return Ok(false);
     };
-    let update = q
-        .dynamodb
-        .update_item()
-        .table_name(q.table)
-        .key(attr::PK, AttributeValue::S(key.to_string()))
-        .update_expression(
-            "SET #status = :failed, #error = :refused, #retryable = :true, #failed_at = :now \
-             REMOVE #redelivery",
-        )
-        .condition_expression("#status = :in_progress AND #owner = :owner AND #lease = :lease")
-        .expression_attribute_names("#status", attr::STATUS)
-        .expression_attribute_names("#error", attr::ERROR)
-        .expression_attribute_names("#retryable", attr::RETRYABLE)
-        .expression_attribute_names("#failed_at", attr::FAILED_AT)
-        .expression_attribute_names("#redelivery", attr::REDELIVERY)
-        .expression_attribute_names("#owner", attr::OWNER)
-        .expression_attribute_names("#lease", attr::LEASE_UNTIL)
-        .expression_attribute_values(":failed", AttributeValue::S("failed".into()))
-        .expression_attribute_values(":refused", AttributeValue::S(DEAD_LETTER_REFUSED.into()))
-        .expression_attribute_values(":true", AttributeValue::Bool(true))
-        .expression_attribute_values(":now", AttributeValue::N(options.now_ms.to_string()))
-        .expression_attribute_values(":in_progress", AttributeValue::S("in_progress".into()))
-        .expression_attribute_values(":owner", owner.clone())
-        .expression_attribute_values(":lease", lease.clone());
-    match update.send().await {
-        Ok(_) => Ok(true),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-        {
-            Ok(false)
-        }
-        Err(e) => Err(RedriveError::Ledger(crate::errors::error_chain(&e))),
-    }
+    super::sweep::end_lapsed_claim(
+        q.dynamodb,
+        q.table,
+        AttributeValue::S(key.to_string()),
+        owner.clone(),
+        lease.clone(),
+        DEAD_LETTER_REFUSED,
+        options.now_ms,
+    )
+    .await
+    .map_err(RedriveError::Ledger)
 }
 
 fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {

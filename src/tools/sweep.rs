@@ -114,47 +114,11 @@ pub async fn sweep(
                 swept.other_apps += 1;
                 continue;
             }
-            if !dry_run {
-                let result = dynamodb
-                    .update_item()
-                    .table_name(table)
-                    .key(attr::PK, key)
-                    .update_expression(
-                        "SET #status = :failed, #error = :abandoned, #retryable = :true, \
-                         #failed_at = :now",
-                    )
-                    .condition_expression(
-                        "#status = :in_progress AND #owner = :owner AND #lease_until = :lease",
-                    )
-                    .expression_attribute_names("#status", attr::STATUS)
-                    .expression_attribute_names("#error", attr::ERROR)
-                    .expression_attribute_names("#retryable", attr::RETRYABLE)
-                    .expression_attribute_names("#failed_at", attr::FAILED_AT)
-                    .expression_attribute_names("#owner", attr::OWNER)
-                    .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
-                    .expression_attribute_values(":failed", AttributeValue::S("failed".into()))
-                    .expression_attribute_values(":abandoned", AttributeValue::S(ABANDONED.into()))
-                    .expression_attribute_values(":true", AttributeValue::Bool(true))
-                    .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
-                    .expression_attribute_values(
-                        ":in_progress",
-                        AttributeValue::S("in_progress".into()),
-                    )
-                    .expression_attribute_values(":owner", owner)
-                    .expression_attribute_values(":lease", lease)
-                    .send()
-                    .await;
-                match result {
-                    Ok(_) => {}
-                    // Taken over, or finished, since the scan: left as it is now.
-                    Err(e)
-                        if e.as_service_error()
-                            .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-                    {
-                        continue;
-                    }
-                    Err(e) => return Err(crate::errors::error_chain(&e)),
-                }
+            if !dry_run
+                && !end_lapsed_claim(dynamodb, table, key, owner, lease, ABANDONED, now_ms).await?
+            {
+                // Taken over, or finished, since the scan: left as it is now.
+                continue;
             }
             swept.keys.push(name);
         }
@@ -162,6 +126,55 @@ pub async fn sweep(
         if start.is_none() {
             return Ok(swept);
         }
+    }
+}
+
+/// Ends `failed` (`code`, retryable: claimable as a lapsed claim is) the claim at `key` left in
+/// progress, conditioned on its `owner` and `lease` as read (a takeover in between wins; its
+/// `redelivery` mark removed); whether it did. `sweep`'s and `redrive`'s.
+pub(crate) async fn end_lapsed_claim(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: AttributeValue,
+    owner: AttributeValue,
+    lease: AttributeValue,
+    code: &str,
+    now_ms: u64,
+) -> Result<bool, String> {
+    let result = dynamodb
+        .update_item()
+        .table_name(table)
+        .key(attr::PK, key)
+        .update_expression(
+            "SET #status = :failed, #error = :code, #retryable = :true, #failed_at = :now \
+             REMOVE #redelivery",
+        )
+        .condition_expression("#status = :in_progress AND #owner = :owner AND #lease = :lease")
+        .expression_attribute_names("#status", attr::STATUS)
+        .expression_attribute_names("#error", attr::ERROR)
+        .expression_attribute_names("#retryable", attr::RETRYABLE)
+        .expression_attribute_names("#failed_at", attr::FAILED_AT)
+        .expression_attribute_names("#redelivery", attr::REDELIVERY)
+        .expression_attribute_names("#owner", attr::OWNER)
+        .expression_attribute_names("#lease", attr::LEASE_UNTIL)
+        .expression_attribute_values(":failed", AttributeValue::S("failed".into()))
+        .expression_attribute_values(":code", AttributeValue::S(code.into()))
+        .expression_attribute_values(":true", AttributeValue::Bool(true))
+        .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+        .expression_attribute_values(":in_progress", AttributeValue::S("in_progress".into()))
+        .expression_attribute_values(":owner", owner)
+        .expression_attribute_values(":lease", lease)
+        .send()
+        .await;
+    match result {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(crate::errors::error_chain(&e)),
     }
 }
 

@@ -111,6 +111,20 @@ async fn put_failed(
         .unwrap();
 }
 
+/// Sets `name` to `value` on the ledger item at `pk` (a mark, a lease, as a claim left it).
+async fn set_attribute(stack: &DeferredStack, pk: &str, name: &str, value: AttributeValue) {
+    dynamodb_client(&stack.dynamodb)
+        .update_item()
+        .table_name(&stack.table)
+        .key("pk", AttributeValue::S(pk.to_string()))
+        .update_expression("SET #name = :value")
+        .expression_attribute_names("#name", name)
+        .expression_attribute_values(":value", value)
+        .send()
+        .await
+        .unwrap();
+}
+
 fn line<'a>(report: &'a str, needle: &str) -> &'a str {
     report
         .lines()
@@ -180,15 +194,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         .unwrap()
         .to_string();
     put_failed(&stack, &late_key, Some("A0001"), "in_progress", "", ttl).await;
-    dynamodb_client(&stack.dynamodb)
-        .update_item()
-        .table_name(&stack.table)
-        .key("pk", AttributeValue::S(late_key.clone()))
-        .update_expression("SET redelivery = :true")
-        .expression_attribute_values(":true", AttributeValue::Bool(true))
-        .send()
-        .await
-        .unwrap();
+    set_attribute(&stack, &late_key, "redelivery", AttributeValue::Bool(true)).await;
     // Another, whose claim a worker still holds (its lease live): refused all the same, and
     // its claim left to its holder.
     let late_live = command_form(&stack.slack, "/once", "too late, still held");
@@ -203,18 +209,13 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         .unwrap()
         .to_string();
     put_failed(&stack, &live_key, Some("A0001"), "in_progress", "", ttl).await;
-    dynamodb_client(&stack.dynamodb)
-        .update_item()
-        .table_name(&stack.table)
-        .key("pk", AttributeValue::S(live_key.clone()))
-        .update_expression("SET lease_until = :live")
-        .expression_attribute_values(
-            ":live",
-            AttributeValue::N((slack_once::clock::now_ms() + 600_000).to_string()),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_attribute(
+        &stack,
+        &live_key,
+        "lease_until",
+        AttributeValue::N((slack_once::clock::now_ms() + 600_000).to_string()),
+    )
+    .await;
     // A write whose fate could not be known: never made again.
     let unknown = app_mention("EvRedriveUnknown", "may be in Slack");
     put_failed(
@@ -545,15 +546,13 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
         ttl,
     )
     .await;
-    dynamodb_client(&stack.dynamodb)
-        .update_item()
-        .table_name(&stack.table)
-        .key("pk", AttributeValue::S(mention_key("EvSweepNoRedelivery")))
-        .update_expression("SET redelivery = :true")
-        .expression_attribute_values(":true", AttributeValue::Bool(true))
-        .send()
-        .await
-        .unwrap();
+    set_attribute(
+        &stack,
+        &mention_key("EvSweepNoRedelivery"),
+        "redelivery",
+        AttributeValue::Bool(true),
+    )
+    .await;
     // A worker claims a queued mention, then Slack hangs and the worker is killed: its claim
     // is left in progress, its message hidden until the visibility timeout.
     let mut worker = BotProcess::spawn_worker(&stack.worker_vars(1, 3));
