@@ -125,6 +125,15 @@ async fn set_attribute(stack: &DeferredStack, pk: &str, name: &str, value: Attri
         .unwrap();
 }
 
+/// The ledger key the pipeline claims a command's or an interaction's form under.
+fn form_key(form: &str) -> String {
+    slack_once::interaction::Interaction::from_form(form.as_bytes())
+        .unwrap()
+        .key()
+        .unwrap()
+        .to_string()
+}
+
 fn line<'a>(report: &'a str, needle: &str) -> &'a str {
     report
         .lines()
@@ -188,11 +197,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
     // Its claim, left in progress by a worker's receive marked for a redelivery that never
     // took it over (the next receives failed before claiming): nothing brings it back now, so
     // the redrive ends it failed with the reason, not left unexplained until its TTL.
-    let late_key = slack_once::interaction::Interaction::from_form(late.as_bytes())
-        .unwrap()
-        .key()
-        .unwrap()
-        .to_string();
+    let late_key = form_key(&late);
     put_failed(&stack, &late_key, Some("A0001"), "in_progress", "", ttl).await;
     set_attribute(&stack, &late_key, "redelivery", AttributeValue::Bool(true)).await;
     // Another, whose claim a worker still holds (its lease live): refused all the same, and
@@ -203,11 +208,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
         &queued_command(&late_live, Duration::from_secs(31 * 60)),
     )
     .await;
-    let live_key = slack_once::interaction::Interaction::from_form(late_live.as_bytes())
-        .unwrap()
-        .key()
-        .unwrap()
-        .to_string();
+    let live_key = form_key(&late_live);
     put_failed(&stack, &live_key, Some("A0001"), "in_progress", "", ttl).await;
     set_attribute(
         &stack,
