@@ -194,6 +194,14 @@ impl SlackError {
         }
     }
 
+    /// Whether Slack refused the token itself ([`TOKEN_ERRORS`]: `invalid_auth`,
+    /// `token_revoked`, `account_inactive`, …): the token is no longer good, and asking again
+    /// with it changes nothing. Any other failure (`internal_error`, `fatal_error`,
+    /// `ratelimited`, `request_timeout`, a 5xx, a timeout) says nothing of the token.
+    pub fn refuses_token(&self) -> bool {
+        matches!(self, SlackError::Api { code } if TOKEN_ERRORS.contains(&code.as_str()))
+    }
+
     /// Slack's error code, if Slack answered `ok:false`.
     pub fn code(&self) -> Option<&str> {
         match self {
@@ -1297,6 +1305,35 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn only_a_refused_token_is_a_dead_token() {
+        let api = |code: &str| SlackError::Api { code: code.into() };
+        for dead in [
+            "invalid_auth",
+            "token_revoked",
+            "account_inactive",
+            "not_authed",
+        ] {
+            assert!(api(dead).refuses_token(), "{dead}");
+        }
+        for passing in [
+            "internal_error",
+            "fatal_error",
+            "ratelimited",
+            "request_timeout",
+            "service_unavailable",
+        ] {
+            assert!(!api(passing).refuses_token(), "{passing}");
+        }
+        assert!(
+            !SlackError::Status {
+                status: StatusCode::SERVICE_UNAVAILABLE
+            }
+            .refuses_token()
+        );
+        assert!(!SlackError::Timeout.refuses_token());
+    }
 
     #[test]
     fn ambiguous_failures_are_recognised() {

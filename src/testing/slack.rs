@@ -1,7 +1,7 @@
 //! [`FakeSlack`]: one [`Workspace`] served over HTTP as Slack's Web API serves it, on a port of
 //! 127.0.0.1 or in process (the crash explorer's connections never leave the runtime).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -33,6 +33,18 @@ pub(crate) struct Recorded {
     /// Each call's method and the token it came with, in order (kept in the test's memory,
     /// never printed).
     pub(crate) bearers: Vec<(String, String)>,
+    /// The failures the next calls of a method meet, by method ([`FakeSlack::fail_next`]).
+    pub(crate) failures: HashMap<String, VecDeque<SlackFailure>>,
+}
+
+/// How Slack fails a call it did not make: what [`FakeSlack::fail_next`] scripts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlackFailure {
+    /// HTTP 200 with `{"ok": false, "error": code}` (`internal_error`, `fatal_error`,
+    /// `ratelimited`, `request_timeout`, or a token's refusal: `invalid_auth`…).
+    Code(&'static str),
+    /// That HTTP status (a 5xx), with Slack's `internal_error` in the body.
+    Status(u16),
 }
 
 impl Recorded {
@@ -79,6 +91,7 @@ impl FakeSlack {
             peers: Vec::new(),
             auth_test_without_app: false,
             bearers: Vec::new(),
+            failures: HashMap::new(),
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
@@ -229,6 +242,18 @@ impl FakeSlack {
     /// does.
     pub fn auth_test_without_app(&self) {
         self.state.lock().expect("lock").auth_test_without_app = true;
+    }
+
+    /// The next calls of `method` that reach this stand-in fail, one each, as `failures` say:
+    /// each is recorded as a call, made nothing, and the one after answers as ever.
+    pub fn fail_next(&self, method: &str, failures: impl IntoIterator<Item = SlackFailure>) {
+        self.state
+            .lock()
+            .expect("lock")
+            .failures
+            .entry(method.to_string())
+            .or_default()
+            .extend(failures);
     }
 
     /// Works on the grants ([`FakeSlack::with_oauth`]): make codes, revoke tokens.
@@ -470,7 +495,26 @@ async fn call(
     body: axum::body::Bytes,
 ) -> Response {
     let args = arguments(query.as_deref(), &body);
+    if let Some(failed) = scripted_failure(&state, &method, &args) {
+        return failed;
+    }
     json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
+}
+
+/// The failure [`FakeSlack::fail_next`] scripted for this call of `method`, if any (recorded).
+fn scripted_failure(state: &Mutex<Recorded>, method: &str, args: &Value) -> Option<Response> {
+    let mut s = state.lock().expect("lock");
+    let failure = s.failures.get_mut(method)?.pop_front()?;
+    s.calls.push((method.to_string(), redacted(args)));
+    Some(match failure {
+        SlackFailure::Code(code) => json_response(serde_json::json!({"ok": false, "error": code})),
+        SlackFailure::Status(status) => (
+            http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
+            [("content-type", "application/json")],
+            serde_json::json!({"ok": false, "error": "internal_error"}).to_string(),
+        )
+            .into_response(),
+    })
 }
 
 async fn call_by_query(
@@ -485,6 +529,9 @@ async fn call_by_query(
         return json_response(serde_json::json!({"ok": true}));
     }
     let args = arguments(query.as_deref(), b"");
+    if let Some(failed) = scripted_failure(&state, &method, &args) {
+        return failed;
+    }
     json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
 }
 

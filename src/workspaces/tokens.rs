@@ -357,7 +357,11 @@ impl Workspaces {
 
     /// The app whose token the previous release's import `found` holds, as `auth.test` names
     /// it, tagged on the item so that no later read asks again. `None` where Slack names none.
-    /// A token Slack refuses is nobody's to use here: tagged and answered [`NO_APP`].
+    /// A token Slack refuses ([`SlackError::refuses_token`]: `invalid_auth`, `token_revoked`,
+    /// `account_inactive`, …) is nobody's to use here: tagged and answered [`NO_APP`]. Any
+    /// other failure (`internal_error`, `fatal_error`, `ratelimited`, `request_timeout`, a 5xx,
+    /// no answer) says nothing of whose the token is: nothing is tagged, and the request is
+    /// refused as unavailable (503), so that Slack sends it again.
     async fn app_of_token(
         &self,
         key: &InstallationKey,
@@ -377,17 +381,25 @@ impl Workspaces {
                 }
                 None => Ok(None),
             },
-            Err(SlackError::Api { code }) => {
+            Err(e) if e.refuses_token() => {
                 tracing::warn!(
                     installation = key.id(),
-                    code,
+                    code = e.code().unwrap_or_default(),
                     "the previous release's import here holds a token Slack refuses: not used"
                 );
                 // Tagged as no app's: no later request asks Slack again.
                 self.store.tag_legacy(key, NO_APP).await?;
                 Ok(Some(NO_APP.to_string()))
             }
-            Err(e) => Err(StoreError::Unavailable(Box::new(e))),
+            Err(e) => {
+                tracing::warn!(
+                    installation = key.id(),
+                    error = %crate::errors::error_chain(&e),
+                    "Slack could not say whose token the previous release's import here holds: \
+                     the request is refused for Slack to send again"
+                );
+                Err(StoreError::Unavailable(Box::new(e)))
+            }
         }
     }
 

@@ -871,3 +871,148 @@ async fn an_import_whose_app_slack_does_not_name_is_used_only_once_shown_its_own
         "the click, after the mention tagged the import"
     );
 }
+
+/// Keeps `token` in `table` as the previous release's `import-token` kept it: under the key
+/// without the app (`install#WORKSPACE#T…`), naming no app, its bot user `bot_user`.
+async fn seed_previous_import(
+    endpoint: &str,
+    table: &str,
+    team: &str,
+    token: &str,
+    bot_user: &str,
+) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let installation = slack_once::workspaces::Installation {
+        team_id: Some(team.into()),
+        team_name: None,
+        enterprise_id: None,
+        enterprise_name: None,
+        enterprise_url: None,
+        is_enterprise_install: false,
+        app_id: None,
+        bot_id: None,
+        bot_user_id: Some(bot_user.into()),
+        bot_scopes: Vec::new(),
+        bot: slack_once::workspaces::Token {
+            token: token.into(),
+            refresh_token: None,
+            expires_at_ms: None,
+        },
+        user_id: None,
+        user_scopes: Vec::new(),
+        user: None,
+        installed_at_ms: (now_unix() - 3600) * 1000,
+    };
+    let s = |v: &str| AttributeValue::S(v.to_string());
+    dynamodb_client(endpoint)
+        .put_item()
+        .table_name(table)
+        .item("pk", s(&format!("install#WORKSPACE#{team}")))
+        .item("kind", s("installation"))
+        .item(
+            "installation",
+            s(&serde_json::to_string(&installation).unwrap()),
+        )
+        .item("rotation", s(&installation.bot.rotation()))
+        .item(
+            "installed_at",
+            AttributeValue::N(installation.installed_at_ms.to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The attribute `name` of the item `pk` in `table`, if there is one.
+async fn attribute_of(endpoint: &str, table: &str, pk: &str, name: &str) -> Option<String> {
+    let item = dynamodb_client(endpoint)
+        .get_item()
+        .table_name(table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item?;
+    item.get(name).and_then(|v| v.as_s().ok()).cloned()
+}
+
+/// The previous release's import (naming no app), asked for by a click (which names no bot
+/// user): Slack failing `auth.test` in passing (`internal_error`, `fatal_error`, `ratelimited`,
+/// `request_timeout`, a 5xx) settles nothing: each click is refused with a 5xx (Slack sends it
+/// again), the item stays untagged, and the app's own mention is answered with it once Slack
+/// answers (before, the first passing failure tagged it no app's for good, and every later
+/// event of the workspace got 200 and no answer). A token Slack refuses (`invalid_auth`) is
+/// settled: tagged no app's, and acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passing_failure_of_auth_test_never_disowns_the_previous_releases_import() {
+    use slack_once::testing::SlackFailure;
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let a = Tenant::start(A, &endpoint, &table, &[]).await;
+    let token = format!("xoxb-{}-imported-passing", A.0);
+    a.slack.with_grants(|g| g.accept(&token, "T0000PASS"));
+    let bot_user = bot_user_for(A.0, "T0000PASS");
+    seed_previous_import(&endpoint, &table, "T0000PASS", &token, &bot_user).await;
+    let item = "install#WORKSPACE#T0000PASS";
+
+    let failures = [
+        SlackFailure::Code("internal_error"),
+        SlackFailure::Code("fatal_error"),
+        SlackFailure::Code("ratelimited"),
+        SlackFailure::Code("request_timeout"),
+        SlackFailure::Status(500),
+        SlackFailure::Status(503),
+    ];
+    a.slack.fail_next("auth.test", failures.clone());
+    let fake = json!({"channel": "C1", "ts": "1700000900.000100", "text": "a message"});
+    for failure in &failures {
+        let answer = a.send_form(&a.click("T0000PASS", &fake)).await;
+        assert!(
+            answer.status.is_server_error(),
+            "{failure:?}: {} {}",
+            answer.status,
+            answer.body
+        );
+        assert_eq!(
+            attribute_of(&endpoint, &table, item, "app").await,
+            None,
+            "{failure:?}: nothing settled"
+        );
+    }
+    let asked = a
+        .slack
+        .calls()
+        .iter()
+        .filter(|(m, _)| m == "auth.test")
+        .count();
+    assert_eq!(asked, failures.len(), "each click asked Slack again");
+    let ra = a.send(&a.mention("T0000PASS", 1)).await;
+    assert_eq!(ra.outcome(), "answered", "{}", ra.body);
+    assert_eq!(a.answers_in("T0000PASS"), 1);
+    assert_eq!(
+        attribute_of(&endpoint, &table, item, "app")
+            .await
+            .as_deref(),
+        Some(A.0)
+    );
+
+    // A token Slack refuses for good: settled, no app's, and the click acknowledged.
+    let dead = format!("xoxb-{}-imported-revoked", A.0);
+    seed_previous_import(
+        &endpoint,
+        &table,
+        "T0000DEAD",
+        &dead,
+        &bot_user_for(A.0, "T0000DEAD"),
+    )
+    .await;
+    let answer = a.send_form(&a.click("T0000DEAD", &fake)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        attribute_of(&endpoint, &table, "install#WORKSPACE#T0000DEAD", "app")
+            .await
+            .as_deref(),
+        Some(slack_once::workspaces::tokens::NO_APP)
+    );
+}
