@@ -618,36 +618,42 @@ impl InstallationStore for DynamoInstallations {
         before_ms: u64,
         owns: Owns<'_>,
     ) -> Result<bool, StoreError> {
-        let mut request = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .key(attr::PK, s(&self.key(key, place)))
-            .expression_attribute_names("#installed_at", attr::INSTALLED_AT)
-            .expression_attribute_values(":before", n(before_ms));
-        request = match place {
-            Place::Own => request.condition_expression("#installed_at < :before"),
-            // The previous release's item: only the one read and judged the asker's.
-            Place::Legacy => {
-                let Some(item) = self.get(key, place).await? else {
-                    return Ok(false);
-                };
-                if !owns(&self.stored_of(&item, place).await?) {
-                    return Ok(false);
+        // Read and judged (whose it is needs no token: sealed ones stay sealed), then removed
+        // only as read: a refresh or a reinstall in between makes the write fail, and it is
+        // read again.
+        for _ in 0..4 {
+            let Some(item) = self.get(key, place).await? else {
+                return Ok(false);
+            };
+            let stored = stored_of(&item, place)?;
+            if stored.installation.installed_at_ms >= before_ms || !owns(&stored) {
+                return Ok(false);
+            }
+            let result = self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .key(attr::PK, s(&self.key(key, place)))
+                .condition_expression("#installed_at < :before AND #installation = :read")
+                .expression_attribute_names("#installed_at", attr::INSTALLED_AT)
+                .expression_attribute_names("#installation", attr::INSTALLATION)
+                .expression_attribute_values(":before", n(before_ms))
+                .expression_attribute_values(":read", item[attr::INSTALLATION].clone())
+                .send()
+                .await;
+            match result {
+                Ok(_) => return Ok(true),
+                Err(SdkError::ServiceError(e))
+                    if e.err().is_conditional_check_failed_exception() =>
+                {
+                    continue;
                 }
-                request
-                    .condition_expression("#installed_at < :before AND #installation = :read")
-                    .expression_attribute_names("#installation", attr::INSTALLATION)
-                    .expression_attribute_values(":read", item[attr::INSTALLATION].clone())
+                Err(e) => return Err(unavailable(e)),
             }
-        };
-        match request.send().await {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable(e)),
         }
+        Err(StoreError::Unavailable(
+            "the installation kept changing while it was uninstalled".into(),
+        ))
     }
 
     async fn revoke(
@@ -668,7 +674,7 @@ impl InstallationStore for DynamoInstallations {
             };
             let read = item[attr::INSTALLATION].clone();
             let stored = self.stored_of(&item, place).await?;
-            if place == Place::Legacy && !owns(&stored) {
+            if !owns(&stored) {
                 return Ok(false);
             }
             let mut installation = stored.installation;

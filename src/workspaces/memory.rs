@@ -162,10 +162,7 @@ impl InstallationStore for MemoryInstallations {
         let mut items = self.shared.items.lock().expect("store lock");
         let k = self.key(key, place);
         match items.get(&k) {
-            Some(i)
-                if i.stored.installation.installed_at_ms < before_ms
-                    && (place == Place::Own || owns(&i.stored)) =>
-            {
+            Some(i) if i.stored.installation.installed_at_ms < before_ms && owns(&i.stored) => {
                 items.remove(&k);
                 Ok(true)
             }
@@ -187,7 +184,7 @@ impl InstallationStore for MemoryInstallations {
         let Some(item) = items.get_mut(&k) else {
             return Ok(false);
         };
-        if place == Place::Legacy && !owns(&item.stored) {
+        if !owns(&item.stored) {
             return Ok(false);
         }
         let i = &mut item.stored.installation;

@@ -149,6 +149,28 @@ impl Requester<'_> {
             },
         }
     }
+
+    /// Whether an item under the app's own key may serve or be changed for the requester: not
+    /// where its installation names another app than the request's (a deployment given another
+    /// app's `SLACK_CLIENT_ID`, on a table the two share). One rule for authorization, the
+    /// uninstall and `tokens_revoked`.
+    pub fn may_use_own(&self, stored: &Stored) -> bool {
+        match (stored.installation.app_id.as_deref(), self.app_id) {
+            (Some(installed), Some(asker)) => installed == asker,
+            _ => true,
+        }
+    }
+
+    /// Whether `stored` may be removed or changed for the requester (an uninstall, a
+    /// revocation), wherever it is: under the app's own key, [`Requester::may_use_own`]; where
+    /// the previous release kept it, only when surely the requester's
+    /// ([`Requester::owns_legacy`]).
+    pub fn may_change(&self, stored: &Stored, our_app: Option<&str>) -> bool {
+        match stored.place {
+            Place::Own => self.may_use_own(stored),
+            Place::Legacy => self.owns_legacy(stored, our_app) == Some(true),
+        }
+    }
 }
 
 /// A token, with its rotation: the refresh token and when the token expires (epoch ms), when
@@ -326,8 +348,9 @@ pub trait InstallationStore: Send + Sync + 'static {
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError>;
 
     /// Removes the installation at `place` if it was installed before `before_ms` (an
-    /// `app_uninstalled` event's time): a late uninstall never removes a later reinstall. At
-    /// [`Place::Legacy`], only one `owns` says is the asker's. Whether it removed one.
+    /// `app_uninstalled` event's time): a late uninstall never removes a later reinstall. Only
+    /// one `owns` says is the asker's (at either place: [`Requester::may_change`]), as read,
+    /// its tokens maybe left sealed (whose it is needs none). Whether it removed one.
     async fn delete(
         &self,
         key: &InstallationKey,
@@ -338,8 +361,9 @@ pub trait InstallationStore: Send + Sync + 'static {
 
     /// Removes the tokens of `users` (a `tokens_revoked` event's) from the installation at
     /// `place`: the installing user's token when that user is named; the whole installation
-    /// when its bot user is. Only for an installation made before `before_ms`, and at
-    /// [`Place::Legacy`] one `owns` says is the asker's. Whether it changed anything.
+    /// when its bot user is. Only for an installation made before `before_ms`, and one `owns`
+    /// says is the asker's (at either place: [`Requester::may_change`]). Whether it changed
+    /// anything.
     #[allow(clippy::too_many_arguments)]
     async fn revoke(
         &self,

@@ -341,7 +341,7 @@ impl Workspaces {
                 };
                 Ok(ours.then_some(found))
             }
-            Place::Own if app_of.is_some() && who.app_id.is_some() && app_of != who.app_id => {
+            Place::Own if !who.may_use_own(&found) => {
                 tracing::error!(
                     installation = key.id(),
                     installed_app = app_of.unwrap_or(""),
@@ -838,6 +838,28 @@ impl Workspaces {
         }
     }
 
+    /// Whether `who`'s uninstall or revocation may change `stored` ([`Requester::may_change`]),
+    /// said in the log where an item of the app's own key is another app's.
+    fn may_change(
+        &self,
+        key: &InstallationKey,
+        stored: &Stored,
+        who: &Requester<'_>,
+        our_app: Option<&str>,
+    ) -> bool {
+        let may = who.may_change(stored, our_app);
+        if !may && stored.place == Place::Own {
+            tracing::error!(
+                installation = key.id(),
+                installed_app = stored.installation.app_id.as_deref().unwrap_or(""),
+                request_app = who.app_id.unwrap_or(""),
+                "an uninstall or revocation of another app than this deployment's installation: \
+                 is SLACK_CLIENT_ID this app's? The installation is left as it is"
+            );
+        }
+        may
+    }
+
     /// An `app_uninstalled` event (at `event_ms`) of `who`: removes the app's installation
     /// (its own item, and the previous release's where that one is `who`'s).
     pub async fn uninstalled(
@@ -849,8 +871,9 @@ impl Workspaces {
         self.learn_app(who.app_id);
         let our_app = self.app_id();
         // Only what is surely this app's: an undecided import stays (its app's own uninstall
-        // removes it, or a reinstall's own item takes its place).
-        let owns = |s: &Stored| who.owns_legacy(s, our_app.as_deref()) == Some(true);
+        // removes it, or a reinstall's own item takes its place), and so does an item of the
+        // app's own key whose installation is another app's.
+        let owns = |s: &Stored| self.may_change(key, s, who, our_app.as_deref());
         let own = self.store.delete(key, Place::Own, event_ms, &owns).await?;
         let legacy = self
             .store
@@ -872,7 +895,7 @@ impl Workspaces {
     ) -> Result<bool, StoreError> {
         self.learn_app(who.app_id);
         let our_app = self.app_id();
-        let owns = |s: &Stored| who.owns_legacy(s, our_app.as_deref()) == Some(true);
+        let owns = |s: &Stored| self.may_change(key, s, who, our_app.as_deref());
         let mut changed = false;
         for place in [Place::Own, Place::Legacy] {
             changed |= self

@@ -1016,3 +1016,62 @@ async fn a_passing_failure_of_auth_test_never_disowns_the_previous_releases_impo
         Some(slack_once::workspaces::tokens::NO_APP)
     );
 }
+
+/// App B's deployment given app A's client id by mistake, on the table both share: B's
+/// `app_uninstalled` and B's `tokens_revoked` (naming the person who installed both apps) in a
+/// workspace where A is installed under that key leave A's installation whole, as B's requests
+/// never use it (before, the uninstall removed A's installation, and the revocation A's user
+/// token: A's events there were then acknowledged and never answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_apps_uninstall_under_this_apps_key_leaves_its_installation() {
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let a = Tenant::start(A, &endpoint, &table, &[]).await;
+    let b = Tenant::start(
+        B,
+        &endpoint,
+        &table,
+        &[("SLACK_CLIENT_ID", A.1.to_string())],
+    )
+    .await;
+    a.slack.same_slack_as(&b.slack);
+    let team = "T0000MIS";
+    let code = a.slack.with_grants(|g| {
+        g.grant(
+            team,
+            "app_mentions:read,chat:write,commands",
+            "search:read",
+            false,
+        )
+    });
+    let page = a.install_code(&a.bot, &code).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let item = format!("install#{}#WORKSPACE#{team}", A.1);
+    let user_token = || async {
+        let json = attribute_of(&endpoint, &table, &item, "installation").await?;
+        let installation: serde_json::Value = serde_json::from_str(&json).unwrap();
+        installation["user"]["token"].as_str().map(str::to_string)
+    };
+    assert!(user_token().await.is_some(), "installed with a user token");
+
+    let at = now_unix() + 1;
+    let revoked = json!({
+        "token": "unused", "team_id": team, "api_app_id": B.0, "type": "event_callback",
+        "event_id": format!("Ev{}revoked{team}", B.0), "event_time": at,
+        "event": {"type": "tokens_revoked", "event_ts": format!("{at}.000100"),
+            "tokens": {"oauth": ["U0INSTALLER"], "bot": [bot_user_for(B.0, team)]}},
+        "authorizations": [{"team_id": team, "user_id": bot_user_for(B.0, team), "is_bot": true}]
+    })
+    .to_string();
+    for (what, body) in [("uninstall", b.uninstalled(team)), ("revocation", revoked)] {
+        let answer = b.send(&body).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert!(
+            user_token().await.is_some(),
+            "after B's {what}, A's installation, with its user token, is whole"
+        );
+    }
+    let ra = a.send(&a.mention(team, 1)).await;
+    assert_eq!(ra.outcome(), "answered", "{}", ra.body);
+    assert_eq!(a.answers_in(team), 1);
+}

@@ -16,7 +16,7 @@ use slack_once::ledger::{DynamoLedger, Ledger};
 use slack_once::testing::FakeSlack;
 use slack_once::workspaces::{
     DynamoInstallations, Installation, InstallationKey, InstallationStore, MemoryInstallations,
-    Place, Token,
+    Place, Stored, Token,
 };
 use tokio::sync::oneshot;
 
@@ -800,6 +800,29 @@ async fn contract(store: &dyn InstallationStore) {
     assert!(store.find(&key).await.unwrap().is_none());
     // Uninstalls: not over a later install.
     store.save(&third).await.unwrap();
+    // Nor of an installation the asker does not own (another app's, under this key): the
+    // uninstall and the revocations leave it whole.
+    let others = |s: &Stored| s.installation.app_id.as_deref() != Some("A1");
+    assert!(
+        !store
+            .revoke(
+                &key,
+                Place::Own,
+                &["U1".into()],
+                &["UBOT1".into()],
+                6_000,
+                &others
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .delete(&key, Place::Own, 6_000, &others)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.find(&key).await.unwrap().unwrap().installation, third);
     assert!(
         !store
             .delete(&key, Place::Own, 4_000, &|_| true)
