@@ -51,6 +51,11 @@ SlackOnceManagedWorker, the twins of SlackOnceFunction and SlackOnceWorker):
                    and no function's role holds that policy or any EC2 launch or iam:PassRole right
   lmi-rules        the template's Rules refuse ManagedInstances=true without subnets (or with an empty
                    entry), with a message naming ManagedInstancesSubnetIds, and accept the rest
+  own-items        with SlackClientId set, each function's role, its Allow and Deny statements evaluated with
+                   their dynamodb:LeadingKeys conditions: Get/Put/Update (Delete: installations) on this
+                   app's installation, OAuth-state and pacing items (keys that start with the kind and
+                   the app's client id); none of these on another app's (another client id); the
+                   previous release's items (keyed without the app) and the ledger's keys as before
   twins            each managed twin's source properties equal its ordinary twin's but for
                    CapacityProviderConfig, MemorySize, ReservedConcurrentExecutions and a
                    VersionDescription that extends the ordinary one
@@ -108,6 +113,23 @@ WORKER_ALARM, RATE_ALARM = "NewWorkerVersionFailuresAlarm", "SlackFailureRateAla
 # What the binary sends to the ledger: a claim puts a key never seen, everything else updates.
 # Multi-workspace mode's installation store (in the same table) deletes an uninstalled one.
 LEDGER_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:DeleteItem"]
+# The keys of the installation store (src/workspaces/mod.rs: item_key, pace_key, state_key), for the
+# app OWN_CLIENT and another app on the same table; the previous release's, keyed without the app; and
+# the ledger's own (an event's id, a message's key, a state value's).
+OWN_CLIENT, OTHER_CLIENT = "1111.0001", "2222.0002"
+
+
+def app_keys(client):
+    return {"installation": [f"install#{client}#WORKSPACE#T0001", f"install#{client}#ENTERPRISE#E0001"],
+            "pacing": [f"install-pace#{client}#WORKSPACE#T0001#conversations.history"],
+            "oauth-state": [f"oauth-state#{client}#0123456789abcdef0123456789abcdef"]}
+
+
+PREVIOUS_RELEASE_KEYS = {"installation": ["install#WORKSPACE#T0001", "install#ENTERPRISE#E0001"],
+                         "pacing": ["install-pace#WORKSPACE#T0001#conversations.replies"],
+                         "oauth-state": ["oauth-state#0123456789abcdef0123456789abcdef"]}
+LEDGER_KEYS = ["Ev0123ABCD", "msg-T0001-C0001-1700000000.000100", "state-A0001-open-polls"]
+ITEM_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
 WORKER_SQS_ACTIONS = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
 # Managed policies whose statements are known (AWS's documentation of each); any other one cannot be
 # read offline, so it fails no-sqs-star. Neither of these allows an SQS action.
@@ -361,6 +383,51 @@ def allows(statements, action, resource):
                 resource in [norm_resource(r) for r in as_list(s.get("Resource", []))]:
             return True
     return False
+
+
+def like(value, pattern):
+    """IAM's StringLike: `*` any run of characters, `?` one; case-sensitive."""
+    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(rx, value, re.S) is not None
+
+
+def condition_holds(condition, context):
+    """Whether a statement's Condition holds for a request whose multivalued keys are `context`
+    (e.g. {"dynamodb:LeadingKeys": ["install#..."]}). Only the operators this template uses are read;
+    any other cannot be judged offline and fails the check."""
+    tests = {"StringLike": lambda v, ps: any(like(v, p) for p in ps),
+             "StringNotLike": lambda v, ps: not any(like(v, p) for p in ps),
+             "StringEquals": lambda v, ps: v in ps}
+    for op, pairs in (condition or {}).items():
+        qualifier, _, base = op.rpartition(":")
+        if base not in tests or qualifier not in ("", "ForAllValues", "ForAnyValue"):
+            raise CheckFailed(f"a condition operator this check cannot evaluate: {op}")
+        for key, wanted in pairs.items():
+            wanted = [w if isinstance(w, str) else json.dumps(w) for w in as_list(wanted)]
+            values = context.get(key)
+            if qualifier == "ForAllValues":
+                ok = all(tests[base](v, wanted) for v in values or [])
+            elif qualifier == "ForAnyValue":
+                ok = any(tests[base](v, wanted) for v in values or [])
+            else:
+                ok = values is not None and len(values) == 1 and tests[base](values[0], wanted)
+            if not ok:
+                return False
+    return True
+
+
+def permits(statements, action, resource, context):
+    """Whether `statements` allow `action` on `resource` for a request with `context`: an Allow
+    applies and no Deny does (Action, Resource and Condition read; NotAction and NotResource refused)."""
+    def applies(s):
+        if "NotAction" in s or "NotResource" in s:
+            raise CheckFailed(f"a statement with NotAction or NotResource this check cannot evaluate: {s}")
+        return (any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in as_list(s.get("Action", []))) and
+                any(r == "*" or norm_resource(r) == resource for r in as_list(s.get("Resource", []))) and
+                condition_holds(s.get("Condition"), context))
+    allowed = any(s.get("Effect") == "Allow" and applies(s) for s in statements)
+    denied = any(s.get("Effect") == "Deny" and applies(s) for s in statements)
+    return allowed and not denied
 
 
 def allows_action(statements, action):
@@ -673,6 +740,10 @@ class Checks:
         if self.baseline is not None:
             self.run("lmi-off", "[every Mode] ManagedInstances=false deploys what the baseline template deploys",
                      self.same_as_baseline)
+        for lmi in self.lmi_values:
+            tag = f"[{self.modes[0]}{', LMI' if lmi == 'true' else ''}]"
+            self.run("own-items", f"{tag} the roles touch this app's installation, OAuth-state and pacing items, "
+                     "no other app's", self.own_items, lmi)
         self.run("mode-publishes", "changing Mode alone publishes a new ingress version", self.mode_publishes)
         self.run("no-spurious", "changing LogRetentionDays, or any parameter no version captures, publishes none",
                  self.no_spurious)
@@ -747,6 +818,38 @@ class Checks:
         missing = [a for a in LEDGER_ACTIONS if not allows(st, a, arn_of(LEDGER))]
         if missing:
             raise CheckFailed(f"the worker's role does not allow {', '.join(missing)} on {LEDGER}: its claims fail")
+
+    def own_items(self, lmi):
+        try:
+            d = self.deployed({"Mode": self.modes[0], "SlackClientId": OWN_CLIENT, **self.lmi(lmi)})
+        except CheckFailed as e:
+            raise CheckFailed(f"with SlackClientId={OWN_CLIENT}: {e}") from e
+        wrong = []
+        for function in (d.ingress, d.worker):
+            st = d.statements(d.role_of(function))
+
+            def may(action, key):
+                return permits(st, action, arn_of(LEDGER), {"dynamodb:LeadingKeys": [key]})
+
+            for kinds, whose, want in ((app_keys(OWN_CLIENT), "this app's", True),
+                                       (PREVIOUS_RELEASE_KEYS, "the previous release's", True),
+                                       (app_keys(OTHER_CLIENT), "another app's", False)):
+                for kind, keys in kinds.items():
+                    actions = ITEM_ACTIONS + (["dynamodb:DeleteItem"] if kind == "installation" else [])
+                    for key in keys:
+                        for action in actions:
+                            if may(action, key) != want:
+                                wrong.append(f"{function} {'may not' if want else 'may'} {action} {whose} "
+                                             f"{kind} {key}")
+            for key in LEDGER_KEYS:
+                for action in ITEM_ACTIONS:
+                    if not may(action, key):
+                        wrong.append(f"{function} may not {action} the ledger's {key}")
+                if may("dynamodb:DeleteItem", key):
+                    wrong.append(f"{function} may DeleteItem the ledger's {key}")
+        if wrong:
+            raise CheckFailed("; ".join(wrong[:6]) + (f" (and {len(wrong) - 6} more)" if len(wrong) > 6 else ""))
+        return f"{OWN_CLIENT}'s items, not {OTHER_CLIENT}'s, for both roles"
 
     def no_sqs_star(self, d):
         problems = []
@@ -1174,6 +1277,25 @@ def _update_only(t):
                     s["Action"] = "dynamodb:UpdateItem"
 
 
+def _on_every_deny(change):
+    """`change` applied to the statement NoOtherAppsInstallationItems of every function."""
+    def mutate(t):
+        found = 0
+        for r in t["Resources"].values():
+            if r.get("Type") != "AWS::Serverless::Function":
+                continue
+            for p in r["Properties"].get("Policies", []):
+                statements = p.get("Statement", []) if isinstance(p, dict) else []
+                for s in list(statements):
+                    if isinstance(s, dict) and s.get("Sid") == "NoOtherAppsInstallationItems":
+                        found += 1
+                        if change(s) == "remove":
+                            statements.remove(s)
+        if not found:
+            raise LookupError("no statement NoOtherAppsInstallationItems")
+    return mutate
+
+
 def _deferred_only(t):
     """The template before: the queues and the worker only in deferred mode."""
     for r in t["Resources"].values():
@@ -1391,6 +1513,20 @@ MUTATIONS = [
     ("the ingress's 5xx alarm on the ordinary ingress's versions", {"alarm-targets", "refs-exist"},
      _on_ordinary(lambda t: _dims(t, "NewVersion5xxAlarm")[0])),
     ("the dashboard on the ordinary functions (as before the twins)", {"refs-exist"}, _dashboard_on_ordinary),
+    # Apps sharing a table
+    ("no statement keeping the roles off other apps' installation items (as before)", {"own-items"},
+     _on_every_deny(lambda s: "remove")),
+    ("this app's items spared without the client id (install#*, ...)", {"own-items"},
+     _on_every_deny(lambda s: s["Condition"]["ForAllValues:StringNotLike"].__setitem__(
+         "dynamodb:LeadingKeys", ["install#*", "install-pace#*", "oauth-state#*"]))),
+    ("the previous release's items taken for another app's (install#*, ...)", {"own-items"},
+     _on_every_deny(lambda s: s["Condition"]["ForAnyValue:StringLike"].__setitem__(
+         "dynamodb:LeadingKeys", ["install#*", "install-pace#*", "oauth-state#*"]))),
+    ("the OAuth states left out of the statement", {"own-items"},
+     _on_every_deny(lambda s: s["Condition"]["ForAnyValue:StringLike"].__setitem__(
+         "dynamodb:LeadingKeys", ["install#*#*#*", "install-pace#*#*#*#*"]))),
+    ("the statement on DeleteItem alone", {"own-items"},
+     _on_every_deny(lambda s: s.__setitem__("Action", "dynamodb:DeleteItem"))),
 ]
 
 
