@@ -15,7 +15,10 @@
 //! [`StreamOptions::rotate_after`] (4 minutes), holds [`PART_CHARS`] characters, or Slack
 //! ended it, the part is stopped and marked with slack-once's names (two journaled steps) and
 //! the next is started (a journaled step carrying the plan so far). The journal knows each
-//! part's message: a takeover after a switch replays the switch, never starting a part twice.
+//! part's message: a takeover after a switch replays the switch, never starting a part twice;
+//! and a takeover switches where the part's age or size calls for it, as the crashed run
+//! would have, never for the crash alone: a short answer a crash interrupted ends as one
+//! message.
 //!
 //! **The end** ([`Stream::finish`], [`Stream::finish_answer`]): the last part stopped, then
 //! every part replaced with its share of the final text (`chat.update`), the plan as a `plan`
@@ -113,7 +116,7 @@ struct Part {
     started_ms: u64,
     /// This run started it, and Slack takes its appends: text goes to it.
     live: bool,
-    /// Slack no longer takes appends to it (expired, or stopped).
+    /// Slack no longer takes appends to it (expired, or stopped), as far as this run heard.
     ended: bool,
     /// An append to it failed (a 429, a timeout): no more text goes to it (the end writes
     /// its share), and no switch is made for it.
@@ -369,7 +372,9 @@ impl Stream {
             step,
             from: self.appended,
             live: started_here,
-            ended: !started_here,
+            // An earlier run's part goes on as that run's would: switched when its age, its
+            // size or Slack's end calls for it, never for the crash alone.
+            ended: false,
             muted: false,
             written: false,
             blocks: Vec::new(),
@@ -449,6 +454,17 @@ impl Stream {
             );
             self.failed = Some(error);
             return;
+        }
+        // The fate of the step before the text (a task's update, say) is written now, not
+        // with the next step: text may stream for minutes, and a takeover after a crash in
+        // them replays that step rather than making it again.
+        if crate::journal::inside_remember().is_none()
+            && let Err(error) = self.ctx.record_now().await
+        {
+            tracing::warn!(
+                error = %crate::errors::error_chain(&error),
+                "the stream's last step could not be recorded before its text"
+            );
         }
         self.buffer.push_str(text);
         self.text.push_str(text);
@@ -562,7 +578,7 @@ impl Stream {
         let names = self.part_names(k - 1);
         let stop = json!({"channel": self.channel, "ts": part.ts, "metadata": names,
                           "session_status": "processing"});
-        self.stop_part(stop, !part.ended).await?;
+        self.stop_part(stop, part.live && !part.ended).await?;
         let share = slice(&self.text, part.from, Some(from));
         // The first part keeps its plan, as the end shows it.
         let mut blocks: Vec<Value> = match k {
