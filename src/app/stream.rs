@@ -29,10 +29,13 @@
 //! journaled post, made at the end.
 //!
 //! **A stop.** A person who presses the session's stop button (`agent_session_stopped`, kept
-//! beside the claims) or whose stream Slack answers `stopped_by_user` ends the answer: nothing
-//! is appended, started, stopped or updated after it, on any instance. A run learns of a stop
-//! at the latest at each switch and at the end, where the stream reads the stop's note (a
-//! remembered step, so every later run takes the same way).
+//! beside the claims, the app's) or whose stream Slack answers `stopped_by_user` ends the
+//! answer: nothing is appended, started, stopped or updated after it, on any instance. A stop
+//! is the answer's whose stream it names (`streaming_message_ts`: the streams Slack stopped);
+//! another answer in the same thread goes on. A stop that names none (no stream was active)
+//! ends every answer of the thread asked before it. A run learns of a stop at the latest at
+//! each switch and at the end, where the stream reads the stop's note (a remembered step, so
+//! every later run takes the same way).
 
 use std::time::Duration;
 
@@ -261,6 +264,10 @@ impl Ctx {
         // A stop pressed before this request's run began (a redelivery after it).
         stream.stop_seen().await?;
         stream.start_part().await?;
+        if stream.parts.first().is_some_and(|p| !p.live) {
+            // A part an earlier run started: a stop may have named it.
+            stream.stop_seen().await?;
+        }
         stream.ts = stream
             .parts
             .first()
@@ -628,23 +635,28 @@ impl Stream {
     }
 
     /// Whether a person stopped the answer: Slack said so (`stopped_by_user`: then kept
-    /// beside the claims, for every later run), or the stop's note says so (one `GetItem`,
-    /// in an app that hears `agent_session_stopped`: Slack shows the stop button only then).
-    /// A stop is for good: from it on, the stream's steps are passed, not made.
+    /// beside the claims, naming this answer's parts, for every later run), or the stop's
+    /// note says so (one `GetItem`, in an app that hears `agent_session_stopped`: Slack shows
+    /// the stop button only then): a stop that named one of this answer's parts, or one that
+    /// named no stream (none was active) at or after the request began. A stop that named
+    /// another answer's stream in the same thread is not this answer's. A stop is for good:
+    /// from it on, the stream's steps are passed, not made.
     async fn stop_seen(&mut self) -> Result<bool, Error> {
         if self.stopped {
             return Ok(true);
         }
         if self.stop_hint {
-            self.ctx.note_stop(&self.channel, &self.thread_ts).await;
+            let parts = self.parts.iter().map(|p| p.ts.clone()).collect();
+            self.ctx
+                .note_stop(&self.channel, &self.thread_ts, parts)
+                .await;
             self.stopped = true;
-        } else if self.ctx.hears_stops()
-            && self
+        } else if self.ctx.hears_stops() {
+            let parts: Vec<&str> = self.parts.iter().map(|p| p.ts.as_str()).collect();
+            self.stopped = self
                 .ctx
-                .session_stopped(&self.channel, &self.thread_ts)
-                .await?
-        {
-            self.stopped = true;
+                .stream_stopped(&self.channel, &self.thread_ts, &parts)
+                .await?;
         }
         if self.stopped {
             tracing::info!("the person stopped the answer: nothing more is written");
