@@ -490,11 +490,6 @@ impl TaskDisplay {
     }
 }
 
-/// The note of a stop: when it was pressed (epoch ms).
-fn stop_at_ms(note: &str) -> Option<u64> {
-    serde_json::from_str::<Value>(note).ok()?["at_ms"].as_u64()
-}
-
 impl Ctx {
     /// `agents.sessions.setStatus`: the session of the thread `thread_ts` in `channel` (a
     /// session channel's when `None`) shows `status`; `title` names a session this call
@@ -654,14 +649,16 @@ impl Ctx {
         let Some(team) = self.team() else {
             return Ok(None);
         };
-        // The DM's note, else the person's (a change Slack sent without naming the DM).
+        // The DM's note, else the person's (a change Slack sent without naming the DM); the
+        // app's own (another app's on a shared table is never read).
         let user = user.map(|u| format!("user-{u}"));
         let mut note = None;
         for place in [channel, user].into_iter().flatten() {
-            let Some(key) = crate::pipeline::agent_context_key(team, &place) else {
+            let Some(keys) = crate::pipeline::agent_context_keys(team, &place, self.app_id())
+            else {
                 continue;
             };
-            note = self.note(&key).await?;
+            note = self.app_note(&keys).await?;
             if note.is_some() {
                 break;
             }
@@ -679,19 +676,50 @@ impl Ctx {
 
     /// Whether a person stopped the session of `thread_ts` in `channel` (its stop button:
     /// `agent_session_stopped`, kept beside the claims by an app with an assistant's or
-    /// agent's listener) at or after this request began. One `GetItem`.
+    /// agent's listener) at or after this request began, while none of the app's streams was
+    /// active (Slack named none: the stop is then the whole thread's work in progress). A stop
+    /// that named streams stops their answers only ([`super::Stream::stopped`]). One
+    /// `GetItem` (two while notes of the release before may be read).
     pub async fn session_stopped(&self, channel: &str, thread_ts: &str) -> Result<bool, Error> {
-        let (Some(team), Some(since)) = (self.team(), self.request_ms()) else {
+        let Some(since) = self.request_ms() else {
             return Ok(false);
         };
-        let Some(key) = crate::pipeline::session_stop_key(team, channel, thread_ts) else {
+        let stop = self.stop_note(channel, thread_ts).await?;
+        Ok(stop.is_some_and(|s| s.stops_work(since)))
+    }
+
+    /// Whether a person stopped the answer streamed in `parts` (none yet: not started) in the
+    /// thread `thread_ts` of `channel`: a stop that named one of its parts, or one that named
+    /// no stream at or after this request began.
+    pub(crate) async fn stream_stopped(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        parts: &[&str],
+    ) -> Result<bool, Error> {
+        let Some(since) = self.request_ms() else {
             return Ok(false);
         };
-        let note = self.note(&key).await?;
-        Ok(note
-            .as_deref()
-            .and_then(stop_at_ms)
-            .is_some_and(|at| at >= since))
+        let stop = self.stop_note(channel, thread_ts).await?;
+        Ok(stop.is_some_and(|s| s.stops(parts, since)))
+    }
+
+    /// The stops of the session of `thread_ts` in `channel` this app kept.
+    async fn stop_note(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+    ) -> Result<Option<crate::pipeline::StopNote>, Error> {
+        let Some(team) = self.team() else {
+            return Ok(None);
+        };
+        let Some(keys) =
+            crate::pipeline::session_stop_keys(team, channel, thread_ts, self.app_id())
+        else {
+            return Ok(None);
+        };
+        let note = self.app_note(&keys).await?;
+        Ok(note.as_deref().and_then(crate::pipeline::StopNote::read))
     }
 }
 

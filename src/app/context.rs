@@ -398,6 +398,21 @@ impl Ctx {
             .map_err(Error::Ledger)
     }
 
+    /// The app's note under `keys`: its own, else one the release before kept under the key
+    /// without the app (while a deploy overlaps).
+    pub(crate) async fn app_note(
+        &self,
+        keys: &crate::pipeline::NoteKeys,
+    ) -> Result<Option<String>, Error> {
+        if let Some(note) = self.note(&keys.own).await? {
+            return Ok(Some(note));
+        }
+        match &keys.legacy {
+            Some(legacy) => self.note(legacy).await,
+            None => Ok(None),
+        }
+    }
+
     /// When the request happened (its message's or event's `ts`, a click's `action_ts`), in
     /// epoch milliseconds.
     pub(crate) fn request_ms(&self) -> Option<u64> {
@@ -1447,25 +1462,26 @@ impl Ctx {
         })
     }
 
-    /// Keeps a person's stop of the session of `thread_ts` in `channel` beside the claims,
-    /// as its event does, where a run learnt of it from Slack first (`stopped_by_user`): so
-    /// that every later run of any request of the session knows it. Best effort.
-    pub(crate) async fn note_stop(&self, channel: &str, thread_ts: &str) {
-        let Some(key) = self
+    /// Keeps a person's stop of the answer streamed in `parts` (in the thread `thread_ts` of
+    /// `channel`) beside the claims, as its event does, where a run learnt of it from Slack
+    /// first (`stopped_by_user`): so that every later run of the answer knows it. The stop
+    /// names the answer's parts: no other answer of the thread is stopped by it. Best effort.
+    pub(crate) async fn note_stop(&self, channel: &str, thread_ts: &str, parts: Vec<String>) {
+        let Some(keys) = self
             .team()
-            .and_then(|t| crate::pipeline::session_stop_key(t, channel, thread_ts))
+            .and_then(|t| crate::pipeline::session_stop_keys(t, channel, thread_ts, self.app_id()))
         else {
             return;
         };
         // Stamped with a time the stop cannot be earlier than: this request's (the stop came
-        // while its answer streamed). Never later: a question asked after the stop is not
-        // stopped by it, and the stop's own event (its real time) replaces this note.
+        // while its answer streamed). The stop's own event (its real time) is kept beside it.
         let now_ms = crate::clock::now_ms();
         let at_ms = self.request_ms().unwrap_or(now_ms).min(now_ms);
-        let value = json!({"at_ms": at_ms, "value": "[]"}).to_string();
+        let stop = crate::pipeline::StopNote::pressed(at_ms, parts);
         let expires_at_s = now_ms / 1000 + 7 * 86_400;
         let ledger = self.inner.steps.lock().await.ledger.clone();
-        let write = ledger.set_note(&key, &value, at_ms, expires_at_s);
+        let write =
+            crate::pipeline::keep_stop(ledger.as_ref(), &keys.own, stop, expires_at_s, now_ms);
         if let Err(e) | Ok(Err(e)) = tokio::time::timeout_at(self.inner.deadline, write)
             .await
             .map_err(|_| LedgerError::Unavailable("the deadline passed".into()))

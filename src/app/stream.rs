@@ -15,7 +15,10 @@
 //! [`StreamOptions::rotate_after`] (4 minutes), holds [`PART_CHARS`] characters, or Slack
 //! ended it, the part is stopped and marked with slack-once's names (two journaled steps) and
 //! the next is started (a journaled step carrying the plan so far). The journal knows each
-//! part's message: a takeover after a switch replays the switch, never starting a part twice.
+//! part's message: a takeover after a switch replays the switch, never starting a part twice;
+//! and a takeover switches where the part's age or size calls for it, as the crashed run
+//! would have, never for the crash alone: a short answer a crash interrupted ends as one
+//! message.
 //!
 //! **The end** ([`Stream::finish`], [`Stream::finish_answer`]): the last part stopped, then
 //! every part replaced with its share of the final text (`chat.update`), the plan as a `plan`
@@ -26,10 +29,13 @@
 //! journaled post, made at the end.
 //!
 //! **A stop.** A person who presses the session's stop button (`agent_session_stopped`, kept
-//! beside the claims) or whose stream Slack answers `stopped_by_user` ends the answer: nothing
-//! is appended, started, stopped or updated after it, on any instance. A run learns of a stop
-//! at the latest at each switch and at the end, where the stream reads the stop's note (a
-//! remembered step, so every later run takes the same way).
+//! beside the claims, the app's) or whose stream Slack answers `stopped_by_user` ends the
+//! answer: nothing is appended, started, stopped or updated after it, on any instance. A stop
+//! is the answer's whose stream it names (`streaming_message_ts`: the streams Slack stopped);
+//! another answer in the same thread goes on. A stop that names none (no stream was active)
+//! ends every answer of the thread asked before it. A run learns of a stop at the latest at
+//! each switch and at the end, where the stream reads the stop's note (a remembered step, so
+//! every later run takes the same way).
 
 use std::time::Duration;
 
@@ -113,7 +119,7 @@ struct Part {
     started_ms: u64,
     /// This run started it, and Slack takes its appends: text goes to it.
     live: bool,
-    /// Slack no longer takes appends to it (expired, or stopped).
+    /// Slack no longer takes appends to it (expired, or stopped), as far as this run heard.
     ended: bool,
     /// An append to it failed (a 429, a timeout): no more text goes to it (the end writes
     /// its share), and no switch is made for it.
@@ -258,6 +264,10 @@ impl Ctx {
         // A stop pressed before this request's run began (a redelivery after it).
         stream.stop_seen().await?;
         stream.start_part().await?;
+        if stream.parts.first().is_some_and(|p| !p.live) {
+            // A part an earlier run started: a stop may have named it.
+            stream.stop_seen().await?;
+        }
         stream.ts = stream
             .parts
             .first()
@@ -369,7 +379,9 @@ impl Stream {
             step,
             from: self.appended,
             live: started_here,
-            ended: !started_here,
+            // An earlier run's part goes on as that run's would: switched when its age, its
+            // size or Slack's end calls for it, never for the crash alone.
+            ended: false,
             muted: false,
             written: false,
             blocks: Vec::new(),
@@ -449,6 +461,17 @@ impl Stream {
             );
             self.failed = Some(error);
             return;
+        }
+        // The fate of the step before the text (a task's update, say) is written now, not
+        // with the next step: text may stream for minutes, and a takeover after a crash in
+        // them replays that step rather than making it again.
+        if crate::journal::inside_remember().is_none()
+            && let Err(error) = self.ctx.record_now().await
+        {
+            tracing::warn!(
+                error = %crate::errors::error_chain(&error),
+                "the stream's last step could not be recorded before its text"
+            );
         }
         self.buffer.push_str(text);
         self.text.push_str(text);
@@ -562,7 +585,7 @@ impl Stream {
         let names = self.part_names(k - 1);
         let stop = json!({"channel": self.channel, "ts": part.ts, "metadata": names,
                           "session_status": "processing"});
-        self.stop_part(stop, !part.ended).await?;
+        self.stop_part(stop, part.live && !part.ended).await?;
         let share = slice(&self.text, part.from, Some(from));
         // The first part keeps its plan, as the end shows it.
         let mut blocks: Vec<Value> = match k {
@@ -612,23 +635,28 @@ impl Stream {
     }
 
     /// Whether a person stopped the answer: Slack said so (`stopped_by_user`: then kept
-    /// beside the claims, for every later run), or the stop's note says so (one `GetItem`,
-    /// in an app that hears `agent_session_stopped`: Slack shows the stop button only then).
-    /// A stop is for good: from it on, the stream's steps are passed, not made.
+    /// beside the claims, naming this answer's parts, for every later run), or the stop's
+    /// note says so (one `GetItem`, in an app that hears `agent_session_stopped`: Slack shows
+    /// the stop button only then): a stop that named one of this answer's parts, or one that
+    /// named no stream (none was active) at or after the request began. A stop that named
+    /// another answer's stream in the same thread is not this answer's. A stop is for good:
+    /// from it on, the stream's steps are passed, not made.
     async fn stop_seen(&mut self) -> Result<bool, Error> {
         if self.stopped {
             return Ok(true);
         }
         if self.stop_hint {
-            self.ctx.note_stop(&self.channel, &self.thread_ts).await;
+            let parts = self.parts.iter().map(|p| p.ts.clone()).collect();
+            self.ctx
+                .note_stop(&self.channel, &self.thread_ts, parts)
+                .await;
             self.stopped = true;
-        } else if self.ctx.hears_stops()
-            && self
+        } else if self.ctx.hears_stops() {
+            let parts: Vec<&str> = self.parts.iter().map(|p| p.ts.as_str()).collect();
+            self.stopped = self
                 .ctx
-                .session_stopped(&self.channel, &self.thread_ts)
-                .await?
-        {
-            self.stopped = true;
+                .stream_stopped(&self.channel, &self.thread_ts, &parts)
+                .await?;
         }
         if self.stopped {
             tracing::info!("the person stopped the answer: nothing more is written");

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::notes::NoteKeys;
 use super::{
     ANSWER_MARGIN, EventDelivery, MAX_LEASE_MARGIN, Outcome, ProcessError, Processor, error_chain,
     metrics, unix_ms,
@@ -270,16 +271,25 @@ pub(crate) fn thread_context_key(team: &str, channel: &str, thread_ts: &str) -> 
     ledger_key(&format!("actx-{team}-{channel}-{thread_ts}"))
 }
 
-/// The key of the note that keeps a conversation's latest agent context
-/// (`app_context_changed`): team and the app's DM with the person.
-pub(crate) fn agent_context_key(team: &str, channel: &str) -> Option<EventId> {
-    ledger_key(&format!("agctx-{team}-{channel}"))
+/// The keys of the note that keeps a conversation's latest agent context
+/// (`app_context_changed`) for the app `app`: team and the app's DM with the person (or the
+/// person: `user-U…`), the app's ([`NoteKeys`]).
+pub(crate) fn agent_context_keys(team: &str, place: &str, app: Option<&str>) -> Option<NoteKeys> {
+    NoteKeys::of(ledger_key(&format!("agctx-{team}-{place}")), app)
 }
 
-/// The key of the note that says a person stopped an agent session (`agent_session_stopped`):
-/// team, channel and the session's thread.
-pub(crate) fn session_stop_key(team: &str, channel: &str, thread_ts: &str) -> Option<EventId> {
-    ledger_key(&format!("astop-{team}-{channel}-{thread_ts}"))
+/// The keys of the note that keeps the stops of an agent session (`agent_session_stopped`)
+/// for the app `app`: team, channel and the session's thread, the app's ([`NoteKeys`]).
+pub(crate) fn session_stop_keys(
+    team: &str,
+    channel: &str,
+    thread_ts: &str,
+    app: Option<&str>,
+) -> Option<NoteKeys> {
+    NoteKeys::of(
+        ledger_key(&format!("astop-{team}-{channel}-{thread_ts}")),
+        app,
+    )
 }
 
 /// The ledger keys of `callback` (primary, alias), as a claim derives them: for the fuzzers.

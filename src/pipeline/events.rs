@@ -28,6 +28,8 @@ impl Processor {
             return;
         }
         let team = callback.team().unwrap_or("-");
+        // The agent's notes are the app's: two apps sharing the table keep their own.
+        let app = callback.api_app_id.as_deref();
         let channel = event.channel.as_deref();
         let (key, value) = match (event.kind.as_str(), channel) {
             ("assistant_thread_started" | "assistant_thread_context_changed", Some(channel)) => {
@@ -56,21 +58,21 @@ impl Processor {
                         .find(|a| !a.is_bot)
                         .and_then(|a| a.user_id.clone())
                 });
-                let key = match (channel, user) {
-                    (Some(channel), _) => super::claim::agent_context_key(team, channel),
-                    (None, Some(user)) => {
-                        super::claim::agent_context_key(team, &format!("user-{user}"))
-                    }
+                let place = match (channel, user) {
+                    (Some(channel), _) => channel.to_string(),
+                    (None, Some(user)) => format!("user-{user}"),
                     (None, None) => return,
                 };
-                (key, context.to_string())
+                let keys = super::claim::agent_context_keys(team, &place, app);
+                (keys.map(|k| k.own), context.to_string())
             }
             ("agent_session_stopped", Some(channel)) => {
                 let Some(thread) = event.raw["thread_ts"].as_str() else {
                     return;
                 };
+                let keys = super::claim::session_stop_keys(team, channel, thread, app);
                 (
-                    super::claim::session_stop_key(team, channel, thread),
+                    keys.map(|k| k.own),
                     event.raw["streaming_message_ts"].to_string(),
                 )
             }
@@ -97,7 +99,24 @@ impl Processor {
         } else {
             serde_json::json!({"at_ms": at_ms, "value": value}).to_string()
         };
-        let write = self.ledger.set_note(&key, &value, at_ms, expires_at_s);
+        let write = async {
+            if event.kind != "agent_session_stopped" {
+                return self
+                    .ledger
+                    .set_note(&key, &value, at_ms, expires_at_s)
+                    .await;
+            }
+            // A stop names the streams Slack stopped; kept with the thread's earlier stops.
+            let streams = event.raw["streaming_message_ts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect();
+            let stop = super::StopNote::pressed(at_ms, streams);
+            let now_ms = unix_ms(delivery.now);
+            super::keep_stop(self.ledger.as_ref(), &key, stop, expires_at_s, now_ms).await
+        };
         match tokio::time::timeout(std::time::Duration::from_millis(800), write).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {

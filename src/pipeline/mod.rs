@@ -21,12 +21,14 @@ mod enqueue;
 mod events;
 mod finish;
 mod interactions;
+mod notes;
 mod verify;
 mod work;
 
 pub use claim::ledger_keys;
-pub(crate) use claim::{agent_context_key, session_stop_key, thread_context_key};
+pub(crate) use claim::{agent_context_keys, session_stop_keys, thread_context_key};
 pub use interactions::ACK_BUDGET;
+pub(crate) use notes::{NoteKeys, StopNote, keep_stop};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

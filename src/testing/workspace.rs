@@ -615,6 +615,23 @@ impl Workspace {
     /// sends `agent_session_stopped`, which this returns (the event, not its envelope). The
     /// session's status is left as it is.
     pub fn stop_session(&mut self, channel: &str, thread_ts: &str, user: &str) -> Value {
+        self.stop(channel, thread_ts, None, user)
+    }
+
+    /// A person presses stop on the app's stream `stream_ts` in the thread `thread_ts` of
+    /// `channel`, while another answer of the thread streams on: Slack stops that stream
+    /// only, and its `agent_session_stopped` names it alone (`streaming_message_ts`).
+    pub fn stop_stream(
+        &mut self,
+        channel: &str,
+        thread_ts: &str,
+        stream_ts: &str,
+        user: &str,
+    ) -> Value {
+        self.stop(channel, thread_ts, Some(stream_ts), user)
+    }
+
+    fn stop(&mut self, channel: &str, thread_ts: &str, only: Option<&str>, user: &str) -> Value {
         let app = self.identity.app_id.clone();
         let mut stopped = Vec::new();
         for m in self.messages.iter_mut() {
@@ -622,6 +639,7 @@ impl Workspace {
                 && text(&m["thread_ts"]) == thread_ts
                 && m["app_id"] == app.as_str()
                 && m["streaming"] == true
+                && only.is_none_or(|ts| m["ts"] == ts)
             {
                 m["streaming"] = false.into();
                 m["stopped_by_user"] = true.into();

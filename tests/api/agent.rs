@@ -33,7 +33,7 @@ pub fn expected(question: &str, words: usize) -> String {
 
 /// An agent: a session, a plan of three tasks, `words` words streamed one every `pause`,
 /// parts switched after `part`, feedback buttons at the end.
-fn agent(words: usize, pause: Duration, part: Duration, asked: Arc<AtomicUsize>) -> App {
+pub fn agent(words: usize, pause: Duration, part: Duration, asked: Arc<AtomicUsize>) -> App {
     App::new()
         .assistant_message(move |ctx: Ctx, q: MessageEvent| {
             let asked = asked.clone();

@@ -194,6 +194,67 @@ async fn killed_mid_answer_the_takeover_finishes_the_same_parts_and_every_task_o
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_answer_a_short_answer_taken_over_is_one_message_as_without_the_kill() {
+    // Deferred mode, a lease of 8 s, an answer of about 4 s (100 words, one every 40 ms):
+    // one part's worth. The worker is SIGKILLed while the answer streams; the takeover
+    // finishes it in the same message.
+    let stack = DeferredStack::start(5).await;
+    let ingress = BotProcess::spawn_example("assistant", &[], &stack.ingress_vars());
+    let worker = || {
+        let mut vars = stack.worker_vars(8, 5);
+        vars.extend(model(100, 40, 240_000));
+        BotProcess::spawn_example("assistant", &["worker"], &vars)
+    };
+    let mut a = worker();
+    let http = HttpClient::default();
+    let thread = ts_of("EvShort1");
+    let sent = deliver(&http, &ingress.url(), &question("EvShort1", "short"), None).await;
+    assert_eq!(sent.outcome(), "queued");
+    // Killed while the answer streams (its first 256 characters shown, about half of it).
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            ours(&stack.slack).iter().any(|m| {
+                m["streaming"] == true && m["text"].as_str().is_some_and(|t| t.contains(" w40"))
+            })
+        })
+        .await,
+        "the answer streams:\n{}",
+        a.log()
+    );
+    assert!(!finished(&stack.slack, &thread), "killed mid-answer");
+    a.kill();
+    let b = worker();
+    assert!(
+        eventually(Duration::from_secs(40), || finished(&stack.slack, &thread)).await,
+        "finished: {:#?}\n{}",
+        parts_in(&ours(&stack.slack), "D0001", &thread),
+        b.log()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let parts = parts_in(&ours(&stack.slack), "D0001", &thread);
+    assert_eq!(
+        parts.len(),
+        1,
+        "one message of the app in the question's thread, as without the kill: {parts:#?}"
+    );
+    check_answer(
+        &parts,
+        &expected("short", 100),
+        &stack.slack.with_workspace(|w| w.task_updates().clone()),
+    );
+    assert_eq!(
+        starts(&stack.slack),
+        1,
+        "one stream, the crashed run's, finished"
+    );
+    let session = stack
+        .slack
+        .with_workspace(|w| w.session("D0001", &thread))
+        .unwrap();
+    processing_then_active(&session);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_by_the_person_nothing_is_written_after_the_stop() {
     let slack = SlackStandin::start().await;
     let mut vars = model(2000, 2, 240_000);

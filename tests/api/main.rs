@@ -1,6 +1,7 @@
 //! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
 
 mod agent;
+mod agent_notes;
 mod agent_processes;
 mod assistant;
 mod binary;

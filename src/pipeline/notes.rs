@@ -1,0 +1,182 @@
+//! An agent's notes beside the claims (what a person looks at, a stop): whose they are (the
+//! app's: [`NoteKeys`]) and what a stop stops ([`StopNote`]).
+
+use serde_json::{Value, json};
+
+use crate::envelope::EventId;
+use crate::ledger::{Ledger, LedgerError, app_scoped};
+
+/// Where an app's note is: its key followed by the app (`…-A0123`, as a claim of a key another
+/// app holds is kept: [`app_scoped`]), so two apps whose deployments share a table never read
+/// or overwrite each other's; a request without `api_app_id` keeps it under the key alone.
+/// The releases before kept every app's note under the key alone (`legacy`): read there
+/// while a deploy overlaps, when the app's own is absent, never written.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct NoteKeys {
+    pub own: EventId,
+    pub legacy: Option<EventId>,
+}
+
+impl NoteKeys {
+    pub(crate) fn of(key: Option<EventId>, app: Option<&str>) -> Option<Self> {
+        let key = key?;
+        Some(match app.and_then(|app| app_scoped(&key, app)) {
+            Some(own) => Self {
+                own,
+                legacy: Some(key),
+            },
+            None => Self {
+                own: key,
+                legacy: None,
+            },
+        })
+    }
+}
+
+/// A person's stops of an agent session's thread, as kept beside the claims. A stop names
+/// the streams Slack stopped (`agent_session_stopped`'s `streaming_message_ts`; the one part
+/// Slack answered `stopped_by_user`): it stops the answers those streams are parts of, and
+/// no other answer of the thread. A stop that names none (Slack sends an empty list when no
+/// stream was active: the person stopped work that is not a stream yet) stops every answer
+/// of the thread whose request began at or before it.
+///
+/// Kept as `{"at_ms", "value"}` (the latest stop's time, and its `streaming_message_ts` as
+/// the releases before kept it, which read every stop as the whole thread's), with `streams`
+/// (every stream a stop of the thread named) and `unnamed_at_ms` (the latest stop that named
+/// none): a later stop adds to the note, never hiding an earlier one.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct StopNote {
+    at_ms: u64,
+    latest: Vec<String>,
+    streams: Vec<String>,
+    unnamed_at_ms: Option<u64>,
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().filter(|s| !s.is_empty()).map(str::to_string))
+        .collect()
+}
+
+impl StopNote {
+    /// A stop at `at_ms` naming `streams` (none: the whole thread's work begun before it).
+    pub(crate) fn pressed(at_ms: u64, streams: Vec<String>) -> Self {
+        Self {
+            at_ms,
+            unnamed_at_ms: streams.is_empty().then_some(at_ms),
+            latest: streams.clone(),
+            streams,
+        }
+    }
+
+    /// The note as kept (this release's or the one before's); `None` when it is not one.
+    pub(crate) fn read(note: &str) -> Option<Self> {
+        let kept: Value = serde_json::from_str(note).ok()?;
+        let at_ms = kept["at_ms"].as_u64()?;
+        let latest = kept["value"]
+            .as_str()
+            .and_then(|v| serde_json::from_str::<Value>(v).ok())
+            .map(|v| strings(&v))
+            .unwrap_or_default();
+        if kept.get("streams").is_none() {
+            return Some(Self::pressed(at_ms, latest));
+        }
+        Some(Self {
+            at_ms,
+            latest,
+            streams: strings(&kept["streams"]),
+            unnamed_at_ms: kept["unnamed_at_ms"].as_u64(),
+        })
+    }
+
+    /// This stop with the ones `earlier` kept (a stop's event delivered late included).
+    fn with(mut self, earlier: Option<Self>) -> Self {
+        let Some(earlier) = earlier else {
+            return self;
+        };
+        if earlier.at_ms > self.at_ms {
+            self.at_ms = earlier.at_ms;
+            self.latest = earlier.latest;
+        }
+        for stream in earlier.streams {
+            if !self.streams.contains(&stream) {
+                self.streams.push(stream);
+            }
+        }
+        self.unnamed_at_ms = self.unnamed_at_ms.max(earlier.unnamed_at_ms);
+        self
+    }
+
+    fn kept(&self) -> String {
+        let mut kept = json!({"at_ms": self.at_ms, "value": json!(self.latest).to_string(),
+                              "streams": self.streams});
+        if let Some(at) = self.unnamed_at_ms {
+            kept["unnamed_at_ms"] = at.into();
+        }
+        kept.to_string()
+    }
+
+    /// Whether it stops the answer streamed in `parts` (none yet: only a stop naming no
+    /// stream can), whose request began at `since_ms`.
+    pub(crate) fn stops(&self, parts: &[&str], since_ms: u64) -> bool {
+        parts.iter().any(|p| self.streams.iter().any(|s| s == p)) || self.stops_work(since_ms)
+    }
+
+    /// Whether a stop that named no stream came at or after `since_ms`.
+    pub(crate) fn stops_work(&self, since_ms: u64) -> bool {
+        self.unnamed_at_ms.is_some_and(|at| at >= since_ms)
+    }
+}
+
+/// Keeps `stop` under `key`, with the stops kept there already (a `GetItem`, then the
+/// conditioned `PutItem` of every note: the later `at_ms` of the two stands). Two stops of one
+/// thread kept at the same instant may leave one's streams out: each stopped stream is also
+/// answered `stopped_by_user` by Slack, which its run reads as its stop.
+pub(crate) async fn keep_stop(
+    ledger: &dyn Ledger,
+    key: &EventId,
+    stop: StopNote,
+    expires_at_s: u64,
+    now_ms: u64,
+) -> Result<(), LedgerError> {
+    let earlier = ledger.note(key, now_ms).await?;
+    let stop = stop.with(earlier.as_deref().and_then(StopNote::read));
+    ledger
+        .set_note(key, &stop.kept(), stop.at_ms, expires_at_s)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_stops_the_streams_it_names_and_one_naming_none_the_work_begun_before_it() {
+        let named = StopNote::pressed(2_000, vec!["1.5".into()]);
+        assert!(named.stops(&["1.5"], 1_000));
+        assert!(!named.stops(&["1.7"], 1_000), "another answer's stream");
+        assert!(!named.stops(&[], 1_000), "an answer not streaming yet");
+        let unnamed = StopNote::pressed(2_000, vec![]);
+        assert!(unnamed.stops(&["1.7"], 1_000));
+        assert!(!unnamed.stops(&["1.7"], 3_000), "asked after the stop");
+    }
+
+    #[test]
+    fn a_later_stop_keeps_the_earlier_ones_and_the_previous_release_s_note_is_read() {
+        let earlier = StopNote::pressed(1_000, vec!["1.5".into()]);
+        let later = StopNote::pressed(3_000, vec!["1.7".into()]).with(Some(earlier.clone()));
+        let read = StopNote::read(&later.kept()).unwrap();
+        assert_eq!(read, later);
+        assert!(read.stops(&["1.5"], 0) && read.stops(&["1.7"], 0));
+        // Delivered late: the later stop's time stands.
+        let late = StopNote::pressed(500, vec![]).with(Some(read));
+        assert_eq!((late.at_ms, late.unnamed_at_ms), (3_000, Some(500)));
+        // The previous release's: `value` alone, which named its streams.
+        let old = StopNote::read(r#"{"at_ms": 2000, "value": "[\"1.5\"]"}"#).unwrap();
+        assert!(old.stops(&["1.5"], 0) && !old.stops(&["1.7"], 0));
+        let old = StopNote::read(r#"{"at_ms": 2000, "value": "[]"}"#).unwrap();
+        assert!(old.stops(&[], 1_500) && !old.stops(&[], 2_500));
+    }
+}
