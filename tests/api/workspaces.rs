@@ -14,6 +14,7 @@ use slack_once::Application;
 use slack_once::config::Config;
 use slack_once::ledger::{DynamoLedger, Ledger};
 use slack_once::testing::FakeSlack;
+use slack_once::workspaces::seal::ReadyKey;
 use slack_once::workspaces::{
     DynamoInstallations, Installation, InstallationKey, InstallationStore, MemoryInstallations,
     Place, Token,
@@ -679,19 +680,19 @@ async fn contract(store: &dyn InstallationStore) {
     let second = installation("T1", "r2", 1_000);
     assert!(
         !store
-            .store_refreshed(&key, Place::Own, (&r1, 0), "b", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "b", &second, &ReadyKey::none())
             .await
             .unwrap()
     );
     assert!(
         store
-            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second, &ReadyKey::none())
             .await
             .unwrap()
     );
     assert!(
         store
-            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second, &ReadyKey::none())
             .await
             .unwrap()
     );
