@@ -374,7 +374,7 @@ async fn import_token_keeps_this_apps_installation_beside_another_apps() {
     let endpoint = dynamodb_endpoint();
     let run = || {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
-        command.env_clear().arg("import-token");
+        command.env_clear().args(["import-token", "--plaintext"]);
         for (k, v) in tenant_vars(A, &a.slack, &endpoint, &table) {
             command.env(k, v);
         }

@@ -1,11 +1,13 @@
 //! Tokens at rest with `SLACK_TOKEN_KEY_ID` (KMS on moto's server, the installations on
 //! DynamoDB Local): a data key handed out before a refresh's exchange seals the store after it
 //! however late that comes; an installation the app's key keeps as it is is sealed at its first
-//! read; the write guards tell apart two items whose sealed tokens alone differ.
+//! read; `import-token` seals, or keeps a token as it is only when told to; the write guards
+//! tell apart two items whose sealed tokens alone differ.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use slack_once::testing::FakeSlack;
 use slack_once::workspaces::seal::{DATA_KEY_AGE, ReadyKey, Seal, Tokens};
 use slack_once::workspaces::{
     DynamoInstallations, Installation, InstallationKey, InstallationStore, Token,
@@ -212,4 +214,87 @@ async fn a_write_guard_tells_apart_two_installations_whose_sealed_tokens_alone_d
     let id = InstallationKey::Workspace("T0GUARD".into());
     let found = store.find(&id).await.unwrap().unwrap();
     assert_eq!(found.installation.bot.token, "xoxb-guard-first");
+}
+
+/// `import-token` seals the token with `SLACK_TOKEN_KEY_ID`; without it, it refuses (exit 2,
+/// nothing written) unless told `--plaintext`, and refuses both at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_token_seals_the_token_and_keeps_one_as_it_is_only_when_told() {
+    let slack = FakeSlack::start()
+        .await
+        .with_oauth(CLIENT_ID, "import-client-secret");
+    let token = "xoxb-imported-at-rest";
+    slack.with_grants(|g| g.accept(token, "T0TEST"));
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let kms = kms_key_vars().await;
+    let run = |args: &[&str], sealed: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+        command.env_clear().arg("import-token").args(args);
+        for (k, v) in dynamodb_env(&endpoint) {
+            command.env(k, v);
+        }
+        if sealed {
+            for (k, v) in &kms {
+                command.env(k, v);
+            }
+        }
+        command
+            .env("SLACK_BOT_TOKEN", token)
+            .env("SLACK_CLIENT_ID", CLIENT_ID)
+            .env("SLACK_API_URL", slack.base_url())
+            .env("DEDUP_TABLE", &table);
+        let out = command.output().unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, said) = run(&[], false);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("SLACK_TOKEN_KEY_ID") && said.contains("--plaintext"),
+        "{said}"
+    );
+    let (code, said) = run(&["--plaintext"], true);
+    assert_eq!(code, Some(2), "{said}");
+    assert_eq!(table_text(&table).await, "[]", "nothing written");
+
+    let (code, said) = run(&[], true);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("imported the installation of T0TEST, sealed"),
+        "{said}"
+    );
+    assert!(!said.contains(token), "{said}");
+    let text = table_text(&table).await;
+    assert!(!text.contains(token), "sealed: {text}");
+    assert!(text.contains("sealed_key"), "{text}");
+
+    // Told --plaintext, into another table: kept as it is, and it says so.
+    let (other, _) = fresh_table(&endpoint).await;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+    command.env_clear().args(["import-token", "--plaintext"]);
+    for (k, v) in dynamodb_env(&endpoint) {
+        command.env(k, v);
+    }
+    let out = command
+        .env("SLACK_BOT_TOKEN", token)
+        .env("SLACK_CLIENT_ID", CLIENT_ID)
+        .env("SLACK_API_URL", slack.base_url())
+        .env("DEDUP_TABLE", &other)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("kept as it is"), "{said}");
+    assert!(table_text(&other).await.contains(token));
 }

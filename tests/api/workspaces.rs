@@ -1058,7 +1058,7 @@ async fn the_binary_imports_a_single_workspaces_token_and_the_app_answers_with_i
     let (ledger, store) = on_dynamo().await;
     let run = || {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
-        command.env_clear().arg("import-token");
+        command.env_clear().args(["import-token", "--plaintext"]);
         for (k, v) in dynamodb_env(&endpoint) {
             command.env(k, v);
         }
