@@ -55,6 +55,10 @@ pub mod attr {
     pub const SEAL: &str = "seal";
 }
 
+/// The longest a read waits to seal the tokens of an item kept as it is (KMS down must not make
+/// a request that reads it late for its acknowledgement).
+pub const SEAL_AT_READ_BUDGET: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The installation store in the ledger's DynamoDB table, shared by every instance of one app
 /// (and, under keys of their own, by other apps sharing the table).
 pub struct DynamoInstallations {
@@ -156,26 +160,34 @@ impl DynamoInstallations {
 
     /// Seals the tokens of `item`, an item at the app's own key read with its tokens as they
     /// are (`stored`), where a key is set: the first read after the key was set takes them out
-    /// of the table. Only over the item as read; where KMS or the table fails, the item is read
-    /// as it is, and sealed at a later read.
+    /// of the table. Only over the item as read; where KMS or the table fails, or takes longer
+    /// than [`SEAL_AT_READ_BUDGET`], the item is read as it is, and sealed at a later read.
     async fn seal_as_read(&self, item: &HashMap<String, AttributeValue>, stored: &Stored) {
         if !self.seal.seals() || item.contains_key(attr::SEALED) {
             return;
         }
         let pk = pk_of(item);
         let (unchanged, values) = as_read(item);
-        match self
-            .update_kept(
-                pk,
-                Place::Own,
-                &stored.installation,
-                ("", "", ""),
-                unchanged,
-                values,
-                &ReadyKey::none(),
-            )
+        let no_key_ready = ReadyKey::none();
+        let sealing = self.update_kept(
+            pk,
+            Place::Own,
+            &stored.installation,
+            ("", "", ""),
+            unchanged,
+            values,
+            &no_key_ready,
+        );
+        // A write given up mid-way is no harm: conditioned on the item as read, it stores the
+        // same tokens sealed, or nothing.
+        let sealed = tokio::time::timeout(SEAL_AT_READ_BUDGET, sealing)
             .await
-        {
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "KMS or the table did not answer within the read's budget".into(),
+                ))
+            });
+        match sealed {
             Ok(true) => {
                 crate::metrics::count("InstallationsSealedOnRead");
                 tracing::info!(

@@ -136,8 +136,8 @@ async fn a_data_key_handed_out_before_an_exchange_seals_the_store_however_late_i
 /// An installation kept as it is at the app's own key (written by a process without
 /// `SLACK_TOKEN_KEY_ID`) is sealed by the first read of a process with the key: the table then
 /// holds none of its tokens, a fresh process opens them, and a process without the key refuses
-/// it. KMS refusing at that read: the installation is read as it is (the request is served)
-/// and sealed at a later read.
+/// it. KMS refusing at that read: the installation is read as it is, within the read's budget
+/// (the request is served in time), and sealed at a later read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plaintext_installation_at_the_apps_key_is_sealed_at_its_first_read_with_the_key() {
     let endpoint = dynamodb_endpoint();
@@ -162,6 +162,23 @@ async fn a_plaintext_installation_at_the_apps_key_is_sealed_at_its_first_read_wi
         .await
         .unwrap()
         .unwrap();
+    assert_eq!(found.installation, kept);
+    assert!(table_text(&table).await.contains("xoxb-plain-bot"));
+    // KMS never answering: read as it is within the read's budget, not when KMS answers.
+    proxy.set_down(false);
+    proxy.hold_next(LedgerOp::Other, HoldAt::BeforeForwarding);
+    let started = std::time::Instant::now();
+    let found = store(Seal::kms(kms_client(&proxy.url), key.clone()))
+        .find(&id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(proxy.held(), 1, "KMS was asked, and never answered");
     assert_eq!(found.installation, kept);
     assert!(table_text(&table).await.contains("xoxb-plain-bot"));
 
