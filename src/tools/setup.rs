@@ -60,9 +60,14 @@ pub static CREATE_QUEUE: Spec = Spec {
 pub static IMPORT_TOKEN: Spec = Spec {
     name: "import-token",
     about: "keep SLACK_BOT_TOKEN as its workspace's installation of this app in DEDUP_TABLE\n\
-            (moving to multi-workspace mode: DEPLOY.md); nothing if one is there",
+            (moving to multi-workspace mode: DEPLOY.md), sealed with SLACK_TOKEN_KEY_ID;\n\
+            nothing if one is there",
     operands: &[],
-    options: &[],
+    options: &[Item {
+        name: "--plaintext",
+        help: "without SLACK_TOKEN_KEY_ID, keep the token in the table as it is (readable by \
+               anyone who can read the table)",
+    }],
     env: &[
         Item {
             name: "SLACK_BOT_TOKEN",
@@ -78,7 +83,7 @@ pub static IMPORT_TOKEN: Spec = Spec {
         },
         Item {
             name: "SLACK_TOKEN_KEY_ID",
-            help: "the KMS key the token is encrypted with (unset: stored as it is)",
+            help: "the KMS key the token is sealed with (unset: refused, unless --plaintext)",
         },
         Item {
             name: "SLACK_API_URL",
@@ -248,15 +253,33 @@ pub fn import_token(args: &Args) -> ExitCode {
              app's client id: each app's installations are its own)",
         );
     };
+    let key = env("SLACK_TOKEN_KEY_ID");
+    let plaintext = args.flag("--plaintext");
+    match (&key, plaintext) {
+        (None, false) => {
+            return args.fail(
+                "set SLACK_TOKEN_KEY_ID (the stack's output TokenKeyId) to seal the token, or \
+                 pass --plaintext to keep it in the table as it is, readable by anyone who can \
+                 read the table",
+            );
+        }
+        (Some(_), true) => {
+            return args.fail(
+                "SLACK_TOKEN_KEY_ID is set and --plaintext given: the token is sealed with the \
+                 key, or kept as it is without one; unset one of them",
+            );
+        }
+        _ => {}
+    }
     let api = env("SLACK_API_URL").unwrap_or_else(|| crate::config::DEFAULT_SLACK_API_URL.into());
     runtime().block_on(async {
         let client = crate::ledger::dynamo::client_from_env().await;
-        let seal = match env("SLACK_TOKEN_KEY_ID") {
+        let seal = match key {
             Some(key) => Seal::kms_from_env(key.trim()).await,
             None => {
                 eprintln!(
-                    "SLACK_TOKEN_KEY_ID is not set: the token is kept in the table as it is (set \
-                     it to the stack's TokenKeyId output to seal it)"
+                    "--plaintext: the token is kept in the table as it is (set \
+                     SLACK_TOKEN_KEY_ID to the stack's TokenKeyId output to seal it)"
                 );
                 Seal::none()
             }
@@ -285,7 +308,13 @@ pub fn import_token(args: &Args) -> ExitCode {
                     None => {}
                 }
                 match imported.kept {
-                    true => say!("imported the installation of {id}"),
+                    true => say!(
+                        "imported the installation of {id}, {}",
+                        match plaintext {
+                            true => "kept as it is",
+                            false => "sealed",
+                        }
+                    ),
                     false => say!(
                         "this app has an installation of {id} stored already: nothing imported"
                     ),

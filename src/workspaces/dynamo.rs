@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 
 use aws_sdk_dynamodb::primitives::Blob;
 
-use super::seal::{SEAL_FORMAT, Seal, SealError, Sealed, Tokens};
+use super::seal::{ReadyKey, SEAL_FORMAT, Seal, SealError, Sealed, Tokens};
 use super::{
     Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
     read_interval_ms, state_key,
@@ -54,6 +54,10 @@ pub mod attr {
     /// The sealed format ([`super::super::seal::SEAL_FORMAT`]).
     pub const SEAL: &str = "seal";
 }
+
+/// The longest a read waits to seal the tokens of an item kept as it is (KMS down must not make
+/// a request that reads it late for its acknowledgement).
+pub const SEAL_AT_READ_BUDGET: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The installation store in the ledger's DynamoDB table, shared by every instance of one app
 /// (and, under keys of their own, by other apps sharing the table).
@@ -117,18 +121,20 @@ impl DynamoInstallations {
 
     /// The attributes that keep `installation` in the item `pk` at `place`: sealed at the app's
     /// own key when a key is set (the JSON then holds no token), as it is otherwise (and always
-    /// at the previous release's, which reads it in place); and those to remove.
+    /// at the previous release's, which reads it in place); and those to remove. Sealed with
+    /// `ready`'s key where it holds one for `pk`.
     async fn kept(
         &self,
         pk: &str,
         place: Place,
         installation: &Installation,
+        ready: &ReadyKey,
     ) -> Result<(Vec<(&'static str, AttributeValue)>, Vec<&'static str>), StoreError> {
         let sealed = match place {
             Place::Own => {
                 let (tokens, bare) = Tokens::taken_from(installation);
                 self.seal
-                    .seal(&self.app, pk, &tokens)
+                    .seal_ready(ready, &self.app, pk, &tokens)
                     .await
                     .map_err(|e| StoreError::Unavailable(Box::new(e)))?
                     .map(|sealed| (sealed, bare))
@@ -150,6 +156,54 @@ impl DynamoInstallations {
                 vec![attr::SEALED, attr::SEALED_KEY, attr::SEAL],
             ),
         })
+    }
+
+    /// Seals the tokens of `item`, an item at the app's own key read with its tokens as they
+    /// are (`stored`), where a key is set: the first read after the key was set takes them out
+    /// of the table. Only over the item as read; where KMS or the table fails, or takes longer
+    /// than [`SEAL_AT_READ_BUDGET`], the item is read as it is, and sealed at a later read.
+    async fn seal_as_read(&self, item: &HashMap<String, AttributeValue>, stored: &Stored) {
+        if !self.seal.seals() || item.contains_key(attr::SEALED) {
+            return;
+        }
+        let pk = pk_of(item);
+        let (unchanged, values) = as_read(item);
+        let no_key_ready = ReadyKey::none();
+        let sealing = self.update_kept(
+            pk,
+            Place::Own,
+            &stored.installation,
+            ("", "", ""),
+            unchanged,
+            values,
+            &no_key_ready,
+        );
+        // A write given up mid-way is no harm: conditioned on the item as read, it stores the
+        // same tokens sealed, or nothing.
+        let sealed = tokio::time::timeout(SEAL_AT_READ_BUDGET, sealing)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "KMS or the table did not answer within the read's budget".into(),
+                ))
+            });
+        match sealed {
+            Ok(true) => {
+                crate::metrics::count("InstallationsSealedOnRead");
+                tracing::info!(
+                    installation = pk,
+                    "an installation's tokens sealed at its read"
+                );
+            }
+            // Changed since it was read: whatever wrote it sealed it, or the next read does.
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                installation = pk,
+                error = %crate::errors::error_chain(&e),
+                "an installation's tokens, kept as they are, could not be sealed now: read as \
+                 they are, and sealed at a later read"
+            ),
+        }
     }
 
     fn key(&self, key: &InstallationKey, place: Place) -> String {
@@ -183,7 +237,9 @@ impl DynamoInstallations {
         installation: &Installation,
     ) -> Result<HashMap<String, AttributeValue>, StoreError> {
         let pk = self.key(key, Place::Own);
-        let (kept, _) = self.kept(&pk, Place::Own, installation).await?;
+        let (kept, _) = self
+            .kept(&pk, Place::Own, installation, &ReadyKey::none())
+            .await?;
         let mut item: HashMap<String, AttributeValue> = [
             (attr::PK, s(&pk)),
             (attr::KIND, s("installation")),
@@ -202,7 +258,9 @@ impl DynamoInstallations {
     }
 
     /// Sets the attributes that keep `installation` at `pk` (see [`Self::kept`]) in an update
-    /// that also does `set` and `remove`, conditioned on `condition`.
+    /// that also does `set` and `remove`, conditioned on `condition`; sealed with `ready`'s key
+    /// where it holds one.
+    #[allow(clippy::too_many_arguments)]
     async fn update_kept(
         &self,
         pk: &str,
@@ -211,8 +269,9 @@ impl DynamoInstallations {
         (set, remove, add): (&str, &str, &str),
         condition: &str,
         mut values: Vec<(&str, AttributeValue)>,
+        ready: &ReadyKey,
     ) -> Result<bool, StoreError> {
-        let (kept, removed) = self.kept(pk, place, installation).await?;
+        let (kept, removed) = self.kept(pk, place, installation, ready).await?;
         let mut sets: Vec<String> = set
             .split(", ")
             .filter(|p| !p.is_empty())
@@ -300,14 +359,16 @@ impl DynamoInstallations {
                 }
                 if !dry_run {
                     let stored = self.stored_of(&item, Place::Own).await?;
+                    let (unchanged, values) = as_read(&item);
                     let sealed = self
                         .update_kept(
                             &pk,
                             Place::Own,
                             &stored.installation,
                             ("", "", ""),
-                            "#installation = :read AND attribute_not_exists(#sealed)",
-                            vec![(":read", item[attr::INSTALLATION].clone())],
+                            unchanged,
+                            values,
+                            &ReadyKey::none(),
                         )
                         .await?;
                     if !sealed {
@@ -351,21 +412,23 @@ impl DynamoInstallations {
         item: &HashMap<String, AttributeValue>,
         stored: Stored,
     ) -> Result<bool, StoreError> {
-        let read = item[attr::INSTALLATION].clone();
+        let (unchanged, values) = as_read(item);
         // Not while a refresh holds its lease (it is about to store a new pair there).
-        let remove = aws_sdk_dynamodb::types::Delete::builder()
+        let mut remove = aws_sdk_dynamodb::types::Delete::builder()
             .table_name(&self.table)
             .key(attr::PK, s(&self.key(key, Place::Legacy)))
-            .condition_expression(
-                "#installation = :read AND \
-                 (attribute_not_exists(#refresh_until) OR #refresh_until < :now)",
-            )
+            .condition_expression(format!(
+                "{unchanged} AND \
+                 (attribute_not_exists(#refresh_until) OR #refresh_until < :now)"
+            ))
             .expression_attribute_names("#installation", attr::INSTALLATION)
+            .expression_attribute_names("#sealed", attr::SEALED)
             .expression_attribute_names("#refresh_until", attr::REFRESH_UNTIL)
-            .expression_attribute_values(":read", read)
-            .expression_attribute_values(":now", n(crate::clock::now_ms()))
-            .build()
-            .map_err(unavailable)?;
+            .expression_attribute_values(":now", n(crate::clock::now_ms()));
+        for (name, value) in values {
+            remove = remove.expression_attribute_values(name, value);
+        }
+        let remove = remove.build().map_err(unavailable)?;
         let own = self.get(key, Place::Own).await?;
         let mut transaction = self.client.transact_write_items();
         if own.is_none() {
@@ -496,6 +559,30 @@ pub struct Sealing {
     pub changed: Vec<String>,
 }
 
+/// The condition that an item is still as `item` was read, and its values: the same
+/// installation JSON and the same sealed tokens (a sealed item's JSON holds none of its
+/// tokens, so two items that differ only in their tokens have one JSON), or still no sealed
+/// tokens where it had none. It names `#installation` and `#sealed`, `:read` and
+/// `:read_sealed`.
+fn as_read(
+    item: &HashMap<String, AttributeValue>,
+) -> (&'static str, Vec<(&'static str, AttributeValue)>) {
+    let json = item
+        .get(attr::INSTALLATION)
+        .cloned()
+        .unwrap_or(AttributeValue::Null(true));
+    match item.get(attr::SEALED) {
+        Some(sealed) => (
+            "#installation = :read AND #sealed = :read_sealed",
+            vec![(":read", json), (":read_sealed", sealed.clone())],
+        ),
+        None => (
+            "#installation = :read AND attribute_not_exists(#sealed)",
+            vec![(":read", json)],
+        ),
+    }
+}
+
 fn pk_of(item: &HashMap<String, AttributeValue>) -> &str {
     item.get(attr::PK)
         .and_then(|v| v.as_s().ok())
@@ -580,18 +667,21 @@ impl InstallationStore for DynamoInstallations {
             StoreError::Corrupt("an installation without a team or enterprise".into())
         })?;
         let item = self.item_of(&key, installation).await?;
-        let json = item[attr::INSTALLATION].clone();
-        let result = self
+        // Or over itself: this put sent again after its answer was lost.
+        let (itself, values) = as_read(&item);
+        let mut request = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk) OR #installation = :json")
+            .condition_expression(format!("attribute_not_exists(#pk) OR ({itself})"))
             .expression_attribute_names("#pk", attr::PK)
             .expression_attribute_names("#installation", attr::INSTALLATION)
-            .expression_attribute_values(":json", json)
-            .send()
-            .await;
+            .expression_attribute_names("#sealed", attr::SEALED);
+        for (name, value) in values {
+            request = request.expression_attribute_values(name, value);
+        }
+        let result = request.send().await;
         match result {
             Ok(_) => Ok(true),
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
@@ -603,7 +693,9 @@ impl InstallationStore for DynamoInstallations {
 
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError> {
         if let Some(item) = self.get(key, Place::Own).await? {
-            return self.stored_of(&item, Place::Own).await.map(Some);
+            let stored = self.stored_of(&item, Place::Own).await?;
+            self.seal_as_read(&item, &stored).await;
+            return Ok(Some(stored));
         }
         match self.get(key, Place::Legacy).await? {
             Some(item) => self.stored_of(&item, Place::Legacy).await.map(Some),
@@ -629,19 +721,21 @@ impl InstallationStore for DynamoInstallations {
             if stored.installation.installed_at_ms >= before_ms || !owns(&stored) {
                 return Ok(false);
             }
-            let result = self
+            let (unchanged, values) = as_read(&item);
+            let mut request = self
                 .client
                 .delete_item()
                 .table_name(&self.table)
                 .key(attr::PK, s(&self.key(key, place)))
-                .condition_expression("#installed_at < :before AND #installation = :read")
+                .condition_expression(format!("#installed_at < :before AND {unchanged}"))
                 .expression_attribute_names("#installed_at", attr::INSTALLED_AT)
                 .expression_attribute_names("#installation", attr::INSTALLATION)
-                .expression_attribute_values(":before", n(before_ms))
-                .expression_attribute_values(":read", item[attr::INSTALLATION].clone())
-                .send()
-                .await;
-            match result {
+                .expression_attribute_names("#sealed", attr::SEALED)
+                .expression_attribute_values(":before", n(before_ms));
+            for (name, value) in values {
+                request = request.expression_attribute_values(name, value);
+            }
+            match request.send().await {
                 Ok(_) => return Ok(true),
                 Err(SdkError::ServiceError(e))
                     if e.err().is_conditional_check_failed_exception() =>
@@ -672,7 +766,7 @@ impl InstallationStore for DynamoInstallations {
             let Some(item) = self.get(key, place).await? else {
                 return Ok(false);
             };
-            let read = item[attr::INSTALLATION].clone();
+            let (unchanged, read) = as_read(&item);
             let stored = self.stored_of(&item, place).await?;
             if !owns(&stored) {
                 return Ok(false);
@@ -686,16 +780,18 @@ impl InstallationStore for DynamoInstallations {
                 .as_ref()
                 .is_some_and(|b| bots.contains(b))
             {
-                let result = self
+                let mut request = self
                     .client
                     .delete_item()
                     .table_name(&self.table)
                     .key(attr::PK, s(&item_key))
-                    .condition_expression("#installation = :read")
+                    .condition_expression(unchanged)
                     .expression_attribute_names("#installation", attr::INSTALLATION)
-                    .expression_attribute_values(":read", read)
-                    .send()
-                    .await;
+                    .expression_attribute_names("#sealed", attr::SEALED);
+                for (name, value) in read {
+                    request = request.expression_attribute_values(name, value);
+                }
+                let result = request.send().await;
                 match result {
                     Ok(_) => return Ok(true),
                     Err(SdkError::ServiceError(e))
@@ -720,8 +816,9 @@ impl InstallationStore for DynamoInstallations {
                     place,
                     &installation,
                     ("", "", "#revision :one"),
-                    "#installation = :read",
-                    vec![(":read", read), (":one", n(1))],
+                    unchanged,
+                    read.into_iter().chain([(":one", n(1))]).collect(),
+                    &ReadyKey::none(),
                 )
                 .await?
             {
@@ -758,14 +855,18 @@ impl InstallationStore for DynamoInstallations {
         .await
     }
 
-    async fn ready_to_store(&self, key: &InstallationKey, place: Place) -> Result<(), StoreError> {
+    async fn ready_to_store(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+    ) -> Result<ReadyKey, StoreError> {
         match place {
             Place::Own => self
                 .seal
                 .ready(&self.app, &self.key(key, place))
                 .await
                 .map_err(|e| StoreError::Unavailable(Box::new(e))),
-            Place::Legacy => Ok(()),
+            Place::Legacy => Ok(ReadyKey::none()),
         }
     }
 
@@ -792,6 +893,7 @@ impl InstallationStore for DynamoInstallations {
         (replaced, revision): (&str, u64),
         owner: &str,
         refreshed: &Installation,
+        ready: &ReadyKey,
     ) -> Result<bool, StoreError> {
         self.update_kept(
             &self.key(key, place),
@@ -806,6 +908,7 @@ impl InstallationStore for DynamoInstallations {
                 (":owner", s(owner)),
                 (":revision", n(revision)),
             ],
+            ready,
         )
         .await
     }

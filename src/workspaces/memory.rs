@@ -250,6 +250,7 @@ impl InstallationStore for MemoryInstallations {
         (replaced, revision): (&str, u64),
         owner: &str,
         refreshed: &Installation,
+        _ready: &super::seal::ReadyKey,
     ) -> Result<bool, StoreError> {
         let mut items = self.shared.items.lock().expect("store lock");
         let Some(item) = items.get_mut(&self.key(key, place)) else {

@@ -29,6 +29,8 @@ pub mod oauth;
 pub mod seal;
 pub mod tokens;
 
+use seal::ReadyKey;
+
 pub use dynamo::{DynamoInstallations, Sealing};
 pub use memory::MemoryInstallations;
 pub use tokens::{Authorized, Workspaces};
@@ -390,13 +392,14 @@ pub trait InstallationStore: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
 
     /// Readies the writes of the installation at `place` (a refresh's store, next): what they
-    /// need from elsewhere (a KMS data key) is had now, before the refresh exchanges its token.
+    /// need from elsewhere (a KMS data key) is had now, before the refresh exchanges its token,
+    /// and handed to [`InstallationStore::store_refreshed`], which then needs nothing more.
     async fn ready_to_store(
         &self,
         _key: &InstallationKey,
         _place: Place,
-    ) -> Result<(), StoreError> {
-        Ok(())
+    ) -> Result<ReadyKey, StoreError> {
+        Ok(ReadyKey::none())
     }
 
     /// Gives up the refresh `owner` holds (a failed exchange), so the next try need not wait.
@@ -409,7 +412,8 @@ pub trait InstallationStore: Send + Sync + 'static {
 
     /// Stores a refreshed installation at `place`: only over the refresh token it replaces
     /// (`replaced`, at `revision`) while `owner` holds the refresh, or over itself (this write
-    /// sent again after its answer was lost). Whether stored.
+    /// sent again after its answer was lost), sealed with `ready`
+    /// ([`InstallationStore::ready_to_store`]'s) where tokens are sealed. Whether stored.
     async fn store_refreshed(
         &self,
         key: &InstallationKey,
@@ -417,6 +421,7 @@ pub trait InstallationStore: Send + Sync + 'static {
         replaced: (&str, u64),
         owner: &str,
         refreshed: &Installation,
+        ready: &ReadyKey,
     ) -> Result<bool, StoreError>;
 
     /// Marks the installation at `place` whose refresh token `rotation` names as broken with

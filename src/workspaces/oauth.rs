@@ -10,7 +10,8 @@
 //! - `GET /slack/oauth_redirect?code=…&state=…` checks the cookie against the state, spends
 //!   the state with a conditional write (a second callback, or a concurrent one, gets 400 and
 //!   stores nothing), exchanges the code (`oauth.v2.access`), asks `auth.test` for the bot's
-//!   ids, stores the installation, and answers a small page. Nothing secret is ever shown.
+//!   ids, stores the installation, and answers a small page; once the state is spent, every
+//!   answer clears the cookie. Nothing secret is ever shown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,15 +109,6 @@ impl OAuthFlow {
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| v.as_str())
         };
-        let refused = |why: &str| {
-            crate::metrics::count("InstallsRefused");
-            tracing::warn!(reason = why, "an install's redirect was refused");
-            page(
-                StatusCode::BAD_REQUEST,
-                "The app was not installed",
-                &format!("{why} Start again from the install page."),
-            )
-        };
         if let Some(error) = param("error") {
             let error: String = error
                 .chars()
@@ -161,6 +153,17 @@ impl OAuthFlow {
                 );
             }
         }
+        let mut answer = self.installed(code).await;
+        // The state is spent: the browser's cookie goes with it, as Bolt clears it.
+        let cleared = format!("{STATE_COOKIE}=; Path=/; Max-Age=0; HttpOnly; Secure; SameSite=Lax");
+        if let Ok(cleared) = http::HeaderValue::from_str(&cleared) {
+            answer.headers_mut().append(SET_COOKIE, cleared);
+        }
+        answer
+    }
+
+    /// A callback whose state is spent: the code's exchange, the installation stored, the page.
+    async fn installed(&self, code: &str) -> Response {
         match self.exchange(code).await {
             Ok(installation) => {
                 self.workspaces.learn_app(installation.app_id.as_deref());
@@ -359,6 +362,17 @@ fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v.trim().to_string())
+}
+
+/// The page of a refused callback, saying `why`.
+fn refused(why: &str) -> Response {
+    crate::metrics::count("InstallsRefused");
+    tracing::warn!(reason = why, "an install's redirect was refused");
+    page(
+        StatusCode::BAD_REQUEST,
+        "The app was not installed",
+        &format!("{why} Start again from the install page."),
+    )
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -15,11 +15,16 @@
 //!   unwrapped key is kept for [`UNWRAPPED_AGE`] by its wrapped form (at most
 //!   [`UNWRAPPED_KEPT`] of them), so an installation read every 30 s costs one `Decrypt` per
 //!   process in that time. Every nonce is random (96 bits); a key seals at most
-//!   [`DATA_KEY_USES`] texts, far below where random nonces may repeat.
+//!   [`DATA_KEY_USES`] texts (and one more for each key [`Seal::ready`] handed out), far below
+//!   where random nonces may repeat.
+//! - **Ready before an exchange.** [`Seal::ready`] hands out the data key a refresh's store
+//!   will seal with ([`ReadyKey`]), before the refresh exchanges its token: that store seals
+//!   with it however late it comes, and never needs KMS between the exchange and the write.
 //! - Without a key (local mode, tests that set none) tokens are kept as they are, and the
-//!   process says so at start. A plaintext item (the previous release's, or one written
-//!   before the key was set) is read as ever, and sealed at its next write under the app's own
-//!   key.
+//!   process says so at start. An item at the app's own key kept as it is (written before the
+//!   key was set) is sealed at its first read by a process with the key (the store's `find`);
+//!   the previous release's items are read as they are, and written in place as they are,
+//!   until `seal-installations` moves them to the app's own keys, sealed.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -126,6 +131,37 @@ pub struct Sealed {
     pub key: Vec<u8>,
 }
 
+/// A data key [`Seal::ready`] handed out for one item, for the write that follows: held here,
+/// so that write never needs KMS, however long the exchange between them took.
+#[derive(Default)]
+pub struct ReadyKey {
+    held: Option<Held>,
+}
+
+struct Held {
+    app: String,
+    item: String,
+    plain: [u8; 32],
+    wrapped: Vec<u8>,
+}
+
+impl ReadyKey {
+    /// No key held (no KMS key, or a store that seals nothing): the write seals as
+    /// [`Seal::seal`] does.
+    pub fn none() -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for ReadyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.held {
+            Some(held) => write!(f, "ReadyKey({} [redacted])", held.item),
+            None => f.write_str("ReadyKey(none)"),
+        }
+    }
+}
+
 struct DataKey {
     plain: [u8; 32],
     wrapped: Vec<u8>,
@@ -191,14 +227,26 @@ impl Seal {
         Self::kms(aws_sdk_kms::Client::from_conf(config), key_id)
     }
 
-    /// Makes sure a data key for the item `item` of the app `app` is at hand, so that the next
-    /// [`Seal::seal`] for it needs no call to KMS: before a token refresh exchanges its refresh
-    /// token (Slack revokes the pair a later exchange replaces), so that KMS being down stops the
-    /// refresh before the exchange, not between it and the store.
-    pub async fn ready(&self, app: &str, item: &str) -> Result<(), SealError> {
+    /// A data key for the item `item` of the app `app`, had now, for the write that follows
+    /// ([`Seal::seal_ready`]): before a token refresh exchanges its refresh token (Slack revokes
+    /// the pair a later exchange replaces), so that KMS being down stops the refresh before the
+    /// exchange, not between it and the store. The write seals with this very key however late
+    /// it comes (past [`DATA_KEY_AGE`] or [`DATA_KEY_USES`]: one text more, once), never with
+    /// one it would have to ask KMS for.
+    pub async fn ready(&self, app: &str, item: &str) -> Result<ReadyKey, SealError> {
         match &self.kms {
-            Some(kms) => kms.data_key(app, item).await.map(|_| ()),
-            None => Ok(()),
+            Some(kms) => {
+                let (plain, wrapped) = kms.data_key(app, item).await?;
+                Ok(ReadyKey {
+                    held: Some(Held {
+                        app: app.to_string(),
+                        item: item.to_string(),
+                        plain,
+                        wrapped,
+                    }),
+                })
+            }
+            None => Ok(ReadyKey::none()),
         }
     }
 
@@ -219,10 +267,27 @@ impl Seal {
         item: &str,
         tokens: &Tokens,
     ) -> Result<Option<Sealed>, SealError> {
+        self.seal_ready(&ReadyKey::none(), app, item, tokens).await
+    }
+
+    /// `tokens` sealed for the item `item` of the app `app` with the key `ready` holds for
+    /// that item (no call to KMS), or else as [`Seal::seal`] does; `None` without a key.
+    pub async fn seal_ready(
+        &self,
+        ready: &ReadyKey,
+        app: &str,
+        item: &str,
+        tokens: &Tokens,
+    ) -> Result<Option<Sealed>, SealError> {
         let Some(kms) = &self.kms else {
             return Ok(None);
         };
-        let (plain, wrapped) = kms.data_key(app, item).await?;
+        let (plain, wrapped) = match &ready.held {
+            Some(held) if held.app == app && held.item == item => {
+                (held.plain, held.wrapped.clone())
+            }
+            _ => kms.data_key(app, item).await?,
+        };
         let cipher = Aes256Gcm::new_from_slice(&plain).expect("a 32-byte key");
         let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
         let json = serde_json::to_vec(tokens).expect("tokens serialise");

@@ -728,10 +728,13 @@ impl Workspaces {
         };
         // What storing the new pair needs (a KMS data key) is had before the exchange: KMS
         // down stops the refresh here, not between the exchange and the store.
-        if let Err(e) = self.store.ready_to_store(key, place).await {
-            released().await;
-            return Err(Box::new(e));
-        }
+        let ready = match self.store.ready_to_store(key, place).await {
+            Ok(ready) => ready,
+            Err(e) => {
+                released().await;
+                return Err(Box::new(e));
+            }
+        };
         let Some(secret) = self.client_secret() else {
             released().await;
             return Err(
@@ -797,7 +800,14 @@ impl Workspaces {
         // the same refresh token again.
         match self
             .store
-            .store_refreshed(key, place, (&rotation, held.revision), &owner, &refreshed)
+            .store_refreshed(
+                key,
+                place,
+                (&rotation, held.revision),
+                &owner,
+                &refreshed,
+                &ready,
+            )
             .await
         {
             Ok(true) => {

@@ -33,4 +33,5 @@ mod standins;
 mod steps;
 mod steps_processes;
 mod tenants;
+mod tokens_at_rest;
 mod workspaces;

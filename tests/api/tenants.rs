@@ -374,7 +374,7 @@ async fn import_token_keeps_this_apps_installation_beside_another_apps() {
     let endpoint = dynamodb_endpoint();
     let run = || {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
-        command.env_clear().arg("import-token");
+        command.env_clear().args(["import-token", "--plaintext"]);
         for (k, v) in tenant_vars(A, &a.slack, &endpoint, &table) {
             command.env(k, v);
         }
@@ -683,7 +683,7 @@ async fn tokens_are_sealed_at_rest_and_open_only_for_their_own_item() {
 
 /// The previous release's installation (kept as it is, without the app) and one of this app
 /// kept as it is (installed before the key was set) are read as ever; the latter is sealed at
-/// its next write (a refresh); `seal-installations`, run once the previous release no longer
+/// its first read with the key (and its refresh's pair too); `seal-installations`, run once the previous release no longer
 /// runs, moves the former to the app's own key, sealed; the table then holds no token, and the
 /// app still answers both workspaces.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -706,7 +706,7 @@ async fn plaintext_installations_are_read_then_sealed_at_their_next_write_or_by_
         "kept as it is before the key"
     );
 
-    // The key set: both read as ever; the rotating one is refreshed, and so sealed.
+    // The key set: both read as ever; the app's own is sealed at that read, and refreshed sealed.
     let mut vars = plain.vars.clone();
     vars.extend(kms.iter().cloned());
     let sealing = spawn_tenant(&vars, false);
@@ -725,7 +725,7 @@ async fn plaintext_installations_are_read_then_sealed_at_their_next_write_or_by_
     );
     let text = table_text(&endpoint, &table).await;
     for token in tokens_of(&plain, "T0000NEW") {
-        assert!(!text.contains(&token), "sealed at its refresh:\n{text}");
+        assert!(!text.contains(&token), "sealed at its read:\n{text}");
     }
     assert!(text.contains(&own_new));
     assert!(

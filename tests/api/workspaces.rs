@@ -14,6 +14,7 @@ use slack_once::Application;
 use slack_once::config::Config;
 use slack_once::ledger::{DynamoLedger, Ledger};
 use slack_once::testing::FakeSlack;
+use slack_once::workspaces::seal::ReadyKey;
 use slack_once::workspaces::{
     DynamoInstallations, Installation, InstallationKey, InstallationStore, MemoryInstallations,
     Place, Stored, Token,
@@ -679,19 +680,19 @@ async fn contract(store: &dyn InstallationStore) {
     let second = installation("T1", "r2", 1_000);
     assert!(
         !store
-            .store_refreshed(&key, Place::Own, (&r1, 0), "b", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "b", &second, &ReadyKey::none())
             .await
             .unwrap()
     );
     assert!(
         store
-            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second, &ReadyKey::none())
             .await
             .unwrap()
     );
     assert!(
         store
-            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second)
+            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second, &ReadyKey::none())
             .await
             .unwrap()
     );
@@ -1080,7 +1081,7 @@ async fn the_binary_imports_a_single_workspaces_token_and_the_app_answers_with_i
     let (ledger, store) = on_dynamo().await;
     let run = || {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
-        command.env_clear().arg("import-token");
+        command.env_clear().args(["import-token", "--plaintext"]);
         for (k, v) in dynamodb_env(&endpoint) {
             command.env(k, v);
         }
@@ -1497,4 +1498,118 @@ async fn two_apps_on_one_table_never_read_each_others_state() {
     assert_eq!(say("A", "get settings").await, "got blue");
     assert_eq!(say("A", "share from A").await, "shared from A");
     assert_eq!(say("B", "shared").await, "motd none");
+}
+
+/// The install page costs nothing until a person comes back: 500 loads of `/slack/install`
+/// write nothing to the table and spend no `oauth.v2.access` (each state is signed, carries its
+/// own expiry, 10 minutes on, and is set as the browser's cookie). A state that verifies but
+/// comes without its cookie, or with another load's, and one signed with the app's key whose
+/// time is past, are refused with no exchange and no write. The callback spends its state once
+/// (one item, expiring with the state) and clears the browser's cookie, and the same callback
+/// again is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loads_of_the_install_page_write_nothing_and_only_its_callback_spends_the_state_once() {
+    use hmac::Mac;
+    let slack = fake_slack_oauth().await;
+    let (ledger, store) = on_dynamo().await;
+    let table = ledger.table().to_string();
+    let app = spawn(&slack, ledger, store).await;
+    let scan = || async {
+        dynamodb_client(&dynamodb_endpoint())
+            .scan()
+            .table_name(&table)
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .items()
+            .to_vec()
+    };
+    let mut states = std::collections::HashSet::new();
+    for _ in 0..10 {
+        let mut loads = Vec::new();
+        for _ in 0..50 {
+            let (http, url) = (app.http.clone(), app.url("/slack/install"));
+            loads.push(tokio::spawn(async move {
+                http.request("GET", &url, &[], Vec::new()).await
+            }));
+        }
+        for load in loads {
+            let page = load.await.unwrap();
+            assert_eq!(page.status, 302, "{}", page.body);
+            let state = query_of(page.headers["location"].to_str().unwrap())["state"].clone();
+            let cookie = page.headers["set-cookie"].to_str().unwrap();
+            assert!(
+                cookie.starts_with(&format!("slack-app-oauth-state={state};")),
+                "{cookie}"
+            );
+            assert!(cookie.contains("Max-Age=600") && cookie.contains("HttpOnly"));
+            let expires: u64 = state.split('.').nth(1).unwrap().parse().unwrap();
+            assert!(expires.abs_diff(now_unix() + 600) <= 5, "{state}");
+            states.insert(state);
+        }
+    }
+    assert_eq!(states.len(), 500, "every load its own state");
+    assert!(scan().await.is_empty(), "the install page writes nothing");
+    assert_eq!(slack.with_grants(|g| g.exchanges().len()), 0);
+
+    let mut states = states.into_iter();
+    let (state, other) = (states.next().unwrap(), states.next().unwrap());
+    // Signed as the app signs (its client secret's derived key), its time past.
+    let expired = {
+        let mut derive = hmac::Hmac::<sha2::Sha256>::new_from_slice(CLIENT_SECRET.as_bytes())
+            .expect("any key length");
+        derive.update(b"slack-once oauth state v1");
+        let key = derive.finalize().into_bytes();
+        let nonce = "0123456789abcdef0123456789abcdef";
+        let expires = now_unix() - 1;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+        mac.update(format!("{nonce}.{expires}").as_bytes());
+        let mac = hex::encode(&mac.finalize().into_bytes()[..16]);
+        format!("{nonce}.{expires}.{mac}")
+    };
+    let code = slack.with_grants(|g| g.grant("T0002", "chat:write", "", false));
+    let callback = |state: &str| format!("/slack/oauth_redirect?code={code}&state={state}");
+    let cookie = |state: &str| format!("slack-app-oauth-state={state}");
+    for (path, cookie, says) in [
+        (callback(&state), None, "cookie is missing"),
+        (callback(&state), Some(cookie(&other)), "does not match"),
+        (
+            callback(&expired),
+            Some(cookie(&expired)),
+            "expired or was used",
+        ),
+    ] {
+        let answer = app.get(&path, cookie.as_deref()).await;
+        assert_eq!(answer.status, 400, "{}", answer.body);
+        assert!(answer.body.contains(says), "{}", answer.body);
+    }
+    assert!(scan().await.is_empty(), "refused: nothing written");
+    assert_eq!(slack.with_grants(|g| g.exchanges().len()), 0);
+
+    // The person comes back: the state spent once, recorded until the state's own expiry.
+    let done = app.get(&callback(&state), Some(&cookie(&state))).await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    let cleared = done.headers["set-cookie"].to_str().unwrap();
+    assert!(
+        cleared.starts_with("slack-app-oauth-state=;") && cleared.contains("Max-Age=0"),
+        "the spent state's cookie cleared: {cleared}"
+    );
+    let items = scan().await;
+    let spent: Vec<_> = items
+        .iter()
+        .filter(|i| i["pk"].as_s().unwrap().starts_with("oauth-state#"))
+        .collect();
+    assert_eq!(spent.len(), 1, "{items:?}");
+    let expires: u64 = state.split('.').nth(1).unwrap().parse().unwrap();
+    let ttl: u64 = spent[0]["expires_at"].as_n().unwrap().parse().unwrap();
+    assert!(
+        ttl >= expires && ttl <= expires + 120,
+        "{ttl} for {expires}"
+    );
+    let again = app.get(&callback(&state), Some(&cookie(&state))).await;
+    assert_eq!(again.status, 400, "{}", again.body);
+    assert!(again.body.contains("used already"), "{}", again.body);
+    assert_eq!(slack.with_grants(|g| g.exchanges().len()), 1);
+    assert_eq!(scan().await.len(), items.len(), "the replay writes nothing");
 }

@@ -213,7 +213,11 @@ impl InstallationStore for SimInstallations {
         .await
     }
 
-    async fn ready_to_store(&self, key: &InstallationKey, place: Place) -> Result<(), StoreError> {
+    async fn ready_to_store(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+    ) -> Result<crate::workspaces::seal::ReadyKey, StoreError> {
         self.store.ready_to_store(key, place).await
     }
 
@@ -236,10 +240,11 @@ impl InstallationStore for SimInstallations {
         replaced: (&str, u64),
         owner: &str,
         refreshed: &Installation,
+        ready: &crate::workspaces::seal::ReadyKey,
     ) -> Result<bool, StoreError> {
         self.site(format!("store the refreshed pair of {}", key.id()), || {
             self.store
-                .store_refreshed(key, place, replaced, owner, refreshed)
+                .store_refreshed(key, place, replaced, owner, refreshed, ready)
         })
         .await
     }
