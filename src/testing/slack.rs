@@ -33,6 +33,8 @@ pub(crate) struct Recorded {
     /// Each call's method and the token it came with, in order (kept in the test's memory,
     /// never printed).
     pub(crate) bearers: Vec<(String, String)>,
+    /// The calls made around slack-once's client (under [`FakeSlack::around_base`]), in order.
+    pub(crate) around: Vec<(String, Value)>,
 }
 
 impl Recorded {
@@ -79,9 +81,11 @@ impl FakeSlack {
             peers: Vec::new(),
             auth_test_without_app: false,
             bearers: Vec::new(),
+            around: Vec::new(),
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
+            .route("/around/api/{method}", post(call_around).get(call_around))
             .route("/commands/{*rest}", post(hook))
             .route("/actions/{*rest}", post(hook))
             .with_state(state.clone());
@@ -144,6 +148,22 @@ impl FakeSlack {
     /// The Web API base to give the bot (`SLACK_API_URL`).
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// The Web API base a client of the bot's own is given ([`crate::slack::api_url`]) while a
+    /// [`super::TestBot`] serves a request: this Slack, where each call is also kept as one
+    /// made around slack-once's client ([`FakeSlack::calls_around_the_crate`]).
+    pub fn around_base(&self) -> String {
+        let host = self.base_url.strip_suffix("/api").unwrap_or(&self.base_url);
+        format!("{host}/around/api")
+    }
+
+    /// The calls made with a client of the bot's own (under [`FakeSlack::around_base`]), in
+    /// order: (method, arguments). Each is also made, as Slack would, and in
+    /// [`FakeSlack::calls`]; a write here is not a step of the journal (made again on every
+    /// retry and takeover).
+    pub fn calls_around_the_crate(&self) -> Vec<(String, Value)> {
+        self.state.lock().expect("lock").around.clone()
     }
 
     /// Every call the bot made, in order: (method, arguments). Reads of conversations
@@ -485,6 +505,23 @@ async fn call_by_query(
         return json_response(serde_json::json!({"ok": true}));
     }
     let args = arguments(query.as_deref(), b"");
+    json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
+}
+
+/// A call of a client of the bot's own: kept as such, then answered as any call.
+async fn call_around(
+    State(state): State<Arc<Mutex<Recorded>>>,
+    Path(method): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let args = arguments(query.as_deref(), &body);
+    state
+        .lock()
+        .expect("lock")
+        .around
+        .push((method.clone(), redacted(&args)));
     json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
 }
 

@@ -100,6 +100,7 @@ pub(crate) struct Running(pub(crate) u64);
 
 impl Running {
     pub(crate) fn start() -> Self {
+        crate::slack::under_test();
         RUNNING.fetch_add(1, Ordering::SeqCst);
         Running(EXPLORATIONS.fetch_add(1, Ordering::Relaxed))
     }
