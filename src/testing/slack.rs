@@ -86,6 +86,7 @@ impl FakeSlack {
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
             .route("/around/api/{method}", post(call_around).get(call_around))
+            .route("/_standin/state", axum::routing::get(standin_state))
             .route("/commands/{*rest}", post(hook))
             .route("/actions/{*rest}", post(hook))
             .with_state(state.clone());
@@ -506,6 +507,39 @@ async fn call_by_query(
     }
     let args = arguments(query.as_deref(), b"");
     json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
+}
+
+/// `GET /_standin/state`, as the Python stand-in serves it: what Slack shows now (the
+/// messages by conversation, oldest first; the ephemerals, reactions and views) and every
+/// call, for a person or a script trying a bot locally.
+async fn standin_state(State(state): State<Arc<Mutex<Recorded>>>) -> Response {
+    let s = state.lock().expect("lock");
+    let mut by_channel: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
+    for m in s.workspace.messages() {
+        let channel = m["channel"].as_str().unwrap_or_default().to_string();
+        by_channel.entry(channel).or_default().push(m.clone());
+    }
+    for messages in by_channel.values_mut() {
+        messages.sort_by_key(|m| m["ts"].as_str().and_then(workspace::micros));
+    }
+    let reactions: Vec<Value> = s
+        .workspace
+        .reactions()
+        .into_iter()
+        .map(|(channel, ts, name)| serde_json::json!({"channel": channel, "ts": ts, "name": name}))
+        .collect();
+    let calls: Vec<Value> = s
+        .calls
+        .iter()
+        .map(|(method, args)| serde_json::json!({"method": method, "args": args}))
+        .collect();
+    json_response(serde_json::json!({
+        "messages": by_channel,
+        "ephemerals": s.workspace.ephemerals(),
+        "reactions": reactions,
+        "views": s.workspace.views(),
+        "calls": calls,
+    }))
 }
 
 /// A call of a client of the bot's own: kept as such, then answered as any call.

@@ -169,9 +169,29 @@ async fn the_standin_tool_serves_a_bot_run_locally_and_prints_its_writes() {
     assert_eq!(answer.outcome(), "answered", "{}", answer.body);
     let printed = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(5)).ok())
         .find(|l| l.starts_with("chat.postMessage"));
+    // What Slack holds now, served for a person or a script: the seeded message and the reply
+    // in its thread, with the app's identity.
+    let state_url = format!("{}/_standin/state", url.trim_end_matches("/api"));
+    let state = HttpClient::default()
+        .request("GET", &state_url, &[], "")
+        .await;
+    let state: serde_json::Value = serde_json::from_str(&state.body).unwrap();
     let _ = standin.kill();
     let _ = standin.wait();
     let _ = std::fs::remove_file(file);
     let printed = printed.expect("the stand-in prints the bot's reply");
     assert!(printed.contains("channel=C0001"), "{printed}");
+    let messages = state["messages"]["C0001"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(messages.len(), 2, "{state}");
+    assert_eq!(messages[1]["app_id"], "A0001", "{state}");
+    assert_eq!(messages[1]["thread_ts"], messages[0]["ts"], "{state}");
+    assert!(
+        state["calls"]
+            .as_array()
+            .is_some_and(|calls| calls.iter().any(|c| c["method"] == "chat.postMessage")),
+        "{state}"
+    );
 }
