@@ -264,8 +264,7 @@ async fn the_guides_click_sample_is_sendable_as_written() {
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|m| m["bot_id"].is_string())
-            .last()
+            .rfind(|m| m["bot_id"].is_string())
             .cloned();
         if ours.is_some() {
             posted = ours;
