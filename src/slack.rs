@@ -1241,16 +1241,54 @@ pub fn is_read_method(method: &str) -> bool {
         })
 }
 
+tokio::task_local! {
+    /// The Web API base [`api_url`] gives while a test harness serves a request (a
+    /// [`crate::testing::TestBot`]'s: its own stand-in's): each test its own, whatever else runs
+    /// in the test process.
+    static OWN_CLIENT_BASE: String;
+}
+
+/// A test harness started in this process ([`crate::testing::TestBot`], the crash explorer):
+/// from then on [`api_url`] never gives Slack's own base.
+static UNDER_TEST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// [`api_url`]'s base in a test process outside any test's request: a port of 127.0.0.1
+/// nothing listens on (9, discard), so the call fails there and never reaches Slack.
+const NOWHERE: &str = "http://127.0.0.1:9/api";
+
+/// Runs `work` (the serving of a request) with `base` as [`api_url`]'s answer inside it.
+pub(crate) async fn with_own_client_base<F: std::future::Future>(
+    base: String,
+    work: F,
+) -> F::Output {
+    under_test();
+    OWN_CLIENT_BASE.scope(base, work).await
+}
+
+/// This process is a test's: [`api_url`] never gives Slack's own base from now on.
+pub(crate) fn under_test() {
+    UNDER_TEST.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// The Web API base a client of the bot's own should call (without a trailing slash):
-/// `SLACK_API_URL` where set (the local stand-in), else `https://slack.com/api`; during an
-/// exploration of the crash explorer, the explorer's Slack, which names every write made
-/// there as a defect ("a Slack call that is not a step of the journal"). slack-once's own
-/// calls never need it: every write a listener makes goes through [`crate::app::Ctx`], as a
-/// step of the journal.
+/// `SLACK_API_URL` where set (the local stand-in), else `https://slack.com/api`. In a test: a
+/// [`crate::testing::TestBot`]'s request, its own stand-in's (`/around/api` there, so that the
+/// stand-in tells these calls from slack-once's); an exploration's schedule, the explorer's
+/// Slack, which names every write made there as a defect ("a Slack call that is not a step of
+/// the journal"); any other code of a test process (a thread the bot started), never Slack: the
+/// explorer's door while an exploration runs, else a port of 127.0.0.1 nothing listens on.
+/// slack-once's own calls never need it: every write a listener makes goes through
+/// [`crate::app::Ctx`], as a step of the journal.
 pub fn api_url() -> String {
+    if let Ok(base) = OWN_CLIENT_BASE.try_with(Clone::clone) {
+        return base;
+    }
     #[cfg(feature = "explore")]
     if let Some(url) = crate::testing::explore::door::url() {
         return url;
+    }
+    if UNDER_TEST.load(std::sync::atomic::Ordering::SeqCst) {
+        return NOWHERE.to_string();
     }
     std::env::var("SLACK_API_URL")
         .ok()

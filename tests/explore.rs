@@ -1260,6 +1260,38 @@ mod authors {
         assert!(failure_text(&report).contains("Request::unhandled()"));
     }
 
+    /// A budget that ends the enumeration before its end says so, and how many single faults
+    /// it left untried; one that lets it end leaves none.
+    #[test]
+    fn a_budget_that_cuts_the_enumeration_short_says_what_it_left_untried() {
+        let report = Explorer::new(handoff::app)
+            .request(Request::command(COMMAND, HANDOFF))
+            .schedules(5)
+            .run();
+        report.assert_ok();
+        let explored = &report.explored[0];
+        assert_eq!(explored.enumerated, 5, "{report}");
+        assert!(explored.untried_single_faults > 0, "{report}");
+        assert!(
+            report.to_string().contains(&format!(
+                "the budget ended the enumeration short: {} single fault(s) at a site of the \
+                 fault-free run",
+                explored.untried_single_faults
+            )),
+            "{report}"
+        );
+
+        let quiet = || App::new().app_mention(|_ctx: Ctx, _m: AppMention| async move { Ok(()) });
+        let report = Explorer::new(quiet)
+            .request(Request::mention("hello?").without_copies())
+            .schedules(400)
+            .run();
+        let explored = &report.explored[0];
+        assert!(explored.drawn > 0, "{report}");
+        assert_eq!(explored.untried, 0, "{report}");
+        assert!(!report.to_string().contains("left untried"), "{report}");
+    }
+
     /// A request whose fault-free run writes nothing says so in the report.
     #[test]
     fn a_request_that_writes_nothing_says_so() {
@@ -1508,6 +1540,200 @@ mod authors_red_team {
             text.contains("under a base kept from a schedule that has ended"),
             "{text}"
         );
+    }
+}
+
+/// A state change made with `get` then `put` whose conflict is ignored loses an update when
+/// two requests come at once: the explorer's own checks name it, with no invariant of the
+/// bot's; a change that answers its conflicts passes.
+mod lost_updates {
+    use std::time::Duration;
+
+    use slack_once::app::{Ack, App, Command, Ctx, HandlerResult, Put};
+    use slack_once::testing::explore::{Explorer, Request};
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    /// The defect: the count read, then written back one more, the `put`'s conflict ignored.
+    async fn count_ignoring_conflicts(ctx: Ctx, _command: Command) -> HandlerResult {
+        ctx.ack(Ack::empty()).await?;
+        let state = ctx.state();
+        let read = state.get::<u64>("incidents").await?;
+        let (count, version) = read.map_or((0, 0), |v| (v.value, v.version));
+        let _ = state.put("incidents", &(count + 1), version, DAY).await?;
+        Ok(())
+    }
+
+    /// The same change, read again and put again on a conflict.
+    async fn count_answering_conflicts(ctx: Ctx, _command: Command) -> HandlerResult {
+        ctx.ack(Ack::empty()).await?;
+        let state = ctx.state();
+        loop {
+            let read = state.get::<u64>("incidents").await?;
+            let (count, version) = read.map_or((0, 0), |v| (v.value, v.version));
+            match state.put("incidents", &(count + 1), version, DAY).await? {
+                Put::Written { .. } => return Ok(()),
+                Put::Conflict => continue,
+            }
+        }
+    }
+
+    fn two_at_once<F, Fut>(listener: F) -> slack_once::testing::explore::Report
+    where
+        F: Fn(Ctx, Command) -> Fut + Copy + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        Explorer::new(move || App::new().command("/incident", listener))
+            .together([
+                Request::command("/incident", "the database is slow"),
+                Request::command("/incident", "the pager is down").as_user("U0DAN"),
+            ])
+            .schedules(40)
+            .run()
+    }
+
+    #[test]
+    fn a_state_change_made_with_get_and_put_by_two_requests_at_once_fails_the_explorers_checks() {
+        let report = two_at_once(count_ignoring_conflicts);
+        let text = report.to_string();
+        let (_, failure) = report
+            .failures()
+            .next()
+            .unwrap_or_else(|| panic!("the lost update is found:\n{text}"));
+        assert!(
+            failure.broken.iter().any(|b| b.starts_with(
+                "no lost update: a put of the state value \"incidents\" met Conflict"
+            )),
+            "{text}"
+        );
+        // No fault is needed: the two requests at once are enough.
+        assert_eq!(failure.schedule.to_text(), "plain", "{text}");
+    }
+
+    #[test]
+    fn a_state_change_that_reads_again_on_a_conflict_passes() {
+        two_at_once(count_answering_conflicts).assert_ok();
+        let by_update = |ctx: Ctx, _c: Command| async move {
+            ctx.ack(Ack::empty()).await?;
+            ctx.state()
+                .update("incidents", DAY, |n: Option<u64>| n.unwrap_or(0) + 1)
+                .await?;
+            Ok(())
+        };
+        Explorer::new(move || App::new().command("/incident", by_update))
+            .together([
+                Request::command("/incident", "the database is slow"),
+                Request::command("/incident", "the pager is down").as_user("U0DAN"),
+            ])
+            .schedules(40)
+            .invariant("each command done is counted", |end| {
+                let done = end
+                    .ledger
+                    .iter()
+                    .filter(|(key, status)| key.starts_with("cmd-") && status.as_str() == "done")
+                    .count() as u64;
+                match end.state::<u64>("incidents") {
+                    Some(count) if count >= done => Ok(()),
+                    None if done == 0 => Ok(()),
+                    other => Err(format!("{done} done, and the count is {other:?}")),
+                }
+            })
+            .run()
+            .assert_ok();
+    }
+}
+
+/// The base a client of the bot's own gets is its test's own: a `TestBot`'s stand-in, an
+/// exploration's schedule; never Slack, and never another test's running beside it.
+mod side_door {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use slack_once::app::{App, AppMention, Ctx, HandlerResult};
+    use slack_once::testing::TestBot;
+    use slack_once::testing::explore::{Explorer, Request};
+
+    /// The TestBot's listener: a post with a client of its own.
+    async fn post_around(_ctx: Ctx, m: AppMention) -> HandlerResult {
+        let base = slack_once::slack::api_url();
+        let form = format!("channel={}&text=from-the-testbot", m.channel);
+        super::own_client::post(&base, "chat.postMessage", &form).await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_testbots_own_client_reaches_its_own_stand_in() {
+        let bot = TestBot::start(App::new().app_mention(post_around)).await;
+        let other = TestBot::start(App::new().app_mention(post_around)).await;
+        // No write of the journal's: `no_reply`.
+        assert_eq!(bot.mention("who is on call?").await, "no_reply");
+        let around = bot.slack().calls_around_the_crate();
+        assert_eq!(around.len(), 1, "{around:?}");
+        assert_eq!(around[0].0, "chat.postMessage");
+        assert_eq!(around[0].1["text"], "from-the-testbot");
+        // Made as Slack would make it, in this bot's stand-in only.
+        assert_eq!(bot.slack().messages().len(), 1);
+        assert!(other.slack().calls_around_the_crate().is_empty());
+        assert!(other.slack().messages().is_empty());
+        // Outside any request of a test, a test process never gets Slack's own base.
+        assert!(
+            slack_once::slack::api_url().starts_with("http://127.0.0.1:"),
+            "{}",
+            slack_once::slack::api_url()
+        );
+    }
+
+    static EXPLORING: AtomicBool = AtomicBool::new(false);
+
+    /// The exploration's listener: a read with a client of its own (no defect: the
+    /// exploration runs all its schedules), then its answer.
+    async fn read_around_then_reply(ctx: Ctx, m: AppMention) -> HandlerResult {
+        EXPLORING.store(true, Ordering::SeqCst);
+        let base = slack_once::slack::api_url();
+        let form = format!("channel={}", m.channel);
+        super::own_client::post(&base, "conversations.info", &form).await?;
+        ctx.reply("on call: bob").await?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_testbots_raw_call_beside_an_exploration_is_the_testbots_not_the_explorations() {
+        let exploration = std::thread::spawn(|| {
+            Explorer::new(|| App::new().app_mention(read_around_then_reply))
+                .request(Request::mention("who is on call?").without_copies())
+                .schedules(12)
+                .run()
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let sent = runtime.block_on(async {
+            let bot = TestBot::start(App::new().app_mention(post_around)).await;
+            let waited = std::time::Instant::now();
+            while !EXPLORING.load(Ordering::SeqCst) && waited.elapsed() < Duration::from_secs(60) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let mut sent = 0;
+            while !exploration.is_finished() {
+                assert_eq!(bot.mention("who is on call?").await, "no_reply");
+                sent += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let around = bot.slack().calls_around_the_crate();
+            assert_eq!(around.len(), sent, "{around:?}");
+            sent
+        });
+        assert!(sent > 0, "the TestBot ran while the exploration did");
+        let report = exploration.join().expect("the exploration");
+        let text = report.to_string();
+        // The exploration's own call is in its report; the TestBot's posts are not.
+        assert!(
+            text.contains("around slack-once's client: conversations.info"),
+            "{text}"
+        );
+        assert!(!text.contains("from-the-testbot"), "{text}");
+        report.assert_ok();
     }
 }
 

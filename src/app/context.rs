@@ -151,6 +151,9 @@ struct Inner {
     /// The state changes made so far by this run of the listeners, per listener and value and
     /// per name ([`Ctx::state`]).
     state_writes: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// The state values whose `put` met a conflict that this run has not answered yet (by
+    /// reading or writing the value again): (ledger key, name).
+    state_conflicts: std::sync::Mutex<Vec<(String, String)>>,
     /// The id of the listener running ([`Ctx::set_listener`]).
     listener: std::sync::Mutex<String>,
     /// The app's functions (Workflow Builder steps), whose declared outputs a completion is
@@ -206,6 +209,7 @@ impl Ctx {
                 version,
                 steps: Mutex::new(steps),
                 state_writes: std::sync::Mutex::new(std::collections::HashMap::new()),
+                state_conflicts: std::sync::Mutex::new(Vec::new()),
                 listener: std::sync::Mutex::new(String::new()),
                 functions,
                 agent,
@@ -469,6 +473,31 @@ impl Ctx {
     /// mode. The tenant whose state [`Ctx::state`] reads and writes.
     pub fn installation(&self) -> Option<&str> {
         self.inner.slack.installation()
+    }
+
+    /// A `put` of the state value under `key` (named `name`) met a conflict: nothing was
+    /// written, and the request's change is lost unless the listener reads or writes it again.
+    pub(crate) fn state_conflict(&self, key: &EventId, name: &str) {
+        let mut conflicts = self.inner.state_conflicts.lock().expect("conflicts lock");
+        if !conflicts.iter().any(|(k, _)| k == key.as_str()) {
+            conflicts.push((key.to_string(), name.to_string()));
+        }
+    }
+
+    /// The listener reads or writes the state value under `key` again: a conflict met there
+    /// is answered.
+    pub(crate) fn state_looked_at_again(&self, key: &EventId) {
+        self.inner
+            .state_conflicts
+            .lock()
+            .expect("conflicts lock")
+            .retain(|(k, _)| k != key.as_str());
+    }
+
+    /// The names of the state values whose conflict the listeners left unanswered.
+    pub(crate) fn unanswered_state_conflicts(&self) -> Vec<String> {
+        let conflicts = self.inner.state_conflicts.lock().expect("conflicts lock");
+        conflicts.iter().map(|(_, name)| name.clone()).collect()
     }
 
     /// The ids of this request's next change to the state value under `key` (named `name`):

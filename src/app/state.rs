@@ -109,6 +109,7 @@ impl State {
         name: &str,
     ) -> Result<Option<Versioned<T>>, Error> {
         let key = self.key(name)?;
+        self.ctx.state_looked_at_again(&key);
         let item = self
             .ledger_call(|ledger, now| async move { ledger.state(&key, now).await })
             .await?;
@@ -137,8 +138,16 @@ impl State {
         version: u64,
         ttl: Duration,
     ) -> Result<Put, Error> {
+        if let Ok(key) = self.key(name) {
+            self.ctx.state_looked_at_again(&key);
+        }
         let put = self.put_once(name, value, version, ttl).await;
         self.unknown_if_failed(&put).await;
+        if let (Ok(Put::Conflict), Ok(key)) = (&put, self.key(name)) {
+            // Nothing written: unless the listener reads the value again (or writes it), the
+            // request's change is lost, which the end of the work names.
+            self.ctx.state_conflict(&key, name);
+        }
         put
     }
 
@@ -257,6 +266,9 @@ impl State {
         T: Serialize + DeserializeOwned,
         F: FnMut(Option<T>) -> Option<T>,
     {
+        if let Ok(key) = self.key(name) {
+            self.ctx.state_looked_at_again(&key);
+        }
         let changed = self.change_once(name, ttl, change).await;
         self.unknown_if_failed(&changed).await;
         changed

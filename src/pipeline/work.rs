@@ -98,6 +98,20 @@ impl Processor {
                 Err(_) => (Err(ProcessError::Deadline), false),
             };
         metrics::time_ms("HandlerLatency", working.elapsed().as_secs_f64() * 1e3);
+        if worked.is_ok() && !handed_off {
+            for name in ctx.unanswered_state_conflicts() {
+                // A lost update: another request wrote the value between this one's read and
+                // its `put`, and the listeners ended without reading it again.
+                tracing::warn!(
+                    state = %name,
+                    "a state put met a conflict and the listener ended without reading the \
+                     value again: this request's change is lost (use State::update or \
+                     State::change, or read again and put again on Put::Conflict)"
+                );
+                #[cfg(feature = "explore")]
+                crate::testing::explore::state_conflict_ignored(key.as_str(), &name);
+            }
+        }
         // An acknowledgement chosen too late to reach Slack: the request says so. A step held
         // back (the listener carried on past the error): released, never done.
         let held = ctx.held_back().await;

@@ -76,6 +76,7 @@ impl TestBot {
     }
 
     async fn wire(app: App, print: bool, ledger: Arc<dyn crate::ledger::Ledger>) -> Self {
+        crate::slack::under_test();
         let slack = FakeSlack::start().await;
         let metrics = Arc::new(Mutex::new(Vec::new()));
         let secrets = Arc::new(SlackSecrets::fixed(
@@ -195,11 +196,14 @@ impl TestBot {
             .body(axum::body::Body::from(sent.body.clone()))
             .expect("a valid request");
         *self.last.lock().expect("lock") = Some(sent);
-        self.router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("the router answers")
+        // A client of the bot's own reaches this bot's stand-in, whatever else the test
+        // process runs (another TestBot, an exploration).
+        crate::slack::with_own_client_base(
+            self.slack.around_base(),
+            self.router.clone().oneshot(request),
+        )
+        .await
+        .expect("the router answers")
     }
 
     /// Sends a whole envelope (with its own `event_id`: send it twice to play Slack's retry,

@@ -35,6 +35,8 @@ pub(crate) struct Recorded {
     pub(crate) bearers: Vec<(String, String)>,
     /// The failures the next calls of a method meet, by method ([`FakeSlack::fail_next`]).
     pub(crate) failures: HashMap<String, VecDeque<SlackFailure>>,
+    /// The calls made around slack-once's client (under [`FakeSlack::around_base`]), in order.
+    pub(crate) around: Vec<(String, Value)>,
 }
 
 /// How Slack fails a call it did not make: what [`FakeSlack::fail_next`] scripts.
@@ -92,9 +94,12 @@ impl FakeSlack {
             auth_test_without_app: false,
             bearers: Vec::new(),
             failures: HashMap::new(),
+            around: Vec::new(),
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
+            .route("/around/api/{method}", post(call_around).get(call_around))
+            .route("/_standin/state", axum::routing::get(standin_state))
             .route("/commands/{*rest}", post(hook))
             .route("/actions/{*rest}", post(hook))
             .with_state(state.clone());
@@ -157,6 +162,22 @@ impl FakeSlack {
     /// The Web API base to give the bot (`SLACK_API_URL`).
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// The Web API base a client of the bot's own is given ([`crate::slack::api_url`]) while a
+    /// [`super::TestBot`] serves a request: this Slack, where each call is also kept as one
+    /// made around slack-once's client ([`FakeSlack::calls_around_the_crate`]).
+    pub fn around_base(&self) -> String {
+        let host = self.base_url.strip_suffix("/api").unwrap_or(&self.base_url);
+        format!("{host}/around/api")
+    }
+
+    /// The calls made with a client of the bot's own (under [`FakeSlack::around_base`]), in
+    /// order: (method, arguments). Each is also made, as Slack would, and in
+    /// [`FakeSlack::calls`]; a write here is not a step of the journal (made again on every
+    /// retry and takeover).
+    pub fn calls_around_the_crate(&self) -> Vec<(String, Value)> {
+        self.state.lock().expect("lock").around.clone()
     }
 
     /// Every call the bot made, in order: (method, arguments). Reads of conversations
@@ -532,6 +553,56 @@ async fn call_by_query(
     if let Some(failed) = scripted_failure(&state, &method, &args) {
         return failed;
     }
+    json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
+}
+
+/// `GET /_standin/state`, as the Python stand-in serves it: what Slack shows now (the
+/// messages by conversation, oldest first; the ephemerals, reactions and views) and every
+/// call, for a person or a script trying a bot locally.
+async fn standin_state(State(state): State<Arc<Mutex<Recorded>>>) -> Response {
+    let s = state.lock().expect("lock");
+    let mut by_channel: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
+    for m in s.workspace.messages() {
+        let channel = m["channel"].as_str().unwrap_or_default().to_string();
+        by_channel.entry(channel).or_default().push(m.clone());
+    }
+    for messages in by_channel.values_mut() {
+        messages.sort_by_key(|m| m["ts"].as_str().and_then(workspace::micros));
+    }
+    let reactions: Vec<Value> = s
+        .workspace
+        .reactions()
+        .into_iter()
+        .map(|(channel, ts, name)| serde_json::json!({"channel": channel, "ts": ts, "name": name}))
+        .collect();
+    let calls: Vec<Value> = s
+        .calls
+        .iter()
+        .map(|(method, args)| serde_json::json!({"method": method, "args": args}))
+        .collect();
+    json_response(serde_json::json!({
+        "messages": by_channel,
+        "ephemerals": s.workspace.ephemerals(),
+        "reactions": reactions,
+        "views": s.workspace.views(),
+        "calls": calls,
+    }))
+}
+
+/// A call of a client of the bot's own: kept as such, then answered as any call.
+async fn call_around(
+    State(state): State<Arc<Mutex<Recorded>>>,
+    Path(method): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let args = arguments(query.as_deref(), &body);
+    state
+        .lock()
+        .expect("lock")
+        .around
+        .push((method.clone(), redacted(&args)));
     json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
 }
 

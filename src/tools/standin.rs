@@ -3,8 +3,10 @@
 //! tests run against ([`crate::testing::FakeSlack`]), which keeps what the bot posts as Slack
 //! would (conversations, threads, history newest first, the bot's `bot_id` and `app_id` on its
 //! messages, views and their trigger ids, ephemerals, reactions) and prints each write as it
-//! comes. `--seed` puts the message a sample event is about in its conversation, as Slack's
-//! would be, before the bot is asked about it.
+//! comes (a `response_url`'s posts too); `GET /_standin/state` serves what Slack shows now (the
+//! messages by conversation, the ephemerals, reactions, views, and every call), as the Python
+//! stand-in does. `--seed` puts the message a sample event is about in its conversation, as
+//! Slack's would be, before the bot is asked about it.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,7 +19,8 @@ pub static SPEC: Spec = Spec {
     name: "standin",
     about: "a stand-in for Slack's Web API on 127.0.0.1:PORT (default 4000) for\n\
             the bot run locally (SLACK_API_URL=http://127.0.0.1:PORT/api): it keeps\n\
-            what the bot posts as Slack would and prints each write; Ctrl-C stops it",
+            what the bot posts as Slack would and prints each write; GET\n\
+            /_standin/state shows what Slack holds now; Ctrl-C stops it",
     operands: &[Item {
         name: "[PORT]",
         help: "the port on 127.0.0.1 (default 4000; 0: a free one)",
@@ -74,8 +77,10 @@ pub fn run(args: &Args) -> ExitCode {
             slack.with_workspace(|w| w.add_event_message(body));
         }
         super::say(format_args!(
-            "Slack stand-in on {0}\n  export SLACK_API_URL={0} SLACK_BOT_TOKEN=xoxb-local",
-            slack.base_url()
+            "Slack stand-in on {0}\n  export SLACK_API_URL={0} SLACK_BOT_TOKEN=xoxb-local\n  \
+             what Slack holds now: curl -s {1}/_standin/state",
+            slack.base_url(),
+            slack.base_url().trim_end_matches("/api")
         ));
         let mut shown = 0;
         loop {
@@ -95,7 +100,20 @@ pub fn run(args: &Args) -> ExitCode {
 /// A write as the stand-in prints it: the method, where, and the text.
 fn line(method: &str, args: &serde_json::Value) -> String {
     let mut parts = vec![method.to_string()];
-    for key in ["channel", "thread_ts", "ts", "name", "view_id"] {
+    for key in [
+        "channel",
+        "thread_ts",
+        "ts",
+        "name",
+        "view_id",
+        "response_type",
+        "replace_original",
+        "delete_original",
+    ] {
+        if let Some(yes) = args[key].as_bool().filter(|yes| *yes) {
+            parts.push(format!("{key}={yes}"));
+            continue;
+        }
         if let Some(v) = args[key].as_str().filter(|v| !v.is_empty()) {
             parts.push(format!("{key}={v}"));
         }

@@ -169,9 +169,151 @@ async fn the_standin_tool_serves_a_bot_run_locally_and_prints_its_writes() {
     assert_eq!(answer.outcome(), "answered", "{}", answer.body);
     let printed = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(5)).ok())
         .find(|l| l.starts_with("chat.postMessage"));
+    // What Slack holds now, served for a person or a script: the seeded message and the reply
+    // in its thread, with the app's identity.
+    let state_url = format!("{}/_standin/state", url.trim_end_matches("/api"));
+    let state = HttpClient::default()
+        .request("GET", &state_url, &[], "")
+        .await;
+    let state: serde_json::Value = serde_json::from_str(&state.body).unwrap();
     let _ = standin.kill();
     let _ = standin.wait();
     let _ = std::fs::remove_file(file);
     let printed = printed.expect("the stand-in prints the bot's reply");
     assert!(printed.contains("channel=C0001"), "{printed}");
+    let messages = state["messages"]["C0001"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(messages.len(), 2, "{state}");
+    assert_eq!(messages[1]["app_id"], "A0001", "{state}");
+    assert_eq!(messages[1]["thread_ts"], messages[0]["ts"], "{state}");
+    assert!(
+        state["calls"]
+            .as_array()
+            .is_some_and(|calls| calls.iter().any(|c| c["method"] == "chat.postMessage")),
+        "{state}"
+    );
+}
+
+/// The click sample of the guide (`docs/library.md`, "saved as `click.json`"), as written but
+/// for the stand-in's port and the two values it says to fill in, is a click Slack would send:
+/// the handoff example, run against `standin` as `docs/local.md` runs a bot, takes it and
+/// acknowledges the handoff it posted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guides_click_sample_is_sendable_as_written() {
+    use std::io::{BufRead, BufReader};
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/library.md")).unwrap();
+    let after = guide
+        .split_once("saved as `click.json`")
+        .expect("the click sample")
+        .1;
+    let sample = after
+        .split_once("```json\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("its JSON block")
+        .0
+        .to_string();
+    let mut standin = Command::new(BIN)
+        .args(["standin", "0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = standin.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let first = lines.next().unwrap().unwrap();
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    let api = first
+        .strip_prefix("Slack stand-in on ")
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    let host = api.trim_end_matches("/api").to_string();
+    let bot = BotProcess::spawn_example(
+        "handoff",
+        &[],
+        &[
+            ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+            ("SLACK_API_URL", api.clone()),
+        ],
+    );
+    let http = HttpClient::default();
+    let command = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("command", "/handoff"),
+            ("text", "<@U0123USER|alice> the database is slow"),
+            ("team_id", "T0001TEAM"),
+            ("api_app_id", "A0001APP"),
+            ("user_id", "U0DAN"),
+            ("channel_id", "C0789CHAN"),
+            ("trigger_id", "1767225600000.1.0"),
+            (
+                "response_url",
+                &format!("{host}/commands/T0001TEAM/C0789CHAN/1"),
+            ),
+        ])
+        .finish();
+    let answer = deliver_form(&http, &bot.url(), &command, None).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let state_url = format!("{host}/_standin/state");
+    let mut posted = None;
+    for _ in 0..100 {
+        let state = http.request("GET", &state_url, &[], "").await;
+        let state: serde_json::Value = serde_json::from_str(&state.body).unwrap();
+        let ours = state["messages"]["C0789CHAN"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .rfind(|m| m["bot_id"].is_string())
+            .cloned();
+        if ours.is_some() {
+            posted = ours;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let posted = posted.expect("the handoff is posted");
+    let ts = posted["ts"].as_str().unwrap().to_string();
+    let value = posted["blocks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|b| b["elements"].as_array().into_iter().flatten())
+        .find(|e| e["action_id"] == "handoff_acknowledge")
+        .and_then(|e| e["value"].as_str())
+        .expect("its Acknowledge button")
+        .to_string();
+    let click: serde_json::Value = serde_json::from_str(
+        &sample
+            .replace("http://127.0.0.1:4000", &host)
+            .replace("MESSAGE_TS", &ts)
+            .replace("BUTTON_VALUE", &value),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {sample}"));
+    // As `sign` sends it: the form field `payload`, a fresh trigger_id and response_url.
+    let form = slack_once::tools::sign::interaction_form(&click, now_unix() * 1000);
+    let answer = deliver_form(&http, &bot.url(), &form, None).await;
+    let state = http.request("GET", &state_url, &[], "").await;
+    let _ = standin.kill();
+    let _ = standin.wait();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let outcome = answer
+        .headers
+        .get("x-slack-once-outcome")
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(outcome, Some("answered"), "{:?}", answer.headers);
+    let state: serde_json::Value = serde_json::from_str(&state.body).unwrap();
+    let updates: Vec<&serde_json::Value> = state["calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["method"] == "chat.update" && c["args"]["ts"] == ts.as_str())
+        .collect();
+    assert_eq!(updates.len(), 1, "{state}");
+    assert!(
+        updates[0]["args"]
+            .to_string()
+            .contains("Acknowledged by <@U0123USER>"),
+        "{state}"
+    );
 }

@@ -1,8 +1,9 @@
 //! The side door: the explorer's Slack as a bot's own HTTP client reaches it. A bot that calls
 //! Slack around slack-once's client (its own `reqwest`, `hyper`, `ureq`…) takes the Web API's
 //! base from [`crate::slack::api_url`], as it takes it from `SLACK_API_URL` in production;
-//! during an exploration that base is this server, on 127.0.0.1, one for the whole test
-//! process, each schedule under a path of its own. Every call that comes in is in the trace,
+//! during an exploration that base is this server, on 127.0.0.1, one server for the whole test
+//! process, each schedule under a path of its own (a `TestBot`'s request gets its own
+//! stand-in's base instead, whatever explorations run beside it). Every call that comes in is in the trace,
 //! and a write breaks an invariant that names it: "a Slack call that is not a step of the
 //! journal". It is still made (in the schedule's Slack), as Slack would make it.
 //!
@@ -100,6 +101,7 @@ pub(crate) struct Running(pub(crate) u64);
 
 impl Running {
     pub(crate) fn start() -> Self {
+        crate::slack::under_test();
         RUNNING.fetch_add(1, Ordering::SeqCst);
         Running(EXPLORATIONS.fetch_add(1, Ordering::Relaxed))
     }
@@ -247,7 +249,10 @@ async fn call(
         // A call no running schedule knows: from a thread the bot started, or under a base
         // kept from a schedule that has ended (a client built once). Never made; reported.
         let why = match world_id {
-            0 => "from a thread that is none of a schedule's (one the bot started)",
+            0 => {
+                "from a thread that is none of a schedule's (one the bot started, or another \
+                  test's running beside the exploration outside a TestBot's request)"
+            }
             _ => {
                 "under a base kept from a schedule that has ended (take it from \
                   slack_once::slack::api_url() for each call)"

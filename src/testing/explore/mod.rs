@@ -474,6 +474,8 @@ impl Explorer {
             schedules: 0,
             enumerated: 0,
             drawn: 0,
+            untried: 0,
+            untried_single_faults: 0,
             lost_with_last_chance: 0,
             elapsed: Duration::ZERO,
             failure: None,
@@ -550,6 +552,19 @@ impl Explorer {
         let mut seen: BTreeSet<String> = BTreeSet::new();
         while let Some(schedule) = queue.pop_front() {
             if out_of_budget(exploration.schedules) {
+                // The budget cuts the enumeration short: the report says what it left.
+                queue.push_front(schedule);
+                let mut left = BTreeSet::new();
+                for schedule in &queue {
+                    let text = schedule.to_text();
+                    if seen.contains(&text) || !left.insert(text) {
+                        continue;
+                    }
+                    exploration.untried += 1;
+                    if schedule.story == Story::Plain && schedule.faults.len() == 1 {
+                        exploration.untried_single_faults += 1;
+                    }
+                }
                 break;
             }
             if !seen.insert(schedule.to_text()) {
@@ -894,6 +909,10 @@ pub struct Exploration {
     pub enumerated: usize,
     /// Of which drawn from the seed.
     pub drawn: usize,
+    /// Enumerated schedules the budget left untried (0: the enumeration ran to its end).
+    pub untried: usize,
+    /// Of which a single fault at a site of the fault-free run.
+    pub untried_single_faults: usize,
     /// Schedules in which the process holding the request's last chance died (Slack had no
     /// retry left, the queue no receive): lost with it, which no protocol can prevent.
     pub lost_with_last_chance: usize,
@@ -1050,6 +1069,16 @@ impl fmt::Display for Report {
                     Some(_) => ": an invariant broke".to_string(),
                 }
             )?;
+            if e.untried > 0 {
+                writeln!(
+                    f,
+                    "  the budget ended the enumeration short: {} single fault(s) at a site of \
+                     the fault-free run and {} other schedule(s) left untried (more: \
+                     SLACK_ONCE_EXPLORE=long, or Explorer::schedules)",
+                    e.untried_single_faults,
+                    e.untried - e.untried_single_faults
+                )?;
+            }
             write!(f, "  the fault-free run:\n{}", e.fault_free)?;
             if e.lost_with_last_chance > 0 {
                 writeln!(
@@ -1104,6 +1133,26 @@ pub(crate) fn acknowledging(key: &str, body: Option<String>) {
     let mut s = world.lock();
     s.acks.push(body);
     s.by_request.acked_by.push(request);
+}
+
+/// The listeners of the claim `key` ended, their work done, with the conflict of a `put` of
+/// the state value `name` unanswered: a lost update, whatever the schedule.
+pub(crate) fn state_conflict_ignored(key: &str, name: &str) {
+    let Some(world) = world::current::get() else {
+        return;
+    };
+    let run = world::RUN.try_with(|run| *run).ok();
+    world.say(
+        run,
+        format!("the listeners of {key} end with the state conflict of {name:?} unanswered"),
+    );
+    world.violate(format!(
+        "no lost update: a put of the state value {name:?} met Conflict (another request wrote          it between this request's read and its put: nothing was written), and the listeners of          {key}{} ended without reading it again: this request's change is lost. Use          ctx.state().update(…) (or change(…)), or on Put::Conflict read again and put again",
+        match run {
+            Some(r) => format!(" (run {r})"),
+            None => String::new(),
+        }
+    ));
 }
 
 /// The listener is computing a remembered result (step `step` of the claim `key`): the
