@@ -1991,6 +1991,8 @@ mod simulation {
             "view submission",
             "workflow step",
             "its approval click",
+            "a double click's second click",
+            "a second approver's click",
             "state change",
         ] {
             let t = &report.kinds[kind];
