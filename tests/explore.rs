@@ -1649,6 +1649,56 @@ mod steps {
             .assert_ok();
     }
 
+    /// The step's DM refused for good (its request fails the step, and the ledger's answer to
+    /// the completion's intent is lost), then taken on Slack's retry: the retry completes the
+    /// failure that stands, rather than leaving the step running with a decision no one sends.
+    #[test]
+    fn a_retry_whose_dm_went_through_completes_the_failure_an_earlier_run_decided() {
+        Explorer::new(approval::app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                click_as(APPROVE, "U0APPROVER"),
+            ])
+            .replay("plain; 1.3=refused 1.8=answer-lost")
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// The step failed on a run whose DM Slack refused for good, and completed on the retry
+    /// whose DM went through: the Reject click after it finds the execution over (its token
+    /// revoked) and says so rather than opening the modal, as a request after one that went
+    /// another path may.
+    #[test]
+    fn a_rejection_after_the_step_failed_for_a_refused_dm_says_it_is_closed() {
+        Explorer::new(approval::app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                click_as(REJECT, "U0APPROVER"),
+            ])
+            .replay("plain; 1.3=refused 1.8=dies-after")
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// In deferred mode, the step's message redelivered after its token expired: the DM is
+    /// refused (`token_expired`) and the request ends `failed`, as the docs say, not `no_reply`
+    /// with no DM in Slack.
+    #[test]
+    fn a_step_redelivered_after_its_token_expired_ends_failed() {
+        Explorer::new(approval::app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                click_as(APPROVE, "U0APPROVER"),
+            ])
+            .deferred()
+            .replay("plain; 2.1=dies-before 3.1=dies-before")
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
     /// Two approvers clicking at once, or one person's double click, in deferred mode: each
     /// click a request of its own on the queue, with its retries and redeliveries.
     #[test]
