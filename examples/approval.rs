@@ -113,10 +113,20 @@ pub async fn ask(ctx: Ctx, ex: Execution<Inputs>) -> HandlerResult {
         .post(&ex.inputs.approver, request(&ex.inputs.summary))
         .await
     {
-        Ok(_) => Ok(()),
-        // The step's token refused: the execution ended (or the token expired); nothing can
-        // be done with it, not even failing the step.
-        Err(Error::Slack(SlackError::ExecutionTokenRefused { .. })) => Ok(()),
+        Ok(_) => {
+            // An earlier run of this request failed the step (Slack refused the DM then, and
+            // took it now): the first decision stands, and is completed, as that run would
+            // have.
+            if let Some(earlier) = ctx.decision().await?.filter(|d| d.mine) {
+                let decision = ctx.decide(earlier.end).await?;
+                ctx.complete_decision(&decision).await?;
+            }
+            Ok(())
+        }
+        // The step's token refused (it expired: a redelivery or a redrive 15 minutes after
+        // Slack sent it; or the execution ended): nothing can be done with it, not even
+        // failing the step. The request ends `failed`, for an operator to see.
+        Err(e @ Error::Slack(SlackError::ExecutionTokenRefused { .. })) => Err(e.into()),
         Err(Error::Slack(e)) if e.is_permanent() => {
             let code = e.code().unwrap_or("refused").to_string();
             ctx.fail(format!("The approver could not be messaged ({code})."))

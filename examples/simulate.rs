@@ -73,26 +73,47 @@ pub fn fleet_app_but_count() -> App {
 }
 
 /// The whole fleet's mix: the soak's, and per 1,060 requests 30 Workflow Builder steps, each
-/// approved by a click in its DM once its message is there, and 30 `/count`; with the
-/// invariant of the count: one per `/count` (one when its answer is in Slack). A step completed
-/// at most once is the explorer's own invariant.
+/// approved by a click in its DM once its message is there (in 5 of them the approver's click
+/// is a double click, in 5 a second approver clicks at the same moment), and 30 `/count`; with
+/// the invariant of the count: one per `/count` (one when its answer is in Slack). A step
+/// completed at most once is the explorer's own invariant.
 pub fn fleet_mix(simulation: Simulation) -> Simulation {
     let inputs = json!({"approver": "U0APPROVER", "summary": "Ship the release"});
+    let step = || {
+        (
+            "workflow step",
+            Request::step(approval::CALLBACK_ID, inputs.clone()),
+        )
+    };
+    let approval_by = |user: &str| {
+        Request::click(approval::APPROVE, "approve")
+            .as_user(user)
+            .in_channel("DU0APPROVER")
+            .on_posted_message()
+            .in_step()
+    };
+    let click = || ("its approval click", approval_by("U0APPROVER"));
     soak_mix(simulation)
+        .mix(20, [step(), click()])
         .mix(
-            30,
+            5,
             [
+                step(),
+                click(),
                 (
-                    "workflow step",
-                    Request::step(approval::CALLBACK_ID, inputs),
+                    "a double click's second click",
+                    approval_by("U0APPROVER").with_previous(),
                 ),
+            ],
+        )
+        .mix(
+            5,
+            [
+                step(),
+                click(),
                 (
-                    "its approval click",
-                    Request::click(approval::APPROVE, "approve")
-                        .as_user("U0APPROVER")
-                        .in_channel("DU0APPROVER")
-                        .on_posted_message()
-                        .in_step(),
+                    "a second approver's click",
+                    approval_by("U0DEPUTY").with_previous(),
                 ),
             ],
         )

@@ -1875,6 +1875,94 @@ mod steps {
             .assert_ok();
     }
 
+    /// The step's DM refused for good (its request fails the step, and the ledger's answer to
+    /// the completion's intent is lost), then taken on Slack's retry: the retry completes the
+    /// failure that stands, rather than leaving the step running with a decision no one sends.
+    #[test]
+    fn a_retry_whose_dm_went_through_completes_the_failure_an_earlier_run_decided() {
+        Explorer::new(approval::app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                click_as(APPROVE, "U0APPROVER"),
+            ])
+            .replay("plain; 1.3=refused 1.8=answer-lost")
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// The step failed on a run whose DM Slack refused for good, and completed on the retry
+    /// whose DM went through: the Reject click after it finds the execution over (its token
+    /// revoked) and says so rather than opening the modal, as a request after one that went
+    /// another path may.
+    #[test]
+    fn a_rejection_after_the_step_failed_for_a_refused_dm_says_it_is_closed() {
+        Explorer::new(approval::app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                click_as(REJECT, "U0APPROVER"),
+            ])
+            .replay("plain; 1.3=refused 1.8=dies-after")
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// In deferred mode, the step's message redelivered after its token expired: the DM is
+    /// refused (`token_expired`) and the request ends `failed`, as the docs say, not `no_reply`
+    /// with no DM in Slack.
+    #[test]
+    fn a_step_redelivered_after_its_token_expired_ends_failed() {
+        Explorer::new(approval::app)
+            .sequence([
+                Request::step(CALLBACK_ID, inputs()),
+                click_as(APPROVE, "U0APPROVER"),
+            ])
+            .deferred()
+            .replay("plain; 2.1=dies-before 3.1=dies-before")
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// Two approvers clicking at once, or one person's double click, in deferred mode: each
+    /// click a request of its own on the queue, with its retries and redeliveries.
+    #[test]
+    fn two_deciders_in_deferred_mode_complete_it_once() {
+        for second in ["U0DEPUTY", "U0APPROVER"] {
+            two_deciders(second)
+                .deferred()
+                .invariant("completed once", completed_once)
+                .run()
+                .assert_ok();
+        }
+    }
+
+    /// The decider dies just after marking its completion `sending` (and its redelivery dies
+    /// too); the other click, finding it completing, shows the decision, and its response_url
+    /// post fails (Slack's 5xx): its redelivery, past the decider's lease, sends the decision
+    /// at the completion's step number. Before every path took that step, the redelivery met
+    /// the response_url post at that number and ended `nondeterministic_listener`, final: the
+    /// click's answer lost, and the step left for the decider's last delivery.
+    #[test]
+    fn a_click_that_found_the_other_completing_sends_the_decision_on_its_redelivery() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.12=unavailable 4.6=dies-after 5.1=dies-before")
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// The step's DM in Slack, and two clicks on its Approve at once: the approver's and
+    /// `second`'s (the approver again: a double click).
+    fn two_deciders(second: &str) -> Explorer {
+        Explorer::new(approval::app)
+            .with_execution(CALLBACK_ID, inputs())
+            .with_message(seeded(approval::request("Ship the release")))
+            .together([click_as(APPROVE, "U0APPROVER"), click_as(APPROVE, second)])
+    }
+
     /// A planted defect: a step completed with a raw call (`ctx.call`, a journaled write, but
     /// no decision), once from the step and again from the click: the second completion is
     /// sent and refused.
@@ -2014,8 +2102,12 @@ mod steps {
     }
 
     fn click(action_id: &str) -> Request {
+        click_as(action_id, "U0APPROVER")
+    }
+
+    fn click_as(action_id: &str, user: &str) -> Request {
         Request::click(action_id, "x")
-            .as_user("U0APPROVER")
+            .as_user(user)
             .in_channel(DM)
             .on_posted_message()
             .in_step()
@@ -2175,6 +2267,8 @@ mod simulation {
             "view submission",
             "workflow step",
             "its approval click",
+            "a double click's second click",
+            "a second approver's click",
             "state change",
         ] {
             let t = &report.kinds[kind];

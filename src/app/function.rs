@@ -624,19 +624,6 @@ impl Ctx {
         // Marked now (by this run or an earlier one of this request): `sending` is this
         // request's; left as it was: another's mark, or none.
         let now = marked.value.unwrap_or_else(|| decision.record.clone());
-        if completing_elsewhere(&now) {
-            tracing::info!(
-                "the execution was decided by another request, whose run is completing it"
-            );
-            // The same state changes as the other paths (none made here), so that a later run
-            // of this request, which may find the decider's lease over, counts its changes as
-            // this one did.
-            self.state()
-                .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
-                .await?;
-            return Ok(theirs());
-        }
-        let closed_elsewhere = closed_by_other(&now);
         let (method, args) = match &now.end {
             StepEnd::Success(outputs) => (
                 "functions.completeSuccess",
@@ -647,6 +634,31 @@ impl Ctx {
                 json!({"function_execution_id": execution.id, "error": message}),
             ),
         };
+        if completing_elsewhere(&now) {
+            tracing::info!(
+                "the execution was decided by another request, whose run is completing it"
+            );
+            // The completion's step number is taken here too, as on the other paths, and
+            // nothing is recorded at it: a later run of this request (a redelivery after a
+            // failure further on) may find the decider's lease over with the record still
+            // open (the decider died), and then sends the decision at this same number, which
+            // no run recorded, so it is made rather than replayed (a "passed" record there
+            // would be replayed by every later run, and the decision never sent). Without the
+            // number, the steps after the completion would move by one between the runs: the
+            // later run's completion would meet this run's next step at its number
+            // (`nondeterministic_listener`, final) and the click's answer would be lost. The
+            // later run sends only where any request would (past the decider's lease, the
+            // record open).
+            self.pass_step(method, &args).await?;
+            // The same state changes as the other paths (none made here), so that a later run
+            // of this request, which may find the decider's lease over, counts its changes as
+            // this one did.
+            self.state()
+                .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
+                .await?;
+            return Ok(theirs());
+        }
+        let closed_elsewhere = closed_by_other(&now);
         let answer = if closed_elsewhere {
             // Closed by a request that sent it, or found the execution ended: nothing to send.
             self.pass_step(method, &args).await?;

@@ -485,12 +485,16 @@ fn check_group(
                 (*i, part, renamed(measure, *j, *i))
             })
             .collect();
+        // A request whose write Slack refused for good went on another path (a step failed
+        // for it, a reply saying why), and the requests after it may meet that path (a
+        // click in a step that ended).
         let off: Vec<bool> = pairs
             .iter()
             .map(|(i, part, measure)| {
                 end.by_request.unsent.contains_key(i)
                     || !missing(compare, measure, part).is_empty()
                     || counted_failed(part)
+                    || refused_write(part)
             })
             .collect();
         let mut broken = Vec::new();
@@ -572,6 +576,13 @@ fn next_permutation(items: &mut [usize]) -> bool {
     true
 }
 
+/// Whether Slack refused one of the writes of `end` for good: it certainly did not happen.
+fn refused_write(end: &End) -> bool {
+    end.struck.iter().any(|(fault, kind, ..)| {
+        *fault == Fault::Refused && matches!(kind, SiteKind::SlackWrite | SiteKind::ResponseUrl)
+    })
+}
+
 /// The invariants one request's part of a schedule breaks. `relaxed`: a request before it (or
 /// beside it) did not go as in the fault-free run, so it may take another path: it is held to
 /// at most once (no write twice, no step twice) and to failing only for a reason, not to the
@@ -580,9 +591,7 @@ fn check_request(compare: &Compare, reference: &End, end: &End, relaxed: bool) -
     let mut broken = Vec::new();
     // A write Slack refused for good certainly did not happen: a listener may go on without
     // it, on another path than the fault-free run's (a reply saying why).
-    let refused_write = end.struck.iter().any(|(fault, kind, ..)| {
-        *fault == Fault::Refused && matches!(kind, SiteKind::SlackWrite | SiteKind::ResponseUrl)
-    });
+    let refused_write = refused_write(end);
 
     // At most once: no more messages (or views) than the fault-free run leaves, none shown
     // twice, no ephemeral sent more often.

@@ -273,12 +273,12 @@ impl Explorer {
             .into_iter()
             .enumerate()
             .map(|(i, request)| Step {
-                request,
-                start: if i == 0 {
+                start: if i == 0 || request.with_previous {
                     Start::AtOnce
                 } else {
                     Start::AfterPrevious
                 },
+                request,
             })
             .collect();
         assert!(!steps.is_empty(), "Explorer::sequence: give it a request");

@@ -27,6 +27,8 @@ pub struct Request {
     pub(crate) unhandled: bool,
     /// An interaction in the newest step execution ([`Request::in_step`]).
     pub(crate) in_step: bool,
+    /// Sent with the request before it ([`Request::with_previous`]).
+    pub(crate) with_previous: bool,
 }
 
 /// Which message a click is on.
@@ -93,6 +95,7 @@ impl Request {
             phantom: true,
             unhandled: false,
             in_step: false,
+            with_previous: false,
         }
     }
 
@@ -111,6 +114,14 @@ impl Request {
     /// a new token of the execution, as Slack's does.
     pub fn in_step(mut self) -> Self {
         self.in_step = true;
+        self
+    }
+
+    /// In a sequence (or a simulation's scene): sent at the same moment as the request before
+    /// it, rather than after it (a double click on one button, a second approver clicking
+    /// beside the first).
+    pub fn with_previous(mut self) -> Self {
+        self.with_previous = true;
         self
     }
 

@@ -258,7 +258,7 @@ impl Simulation {
             .into_iter()
             .enumerate()
             .map(|(i, (kind, request))| {
-                let start = if i == 0 {
+                let start = if i == 0 || request.with_previous {
                     Start::AtOnce
                 } else {
                     Start::AfterPrevious
