@@ -183,6 +183,11 @@ impl FaultRates {
     }
 }
 
+/// The SAM template's longest `WorkerTimeout` (the last of its `AllowedValues`): the
+/// simulation's workers run with it, so a queue's redeliveries are as late as a deployed stack
+/// lets them be.
+pub const LONGEST_WORKER_TIMEOUT: Duration = Duration::from_secs(900);
+
 /// A simulation: see the [module](self).
 pub struct Simulation {
     explorer: Explorer,
@@ -425,7 +430,8 @@ impl Simulation {
             app: self.explorer.app.clone(),
             old_app: self.explorer.old_app.clone(),
             timeout: Duration::from_secs(10),
-            worker_timeout: Duration::from_secs(120),
+            // The longest the template allows: every Slack deadline must hold even then.
+            worker_timeout: LONGEST_WORKER_TIMEOUT,
             // The soak's (the template's is 5), so that faults dead-letter some requests for
             // the redrive to bring back.
             max_receives: 3,
@@ -1233,5 +1239,30 @@ impl fmt::Display for SimulationReport {
                 )
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The simulation's worker timeout is the template's longest: a template that allows a
+    /// longer one fails here until the simulation runs with it.
+    #[test]
+    fn the_simulation_runs_with_the_templates_longest_worker_timeout() {
+        let template = include_str!("../../../template.yaml");
+        let allowed = template
+            .split("\n  WorkerTimeout:\n")
+            .nth(1)
+            .and_then(|rest| rest.lines().find(|l| l.contains("AllowedValues:")))
+            .expect("WorkerTimeout's AllowedValues in template.yaml");
+        let longest = allowed
+            .split(['[', ']', ','])
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .max()
+            .expect("numbers in WorkerTimeout's AllowedValues");
+        assert_eq!(
+            super::LONGEST_WORKER_TIMEOUT.as_secs(),
+            longest,
+            "{allowed}"
+        );
     }
 }
