@@ -413,6 +413,39 @@ mod tests {
         assert_eq!(retry_schedule(10).as_secs(), 430);
     }
 
+    /// The template's numbers against the backoff: its largest `MaxReceiveCount` keeps the
+    /// waits before the last receive within half a step token's 15 minutes (the runs take the
+    /// rest), and its shortest visibility timeout is longer than the longest wait, so a record
+    /// handed back on Lambda is never later than one left.
+    #[test]
+    fn the_templates_receives_and_visibility_fit_the_backoff() {
+        let template = include_str!("../../template.yaml");
+        let after = |name: &str| {
+            template
+                .split(&format!("\n  {name}:\n"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("{name} in template.yaml"))
+        };
+        let max_receives: u32 = after("MaxReceiveCount")
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("MaxValue:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("MaxReceiveCount's MaxValue");
+        assert!(
+            retry_schedule(max_receives) <= Duration::from_secs(450),
+            "MaxValue {max_receives}: {:?} of waits",
+            retry_schedule(max_receives)
+        );
+        let shortest_visibility = after("VisibilityByWorkerTimeout")
+            .lines()
+            .take_while(|l| l.starts_with("    "))
+            .filter_map(|l| l.split("Seconds:").nth(1))
+            .filter_map(|v| v.trim().trim_end_matches('}').trim().parse::<u64>().ok())
+            .min()
+            .expect("VisibilityByWorkerTimeout's Seconds");
+        assert!(Duration::from_secs(shortest_visibility) > RETRY_MOST);
+    }
+
     /// The previous release's message of format `v` (tests/data/formats/previous/queue/), its
     /// placeholders filled in.
     fn previous(v: u32) -> QueuedEvent {

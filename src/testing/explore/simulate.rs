@@ -28,7 +28,8 @@
 //! it) and faults drawn at every call it makes: processes killed before or after a call, and
 //! at their deadline as Lambda kills them, answers lost, the ledger's SDK sending a call
 //! twice, DynamoDB throttling, Slack's 5xx, 429s with `Retry-After` and refusals, the
-//! queue's redeliveries after its visibility timeout and the dead-letter queue after
+//! queue's redeliveries (after a released run's backoff, or a killed worker's visibility
+//! timeout, with the template's longest `WorkerTimeout`) and the dead-letter queue after
 //! `maxReceiveCount` receives, redriven an hour later by an operator. Each run is a process
 //! of its own (an instance of the fleet), on one ledger and one Slack.
 //!
