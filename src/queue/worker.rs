@@ -53,6 +53,10 @@ pub const RETRY_FIRST: Duration = Duration::from_secs(10);
 /// never delays it.
 pub const RETRY_MOST: Duration = Duration::from_secs(60);
 
+/// After a ledger call failed, a message comes back this long after the run's lease ends
+/// (other instances' clocks may be behind).
+const LEASE_SKEW: Duration = Duration::from_secs(1);
+
 /// How long after its `receive_count`-th receive failed a released message comes again:
 /// [`RETRY_FIRST`], doubling with each receive, at most [`RETRY_MOST`] (10, 20, 40, 60, 60… s).
 /// The waits before receive `n` add up to at most 130 s for `n` = 5 (the template's default
@@ -217,9 +221,26 @@ impl Worker {
             Ok(Outcome::InProgress) => Disposition::Leave,
             Ok(_) => Disposition::Delete,
             // Released (or never claimed): nothing holds it, so it may come again soon.
-            Err(_) => Disposition::Retry {
-                after: retry_after(message.receive_count),
-            },
+            Err(error) => {
+                let backoff = retry_after(message.receive_count);
+                let after = match error {
+                    // A ledger call that failed may have taken effect (a claim whose answer
+                    // was lost, a release that never landed): this run's claim then holds
+                    // the request until its lease ends, and a receive before that would
+                    // find it live and leave it for the whole visibility timeout.
+                    crate::process::ProcessError::Ledger(_) => {
+                        let lease_left = match invocation_deadline {
+                            Some(deadline) => deadline
+                                .duration_since(crate::clock::now())
+                                .unwrap_or_default(),
+                            None => self.processor.lease().saturating_sub(started.elapsed()),
+                        };
+                        backoff.max(lease_left + LEASE_SKEW)
+                    }
+                    _ => backoff,
+                };
+                Disposition::Retry { after }
+            }
         }
     }
 
