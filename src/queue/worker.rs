@@ -8,9 +8,10 @@
 //! - a transient failure (the claim released, or never taken: the ledger unavailable) → handed
 //!   back to come again after a backoff ([`retry_after`]: 10 s, doubling, at most 60 s), not
 //!   after the visibility timeout, so its retries land inside the `response_url`'s 30 minutes
-//!   and a step token's 15 (DEPLOY.md's numbers); on the last receive the event ends `failed`
-//!   (retryable, so a redrive from the dead-letter queue takes it again) and the message goes to
-//!   the dead-letter queue;
+//!   and a step token's 15 (DEPLOY.md's numbers), and after a failed ledger call no sooner than
+//!   the run's own lease ends (the call may have left its claim); on the last receive the event
+//!   ends `failed` (retryable, so a redrive from the dead-letter queue takes it again) and the
+//!   message goes to the dead-letter queue;
 //! - a message that is not an event of ours → left, and so dead-lettered for an operator to see.
 
 use std::future::Future;
