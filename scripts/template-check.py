@@ -10,7 +10,8 @@ SlackOnceManagedWorker, the twins of SlackOnceFunction and SlackOnceWorker):
                    on the work queue, whatever Mode says (the role is shared by every version and
                    changes at once; the old version keeps most traffic during a gradual deploy)
   queue-worker     the work queue (redriving to the dead-letter queue), the dead-letter queue and
-                   the worker exist, whatever Mode says (what old versions queued is answered)
+                   the worker exist, whatever Mode says (what old versions queued is answered); the
+                   worker's WORK_QUEUE_URL is the queue (it hands a released record back on it)
   ingress-env      the ingress's environment, which each published version captures, says the
                    mode: WORK_QUEUE_URL only in deferred mode; DEDUP_TABLE in both (a deferred
                    ingress reads the app's state there)
@@ -774,6 +775,9 @@ class Checks:
         env = d.props(d.worker).get("Environment", {}).get("Variables", {})
         if env.get("SLACK_ONCE_ROLE") != "worker" or "DEDUP_TABLE" not in env:
             raise CheckFailed(f"{d.worker} is not configured as a worker with the ledger: {sorted(env)}")
+        if env.get("WORK_QUEUE_URL") != {"Ref": QUEUE}:
+            raise CheckFailed(f"{d.worker} has no WORK_QUEUE_URL of {QUEUE}: a record released for a passing "
+                              f"failure would wait out the visibility timeout instead of its backoff")
 
     def ingress_env(self, d, mode):
         env = d.props(d.ingress).get("Environment", {}).get("Variables", {})
@@ -1428,6 +1432,8 @@ MUTATIONS = [
     ("the roles allow UpdateItem alone on the ledger (before the claim's put)", {"ingress-role", "worker-role"},
      _update_only),
     ("the queues, the mapping and the worker only in deferred mode (as before)", {"queue-worker"}, _deferred_only),
+    ("the worker without WORK_QUEUE_URL (as before)", {"queue-worker"},
+     _without_key(lambda t: _props(t, WORKER)["Environment"]["Variables"], "WORK_QUEUE_URL")),
     ("the ingress's WORK_QUEUE_URL in both modes", {"ingress-env"},
      _set(lambda t: _props(t, INGRESS)["Environment"]["Variables"], "WORK_QUEUE_URL", {"Ref": QUEUE})),
     ("the mapping as a SAM SQS event (as before)", {"mapping", "no-sqs-star"}, _sam_sqs_event),

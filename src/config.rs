@@ -169,7 +169,8 @@ pub struct Config {
     /// The deployed version answering (Lambda sets `AWS_LAMBDA_FUNCTION_VERSION`), written into
     /// each reply's metadata, so it shows which version answered during a gradual deploy.
     pub function_version: String,
-    /// Deferred mode's work queue: the ingress sends to it, the local worker receives from it.
+    /// Deferred mode's work queue: the ingress sends to it, the local worker receives from it,
+    /// and a worker on Lambda hands back on it what it released for a passing failure.
     pub work_queue_url: Option<String>,
     /// The queue's `maxReceiveCount`: a receive with this count is a message's last.
     pub max_receives: u32,

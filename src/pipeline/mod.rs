@@ -393,6 +393,12 @@ impl Processor {
         self.workspaces = Some(workspaces);
     }
 
+    /// The lease of a delivery whose runtime gives no deadline (a local worker's, each
+    /// message's visibility timeout).
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     /// The process's client (one bot token's; in multi-workspace mode, without a token: each
     /// request gets its installation's).
     pub fn base_slack(&self) -> &SlackClient {

@@ -124,6 +124,22 @@ impl WorkQueue for MemoryQueue {
             .retain(|m| m.receipt.as_deref() != Some(receipt_handle));
         Ok(())
     }
+
+    async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        after: Duration,
+    ) -> Result<(), QueueError> {
+        let mut state = self.state.lock().expect("queue lock");
+        if let Some(m) = state
+            .messages
+            .iter_mut()
+            .find(|m| m.receipt.as_deref() == Some(receipt_handle))
+        {
+            m.visible_at = Instant::now() + after;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -146,6 +162,22 @@ mod tests {
         assert!(q.receive(10, vis, Duration::ZERO).await.unwrap().is_empty());
         assert_eq!(q.dead_letters(), ["m"]);
         assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_whose_visibility_is_changed_comes_back_then_and_counts_its_receives() {
+        let q = MemoryQueue::new(5);
+        q.send("m").await.unwrap();
+        let vis = Duration::from_secs(600);
+        let first = q.receive(10, vis, Duration::ZERO).await.unwrap();
+        q.change_visibility(&first[0].receipt_handle, Duration::from_secs(10))
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(q.receive(10, vis, Duration::ZERO).await.unwrap().is_empty());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let second = q.receive(10, vis, Duration::ZERO).await.unwrap();
+        assert_eq!(second[0].receive_count, 2);
     }
 
     #[tokio::test]

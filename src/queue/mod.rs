@@ -1,7 +1,8 @@
 //! Deferred mode's work queue: the ingress acknowledges Slack as soon as the verified event is
 //! on the queue, and workers take it from there through the same ledger protocol.
 //!
-//! The queue seam is three calls (send, receive, delete) with an SQS implementation (`sqs.rs`)
+//! The queue seam is four calls (send, receive, delete, and the visibility of a received
+//! message changed) with an SQS implementation (`sqs.rs`)
 //! and an in-memory one for tests; `worker.rs` holds what a worker does with each message, on
 //! Lambda (an SQS event batch) and locally (a long-polling loop).
 
@@ -168,4 +169,14 @@ pub trait WorkQueue: Send + Sync + 'static {
 
     /// Deletes a received message for good.
     async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError>;
+
+    /// Makes a received message visible again `after` from now instead of when its visibility
+    /// timeout ends (SQS's `ChangeMessageVisibility`, whose timeout counts from the call): how
+    /// a worker hands back a message it released for a transient failure, to be retried soon.
+    /// The receive count is unchanged: the next receive of it is counted as ever.
+    async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        after: Duration,
+    ) -> Result<(), QueueError>;
 }

@@ -199,6 +199,22 @@ impl WorkQueue for SqsQueue {
             .map_err(unavailable)?;
         Ok(())
     }
+
+    async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        after: Duration,
+    ) -> Result<(), QueueError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(after.as_secs().min(43_200) as i32)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
 }
 
 fn unavailable<E: std::error::Error + Send + Sync + 'static>(

@@ -1,13 +1,17 @@
 //! A worker: each queued event through the ledger protocol (claim, the bot, its Slack writes as
-//! journaled steps, finish), then the message deleted or left for SQS to hand out again.
+//! journaled steps, finish), then the message deleted, handed back soon, or left for SQS to hand
+//! out again.
 //!
 //! - done, duplicate, failed for good, nothing to do → deleted;
 //! - a live claim elsewhere → left: it comes back after its visibility timeout, when that claim
 //!   has ended one way or the other;
-//! - a transient failure → released and left: SQS's redeliveries are the retry schedule
-//!   (`maxReceiveCount` × the visibility timeout), never shortened here; on the last receive the
-//!   event ends `failed` (retryable, so a redrive from the dead-letter queue takes it again) and
-//!   the message goes to the dead-letter queue;
+//! - a transient failure (the claim released, or never taken: the ledger unavailable) → handed
+//!   back to come again after a backoff ([`retry_after`]: 10 s, doubling, at most 60 s), not
+//!   after the visibility timeout, so its retries land inside the `response_url`'s 30 minutes
+//!   and a step token's 15 (DEPLOY.md's numbers), and after a failed ledger call no sooner than
+//!   the run's own lease ends (the call may have left its claim); on the last receive the event
+//!   ends `failed` (retryable, so a redrive from the dead-letter queue takes it again) and the
+//!   message goes to the dead-letter queue;
 //! - a message that is not an event of ours → left, and so dead-lettered for an operator to see.
 
 use std::future::Future;
@@ -35,6 +39,38 @@ pub enum Disposition {
     Delete,
     /// Left to come back after its visibility timeout (or go to the dead-letter queue).
     Leave,
+    /// Released for a transient failure: handed back to come again `after` from now (its
+    /// visibility changed), or to go to the dead-letter queue then after its last receive.
+    Retry {
+        /// How long until it is visible again: [`retry_after`] of its receive count.
+        after: Duration,
+    },
+}
+
+/// A transient failure's first retry comes this long after it.
+pub const RETRY_FIRST: Duration = Duration::from_secs(10);
+/// The longest wait between two receives of a message released for a transient failure: below
+/// the shortest visibility timeout the SAM template makes (180 s), so handing a message back
+/// never delays it.
+pub const RETRY_MOST: Duration = Duration::from_secs(60);
+
+/// After a ledger call failed, a message comes back this long after the run's lease ends
+/// (other instances' clocks may be behind).
+const LEASE_SKEW: Duration = Duration::from_secs(1);
+
+/// How long after its `receive_count`-th receive failed a released message comes again:
+/// [`RETRY_FIRST`], doubling with each receive, at most [`RETRY_MOST`] (10, 20, 40, 60, 60… s).
+/// The waits before receive `n` add up to at most 130 s for `n` = 5 (the template's default
+/// `MaxReceiveCount`) and 430 s for `n` = 10 (its largest).
+pub fn retry_after(receive_count: u32) -> Duration {
+    let doublings = receive_count.saturating_sub(1).min(16);
+    (RETRY_FIRST * 2u32.pow(doublings)).min(RETRY_MOST)
+}
+
+/// The sum of the waits before a message's `receives`-th receive, when every earlier one
+/// failed for a passing reason (the runs' own time comes on top).
+pub fn retry_schedule(receives: u32) -> Duration {
+    (1..receives).map(retry_after).sum()
 }
 
 /// Deferred mode's worker: runs each queued event through the pipeline, on Lambda or locally.
@@ -185,7 +221,59 @@ impl Worker {
         match result.as_ref().map(Outcome::inner) {
             Ok(Outcome::InProgress) => Disposition::Leave,
             Ok(_) => Disposition::Delete,
-            Err(_) => Disposition::Leave,
+            // Released (or never claimed): nothing holds it, so it may come again soon.
+            Err(error) => {
+                let backoff = retry_after(message.receive_count);
+                let after = match error {
+                    // A ledger call that failed may have taken effect (a claim whose answer
+                    // was lost, a release that never landed): this run's claim then holds
+                    // the request until its lease ends, and a receive before that would
+                    // find it live and leave it for the whole visibility timeout.
+                    crate::process::ProcessError::Ledger(_) => {
+                        let lease_left = match invocation_deadline {
+                            Some(deadline) => deadline
+                                .duration_since(crate::clock::now())
+                                .unwrap_or_default(),
+                            None => self.processor.lease().saturating_sub(started.elapsed()),
+                        };
+                        backoff.max(lease_left + LEASE_SKEW)
+                    }
+                    _ => backoff,
+                };
+                Disposition::Retry { after }
+            }
+        }
+    }
+
+    /// Hands a message back as `disposition` says: deleted, visible again after its backoff
+    /// (never later than `visibility`, when its visibility timeout would end anyway), or left.
+    /// On Lambda the event source mapping deletes what is not reported, so `delete` is false.
+    async fn dispose(
+        queue: &dyn WorkQueue,
+        message: &Received,
+        disposition: Disposition,
+        visibility: Option<Duration>,
+        delete: bool,
+    ) {
+        let result = match disposition {
+            Disposition::Delete if delete => queue.delete(&message.receipt_handle).await,
+            Disposition::Delete | Disposition::Leave => return,
+            Disposition::Retry { after } => {
+                let after = visibility.map_or(after, |v| after.min(v));
+                queue
+                    .change_visibility(&message.receipt_handle, after)
+                    .await
+            }
+        };
+        if let Err(error) = result {
+            // Harmless: it comes back after its visibility timeout, and is found done or
+            // claimed again.
+            tracing::warn!(
+                message_id = message.message_id,
+                disposition = ?disposition,
+                error = %crate::errors::error_chain(&error),
+                "could not delete a handled message, or hand a released one back"
+            );
         }
     }
 
@@ -248,16 +336,7 @@ impl Worker {
                     worker
                         .processor
                         .emit_metrics(&metrics, &[("MessageId", &message.message_id)]);
-                    if disposition == Disposition::Delete
-                        && let Err(error) = queue.delete(&message.receipt_handle).await
-                    {
-                        // Harmless: it comes back and is found done.
-                        tracing::warn!(
-                            message_id = message.message_id,
-                            error = %crate::errors::error_chain(&error),
-                            "could not delete a handled message"
-                        );
-                    }
+                    Self::dispose(&*queue, &message, disposition, Some(lease), true).await;
                     drop(permit);
                 });
             }
@@ -270,9 +349,13 @@ impl Worker {
     /// On Lambda: one SQS event batch, its records run concurrently, each leased until the
     /// invocation's deadline. Only the records to hand out again are reported as failures
     /// (the event source mapping's ReportBatchItemFailures); the others are deleted by Lambda.
+    /// A record released for a transient failure has its visibility changed to its backoff on
+    /// `queue` (the one the records come from) before it is reported; without `queue` it comes
+    /// back after the queue's visibility timeout.
     pub async fn handle_batch(
         self: Arc<Self>,
         event: SqsEvent,
+        queue: Option<Arc<dyn WorkQueue>>,
         invocation_deadline: Option<SystemTime>,
         request_id: &str,
     ) -> SqsBatchResponse {
@@ -292,12 +375,16 @@ impl Worker {
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(1),
             };
-            let (worker, metrics, request_id) =
-                (self.clone(), metrics.clone(), request_id.to_string());
+            let (worker, metrics, request_id, queue) = (
+                self.clone(),
+                metrics.clone(),
+                request_id.to_string(),
+                queue.clone(),
+            );
             tasks.push((
                 message_id,
                 tokio::spawn(metrics.scope(async move {
-                    worker
+                    let disposition = worker
                         .handle(
                             &message,
                             now,
@@ -305,7 +392,13 @@ impl Worker {
                             invocation_deadline,
                             Some(&request_id),
                         )
-                        .await
+                        .await;
+                    // Before the batch is answered: the event source mapping leaves a reported
+                    // record in flight until its visibility timeout, changed here or not.
+                    if let Some(queue) = &queue {
+                        Self::dispose(&**queue, &message, disposition, None, false).await;
+                    }
+                    disposition
                 })),
             ));
         }
@@ -315,7 +408,7 @@ impl Worker {
                 tracing::error!(message_id, error = %error, "a record's task failed");
                 Disposition::Leave
             });
-            if disposition == Disposition::Leave {
+            if disposition != Disposition::Delete {
                 response.add_failure(message_id);
             }
         }
@@ -328,6 +421,52 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The backoff starts at 10 s, doubles, stops at 60 s; the template's largest
+    /// `MaxReceiveCount` (10) keeps its whole schedule inside a step token's 15 minutes with
+    /// room for the runs themselves.
+    #[test]
+    fn a_released_message_comes_back_after_10_20_40_then_60_seconds() {
+        let waits: Vec<u64> = (1..=6).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [10, 20, 40, 60, 60, 60]);
+        assert_eq!(retry_after(u32::MAX), RETRY_MOST);
+        assert_eq!(retry_schedule(1), Duration::ZERO);
+        assert_eq!(retry_schedule(5).as_secs(), 130);
+        assert_eq!(retry_schedule(10).as_secs(), 430);
+    }
+
+    /// The template's numbers against the backoff: its largest `MaxReceiveCount` keeps the
+    /// waits before the last receive within half a step token's 15 minutes (the runs take the
+    /// rest), and its shortest visibility timeout is longer than the longest wait, so a record
+    /// handed back on Lambda is never later than one left.
+    #[test]
+    fn the_templates_receives_and_visibility_fit_the_backoff() {
+        let template = include_str!("../../template.yaml");
+        let after = |name: &str| {
+            template
+                .split(&format!("\n  {name}:\n"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("{name} in template.yaml"))
+        };
+        let max_receives: u32 = after("MaxReceiveCount")
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("MaxValue:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("MaxReceiveCount's MaxValue");
+        assert!(
+            retry_schedule(max_receives) <= Duration::from_secs(450),
+            "MaxValue {max_receives}: {:?} of waits",
+            retry_schedule(max_receives)
+        );
+        let shortest_visibility = after("VisibilityByWorkerTimeout")
+            .lines()
+            .take_while(|l| l.starts_with("    "))
+            .filter_map(|l| l.split("Seconds:").nth(1))
+            .filter_map(|v| v.trim().trim_end_matches('}').trim().parse::<u64>().ok())
+            .min()
+            .expect("VisibilityByWorkerTimeout's Seconds");
+        assert!(Duration::from_secs(shortest_visibility) > RETRY_MOST);
+    }
 
     /// The previous release's message of format `v` (tests/data/formats/previous/queue/), its
     /// placeholders filled in.

@@ -277,6 +277,65 @@ async fn slack_down_longer_than_its_whole_retry_schedule_is_still_answered_once_
     assert_eq!(d.slack.posted().len(), 1);
 }
 
+/// A passing failure is retried soon: the worker hands the released message back for its
+/// backoff (10 s) instead of leaving it for its visibility timeout (the 120 s lease here, six
+/// times the worker's timeout on Lambda), so a `/once` whose first follow-up gets HTTP 500 is
+/// answered within tens of seconds, once, well inside the response_url's 30 minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_command_whose_first_follow_up_gets_http_500_is_followed_up_once_within_tens_of_seconds()
+ {
+    let d = Deferred::start(5).await;
+    d.slack
+        .script_method("response_url", [Behaviour::Status(500)]);
+    let worker = d.worker(120, 5);
+    let http = HttpClient::default();
+    let started = Instant::now();
+    let form = command_form(&d.slack, "/once", "soon");
+    let answer = deliver_form(&http, &d.ingress.url(), &form, None).await;
+    let outcome = answer
+        .headers
+        .get(slack_once::http::OUTCOME_HEADER)
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(
+        (answer.status, outcome),
+        (StatusCode::OK, Some("queued")),
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.json()["response_type"], "ephemeral");
+    assert!(
+        eventually(Duration::from_secs(40), || d.slack.posted().len() == 1).await,
+        "followed up after the 500 within tens of seconds: {} posts to the response_url \
+         in {:.1} s\n{}",
+        d.slack.calls_of("response_url"),
+        started.elapsed().as_secs_f64(),
+        worker.log()
+    );
+    let took = started.elapsed();
+    println!(
+        "deferred: a follow-up refused with HTTP 500 answered after {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(
+        took >= slack_once::queue::worker::RETRY_FIRST,
+        "not before its backoff: {took:?}"
+    );
+    // Settled: the message deleted, nothing posted again.
+    assert!(
+        eventually_async(Duration::from_secs(10), || async {
+            d.queue.depth(&d.queue.url).await == 0
+        })
+        .await,
+        "the message deleted once answered"
+    );
+    assert_eq!(
+        d.slack.calls_of("response_url"),
+        2,
+        "the 500, then the answer"
+    );
+    assert_eq!(d.slack.posted().len(), 1, "once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_that_always_fails_is_dead_lettered_failed_and_a_redrive_answers_it() {
     let d = Deferred::start(3).await;

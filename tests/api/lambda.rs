@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -496,6 +496,85 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
         .unwrap()
         .unwrap();
     assert_eq!(item["status"].as_s().unwrap(), "done");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A record released for a passing failure (Slack's HTTP 500) is reported, and its visibility
+/// changed first with its receipt handle: it comes back from the queue within its backoff
+/// (10 s), not after the visibility it was received with (300 s here; six times the worker's
+/// timeout in the template).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lambda_a_record_released_for_a_passing_failure_comes_back_within_its_backoff() {
+    let endpoint = dynamodb_endpoint();
+    let (table, _ledger) = fresh_table(&endpoint).await;
+    let sqs = sqs_endpoint();
+    let queue = TestQueue::create(&sqs, 5).await;
+    let slack = SlackStandin::start().await;
+    slack.script([Behaviour::Status(500)]);
+    let runtime = RuntimeApi::start().await;
+    let mut vars = lambda_vars(&runtime, &slack, &endpoint, &table);
+    vars.extend([
+        ("SLACK_ONCE_ROLE", "worker".to_string()),
+        ("WORK_QUEUE_MAX_RECEIVES", "5".to_string()),
+        ("AWS_ENDPOINT_URL_SQS", sqs.clone()),
+        ("WORK_QUEUE_URL", queue.url.clone()),
+    ]);
+    let mut child = spawn_lambda(&vars);
+
+    // The event source mapping's receive, hiding the message as a 300 s visibility would.
+    let receive = |visibility: i32, wait: i32| {
+        queue
+            .client
+            .receive_message()
+            .queue_url(&queue.url)
+            .visibility_timeout(visibility)
+            .wait_time_seconds(wait)
+            .message_system_attribute_names(
+                aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount,
+            )
+            .send()
+    };
+    queue
+        .client
+        .send_message()
+        .queue_url(&queue.url)
+        .message_body(queued(&app_mention("EvLamSoon", "hi")))
+        .send()
+        .await
+        .unwrap();
+    let got = receive(300, 5).await.unwrap();
+    let message = &got.messages()[0];
+    let mut record = sqs_record(message.message_id().unwrap(), message.body().unwrap(), 1);
+    record["receiptHandle"] = message.receipt_handle().unwrap().into();
+    let (answer, _) = runtime
+        .invoke(
+            &serde_json::json!({"Records": [record]}),
+            Duration::from_secs(20),
+        )
+        .await;
+    let reported_at = Instant::now();
+    assert_eq!(
+        answer["batchItemFailures"][0]["itemIdentifier"],
+        message.message_id().unwrap(),
+        "{answer}"
+    );
+    assert_eq!(slack.posted().len(), 0, "Slack answered 500");
+    let again = loop {
+        let got = receive(300, 2).await.unwrap();
+        if let Some(m) = got.messages().first() {
+            break m.clone();
+        }
+        assert!(
+            reported_at.elapsed() < Duration::from_secs(30),
+            "the record did not come back within its backoff"
+        );
+    };
+    println!(
+        "lambda: a released record visible again {:.1} s after the batch was answered",
+        reported_at.elapsed().as_secs_f64()
+    );
+    assert_eq!(again.body(), message.body(), "the same message");
     let _ = child.kill();
     let _ = child.wait();
 }

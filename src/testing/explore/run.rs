@@ -1018,25 +1018,41 @@ async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: Strin
                 count,
                 twin: false,
             };
-            if shared.story == Story::Together && pass == 0 && count == 1 {
+            let twin = (shared.story == Story::Together && pass == 0 && count == 1).then(|| {
                 let (twin_shared, twin_body, twin_deleted) =
                     (shared.clone(), body.clone(), deleted.clone());
                 let twin = Receive {
                     twin: true,
                     ..receive
                 };
-                drop(shared.spawn_for(request, async move {
-                    if let Some(Disposition::Delete) =
-                        receive_once(&twin_shared, twin, &twin_body).await
-                    {
+                shared.spawn_for(request, async move {
+                    let disposition = receive_once(&twin_shared, twin, &twin_body).await;
+                    if let Some(Disposition::Delete) = disposition {
                         twin_deleted.store(true, std::sync::atomic::Ordering::SeqCst);
                     }
-                }));
-            }
-            if let Some(Disposition::Delete) = receive_once(&shared, receive, &body).await {
+                    disposition
+                })
+            });
+            // When it is visible again, as each worker that received it left it: after the
+            // visibility timeout, or after its backoff when handed back
+            // (ChangeMessageVisibility). Two copies each have their own: the earlier counts.
+            let visible_again = |disposition: Option<Disposition>| match disposition {
+                Some(Disposition::Retry { after }) => Some(
+                    Instant::now() + after.min(visibility.saturating_sub(received_at.elapsed())),
+                ),
+                Some(Disposition::Delete) => None,
+                Some(Disposition::Leave) | None => Some(received_at + visibility),
+            };
+            let Some(mut next) = visible_again(receive_once(&shared, receive, &body).await) else {
                 return;
+            };
+            if let Some(twin) = twin {
+                match visible_again(twin.await.ok().flatten()) {
+                    None => return,
+                    Some(at) => next = next.min(at),
+                }
             }
-            visible_at = received_at + visibility;
+            visible_at = next;
         }
         if pass + 1 < passes {
             // The operator's redrive (`slack-once redrive`): the dead letter sent again.

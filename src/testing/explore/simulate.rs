@@ -28,7 +28,8 @@
 //! it) and faults drawn at every call it makes: processes killed before or after a call, and
 //! at their deadline as Lambda kills them, answers lost, the ledger's SDK sending a call
 //! twice, DynamoDB throttling, Slack's 5xx, 429s with `Retry-After` and refusals, the
-//! queue's redeliveries after its visibility timeout and the dead-letter queue after
+//! queue's redeliveries (after a released run's backoff, or a killed worker's visibility
+//! timeout, with the template's longest `WorkerTimeout`) and the dead-letter queue after
 //! `maxReceiveCount` receives, redriven an hour later by an operator. Each run is a process
 //! of its own (an instance of the fleet), on one ledger and one Slack.
 //!
@@ -182,6 +183,11 @@ impl FaultRates {
         None
     }
 }
+
+/// The SAM template's longest `WorkerTimeout` (the last of its `AllowedValues`): the
+/// simulation's workers run with it, so a queue's redeliveries are as late as a deployed stack
+/// lets them be.
+pub const LONGEST_WORKER_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// A simulation: see the [module](self).
 pub struct Simulation {
@@ -425,7 +431,8 @@ impl Simulation {
             app: self.explorer.app.clone(),
             old_app: self.explorer.old_app.clone(),
             timeout: Duration::from_secs(10),
-            worker_timeout: Duration::from_secs(120),
+            // The longest the template allows: every Slack deadline must hold even then.
+            worker_timeout: LONGEST_WORKER_TIMEOUT,
             // The soak's (the template's is 5), so that faults dead-letter some requests for
             // the redrive to bring back.
             max_receives: 3,
@@ -1233,5 +1240,30 @@ impl fmt::Display for SimulationReport {
                 )
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The simulation's worker timeout is the template's longest: a template that allows a
+    /// longer one fails here until the simulation runs with it.
+    #[test]
+    fn the_simulation_runs_with_the_templates_longest_worker_timeout() {
+        let template = include_str!("../../../template.yaml");
+        let allowed = template
+            .split("\n  WorkerTimeout:\n")
+            .nth(1)
+            .and_then(|rest| rest.lines().find(|l| l.contains("AllowedValues:")))
+            .expect("WorkerTimeout's AllowedValues in template.yaml");
+        let longest = allowed
+            .split(['[', ']', ','])
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .max()
+            .expect("numbers in WorkerTimeout's AllowedValues");
+        assert_eq!(
+            super::LONGEST_WORKER_TIMEOUT.as_secs(),
+            longest,
+            "{allowed}"
+        );
     }
 }

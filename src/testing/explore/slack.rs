@@ -442,4 +442,14 @@ impl WorkQueue for SimQueue {
     async fn delete(&self, _receipt_handle: &str) -> Result<(), QueueError> {
         Ok(())
     }
+
+    async fn change_visibility(
+        &self,
+        _receipt_handle: &str,
+        _after: Duration,
+    ) -> Result<(), QueueError> {
+        Err(QueueError::Unavailable(
+            "the explorer's ingress does not receive".into(),
+        ))
+    }
 }
