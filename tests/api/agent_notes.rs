@@ -273,3 +273,45 @@ async fn notes_the_previous_release_kept_without_the_app_are_still_read() {
     assert_eq!(bot.dm("where am I").await, "no_reply");
     assert_eq!(*seen.lock().unwrap(), [Some("C0OLD".to_string())]);
 }
+
+#[tokio::test]
+async fn two_stops_of_one_thread_kept_at_once_both_stand() {
+    let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
+    // Two instances of one app, each hearing one of the two stops.
+    let hearing =
+        || App::new().agent_session_stopped(|_ctx: Ctx, _s: AgentSessionStopped| async { Ok(()) });
+    let a = TestBot::start_with_ledger(hearing(), ledger.clone()).await;
+    let b = TestBot::start_with_ledger(hearing(), ledger.clone()).await;
+    let stop = |id: String, thread: &str, stream: &str| {
+        let stop = json!({"type": "agent_session_stopped", "channel": "D0TEST",
+                          "user": "U0USER", "thread_ts": thread,
+                          "streaming_message_ts": [stream], "event_ts": stream});
+        envelope(APP_A, &id, stop)
+    };
+    let mut lost = Vec::new();
+    for round in 0..40 {
+        let thread = format!("1767225600.{round:06}");
+        let (first, second) = (
+            format!("1767225601.{round:06}"),
+            format!("1767225602.{round:06}"),
+        );
+        let (one, two) = tokio::join!(
+            a.send_envelope(stop(format!("EvStopOne{round}"), &thread, &first)),
+            b.send_envelope(stop(format!("EvStopTwo{round}"), &thread, &second)),
+        );
+        assert_eq!((one.as_str(), two.as_str()), ("no_reply", "no_reply"));
+        let key = format!("astop-T0TEST-D0TEST-{}-{APP_A}", thread.replace('.', "_"));
+        let now_ms = slack_once::clock::now_ms();
+        let note = ledger
+            .note(&EventId::try_from(key).unwrap(), now_ms)
+            .await
+            .unwrap()
+            .expect("the thread's stops are kept");
+        let kept: Value = serde_json::from_str(&note).unwrap();
+        let streams = kept["streams"].as_array().unwrap();
+        if !(streams.contains(&json!(first)) && streams.contains(&json!(second))) {
+            lost.push(note);
+        }
+    }
+    assert!(lost.is_empty(), "a stop's stream was dropped: {lost:#?}");
+}
