@@ -350,7 +350,8 @@ impl Ctx {
     /// The assistant thread's context for any event of the thread: as the event carries it
     /// (`assistant_thread_started`, `assistant_thread_context_changed`), or, for a message in
     /// the thread, as the latest of those events left it (kept beside the claims by an app
-    /// with an assistant's listener; `None` when none was seen, as in the agent view).
+    /// with an assistant's listener, the app's: another app's on a shared table is never read;
+    /// `None` when none was seen, as in the agent view).
     ///
     /// # Example
     ///
@@ -376,10 +377,12 @@ impl Ctx {
         else {
             return Ok(None);
         };
-        let Some(key) = crate::pipeline::thread_context_key(team, &channel, &thread) else {
+        let Some(keys) =
+            crate::pipeline::thread_context_keys(team, &channel, &thread, self.app_id())
+        else {
             return Ok(None);
         };
-        let note = self.note(&key).await?;
+        let note = self.app_note(&keys).await?;
         Ok(note.and_then(|n| serde_json::from_str(&n).ok()))
     }
 

@@ -37,10 +37,8 @@ impl Processor {
                     return;
                 };
                 let context = event.raw["assistant_thread"]["context"].clone();
-                (
-                    super::claim::thread_context_key(team, channel, thread),
-                    context.to_string(),
-                )
+                let keys = super::claim::thread_context_keys(team, channel, thread, app);
+                (keys.map(|k| k.own), context.to_string())
             }
             ("app_context_changed", _) => {
                 let context = event.raw["context"].clone();
