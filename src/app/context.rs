@@ -1483,8 +1483,7 @@ impl Ctx {
         let stop = crate::pipeline::StopNote::pressed(at_ms, parts);
         let expires_at_s = now_ms / 1000 + 7 * 86_400;
         let ledger = self.inner.steps.lock().await.ledger.clone();
-        let write =
-            crate::pipeline::keep_stop(ledger.as_ref(), &keys.own, stop, expires_at_s, now_ms);
+        let write = crate::pipeline::keep_stop(ledger.as_ref(), &keys, stop, expires_at_s, now_ms);
         if let Err(e) | Ok(Err(e)) = tokio::time::timeout_at(self.inner.deadline, write)
             .await
             .map_err(|_| LedgerError::Unavailable("the deadline passed".into()))
