@@ -354,7 +354,8 @@ impl Ctx {
     /// The assistant thread's context for any event of the thread: as the event carries it
     /// (`assistant_thread_started`, `assistant_thread_context_changed`), or, for a message in
     /// the thread, as the latest of those events left it (kept beside the claims by an app
-    /// with an assistant's listener; `None` when none was seen, as in the agent view).
+    /// with an assistant's listener, the app's: another app's on a shared table is never read;
+    /// `None` when none was seen, as in the agent view).
     ///
     /// # Example
     ///
@@ -380,10 +381,12 @@ impl Ctx {
         else {
             return Ok(None);
         };
-        let Some(key) = crate::pipeline::thread_context_key(team, &channel, &thread) else {
+        let Some(keys) =
+            crate::pipeline::thread_context_keys(team, &channel, &thread, self.app_id())
+        else {
             return Ok(None);
         };
-        let note = self.note(&key).await?;
+        let note = self.app_note(&keys).await?;
         Ok(note.and_then(|n| serde_json::from_str(&n).ok()))
     }
 
@@ -1509,8 +1512,7 @@ impl Ctx {
         let stop = crate::pipeline::StopNote::pressed(at_ms, parts);
         let expires_at_s = now_ms / 1000 + 7 * 86_400;
         let ledger = self.inner.steps.lock().await.ledger.clone();
-        let write =
-            crate::pipeline::keep_stop(ledger.as_ref(), &keys.own, stop, expires_at_s, now_ms);
+        let write = crate::pipeline::keep_stop(ledger.as_ref(), &keys, stop, expires_at_s, now_ms);
         if let Err(e) | Ok(Err(e)) = tokio::time::timeout_at(self.inner.deadline, write)
             .await
             .map_err(|_| LedgerError::Unavailable("the deadline passed".into()))

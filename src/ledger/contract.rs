@@ -3,7 +3,7 @@
 //! what its own storage holds.
 
 use super::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger};
-use super::{LedgerError, OwnerToken, Settled, StepRecord};
+use super::{LedgerError, NotePut, OwnerToken, Settled, StepRecord};
 use crate::envelope::EventId;
 
 /// The scenarios' clock: every write is at `NOW` plus a few milliseconds.
@@ -768,4 +768,55 @@ pub async fn a_state_change_is_made_once_per_request(
     );
     let read = ledger.state(key, later + 3).await.unwrap().unwrap();
     assert_eq!((read.value.as_str(), read.version), ("7", 7));
+}
+
+/// A note is replaced only where it is still as read: absent, the first write of two that
+/// read it absent stands; present, only a write that read its value replaces it; sent again
+/// after its answer was lost, a replace finds the note changed (by itself) and writes nothing;
+/// a note past its TTL counts as absent. Leaves `key` holding `"c"`.
+pub async fn a_note_is_replaced_only_where_it_is_as_read(ledger: &dyn Ledger, key: &EventId) {
+    let expires = NOW / 1000 + TTL_S;
+    let replace = |read: Option<&'static str>, value: &'static str, now_ms: u64| async move {
+        let exp = now_ms / 1000 + TTL_S;
+        let put = ledger.replace_note(key, read, value, now_ms, exp, now_ms);
+        put.await.unwrap()
+    };
+    assert_eq!(replace(None, "a", NOW).await, NotePut::Written);
+    assert_eq!(
+        replace(None, "b", NOW + 1).await,
+        NotePut::Conflict,
+        "read absent, then written"
+    );
+    assert_eq!(
+        ledger.note(key, NOW + 2).await.unwrap().as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        replace(Some("x"), "b", NOW + 3).await,
+        NotePut::Conflict,
+        "read as another value"
+    );
+    assert_eq!(replace(Some("a"), "b", NOW + 4).await, NotePut::Written);
+    assert_eq!(
+        replace(Some("a"), "b", NOW + 4).await,
+        NotePut::Conflict,
+        "sent again"
+    );
+    assert_eq!(
+        ledger.note(key, NOW + 5).await.unwrap().as_deref(),
+        Some("b")
+    );
+    // Past its TTL, the note is absent: replaced as read absent, not as its stale value.
+    let later = (expires + TTL_S + 10) * 1000;
+    assert_eq!(ledger.note(key, later).await.unwrap(), None);
+    assert_eq!(
+        replace(Some("b"), "c", later).await,
+        NotePut::Conflict,
+        "read before it expired"
+    );
+    assert_eq!(replace(None, "c", later).await, NotePut::Written);
+    assert_eq!(
+        ledger.note(key, later + 1).await.unwrap().as_deref(),
+        Some("c")
+    );
 }

@@ -795,6 +795,48 @@ impl Ledger for DynamoLedger {
         }
     }
 
+    async fn replace_note(
+        &self,
+        key: &crate::envelope::EventId,
+        read: Option<&str>,
+        value: &str,
+        at_ms: u64,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Result<super::NotePut, LedgerError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(attr::PK, s(key.as_str()))
+            .item(attr::NOTE, s(value))
+            .item(attr::NOTE_AT, n(at_ms))
+            .item(attr::EXPIRES_AT, n(expires_at_s))
+            .expression_attribute_names("#note", attr::NOTE)
+            .expression_attribute_names("#expires_at", attr::EXPIRES_AT)
+            .expression_attribute_values(":now_s", n(now_ms / 1000));
+        // As `note` reads it: live while `expires_at` is after now.
+        let put = match read {
+            None => put.condition_expression(
+                "attribute_not_exists(#note) OR attribute_not_exists(#expires_at) \
+                 OR #expires_at <= :now_s",
+            ),
+            Some(read) => put
+                .condition_expression("#note = :read AND #expires_at > :now_s")
+                .expression_attribute_values(":read", s(read)),
+        };
+        match put.send().await {
+            Ok(_) => Ok(super::NotePut::Written),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(super::NotePut::Conflict)
+            }
+            Err(e) => Err(unavailable(e.into_service_error())),
+        }
+    }
+
     async fn state(
         &self,
         key: &crate::envelope::EventId,

@@ -351,6 +351,30 @@ impl Ledger for MemoryLedger {
         Ok(())
     }
 
+    async fn replace_note(
+        &self,
+        key: &EventId,
+        read: Option<&str>,
+        value: &str,
+        at_ms: u64,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Result<super::NotePut, LedgerError> {
+        let mut entries = self.entries.lock().expect("ledger lock");
+        let found = entries
+            .notes
+            .get(key)
+            .filter(|(_, _, expires)| *expires > now_ms / 1000)
+            .map(|(value, ..)| value.as_str());
+        if found != read {
+            return Ok(super::NotePut::Conflict);
+        }
+        entries
+            .notes
+            .insert(key.clone(), (value.to_string(), at_ms, expires_at_s));
+        Ok(super::NotePut::Written)
+    }
+
     async fn state(
         &self,
         key: &EventId,
@@ -632,6 +656,12 @@ mod tests {
         contract::began_windows_stand_for_the_first_step_until_the_claimant_writes(&ledger, &e)
             .await;
         assert_eq!(ledger.journal(&e).unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_note_is_replaced_only_where_it_is_as_read() {
+        let (ledger, key) = (MemoryLedger::new(), id("astop-T1-D1-1_5-A1"));
+        contract::a_note_is_replaced_only_where_it_is_as_read(&ledger, &key).await;
     }
 
     #[tokio::test]

@@ -712,6 +712,16 @@ fn short_digest(text: &str, bytes: usize) -> String {
     hex::encode(&Sha256::digest(text.as_bytes())[..bytes])
 }
 
+/// What a [`Ledger::replace_note`] came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotePut {
+    /// The note was as read: it is now the value written.
+    Written,
+    /// Another write came between the read and this one (or this very write, whose answer
+    /// was lost): nothing was written. Read again.
+    Conflict,
+}
+
 /// What a [`StateWrite`] came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatePut {
@@ -779,6 +789,20 @@ pub trait Ledger: Send + Sync + 'static {
         at_ms: u64,
         expires_at_s: u64,
     ) -> Result<(), LedgerError>;
+
+    /// Replaces the note under `key` with `value` (written at `at_ms`, expiring at
+    /// `expires_at_s`) if it is still `read` (`None`: none, or past its TTL at `now_ms`), else
+    /// [`NotePut::Conflict`] and nothing is written: a note read, changed and written again
+    /// (a session's stops) loses no write that came in between.
+    async fn replace_note(
+        &self,
+        key: &EventId,
+        read: Option<&str>,
+        value: &str,
+        at_ms: u64,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Result<NotePut, LedgerError>;
 
     /// The note under `key`, unless none was written or it is past its TTL.
     async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError>;

@@ -266,9 +266,18 @@ impl LedgerKeys {
     }
 }
 
-/// The key of an assistant thread's context note: team, channel and the thread's `ts`.
-pub(crate) fn thread_context_key(team: &str, channel: &str, thread_ts: &str) -> Option<EventId> {
-    ledger_key(&format!("actx-{team}-{channel}-{thread_ts}"))
+/// The keys of an assistant thread's context note for the app `app`: team, channel and the
+/// thread's `ts`, the app's ([`NoteKeys`]).
+pub(crate) fn thread_context_keys(
+    team: &str,
+    channel: &str,
+    thread_ts: &str,
+    app: Option<&str>,
+) -> Option<NoteKeys> {
+    NoteKeys::of(
+        ledger_key(&format!("actx-{team}-{channel}-{thread_ts}")),
+        app,
+    )
 }
 
 /// The keys of the note that keeps a conversation's latest agent context

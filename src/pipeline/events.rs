@@ -31,16 +31,14 @@ impl Processor {
         // The agent's notes are the app's: two apps sharing the table keep their own.
         let app = callback.api_app_id.as_deref();
         let channel = event.channel.as_deref();
-        let (key, value) = match (event.kind.as_str(), channel) {
+        let (keys, value) = match (event.kind.as_str(), channel) {
             ("assistant_thread_started" | "assistant_thread_context_changed", Some(channel)) => {
                 let Some(thread) = event.thread_ts.as_deref() else {
                     return;
                 };
                 let context = event.raw["assistant_thread"]["context"].clone();
-                (
-                    super::claim::thread_context_key(team, channel, thread),
-                    context.to_string(),
-                )
+                let keys = super::claim::thread_context_keys(team, channel, thread, app);
+                (keys, context.to_string())
             }
             ("app_context_changed", _) => {
                 let context = event.raw["context"].clone();
@@ -64,21 +62,18 @@ impl Processor {
                     (None, None) => return,
                 };
                 let keys = super::claim::agent_context_keys(team, &place, app);
-                (keys.map(|k| k.own), context.to_string())
+                (keys, context.to_string())
             }
             ("agent_session_stopped", Some(channel)) => {
                 let Some(thread) = event.raw["thread_ts"].as_str() else {
                     return;
                 };
                 let keys = super::claim::session_stop_keys(team, channel, thread, app);
-                (
-                    keys.map(|k| k.own),
-                    event.raw["streaming_message_ts"].to_string(),
-                )
+                (keys, event.raw["streaming_message_ts"].to_string())
             }
             _ => return,
         };
-        let Some(key) = key else {
+        let Some(keys) = keys else {
             return;
         };
         // Ordered by the event's own time: a retry of an older change does not undo a newer.
@@ -103,7 +98,7 @@ impl Processor {
             if event.kind != "agent_session_stopped" {
                 return self
                     .ledger
-                    .set_note(&key, &value, at_ms, expires_at_s)
+                    .set_note(&keys.own, &value, at_ms, expires_at_s)
                     .await;
             }
             // A stop names the streams Slack stopped; kept with the thread's earlier stops.
@@ -115,7 +110,7 @@ impl Processor {
                 .collect();
             let stop = super::StopNote::pressed(at_ms, streams);
             let now_ms = unix_ms(delivery.now);
-            super::keep_stop(self.ledger.as_ref(), &key, stop, expires_at_s, now_ms).await
+            super::keep_stop(self.ledger.as_ref(), &keys, stop, expires_at_s, now_ms).await
         };
         match tokio::time::timeout(std::time::Duration::from_millis(800), write).await {
             Ok(Ok(())) => {}

@@ -26,7 +26,7 @@ mod verify;
 mod work;
 
 pub use claim::ledger_keys;
-pub(crate) use claim::{agent_context_keys, session_stop_keys, thread_context_key};
+pub(crate) use claim::{agent_context_keys, session_stop_keys, thread_context_keys};
 pub use interactions::ACK_BUDGET;
 pub(crate) use notes::{NoteKeys, StopNote, keep_stop};
 

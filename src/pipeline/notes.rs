@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::envelope::EventId;
-use crate::ledger::{Ledger, LedgerError, app_scoped};
+use crate::ledger::{Ledger, LedgerError, NotePut, app_scoped};
 
 /// Where an app's note is: its key followed by the app (`…-A0123`, as a claim of a key another
 /// app holds is kept: [`app_scoped`]), so two apps whose deployments share a table never read
@@ -100,11 +100,14 @@ impl StopNote {
             self.at_ms = earlier.at_ms;
             self.latest = earlier.latest;
         }
-        for stream in earlier.streams {
-            if !self.streams.contains(&stream) {
-                self.streams.push(stream);
+        // The earlier streams first: a stop kept already leaves the note as it is.
+        let mut streams = earlier.streams;
+        for stream in self.streams {
+            if !streams.contains(&stream) {
+                streams.push(stream);
             }
         }
+        self.streams = streams;
         self.unnamed_at_ms = self.unnamed_at_ms.max(earlier.unnamed_at_ms);
         self
     }
@@ -130,22 +133,58 @@ impl StopNote {
     }
 }
 
-/// Keeps `stop` under `key`, with the stops kept there already (a `GetItem`, then the
-/// conditioned `PutItem` of every note: the later `at_ms` of the two stands). Two stops of one
-/// thread kept at the same instant may leave one's streams out: each stopped stream is also
-/// answered `stopped_by_user` by Slack, which its run reads as its stop.
+/// How many times a stop is read and written again where another stop of the thread came
+/// between the read and the write (each such write keeps a stop of its own: only a burst
+/// of stops in one thread outlasts them).
+const STOP_WRITE_ATTEMPTS: u32 = 16;
+
+/// Keeps `stop` under `key`, with the stops kept there already: a `GetItem`, then a `PutItem`
+/// conditioned on the note being still as read ([`Ledger::replace_note`]), again from the
+/// read where another stop came in between, so two stops of one thread kept at the same
+/// instant both stand. None is written where the note has it already (a stop's event sent
+/// again, a write whose answer was lost). Where the app's own note is absent, the stops the
+/// release before kept without the app are kept with it: a reader of the app's own note no
+/// longer reads those.
 pub(crate) async fn keep_stop(
     ledger: &dyn Ledger,
-    key: &EventId,
+    keys: &NoteKeys,
     stop: StopNote,
     expires_at_s: u64,
     now_ms: u64,
 ) -> Result<(), LedgerError> {
-    let earlier = ledger.note(key, now_ms).await?;
-    let stop = stop.with(earlier.as_deref().and_then(StopNote::read));
-    ledger
-        .set_note(key, &stop.kept(), stop.at_ms, expires_at_s)
-        .await
+    let key = &keys.own;
+    for _ in 0..STOP_WRITE_ATTEMPTS {
+        let read = ledger.note(key, now_ms).await?;
+        let earlier = match (&read, &keys.legacy) {
+            (None, Some(legacy)) => ledger.note(legacy, now_ms).await?,
+            _ => read.clone(),
+        };
+        let kept = stop
+            .clone()
+            .with(earlier.as_deref().and_then(StopNote::read));
+        let value = kept.kept();
+        if read.as_deref() == Some(value.as_str()) {
+            return Ok(());
+        }
+        let put = ledger
+            .replace_note(
+                key,
+                read.as_deref(),
+                &value,
+                kept.at_ms,
+                expires_at_s,
+                now_ms,
+            )
+            .await?;
+        match put {
+            NotePut::Written => return Ok(()),
+            NotePut::Conflict => continue,
+        }
+    }
+    Err(LedgerError::Unavailable(
+        format!("the stops of {key} kept changing: {STOP_WRITE_ATTEMPTS} writes came in between")
+            .into(),
+    ))
 }
 
 #[cfg(test)]
@@ -178,5 +217,56 @@ mod tests {
         assert!(old.stops(&["1.5"], 0) && !old.stops(&["1.7"], 0));
         let old = StopNote::read(r#"{"at_ms": 2000, "value": "[]"}"#).unwrap();
         assert!(old.stops(&[], 1_500) && !old.stops(&[], 2_500));
+    }
+
+    #[tokio::test]
+    async fn a_stop_kept_already_leaves_the_note_as_it_is_and_a_new_one_is_added() {
+        let ledger = crate::ledger::MemoryLedger::new();
+        let old = EventId::try_from("astop-T1-D1-1_1".to_string()).ok();
+        let keys = NoteKeys::of(old, Some("A1")).unwrap();
+        let (now_ms, expires_at_s) = (10_000, 100);
+        let keep = |stop: StopNote| keep_stop(&ledger, &keys, stop, expires_at_s, now_ms);
+        keep(StopNote::pressed(2_000, vec!["1.5".into()]))
+            .await
+            .unwrap();
+        keep(StopNote::pressed(3_000, vec!["1.7".into()]))
+            .await
+            .unwrap();
+        let kept = ledger.note(&keys.own, now_ms).await.unwrap().unwrap();
+        // Either stop's event sent again: the note is as it was.
+        for (at_ms, stream) in [(2_000, "1.5"), (3_000, "1.7")] {
+            keep(StopNote::pressed(at_ms, vec![stream.into()]))
+                .await
+                .unwrap();
+            let now = ledger.note(&keys.own, now_ms).await.unwrap();
+            assert_eq!(now.as_deref(), Some(kept.as_str()), "{stream} again");
+        }
+        let note = StopNote::read(&kept).unwrap();
+        assert!(note.stops(&["1.5"], 0) && note.stops(&["1.7"], 0) && !note.stops(&["1.9"], 0));
+    }
+
+    #[tokio::test]
+    async fn the_app_s_first_stop_keeps_the_stops_the_release_before_kept_without_the_app() {
+        let ledger = crate::ledger::MemoryLedger::new();
+        let old = EventId::try_from("astop-T1-D1-1_1".to_string()).ok();
+        let keys = NoteKeys::of(old, Some("A1")).unwrap();
+        let legacy = keys.legacy.clone().unwrap();
+        let (now_ms, expires_at_s) = (10_000, 100);
+        // As the release before kept a stop: `value` alone, naming its stream.
+        let before = r#"{"at_ms": 2000, "value": "[\"1.5\"]"}"#;
+        ledger
+            .set_note(&legacy, before, 2_000, expires_at_s)
+            .await
+            .unwrap();
+        let stop = StopNote::pressed(3_000, vec!["1.7".into()]);
+        keep_stop(&ledger, &keys, stop, expires_at_s, now_ms)
+            .await
+            .unwrap();
+        let own = ledger.note(&keys.own, now_ms).await.unwrap().unwrap();
+        let own = StopNote::read(&own).unwrap();
+        assert!(own.stops(&["1.5"], 0), "the release before's stop: {own:?}");
+        assert!(own.stops(&["1.7"], 0));
+        let legacy_now = ledger.note(&legacy, now_ms).await.unwrap();
+        assert_eq!(legacy_now.as_deref(), Some(before), "never written");
     }
 }

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use slack_once::app::{AgentSessionStopped, App, Ctx, MessageEvent, feedback_buttons};
+use slack_once::app::{
+    AgentSessionStopped, App, AssistantThread, Ctx, MessageEvent, feedback_buttons,
+};
 use slack_once::envelope::EventId;
 use slack_once::ledger::{Ledger, MemoryLedger};
 use slack_once::testing::{FakeSlack, TestBot};
@@ -73,6 +75,66 @@ async fn two_apps_on_one_table_each_read_their_own_person_s_context() {
         let asked = envelope(app, &format!("EvAsk{app}"), ask);
         assert_eq!(bot.send_envelope(asked).await, "no_reply");
     }
+    assert_eq!(*seen_a.lock().unwrap(), [Some("C0AAA".to_string())]);
+    assert_eq!(*seen_b.lock().unwrap(), [Some("C0BBB".to_string())]);
+}
+
+/// An assistant that says which channel the person looks at in its thread
+/// ([`Ctx::thread_context`]), as `seen`.
+fn thread_looking(seen: Arc<Mutex<Vec<Option<String>>>>) -> App {
+    App::new()
+        .assistant_thread_started(|_ctx: Ctx, _t: AssistantThread| async { Ok(()) })
+        .assistant_message(move |ctx: Ctx, _q: MessageEvent| {
+            let seen = seen.clone();
+            async move {
+                let here = ctx.thread_context().await?;
+                let channel = here.and_then(|c| c["channel_id"].as_str().map(str::to_string));
+                seen.lock().unwrap().push(channel);
+                Ok(())
+            }
+        })
+}
+
+/// `assistant_thread_started` of the thread `thread` in `dm`, the person looking at `channel`.
+fn thread_started(app: &str, id: &str, dm: &str, thread: &str, channel: &str) -> Value {
+    let started = json!({"type": "assistant_thread_started", "event_ts": "1767225700.000001",
+                         "assistant_thread": {"user_id": "U0USER", "channel_id": dm,
+                                              "thread_ts": thread,
+                                              "context": {"channel_id": channel,
+                                                          "team_id": "T0TEST"}}});
+    envelope(app, id, started)
+}
+
+/// A person's question in the assistant thread `thread` of `dm`.
+fn in_thread(app: &str, id: &str, dm: &str, thread: &str) -> Value {
+    let ask = json!({"type": "message", "channel_type": "im", "user": "U0USER",
+                     "text": "where am I", "channel": dm, "ts": "1767225710.000001",
+                     "thread_ts": thread, "event_ts": "1767225710.000001"});
+    envelope(app, id, ask)
+}
+
+#[tokio::test]
+async fn two_apps_on_one_table_each_read_their_own_assistant_thread_s_context() {
+    let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
+    let (seen_a, seen_b) = (Arc::default(), Arc::default());
+    let a = TestBot::start_with_ledger(thread_looking(Arc::clone(&seen_a)), ledger.clone()).await;
+    let b = TestBot::start_with_ledger(thread_looking(Arc::clone(&seen_b)), ledger.clone()).await;
+    // One conversation and thread for both apps: the other app's start comes later.
+    let (dm, thread) = ("D0SHARED", "1767225600.000001");
+    let started = thread_started(APP_A, "EvStartA", dm, thread, "C0AAA");
+    assert_eq!(a.send_envelope(started).await, "no_reply");
+    let started = thread_started(APP_B, "EvStartB", dm, thread, "C0BBB");
+    assert_eq!(b.send_envelope(started).await, "no_reply");
+    assert_eq!(
+        a.send_envelope(in_thread(APP_A, "EvAskA", dm, thread))
+            .await,
+        "no_reply"
+    );
+    assert_eq!(
+        b.send_envelope(in_thread(APP_B, "EvAskB", dm, thread))
+            .await,
+        "no_reply"
+    );
     assert_eq!(*seen_a.lock().unwrap(), [Some("C0AAA".to_string())]);
     assert_eq!(*seen_b.lock().unwrap(), [Some("C0BBB".to_string())]);
 }
@@ -268,8 +330,69 @@ async fn notes_the_previous_release_kept_without_the_app_are_still_read() {
     assert_eq!(stopped.send(late).await, "no_reply");
     assert!(parts_in(&stopped.slack().messages(), "D0TEST", thread).len() <= 1);
 
+    let assistant_thread = "1767225600.000088";
+    let thread_key = EventId::try_from("actx-T0TEST-D0TEST-1767225600_000088".to_string()).unwrap();
+    let thread_context = json!({"channel_id": "C0OLDTHREAD", "team_id": "T0TEST"}).to_string();
+    ledger
+        .set_note(&thread_key, &thread_context, now_ms, expires_at_s)
+        .await
+        .unwrap();
+
     let seen = Arc::default();
-    let bot = TestBot::start_with_ledger(looking(Arc::clone(&seen)), ledger).await;
+    let bot = TestBot::start_with_ledger(looking(Arc::clone(&seen)), ledger.clone()).await;
     assert_eq!(bot.dm("where am I").await, "no_reply");
     assert_eq!(*seen.lock().unwrap(), [Some("C0OLD".to_string())]);
+
+    let seen = Arc::default();
+    let bot = TestBot::start_with_ledger(thread_looking(Arc::clone(&seen)), ledger).await;
+    let asked = in_thread(
+        slack_once::testing::APP_ID,
+        "EvAskOld",
+        "D0TEST",
+        assistant_thread,
+    );
+    assert_eq!(bot.send_envelope(asked).await, "no_reply");
+    assert_eq!(*seen.lock().unwrap(), [Some("C0OLDTHREAD".to_string())]);
+}
+
+#[tokio::test]
+async fn two_stops_of_one_thread_kept_at_once_both_stand() {
+    let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
+    // Two instances of one app, each hearing one of the two stops.
+    let hearing =
+        || App::new().agent_session_stopped(|_ctx: Ctx, _s: AgentSessionStopped| async { Ok(()) });
+    let a = TestBot::start_with_ledger(hearing(), ledger.clone()).await;
+    let b = TestBot::start_with_ledger(hearing(), ledger.clone()).await;
+    let stop = |id: String, thread: &str, stream: &str| {
+        let stop = json!({"type": "agent_session_stopped", "channel": "D0TEST",
+                          "user": "U0USER", "thread_ts": thread,
+                          "streaming_message_ts": [stream], "event_ts": stream});
+        envelope(APP_A, &id, stop)
+    };
+    let mut lost = Vec::new();
+    for round in 0..40 {
+        let thread = format!("1767225600.{round:06}");
+        let (first, second) = (
+            format!("1767225601.{round:06}"),
+            format!("1767225602.{round:06}"),
+        );
+        let (one, two) = tokio::join!(
+            a.send_envelope(stop(format!("EvStopOne{round}"), &thread, &first)),
+            b.send_envelope(stop(format!("EvStopTwo{round}"), &thread, &second)),
+        );
+        assert_eq!((one.as_str(), two.as_str()), ("no_reply", "no_reply"));
+        let key = format!("astop-T0TEST-D0TEST-{}-{APP_A}", thread.replace('.', "_"));
+        let now_ms = slack_once::clock::now_ms();
+        let note = ledger
+            .note(&EventId::try_from(key).unwrap(), now_ms)
+            .await
+            .unwrap()
+            .expect("the thread's stops are kept");
+        let kept: Value = serde_json::from_str(&note).unwrap();
+        let streams = kept["streams"].as_array().unwrap();
+        if !(streams.contains(&json!(first)) && streams.contains(&json!(second))) {
+            lost.push(note);
+        }
+    }
+    assert!(lost.is_empty(), "a stop's stream was dropped: {lost:#?}");
 }

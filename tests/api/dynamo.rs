@@ -381,6 +381,14 @@ async fn a_state_change_is_made_once_per_request() {
 }
 
 #[tokio::test]
+async fn a_note_is_replaced_only_where_it_is_as_read() {
+    let (ledger, key) = (ledger().await, id("astop-T1-D1-1_5-A0001"));
+    contract::a_note_is_replaced_only_where_it_is_as_read(ledger.as_ref(), &key).await;
+    let item = ledger.get_item(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(s(&item, "note"), "c");
+}
+
+#[tokio::test]
 async fn state_is_written_once_per_version_read() {
     let (ledger, key) = (ledger().await, id("state-A0001-EvD30-poll"));
     contract::state_is_written_once_per_version_read(ledger.as_ref(), &key).await;

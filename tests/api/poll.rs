@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use slack_once::envelope::EventId;
 use slack_once::ledger::{
-    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,
+    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, NotePut, Settled,
     StateItem, StatePut, StateWrite, StepRecord,
 };
 use slack_once::testing::TestBot;
@@ -65,6 +65,19 @@ impl Ledger for Gate {
     }
     async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError> {
         self.inner.note(key, now_ms).await
+    }
+    async fn replace_note(
+        &self,
+        key: &EventId,
+        read: Option<&str>,
+        value: &str,
+        at: u64,
+        exp: u64,
+        now_ms: u64,
+    ) -> Result<NotePut, LedgerError> {
+        self.inner
+            .replace_note(key, read, value, at, exp, now_ms)
+            .await
     }
     async fn state(&self, key: &EventId, now_ms: u64) -> Result<Option<StateItem>, LedgerError> {
         self.inner.state(key, now_ms).await

@@ -421,6 +421,27 @@ impl Ledger for SimLedger {
         .await
     }
 
+    async fn replace_note(
+        &self,
+        key: &EventId,
+        read: Option<&str>,
+        value: &str,
+        at_ms: u64,
+        expires_at_s: u64,
+        now_ms: u64,
+    ) -> Result<crate::ledger::NotePut, LedgerError> {
+        let inner = self.world.ledger.clone();
+        self.site(format!("replace note {key}"), || {
+            let inner = inner.clone();
+            async move {
+                inner
+                    .replace_note(key, read, value, at_ms, expires_at_s, now_ms)
+                    .await
+            }
+        })
+        .await
+    }
+
     async fn state(
         &self,
         key: &EventId,
