@@ -336,6 +336,44 @@ async fn a_deferred_command_whose_first_follow_up_gets_http_500_is_followed_up_o
     assert_eq!(d.slack.posted().len(), 1, "once");
 }
 
+/// Slack down for two and a half minutes (every chat.postMessage answered HTTP 500) while an
+/// event waits on the queue, with the default MaxReceiveCount (5) and a two-minute lease: the
+/// event is answered once Slack is back, as the queue's redeliveries promise, however soon its
+/// retries come. Not dead-lettered and ended `failed` within the outage because every receive
+/// it had was spent inside it: an event has no deadline but the queue's deliveries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_queued_through_a_slack_outage_of_150_seconds_is_answered_once_slack_is_back() {
+    let d = Deferred::start(5).await;
+    d.slack.outage(Duration::from_secs(150));
+    let worker = d.worker(120, 5);
+    let http = HttpClient::default();
+    let started = Instant::now();
+    let answer = deliver_as_slack(&http, &d.ingress.url(), &app_mention("EvLongOut", "x")).await;
+    assert_eq!(answer.outcome(), "queued");
+    let mut status = None;
+    while started.elapsed() < Duration::from_secs(330) {
+        status = d.status("EvLongOut").await;
+        if matches!(status.as_deref(), Some("done") | Some("failed")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!(
+        "deferred: Slack down 150 s, the event {status:?} after {:.1} s and {} post attempts",
+        started.elapsed().as_secs_f64(),
+        d.slack.received().len()
+    );
+    assert_eq!(
+        status.as_deref(),
+        Some("done"),
+        "dead-lettered inside the outage: {} post attempts, dead-letter queue depth {}\n{}",
+        d.slack.received().len(),
+        d.queue.depth(&d.queue.dlq_url).await,
+        worker.log()
+    );
+    assert_eq!(d.slack.posted().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_that_always_fails_is_dead_lettered_failed_and_a_redrive_answers_it() {
     let d = Deferred::start(3).await;
