@@ -6,9 +6,10 @@
 //! - a live claim elsewhere → left: it comes back after its visibility timeout, when that claim
 //!   has ended one way or the other;
 //! - a transient failure (the claim released, or never taken: the ledger unavailable) → handed
-//!   back to come again after a backoff ([`retry_after`]: 10 s, doubling, at most 60 s), not
-//!   after the visibility timeout, so its retries land inside the `response_url`'s 30 minutes
-//!   and a step token's 15 (DEPLOY.md's numbers), and after a failed ledger call no sooner than
+//!   back to come again after a backoff ([`retry_after`]: 10 s, then 5 times longer with each
+//!   receive, at least Slack's `Retry-After`, at most the visibility timeout), each receive
+//!   inside the `response_url`'s 30 minutes or a step token's 15 where the request has one
+//!   ([`answer_window`]; DEPLOY.md's numbers), and after a failed ledger call no sooner than
 //!   the run's own lease ends (the call may have left its claim); on the last receive the event
 //!   ends `failed` (retryable, so a redrive from the dead-letter queue takes it again) and the
 //!   message goes to the dead-letter queue;
@@ -30,7 +31,8 @@ use super::{
 use crate::envelope::Envelope;
 use crate::interaction::Interaction;
 use crate::metrics::Metrics;
-use crate::process::{EventDelivery, Outcome, Processor, Queued, QueuedMessage};
+use crate::process::{EventDelivery, Outcome, ProcessError, Processor, Queued, QueuedMessage};
+use crate::slack::SlackError;
 
 /// What to do with a message after its event ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,28 +51,56 @@ pub enum Disposition {
 
 /// A transient failure's first retry comes this long after it.
 pub const RETRY_FIRST: Duration = Duration::from_secs(10);
-/// The longest wait between two receives of a message released for a transient failure: below
-/// the shortest visibility timeout the SAM template makes (180 s), so handing a message back
-/// never delays it.
-pub const RETRY_MOST: Duration = Duration::from_secs(60);
+/// Each later retry waits this many times the one before (10, 50, 250, 1,250 s…): a passing
+/// error is retried within seconds, an outage of Slack or DynamoDB is waited out over the
+/// receives the queue allows rather than spending them all in its first minutes.
+pub const RETRY_GROWTH: u32 = 5;
+/// SQS's longest visibility timeout (12 h): no wait is longer.
+const VISIBILITY_MOST: Duration = Duration::from_secs(43_200);
+/// How long a step execution's token works after the step began (Slack: 15 minutes).
+pub const STEP_TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
+/// How long a `response_url` takes posts after the command or click (Slack: 30 minutes).
+pub const RESPONSE_URL_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
 /// After a ledger call failed, a message comes back this long after the run's lease ends
 /// (other instances' clocks may be behind).
 const LEASE_SKEW: Duration = Duration::from_secs(1);
 
-/// How long after its `receive_count`-th receive failed a released message comes again:
-/// [`RETRY_FIRST`], doubling with each receive, at most [`RETRY_MOST`] (10, 20, 40, 60, 60… s).
-/// The waits before receive `n` add up to at most 130 s for `n` = 5 (the template's default
-/// `MaxReceiveCount`) and 430 s for `n` = 10 (its largest).
+/// How long after its `receive_count`-th receive failed a released message comes again, before
+/// the bounds of [`Worker::retry_wait`]: [`RETRY_FIRST`], [`RETRY_GROWTH`] times longer with
+/// each receive (10, 50, 250, 1,250 s…), at most SQS's 12 hours.
 pub fn retry_after(receive_count: u32) -> Duration {
-    let doublings = receive_count.saturating_sub(1).min(16);
-    (RETRY_FIRST * 2u32.pow(doublings)).min(RETRY_MOST)
+    let growths = receive_count.saturating_sub(1).min(8);
+    (RETRY_FIRST * RETRY_GROWTH.pow(growths)).min(VISIBILITY_MOST)
 }
 
-/// The sum of the waits before a message's `receives`-th receive, when every earlier one
-/// failed for a passing reason (the runs' own time comes on top).
-pub fn retry_schedule(receives: u32) -> Duration {
-    (1..receives).map(retry_after).sum()
+/// How long after it reached the ingress Slack still takes `request`'s answer: a Workflow
+/// Builder step's (its execution's token) 15 minutes, a command's or an interaction's (its
+/// `response_url`) 30; an event other than a step's has no such deadline (`None`).
+pub fn answer_window(request: &Queued) -> Option<Duration> {
+    match request {
+        Queued::Event(callback) => {
+            (callback.event.kind == "function_executed").then_some(STEP_TOKEN_LIFETIME)
+        }
+        Queued::Interaction(interaction, ..) => {
+            if interaction.raw.get("function_data").is_some() {
+                Some(STEP_TOKEN_LIFETIME)
+            } else {
+                Some(RESPONSE_URL_LIFETIME)
+            }
+        }
+    }
+}
+
+/// The wait Slack asked for, when the run ended on a rate limit it could not wait out.
+fn rate_limited_for(error: &ProcessError) -> Option<Duration> {
+    match error {
+        ProcessError::Slack(SlackError::RateLimited { retry_after })
+        | ProcessError::LookupUnavailable(SlackError::RateLimited { retry_after }) => {
+            Some(*retry_after)
+        }
+        _ => None,
+    }
 }
 
 /// Deferred mode's worker: runs each queued event through the pipeline, on Lambda or locally.
@@ -222,27 +252,58 @@ impl Worker {
             Ok(Outcome::InProgress) => Disposition::Leave,
             Ok(_) => Disposition::Delete,
             // Released (or never claimed): nothing holds it, so it may come again soon.
-            Err(error) => {
-                let backoff = retry_after(message.receive_count);
-                let after = match error {
-                    // A ledger call that failed may have taken effect (a claim whose answer
-                    // was lost, a release that never landed): this run's claim then holds
-                    // the request until its lease ends, and a receive before that would
-                    // find it live and leave it for the whole visibility timeout.
-                    crate::process::ProcessError::Ledger(_) => {
-                        let lease_left = match invocation_deadline {
-                            Some(deadline) => deadline
-                                .duration_since(crate::clock::now())
-                                .unwrap_or_default(),
-                            None => self.processor.lease().saturating_sub(started.elapsed()),
-                        };
-                        backoff.max(lease_left + LEASE_SKEW)
-                    }
-                    _ => backoff,
-                };
-                Disposition::Retry { after }
-            }
+            Err(error) => Disposition::Retry {
+                after: self.retry_wait(
+                    error,
+                    &queued_request,
+                    queued.received_at_ms,
+                    message.receive_count,
+                    invocation_deadline,
+                    started,
+                ),
+            },
         }
+    }
+
+    /// How long a message released after its `receive_count`-th receive stays hidden:
+    /// [`retry_after`], at least as long as Slack's `Retry-After`, and short enough that the
+    /// next receive can still answer inside the request's [`answer_window`] (never below
+    /// [`RETRY_FIRST`]); after a failed ledger call, until this run's own lease has ended.
+    fn retry_wait(
+        &self,
+        error: &ProcessError,
+        request: &Queued,
+        received_at_ms: u64,
+        receive_count: u32,
+        invocation_deadline: Option<SystemTime>,
+        started: Instant,
+    ) -> Duration {
+        let mut after = retry_after(receive_count);
+        if let Some(wait) = rate_limited_for(error) {
+            after = after.max(wait);
+        }
+        if let Some(window) = answer_window(request) {
+            // The next run must be able to end (a lease) before Slack's deadline.
+            let last_start_ms = (received_at_ms + window.as_millis() as u64)
+                .saturating_sub(self.processor.lease().as_millis() as u64);
+            let latest =
+                Duration::from_millis(last_start_ms.saturating_sub(crate::clock::now_ms()));
+            after = after.min(latest).max(RETRY_FIRST);
+        }
+        if let ProcessError::Ledger(_) = error {
+            // A ledger call that failed may have taken effect (a claim whose answer was lost,
+            // a release that never landed): this run's claim then holds the request until its
+            // lease ends, and a receive before that would find it live and leave it for the
+            // whole visibility timeout.
+            let lease_left = match invocation_deadline {
+                Some(deadline) => deadline
+                    .duration_since(crate::clock::now())
+                    .unwrap_or_default(),
+                None => self.processor.lease().saturating_sub(started.elapsed()),
+            };
+            after = after.max(lease_left + LEASE_SKEW);
+        }
+        after
     }
 
     /// Hands a message back as `disposition` says: deleted, visible again after its backoff
@@ -422,25 +483,45 @@ impl Worker {
 mod tests {
     use super::*;
 
-    /// The backoff starts at 10 s, doubles, stops at 60 s; the template's largest
-    /// `MaxReceiveCount` (10) keeps its whole schedule inside a step token's 15 minutes with
-    /// room for the runs themselves.
+    /// The backoff starts at 10 s and grows fivefold: a passing error is retried within
+    /// seconds, and the template's default five receives span about 5 minutes before the
+    /// visibility timeout's cap (more with it), rather than all falling inside a short outage.
     #[test]
-    fn a_released_message_comes_back_after_10_20_40_then_60_seconds() {
-        let waits: Vec<u64> = (1..=6).map(|n| retry_after(n).as_secs()).collect();
-        assert_eq!(waits, [10, 20, 40, 60, 60, 60]);
-        assert_eq!(retry_after(u32::MAX), RETRY_MOST);
-        assert_eq!(retry_schedule(1), Duration::ZERO);
-        assert_eq!(retry_schedule(5).as_secs(), 130);
-        assert_eq!(retry_schedule(10).as_secs(), 430);
+    fn a_released_message_comes_back_after_10_50_then_250_seconds() {
+        let waits: Vec<u64> = (1..=5).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [10, 50, 250, 1_250, 6_250]);
+        assert_eq!(retry_after(u32::MAX), VISIBILITY_MOST);
     }
 
-    /// The template's numbers against the backoff: its largest `MaxReceiveCount` keeps the
-    /// waits before the last receive within half a step token's 15 minutes (the runs take the
-    /// rest), and its shortest visibility timeout is longer than the longest wait, so a record
-    /// handed back on Lambda is never later than one left.
+    /// The receives of a request with a Slack deadline, each failing at once: when each
+    /// receive starts, given the worker's lease and the queue's visibility timeout (which ends
+    /// any wait), for `receives` receives.
+    fn receive_starts(
+        window: Duration,
+        lease: Duration,
+        visibility: Duration,
+        receives: u32,
+    ) -> Vec<u64> {
+        let mut at = 0u64;
+        let mut starts = vec![0];
+        for n in 1..receives {
+            let latest = (window.as_secs().saturating_sub(lease.as_secs())).saturating_sub(at);
+            let after = retry_after(n)
+                .as_secs()
+                .min(latest)
+                .max(RETRY_FIRST.as_secs());
+            at += after.min(visibility.as_secs());
+            starts.push(at);
+        }
+        starts
+    }
+
+    /// The template's numbers against the backoff: with its largest `MaxReceiveCount` and
+    /// every `WorkerTimeout` it offers (the lease, and six times it the visibility timeout),
+    /// each receive of a step's request starts while a run can still end inside the step
+    /// token's 15 minutes, and a command's inside its `response_url`'s 30.
     #[test]
-    fn the_templates_receives_and_visibility_fit_the_backoff() {
+    fn the_templates_receives_land_inside_slacks_deadlines() {
         let template = include_str!("../../template.yaml");
         let after = |name: &str| {
             template
@@ -453,19 +534,40 @@ mod tests {
             .find_map(|l| l.trim().strip_prefix("MaxValue:"))
             .and_then(|v| v.trim().parse().ok())
             .expect("MaxReceiveCount's MaxValue");
-        assert!(
-            retry_schedule(max_receives) <= Duration::from_secs(450),
-            "MaxValue {max_receives}: {:?} of waits",
-            retry_schedule(max_receives)
-        );
-        let shortest_visibility = after("VisibilityByWorkerTimeout")
+        let timeouts: Vec<u64> = after("WorkerTimeout")
             .lines()
-            .take_while(|l| l.starts_with("    "))
-            .filter_map(|l| l.split("Seconds:").nth(1))
-            .filter_map(|v| v.trim().trim_end_matches('}').trim().parse::<u64>().ok())
-            .min()
-            .expect("VisibilityByWorkerTimeout's Seconds");
-        assert!(Duration::from_secs(shortest_visibility) > RETRY_MOST);
+            .find_map(|l| l.trim().strip_prefix("AllowedValues:"))
+            .expect("WorkerTimeout's AllowedValues")
+            .trim()
+            .trim_matches(['[', ']'])
+            .split(',')
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        assert!(!timeouts.is_empty(), "WorkerTimeout's AllowedValues");
+        for timeout in timeouts {
+            let (lease, visibility) = (
+                Duration::from_secs(timeout),
+                Duration::from_secs(6 * timeout),
+            );
+            for window in [STEP_TOKEN_LIFETIME, RESPONSE_URL_LIFETIME] {
+                if lease >= window {
+                    continue;
+                }
+                let starts = receive_starts(window, lease, visibility, max_receives);
+                let last_start = window.as_secs() - lease.as_secs();
+                let inside = starts.iter().filter(|s| **s <= last_start).count();
+                assert!(
+                    inside >= max_receives.min(4) as usize,
+                    "WorkerTimeout {timeout}, {window:?}: receives at {starts:?} s, {inside} \
+                     of them in time for a run to end inside Slack's deadline"
+                );
+                assert_eq!(
+                    starts[1],
+                    RETRY_FIRST.as_secs(),
+                    "the first retry within seconds"
+                );
+            }
+        }
     }
 
     /// The previous release's message of format `v` (tests/data/formats/previous/queue/), its
