@@ -92,6 +92,18 @@ pub fn answer_window(request: &Queued) -> Option<Duration> {
     }
 }
 
+/// The wait after a message's `receive_count`-th receive failed: [`retry_after`], at least
+/// `rate_limited` (Slack's `Retry-After`), at most `last_start` (how long the next run may
+/// still start and end inside the request's Slack deadline), never below [`RETRY_FIRST`].
+pub fn backoff(
+    receive_count: u32,
+    rate_limited: Option<Duration>,
+    last_start: Option<Duration>,
+) -> Duration {
+    let after = retry_after(receive_count).max(rate_limited.unwrap_or_default());
+    last_start.map_or(after, |latest| after.min(latest).max(RETRY_FIRST))
+}
+
 /// The wait Slack asked for, when the run ended on a rate limit it could not wait out.
 fn rate_limited_for(error: &ProcessError) -> Option<Duration> {
     match error {
@@ -278,18 +290,13 @@ impl Worker {
         invocation_deadline: Option<SystemTime>,
         started: Instant,
     ) -> Duration {
-        let mut after = retry_after(receive_count);
-        if let Some(wait) = rate_limited_for(error) {
-            after = after.max(wait);
-        }
-        if let Some(window) = answer_window(request) {
+        let last_start = answer_window(request).map(|window| {
             // The next run must be able to end (a lease) before Slack's deadline.
             let last_start_ms = (received_at_ms + window.as_millis() as u64)
                 .saturating_sub(self.processor.lease().as_millis() as u64);
-            let latest =
-                Duration::from_millis(last_start_ms.saturating_sub(crate::clock::now_ms()));
-            after = after.min(latest).max(RETRY_FIRST);
-        }
+            Duration::from_millis(last_start_ms.saturating_sub(crate::clock::now_ms()))
+        });
+        let mut after = backoff(receive_count, rate_limited_for(error), last_start);
         if let ProcessError::Ledger(_) = error {
             // A ledger call that failed may have taken effect (a claim whose answer was lost,
             // a release that never landed): this run's claim then holds the request until its
@@ -493,6 +500,18 @@ mod tests {
         assert_eq!(retry_after(u32::MAX), VISIBILITY_MOST);
     }
 
+    /// Slack's `Retry-After` lengthens a wait, a request's deadline shortens it, and nothing
+    /// shortens it below the first retry's.
+    #[test]
+    fn a_rate_limit_waits_its_retry_after_and_a_deadline_caps_every_wait() {
+        let secs = Duration::from_secs;
+        assert_eq!(backoff(1, Some(secs(30)), None), secs(30));
+        assert_eq!(backoff(3, Some(secs(30)), None), secs(250));
+        assert_eq!(backoff(3, None, Some(secs(100))), secs(100));
+        assert_eq!(backoff(3, Some(secs(300)), Some(secs(100))), secs(100));
+        assert_eq!(backoff(2, None, Some(secs(2))), RETRY_FIRST);
+    }
+
     /// The receives of a request with a Slack deadline, each failing at once: when each
     /// receive starts, given the worker's lease and the queue's visibility timeout (which ends
     /// any wait), for `receives` receives.
@@ -505,11 +524,10 @@ mod tests {
         let mut at = 0u64;
         let mut starts = vec![0];
         for n in 1..receives {
-            let latest = (window.as_secs().saturating_sub(lease.as_secs())).saturating_sub(at);
-            let after = retry_after(n)
-                .as_secs()
-                .min(latest)
-                .max(RETRY_FIRST.as_secs());
+            let latest = window
+                .saturating_sub(lease)
+                .saturating_sub(Duration::from_secs(at));
+            let after = backoff(n, None, Some(latest)).as_secs();
             at += after.min(visibility.as_secs());
             starts.push(at);
         }
