@@ -2286,6 +2286,52 @@ mod simulation {
         let bare = &report.kinds["event no listener takes"];
         assert_eq!(bare.not_taken, bare.requests, "{report}");
         assert_eq!(bare.ledger_writes, 0, "{report}");
+        // Two apps, each in two workspaces, drawn per schedule on one ledger: each drawn.
+        assert_eq!(report.tenants.len(), 4, "{report}");
+        assert!(report.tenants.values().all(|n| *n > 0), "{report}");
+    }
+
+    /// The runtime planted with a defect: each process of a single-workspace install given
+    /// the other app's bot token. Slack would answer as the other app; the tenant check of
+    /// every call's token finds it in the first fault-free run.
+    #[test]
+    fn another_apps_token_is_found() {
+        let report = soak_mix(Simulation::new(soak::app))
+            .plant_other_apps_token()
+            .requests(200)
+            .seed(1)
+            .run();
+        let text = report.to_string();
+        assert!(report.failure.is_some(), "{text}");
+        assert!(
+            text.contains("tokens: run 1 called Slack with another token than this workspace's"),
+            "{text}"
+        );
+    }
+
+    /// The ledger planted with a defect: in multi-workspace mode, a workspace's state values
+    /// read and written under the other workspace's keys, so a `/count` in one workspace
+    /// counts the other's. The other tenants' values are on the same ledger: the tenant checks
+    /// find the key, and the other workspace's count written.
+    #[test]
+    fn state_not_scoped_by_workspace_is_found() {
+        let report = Simulation::new(fleet_app)
+            .mix(1, [("state change", Request::command("/count", ""))])
+            .installed(1000)
+            .requests(200)
+            .seed(1)
+            .plant_state_of_other_workspace()
+            .run();
+        let text = report.to_string();
+        let failure = report.failure.as_ref().expect("the defect is found");
+        assert!(failure.scene.contains("/count"), "{text}");
+        for part in [
+            "tenants: a request of A0TEST in T0TEST read or wrote the state value statew-A0TEST-T0SECOND-count-",
+            "(another tenant's, on the same ledger)",
+            "tenants: another tenant's state value statew-A0TEST-T0SECOND-count-",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
     }
 
     /// A `/count` whose state change is made twice (around `ctx.state()`'s once-per-request

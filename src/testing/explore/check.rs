@@ -455,6 +455,63 @@ pub(crate) fn check(compare: &Compare, reference: &End, end: &End) -> Vec<String
         }
     }
     broken.extend(check_schedule(end));
+    broken.extend(tenant_invariants(end));
+    broken
+}
+
+/// The tenants' invariants: the schedule's requests come from one app in one workspace (a
+/// simulation draws which of two of each), the other tenants' state values on the same
+/// ledger. Every state value a run read or wrote is its app's, and in multi-workspace mode its
+/// workspace's (`statew-APP-TEAM-…`) or its app's shared one (`state-APP-…`), never another
+/// app's nor another workspace's; and each other tenant's value is at the end as it was
+/// seeded (not written, not deleted). Its tokens are checked with every call's (the tenant's
+/// own bot token, or one Slack issued to its installation).
+fn tenant_invariants(end: &End) -> Vec<String> {
+    let app = &end.tenant.app_id;
+    let shared = format!("state-{app}-");
+    let workspaces = format!("statew-{app}-{}-", end.tenant.team);
+    let mut broken = Vec::new();
+    for key in &end.state_keys {
+        let ours = key.starts_with(&shared)
+            || (end.state.tenant.is_some() && key.starts_with(&workspaces));
+        if !ours {
+            broken.push(format!(
+                "tenants: a request of {app} in {} read or wrote the state value {key}, \
+                 not its own{}",
+                end.tenant.team,
+                if end.other_tenants.iter().any(|(k, _)| k == key) {
+                    " (another tenant's, on the same ledger)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    for (key, seeded) in &end.other_tenants {
+        let Ok(id) = crate::envelope::EventId::try_from(key.clone()) else {
+            continue;
+        };
+        let ledger = end.state.ledger.clone();
+        let now = end.state.now_ms;
+        let item = super::run::at_once(async move {
+            use crate::ledger::Ledger;
+            ledger.state(&id, now).await
+        });
+        match item {
+            Ok(Some(item)) if item.value == *seeded && item.version == 1 => {}
+            Ok(Some(item)) => broken.push(format!(
+                "tenants: another tenant's state value {key} was written (v{}: {}) by a \
+                 request of {app} in {}",
+                item.version, item.value, end.tenant.team
+            )),
+            Ok(None) => broken.push(format!(
+                "tenants: another tenant's state value {key} is gone after requests of {app} \
+                 in {}",
+                end.tenant.team
+            )),
+            Err(e) => broken.push(format!("tenants: {key} could not be read: {e}")),
+        }
+    }
     broken
 }
 
@@ -830,7 +887,7 @@ fn check_schedule(end: &End) -> Vec<String> {
         }
         let ours = match (&end.issued, token) {
             (Some(issued), Some(token)) => issued.contains(token),
-            (None, Some(token)) => token == BOT_TOKEN,
+            (None, Some(token)) => *token == end.tenant.token,
             (_, None) => false,
         };
         if !ours {
@@ -869,11 +926,16 @@ fn check_schedule(end: &End) -> Vec<String> {
                 brief(line)
             ));
         }
+        let hooks = [
+            format!("/commands/{}/", end.tenant.team),
+            format!("/actions/{}/", end.tenant.team),
+        ];
         for (secret, what) in [
+            (end.tenant.token.as_str(), "the bot token"),
             (BOT_TOKEN, "the bot token"),
             (SIGNING_SECRET, "the signing secret"),
-            ("/commands/T0TEST/", "a response_url"),
-            ("/actions/T0TEST/", "a response_url"),
+            (hooks[0].as_str(), "a response_url"),
+            (hooks[1].as_str(), "a response_url"),
         ] {
             if line.contains(secret) {
                 broken.push(format!("tokens: {what} is in the logs: {}", brief(line)));

@@ -25,6 +25,21 @@ pub(crate) struct SimLedger {
     pub drop_takeover_finish: bool,
     /// The keys this run took over (an attempt above 1), for that defect.
     pub took_over: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// The planted defect of [`super::run::Spec::state_of_other_workspace`]: the workspace
+    /// whose state values are read and written under the other workspace's keys.
+    pub state_of_other_workspace: Option<String>,
+}
+
+/// The planted defect's key: the state value `key` of workspace `team` (`statew-APP-TEAM-
+/// NAME-DIGEST`), the other workspace's of the same name (exactly where the name is its
+/// readable part: letters, digits, `-` and `_`, up to 40).
+fn other_workspaces(key: &EventId, team: &str) -> Option<EventId> {
+    let rest = key.as_str().strip_prefix("statew-")?;
+    let (app, rest) = rest.split_once('-')?;
+    let rest = rest.strip_prefix(team)?.strip_prefix('-')?;
+    let (name, _digest) = rest.rsplit_once('-')?;
+    let other = super::run::TEAMS.iter().find(|t| **t != team)?;
+    crate::app::state_key(Some(app), Some(other), name).ok()
 }
 
 fn unavailable(why: &str) -> LedgerError {
@@ -32,6 +47,20 @@ fn unavailable(why: &str) -> LedgerError {
 }
 
 impl SimLedger {
+    /// The key a state call of this run is made under (recorded for the tenant invariants):
+    /// `key`, or with the planted defect, the other workspace's.
+    fn state_key(&self, key: &EventId) -> EventId {
+        let key = match &self.state_of_other_workspace {
+            Some(team) => other_workspaces(key, team).unwrap_or_else(|| key.clone()),
+            None => key.clone(),
+        };
+        self.world
+            .lock()
+            .state_keys
+            .insert(key.as_str().to_string());
+        key
+    }
+
     /// One ledger call, `call` making it (again for an SDK's retry), under the schedule.
     async fn site<T: Debug, F, Fut>(&self, what: String, call: F) -> Result<T, LedgerError>
     where
@@ -448,6 +477,7 @@ impl Ledger for SimLedger {
         now_ms: u64,
     ) -> Result<Option<crate::ledger::StateItem>, LedgerError> {
         let inner = self.world.ledger.clone();
+        let key = &self.state_key(key);
         self.site(format!("read state {key}"), || {
             let inner = inner.clone();
             async move { inner.state(key, now_ms).await }
@@ -474,6 +504,7 @@ impl Ledger for SimLedger {
         now_ms: u64,
     ) -> Result<crate::ledger::StatePut, LedgerError> {
         let inner = self.world.ledger.clone();
+        let key = &self.state_key(key);
         self.site(format!("state {key} v{}", write.expected + 1), || {
             let inner = inner.clone();
             async move { inner.put_state(key, write, now_ms).await }

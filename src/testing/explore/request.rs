@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::testing::{APP_ID, BOT_USER, TEAM, Workspace};
+use crate::testing::{BOT_USER, Identity, Workspace};
 
 /// The `client_msg_id` of a person's message.
 const CLIENT_MSG_ID: &str = "5f0c1a7e-0d1e-4c3b-9a2f-explorer0001";
@@ -393,12 +393,13 @@ fn streaming_in(workspace: &Workspace, channel: &str) -> Option<String> {
         .and_then(|m| m["thread_ts"].as_str().map(str::to_string))
 }
 
-fn envelope(event_id: &str, event: Value) -> String {
+/// An event of the app `to` names, in its workspace, as Slack sends it.
+fn envelope(to: &Identity, event_id: &str, event: Value) -> String {
     json!({
-        "token": "unused", "team_id": TEAM, "api_app_id": APP_ID, "type": "event_callback",
-        "event_id": event_id, "event_time": 1_767_225_600,
+        "token": "unused", "team_id": to.team, "api_app_id": to.app_id,
+        "type": "event_callback", "event_id": event_id, "event_time": 1_767_225_600,
         "event": event,
-        "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": true}]
+        "authorizations": [{"team_id": to.team, "user_id": to.bot_user, "is_bot": true}]
     })
     .to_string()
 }
@@ -436,6 +437,9 @@ pub(crate) fn prepare(
     origin: &str,
 ) -> Result<Prepared, String> {
     let (user, channel) = (request.user.as_str(), request.channel.as_str());
+    // The app and workspace the request is for: the workspace's (a simulation's tenant).
+    let to = workspace.identity.clone();
+    let (team, app_id) = (to.team.as_str(), to.app_id.as_str());
     let dm = channel.starts_with('D');
     let k = n as u32;
     // The first request's message was posted just before the schedule: `MESSAGE_TS`; a later
@@ -485,9 +489,9 @@ pub(crate) fn prepare(
     };
     let interaction = |mut payload: Value| {
         for (key, value) in [
-            ("team", json!({"id": TEAM})),
-            ("user", json!({"id": user, "team_id": TEAM})),
-            ("api_app_id", json!(APP_ID)),
+            ("team", json!({"id": team})),
+            ("user", json!({"id": user, "team_id": team})),
+            ("api_app_id", json!(app_id)),
             ("trigger_id", json!(trigger_id(now_ms, 1 + 10 * k))),
         ] {
             if payload.get(key).is_none() {
@@ -498,7 +502,7 @@ pub(crate) fn prepare(
     };
     match &request.kind {
         Kind::Event(event) => {
-            let body = envelope(&event_id(1), event.clone());
+            let body = envelope(&to, &event_id(1), event.clone());
             workspace.add_event_message(body.as_bytes());
             // A person's message in the channel, for events about one (a reaction's item).
             workspace.add_message(json!({"channel": channel, "ts": message_ts, "user": user,
@@ -506,6 +510,8 @@ pub(crate) fn prepare(
             only(vec![one("the event", body, false)])
         }
         Kind::Message { text, mention } => {
+            // It mentions the bot of the app it is for.
+            let text = &text.replace(&format!("<@{BOT_USER}>"), &format!("<@{}>", to.bot_user));
             let message = |ts: &str| {
                 let mut m = json!({
                     "type": "message", "user": user, "text": text, "channel": channel,
@@ -519,7 +525,7 @@ pub(crate) fn prepare(
                 }
                 m
             };
-            let first = envelope(&event_id(1), message(&message_ts));
+            let first = envelope(&to, &event_id(1), message(&message_ts));
             workspace.add_event_message(first.as_bytes());
             let mut copies = vec![one(
                 if *mention {
@@ -536,11 +542,11 @@ pub(crate) fn prepare(
                 m["channel_type"] = "channel".into();
                 copies.push(Copy {
                     offset: Duration::from_millis(40),
-                    ..one("its message event", envelope(&event_id(2), m), false)
+                    ..one("its message event", envelope(&to, &event_id(2), m), false)
                 });
             }
             if request.copies && request.phantom {
-                let phantom = envelope(&event_id(3), {
+                let phantom = envelope(&to, &event_id(3), {
                     let mut m = message(&phantom_ts);
                     m["type"] = "message".into();
                     m["channel_type"] = if dm { "im" } else { "channel" }.into();
@@ -567,14 +573,14 @@ pub(crate) fn prepare(
                 .extend_pairs([
                     ("command", command.as_str()),
                     ("text", text.as_str()),
-                    ("team_id", TEAM),
-                    ("api_app_id", APP_ID),
+                    ("team_id", team),
+                    ("api_app_id", app_id),
                     ("user_id", user),
                     ("channel_id", channel),
                     ("trigger_id", &trigger_id(now_ms, 1 + 10 * k)),
                     (
                         "response_url",
-                        &format!("{origin}/commands/{TEAM}/{channel}/{}", n + 1),
+                        &format!("{origin}/commands/{team}/{channel}/{}", n + 1),
                     ),
                 ])
                 .finish();
@@ -637,7 +643,7 @@ pub(crate) fn prepare(
                 payload["channel"] = json!({"id": channel});
                 payload["message"] = message;
                 payload["response_url"] =
-                    format!("{origin}/actions/{TEAM}/{channel}/{ts}/{}", n + 1).into();
+                    format!("{origin}/actions/{team}/{channel}/{ts}/{}", n + 1).into();
             }
             send(workspace, "the click", interaction(payload))
         }
@@ -657,7 +663,7 @@ pub(crate) fn prepare(
                 payload["message_ts"] = message_ts.clone().into();
                 payload["message"] = json!({"type": "message", "ts": message_ts, "user": user, "text": "a message to act on"});
                 payload["response_url"] =
-                    format!("{origin}/actions/{TEAM}/{channel}/{message_ts}/{}", n + 1).into();
+                    format!("{origin}/actions/{team}/{channel}/{message_ts}/{}", n + 1).into();
             }
             only(vec![one("the shortcut", form(interaction(payload)), true)])
         }
@@ -695,7 +701,7 @@ pub(crate) fn prepare(
             let event = workspace.stop_session(channel, &thread, user);
             only(vec![one(
                 "agent_session_stopped",
-                envelope(&event_id(1), event),
+                envelope(&to, &event_id(1), event),
                 false,
             )])
         }
@@ -706,12 +712,12 @@ pub(crate) fn prepare(
             let (id, workflow, token) =
                 workspace
                     .executions
-                    .start(callback_id, inputs.clone(), TEAM);
+                    .start(callback_id, inputs.clone(), team);
             let ts = format!("{}.{:06}", now_ms / 1000, 400 + n);
             let event = json!({
                 "type": "function_executed",
                 "function": {"id": format!("Fn0EXPLORE{n}"), "callback_id": callback_id,
-                             "title": callback_id, "type": "app", "app_id": APP_ID,
+                             "title": callback_id, "type": "app", "app_id": app_id,
                              "input_parameters": [], "output_parameters": []},
                 "inputs": inputs,
                 "function_execution_id": id,
@@ -722,7 +728,7 @@ pub(crate) fn prepare(
             Ok(Prepared {
                 copies: vec![one(
                     "function_executed",
-                    envelope(&event_id(1), event),
+                    envelope(&to, &event_id(1), event),
                     false,
                 )],
                 phantom: None,

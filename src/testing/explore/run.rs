@@ -84,7 +84,78 @@ pub(crate) struct Seeds {
     pub executions: Vec<(String, Value)>,
 }
 
+/// The apps a simulation's schedules draw from: two apps (two `api_app_id`s, bots and tokens).
+pub(crate) const APPS: [&str; 2] = [crate::testing::APP_ID, "A0SECOND"];
+/// The workspaces they are installed in.
+pub(crate) const TEAMS: [&str; 2] = [crate::testing::TEAM, "T0SECOND"];
+
+/// Who a schedule's requests come from: one of [`APPS`], in one of [`TEAMS`]. Its requests
+/// name them, Slack's workspace is its, its bot token (or its installation's) is its own, and
+/// the other tenants' state is on the same ledger beside its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Tenant {
+    pub app_id: String,
+    pub team: String,
+    pub bot_id: String,
+    pub bot_user: String,
+    /// The bot token of a single-workspace install.
+    pub token: String,
+    /// The app's OAuth client id (multi-workspace mode).
+    pub client_id: String,
+}
+
+impl Tenant {
+    /// App `app` of [`APPS`] in workspace `team` of [`TEAMS`]; `(0, 0)` is the explorer's.
+    pub(crate) fn of(app: usize, team: usize) -> Self {
+        let (app, team) = (app % 2, team % 2);
+        let (app_id, team_id) = (APPS[app], TEAMS[team]);
+        let first = (app, team) == (0, 0);
+        Self {
+            app_id: app_id.into(),
+            team: team_id.into(),
+            bot_id: match first {
+                true => crate::testing::BOT_ID.into(),
+                false => crate::testing::bot_id_for(app_id, team_id),
+            },
+            bot_user: match first {
+                true => crate::testing::BOT_USER.into(),
+                false => crate::testing::bot_user_for(app_id, team_id),
+            },
+            token: match first {
+                true => BOT_TOKEN.into(),
+                false => format!("xoxb-explorer-{app_id}-{team_id}"),
+            },
+            client_id: match app {
+                0 => CLIENT_ID.into(),
+                _ => "1111.3333".into(),
+            },
+        }
+    }
+
+    /// The three other tenants: each other app in each workspace, and this app in the other.
+    pub(crate) fn others(&self) -> Vec<Tenant> {
+        (0..4)
+            .map(|i| Tenant::of(i & 1, i >> 1))
+            .filter(|t| t != self)
+            .collect()
+    }
+
+    fn identity(&self) -> Identity {
+        Identity {
+            team: self.team.clone(),
+            app_id: self.app_id.clone(),
+            bot_id: self.bot_id.clone(),
+            bot_user: self.bot_user.clone(),
+        }
+    }
+}
+
+/// The name under which each other tenant holds a state value on the schedule's ledger: it
+/// must be as seeded at the end (never written nor deleted by this tenant's requests).
+pub(crate) const OTHER_TENANTS_STATE: &str = "count";
+
 /// What stays the same across the schedules of one exploration.
+#[derive(Clone)]
 pub(crate) struct Spec {
     /// The exploration's id (the side door's).
     pub explorer: u64,
@@ -104,6 +175,14 @@ pub(crate) struct Spec {
     pub history_per_minute: bool,
     /// Multi-workspace mode: installed through OAuth, its token with this long left.
     pub installed: Option<Duration>,
+    /// Whose requests they are (the explorer's: [`Tenant::of`] `(0, 0)`).
+    pub tenant: Tenant,
+    /// A defect planted, for checking the checker: each process is given another app's bot
+    /// token (single-workspace mode).
+    pub other_apps_token: bool,
+    /// A defect planted in the ledger, for checking the checker: a workspace's state value is
+    /// read and written under the other workspace's key.
+    pub state_of_other_workspace: bool,
     /// An operator redrives the dead-letter queue [`REDRIVE_AFTER`] after a message lands
     /// there (once): the simulation's, as the soak's redrive at its end.
     pub redrive: bool,
@@ -184,12 +263,21 @@ pub struct End {
     pub(crate) execution_tokens: Vec<(String, String)>,
     /// What agents' answers broke, as Slack shows them (a stop, tasks).
     pub(crate) agents: Vec<String>,
+    /// Whose requests they were.
+    pub(crate) tenant: Tenant,
+    /// The ledger keys of the other tenants' state values, seeded beside this one's, and the
+    /// value each was seeded with.
+    pub(crate) other_tenants: Vec<(String, String)>,
+    /// The ledger keys of every state value a run read or wrote.
+    pub(crate) state_keys: std::collections::BTreeSet<String>,
 }
 
 /// The app's state at the end of a schedule, for invariants to read ([`End::state`]).
 #[derive(Clone)]
 pub(crate) struct StateView {
     pub ledger: Arc<crate::ledger::MemoryLedger>,
+    /// The app the requests were for (`api_app_id`).
+    pub app: String,
     /// The tenant [`crate::app::Ctx::state`] is for (multi-workspace mode: the workspace).
     pub tenant: Option<String>,
     pub now_ms: u64,
@@ -213,7 +301,7 @@ impl End {
         tenant: Option<&str>,
         name: &str,
     ) -> Option<T> {
-        let key = crate::app::state_key(Some(crate::testing::APP_ID), tenant, name).ok()?;
+        let key = crate::app::state_key(Some(&self.state.app), tenant, name).ok()?;
         let ledger = self.state.ledger.clone();
         let now = self.state.now_ms;
         let item = at_once(async move {
@@ -320,15 +408,38 @@ impl Shared {
 /// The world before the first request: the seeded state values and messages.
 fn seed(spec: &Spec, world: &World) {
     use crate::ledger::Ledger;
-    let tenant = spec.installed.map(|_| crate::testing::TEAM);
+    let tenant = spec.installed.map(|_| spec.tenant.team.as_str());
     let now = crate::clock::now_ms();
-    for (name, shared, value) in &spec.seeds.state {
-        let key = crate::app::state_key(
-            Some(crate::testing::APP_ID),
-            if *shared { None } else { tenant },
-            name,
-        )
-        .expect("a state key");
+    // The other tenants' values, on the same ledger (the app's state is per app, and per
+    // workspace in multi-workspace mode).
+    let others: Vec<(String, Option<String>)> = spec
+        .tenant
+        .others()
+        .into_iter()
+        .map(|t| (t.app_id, spec.installed.map(|_| t.team)))
+        .filter(|(app, team)| *app != spec.tenant.app_id || team.is_some())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let seeded = spec
+        .seeds
+        .state
+        .iter()
+        .map(|(name, shared, value)| {
+            let app = spec.tenant.app_id.clone();
+            let team = if *shared {
+                None
+            } else {
+                tenant.map(str::to_string)
+            };
+            (app, team, name.clone(), value.clone())
+        })
+        .chain(others.into_iter().map(|(app, team)| {
+            let value = Value::from(other_tenants_value(&app, team.as_deref()));
+            (app, team, OTHER_TENANTS_STATE.to_string(), value)
+        }));
+    for (app, team, name, value) in seeded {
+        let key = crate::app::state_key(Some(&app), team.as_deref(), &name).expect("a state key");
         let text = value.to_string();
         let write = crate::ledger::StateWrite {
             value: &text,
@@ -339,7 +450,11 @@ fn seed(spec: &Spec, world: &World) {
             request: None,
         };
         let ledger = world.ledger.clone();
+        let key_text = key.as_str().to_string();
         let written = at_once(async move { ledger.put_state(&key, &write, now).await });
+        if app != spec.tenant.app_id || team.as_deref().is_some_and(|t| Some(t) != tenant) {
+            world.lock().other_tenants.push((key_text, text));
+        }
         assert!(
             matches!(written, Ok(crate::ledger::StatePut::Written { .. })),
             "Explorer::with_state({name:?}): seeded twice"
@@ -353,6 +468,12 @@ fn seed(spec: &Spec, world: &World) {
     for (callback_id, inputs) in &spec.seeds.executions {
         world.slack.start_execution(callback_id, inputs.clone());
     }
+}
+
+/// What another tenant (`app`, in `team` in multi-workspace mode) holds under
+/// [`OTHER_TENANTS_STATE`] before the schedule: a count of its own, unlike any other's.
+fn other_tenants_value(app: &str, team: Option<&str>) -> u64 {
+    1000 + 100 * u64::from(app != APPS[0]) + 10 * u64::from(team.is_some_and(|t| t != TEAMS[0]))
 }
 
 /// Sends each request of the exploration when its time comes (see [`Start`]).
@@ -447,16 +568,14 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
         .expect("a runtime");
     let end = runtime.block_on(async move {
         let _clock = crate::clock::simulate(UNIX_EPOCH + Duration::from_secs(START));
-        let mut slack = FakeSlack::in_process(Identity {
-            team: crate::testing::TEAM.into(),
-            app_id: crate::testing::APP_ID.into(),
-            bot_id: crate::testing::BOT_ID.into(),
-            bot_user: crate::testing::BOT_USER.into(),
-        });
-        let installations = Arc::new(crate::workspaces::MemoryInstallations::of_app(CLIENT_ID));
+        let tenant = &spec.tenant;
+        let mut slack = FakeSlack::in_process(tenant.identity());
+        let installations = Arc::new(crate::workspaces::MemoryInstallations::of_app(
+            &tenant.client_id,
+        ));
         if let Some(left) = spec.installed {
-            slack = slack.with_oauth(CLIENT_ID, CLIENT_SECRET);
-            install(&slack, &installations, left).await;
+            slack = slack.with_oauth(&tenant.client_id, CLIENT_SECRET);
+            install(&slack, &installations, tenant, left).await;
         }
         let mut world = World::new(plan, slack);
         world.busy = spec.busy;
@@ -494,15 +613,16 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
 async fn install(
     slack: &FakeSlack,
     store: &crate::workspaces::MemoryInstallations,
+    tenant: &Tenant,
     left: Duration,
 ) {
     use crate::workspaces::InstallationStore;
     let now = crate::clock::now_ms();
     let answer = slack.with_grants(|g| {
         g.set_lifetime(left.as_secs());
-        let code = g.grant(crate::testing::TEAM, "chat:write,commands", "", true);
+        let code = g.grant(&tenant.team, "chat:write,commands", "", true);
         let answer = g.exchange(
-            &serde_json::json!({"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, "code": code}),
+            &serde_json::json!({"client_id": tenant.client_id, "client_secret": CLIENT_SECRET, "code": code}),
             now,
         );
         g.set_lifetime(crate::testing::TOKEN_LIFETIME_S);
@@ -510,8 +630,8 @@ async fn install(
     });
     let mut installation = crate::workspaces::oauth::installation_of(&answer, now)
         .expect("the exchange answers a token");
-    installation.bot_id = Some(crate::testing::BOT_ID.into());
-    installation.bot_user_id = Some(crate::testing::BOT_USER.into());
+    installation.bot_id = Some(tenant.bot_id.clone());
+    installation.bot_user_id = Some(tenant.bot_user.clone());
     store.save(&installation).await.expect("kept");
 }
 
@@ -550,7 +670,7 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
     let issued = shared
         .spec
         .installed
-        .map(|_| slack.with_grants(|g| g.secrets_of(crate::testing::TEAM)));
+        .map(|_| slack.with_grants(|g| g.secrets_of(&shared.spec.tenant.team)));
     let installation = installation_at_end(shared);
     let s = world.lock();
     let runs = s
@@ -585,10 +705,11 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
         by_request: s.by_request.clone(),
         state: StateView {
             ledger: world.ledger.clone(),
+            app: shared.spec.tenant.app_id.clone(),
             tenant: shared
                 .spec
                 .installed
-                .map(|_| crate::testing::TEAM.to_string()),
+                .map(|_| shared.spec.tenant.team.clone()),
             now_ms: crate::clock::now_ms(),
         },
         runs,
@@ -631,6 +752,9 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
         executions: slack.executions(),
         execution_tokens: slack.with_workspace(|w| w.executions.issued()),
         agents: slack.with_workspace(|w| super::check::agent_invariants(w)),
+        tenant: shared.spec.tenant.clone(),
+        other_tenants: s.other_tenants.clone(),
+        state_keys: s.state_keys.clone(),
     }
 }
 
@@ -716,7 +840,11 @@ impl Shared {
             Some(SigningSecrets::parse(SIGNING_SECRET).expect("a valid secret")),
             match self.spec.installed {
                 Some(_) => None,
-                None => Some(Secret::new(BOT_TOKEN)),
+                // The planted defect: another app's token.
+                None if self.spec.other_apps_token => Some(Secret::new(
+                    Tenant::of(usize::from(self.spec.tenant.app_id == APPS[0]), 0).token,
+                )),
+                None => Some(Secret::new(self.spec.tenant.token.as_str())),
             },
         ));
         let connector = Connector::Memory(crate::net::serve_http(SimSlack {
@@ -741,12 +869,16 @@ impl Shared {
                     world: self.world.clone(),
                     run,
                     drop_takeover_finish: self.spec.drop_takeover_finish,
+                    state_of_other_workspace: self
+                        .spec
+                        .state_of_other_workspace
+                        .then(|| self.spec.tenant.team.clone()),
                     took_over: Default::default(),
                 })
             };
         let workspaces = self.spec.installed.map(|_| {
             let oauth = crate::config::OAuthConfig {
-                client_id: CLIENT_ID.into(),
+                client_id: self.spec.tenant.client_id.clone(),
                 client_secret: Some(Secret::new(CLIENT_SECRET)),
                 scopes: vec!["chat:write".into(), "commands".into()],
                 user_scopes: Vec::new(),

@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::run::{Seeds, Spec, Start, Step};
+use super::run::{Seeds, Spec, Start, Step, Tenant};
 use super::schedule::{Fault, Rng, Schedule, SiteKind, Story};
 use super::world::{Plan, RunEnd, RunKind};
 use super::{End, Explorer, Failure, door};
@@ -200,6 +200,8 @@ pub struct Simulation {
     installed_per_mille: u64,
     lease_past_deadline: Duration,
     drop_takeover_finish: bool,
+    other_apps_token: bool,
+    state_of_other_workspace: bool,
     progress: bool,
     replay: Option<String>,
     only: Option<u64>,
@@ -221,6 +223,8 @@ struct Drawn {
     setting: usize,
     story: Story,
     plan_seed: u64,
+    /// Whose requests: bit 0 the app (of two), bit 1 the workspace (of two).
+    tenant: usize,
 }
 
 impl Simulation {
@@ -246,6 +250,8 @@ impl Simulation {
             installed_per_mille: 0,
             lease_past_deadline: Duration::ZERO,
             drop_takeover_finish: false,
+            other_apps_token: false,
+            state_of_other_workspace: false,
             progress: false,
             replay: None,
             only: None,
@@ -355,6 +361,21 @@ impl Simulation {
         self
     }
 
+    /// A defect planted in the runtime, to see the simulation find it: every process of a
+    /// single-workspace install is given the other app's bot token.
+    pub fn plant_other_apps_token(mut self) -> Self {
+        self.other_apps_token = true;
+        self
+    }
+
+    /// A defect planted in the ledger, to see the simulation find it: in multi-workspace
+    /// mode, a workspace's state values ([`crate::app::Ctx::state`]'s) are read and written
+    /// under the other workspace's keys.
+    pub fn plant_state_of_other_workspace(mut self) -> Self {
+        self.state_of_other_workspace = true;
+        self
+    }
+
     /// Runs schedule `n` of the seed only (as a failure names it), and shrinks it if it
     /// breaks an invariant: its trace, again.
     pub fn only(mut self, n: u64) -> Self {
@@ -416,12 +437,14 @@ impl Simulation {
             setting: usize::from(deferred) | (usize::from(installed) << 1),
             story,
             plan_seed: rng.next_u64(),
+            tenant: rng.below(4),
         }
     }
 
     /// Setting: bit 0 deferred mode, bit 1 installed through OAuth (multi-workspace mode,
-    /// its token within the refresh window, Slack's history limit).
-    fn spec(&self, explorer_id: u64, scene: &Scene, setting: usize) -> Arc<Spec> {
+    /// its token within the refresh window, Slack's history limit); tenant: bit 0 the app (of
+    /// two), bit 1 the workspace (of two) the requests come from.
+    fn spec(&self, explorer_id: u64, scene: &Scene, setting: usize, tenant: usize) -> Arc<Spec> {
         let (deferred, installed) = (setting & 1 == 1, setting & 2 == 2);
         Arc::new(Spec {
             explorer: explorer_id,
@@ -442,6 +465,9 @@ impl Simulation {
             // refreshes the token beside its work, the refresh a site of faults like any call.
             installed: installed.then_some(Duration::from_secs(90 * 60)),
             redrive: true,
+            tenant: Tenant::of(tenant & 1, tenant >> 1),
+            other_apps_token: self.other_apps_token,
+            state_of_other_workspace: self.state_of_other_workspace,
             lease_past_deadline: self.lease_past_deadline,
             drop_takeover_finish: self.drop_takeover_finish,
         })
@@ -458,6 +484,7 @@ impl Simulation {
             seed,
             requests: 0,
             schedules: 0,
+            tenants: BTreeMap::new(),
             kinds: BTreeMap::new(),
             order: Vec::new(),
             elapsed: Duration::ZERO,
@@ -479,19 +506,24 @@ impl Simulation {
         }
 
         // The fault-free run of each scene in each setting (synchronous or deferred; one
-        // workspace's token, or installed through OAuth): the measure of what it writes.
-        let mut references: Vec<Vec<(Arc<Spec>, Arc<End>)>> = Vec::new();
+        // workspace's token, or installed through OAuth) for each tenant (app and workspace):
+        // the measure of what it writes.
+        type References = Vec<Vec<Vec<(Arc<Spec>, Arc<End>)>>>;
+        let mut references: References = Vec::new();
         for scene in &self.scenes {
             let mut settings = Vec::new();
-            for setting in 0..4 {
-                let spec = self.spec(running.0, scene, setting);
+            for (setting, tenant) in (0..4).flat_map(|s| (0..4).map(move |t| (s, t))) {
+                if tenant == 0 {
+                    settings.push(Vec::new());
+                }
+                let spec = self.spec(running.0, scene, setting, tenant);
                 match self.explorer.fault_free(&spec, &logs) {
-                    Ok(reference) => settings.push((spec, Arc::new(reference))),
+                    Ok(reference) => settings[setting].push((spec, Arc::new(reference))),
                     Err(failed) => {
                         let (broken, reference) = *failed;
                         report.failure = Some(SimFailure {
                             schedule_number: None,
-                            scene: describe_scene(scene),
+                            scene: describe_scene(scene, &spec),
                             mode: mode_name(setting),
                             failure: Failure::new(Schedule::plain(), broken, &reference),
                             drawn_faults: 0,
@@ -538,7 +570,8 @@ impl Simulation {
                                 break;
                             }
                             let drawn = &draws[n].1;
-                            let (spec, reference) = &references[drawn.scene][drawn.setting];
+                            let (spec, reference) =
+                                &references[drawn.scene][drawn.setting][drawn.tenant];
                             let plan = Plan::Rates {
                                 rng: Rng::new(drawn.plan_seed),
                                 rates: this.rates.clone(),
@@ -563,6 +596,11 @@ impl Simulation {
                                 partial.trace = Some(super::trace_text(&end));
                             }
                             partial.schedules += 1;
+                            let tenant = &spec.tenant;
+                            *partial
+                                .tenants
+                                .entry(format!("{} in {}", tenant.app_id, tenant.team))
+                                .or_default() += 1;
                             let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
                             if this.progress && finished % (draws.len() / 10).max(1) == 0 {
                                 eprintln!(
@@ -589,6 +627,9 @@ impl Simulation {
                 report.kinds.entry(kind).or_default().add(&tally);
             }
             report.schedules += partial.schedules;
+            for (tenant, n) in partial.tenants {
+                *report.tenants.entry(tenant).or_default() += n;
+            }
             report.trace = report.trace.take().or(partial.trace);
             for (n, broken, end) in partial.failures {
                 if n == lowest {
@@ -600,9 +641,10 @@ impl Simulation {
             // The tallies are dropped: which schedules after the first failure ran depends on
             // the threads, and the report must not.
             report.kinds.clear();
+            report.tenants.clear();
             report.schedules = 0;
             let (number, drawn) = &draws[n];
-            let (spec, reference) = &references[drawn.scene][drawn.setting];
+            let (spec, reference) = &references[drawn.scene][drawn.setting][drawn.tenant];
             let schedule = Schedule {
                 story: drawn.story,
                 faults: end.faults.clone(),
@@ -613,7 +655,7 @@ impl Simulation {
                 .shrink(spec, reference, schedule, broken, end, &logs);
             report.failure = Some(SimFailure {
                 schedule_number: Some(*number),
-                scene: describe_scene(&self.scenes[drawn.scene]),
+                scene: describe_scene(&self.scenes[drawn.scene], spec),
                 mode: mode_name(drawn.setting),
                 failure: Failure::new(schedule, broken, &end),
                 drawn_faults,
@@ -635,6 +677,9 @@ pub struct SimulationReport {
     pub requests: u64,
     /// Schedules run (each a scene of the mix).
     pub schedules: u64,
+    /// Schedules run per tenant their requests came from: `A… in T…` (an app of two, in a
+    /// workspace of two, on one ledger).
+    pub tenants: BTreeMap<String, u64>,
     /// Per kind of request, what became of them.
     pub kinds: BTreeMap<String, Tally>,
     order: Vec<String>,
@@ -743,6 +788,7 @@ impl Tally {
 struct Partial {
     kinds: BTreeMap<String, Tally>,
     schedules: u64,
+    tenants: BTreeMap<String, u64>,
     failures: Vec<(usize, Vec<String>, End)>,
     trace: Option<String>,
 }
@@ -1012,8 +1058,14 @@ fn claims_left_explained(end: &End) -> Result<(), String> {
     }
 }
 
-fn describe_scene(scene: &Scene) -> String {
-    super::describe(&scene.steps)
+/// The scene's requests, and whose they are (the app, the workspace).
+fn describe_scene(scene: &Scene, spec: &Spec) -> String {
+    format!(
+        "{}, from {} in {}",
+        super::describe(&scene.steps),
+        spec.tenant.app_id,
+        spec.tenant.team
+    )
 }
 
 /// A setting's name: bit 0 deferred mode, bit 1 installed through OAuth.
@@ -1122,6 +1174,16 @@ impl fmt::Display for SimulationReport {
                         format!("{cpu:.1} s CPU, {:.0} requests per CPU second", self.rate()),
                     None => format!("{:.0} requests a second", self.rate()),
                 }
+            )?;
+            let tenants: Vec<String> = self
+                .tenants
+                .iter()
+                .map(|(tenant, n)| format!("{tenant}: {n}"))
+                .collect();
+            writeln!(
+                f,
+                "schedules by the app and workspace their requests came from (one ledger): {}",
+                tenants.join(", ")
             )?;
         }
         if self.requests > 0 {

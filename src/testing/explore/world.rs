@@ -149,6 +149,11 @@ pub(crate) struct State {
     pub(crate) busy: std::collections::BTreeSet<(String, String)>,
     /// What is whose, of several requests.
     pub(crate) by_request: ByRequest,
+    /// The ledger keys of the other tenants' state values, seeded beside this one's, and the
+    /// value each was seeded with.
+    pub(crate) other_tenants: Vec<(String, String)>,
+    /// The ledger keys of every state value a run read or wrote.
+    pub(crate) state_keys: std::collections::BTreeSet<String>,
 }
 
 /// What is whose, of an exploration's requests.
@@ -233,6 +238,8 @@ impl World {
                 struck: Vec::new(),
                 busy: Default::default(),
                 by_request: ByRequest::default(),
+                other_tenants: Vec::new(),
+                state_keys: Default::default(),
             }),
             ledger: Arc::new(MemoryLedger::new()),
             slack,
