@@ -253,19 +253,18 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
             let worker = app.worker();
             // The queue the records come from, to hand a released record back after its
             // backoff rather than the queue's visibility timeout (the template sets it).
-            let queue: Option<Arc<dyn crate::queue::WorkQueue>> = match app
-                .config()
-                .work_queue_url
-                .clone()
-            {
-                Some(url) => Some(Arc::new(SqsQueue::from_env(url, CallBudget::Worker).await)),
-                None => {
-                    tracing::warn!(
-                        "WORK_QUEUE_URL is not set: a record released for a passing failure                              comes back only after the queue's visibility timeout (set it to the                              worker's queue, as the SAM template does, to retry it within a minute)"
-                    );
-                    None
-                }
-            };
+            let queue: Option<Arc<dyn crate::queue::WorkQueue>> =
+                match app.config().work_queue_url.clone() {
+                    Some(url) => Some(Arc::new(SqsQueue::from_env(url, CallBudget::Worker).await)),
+                    None => {
+                        tracing::warn!(
+                            "WORK_QUEUE_URL is not set: a record released for a passing failure \
+                         comes back only after the queue's visibility timeout (set it to the \
+                         worker's queue, as the SAM template does, to retry it within seconds)"
+                        );
+                        None
+                    }
+                };
             let handler = lambda_http::service_fn(
                 move |event: lambda_http::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {
                     let (worker, queue) = (worker.clone(), queue.clone());
