@@ -194,7 +194,7 @@ impl SlackError {
         }
     }
 
-    /// Whether Slack refused the token itself ([`TOKEN_ERRORS`]: `invalid_auth`,
+    /// Whether Slack refused the token itself (`invalid_auth`,
     /// `token_revoked`, `account_inactive`, …): the token is no longer good, and asking again
     /// with it changes nothing. Any other failure (`internal_error`, `fatal_error`,
     /// `ratelimited`, `request_timeout`, a 5xx, a timeout) says nothing of the token.

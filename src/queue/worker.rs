@@ -67,7 +67,7 @@ pub const RESPONSE_URL_LIFETIME: Duration = Duration::from_secs(30 * 60);
 const LEASE_SKEW: Duration = Duration::from_secs(1);
 
 /// How long after its `receive_count`-th receive failed a released message comes again, before
-/// the bounds of [`Worker::retry_wait`]: [`RETRY_FIRST`], [`RETRY_GROWTH`] times longer with
+/// the bounds of [`backoff`]: [`RETRY_FIRST`], [`RETRY_GROWTH`] times longer with
 /// each receive (10, 50, 250, 1,250 s…), at most SQS's 12 hours.
 pub fn retry_after(receive_count: u32) -> Duration {
     let growths = receive_count.saturating_sub(1).min(8);
