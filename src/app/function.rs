@@ -674,7 +674,14 @@ impl Ctx {
                 );
             }
             // Another request about to send it before this one: the decision may be in Slack.
-            let announced_elsewhere = now.sending.as_deref().is_some_and(|s| s != me);
+            // So may it be under this request's own mark once the decider's lease has ended:
+            // from then on any request in the step may send the marked decision (an earlier
+            // run of this one, or another click taking over a dead decider's), and Slack's
+            // `not running` is then that send's, not the workflow's end.
+            let announced_elsewhere = now
+                .sending
+                .as_deref()
+                .is_some_and(|s| s != me || now_ms >= now.until_ms);
             self.completion_step(method, args, announced_elsewhere)
                 .await?
         };
