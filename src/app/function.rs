@@ -674,14 +674,16 @@ impl Ctx {
                 );
             }
             // Another request about to send it before this one: the decision may be in Slack.
-            // So may it be under this request's own mark once the decider's lease has ended:
-            // from then on any request in the step may send the marked decision (an earlier
-            // run of this one, or another click taking over a dead decider's), and Slack's
-            // `not running` is then that send's, not the workflow's end.
+            // So may it be under this request's own mark, made by an earlier run (the record
+            // held it when this run decided), once the decider's lease has ended: from then on
+            // any request in the step may send the marked decision for the dead run, and
+            // Slack's `not running` is then that send's, not the workflow's end. A mark this
+            // run made first announces nothing: nobody sent before it.
+            let marked_before = decision.record.sending.as_deref() == Some(me.as_str());
             let announced_elsewhere = now
                 .sending
                 .as_deref()
-                .is_some_and(|s| s != me || now_ms >= now.until_ms);
+                .is_some_and(|s| s != me || (marked_before && now_ms >= now.until_ms));
             self.completion_step(method, args, announced_elsewhere)
                 .await?
         };
