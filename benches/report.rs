@@ -856,7 +856,7 @@ struct PeerWarm {
 }
 
 fn bolt_dir() -> PathBuf {
-    Path::new(ROOT).join("bench/bolt")
+    Path::new(ROOT).join("benches/bolt")
 }
 
 fn bolt_python() -> String {
@@ -874,7 +874,7 @@ fn peer_command(peer: Peer, slack: &SlackStub, endpoint: &str) -> Command {
         }
         Peer::Python => {
             let mut c = Command::new(bolt_python());
-            c.arg(Path::new(ROOT).join("bench/bolt-python/bench.py"));
+            c.arg(Path::new(ROOT).join("benches/bolt-python/bench.py"));
             for (k, v) in aws_env(endpoint) {
                 c.env(k, v);
             }
@@ -1548,7 +1548,7 @@ async fn report() {
     let endpoint = dynamodb_endpoint();
     assert!(
         bolt_dir().join("node_modules/@slack/bolt").exists(),
-        "Bolt is not installed in bench/bolt: run scripts/bench.sh"
+        "Bolt is not installed in benches/bolt: run scripts/bench.sh"
     );
     let slack = SlackStub::start().await;
     let table = fresh_table(&endpoint, "main").await;
@@ -2060,7 +2060,7 @@ fn bolt_version() -> String {
 }
 
 fn python_versions() -> String {
-    std::fs::read_to_string(Path::new(ROOT).join("bench/bolt-python/requirements.txt"))
+    std::fs::read_to_string(Path::new(ROOT).join("benches/bolt-python/requirements.txt"))
         .unwrap_or_default()
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())

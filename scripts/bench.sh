@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark report (benches/report.rs): starts DynamoDB Local (127.0.0.1:8000) and the SQS
-# server (127.0.0.1:9324) if nothing answers there, installs Bolt for JavaScript into bench/bolt/node_modules
+# server (127.0.0.1:9324) if nothing answers there, installs Bolt for JavaScript into benches/bolt/node_modules
 # and Bolt for Python with Powertools into .tools/bolt-python (neither committed), builds the
 # release binary, the no-op lambda_http fixture and the arm64 Lambda bootstrap (cargo-lambda,
 # into .tools/lambda) and prints the report; stops only what it started.
@@ -11,17 +11,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
 export SQS_LOCAL_PORT="${SQS_LOCAL_PORT:-9324}"
 
-if [ ! -d bench/bolt/node_modules/@slack/bolt ]; then
-  echo "bench: installing Bolt for JavaScript into bench/bolt" >&2
-  (cd bench/bolt && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
+if [ ! -d benches/bolt/node_modules/@slack/bolt ]; then
+  echo "bench: installing Bolt for JavaScript into benches/bolt" >&2
+  (cd benches/bolt && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
 fi
 
 # The venv keeps a copy of the requirements it was installed from: a change reinstalls.
-if ! cmp -s bench/bolt-python/requirements.txt .tools/bolt-python/requirements.txt; then
+if ! cmp -s benches/bolt-python/requirements.txt .tools/bolt-python/requirements.txt; then
   echo "bench: installing Bolt for Python and Powertools into .tools/bolt-python" >&2
   [ -x .tools/bolt-python/bin/pip ] || "${PYTHON:-python3}" -m venv .tools/bolt-python
-  .tools/bolt-python/bin/pip install --quiet --disable-pip-version-check -r bench/bolt-python/requirements.txt
-  cp bench/bolt-python/requirements.txt .tools/bolt-python/requirements.txt
+  .tools/bolt-python/bin/pip install --quiet --disable-pip-version-check -r benches/bolt-python/requirements.txt
+  cp benches/bolt-python/requirements.txt .tools/bolt-python/requirements.txt
 fi
 export BOLT_PYTHON="$PWD/.tools/bolt-python/bin/python"
 
