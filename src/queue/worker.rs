@@ -9,7 +9,7 @@
 //!   back to come again after a backoff ([`retry_after`]: 10 s, then 5 times longer with each
 //!   receive, at least Slack's `Retry-After`, at most the visibility timeout), each receive
 //!   inside the `response_url`'s 30 minutes or a step token's 15 where the request has one
-//!   ([`answer_window`]; DEPLOY.md's numbers), and after a failed ledger call no sooner than
+//!   ([`answer_window`]; docs/cost-and-scale.md's numbers), and after a failed ledger call no sooner than
 //!   the run's own lease ends (the call may have left its claim); on the last receive the event
 //!   ends `failed` (retryable, so a redrive from the dead-letter queue takes it again) and the
 //!   message goes to the dead-letter queue;

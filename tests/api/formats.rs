@@ -3,7 +3,7 @@
 //! into DynamoDB Local and met by this release's worker. Each request is answered once, or not
 //! again when the item says it was; a format this release does not read is left on the queue,
 //! nothing written; a status or a journal record of a later release is taken for held, or
-//! looked for before writing again. The promise is in DEPLOY.md ("Formats, and the promise
+//! looked for before writing again. The promise is in docs/operations.md ("Formats, and the promise
 //! between releases").
 
 use std::collections::HashMap;

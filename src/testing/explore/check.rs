@@ -768,7 +768,7 @@ fn check_request(compare: &Compare, reference: &End, end: &End, relaxed: bool) -
                 // it past them: killed, its message waits out the visibility timeout (6 x
                 // WorkerTimeout); stopped at its deadline, it released the claim WorkerTimeout
                 // after its receive. For the template's longer timeouts either outlasts them
-                // (DEPLOY.md says which).
+                // (docs/cost-and-scale.md says which).
                 let limit = [
                     "expired_url",
                     "used_url",

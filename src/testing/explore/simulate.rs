@@ -1104,7 +1104,7 @@ impl SimulationReport {
         }
     }
 
-    /// What a million requests of this mix count, per unit priced (see DEPLOY.md), and their
+    /// What a million requests of this mix count, per unit priced (see docs/cost-and-scale.md), and their
     /// cost in US dollars.
     pub fn per_million(&self) -> PerMillion {
         let all = self.kinds.values().fold(Tally::default(), |mut a, t| {
@@ -1138,7 +1138,7 @@ pub struct PerMillion {
 }
 
 impl PerMillion {
-    /// Their price in US dollars at us-east-1's on-demand prices (DEPLOY.md's): Lambda
+    /// Their price in US dollars at us-east-1's on-demand prices (docs/cost-and-scale.md's): Lambda
     /// $0.20 per million requests, DynamoDB $0.625 per million write and $0.125 per million
     /// read request units, SQS $0.40 per million requests (duration not included: virtual
     /// time is not CPU time).

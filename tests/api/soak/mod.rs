@@ -615,7 +615,7 @@ async fn soak() {
     let drained_in = started.elapsed();
     let ddb = dynamodb_client(&dynamodb);
 
-    // What an operator runs now and then (DEPLOY.md): claims left in progress past their
+    // What an operator runs now and then (docs/operations.md): claims left in progress past their
     // lease (a process killed during a request's last delivery) end failed, retryable.
     let stuck =
         slack_once::tools::sweep::sweep(&ddb, &table, Some(APP_ID), Duration::ZERO, now_ms(), true)
