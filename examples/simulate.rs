@@ -26,7 +26,7 @@ use slack_once::app::{Ack, App, AppMention, Command, Ctx, HandlerResult, Respond
 use slack_once::testing::explore::{FaultRates, Request, Simulation};
 
 /// glibc's allocator is a third of the simulation's time (`perf`: malloc, free and their
-/// consolidation); mimalloc takes less of it (BENCHMARKS.md). The example's own, not the
+/// consolidation); mimalloc takes less of it (docs/benchmarks.md). The example's own, not the
 /// test binaries' that include this file.
 #[cfg(not(test))]
 #[global_allocator]

@@ -113,7 +113,7 @@ pub fn run(app: App) -> ExitCode {
 
 /// Whether the process runs on one thread: on Lambda with one invocation at a time (no
 /// `AWS_LAMBDA_MAX_CONCURRENCY` above 1), where an event's work is a few requests in sequence
-/// and a second thread only adds wake-ups across threads (measured in BENCHMARKS.md: the warm
+/// and a second thread only adds wake-ups across threads (measured in docs/benchmarks.md: the warm
 /// path under the Runtime API about 15 % faster). Several invocations at once (Lambda Managed
 /// Instances, several vCPUs) and the local server use every core.
 fn one_thread(on_lambda: bool, max_concurrency: Option<&str>) -> bool {
