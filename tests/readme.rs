@@ -1,5 +1,6 @@
 //! The README's "Write your own bot" section, compiled and run: the "thinking… then update"
-//! bot and its test, exactly as shown there.
+//! bot and its test, exactly as shown there; and every relative link of the repository's Markdown
+//! resolves (the `links` module).
 
 use std::time::Duration;
 
@@ -395,5 +396,162 @@ mod workflow_step {
             .both_modes()
             .run()
             .assert_ok();
+    }
+}
+
+/// Every relative link in the repository's Markdown (README, DEPLOY, RELIABILITY, BENCHMARKS,
+/// the guide, the internals) names a file that exists, and a `#fragment` names a heading of
+/// that file as GitHub renders its anchor.
+mod links {
+    use std::collections::{BTreeSet, HashMap};
+    use std::path::{Path, PathBuf};
+
+    const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+    const SKIPPED: &[&str] = &[
+        "target",
+        ".git",
+        ".tools",
+        "node_modules",
+        ".aws-sam",
+        ".dynamodb-local",
+    ];
+
+    fn markdown_files(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().to_string();
+            if path.is_dir() {
+                if !SKIPPED.contains(&name.as_str()) {
+                    markdown_files(&path, found);
+                }
+            } else if name.ends_with(".md") {
+                found.push(path);
+            }
+        }
+    }
+
+    /// The text outside fenced code blocks.
+    fn prose(text: &str) -> Vec<&str> {
+        let mut fenced = false;
+        text.lines()
+            .filter(|line| {
+                if line.trim_start().starts_with("```") {
+                    fenced = !fenced;
+                    return false;
+                }
+                !fenced
+            })
+            .collect()
+    }
+
+    /// GitHub's anchor of a heading: lower case, links and code marks dropped, every character
+    /// that is not a letter, a digit, `_`, `-` or a space removed, spaces made `-`; a repeated
+    /// heading gets `-1`, `-2`….
+    fn anchors(text: &str) -> BTreeSet<String> {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut anchors = BTreeSet::new();
+        for line in prose(text) {
+            let Some(title) = line
+                .strip_prefix('#')
+                .map(|rest| rest.trim_start_matches('#'))
+                .and_then(|rest| rest.strip_prefix(' '))
+            else {
+                continue;
+            };
+            let mut plain = String::new();
+            let mut rest = title;
+            while let Some(open) = rest.find('[') {
+                plain.push_str(&rest[..open]);
+                let after = &rest[open + 1..];
+                match after.find("](").zip(after.find(')')) {
+                    Some((close, end)) if close < end => {
+                        plain.push_str(&after[..close]);
+                        rest = &after[end + 1..];
+                    }
+                    _ => {
+                        plain.push('[');
+                        rest = after;
+                    }
+                }
+            }
+            plain.push_str(rest);
+            let slug: String = plain
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect();
+            let n = seen.entry(slug.clone()).or_insert(0);
+            anchors.insert(if *n == 0 {
+                slug.clone()
+            } else {
+                format!("{slug}-{n}")
+            });
+            *n += 1;
+        }
+        anchors
+    }
+
+    /// The targets of the `[text](target)` links of a page.
+    fn links(text: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for line in prose(text) {
+            let mut rest = line;
+            while let Some(at) = rest.find("](") {
+                let after = &rest[at + 2..];
+                let end = after.find(')').unwrap_or(after.len());
+                let target = after[..end].split_whitespace().next().unwrap_or("");
+                found.push(target.to_string());
+                rest = &after[end..];
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_relative_link_in_the_markdown_resolves() {
+        let mut files = Vec::new();
+        markdown_files(Path::new(ROOT), &mut files);
+        assert!(files.len() > 20, "found only {files:?}");
+        let mut broken = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for target in links(&text) {
+                if target.contains("://") || target.starts_with("mailto:") || target.is_empty() {
+                    continue;
+                }
+                let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
+                let linked = if path.is_empty() {
+                    file.clone()
+                } else {
+                    file.parent().unwrap().join(path)
+                };
+                let shown = file.strip_prefix(ROOT).unwrap().display().to_string();
+                if !linked.exists() {
+                    broken.push(format!("{shown}: {target} (no such file)"));
+                } else if !fragment.is_empty() && linked.extension().is_some_and(|e| e == "md") {
+                    let text = std::fs::read_to_string(&linked).unwrap();
+                    if !anchors(&text).contains(fragment) {
+                        broken.push(format!("{shown}: {target} (no such heading)"));
+                    }
+                }
+            }
+        }
+        assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    }
+
+    #[test]
+    fn anchors_are_the_ones_github_renders() {
+        let page = "# Slack's `chat.postMessage`\n## The windows that remain — measured\n\
+                    ```\n# not a heading\n```\n## [The ledger](x.md) again\n## Twice\n## Twice\n";
+        let found = anchors(page);
+        let expected = [
+            "slacks-chatpostmessage",
+            "the-windows-that-remain--measured",
+            "the-ledger-again",
+            "twice",
+            "twice-1",
+        ];
+        assert_eq!(found, expected.iter().map(|s| s.to_string()).collect());
     }
 }
