@@ -10,7 +10,7 @@
 # --calm: no faults and no kills (the deploy still rolls): the cost per million's baseline.
 # --release: the bot, the driver and the stand-ins built optimised (the release-fast profile):
 #   a third of the CPU a request, for long runs at a higher --rate (the calibration of
-#   scripts/simulate.sh in RELIABILITY.md); the previous release's bot is still a debug build.
+#   scripts/simulate.sh in docs/internals/evidence.md); the previous release's bot is still a debug build.
 # --keep: the table, the queues and the dead letters are left (not redriven), with the command
 #   that redrives them: start DynamoDB Local and the SQS server first (scripts/dynamodb-local.sh
 #   start, scripts/sqs-local.sh start), or this script stops them, and what they held, at its end.

@@ -3,7 +3,7 @@
 //! 2xx (on a scaled clock: Slack's "1 minute" and "5 minutes" become a few seconds, always longer
 //! than the 2 s lease, as a real Lambda timeout is shorter than Slack's one-minute retry).
 //!
-//! Each scenario prints its figures (run with `--nocapture`); RELIABILITY.md records them.
+//! Each scenario prints its figures (run with `--nocapture`); docs/internals/evidence.md records them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
