@@ -3,6 +3,8 @@
 //! Python with Powertools idempotency and Bolt for JavaScript (interleaved, in one run), cold
 //! start (init, first invocation, total) beside a no-op `lambda_http` fixture, deferred mode's
 //! acknowledgement beside a raw `SendMessage`, Lambda Managed Instances' concurrency, sizes.
+//! It prints the report and writes it to BENCHMARKS.md (`BENCH_REPORT_FILE` names another file),
+//! under a header that names the command regenerating it and the targets' table.
 //!
 //!   scripts/bench.sh              (starts DynamoDB Local and the SQS server, installs both
 //!                                  Bolts, builds the fixture, then runs this)

@@ -3,7 +3,7 @@
 # server (127.0.0.1:9324) if nothing answers there, installs Bolt for JavaScript into benches/bolt/node_modules
 # and Bolt for Python with Powertools into .tools/bolt-python (neither committed), builds the
 # release binary, the no-op lambda_http fixture and the arm64 Lambda bootstrap (cargo-lambda,
-# into .tools/lambda) and prints the report; stops only what it started.
+# into .tools/lambda), prints the report and writes it to BENCHMARKS.md; stops only what it started.
 #   scripts/bench.sh            the report
 #   scripts/bench.sh micro      the criterion micro-benchmarks as well
 set -euo pipefail
