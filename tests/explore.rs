@@ -1985,7 +1985,9 @@ mod steps {
                 let decision = format!("Approved by <@{}>", decided_by.unwrap_or("nobody"));
                 match shown.as_slice() {
                     [text] if *text == decision => Ok(()),
-                    _ => Err(format!("the DM reads {shown:?}, the step completed as {decision:?}")),
+                    _ => Err(format!(
+                        "the DM reads {shown:?}, the step completed as {decision:?}"
+                    )),
                 }
             })
             .run()

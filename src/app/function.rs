@@ -12,7 +12,11 @@
 //! `functions.completeError`) as a journaled step, and closes the record. A request that finds
 //! another's decision sends nothing while that request's lease lasts (it is completing it); past
 //! that lease, with the record still open (the decider died between its decision and its
-//! completion), it sends the recorded decision itself: the decider's, never its own.
+//! completion), it sends the recorded decision itself: the decider's, never its own. Only the
+//! run that holds the record's mark (`sending`: its request and its lease) sends: a run about
+//! to send under a mark it did not write takes it first, by a write of its own conditioned on
+//! the record's version and made anew by every run, so that of two runs about to send (the
+//! decider's redelivery, a click sending for the dead decider) one sends.
 //!
 //! **A completion whose answer was lost** is settled by what the journal knows: sent again, an
 //! announced completion (this step's intent, or an earlier claim standing for it, or another
@@ -382,7 +386,8 @@ pub struct Decision {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Completion {
     /// The execution ended with this request's decision: completed now, or by an earlier run
-    /// of the request.
+    /// of the request (or another request's run, which took the mark over from a dead run of
+    /// this one, is completing it).
     Completed,
     /// Another request decided first (a faster approver, the other button, a first click): its
     /// decision. This request sent nothing, unless the other's run had died with the
@@ -645,8 +650,8 @@ impl Ctx {
         let mut now = marked.value.unwrap_or_else(|| decision.record.clone());
         // The mark this run's send follows: a request that may have sent the decision before.
         let mut replaced = now.sending.clone();
-        let held_by_this_run = now.sending.as_deref() == Some(me.as_str())
-            && now.sending_until_ms == Some(until_ms);
+        let held_by_this_run =
+            now.sending.as_deref() == Some(me.as_str()) && now.sending_until_ms == Some(until_ms);
         if now.closed.is_none()
             && !held_by_this_run
             && !held_elsewhere(&now)

@@ -410,7 +410,11 @@ impl State {
                 tokio::time::sleep(self.wait_after_conflict(attempt)).await;
             }
             let (found, version, writers) = match self.read(&key).await? {
-                Some(item) => (Some(parse::<T>(name, &item.value)?), item.version, item.writers),
+                Some(item) => (
+                    Some(parse::<T>(name, &item.value)?),
+                    item.version,
+                    item.writers,
+                ),
                 None => (None, 0, Vec::new()),
             };
             let Some(value) = change(found.clone()) else {
@@ -420,8 +424,7 @@ impl State {
                 });
             };
             let text = self.text_of(name, &value)?;
-            let expires_at_s =
-                (crate::clock::now_ms() / 1000).saturating_add(ttl.as_secs().max(1));
+            let expires_at_s = (crate::clock::now_ms() / 1000).saturating_add(ttl.as_secs().max(1));
             let written = self
                 .ledger_call(|ledger, now| {
                     let (key, text, writer, writers) =
