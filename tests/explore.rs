@@ -1954,6 +1954,46 @@ mod steps {
             .assert_ok();
     }
 
+    /// The decider dies just after marking its completion `sending`; past its lease, its
+    /// redelivery and the other click's first run (its first receive died) run at once, each
+    /// about to send the decider's decision. Each must hold the mark by a write of its own on
+    /// the record's version first: one sends, the other finds the mark taken and sends
+    /// nothing. Before, the click sent it for the dead decider and the redelivery, finding its
+    /// own mark, sent it too: Slack refused the second (`execution_not_in_running_state`),
+    /// a call made although no completion's answer was lost.
+    #[test]
+    fn a_deciders_redelivery_and_a_click_sending_for_it_make_one_completion_call() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.1=dies-before 4.6=dies-after")
+            .invariant("completed once", completed_once)
+            .invariant("one completion call, one decision shown", |end| {
+                let sent: Vec<_> = end
+                    .calls
+                    .iter()
+                    .filter(|(method, _)| method.starts_with("functions.complete"))
+                    .collect();
+                if sent.len() != 1 {
+                    return Err(format!("{} completion calls: {sent:?}", sent.len()));
+                }
+                let shown: Vec<String> = end
+                    .messages
+                    .iter()
+                    .map(|m| m["text"].as_str().unwrap_or_default().to_string())
+                    .collect();
+                let decided_by = end.executions[0]["outputs"]["decided_by"].as_str();
+                let decision = format!("Approved by <@{}>", decided_by.unwrap_or("nobody"));
+                match shown.as_slice() {
+                    [text] if *text == decision => Ok(()),
+                    _ => Err(format!(
+                        "the DM reads {shown:?}, the step completed as {decision:?}"
+                    )),
+                }
+            })
+            .run()
+            .assert_ok();
+    }
+
     /// The step's DM in Slack, and two clicks on its Approve at once: the approver's and
     /// `second`'s (the approver again: a double click).
     fn two_deciders(second: &str) -> Explorer {

@@ -12,7 +12,11 @@
 //! `functions.completeError`) as a journaled step, and closes the record. A request that finds
 //! another's decision sends nothing while that request's lease lasts (it is completing it); past
 //! that lease, with the record still open (the decider died between its decision and its
-//! completion), it sends the recorded decision itself: the decider's, never its own.
+//! completion), it sends the recorded decision itself: the decider's, never its own. Only the
+//! run that holds the record's mark (`sending`: its request and its lease) sends: a run about
+//! to send under a mark it did not write takes it first, by a write of its own conditioned on
+//! the record's version and made anew by every run, so that of two runs about to send (the
+//! decider's redelivery, a click sending for the dead decider) one sends.
 //!
 //! **A completion whose answer was lost** is settled by what the journal knows: sent again, an
 //! announced completion (this step's intent, or an earlier claim standing for it, or another
@@ -382,7 +386,8 @@ pub struct Decision {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Completion {
     /// The execution ended with this request's decision: completed now, or by an earlier run
-    /// of the request.
+    /// of the request (or another request's run, which took the mark over from a dead run of
+    /// this one, is completing it).
     Completed,
     /// Another request decided first (a faster approver, the other button, a first click): its
     /// decision. This request sent nothing, unless the other's run had died with the
@@ -409,10 +414,16 @@ struct Record {
     /// The ledger key of the request that closed it.
     #[serde(default)]
     closed_by: Option<String>,
-    /// The ledger key of the first request about to send the decision (written just before its
+    /// The ledger key of the request about to send the decision (written just before its
     /// completion call): a request that finds it set knows the decision may be in Slack already.
+    /// Only the run that holds it sends: it wrote it, or took it over from a request whose run
+    /// ended, by a write of its own conditioned on the record's version.
     #[serde(default)]
     sending: Option<String>,
+    /// When the lease of the run that holds `sending` ends (epoch ms): till then no other
+    /// request takes it over. `None` (a mark of an earlier release): `until_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sending_until_ms: Option<u64>,
 }
 
 fn record_name(execution: &str) -> String {
@@ -522,11 +533,7 @@ impl Ctx {
         }
         let by = self.interaction().and_then(|i| i.user_id.clone());
         let key = self.ledger_key().to_string();
-        let until_ms = self
-            .deadline_at()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default();
+        let until_ms = self.lease_end_ms();
         let mine = Record {
             end: end.clone(),
             by: by.clone(),
@@ -535,6 +542,7 @@ impl Ctx {
             closed: None,
             closed_by: None,
             sending: None,
+            sending_until_ms: None,
         };
         let changed = self
             .state()
@@ -558,6 +566,14 @@ impl Ctx {
             mine: record.key == key,
             record,
         })
+    }
+
+    /// When this run's lease ends (epoch ms): its deadline.
+    fn lease_end_ms(&self) -> u64 {
+        self.deadline_at()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default()
     }
 
     /// The decision recorded for the request's execution, if one is (by any request: `mine`
@@ -600,11 +616,18 @@ impl Ctx {
         let me = self.ledger_key().to_string();
         let theirs = || Completion::DecidedElsewhere(Box::new(decision.clone()));
         let now_ms = crate::clock::now_ms();
+        let until_ms = self.lease_end_ms();
         // Whether another request's run is completing the decision (its lease is on).
         let completing_elsewhere =
             |r: &Record| !decision.mine && r.closed.is_none() && now_ms < r.until_ms;
         let closed_by_other =
             |r: &Record| r.closed.is_some() && r.closed_by.as_deref() != Some(me.as_str());
+        // The mark is another request's, whose run may be sending (its lease is on).
+        let held_elsewhere = |r: &Record| {
+            r.closed.is_none()
+                && r.sending.as_deref().is_some_and(|s| s != me)
+                && now_ms < r.sending_until_ms.unwrap_or(r.until_ms)
+        };
         // The record as it is now, read by the change that marks it `sending` just before the
         // completion call (another request may have sent this decision, or closed it, since it
         // was decided). Every run of the request makes the same state changes and takes the
@@ -618,12 +641,46 @@ impl Ctx {
                     return None;
                 }
                 r.sending = Some(me.clone());
+                r.sending_until_ms = Some(until_ms);
                 Some(r)
             })
             .await?;
         // Marked now (by this run or an earlier one of this request): `sending` is this
         // request's; left as it was: another's mark, or none.
-        let now = marked.value.unwrap_or_else(|| decision.record.clone());
+        let mut now = marked.value.unwrap_or_else(|| decision.record.clone());
+        // The mark this run's send follows: a request that may have sent the decision before.
+        let mut replaced = now.sending.clone();
+        let held_by_this_run =
+            now.sending.as_deref() == Some(me.as_str()) && now.sending_until_ms == Some(until_ms);
+        if now.closed.is_none()
+            && !held_by_this_run
+            && !held_elsewhere(&now)
+            && !completing_elsewhere(&now)
+        {
+            // About to send under a mark this run did not write: an earlier run's of this
+            // request, or another request's whose run ended (past its lease), which may have
+            // sent the decision. The mark's change above is made once per request (a later
+            // run finds it made, whatever the record holds since), so this run holds the
+            // mark by a write of its own, on the version it reads: of two runs about to send
+            // (the decider's redelivery, and a click sending for the decider), one writes it
+            // and sends; the other reads the mark taken, and sends nothing.
+            let held = self
+                .state()
+                .change_for_this_run(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                    let mut r = found?;
+                    if r.closed.is_some() || held_elsewhere(&r) || completing_elsewhere(&r) {
+                        return None;
+                    }
+                    replaced = r.sending.clone();
+                    r.sending = Some(me.clone());
+                    r.sending_until_ms = Some(until_ms);
+                    Some(r)
+                })
+                .await?;
+            if let Some(record) = held.value {
+                now = record;
+            }
+        }
         let (method, args) = match &now.end {
             StepEnd::Success(outputs) => (
                 "functions.completeSuccess",
@@ -634,29 +691,33 @@ impl Ctx {
                 json!({"function_execution_id": execution.id, "error": message}),
             ),
         };
-        if completing_elsewhere(&now) {
+        if completing_elsewhere(&now) || held_elsewhere(&now) {
             tracing::info!(
-                "the execution was decided by another request, whose run is completing it"
+                "another request's run is completing the execution's decision: not sending it"
             );
             // The completion's step number is taken here too, as on the other paths, and
             // nothing is recorded at it: a later run of this request (a redelivery after a
-            // failure further on) may find the decider's lease over with the record still
-            // open (the decider died), and then sends the decision at this same number, which
-            // no run recorded, so it is made rather than replayed (a "passed" record there
-            // would be replayed by every later run, and the decision never sent). Without the
+            // failure further on) may find that run's lease over with the record still
+            // open (it died), and then sends the decision at this same number, which no run
+            // recorded, so it is made rather than replayed (a "passed" record there would be
+            // replayed by every later run, and the decision never sent). Without the
             // number, the steps after the completion would move by one between the runs: the
             // later run's completion would meet this run's next step at its number
             // (`nondeterministic_listener`, final) and the click's answer would be lost. The
-            // later run sends only where any request would (past the decider's lease, the
-            // record open).
+            // later run sends only where any request would (past that lease, the record
+            // open).
             self.pass_step(method, &args).await?;
             // The same state changes as the other paths (none made here), so that a later run
-            // of this request, which may find the decider's lease over, counts its changes as
-            // this one did.
+            // of this request, which may find that lease over, counts its changes as this one
+            // did.
             self.state()
                 .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
                 .await?;
-            return Ok(theirs());
+            return Ok(match decision.mine {
+                // Its own decision, which the other request's run is sending for it.
+                true => Completion::Completed,
+                false => theirs(),
+            });
         }
         let closed_elsewhere = closed_by_other(&now);
         let answer = if closed_elsewhere {
@@ -673,15 +734,15 @@ impl Ctx {
                      with the record open: sending that decision"
                 );
             }
-            // Another request about to send it before this one: the decision may be in Slack.
-            // So may it be under this request's own mark, made by an earlier run (the record
-            // held it when this run decided), once the decider's lease has ended: from then on
-            // any request in the step may send the marked decision for the dead run, and
-            // Slack's `not running` is then that send's, not the workflow's end. A mark this
-            // run made first announces nothing: nobody sent before it.
+            // Another request was about to send it before this one (this run took its mark
+            // over): the decision may be in Slack. So may it be under this request's own mark,
+            // made by an earlier run (the record held it when this run decided), once the
+            // decider's lease has ended: a request of the release before this one sends the
+            // marked decision for the dead run without taking the mark, and Slack's
+            // `not running` is then that send's, not the workflow's end. A mark this run made
+            // first announces nothing: nobody sent before it.
             let marked_before = decision.record.sending.as_deref() == Some(me.as_str());
-            let announced_elsewhere = now
-                .sending
+            let announced_elsewhere = replaced
                 .as_deref()
                 .is_some_and(|s| s != me || (marked_before && now_ms >= now.until_ms));
             self.completion_step(method, args, announced_elsewhere)
