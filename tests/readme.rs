@@ -555,3 +555,39 @@ mod links {
         assert_eq!(found, expected.iter().map(|s| s.to_string()).collect());
     }
 }
+
+/// ARCHITECTURE.md is the map of the code: every file under `src/` is named in it, by its path
+/// from the repository's root, so a file added without its entry fails here.
+mod architecture {
+    use std::path::Path;
+
+    const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+    fn rust_files(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                rust_files(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let relative = path.strip_prefix(ROOT).unwrap();
+                found.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+
+    #[test]
+    fn every_file_under_src_is_named_in_the_map() {
+        let map = std::fs::read_to_string(Path::new(ROOT).join("ARCHITECTURE.md")).unwrap();
+        let mut files = Vec::new();
+        rust_files(&Path::new(ROOT).join("src"), &mut files);
+        assert!(files.len() > 50, "the walk found the sources: {files:?}");
+        let missing: Vec<&String> = files
+            .iter()
+            .filter(|f| !map.contains(&format!("`{f}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "files under src/ that ARCHITECTURE.md does not name (as `src/…`): {missing:?}"
+        );
+    }
+}
