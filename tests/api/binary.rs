@@ -317,3 +317,17 @@ async fn the_guides_click_sample_is_sendable_as_written() {
         "{state}"
     );
 }
+
+#[test]
+fn a_lease_longer_than_slacks_one_minute_retry_allows_is_refused_at_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_slack-once"))
+        .env_clear()
+        .env("SLACK_SIGNING_SECRET", "s")
+        .env("DEDUP_LEASE_SECONDS", "60")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("DEDUP_LEASE_SECONDS is invalid"), "{text}");
+    assert!(text.contains("one-minute retry"), "{text}");
+}

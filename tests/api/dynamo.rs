@@ -2,14 +2,18 @@
 //! transition, atomicity under 200 concurrent claims, and the cost in requests.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
 use slack_once::envelope::EventId;
+use slack_once::ledger::contract::{LEASE, NOW, TTL_S, request};
 use slack_once::ledger::{
     Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken, StepRecord,
-    contract::{self, LEASE, NOW, TTL_S, request},
+    contract,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::*;
 
@@ -578,4 +582,265 @@ async fn two_apps_sharing_a_table_each_answer_a_message_that_mentions_both_once(
         .unwrap()
         .unwrap();
     assert_eq!((s(&own, "app"), s(&own, "status")), (a, "done"));
+}
+
+// ================================================================ a reset after the write
+
+/// Reads one HTTP/1.1 message (head and body, by Content-Length or chunked) from `stream`.
+async fn read_http_message(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let body = &buf[end + 4..];
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            let chunked = head.contains("transfer-encoding: chunked");
+            match length {
+                Some(len) if body.len() >= len => return buf,
+                None if chunked && body.ends_with(b"0\r\n\r\n") => return buf,
+                None if !chunked => return buf,
+                _ => {}
+            }
+        }
+        let n = stream.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return buf;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A TCP proxy in front of `upstream`: on the first connection, the first request is forwarded
+/// and applied, then the connection is reset (RST) instead of returning the answer; later
+/// connections pass through.
+async fn resetting_proxy(upstream: std::net::SocketAddr) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let resets = Arc::new(AtomicUsize::new(0));
+    let counter = resets.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut client, _)) = listener.accept().await {
+            let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            if std::mem::take(&mut first) {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let request = read_http_message(&mut client).await;
+                    server.write_all(&request).await.unwrap();
+                    let _applied = read_http_message(&mut server).await;
+                    client.set_zero_linger().unwrap();
+                    drop(client);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                });
+            } else {
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                });
+            }
+        }
+    });
+    (url, resets)
+}
+
+/// EVIDENCE (passes): our connector classifies ECONNRESET after the write as I/O, so the SDK
+/// sends the claim again and finds it its own (attempt 1, one answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_a_claim_whose_connection_is_reset_after_the_write_is_its_own() {
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let upstream: std::net::SocketAddr = endpoint.trim_start_matches("http://").parse().unwrap();
+    let (proxy, resets) = resetting_proxy(upstream).await;
+    let slack = SlackStandin::start().await;
+    let bot = BotProcess::spawn(&bot_vars(&slack, &proxy, &table));
+    let http = HttpClient::default();
+    let id = "EvRt16Reset";
+    let answer = deliver(&http, &bot.url(), &app_mention(id, "hi"), None).await;
+    assert_eq!(
+        answer.outcome(),
+        "answered",
+        "{}\n{}",
+        answer.body,
+        bot.log()
+    );
+    assert_eq!(
+        resets.load(Ordering::SeqCst),
+        1,
+        "the claim's connection was reset"
+    );
+    assert_eq!(slack.posted().len(), 1);
+    let item = ledger.get_item(&mention_key(id)).await.unwrap().unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "done");
+    assert_eq!(
+        item["attempts"].as_n().unwrap(),
+        "1",
+        "the SDK's second attempt found its own claim"
+    );
+}
+
+/// The built binary, its ledger behind the proxy, so the SDK's own retry configuration meets
+/// the lost answer.
+async fn behind_proxy(
+    lease: &str,
+) -> (
+    SlackStandin,
+    LedgerProxy,
+    BotProcess,
+    Arc<DynamoLedger>,
+    String,
+) {
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    let proxy = LedgerProxy::start(&endpoint).await;
+    let mut vars = bot_vars(&slack, &proxy.url, &table);
+    vars.push(("DEDUP_LEASE_SECONDS", lease.to_string()));
+    let bot = BotProcess::spawn(&vars);
+    (slack, proxy, bot, ledger, table)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_answer_was_lost_is_this_deliverys_own_and_answered_once() {
+    for (n, at) in [HoldAt::DropAnswer, HoldAt::Error500AfterForwarding]
+        .into_iter()
+        .enumerate()
+    {
+        let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+        proxy.hold_next(LedgerOp::Claim, at);
+        let id = format!("EvLostClaim{n}");
+        let http = HttpClient::default();
+        let answer = deliver(&http, &bot.url(), &app_mention(&id, "hi"), None).await;
+        assert_eq!(
+            (answer.status, answer.outcome().as_str()),
+            (StatusCode::OK, "answered"),
+            "{at:?}: {}\n{}",
+            answer.body,
+            bot.log()
+        );
+        assert_eq!(proxy.held(), 1, "{at:?}: the answer was lost once");
+        let claims = proxy
+            .seen()
+            .iter()
+            .filter(|&&op| op == LedgerOp::Claim)
+            .count();
+        assert_eq!(claims, 2, "{at:?}: the SDK sent the claim again");
+        assert_eq!(slack.posted().len(), 1, "{at:?}");
+        let item = ledger.get_item(&mention_key(&id)).await.unwrap().unwrap();
+        assert_eq!(item["status"].as_s().unwrap(), "done", "{at:?}");
+        assert_eq!(item["attempts"].as_n().unwrap(), "1", "{at:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_whose_answer_was_lost_is_success_not_an_error() {
+    let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+    proxy.hold_next(LedgerOp::Complete, HoldAt::DropAnswer);
+    let http = HttpClient::default();
+    let answer = deliver(&http, &bot.url(), &app_mention("EvLostDone", "hi"), None).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    assert_eq!(proxy.held(), 1);
+    let log = bot.log_after(1).await;
+    assert!(!log.contains("could not be marked done"), "{log}");
+    let item = ledger
+        .get_item(&mention_key("EvLostDone"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "done");
+    let retry = deliver(&http, &bot.url(), &app_mention("EvLostDone", "hi"), Some(1)).await;
+    assert_eq!(retry.outcome(), "duplicate");
+    assert_eq!(slack.posted().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_was_lost_is_success_and_the_retry_takes_over_at_once() {
+    let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+    // A 429 longer than the lease: certainly not posted, released.
+    slack.script([Behaviour::RateLimited(60)]);
+    proxy.hold_next(LedgerOp::Release, HoldAt::DropAnswer);
+    let http = HttpClient::default();
+    let body = app_mention("EvLostRelease", "hi");
+    let answer = deliver(&http, &bot.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::BAD_GATEWAY, "{}", answer.body);
+    assert_eq!(proxy.held(), 1);
+    let log = bot.log_after(1).await;
+    assert!(!log.contains("could not release"), "{log}");
+    let item = ledger
+        .get_item(&mention_key("EvLostRelease"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "released");
+    let retry = deliver(&http, &bot.url(), &body, Some(1)).await;
+    assert_eq!(retry.outcome(), "answered", "{}", retry.body);
+    assert_eq!(slack.posted().len(), 1);
+}
+
+/// A claim's write to its item met a transaction under way on it (a state change of the same
+/// request, recorded with the claim): DynamoDB refuses with `TransactionConflictException`,
+/// which the SDK does not send again. The claim, a step's intent and the completion each send
+/// it again a few ms later: the request is answered once, never released or failed for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_meets_a_transaction_on_its_item_is_sent_again() {
+    for (n, op) in [LedgerOp::Claim, LedgerOp::Intent, LedgerOp::Complete]
+        .into_iter()
+        .enumerate()
+    {
+        let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+        proxy.hold_next(op, HoldAt::TransactionConflict);
+        let id = format!("EvConflict{n}");
+        let http = HttpClient::default();
+        // The reference bot's /once: its answer through the response URL is a step with an
+        // intent of its own, after the claim.
+        let body = match op {
+            LedgerOp::Intent => command_form(&slack, "/once", "hi"),
+            _ => app_mention(&id, "hi"),
+        };
+        let answer = match op {
+            LedgerOp::Intent => deliver_form(&http, &bot.url(), &body, None).await,
+            _ => deliver(&http, &bot.url(), &body, None).await,
+        };
+        assert_eq!(
+            answer.status,
+            StatusCode::OK,
+            "{op:?}: {}\n{}",
+            answer.body,
+            bot.log()
+        );
+        assert_eq!(proxy.held(), 1, "{op:?}: refused once");
+        let sent = proxy.seen().iter().filter(|&&o| o == op).count();
+        assert!(sent >= 2, "{op:?}: sent again ({sent})");
+        if op == LedgerOp::Intent {
+            // Acknowledged, then answered in the channel through the response URL: its claim
+            // done.
+            let client = dynamodb_client(&dynamodb_endpoint());
+            let done = eventually_async(Duration::from_secs(10), || async {
+                let page = client
+                    .scan()
+                    .table_name(ledger.table())
+                    .send()
+                    .await
+                    .unwrap();
+                page.items().iter().any(|i| {
+                    i["pk"].as_s().unwrap().starts_with("cmd-")
+                        && i.get("status")
+                            .and_then(|v| v.as_s().ok())
+                            .map(String::as_str)
+                            == Some("done")
+                })
+            })
+            .await;
+            assert!(done, "{}", bot.log());
+        } else {
+            assert_eq!(answer.outcome(), "answered", "{op:?}: {}", answer.body);
+            assert_eq!(slack.posted().len(), 1, "{op:?}");
+            let item = ledger.get_item(&mention_key(&id)).await.unwrap().unwrap();
+            assert_eq!(item["status"].as_s().unwrap(), "done", "{op:?}");
+        }
+    }
 }

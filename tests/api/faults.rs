@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use http::StatusCode;
+use slack_once::ledger::{Ledger, MemoryLedger, Status};
 use tokio::sync::Semaphore;
 
 use crate::helpers::*;
@@ -725,4 +727,114 @@ async fn a_barrage_of_hostile_requests_is_refused_without_a_panic_and_memory_sta
     // Still serving real events.
     let answer = deliver(&http, &url, &app_mention("EvAfterHostile", "hi"), None).await;
     assert_eq!(answer.outcome(), "answered");
+}
+
+#[tokio::test]
+async fn slack_errors_no_retry_can_fix_end_the_event_failed_with_200() {
+    for code in [
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "msg_too_long",
+        "no_text",
+        "invalid_blocks",
+        "restricted_action",
+        "invalid_auth",
+        "account_inactive",
+        "token_revoked",
+        "missing_scope",
+    ] {
+        let ledger = Arc::new(MemoryLedger::new());
+        let app = spawn_app_with(Options {
+            ledger: Some(ledger.clone() as Arc<dyn Ledger>),
+            ..Default::default()
+        })
+        .await;
+        app.slack.script([Behaviour::OkFalse {
+            code,
+            posted: false,
+        }]);
+        let body = app_mention("EvFail", "x");
+        let answer = app.send(&body, None).await;
+        assert_eq!(
+            (answer.status, answer.outcome().as_str()),
+            (StatusCode::OK, "failed"),
+            "{code}: {}",
+            answer.body
+        );
+        assert!(answer.headers.get("x-slack-no-retry").is_none());
+        let id = slack_once::envelope::EventId::try_from(mention_key("EvFail")).unwrap();
+        assert_eq!(ledger.status(&id), Some(Status::Failed), "{code}");
+        for retry in 1..=3 {
+            let copy = app.send(&body, Some(retry)).await;
+            assert_eq!(
+                (copy.status, copy.outcome().as_str()),
+                (StatusCode::OK, "already_failed"),
+                "{code}"
+            );
+        }
+        assert_eq!(app.slack.received().len(), 1, "{code}: the bot ran once");
+    }
+}
+
+#[tokio::test]
+async fn transient_slack_errors_still_release_for_the_next_copy() {
+    for behaviour in [
+        Behaviour::Status(500),
+        Behaviour::Status(503),
+        Behaviour::OkFalse {
+            code: "internal_error",
+            posted: false,
+        },
+        Behaviour::OkFalse {
+            code: "fatal_error",
+            posted: false,
+        },
+        Behaviour::OkFalse {
+            code: "ratelimited",
+            posted: false,
+        },
+        Behaviour::OkFalse {
+            code: "service_unavailable",
+            posted: false,
+        },
+    ] {
+        let app = spawn_app().await;
+        app.slack.script([behaviour.clone()]);
+        let body = app_mention("EvTransient", "x");
+        let answer = app.send(&body, None).await;
+        assert_eq!(answer.status, StatusCode::BAD_GATEWAY, "{behaviour:?}");
+        assert_eq!(answer.json()["error"], "slack_failed");
+        let retry = app.send(&body, Some(1)).await;
+        assert_eq!(retry.outcome(), "answered", "{behaviour:?}: {}", retry.body);
+        assert_eq!(app.slack.posted().len(), 1, "{behaviour:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_event_is_logged_at_error_level_with_its_id_and_slacks_error() {
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    slack.script([Behaviour::OkFalse {
+        code: "is_archived",
+        posted: false,
+    }]);
+    let bot = BotProcess::spawn(&bot_vars(&slack, &endpoint, &table));
+    let http = HttpClient::default();
+    let answer = deliver(&http, &bot.url(), &app_mention("EvArchived", "x"), None).await;
+    assert_eq!(answer.outcome(), "failed");
+    let item = ledger
+        .get_item(&mention_key("EvArchived"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "failed");
+    assert_eq!(item["error"].as_s().unwrap(), "is_archived");
+    let log = bot.log_after(1).await;
+    let line = log
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("is_archived"))
+        .unwrap_or_else(|| panic!("no error line naming the Slack error:\n{log}"));
+    assert!(line.contains("EvArchived"), "{line}");
 }

@@ -367,3 +367,55 @@ async fn killed_at_the_completion(behaviour: &str) {
         "{shown}"
     );
 }
+
+pub(crate) async fn script(python: &PythonStandin, method: &str, behaviours: Value) {
+    python
+        .post(
+            "script",
+            json!({"method": method, "behaviours": behaviours}),
+        )
+        .await;
+}
+
+/// The step's DM (chat.postMessage to the approver's USER id) whose answer is lost: Slack's
+/// retry of function_executed must find it (one DM) or post it (not applied): never two, never
+/// none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steps_dm_whose_answer_was_lost_is_posted_once() {
+    for (n, behaviour) in [(1u32, "post_then_hang"), (2, "hang")] {
+        let endpoint = dynamodb_endpoint();
+        let (table, _) = fresh_table(&endpoint).await;
+        let python = PythonStandin::start().await;
+        let vars = vars(&python, &endpoint, &table);
+        let a = BotProcess::spawn_example("approval", &[], &vars);
+        let b = BotProcess::spawn_example("approval", &[], &vars);
+        let http = HttpClient::default();
+        let (id, body) = start_step(&python, 500 + n).await;
+        script(&python, "chat.postMessage", json!([behaviour])).await;
+        let first = deliver(&http, &a.url(), &body, None).await;
+        eprintln!("[F5 {behaviour}] first: {} {}", first.status, first.body);
+        let mut outcomes = Vec::new();
+        for retry in 1..=3u32 {
+            let r = deliver(&http, &b.url(), &body, Some(retry)).await;
+            eprintln!("[F5 {behaviour}] retry {retry}: {} {}", r.status, r.body);
+            outcomes.push(r.outcome());
+            if dm(&python).await.len() == 1 && r.status.is_success() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let e = execution(&python, &id).await;
+        let d = dm(&python).await;
+        eprintln!(
+            "[F5 {behaviour}] DMs: {}  execution: {e}\nB:\n{}",
+            d.len(),
+            b.log()
+        );
+        assert_eq!(
+            d.len(),
+            1,
+            "[{behaviour}] one DM to the approver (retries: {outcomes:?}); execution {e}\nB:\n{}",
+            b.log()
+        );
+    }
+}
