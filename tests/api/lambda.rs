@@ -614,7 +614,7 @@ async fn on_lambda_every_log_line_of_an_event_carries_its_ids_and_one_metrics_li
     assert!(metrics[0]["RequestId"].is_string());
 }
 
-/// The review of the performance issue (F6): Lambda's level (what the template's LoggingConfig sets) and an operator's
+/// Lambda's level (what the template's LoggingConfig sets) and an operator's
 /// RUST_LOG: its per-target directives still apply beneath Lambda's level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_lambda_rust_logs_per_target_levels_apply_beneath_lambdas_level() {

@@ -1,4 +1,4 @@
-//! Workflow Builder steps (issue 37): the approval example's step run through `TestBot` and
+//! Workflow Builder steps: the approval example's step run through `TestBot` and
 //! `FakeSlack` (each execution running → completed, failed or ended; its tokens revoked at its
 //! end): one DM however often `function_executed` comes, one completion however many clicks,
 //! the first decision kept, a click after the end completing nothing, every call for an
