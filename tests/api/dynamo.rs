@@ -34,6 +34,7 @@ fn s<'a>(item: &'a std::collections::HashMap<String, AttributeValue>, key: &str)
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_absent_event_is_acquired_and_the_item_holds_the_documented_schema() {
     let ledger = ledger().await;
     let (e, a) = (id("EvD1"), OwnerToken::random());
@@ -68,6 +69,7 @@ async fn an_absent_event_is_acquired_and_the_item_holds_the_documented_schema() 
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_done_event_is_reported_done_by_one_failed_write() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD2"), OwnerToken::random(), OwnerToken::random());
@@ -94,6 +96,7 @@ async fn a_done_event_is_reported_done_by_one_failed_write() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_live_claim_is_reported_in_progress_and_not_overwritten() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD3"), OwnerToken::random(), OwnerToken::random());
@@ -112,6 +115,7 @@ async fn a_live_claim_is_reported_in_progress_and_not_overwritten() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD4"), OwnerToken::random(), OwnerToken::random());
@@ -154,6 +158,7 @@ async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_released_claim_is_taken_at_once() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD5"), OwnerToken::random(), OwnerToken::random());
@@ -178,6 +183,7 @@ async fn a_released_claim_is_taken_at_once() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_item_past_its_ttl_counts_as_absent_though_not_yet_deleted() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD6"), OwnerToken::random(), OwnerToken::random());
@@ -197,6 +203,7 @@ async fn an_item_past_its_ttl_counts_as_absent_though_not_yet_deleted() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn complete_and_release_by_a_stranger_are_refused() {
     let ledger = ledger().await;
     let (e, a, stranger) = (id("EvD7"), OwnerToken::random(), OwnerToken::random());
@@ -231,6 +238,7 @@ async fn complete_and_release_by_a_stranger_are_refused() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_claim_without_optional_fields_removes_an_earlier_deliverys() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD8"), OwnerToken::random(), OwnerToken::random());
@@ -252,6 +260,7 @@ async fn a_claim_without_optional_fields_removes_an_earlier_deliverys() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn two_hundred_concurrent_claims_of_one_event_have_exactly_one_winner() {
     let ledger = ledger().await;
     let e = id("EvRace");
@@ -276,6 +285,7 @@ async fn two_hundred_concurrent_claims_of_one_event_have_exactly_one_winner() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn through_the_app_a_first_delivery_costs_two_writes_and_a_duplicate_one() {
     let ledger = ledger().await;
     let app = spawn_app_with(Options {
@@ -349,6 +359,7 @@ async fn an_unreachable_ledger_answers_503_and_posts_nothing() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_missing_table_answers_503_and_posts_nothing() {
     let ledger = DynamoLedger::new(dynamodb_client(&dynamodb_endpoint()), "no-such-table");
     let app = spawn_app_with(Options {
@@ -369,6 +380,7 @@ async fn a_missing_table_answers_503_and_posts_nothing() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_state_change_is_made_once_per_request() {
     let ledger = ledger().await;
     contract::a_state_change_is_made_once_per_request(
@@ -385,6 +397,7 @@ async fn a_state_change_is_made_once_per_request() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_note_is_replaced_only_where_it_is_as_read() {
     let (ledger, key) = (ledger().await, id("astop-T1-D1-1_5-A0001"));
     contract::a_note_is_replaced_only_where_it_is_as_read(ledger.as_ref(), &key).await;
@@ -393,6 +406,7 @@ async fn a_note_is_replaced_only_where_it_is_as_read() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn state_is_written_once_per_version_read() {
     let (ledger, key) = (ledger().await, id("state-A0001-EvD30-poll"));
     contract::state_is_written_once_per_version_read(ledger.as_ref(), &key).await;
@@ -402,6 +416,7 @@ async fn state_is_written_once_per_version_read() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn two_fates_of_one_step_in_one_write_are_one_valid_update_recording_the_last() {
     let (ledger, e) = (ledger().await, id("EvD10b"));
     contract::two_fates_of_one_step_in_one_write_record_the_last(ledger.as_ref(), &e).await;
@@ -412,6 +427,7 @@ async fn two_fates_of_one_step_in_one_write_are_one_valid_update_recording_the_l
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
     let (ledger, e) = (ledger().await, id("EvD10"));
     contract::the_journal_survives_a_takeover(ledger.as_ref(), &e).await;
@@ -426,6 +442,7 @@ async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_claim_stands_for_its_first_steps_intent_until_its_claimant_writes() {
     let (ledger, e) = (ledger().await, id("EvD13"));
     contract::began_windows_stand_for_the_first_step_until_the_claimant_writes(ledger.as_ref(), &e)
@@ -439,6 +456,7 @@ async fn a_claim_stands_for_its_first_steps_intent_until_its_claimant_writes() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_alias_lives_as_long_as_its_messages_latest_claim() {
     let ledger = ledger().await;
     let (alias, first, second) = (id("cmid-T1-D2"), id("msg-T1-C1-3"), id("msg-T1-C1-4"));
@@ -466,6 +484,7 @@ async fn an_alias_lives_as_long_as_its_messages_latest_claim() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_alias_is_one_small_item_naming_the_message_it_belongs_to() {
     let ledger = ledger().await;
     let (alias, first, second) = (id("cmid-T1-D1"), id("msg-T1-C1-1"), id("msg-T1-C1-2"));
@@ -491,6 +510,7 @@ async fn an_alias_is_one_small_item_naming_the_message_it_belongs_to() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_failed_event_keeps_its_error_and_blocks_every_later_copy() {
     let (ledger, e) = (ledger().await, id("EvD11"));
     contract::a_failed_event_blocks_every_later_copy(ledger.as_ref(), &e).await;
@@ -501,6 +521,7 @@ async fn a_failed_event_keeps_its_error_and_blocks_every_later_copy() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_claim_that_finds_its_own_claim_acquires_it_with_the_stored_attempt() {
     let (ledger, e) = (ledger().await, id("EvD12"));
     contract::a_claim_sent_again_acquires_with_the_stored_attempt(ledger.as_ref(), &e).await;
@@ -509,6 +530,7 @@ async fn a_claim_that_finds_its_own_claim_acquires_it_with_the_stored_attempt() 
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn another_apps_key_and_alias_are_never_taken_and_an_item_of_no_app_is_anyones() {
     let ledger = ledger().await;
     let (e, old, alias) = (id("EvD20"), id("EvD21"), id("cmid-T1-D20"));
@@ -545,6 +567,7 @@ fn for_app(event_id: &str, app: &str, ts: Option<&str>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn two_apps_sharing_a_table_each_answer_a_message_that_mentions_both_once() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
@@ -651,6 +674,7 @@ async fn resetting_proxy(upstream: std::net::SocketAddr) -> (String, Arc<AtomicU
 /// EVIDENCE (passes): our connector classifies ECONNRESET after the write as I/O, so the SDK
 /// sends the claim again and finds it its own (attempt 1, one answer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn evidence_a_claim_whose_connection_is_reset_after_the_write_is_its_own() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
@@ -705,6 +729,7 @@ async fn behind_proxy(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_claim_whose_answer_was_lost_is_this_deliverys_own_and_answered_once() {
     for (n, at) in [HoldAt::DropAnswer, HoldAt::Error500AfterForwarding]
         .into_iter()
@@ -737,6 +762,7 @@ async fn a_claim_whose_answer_was_lost_is_this_deliverys_own_and_answered_once()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_completion_whose_answer_was_lost_is_success_not_an_error() {
     let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
     proxy.hold_next(LedgerOp::Complete, HoldAt::DropAnswer);
@@ -758,6 +784,7 @@ async fn a_completion_whose_answer_was_lost_is_success_not_an_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_release_whose_answer_was_lost_is_success_and_the_retry_takes_over_at_once() {
     let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
     // A 429 longer than the lease: certainly not posted, released.
@@ -786,6 +813,7 @@ async fn a_release_whose_answer_was_lost_is_success_and_the_retry_takes_over_at_
 /// which the SDK does not send again. The claim, a step's intent and the completion each send
 /// it again a few ms later: the request is answered once, never released or failed for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_write_that_meets_a_transaction_on_its_item_is_sent_again() {
     for (n, op) in [LedgerOp::Claim, LedgerOp::Intent, LedgerOp::Complete]
         .into_iter()

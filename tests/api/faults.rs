@@ -158,6 +158,7 @@ fn scaled_slack() -> SlackLike {
 // ---------------------------------------------------------------- storm
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn storm_every_event_delivered_four_times_in_random_order_to_random_processes_is_answered_once()
  {
     let processes = env_usize("STORM_PROCESSES", 4);
@@ -324,6 +325,7 @@ async fn assert_crash_answered_once(at: CrashAt) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_before_the_claim_is_answered_once_by_the_first_retry() {
     let r = crash(CrashAt::BeforeClaim, true).await;
     assert_eq!(
@@ -335,6 +337,7 @@ async fn crash_before_the_claim_is_answered_once_by_the_first_retry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_after_the_claim_is_taken_over_after_the_lease_looking_in_slack_first() {
     let r = crash(CrashAt::AfterClaim, true).await;
     println!(
@@ -356,6 +359,7 @@ async fn crash_after_the_claim_is_taken_over_after_the_lease_looking_in_slack_fi
 /// A claim that gave up before its first write (Slack refused at once: a 429 beyond the
 /// deadline) says so with its release: the next delivery posts without looking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_claim_released_before_its_post_is_taken_over_without_looking_in_slack() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -379,16 +383,19 @@ async fn a_claim_released_before_its_post_is_taken_over_without_looking_in_slack
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_during_a_slack_call_that_never_posted_is_answered_once() {
     assert_crash_answered_once(CrashAt::DuringSlackCallUnposted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_during_a_slack_call_that_posted_is_recovered_without_a_second_reply() {
     assert_crash_answered_once(CrashAt::DuringSlackCallPosted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_after_the_post_before_completion_is_recovered_without_a_second_reply() {
     assert_crash_answered_once(CrashAt::AfterPostBeforeCompletion).await;
 }
@@ -396,6 +403,7 @@ async fn crash_after_the_post_before_completion_is_recovered_without_a_second_re
 /// A claim crashed during its post (standing for its intent); the takeover's look-up is refused
 /// and it releases: the doubt is kept, so the next delivery looks again rather than post blind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_refused_look_up_after_a_crash_keeps_the_doubt_for_the_next_delivery() {
     let r = crash_with(
         CrashAt::AfterPostBeforeCompletion,
@@ -420,6 +428,7 @@ async fn a_refused_look_up_after_a_crash_keeps_the_doubt_for_the_next_delivery()
 /// before the crash is held back while a retry remains, and on Slack's last retry not posted
 /// again either: the event ends failed (unconfirmed_write), counted, with one answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_crash_after_posting_without_searchable_history_is_answered_once_and_ends_counted() {
     let r = crash(CrashAt::AfterPostBeforeCompletion, false).await;
     println!(
@@ -438,6 +447,7 @@ async fn a_crash_after_posting_without_searchable_history_is_answered_once_and_e
 // ---------------------------------------------------------------- ledger outage
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_ledger_outage_mid_run_causes_no_double_and_no_loss_while_retries_remain() {
     let mut db = PrivateDynamoDb::start();
     let endpoint = db.endpoint();
@@ -511,6 +521,7 @@ async fn a_ledger_outage_mid_run_causes_no_double_and_no_loss_while_retries_rema
 // ---------------------------------------------------------------- Slack misbehaving
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn bursts_of_slack_429_and_5xx_cause_no_double_and_no_loss_while_retries_remain() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -611,6 +622,7 @@ async fn slow_slack(event_id: &str, retry_after: Duration) -> (usize, Vec<u16>) 
 
 /// The retry comes at once (Slack's first retry), before the late post exists: a second answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn window_a_slack_call_slower_than_the_lease_can_answer_twice() {
     let (replies, statuses) = slow_slack("EvSlow", Duration::from_millis(200)).await;
     println!("window (Slack slower than the lease): replies {replies}, deliveries {statuses:?}");
@@ -625,6 +637,7 @@ async fn window_a_slack_call_slower_than_the_lease_can_answer_twice() {
 /// The retry comes after the late post landed (as Slack's one-minute retry would): found, not
 /// answered again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_slack_call_slower_than_the_lease_is_recovered_when_the_retry_comes_later() {
     let (replies, statuses) = slow_slack("EvSlow2", LEASE + Duration::from_secs(2)).await;
     assert_eq!(statuses, [504, 200]);
@@ -644,6 +657,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_barrage_of_hostile_requests_is_refused_without_a_panic_and_memory_stays_bounded() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
@@ -812,6 +826,7 @@ async fn transient_slack_errors_still_release_for_the_next_copy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_failed_event_is_logged_at_error_level_with_its_id_and_slacks_error() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;

@@ -78,6 +78,7 @@ fn triage_done(slack: &SlackStandin, ts: &str) -> (usize, usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_triage_example_answers_and_reacts_once_whichever_event_comes_first_with_copies() {
     let slack = SlackStandin::start().await;
     let bot = BotProcess::spawn_example(

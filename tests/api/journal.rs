@@ -29,6 +29,7 @@ fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn sixty_updates_of_a_5kb_answer_complete_and_the_item_keeps_only_what_a_replay_needs() {
     let endpoint = dynamodb_endpoint();
     let (_, ledger) = fresh_table(&endpoint).await;

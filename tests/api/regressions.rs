@@ -29,6 +29,7 @@ fn with_cmid(body: &str, cmid: &str) -> String {
 // ================================================================ copies under another ts
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_copy_under_another_ts_never_answers_again_in_its_own_thread() {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
@@ -71,6 +72,7 @@ async fn a_copy_under_another_ts_never_answers_again_in_its_own_thread() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_copy_under_another_ts_does_not_fail_the_message_for_good() {
     let endpoint = dynamodb_endpoint();
     let (_, ledger) = fresh_table(&endpoint).await;
@@ -127,6 +129,7 @@ fn message_of(mention_id: &str, event_id: &str, file_share: bool) -> serde_json:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn one_message_is_one_answer_whichever_of_its_events_carries_the_client_msg_id() {
     let endpoint = dynamodb_endpoint();
     // 0: the app_mention carries it, the file_share message does not (Slack's types, the
@@ -166,6 +169,7 @@ async fn one_message_is_one_answer_whichever_of_its_events_carries_the_client_ms
 // ================================================================ connection poisoning
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_500_after_the_write_is_retried_without_an_error_line() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -189,6 +193,7 @@ async fn a_500_after_the_write_is_retried_without_an_error_line() {
 // ================================================================ message patterns on non-ASCII text
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn patterns_that_matched_non_ascii_text_still_do() {
     let endpoint = dynamodb_endpoint();
     let (_, ledger) = fresh_table(&endpoint).await;
@@ -236,6 +241,7 @@ fn has_buttons(message: &Value) -> bool {
 /// by …"). Slack never retries a block_actions, the claim is released, and no click can come
 /// any more: the step stays running for ever while the DM says it was approved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
 async fn a_click_whose_completion_answer_is_lost_never_strands_the_step() {
     stranded(1, json!(["hang"])).await;
 }
@@ -243,6 +249,7 @@ async fn a_click_whose_completion_answer_is_lost_never_strands_the_step() {
 /// As the test above, with Slack answering the completion `ratelimited` (Tier 3) for longer than
 /// the click's 2.5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
 async fn a_click_whose_completion_is_rate_limited_never_strands_the_step() {
     let many: Vec<&str> = std::iter::repeat_n("fail:ratelimited", 40).collect();
     stranded(2, json!(many)).await;
@@ -289,6 +296,7 @@ async fn stranded(n: u32, behaviours: Value) {
 /// token is revoked): `Completion::Ended`, and the example replaces the DM with "ended before a
 /// decision" although the workflow went on with that very decision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
 async fn a_decider_run_again_after_another_click_sent_its_decision_is_not_told_ended() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -341,6 +349,7 @@ async fn a_decider_run_again_after_another_click_sent_its_decision_is_not_told_e
 /// taken as the decision's completion: the record is closed `completed`, the clicker is told
 /// "Decided already: Approved by …" though nothing was ever completed (expected: Ended).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
 async fn a_click_on_a_workflow_stopped_after_a_dead_deciders_decision_reads_ended() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -379,6 +388,7 @@ async fn a_click_on_a_workflow_stopped_after_a_dead_deciders_decision_reads_ende
 /// example shows the dead decider's decision (the buttons go) and returns without sending it.
 /// Nothing is left to click; the step runs for ever, the DM saying it was approved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
 async fn a_reject_after_a_dead_deciders_decision_sends_that_decision() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -469,6 +479,7 @@ async fn the_execution_token_never_reaches_listeners_in_raw() {
 /// completion is refused for good (`token_expired`), the click ends failed, and the DM already
 /// says "Approved by …" with no buttons left: the step runs for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the Python stand-in and the built binary"]
 async fn a_deferred_click_redelivered_after_its_token_expired_never_strands_the_step() {
     let sqs = sqs_endpoint();
     let endpoint = dynamodb_endpoint();
@@ -905,6 +916,7 @@ impl WithSecrets {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn a_token_refused_before_the_secret_was_updated_releases_the_event_and_the_next_delivery_uses_the_new_one()
  {
     // The app was reinstalled (or its token revoked, or rotation expired it): Slack takes only

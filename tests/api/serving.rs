@@ -38,6 +38,7 @@ fn slowloris(addr: std::net::SocketAddr) -> std::net::TcpStream {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_request_head_never_finished_is_cut_off_after_the_header_timeout() {
     let bot = BotProcess::spawn(&[]);
     let mut stream = slowloris(bot.addr);
@@ -55,6 +56,7 @@ async fn a_request_head_never_finished_is_cut_off_after_the_header_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_body_never_finished_gets_408_after_the_body_timeout() {
     let bot = BotProcess::spawn(&[]);
     let mut stream = std::net::TcpStream::connect(bot.addr).unwrap();
@@ -73,6 +75,7 @@ async fn a_body_never_finished_gets_408_after_the_body_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn connections_are_capped_and_a_freed_slot_serves_the_next() {
     let bot = BotProcess::spawn(&[("MAX_CONNECTIONS", "2".to_string())]);
     let first = slowloris(bot.addr);
@@ -98,6 +101,7 @@ async fn connections_are_capped_and_a_freed_slot_serves_the_next() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn sigterm_does_not_wait_on_slow_clients() {
     let bot = BotProcess::spawn(&[]);
     let _slow: Vec<_> = (0..3).map(|_| slowloris(bot.addr)).collect();

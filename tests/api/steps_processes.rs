@@ -122,6 +122,7 @@ pub(crate) async fn click_on(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
 async fn the_approval_step_against_the_python_stand_in_completes_once_whatever_arrives() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -258,6 +259,7 @@ async fn the_approval_step_against_the_python_stand_in_completes_once_whatever_a
 /// and hangs); the worker is killed there, after the click's claim and before it knew. The
 /// queue's redelivery to another worker settles it from the journal: exactly one completion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the Python stand-in and the built binary"]
 async fn a_worker_killed_between_a_clicks_claim_and_its_completion_still_completes_once() {
     killed_at_the_completion("post_then_hang").await;
 }
@@ -265,6 +267,7 @@ async fn a_worker_killed_between_a_clicks_claim_and_its_completion_still_complet
 /// As above, the completion never reaching Slack (the stand-in hangs without applying it):
 /// the redelivery makes it, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the Python stand-in and the built binary"]
 async fn a_worker_killed_before_its_completion_reached_slack_completes_once_on_redelivery() {
     killed_at_the_completion("hang").await;
 }
@@ -381,6 +384,7 @@ pub(crate) async fn script(python: &PythonStandin, method: &str, behaviours: Val
 /// retry of function_executed must find it (one DM) or post it (not applied): never two, never
 /// none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
 async fn a_steps_dm_whose_answer_was_lost_is_posted_once() {
     for (n, behaviour) in [(1u32, "post_then_hang"), (2, "hang")] {
         let endpoint = dynamodb_endpoint();

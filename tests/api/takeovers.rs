@@ -250,6 +250,7 @@ async fn answered_but_not_marked_done(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_when_its_alias_write_fails()
  {
     let endpoint = dynamodb_endpoint();
@@ -295,6 +296,7 @@ async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_takeover_released_before_its_listeners_ran_keeps_the_earlier_window_when_an_old_version_holds_the_alias()
  {
     let endpoint = dynamodb_endpoint();
@@ -541,6 +543,7 @@ async fn window_an_instance_clock_8s_ahead_of_slack_misses_its_earlier_post_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn window_a_nondeterministic_replay_that_moves_its_first_post_after_a_lost_completion_answers_twice()
  {
     let endpoint = dynamodb_endpoint();
@@ -601,6 +604,7 @@ async fn window_a_nondeterministic_replay_that_moves_its_first_post_after_a_lost
 /// retry finds its own claim, drops only its own began window and still sees the earlier
 /// claim's, looks, and finds the post.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn evidence_a_takeover_claim_sent_again_after_a_lost_answer_still_sees_the_earlier_window() {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
@@ -639,6 +643,7 @@ async fn evidence_a_takeover_claim_sent_again_after_a_lost_answer_still_sees_the
 /// look-up was rate limited) loses its answer; the SDK's retry finds it applied, and the next
 /// delivery looks in the window and finds the post.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn evidence_a_release_converting_the_window_whose_answer_is_lost_keeps_the_doubt() {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
@@ -680,6 +685,7 @@ async fn evidence_a_release_converting_the_window_whose_answer_is_lost_keeps_the
 /// two copies of one message under two `ts` (one client_msg_id) delivered at once, with
 /// retries, get one answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn evidence_alias_sent_again_and_copies_under_two_ts_at_once_answer_once() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -734,6 +740,7 @@ async fn evidence_alias_sent_again_and_copies_under_two_ts_at_once_answer_once()
 /// alias take the update instead. Answered once, a duplicate found, a copy under another `ts`
 /// found a copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_role_without_put_item_still_claims_through_the_update() {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
