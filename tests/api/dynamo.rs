@@ -1,5 +1,7 @@
 //! The DynamoDB ledger on AWS's DynamoDB Local (the real engine) at 127.0.0.1: every
-//! transition, atomicity under 200 concurrent claims, and the cost in requests.
+//! transition, atomicity under 200 concurrent claims, and the cost in requests; writes whose
+//! answer is lost or whose connection is reset after DynamoDB applied them (the SDK sends them
+//! again), and a write that meets a transaction on its item.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

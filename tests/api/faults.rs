@@ -2,6 +2,8 @@
 //! imitate Slack: the original, then retries with `X-Slack-Retry-Num` 1..3 while the answer is not
 //! 2xx (on a scaled clock: Slack's "1 minute" and "5 minutes" become a few seconds, always longer
 //! than the 2 s lease, as a real Lambda timeout is shorter than Slack's one-minute retry).
+//! In process: Slack errors no retry can fix end the event `failed` (logged at ERROR), and
+//! transient ones release it for the next copy.
 //!
 //! Each scenario prints its figures (run with `--nocapture`); RELIABILITY.md records them.
 

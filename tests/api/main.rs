@@ -1,4 +1,7 @@
 //! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
+//! The tests that need DynamoDB Local, the SQS server, the built binary, the Python stand-in or
+//! the previous release are `#[ignore = "needs …"]`: `scripts/test.sh` runs them too
+//! (docs/test-suite.md, "Tiers").
 
 mod agent;
 mod agent_notes;

@@ -227,6 +227,8 @@ async fn patterns_that_matched_non_ascii_text_still_do() {
     }
 }
 
+// ================================================================ Workflow Builder steps
+
 /// The DM of execution number `index` (in posting order).
 async fn dm_at(python: &PythonStandin, index: usize) -> Value {
     dms(python).await.remove(index)
@@ -529,6 +531,8 @@ async fn a_deferred_click_redelivered_after_its_token_expired_never_strands_the_
          DM says approved, with no buttons: {e}\n{shown}"
     );
 }
+
+// ================================================================ agents: answers in parts, stops
 
 /// A plain one-part answer streamed in several appends (outside `remember`, as
 /// examples/assistant.rs streams), then `after` runs: on the first run it fails the listener
