@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test: starts DynamoDB Local and the SQS server (moto) on 127.0.0.1 if nothing
-# answers there, runs `cargo test`, and stops the servers it started (only those, by PID).
-# Extra arguments go to cargo test, e.g. `scripts/test.sh processes`.
+# answers there, runs `cargo test` with the ignored tests included, and stops the servers it
+# started (only those, by PID). A plain `cargo test` runs only the hermetic tests: the others
+# are `#[ignore = "needs …"]` (DynamoDB Local, the SQS server, the built binary, the Python
+# stand-in, the previous release), and this script runs them too (docs/test-suite.md, "Tiers").
+# Extra arguments go to cargo test, e.g. `scripts/test.sh processes` or
+# `scripts/test.sh --test api -- takeovers::`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
@@ -19,4 +23,10 @@ fi
 # Most tests wait (on leases, on Slack's retries, on a process to start) rather than compute:
 # eight at a time on two cores takes the API tests from about 210 s to 70 s.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-8}"
-exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run cargo test --locked "$@"
+# Every ignored test but the soak (minutes long: scripts/soak.sh runs it).
+tier=(--include-ignored --skip soak::soak)
+args=("$@")
+separator=no
+for arg in "$@"; do [ "$arg" = "--" ] && separator=yes; done
+if [ "$separator" = yes ]; then args+=("${tier[@]}"); else args+=(-- "${tier[@]}"); fi
+exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run cargo test --locked "${args[@]}"

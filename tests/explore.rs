@@ -198,9 +198,9 @@ fn a_planted_defect_a_second_post_on_a_takeover_is_found_and_shrunk() {
     );
 }
 
-/// What the explorer found in slack-once itself (issue 24, item 5), each as the schedule that
-/// showed it: every one of these failed before its fix.
-mod findings {
+/// What the explorer found in slack-once itself, each as the schedule that showed it: every one
+/// of these failed before its fix.
+mod regressions {
     use super::*;
     use slack_once::app::{
         Ack, App, Command, Ctx, MessageEvent, Respond, Shortcut, ViewSubmission,
@@ -342,7 +342,7 @@ mod findings {
         )
     }
 
-    /// Found by the red-team review: two `remember`s made side by side (not one inside the
+    /// Found by a review: two `remember`s made side by side (not one inside the
     /// other) each keep their result under a step of their own.
     #[test]
     fn remembers_side_by_side_each_keep_their_result() {
@@ -520,7 +520,7 @@ mod findings {
         )
     }
 
-    /// Found by the red-team review: a claim that ends before its first write keeps its
+    /// Found by a review: a claim that ends before its first write keeps its
     /// earlier claims' doubt; the doubt must still say those claims announce an at-most-once
     /// write themselves, or the next claim takes the ephemeral for perhaps sent and drops it.
     #[test]
@@ -548,7 +548,7 @@ mod findings {
         )
     }
 
-    /// Found by the red-team review: a listener that carries on past a look-up held back must
+    /// Found by a review: a listener that carries on past a look-up held back must
     /// not write the doubt away (a later write ended the began windows it stood on) nor end
     /// the request done.
     #[test]
@@ -578,7 +578,7 @@ mod findings {
         )
     }
 
-    /// Found by the red-team review: a write the listener drops while its call is out (a
+    /// Found by a review: a write the listener drops while its call is out (a
     /// timeout around it) has an unknown fate: the claim cannot end done.
     #[test]
     fn a_write_dropped_by_its_listener_mid_call_is_not_taken_as_settled() {
@@ -603,7 +603,7 @@ mod findings {
         )
     }
 
-    /// Found by the red-team review: a write refused because an earlier step is held back
+    /// Found by a review: a write refused because an earlier step is held back
     /// still takes its number, so a `remember` after it keeps the number it has on every run
     /// (it was taken for another step: `nondeterministic_listener`, failed for good).
     #[test]
@@ -784,8 +784,8 @@ fn counted_once(end: &slack_once::testing::explore::End) -> Result<(), String> {
     Ok(())
 }
 
-/// Issue 36: an explorer a bot author can trust. Correct bots that the explorer flagged.
-mod trust {
+/// No false alarms: correct bots that the explorer once flagged.
+mod false_alarms {
     use slack_once::app::{App, BlockAction, Ctx, HandlerResult, MessageEvent, Respond};
     use slack_once::testing::explore::{Explorer, Request};
 
@@ -914,10 +914,10 @@ mod trust {
     }
 }
 
-/// The explorer as a bot's author meets it (issue 36): an on-call handoff bot
+/// The explorer as a bot's author meets it: an on-call handoff bot
 /// (examples/handoff.rs), correct, passes every request, a sequence and two requests at
 /// once; the same bot with a defect planted fails with a trace that names it.
-mod authors {
+mod handoff_bot {
     use serde_json::json;
     use slack_once::app::{App, AppMention, Ctx, HandlerResult, Message};
     use slack_once::testing::explore::{End, Explorer, Request};
@@ -1309,9 +1309,10 @@ mod authors {
     }
 }
 
-/// What a red team found in the explorer's sequences, requests at once and side door (issue
-/// 36): each failed before its fix.
-mod authors_red_team {
+/// The explorer's sequences, requests at once and side door: a click's post whenever the click
+/// comes, a request after a lost one, two clicks at once, a replacement a takeover skips, a post
+/// from a blocking task, a base kept from an earlier schedule; each failed before its fix.
+mod sequences_and_races {
     use std::sync::OnceLock;
     use std::time::Duration;
 
@@ -1777,7 +1778,7 @@ mod own_client {
     }
 }
 
-/// Workflow Builder steps (issue 37): the approval example's step, its clicks and its modal,
+/// Workflow Builder steps: the approval example's step, its clicks and its modal,
 /// explored with every fault; a step completed twice, or reported answered without its
 /// completion in Slack, or with the installation's token, is caught.
 mod steps {
@@ -2273,7 +2274,7 @@ mod agent {
     }
 }
 
-/// The simulation (issue 39): the soak's mix through the soak bot, every request with faults
+/// The simulation: the soak's mix through the soak bot, every request with faults
 /// drawn from the seed, checked by every invariant; the same report whatever the threads; a
 /// defect planted in a bot, and one in the runtime, found and shown.
 mod simulation {

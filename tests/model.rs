@@ -143,9 +143,9 @@ struct Protocol {
     /// The fixed protocol: a failed look-up holds the post back while a delivery remains.
     /// `false` models the old one: post anyway.
     hold_back_without_lookup: bool,
-    /// The last delivery posts after a failed look-up (the protocol before issue 36: "a blind
-    /// post on the last delivery"). `false`, today's: it holds the claim too, and the event
-    /// ends counted as failed rather than answered twice.
+    /// The last delivery posts after a failed look-up (an earlier protocol's "blind post on the
+    /// last delivery"). `false`, today's: it holds the claim too, and the event ends counted as
+    /// failed rather than answered twice.
     blind_on_last: bool,
     /// Whether a takeover looks in Slack at all before posting.
     search_slack: bool,
@@ -570,7 +570,7 @@ fn the_claim_as_one_update_holds_the_same_properties() {
 }
 
 #[test]
-fn the_blind_post_on_the_last_delivery_before_issue_36_is_found_to_answer_twice() {
+fn a_blind_post_on_the_last_delivery_after_a_failed_look_up_is_found_to_answer_twice() {
     // Before issue 36 the last delivery posted after a failed look-up (a second reply then
     // counted as "only the last delivery's"); today's protocol holds the claim there too, and
     // never answers twice (the property the fixed protocol holds above).

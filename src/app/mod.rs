@@ -1675,3 +1675,154 @@ impl App {
         !self.route(event).is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::Envelope;
+    use crate::interaction::Interaction;
+
+    /// An `event_callback` carrying `event`, as Slack delivers it to the app `A1` whose bot user
+    /// is `UBOT`.
+    fn callback(event: serde_json::Value) -> Arc<EventCallback> {
+        let body = serde_json::json!({
+            "type": "event_callback", "team_id": "T1", "api_app_id": "A1",
+            "event_id": "Ev1", "event_time": 1_700_000_000,
+            "event": event,
+            "authorizations": [{"team_id": "T1", "user_id": "UBOT", "is_bot": true}],
+        });
+        match serde_json::from_str::<Envelope>(&body.to_string()).unwrap() {
+            Envelope::EventCallback(cb) => Arc::new(*cb),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn mention() -> Arc<EventCallback> {
+        callback(serde_json::json!({
+            "type": "app_mention", "user": "U1", "text": "<@UBOT> hi", "channel": "C1",
+            "ts": "1700000000.000100", "event_ts": "1700000000.000100",
+        }))
+    }
+
+    fn message_of_another_bot() -> Arc<EventCallback> {
+        callback(serde_json::json!({
+            "type": "message", "subtype": "bot_message", "bot_id": "B0OTHER", "text": "hi",
+            "channel": "C1", "ts": "1700000000.000200", "event_ts": "1700000000.000200",
+        }))
+    }
+
+    fn on_mention() -> Listener {
+        Listener::app_mention(|_ctx: Ctx, _m: AppMention| async { Ok(()) })
+    }
+
+    fn on_message() -> Listener {
+        Listener::message("hi", |_ctx: Ctx, _m: MessageEvent| async { Ok(()) })
+    }
+
+    /// Each unit's identity and its runs' names, in the order the route gives them.
+    fn shape(route: &Route) -> Vec<(Identity, Vec<String>)> {
+        route
+            .units
+            .iter()
+            .map(|u| (u.identity, u.runs.iter().map(|r| r.name.clone()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_mention_runs_its_mention_and_message_listeners_under_one_claim_of_the_message() {
+        let app = App::new().listen(on_mention()).listen(on_message());
+        let route = app.route(&mention());
+        let names: Vec<String> = app.listeners.iter().map(|l| l.name.clone()).collect();
+        assert_eq!(shape(&route), vec![(Identity::Message, names)]);
+    }
+
+    #[test]
+    fn a_listener_that_opts_out_runs_under_the_events_own_claim_beside_the_others() {
+        let app = App::new()
+            .listen(on_mention().per_event_id())
+            .listen(on_message());
+        let route = app.route(&mention());
+        let shape = shape(&route);
+        assert_eq!(
+            shape
+                .iter()
+                .map(|(identity, runs)| (*identity, runs.len()))
+                .collect::<Vec<_>>(),
+            vec![(Identity::Message, 1), (Identity::Event, 1)],
+            "{shape:?}"
+        );
+        assert_eq!(shape[1].1[0], app.listeners[0].name);
+    }
+
+    #[test]
+    fn another_bots_message_reaches_only_the_listeners_that_include_bots() {
+        let app = App::new().listen(on_message());
+        assert!(app.route(&message_of_another_bot()).is_empty());
+        assert!(!app.takes(&message_of_another_bot()));
+        let app = App::new()
+            .listen(on_message())
+            .listen(on_message().including_bots());
+        let route = app.route(&message_of_another_bot());
+        assert_eq!(route.units.len(), 1);
+        let ids: Vec<&str> = route.units[0].runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, vec![listener_id(&app.listeners[1].name, 1)]);
+    }
+
+    #[test]
+    fn listeners_of_one_name_have_ids_by_their_place_among_that_name() {
+        let app = App::new()
+            .listen(on_mention())
+            .listen(on_message())
+            .listen(on_mention());
+        let ids = |app: &App| -> Vec<String> {
+            app.route(&mention()).units[0]
+                .runs
+                .iter()
+                .map(|r| r.id.clone())
+                .collect()
+        };
+        let first = ids(&app);
+        let mention = &app.listeners[0].name;
+        assert_eq!(
+            first,
+            vec![
+                listener_id(mention, 0),
+                listener_id(&app.listeners[1].name, 0),
+                listener_id(mention, 1),
+            ]
+        );
+        assert_eq!(
+            ids(&app),
+            first,
+            "the same ids on every route: the journal keys on them"
+        );
+    }
+
+    #[test]
+    fn an_event_no_listener_takes_routes_nowhere() {
+        let app = App::new().listen(on_mention());
+        let reaction = callback(serde_json::json!({
+            "type": "reaction_added", "user": "U1", "reaction": "eyes",
+            "item": {"type": "message", "channel": "C1", "ts": "1700000000.000100"},
+            "event_ts": "1700000000.000300",
+        }));
+        assert!(app.route(&reaction).is_empty());
+        assert!(!app.takes(&reaction));
+        assert!(app.takes(&mention()));
+    }
+
+    #[test]
+    fn an_interaction_goes_to_the_first_registered_listener_that_matches() {
+        let app = App::new()
+            .command("/other", |_ctx: Ctx, _c: Command| async { Ok(()) })
+            .command("/deploy", |_ctx: Ctx, _c: Command| async { Ok(()) })
+            .command("/deploy", |_ctx: Ctx, _c: Command| async { Ok(()) });
+        let form = b"command=%2Fdeploy&text=api&team_id=T1&api_app_id=A1&user_id=U1\
+            &channel_id=C1&trigger_id=1.2.3&response_url=https%3A%2F%2Fhooks.slack.com%2Fx";
+        let deploy = Interaction::from_form(form).unwrap();
+        let run = app.route_interaction(&deploy).expect("a /deploy listener");
+        assert_eq!(run.id, listener_id(&app.interactive[1].name, 1));
+        let unknown = Interaction::from_form(b"command=%2Fnone&team_id=T1&user_id=U1").unwrap();
+        assert!(app.route_interaction(&unknown).is_none());
+    }
+}

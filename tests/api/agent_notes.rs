@@ -45,6 +45,7 @@ fn looking(seen: Arc<Mutex<Vec<Option<String>>>>) -> App {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn two_apps_on_one_table_each_read_their_own_person_s_context() {
     let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
     let (seen_a, seen_b) = (Arc::default(), Arc::default());
@@ -114,6 +115,7 @@ fn in_thread(app: &str, id: &str, dm: &str, thread: &str) -> Value {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn two_apps_on_one_table_each_read_their_own_assistant_thread_s_context() {
     let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
     let (seen_a, seen_b) = (Arc::default(), Arc::default());
@@ -202,6 +204,7 @@ async fn streaming(slack: &FakeSlack, channel: &str, thread: &str, n: usize) -> 
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn another_app_s_stop_in_the_same_thread_never_stops_this_app_s_answer() {
     let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
     // Appends are sent by 256 characters: some are shown well before the end.
@@ -356,6 +359,7 @@ async fn notes_the_previous_release_kept_without_the_app_are_still_read() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn two_stops_of_one_thread_kept_at_once_both_stand() {
     let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
     // Two instances of one app, each hearing one of the two stops.

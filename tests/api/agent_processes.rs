@@ -78,6 +78,7 @@ fn finished(slack: &SlackStandin, thread: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_dm_gets_a_plan_and_an_answer_in_parts_its_session_processing_then_active_and_one_feedback()
  {
     let slack = SlackStandin::start().await;
@@ -141,6 +142,7 @@ async fn a_dm_gets_a_plan_and_an_answer_in_parts_its_session_processing_then_act
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn killed_mid_answer_the_takeover_finishes_the_same_parts_and_every_task_once() {
     let stack = DeferredStack::start(5).await;
     let ingress = BotProcess::spawn_example("assistant", &[], &stack.ingress_vars());
@@ -194,6 +196,7 @@ async fn killed_mid_answer_the_takeover_finishes_the_same_parts_and_every_task_o
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn killed_mid_answer_a_short_answer_taken_over_is_one_message_as_without_the_kill() {
     // Deferred mode, a lease of 8 s, an answer of about 4 s (100 words, one every 40 ms):
     // one part's worth. The worker is SIGKILLed while the answer streams; the takeover
@@ -255,6 +258,7 @@ async fn killed_mid_answer_a_short_answer_taken_over_is_one_message_as_without_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn stopped_by_the_person_nothing_is_written_after_the_stop() {
     let slack = SlackStandin::start().await;
     let mut vars = model(2000, 2, 240_000);
@@ -305,6 +309,7 @@ async fn stopped_by_the_person_nothing_is_written_after_the_stop() {
 }
 
 #[test]
+#[ignore = "needs the built binary"]
 fn the_example_s_checked_in_manifest_is_the_one_its_code_needs() {
     let binary = std::env::current_exe()
         .unwrap()
@@ -354,6 +359,7 @@ fn the_example_s_checked_in_manifest_is_the_one_its_code_needs() {
 /// three tasks and an answer in parts, the session processing → active, every task once; then
 /// another question stopped through `/_standin/stop`, nothing written after the stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the Python stand-in and the built binary"]
 async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
     let python = crate::standins::PythonStandin::start().await;
     let mut vars = model(60, 20, 400);

@@ -104,6 +104,7 @@ fn model_vars(words: usize, word_ms: u64) -> Vec<(&'static str, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_question_gets_one_streamed_answer_complete_with_its_feedback_and_status_cleared() {
     let slack = SlackStandin::start().await;
     let mut vars = model_vars(12, 10);
@@ -148,6 +149,7 @@ async fn a_question_gets_one_streamed_answer_complete_with_its_feedback_and_stat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_thread_start_sets_its_prompts_once_whichever_events_carry_it_and_the_agent_view_is_claimed_only_with_a_listener()
  {
     let slack = SlackStandin::start().await;
@@ -208,6 +210,7 @@ async fn a_thread_start_sets_its_prompts_once_whichever_events_carry_it_and_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_stream_slack_expires_mid_answer_is_finished_by_an_update_one_message_complete() {
     let slack = SlackStandin::start().await;
     slack.set_stream_expiry(Duration::from_millis(300));
@@ -345,6 +348,7 @@ async fn killed_asking(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn killed_before_the_stream_starts_one_answer() {
     killed(
         "EvKillA",
@@ -357,6 +361,7 @@ async fn killed_before_the_stream_starts_one_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn killed_after_start_stream_whose_answer_was_lost_the_stream_is_found_and_finished() {
     // Slack starts the stream and its answer never comes back: the ts is not journaled, so
     // the takeover finds the stream among the app's messages of the thread.
@@ -371,6 +376,7 @@ async fn killed_after_start_stream_whose_answer_was_lost_the_stream_is_found_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn killed_at_the_first_append_the_journaled_stream_is_finished() {
     // 90 words: the first append goes out while the model writes, and never comes back.
     killed(
@@ -384,6 +390,7 @@ async fn killed_at_the_first_append_the_journaled_stream_is_finished() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn killed_mid_appends_the_same_stream_is_finished_complete() {
     // 150 words: several appends; the second never comes back.
     killed(
@@ -397,6 +404,7 @@ async fn killed_mid_appends_the_same_stream_is_finished_complete() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_slack_connect_author_is_answered_in_one_whole_post_when_slack_refuses_the_recipient() {
     let slack = SlackStandin::start().await;
     let mut vars = model_vars(12, 10);
@@ -456,6 +464,7 @@ async fn a_slack_connect_author_is_answered_in_one_whole_post_when_slack_refuses
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn killed_while_the_model_answers_a_slack_connect_author_the_recorded_refusal_is_replayed() {
     // Killed between the refused start and the remembered answer: the refusal is in the
     // ledger already, so the takeover neither starts nor looks for a stream, and it cannot
@@ -528,6 +537,7 @@ async fn killed_while_the_model_answers_a_slack_connect_author_the_recorded_refu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn killed_with_the_whole_answer_to_a_slack_connect_author_posted_unanswered_one_answer() {
     // The refusal is the start's recorded result: the takeover never starts a stream, finds
     // the post by its metadata, and the remembered answer is not asked again.
@@ -653,6 +663,7 @@ async fn a_refused_recipient_after_an_ambiguous_start_is_recorded_and_its_post_f
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn killed_after_stop_stream_the_remembered_answer_is_not_asked_again() {
     killed(
         "EvKillE",
@@ -665,6 +676,7 @@ async fn killed_after_stop_stream_the_remembered_answer_is_not_asked_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn a_redelivered_finished_answer_writes_nothing() {
     let d = Deferred::start(5).await;
     let worker = d.worker();
@@ -933,6 +945,7 @@ async fn the_thread_context_follows_the_thread_in_memory() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn the_thread_context_follows_the_thread_on_dynamodb() {
     let (_table, ledger) = fresh_table(&dynamodb_endpoint()).await;
     the_thread_context_follows_the_thread(ledger).await;

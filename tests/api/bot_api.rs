@@ -392,6 +392,7 @@ async fn reads_go_straight_to_slack_and_the_context_knows_its_deadline() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn the_first_step_rides_on_the_claim_and_each_further_step_costs_one_ledger_write() {
     let endpoint = dynamodb_endpoint();
     let (_, ledger) = fresh_table(&endpoint).await;
@@ -438,6 +439,7 @@ async fn example_app(name: &str, vars: &[(&'static str, String)]) -> (SlackStand
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_echo_example_answers_a_mention_in_its_thread() {
     let (slack, bot) = example_app("echo", &[]).await;
     let http = HttpClient::default();
@@ -455,6 +457,7 @@ async fn the_echo_example_answers_a_mention_in_its_thread() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_thinking_example_posts_a_placeholder_and_updates_it_with_the_answer() {
     let (slack, bot) = example_app("thinking", &[("THINKING_MS", "300".into())]).await;
     let http = HttpClient::default();
@@ -475,6 +478,7 @@ async fn the_thinking_example_posts_a_placeholder_and_updates_it_with_the_answer
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_reactions_example_reacts_to_ship_and_waves_back() {
     let (slack, bot) = example_app("reactions", &[]).await;
     let http = HttpClient::default();
@@ -509,6 +513,7 @@ async fn the_reactions_example_reacts_to_ship_and_waves_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_welcome_example_greets_a_new_member_from_the_user_object_in_a_dm() {
     let (slack, bot) = example_app("welcome", &[]).await;
     let http = HttpClient::default();
@@ -532,6 +537,7 @@ async fn the_welcome_example_greets_a_new_member_from_the_user_object_in_a_dm() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_deploy_example_takes_a_command_like_message_and_makes_five_writes() {
     let (slack, bot) = example_app("deploy", &[]).await;
     let http = HttpClient::default();
@@ -689,6 +695,7 @@ macro_rules! killed_at {
     ($($name:ident: $at:expr_2021;)*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "needs DynamoDB Local and the built binary"]
             async fn $name() {
                 thinking_killed($at).await;
             }
@@ -713,6 +720,7 @@ killed_at! {
 // ---------------------------------------------------------------- deferred mode
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn in_deferred_mode_a_four_second_handler_is_acknowledged_at_once_and_answered_once() {
     let dynamodb = dynamodb_endpoint();
     let sqs = sqs_endpoint();
@@ -751,6 +759,7 @@ async fn in_deferred_mode_a_four_second_handler_is_acknowledged_at_once_and_answ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn the_welcome_example_killed_after_its_dm_is_taken_over_without_a_second_welcome() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;

@@ -1,9 +1,11 @@
 //! The whole path on the in-memory ledger: real signed requests to the app on port 0, replies
 //! at a real HTTP stand-in for Slack.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::StatusCode;
+use slack_once::app::App;
 
 use crate::helpers::*;
 
@@ -314,4 +316,80 @@ async fn a_takeover_in_a_direct_message_looks_in_the_conversations_history() {
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     assert_eq!(app.send(&body, Some(1)).await.outcome(), "recovered");
     assert_eq!(app.slack.posted().len(), 1);
+}
+
+/// An event as the bot saw it: type, user, channel, the raw event.
+type Seen = (String, Option<String>, Option<String>, serde_json::Value);
+
+/// An app that records what each event looked like to it, and writes nothing.
+fn recorder() -> (App, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let app = App::new().any_event({
+        let seen = seen.clone();
+        move |_ctx, e| {
+            seen.lock().unwrap().push((
+                e.kind.clone(),
+                e.user.clone(),
+                e.channel.clone(),
+                e.raw.clone(),
+            ));
+            async { Ok(()) }
+        }
+    });
+    (app, seen)
+}
+
+#[tokio::test]
+async fn every_documented_event_shape_is_accepted_and_reaches_the_bot_whole() {
+    let (bot, recorder) = recorder();
+    let app = spawn_bot(bot).await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/events");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12, "at least twelve event types: {files:?}");
+    for file in &files {
+        let body = std::fs::read_to_string(file).unwrap();
+        let sent: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let answer = app.send(&body, None).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::OK,
+            "{}: {}",
+            file.display(),
+            answer.body
+        );
+        assert_eq!(answer.outcome(), "no_reply", "{}", file.display());
+        let seen = recorder.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(seen.0, sent["event"]["type"].as_str().unwrap());
+        assert_eq!(seen.3, sent["event"], "{}: the whole event", file.display());
+    }
+    let seen = recorder.lock().unwrap().clone();
+    let by_kind = |kind: &str| seen.iter().find(|s| s.0 == kind).cloned().unwrap();
+    // Object-valued fields read as ids.
+    assert_eq!(by_kind("team_join").1.as_deref(), Some("W0NEWUSER"));
+    assert_eq!(by_kind("user_change").1.as_deref(), Some("U0CHANGED"));
+    assert_eq!(by_kind("channel_created").2.as_deref(), Some("C0NEWCHAN"));
+    assert_eq!(by_kind("channel_rename").2.as_deref(), Some("C0RENAMED"));
+    assert_eq!(by_kind("im_created").2.as_deref(), Some("D0NEWIM"));
+    assert_eq!(by_kind("reaction_added").2.as_deref(), Some("C0789CHAN"));
+    assert_eq!(app.slack.received().len(), 0);
+}
+
+#[tokio::test]
+async fn the_reference_bot_never_pings_a_channel_or_a_group() {
+    let app = spawn_app().await;
+    let body = app_mention(
+        "EvPing",
+        "<!channel> <!here> <!subteam^S0123|@oncall> wake up",
+    );
+    assert_eq!(app.send(&body, None).await.outcome(), "answered");
+    let text = app.slack.posted()[0].body["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!text.contains("<!"), "{text}");
+    assert!(text.contains("wake up"), "{text}");
 }

@@ -62,6 +62,7 @@ impl Deferred {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn a_slow_bot_is_acknowledged_in_milliseconds_and_answered_once_from_the_queue() {
     let d = Deferred::start(5).await;
     // Every post takes Slack 5 s: inside Slack's request this would be a retry each time.
@@ -123,6 +124,7 @@ async fn a_slow_bot_is_acknowledged_in_milliseconds_and_answered_once_from_the_q
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn the_same_event_queued_twice_is_answered_once_and_both_messages_deleted() {
     let d = Deferred::start(5).await;
     let http = HttpClient::default();
@@ -148,6 +150,7 @@ async fn the_same_event_queued_twice_is_answered_once_and_both_messages_deleted(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn two_hundred_events_each_queued_three_times_over_four_workers_are_answered_once() {
     let events = env_usize("DEFERRED_EVENTS", 200);
     let d = Deferred::start(5).await;
@@ -216,6 +219,7 @@ async fn two_hundred_events_each_queued_three_times_over_four_workers_are_answer
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn a_worker_killed_mid_post_is_taken_over_after_the_visibility_timeout_with_one_reply() {
     let d = Deferred::start(5).await;
     // Slack posts, and the answer never comes back: then the worker dies.
@@ -250,6 +254,7 @@ async fn a_worker_killed_mid_post_is_taken_over_after_the_visibility_timeout_wit
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn slack_down_longer_than_its_whole_retry_schedule_is_still_answered_once_from_the_queue() {
     // Scaled: Slack's own schedule (original + 3 retries over ~6 min) becomes 2.6 s here, as
     // in faults.rs; the queue's is 8 receives x a 2 s visibility timeout = 16 s.
@@ -282,6 +287,7 @@ async fn slack_down_longer_than_its_whole_retry_schedule_is_still_answered_once_
 /// times the worker's timeout on Lambda), so a `/once` whose first follow-up gets HTTP 500 is
 /// answered within tens of seconds, once, well inside the response_url's 30 minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn a_deferred_command_whose_first_follow_up_gets_http_500_is_followed_up_once_within_tens_of_seconds()
  {
     let d = Deferred::start(5).await;
@@ -342,6 +348,7 @@ async fn a_deferred_command_whose_first_follow_up_gets_http_500_is_followed_up_o
 /// retries come. Not dead-lettered and ended `failed` within the outage because every receive
 /// it had was spent inside it: an event has no deadline but the queue's deliveries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn an_event_queued_through_a_slack_outage_of_150_seconds_is_answered_once_slack_is_back() {
     let d = Deferred::start(5).await;
     d.slack.outage(Duration::from_secs(150));
@@ -375,6 +382,7 @@ async fn an_event_queued_through_a_slack_outage_of_150_seconds_is_answered_once_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn a_message_that_always_fails_is_dead_lettered_failed_and_a_redrive_answers_it() {
     let d = Deferred::start(3).await;
     d.slack.outage(Duration::from_secs(3600));
@@ -444,6 +452,7 @@ async fn a_message_that_always_fails_is_dead_lettered_failed_and_a_redrive_answe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn the_ingress_answers_503_when_the_queue_does_not_take_the_event() {
     // A queue URL where nothing listens: the send fails within Slack's window.
     let closed = {
@@ -492,6 +501,7 @@ async fn the_ingress_answers_503_when_the_queue_does_not_take_the_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn a_forged_request_never_reaches_the_queue() {
     let d = Deferred::start(5).await;
     let http = HttpClient::default();
@@ -505,6 +515,7 @@ async fn a_forged_request_never_reaches_the_queue() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn sigterm_stops_the_worker_receiving_and_it_finishes_what_it_holds() {
     let d = Deferred::start(5).await;
     d.slack.script([Behaviour::Delay(Duration::from_secs(2))]);
@@ -554,6 +565,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn an_event_between_256_kib_and_1_mib_is_queued_and_answered() {
     let d = Deferred::start(3).await;
     let _worker = d.worker(30, 3);

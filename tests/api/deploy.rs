@@ -10,6 +10,7 @@ use http::StatusCode;
 use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn the_previous_release_and_this_one_overlapping_on_one_table_answer_each_event_once() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -100,6 +101,7 @@ fn said(slack: &SlackStandin, text: &str) -> usize {
 /// each request and Slack's retry of it sent to different ingresses, every request is answered
 /// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the previous release and the built binary"]
 async fn the_previous_release_and_this_one_share_a_queue_and_a_table_and_answer_each_request_once()
 {
     let stack = DeferredStack::start(5).await;
@@ -214,6 +216,7 @@ async fn the_previous_release_and_this_one_share_a_queue_and_a_table_and_answer_
 }
 
 #[test]
+#[ignore = "needs the built binary"]
 fn the_slack_app_manifest_subscribes_to_what_the_bot_answers() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/slack-app-manifest.json");
     let manifest: serde_json::Value =

@@ -1,15 +1,21 @@
 //! The DynamoDB ledger on AWS's DynamoDB Local (the real engine) at 127.0.0.1: every
-//! transition, atomicity under 200 concurrent claims, and the cost in requests.
+//! transition, atomicity under 200 concurrent claims, and the cost in requests; writes whose
+//! answer is lost or whose connection is reset after DynamoDB applied them (the SDK sends them
+//! again), and a write that meets a transaction on its item.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
 use slack_once::envelope::EventId;
+use slack_once::ledger::contract::{LEASE, NOW, TTL_S, request};
 use slack_once::ledger::{
     Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken, StepRecord,
-    contract::{self, LEASE, NOW, TTL_S, request},
+    contract,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::*;
 
@@ -30,6 +36,7 @@ fn s<'a>(item: &'a std::collections::HashMap<String, AttributeValue>, key: &str)
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_absent_event_is_acquired_and_the_item_holds_the_documented_schema() {
     let ledger = ledger().await;
     let (e, a) = (id("EvD1"), OwnerToken::random());
@@ -64,6 +71,7 @@ async fn an_absent_event_is_acquired_and_the_item_holds_the_documented_schema() 
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_done_event_is_reported_done_by_one_failed_write() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD2"), OwnerToken::random(), OwnerToken::random());
@@ -90,6 +98,7 @@ async fn a_done_event_is_reported_done_by_one_failed_write() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_live_claim_is_reported_in_progress_and_not_overwritten() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD3"), OwnerToken::random(), OwnerToken::random());
@@ -108,6 +117,7 @@ async fn a_live_claim_is_reported_in_progress_and_not_overwritten() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD4"), OwnerToken::random(), OwnerToken::random());
@@ -150,6 +160,7 @@ async fn a_lease_expired_claim_is_taken_over_and_the_old_owner_is_refused() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_released_claim_is_taken_at_once() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD5"), OwnerToken::random(), OwnerToken::random());
@@ -174,6 +185,7 @@ async fn a_released_claim_is_taken_at_once() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_item_past_its_ttl_counts_as_absent_though_not_yet_deleted() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD6"), OwnerToken::random(), OwnerToken::random());
@@ -193,6 +205,7 @@ async fn an_item_past_its_ttl_counts_as_absent_though_not_yet_deleted() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn complete_and_release_by_a_stranger_are_refused() {
     let ledger = ledger().await;
     let (e, a, stranger) = (id("EvD7"), OwnerToken::random(), OwnerToken::random());
@@ -227,6 +240,7 @@ async fn complete_and_release_by_a_stranger_are_refused() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_claim_without_optional_fields_removes_an_earlier_deliverys() {
     let ledger = ledger().await;
     let (e, a, b) = (id("EvD8"), OwnerToken::random(), OwnerToken::random());
@@ -248,6 +262,7 @@ async fn a_claim_without_optional_fields_removes_an_earlier_deliverys() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn two_hundred_concurrent_claims_of_one_event_have_exactly_one_winner() {
     let ledger = ledger().await;
     let e = id("EvRace");
@@ -272,6 +287,7 @@ async fn two_hundred_concurrent_claims_of_one_event_have_exactly_one_winner() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn through_the_app_a_first_delivery_costs_two_writes_and_a_duplicate_one() {
     let ledger = ledger().await;
     let app = spawn_app_with(Options {
@@ -345,6 +361,7 @@ async fn an_unreachable_ledger_answers_503_and_posts_nothing() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_missing_table_answers_503_and_posts_nothing() {
     let ledger = DynamoLedger::new(dynamodb_client(&dynamodb_endpoint()), "no-such-table");
     let app = spawn_app_with(Options {
@@ -365,6 +382,7 @@ async fn a_missing_table_answers_503_and_posts_nothing() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_state_change_is_made_once_per_request() {
     let ledger = ledger().await;
     contract::a_state_change_is_made_once_per_request(
@@ -381,6 +399,7 @@ async fn a_state_change_is_made_once_per_request() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_note_is_replaced_only_where_it_is_as_read() {
     let (ledger, key) = (ledger().await, id("astop-T1-D1-1_5-A0001"));
     contract::a_note_is_replaced_only_where_it_is_as_read(ledger.as_ref(), &key).await;
@@ -389,6 +408,7 @@ async fn a_note_is_replaced_only_where_it_is_as_read() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn state_is_written_once_per_version_read() {
     let (ledger, key) = (ledger().await, id("state-A0001-EvD30-poll"));
     contract::state_is_written_once_per_version_read(ledger.as_ref(), &key).await;
@@ -398,6 +418,7 @@ async fn state_is_written_once_per_version_read() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn two_fates_of_one_step_in_one_write_are_one_valid_update_recording_the_last() {
     let (ledger, e) = (ledger().await, id("EvD10b"));
     contract::two_fates_of_one_step_in_one_write_record_the_last(ledger.as_ref(), &e).await;
@@ -408,6 +429,7 @@ async fn two_fates_of_one_step_in_one_write_are_one_valid_update_recording_the_l
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
     let (ledger, e) = (ledger().await, id("EvD10"));
     contract::the_journal_survives_a_takeover(ledger.as_ref(), &e).await;
@@ -422,6 +444,7 @@ async fn the_journal_records_intents_and_results_and_survives_a_takeover() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_claim_stands_for_its_first_steps_intent_until_its_claimant_writes() {
     let (ledger, e) = (ledger().await, id("EvD13"));
     contract::began_windows_stand_for_the_first_step_until_the_claimant_writes(ledger.as_ref(), &e)
@@ -435,6 +458,7 @@ async fn a_claim_stands_for_its_first_steps_intent_until_its_claimant_writes() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_alias_lives_as_long_as_its_messages_latest_claim() {
     let ledger = ledger().await;
     let (alias, first, second) = (id("cmid-T1-D2"), id("msg-T1-C1-3"), id("msg-T1-C1-4"));
@@ -462,6 +486,7 @@ async fn an_alias_lives_as_long_as_its_messages_latest_claim() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_alias_is_one_small_item_naming_the_message_it_belongs_to() {
     let ledger = ledger().await;
     let (alias, first, second) = (id("cmid-T1-D1"), id("msg-T1-C1-1"), id("msg-T1-C1-2"));
@@ -487,6 +512,7 @@ async fn an_alias_is_one_small_item_naming_the_message_it_belongs_to() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_failed_event_keeps_its_error_and_blocks_every_later_copy() {
     let (ledger, e) = (ledger().await, id("EvD11"));
     contract::a_failed_event_blocks_every_later_copy(ledger.as_ref(), &e).await;
@@ -497,6 +523,7 @@ async fn a_failed_event_keeps_its_error_and_blocks_every_later_copy() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_claim_that_finds_its_own_claim_acquires_it_with_the_stored_attempt() {
     let (ledger, e) = (ledger().await, id("EvD12"));
     contract::a_claim_sent_again_acquires_with_the_stored_attempt(ledger.as_ref(), &e).await;
@@ -505,6 +532,7 @@ async fn a_claim_that_finds_its_own_claim_acquires_it_with_the_stored_attempt() 
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn another_apps_key_and_alias_are_never_taken_and_an_item_of_no_app_is_anyones() {
     let ledger = ledger().await;
     let (e, old, alias) = (id("EvD20"), id("EvD21"), id("cmid-T1-D20"));
@@ -541,6 +569,7 @@ fn for_app(event_id: &str, app: &str, ts: Option<&str>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn two_apps_sharing_a_table_each_answer_a_message_that_mentions_both_once() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
@@ -578,4 +607,270 @@ async fn two_apps_sharing_a_table_each_answer_a_message_that_mentions_both_once(
         .unwrap()
         .unwrap();
     assert_eq!((s(&own, "app"), s(&own, "status")), (a, "done"));
+}
+
+// ================================================================ a reset after the write
+
+/// Reads one HTTP/1.1 message (head and body, by Content-Length or chunked) from `stream`.
+async fn read_http_message(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let body = &buf[end + 4..];
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            let chunked = head.contains("transfer-encoding: chunked");
+            match length {
+                Some(len) if body.len() >= len => return buf,
+                None if chunked && body.ends_with(b"0\r\n\r\n") => return buf,
+                None if !chunked => return buf,
+                _ => {}
+            }
+        }
+        let n = stream.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return buf;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A TCP proxy in front of `upstream`: on the first connection, the first request is forwarded
+/// and applied, then the connection is reset (RST) instead of returning the answer; later
+/// connections pass through.
+async fn resetting_proxy(upstream: std::net::SocketAddr) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let resets = Arc::new(AtomicUsize::new(0));
+    let counter = resets.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut client, _)) = listener.accept().await {
+            let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            if std::mem::take(&mut first) {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let request = read_http_message(&mut client).await;
+                    server.write_all(&request).await.unwrap();
+                    let _applied = read_http_message(&mut server).await;
+                    client.set_zero_linger().unwrap();
+                    drop(client);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                });
+            } else {
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                });
+            }
+        }
+    });
+    (url, resets)
+}
+
+/// EVIDENCE (passes): our connector classifies ECONNRESET after the write as I/O, so the SDK
+/// sends the claim again and finds it its own (attempt 1, one answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn evidence_a_claim_whose_connection_is_reset_after_the_write_is_its_own() {
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let upstream: std::net::SocketAddr = endpoint.trim_start_matches("http://").parse().unwrap();
+    let (proxy, resets) = resetting_proxy(upstream).await;
+    let slack = SlackStandin::start().await;
+    let bot = BotProcess::spawn(&bot_vars(&slack, &proxy, &table));
+    let http = HttpClient::default();
+    let id = "EvRt16Reset";
+    let answer = deliver(&http, &bot.url(), &app_mention(id, "hi"), None).await;
+    assert_eq!(
+        answer.outcome(),
+        "answered",
+        "{}\n{}",
+        answer.body,
+        bot.log()
+    );
+    assert_eq!(
+        resets.load(Ordering::SeqCst),
+        1,
+        "the claim's connection was reset"
+    );
+    assert_eq!(slack.posted().len(), 1);
+    let item = ledger.get_item(&mention_key(id)).await.unwrap().unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "done");
+    assert_eq!(
+        item["attempts"].as_n().unwrap(),
+        "1",
+        "the SDK's second attempt found its own claim"
+    );
+}
+
+/// The built binary, its ledger behind the proxy, so the SDK's own retry configuration meets
+/// the lost answer.
+async fn behind_proxy(
+    lease: &str,
+) -> (
+    SlackStandin,
+    LedgerProxy,
+    BotProcess,
+    Arc<DynamoLedger>,
+    String,
+) {
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    let proxy = LedgerProxy::start(&endpoint).await;
+    let mut vars = bot_vars(&slack, &proxy.url, &table);
+    vars.push(("DEDUP_LEASE_SECONDS", lease.to_string()));
+    let bot = BotProcess::spawn(&vars);
+    (slack, proxy, bot, ledger, table)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_claim_whose_answer_was_lost_is_this_deliverys_own_and_answered_once() {
+    for (n, at) in [HoldAt::DropAnswer, HoldAt::Error500AfterForwarding]
+        .into_iter()
+        .enumerate()
+    {
+        let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+        proxy.hold_next(LedgerOp::Claim, at);
+        let id = format!("EvLostClaim{n}");
+        let http = HttpClient::default();
+        let answer = deliver(&http, &bot.url(), &app_mention(&id, "hi"), None).await;
+        assert_eq!(
+            (answer.status, answer.outcome().as_str()),
+            (StatusCode::OK, "answered"),
+            "{at:?}: {}\n{}",
+            answer.body,
+            bot.log()
+        );
+        assert_eq!(proxy.held(), 1, "{at:?}: the answer was lost once");
+        let claims = proxy
+            .seen()
+            .iter()
+            .filter(|&&op| op == LedgerOp::Claim)
+            .count();
+        assert_eq!(claims, 2, "{at:?}: the SDK sent the claim again");
+        assert_eq!(slack.posted().len(), 1, "{at:?}");
+        let item = ledger.get_item(&mention_key(&id)).await.unwrap().unwrap();
+        assert_eq!(item["status"].as_s().unwrap(), "done", "{at:?}");
+        assert_eq!(item["attempts"].as_n().unwrap(), "1", "{at:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_completion_whose_answer_was_lost_is_success_not_an_error() {
+    let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+    proxy.hold_next(LedgerOp::Complete, HoldAt::DropAnswer);
+    let http = HttpClient::default();
+    let answer = deliver(&http, &bot.url(), &app_mention("EvLostDone", "hi"), None).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    assert_eq!(proxy.held(), 1);
+    let log = bot.log_after(1).await;
+    assert!(!log.contains("could not be marked done"), "{log}");
+    let item = ledger
+        .get_item(&mention_key("EvLostDone"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "done");
+    let retry = deliver(&http, &bot.url(), &app_mention("EvLostDone", "hi"), Some(1)).await;
+    assert_eq!(retry.outcome(), "duplicate");
+    assert_eq!(slack.posted().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_release_whose_answer_was_lost_is_success_and_the_retry_takes_over_at_once() {
+    let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+    // A 429 longer than the lease: certainly not posted, released.
+    slack.script([Behaviour::RateLimited(60)]);
+    proxy.hold_next(LedgerOp::Release, HoldAt::DropAnswer);
+    let http = HttpClient::default();
+    let body = app_mention("EvLostRelease", "hi");
+    let answer = deliver(&http, &bot.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::BAD_GATEWAY, "{}", answer.body);
+    assert_eq!(proxy.held(), 1);
+    let log = bot.log_after(1).await;
+    assert!(!log.contains("could not release"), "{log}");
+    let item = ledger
+        .get_item(&mention_key("EvLostRelease"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "released");
+    let retry = deliver(&http, &bot.url(), &body, Some(1)).await;
+    assert_eq!(retry.outcome(), "answered", "{}", retry.body);
+    assert_eq!(slack.posted().len(), 1);
+}
+
+/// A claim's write to its item met a transaction under way on it (a state change of the same
+/// request, recorded with the claim): DynamoDB refuses with `TransactionConflictException`,
+/// which the SDK does not send again. The claim, a step's intent and the completion each send
+/// it again a few ms later: the request is answered once, never released or failed for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_write_that_meets_a_transaction_on_its_item_is_sent_again() {
+    for (n, op) in [LedgerOp::Claim, LedgerOp::Intent, LedgerOp::Complete]
+        .into_iter()
+        .enumerate()
+    {
+        let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
+        proxy.hold_next(op, HoldAt::TransactionConflict);
+        let id = format!("EvConflict{n}");
+        let http = HttpClient::default();
+        // The reference bot's /once: its answer through the response URL is a step with an
+        // intent of its own, after the claim.
+        let body = match op {
+            LedgerOp::Intent => command_form(&slack, "/once", "hi"),
+            _ => app_mention(&id, "hi"),
+        };
+        let answer = match op {
+            LedgerOp::Intent => deliver_form(&http, &bot.url(), &body, None).await,
+            _ => deliver(&http, &bot.url(), &body, None).await,
+        };
+        assert_eq!(
+            answer.status,
+            StatusCode::OK,
+            "{op:?}: {}\n{}",
+            answer.body,
+            bot.log()
+        );
+        assert_eq!(proxy.held(), 1, "{op:?}: refused once");
+        let sent = proxy.seen().iter().filter(|&&o| o == op).count();
+        assert!(sent >= 2, "{op:?}: sent again ({sent})");
+        if op == LedgerOp::Intent {
+            // Acknowledged, then answered in the channel through the response URL: its claim
+            // done.
+            let client = dynamodb_client(&dynamodb_endpoint());
+            let done = eventually_async(Duration::from_secs(10), || async {
+                let page = client
+                    .scan()
+                    .table_name(ledger.table())
+                    .send()
+                    .await
+                    .unwrap();
+                page.items().iter().any(|i| {
+                    i["pk"].as_s().unwrap().starts_with("cmd-")
+                        && i.get("status")
+                            .and_then(|v| v.as_s().ok())
+                            .map(String::as_str)
+                            == Some("done")
+                })
+            })
+            .await;
+            assert!(done, "{}", bot.log());
+        } else {
+            assert_eq!(answer.outcome(), "answered", "{op:?}: {}", answer.body);
+            assert_eq!(slack.posted().len(), 1, "{op:?}");
+            let item = ledger.get_item(&mention_key(&id)).await.unwrap().unwrap();
+            assert_eq!(item["status"].as_s().unwrap(), "done", "{op:?}");
+        }
+    }
 }

@@ -2,6 +2,8 @@
 //! imitate Slack: the original, then retries with `X-Slack-Retry-Num` 1..3 while the answer is not
 //! 2xx (on a scaled clock: Slack's "1 minute" and "5 minutes" become a few seconds, always longer
 //! than the 2 s lease, as a real Lambda timeout is shorter than Slack's one-minute retry).
+//! In process: Slack errors no retry can fix end the event `failed` (logged at ERROR), and
+//! transient ones release it for the next copy.
 //!
 //! Each scenario prints its figures (run with `--nocapture`); docs/internals/evidence.md records them.
 
@@ -9,6 +11,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use http::StatusCode;
+use slack_once::ledger::{Ledger, MemoryLedger, Status};
 use tokio::sync::Semaphore;
 
 use crate::helpers::*;
@@ -156,6 +160,7 @@ fn scaled_slack() -> SlackLike {
 // ---------------------------------------------------------------- storm
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn storm_every_event_delivered_four_times_in_random_order_to_random_processes_is_answered_once()
  {
     let processes = env_usize("STORM_PROCESSES", 4);
@@ -322,6 +327,7 @@ async fn assert_crash_answered_once(at: CrashAt) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_before_the_claim_is_answered_once_by_the_first_retry() {
     let r = crash(CrashAt::BeforeClaim, true).await;
     assert_eq!(
@@ -333,6 +339,7 @@ async fn crash_before_the_claim_is_answered_once_by_the_first_retry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_after_the_claim_is_taken_over_after_the_lease_looking_in_slack_first() {
     let r = crash(CrashAt::AfterClaim, true).await;
     println!(
@@ -354,6 +361,7 @@ async fn crash_after_the_claim_is_taken_over_after_the_lease_looking_in_slack_fi
 /// A claim that gave up before its first write (Slack refused at once: a 429 beyond the
 /// deadline) says so with its release: the next delivery posts without looking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_claim_released_before_its_post_is_taken_over_without_looking_in_slack() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -377,16 +385,19 @@ async fn a_claim_released_before_its_post_is_taken_over_without_looking_in_slack
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_during_a_slack_call_that_never_posted_is_answered_once() {
     assert_crash_answered_once(CrashAt::DuringSlackCallUnposted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_during_a_slack_call_that_posted_is_recovered_without_a_second_reply() {
     assert_crash_answered_once(CrashAt::DuringSlackCallPosted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn crash_after_the_post_before_completion_is_recovered_without_a_second_reply() {
     assert_crash_answered_once(CrashAt::AfterPostBeforeCompletion).await;
 }
@@ -394,6 +405,7 @@ async fn crash_after_the_post_before_completion_is_recovered_without_a_second_re
 /// A claim crashed during its post (standing for its intent); the takeover's look-up is refused
 /// and it releases: the doubt is kept, so the next delivery looks again rather than post blind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_refused_look_up_after_a_crash_keeps_the_doubt_for_the_next_delivery() {
     let r = crash_with(
         CrashAt::AfterPostBeforeCompletion,
@@ -418,6 +430,7 @@ async fn a_refused_look_up_after_a_crash_keeps_the_doubt_for_the_next_delivery()
 /// before the crash is held back while a retry remains, and on Slack's last retry not posted
 /// again either: the event ends failed (unconfirmed_write), counted, with one answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_crash_after_posting_without_searchable_history_is_answered_once_and_ends_counted() {
     let r = crash(CrashAt::AfterPostBeforeCompletion, false).await;
     println!(
@@ -436,6 +449,7 @@ async fn a_crash_after_posting_without_searchable_history_is_answered_once_and_e
 // ---------------------------------------------------------------- ledger outage
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_ledger_outage_mid_run_causes_no_double_and_no_loss_while_retries_remain() {
     let mut db = PrivateDynamoDb::start();
     let endpoint = db.endpoint();
@@ -509,6 +523,7 @@ async fn a_ledger_outage_mid_run_causes_no_double_and_no_loss_while_retries_rema
 // ---------------------------------------------------------------- Slack misbehaving
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn bursts_of_slack_429_and_5xx_cause_no_double_and_no_loss_while_retries_remain() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -609,6 +624,7 @@ async fn slow_slack(event_id: &str, retry_after: Duration) -> (usize, Vec<u16>) 
 
 /// The retry comes at once (Slack's first retry), before the late post exists: a second answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn window_a_slack_call_slower_than_the_lease_can_answer_twice() {
     let (replies, statuses) = slow_slack("EvSlow", Duration::from_millis(200)).await;
     println!("window (Slack slower than the lease): replies {replies}, deliveries {statuses:?}");
@@ -623,6 +639,7 @@ async fn window_a_slack_call_slower_than_the_lease_can_answer_twice() {
 /// The retry comes after the late post landed (as Slack's one-minute retry would): found, not
 /// answered again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_slack_call_slower_than_the_lease_is_recovered_when_the_retry_comes_later() {
     let (replies, statuses) = slow_slack("EvSlow2", LEASE + Duration::from_secs(2)).await;
     assert_eq!(statuses, [504, 200]);
@@ -642,6 +659,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_barrage_of_hostile_requests_is_refused_without_a_panic_and_memory_stays_bounded() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
@@ -725,4 +743,115 @@ async fn a_barrage_of_hostile_requests_is_refused_without_a_panic_and_memory_sta
     // Still serving real events.
     let answer = deliver(&http, &url, &app_mention("EvAfterHostile", "hi"), None).await;
     assert_eq!(answer.outcome(), "answered");
+}
+
+#[tokio::test]
+async fn slack_errors_no_retry_can_fix_end_the_event_failed_with_200() {
+    for code in [
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "msg_too_long",
+        "no_text",
+        "invalid_blocks",
+        "restricted_action",
+        "invalid_auth",
+        "account_inactive",
+        "token_revoked",
+        "missing_scope",
+    ] {
+        let ledger = Arc::new(MemoryLedger::new());
+        let app = spawn_app_with(Options {
+            ledger: Some(ledger.clone() as Arc<dyn Ledger>),
+            ..Default::default()
+        })
+        .await;
+        app.slack.script([Behaviour::OkFalse {
+            code,
+            posted: false,
+        }]);
+        let body = app_mention("EvFail", "x");
+        let answer = app.send(&body, None).await;
+        assert_eq!(
+            (answer.status, answer.outcome().as_str()),
+            (StatusCode::OK, "failed"),
+            "{code}: {}",
+            answer.body
+        );
+        assert!(answer.headers.get("x-slack-no-retry").is_none());
+        let id = slack_once::envelope::EventId::try_from(mention_key("EvFail")).unwrap();
+        assert_eq!(ledger.status(&id), Some(Status::Failed), "{code}");
+        for retry in 1..=3 {
+            let copy = app.send(&body, Some(retry)).await;
+            assert_eq!(
+                (copy.status, copy.outcome().as_str()),
+                (StatusCode::OK, "already_failed"),
+                "{code}"
+            );
+        }
+        assert_eq!(app.slack.received().len(), 1, "{code}: the bot ran once");
+    }
+}
+
+#[tokio::test]
+async fn transient_slack_errors_still_release_for_the_next_copy() {
+    for behaviour in [
+        Behaviour::Status(500),
+        Behaviour::Status(503),
+        Behaviour::OkFalse {
+            code: "internal_error",
+            posted: false,
+        },
+        Behaviour::OkFalse {
+            code: "fatal_error",
+            posted: false,
+        },
+        Behaviour::OkFalse {
+            code: "ratelimited",
+            posted: false,
+        },
+        Behaviour::OkFalse {
+            code: "service_unavailable",
+            posted: false,
+        },
+    ] {
+        let app = spawn_app().await;
+        app.slack.script([behaviour.clone()]);
+        let body = app_mention("EvTransient", "x");
+        let answer = app.send(&body, None).await;
+        assert_eq!(answer.status, StatusCode::BAD_GATEWAY, "{behaviour:?}");
+        assert_eq!(answer.json()["error"], "slack_failed");
+        let retry = app.send(&body, Some(1)).await;
+        assert_eq!(retry.outcome(), "answered", "{behaviour:?}: {}", retry.body);
+        assert_eq!(app.slack.posted().len(), 1, "{behaviour:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_failed_event_is_logged_at_error_level_with_its_id_and_slacks_error() {
+    let endpoint = dynamodb_endpoint();
+    let (table, ledger) = fresh_table(&endpoint).await;
+    let slack = SlackStandin::start().await;
+    slack.script([Behaviour::OkFalse {
+        code: "is_archived",
+        posted: false,
+    }]);
+    let bot = BotProcess::spawn(&bot_vars(&slack, &endpoint, &table));
+    let http = HttpClient::default();
+    let answer = deliver(&http, &bot.url(), &app_mention("EvArchived", "x"), None).await;
+    assert_eq!(answer.outcome(), "failed");
+    let item = ledger
+        .get_item(&mention_key("EvArchived"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "failed");
+    assert_eq!(item["error"].as_s().unwrap(), "is_archived");
+    let log = bot.log_after(1).await;
+    let line = log
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("is_archived"))
+        .unwrap_or_else(|| panic!("no error line naming the Slack error:\n{log}"));
+    assert!(line.contains("EvArchived"), "{line}");
 }

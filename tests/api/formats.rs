@@ -150,6 +150,7 @@ fn replies(rig: &Rig) -> Vec<Value> {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_previous_releases_queued_event_is_answered_once() {
     let rig = rig().await;
     assert!(matches!(
@@ -165,6 +166,7 @@ async fn a_previous_releases_queued_event_is_answered_once() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_previous_releases_queued_command_is_answered_once_through_its_response_url() {
     let rig = rig().await;
     assert!(matches!(
@@ -205,6 +207,7 @@ async fn items(rig: &Rig) -> i32 {
 /// A later release's format (here the command of `v2_command.json`, well formed, under `v`
 /// 99): left on the queue for a worker that reads it, nothing claimed, nothing written.
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_format_this_release_does_not_read_is_left_and_nothing_is_written() {
     let rig = rig().await;
     assert!(matches!(
@@ -225,6 +228,7 @@ async fn a_format_this_release_does_not_read_is_left_and_nothing_is_written() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_previous_releases_done_item_is_not_answered_again() {
     let rig = rig().await;
     put_item(&rig, "ledger/done.json").await;
@@ -236,6 +240,7 @@ async fn a_previous_releases_done_item_is_not_answered_again() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_previous_releases_failed_item_is_not_answered() {
     let rig = rig().await;
     put_item(&rig, "ledger/failed.json").await;
@@ -249,6 +254,7 @@ async fn a_previous_releases_failed_item_is_not_answered() {
 /// A failure that was not final (the queue's receives ran out): a redriven copy claims it
 /// again, and answers once.
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_previous_releases_retryable_failure_is_claimed_again_and_answered_once() {
     let rig = rig().await;
     put_item(&rig, "ledger/failed_retryable.json").await;
@@ -260,6 +266,7 @@ async fn a_previous_releases_retryable_failure_is_claimed_again_and_answered_onc
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_previous_releases_released_item_is_taken_and_answered_once() {
     let rig = rig().await;
     put_item(&rig, "ledger/released.json").await;
@@ -271,6 +278,7 @@ async fn a_previous_releases_released_item_is_taken_and_answered_once() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_previous_releases_live_claim_is_left_to_its_owner() {
     let rig = rig().await;
     put_item(&rig, "ledger/in_progress_live.json").await;
@@ -324,6 +332,7 @@ async fn rewrite_item(rig: &Rig, set: &str, values: &[(&str, AttributeValue)]) {
 /// the message is dead-lettered while only this release serves), never answered again, and
 /// the item is not overwritten.
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_status_this_release_does_not_know_is_left_and_the_item_kept() {
     let rig = rig().await;
     assert!(matches!(
@@ -354,6 +363,7 @@ async fn a_status_this_release_does_not_know_is_left_and_the_item_kept() {
 /// release reads it as an intent of unknown fate, looks for the step's message before writing
 /// again, finds the answer that claim posted, and posts nothing more.
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_journal_record_this_release_does_not_know_is_looked_for_before_writing_again() {
     let rig = rig().await;
     assert!(matches!(
@@ -397,6 +407,7 @@ async fn a_journal_record_this_release_does_not_know_is_looked_for_before_writin
 /// (released) — it is left for a release that reads it; this release's own items say their
 /// format.
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn an_item_of_a_later_format_is_never_taken_over() {
     let rig = rig().await;
     put_item(&rig, "ledger/released.json").await;
@@ -431,6 +442,7 @@ async fn an_item_of_a_later_format_is_never_taken_over() {
 
 /// A claim of this release writes its format on the item.
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn this_releases_claims_write_their_format() {
     let rig = rig().await;
     handle(&rig, "queue/v1_event.json").await;

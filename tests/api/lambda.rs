@@ -255,6 +255,7 @@ fn spawn_lambda(vars: &[(&'static str, String)]) -> std::process::Child {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn under_the_lambda_runtime_api_the_invocation_deadline_is_the_lease() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
@@ -329,6 +330,7 @@ async fn four_at_once(max_concurrency: Option<&str>) -> (usize, Vec<serde_json::
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn with_lambdas_max_concurrency_one_environment_answers_several_invocations_at_once() {
     // Lambda Managed Instances: AWS_LAMBDA_MAX_CONCURRENCY=4. The four posts are all at Slack
     // before any invocation answers; each answered once, each its own claim.
@@ -346,6 +348,7 @@ async fn with_lambdas_max_concurrency_one_environment_answers_several_invocation
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn on_lambda_a_slack_call_is_abandoned_before_the_invocation_deadline() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
@@ -378,6 +381,7 @@ async fn on_lambda_a_slack_call_is_abandoned_before_the_invocation_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn on_lambda_the_answer_gets_out_before_the_deadline_though_the_ledger_hangs() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -438,6 +442,7 @@ fn queued(envelope: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
     use slack_once::ledger::{ClaimRequest, Ledger, OwnerToken};
     let endpoint = dynamodb_endpoint();
@@ -505,6 +510,7 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
 /// (10 s), not after the visibility it was received with (300 s here; six times the worker's
 /// timeout in the template).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn on_lambda_a_record_released_for_a_passing_failure_comes_back_within_its_backoff() {
     let endpoint = dynamodb_endpoint();
     let (table, _ledger) = fresh_table(&endpoint).await;
@@ -580,6 +586,7 @@ async fn on_lambda_a_record_released_for_a_passing_failure_comes_back_within_its
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn on_lambda_every_log_line_of_an_event_carries_its_ids_and_one_metrics_line_is_printed() {
     // A retry (X-Slack-Retry-Num: 1) as the first delivery the function sees.
     let lines = stdout_of_one_invocation(
@@ -614,9 +621,10 @@ async fn on_lambda_every_log_line_of_an_event_carries_its_ids_and_one_metrics_li
     assert!(metrics[0]["RequestId"].is_string());
 }
 
-/// The review of the performance issue (F6): Lambda's level (what the template's LoggingConfig sets) and an operator's
+/// Lambda's level (what the template's LoggingConfig sets) and an operator's
 /// RUST_LOG: its per-target directives still apply beneath Lambda's level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn on_lambda_rust_logs_per_target_levels_apply_beneath_lambdas_level() {
     let lines = stdout_of_one_invocation(
         &[

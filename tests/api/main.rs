@@ -1,4 +1,7 @@
 //! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
+//! The tests that need DynamoDB Local, the SQS server, the built binary, the Python stand-in or
+//! the previous release are `#[ignore = "needs …"]`: `scripts/test.sh` runs them too
+//! (docs/test-suite.md, "Tiers").
 
 mod agent;
 mod agent_notes;
@@ -12,26 +15,24 @@ mod deploy;
 mod dynamo;
 mod faults;
 mod formats;
-mod hardening;
-mod hardening2;
 mod helpers;
+mod identity;
 mod interactivity;
+mod journal;
 mod lambda;
 mod operations;
 mod performance;
 mod poll;
 mod processes;
 mod redrive;
-mod redteam16;
-mod redteam37;
-mod redteam38;
-mod redteam38b;
+mod regressions;
 mod rejections;
-mod review;
+mod serving;
 mod soak;
 mod standins;
 mod steps;
 mod steps_processes;
+mod takeovers;
 mod tenants;
 mod tokens_at_rest;
 mod workspaces;

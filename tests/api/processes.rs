@@ -7,6 +7,7 @@ use http::StatusCode;
 use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn four_processes_receiving_the_same_copies_concurrently_answer_each_event_once() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -45,6 +46,7 @@ async fn four_processes_receiving_the_same_copies_concurrently_answer_each_event
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_claimant_killed_before_replying_is_taken_over_after_its_lease_and_answered_once() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -114,6 +116,7 @@ async fn fresh_ledger_view(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn with_dynamodb_stopped_deliveries_get_503_and_after_a_restart_the_retry_is_answered_once() {
     let mut db = PrivateDynamoDb::start();
     let endpoint = db.endpoint();

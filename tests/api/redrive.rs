@@ -142,6 +142,7 @@ fn line<'a>(report: &'a str, needle: &str) -> &'a str {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_rest() {
     let stack = DeferredStack::start(2).await;
     let ingress = BotProcess::spawn(&stack.ingress_vars());
@@ -349,6 +350,7 @@ async fn a_redrive_moves_what_failed_removes_what_was_answered_and_refuses_the_r
 /// request's last delivery) ends failed, `abandoned`, retryable, so a later delivery still takes
 /// it over and answers it once; a live claim and a done item are left as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_sweep_ends_failed_the_claims_left_past_their_lease_and_only_those() {
     let stack = DeferredStack::start(2).await;
     let client = dynamodb_client(&stack.dynamodb);
@@ -453,6 +455,7 @@ async fn a_sweep_ends_failed_the_claims_left_past_their_lease_and_only_those() {
 /// own claim, not among the value's latest writers, which long forgot it), and the count is
 /// 301, not 302. Its reply says the count as it is now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_counters_redriven_request_counts_once_after_300_other_changes() {
     let stack = DeferredStack::start(2).await;
     let ingress = BotProcess::spawn_example("counter", &[], &stack.ingress_vars());
@@ -527,6 +530,7 @@ async fn count_of(stack: &DeferredStack) -> Option<u64> {
 /// claim of a queued request with receives left, which the queue brings back: the next receive
 /// takes it over and answers it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_back() {
     let stack = DeferredStack::start(3).await;
     let ingress = BotProcess::spawn(&stack.ingress_vars());
@@ -658,6 +662,7 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
 /// (before, the rest of that batch stayed hidden for the visibility timeout, and a run at once
 /// after, as the report advises, missed them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
 async fn a_redrive_that_goes_round_leaves_every_message_visible() {
     let stack = DeferredStack::start(2).await;
     let ttl = slack_once::clock::now_ms() / 1000 + 86_400;

@@ -236,3 +236,22 @@ async fn unknown_routes_and_methods_are_refused() {
     let answer = app.http.request("POST", &app.url("/nope"), &[], "").await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn only_an_envelope_without_what_the_protocol_needs_is_refused() {
+    let app = spawn_app().await;
+    for body in [
+        r#"{"type":"event_callback","event":{"type":"team_join","user":{"id":"W1"}}}"#,
+        r#"{"type":"event_callback","event_id":"Ev1","event":{"user":{"id":"W1"}}}"#,
+        r#"{"event_id":"Ev1","event":{"type":"team_join"}}"#,
+    ] {
+        let answer = app.send(body, None).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
+    }
+    // Odd types in fields the protocol does not need are no reason to refuse.
+    let odd = r#"{"type":"event_callback","event_id":"EvOdd","team_id":7,"event_time":"later",
+        "authorizations":{"x":1},"event":{"type":"app_mention","user":{"id":"U1"},"ts":1,
+        "channel":"C1","text":"<@UBOT> hi"}}"#;
+    let answer = app.send(odd, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+}

@@ -122,6 +122,7 @@ pub(crate) async fn click_on(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
 async fn the_approval_step_against_the_python_stand_in_completes_once_whatever_arrives() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -258,6 +259,7 @@ async fn the_approval_step_against_the_python_stand_in_completes_once_whatever_a
 /// and hangs); the worker is killed there, after the click's claim and before it knew. The
 /// queue's redelivery to another worker settles it from the journal: exactly one completion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the Python stand-in and the built binary"]
 async fn a_worker_killed_between_a_clicks_claim_and_its_completion_still_completes_once() {
     killed_at_the_completion("post_then_hang").await;
 }
@@ -265,6 +267,7 @@ async fn a_worker_killed_between_a_clicks_claim_and_its_completion_still_complet
 /// As above, the completion never reaching Slack (the stand-in hangs without applying it):
 /// the redelivery makes it, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the Python stand-in and the built binary"]
 async fn a_worker_killed_before_its_completion_reached_slack_completes_once_on_redelivery() {
     killed_at_the_completion("hang").await;
 }
@@ -366,4 +369,57 @@ async fn killed_at_the_completion(behaviour: &str) {
         shown.to_string().contains("Approved by <@U0APPROVER>"),
         "{shown}"
     );
+}
+
+pub(crate) async fn script(python: &PythonStandin, method: &str, behaviours: Value) {
+    python
+        .post(
+            "script",
+            json!({"method": method, "behaviours": behaviours}),
+        )
+        .await;
+}
+
+/// The step's DM (chat.postMessage to the approver's USER id) whose answer is lost: Slack's
+/// retry of function_executed must find it (one DM) or post it (not applied): never two, never
+/// none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
+async fn a_steps_dm_whose_answer_was_lost_is_posted_once() {
+    for (n, behaviour) in [(1u32, "post_then_hang"), (2, "hang")] {
+        let endpoint = dynamodb_endpoint();
+        let (table, _) = fresh_table(&endpoint).await;
+        let python = PythonStandin::start().await;
+        let vars = vars(&python, &endpoint, &table);
+        let a = BotProcess::spawn_example("approval", &[], &vars);
+        let b = BotProcess::spawn_example("approval", &[], &vars);
+        let http = HttpClient::default();
+        let (id, body) = start_step(&python, 500 + n).await;
+        script(&python, "chat.postMessage", json!([behaviour])).await;
+        let first = deliver(&http, &a.url(), &body, None).await;
+        eprintln!("[F5 {behaviour}] first: {} {}", first.status, first.body);
+        let mut outcomes = Vec::new();
+        for retry in 1..=3u32 {
+            let r = deliver(&http, &b.url(), &body, Some(retry)).await;
+            eprintln!("[F5 {behaviour}] retry {retry}: {} {}", r.status, r.body);
+            outcomes.push(r.outcome());
+            if dm(&python).await.len() == 1 && r.status.is_success() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let e = execution(&python, &id).await;
+        let d = dm(&python).await;
+        eprintln!(
+            "[F5 {behaviour}] DMs: {}  execution: {e}\nB:\n{}",
+            d.len(),
+            b.log()
+        );
+        assert_eq!(
+            d.len(),
+            1,
+            "[{behaviour}] one DM to the approver (retries: {outcomes:?}); execution {e}\nB:\n{}",
+            b.log()
+        );
+    }
 }

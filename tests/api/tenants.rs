@@ -290,6 +290,7 @@ async fn two_apps_with(extra: &[(&'static str, String)]) -> (Tenant, Tenant, Str
 /// Sequence 1: both apps installed in one workspace; each answers its mentions there with its
 /// own token (before, the second install replaced the first's: app A posted with B's token).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn two_apps_installed_in_one_workspace_each_answer_with_their_own_token() {
     let (a, b, _) = two_apps().await;
     assert_eq!(a.install("T0000ONE", false).await.status, 200);
@@ -313,6 +314,7 @@ async fn two_apps_installed_in_one_workspace_each_answer_with_their_own_token() 
 /// there are still answered (before, B's `app_uninstalled` deleted A's installation, and A's
 /// events ended `200 skipped`: lost, while Slack was told they were taken).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn another_apps_uninstall_leaves_this_apps_installation() {
     let (a, b, _) = two_apps().await;
     assert_eq!(b.install("T0000TWO", false).await.status, 200);
@@ -334,6 +336,7 @@ async fn another_apps_uninstall_leaves_this_apps_installation() {
 /// refreshed with B's refresh token at its own client, was refused again, and marked the item
 /// broken: B's events were skipped until B was installed again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn another_apps_refresh_never_breaks_this_apps_installation() {
     let (a, b, _) = two_rotating_apps().await;
     assert_eq!(a.install("T0000THREE", true).await.status, 200);
@@ -364,6 +367,7 @@ async fn another_apps_refresh_never_breaks_this_apps_installation() {
 /// kept as A's installation (before, it found B's item, said "an installation is stored
 /// already", imported nothing, and A then answered with B's token).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn import_token_keeps_this_apps_installation_beside_another_apps() {
     let (a, b, table) = two_apps().await;
     assert_eq!(b.install("T0000FOUR", false).await.status, 200);
@@ -414,6 +418,7 @@ async fn import_token_keeps_this_apps_installation_beside_another_apps() {
 /// refresh token: none is refused), while app B (this release) installed in the same workspace
 /// never touches it. A's uninstall through this release removes it for both releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn the_previous_releases_installation_serves_both_releases_of_its_app_and_no_other() {
     let (a, b, table) = two_rotating_apps().await;
     let old = a.process(true);
@@ -505,6 +510,7 @@ async fn scan_keys(endpoint: &str, table: &str) -> Vec<String> {
 /// so no later request asks). App B, never installed in that workspace, never uses it: its
 /// mention names another bot user, and its click's `auth.test` names app A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn the_previous_releases_import_is_used_by_its_own_app_only() {
     let (a, b, table) = two_apps().await;
     let token = format!("xoxb-{}-imported-by-the-previous-release", A.0);
@@ -589,6 +595,7 @@ fn tokens_of(t: &Tenant, owner: &str) -> Vec<String> {
 /// neither (KMS and GCM both refuse it: never the other workspace's token); a process without
 /// the key refuses to answer rather than use anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the previous release and the built binary"]
 async fn tokens_are_sealed_at_rest_and_open_only_for_their_own_item() {
     let kms = kms_key_vars().await;
     let endpoint = dynamodb_endpoint();
@@ -687,6 +694,7 @@ async fn tokens_are_sealed_at_rest_and_open_only_for_their_own_item() {
 /// runs, moves the former to the app's own key, sealed; the table then holds no token, and the
 /// app still answers both workspaces.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the previous release and the built binary"]
 async fn plaintext_installations_are_read_then_sealed_at_their_next_write_or_by_the_tool() {
     let kms = kms_key_vars().await;
     let endpoint = dynamodb_endpoint();
@@ -779,6 +787,7 @@ async fn plaintext_installations_are_read_then_sealed_at_their_next_write_or_by_
 /// anything is claimed or written, nothing is posted, and Slack's retry once KMS is back is
 /// answered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the previous release and the built binary"]
 async fn a_changed_key_still_opens_and_kms_down_refuses_before_anything_then_answers_once() {
     let kms = kms_key_vars().await;
     let endpoint = dynamodb_endpoint();
@@ -840,6 +849,7 @@ async fn a_changed_key_still_opens_and_kms_down_refuses_before_anything_then_ans
 /// app's click is not answered with it, nor is this app's before it is known); this app's
 /// mention, naming its bot user, shows it this app's and tags it, and its clicks then use it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn an_import_whose_app_slack_does_not_name_is_used_only_once_shown_its_own() {
     let (a, b, table) = two_apps().await;
     for t in [&a, &b] {
@@ -945,6 +955,7 @@ async fn attribute_of(endpoint: &str, table: &str, pk: &str, name: &str) -> Opti
 /// event of the workspace got 200 and no answer). A token Slack refuses (`invalid_auth`) is
 /// settled: tagged no app's, and acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn a_passing_failure_of_auth_test_never_disowns_the_previous_releases_import() {
     use slack_once::testing::SlackFailure;
     let endpoint = dynamodb_endpoint();
@@ -1023,6 +1034,7 @@ async fn a_passing_failure_of_auth_test_never_disowns_the_previous_releases_impo
 /// never use it (before, the uninstall removed A's installation, and the revocation A's user
 /// token: A's events there were then acknowledged and never answered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the previous release and the built binary"]
 async fn another_apps_uninstall_under_this_apps_key_leaves_its_installation() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;

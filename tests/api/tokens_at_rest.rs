@@ -92,6 +92,7 @@ fn installation(team: &str, bot: &str, user: &str) -> Installation {
 /// the store of a pair Slack has already issued. Without the key handed out, the same write
 /// needs KMS and fails: what the refresh used to meet between its exchange and its store.
 #[tokio::test]
+#[ignore = "needs the SQS server"]
 async fn a_data_key_handed_out_before_an_exchange_seals_the_store_however_late_it_comes() {
     let (kms, key) = kms_key().await;
     let proxy = LedgerProxy::start(&sqs_endpoint()).await;
@@ -139,6 +140,7 @@ async fn a_data_key_handed_out_before_an_exchange_seals_the_store_however_late_i
 /// it. KMS refusing at that read: the installation is read as it is, within the read's budget
 /// (the request is served in time), and sealed at a later read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the SQS server"]
 async fn a_plaintext_installation_at_the_apps_key_is_sealed_at_its_first_read_with_the_key() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -210,6 +212,7 @@ async fn a_plaintext_installation_at_the_apps_key_is_sealed_at_its_first_read_wi
 /// 500 after DynamoDB applied it (the SDK sends the same bytes again), is still taken as
 /// itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the SQS server"]
 async fn a_write_guard_tells_apart_two_installations_whose_sealed_tokens_alone_differ() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -236,6 +239,7 @@ async fn a_write_guard_tells_apart_two_installations_whose_sealed_tokens_alone_d
 /// `import-token` seals the token with `SLACK_TOKEN_KEY_ID`; without it, it refuses (exit 2,
 /// nothing written) unless told `--plaintext`, and refuses both at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn import_token_seals_the_token_and_keeps_one_as_it_is_only_when_told() {
     let slack = FakeSlack::start()
         .await

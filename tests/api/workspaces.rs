@@ -180,6 +180,7 @@ async fn fake_slack_oauth() -> FakeSlack {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn an_install_through_the_flow_is_stored_and_each_workspace_is_answered_with_its_own_token() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -342,6 +343,7 @@ async fn a_redirect_without_its_cookie_with_a_spent_or_unknown_state_or_an_error
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn two_callbacks_with_one_state_at_once_install_once() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -359,6 +361,7 @@ async fn two_callbacks_with_one_state_at_once_install_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn an_event_of_a_workspace_without_an_installation_is_acknowledged_and_never_claimed() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -381,6 +384,7 @@ async fn an_event_of_a_workspace_without_an_installation_is_acknowledged_and_nev
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn an_org_wide_install_serves_every_workspace_of_its_enterprise() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -422,6 +426,7 @@ fn uninstall_event(kind: &str, team: &str, at: i64, tokens: serde_json::Value) -
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn uninstalls_and_revocations_remove_once_in_either_order_and_never_a_later_reinstall() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -503,6 +508,7 @@ async fn rotating_install(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn two_instances_due_to_refresh_one_token_refresh_it_once_and_keep_answering() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -558,6 +564,7 @@ async fn two_instances_due_to_refresh_one_token_refresh_it_once_and_keep_answeri
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_refused_refresh_token_marks_the_installation_broken_and_its_events_are_not_claimed() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -610,6 +617,7 @@ async fn send_all(sends: Vec<(String, String)>) -> Vec<Answer> {
 
 /// The store's contract, on DynamoDB Local and in memory alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn the_installation_stores_keep_one_contract() {
     let (_, dynamo) = on_dynamo().await;
     let memory = Arc::new(MemoryInstallations::of_app(CLIENT_ID));
@@ -875,6 +883,7 @@ async fn contract(store: &dyn InstallationStore) {
 /// template keeps them): the install page asks for the secret's scopes; settings that
 /// contradict each other, or are missing, stop the start with exit 2 naming them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SQS server and the built binary"]
 async fn the_binary_takes_its_install_settings_from_the_secret_and_refuses_contradictions() {
     let sqs = sqs_endpoint(); // moto serves Secrets Manager too
     let client = secrets_client(&sqs);
@@ -989,6 +998,7 @@ async fn the_binary_takes_its_install_settings_from_the_secret_and_refuses_contr
 /// writer's team; the installation is the one `authorizations` names, even where the other
 /// team has installed the app too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn in_a_shared_channel_the_installation_is_the_one_authorizations_names() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -1018,6 +1028,7 @@ async fn in_a_shared_channel_the_installation_is_the_one_authorizations_names() 
 /// first is answered (an absent installation is never cached). In a Grid enterprise, a
 /// workspace's uninstall (sent twice) leaves the enterprise's org-wide install alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_reinstall_counts_at_once_everywhere_and_a_workspaces_uninstall_spares_its_enterprise() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -1073,6 +1084,7 @@ async fn a_reinstall_counts_at_once_everywhere_and_a_workspaces_uninstall_spares
 /// workspace's installation (the workspace and bot as auth.test names them), once; the app in
 /// multi-workspace mode then answers that workspace with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn the_binary_imports_a_single_workspaces_token_and_the_app_answers_with_it() {
     let slack = fake_slack_oauth().await;
     // A token Slack issued when the app was installed in its one workspace.
@@ -1245,6 +1257,7 @@ fn settings_bot() -> slack_once::app::App {
 /// name a listener can give (another workspace's id in it, the other item's key itself, a path)
 /// reaches the other's value; the shared state is one value for both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn two_workspaces_each_keep_their_own_state_and_share_only_the_shared() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -1323,6 +1336,7 @@ async fn two_workspaces_each_keep_their_own_state_and_share_only_the_shared() {
 /// spends no `oauth.v2.access` and writes nothing to the table: a state is checked by its
 /// signature before anything else happens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn a_flood_of_callbacks_with_made_up_states_spends_no_exchange_and_no_write() {
     let slack = fake_slack_oauth().await;
     let (ledger, store) = on_dynamo().await;
@@ -1437,6 +1451,7 @@ async fn every_value_an_oauth_page_shows_is_escaped() {
 /// neither the workspace's (`ctx.state()`) nor the app-wide (`ctx.shared_state()`), under the
 /// same names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn two_apps_on_one_table_never_read_each_others_state() {
     use slack_once::testing::{Identity, bot_id_for, bot_user_for};
     let endpoint = dynamodb_endpoint();
@@ -1508,6 +1523,7 @@ async fn two_apps_on_one_table_never_read_each_others_state() {
 /// (one item, expiring with the state) and clears the browser's cookie, and the same callback
 /// again is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
 async fn loads_of_the_install_page_write_nothing_and_only_its_callback_spends_the_state_once() {
     use hmac::Mac;
     let slack = fake_slack_oauth().await;
