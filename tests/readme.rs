@@ -591,3 +591,15 @@ mod architecture {
         );
     }
 }
+
+/// RELIABILITY.md is the evidence a sceptic reads whole: each guarantee, its mechanism, its tests
+/// and what remains. The full scenarios and the figures live in `docs/internals/`.
+#[test]
+fn reliability_md_stays_short_enough_to_read_whole() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/RELIABILITY.md");
+    let bytes = std::fs::metadata(path).unwrap().len();
+    assert!(
+        bytes <= 40_000,
+        "RELIABILITY.md is {bytes} bytes: move detail to docs/internals/evidence.md"
+    );
+}
