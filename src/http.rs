@@ -352,8 +352,8 @@ fn json(status: StatusCode, error: &str, message: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::SignatureError;
     use crate::slack::SlackError;
+    use crate::slack::signature::SignatureError;
 
     #[test]
     fn every_failure_has_its_status() {

@@ -22,21 +22,9 @@ usage: BOT           serve Slack's requests (Lambda when AWS_LAMBDA_RUNTIME_API 
        BOT worker    the worker of deferred mode: long-poll WORK_QUEUE_URL, answer each event
        BOT --version";
 
-/// The binary's name as it was run (`mybot`), for its usage and its tools' messages.
-pub(crate) fn program() -> String {
-    std::env::args_os()
-        .next()
-        .and_then(|arg0| {
-            std::path::Path::new(&arg0)
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-        })
-        .unwrap_or_else(|| "slack-once".to_string())
-}
-
 /// The usage text of a bot's binary (named as it was run): serving, `worker`, and the tools.
 pub fn usage() -> String {
-    let program = program();
+    let program = crate::tools::program();
     format!("{USAGE}\n{}", crate::tools::usage_lines())
         .replace("BOT          ", &format!("{program:<13}"))
         .replace("BOT ", &format!("{program} "))

@@ -38,11 +38,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::args::{self, Args, Spec, env};
-use crate::envelope::{Envelope, EventId};
-use crate::interaction::Interaction;
 use crate::ledger::dynamo::attr;
 use crate::queue::sqs::{self, CallBudget};
 use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
+use crate::slack::envelope::{Envelope, EventId};
+use crate::slack::interaction::Interaction;
 
 /// How long after the request a redriven command or interaction may still be answered through
 /// its `response_url`: Slack takes posts for 30 minutes, less 5 for the worker to get to it.
@@ -391,8 +391,8 @@ fn request_of(body: &str, options: &Options) -> Request {
     let mut request = if let Some(envelope) = &queued.envelope {
         match serde_json::from_str::<Envelope>(envelope.get()) {
             Ok(Envelope::EventCallback(callback)) => {
-                let (by_message, alias) = crate::pipeline::ledger_keys(&callback, true);
-                let (by_event, _) = crate::pipeline::ledger_keys(&callback, false);
+                let (by_message, alias) = crate::keys::ledger_keys(&callback, true);
+                let (by_event, _) = crate::keys::ledger_keys(&callback, false);
                 // The alias (`cmid-…`) only points at the message's item.
                 let _ = alias;
                 let mut keys = vec![by_message];

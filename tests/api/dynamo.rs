@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
-use slack_once::envelope::EventId;
 use slack_once::ledger::{
     Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken, StepRecord,
     contract::{self, LEASE, NOW, TTL_S, request},
 };
+use slack_once::slack::envelope::EventId;
 
 use crate::helpers::*;
 

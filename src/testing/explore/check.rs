@@ -488,7 +488,7 @@ fn tenant_invariants(end: &End) -> Vec<String> {
         }
     }
     for (key, seeded) in &end.other_tenants {
-        let Ok(id) = crate::envelope::EventId::try_from(key.clone()) else {
+        let Ok(id) = crate::slack::envelope::EventId::try_from(key.clone()) else {
             continue;
         };
         let ledger = end.state.ledger.clone();

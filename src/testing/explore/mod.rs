@@ -67,7 +67,7 @@
 //! or [`Explorer::seed`] sets it.
 
 pub(crate) mod check;
-pub(crate) mod door;
+mod door;
 mod ledger;
 mod request;
 mod run;
@@ -1117,8 +1117,37 @@ impl fmt::Display for Report {
     }
 }
 
+/// The explorer's answers at the runtime's seams ([`crate::hooks`]): each watches the schedule
+/// this thread runs, and does nothing on a thread no schedule runs.
+struct ExplorerHooks;
+
+impl crate::hooks::Hooks for ExplorerHooks {
+    fn acknowledging(&self, key: &str, body: Option<String>) {
+        acknowledging(key, body);
+    }
+
+    fn computing(&self, key: &str, step: u32, name: &str) {
+        computing(key, step, name);
+    }
+
+    fn state_conflict_ignored(&self, key: &str, name: &str) {
+        state_conflict_ignored(key, name);
+    }
+
+    fn side_door_url(&self) -> Option<String> {
+        door::url()
+    }
+}
+
+/// Switches the runtime's seams on for the rest of the process: called as an exploration (or
+/// a simulation) starts.
+pub(crate) fn install_hooks() {
+    static HOOKS: ExplorerHooks = ExplorerHooks;
+    crate::hooks::install(&HOOKS);
+}
+
 /// The listener chose its acknowledgement (`body`: `None` for an empty one).
-pub(crate) fn acknowledging(key: &str, body: Option<String>) {
+fn acknowledging(key: &str, body: Option<String>) {
     let Some(world) = world::current::get() else {
         return;
     };
@@ -1140,7 +1169,7 @@ pub(crate) fn acknowledging(key: &str, body: Option<String>) {
 
 /// The listeners of the claim `key` ended, their work done, with the conflict of a `put` of
 /// the state value `name` unanswered: a lost update, whatever the schedule.
-pub(crate) fn state_conflict_ignored(key: &str, name: &str) {
+fn state_conflict_ignored(key: &str, name: &str) {
     let Some(world) = world::current::get() else {
         return;
     };
@@ -1160,11 +1189,11 @@ pub(crate) fn state_conflict_ignored(key: &str, name: &str) {
 
 /// The listener is computing a remembered result (step `step` of the claim `key`): the
 /// explorer checks that its result was not recorded already.
-pub(crate) fn computing(key: &str, step: u32, name: &str) {
+fn computing(key: &str, step: u32, name: &str) {
     let Some(world) = world::current::get() else {
         return;
     };
-    let recorded = crate::envelope::EventId::try_from(key.to_string())
+    let recorded = crate::slack::envelope::EventId::try_from(key.to_string())
         .ok()
         .and_then(|k| world.ledger.journal(&k))
         .is_some_and(|j| matches!(j.get(&step), Some(crate::ledger::StepRecord::Done { .. })));

@@ -584,6 +584,7 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
         let world = Arc::new(world);
         super::door::register(&world, spec.explorer);
         seed(&spec, &world);
+        super::install_hooks();
         current::set(Some(world.clone()));
         let shared = Arc::new(Shared {
             spec,
@@ -1046,7 +1047,7 @@ async fn deliver(
     world.set_deadline(run, deadline_ms);
     let secret = Secret::new(SIGNING_SECRET);
     let signed_at = signed_at.unwrap_or(now_ms / 1000);
-    let signature = crate::signature::sign(&secret, signed_at, copy.body.as_bytes());
+    let signature = crate::slack::signature::sign(&secret, signed_at, copy.body.as_bytes());
     let mut request = http::Request::post("/slack/events")
         .header(
             "content-type",
@@ -1207,7 +1208,7 @@ async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: Strin
                 let ended: Vec<String> = keys
                     .into_iter()
                     .filter(|k| {
-                        crate::envelope::EventId::try_from(k.clone()).is_ok_and(|id| {
+                        crate::slack::envelope::EventId::try_from(k.clone()).is_ok_and(|id| {
                             shared.world.ledger.end_lapsed(
                                 &id,
                                 crate::tools::redrive::DEAD_LETTER_REFUSED,

@@ -914,7 +914,7 @@ fn fate(reference: &End, end: &End, n: usize, event: bool) -> Fate {
         .ledger
         .iter()
         .filter(|(key, s)| *s == Status::Failed && end.by_request.keys.get(key) == Some(&n))
-        .filter_map(|(key, _)| crate::envelope::EventId::try_from(key.clone()).ok())
+        .filter_map(|(key, _)| crate::slack::envelope::EventId::try_from(key.clone()).ok())
         .any(|id| {
             end.state.ledger.error(&id).as_deref()
                 == Some(crate::tools::redrive::DEAD_LETTER_REFUSED)
