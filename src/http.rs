@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::ledger::LedgerError;
 use crate::metrics::Metrics;
-use crate::process::{Delivery, Outcome, ProcessError, Processor};
+use crate::pipeline::{Delivery, Outcome, ProcessError, Processor};
 use crate::queue::QueueError;
 
 /// Slack's event payloads are small; a body above 1 MiB is refused before more is read.

@@ -29,7 +29,7 @@ use super::{
     Received, WorkQueue,
 };
 use crate::metrics::Metrics;
-use crate::process::{EventDelivery, Outcome, ProcessError, Processor, Queued, QueuedMessage};
+use crate::pipeline::{EventDelivery, Outcome, ProcessError, Processor, Queued, QueuedMessage};
 use crate::slack::SlackError;
 use crate::slack::envelope::Envelope;
 use crate::slack::interaction::Interaction;

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::args::{Args, Item, Spec};
 use crate::config::{Secret, SigningSecrets};
-use crate::process::{RETRY_NUM_HEADER, RETRY_REASON_HEADER};
+use crate::pipeline::{RETRY_NUM_HEADER, RETRY_REASON_HEADER};
 use crate::slack::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 
 /// Where the printed `curl` command sends the body when neither `--url` nor `LISTEN_ADDR` is set.
