@@ -208,25 +208,111 @@ impl SlackClient {
         if query.app.app_id.is_none() && query.app.bot_user_id.is_none() {
             return Err(SlackError::Unidentified);
         }
-        // A post to a user went to the DM between the bot and that user.
-        let channel = if is_user_id(query.channel) {
-            let args = Args::Form(vec![("users".into(), query.channel.to_string())]);
-            let opened = self.api("conversations.open", &args, deadline).await?;
-            opened["channel"]["id"]
-                .as_str()
-                .ok_or_else(|| {
-                    SlackError::InvalidResponse("conversations.open without a channel id".into())
-                })?
-                .to_string()
-        } else {
-            query.channel.to_string()
-        };
+        let channel = self.conversation_of(query.channel, deadline).await?;
+        let mut pages = Pages::new(query);
+        // Adopting a stream: this app's messages without slack-once's names, in the window,
+        // other than the thread's parent. One is the stream; several cannot be told apart.
+        let mut unmarked: Vec<String> = Vec::new();
+        loop {
+            let history = self.page(query, &channel, &pages, deadline).await?;
+            let read = match scan(query, &history.messages, &mut unmarked) {
+                Scanned::Found(ts) => return Ok(Some(Found { channel, ts })),
+                Scanned::Read(read) => read,
+            };
+            if !history.has_more {
+                return adopted(channel, unmarked);
+            }
+            let next = history
+                .response_metadata
+                .and_then(|m| m.next_cursor)
+                .filter(|c| !c.is_empty());
+            pages.go_on(&read, next, reached)?;
+        }
+    }
+
+    /// The conversation a post to `channel` went to: a post to a user went to the DM between
+    /// the bot and that user (`conversations.open` finds it).
+    async fn conversation_of(
+        &self,
+        channel: &str,
+        deadline: Instant,
+    ) -> Result<String, SlackError> {
+        if !is_user_id(channel) {
+            return Ok(channel.to_string());
+        }
+        let args = Args::Form(vec![("users".into(), channel.to_string())]);
+        let opened = self.api("conversations.open", &args, deadline).await?;
+        Ok(opened["channel"]["id"]
+            .as_str()
+            .ok_or_else(|| {
+                SlackError::InvalidResponse("conversations.open without a channel id".into())
+            })?
+            .to_string())
+    }
+
+    /// The page `pages` stands at, of `channel`'s history (or the thread's replies), once the
+    /// app's turn to read comes.
+    async fn page(
+        &self,
+        query: &ReplyQuery<'_>,
+        channel: &str,
+        pages: &Pages,
+        deadline: Instant,
+    ) -> Result<History, SlackError> {
         let limit = LOOKUP_PAGE_SIZE.to_string();
+        let mut params = vec![
+            ("channel", channel),
+            ("include_all_metadata", "true"),
+            ("limit", limit.as_str()),
+        ];
+        params.extend(query.thread_ts.map(|ts| ("ts", ts)));
+        params.extend(pages.oldest.as_deref().map(|o| ("oldest", o)));
+        params.extend(pages.latest.as_deref().map(|l| ("latest", l)));
+        params.extend(pages.cursor.as_deref().map(|c| ("cursor", c)));
+        let encoded: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+            .collect();
+        let method = pages.method;
+        let uri = format!("{}/{method}?{}", self.base_url(), encoded.join("&"));
+        // A distributed app's history reads are few a minute per workspace: each page
+        // waits for its turn, shared by every instance (or gives up within the deadline).
+        self.secrets.lookup_slot(method, deadline).await?;
+        self.authorized(method, deadline, |token| {
+            Request::builder()
+                .method(Method::GET)
+                .uri(&uri)
+                .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
+                .body(Full::new(Bytes::new()))
+                .expect("a valid request")
+        })
+        .await
+    }
+}
+
+/// Where a look-up's pages are: the method that reads them, the window's bounds (exclusive),
+/// Slack's cursor, and the order the pages come in once seen.
+struct Pages {
+    method: &'static str,
+    /// The order Slack's method is documented to give (history: newest first).
+    newest_first: bool,
+    oldest: Option<String>,
+    latest: Option<String>,
+    /// Within this look-up, pages follow Slack's cursor.
+    cursor: Option<String>,
+    /// Read off the first page with two messages: where the pages reach is kept as the edge
+    /// of the window they cover, so that a later look-up goes on from it with a bound,
+    /// whatever order Slack gives.
+    oldest_first: Option<bool>,
+}
+
+impl Pages {
+    /// The first page of `query`'s window, narrowed by where an earlier look-up got to.
+    fn new(query: &ReplyQuery<'_>) -> Self {
         let (method, newest_first) = match query.thread_ts {
             Some(_) => ("conversations.replies", false),
             None => ("conversations.history", true),
         };
-        // The window's bounds (exclusive), narrowed by where an earlier look-up got to.
         let mut oldest = query.oldest.map(str::to_string);
         let mut latest = query.latest.map(str::to_string);
         // `>TS`: the window up to TS was searched (pages oldest first); `<TS`: from TS on
@@ -236,128 +322,122 @@ impl SlackClient {
             Some(("<", ts)) => latest = Some(ts.to_string()),
             _ => {}
         }
-        // Adopting a stream: this app's messages without slack-once's names, in the window,
-        // other than the thread's parent. One is the stream; several cannot be told apart.
-        let mut unmarked: Vec<String> = Vec::new();
-        // Within this look-up, pages follow Slack's cursor. Where they reach is kept as the edge
-        // of the window they cover, read off the order the first page shows (oldest first, or
-        // newest first), so that a later look-up goes on from it with a bound, whatever order
-        // Slack gives.
-        let mut cursor: Option<String> = None;
-        let mut oldest_first: Option<bool> = None;
-        let after_oldest = |ts: &str| match (query.oldest.and_then(ts_micros), ts_micros(ts)) {
-            (Some(oldest), Some(ts)) => ts >= oldest,
-            _ => true,
+        Self {
+            method,
+            newest_first,
+            oldest,
+            latest,
+            cursor: None,
+            oldest_first: None,
+        }
+    }
+
+    /// On from a page that had more after it (`read`: the `ts` of its messages, as micros;
+    /// `next`: Slack's cursor), `reached` moved to the edge the pages read cover.
+    fn go_on(
+        &mut self,
+        read: &[u128],
+        next: Option<String>,
+        reached: &mut Option<String>,
+    ) -> Result<(), SlackError> {
+        // How far the pages read reach, in the order they come.
+        if self.oldest_first.is_none() && read.len() >= 2 {
+            self.oldest_first = Some(read.first() < read.last());
+        }
+        let ascending = self.oldest_first.unwrap_or(!self.newest_first);
+        let edge = match ascending {
+            true => read.iter().max(),
+            false => read.iter().min(),
         };
-        loop {
-            let mut params = vec![
-                ("channel", channel.as_str()),
-                ("include_all_metadata", "true"),
-                ("limit", limit.as_str()),
-            ];
-            params.extend(query.thread_ts.map(|ts| ("ts", ts)));
-            params.extend(oldest.as_deref().map(|o| ("oldest", o)));
-            params.extend(latest.as_deref().map(|l| ("latest", l)));
-            params.extend(cursor.as_deref().map(|c| ("cursor", c)));
-            let encoded: Vec<String> = params
-                .iter()
-                .map(|(k, v)| format!("{k}={}", percent_encode(v)))
-                .collect();
-            let uri = format!("{}/{method}?{}", self.base_url(), encoded.join("&"));
-            // A distributed app's history reads are few a minute per workspace: each page
-            // waits for its turn, shared by every instance (or gives up within the deadline).
-            self.secrets.lookup_slot(method, deadline).await?;
-            let history: History = self
-                .authorized(method, deadline, |token| {
-                    Request::builder()
-                        .method(Method::GET)
-                        .uri(&uri)
-                        .header(AUTHORIZATION, format!("Bearer {}", token.expose()))
-                        .body(Full::new(Bytes::new()))
-                        .expect("a valid request")
-                })
-                .await?;
-            let mut read: Vec<u128> = Vec::new();
-            for m in &history.messages {
-                // The thread's parent comes first on every page of conversations.replies.
-                if Some(m.ts.as_str()) == query.thread_ts {
-                    continue;
-                }
-                read.extend(ts_micros(&m.ts));
-                if !query.app.posted(m) {
-                    continue;
-                }
-                match m.metadata.as_ref().and_then(metadata_names) {
-                    Some(names) if names == (query.key, u64::from(query.step)) => {
-                        return Ok(Some(Found {
-                            channel,
-                            ts: m.ts.clone(),
-                        }));
-                    }
-                    Some(_) => {}
-                    // A stream carries no metadata until it is stopped.
-                    None if query.adopt_unmarked && after_oldest(&m.ts) => {
-                        unmarked.push(m.ts.clone())
-                    }
-                    None => {}
+        let ts = edge.map(|m| format!("{}.{:06}", m / 1_000_000, m % 1_000_000));
+        let mark = |ts: &str| format!("{}{ts}", if ascending { ">" } else { "<" });
+        match (next, ts) {
+            // The edge is kept only once the pages' order is seen (two messages): a bound
+            // on the wrong side would skip what was not read.
+            (Some(next), ts) => {
+                self.cursor = Some(next);
+                if let (Some(ts), Some(_)) = (ts, self.oldest_first) {
+                    *reached = Some(mark(&ts));
                 }
             }
-            if !history.has_more {
-                return match unmarked.len() {
-                    0 => Ok(None),
-                    1 => Ok(Some(Found {
-                        channel,
-                        ts: unmarked.remove(0),
-                    })),
-                    n => Err(SlackError::InvalidResponse(
-                        format!("{n} unmarked messages of this app in the window: which is the stream cannot be told")
-                            .into(),
-                    )),
-                };
+            // No cursor: on past the edge, by the bound (a cursor is for its own bounds).
+            (None, Some(ts)) => {
+                self.cursor = None;
+                match ascending {
+                    true => self.oldest = Some(ts.clone()),
+                    false => self.latest = Some(ts.clone()),
+                }
+                if self.oldest_first.is_some() {
+                    *reached = Some(mark(&ts));
+                }
             }
-            // How far the pages read reach, in the order they come.
-            if oldest_first.is_none() && read.len() >= 2 {
-                oldest_first = Some(read.first() < read.last());
-            }
-            let ascending = oldest_first.unwrap_or(!newest_first);
-            let edge = match ascending {
-                true => read.iter().max(),
-                false => read.iter().min(),
-            };
-            let ts = edge.map(|m| format!("{}.{:06}", m / 1_000_000, m % 1_000_000));
-            let next = history
-                .response_metadata
-                .and_then(|m| m.next_cursor)
-                .filter(|c| !c.is_empty());
-            let mark = |ts: &str| format!("{}{ts}", if ascending { ">" } else { "<" });
-            match (next, ts) {
-                // The edge is kept only once the pages' order is seen (two messages): a bound
-                // on the wrong side would skip what was not read.
-                (Some(next), ts) => {
-                    cursor = Some(next);
-                    if let (Some(ts), Some(_)) = (ts, oldest_first) {
-                        *reached = Some(mark(&ts));
-                    }
-                }
-                // No cursor: on past the edge, by the bound (a cursor is for its own bounds).
-                (None, Some(ts)) => {
-                    cursor = None;
-                    match ascending {
-                        true => oldest = Some(ts.clone()),
-                        false => latest = Some(ts.clone()),
-                    }
-                    if oldest_first.is_some() {
-                        *reached = Some(mark(&ts));
-                    }
-                }
-                // More messages that cannot be reached: "not found" would be a guess.
-                (None, None) => {
-                    return Err(SlackError::InvalidResponse(
-                        "has_more without a next_cursor or a message to go on from".into(),
-                    ));
-                }
+            // More messages that cannot be reached: "not found" would be a guess.
+            (None, None) => {
+                return Err(SlackError::InvalidResponse(
+                    "has_more without a next_cursor or a message to go on from".into(),
+                ));
             }
         }
+        Ok(())
+    }
+}
+
+/// What one page came to: the message looked for (its `ts`), or the `ts` of every message
+/// read (as micros), the thread's parent aside.
+enum Scanned {
+    Found(String),
+    Read(Vec<u128>),
+}
+
+/// Looks through one page for the message `query` names by its metadata, keeping this app's
+/// unmarked messages in the window in `unmarked` when a stream may be adopted.
+fn scan(
+    query: &ReplyQuery<'_>,
+    messages: &[HistoryMessage],
+    unmarked: &mut Vec<String>,
+) -> Scanned {
+    let after_oldest = |ts: &str| match (query.oldest.and_then(ts_micros), ts_micros(ts)) {
+        (Some(oldest), Some(ts)) => ts >= oldest,
+        _ => true,
+    };
+    let mut read: Vec<u128> = Vec::new();
+    for m in messages {
+        // The thread's parent comes first on every page of conversations.replies.
+        if Some(m.ts.as_str()) == query.thread_ts {
+            continue;
+        }
+        read.extend(ts_micros(&m.ts));
+        if !query.app.posted(m) {
+            continue;
+        }
+        match m.metadata.as_ref().and_then(metadata_names) {
+            Some(names) if names == (query.key, u64::from(query.step)) => {
+                return Scanned::Found(m.ts.clone());
+            }
+            Some(_) => {}
+            // A stream carries no metadata until it is stopped.
+            None if query.adopt_unmarked && after_oldest(&m.ts) => unmarked.push(m.ts.clone()),
+            None => {}
+        }
+    }
+    Scanned::Read(read)
+}
+
+/// The end of the window without the message's names: the one unmarked message of this app
+/// there (a stream), if a stream was to be adopted; none, "not found".
+fn adopted(channel: String, mut unmarked: Vec<String>) -> Result<Option<Found>, SlackError> {
+    match unmarked.len() {
+        0 => Ok(None),
+        1 => Ok(Some(Found {
+            channel,
+            ts: unmarked.remove(0),
+        })),
+        n => Err(SlackError::InvalidResponse(
+            format!(
+                "{n} unmarked messages of this app in the window: which is the stream cannot be told"
+            )
+            .into(),
+        )),
     }
 }
 
