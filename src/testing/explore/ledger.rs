@@ -38,7 +38,7 @@ fn other_workspaces(key: &EventId, team: &str) -> Option<EventId> {
     let (app, rest) = rest.split_once('-')?;
     let rest = rest.strip_prefix(team)?.strip_prefix('-')?;
     let (name, _digest) = rest.rsplit_once('-')?;
-    let other = super::run::TEAMS.iter().find(|t| **t != team)?;
+    let other = super::tenants::TEAMS.iter().find(|t| **t != team)?;
     crate::app::state_key(Some(app), Some(other), name).ok()
 }
 
