@@ -14,8 +14,8 @@ use http::HeaderMap;
 use slack_once::Application;
 use slack_once::app::reference_app;
 use slack_once::config::{Config, Secret, SigningSecrets};
-use slack_once::envelope::Envelope;
 use slack_once::ledger::MemoryLedger;
+use slack_once::slack::envelope::Envelope;
 use support::*;
 use tower::ServiceExt;
 
@@ -43,13 +43,15 @@ fn signature(c: &mut Criterion) {
         );
         headers.insert(
             "x-slack-signature",
-            slack_once::signature::sign(&Secret::new(SECRET), now, &body)
+            slack_once::slack::signature::sign(&Secret::new(SECRET), now, &body)
                 .parse()
                 .unwrap(),
         );
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(name, |b| {
-            b.iter(|| slack_once::signature::verify_at(&secrets, &headers, &body, now).unwrap())
+            b.iter(|| {
+                slack_once::slack::signature::verify_at(&secrets, &headers, &body, now).unwrap()
+            })
         });
     }
     group.finish();

@@ -2,8 +2,8 @@
 //!
 //! Everything that reads the time of day (a request's arrival, a message's `ts`, a metrics
 //! line's timestamp) reads it here. In production this is `SystemTime::now()`. The crash explorer
-//! (`slack_once::testing::explore`, with the `explore` feature) runs each schedule on a runtime of its own whose timers are
-//! paused (tokio's virtual time), and sets the wall clock of that thread to follow them: a lease
+//! (the `explore` feature) runs each schedule on a runtime of its own whose timers are paused
+//! (tokio's virtual time), and sets the wall clock of that thread to follow them: a lease
 //! of 10 s, Slack's retry after 5 minutes and a `response_url`'s 30 minutes all pass at once and
 //! in the same order every run.
 
@@ -23,6 +23,13 @@ pub fn now() -> SystemTime {
         Some((base, start)) => base + Instant::now().saturating_duration_since(start),
         None => SystemTime::now(),
     }
+}
+
+/// A Slack `ts` (`"1700000000.123456"`) as epoch milliseconds.
+pub(crate) fn ts_ms(ts: &str) -> Option<u64> {
+    let (secs, frac) = ts.split_once('.').unwrap_or((ts, "0"));
+    let ms = format!("{frac:0<3}");
+    Some(secs.parse::<u64>().ok()? * 1000 + ms.get(..3)?.parse::<u64>().ok()?)
 }
 
 /// Milliseconds since the epoch, now.

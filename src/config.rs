@@ -229,88 +229,18 @@ impl Config {
         } else {
             Mode::Local
         };
-        let role = match get("SLACK_ONCE_ROLE").as_deref().map(str::trim) {
-            None | Some("ingress") => Role::Ingress,
-            Some("worker") => Role::Worker,
-            Some(other) => {
-                return Err(ConfigError::Invalid {
-                    var: "SLACK_ONCE_ROLE",
-                    reason: format!("{other:?} is neither ingress nor worker"),
-                });
-            }
-        };
+        let role = role_of(&get)?;
 
-        let work_queue_url = get("WORK_QUEUE_URL").map(|u| u.trim().to_string());
-        if let Some(url) = &work_queue_url {
-            let valid = (url.starts_with("https://") || url.starts_with("http://"))
-                && url.parse::<http::Uri>().is_ok();
-            if !valid {
-                return Err(ConfigError::Invalid {
-                    var: "WORK_QUEUE_URL",
-                    reason:
-                        "must be an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME, \
-                             or http:// for a local server)"
-                            .into(),
-                });
-            }
-            if url.trim_end_matches('/').ends_with(".fifo") {
-                return Err(ConfigError::Invalid {
-                    var: "WORK_QUEUE_URL",
-                    reason: "is a FIFO queue: deferred mode needs a standard queue (a FIFO \
-                             queue's message groups would hold every event of a group behind one \
-                             that is still being answered, and its de-duplication is the \
-                             ledger's job here); create a standard queue with its dead-letter \
-                             queue (the SAM template does)"
-                        .into(),
-                });
-            }
-        } else if role == Role::Worker && mode == Mode::Local {
-            return Err(ConfigError::Missing {
-                var: "WORK_QUEUE_URL",
-                hint: "the local worker long-polls this SQS queue: set its URL \
-                       (`slack-once create-queue NAME` prints one for a local server)",
-            });
-        }
+        let work_queue_url = work_queue_url_of(&get, role, mode)?;
         // Where the ledger and Slack are used: a worker, or an ingress answering itself.
         let answers = role == Role::Worker || work_queue_url.is_none();
 
         let secrets_arn = get("SLACK_SECRETS_ARN").map(|v| v.trim().to_string());
-        let secrets_refresh = match get("SLACK_SECRETS_REFRESH_SECONDS") {
-            None => DEFAULT_SECRETS_REFRESH,
-            Some(v) => {
-                let secs = parse_seconds("SLACK_SECRETS_REFRESH_SECONDS", &v)?;
-                if !(1..=86_400).contains(&secs) {
-                    return Err(ConfigError::Invalid {
-                        var: "SLACK_SECRETS_REFRESH_SECONDS",
-                        reason: "must be between 1 and 86400".into(),
-                    });
-                }
-                Duration::from_secs(secs)
-            }
-        };
+        let secrets_refresh = secrets_refresh_of(&get)?;
         // From Secrets Manager, the values are checked when the secret is read.
         let from_manager = secrets_arn.is_some();
 
-        let signing_secrets = match (get("SLACK_SIGNING_SECRET"), role) {
-            (None, Role::Ingress) if from_manager => None,
-            (None, Role::Ingress) => {
-                return Err(ConfigError::Missing {
-                    var: "SLACK_SIGNING_SECRET",
-                    hint: "copy it from your Slack app's Basic Information page \
-                           (several may be given, comma-separated, during a rotation), \
-                           or name a Secrets Manager secret holding it in SLACK_SECRETS_ARN",
-                });
-            }
-            (None, Role::Worker) => None,
-            (Some(list), _) => {
-                Some(
-                    SigningSecrets::parse(&list).map_err(|reason| ConfigError::Invalid {
-                        var: "SLACK_SIGNING_SECRET",
-                        reason: reason.to_string(),
-                    })?,
-                )
-            }
-        };
+        let signing_secrets = signing_secrets_of(&get, role, from_manager)?;
 
         let bot_token = get("SLACK_BOT_TOKEN").map(|t| Secret::new(t.trim()));
         let oauth = oauth_of(&get, from_manager, bot_token.is_some())?;
@@ -327,108 +257,13 @@ impl Config {
             });
         }
 
-        let slack_api_url = get("SLACK_API_URL")
-            .map(|u| u.trim().trim_end_matches('/').to_string())
-            .unwrap_or_else(|| DEFAULT_SLACK_API_URL.to_string());
-        if !(slack_api_url.starts_with("https://") || slack_api_url.starts_with("http://")) {
-            return Err(ConfigError::Invalid {
-                var: "SLACK_API_URL",
-                reason: "must start with https:// (or http:// for a local stand-in)".into(),
-            });
-        }
-        let Ok(api_uri) = slack_api_url.parse::<http::Uri>() else {
-            return Err(ConfigError::Invalid {
-                var: "SLACK_API_URL",
-                reason: "is not a valid URL".into(),
-            });
-        };
-        if api_uri.scheme_str() == Some("http") && !is_loopback(api_uri.host().unwrap_or("")) {
-            return Err(ConfigError::Invalid {
-                var: "SLACK_API_URL",
-                reason: "uses http:// for a host that is not this machine: the bot token would \
-                         travel in clear text. Use https://, or http:// only for a local \
-                         stand-in on 127.0.0.1, ::1 or localhost"
-                    .into(),
-            });
-        }
+        let slack_api_url = slack_api_url_of(&get)?;
 
-        let dedup_table = get("DEDUP_TABLE").map(|t| t.trim().to_string());
-        if let Some(table) = &dedup_table {
-            let valid = (3..=255).contains(&table.len())
-                && table
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-            if !valid {
-                return Err(ConfigError::Invalid {
-                    var: "DEDUP_TABLE",
-                    reason: "a DynamoDB table name is 3-255 characters of a-z, A-Z, 0-9, _ - ."
-                        .into(),
-                });
-            }
-        } else if role == Role::Worker {
-            return Err(ConfigError::Missing {
-                var: "DEDUP_TABLE",
-                hint: "a worker shares the ledger with every other worker: name the DynamoDB \
-                       table (the SAM template sets it)",
-            });
-        } else if mode == Mode::Lambda && answers {
-            return Err(ConfigError::Missing {
-                var: "DEDUP_TABLE",
-                hint: "on Lambda the ledger must be shared by every instance: \
-                       name the DynamoDB table (the SAM template sets it)",
-            });
-        } else if mode == Mode::Lambda && oauth.is_some() {
-            return Err(ConfigError::Missing {
-                var: "DEDUP_TABLE",
-                hint: "with SLACK_CLIENT_ID set, the installations (each workspace's bot token) \
-                       live in the ledger's table, which every instance shares, a deferred \
-                       ingress too: name the DynamoDB table (the SAM template sets it)",
-            });
-        }
+        let dedup_table = dedup_table_of(&get, role, mode, answers, oauth.is_some())?;
 
-        let ttl = match get("DEDUP_TTL_SECONDS") {
-            None => MIN_TTL,
-            Some(v) => {
-                let ttl = Duration::from_secs(parse_seconds("DEDUP_TTL_SECONDS", &v)?);
-                if ttl < MIN_TTL {
-                    return Err(ConfigError::Invalid {
-                        var: "DEDUP_TTL_SECONDS",
-                        reason: format!(
-                            "must be at least {} (25 h): Slack's Delayed Events retry for 24 h",
-                            MIN_TTL.as_secs()
-                        ),
-                    });
-                }
-                ttl
-            }
-        };
+        let ttl = ttl_of(&get)?;
 
-        let lease = match get("DEDUP_LEASE_SECONDS") {
-            None => DEFAULT_LEASE,
-            Some(v) => {
-                let lease = Duration::from_secs(parse_seconds("DEDUP_LEASE_SECONDS", &v)?);
-                if lease.is_zero() || lease > MAX_LEASE {
-                    return Err(ConfigError::Invalid {
-                        var: "DEDUP_LEASE_SECONDS",
-                        reason: format!("must be between 1 and {}", MAX_LEASE.as_secs()),
-                    });
-                }
-                if role == Role::Ingress && work_queue_url.is_none() && lease > MAX_SYNC_LEASE {
-                    return Err(ConfigError::Invalid {
-                        var: "DEDUP_LEASE_SECONDS",
-                        reason: format!(
-                            "must be at most {} when events are answered inside Slack's request: \
-                             a lease that outlives Slack's one-minute retry lets a crashed claim \
-                             swallow the later retries (a worker of deferred mode may take up \
-                             to {})",
-                            MAX_SYNC_LEASE.as_secs(),
-                            MAX_LEASE.as_secs()
-                        ),
-                    });
-                }
-                lease
-            }
-        };
+        let lease = lease_of(&get, role, work_queue_url.is_some())?;
 
         let max_connections = parse_count(
             "MAX_CONNECTIONS",
@@ -449,25 +284,9 @@ impl Config {
             1_000,
         )?;
 
-        let metrics = match get("METRICS").as_deref().map(str::trim) {
-            None | Some("emf") => true,
-            Some("off") => false,
-            Some(other) => {
-                return Err(ConfigError::Invalid {
-                    var: "METRICS",
-                    reason: format!("{other:?} is neither emf nor off"),
-                });
-            }
-        };
+        let metrics = metrics_of(&get)?;
 
-        let listen_addr = get("LISTEN_ADDR")
-            .unwrap_or_else(|| DEFAULT_LISTEN_ADDR.to_string())
-            .trim()
-            .parse()
-            .map_err(|_| ConfigError::Invalid {
-                var: "LISTEN_ADDR",
-                reason: "must be an IP address and port, such as 127.0.0.1:3000".into(),
-            })?;
+        let listen_addr = listen_addr_of(&get)?;
 
         let function_version = get("AWS_LAMBDA_FUNCTION_VERSION")
             .map(|v| v.trim().chars().take(64).collect())
@@ -541,6 +360,264 @@ pub fn redirect_of(var: &'static str, value: &str) -> Result<String, ConfigError
     Ok(uri)
 }
 
+/// `SLACK_ONCE_ROLE`: an ingress unless it says worker.
+fn role_of(get: &impl Fn(&str) -> Option<String>) -> Result<Role, ConfigError> {
+    let role = match get("SLACK_ONCE_ROLE").as_deref().map(str::trim) {
+        None | Some("ingress") => Role::Ingress,
+        Some("worker") => Role::Worker,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                var: "SLACK_ONCE_ROLE",
+                reason: format!("{other:?} is neither ingress nor worker"),
+            });
+        }
+    };
+    Ok(role)
+}
+
+/// `WORK_QUEUE_URL`: deferred mode's standard SQS queue; a local worker needs it.
+fn work_queue_url_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    mode: Mode,
+) -> Result<Option<String>, ConfigError> {
+    let work_queue_url = get("WORK_QUEUE_URL").map(|u| u.trim().to_string());
+    if let Some(url) = &work_queue_url {
+        let valid = (url.starts_with("https://") || url.starts_with("http://"))
+            && url.parse::<http::Uri>().is_ok();
+        if !valid {
+            return Err(ConfigError::Invalid {
+                var: "WORK_QUEUE_URL",
+                reason: "must be an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME, \
+                         or http:// for a local server)"
+                    .into(),
+            });
+        }
+        if url.trim_end_matches('/').ends_with(".fifo") {
+            return Err(ConfigError::Invalid {
+                var: "WORK_QUEUE_URL",
+                reason: "is a FIFO queue: deferred mode needs a standard queue (a FIFO \
+                         queue's message groups would hold every event of a group behind one \
+                         that is still being answered, and its de-duplication is the \
+                         ledger's job here); create a standard queue with its dead-letter \
+                         queue (the SAM template does)"
+                    .into(),
+            });
+        }
+    } else if role == Role::Worker && mode == Mode::Local {
+        return Err(ConfigError::Missing {
+            var: "WORK_QUEUE_URL",
+            hint: "the local worker long-polls this SQS queue: set its URL \
+                   (`slack-once create-queue NAME` prints one for a local server)",
+        });
+    }
+    Ok(work_queue_url)
+}
+
+/// `SLACK_SECRETS_REFRESH_SECONDS`: how often the Secrets Manager secret is read again.
+fn secrets_refresh_of(get: &impl Fn(&str) -> Option<String>) -> Result<Duration, ConfigError> {
+    let secrets_refresh = match get("SLACK_SECRETS_REFRESH_SECONDS") {
+        None => DEFAULT_SECRETS_REFRESH,
+        Some(v) => {
+            let secs = parse_seconds("SLACK_SECRETS_REFRESH_SECONDS", &v)?;
+            if !(1..=86_400).contains(&secs) {
+                return Err(ConfigError::Invalid {
+                    var: "SLACK_SECRETS_REFRESH_SECONDS",
+                    reason: "must be between 1 and 86400".into(),
+                });
+            }
+            Duration::from_secs(secs)
+        }
+    };
+    Ok(secrets_refresh)
+}
+
+/// `SLACK_SIGNING_SECRET`: an ingress needs it, unless the secret in Secrets Manager holds it.
+fn signing_secrets_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    from_manager: bool,
+) -> Result<Option<SigningSecrets>, ConfigError> {
+    let signing_secrets = match (get("SLACK_SIGNING_SECRET"), role) {
+        (None, Role::Ingress) if from_manager => None,
+        (None, Role::Ingress) => {
+            return Err(ConfigError::Missing {
+                var: "SLACK_SIGNING_SECRET",
+                hint: "copy it from your Slack app's Basic Information page \
+                       (several may be given, comma-separated, during a rotation), \
+                       or name a Secrets Manager secret holding it in SLACK_SECRETS_ARN",
+            });
+        }
+        (None, Role::Worker) => None,
+        (Some(list), _) => {
+            Some(
+                SigningSecrets::parse(&list).map_err(|reason| ConfigError::Invalid {
+                    var: "SLACK_SIGNING_SECRET",
+                    reason: reason.to_string(),
+                })?,
+            )
+        }
+    };
+    Ok(signing_secrets)
+}
+
+/// `SLACK_API_URL`: https, or http only to this machine (a local stand-in).
+fn slack_api_url_of(get: &impl Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+    let slack_api_url = get("SLACK_API_URL")
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+        .unwrap_or_else(|| DEFAULT_SLACK_API_URL.to_string());
+    if !(slack_api_url.starts_with("https://") || slack_api_url.starts_with("http://")) {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_API_URL",
+            reason: "must start with https:// (or http:// for a local stand-in)".into(),
+        });
+    }
+    let Ok(api_uri) = slack_api_url.parse::<http::Uri>() else {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_API_URL",
+            reason: "is not a valid URL".into(),
+        });
+    };
+    if api_uri.scheme_str() == Some("http") && !is_loopback(api_uri.host().unwrap_or("")) {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_API_URL",
+            reason: "uses http:// for a host that is not this machine: the bot token would \
+                     travel in clear text. Use https://, or http:// only for a local \
+                     stand-in on 127.0.0.1, ::1 or localhost"
+                .into(),
+        });
+    }
+    Ok(slack_api_url)
+}
+
+/// `DEDUP_TABLE`: a DynamoDB table's name; needed wherever instances share the ledger.
+fn dedup_table_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    mode: Mode,
+    answers: bool,
+    oauth: bool,
+) -> Result<Option<String>, ConfigError> {
+    let dedup_table = get("DEDUP_TABLE").map(|t| t.trim().to_string());
+    if let Some(table) = &dedup_table {
+        let valid = (3..=255).contains(&table.len())
+            && table
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !valid {
+            return Err(ConfigError::Invalid {
+                var: "DEDUP_TABLE",
+                reason: "a DynamoDB table name is 3-255 characters of a-z, A-Z, 0-9, _ - .".into(),
+            });
+        }
+    } else if role == Role::Worker {
+        return Err(ConfigError::Missing {
+            var: "DEDUP_TABLE",
+            hint: "a worker shares the ledger with every other worker: name the DynamoDB \
+                   table (the SAM template sets it)",
+        });
+    } else if mode == Mode::Lambda && answers {
+        return Err(ConfigError::Missing {
+            var: "DEDUP_TABLE",
+            hint: "on Lambda the ledger must be shared by every instance: \
+                   name the DynamoDB table (the SAM template sets it)",
+        });
+    } else if mode == Mode::Lambda && oauth {
+        return Err(ConfigError::Missing {
+            var: "DEDUP_TABLE",
+            hint: "with SLACK_CLIENT_ID set, the installations (each workspace's bot token) \
+                   live in the ledger's table, which every instance shares, a deferred \
+                   ingress too: name the DynamoDB table (the SAM template sets it)",
+        });
+    }
+    Ok(dedup_table)
+}
+
+/// `DEDUP_TTL_SECONDS`: at least 25 h, as Slack's Delayed Events retry for 24 h.
+fn ttl_of(get: &impl Fn(&str) -> Option<String>) -> Result<Duration, ConfigError> {
+    let ttl = match get("DEDUP_TTL_SECONDS") {
+        None => MIN_TTL,
+        Some(v) => {
+            let ttl = Duration::from_secs(parse_seconds("DEDUP_TTL_SECONDS", &v)?);
+            if ttl < MIN_TTL {
+                return Err(ConfigError::Invalid {
+                    var: "DEDUP_TTL_SECONDS",
+                    reason: format!(
+                        "must be at least {} (25 h): Slack's Delayed Events retry for 24 h",
+                        MIN_TTL.as_secs()
+                    ),
+                });
+            }
+            ttl
+        }
+    };
+    Ok(ttl)
+}
+
+/// `DEDUP_LEASE_SECONDS`: at most [`MAX_SYNC_LEASE`] where events are answered inside Slack's
+/// request.
+fn lease_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    deferred: bool,
+) -> Result<Duration, ConfigError> {
+    let lease = match get("DEDUP_LEASE_SECONDS") {
+        None => DEFAULT_LEASE,
+        Some(v) => {
+            let lease = Duration::from_secs(parse_seconds("DEDUP_LEASE_SECONDS", &v)?);
+            if lease.is_zero() || lease > MAX_LEASE {
+                return Err(ConfigError::Invalid {
+                    var: "DEDUP_LEASE_SECONDS",
+                    reason: format!("must be between 1 and {}", MAX_LEASE.as_secs()),
+                });
+            }
+            if role == Role::Ingress && !deferred && lease > MAX_SYNC_LEASE {
+                return Err(ConfigError::Invalid {
+                    var: "DEDUP_LEASE_SECONDS",
+                    reason: format!(
+                        "must be at most {} when events are answered inside Slack's request: \
+                         a lease that outlives Slack's one-minute retry lets a crashed claim \
+                         swallow the later retries (a worker of deferred mode may take up \
+                         to {})",
+                        MAX_SYNC_LEASE.as_secs(),
+                        MAX_LEASE.as_secs()
+                    ),
+                });
+            }
+            lease
+        }
+    };
+    Ok(lease)
+}
+
+/// `METRICS`: `emf` (the default) or `off`.
+fn metrics_of(get: &impl Fn(&str) -> Option<String>) -> Result<bool, ConfigError> {
+    let metrics = match get("METRICS").as_deref().map(str::trim) {
+        None | Some("emf") => true,
+        Some("off") => false,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                var: "METRICS",
+                reason: format!("{other:?} is neither emf nor off"),
+            });
+        }
+    };
+    Ok(metrics)
+}
+
+/// `LISTEN_ADDR`: local mode's address and port.
+fn listen_addr_of(get: &impl Fn(&str) -> Option<String>) -> Result<SocketAddr, ConfigError> {
+    let listen_addr = get("LISTEN_ADDR")
+        .unwrap_or_else(|| DEFAULT_LISTEN_ADDR.to_string())
+        .trim()
+        .parse()
+        .map_err(|_| ConfigError::Invalid {
+            var: "LISTEN_ADDR",
+            reason: "must be an IP address and port, such as 127.0.0.1:3000".into(),
+        })?;
+    Ok(listen_addr)
+}
+
 /// The OAuth settings: `None` without `SLACK_CLIENT_ID`. Settings that contradict each other
 /// stop the start, naming the variables.
 fn oauth_of(
@@ -602,6 +679,25 @@ fn oauth_of(
     let redirect_uri = get("SLACK_REDIRECT_URI")
         .map(|v| redirect_of("SLACK_REDIRECT_URI", &v))
         .transpose()?;
+    let refresh_before = refresh_before_of(get)?;
+    let history_reads_per_minute = history_reads_per_minute_of(get)?;
+    let token_key_id = token_key_id_of(get)?;
+    let app_id = app_id_of(get)?;
+    Ok(Some(OAuthConfig {
+        client_id,
+        client_secret,
+        scopes,
+        user_scopes,
+        redirect_uri,
+        refresh_before,
+        history_reads_per_minute,
+        token_key_id,
+        app_id,
+    }))
+}
+
+/// `SLACK_TOKEN_REFRESH_MINUTES`: how long before a token expires it is refreshed.
+fn refresh_before_of(get: &impl Fn(&str) -> Option<String>) -> Result<Duration, ConfigError> {
     let refresh_before = match get("SLACK_TOKEN_REFRESH_MINUTES") {
         None => DEFAULT_TOKEN_REFRESH,
         Some(v) => match v.trim().parse::<u64>() {
@@ -617,6 +713,11 @@ fn oauth_of(
             }
         },
     };
+    Ok(refresh_before)
+}
+
+/// `SLACK_HISTORY_READS_PER_MINUTE`: the pace of history reads per workspace (0: none).
+fn history_reads_per_minute_of(get: &impl Fn(&str) -> Option<String>) -> Result<u32, ConfigError> {
     let history_reads_per_minute = match get("SLACK_HISTORY_READS_PER_MINUTE") {
         None => DEFAULT_HISTORY_READS_PER_MINUTE,
         Some(v) => {
@@ -630,6 +731,11 @@ fn oauth_of(
                 })?
         }
     };
+    Ok(history_reads_per_minute)
+}
+
+/// `SLACK_TOKEN_KEY_ID`: the KMS key that seals the installations' tokens.
+fn token_key_id_of(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, ConfigError> {
     let token_key_id = get("SLACK_TOKEN_KEY_ID")
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty());
@@ -641,6 +747,11 @@ fn oauth_of(
             reason: "must name one KMS key: its id, its ARN, or alias/NAME".into(),
         });
     }
+    Ok(token_key_id)
+}
+
+/// `SLACK_APP_ID`: the app's id, as Basic Information shows it.
+fn app_id_of(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, ConfigError> {
     let app_id = get("SLACK_APP_ID")
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty());
@@ -654,17 +765,7 @@ fn oauth_of(
                 .into(),
         });
     }
-    Ok(Some(OAuthConfig {
-        client_id,
-        client_secret,
-        scopes,
-        user_scopes,
-        redirect_uri,
-        refresh_before,
-        history_reads_per_minute,
-        token_key_id,
-        app_id,
-    }))
+    Ok(app_id)
 }
 
 /// Whether `host` (from a URL) is this machine: `localhost`, 127.0.0.0/8 or ::1.

@@ -5,8 +5,8 @@
 use http::{HeaderMap, HeaderValue};
 
 use crate::config::{Secret, SigningSecrets};
-use crate::envelope::{Envelope, MAX_EVENT_ID_LEN};
-use crate::signature::{self, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER};
+use crate::slack::envelope::{Envelope, MAX_EVENT_ID_LEN};
+use crate::slack::signature::{self, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER};
 
 const SECRET: &str = "fuzz-signing-secret";
 
@@ -90,9 +90,9 @@ pub fn check_envelope(data: &[u8]) {
         None,
         Some("application/x-www-form-urlencoded"),
     ] {
-        let parsed = crate::interaction::Incoming::parse(content_type, data);
+        let parsed = crate::slack::interaction::Incoming::parse(content_type, data);
         let direct = serde_json::from_slice::<Envelope>(data);
-        if let (Ok(crate::interaction::Incoming::Envelope(_)), Err(e)) = (&parsed, &direct) {
+        if let (Ok(crate::slack::interaction::Incoming::Envelope(_)), Err(e)) = (&parsed, &direct) {
             panic!("parsed as an envelope by the pipeline, not directly: {e}");
         }
         if content_type == Some("application/json") {
@@ -119,7 +119,7 @@ pub fn check_envelope(data: &[u8]) {
         let _ = typed_listeners().takes(&callback);
         let _ = crate::app::reference_app().takes(&callback);
         for by_message in [false, true] {
-            let (primary, alias) = crate::process::ledger_keys(&callback, by_message);
+            let (primary, alias) = crate::keys::ledger_keys(&callback, by_message);
             for key in std::iter::once(&primary).chain(&alias) {
                 assert!(key.as_str().len() <= MAX_EVENT_ID_LEN, "key {key}");
             }
@@ -133,7 +133,7 @@ pub fn check_envelope(data: &[u8]) {
 /// key; a response URL is allowed only on Slack's hooks host over https or on the loopback
 /// stand-in's own origin.
 pub fn check_interaction(data: &[u8]) {
-    use crate::interaction::{HOOKS_HOST, Incoming, Kind, allowed_response_url};
+    use crate::slack::interaction::{HOOKS_HOST, Incoming, Kind, allowed_response_url};
     let form = Some("application/x-www-form-urlencoded");
     if let Ok(Incoming::Interaction(i)) = Incoming::parse(form, data) {
         match i.key() {

@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::ledger::LedgerError;
 use crate::metrics::Metrics;
-use crate::process::{Delivery, Outcome, ProcessError, Processor};
+use crate::pipeline::{Delivery, Outcome, ProcessError, Processor};
 use crate::queue::QueueError;
 
 /// Slack's event payloads are small; a body above 1 MiB is refused before more is read.
@@ -352,8 +352,8 @@ fn json(status: StatusCode, error: &str, message: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::SignatureError;
     use crate::slack::SlackError;
+    use crate::slack::signature::SignatureError;
 
     #[test]
     fn every_failure_has_its_status() {

@@ -36,7 +36,7 @@ pub enum MetricsOut {
     Stdout,
     /// Not made (`METRICS=off`).
     Off,
-    /// Kept in memory, in order (tests read them: [`crate::testing::TestBot::metrics`]).
+    /// Kept in memory, in order (tests read them: a `TestBot`'s `metrics`).
     Kept(Arc<Mutex<Vec<String>>>),
 }
 

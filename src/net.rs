@@ -1,8 +1,8 @@
 //! The connections the Slack client opens: TLS (or plain HTTP to this machine) to Slack, or
 //! in-process connections to a simulated Slack.
 //!
-//! The in-process kind is for the crash explorer (`slack_once::testing::explore`, with the `explore` feature): each connection
-//! is a pipe in memory whose other end is served by a real HTTP server (hyper) in the same
+//! The in-process kind is for the crash explorer (the `explore` feature): each connection is a
+//! pipe in memory whose other end is served by a real HTTP server (hyper) in the same
 //! runtime, so the client speaks HTTP exactly as it does to Slack, a dropped connection fails
 //! as a dropped connection does, and no socket is opened (a schedule runs on virtual time,
 //! which a socket's kernel buffers would not follow).

@@ -22,21 +22,9 @@ usage: BOT           serve Slack's requests (Lambda when AWS_LAMBDA_RUNTIME_API 
        BOT worker    the worker of deferred mode: long-poll WORK_QUEUE_URL, answer each event
        BOT --version";
 
-/// The binary's name as it was run (`mybot`), for its usage and its tools' messages.
-pub(crate) fn program() -> String {
-    std::env::args_os()
-        .next()
-        .and_then(|arg0| {
-            std::path::Path::new(&arg0)
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-        })
-        .unwrap_or_else(|| "slack-once".to_string())
-}
-
 /// The usage text of a bot's binary (named as it was run): serving, `worker`, and the tools.
 pub fn usage() -> String {
-    let program = program();
+    let program = crate::tools::program();
     format!("{USAGE}\n{}", crate::tools::usage_lines())
         .replace("BOT          ", &format!("{program:<13}"))
         .replace("BOT ", &format!("{program} "))
@@ -215,103 +203,115 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
         // Several invocations at once when Lambda says so (`AWS_LAMBDA_MAX_CONCURRENCY`, set
         // on Lambda Managed Instances); one at a time otherwise. Nothing per process is per
         // invocation: each has its own deadline, claim owner and metrics line.
-        (Role::Ingress, Mode::Lambda) => {
-            match lambda_http::run_concurrent(lambda_service(app.router())).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    tracing::error!(error = %error, "the Lambda runtime stopped");
-                    ExitCode::FAILURE
-                }
-            }
+        (Role::Ingress, Mode::Lambda) => ingress_on_lambda(app).await,
+        (Role::Ingress, Mode::Local) => ingress_locally(app).await,
+        (Role::Worker, Mode::Lambda) => worker_on_lambda(app).await,
+        (Role::Worker, Mode::Local) => worker_locally(app).await,
+    }
+}
+
+/// The ingress on Lambda: the router as the function's handler, until the runtime stops.
+async fn ingress_on_lambda(app: Application) -> ExitCode {
+    match lambda_http::run_concurrent(lambda_service(app.router())).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %error, "the Lambda runtime stopped");
+            ExitCode::FAILURE
         }
-        (Role::Ingress, Mode::Local) => {
-            let distributed = app.config().oauth.is_some();
-            let server = match app.bind().await {
-                Ok(server) => server,
-                Err(error) => {
-                    tracing::error!(error = %error, "cannot listen on LISTEN_ADDR");
-                    return ExitCode::FAILURE;
-                }
-            };
-            if distributed {
-                tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz, and the install flow: GET /slack/install, GET /slack/oauth_redirect");
-            } else {
-                tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz");
-            }
-            match server.run_until(shutdown_signal()).await {
-                Ok(()) => {
-                    tracing::info!("stopped");
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    tracing::error!(error = %error, "the server failed");
-                    ExitCode::FAILURE
-                }
-            }
+    }
+}
+
+/// The ingress locally: a server on `LISTEN_ADDR`, until SIGTERM.
+async fn ingress_locally(app: Application) -> ExitCode {
+    let distributed = app.config().oauth.is_some();
+    let server = match app.bind().await {
+        Ok(server) => server,
+        Err(error) => {
+            tracing::error!(error = %error, "cannot listen on LISTEN_ADDR");
+            return ExitCode::FAILURE;
         }
-        (Role::Worker, Mode::Lambda) => {
-            let worker = app.worker();
-            // The queue the records come from, to hand a released record back after its
-            // backoff rather than the queue's visibility timeout (the template sets it).
-            let queue: Option<Arc<dyn crate::queue::WorkQueue>> =
-                match app.config().work_queue_url.clone() {
-                    Some(url) => Some(Arc::new(SqsQueue::from_env(url, CallBudget::Worker).await)),
-                    None => {
-                        tracing::warn!(
-                            "WORK_QUEUE_URL is not set: a record released for a passing failure \
-                         comes back only after the queue's visibility timeout (set it to the \
-                         worker's queue, as the SAM template does, to retry it within seconds)"
-                        );
-                        None
-                    }
-                };
-            let handler = lambda_http::service_fn(
-                move |event: lambda_http::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {
-                    let (worker, queue) = (worker.clone(), queue.clone());
-                    async move {
-                        let deadline = crate::http::invocation_deadline(event.context.deadline);
-                        let request_id = event.context.request_id.clone();
-                        Ok::<_, lambda_http::Error>(
-                            worker
-                                .handle_batch(event.payload, queue, deadline, &request_id)
-                                .await,
-                        )
-                    }
-                },
-            );
-            match lambda_http::lambda_runtime::run_concurrent(handler).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    tracing::error!(error = %error, "the Lambda runtime stopped");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        (Role::Worker, Mode::Local) => {
-            let config = app.config();
-            let url = config
-                .work_queue_url
-                .clone()
-                .expect("the configuration requires WORK_QUEUE_URL for a local worker");
-            let queue = Arc::new(SqsQueue::from_env(url.clone(), CallBudget::Worker).await);
-            tracing::info!(
-                queue = %url,
-                concurrency = config.worker_concurrency,
-                lease_s = config.lease.as_secs(),
-                "worker: receiving"
-            );
-            app.worker()
-                .run_local(
-                    queue,
-                    config.worker_concurrency,
-                    config.lease,
-                    shutdown_signal(),
-                )
-                .await;
+    };
+    if distributed {
+        tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz, and the install flow: GET /slack/install, GET /slack/oauth_redirect");
+    } else {
+        tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz");
+    }
+    match server.run_until(shutdown_signal()).await {
+        Ok(()) => {
             tracing::info!("stopped");
             ExitCode::SUCCESS
         }
+        Err(error) => {
+            tracing::error!(error = %error, "the server failed");
+            ExitCode::FAILURE
+        }
     }
+}
+
+/// The worker on Lambda: each SQS batch handled, until the runtime stops.
+async fn worker_on_lambda(app: Application) -> ExitCode {
+    let worker = app.worker();
+    // The queue the records come from, to hand a released record back after its
+    // backoff rather than the queue's visibility timeout (the template sets it).
+    let queue: Option<Arc<dyn crate::queue::WorkQueue>> = match app.config().work_queue_url.clone()
+    {
+        Some(url) => Some(Arc::new(SqsQueue::from_env(url, CallBudget::Worker).await)),
+        None => {
+            tracing::warn!(
+                "WORK_QUEUE_URL is not set: a record released for a passing failure \
+                 comes back only after the queue's visibility timeout (set it to the \
+                 worker's queue, as the SAM template does, to retry it within seconds)"
+            );
+            None
+        }
+    };
+    let handler = lambda_http::service_fn(
+        move |event: lambda_http::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {
+            let (worker, queue) = (worker.clone(), queue.clone());
+            async move {
+                let deadline = crate::http::invocation_deadline(event.context.deadline);
+                let request_id = event.context.request_id.clone();
+                Ok::<_, lambda_http::Error>(
+                    worker
+                        .handle_batch(event.payload, queue, deadline, &request_id)
+                        .await,
+                )
+            }
+        },
+    );
+    match lambda_http::lambda_runtime::run_concurrent(handler).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %error, "the Lambda runtime stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The worker locally: long-polls `WORK_QUEUE_URL`, until SIGTERM.
+async fn worker_locally(app: Application) -> ExitCode {
+    let config = app.config();
+    let url = config
+        .work_queue_url
+        .clone()
+        .expect("the configuration requires WORK_QUEUE_URL for a local worker");
+    let queue = Arc::new(SqsQueue::from_env(url.clone(), CallBudget::Worker).await);
+    tracing::info!(
+        queue = %url,
+        concurrency = config.worker_concurrency,
+        lease_s = config.lease.as_secs(),
+        "worker: receiving"
+    );
+    app.worker()
+        .run_local(
+            queue,
+            config.worker_concurrency,
+            config.lease,
+            shutdown_signal(),
+        )
+        .await;
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
 }
 
 /// The router as a Lambda handler: its answers are small JSON bodies, collected into the

@@ -94,7 +94,7 @@ pub fn signed_headers(body: &[u8]) -> Vec<(&'static str, String)> {
         ("x-slack-request-timestamp", ts.to_string()),
         (
             "x-slack-signature",
-            slack_once::signature::sign(&Secret::new(SECRET), ts, body),
+            slack_once::slack::signature::sign(&Secret::new(SECRET), ts, body),
         ),
     ]
 }

@@ -20,7 +20,7 @@
 use serde_json::{Value, json};
 
 use super::{Ctx, Error};
-use crate::interaction::BlockAction;
+use crate::slack::interaction::BlockAction;
 
 fn text(v: &Value) -> Option<String> {
     v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
@@ -654,8 +654,7 @@ impl Ctx {
         let user = user.map(|u| format!("user-{u}"));
         let mut note = None;
         for place in [channel, user].into_iter().flatten() {
-            let Some(keys) = crate::pipeline::agent_context_keys(team, &place, self.app_id())
-            else {
+            let Some(keys) = crate::keys::agent_context_keys(team, &place, self.app_id()) else {
                 continue;
             };
             note = self.app_note(&keys).await?;
@@ -709,17 +708,16 @@ impl Ctx {
         &self,
         channel: &str,
         thread_ts: &str,
-    ) -> Result<Option<crate::pipeline::StopNote>, Error> {
+    ) -> Result<Option<crate::keys::StopNote>, Error> {
         let Some(team) = self.team() else {
             return Ok(None);
         };
-        let Some(keys) =
-            crate::pipeline::session_stop_keys(team, channel, thread_ts, self.app_id())
+        let Some(keys) = crate::keys::session_stop_keys(team, channel, thread_ts, self.app_id())
         else {
             return Ok(None);
         };
         let note = self.app_note(&keys).await?;
-        Ok(note.as_deref().and_then(crate::pipeline::StopNote::read))
+        Ok(note.as_deref().and_then(crate::keys::StopNote::read))
     }
 }
 

@@ -117,7 +117,7 @@ pub fn text_area(action_id: impl Into<String>) -> Value {
 }
 
 /// A select of one person of the workspace (`users_select`), showing `placeholder` until one
-/// is picked: its value is the user's id ([`crate::interaction::ViewValues::get`] reads
+/// is picked: its value is the user's id ([`crate::slack::interaction::ViewValues::get`] reads
 /// `selected_user`).
 ///
 /// ```
@@ -181,7 +181,7 @@ pub fn confirmed(
 
 /// An input block of a modal: `label` above `element` (a [`text_input`], a select…), its
 /// value submitted under `block_id` and the element's `action_id`
-/// ([`crate::interaction::ViewValues::get`]).
+/// ([`crate::slack::interaction::ViewValues::get`]).
 ///
 /// ```
 /// use slack_once::app::blocks::{input, text_input};

@@ -12,11 +12,11 @@ use tokio::time::Instant;
 
 use super::interactive::{Ack, response_body};
 use super::message::Message;
-use crate::envelope::{EventCallback, EventId};
-use crate::interaction::{Interaction, allowed_response_url};
 use crate::journal::{self, Call, For, Made, RESPOND, Returns, Steps, Tally};
 pub use crate::journal::{Error, Settle};
 use crate::ledger::{LedgerError, Settled};
+use crate::slack::envelope::{EventCallback, EventId};
+use crate::slack::interaction::{Interaction, allowed_response_url};
 use crate::slack::{Args, OurApp, SlackClient, SlackError};
 
 /// A message posted.
@@ -381,8 +381,7 @@ impl Ctx {
         else {
             return Ok(None);
         };
-        let Some(keys) =
-            crate::pipeline::thread_context_keys(team, &channel, &thread, self.app_id())
+        let Some(keys) = crate::keys::thread_context_keys(team, &channel, &thread, self.app_id())
         else {
             return Ok(None);
         };
@@ -409,7 +408,7 @@ impl Ctx {
     /// without the app (while a deploy overlaps).
     pub(crate) async fn app_note(
         &self,
-        keys: &crate::pipeline::NoteKeys,
+        keys: &crate::keys::NoteKeys,
     ) -> Result<Option<String>, Error> {
         if let Some(note) = self.note(&keys.own).await? {
             return Ok(Some(note));
@@ -423,7 +422,7 @@ impl Ctx {
     /// When the request happened (its message's or event's `ts`, a click's `action_ts`), in
     /// epoch milliseconds.
     pub(crate) fn request_ms(&self) -> Option<u64> {
-        crate::pipeline::ts_ms(&self.inner.source.since_ts()?)
+        crate::clock::ts_ms(&self.inner.source.since_ts()?)
     }
 
     /// The app's own state, in the ledger's table: small JSON values with a version and a TTL,
@@ -609,8 +608,9 @@ impl Ctx {
                 // An event: Slack was acknowledged already; nothing to choose.
                 return Ok(());
             }
-            #[cfg(feature = "explore")]
-            crate::testing::explore::acknowledging(self.inner.key.as_str(), ack.body());
+            if let Some(hooks) = crate::hooks::installed() {
+                hooks.acknowledging(self.inner.key.as_str(), ack.body());
+            }
             acking.ack = Some(ack.clone());
             acking.mode
         };
@@ -1501,7 +1501,7 @@ impl Ctx {
     pub(crate) async fn note_stop(&self, channel: &str, thread_ts: &str, parts: Vec<String>) {
         let Some(keys) = self
             .team()
-            .and_then(|t| crate::pipeline::session_stop_keys(t, channel, thread_ts, self.app_id()))
+            .and_then(|t| crate::keys::session_stop_keys(t, channel, thread_ts, self.app_id()))
         else {
             return;
         };
@@ -1509,10 +1509,10 @@ impl Ctx {
         // while its answer streamed). The stop's own event (its real time) is kept beside it.
         let now_ms = crate::clock::now_ms();
         let at_ms = self.request_ms().unwrap_or(now_ms).min(now_ms);
-        let stop = crate::pipeline::StopNote::pressed(at_ms, parts);
+        let stop = crate::keys::StopNote::pressed(at_ms, parts);
         let expires_at_s = now_ms / 1000 + 7 * 86_400;
         let ledger = self.inner.steps.lock().await.ledger.clone();
-        let write = crate::pipeline::keep_stop(ledger.as_ref(), &keys, stop, expires_at_s, now_ms);
+        let write = crate::keys::keep_stop(ledger.as_ref(), &keys, stop, expires_at_s, now_ms);
         if let Err(e) | Ok(Err(e)) = tokio::time::timeout_at(self.inner.deadline, write)
             .await
             .map_err(|_| LedgerError::Unavailable("the deadline passed".into()))

@@ -1,6 +1,6 @@
 //! The common events, typed, read leniently from the event as Slack sent it; every typed event
 //! also carries the whole event as JSON (`raw`), and any event can be heard untyped as
-//! [`crate::envelope::Event`].
+//! [`crate::slack::envelope::Event`].
 
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;

@@ -18,7 +18,7 @@ use regex::Regex;
 use serde_json::{Value, json};
 
 use super::{Ctx, HandlerResult, Message, Prepared, prepared};
-use crate::interaction::{
+use crate::slack::interaction::{
     BlockAction, Command, Interaction, Kind, OptionsRequest, Shortcut, ViewSubmission,
 };
 

@@ -45,11 +45,11 @@ use std::sync::Arc;
 
 use regex::Regex;
 
-pub use crate::interaction::{
-    BlockAction, Command, OptionsRequest, Shortcut, ViewSubmission, ViewValues,
-};
 pub use crate::journal::{
     Error, MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS, Settle, Tally,
+};
+pub use crate::slack::interaction::{
+    BlockAction, Command, OptionsRequest, Shortcut, ViewSubmission, ViewValues,
 };
 pub use agent::{
     AgentSessionStopped, AgentSessionTitleChanged, AppContext, AppContextChanged, ContextEntity,
@@ -70,7 +70,7 @@ pub use stream::{
     APPEND_BUFFER_CHARS, APPEND_TIMEOUT, PART_CHARS, ROTATE_AFTER, Stream, StreamOptions,
 };
 
-use crate::envelope::{Event, EventCallback};
+use crate::slack::envelope::{Event, EventCallback};
 use events::{Typed, typed};
 
 pub(crate) use crate::journal::Steps;
@@ -169,7 +169,7 @@ impl Listener {
     ///
     /// ```
     /// use slack_once::app::{App, Ctx, Listener};
-    /// use slack_once::envelope::Event;
+    /// use slack_once::slack::envelope::Event;
     ///
     /// // `emoji_changed` has no typed listener: its fields are in `raw`.
     /// let new_emoji = Listener::event("emoji_changed", |ctx: Ctx, e: Event| async move {
@@ -210,7 +210,7 @@ impl Listener {
     ///
     /// ```
     /// use slack_once::app::{App, Ctx, Listener};
-    /// use slack_once::envelope::Event;
+    /// use slack_once::slack::envelope::Event;
     ///
     /// let audit = Listener::any_event(|ctx: Ctx, e: Event| async move {
     ///     let channel = e.channel.as_deref().unwrap_or("-");
@@ -863,7 +863,7 @@ impl App {
     ///
     /// ```
     /// use slack_once::app::{App, Ctx};
-    /// use slack_once::envelope::Event;
+    /// use slack_once::slack::envelope::Event;
     ///
     /// let _app = App::new().event("pin_added", |ctx: Ctx, e: Event| async move {
     ///     let channel = e.raw["channel_id"].as_str();
@@ -887,7 +887,7 @@ impl App {
     ///
     /// ```
     /// use slack_once::app::{App, Ctx};
-    /// use slack_once::envelope::Event;
+    /// use slack_once::slack::envelope::Event;
     ///
     /// let _app = App::new().any_event(|ctx: Ctx, e: Event| async move {
     ///     tracing::info!(kind = %e.kind, event_id = ctx.event_id(), "heard");
@@ -1626,7 +1626,7 @@ impl App {
     /// The listener that takes `interaction`: the first registered that matches.
     pub(crate) fn route_interaction(
         &self,
-        interaction: &crate::interaction::Interaction,
+        interaction: &crate::slack::interaction::Interaction,
     ) -> Option<Run> {
         interactive::route(&self.interactive, interaction)
     }
@@ -1679,8 +1679,8 @@ impl App {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::Envelope;
-    use crate::interaction::Interaction;
+    use crate::slack::envelope::Envelope;
+    use crate::slack::interaction::Interaction;
 
     /// An `event_callback` carrying `event`, as Slack delivers it to the app `A1` whose bot user
     /// is `UBOT`.

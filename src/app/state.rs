@@ -23,11 +23,11 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use super::Ctx;
-use crate::envelope::EventId;
 use crate::journal::Error;
 use crate::ledger::{
     Held, LedgerError, MAX_STATE_BYTES, OwnerToken, RequestChange, StatePut, StateWrite,
 };
+use crate::slack::envelope::EventId;
 
 /// How many times [`State::update`] reads again after another write came in between, before
 /// it gives up with [`Error::Ledger`] (the listener fails, and Slack's retry tries again; a

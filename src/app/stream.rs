@@ -166,7 +166,7 @@ pub struct Stream {
 }
 
 fn epoch_ms_of(ts: &str) -> u64 {
-    crate::pipeline::ts_ms(ts).unwrap_or_else(crate::clock::now_ms)
+    crate::clock::ts_ms(ts).unwrap_or_else(crate::clock::now_ms)
 }
 
 fn slice(text: &str, from: usize, to: Option<usize>) -> String {

@@ -623,8 +623,9 @@ where
     }
     // Computed without the steps held, so that a write inside is refused at once rather
     // than waiting: a remembered computation must not write (a replay would skip it).
-    #[cfg(feature = "explore")]
-    crate::testing::explore::computing(steps.key.as_str(), step, name);
+    if let Some(hooks) = crate::hooks::installed() {
+        hooks.computing(steps.key.as_str(), step, name);
+    }
     drop(steps);
     let value = REMEMBERING.scope(step, compute).await;
     let mut steps = held.lock().await;

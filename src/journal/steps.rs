@@ -7,11 +7,11 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{Error, Tally};
-use crate::envelope::EventId;
 use crate::ledger::{
     Held, Journal, Ledger, LedgerError, OwnerToken, Settled, StepRecord, first_absent_step,
     keep_doubt, same_step,
 };
+use crate::slack::envelope::EventId;
 
 pub(crate) struct Steps {
     pub ledger: Arc<dyn Ledger>,

@@ -4,7 +4,7 @@
 
 use super::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger};
 use super::{LedgerError, NotePut, OwnerToken, Settled, StepRecord};
-use crate::envelope::EventId;
+use crate::slack::envelope::EventId;
 
 /// The scenarios' clock: every write is at `NOW` plus a few milliseconds.
 pub const NOW: u64 = 1_700_000_000_000;

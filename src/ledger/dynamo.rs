@@ -759,7 +759,7 @@ impl Ledger for DynamoLedger {
 
     async fn set_note(
         &self,
-        key: &crate::envelope::EventId,
+        key: &crate::slack::envelope::EventId,
         value: &str,
         at_ms: u64,
         expires_at_s: u64,
@@ -797,7 +797,7 @@ impl Ledger for DynamoLedger {
 
     async fn replace_note(
         &self,
-        key: &crate::envelope::EventId,
+        key: &crate::slack::envelope::EventId,
         read: Option<&str>,
         value: &str,
         at_ms: u64,
@@ -839,7 +839,7 @@ impl Ledger for DynamoLedger {
 
     async fn state(
         &self,
-        key: &crate::envelope::EventId,
+        key: &crate::slack::envelope::EventId,
         now_ms: u64,
     ) -> Result<Option<super::StateItem>, LedgerError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -851,7 +851,7 @@ impl Ledger for DynamoLedger {
 
     async fn state_changes(
         &self,
-        key: &crate::envelope::EventId,
+        key: &crate::slack::envelope::EventId,
     ) -> Result<std::collections::BTreeMap<String, u64>, LedgerError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let item = self.get_item(key.as_str()).await?;
@@ -869,7 +869,7 @@ impl Ledger for DynamoLedger {
 
     async fn put_state(
         &self,
-        key: &crate::envelope::EventId,
+        key: &crate::slack::envelope::EventId,
         write: &super::StateWrite<'_>,
         now_ms: u64,
     ) -> Result<super::StatePut, LedgerError> {
@@ -1045,7 +1045,7 @@ impl Ledger for DynamoLedger {
 
     async fn note(
         &self,
-        key: &crate::envelope::EventId,
+        key: &crate::slack::envelope::EventId,
         now_ms: u64,
     ) -> Result<Option<String>, LedgerError> {
         let Some(item) = self.get_item(key.as_str()).await? else {
@@ -1489,7 +1489,7 @@ mod tests {
     }
 
     fn request<'a>(
-        event_id: &'a crate::envelope::EventId,
+        event_id: &'a crate::slack::envelope::EventId,
         owner: &'a super::super::OwnerToken,
         now_ms: u64,
     ) -> ClaimRequest<'a> {
@@ -1509,7 +1509,7 @@ mod tests {
 
     #[test]
     fn a_failed_claim_reads_done_failed_or_in_progress_from_the_returned_item() {
-        let e = crate::envelope::EventId::try_from("Ev1".to_string()).unwrap();
+        let e = crate::slack::envelope::EventId::try_from("Ev1".to_string()).unwrap();
         let me = super::super::OwnerToken::from("me");
         let done = item(&[
             (attr::STATUS, s("done")),
@@ -1548,7 +1548,7 @@ mod tests {
 
     #[test]
     fn a_live_claim_with_this_requests_owner_is_its_own_and_acquired() {
-        let e = crate::envelope::EventId::try_from("Ev1".to_string()).unwrap();
+        let e = crate::slack::envelope::EventId::try_from("Ev1".to_string()).unwrap();
         let me = super::super::OwnerToken::from("me");
         let mine = item(&[
             (attr::STATUS, s("in_progress")),
@@ -1672,7 +1672,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_item_is_treated_as_in_progress() {
-        let e = crate::envelope::EventId::try_from("Ev1".to_string()).unwrap();
+        let e = crate::slack::envelope::EventId::try_from("Ev1".to_string()).unwrap();
         let me = super::super::OwnerToken::from("me");
         assert_eq!(
             blocking_claim(None, &request(&e, &me, 5)),

@@ -11,7 +11,7 @@ use super::{
     LedgerError, Looked, OwnerToken, Settled, Status, StepRecord, applied_already,
     existing_blocks_claim, other_app, with_began, with_looked,
 };
-use crate::envelope::EventId;
+use crate::slack::envelope::EventId;
 
 #[derive(Clone, Debug)]
 struct Entry {

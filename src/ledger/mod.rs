@@ -28,7 +28,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::envelope::EventId;
+use crate::slack::envelope::EventId;
 
 pub use dynamo::DynamoLedger;
 pub use memory::MemoryLedger;

@@ -5,13 +5,14 @@
 use crate::workspaces::Requester;
 use std::sync::Arc;
 
-use super::claim::{Claimed, LedgerKeys, Times, ledger_key};
+use super::claim::{Claimed, Times};
 use super::work::Work;
 use super::{EventDelivery, Outcome, ProcessError, Processor, unix_ms};
 use crate::app::{AckMode, Identity, Route, Run, Source, Unit};
-use crate::envelope::EventCallback;
+use crate::keys::{LedgerKeys, StopNote, keep_stop, ledger_key};
 use crate::ledger::OwnerToken;
 use crate::slack::SlackClient;
+use crate::slack::envelope::EventCallback;
 
 impl Processor {
     /// Notes kept beside the claims, before the event is routed, when the app has an
@@ -37,7 +38,7 @@ impl Processor {
                     return;
                 };
                 let context = event.raw["assistant_thread"]["context"].clone();
-                let keys = super::claim::thread_context_keys(team, channel, thread, app);
+                let keys = crate::keys::thread_context_keys(team, channel, thread, app);
                 (keys, context.to_string())
             }
             ("app_context_changed", _) => {
@@ -61,14 +62,14 @@ impl Processor {
                     (None, Some(user)) => format!("user-{user}"),
                     (None, None) => return,
                 };
-                let keys = super::claim::agent_context_keys(team, &place, app);
+                let keys = crate::keys::agent_context_keys(team, &place, app);
                 (keys, context.to_string())
             }
             ("agent_session_stopped", Some(channel)) => {
                 let Some(thread) = event.raw["thread_ts"].as_str() else {
                     return;
                 };
-                let keys = super::claim::session_stop_keys(team, channel, thread, app);
+                let keys = crate::keys::session_stop_keys(team, channel, thread, app);
                 (keys, event.raw["streaming_message_ts"].to_string())
             }
             _ => return,
@@ -80,7 +81,7 @@ impl Processor {
         let at_ms = event
             .event_ts
             .as_deref()
-            .and_then(super::ts_ms)
+            .and_then(crate::clock::ts_ms)
             .or(callback
                 .event_time
                 .and_then(|t| u64::try_from(t).ok())
@@ -108,9 +109,9 @@ impl Processor {
                 .flatten()
                 .filter_map(|s| s.as_str().map(str::to_string))
                 .collect();
-            let stop = super::StopNote::pressed(at_ms, streams);
+            let stop = StopNote::pressed(at_ms, streams);
             let now_ms = unix_ms(delivery.now);
-            super::keep_stop(self.ledger.as_ref(), &keys, stop, expires_at_s, now_ms).await
+            keep_stop(self.ledger.as_ref(), &keys, stop, expires_at_s, now_ms).await
         };
         match tokio::time::timeout(std::time::Duration::from_millis(800), write).await {
             Ok(Ok(())) => {}

@@ -7,16 +7,17 @@ use crate::workspaces::Requester;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::claim::{Claimed, LedgerKeys, Times};
+use super::claim::{Claimed, Times};
 use super::work::listener_failed;
 use super::work::{Work, Worked};
 use super::{Delivery, EventDelivery, Outcome, ProcessError, Processor, unix_ms};
 use crate::app::{Ack, AckMode, Ctx, Identity, Run, Source, Steps, Unit};
-use crate::envelope::EventId;
-use crate::interaction::Interaction;
+use crate::keys::LedgerKeys;
 use crate::ledger::{OwnerToken, Settled};
 use crate::queue::QueuedStep;
 use crate::slack::SlackClient;
+use crate::slack::envelope::EventId;
+use crate::slack::interaction::Interaction;
 
 /// Slack waits 3 s for a command's or an interaction's acknowledgement: what runs before it
 /// (everything, in synchronous mode) must be done this long after the request arrived.
@@ -278,8 +279,8 @@ impl Processor {
         slack: &SlackClient,
     ) -> Outcome {
         let deadline = delivery.started + ACK_BUDGET;
-        let key =
-            crate::envelope::EventId::try_from("suggestion".to_string()).expect("a valid key");
+        let key = crate::slack::envelope::EventId::try_from("suggestion".to_string())
+            .expect("a valid key");
         let ctx = self.unclaimed(
             interaction,
             &key,

@@ -21,14 +21,10 @@ mod enqueue;
 mod events;
 mod finish;
 mod interactions;
-mod notes;
 mod verify;
 mod work;
 
-pub use claim::ledger_keys;
-pub(crate) use claim::{agent_context_keys, session_stop_keys, thread_context_keys};
 pub use interactions::ACK_BUDGET;
-pub(crate) use notes::{NoteKeys, StopNote, keep_stop};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,14 +35,14 @@ use tracing::Instrument;
 
 use crate::app::App;
 use crate::app::BotError;
-use crate::envelope::SkipReason;
-use crate::envelope::{Envelope, EventCallback};
-use crate::interaction::{Incoming, Interaction};
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics;
 use crate::queue::{QueueError, WorkQueue};
 use crate::secrets::SlackSecrets;
-use crate::signature::SignatureError;
+use crate::slack::envelope::SkipReason;
+use crate::slack::envelope::{Envelope, EventCallback};
+use crate::slack::interaction::{Incoming, Interaction};
+use crate::slack::signature::SignatureError;
 use crate::slack::{SlackClient, SlackError};
 use crate::workspaces::oauth::OAuthFlow;
 use crate::workspaces::{Authorized, StoreError, Workspaces};
@@ -717,8 +713,9 @@ impl Processor {
                 // captured request replayed with a forged header is not taken for it. (No write
                 // is made without a look-up on any delivery: the last chance only decides that a
                 // failure ends the event failed rather than released.)
-                let signed_at = header_str(delivery.headers, crate::signature::TIMESTAMP_HEADER)
-                    .and_then(|t| t.parse::<u64>().ok());
+                let signed_at =
+                    header_str(delivery.headers, crate::slack::signature::TIMESTAMP_HEADER)
+                        .and_then(|t| t.parse::<u64>().ok());
                 let late_enough = match (signed_at, callback.event_time) {
                     (Some(signed), Some(at)) => {
                         signed >= (at as u64).saturating_add(LAST_RETRY_AFTER.as_secs())
@@ -807,13 +804,6 @@ fn log_result(
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// A Slack `ts` (`"1700000000.123456"`) as epoch milliseconds.
-pub(crate) fn ts_ms(ts: &str) -> Option<u64> {
-    let (secs, frac) = ts.split_once('.').unwrap_or((ts, "0"));
-    let ms = format!("{frac:0<3}");
-    Some(secs.parse::<u64>().ok()? * 1000 + ms.get(..3)?.parse::<u64>().ok()?)
 }
 
 /// `t` in milliseconds since the Unix epoch (0 before it).

@@ -3,9 +3,9 @@
 use http::header::CONTENT_TYPE;
 
 use super::{Delivery, ProcessError, Processor, header_str, unix_ms};
-use crate::interaction::Incoming;
 use crate::secrets::SecretValues;
-use crate::signature::{self, SignatureError};
+use crate::slack::interaction::Incoming;
+use crate::slack::signature::{self, SignatureError};
 
 /// A request whose signature matches no cached secret waits at most this long (from its
 /// arrival) for the secret to be read again: a rotation is picked up within Slack's 3 s for

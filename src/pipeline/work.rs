@@ -7,9 +7,9 @@ use tokio::time::Instant;
 use super::claim::Times;
 use super::{EventDelivery, Outcome, ProcessError, Processor, metrics};
 use crate::app::{Ack, AckMode, BotError, Ctx, Error as StepError, Identity, Source, Steps, Unit};
-use crate::envelope::EventId;
 use crate::ledger::{Held, Journal, OwnerToken, Settled};
 use crate::slack::SlackError;
+use crate::slack::envelope::EventId;
 
 /// One claimed group of listeners, ready to run.
 pub(super) struct Work<'a> {
@@ -108,8 +108,9 @@ impl Processor {
                      value again: this request's change is lost (use State::update or \
                      State::change, or read again and put again on Put::Conflict)"
                 );
-                #[cfg(feature = "explore")]
-                crate::testing::explore::state_conflict_ignored(key.as_str(), &name);
+                if let Some(hooks) = crate::hooks::installed() {
+                    hooks.state_conflict_ignored(key.as_str(), &name);
+                }
             }
         }
         // An acknowledgement chosen too late to reach Slack: the request says so. A step held

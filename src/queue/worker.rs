@@ -28,11 +28,11 @@ use super::{
     QUEUED_EVENT_VERSION, QUEUED_FORM_VERSION, QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS,
     Received, WorkQueue,
 };
-use crate::envelope::Envelope;
-use crate::interaction::Interaction;
 use crate::metrics::Metrics;
-use crate::process::{EventDelivery, Outcome, ProcessError, Processor, Queued, QueuedMessage};
+use crate::pipeline::{EventDelivery, Outcome, ProcessError, Processor, Queued, QueuedMessage};
 use crate::slack::SlackError;
+use crate::slack::envelope::Envelope;
+use crate::slack::interaction::Interaction;
 
 /// What to do with a message after its event ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -184,7 +184,8 @@ impl TestBot {
     /// Posts `body` to the app's Request URL, signed now as Slack signs it, with `headers`.
     async fn post(&self, sent: Sent, headers: &[(&str, String)]) -> Response {
         let now = crate::clock::now_ms() / 1000;
-        let signature = crate::signature::sign(&Secret::new(SECRET), now, sent.body.as_bytes());
+        let signature =
+            crate::slack::signature::sign(&Secret::new(SECRET), now, sent.body.as_bytes());
         let mut request = http::Request::post("/slack/events")
             .header("content-type", sent.content_type)
             .header("x-slack-request-timestamp", now.to_string())

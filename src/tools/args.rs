@@ -92,7 +92,7 @@ impl Spec {
     /// has said why: 0 after `--help` (the usage printed), 2 for arguments the spec does not
     /// take (the reason and the usage on stderr).
     pub fn parse(&'static self, args: &[String]) -> Result<Args, ExitCode> {
-        let program = crate::run::program();
+        let program = super::program();
         let refuse = |why: String| {
             eprintln!("{program} {}: {why}\n\n{}", self.name, self.usage(&program));
             ExitCode::from(2)
@@ -185,7 +185,7 @@ impl Args {
 
     /// Says why the tool cannot run (`PROGRAM TOOL: why`) on stderr: exit code 2.
     pub fn fail(&self, why: &str) -> ExitCode {
-        let program = crate::run::program();
+        let program = super::program();
         eprintln!(
             "{program} {}: {why}\n(`{program} {} --help` says what it takes)",
             self.spec.name, self.spec.name
@@ -195,7 +195,7 @@ impl Args {
 
     /// Says what failed while the tool ran: exit code 1.
     pub fn failed(&self, what: &str) -> ExitCode {
-        eprintln!("{} {}: {what}", crate::run::program(), self.spec.name);
+        eprintln!("{} {}: {what}", super::program(), self.spec.name);
         ExitCode::FAILURE
     }
 }

@@ -137,7 +137,7 @@ impl Dependency {
         if is_checkout {
             Some(Self::Path(here.to_path_buf()))
         } else if PUBLISHED {
-            Some(Self::Version(crate::VERSION.to_string()))
+            Some(Self::Version(env!("CARGO_PKG_VERSION").to_string()))
         } else {
             None
         }

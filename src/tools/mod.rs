@@ -8,8 +8,8 @@
 //!   release's installations to the app's own keys;
 //! - `redrive` ([`redrive`]): the dead-letter queue back to the work queue;
 //! - `sweep` ([`sweep`]): claims left in progress past their lease ended failed;
-//! - `manifest` ([`manifest`]): the app manifest the bot's code needs (run by
-//!   [`crate::run`], which has the app);
+//! - `manifest` ([`manifest`]): the app manifest the bot's code needs (run by the bot's
+//!   `run`, which has the app);
 //! - `standin` ([`standin`]): a stand-in for Slack's Web API on 127.0.0.1, for the bot run
 //!   locally;
 //! - `init` ([`init`], the `slack-once` binary only): a new bot in a repository of its own.
@@ -29,6 +29,18 @@ pub mod sweep;
 use std::process::ExitCode;
 
 use args::{Args, Spec};
+
+/// The binary's name as it was run (`mybot`), for its usage and its tools' messages.
+pub(crate) fn program() -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|arg0| {
+            std::path::Path::new(&arg0)
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "slack-once".to_string())
+}
 
 /// Writes `text` and a newline to standard output, as `println!` does, but a reader that has
 /// gone (`mybot --help | grep -q create-table`, `| head -1`) is no error: what it did not read

@@ -38,11 +38,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::args::{self, Args, Spec, env};
-use crate::envelope::{Envelope, EventId};
-use crate::interaction::Interaction;
 use crate::ledger::dynamo::attr;
 use crate::queue::sqs::{self, CallBudget};
 use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
+use crate::slack::envelope::{Envelope, EventId};
+use crate::slack::interaction::Interaction;
 
 /// How long after the request a redriven command or interaction may still be answered through
 /// its `response_url`: Slack takes posts for 30 minutes, less 5 for the worker to get to it.
@@ -391,8 +391,8 @@ fn request_of(body: &str, options: &Options) -> Request {
     let mut request = if let Some(envelope) = &queued.envelope {
         match serde_json::from_str::<Envelope>(envelope.get()) {
             Ok(Envelope::EventCallback(callback)) => {
-                let (by_message, alias) = crate::pipeline::ledger_keys(&callback, true);
-                let (by_event, _) = crate::pipeline::ledger_keys(&callback, false);
+                let (by_message, alias) = crate::keys::ledger_keys(&callback, true);
+                let (by_event, _) = crate::keys::ledger_keys(&callback, false);
                 // The alias (`cmid-…`) only points at the message's item.
                 let _ = alias;
                 let mut keys = vec![by_message];
@@ -468,6 +468,71 @@ async fn judge(
         failure: None,
         action: Action::Moved,
     };
+    let items = read_items(q, options, &request, &mut entry).await?;
+    let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
+    // Answered: moved whatever else holds (the worker finds it done and drops it), so that a
+    // done request never waits in the dead-letter queue for a refusal.
+    // Not when its items may expire before the worker reads them: the worker would find them
+    // absent and answer again. Such a request stays in the dead-letter queue, refused.
+    if !items.is_empty() && items.iter().all(|(_, i)| status(i) == "done") {
+        entry.action = match (request.forgotten, request.refused) {
+            (true, Some(why)) => Action::Refused(format!("answered already; {why}")),
+            _ => Action::Answered,
+        };
+        return Ok(entry);
+    }
+    if let Some(fmt) = items
+        .iter()
+        .filter_map(|(_, i)| number(i, attr::FORMAT))
+        .find(|f| *f > crate::ledger::dynamo::ITEM_FORMAT_READ)
+    {
+        entry.action = Action::Refused(format!(
+            "its item is of format {fmt}, which this release does not take over: redrive it \
+             with the release that wrote it"
+        ));
+        return Ok(entry);
+    }
+    entry.failure = items
+        .iter()
+        .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
+    if let Some(why) = request.refused {
+        entry.action = Action::Refused(end_lapsed_claims(q, options, &items, why).await?);
+        return Ok(entry);
+    }
+    if let Some((code, why)) = items
+        .iter()
+        .map(|(_, i)| i)
+        .filter(|i| status(i) == "failed")
+        .filter_map(|i| text(i, attr::ERROR))
+        .find_map(|code| NEVER_REDRIVEN.iter().find(|(c, _)| *c == code))
+    {
+        entry.action = Action::Refused(format!("{code}: {why}"));
+        return Ok(entry);
+    }
+    if items.iter().any(|(_, i)| {
+        status(i) == "in_progress"
+            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until > options.now_ms)
+    }) {
+        entry.action = Action::Held;
+        return Ok(entry);
+    }
+    if !options.dry_run {
+        for (key, item) in items.iter().filter(|(_, i)| status(i) == "failed") {
+            reset(q, options, key, item).await?;
+        }
+    }
+    Ok(entry)
+}
+
+/// The items of `request`'s keys (each listed in `entry` with its status, `absent` when there
+/// is none): where another app's item stands under a key, this app's own under the key scoped
+/// to it.
+async fn read_items(
+    q: &Queues<'_>,
+    options: &Options,
+    request: &Request,
+    entry: &mut Entry,
+) -> Result<Vec<(EventId, Item)>, RedriveError> {
     let mut items: Vec<(EventId, Item)> = Vec::new();
     for key in &request.keys {
         let mut key = key.clone();
@@ -497,82 +562,39 @@ async fn judge(
             items.push((key.clone(), item));
         }
     }
-    let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
-    // Answered: moved whatever else holds (the worker finds it done and drops it), so that a
-    // done request never waits in the dead-letter queue for a refusal.
-    // Not when its items may expire before the worker reads them: the worker would find them
-    // absent and answer again. Such a request stays in the dead-letter queue, refused.
-    if !items.is_empty() && items.iter().all(|(_, i)| status(i) == "done") {
-        entry.action = match (request.forgotten, request.refused) {
-            (true, Some(why)) => Action::Refused(format!("answered already; {why}")),
-            _ => Action::Answered,
-        };
-        return Ok(entry);
-    }
-    if let Some(fmt) = items
-        .iter()
-        .filter_map(|(_, i)| number(i, attr::FORMAT))
-        .find(|f| *f > crate::ledger::dynamo::ITEM_FORMAT_READ)
-    {
-        entry.action = Action::Refused(format!(
-            "its item is of format {fmt}, which this release does not take over: redrive it \
-             with the release that wrote it"
-        ));
-        return Ok(entry);
-    }
-    entry.failure = items
-        .iter()
-        .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
-    if let Some(why) = request.refused {
-        // Nothing brings the request back now: a claim of it left in progress past its lease
-        // (a worker's last receive killed, or one marked for a redelivery that never took it)
-        // ends failed with the reason, retryable as a lapsed claim is, so that the ledger says
-        // why it was never answered.
-        let mut ended = 0;
-        for (key, item) in items.iter().filter(|(_, i)| {
-            status(i) == "in_progress"
-                && number(i, attr::LEASE_UNTIL).is_some_and(|until| until <= options.now_ms)
-        }) {
-            if options.dry_run || end_refused(q, options, key, item).await? {
-                ended += 1;
-            }
-        }
-        entry.action = Action::Refused(match ended {
-            0 => why,
-            _ => format!(
-                "{why}; its claim left in progress {} failed ({DEAD_LETTER_REFUSED})",
-                if options.dry_run {
-                    "would end"
-                } else {
-                    "ended"
-                }
-            ),
-        });
-        return Ok(entry);
-    }
-    if let Some((code, why)) = items
-        .iter()
-        .map(|(_, i)| i)
-        .filter(|i| status(i) == "failed")
-        .filter_map(|i| text(i, attr::ERROR))
-        .find_map(|code| NEVER_REDRIVEN.iter().find(|(c, _)| *c == code))
-    {
-        entry.action = Action::Refused(format!("{code}: {why}"));
-        return Ok(entry);
-    }
-    if items.iter().any(|(_, i)| {
-        status(i) == "in_progress"
-            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until > options.now_ms)
+    Ok(items)
+}
+
+/// A refused request (`why`): nothing brings it back now, so a claim of it left in progress
+/// past its lease (a worker's last receive killed, or one marked for a redelivery that never
+/// took it) ends failed with the reason, retryable as a lapsed claim is, so that the ledger
+/// says why it was never answered. The refusal, with what became of such claims.
+async fn end_lapsed_claims(
+    q: &Queues<'_>,
+    options: &Options,
+    items: &[(EventId, Item)],
+    why: String,
+) -> Result<String, RedriveError> {
+    let mut ended = 0;
+    for (key, item) in items.iter().filter(|(_, i)| {
+        text(i, attr::STATUS) == Some("in_progress")
+            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until <= options.now_ms)
     }) {
-        entry.action = Action::Held;
-        return Ok(entry);
-    }
-    if !options.dry_run {
-        for (key, item) in items.iter().filter(|(_, i)| status(i) == "failed") {
-            reset(q, options, key, item).await?;
+        if options.dry_run || end_refused(q, options, key, item).await? {
+            ended += 1;
         }
     }
-    Ok(entry)
+    Ok(match ended {
+        0 => why,
+        _ => format!(
+            "{why}; its claim left in progress {} failed ({DEAD_LETTER_REFUSED})",
+            if options.dry_run {
+                "would end"
+            } else {
+                "ended"
+            }
+        ),
+    })
 }
 
 type Item = std::collections::HashMap<String, AttributeValue>;

@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use super::args::{Args, Item, Spec};
 use crate::config::{Secret, SigningSecrets};
-use crate::process::{RETRY_NUM_HEADER, RETRY_REASON_HEADER};
-use crate::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
+use crate::pipeline::{RETRY_NUM_HEADER, RETRY_REASON_HEADER};
+use crate::slack::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 
 /// Where the printed `curl` command sends the body when neither `--url` nor `LISTEN_ADDR` is set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:3000/slack/events";
@@ -332,7 +332,7 @@ pub fn run(args: &Args) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::verify_at;
+    use crate::slack::signature::verify_at;
 
     #[test]
     fn a_resigned_lambda_event_verifies_at_its_new_timestamp() {
@@ -391,7 +391,7 @@ mod tests {
         // Signed again, it is another click: another `action_ts`, another ledger key.
         let again = interaction_form(&click, 1_767_225_700_000);
         let key = |form: &str| {
-            crate::interaction::Interaction::from_form(form.as_bytes())
+            crate::slack::interaction::Interaction::from_form(form.as_bytes())
                 .ok()
                 .and_then(|i| i.key())
                 .map(|k| k.as_str().to_string())

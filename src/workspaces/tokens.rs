@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::seal::ReadyKey;
 use super::{
     Installation, InstallationKey, InstallationStore, Place, Requester, StoreError, Stored, Token,
 };
@@ -644,24 +645,11 @@ impl Workspaces {
         let key = &known.key;
         let budget = Instant::now() + REFRESH_BUDGET;
         let rotation = seen.bot.rotation();
-        // The table may hold a newer token already (another instance refreshed).
-        let stored = self
-            .judge_for(key, self.store.find(key).await?, known)
-            .await?;
-        let Some(stored) = stored else {
-            self.remember(key, None);
-            return Ok(());
-        };
-        if stored.installation.bot.rotation() != rotation
-            || stored.broken.is_some()
-            || stored.place != known.place()
-        {
-            self.remember(key, Some(stored));
-            return Ok(());
-        }
         // The item the pair is stored in: the app's own, or the previous release's (in place,
         // so that both releases refresh one installation once).
-        let place = stored.place;
+        let Some(place) = self.still_to_refresh(known, &rotation).await? else {
+            return Ok(());
+        };
         let owner = uuid::Uuid::new_v4().simple().to_string();
         let now = crate::clock::now_ms();
         let until = now + REFRESH_LEASE.as_millis() as u64;
@@ -670,53 +658,16 @@ impl Workspaces {
             .take_refresh(key, place, &rotation, &owner, now, until)
             .await?
         {
-            // Another instance is refreshing: the current token serves until it expires. One
-            // about to expire waits for the other's pair, within the budget.
-            crate::metrics::count("TokenRefreshesDeferred");
-            while self
-                .left(&known.get().bot)
-                .is_some_and(|l| l <= INLINE_BELOW)
-                && Instant::now() + Duration::from_millis(250) < budget
-            {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                let now = self
-                    .judge_for(key, self.store.find(key).await?, known)
-                    .await?;
-                let changed = now.as_ref().is_none_or(|s| {
-                    s.installation.bot.rotation() != rotation
-                        || s.broken.is_some()
-                        || s.place != place
-                });
-                if changed {
-                    self.remember(key, now);
-                    break;
-                }
-            }
+            self.wait_for_the_other_refresh(known, &rotation, place, budget)
+                .await?;
             return Ok(());
         }
         let released = || async {
             let _ = self.store.release_refresh(key, place, &owner).await;
         };
-        // Taken: read again (a refresh may have ended between the read and the lease). The
-        // pair is stored over what this read found, and nothing else.
-        let due = |i: &Installation| {
-            self.left(&i.bot)
-                .is_some_and(|l| l <= self.oauth.refresh_before)
-        };
-        let found = match self.store.find(key).await {
-            Ok(found) => self.judge_for(key, found, known).await,
-            Err(e) => Err(e),
-        };
-        let held = match found {
-            Ok(Some(s))
-                if s.installation.bot.rotation() == rotation
-                    && s.broken.is_none()
-                    && s.place == place
-                    && due(&s.installation) =>
-            {
-                s
-            }
-            Ok(other) => {
+        let held = match self.held_for_refresh(known, &rotation, place).await {
+            Ok(Held::Due(held)) => held,
+            Ok(Held::Not(other)) => {
                 released().await;
                 self.remember(key, other);
                 return Ok(());
@@ -741,27 +692,7 @@ impl Workspaces {
                 "no client secret (SLACK_CLIENT_SECRET, or client_secret in the secret)".into(),
             );
         };
-        let refresh_token = held
-            .installation
-            .bot
-            .refresh_token
-            .clone()
-            .unwrap_or_default();
-        let answer = self
-            .slack
-            .call_with(
-                "oauth.v2.access",
-                &[
-                    ("client_id", self.oauth.client_id.as_str()),
-                    ("client_secret", secret.expose()),
-                    ("grant_type", "refresh_token"),
-                    ("refresh_token", refresh_token.as_str()),
-                ],
-                None,
-                budget,
-            )
-            .await;
-        let answer = match answer {
+        let answer = match self.exchange(&secret, &held, budget).await {
             Ok(answer) => answer,
             Err(SlackError::Api { code }) if BROKEN_CODES.contains(&code.as_str()) => {
                 // Only if no other refresh replaced the token meanwhile.
@@ -796,17 +727,149 @@ impl Workspaces {
                 .as_u64()
                 .map(|s| crate::clock::now_ms().saturating_add(s.saturating_mul(1000))),
         };
-        // Stored before any use: a pair not stored is never used, and the next try exchanges
-        // the same refresh token again.
+        self.keep_refreshed(known, place, (&rotation, &owner), &held, refreshed, &ready)
+            .await
+    }
+
+    /// Where `known`'s pair of `rotation` stands in the table, if it is still the one to
+    /// refresh: the table may hold a newer token already (another instance refreshed), which
+    /// is remembered instead.
+    async fn still_to_refresh(
+        &self,
+        known: &Arc<Known>,
+        rotation: &str,
+    ) -> Result<Option<Place>, StoreError> {
+        let key = &known.key;
+        let stored = self
+            .judge_for(key, self.store.find(key).await?, known)
+            .await?;
+        let Some(stored) = stored else {
+            self.remember(key, None);
+            return Ok(None);
+        };
+        if stored.installation.bot.rotation() != rotation
+            || stored.broken.is_some()
+            || stored.place != known.place()
+        {
+            self.remember(key, Some(stored));
+            return Ok(None);
+        }
+        Ok(Some(stored.place))
+    }
+
+    /// Another instance is refreshing `known`'s pair (of `rotation`, in `place`): the current
+    /// token serves until it expires. One about to expire waits for the other's pair, within
+    /// `budget`.
+    async fn wait_for_the_other_refresh(
+        &self,
+        known: &Arc<Known>,
+        rotation: &str,
+        place: Place,
+        budget: Instant,
+    ) -> Result<(), StoreError> {
+        let key = &known.key;
+        crate::metrics::count("TokenRefreshesDeferred");
+        while self
+            .left(&known.get().bot)
+            .is_some_and(|l| l <= INLINE_BELOW)
+            && Instant::now() + Duration::from_millis(250) < budget
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self
+                .judge_for(key, self.store.find(key).await?, known)
+                .await?;
+            let changed = now.as_ref().is_none_or(|s| {
+                s.installation.bot.rotation() != rotation || s.broken.is_some() || s.place != place
+            });
+            if changed {
+                self.remember(key, now);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Under the refresh lease: read again (a refresh may have ended between the read and the
+    /// lease). The pair is stored over what this read found, and nothing else: the item as
+    /// taken (`rotation`, in `place`) and due, or what the table holds instead.
+    async fn held_for_refresh(
+        &self,
+        known: &Arc<Known>,
+        rotation: &str,
+        place: Place,
+    ) -> Result<Held, StoreError> {
+        let key = &known.key;
+        let found = self
+            .judge_for(key, self.store.find(key).await?, known)
+            .await?;
+        Ok(match found {
+            Some(s)
+                if s.installation.bot.rotation() == rotation
+                    && s.broken.is_none()
+                    && s.place == place
+                    && self
+                        .left(&s.installation.bot)
+                        .is_some_and(|l| l <= self.oauth.refresh_before) =>
+            {
+                Held::Due(s)
+            }
+            other => Held::Not(other),
+        })
+    }
+
+    /// Exchanges `held`'s refresh token for a new pair (`oauth.v2.access`), within `budget`.
+    async fn exchange(
+        &self,
+        secret: &Secret,
+        held: &Stored,
+        budget: Instant,
+    ) -> Result<serde_json::Value, SlackError> {
+        let refresh_token = held
+            .installation
+            .bot
+            .refresh_token
+            .clone()
+            .unwrap_or_default();
+        self.slack
+            .call_with(
+                "oauth.v2.access",
+                &[
+                    ("client_id", self.oauth.client_id.as_str()),
+                    ("client_secret", secret.expose()),
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", refresh_token.as_str()),
+                ],
+                None,
+                budget,
+            )
+            .await
+    }
+
+    /// Stores the `refreshed` pair over `held` (conditioned on its rotation and revision and
+    /// the lease `owner` holds), before any use: a pair not stored is never used, and the next
+    /// try exchanges the same refresh token again.
+    async fn keep_refreshed(
+        &self,
+        known: &Arc<Known>,
+        place: Place,
+        (rotation, owner): (&str, &str),
+        held: &Stored,
+        refreshed: Installation,
+        ready: &ReadyKey,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let key = &known.key;
+        let released = || async {
+            let _ = self.store.release_refresh(key, place, owner).await;
+        };
         match self
             .store
             .store_refreshed(
                 key,
                 place,
-                (&rotation, held.revision),
-                &owner,
+                (rotation, held.revision),
+                owner,
                 &refreshed,
-                &ready,
+                ready,
             )
             .await
         {
@@ -1028,4 +1091,11 @@ impl TokenSource for InstalledToken {
             .read_slot(&self.pace, method, deadline)
             .await
     }
+}
+
+/// What the read under the refresh lease found: the item as taken and due for a refresh, or
+/// what the table holds instead (nothing to refresh).
+enum Held {
+    Due(Stored),
+    Not(Option<Stored>),
 }

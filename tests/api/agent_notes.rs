@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use slack_once::app::{
     AgentSessionStopped, App, AssistantThread, Ctx, MessageEvent, feedback_buttons,
 };
-use slack_once::envelope::EventId;
 use slack_once::ledger::{Ledger, MemoryLedger};
+use slack_once::slack::envelope::EventId;
 use slack_once::testing::{FakeSlack, TestBot};
 
 use crate::agent::{agent, expected, parts_in};

@@ -335,9 +335,12 @@ async fn a_listener_whose_writes_change_between_runs_ends_the_event_failed() {
         "{}",
         retry.body
     );
-    let key =
-        slack_once::envelope::EventId::try_from(message_key("T0001", "C0001", "1700000130.000100"))
-            .unwrap();
+    let key = slack_once::slack::envelope::EventId::try_from(message_key(
+        "T0001",
+        "C0001",
+        "1700000130.000100",
+    ))
+    .unwrap();
     assert_eq!(ledger.status(&key), Some(Status::Failed));
     assert_eq!(app.slack.posted().len(), 0);
 }

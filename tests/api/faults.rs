@@ -779,7 +779,7 @@ async fn slack_errors_no_retry_can_fix_end_the_event_failed_with_200() {
             answer.body
         );
         assert!(answer.headers.get("x-slack-no-retry").is_none());
-        let id = slack_once::envelope::EventId::try_from(mention_key("EvFail")).unwrap();
+        let id = slack_once::slack::envelope::EventId::try_from(mention_key("EvFail")).unwrap();
         assert_eq!(ledger.status(&id), Some(Status::Failed), "{code}");
         for retry in 1..=3 {
             let copy = app.send(&body, Some(retry)).await;

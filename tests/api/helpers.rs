@@ -827,7 +827,7 @@ pub fn signed_headers(secret: &str, timestamp: u64, body: &[u8]) -> Vec<(String,
         ("x-slack-request-timestamp".into(), timestamp.to_string()),
         (
             "x-slack-signature".into(),
-            slack_once::signature::sign(&Secret::new(secret), timestamp, body),
+            slack_once::slack::signature::sign(&Secret::new(secret), timestamp, body),
         ),
     ]
 }

@@ -32,7 +32,7 @@ fn form_headers(body: &str) -> Vec<(String, String)> {
         ("x-slack-request-timestamp".into(), now.to_string()),
         (
             "x-slack-signature".into(),
-            slack_once::signature::sign(
+            slack_once::slack::signature::sign(
                 &slack_once::config::Secret::new(SECRET),
                 now,
                 body.as_bytes(),
@@ -601,7 +601,7 @@ async fn the_modal_example_opens_validates_and_posts_once_in_deferred_mode() {
 
 #[test]
 fn every_sample_form_is_the_kind_its_name_says() {
-    use slack_once::interaction::{Incoming, Kind};
+    use slack_once::slack::interaction::{Incoming, Kind};
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/interactions");
     let mut seen = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -1030,7 +1030,7 @@ async fn on_lambda_a_deferred_ingress_without_a_token_does_not_take_a_view_for_o
         "api_app_id": "A0001", "trigger_id": Workspace::trigger_id(),
     }));
     let now = slack_once::clock::now_ms() / 1000;
-    let signature = slack_once::signature::sign(
+    let signature = slack_once::slack::signature::sign(
         &slack_once::config::Secret::new("lambda-secret"),
         now,
         body.as_bytes(),

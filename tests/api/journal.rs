@@ -136,7 +136,7 @@ async fn a_listener_that_would_outgrow_its_journal_ends_the_event_failed_once() 
         "the write past the bound was not made"
     );
     let key =
-        slack_once::envelope::EventId::try_from(message_key(TEAM, "D0001", &ts_of("EvOutgrow")))
+        slack_once::slack::envelope::EventId::try_from(message_key(TEAM, "D0001", &ts_of("EvOutgrow")))
             .unwrap();
     assert_eq!(ledger.status(&key), Some(Status::Failed));
 }

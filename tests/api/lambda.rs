@@ -459,7 +459,7 @@ async fn the_worker_on_lambda_reports_only_the_records_to_hand_out_again() {
         .unwrap()
         .as_millis() as u64;
     for (id, complete) in [("EvLamBusy", false), ("EvLamDone", true)] {
-        let event_id = slack_once::envelope::EventId::try_from(mention_key(id)).unwrap();
+        let event_id = slack_once::slack::envelope::EventId::try_from(mention_key(id)).unwrap();
         let owner = OwnerToken::random();
         ledger
             .claim(&ClaimRequest {

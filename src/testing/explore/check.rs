@@ -33,8 +33,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::run::{BOT_TOKEN, CLIENT_SECRET, End, RunView, SIGNING_SECRET};
+use super::end::{End, RunView};
 use super::schedule::{Fault, SiteKind};
+use super::tenants::{BOT_TOKEN, CLIENT_SECRET, SIGNING_SECRET};
 use super::world::{RunEnd, RunKind};
 
 /// What the explorer compares of a write between the fault-free run and a schedule
@@ -488,12 +489,12 @@ fn tenant_invariants(end: &End) -> Vec<String> {
         }
     }
     for (key, seeded) in &end.other_tenants {
-        let Ok(id) = crate::envelope::EventId::try_from(key.clone()) else {
+        let Ok(id) = crate::slack::envelope::EventId::try_from(key.clone()) else {
             continue;
         };
         let ledger = end.state.ledger.clone();
         let now = end.state.now_ms;
-        let item = super::run::at_once(async move {
+        let item = super::end::at_once(async move {
             use crate::ledger::Ledger;
             ledger.state(&id, now).await
         });

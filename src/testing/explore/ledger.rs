@@ -9,11 +9,11 @@ use async_trait::async_trait;
 
 use super::schedule::{Fault, SiteKind};
 use super::world::{Decision, World};
-use crate::envelope::EventId;
 use crate::ledger::{
     Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,
     StepRecord,
 };
+use crate::slack::envelope::EventId;
 use crate::workspaces::{
     Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
 };
@@ -38,7 +38,7 @@ fn other_workspaces(key: &EventId, team: &str) -> Option<EventId> {
     let (app, rest) = rest.split_once('-')?;
     let rest = rest.strip_prefix(team)?.strip_prefix('-')?;
     let (name, _digest) = rest.rsplit_once('-')?;
-    let other = super::run::TEAMS.iter().find(|t| **t != team)?;
+    let other = super::tenants::TEAMS.iter().find(|t| **t != team)?;
     crate::app::state_key(Some(app), Some(other), name).ok()
 }
 

@@ -67,13 +67,16 @@
 //! or [`Explorer::seed`] sets it.
 
 pub(crate) mod check;
-pub(crate) mod door;
+mod door;
+mod end;
+mod hooks;
 mod ledger;
 mod request;
 mod run;
 mod schedule;
 pub mod simulate;
 mod slack;
+mod tenants;
 mod world;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -83,10 +86,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use check::Compare;
+pub use end::{End, RunView};
 pub use request::Request;
-pub use run::{AppFactory, End, RunView};
-pub use schedule::{At, Fault, Schedule, SiteKind, Story};
-pub use simulate::{FaultRates, Simulation, SimulationReport};
+pub use run::AppFactory;
+pub use schedule::{At, Fault, FaultRates, Schedule, SiteKind, Story};
+pub use simulate::{Simulation, SimulationReport};
 pub use world::{RunEnd, RunKind};
 
 use crate::app::App;
@@ -407,6 +411,7 @@ impl Explorer {
     }
 
     fn run_here(self) -> Report {
+        hooks::install();
         let running = door::Running::start();
         let began = Instant::now();
         let logs = Arc::new(Mutex::new(Vec::new()));
@@ -427,7 +432,7 @@ impl Explorer {
                     busy: self.busy,
                     history_per_minute: self.history_per_minute,
                     installed: self.installed,
-                    tenant: run::Tenant::of(0, 0),
+                    tenant: tenants::Tenant::of(0, 0),
                     other_apps_token: false,
                     state_of_other_workspace: false,
                     redrive: false,
@@ -1114,68 +1119,5 @@ impl fmt::Display for Report {
             }
         }
         Ok(())
-    }
-}
-
-/// The listener chose its acknowledgement (`body`: `None` for an empty one).
-pub(crate) fn acknowledging(key: &str, body: Option<String>) {
-    let Some(world) = world::current::get() else {
-        return;
-    };
-    world.say(
-        None,
-        format!(
-            "the listener acknowledges {key} with {}",
-            body.as_deref().unwrap_or("an empty body")
-        ),
-    );
-    let request = world::RUN
-        .try_with(|run| *run)
-        .ok()
-        .map_or(0, |run| world.request_of(run));
-    let mut s = world.lock();
-    s.acks.push(body);
-    s.by_request.acked_by.push(request);
-}
-
-/// The listeners of the claim `key` ended, their work done, with the conflict of a `put` of
-/// the state value `name` unanswered: a lost update, whatever the schedule.
-pub(crate) fn state_conflict_ignored(key: &str, name: &str) {
-    let Some(world) = world::current::get() else {
-        return;
-    };
-    let run = world::RUN.try_with(|run| *run).ok();
-    world.say(
-        run,
-        format!("the listeners of {key} end with the state conflict of {name:?} unanswered"),
-    );
-    world.violate(format!(
-        "no lost update: a put of the state value {name:?} met Conflict (another request wrote          it between this request's read and its put: nothing was written), and the listeners of          {key}{} ended without reading it again: this request's change is lost. Use          ctx.state().update(…) (or change(…)), or on Put::Conflict read again and put again",
-        match run {
-            Some(r) => format!(" (run {r})"),
-            None => String::new(),
-        }
-    ));
-}
-
-/// The listener is computing a remembered result (step `step` of the claim `key`): the
-/// explorer checks that its result was not recorded already.
-pub(crate) fn computing(key: &str, step: u32, name: &str) {
-    let Some(world) = world::current::get() else {
-        return;
-    };
-    let recorded = crate::envelope::EventId::try_from(key.to_string())
-        .ok()
-        .and_then(|k| world.ledger.journal(&k))
-        .is_some_and(|j| matches!(j.get(&step), Some(crate::ledger::StepRecord::Done { .. })));
-    world.say(
-        None,
-        format!("the listener computes the result it remembers as {name:?} (step {step} of {key})"),
-    );
-    if recorded {
-        world.violate(format!(
-            "remembered once: {name:?} (step {step} of {key}) was computed again though its \
-             result was recorded"
-        ));
     }
 }

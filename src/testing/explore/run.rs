@@ -11,12 +11,14 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use super::end::{End, RunView, StateView, at_once};
 use super::ledger::SimLedger;
 use super::request::{Copy, Request, prepare};
 use super::schedule::Story;
 use super::slack::{SimQueue, SimSlack};
+use super::tenants::{APPS, CLIENT_SECRET, SIGNING_SECRET, TEAMS, Tenant};
 use super::world::RUN;
-use super::world::{Line, Plan, RunEnd, RunKind, World, current};
+use super::world::{Plan, RunEnd, RunKind, World, current};
 use crate::app::App;
 use crate::config::{Secret, SigningSecrets};
 use crate::http::AppState;
@@ -27,14 +29,11 @@ use crate::queue::Received;
 use crate::queue::worker::{Disposition, Worker};
 use crate::secrets::SlackSecrets;
 use crate::slack::SlackClient;
-use crate::testing::{FakeSlack, IN_PROCESS_BASE, Identity};
+use crate::testing::{FakeSlack, IN_PROCESS_BASE};
 
 /// Builds the bot, once per process.
 pub type AppFactory = Arc<dyn Fn() -> App + Send + Sync>;
 
-/// The signing secret and the bot token of the explorer's app.
-pub(crate) const SIGNING_SECRET: &str = "explorer-signing-secret";
-pub(crate) const BOT_TOKEN: &str = "xoxb-explorer-T0TEST";
 /// The schedule starts at 2026-01-01 00:00:01 UTC (virtual).
 const START: u64 = 1_767_225_601;
 /// Slack waits this long for a 2xx.
@@ -84,72 +83,6 @@ pub(crate) struct Seeds {
     pub executions: Vec<(String, Value)>,
 }
 
-/// The apps a simulation's schedules draw from: two apps (two `api_app_id`s, bots and tokens).
-pub(crate) const APPS: [&str; 2] = [crate::testing::APP_ID, "A0SECOND"];
-/// The workspaces they are installed in.
-pub(crate) const TEAMS: [&str; 2] = [crate::testing::TEAM, "T0SECOND"];
-
-/// Who a schedule's requests come from: one of [`APPS`], in one of [`TEAMS`]. Its requests
-/// name them, Slack's workspace is its, its bot token (or its installation's) is its own, and
-/// the other tenants' state is on the same ledger beside its own.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Tenant {
-    pub app_id: String,
-    pub team: String,
-    pub bot_id: String,
-    pub bot_user: String,
-    /// The bot token of a single-workspace install.
-    pub token: String,
-    /// The app's OAuth client id (multi-workspace mode).
-    pub client_id: String,
-}
-
-impl Tenant {
-    /// App `app` of [`APPS`] in workspace `team` of [`TEAMS`]; `(0, 0)` is the explorer's.
-    pub(crate) fn of(app: usize, team: usize) -> Self {
-        let (app, team) = (app % 2, team % 2);
-        let (app_id, team_id) = (APPS[app], TEAMS[team]);
-        let first = (app, team) == (0, 0);
-        Self {
-            app_id: app_id.into(),
-            team: team_id.into(),
-            bot_id: match first {
-                true => crate::testing::BOT_ID.into(),
-                false => crate::testing::bot_id_for(app_id, team_id),
-            },
-            bot_user: match first {
-                true => crate::testing::BOT_USER.into(),
-                false => crate::testing::bot_user_for(app_id, team_id),
-            },
-            token: match first {
-                true => BOT_TOKEN.into(),
-                false => format!("xoxb-explorer-{app_id}-{team_id}"),
-            },
-            client_id: match app {
-                0 => CLIENT_ID.into(),
-                _ => "1111.3333".into(),
-            },
-        }
-    }
-
-    /// The three other tenants: each other app in each workspace, and this app in the other.
-    pub(crate) fn others(&self) -> Vec<Tenant> {
-        (0..4)
-            .map(|i| Tenant::of(i & 1, i >> 1))
-            .filter(|t| t != self)
-            .collect()
-    }
-
-    fn identity(&self) -> Identity {
-        Identity {
-            team: self.team.clone(),
-            app_id: self.app_id.clone(),
-            bot_id: self.bot_id.clone(),
-            bot_user: self.bot_user.clone(),
-        }
-    }
-}
-
 /// The name under which each other tenant holds a state value on the schedule's ledger: it
 /// must be as seeded at the end (never written nor deleted by this tenant's requests).
 pub(crate) const OTHER_TENANTS_STATE: &str = "count";
@@ -197,172 +130,6 @@ pub(crate) struct Spec {
 
 /// An operator redrives a dead letter this long after it lands in the dead-letter queue.
 pub(crate) const REDRIVE_AFTER: Duration = Duration::from_secs(3600);
-
-/// The explorer's app's OAuth credentials (multi-workspace mode).
-pub(crate) const CLIENT_ID: &str = "1111.2222";
-pub(crate) const CLIENT_SECRET: &str = "explorer-client-secret";
-
-/// What one schedule came to.
-#[derive(Clone)]
-pub struct End {
-    /// The requests of the exploration, as a person reads them, in order.
-    pub requests: Vec<String>,
-    /// Every run, in the order they started.
-    pub runs: Vec<RunView>,
-    /// This app's messages in Slack at the end (updates applied, deletions removed).
-    pub messages: Vec<Value>,
-    /// The ephemeral messages (`chat.postEphemeral`, ephemeral `response_url` posts).
-    pub ephemerals: Vec<Value>,
-    /// The views opened (updates applied).
-    pub views: Vec<Value>,
-    /// The reactions in place: (channel, ts, name).
-    pub reactions: Vec<(String, String, String)>,
-    /// The assistant calls: (method, channel, thread, arguments).
-    pub assistant: Vec<(String, String, String, Value)>,
-    /// Every write Slack received, in order: (method, arguments).
-    pub calls: Vec<(String, Value)>,
-    /// Every ledger key and its status.
-    pub ledger: Vec<(String, crate::ledger::Status)>,
-    /// The log lines of every run.
-    pub logs: Vec<String>,
-    /// Messages the queue dead-lettered.
-    pub dead_letters: usize,
-    /// The bodies of the messages the ingress put on the queue, in order.
-    pub queued: Vec<String>,
-    pub(crate) trace: Vec<Line>,
-    pub(crate) violations: Vec<String>,
-    pub(crate) tokens: Vec<(u32, Option<String>)>,
-    /// Multi-workspace mode: every token Slack issued to the workspace (access and refresh).
-    pub(crate) issued: Option<Vec<String>>,
-    /// Multi-workspace mode: what the installation came to (`Err`: why it no longer works).
-    pub(crate) installation: Option<Result<(), String>>,
-    pub(crate) faults: BTreeMap<super::schedule::At, super::schedule::Fault>,
-    pub(crate) unfinished: bool,
-    /// The acknowledgements the listener chose (`None`: empty), in order.
-    pub acks: Vec<Option<String>>,
-    /// The faults that struck: the fault, its site's kind, the call, and whether its run had
-    /// announced or made a write before.
-    pub struck: Vec<(
-        super::schedule::Fault,
-        super::schedule::SiteKind,
-        String,
-        bool,
-    )>,
-    pub(crate) by_request: super::world::ByRequest,
-    pub(crate) state: StateView,
-    /// The queued messages dead-lettered (their index in `queued`), and not redriven.
-    pub(crate) dead_lettered: Vec<usize>,
-    /// The queued messages an operator redrove from the dead-letter queue.
-    pub(crate) redriven: Vec<usize>,
-    /// The requests, in groups sent at once (a sequence: one each).
-    pub(crate) groups: Vec<Vec<usize>>,
-    /// The step executions Slack ran, as [`crate::testing::FakeSlack::executions`] shows
-    /// them (`state`, `completions`, `refusals`…).
-    pub executions: Vec<Value>,
-    /// Every token of a step execution Slack issued, with its execution.
-    pub(crate) execution_tokens: Vec<(String, String)>,
-    /// What agents' answers broke, as Slack shows them (a stop, tasks).
-    pub(crate) agents: Vec<String>,
-    /// Whose requests they were.
-    pub(crate) tenant: Tenant,
-    /// The ledger keys of the other tenants' state values, seeded beside this one's, and the
-    /// value each was seeded with.
-    pub(crate) other_tenants: Vec<(String, String)>,
-    /// The ledger keys of every state value a run read or wrote.
-    pub(crate) state_keys: std::collections::BTreeSet<String>,
-}
-
-/// The app's state at the end of a schedule, for invariants to read ([`End::state`]).
-#[derive(Clone)]
-pub(crate) struct StateView {
-    pub ledger: Arc<crate::ledger::MemoryLedger>,
-    /// The app the requests were for (`api_app_id`).
-    pub app: String,
-    /// The tenant [`crate::app::Ctx::state`] is for (multi-workspace mode: the workspace).
-    pub tenant: Option<String>,
-    pub now_ms: u64,
-}
-
-impl End {
-    /// The value the app's state holds under `name` at the end ([`crate::app::Ctx::state`]'s,
-    /// the workspace's), if any (and if it is a `T`).
-    pub fn state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
-        self.state_value(self.state.tenant.as_deref(), name)
-    }
-
-    /// The value the app's state shared by every workspace holds under `name` at the end
-    /// ([`crate::app::Ctx::shared_state`]'s), if any.
-    pub fn shared_state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
-        self.state_value(None, name)
-    }
-
-    fn state_value<T: serde::de::DeserializeOwned>(
-        &self,
-        tenant: Option<&str>,
-        name: &str,
-    ) -> Option<T> {
-        let key = crate::app::state_key(Some(&self.state.app), tenant, name).ok()?;
-        let ledger = self.state.ledger.clone();
-        let now = self.state.now_ms;
-        let item = at_once(async move {
-            use crate::ledger::Ledger;
-            ledger.state(&key, now).await
-        })
-        .ok()??;
-        serde_json::from_str(&item.value).ok()
-    }
-
-    /// Whether request `n` (from 0) was sent; `Err` says why not (a click on a message no
-    /// earlier request posted).
-    pub fn was_sent(&self, n: usize) -> Result<(), String> {
-        match self.by_request.unsent.get(&n) {
-            Some(why) => Err(why.clone()),
-            None => Ok(()),
-        }
-    }
-
-    /// The calls to Slack that went around slack-once's client (a bot's own HTTP client):
-    /// (method, arguments).
-    pub fn calls_around_the_crate(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.by_request
-            .around
-            .iter()
-            .map(|(_, m, a)| (m.as_str(), a))
-    }
-}
-
-/// The output of a future that needs no waiting (the in-memory ledger's calls).
-pub(crate) fn at_once<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(output) => output,
-        std::task::Poll::Pending => panic!("an in-memory ledger call waited"),
-    }
-}
-
-/// One run, as it ended.
-#[derive(Clone, Debug)]
-pub struct RunView {
-    /// Its number in the schedule (from 1), as the trace and a schedule name it.
-    pub number: u32,
-    /// The request it is for (its place in the exploration, from 0).
-    pub request: usize,
-    /// What the run is, as the trace names it (`run 2`, `Slack retries …`).
-    pub label: String,
-    /// A delivery to an ingress, or a worker's receive.
-    pub kind: RunKind,
-    /// When it started (virtual time since the request).
-    pub started: Duration,
-    /// When it ended, if it did.
-    pub ended_at: Option<Duration>,
-    /// How it ended, if it did.
-    pub end: Option<RunEnd>,
-    /// Its metrics line's counts, by name.
-    pub counts: BTreeMap<String, f64>,
-    /// The kinds of its sites, in order (site 1 first).
-    pub sites: Vec<super::schedule::SiteKind>,
-}
 
 struct Shared {
     spec: Arc<Spec>,
@@ -584,6 +351,7 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
         let world = Arc::new(world);
         super::door::register(&world, spec.explorer);
         seed(&spec, &world);
+        super::hooks::install();
         current::set(Some(world.clone()));
         let shared = Arc::new(Shared {
             spec,
@@ -1046,7 +814,7 @@ async fn deliver(
     world.set_deadline(run, deadline_ms);
     let secret = Secret::new(SIGNING_SECRET);
     let signed_at = signed_at.unwrap_or(now_ms / 1000);
-    let signature = crate::signature::sign(&secret, signed_at, copy.body.as_bytes());
+    let signature = crate::slack::signature::sign(&secret, signed_at, copy.body.as_bytes());
     let mut request = http::Request::post("/slack/events")
         .header(
             "content-type",
@@ -1207,7 +975,7 @@ async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: Strin
                 let ended: Vec<String> = keys
                     .into_iter()
                     .filter(|k| {
-                        crate::envelope::EventId::try_from(k.clone()).is_ok_and(|id| {
+                        crate::slack::envelope::EventId::try_from(k.clone()).is_ok_and(|id| {
                             shared.world.ledger.end_lapsed(
                                 &id,
                                 crate::tools::redrive::DEAD_LETTER_REFUSED,

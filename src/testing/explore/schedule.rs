@@ -299,6 +299,132 @@ impl Rng {
     }
 }
 
+/// The soak's deliveries to an instance that is down, per million (`FaultRates::soak`).
+const SOAK_DOWN: u32 = 15_000;
+
+/// The chance of each fault at a call of each kind, per million calls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultRates {
+    rates: Vec<(SiteKind, Fault, u32)>,
+    /// Of deliveries, per million: to an instance that is down (killed, not started again).
+    down: u32,
+}
+
+impl FaultRates {
+    /// No faults.
+    pub fn none() -> Self {
+        Self {
+            rates: Vec::new(),
+            down: 0,
+        }
+    }
+
+    /// Of deliveries to an ingress, per million: to an instance that is down (killed and not
+    /// started again yet), the connection refused.
+    pub fn down(&self) -> u32 {
+        self.down
+    }
+
+    /// Sets the deliveries, per million, that reach an instance that is down.
+    pub fn with_down(mut self, per_million: u32) -> Self {
+        self.down = per_million;
+        self
+    }
+
+    /// The soak's faults (tests/api/soak/: `slack_faults`, `proxy::DYNAMO_FAULTS`,
+    /// `proxy::SQS_FAULTS`), as they reach slack-once, per million calls. The soak injects
+    /// them on the wire, below the AWS SDK and the Slack client; the explorer's faults strike
+    /// above them, where what the SDK and the client retry is already absorbed:
+    /// - a Slack write answered 500 (15,000: unavailable), 429 with `Retry-After: 1` (15,000:
+    ///   rate-limited, the same wait), `internal_error` though applied (8,000), never answered
+    ///   (3,000: slow), applied and never answered (3,000: slow-applied); a `response_url` post
+    ///   answered 500 (15,000);
+    /// - a look-up answered `ok:false` `ratelimited` (5,000: rate-limited, which the client
+    ///   cannot wait for); the soak's 429s with `Retry-After: 1` on look-ups (20,000) are
+    ///   waited out within the deadline, and not drawn;
+    /// - DynamoDB's answer lost after the write (5,000) and a 500 after it (3,000), each sent
+    ///   again by the SDK: sdk-retry; a throttle, retried by the SDK (three in a row, one call
+    ///   in eight million), and a slow answer (300 to 800 ms): not drawn, but for a call refused
+    ///   or slow past its deadline under load (5 each, the soak's few `ledger_unavailable`);
+    /// - the queue's send whose answer is lost (100: answer-lost; the soak's SDK sends it again
+    ///   and the message is enqueued twice, which the explorer's queue does not model);
+    /// - the soak's SIGKILL every 5 s of one of three processes, restarted 300 ms later: a
+    ///   process killed before (120) or after (120) any call, and a delivery reaching an
+    ///   instance that is down (15,000 per million deliveries: [`FaultRates::down`]).
+    pub fn soak() -> Self {
+        use Fault::*;
+        let kills = [(DiesBefore, 120), (DiesAfter, 120)];
+        let mut rates = Vec::new();
+        let mut add = |kind: SiteKind, faults: &[(Fault, u32)]| {
+            for (fault, per) in faults.iter().chain(&kills) {
+                rates.push((kind, *fault, *per));
+            }
+        };
+        add(
+            SiteKind::SlackWrite,
+            &[
+                (Unavailable, 15_000),
+                (RateLimited, 15_000),
+                (InternalError, 8_000),
+                (Slow, 3_000),
+                (SlowApplied, 3_000),
+            ],
+        );
+        add(SiteKind::ResponseUrl, &[(Unavailable, 15_000)]);
+        add(SiteKind::SlackRead, &[(RateLimited, 5_000)]);
+        add(
+            SiteKind::Ledger,
+            &[(SdkRetry, 8_000), (Unavailable, 5), (Slow, 5)],
+        );
+        add(SiteKind::QueueSend, &[(AnswerLost, 100)]);
+        Self {
+            rates,
+            down: SOAK_DOWN,
+        }
+    }
+
+    /// Every fault a call of its kind can meet, each with the same chance: `rate` (0 to 1) in
+    /// all at each call.
+    pub fn uniform(rate: f64) -> Self {
+        let mut rates = Vec::new();
+        for kind in [
+            SiteKind::Ledger,
+            SiteKind::SlackWrite,
+            SiteKind::SlackRead,
+            SiteKind::ResponseUrl,
+            SiteKind::QueueSend,
+        ] {
+            let faults = Fault::at(kind);
+            let each = (rate.clamp(0.0, 1.0) * 1_000_000.0 / faults.len() as f64).round() as u32;
+            for fault in faults {
+                rates.push((kind, *fault, each));
+            }
+        }
+        Self { rates, down: 0 }
+    }
+
+    /// Sets the chance of `fault` at a call of `kind`, per million calls.
+    pub fn with(mut self, kind: SiteKind, fault: Fault, per_million: u32) -> Self {
+        self.rates.retain(|(k, f, _)| !(*k == kind && *f == fault));
+        self.rates.push((kind, fault, per_million));
+        self
+    }
+
+    /// The fault a call of `kind` meets, given a roll in `0..1_000_000`.
+    pub(crate) fn draw(&self, kind: SiteKind, roll: u32) -> Option<Fault> {
+        let mut below = 0;
+        for (k, fault, per) in &self.rates {
+            if *k == kind {
+                below += per;
+                if roll < below {
+                    return Some(*fault);
+                }
+            }
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use super::schedule::{At, Fault, Rng, SiteKind};
+use super::schedule::{At, Fault, FaultRates, Rng, SiteKind};
 use crate::ledger::MemoryLedger;
 use crate::testing::FakeSlack;
 
@@ -26,10 +26,10 @@ pub(crate) enum Plan {
         drawn: BTreeMap<At, Fault>,
     },
     /// Drawn at each site from a seeded generator, each fault with its own chance at a site of
-    /// its kind ([`super::simulate::FaultRates`]).
+    /// its kind ([`FaultRates`]).
     Rates {
         rng: Rng,
-        rates: Arc<super::simulate::FaultRates>,
+        rates: Arc<FaultRates>,
         drawn: BTreeMap<At, Fault>,
     },
 }

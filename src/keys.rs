@@ -1,10 +1,139 @@
-//! An agent's notes beside the claims (what a person looks at, a stop): whose they are (the
-//! app's: [`NoteKeys`]) and what a stop stops ([`StopNote`]).
+//! The ledger's keys, for every kind of request: a claim's own key and a message's alias
+//! ([`LedgerKeys`]), and the keys of the notes an agent keeps beside the claims (what a person
+//! looks at, a stop: [`NoteKeys`]) with what a stop stops ([`StopNote`]). The pipeline claims
+//! under these keys and the app reads and writes the notes under them; both import them from
+//! here.
 
 use serde_json::{Value, json};
 
-use crate::envelope::EventId;
 use crate::ledger::{Ledger, LedgerError, NotePut, app_scoped};
+use crate::slack::envelope::{EventCallback, EventId};
+
+/// The ledger keys of one claim: its own (`primary`, holding the step journal) and the alias
+/// it writes with it (a message's `client_msg_id`).
+pub(crate) struct LedgerKeys {
+    pub primary: EventId,
+    pub alias: Option<EventId>,
+}
+
+impl LedgerKeys {
+    /// A message is keyed by its identity (team, channel, `ts`), so every event that carries
+    /// it (an `app_mention` and a `message.channels`, phantom copies with new event ids) is one
+    /// claim; its `client_msg_id`, when present, is written as an alias of that key, so a copy
+    /// under another `ts` is the same message. Anything else, or listeners that asked for it,
+    /// are keyed by `event_id`.
+    pub(crate) fn of(callback: &EventCallback, by_message: bool) -> Self {
+        let by_event = || Self {
+            primary: callback.event_id.clone(),
+            alias: None,
+        };
+        let event = &callback.event;
+        if event.kind == "function_executed" {
+            // One step execution, however many events (retries, copies) carry it.
+            return match event.raw["function_execution_id"]
+                .as_str()
+                .and_then(|id| ledger_key(&format!("fx-{id}")))
+            {
+                Some(primary) => Self {
+                    primary,
+                    alias: None,
+                },
+                None => by_event(),
+            };
+        }
+        if event.kind == "assistant_thread_started" {
+            // One assistant thread, however many events carry its start.
+            let team = callback.team().unwrap_or("-");
+            let (Some(channel), Some(thread)) =
+                (event.channel.as_deref(), event.thread_ts.as_deref())
+            else {
+                return by_event();
+            };
+            return match ledger_key(&format!("asst-{team}-{channel}-{thread}")) {
+                Some(primary) => Self {
+                    primary,
+                    alias: None,
+                },
+                None => by_event(),
+            };
+        }
+        if !by_message || !matches!(event.kind.as_str(), "message" | "app_mention") {
+            return by_event();
+        }
+        let (Some(channel), Some(ts)) = (event.channel.as_deref(), event.ts.as_deref()) else {
+            return by_event();
+        };
+        let team = callback.team().unwrap_or("-");
+        let Some(primary) = ledger_key(&format!("msg-{team}-{channel}-{ts}")) else {
+            return by_event();
+        };
+        let alias = event
+            .client_msg_id
+            .as_deref()
+            .and_then(|id| ledger_key(&format!("cmid-{team}-{id}")));
+        Self { primary, alias }
+    }
+}
+
+/// The keys of an assistant thread's context note for the app `app`: team, channel and the
+/// thread's `ts`, the app's ([`NoteKeys`]).
+pub(crate) fn thread_context_keys(
+    team: &str,
+    channel: &str,
+    thread_ts: &str,
+    app: Option<&str>,
+) -> Option<NoteKeys> {
+    NoteKeys::of(
+        ledger_key(&format!("actx-{team}-{channel}-{thread_ts}")),
+        app,
+    )
+}
+
+/// The keys of the note that keeps a conversation's latest agent context
+/// (`app_context_changed`) for the app `app`: team and the app's DM with the person (or the
+/// person: `user-U…`), the app's ([`NoteKeys`]).
+pub(crate) fn agent_context_keys(team: &str, place: &str, app: Option<&str>) -> Option<NoteKeys> {
+    NoteKeys::of(ledger_key(&format!("agctx-{team}-{place}")), app)
+}
+
+/// The keys of the note that keeps the stops of an agent session (`agent_session_stopped`)
+/// for the app `app`: team, channel and the session's thread, the app's ([`NoteKeys`]).
+pub(crate) fn session_stop_keys(
+    team: &str,
+    channel: &str,
+    thread_ts: &str,
+    app: Option<&str>,
+) -> Option<NoteKeys> {
+    NoteKeys::of(
+        ledger_key(&format!("astop-{team}-{channel}-{thread_ts}")),
+        app,
+    )
+}
+
+/// The ledger keys of `callback` (primary, alias), as a claim derives them: for the fuzzers and
+/// `redrive`.
+pub(crate) fn ledger_keys(
+    callback: &EventCallback,
+    by_message: bool,
+) -> (EventId, Option<EventId>) {
+    let keys = LedgerKeys::of(callback, by_message);
+    (keys.primary, keys.alias)
+}
+
+/// A ledger key from `raw`: the characters of an event id (others become `_`), at most 128.
+pub(crate) fn ledger_key(raw: &str) -> Option<EventId> {
+    let key: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    EventId::try_from(key).ok()
+}
 
 /// Where an app's note is: its key followed by the app (`…-A0123`, as a claim of a key another
 /// app holds is kept: [`app_scoped`]), so two apps whose deployments share a table never read

@@ -14,7 +14,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::envelope::{Envelope, EventId};
+use crate::slack::envelope::{Envelope, EventId};
 
 /// A verified request, parsed.
 #[derive(Debug)]
@@ -202,7 +202,7 @@ impl Interaction {
     pub fn from_payload(mut raw: Value) -> Result<Self, Malformed> {
         // A step's token: the context's calls use it; listeners never see it.
         let execution_token = match raw.get("function_data").is_some_and(Value::is_object) {
-            true => crate::envelope::redact_execution_token(&mut raw),
+            true => crate::slack::envelope::redact_execution_token(&mut raw),
             false => None,
         };
         if !raw.is_object() {
