@@ -350,12 +350,12 @@ fn the_example_s_checked_in_manifest_is_the_one_its_code_needs() {
     assert!(!events.contains("assistant_thread_started"), "{events}");
 }
 
-/// The example against the Python stand-in (what the guide's manual steps run on): a plan of
+/// The example against `slack-once standin` (what the guide's manual steps run on): a plan of
 /// three tasks and an answer in parts, the session processing → active, every task once; then
 /// another question stopped through `/_standin/stop`, nothing written after the stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
-    let python = crate::standins::PythonStandin::start().await;
+async fn against_slack_once_standin_an_answer_in_parts_and_a_stop() {
+    let python = crate::helpers::StandinProcess::start().await;
     let mut vars = model(60, 20, 400);
     vars.extend([
         ("SLACK_BOT_TOKEN", "xoxb-local".to_string()),

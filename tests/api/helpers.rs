@@ -1535,6 +1535,94 @@ pub async fn deliver(http: &HttpClient, url: &str, body: &str, retry: Option<u32
         .await
 }
 
+/// `slack-once standin` (the built binary's stand-in for Slack) on a free port, as the
+/// guide's walk-throughs run it, for the app [`slack_once::testing::TestBot`] is (`T0TEST`,
+/// `A0TEST`, `B0TEST`, `U0BOT`); killed (by its handle) when dropped.
+pub struct StandinProcess {
+    child: std::process::Child,
+    /// Its Web API base (`http://127.0.0.1:PORT/api`).
+    pub base_url: String,
+}
+
+impl StandinProcess {
+    pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// Started with more options (`--workflow-token-seconds 2`).
+    pub async fn start_with(options: &[&str]) -> Self {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+            .args(["standin", &port.to_string()])
+            .args([
+                "--team", "T0TEST", "--app-id", "A0TEST", "--bot-id", "B0TEST",
+            ])
+            .args(["--bot-user", "U0BOT"])
+            .args(options)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the built binary runs its stand-in");
+        // Owned from here: dropped (killed and waited for) whatever happens next.
+        let standin = Self {
+            child,
+            base_url: format!("http://127.0.0.1:{port}/api"),
+        };
+        let http = HttpClient::default();
+        for _ in 0..200 {
+            let url = format!("http://127.0.0.1:{port}/_standin/state");
+            if http.try_request("GET", &url, &[], Vec::new()).await.is_ok() {
+                return standin;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("slack-once standin did not start");
+    }
+
+    /// Its origin (`http://127.0.0.1:PORT`), where response URLs and `/_standin/` are.
+    pub fn origin(&self) -> String {
+        self.base_url.trim_end_matches("/api").to_string()
+    }
+
+    /// A script endpoint: `POST /_standin/<path>` with a JSON body.
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let headers = [("content-type".to_string(), "application/json".to_string())];
+        HttpClient::default()
+            .request(
+                "POST",
+                &format!("{}/_standin/{path}", self.origin()),
+                &headers,
+                body.to_string(),
+            )
+            .await
+            .json()
+    }
+
+    /// `GET /_standin/state`.
+    pub async fn state(&self) -> serde_json::Value {
+        HttpClient::default()
+            .request(
+                "GET",
+                &format!("{}/_standin/state", self.origin()),
+                &[],
+                Vec::new(),
+            )
+            .await
+            .json()
+    }
+}
+
+impl Drop for StandinProcess {
+    fn drop(&mut self) {
+        // Only the process this test started, by its handle.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 // ---------------------------------------------------------------- a private DynamoDB Local
 
 /// A DynamoDB Local of the test's own, on a free port with its data on disk, so the test can

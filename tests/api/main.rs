@@ -29,7 +29,7 @@ mod redteam38b;
 mod rejections;
 mod review;
 mod soak;
-mod standins;
+mod standin;
 mod steps;
 mod steps_processes;
 mod tenants;

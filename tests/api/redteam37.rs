@@ -1,6 +1,6 @@
 //! What a production review of Workflow Builder steps (issue 37) found, each test failing
 //! before its fix (named after the defect it showed), against the approval example's binary,
-//! DynamoDB Local, the SQS server and the Python stand-in's faults: a click whose completion
+//! DynamoDB Local, the SQS server and `slack-once standin`'s faults: a click whose completion
 //! failed transiently (a lost answer, `ratelimited`, an expired token on a redelivery) left the
 //! DM without buttons and the step running for good; a decider run again after another click
 //! sent its decision reported the step ended; a dead decider's decision sent after the
@@ -16,16 +16,15 @@ use slack_once::app::{App, BlockAction, Ctx};
 use slack_once::testing::TestBot;
 
 use crate::helpers::*;
-use crate::standins::PythonStandin;
 
 use crate::steps_processes::{APPROVER, click_on, dm as dms, execution, start_step, vars};
 
 /// The DM of execution number `index` (in posting order).
-async fn dm_at(python: &PythonStandin, index: usize) -> Value {
+async fn dm_at(python: &StandinProcess, index: usize) -> Value {
     dms(python).await.remove(index)
 }
 
-async fn script(python: &PythonStandin, method: &str, behaviours: Value) {
+async fn script(python: &StandinProcess, method: &str, behaviours: Value) {
     python
         .post(
             "script",
@@ -61,7 +60,7 @@ async fn stranded(n: u32, behaviours: Value) {
     {
         let endpoint = dynamodb_endpoint();
         let (table, _) = fresh_table(&endpoint).await;
-        let python = PythonStandin::start().await;
+        let python = StandinProcess::start().await;
         let vars = vars(&python, &endpoint, &table);
         let a = BotProcess::spawn_example("approval", &[], &vars);
         let http = HttpClient::default();
@@ -103,7 +102,7 @@ async fn stranded(n: u32, behaviours: Value) {
 async fn rt37_f2_decider_run_again_after_its_decision_was_sent_for_it_reports_ended() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
-    let python = PythonStandin::start().await;
+    let python = StandinProcess::start().await;
     let vars = vars(&python, &endpoint, &table);
     let a = BotProcess::spawn_example("approval", &[], &vars);
     let b = BotProcess::spawn_example("approval", &[], &vars);
@@ -157,7 +156,7 @@ async fn rt37_f2_decider_run_again_after_its_decision_was_sent_for_it_reports_en
 async fn rt37_f3_workflow_stopped_after_a_dead_deciders_decision_is_reported_decided() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
-    let python = PythonStandin::start().await;
+    let python = StandinProcess::start().await;
     let vars = vars(&python, &endpoint, &table);
     let a = BotProcess::spawn_example("approval", &[], &vars);
     let http = HttpClient::default();
@@ -197,7 +196,7 @@ async fn rt37_f3_workflow_stopped_after_a_dead_deciders_decision_is_reported_dec
 async fn rt37_f4_reject_after_a_dead_deciders_decision_never_sends_it() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
-    let python = PythonStandin::start().await;
+    let python = StandinProcess::start().await;
     let vars = vars(&python, &endpoint, &table);
     let a = BotProcess::spawn_example("approval", &[], &vars);
     let http = HttpClient::default();
@@ -233,7 +232,7 @@ async fn rt37_f5_the_steps_dm_whose_answer_was_lost() {
     for (n, behaviour) in [(1u32, "post_then_hang"), (2, "hang")] {
         let endpoint = dynamodb_endpoint();
         let (table, _) = fresh_table(&endpoint).await;
-        let python = PythonStandin::start().await;
+        let python = StandinProcess::start().await;
         let vars = vars(&python, &endpoint, &table);
         let a = BotProcess::spawn_example("approval", &[], &vars);
         let b = BotProcess::spawn_example("approval", &[], &vars);
@@ -340,7 +339,7 @@ async fn rt37_f1c_deferred_redelivery_after_the_clicks_token_expired_strands_the
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let queue = TestQueue::create(&sqs, 5).await;
-    let python = PythonStandin::start_with(&["--workflow-token-seconds", "2"]).await;
+    let python = StandinProcess::start_with(&["--workflow-token-seconds", "2"]).await;
     let mut worker_vars = vars(&python, &endpoint, &table);
     worker_vars.extend([
         ("AWS_ENDPOINT_URL_SQS", sqs.clone()),
