@@ -1,5 +1,5 @@
 //! Workflow Builder step executions as Slack keeps them, for the stand-ins ([`super::FakeSlack`];
-//! `scripts/slack-standin.py` models the same): an execution is `running` until it is
+//! and `slack-once standin` over HTTP): an execution is `running` until it is
 //! completed (`functions.completeSuccess`), failed (`functions.completeError`) or ended (the
 //! workflow stopped, the step timed out); each of its tokens (`xwfp-…`, one per request Slack
 //! sends for it) acts as the app's bot in its team, expires 15 minutes after it is issued
