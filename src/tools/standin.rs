@@ -179,12 +179,15 @@ pub fn run(args: &Args) -> ExitCode {
             Ok(slack) => configure(slack, &options),
             Err(e) => return args.fail(&format!("127.0.0.1:{port}: {e}")),
         };
-        let oauth = match &options.oauth {
-            Some((id, _)) => format!("\n  OAuth installs for client id {id}"),
-            None => String::new(),
+        let (token, oauth) = match &options.oauth {
+            Some((id, _)) => (
+                String::new(),
+                format!("\n  OAuth installs for client id {id}"),
+            ),
+            None => (" SLACK_BOT_TOKEN=xoxb-local".to_string(), String::new()),
         };
         super::say(format_args!(
-            "Slack stand-in on {0}\n  export SLACK_API_URL={0} SLACK_BOT_TOKEN=xoxb-local\n  \
+            "Slack stand-in on {0}\n  export SLACK_API_URL={0}{token}\n  \
              what Slack holds now: curl -s {1}/_standin/state{oauth}",
             slack.base_url(),
             slack.base_url().trim_end_matches("/api")
