@@ -1,5 +1,5 @@
 //! Workflow Builder step executions as Slack keeps them, for the stand-ins ([`super::FakeSlack`];
-//! `scripts/slack-standin.py` models the same): an execution is `running` until it is
+//! and `slack-once standin` over HTTP): an execution is `running` until it is
 //! completed (`functions.completeSuccess`), failed (`functions.completeError`) or ended (the
 //! workflow stopped, the step timed out); each of its tokens (`xwfp-…`, one per request Slack
 //! sends for it) acts as the app's bot in its team, expires 15 minutes after it is issued
@@ -48,6 +48,8 @@ pub(crate) struct Executions {
     list: Vec<Execution>,
     tokens: HashMap<String, Token>,
     minted: u64,
+    /// How long a token is good after it is issued ([`WORKFLOW_TOKEN_MS`] unless set).
+    token_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for Executions {
@@ -80,6 +82,16 @@ impl Executions {
             .finalize();
         let text: String = hex::encode(digest).to_uppercase();
         format!("{prefix}{}", &text[..len])
+    }
+
+    /// How long a token is good after it is issued.
+    fn token_ms(&self) -> u64 {
+        self.token_ms.unwrap_or(WORKFLOW_TOKEN_MS)
+    }
+
+    /// Tokens are good for `ms` after they are issued (Slack: [`WORKFLOW_TOKEN_MS`]).
+    pub fn set_token_lifetime(&mut self, ms: u64) {
+        self.token_ms = Some(ms);
     }
 
     /// A workflow reached the step `callback_id` in `team`: the execution's id, its workflow's,
@@ -173,7 +185,7 @@ impl Executions {
         let Some(t) = self.tokens.get(token) else {
             return Authenticated::Refused("invalid_auth");
         };
-        if crate::clock::now_ms() > t.issued_ms + WORKFLOW_TOKEN_MS {
+        if crate::clock::now_ms() > t.issued_ms + self.token_ms() {
             return Authenticated::Refused("token_expired");
         }
         if t.revoked {
@@ -193,7 +205,7 @@ impl Executions {
         };
         let now = crate::clock::now_ms();
         let presented = self.tokens.get(token);
-        if presented.is_some_and(|t| now > t.issued_ms + WORKFLOW_TOKEN_MS) {
+        if presented.is_some_and(|t| now > t.issued_ms + self.token_ms()) {
             let id = args["function_execution_id"].as_str().unwrap_or_default();
             if let Some(e) = self.list.iter_mut().find(|e| e.id == id) {
                 e.refused += 1;

@@ -24,6 +24,7 @@ mod bot;
 pub mod explore;
 mod functions;
 mod oauth;
+mod scripts;
 mod slack;
 mod workspace;
 

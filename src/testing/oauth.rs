@@ -251,6 +251,18 @@ impl OAuthGrants {
             .is_some_and(|t| t.refresh && t.state == State::Live)
     }
 
+    /// Revokes the token `token` (a person removed it: `token_revoked` from then on); `false`
+    /// when it was never issued here.
+    pub fn revoke(&mut self, token: &str) -> bool {
+        match self.tokens.get_mut(token) {
+            Some(t) => {
+                t.state = State::Revoked;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Revokes every token of `owner` (the app uninstalled there).
     pub fn revoke_all(&mut self, owner: &str) {
         for t in self.tokens.values_mut().filter(|t| t.owner == owner) {

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::functions::{Authenticated, Executions, StartedExecution};
 use super::oauth::{OAuthGrants, bot_id_for, bot_user_for};
+use super::scripts;
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
 use crate::net::Connector;
@@ -33,8 +34,18 @@ pub(crate) struct Recorded {
     /// Each call's method and the token it came with, in order (kept in the test's memory,
     /// never printed).
     pub(crate) bearers: Vec<(String, String)>,
-    /// The failures the next calls of a method meet, by method ([`FakeSlack::fail_next`]).
-    pub(crate) failures: HashMap<String, VecDeque<SlackFailure>>,
+    /// What the next calls of a method meet, by method ([`FakeSlack::fail_next`],
+    /// `/_standin/script`): a failure, or `None` (answered as ever).
+    pub(crate) failures: HashMap<String, VecDeque<Option<SlackFailure>>>,
+    /// Every call as `slack-once standin` prints it and `/_standin/state` lists it: `n`,
+    /// `method`, `bearer` (whether a token came), `args` (tokens and secrets as `***`),
+    /// `error` (the refusal's code, or null).
+    pub(crate) log: Vec<Value>,
+    /// The tokens a call needs when no OAuth is set up ([`FakeSlack::require_bot_token`]).
+    pub(crate) token_rule: Option<TokenRule>,
+    /// The calls of `conversations.history`, and separately of `.replies`, allowed in a
+    /// rolling minute ([`FakeSlack::limit_reads_per_minute`]), and when the last were made.
+    pub(crate) reads_per_minute: Option<(usize, HashMap<String, VecDeque<std::time::Instant>>)>,
     /// The calls made around slack-once's client (under [`FakeSlack::around_base`]), in order.
     pub(crate) around: Vec<(String, Value)>,
 }
@@ -47,6 +58,18 @@ pub enum SlackFailure {
     Code(&'static str),
     /// That HTTP status (a 5xx), with Slack's `internal_error` in the body.
     Status(u16),
+    /// No answer ever comes, and nothing is made (the connection stays open): a call lost
+    /// on its way.
+    Unanswered,
+    /// The call is made, and its answer never comes: an answer lost on its way back.
+    MadeUnanswered,
+}
+
+/// Which tokens a call needs without OAuth ([`FakeSlack::require_bot_token`]).
+#[derive(Clone, Debug)]
+pub(crate) struct TokenRule {
+    /// The one bot token taken; `None`: any `xoxb-` token.
+    pub(crate) only: Option<String>,
 }
 
 impl Recorded {
@@ -56,13 +79,16 @@ impl Recorded {
             return &mut self.workspace;
         }
         let app_id = self.workspace.identity.app_id.clone();
+        let default = &self.workspace;
         self.others.entry(owner.to_string()).or_insert_with(|| {
-            Workspace::new(Identity {
+            let mut other = Workspace::new(Identity {
                 team: owner.to_string(),
                 bot_id: bot_id_for(&app_id, owner),
                 bot_user: bot_user_for(&app_id, owner),
                 app_id,
-            })
+            });
+            other.take_settings_of(default);
+            other
         })
     }
 }
@@ -95,11 +121,15 @@ impl FakeSlack {
             bearers: Vec::new(),
             failures: HashMap::new(),
             around: Vec::new(),
+            log: Vec::new(),
+            token_rule: None,
+            reads_per_minute: None,
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
             .route("/around/api/{method}", post(call_around).get(call_around))
-            .route("/_standin/state", axum::routing::get(standin_state))
+            .route("/_standin/state", axum::routing::get(scripts::state))
+            .route("/_standin/{*endpoint}", post(scripts::endpoint))
             .route("/commands/{*rest}", post(hook))
             .route("/actions/{*rest}", post(hook))
             .with_state(state.clone());
@@ -274,7 +304,36 @@ impl FakeSlack {
             .failures
             .entry(method.to_string())
             .or_default()
-            .extend(failures);
+            .extend(failures.into_iter().map(Some));
+    }
+
+    /// Without OAuth, as Slack: a call without a token is `not_authed`, and one whose token is
+    /// not a bot token (`xoxb-`), or not `only` when given, is `invalid_auth` (a rotated or
+    /// another app's token). By default any token, or none, is taken.
+    pub fn require_bot_token(&self, only: Option<&str>) {
+        self.state.lock().expect("lock").token_rule = Some(TokenRule {
+            only: only.map(str::to_string),
+        });
+    }
+
+    /// Slack's rate limit of `conversations.history` and `.replies` (Tier 1 for new
+    /// commercially distributed apps outside the Marketplace: 1 a minute): each method's calls
+    /// past `calls` in a rolling minute answer HTTP 429 with `Retry-After`.
+    pub fn limit_reads_per_minute(&self, calls: usize) {
+        self.state.lock().expect("lock").reads_per_minute = Some((calls, HashMap::new()));
+    }
+
+    /// Tokens of workflow executions (`xwfp-`) are good this long after they are issued
+    /// (Slack: 15 minutes, [`super::WORKFLOW_TOKEN_MS`]).
+    pub fn set_workflow_token_lifetime(&self, lifetime: std::time::Duration) {
+        self.with_workspace(|w| w.executions.set_token_lifetime(lifetime.as_millis() as u64));
+    }
+
+    /// Every call from the `first`-th on (0: the first), as `/_standin/state` lists them: `n`,
+    /// `method`, `bearer`, `args` (tokens and secrets as `***`), `error`.
+    pub fn call_log_from(&self, first: usize) -> Vec<Value> {
+        let s = self.state.lock().expect("lock");
+        s.log.iter().skip(first).cloned().collect()
     }
 
     /// Works on the grants ([`FakeSlack::with_oauth`]): make codes, revoke tokens.
@@ -469,6 +528,16 @@ pub(crate) fn answer(
             Ok(o) => owner = o,
             Err(code) => return serde_json::json!({"ok": false, "error": code}),
         }
+    } else if let Some(rule) = &s.token_rule {
+        let refusal = match token {
+            None => Some("not_authed"),
+            Some(t) if !t.starts_with("xoxb-") => Some("invalid_auth"),
+            Some(t) if rule.only.as_deref().is_some_and(|only| only != t) => Some("invalid_auth"),
+            Some(_) => None,
+        };
+        if let Some(code) = refusal {
+            return serde_json::json!({"ok": false, "error": code});
+        }
     }
     s.callers.push((method.to_string(), owner.clone()));
     match method {
@@ -516,18 +585,63 @@ async fn call(
     body: axum::body::Bytes,
 ) -> Response {
     let args = arguments(query.as_deref(), &body);
-    if let Some(failed) = scripted_failure(&state, &method, &args) {
-        return failed;
-    }
-    json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
+    // A form's `token` field is taken as Slack takes it; a JSON body's is not.
+    let form_token = serde_json::from_slice::<Value>(&body)
+        .is_err()
+        .then(|| args["token"].as_str().map(str::to_string))
+        .flatten();
+    let token = bearer(&headers).or(form_token);
+    serve(state, &method, args, token).await
 }
 
-/// The failure [`FakeSlack::fail_next`] scripted for this call of `method`, if any (recorded).
-fn scripted_failure(state: &Mutex<Recorded>, method: &str, args: &Value) -> Option<Response> {
+/// A Web API call, answered as [`FakeSlack::fail_next`] or `/_standin/script` scripted it,
+/// as Slack's rate limit answers it, or as Slack does ([`answer`]); kept in the call log.
+async fn serve(
+    state: Arc<Mutex<Recorded>>,
+    method: &str,
+    args: Value,
+    token: Option<String>,
+) -> Response {
+    let scripted = scripted(&state, method);
+    if let Some(failure) = scripted
+        .clone()
+        .filter(|f| *f != SlackFailure::MadeUnanswered)
+    {
+        state
+            .lock()
+            .expect("lock")
+            .calls
+            .push((method.to_string(), redacted(&args)));
+        let code = match &failure {
+            SlackFailure::Code(code) => code,
+            _ => "internal_error",
+        };
+        let refused = serde_json::json!({"ok": false, "error": code});
+        log_call(&state, method, token.is_some(), &args, &refused);
+        return failure_response(failure).await;
+    }
+    if let Some(limited) = rate_limited(&state, method) {
+        let refused = serde_json::json!({"ok": false, "error": "ratelimited"});
+        log_call(&state, method, token.is_some(), &args, &refused);
+        return limited;
+    }
+    let answered = answer(&state, method, args.clone(), token.as_deref());
+    log_call(&state, method, token.is_some(), &args, &answered);
+    if scripted == Some(SlackFailure::MadeUnanswered) {
+        return std::future::pending().await;
+    }
+    json_response(answered)
+}
+
+/// What the next call of `method` meets, taken off its queue: a failure, or nothing.
+fn scripted(state: &Mutex<Recorded>, method: &str) -> Option<SlackFailure> {
     let mut s = state.lock().expect("lock");
-    let failure = s.failures.get_mut(method)?.pop_front()?;
-    s.calls.push((method.to_string(), redacted(args)));
-    Some(match failure {
+    s.failures.get_mut(method)?.pop_front().flatten()
+}
+
+/// Slack's answer of a failure (never, for one that is never answered).
+async fn failure_response(failure: SlackFailure) -> Response {
+    match failure {
         SlackFailure::Code(code) => json_response(serde_json::json!({"ok": false, "error": code})),
         SlackFailure::Status(status) => (
             http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
@@ -535,7 +649,81 @@ fn scripted_failure(state: &Mutex<Recorded>, method: &str, args: &Value) -> Opti
             serde_json::json!({"ok": false, "error": "internal_error"}).to_string(),
         )
             .into_response(),
-    })
+        SlackFailure::Unanswered | SlackFailure::MadeUnanswered => std::future::pending().await,
+    }
+}
+
+/// HTTP 429 with `Retry-After`, when a read is past [`FakeSlack::limit_reads_per_minute`].
+fn rate_limited(state: &Mutex<Recorded>, method: &str) -> Option<Response> {
+    if !matches!(method, "conversations.history" | "conversations.replies") {
+        return None;
+    }
+    let mut s = state.lock().expect("lock");
+    let (allowed, recent) = s.reads_per_minute.as_mut()?;
+    let now = std::time::Instant::now();
+    let minute = std::time::Duration::from_secs(60);
+    let made = recent.entry(method.to_string()).or_default();
+    while made
+        .front()
+        .is_some_and(|t| now.duration_since(*t) >= minute)
+    {
+        made.pop_front();
+    }
+    if made.len() < *allowed {
+        made.push_back(now);
+        return None;
+    }
+    let wait = made.front().map_or(minute, |oldest| {
+        minute.saturating_sub(now.duration_since(*oldest))
+    });
+    let retry_after = wait.as_secs_f64().ceil().max(1.0) as u64;
+    Some(
+        (
+            http::StatusCode::TOO_MANY_REQUESTS,
+            [
+                ("content-type", "application/json".to_string()),
+                ("retry-after", retry_after.to_string()),
+            ],
+            serde_json::json!({"ok": false, "error": "ratelimited"}).to_string(),
+        )
+            .into_response(),
+    )
+}
+
+/// The arguments whose values are never shown: tokens, codes, secrets.
+const SECRET_ARGUMENTS: [&str; 5] = [
+    "client_secret",
+    "code",
+    "refresh_token",
+    "token",
+    "bot_access_token",
+];
+
+/// Keeps a call in the log `/_standin/state` lists and `slack-once standin` prints.
+pub(crate) fn log_call(
+    state: &Mutex<Recorded>,
+    method: &str,
+    bearer: bool,
+    args: &Value,
+    answer: &Value,
+) {
+    let mut shown = args.clone();
+    if let Some(fields) = shown.as_object_mut() {
+        for (k, v) in fields.iter_mut() {
+            if SECRET_ARGUMENTS.contains(&k.as_str()) {
+                *v = Value::String("***".into());
+            }
+        }
+    }
+    let mut s = state.lock().expect("lock");
+    let n = s.log.len() + 1;
+    let error = match answer["ok"] {
+        Value::Bool(false) => answer["error"].clone(),
+        _ => Value::Null,
+    };
+    s.log.push(serde_json::json!({
+        "n": n, "method": method, "bearer": bearer, "args": shown, "error": error,
+    }));
 }
 
 async fn call_by_query(
@@ -550,43 +738,7 @@ async fn call_by_query(
         return json_response(serde_json::json!({"ok": true}));
     }
     let args = arguments(query.as_deref(), b"");
-    if let Some(failed) = scripted_failure(&state, &method, &args) {
-        return failed;
-    }
-    json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
-}
-
-/// `GET /_standin/state`, as the Python stand-in serves it: what Slack shows now (the
-/// messages by conversation, oldest first; the ephemerals, reactions and views) and every
-/// call, for a person or a script trying a bot locally.
-async fn standin_state(State(state): State<Arc<Mutex<Recorded>>>) -> Response {
-    let s = state.lock().expect("lock");
-    let mut by_channel: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
-    for m in s.workspace.messages() {
-        let channel = m["channel"].as_str().unwrap_or_default().to_string();
-        by_channel.entry(channel).or_default().push(m.clone());
-    }
-    for messages in by_channel.values_mut() {
-        messages.sort_by_key(|m| m["ts"].as_str().and_then(workspace::micros));
-    }
-    let reactions: Vec<Value> = s
-        .workspace
-        .reactions()
-        .into_iter()
-        .map(|(channel, ts, name)| serde_json::json!({"channel": channel, "ts": ts, "name": name}))
-        .collect();
-    let calls: Vec<Value> = s
-        .calls
-        .iter()
-        .map(|(method, args)| serde_json::json!({"method": method, "args": args}))
-        .collect();
-    json_response(serde_json::json!({
-        "messages": by_channel,
-        "ephemerals": s.workspace.ephemerals(),
-        "reactions": reactions,
-        "views": s.workspace.views(),
-        "calls": calls,
-    }))
+    serve(state, &method, args, bearer(&headers)).await
 }
 
 /// A call of a client of the bot's own: kept as such, then answered as any call.
@@ -613,9 +765,28 @@ async fn hook(
     body: axum::body::Bytes,
 ) -> Response {
     let args: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let mut s = state.lock().expect("lock");
-    s.calls.push(("response_url".into(), args.clone()));
-    let (status, answer) = s.workspace.respond(uri.path(), &args);
+    let scripted = scripted(&state, "response_url");
+    if let Some(failure) = scripted
+        .clone()
+        .filter(|f| *f != SlackFailure::MadeUnanswered)
+    {
+        let code = match &failure {
+            SlackFailure::Code(code) => code,
+            _ => "internal_error",
+        };
+        let refused = serde_json::json!({"ok": false, "error": code});
+        log_call(&state, "response_url", false, &args, &refused);
+        return failure_response(failure).await;
+    }
+    let (status, answer) = {
+        let mut s = state.lock().expect("lock");
+        s.calls.push(("response_url".into(), args.clone()));
+        s.workspace.respond(uri.path(), &args)
+    };
+    log_call(&state, "response_url", false, &args, &answer);
+    if scripted == Some(SlackFailure::MadeUnanswered) {
+        return std::future::pending().await;
+    }
     let status = http::StatusCode::from_u16(status).unwrap_or_default();
     (
         status,

@@ -95,6 +95,8 @@ pub struct Workspace {
     views: Vec<Value>,
     /// How long a stream takes appends (epoch ms of its start are kept on its message).
     stream_expiry_ms: u64,
+    /// The most messages a `conversations.history` / `.replies` page holds.
+    page_cap: usize,
     /// The assistant threads' status, prompts and titles: (method, channel, thread_ts, args).
     assistant: Vec<(String, String, String, Value)>,
     /// Agent sessions by (channel, thread_ts): `{status, title, statuses: [...]}`.
@@ -269,6 +271,7 @@ impl Workspace {
             triggers: BTreeSet::new(),
             views: Vec::new(),
             stream_expiry_ms: 5 * 60 * 1000,
+            page_cap: PAGE_CAP,
             assistant: Vec::new(),
             sessions: HashMap::new(),
             task_updates: HashMap::new(),
@@ -279,6 +282,18 @@ impl Workspace {
     /// Streams stop taking appends this long after they start (Slack: about 5 minutes).
     pub fn set_stream_expiry(&mut self, expiry: std::time::Duration) {
         self.stream_expiry_ms = expiry.as_millis() as u64;
+    }
+
+    /// The most messages a `conversations.history` / `.replies` page holds ([`PAGE_CAP`]:
+    /// Slack's for new commercially distributed apps outside the Marketplace; 999 for others).
+    pub fn set_page_cap(&mut self, cap: usize) {
+        self.page_cap = cap.max(1);
+    }
+
+    /// Takes the stream expiry and the page cap of `other` (another workspace of one Slack).
+    pub(crate) fn take_settings_of(&mut self, other: &Workspace) {
+        self.stream_expiry_ms = other.stream_expiry_ms;
+        self.page_cap = other.page_cap;
     }
 
     /// The assistant calls made: (method, channel, thread_ts, arguments), in order.
@@ -1037,7 +1052,7 @@ impl Workspace {
             .and_then(|l| l.parse::<usize>().ok())
             .filter(|l| *l > 0)
             .unwrap_or(100)
-            .min(PAGE_CAP);
+            .min(self.page_cap);
         let offset = match query.get("cursor").filter(|c| !c.is_empty()) {
             None => 0,
             Some(cursor) => {

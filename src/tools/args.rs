@@ -166,6 +166,15 @@ impl Args {
             .and_then(|(_, v)| v.as_deref())
     }
 
+    /// Every value of the option `name` (`--seed`), in the order given.
+    pub fn values(&self, name: &str) -> Vec<&str> {
+        self.given
+            .iter()
+            .filter(|(f, _)| *f == name)
+            .filter_map(|(_, v)| v.as_deref())
+            .collect()
+    }
+
     /// The value of `name` read as a `T`, if given; a value that does not read is refused
     /// (`what`: what it must be) with exit code 2.
     pub fn parsed<T: FromStr>(&self, name: &str, what: &str) -> Result<Option<T>, ExitCode> {

@@ -355,17 +355,17 @@ fn the_example_s_checked_in_manifest_is_the_one_its_code_needs() {
     assert!(!events.contains("assistant_thread_started"), "{events}");
 }
 
-/// The example against the Python stand-in (what the guide's manual steps run on): a plan of
+/// The example against `slack-once standin` (what the guide's manual steps run on): a plan of
 /// three tasks and an answer in parts, the session processing → active, every task once; then
 /// another question stopped through `/_standin/stop`, nothing written after the stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the Python stand-in and the built binary"]
-async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
-    let python = crate::standins::PythonStandin::start().await;
+#[ignore = "needs the built binary"]
+async fn against_slack_once_standin_an_answer_in_parts_and_a_stop() {
+    let standin = crate::helpers::StandinProcess::start().await;
     let mut vars = model(60, 20, 400);
     vars.extend([
         ("SLACK_BOT_TOKEN", "xoxb-local".to_string()),
-        ("SLACK_API_URL", python.base_url.clone()),
+        ("SLACK_API_URL", standin.base_url.clone()),
     ]);
     let bot = BotProcess::spawn_example("assistant", &[], &vars);
     let http = HttpClient::default();
@@ -381,7 +381,7 @@ async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
     };
     let asked = deliver(&http, &bot.url(), &ask("EvPy1", "why once"), None).await;
     assert_eq!(asked.outcome(), "answered", "{}", bot.log());
-    let state = python.state().await;
+    let state = standin.state().await;
     let thread = ts_of("EvPy1");
     let parts: Vec<Value> = state["messages"]["D0001"]
         .as_array()
@@ -423,7 +423,7 @@ async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
     let mut vars = model(3000, 2, 240_000);
     vars.extend([
         ("SLACK_BOT_TOKEN", "xoxb-local".to_string()),
-        ("SLACK_API_URL", python.base_url.clone()),
+        ("SLACK_API_URL", standin.base_url.clone()),
     ]);
     let bot = BotProcess::spawn_example("assistant", &[], &vars);
     let thread = ts_of("EvPy2");
@@ -433,7 +433,7 @@ async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
     };
     let mut streaming = false;
     for _ in 0..200 {
-        let state = python.state().await;
+        let state = standin.state().await;
         streaming = state["messages"]["D0001"].as_array().is_some_and(|ms| {
             ms.iter().any(|m| {
                 m["streaming"] == true
@@ -447,14 +447,14 @@ async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(streaming, "the answer streams:\n{}", bot.log());
-    let stop = python
+    let stop = standin
         .post(
             "stop",
             json!({"channel": "D0001", "thread_ts": thread, "user": "U0001"}),
         )
         .await;
-    let calls_at_stop = python.state().await["calls"].as_array().unwrap().len();
-    let shown = python.state().await["messages"]["D0001"].clone();
+    let calls_at_stop = standin.state().await["calls"].as_array().unwrap().len();
+    let shown = standin.state().await["messages"]["D0001"].clone();
     let stopped = deliver(
         &http,
         &bot.url(),
@@ -473,7 +473,7 @@ async fn against_the_python_stand_in_an_answer_in_parts_and_a_stop() {
         "{}",
         bot.log()
     );
-    let state = python.state().await;
+    let state = standin.state().await;
     let after: Vec<&Value> = state["calls"].as_array().unwrap()[calls_at_stop..]
         .iter()
         .filter(|c| c["method"].as_str().is_some_and(|m| m.starts_with("chat.")))

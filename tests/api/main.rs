@@ -1,5 +1,5 @@
 //! One integration-test binary: the app on port 0, a Slack stand-in, DynamoDB Local.
-//! The tests that need DynamoDB Local, the SQS server, the built binary, the Python stand-in or
+//! The tests that need DynamoDB Local, the SQS server, the built binary or
 //! the previous release are `#[ignore = "needs …"]`: `scripts/test.sh` runs them too
 //! (docs/test-suite.md, "Tiers").
 
@@ -29,7 +29,7 @@ mod regressions;
 mod rejections;
 mod serving;
 mod soak;
-mod standins;
+mod standin;
 mod steps;
 mod steps_processes;
 mod takeovers;

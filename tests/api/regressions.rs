@@ -1,5 +1,5 @@
 //! Regressions: each test failed on a defect a production review found, and is named for what it
-//! guards. Against DynamoDB Local, the SQS server, the built binary and the Python stand-in,
+//! guards. Against DynamoDB Local, the SQS server, the built binary and `slack-once standin`,
 //! or in process against `FakeSlack`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,6 @@ use slack_once::testing::TestBot;
 
 use crate::agent::parts_in;
 use crate::helpers::*;
-use crate::standins::PythonStandin;
 use crate::steps_processes::{APPROVER, click_on, dm as dms, execution, script, start_step, vars};
 
 fn with_cmid(body: &str, cmid: &str) -> String {
@@ -230,8 +229,8 @@ async fn patterns_that_matched_non_ascii_text_still_do() {
 // ================================================================ Workflow Builder steps
 
 /// The DM of execution number `index` (in posting order).
-async fn dm_at(python: &PythonStandin, index: usize) -> Value {
-    dms(python).await.remove(index)
+async fn dm_at(standin: &StandinProcess, index: usize) -> Value {
+    dms(standin).await.remove(index)
 }
 
 fn has_buttons(message: &Value) -> bool {
@@ -243,7 +242,7 @@ fn has_buttons(message: &Value) -> bool {
 /// by …"). Slack never retries a block_actions, the claim is released, and no click can come
 /// any more: the step stays running for ever while the DM says it was approved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_click_whose_completion_answer_is_lost_never_strands_the_step() {
     stranded(1, json!(["hang"])).await;
 }
@@ -251,7 +250,7 @@ async fn a_click_whose_completion_answer_is_lost_never_strands_the_step() {
 /// As the test above, with Slack answering the completion `ratelimited` (Tier 3) for longer than
 /// the click's 2.5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_click_whose_completion_is_rate_limited_never_strands_the_step() {
     let many: Vec<&str> = std::iter::repeat_n("fail:ratelimited", 40).collect();
     stranded(2, json!(many)).await;
@@ -261,26 +260,26 @@ async fn stranded(n: u32, behaviours: Value) {
     {
         let endpoint = dynamodb_endpoint();
         let (table, _) = fresh_table(&endpoint).await;
-        let python = PythonStandin::start().await;
-        let vars = vars(&python, &endpoint, &table);
+        let standin = StandinProcess::start().await;
+        let vars = vars(&standin, &endpoint, &table);
         let a = BotProcess::spawn_example("approval", &[], &vars);
         let http = HttpClient::default();
-        let (id, body) = start_step(&python, 100 + n).await;
+        let (id, body) = start_step(&standin, 100 + n).await;
         assert_eq!(
             deliver(&http, &a.url(), &body, None).await.outcome(),
             "answered"
         );
-        script(&python, "functions.completeSuccess", behaviours.clone()).await;
-        let message = dm_at(&python, 0).await;
-        let alice = click_on(&python, &message, &id, "U0ALICE", "approval_approve", 1).await;
+        script(&standin, "functions.completeSuccess", behaviours.clone()).await;
+        let message = dm_at(&standin, 0).await;
+        let alice = click_on(&standin, &message, &id, "U0ALICE", "approval_approve", 1).await;
         let answer = deliver_form(&http, &a.url(), &alice, None).await;
         eprintln!(
             "[F1 {behaviours}] the click's answer: {} {}",
             answer.status, answer.body
         );
         tokio::time::sleep(Duration::from_secs(4)).await;
-        let e = execution(&python, &id).await;
-        let shown = dm_at(&python, 0).await;
+        let e = execution(&standin, &id).await;
+        let shown = dm_at(&standin, 0).await;
         eprintln!("[F1 {behaviours}] execution: {e}\nDM now: {shown}");
         assert!(
             e["state"] == "completed" || has_buttons(&shown),
@@ -298,36 +297,36 @@ async fn stranded(n: u32, behaviours: Value) {
 /// token is revoked): `Completion::Ended`, and the example replaces the DM with "ended before a
 /// decision" although the workflow went on with that very decision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_decider_run_again_after_another_click_sent_its_decision_is_not_told_ended() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
-    let python = PythonStandin::start().await;
-    let vars = vars(&python, &endpoint, &table);
+    let standin = StandinProcess::start().await;
+    let vars = vars(&standin, &endpoint, &table);
     let a = BotProcess::spawn_example("approval", &[], &vars);
     let b = BotProcess::spawn_example("approval", &[], &vars);
     let http = HttpClient::default();
-    let (id, body) = start_step(&python, 200).await;
+    let (id, body) = start_step(&standin, 200).await;
     assert_eq!(
         deliver(&http, &a.url(), &body, None).await.outcome(),
         "answered"
     );
-    let message = dm_at(&python, 0).await;
+    let message = dm_at(&standin, 0).await;
     // Alice's click decides, then its chat.update never answers: the request dies after its
     // decision (deadline), released.
-    script(&python, "chat.update", json!(["hang"])).await;
-    let alice = click_on(&python, &message, &id, "U0ALICE", "approval_approve", 1).await;
+    script(&standin, "chat.update", json!(["hang"])).await;
+    let alice = click_on(&standin, &message, &id, "U0ALICE", "approval_approve", 1).await;
     let first = deliver_form(&http, &a.url(), &alice, None).await;
     eprintln!("[F2] alice's first run: {} {}", first.status, first.body);
     tokio::time::sleep(Duration::from_millis(800)).await;
     // Bob, past Alice's lease: sends Alice's decision for her.
-    let bob = click_on(&python, &message, &id, "U0BOB", "approval_approve", 2).await;
+    let bob = click_on(&standin, &message, &id, "U0BOB", "approval_approve", 2).await;
     let second = deliver_form(&http, &b.url(), &bob, None).await;
     eprintln!("[F2] bob: {} {}", second.status, second.body);
-    let e = execution(&python, &id).await;
+    let e = execution(&standin, &id).await;
     assert_eq!(e["state"], "completed", "{e}\n{}", b.log());
     assert_eq!(e["outputs"]["decided_by"], "U0ALICE", "{e}");
-    let shown = dm_at(&python, 0).await;
+    let shown = dm_at(&standin, 0).await;
     assert!(
         shown.to_string().contains("Approved by <@U0ALICE>"),
         "{shown}"
@@ -335,8 +334,8 @@ async fn a_decider_run_again_after_another_click_sent_its_decision_is_not_told_e
     // Alice's request again (the queue's redelivery of it).
     let again = deliver_form(&http, &a.url(), &alice, None).await;
     eprintln!("[F2] alice again: {} {}", again.status, again.body);
-    let shown = dm_at(&python, 0).await;
-    let e = execution(&python, &id).await;
+    let shown = dm_at(&standin, 0).await;
+    let e = execution(&standin, &id).await;
     eprintln!("[F2] execution: {e}\nDM: {shown}");
     assert!(
         shown.to_string().contains("Approved by <@U0ALICE>"),
@@ -351,34 +350,34 @@ async fn a_decider_run_again_after_another_click_sent_its_decision_is_not_told_e
 /// taken as the decision's completion: the record is closed `completed`, the clicker is told
 /// "Decided already: Approved by …" though nothing was ever completed (expected: Ended).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_click_on_a_workflow_stopped_after_a_dead_deciders_decision_reads_ended() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
-    let python = PythonStandin::start().await;
-    let vars = vars(&python, &endpoint, &table);
+    let standin = StandinProcess::start().await;
+    let vars = vars(&standin, &endpoint, &table);
     let a = BotProcess::spawn_example("approval", &[], &vars);
     let http = HttpClient::default();
-    let (id, body) = start_step(&python, 300).await;
+    let (id, body) = start_step(&standin, 300).await;
     assert_eq!(
         deliver(&http, &a.url(), &body, None).await.outcome(),
         "answered"
     );
-    let message = dm_at(&python, 0).await;
-    script(&python, "chat.update", json!(["hang"])).await;
-    let alice = click_on(&python, &message, &id, "U0ALICE", "approval_approve", 1).await;
+    let message = dm_at(&standin, 0).await;
+    script(&standin, "chat.update", json!(["hang"])).await;
+    let alice = click_on(&standin, &message, &id, "U0ALICE", "approval_approve", 1).await;
     deliver_form(&http, &a.url(), &alice, None).await;
-    python
+    standin
         .post("execution/end", json!({"function_execution_id": id}))
         .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let bob = click_on(&python, &message, &id, "U0BOB", "approval_approve", 2).await;
+    let bob = click_on(&standin, &message, &id, "U0BOB", "approval_approve", 2).await;
     deliver_form(&http, &a.url(), &bob, None).await;
-    let state = python.state().await;
-    let e = execution(&python, &id).await;
+    let state = standin.state().await;
+    let e = execution(&standin, &id).await;
     eprintln!("[F3] execution: {e}\nephemerals: {}", state["ephemerals"]);
     assert_eq!(e["completions"], 0, "{e}");
-    let told = state["ephemerals"].to_string() + &dm_at(&python, 0).await.to_string();
+    let told = state["ephemerals"].to_string() + &dm_at(&standin, 0).await.to_string();
     assert!(
         !told.contains("Decided already"),
         "the workflow was stopped and never completed, and Bob is told: {told}\nlog:\n{}",
@@ -390,29 +389,29 @@ async fn a_click_on_a_workflow_stopped_after_a_dead_deciders_decision_reads_ende
 /// example shows the dead decider's decision (the buttons go) and returns without sending it.
 /// Nothing is left to click; the step runs for ever, the DM saying it was approved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DynamoDB Local, the Python stand-in and the built binary"]
+#[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_reject_after_a_dead_deciders_decision_sends_that_decision() {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
-    let python = PythonStandin::start().await;
-    let vars = vars(&python, &endpoint, &table);
+    let standin = StandinProcess::start().await;
+    let vars = vars(&standin, &endpoint, &table);
     let a = BotProcess::spawn_example("approval", &[], &vars);
     let http = HttpClient::default();
-    let (id, body) = start_step(&python, 400).await;
+    let (id, body) = start_step(&standin, 400).await;
     assert_eq!(
         deliver(&http, &a.url(), &body, None).await.outcome(),
         "answered"
     );
-    let message = dm_at(&python, 0).await;
-    script(&python, "chat.update", json!(["hang"])).await;
-    let alice = click_on(&python, &message, &id, "U0ALICE", "approval_approve", 1).await;
+    let message = dm_at(&standin, 0).await;
+    script(&standin, "chat.update", json!(["hang"])).await;
+    let alice = click_on(&standin, &message, &id, "U0ALICE", "approval_approve", 1).await;
     deliver_form(&http, &a.url(), &alice, None).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let bob = click_on(&python, &message, &id, "U0BOB", "approval_reject", 2).await;
+    let bob = click_on(&standin, &message, &id, "U0BOB", "approval_reject", 2).await;
     deliver_form(&http, &a.url(), &bob, None).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let e = execution(&python, &id).await;
-    let shown = dm_at(&python, 0).await;
+    let e = execution(&standin, &id).await;
+    let shown = dm_at(&standin, 0).await;
     eprintln!("[F4] execution: {e}\nDM: {shown}");
     assert!(
         e["state"] == "completed" || has_buttons(&shown),
@@ -481,14 +480,14 @@ async fn the_execution_token_never_reaches_listeners_in_raw() {
 /// completion is refused for good (`token_expired`), the click ends failed, and the DM already
 /// says "Approved by …" with no buttons left: the step runs for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DynamoDB Local, the SQS server, the Python stand-in and the built binary"]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn a_deferred_click_redelivered_after_its_token_expired_never_strands_the_step() {
     let sqs = sqs_endpoint();
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let queue = TestQueue::create(&sqs, 5).await;
-    let python = PythonStandin::start_with(&["--workflow-token-seconds", "2"]).await;
-    let mut worker_vars = vars(&python, &endpoint, &table);
+    let standin = StandinProcess::start_with(&["--workflow-token-seconds", "2"]).await;
+    let mut worker_vars = vars(&standin, &endpoint, &table);
     worker_vars.extend([
         ("AWS_ENDPOINT_URL_SQS", sqs.clone()),
         ("WORK_QUEUE_URL", queue.url.clone()),
@@ -498,29 +497,29 @@ async fn a_deferred_click_redelivered_after_its_token_expired_never_strands_the_
     let ingress = BotProcess::spawn_example("approval", &[], &worker_vars);
     let worker = BotProcess::spawn_example("approval", &["worker"], &worker_vars);
     let http = HttpClient::default();
-    let (id, body) = start_step(&python, 700).await;
+    let (id, body) = start_step(&standin, 700).await;
     assert_eq!(
         deliver(&http, &ingress.url(), &body, None).await.outcome(),
         "queued"
     );
     assert!(
         eventually_async(Duration::from_secs(20), || async {
-            dms(&python).await.len() == 1
+            dms(&standin).await.len() == 1
         })
         .await,
         "the DM:\n{}",
         worker.log()
     );
-    script(&python, "functions.completeSuccess", json!(["hang"])).await;
-    let message = dm_at(&python, 0).await;
-    let approve = click_on(&python, &message, &id, APPROVER, "approval_approve", 5).await;
+    script(&standin, "functions.completeSuccess", json!(["hang"])).await;
+    let message = dm_at(&standin, 0).await;
+    let approve = click_on(&standin, &message, &id, APPROVER, "approval_approve", 5).await;
     let acked = deliver_form(&http, &ingress.url(), &approve, None).await;
     assert_eq!(acked.status, http::StatusCode::OK, "{}", acked.body);
     let settled = || async { queue.depth(&queue.url).await == 0 };
     let _ = eventually_async(Duration::from_secs(40), settled).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let e = execution(&python, &id).await;
-    let shown = dm_at(&python, 0).await;
+    let e = execution(&standin, &id).await;
+    let shown = dm_at(&standin, 0).await;
     eprintln!(
         "[F1c] execution: {e}\nDM: {shown}\nworker:\n{}",
         worker.log()

@@ -2,7 +2,7 @@
 //! `FakeSlack` (each execution running → completed, failed or ended; its tokens revoked at its
 //! end): one DM however often `function_executed` comes, one completion however many clicks,
 //! the first decision kept, a click after the end completing nothing, every call for an
-//! execution made with that execution's own token. The same against the Python stand-in, the
+//! execution made with that execution's own token. The same against `slack-once standin`, the
 //! real binaries, DynamoDB Local and the SQS server are in `steps_processes`.
 
 use serde_json::{Value, json};
