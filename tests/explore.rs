@@ -1994,6 +1994,123 @@ mod steps {
             .assert_ok();
     }
 
+    /// The decider's completion reaches Slack and its process dies before the answer; past its
+    /// lease the other click takes the mark over to send the decision for it, and the ledger's
+    /// SDK sends that conditioned write twice (the first answer lost: the second is refused as
+    /// a conflict). The run reads the record again, finds the mark its own, and writes it again;
+    /// but it then takes the mark it replaced for its own (the decider's is forgotten), so
+    /// Slack's `execution_not_in_running_state` (the decider's completion) is read as the
+    /// workflow's end: the record is closed `ended` and both clicks' DM says the request ended
+    /// before a decision, while the step completed with the decider's approval.
+    #[test]
+    #[ignore = "fails: a lost answer to the mark's takeover write makes a completed step read as ended"]
+    fn a_lost_answer_to_taking_the_mark_over_does_not_show_a_completed_step_as_ended() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.1=dies-before 4.8=dies-after 5.8=sdk-retry 6.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "the DM tells how the step ended",
+                the_dm_tells_how_the_step_ended,
+            )
+            .run()
+            .assert_ok();
+    }
+
+    /// The same schedule without the SDK's second send: the click sends for the dead decider,
+    /// Slack refuses it as completed already, and the DM shows the approval (the control of
+    /// the test above).
+    #[test]
+    fn a_click_sending_for_a_decider_that_completed_and_died_shows_its_decision() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.1=dies-before 4.8=dies-after 6.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "the DM tells how the step ended",
+                the_dm_tells_how_the_step_ended,
+            )
+            .run()
+            .assert_ok();
+    }
+
+    /// The decider dies just after marking its completion `sending`; its next four receives
+    /// die, and so do the other click's. On the fifth and last receive of each, at once, the
+    /// decider's run takes its mark back and sends, and Slack answers 503; the other click,
+    /// reading the mark held (that run's lease is on), sends nothing, removes the DM's buttons
+    /// and says "Decided already". The holder's request is dead-lettered: the step is left
+    /// running, with a decision recorded and shown, no request left to send it and no button
+    /// left to click. Before the mark was taken over by a write of each run, the other click
+    /// sent the decision for the dead decider's lease.
+    #[test]
+    #[ignore = "fails: a click defers to a mark whose holder then fails on its last receive; the step is never completed"]
+    fn a_mark_holder_failing_on_its_last_receive_does_not_leave_the_step_running() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay(
+                "plain; 3.1=dies-before 4.6=dies-after 5.1=dies-before 6.1=dies-before \
+                 7.1=dies-before 8.1=dies-before 9.1=dies-before 10.1=dies-before \
+                 11.10=unavailable",
+            )
+            .invariant("completed once", completed_once)
+            .invariant("a decision shown as final is completed", |end| {
+                let completed = end
+                    .executions
+                    .iter()
+                    .any(|e| e["completions"].as_u64().unwrap_or(0) >= 1);
+                let final_verdicts: Vec<&str> = end
+                    .messages
+                    .iter()
+                    .filter(|m| !has_buttons(m))
+                    .filter_map(|m| m["text"].as_str())
+                    .filter(|t| t.starts_with("Approved by") || t.starts_with("Rejected"))
+                    .collect();
+                let told: Vec<&str> = end
+                    .ephemerals
+                    .iter()
+                    .filter_map(|m| m["text"].as_str())
+                    .filter(|t| t.starts_with("Decided already"))
+                    .collect();
+                if completed || (final_verdicts.is_empty() && told.is_empty()) {
+                    return Ok(());
+                }
+                Err(format!(
+                    "the step is not completed, yet the DM shows {final_verdicts:?} without its \
+                     buttons and people were told {told:?}: executions {:?}",
+                    end.executions
+                ))
+            })
+            .run()
+            .assert_ok();
+    }
+
+    /// Whether a message still has the step's buttons (an `actions` block).
+    fn has_buttons(message: &serde_json::Value) -> bool {
+        message["blocks"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|b| b["type"] == "actions"))
+    }
+
+    /// The DM reads "ended" only where the step did not complete, and shows the decision it
+    /// completed with otherwise.
+    fn the_dm_tells_how_the_step_ended(end: &End) -> Result<(), String> {
+        let Some(execution) = end.executions.first() else {
+            return Ok(());
+        };
+        let texts: Vec<&str> = end
+            .messages
+            .iter()
+            .filter_map(|m| m["text"].as_str())
+            .collect();
+        if execution["state"] == "completed" && texts.contains(&approval::ENDED) {
+            return Err(format!(
+                "the step completed with {} but the DM reads {texts:?}",
+                execution["outputs"]
+            ));
+        }
+        Ok(())
+    }
+
     /// The step's DM in Slack, and two clicks on its Approve at once: the approver's and
     /// `second`'s (the approver again: a double click).
     fn two_deciders(second: &str) -> Explorer {
