@@ -2034,54 +2034,80 @@ mod steps {
             .assert_ok();
     }
 
-    /// The decider dies just after marking its completion `sending`; its next four receives
-    /// die, and so do the other click's. On the fifth and last receive of each, at once, the
-    /// decider's run takes its mark back and sends, and Slack answers 503; the other click,
-    /// reading the mark held (that run's lease is on), sends nothing, removes the DM's buttons
-    /// and says "Decided already". The holder's request is dead-lettered: the step is left
-    /// running, with a decision recorded and shown, no request left to send it and no button
-    /// left to click. Before the mark was taken over by a write of each run, the other click
-    /// sent the decision for the dead decider's lease.
+    /// The decider dies just after marking its completion `sending`, and the other click's
+    /// first receive dies. Past the decider's lease, at once: the click's second receive takes
+    /// the mark over and its completion meets Slack's 503 (handed back to the queue); the
+    /// decider's redelivery reads the mark held (that run's lease is on), sends nothing, gets
+    /// `Completed` and shows the approval without the buttons. The click's next receive dies,
+    /// and the one after comes when its token has expired (`token_expired`, for good): the
+    /// step is left running with the decision recorded and shown, no request left that can
+    /// send it and no button left to click. Before each run took the mark by a write of its
+    /// own, the decider's redelivery sent under its own mark.
     #[test]
-    #[ignore = "fails: a click defers to a mark whose holder then fails on its last receive; the step is never completed"]
-    fn a_mark_holder_failing_on_its_last_receive_does_not_leave_the_step_running() {
+    #[ignore = "fails: the decider's redelivery defers to a click holding the mark, whose completion then never goes through"]
+    fn a_deciders_redelivery_deferring_to_a_click_holding_the_mark_does_not_leave_the_step_running()
+    {
         two_deciders("U0DEPUTY")
             .deferred()
-            .replay(
-                "plain; 3.1=dies-before 4.6=dies-after 5.1=dies-before 6.1=dies-before \
-                 7.1=dies-before 8.1=dies-before 9.1=dies-before 10.1=dies-before \
-                 11.10=unavailable",
-            )
+            .replay("plain; 3.1=dies-before 4.6=dies-after 5.10=unavailable 7.1=dies-before")
             .invariant("completed once", completed_once)
-            .invariant("a decision shown as final is completed", |end| {
-                let completed = end
-                    .executions
-                    .iter()
-                    .any(|e| e["completions"].as_u64().unwrap_or(0) >= 1);
-                let final_verdicts: Vec<&str> = end
-                    .messages
-                    .iter()
-                    .filter(|m| !has_buttons(m))
-                    .filter_map(|m| m["text"].as_str())
-                    .filter(|t| t.starts_with("Approved by") || t.starts_with("Rejected"))
-                    .collect();
-                let told: Vec<&str> = end
-                    .ephemerals
-                    .iter()
-                    .filter_map(|m| m["text"].as_str())
-                    .filter(|t| t.starts_with("Decided already"))
-                    .collect();
-                if completed || (final_verdicts.is_empty() && told.is_empty()) {
-                    return Ok(());
-                }
-                Err(format!(
-                    "the step is not completed, yet the DM shows {final_verdicts:?} without its \
-                     buttons and people were told {told:?}: executions {:?}",
-                    end.executions
-                ))
-            })
+            .invariant(
+                "a decision shown as final is completed",
+                a_decision_shown_as_final_is_completed,
+            )
             .run()
             .assert_ok();
+    }
+
+    /// The same hole on the path that was there before the mark could be taken over: the
+    /// decider's completion meets Slack's 503 (handed back to the queue), and the other click,
+    /// reading the decider's lease on, sends nothing, removes the buttons and says "Decided
+    /// already"; the decider's next two receives die, and the one after comes when its token
+    /// has expired. A click that defers to a live run is not told when that run fails.
+    #[test]
+    #[ignore = "fails: a click defers to the decider's lease, whose completion then never goes through"]
+    fn a_click_deferring_to_the_deciders_lease_does_not_leave_the_step_running() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 4.8=unavailable 5.1=dies-before 6.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "a decision shown as final is completed",
+                a_decision_shown_as_final_is_completed,
+            )
+            .run()
+            .assert_ok();
+    }
+
+    /// Where the DM shows a decision without its buttons, or a person was told "Decided
+    /// already", the step is completed: the approval example removes the buttons only once it
+    /// holds the completion sent (by its request, or by another that is sending it).
+    fn a_decision_shown_as_final_is_completed(end: &End) -> Result<(), String> {
+        let completed = end
+            .executions
+            .iter()
+            .any(|e| e["completions"].as_u64().unwrap_or(0) >= 1);
+        let final_verdicts: Vec<&str> = end
+            .messages
+            .iter()
+            .filter(|m| !has_buttons(m))
+            .filter_map(|m| m["text"].as_str())
+            .filter(|t| t.starts_with("Approved by") || t.starts_with("Rejected"))
+            .collect();
+        let told: Vec<&str> = end
+            .ephemerals
+            .iter()
+            .filter_map(|m| m["text"].as_str())
+            .filter(|t| t.starts_with("Decided already"))
+            .collect();
+        if completed || (final_verdicts.is_empty() && told.is_empty()) {
+            return Ok(());
+        }
+        Err(format!(
+            "the step is not completed, yet the DM shows {final_verdicts:?} without its buttons \
+             and people were told {told:?}: executions {:?}",
+            end.executions
+        ))
     }
 
     /// Whether a message still has the step's buttons (an `actions` block).
