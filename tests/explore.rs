@@ -1995,6 +1995,149 @@ mod steps {
             .assert_ok();
     }
 
+    /// The decider's completion reaches Slack and its process dies before the answer; past its
+    /// lease the other click takes the mark over to send the decision for it, and the ledger's
+    /// SDK sends that conditioned write twice (the first answer lost: the second is refused as
+    /// a conflict). The run reads the record again, finds the mark its own, and writes it again;
+    /// but it then takes the mark it replaced for its own (the decider's is forgotten), so
+    /// Slack's `execution_not_in_running_state` (the decider's completion) is read as the
+    /// workflow's end: the record is closed `ended` and both clicks' DM says the request ended
+    /// before a decision, while the step completed with the decider's approval.
+    #[test]
+    #[ignore = "fails: a lost answer to the mark's takeover write makes a completed step read as ended"]
+    fn a_lost_answer_to_taking_the_mark_over_does_not_show_a_completed_step_as_ended() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.1=dies-before 4.8=dies-after 5.8=sdk-retry 6.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "the DM tells how the step ended",
+                the_dm_tells_how_the_step_ended,
+            )
+            .run()
+            .assert_ok();
+    }
+
+    /// The same schedule without the SDK's second send: the click sends for the dead decider,
+    /// Slack refuses it as completed already, and the DM shows the approval (the control of
+    /// the test above).
+    #[test]
+    fn a_click_sending_for_a_decider_that_completed_and_died_shows_its_decision() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.1=dies-before 4.8=dies-after 6.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "the DM tells how the step ended",
+                the_dm_tells_how_the_step_ended,
+            )
+            .run()
+            .assert_ok();
+    }
+
+    /// The decider dies just after marking its completion `sending`, and the other click's
+    /// first receive dies. Past the decider's lease, at once: the click's second receive takes
+    /// the mark over and its completion meets Slack's 503 (handed back to the queue); the
+    /// decider's redelivery reads the mark held (that run's lease is on), sends nothing, gets
+    /// `Completed` and shows the approval without the buttons. The click's next receive dies,
+    /// and the one after comes when its token has expired (`token_expired`, for good): the
+    /// step is left running with the decision recorded and shown, no request left that can
+    /// send it and no button left to click. Before each run took the mark by a write of its
+    /// own, the decider's redelivery sent under its own mark.
+    #[test]
+    #[ignore = "fails: the decider's redelivery defers to a click holding the mark, whose completion then never goes through"]
+    fn a_deciders_redelivery_deferring_to_a_click_holding_the_mark_does_not_leave_the_step_running()
+    {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.1=dies-before 4.6=dies-after 5.10=unavailable 7.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "a decision shown as final is completed",
+                a_decision_shown_as_final_is_completed,
+            )
+            .run()
+            .assert_ok();
+    }
+
+    /// The same hole on the path that was there before the mark could be taken over: the
+    /// decider's completion meets Slack's 503 (handed back to the queue), and the other click,
+    /// reading the decider's lease on, sends nothing, removes the buttons and says "Decided
+    /// already"; the decider's next two receives die, and the one after comes when its token
+    /// has expired. A click that defers to a live run is not told when that run fails.
+    #[test]
+    #[ignore = "fails: a click defers to the decider's lease, whose completion then never goes through"]
+    fn a_click_deferring_to_the_deciders_lease_does_not_leave_the_step_running() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 4.8=unavailable 5.1=dies-before 6.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "a decision shown as final is completed",
+                a_decision_shown_as_final_is_completed,
+            )
+            .run()
+            .assert_ok();
+    }
+
+    /// Where the DM shows a decision without its buttons, or a person was told "Decided
+    /// already", the step is completed: the approval example removes the buttons only once it
+    /// holds the completion sent (by its request, or by another that is sending it).
+    fn a_decision_shown_as_final_is_completed(end: &End) -> Result<(), String> {
+        let completed = end
+            .executions
+            .iter()
+            .any(|e| e["completions"].as_u64().unwrap_or(0) >= 1);
+        let final_verdicts: Vec<&str> = end
+            .messages
+            .iter()
+            .filter(|m| !has_buttons(m))
+            .filter_map(|m| m["text"].as_str())
+            .filter(|t| t.starts_with("Approved by") || t.starts_with("Rejected"))
+            .collect();
+        let told: Vec<&str> = end
+            .ephemerals
+            .iter()
+            .filter_map(|m| m["text"].as_str())
+            .filter(|t| t.starts_with("Decided already"))
+            .collect();
+        if completed || (final_verdicts.is_empty() && told.is_empty()) {
+            return Ok(());
+        }
+        Err(format!(
+            "the step is not completed, yet the DM shows {final_verdicts:?} without its buttons \
+             and people were told {told:?}: executions {:?}",
+            end.executions
+        ))
+    }
+
+    /// Whether a message still has the step's buttons (an `actions` block).
+    fn has_buttons(message: &serde_json::Value) -> bool {
+        message["blocks"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|b| b["type"] == "actions"))
+    }
+
+    /// The DM reads "ended" only where the step did not complete, and shows the decision it
+    /// completed with otherwise.
+    fn the_dm_tells_how_the_step_ended(end: &End) -> Result<(), String> {
+        let Some(execution) = end.executions.first() else {
+            return Ok(());
+        };
+        let texts: Vec<&str> = end
+            .messages
+            .iter()
+            .filter_map(|m| m["text"].as_str())
+            .collect();
+        if execution["state"] == "completed" && texts.contains(&approval::ENDED) {
+            return Err(format!(
+                "the step completed with {} but the DM reads {texts:?}",
+                execution["outputs"]
+            ));
+        }
+        Ok(())
+    }
+
     /// The step's DM in Slack, and two clicks on its Approve at once: the approver's and
     /// `second`'s (the approver again: a double click).
     fn two_deciders(second: &str) -> Explorer {
