@@ -24,6 +24,7 @@ mod bot;
 pub mod explore;
 mod functions;
 mod oauth;
+mod recorded;
 mod scripts;
 mod slack;
 mod workspace;
@@ -33,7 +34,8 @@ pub use functions::{StartedExecution, WORKFLOW_TOKEN_MS};
 pub use oauth::{
     Exchange, OAuthGrants, TOKEN_LIFETIME_S, bot_id_for, bot_id_of, bot_user_for, bot_user_of,
 };
-pub use slack::{FakeSlack, IN_PROCESS_BASE, SlackFailure, default_identity};
+pub use recorded::SlackFailure;
+pub use slack::{FakeSlack, IN_PROCESS_BASE, default_identity};
 pub use workspace::{Identity, OTHER_APP, PAGE_CAP, Workspace, hook_answer, micros};
 
 /// The workspace a [`TestBot`] runs in: its team, its app and its bot.

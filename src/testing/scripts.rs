@@ -34,7 +34,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::slack::{Recorded, SlackFailure, log_call};
+use super::recorded::{Recorded, SlackFailure, log_call};
 use super::workspace::{self, Workspace};
 
 /// A refusal of an endpoint: its HTTP status and code.
