@@ -575,6 +575,44 @@ mod architecture {
         }
     }
 
+    /// Every `src/….rs` the docs name exists (in this crate, or in the bot `slack-once init`
+    /// writes, `templates/bot/`): a file moved without its docs fails here. The findings log
+    /// under `docs/internals/` keeps the paths of its day.
+    #[test]
+    fn every_source_path_the_docs_name_exists() {
+        let root = Path::new(ROOT);
+        let mut pages = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+        pages.extend(["RELIABILITY.md", "DEPLOY.md", "BENCHMARKS.md"].map(|p| root.join(p)));
+        for entry in std::fs::read_dir(root.join("docs")).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "md") {
+                pages.push(entry.path());
+            }
+        }
+        let mut missing = Vec::new();
+        for page in &pages {
+            let text = std::fs::read_to_string(page).unwrap();
+            for (at, _) in text.match_indices("src/") {
+                let rest = &text[at..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || "_/.".contains(c)))
+                    .unwrap_or(rest.len());
+                let path = rest[..end].trim_end_matches('.');
+                let preceded = text[..at].chars().last();
+                if !path.ends_with(".rs") || preceded.is_some_and(|c| c.is_ascii_alphanumeric()) {
+                    continue;
+                }
+                let named = |base: &Path| base.join(path).exists();
+                if !named(root) && !named(&root.join("templates/bot")) {
+                    missing.push(format!("{}: {path}", page.display()));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "source paths the docs name that do not exist: {missing:#?}"
+        );
+    }
+
     #[test]
     fn every_file_under_src_is_named_in_the_map() {
         let map = std::fs::read_to_string(Path::new(ROOT).join("ARCHITECTURE.md")).unwrap();
