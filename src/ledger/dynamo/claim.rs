@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::item::*;
@@ -245,6 +246,39 @@ impl DynamoLedger {
         request: &ClaimRequest<'_>,
         maybe_new: bool,
     ) -> Result<Claim, LedgerError> {
+        let update = self.takeover(request, maybe_new);
+        let sent = past_transactions(|| {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            update.clone().send()
+        })
+        .await;
+        match sent {
+            Ok(out) => {
+                // `if_not_exists(attempts, 0) + 1`, read from the item as it was.
+                let old = out.attributes().filter(|a| !a.is_empty());
+                let attempt = old.map_or(1, |old| attempts_of(Some(old)).saturating_add(1));
+                Ok(Claim::Acquired {
+                    attempt,
+                    journal: with_looked(
+                        with_began(journal_of(old), &began_of(old, 0)),
+                        &looked_of(old),
+                    ),
+                })
+            }
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                UpdateItemError::ConditionalCheckFailedException(failed) => {
+                    Ok(blocking_claim(failed.item(), request))
+                }
+                UpdateItemError::ResourceNotFoundException(_) => Err(self.no_table()),
+                _ => Err(unavailable(SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    /// The takeover's update: [`CLAIM_CONDITION`] (and [`APP_CONDITION`]), the claim's
+    /// attributes set, and what an earlier delivery left removed.
+    fn takeover(&self, request: &ClaimRequest<'_>, maybe_new: bool) -> UpdateItemFluentBuilder {
         // Every attribute goes through a `#name` placeholder: several are DynamoDB reserved words.
         let mut set = vec![
             "#status = :in_progress".to_string(),
@@ -280,36 +314,7 @@ impl DynamoLedger {
             .table_name(&self.table)
             .key(attr::PK, AttributeValue::S(request.event_id.to_string()))
             .condition_expression(condition)
-            .set_expression_attribute_names(Some(
-                [
-                    attr::PK,
-                    attr::STATUS,
-                    attr::OWNER,
-                    attr::LEASE_UNTIL,
-                    attr::EXPIRES_AT,
-                    attr::ATTEMPTS,
-                    attr::FORMAT,
-                    attr::TEAM_ID,
-                    attr::RETRY_NUM,
-                    attr::RETRY_REASON,
-                    attr::REDELIVERY,
-                    attr::CREATED_AT,
-                    attr::CLAIMED_AT,
-                    attr::COMPLETED_AT,
-                    attr::RELEASED_AT,
-                    attr::FAILED_AT,
-                    attr::ERROR,
-                    attr::RETRYABLE,
-                    attr::JOURNAL,
-                    attr::STATE_CHANGES,
-                    attr::BEGAN,
-                    attr::BEGAN_BY,
-                ]
-                .into_iter()
-                .chain(request.app_id.map(|_| attr::APP))
-                .map(|a| (format!("#{a}"), a.to_string()))
-                .collect(),
-            ))
+            .set_expression_attribute_names(Some(takeover_names(request.app_id)))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":released", s(Status::Released.as_str()))
             .expression_attribute_values(":failed", s(Status::Failed.as_str()))
@@ -373,35 +378,41 @@ impl DynamoLedger {
         }
         let expression = format!("SET {} REMOVE {}", set.join(", "), remove.join(", "));
 
-        let update = update.update_expression(expression);
-        let sent = past_transactions(|| {
-            self.requests.fetch_add(1, Ordering::Relaxed);
-            update.clone().send()
-        })
-        .await;
-        match sent {
-            Ok(out) => {
-                // `if_not_exists(attempts, 0) + 1`, read from the item as it was.
-                let old = out.attributes().filter(|a| !a.is_empty());
-                let attempt = old.map_or(1, |old| attempts_of(Some(old)).saturating_add(1));
-                Ok(Claim::Acquired {
-                    attempt,
-                    journal: with_looked(
-                        with_began(journal_of(old), &began_of(old, 0)),
-                        &looked_of(old),
-                    ),
-                })
-            }
-            Err(SdkError::ServiceError(e)) => match e.err() {
-                UpdateItemError::ConditionalCheckFailedException(failed) => {
-                    Ok(blocking_claim(failed.item(), request))
-                }
-                UpdateItemError::ResourceNotFoundException(_) => Err(self.no_table()),
-                _ => Err(unavailable(SdkError::ServiceError(e))),
-            },
-            Err(e) => Err(unavailable(e)),
-        }
+        update.update_expression(expression)
     }
+}
+
+/// The placeholders of a takeover's attributes (several are DynamoDB reserved words); `#app`
+/// only where the request names its app (DynamoDB refuses a name the expression does not use).
+fn takeover_names(app_id: Option<&str>) -> HashMap<String, String> {
+    [
+        attr::PK,
+        attr::STATUS,
+        attr::OWNER,
+        attr::LEASE_UNTIL,
+        attr::EXPIRES_AT,
+        attr::ATTEMPTS,
+        attr::FORMAT,
+        attr::TEAM_ID,
+        attr::RETRY_NUM,
+        attr::RETRY_REASON,
+        attr::REDELIVERY,
+        attr::CREATED_AT,
+        attr::CLAIMED_AT,
+        attr::COMPLETED_AT,
+        attr::RELEASED_AT,
+        attr::FAILED_AT,
+        attr::ERROR,
+        attr::RETRYABLE,
+        attr::JOURNAL,
+        attr::STATE_CHANGES,
+        attr::BEGAN,
+        attr::BEGAN_BY,
+    ]
+    .into_iter()
+    .chain(app_id.map(|_| attr::APP))
+    .map(|a| (format!("#{a}"), a.to_string()))
+    .collect()
 }
 
 /// What the item returned by a failed claim means. The server judged it with the same `now`, so
