@@ -8,7 +8,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 
 use super::item::*;
@@ -45,17 +46,41 @@ pub(super) async fn state_changes(
         .unwrap_or_default())
 }
 
+/// Writes the app state's new version: alone, or with the request's record of the change.
 pub(super) async fn put_state(
     ledger: &DynamoLedger,
     key: &crate::envelope::EventId,
     write: &crate::ledger::StateWrite<'_>,
     now_ms: u64,
 ) -> Result<crate::ledger::StatePut, LedgerError> {
+    ledger.requests.fetch_add(1, Ordering::Relaxed);
+    let version = write.expected + 1;
+    let put = versioned_put(key, write, version, now_ms);
+    match &write.request {
+        None => put_alone(ledger, put, version).await,
+        Some(request) => put_with_record(ledger, put, request, version).await,
+    }
+}
+
+/// A state item's put, as either way of writing it sends it.
+struct VersionedPut {
+    item: HashMap<String, AttributeValue>,
+    /// On the version read, or, for a first version, on no live item.
+    condition: &'static str,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+/// The state item at `version`, conditioned on the version the write read.
+fn versioned_put(
+    key: &crate::envelope::EventId,
+    write: &crate::ledger::StateWrite<'_>,
+    version: u64,
+    now_ms: u64,
+) -> VersionedPut {
     // The writers kept are the ones read with `expected`: the condition on the version makes
     // sure they are still the item's.
     let writers = crate::ledger::state_writers_after(write.read_writers.to_vec(), write.writer);
-    ledger.requests.fetch_add(1, Ordering::Relaxed);
-    let version = write.expected + 1;
     let (condition, mut names, mut values) = if write.expected == 0 {
         (
             "attribute_not_exists(#pk) OR #expires_at < :now_s",
@@ -92,28 +117,60 @@ pub(super) async fn put_state(
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-    let Some(request) = &write.request else {
-        let put = ledger
-            .client
-            .put_item()
-            .table_name(&ledger.table)
-            .set_item(Some(item))
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values));
-        return match put.send().await {
-            Ok(_) => Ok(crate::ledger::StatePut::Written { version }),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(crate::ledger::StatePut::Conflict)
-            }
-            Err(e) => Err(unavailable(e.into_service_error())),
-        };
-    };
-    // The value and the request's record of the change, in one transaction: the value
-    // conditioned on the version read, the record on the claim being the owner's, in
-    // progress, and not recording this change yet.
+    VersionedPut {
+        item,
+        condition,
+        names,
+        values,
+    }
+}
+
+/// The state's new version, with no request to record it on.
+async fn put_alone(
+    ledger: &DynamoLedger,
+    put: VersionedPut,
+    version: u64,
+) -> Result<crate::ledger::StatePut, LedgerError> {
+    let VersionedPut {
+        item,
+        condition,
+        names,
+        values,
+    } = put;
+    let put = ledger
+        .client
+        .put_item()
+        .table_name(&ledger.table)
+        .set_item(Some(item))
+        .condition_expression(condition)
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(Some(values));
+    match put.send().await {
+        Ok(_) => Ok(crate::ledger::StatePut::Written { version }),
+        Err(SdkError::ServiceError(e))
+            if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+        {
+            Ok(crate::ledger::StatePut::Conflict)
+        }
+        Err(e) => Err(unavailable(e.into_service_error())),
+    }
+}
+
+/// The value and the request's record of the change, in one transaction: the value
+/// conditioned on the version read, the record on the claim being the owner's, in progress,
+/// and not recording this change yet.
+async fn put_with_record(
+    ledger: &DynamoLedger,
+    put: VersionedPut,
+    request: &crate::ledger::RequestChange<'_>,
+    version: u64,
+) -> Result<crate::ledger::StatePut, LedgerError> {
+    let VersionedPut {
+        item,
+        condition,
+        names,
+        values,
+    } = put;
     let put = Put::builder()
         .table_name(&ledger.table)
         .set_item(Some(item))
@@ -167,41 +224,7 @@ pub(super) async fn put_state(
             .is_some_and(|c| c == "ConditionalCheckFailed")
     };
     if failed(1) {
-        // The claim's item as it is (returned with the failure; read where it is not).
-        let item = match reasons[1].item() {
-            Some(item) => Some(item.clone()),
-            None => ledger.get_item(request.held.event_id.as_str()).await?,
-        };
-        let recorded = item
-            .as_ref()
-            .and_then(|i| i.get(attr::STATE_CHANGES))
-            .and_then(|m| m.as_m().ok())
-            .and_then(|m| m.get(request.change))
-            .and_then(number);
-        let owner = item
-            .as_ref()
-            .and_then(|i| i.get(attr::OWNER))
-            .and_then(|v| v.as_s().ok());
-        return match recorded {
-            // Made by an earlier run of this request, or by this write, whose answer was
-            // lost (a claim taken over since records it all the same).
-            Some(version) => Ok(crate::ledger::StatePut::MadeAlready { version }),
-            None if owner.map(String::as_str) == Some(request.held.owner.as_str())
-                && item
-                    .as_ref()
-                    .and_then(|i| i.get(attr::STATE_CHANGES))
-                    .is_none() =>
-            {
-                Err(LedgerError::Unavailable(
-                    "the claim's item has no record of state changes (a claim of a release \
-                     before them): the change is not made"
-                        .into(),
-                ))
-            }
-            None => Err(LedgerError::NotOwner {
-                event_id: request.held.event_id.clone(),
-            }),
-        };
+        return record_refused(ledger, request, &reasons[1]).await;
     }
     if failed(0) {
         return Ok(crate::ledger::StatePut::Conflict);
@@ -219,6 +242,50 @@ pub(super) async fn put_state(
         return Err(LedgerError::ItemTooLarge(why.into()));
     }
     Err(LedgerError::Unavailable(why.into()))
+}
+
+/// What the request's record refused means: the change made already (by an earlier run, or
+/// by this write whose answer was lost), or the claim no longer the owner's.
+async fn record_refused(
+    ledger: &DynamoLedger,
+    request: &crate::ledger::RequestChange<'_>,
+    reason: &CancellationReason,
+) -> Result<crate::ledger::StatePut, LedgerError> {
+    // The claim's item as it is (returned with the failure; read where it is not).
+    let item = match reason.item() {
+        Some(item) => Some(item.clone()),
+        None => ledger.get_item(request.held.event_id.as_str()).await?,
+    };
+    let recorded = item
+        .as_ref()
+        .and_then(|i| i.get(attr::STATE_CHANGES))
+        .and_then(|m| m.as_m().ok())
+        .and_then(|m| m.get(request.change))
+        .and_then(number);
+    let owner = item
+        .as_ref()
+        .and_then(|i| i.get(attr::OWNER))
+        .and_then(|v| v.as_s().ok());
+    match recorded {
+        // Made by an earlier run of this request, or by this write, whose answer was
+        // lost (a claim taken over since records it all the same).
+        Some(version) => Ok(crate::ledger::StatePut::MadeAlready { version }),
+        None if owner.map(String::as_str) == Some(request.held.owner.as_str())
+            && item
+                .as_ref()
+                .and_then(|i| i.get(attr::STATE_CHANGES))
+                .is_none() =>
+        {
+            Err(LedgerError::Unavailable(
+                "the claim's item has no record of state changes (a claim of a release \
+                     before them): the change is not made"
+                    .into(),
+            ))
+        }
+        None => Err(LedgerError::NotOwner {
+            event_id: request.held.event_id.clone(),
+        }),
+    }
 }
 
 /// A state item as read, unless past its TTL or not a state item.
