@@ -14,9 +14,10 @@ use super::interactive::{Ack, response_body};
 use super::message::Message;
 use crate::envelope::{EventCallback, EventId};
 use crate::interaction::{Interaction, allowed_response_url};
+use crate::journal::record::Settled;
 use crate::journal::{self, Call, For, Made, RESPOND, Returns, Steps, Tally};
 pub use crate::journal::{Error, Settle};
-use crate::ledger::{LedgerError, Settled};
+use crate::ledger::LedgerError;
 use crate::slack::{Args, OurApp, SlackClient, SlackError};
 
 /// A message posted.
@@ -1487,7 +1488,7 @@ impl Ctx {
         let op = crate::journal::step_identity(method, args);
         let (_, record) = self.inner.steps.lock().await.take(&op)?;
         Ok(match record {
-            Some(crate::ledger::StepRecord::Done { result, .. }) => {
+            Some(crate::journal::record::StepRecord::Done { result, .. }) => {
                 serde_json::from_str(&result).ok()
             }
             _ => None,

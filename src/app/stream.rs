@@ -532,9 +532,10 @@ impl Stream {
         let Some(part) = self.parts.last() else {
             return false;
         };
-        let switch = crate::ledger::step_op("remember", &self.switch_name(self.parts.len()), "");
+        let switch =
+            crate::journal::record::step_op("remember", &self.switch_name(self.parts.len()), "");
         match self.ctx.records_ahead(1).await.first() {
-            Some(Some(Some(op))) => crate::ledger::same_step(op, &switch),
+            Some(Some(Some(op))) => crate::journal::record::same_step(op, &switch),
             // Else (no record, or an earlier claim's began window, which names no step and
             // stands for no switch's remembered step): as this run finds the part.
             _ if self.stopped || !by_age => false,

@@ -11,7 +11,7 @@ use super::settle::{self, Record, Shows, Verdict};
 use super::steps::journal_bytes;
 use super::{Error, Returns, Settle, Steps, recordable, slack_ts, step_identity};
 use super::{MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS};
-use crate::ledger::{Looked, Settled, StepRecord, kept_doubt, step_op};
+use crate::journal::record::{Looked, Settled, StepRecord, kept_doubt, step_op};
 use crate::slack::{Args, OurApp, ReplyQuery, SlackClient, SlackError, post_metadata};
 
 /// What a step answered with one of its `benign_if_announced` codes records when it had not

@@ -8,10 +8,10 @@ use tokio::time::Instant;
 
 use super::{Error, Tally};
 use crate::envelope::EventId;
-use crate::ledger::{
-    Held, Journal, Ledger, LedgerError, OwnerToken, Settled, StepRecord, first_absent_step,
-    keep_doubt, same_step,
+use crate::journal::record::{
+    Journal, Settled, StepRecord, first_absent_step, keep_doubt, same_step,
 };
+use crate::ledger::{Held, Ledger, LedgerError, OwnerToken};
 
 pub(crate) struct Steps {
     pub ledger: Arc<dyn Ledger>,

@@ -2,9 +2,12 @@
 //! ledger's unit tests and the DynamoDB Local tests run the same ones, and each then checks
 //! what its own storage holds.
 
-use super::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger};
-use super::{LedgerError, NotePut, OwnerToken, Settled, StepRecord};
+use super::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger};
+
+use super::{LedgerError, NotePut, OwnerToken};
 use crate::envelope::EventId;
+use crate::journal::record::Journal;
+use crate::journal::record::{Settled, StepRecord};
 
 /// The scenarios' clock: every write is at `NOW` plus a few milliseconds.
 pub const NOW: u64 = 1_700_000_000_000;

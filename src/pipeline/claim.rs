@@ -11,9 +11,9 @@ use super::{
     metrics, unix_ms,
 };
 use crate::envelope::{EventCallback, EventId};
+use crate::journal::record::{Journal, Settled, keep_doubt};
 use crate::ledger::{
-    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, LedgerError, OwnerToken,
-    Settled, app_scoped, keep_doubt,
+    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, LedgerError, OwnerToken, app_scoped,
 };
 
 impl Processor {

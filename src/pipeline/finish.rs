@@ -4,7 +4,8 @@
 use super::claim::{Times, before};
 use super::{Outcome, ProcessError, Processor, error_chain, metrics};
 use crate::app::Tally;
-use crate::ledger::{Finish, Held, LedgerError, Settled};
+use crate::journal::record::Settled;
+use crate::ledger::{Finish, Held, LedgerError};
 
 impl Processor {
     /// Ends the claim: done after the work, `failed` after an error no retry can fix, released

@@ -14,7 +14,8 @@ use super::{Delivery, EventDelivery, Outcome, ProcessError, Processor, unix_ms};
 use crate::app::{Ack, AckMode, Ctx, Identity, Run, Source, Steps, Unit};
 use crate::envelope::EventId;
 use crate::interaction::Interaction;
-use crate::ledger::{OwnerToken, Settled};
+use crate::journal::record::Settled;
+use crate::ledger::OwnerToken;
 use crate::queue::QueuedStep;
 use crate::slack::SlackClient;
 

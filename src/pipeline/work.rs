@@ -8,7 +8,8 @@ use super::claim::Times;
 use super::{EventDelivery, Outcome, ProcessError, Processor, metrics};
 use crate::app::{Ack, AckMode, BotError, Ctx, Error as StepError, Identity, Source, Steps, Unit};
 use crate::envelope::EventId;
-use crate::ledger::{Held, Journal, OwnerToken, Settled};
+use crate::journal::record::{Journal, Settled};
+use crate::ledger::{Held, OwnerToken};
 use crate::slack::SlackError;
 
 /// One claimed group of listeners, ready to run.

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
 use slack_once::envelope::EventId;
+use slack_once::journal::record::{Journal, StepRecord};
 use slack_once::ledger::{
-    Claim, ClaimRequest, DynamoLedger, Journal, Ledger, LedgerError, OwnerToken, StepRecord,
+    Claim, ClaimRequest, DynamoLedger, Ledger, LedgerError, OwnerToken,
     contract::{self, LEASE, NOW, TTL_S, request},
 };
 

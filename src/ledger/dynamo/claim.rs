@@ -13,9 +13,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use super::item::*;
 use super::journal::write_failed;
 use super::{DynamoLedger, past_transactions, unavailable};
+use crate::journal::record::{Journal, Settled, with_began, with_looked};
 use crate::ledger::{
-    Blocked, Claim, ClaimRequest, Finish, Held, Journal, LedgerError, Settled, Status,
-    applied_already, existing_blocks_claim, other_app, with_began, with_looked,
+    Blocked, Claim, ClaimRequest, Finish, Held, LedgerError, Status, applied_already,
+    existing_blocks_claim, other_app,
 };
 
 /// The claim's condition: the write succeeds only where the event counts as absent.

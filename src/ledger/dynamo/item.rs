@@ -5,7 +5,9 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::ledger::{BeganWindow, ClaimRequest, Journal, StepRecord};
+use crate::ledger::ClaimRequest;
+
+use crate::journal::record::{BeganWindow, Journal, StepRecord};
 
 /// Attribute names of the ledger item (docs/ledger.md's item schema).
 pub mod attr {
@@ -14,7 +16,7 @@ pub mod attr {
     pub const PK: &str = "pk";
     /// The claim's status, as [`crate::ledger::Status::as_str`] writes it.
     pub const STATUS: &str = "status";
-    /// The item's format ([`crate::ledger::ITEM_FORMAT`] as this release writes it; absent: format 1,
+    /// The item's format ([`super::ITEM_FORMAT`] as this release writes it; absent: format 1,
     /// as every release before the attribute wrote it).
     pub const FORMAT: &str = "fmt";
     /// The owner token of the latest claim: only it journals a step or finishes the claim.
@@ -51,8 +53,8 @@ pub mod attr {
     /// redriven from the dead-letter queue may claim it again.
     pub const RETRYABLE: &str = "retryable";
     /// The step journal: a map from step number ("1", "2", …) to the step's record, one
-    /// string ([`crate::ledger::StepRecord::encode`]). Versions before it wrote a map of the fields
-    /// below, still read.
+    /// string ([`crate::journal::record::StepRecord::encode`]). Versions before it wrote a map
+    /// of the fields below, still read.
     pub const JOURNAL: &str = "journal";
     /// An older journal record's state: `done` for a done step; anything else (`intent`) is
     /// read as an intent.
@@ -70,7 +72,7 @@ pub mod attr {
     /// every claim, removed by the claimant's next write.
     pub const BEGAN: &str = "began";
     /// Those of the began windows whose claims announce every step a look-up might not settle
-    /// ([`crate::ledger::BeganWindow::announces`]): beside `began`, which versions before it
+    /// ([`crate::journal::record::BeganWindow::announces`]): beside `began`, which versions before it
     /// read as they always have.
     pub const BEGAN_BY: &str = "began_by";
     /// A message's completion: the ids of the listeners that ran (space-separated).
@@ -112,7 +114,7 @@ pub const ITEM_FORMAT_READ: u64 = 1;
 /// The look-ups' progress of a stored item, by step (journal keys `lN`).
 pub(super) fn looked_of(
     item: Option<&HashMap<String, AttributeValue>>,
-) -> std::collections::BTreeMap<u32, crate::ledger::Looked> {
+) -> std::collections::BTreeMap<u32, crate::journal::record::Looked> {
     let Some(AttributeValue::M(entries)) = item.and_then(|i| i.get(attr::JOURNAL)) else {
         return Default::default();
     };
@@ -120,7 +122,7 @@ pub(super) fn looked_of(
         .iter()
         .filter_map(|(key, value)| {
             let step: u32 = key.strip_prefix('l')?.parse().ok()?;
-            let looked = crate::ledger::Looked::decode(value.as_s().ok()?)?;
+            let looked = crate::journal::record::Looked::decode(value.as_s().ok()?)?;
             Some((step, looked))
         })
         .collect()
@@ -236,4 +238,10 @@ pub(super) fn n(value: u64) -> AttributeValue {
 
 pub(super) fn number(value: &AttributeValue) -> Option<u64> {
     value.as_n().ok()?.parse().ok()
+}
+
+/// The journal key under which DynamoDB keeps step `step`'s look-up progress (not a number:
+/// versions before it skip it).
+pub(super) fn looked_key(step: u32) -> String {
+    format!("l{step}")
 }

@@ -9,7 +9,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 
 use super::item::*;
 use super::{DynamoLedger, past_transactions, unavailable};
-use crate::ledger::{Held, LedgerError, Settled, Status, StepRecord};
+use crate::journal::record::{Settled, StepRecord};
+use crate::ledger::{Held, LedgerError, Status};
 
 /// Steps, completion and release: only by the owner of a claim still in progress.
 pub(super) const OWNER_CONDITION: &str = "#owner = :owner AND #status = :in_progress";
@@ -29,7 +30,7 @@ pub(super) async fn begin_step(
             vec!["#journal.#lstep".into()],
             vec![
                 ("#step".into(), step.to_string()),
-                ("#lstep".into(), crate::ledger::looked_key(step)),
+                ("#lstep".into(), looked_key(step)),
             ],
             vec![(":intent".into(), s(&intent.encode()))],
             settled,
@@ -59,7 +60,7 @@ impl DynamoLedger {
         mut values: Vec<(String, AttributeValue)>,
         settled: &[Settled],
     ) -> Result<(), SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>> {
-        for (i, fate) in crate::ledger::last_per_step(settled)
+        for (i, fate) in crate::journal::record::last_per_step(settled)
             .into_iter()
             .enumerate()
         {
@@ -81,7 +82,7 @@ impl DynamoLedger {
                     continue;
                 }
                 Settled::Looked { step, looked } => {
-                    names.push((name.clone(), crate::ledger::looked_key(*step)));
+                    names.push((name.clone(), looked_key(*step)));
                     set.push(format!("#journal.{name} = {value}"));
                     values.push((value, s(&looked.encode())));
                     continue;
@@ -98,7 +99,7 @@ impl DynamoLedger {
             // The step written again: a look-up's progress for what it was is no longer its,
             // but for a doubt kept with it.
             let lname = format!("#looked{i}");
-            names.push((lname.clone(), crate::ledger::looked_key(*step)));
+            names.push((lname.clone(), looked_key(*step)));
             match fate {
                 Settled::Unknown {
                     intent:

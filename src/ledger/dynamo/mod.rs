@@ -7,7 +7,7 @@
 //! (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), with no extra read, and so does a write the
 //! SDK sent again after its answer was lost: the item it finds carries this claim's own owner.
 //!
-//! By what it does: the item's schema and its codec ([`item`]'s attributes, and the journal,
+//! By what it does: the item's schema and its codec ([`attr`], [`ITEM_FORMAT`], and the journal,
 //! began windows and state as stored), the claim and the finish, the journal's owner-conditioned
 //! writes, message aliases, notes, app state, and the table's setup.
 
@@ -21,10 +21,12 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{
-    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, NotePut, Settled,
-    StateItem, StatePut, StateWrite, StepRecord,
+    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, NotePut,
+    StateItem, StatePut, StateWrite,
 };
+
 use crate::envelope::EventId;
+use crate::journal::record::{Settled, StepRecord};
 
 mod alias;
 mod claim;

@@ -10,10 +10,8 @@ use async_trait::async_trait;
 use super::schedule::{Fault, SiteKind};
 use super::world::{Decision, World};
 use crate::envelope::EventId;
-use crate::ledger::{
-    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,
-    StepRecord,
-};
+use crate::journal::record::{Settled, StepRecord};
+use crate::ledger::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError};
 use crate::workspaces::{
     Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
 };
