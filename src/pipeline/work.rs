@@ -5,6 +5,7 @@
 use tokio::time::Instant;
 
 use super::claim::Times;
+use super::finish::WorkEnded;
 use super::{EventDelivery, Outcome, ProcessError, Processor, metrics};
 use crate::app::{Ack, AckMode, BotError, Ctx, Error as StepError, Identity, Source, Steps, Unit};
 use crate::envelope::EventId;
@@ -149,10 +150,12 @@ impl Processor {
                 attempt,
                 delivery.last_chance,
                 times,
-                worked,
-                settled,
-                tally,
-                handed_off || refused,
+                WorkEnded {
+                    worked,
+                    settled,
+                    tally,
+                    handoff: handed_off || refused,
+                },
             )
             .await;
         Worked {
