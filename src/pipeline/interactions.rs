@@ -7,7 +7,7 @@ use crate::workspaces::Requester;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::claim::{Claimed, LedgerKeys, Times};
+use super::claim::{Claimant, Claimed, LedgerKeys, Times};
 use super::work::listener_failed;
 use super::work::{Work, Worked};
 use super::{Delivery, EventDelivery, Outcome, ProcessError, Processor, unix_ms};
@@ -92,7 +92,16 @@ impl Processor {
         let owner = OwnerToken::random();
         let app = interaction.api_app_id.as_deref();
         let claimed = self
-            .claim(&keys, interaction.team(), app, delivery, &times, &owner)
+            .claim(
+                &keys,
+                &Claimant {
+                    owner: &owner,
+                    team: interaction.team(),
+                    app,
+                },
+                delivery,
+                &times,
+            )
             .await?;
         let (attempt, journal, key) = match claimed {
             Claimed::Acquired {
