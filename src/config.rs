@@ -240,77 +240,16 @@ impl Config {
             }
         };
 
-        let work_queue_url = get("WORK_QUEUE_URL").map(|u| u.trim().to_string());
-        if let Some(url) = &work_queue_url {
-            let valid = (url.starts_with("https://") || url.starts_with("http://"))
-                && url.parse::<http::Uri>().is_ok();
-            if !valid {
-                return Err(ConfigError::Invalid {
-                    var: "WORK_QUEUE_URL",
-                    reason:
-                        "must be an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME, \
-                             or http:// for a local server)"
-                            .into(),
-                });
-            }
-            if url.trim_end_matches('/').ends_with(".fifo") {
-                return Err(ConfigError::Invalid {
-                    var: "WORK_QUEUE_URL",
-                    reason: "is a FIFO queue: deferred mode needs a standard queue (a FIFO \
-                             queue's message groups would hold every event of a group behind one \
-                             that is still being answered, and its de-duplication is the \
-                             ledger's job here); create a standard queue with its dead-letter \
-                             queue (the SAM template does)"
-                        .into(),
-                });
-            }
-        } else if role == Role::Worker && mode == Mode::Local {
-            return Err(ConfigError::Missing {
-                var: "WORK_QUEUE_URL",
-                hint: "the local worker long-polls this SQS queue: set its URL \
-                       (`slack-once create-queue NAME` prints one for a local server)",
-            });
-        }
+        let work_queue_url = work_queue_url_of(&get, role, mode)?;
         // Where the ledger and Slack are used: a worker, or an ingress answering itself.
         let answers = role == Role::Worker || work_queue_url.is_none();
 
         let secrets_arn = get("SLACK_SECRETS_ARN").map(|v| v.trim().to_string());
-        let secrets_refresh = match get("SLACK_SECRETS_REFRESH_SECONDS") {
-            None => DEFAULT_SECRETS_REFRESH,
-            Some(v) => {
-                let secs = parse_seconds("SLACK_SECRETS_REFRESH_SECONDS", &v)?;
-                if !(1..=86_400).contains(&secs) {
-                    return Err(ConfigError::Invalid {
-                        var: "SLACK_SECRETS_REFRESH_SECONDS",
-                        reason: "must be between 1 and 86400".into(),
-                    });
-                }
-                Duration::from_secs(secs)
-            }
-        };
+        let secrets_refresh = secrets_refresh_of(&get)?;
         // From Secrets Manager, the values are checked when the secret is read.
         let from_manager = secrets_arn.is_some();
 
-        let signing_secrets = match (get("SLACK_SIGNING_SECRET"), role) {
-            (None, Role::Ingress) if from_manager => None,
-            (None, Role::Ingress) => {
-                return Err(ConfigError::Missing {
-                    var: "SLACK_SIGNING_SECRET",
-                    hint: "copy it from your Slack app's Basic Information page \
-                           (several may be given, comma-separated, during a rotation), \
-                           or name a Secrets Manager secret holding it in SLACK_SECRETS_ARN",
-                });
-            }
-            (None, Role::Worker) => None,
-            (Some(list), _) => {
-                Some(
-                    SigningSecrets::parse(&list).map_err(|reason| ConfigError::Invalid {
-                        var: "SLACK_SIGNING_SECRET",
-                        reason: reason.to_string(),
-                    })?,
-                )
-            }
-        };
+        let signing_secrets = signing_secrets_of(&get, role, from_manager)?;
 
         let bot_token = get("SLACK_BOT_TOKEN").map(|t| Secret::new(t.trim()));
         let oauth = oauth_of(&get, from_manager, bot_token.is_some())?;
@@ -327,108 +266,13 @@ impl Config {
             });
         }
 
-        let slack_api_url = get("SLACK_API_URL")
-            .map(|u| u.trim().trim_end_matches('/').to_string())
-            .unwrap_or_else(|| DEFAULT_SLACK_API_URL.to_string());
-        if !(slack_api_url.starts_with("https://") || slack_api_url.starts_with("http://")) {
-            return Err(ConfigError::Invalid {
-                var: "SLACK_API_URL",
-                reason: "must start with https:// (or http:// for a local stand-in)".into(),
-            });
-        }
-        let Ok(api_uri) = slack_api_url.parse::<http::Uri>() else {
-            return Err(ConfigError::Invalid {
-                var: "SLACK_API_URL",
-                reason: "is not a valid URL".into(),
-            });
-        };
-        if api_uri.scheme_str() == Some("http") && !is_loopback(api_uri.host().unwrap_or("")) {
-            return Err(ConfigError::Invalid {
-                var: "SLACK_API_URL",
-                reason: "uses http:// for a host that is not this machine: the bot token would \
-                         travel in clear text. Use https://, or http:// only for a local \
-                         stand-in on 127.0.0.1, ::1 or localhost"
-                    .into(),
-            });
-        }
+        let slack_api_url = slack_api_url_of(&get)?;
 
-        let dedup_table = get("DEDUP_TABLE").map(|t| t.trim().to_string());
-        if let Some(table) = &dedup_table {
-            let valid = (3..=255).contains(&table.len())
-                && table
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-            if !valid {
-                return Err(ConfigError::Invalid {
-                    var: "DEDUP_TABLE",
-                    reason: "a DynamoDB table name is 3-255 characters of a-z, A-Z, 0-9, _ - ."
-                        .into(),
-                });
-            }
-        } else if role == Role::Worker {
-            return Err(ConfigError::Missing {
-                var: "DEDUP_TABLE",
-                hint: "a worker shares the ledger with every other worker: name the DynamoDB \
-                       table (the SAM template sets it)",
-            });
-        } else if mode == Mode::Lambda && answers {
-            return Err(ConfigError::Missing {
-                var: "DEDUP_TABLE",
-                hint: "on Lambda the ledger must be shared by every instance: \
-                       name the DynamoDB table (the SAM template sets it)",
-            });
-        } else if mode == Mode::Lambda && oauth.is_some() {
-            return Err(ConfigError::Missing {
-                var: "DEDUP_TABLE",
-                hint: "with SLACK_CLIENT_ID set, the installations (each workspace's bot token) \
-                       live in the ledger's table, which every instance shares, a deferred \
-                       ingress too: name the DynamoDB table (the SAM template sets it)",
-            });
-        }
+        let dedup_table = dedup_table_of(&get, role, mode, answers, oauth.is_some())?;
 
-        let ttl = match get("DEDUP_TTL_SECONDS") {
-            None => MIN_TTL,
-            Some(v) => {
-                let ttl = Duration::from_secs(parse_seconds("DEDUP_TTL_SECONDS", &v)?);
-                if ttl < MIN_TTL {
-                    return Err(ConfigError::Invalid {
-                        var: "DEDUP_TTL_SECONDS",
-                        reason: format!(
-                            "must be at least {} (25 h): Slack's Delayed Events retry for 24 h",
-                            MIN_TTL.as_secs()
-                        ),
-                    });
-                }
-                ttl
-            }
-        };
+        let ttl = ttl_of(&get)?;
 
-        let lease = match get("DEDUP_LEASE_SECONDS") {
-            None => DEFAULT_LEASE,
-            Some(v) => {
-                let lease = Duration::from_secs(parse_seconds("DEDUP_LEASE_SECONDS", &v)?);
-                if lease.is_zero() || lease > MAX_LEASE {
-                    return Err(ConfigError::Invalid {
-                        var: "DEDUP_LEASE_SECONDS",
-                        reason: format!("must be between 1 and {}", MAX_LEASE.as_secs()),
-                    });
-                }
-                if role == Role::Ingress && work_queue_url.is_none() && lease > MAX_SYNC_LEASE {
-                    return Err(ConfigError::Invalid {
-                        var: "DEDUP_LEASE_SECONDS",
-                        reason: format!(
-                            "must be at most {} when events are answered inside Slack's request: \
-                             a lease that outlives Slack's one-minute retry lets a crashed claim \
-                             swallow the later retries (a worker of deferred mode may take up \
-                             to {})",
-                            MAX_SYNC_LEASE.as_secs(),
-                            MAX_LEASE.as_secs()
-                        ),
-                    });
-                }
-                lease
-            }
-        };
+        let lease = lease_of(&get, role, work_queue_url.is_none())?;
 
         let max_connections = parse_count(
             "MAX_CONNECTIONS",
@@ -494,6 +338,218 @@ impl Config {
             oauth,
         })
     }
+}
+
+/// The work queue (`WORK_QUEUE_URL`): a standard SQS queue, which a local worker needs.
+fn work_queue_url_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    mode: Mode,
+) -> Result<Option<String>, ConfigError> {
+    let work_queue_url = get("WORK_QUEUE_URL").map(|u| u.trim().to_string());
+    if let Some(url) = &work_queue_url {
+        let valid = (url.starts_with("https://") || url.starts_with("http://"))
+            && url.parse::<http::Uri>().is_ok();
+        if !valid {
+            return Err(ConfigError::Invalid {
+                var: "WORK_QUEUE_URL",
+                reason: "must be an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME, \
+                         or http:// for a local server)"
+                    .into(),
+            });
+        }
+        if url.trim_end_matches('/').ends_with(".fifo") {
+            return Err(ConfigError::Invalid {
+                var: "WORK_QUEUE_URL",
+                reason: "is a FIFO queue: deferred mode needs a standard queue (a FIFO \
+                         queue's message groups would hold every event of a group behind one \
+                         that is still being answered, and its de-duplication is the \
+                         ledger's job here); create a standard queue with its dead-letter \
+                         queue (the SAM template does)"
+                    .into(),
+            });
+        }
+    } else if role == Role::Worker && mode == Mode::Local {
+        return Err(ConfigError::Missing {
+            var: "WORK_QUEUE_URL",
+            hint: "the local worker long-polls this SQS queue: set its URL \
+                   (`slack-once create-queue NAME` prints one for a local server)",
+        });
+    }
+    Ok(work_queue_url)
+}
+
+/// How often the Secrets Manager secret is read again (`SLACK_SECRETS_REFRESH_SECONDS`).
+fn secrets_refresh_of(get: &impl Fn(&str) -> Option<String>) -> Result<Duration, ConfigError> {
+    Ok(match get("SLACK_SECRETS_REFRESH_SECONDS") {
+        None => DEFAULT_SECRETS_REFRESH,
+        Some(v) => {
+            let secs = parse_seconds("SLACK_SECRETS_REFRESH_SECONDS", &v)?;
+            if !(1..=86_400).contains(&secs) {
+                return Err(ConfigError::Invalid {
+                    var: "SLACK_SECRETS_REFRESH_SECONDS",
+                    reason: "must be between 1 and 86400".into(),
+                });
+            }
+            Duration::from_secs(secs)
+        }
+    })
+}
+
+/// The signing secrets (`SLACK_SIGNING_SECRET`): an ingress needs them, unless the Secrets
+/// Manager secret holds them.
+fn signing_secrets_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    from_manager: bool,
+) -> Result<Option<SigningSecrets>, ConfigError> {
+    Ok(match (get("SLACK_SIGNING_SECRET"), role) {
+        (None, Role::Ingress) if from_manager => None,
+        (None, Role::Ingress) => {
+            return Err(ConfigError::Missing {
+                var: "SLACK_SIGNING_SECRET",
+                hint: "copy it from your Slack app's Basic Information page \
+                       (several may be given, comma-separated, during a rotation), \
+                       or name a Secrets Manager secret holding it in SLACK_SECRETS_ARN",
+            });
+        }
+        (None, Role::Worker) => None,
+        (Some(list), _) => {
+            Some(
+                SigningSecrets::parse(&list).map_err(|reason| ConfigError::Invalid {
+                    var: "SLACK_SIGNING_SECRET",
+                    reason: reason.to_string(),
+                })?,
+            )
+        }
+    })
+}
+
+/// Slack's Web API base (`SLACK_API_URL`): https, or http only on this machine.
+fn slack_api_url_of(get: &impl Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+    let slack_api_url = get("SLACK_API_URL")
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+        .unwrap_or_else(|| DEFAULT_SLACK_API_URL.to_string());
+    if !(slack_api_url.starts_with("https://") || slack_api_url.starts_with("http://")) {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_API_URL",
+            reason: "must start with https:// (or http:// for a local stand-in)".into(),
+        });
+    }
+    let Ok(api_uri) = slack_api_url.parse::<http::Uri>() else {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_API_URL",
+            reason: "is not a valid URL".into(),
+        });
+    };
+    if api_uri.scheme_str() == Some("http") && !is_loopback(api_uri.host().unwrap_or("")) {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_API_URL",
+            reason: "uses http:// for a host that is not this machine: the bot token would \
+                     travel in clear text. Use https://, or http:// only for a local \
+                     stand-in on 127.0.0.1, ::1 or localhost"
+                .into(),
+        });
+    }
+    Ok(slack_api_url)
+}
+
+/// The ledger's table (`DEDUP_TABLE`): needed wherever instances must share it.
+fn dedup_table_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    mode: Mode,
+    answers: bool,
+    oauth: bool,
+) -> Result<Option<String>, ConfigError> {
+    let dedup_table = get("DEDUP_TABLE").map(|t| t.trim().to_string());
+    if let Some(table) = &dedup_table {
+        let valid = (3..=255).contains(&table.len())
+            && table
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !valid {
+            return Err(ConfigError::Invalid {
+                var: "DEDUP_TABLE",
+                reason: "a DynamoDB table name is 3-255 characters of a-z, A-Z, 0-9, _ - .".into(),
+            });
+        }
+    } else if role == Role::Worker {
+        return Err(ConfigError::Missing {
+            var: "DEDUP_TABLE",
+            hint: "a worker shares the ledger with every other worker: name the DynamoDB \
+                   table (the SAM template sets it)",
+        });
+    } else if mode == Mode::Lambda && answers {
+        return Err(ConfigError::Missing {
+            var: "DEDUP_TABLE",
+            hint: "on Lambda the ledger must be shared by every instance: \
+                   name the DynamoDB table (the SAM template sets it)",
+        });
+    } else if mode == Mode::Lambda && oauth {
+        return Err(ConfigError::Missing {
+            var: "DEDUP_TABLE",
+            hint: "with SLACK_CLIENT_ID set, the installations (each workspace's bot token) \
+                   live in the ledger's table, which every instance shares, a deferred \
+                   ingress too: name the DynamoDB table (the SAM template sets it)",
+        });
+    }
+    Ok(dedup_table)
+}
+
+/// How long the ledger keeps a request (`DEDUP_TTL_SECONDS`): past Slack's last retry.
+fn ttl_of(get: &impl Fn(&str) -> Option<String>) -> Result<Duration, ConfigError> {
+    Ok(match get("DEDUP_TTL_SECONDS") {
+        None => MIN_TTL,
+        Some(v) => {
+            let ttl = Duration::from_secs(parse_seconds("DEDUP_TTL_SECONDS", &v)?);
+            if ttl < MIN_TTL {
+                return Err(ConfigError::Invalid {
+                    var: "DEDUP_TTL_SECONDS",
+                    reason: format!(
+                        "must be at least {} (25 h): Slack's Delayed Events retry for 24 h",
+                        MIN_TTL.as_secs()
+                    ),
+                });
+            }
+            ttl
+        }
+    })
+}
+
+/// How long a claim is held (`DEDUP_LEASE_SECONDS`): inside Slack's retry when events are
+/// answered inside its request.
+fn lease_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    answered_in_request: bool,
+) -> Result<Duration, ConfigError> {
+    Ok(match get("DEDUP_LEASE_SECONDS") {
+        None => DEFAULT_LEASE,
+        Some(v) => {
+            let lease = Duration::from_secs(parse_seconds("DEDUP_LEASE_SECONDS", &v)?);
+            if lease.is_zero() || lease > MAX_LEASE {
+                return Err(ConfigError::Invalid {
+                    var: "DEDUP_LEASE_SECONDS",
+                    reason: format!("must be between 1 and {}", MAX_LEASE.as_secs()),
+                });
+            }
+            if role == Role::Ingress && answered_in_request && lease > MAX_SYNC_LEASE {
+                return Err(ConfigError::Invalid {
+                    var: "DEDUP_LEASE_SECONDS",
+                    reason: format!(
+                        "must be at most {} when events are answered inside Slack's request: \
+                         a lease that outlives Slack's one-minute retry lets a crashed claim \
+                         swallow the later retries (a worker of deferred mode may take up \
+                         to {})",
+                        MAX_SYNC_LEASE.as_secs(),
+                        MAX_LEASE.as_secs()
+                    ),
+                });
+            }
+            lease
+        }
+    })
 }
 
 /// A comma-separated list of scopes (empty when unset).
@@ -602,34 +658,8 @@ fn oauth_of(
     let redirect_uri = get("SLACK_REDIRECT_URI")
         .map(|v| redirect_of("SLACK_REDIRECT_URI", &v))
         .transpose()?;
-    let refresh_before = match get("SLACK_TOKEN_REFRESH_MINUTES") {
-        None => DEFAULT_TOKEN_REFRESH,
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(m) if (1..=MAX_TOKEN_REFRESH_MINUTES).contains(&m) => Duration::from_secs(m * 60),
-            _ => {
-                return Err(ConfigError::Invalid {
-                    var: "SLACK_TOKEN_REFRESH_MINUTES",
-                    reason: format!(
-                        "must be a whole number of minutes from 1 to {MAX_TOKEN_REFRESH_MINUTES} \
-                         (Slack's tokens live 12 hours)"
-                    ),
-                });
-            }
-        },
-    };
-    let history_reads_per_minute = match get("SLACK_HISTORY_READS_PER_MINUTE") {
-        None => DEFAULT_HISTORY_READS_PER_MINUTE,
-        Some(v) => {
-            v.trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|n| *n <= 1000)
-                .ok_or(ConfigError::Invalid {
-                    var: "SLACK_HISTORY_READS_PER_MINUTE",
-                    reason: "must be a whole number from 0 (not paced) to 1000".into(),
-                })?
-        }
-    };
+    let refresh_before = token_refresh_of(get)?;
+    let history_reads_per_minute = history_reads_of(get)?;
     let token_key_id = get("SLACK_TOKEN_KEY_ID")
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty());
@@ -665,6 +695,43 @@ fn oauth_of(
         token_key_id,
         app_id,
     }))
+}
+
+/// How long before a token's expiry it is refreshed (`SLACK_TOKEN_REFRESH_MINUTES`).
+fn token_refresh_of(get: &impl Fn(&str) -> Option<String>) -> Result<Duration, ConfigError> {
+    Ok(match get("SLACK_TOKEN_REFRESH_MINUTES") {
+        None => DEFAULT_TOKEN_REFRESH,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(m) if (1..=MAX_TOKEN_REFRESH_MINUTES).contains(&m) => Duration::from_secs(m * 60),
+            _ => {
+                return Err(ConfigError::Invalid {
+                    var: "SLACK_TOKEN_REFRESH_MINUTES",
+                    reason: format!(
+                        "must be a whole number of minutes from 1 to {MAX_TOKEN_REFRESH_MINUTES} \
+                         (Slack's tokens live 12 hours)"
+                    ),
+                });
+            }
+        },
+    })
+}
+
+/// How many history reads a workspace's look-ups make a minute
+/// (`SLACK_HISTORY_READS_PER_MINUTE`; 0: not paced).
+fn history_reads_of(get: &impl Fn(&str) -> Option<String>) -> Result<u32, ConfigError> {
+    Ok(match get("SLACK_HISTORY_READS_PER_MINUTE") {
+        None => DEFAULT_HISTORY_READS_PER_MINUTE,
+        Some(v) => {
+            v.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= 1000)
+                .ok_or(ConfigError::Invalid {
+                    var: "SLACK_HISTORY_READS_PER_MINUTE",
+                    reason: "must be a whole number from 0 (not paced) to 1000".into(),
+                })?
+        }
+    })
 }
 
 /// Whether `host` (from a URL) is this machine: `localhost`, 127.0.0.0/8 or ::1.
