@@ -224,94 +224,103 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
                 }
             }
         }
-        (Role::Ingress, Mode::Local) => {
-            let distributed = app.config().oauth.is_some();
-            let server = match app.bind().await {
-                Ok(server) => server,
-                Err(error) => {
-                    tracing::error!(error = %error, "cannot listen on LISTEN_ADDR");
-                    return ExitCode::FAILURE;
-                }
-            };
-            if distributed {
-                tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz, and the install flow: GET /slack/install, GET /slack/oauth_redirect");
-            } else {
-                tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz");
-            }
-            match server.run_until(shutdown_signal()).await {
-                Ok(()) => {
-                    tracing::info!("stopped");
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    tracing::error!(error = %error, "the server failed");
-                    ExitCode::FAILURE
-                }
-            }
+        (Role::Ingress, Mode::Local) => serve_local(app).await,
+        (Role::Worker, Mode::Lambda) => work_on_lambda(app).await,
+        (Role::Worker, Mode::Local) => work_locally(app).await,
+    }
+}
+
+/// Serves HTTP on `LISTEN_ADDR` until a shutdown signal.
+async fn serve_local(app: Application) -> ExitCode {
+    let distributed = app.config().oauth.is_some();
+    let server = match app.bind().await {
+        Ok(server) => server,
+        Err(error) => {
+            tracing::error!(error = %error, "cannot listen on LISTEN_ADDR");
+            return ExitCode::FAILURE;
         }
-        (Role::Worker, Mode::Lambda) => {
-            let worker = app.worker();
-            // The queue the records come from, to hand a released record back after its
-            // backoff rather than the queue's visibility timeout (the template sets it).
-            let queue: Option<Arc<dyn crate::queue::WorkQueue>> =
-                match app.config().work_queue_url.clone() {
-                    Some(url) => Some(Arc::new(SqsQueue::from_env(url, CallBudget::Worker).await)),
-                    None => {
-                        tracing::warn!(
-                            "WORK_QUEUE_URL is not set: a record released for a passing failure \
-                         comes back only after the queue's visibility timeout (set it to the \
-                         worker's queue, as the SAM template does, to retry it within seconds)"
-                        );
-                        None
-                    }
-                };
-            let handler = lambda_http::service_fn(
-                move |event: lambda_http::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {
-                    let (worker, queue) = (worker.clone(), queue.clone());
-                    async move {
-                        let deadline = crate::http::invocation_deadline(event.context.deadline);
-                        let request_id = event.context.request_id.clone();
-                        Ok::<_, lambda_http::Error>(
-                            worker
-                                .handle_batch(event.payload, queue, deadline, &request_id)
-                                .await,
-                        )
-                    }
-                },
-            );
-            match lambda_http::lambda_runtime::run_concurrent(handler).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    tracing::error!(error = %error, "the Lambda runtime stopped");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        (Role::Worker, Mode::Local) => {
-            let config = app.config();
-            let url = config
-                .work_queue_url
-                .clone()
-                .expect("the configuration requires WORK_QUEUE_URL for a local worker");
-            let queue = Arc::new(SqsQueue::from_env(url.clone(), CallBudget::Worker).await);
-            tracing::info!(
-                queue = %url,
-                concurrency = config.worker_concurrency,
-                lease_s = config.lease.as_secs(),
-                "worker: receiving"
-            );
-            app.worker()
-                .run_local(
-                    queue,
-                    config.worker_concurrency,
-                    config.lease,
-                    shutdown_signal(),
-                )
-                .await;
+    };
+    if distributed {
+        tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz, and the install flow: GET /slack/install, GET /slack/oauth_redirect");
+    } else {
+        tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz");
+    }
+    match server.run_until(shutdown_signal()).await {
+        Ok(()) => {
             tracing::info!("stopped");
             ExitCode::SUCCESS
         }
+        Err(error) => {
+            tracing::error!(error = %error, "the server failed");
+            ExitCode::FAILURE
+        }
     }
+}
+
+/// Works the queue's records as Lambda hands them over, in batches.
+async fn work_on_lambda(app: Application) -> ExitCode {
+    let worker = app.worker();
+    // The queue the records come from, to hand a released record back after its
+    // backoff rather than the queue's visibility timeout (the template sets it).
+    let queue: Option<Arc<dyn crate::queue::WorkQueue>> = match app.config().work_queue_url.clone()
+    {
+        Some(url) => Some(Arc::new(SqsQueue::from_env(url, CallBudget::Worker).await)),
+        None => {
+            tracing::warn!(
+                "WORK_QUEUE_URL is not set: a record released for a passing failure \
+                 comes back only after the queue's visibility timeout (set it to the \
+                 worker's queue, as the SAM template does, to retry it within seconds)"
+            );
+            None
+        }
+    };
+    let handler = lambda_http::service_fn(
+        move |event: lambda_http::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>| {
+            let (worker, queue) = (worker.clone(), queue.clone());
+            async move {
+                let deadline = crate::http::invocation_deadline(event.context.deadline);
+                let request_id = event.context.request_id.clone();
+                Ok::<_, lambda_http::Error>(
+                    worker
+                        .handle_batch(event.payload, queue, deadline, &request_id)
+                        .await,
+                )
+            }
+        },
+    );
+    match lambda_http::lambda_runtime::run_concurrent(handler).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %error, "the Lambda runtime stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Long-polls the work queue until a shutdown signal.
+async fn work_locally(app: Application) -> ExitCode {
+    let config = app.config();
+    let url = config
+        .work_queue_url
+        .clone()
+        .expect("the configuration requires WORK_QUEUE_URL for a local worker");
+    let queue = Arc::new(SqsQueue::from_env(url.clone(), CallBudget::Worker).await);
+    tracing::info!(
+        queue = %url,
+        concurrency = config.worker_concurrency,
+        lease_s = config.lease.as_secs(),
+        "worker: receiving"
+    );
+    app.worker()
+        .run_local(
+            queue,
+            config.worker_concurrency,
+            config.lease,
+            shutdown_signal(),
+        )
+        .await;
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
 }
 
 /// The router as a Lambda handler: its answers are small JSON bodies, collected into the
