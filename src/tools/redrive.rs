@@ -468,6 +468,70 @@ async fn judge(
         failure: None,
         action: Action::Moved,
     };
+    let items = read_items(q, options, &request, &mut entry).await?;
+    let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
+    // Answered: moved whatever else holds (the worker finds it done and drops it), so that a
+    // done request never waits in the dead-letter queue for a refusal.
+    // Not when its items may expire before the worker reads them: the worker would find them
+    // absent and answer again. Such a request stays in the dead-letter queue, refused.
+    if !items.is_empty() && items.iter().all(|(_, i)| status(i) == "done") {
+        entry.action = match (request.forgotten, request.refused) {
+            (true, Some(why)) => Action::Refused(format!("answered already; {why}")),
+            _ => Action::Answered,
+        };
+        return Ok(entry);
+    }
+    if let Some(fmt) = items
+        .iter()
+        .filter_map(|(_, i)| number(i, attr::FORMAT))
+        .find(|f| *f > crate::ledger::dynamo::ITEM_FORMAT_READ)
+    {
+        entry.action = Action::Refused(format!(
+            "its item is of format {fmt}, which this release does not take over: redrive it \
+             with the release that wrote it"
+        ));
+        return Ok(entry);
+    }
+    entry.failure = items
+        .iter()
+        .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
+    if let Some(why) = request.refused {
+        entry.action = refuse(q, options, &items, why).await?;
+        return Ok(entry);
+    }
+    if let Some((code, why)) = items
+        .iter()
+        .map(|(_, i)| i)
+        .filter(|i| status(i) == "failed")
+        .filter_map(|i| text(i, attr::ERROR))
+        .find_map(|code| NEVER_REDRIVEN.iter().find(|(c, _)| *c == code))
+    {
+        entry.action = Action::Refused(format!("{code}: {why}"));
+        return Ok(entry);
+    }
+    if items.iter().any(|(_, i)| {
+        status(i) == "in_progress"
+            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until > options.now_ms)
+    }) {
+        entry.action = Action::Held;
+        return Ok(entry);
+    }
+    if !options.dry_run {
+        for (key, item) in items.iter().filter(|(_, i)| status(i) == "failed") {
+            reset(q, options, key, item).await?;
+        }
+    }
+    Ok(entry)
+}
+
+/// The request's items as the pipeline would claim them (under this app's own key where
+/// another app holds one), each named in `entry` with its status.
+async fn read_items(
+    q: &Queues<'_>,
+    options: &Options,
+    request: &Request,
+    entry: &mut Entry,
+) -> Result<Vec<(EventId, Item)>, RedriveError> {
     let mut items: Vec<(EventId, Item)> = Vec::new();
     for key in &request.keys {
         let mut key = key.clone();
@@ -497,82 +561,42 @@ async fn judge(
             items.push((key.clone(), item));
         }
     }
+    Ok(items)
+}
+
+/// A refused request's action: refused with `why`, its claims left in progress past their
+/// lease ended failed (or, with `--dry-run`, said to be).
+async fn refuse(
+    q: &Queues<'_>,
+    options: &Options,
+    items: &[(EventId, Item)],
+    why: String,
+) -> Result<Action, RedriveError> {
     let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
-    // Answered: moved whatever else holds (the worker finds it done and drops it), so that a
-    // done request never waits in the dead-letter queue for a refusal.
-    // Not when its items may expire before the worker reads them: the worker would find them
-    // absent and answer again. Such a request stays in the dead-letter queue, refused.
-    if !items.is_empty() && items.iter().all(|(_, i)| status(i) == "done") {
-        entry.action = match (request.forgotten, request.refused) {
-            (true, Some(why)) => Action::Refused(format!("answered already; {why}")),
-            _ => Action::Answered,
-        };
-        return Ok(entry);
-    }
-    if let Some(fmt) = items
-        .iter()
-        .filter_map(|(_, i)| number(i, attr::FORMAT))
-        .find(|f| *f > crate::ledger::dynamo::ITEM_FORMAT_READ)
-    {
-        entry.action = Action::Refused(format!(
-            "its item is of format {fmt}, which this release does not take over: redrive it \
-             with the release that wrote it"
-        ));
-        return Ok(entry);
-    }
-    entry.failure = items
-        .iter()
-        .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
-    if let Some(why) = request.refused {
-        // Nothing brings the request back now: a claim of it left in progress past its lease
-        // (a worker's last receive killed, or one marked for a redelivery that never took it)
-        // ends failed with the reason, retryable as a lapsed claim is, so that the ledger says
-        // why it was never answered.
-        let mut ended = 0;
-        for (key, item) in items.iter().filter(|(_, i)| {
-            status(i) == "in_progress"
-                && number(i, attr::LEASE_UNTIL).is_some_and(|until| until <= options.now_ms)
-        }) {
-            if options.dry_run || end_refused(q, options, key, item).await? {
-                ended += 1;
-            }
-        }
-        entry.action = Action::Refused(match ended {
-            0 => why,
-            _ => format!(
-                "{why}; its claim left in progress {} failed ({DEAD_LETTER_REFUSED})",
-                if options.dry_run {
-                    "would end"
-                } else {
-                    "ended"
-                }
-            ),
-        });
-        return Ok(entry);
-    }
-    if let Some((code, why)) = items
-        .iter()
-        .map(|(_, i)| i)
-        .filter(|i| status(i) == "failed")
-        .filter_map(|i| text(i, attr::ERROR))
-        .find_map(|code| NEVER_REDRIVEN.iter().find(|(c, _)| *c == code))
-    {
-        entry.action = Action::Refused(format!("{code}: {why}"));
-        return Ok(entry);
-    }
-    if items.iter().any(|(_, i)| {
+    // Nothing brings the request back now: a claim of it left in progress past its lease
+    // (a worker's last receive killed, or one marked for a redelivery that never took it)
+    // ends failed with the reason, retryable as a lapsed claim is, so that the ledger says
+    // why it was never answered.
+    let mut ended = 0;
+    for (key, item) in items.iter().filter(|(_, i)| {
         status(i) == "in_progress"
-            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until > options.now_ms)
+            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until <= options.now_ms)
     }) {
-        entry.action = Action::Held;
-        return Ok(entry);
-    }
-    if !options.dry_run {
-        for (key, item) in items.iter().filter(|(_, i)| status(i) == "failed") {
-            reset(q, options, key, item).await?;
+        if options.dry_run || end_refused(q, options, key, item).await? {
+            ended += 1;
         }
     }
-    Ok(entry)
+    Ok(Action::Refused(match ended {
+        0 => why,
+        _ => format!(
+            "{why}; its claim left in progress {} failed ({DEAD_LETTER_REFUSED})",
+            if options.dry_run {
+                "would end"
+            } else {
+                "ended"
+            }
+        ),
+    }))
 }
 
 type Item = std::collections::HashMap<String, AttributeValue>;
