@@ -31,7 +31,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Installation, InstallationKey, InstallationStore, Place, Requester, StoreError, Stored, Token,
+    Installation, InstallationKey, InstallationStore, Place, ReadyKey, Requester, StoreError,
+    Stored, Token,
 };
 use crate::config::{OAuthConfig, Secret};
 use crate::secrets::{Refused, SlackSecrets};
@@ -117,6 +118,15 @@ struct Known {
     key: InstallationKey,
     /// The installation, and where its item is.
     current: RwLock<(Arc<Installation>, Place)>,
+}
+
+/// The refresh lease an instance took on an installation's item: the token it refreshes (by
+/// its rotation), the item it is stored in, the lease's owner, and the time left for it all.
+struct RefreshLease {
+    rotation: String,
+    place: Place,
+    owner: String,
+    budget: Instant,
 }
 
 impl Known {
@@ -636,6 +646,37 @@ impl Workspaces {
         let _ = tokio::time::timeout_at(deadline, done.wait_for(|ended| *ended)).await;
     }
 
+    /// Another instance is refreshing: the current token serves until it expires. One about to
+    /// expire waits for the other's pair, within `budget`.
+    async fn wait_for_other(
+        &self,
+        known: &Arc<Known>,
+        rotation: &str,
+        place: Place,
+        budget: Instant,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let key = &known.key;
+        crate::metrics::count("TokenRefreshesDeferred");
+        while self
+            .left(&known.get().bot)
+            .is_some_and(|l| l <= INLINE_BELOW)
+            && Instant::now() + Duration::from_millis(250) < budget
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self
+                .judge_for(key, self.store.find(key).await?, known)
+                .await?;
+            let changed = now.as_ref().is_none_or(|s| {
+                s.installation.bot.rotation() != rotation || s.broken.is_some() || s.place != place
+            });
+            if changed {
+                self.remember(key, now);
+                break;
+            }
+        }
+        Ok(())
+    }
+
     async fn refresh_held(
         &self,
         known: &Arc<Known>,
@@ -670,32 +711,33 @@ impl Workspaces {
             .take_refresh(key, place, &rotation, &owner, now, until)
             .await?
         {
-            // Another instance is refreshing: the current token serves until it expires. One
-            // about to expire waits for the other's pair, within the budget.
-            crate::metrics::count("TokenRefreshesDeferred");
-            while self
-                .left(&known.get().bot)
-                .is_some_and(|l| l <= INLINE_BELOW)
-                && Instant::now() + Duration::from_millis(250) < budget
-            {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                let now = self
-                    .judge_for(key, self.store.find(key).await?, known)
-                    .await?;
-                let changed = now.as_ref().is_none_or(|s| {
-                    s.installation.bot.rotation() != rotation
-                        || s.broken.is_some()
-                        || s.place != place
-                });
-                if changed {
-                    self.remember(key, now);
-                    break;
-                }
-            }
-            return Ok(());
+            return self.wait_for_other(known, &rotation, place, budget).await;
         }
+        let lease = RefreshLease {
+            rotation,
+            place,
+            owner,
+            budget,
+        };
+        self.refresh_leased(known, &lease).await
+    }
+
+    /// Refreshes the installation's token under the refresh lease this instance took: read
+    /// again, exchanged with Slack, stored before any use; the lease released on any failure.
+    async fn refresh_leased(
+        &self,
+        known: &Arc<Known>,
+        lease: &RefreshLease,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let RefreshLease {
+            rotation,
+            place,
+            owner,
+            budget,
+        } = lease;
+        let (key, place, budget) = (&known.key, *place, *budget);
         let released = || async {
-            let _ = self.store.release_refresh(key, place, &owner).await;
+            let _ = self.store.release_refresh(key, place, owner).await;
         };
         // Taken: read again (a refresh may have ended between the read and the lease). The
         // pair is stored over what this read found, and nothing else.
@@ -709,7 +751,7 @@ impl Workspaces {
         };
         let held = match found {
             Ok(Some(s))
-                if s.installation.bot.rotation() == rotation
+                if s.installation.bot.rotation() == *rotation
                     && s.broken.is_none()
                     && s.place == place
                     && due(&s.installation) =>
@@ -748,24 +790,13 @@ impl Workspaces {
             .clone()
             .unwrap_or_default();
         let answer = self
-            .slack
-            .call_with(
-                "oauth.v2.access",
-                &[
-                    ("client_id", self.oauth.client_id.as_str()),
-                    ("client_secret", secret.expose()),
-                    ("grant_type", "refresh_token"),
-                    ("refresh_token", refresh_token.as_str()),
-                ],
-                None,
-                budget,
-            )
+            .exchange(refresh_token.as_str(), secret.expose(), budget)
             .await;
         let answer = match answer {
             Ok(answer) => answer,
             Err(SlackError::Api { code }) if BROKEN_CODES.contains(&code.as_str()) => {
                 // Only if no other refresh replaced the token meanwhile.
-                if self.store.mark_broken(key, place, &rotation, &code).await? {
+                if self.store.mark_broken(key, place, rotation, &code).await? {
                     crate::metrics::count("InstallationsBroken");
                     self.say_broken(key, &code);
                 }
@@ -796,6 +827,52 @@ impl Workspaces {
                 .as_u64()
                 .map(|s| crate::clock::now_ms().saturating_add(s.saturating_mul(1000))),
         };
+        self.store_pair(known, lease, &held, refreshed, &ready)
+            .await
+    }
+
+    /// Exchanges a refresh token for a new pair (`oauth.v2.access`, `grant_type=refresh_token`).
+    async fn exchange(
+        &self,
+        refresh_token: &str,
+        client_secret: &str,
+        budget: Instant,
+    ) -> Result<serde_json::Value, SlackError> {
+        self.slack
+            .call_with(
+                "oauth.v2.access",
+                &[
+                    ("client_id", self.oauth.client_id.as_str()),
+                    ("client_secret", client_secret),
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", refresh_token),
+                ],
+                None,
+                budget,
+            )
+            .await
+    }
+
+    /// Stores the refreshed pair over the item as it was read, and takes it into use; the
+    /// lease released where it was not stored.
+    async fn store_pair(
+        &self,
+        known: &Arc<Known>,
+        lease: &RefreshLease,
+        held: &Stored,
+        refreshed: Installation,
+        ready: &ReadyKey,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let RefreshLease {
+            rotation,
+            place,
+            owner,
+            ..
+        } = lease;
+        let (key, place) = (&known.key, *place);
+        let released = || async {
+            let _ = self.store.release_refresh(key, place, owner).await;
+        };
         // Stored before any use: a pair not stored is never used, and the next try exchanges
         // the same refresh token again.
         match self
@@ -803,10 +880,10 @@ impl Workspaces {
             .store_refreshed(
                 key,
                 place,
-                (&rotation, held.revision),
-                &owner,
+                (rotation, held.revision),
+                owner,
                 &refreshed,
-                &ready,
+                ready,
             )
             .await
         {
