@@ -70,6 +70,16 @@ pub struct DynamoInstallations {
     seal: std::sync::Arc<Seal>,
 }
 
+/// What an update of an installation's item does beside keeping its tokens
+/// ([`DynamoInstallations::update_kept`]): its own `SET`, `REMOVE` and `ADD` clauses (`""`:
+/// none), its condition, and the values they name.
+struct AlsoUpdated<'a> {
+    set: &'a str,
+    remove: &'a str,
+    add: &'a str,
+    condition: &'a str,
+    values: Vec<(&'a str, AttributeValue)>,
+}
 impl DynamoInstallations {
     /// The store of the app whose client id is `app` in `table` (the ledger's), through
     /// `client`.
@@ -173,9 +183,13 @@ impl DynamoInstallations {
             pk,
             Place::Own,
             &stored.installation,
-            ("", "", ""),
-            unchanged,
-            values,
+            AlsoUpdated {
+                set: "",
+                remove: "",
+                add: "",
+                condition: unchanged,
+                values,
+            },
             &no_key_ready,
         );
         // A write given up mid-way is no harm: conditioned on the item as read, it stores the
@@ -260,17 +274,21 @@ impl DynamoInstallations {
     /// Sets the attributes that keep `installation` at `pk` (see [`Self::kept`]) in an update
     /// that also does `set` and `remove`, conditioned on `condition`; sealed with `ready`'s key
     /// where it holds one.
-    #[allow(clippy::too_many_arguments)]
     async fn update_kept(
         &self,
         pk: &str,
         place: Place,
         installation: &Installation,
-        (set, remove, add): (&str, &str, &str),
-        condition: &str,
-        mut values: Vec<(&str, AttributeValue)>,
+        with: AlsoUpdated<'_>,
         ready: &ReadyKey,
     ) -> Result<bool, StoreError> {
+        let AlsoUpdated {
+            set,
+            remove,
+            add,
+            condition,
+            mut values,
+        } = with;
         let (kept, removed) = self.kept(pk, place, installation, ready).await?;
         let mut sets: Vec<String> = set
             .split(", ")
@@ -365,9 +383,13 @@ impl DynamoInstallations {
                             &pk,
                             Place::Own,
                             &stored.installation,
-                            ("", "", ""),
-                            unchanged,
-                            values,
+                            AlsoUpdated {
+                                set: "",
+                                remove: "",
+                                add: "",
+                                condition: unchanged,
+                                values,
+                            },
                             &ReadyKey::none(),
                         )
                         .await?;
@@ -815,9 +837,13 @@ impl InstallationStore for DynamoInstallations {
                     &item_key,
                     place,
                     &installation,
-                    ("", "", "#revision :one"),
-                    unchanged,
-                    read.into_iter().chain([(":one", n(1))]).collect(),
+                    AlsoUpdated {
+                        set: "",
+                        remove: "",
+                        add: "#revision :one",
+                        condition: unchanged,
+                        values: read.into_iter().chain([(":one", n(1))]).collect(),
+                    },
                     &ReadyKey::none(),
                 )
                 .await?
@@ -899,15 +925,20 @@ impl InstallationStore for DynamoInstallations {
             &self.key(key, place),
             place,
             refreshed,
-            ("#rotation = :new", "#refresh_owner, #refresh_until", ""),
-            "(#rotation = :replaced AND #refresh_owner = :owner AND \
-              (attribute_not_exists(#revision) OR #revision = :revision)) OR #rotation = :new",
-            vec![
-                (":new", s(&refreshed.bot.rotation())),
-                (":replaced", s(replaced)),
-                (":owner", s(owner)),
-                (":revision", n(revision)),
-            ],
+            AlsoUpdated {
+                set: "#rotation = :new",
+                remove: "#refresh_owner, #refresh_until",
+                add: "",
+                condition: "(#rotation = :replaced AND #refresh_owner = :owner AND \
+                            (attribute_not_exists(#revision) OR #revision = :revision)) \
+                            OR #rotation = :new",
+                values: vec![
+                    (":new", s(&refreshed.bot.rotation())),
+                    (":replaced", s(replaced)),
+                    (":owner", s(owner)),
+                    (":revision", n(revision)),
+                ],
+            },
             ready,
         )
         .await
