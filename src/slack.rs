@@ -916,6 +916,7 @@ impl SlackClient {
     /// cursor (or, without one, past the edge read); `reached` moved after each page read in
     /// full to the edge of the window the pages cover, with its direction (`>TS`, `<TS`), so
     /// that where it got to means the same to a later look-up, which goes on by bound.
+    #[allow(clippy::too_many_lines)] // split in src/slack/
     async fn search(
         &self,
         query: &ReplyQuery<'_>,
