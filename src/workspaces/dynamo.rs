@@ -17,8 +17,8 @@ use aws_sdk_dynamodb::primitives::Blob;
 
 use super::seal::{ReadyKey, SEAL_FORMAT, Seal, SealError, Sealed, Tokens};
 use super::{
-    Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
-    read_interval_ms, state_key,
+    Installation, InstallationKey, InstallationStore, Owns, Place, RefreshHold, Revoked,
+    StoreError, Stored, read_interval_ms, state_key,
 };
 
 /// The attributes of an installation's item.
@@ -776,11 +776,14 @@ impl InstallationStore for DynamoInstallations {
         &self,
         key: &InstallationKey,
         place: Place,
-        users: &[String],
-        bots: &[String],
-        before_ms: u64,
+        revoked: Revoked<'_>,
         owns: Owns<'_>,
     ) -> Result<bool, StoreError> {
+        let Revoked {
+            users,
+            bots,
+            before_ms,
+        } = revoked;
         // Read, then write conditioned on what was read (the installation's JSON): a refresh or
         // a reinstall in between makes the write fail, and it is read again.
         let item_key = self.key(key, place);
@@ -861,10 +864,13 @@ impl InstallationStore for DynamoInstallations {
         key: &InstallationKey,
         place: Place,
         rotation: &str,
-        owner: &str,
-        now_ms: u64,
-        until_ms: u64,
+        hold: RefreshHold<'_>,
     ) -> Result<bool, StoreError> {
+        let RefreshHold {
+            owner,
+            now_ms,
+            until_ms,
+        } = hold;
         self.update(
             &self.key(key, place),
             "SET #refresh_owner = :owner, #refresh_until = :until",

@@ -31,8 +31,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Installation, InstallationKey, InstallationStore, Place, ReadyKey, Requester, StoreError,
-    Stored, Token,
+    Installation, InstallationKey, InstallationStore, Place, ReadyKey, RefreshHold, Requester,
+    Revoked, StoreError, Stored, Token,
 };
 use crate::config::{OAuthConfig, Secret};
 use crate::secrets::{Refused, SlackSecrets};
@@ -708,7 +708,16 @@ impl Workspaces {
         let until = now + REFRESH_LEASE.as_millis() as u64;
         if !self
             .store
-            .take_refresh(key, place, &rotation, &owner, now, until)
+            .take_refresh(
+                key,
+                place,
+                &rotation,
+                RefreshHold {
+                    owner: &owner,
+                    now_ms: now,
+                    until_ms: until,
+                },
+            )
             .await?
         {
             return self.wait_for_other(known, &rotation, place, budget).await;
@@ -987,7 +996,16 @@ impl Workspaces {
         for place in [Place::Own, Place::Legacy] {
             changed |= self
                 .store
-                .revoke(key, place, users, bots, event_ms, &owns)
+                .revoke(
+                    key,
+                    place,
+                    Revoked {
+                        users,
+                        bots,
+                        before_ms: event_ms,
+                    },
+                    &owns,
+                )
                 .await?;
         }
         self.forget(key);
