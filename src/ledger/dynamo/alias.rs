@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::claim::{APP_CONDITION, PutNew};
-use super::item::*;
+use super::item::{attr, n, number, s};
 use super::{DynamoLedger, unavailable};
 use crate::ledger::{Alias, AliasRequest, LedgerError, Status, other_app};
 

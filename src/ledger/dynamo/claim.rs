@@ -10,7 +10,10 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::item::*;
+use super::item::{
+    ITEM_FORMAT, ITEM_FORMAT_READ, attempts_of, attr, began_of, journal_of, looked_of, n, number,
+    s, window_of,
+};
 use super::journal::write_failed;
 use super::{DynamoLedger, past_transactions, unavailable};
 use crate::journal::record::{Journal, Settled, with_began, with_looked};

@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
-use super::item::*;
+use super::item::{attr, looked_key, s};
 use super::{DynamoLedger, past_transactions, unavailable};
 use crate::journal::record::{Settled, StepRecord};
 use crate::ledger::{Held, LedgerError, Status};

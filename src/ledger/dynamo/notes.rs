@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 
-use super::item::*;
+use super::item::{attr, n, number, s};
 use super::{DynamoLedger, unavailable};
 use crate::ledger::LedgerError;
 

@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem, Update,
 };
 
-use super::item::*;
+use super::item::{attr, n, number, s};
 use super::{DynamoLedger, unavailable};
 use crate::ledger::{LedgerError, Status};
 

@@ -5,7 +5,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 
-use super::item::*;
+use super::item::attr;
 use super::{DynamoLedger, unavailable};
 use crate::ledger::LedgerError;
 
