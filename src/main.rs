@@ -2,6 +2,8 @@
 //! it, with every tool a bot's binary has: `sign`, `create-table`, `create-queue`,
 //! `import-token`, `worker`, `--version`), and `slack-once init NAME`, which writes a new bot.
 
+#![warn(clippy::too_many_lines)]
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -12,9 +12,10 @@ use tokio::time::Instant;
 
 use super::interactive::{Ack, response_body};
 use super::message::Message;
+use crate::journal::record::Settled;
 use crate::journal::{self, Call, For, Made, RESPOND, Returns, Steps, Tally};
 pub use crate::journal::{Error, Settle};
-use crate::ledger::{LedgerError, Settled};
+use crate::ledger::LedgerError;
 use crate::slack::envelope::{EventCallback, EventId};
 use crate::slack::interaction::{Interaction, allowed_response_url};
 use crate::slack::{Args, OurApp, SlackClient, SlackError};
@@ -1487,7 +1488,7 @@ impl Ctx {
         let op = crate::journal::step_identity(method, args);
         let (_, record) = self.inner.steps.lock().await.take(&op)?;
         Ok(match record {
-            Some(crate::ledger::StepRecord::Done { result, .. }) => {
+            Some(crate::journal::record::StepRecord::Done { result, .. }) => {
                 serde_json::from_str(&result).ok()
             }
             _ => None,

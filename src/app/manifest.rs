@@ -256,57 +256,7 @@ pub(crate) fn of(app: &App, m: &Manifest) -> Value {
         .cloned()
         .collect();
     for event in &named {
-        match event.as_str() {
-            "message" => {
-                for e in &messages {
-                    push(&mut events, e);
-                }
-            }
-            "app_mention" => {
-                push(&mut events, "app_mention");
-                push(&mut scopes, "app_mentions:read");
-            }
-            "assistant_thread_started" | "assistant_thread_context_changed" => {
-                // The agent view has no assistant threads: the Messages tab's opening and
-                // the person's context take their place.
-                let agent_event = match event.as_str() {
-                    "assistant_thread_started" => "app_home_opened",
-                    _ => "app_context_changed",
-                };
-                push(
-                    &mut events,
-                    if m.agent.is_some() {
-                        agent_event
-                    } else {
-                        event
-                    },
-                );
-                push(&mut events, "message.im");
-                push(&mut scopes, "assistant:write");
-            }
-            "app_context_changed" | "agent_session_stopped" | "agent_session_title_changed" => {
-                push(&mut events, event);
-                push(&mut scopes, "assistant:write");
-            }
-            "reaction_added" | "reaction_removed" => {
-                push(&mut events, event);
-                push(&mut scopes, "reactions:read");
-            }
-            "member_joined_channel" => {
-                push(&mut events, event);
-                push(&mut scopes, "channels:read");
-                push(&mut scopes, "groups:read");
-            }
-            "channel_created" => {
-                push(&mut events, event);
-                push(&mut scopes, "channels:read");
-            }
-            "team_join" => {
-                push(&mut events, event);
-                push(&mut scopes, "users:read");
-            }
-            other => push(&mut events, other),
-        }
+        subscribe(event, m, &messages, &mut events, &mut scopes);
     }
     push(&mut scopes, "chat:write");
     for e in &events {
@@ -314,47 +264,12 @@ pub(crate) fn of(app: &App, m: &Manifest) -> Value {
             push(&mut scopes, scope);
         }
     }
-    let mut commands = Vec::new();
-    let mut shortcuts = Vec::new();
-    let (mut interactivity, mut options) = (false, false);
-    for listener in &app.interactive {
-        match &listener.declares {
-            Declares::Command(name) => {
-                push(&mut scopes, "commands");
-                let described = m.commands.iter().find(|c| &c.command == name);
-                let mut c = json!({
-                    "command": name,
-                    "url": m.request_url,
-                    "description": described
-                        .map(|c| c.description.clone())
-                        .unwrap_or_else(|| format!("Runs {name}")),
-                    "should_escape": described.is_some_and(|c| c.should_escape),
-                });
-                if let Some(hint) = described.and_then(|c| c.usage_hint.clone()) {
-                    c["usage_hint"] = hint.into();
-                }
-                commands.push(c);
-            }
-            Declares::Shortcut(id, message) => {
-                push(&mut scopes, "commands");
-                interactivity = true;
-                if let Some(id) = id {
-                    let described = m.shortcuts.iter().find(|s| &s.0 == id);
-                    shortcuts.push(json!({
-                        "name": described.map(|s| s.1.clone()).unwrap_or_else(|| id.clone()),
-                        "type": if *message { "message" } else { "global" },
-                        "callback_id": id,
-                        "description": described.map(|s| s.2.clone()).unwrap_or_else(|| id.clone()),
-                    }));
-                }
-            }
-            Declares::Interactivity => interactivity = true,
-            Declares::Options => {
-                interactivity = true;
-                options = true;
-            }
-        }
-    }
+    let Interactive {
+        commands,
+        shortcuts,
+        interactivity,
+        options,
+    } = interactive_of(app, m, &mut scopes);
     for s in &m.scopes {
         push(&mut scopes, s);
     }
@@ -370,33 +285,7 @@ pub(crate) fn of(app: &App, m: &Manifest) -> Value {
     if let Some(c) = &m.background_color {
         display["background_color"] = c.clone().into();
     }
-    let mut features = json!({
-        "bot_user": {"display_name": m.name, "always_online": true},
-    });
-    let messages_tab = events.iter().any(|e| e == "message.im");
-    if messages_tab || m.home_tab {
-        features["app_home"] = json!({
-            "home_tab_enabled": m.home_tab,
-            "messages_tab_enabled": messages_tab,
-            "messages_tab_read_only_enabled": false,
-        });
-    }
-    if let Some((description, prompts)) = &m.agent {
-        let prompts: Vec<Value> = prompts
-            .iter()
-            .map(|(t, msg)| json!({"title": t, "message": msg}))
-            .collect();
-        features["agent_view"] = json!({"agent_description": description});
-        if !prompts.is_empty() {
-            features["agent_view"]["suggested_prompts"] = prompts.into();
-        }
-    }
-    if !commands.is_empty() {
-        features["slash_commands"] = commands.into();
-    }
-    if !shortcuts.is_empty() {
-        features["shortcuts"] = shortcuts.into();
-    }
+    let features = features_of(m, &events, commands, shortcuts);
     let mut settings = json!({
         "event_subscriptions": {"request_url": m.request_url, "bot_events": events},
         "org_deploy_enabled": !functions.is_empty(),
@@ -427,6 +316,165 @@ pub(crate) fn of(app: &App, m: &Manifest) -> Value {
         manifest["functions"] = Value::Object(map);
     }
     manifest
+}
+
+/// The bot events `event` subscribes to, with the scopes they need.
+fn subscribe(
+    event: &str,
+    m: &Manifest,
+    messages: &[String],
+    events: &mut Vec<String>,
+    scopes: &mut Vec<String>,
+) {
+    match event {
+        "message" => {
+            for e in messages {
+                push(events, e);
+            }
+        }
+        "app_mention" => {
+            push(events, "app_mention");
+            push(scopes, "app_mentions:read");
+        }
+        "assistant_thread_started" | "assistant_thread_context_changed" => {
+            // The agent view has no assistant threads: the Messages tab's opening and
+            // the person's context take their place.
+            let agent_event = match event {
+                "assistant_thread_started" => "app_home_opened",
+                _ => "app_context_changed",
+            };
+            push(
+                events,
+                if m.agent.is_some() {
+                    agent_event
+                } else {
+                    event
+                },
+            );
+            push(events, "message.im");
+            push(scopes, "assistant:write");
+        }
+        "app_context_changed" | "agent_session_stopped" | "agent_session_title_changed" => {
+            push(events, event);
+            push(scopes, "assistant:write");
+        }
+        "reaction_added" | "reaction_removed" => {
+            push(events, event);
+            push(scopes, "reactions:read");
+        }
+        "member_joined_channel" => {
+            push(events, event);
+            push(scopes, "channels:read");
+            push(scopes, "groups:read");
+        }
+        "channel_created" => {
+            push(events, event);
+            push(scopes, "channels:read");
+        }
+        "team_join" => {
+            push(events, event);
+            push(scopes, "users:read");
+        }
+        other => push(events, other),
+    }
+}
+
+/// What the interactive listeners declare: slash commands, shortcuts, and whether
+/// interactivity (and its options URL) is on.
+struct Interactive {
+    commands: Vec<Value>,
+    shortcuts: Vec<Value>,
+    interactivity: bool,
+    options: bool,
+}
+
+/// The interactive listeners' declarations, with the scopes they need.
+fn interactive_of(app: &App, m: &Manifest, scopes: &mut Vec<String>) -> Interactive {
+    let mut commands = Vec::new();
+    let mut shortcuts = Vec::new();
+    let (mut interactivity, mut options) = (false, false);
+    for listener in &app.interactive {
+        match &listener.declares {
+            Declares::Command(name) => {
+                push(scopes, "commands");
+                let described = m.commands.iter().find(|c| &c.command == name);
+                let mut c = json!({
+                    "command": name,
+                    "url": m.request_url,
+                    "description": described
+                        .map(|c| c.description.clone())
+                        .unwrap_or_else(|| format!("Runs {name}")),
+                    "should_escape": described.is_some_and(|c| c.should_escape),
+                });
+                if let Some(hint) = described.and_then(|c| c.usage_hint.clone()) {
+                    c["usage_hint"] = hint.into();
+                }
+                commands.push(c);
+            }
+            Declares::Shortcut(id, message) => {
+                push(scopes, "commands");
+                interactivity = true;
+                if let Some(id) = id {
+                    let described = m.shortcuts.iter().find(|s| &s.0 == id);
+                    shortcuts.push(json!({
+                        "name": described.map(|s| s.1.clone()).unwrap_or_else(|| id.clone()),
+                        "type": if *message { "message" } else { "global" },
+                        "callback_id": id,
+                        "description": described.map(|s| s.2.clone()).unwrap_or_else(|| id.clone()),
+                    }));
+                }
+            }
+            Declares::Interactivity => interactivity = true,
+            Declares::Options => {
+                interactivity = true;
+                options = true;
+            }
+        }
+    }
+    Interactive {
+        commands,
+        shortcuts,
+        interactivity,
+        options,
+    }
+}
+
+/// The manifest's features: the bot user, the app home, the agent view, commands and
+/// shortcuts.
+fn features_of(
+    m: &Manifest,
+    events: &[String],
+    commands: Vec<Value>,
+    shortcuts: Vec<Value>,
+) -> Value {
+    let mut features = json!({
+        "bot_user": {"display_name": m.name, "always_online": true},
+    });
+    let messages_tab = events.iter().any(|e| e == "message.im");
+    if messages_tab || m.home_tab {
+        features["app_home"] = json!({
+            "home_tab_enabled": m.home_tab,
+            "messages_tab_enabled": messages_tab,
+            "messages_tab_read_only_enabled": false,
+        });
+    }
+    if let Some((description, prompts)) = &m.agent {
+        let prompts: Vec<Value> = prompts
+            .iter()
+            .map(|(t, msg)| json!({"title": t, "message": msg}))
+            .collect();
+        features["agent_view"] = json!({"agent_description": description});
+        if !prompts.is_empty() {
+            features["agent_view"]["suggested_prompts"] = prompts.into();
+        }
+    }
+    if !commands.is_empty() {
+        features["slash_commands"] = commands.into();
+    }
+    if !shortcuts.is_empty() {
+        features["shortcuts"] = shortcuts.into();
+    }
+    features
 }
 
 /// Where two manifests differ: each path whose values differ, with both (`None`: the same).

@@ -67,6 +67,13 @@ pub enum Put {
     Conflict,
 }
 
+/// A state value as a write read it: its version (0: none), and its writers then.
+#[derive(Clone, Copy)]
+struct AsRead<'a> {
+    version: u64,
+    writers: &'a [String],
+}
+
 /// The app's state, from [`Ctx::state`].
 ///
 /// ```
@@ -192,7 +199,17 @@ impl State {
             return Ok(Put::Written { version });
         }
         match self
-            .write(name, value, version, &ids, &claim, &writers, ttl)
+            .write(
+                name,
+                value,
+                AsRead {
+                    version,
+                    writers: &writers,
+                },
+                &ids,
+                &claim,
+                ttl,
+            )
             .await?
         {
             StatePut::Written { version } | StatePut::MadeAlready { version } => {
@@ -334,7 +351,17 @@ impl State {
                 return Ok(Changed { value, applied });
             };
             match self
-                .write(name, &value, version, &ids, &claim, &writers, ttl)
+                .write(
+                    name,
+                    &value,
+                    AsRead {
+                        version,
+                        writers: &writers,
+                    },
+                    &ids,
+                    &claim,
+                    ttl,
+                )
                 .await?
             {
                 StatePut::Written { .. } => {
@@ -500,17 +527,21 @@ impl State {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Writes `value` under `name` over the version `read`, the change recorded with the
+    /// request's claim in the same write.
     async fn write<T: Serialize>(
         &self,
         name: &str,
         value: &T,
-        expected: u64,
+        read: AsRead<'_>,
         (writer, change): &(String, String),
         (key_of_claim, owner): &(EventId, OwnerToken),
-        read_writers: &[String],
         ttl: Duration,
     ) -> Result<StatePut, Error> {
+        let AsRead {
+            version: expected,
+            writers: read_writers,
+        } = read;
         let key = self.key(name)?;
         let text = self.text_of(name, value)?;
         let expires_at_s = (crate::clock::now_ms() / 1000).saturating_add(ttl.as_secs().max(1));

@@ -532,9 +532,10 @@ impl Stream {
         let Some(part) = self.parts.last() else {
             return false;
         };
-        let switch = crate::ledger::step_op("remember", &self.switch_name(self.parts.len()), "");
+        let switch =
+            crate::journal::record::step_op("remember", &self.switch_name(self.parts.len()), "");
         match self.ctx.records_ahead(1).await.first() {
-            Some(Some(Some(op))) => crate::ledger::same_step(op, &switch),
+            Some(Some(Some(op))) => crate::journal::record::same_step(op, &switch),
             // Else (no record, or an earlier claim's began window, which names no step and
             // stands for no switch's remembered step): as this run finds the part.
             _ if self.stopped || !by_age => false,
@@ -854,6 +855,35 @@ impl Stream {
         self.end(text, End::Parts { footer }).await
     }
 
+    /// No stream (its recipient refused): the answer, whole, as a post of ours in the thread,
+    /// found by its metadata if its fate is ever unknown.
+    async fn post_whole(&self, text: &str, end: End) -> Result<String, Error> {
+        let mut message = Message::text(text).in_thread(&self.thread_ts);
+        let mut blocks: Vec<Value> = self.plan_block().into_iter().collect();
+        match end {
+            End::Given(Some(given)) => blocks.extend(given),
+            End::Given(None) if blocks.is_empty() => {}
+            End::Given(None) => blocks.push(markdown(text)),
+            End::Parts { footer } => {
+                blocks.push(markdown(text));
+                blocks.extend(footer);
+            }
+        }
+        if !blocks.is_empty() {
+            message = message.blocks(blocks);
+        }
+        if self.stopped {
+            // Not posted after a stop (an earlier run's post is taken from the journal).
+            let at = json!({"channel": self.channel, "thread_ts": self.thread_ts});
+            let posted = self.ctx.pass_recorded("chat.postMessage", &at).await?;
+            return Ok(posted
+                .and_then(|p| p["ts"].as_str().map(str::to_string))
+                .unwrap_or_default());
+        }
+        let posted = self.ctx.post(&self.channel, message).await?;
+        Ok(posted.ts)
+    }
+
     async fn end(mut self, text: &str, end: End) -> Result<String, Error> {
         if let Some(error) = self.failed.take() {
             return Err(error);
@@ -866,32 +896,7 @@ impl Stream {
             return Ok(String::new());
         }
         if self.refused {
-            // No stream (its recipient refused): the answer, whole, as a post of ours in the
-            // thread, found by its metadata if its fate is ever unknown.
-            let mut message = Message::text(text).in_thread(&self.thread_ts);
-            let mut blocks: Vec<Value> = self.plan_block().into_iter().collect();
-            match end {
-                End::Given(Some(given)) => blocks.extend(given),
-                End::Given(None) if blocks.is_empty() => {}
-                End::Given(None) => blocks.push(markdown(text)),
-                End::Parts { footer } => {
-                    blocks.push(markdown(text));
-                    blocks.extend(footer);
-                }
-            }
-            if !blocks.is_empty() {
-                message = message.blocks(blocks);
-            }
-            if self.stopped {
-                // Not posted after a stop (an earlier run's post is taken from the journal).
-                let at = json!({"channel": self.channel, "thread_ts": self.thread_ts});
-                let posted = self.ctx.pass_recorded("chat.postMessage", &at).await?;
-                return Ok(posted
-                    .and_then(|p| p["ts"].as_str().map(str::to_string))
-                    .unwrap_or_default());
-            }
-            let posted = self.ctx.post(&self.channel, message).await?;
-            return Ok(posted.ts);
+            return self.post_whole(text, end).await;
         }
         // After a stop the end's steps are passed: the answer is left as the stop left it
         // (what is buffered is not sent after it either).

@@ -1,6 +1,7 @@
 //! One step, made: numbered, checked against what earlier claims recorded at its number,
 //! settled by the table ([`super::settle`]) where an earlier claim left its fate unknown,
-//! announced in the ledger, called, and its result kept for the claim's next write.
+//! announced in the ledger, called, and its result kept for the claim's next write. Each is a
+//! phase of its own: `admit`, `settle_earlier`, `announce`, `call_slack`, `record`.
 
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -10,7 +11,7 @@ use super::settle::{self, Record, Shows, Verdict};
 use super::steps::journal_bytes;
 use super::{Error, Returns, Settle, Steps, recordable, slack_ts, step_identity};
 use super::{MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS};
-use crate::ledger::{Looked, Settled, StepRecord, kept_doubt, step_op};
+use crate::journal::record::{Looked, Settled, StepRecord, kept_doubt, step_op};
 use crate::slack::{Args, OurApp, ReplyQuery, SlackClient, SlackError, post_metadata};
 
 /// What a step answered with one of its `benign_if_announced` codes records when it had not
@@ -101,6 +102,45 @@ pub(crate) async fn make(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> R
 }
 
 async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<Made, Error> {
+    // Held for the whole step: steps run one at a time, in the order they are made.
+    let mut steps = steps.lock().await;
+    let step = admit(&mut steps, r, call)?;
+    if let Some(made) = settle_earlier(&mut steps, r, &step).await? {
+        return Ok(made);
+    }
+    if let Some(made) = not_made_here(&mut steps, r, &step)? {
+        return Ok(made);
+    }
+    let announcement = announce(&mut steps, r, &step).await?;
+    let answer = call_slack(&mut steps, r, &step).await;
+    record(&mut steps, r, step, announcement, answer).await
+}
+
+/// A step admitted: its number, what earlier claims recorded at it, and how it is settled.
+struct Admitted<'a> {
+    method: &'a str,
+    args: Value,
+    settle: Settle<'a>,
+    benign: &'a [&'a str],
+    benign_if_announced: &'a [&'a str],
+    returns: Returns,
+    step: u32,
+    op: String,
+    /// What earlier claims recorded at the step's number.
+    earlier: Option<StepRecord>,
+    /// Announced before: by an earlier claim's intent or began window, or by another
+    /// request's record.
+    announced: bool,
+    /// A view opened or pushed with the request's trigger_id.
+    trigger_bound: bool,
+    kind: settle::Kind,
+    /// The claim's began window may stand for the step's intent.
+    may_stand: bool,
+}
+
+/// Admits a step: the claim still open and no [`remember`] running, its number taken, and no
+/// earlier step held back.
+fn admit<'a>(steps: &mut Steps, r: &For<'_>, call: Call<'a>) -> Result<Admitted<'a>, Error> {
     let Call {
         method,
         mut args,
@@ -112,8 +152,6 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
     } = call;
 
     let trigger_bound = matches!(method, "views.open" | "views.push");
-    // Held for the whole step: steps run one at a time, in the order they are made.
-    let mut steps = steps.lock().await;
     if steps.closed {
         return Err(Error::Closed);
     }
@@ -151,8 +189,26 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
         Settle::View => true,
         _ => false,
     };
-    let may_stand = settle::may_stand(kind, in_own);
-    let record = match &earlier {
+    Ok(Admitted {
+        method,
+        args,
+        settle,
+        benign,
+        benign_if_announced,
+        returns,
+        step,
+        op,
+        earlier,
+        announced,
+        trigger_bound,
+        kind,
+        may_stand: settle::may_stand(kind, in_own),
+    })
+}
+
+/// What the journal holds at a step's number, as the settle table reads it.
+fn record_of(earlier: Option<&StepRecord>, kind: settle::Kind, may_stand: bool) -> Record {
+    match earlier {
         None => Record::None,
         Some(StepRecord::Done { .. }) => Record::Done,
         // A doubt a claim kept from began windows stands for a step as they did.
@@ -170,45 +226,45 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
             Record::BeganNotForIt
         }
         Some(StepRecord::Began { .. }) => Record::Began,
-    };
-    let shows = match (&earlier, settle::looks(kind, record)) {
-        (Some(found), true) => Some(match settle {
-            Settle::View => look_for_view(r, step, &args).await,
-            _ => look(&mut steps, r, step, found, settle).await,
+    }
+}
+
+/// Settles what earlier claims left at the step's number by the table ([`settle::verdict`]),
+/// looking in Slack where it says to: `Some` when that settles the step (replayed, taken
+/// from Slack, or unconfirmed), `None` when the step is to be made.
+async fn settle_earlier(
+    steps: &mut Steps,
+    r: &For<'_>,
+    s: &Admitted<'_>,
+) -> Result<Option<Made>, Error> {
+    let (step, method) = (s.step, s.method);
+    let record = record_of(s.earlier.as_ref(), s.kind, s.may_stand);
+    let shows = match (&s.earlier, settle::looks(s.kind, record)) {
+        (Some(found), true) => Some(match s.settle {
+            Settle::View => look_for_view(r, step, &s.args).await,
+            _ => look(steps, r, step, found, s.settle).await,
         }),
         _ => None,
     };
-    let verdict = settle::verdict(kind, record, shows.as_ref().map(|s| s.0), steps.last_chance);
+    let verdict = settle::verdict(
+        s.kind,
+        record,
+        shows.as_ref().map(|s| s.0),
+        steps.last_chance,
+    );
     if record == Record::BeganNotForIt {
         steps.began_settled = true;
     }
     match verdict {
-        Verdict::Replay => {
-            tracing::debug!(
-                step,
-                method,
-                "recorded done by an earlier claim: not made again"
-            );
-            let result = match &earlier {
-                Some(StepRecord::Done { result, .. }) => result.as_str(),
-                _ => "",
-            };
-            let answer: Value =
-                serde_json::from_str(result).unwrap_or_else(|_| json!({"ok": true}));
-            // Settled unconfirmed by an earlier claim: still unknown, still not answered.
-            if answer.get("unknown") == Some(&Value::Bool(true)) {
-                steps.tally.unconfirmed += 1;
-            } else {
-                steps.tally.settled += 1;
-            }
-            return Ok(Made::Answer(answer));
-        }
+        Verdict::Replay => return Ok(Some(replay(steps, step, method, s.earlier.as_ref()))),
         Verdict::Taken => {
             let Some((_, Seen::Taken(answer))) = shows else {
                 unreachable!("a step taken was found")
             };
             steps.began_settled |= record == Record::Began;
-            return Ok(Made::Answer(steps.settled_earlier(step, &op, answer)));
+            return Ok(Some(Made::Answer(
+                steps.settled_earlier(step, &s.op, answer),
+            )));
         }
         Verdict::Unconfirmed => {
             steps.began_settled |= record == Record::Began;
@@ -219,10 +275,10 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
                  made again, and the request ends failed (unconfirmed_write)"
             );
             let answer = json!({"ok": true, "unknown": true});
-            steps.settled_earlier(step, &op, answer.clone());
+            steps.settled_earlier(step, &s.op, answer.clone());
             steps.tally.settled -= 1;
             steps.tally.unconfirmed += 1;
-            return Ok(Made::Answer(answer));
+            return Ok(Some(Made::Answer(answer)));
         }
         Verdict::Hold => {
             let Some((_, Seen::Failed(error))) = shows else {
@@ -235,7 +291,7 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
             if record == Record::Began {
                 steps.began_settled = true;
             }
-            match (&earlier, kind) {
+            match (&s.earlier, s.kind) {
                 (Some(_), settle::Kind::Idempotent) => tracing::info!(
                     step,
                     method,
@@ -250,14 +306,41 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
             }
         }
     }
+    Ok(None)
+}
 
-    if steps.provisional && !trigger_bound {
+/// The answer an earlier claim recorded done for step `step`, given again without a call.
+fn replay(steps: &mut Steps, step: u32, method: &str, earlier: Option<&StepRecord>) -> Made {
+    tracing::debug!(
+        step,
+        method,
+        "recorded done by an earlier claim: not made again"
+    );
+    let result = match earlier {
+        Some(StepRecord::Done { result, .. }) => result.as_str(),
+        _ => "",
+    };
+    let answer: Value = serde_json::from_str(result).unwrap_or_else(|_| json!({"ok": true}));
+    // Settled unconfirmed by an earlier claim: still unknown, still not answered.
+    if answer.get("unknown") == Some(&Value::Bool(true)) {
+        steps.tally.unconfirmed += 1;
+    } else {
+        steps.tally.settled += 1;
+    }
+    Made::Answer(answer)
+}
+
+/// A step this run does not make: deferred mode's ingress hands every write but a view to a
+/// worker, and a view past the acknowledgement has no trigger left to open it with.
+fn not_made_here(steps: &mut Steps, r: &For<'_>, s: &Admitted<'_>) -> Result<Option<Made>, Error> {
+    let (step, method) = (s.step, s.method);
+    if steps.provisional && !s.trigger_bound {
         // Deferred mode's ingress: what follows is a worker's. The listener hands off here,
         // and this step is made again (numbered the same) by the worker's run.
         steps.next -= 1;
-        return Ok(Made::HandOff);
+        return Ok(Some(Made::HandOff));
     }
-    if trigger_bound && r.past_ack {
+    if s.trigger_bound && r.past_ack {
         // Not made: the trigger_id has been spent or has expired.
         tracing::warn!(
             step,
@@ -269,11 +352,24 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
             code: "expired_trigger_id".into(),
         }));
     }
+    Ok(None)
+}
 
+/// A step's intent, as it was announced before its call.
+struct Announcement {
+    intent: StepRecord,
+    /// The claim's began window stands for the intent: the ledger holds none of its own.
+    stands: bool,
+}
+
+/// Announces the step before its call: its intent written to the ledger, conditioned on the
+/// owner, or carried by the claim's began window (or, with no claim, by the hand-off).
+async fn announce(steps: &mut Steps, r: &For<'_>, s: &Admitted<'_>) -> Result<Announcement, Error> {
+    let step = s.step;
     let now_ms = steps.now_ms();
     let intent = StepRecord::Intent {
         attempt: steps.attempt,
-        op: Some(op.clone()),
+        op: Some(s.op.clone()),
         at_ms: Some(now_ms),
         lease_until_ms: Some(steps.lease_until_ms),
         looked: None,
@@ -285,7 +381,7 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
     // The claim stands for the intent of its first new step while it has written nothing
     // since; any other step records its intent first, conditioned on the owner, with the
     // fates learnt so far: no write to Slack without a claim still held.
-    let stands = step == steps.covered && steps.began_stands && may_stand && !steps.provisional;
+    let stands = step == steps.covered && steps.began_stands && s.may_stand && !steps.provisional;
     if steps.provisional {
         // No claim to announce it in: the trigger_id is Slack's own once-only guard. Should
         // the hand-off cut the call off, the worker gets it as unknown, and looks.
@@ -296,20 +392,24 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
         steps.write(step, &intent, r.deadline).await?;
         steps.journal.insert(step, intent.clone());
     }
+    Ok(Announcement { intent, stands })
+}
 
-    if matches!(settle, Settle::Lookup { .. }) {
+/// Makes the step's call to Slack (or to the request's response_url), a post named in its
+/// metadata so that a later claim can look for it.
+async fn call_slack(steps: &mut Steps, r: &For<'_>, s: &Admitted<'_>) -> Result<Value, SlackError> {
+    let mut args = s.args.clone();
+    if matches!(s.settle, Settle::Lookup { .. }) {
         let names = json!({
             "key": steps.key.as_str(),
             "event_id": r.source_id,
-            "step": step,
+            "step": s.step,
             "attempt": steps.attempt,
             "version": r.version,
         });
         args["metadata"] = post_metadata(args.get("metadata"), names);
     }
-    // A view's arguments, to look for it by its external_id should the trigger be spent.
-    let view_args = trigger_bound.then(|| args.clone());
-    let answer = if method == RESPOND {
+    let answer = if s.method == RESPOND {
         match &r.response_url {
             Some(url) => r.slack.respond(url, &args, r.deadline).await,
             None => Err(SlackError::Api {
@@ -317,72 +417,97 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
             }),
         }
     } else {
-        r.slack.api(method, &Args::Json(args), r.deadline).await
+        r.slack.api(s.method, &Args::Json(args), r.deadline).await
     };
     steps.in_flight = None;
+    answer
+}
+
+/// Records what the call came to: Slack's answer, kept for the claim's next write, or what
+/// its refusal means.
+async fn record(
+    steps: &mut Steps,
+    r: &For<'_>,
+    s: Admitted<'_>,
+    announcement: Announcement,
+    answer: Result<Value, SlackError>,
+) -> Result<Made, Error> {
     let answer = match answer {
         Ok(answer) => answer,
-        Err(SlackError::Api { code }) if trigger_bound && code == "exchanged_trigger_id" => {
-            // An earlier run opened it and its answer was lost: the view is found by its
-            // external_id, and its id recorded.
-            let args = view_args.as_ref().expect("a view's arguments");
-            match look_for_view(r, step, args).await {
-                (Shows::Found, Seen::Taken(answer)) => {
-                    tracing::info!(step, method, "the trigger opened a view already: found it");
-                    return Ok(Made::Answer(steps.settled_earlier(step, &op, answer)));
-                }
-                (_, Seen::Failed(error)) => {
-                    // Opened, its id unknown, and Slack cannot be asked now: held, in doubt.
-                    if stands || steps.provisional {
-                        steps.unrecorded.push(Settled::Unknown { step, intent });
-                    }
-                    if steps.provisional {
-                        // Deferred mode's ingress: handed on in doubt; the worker looks.
-                        tracing::warn!(
-                            step,
-                            method,
-                            "the trigger opened a view already, and Slack cannot show it now: \
-                             the worker looks for it"
-                        );
-                        return Ok(Made::HandOff);
-                    }
-                    steps.held = true;
-                    return Err(Error::LookupUnavailable(error));
-                }
-                // Spent, and no view of ours under its external_id (closed since, or opened
-                // by a version that gave it none): nothing to open again.
-                _ => json!({"ok": true, "already": code}),
-            }
+        Err(error) => match refused(steps, r, &s, announcement, error).await? {
+            Refused::Already(answer) => answer,
+            Refused::Settled(made) => return Ok(made),
+        },
+    };
+    steps.tally.made += 1;
+    let result = match s.returns {
+        Returns::Ids => recordable(&answer),
+        Returns::Nothing => "{}".to_string(),
+    };
+    steps.unrecorded.push(Settled::Done {
+        step: s.step,
+        result,
+        op: Some(s.op),
+    });
+    Ok(Made::Answer(answer))
+}
+
+/// What a call Slack did not answer with `ok` comes to, when not an error.
+enum Refused {
+    /// Done already (or, never announced, its target gone): an answer recorded as made.
+    Already(Value),
+    /// Settled without a record of its own: the view found, or handed to the worker in doubt.
+    Settled(Made),
+}
+
+/// What a failed call means: done already by a definite answer, or an error, kept in doubt
+/// where it may have been made.
+async fn refused(
+    steps: &mut Steps,
+    r: &For<'_>,
+    s: &Admitted<'_>,
+    announcement: Announcement,
+    error: SlackError,
+) -> Result<Refused, Error> {
+    let (step, method) = (s.step, s.method);
+    match error {
+        SlackError::Api { code } if s.trigger_bound && code == "exchanged_trigger_id" => {
+            spent_trigger(steps, r, s, announcement, code).await
         }
-        Err(SlackError::Api { code }) if benign.contains(&code.as_str()) => {
-            json!({"ok": true, "already": code})
+        SlackError::Api { code } if s.benign.contains(&code.as_str()) => {
+            Ok(Refused::Already(json!({"ok": true, "already": code})))
         }
-        Err(e) if e.code().is_some_and(|c| benign_if_announced.contains(&c)) => {
+        e if e.code().is_some_and(|c| s.benign_if_announced.contains(&c)) => {
             let code = e.code().unwrap_or_default().to_string();
             // A definite answer either way, recorded so that every run takes the same path:
             // made already by the earlier call that was announced, or (never announced) the
             // call found its target gone.
-            if announced {
+            if s.announced {
                 tracing::info!(
                     step,
                     method,
                     code,
                     "an announced call answered as made already: the earlier call's own"
                 );
-                json!({"ok": true, "already": code})
+                Ok(Refused::Already(json!({"ok": true, "already": code})))
             } else {
-                json!({"ok": true, "already": format!("{UNANNOUNCED}{code}")})
+                Ok(Refused::Already(
+                    json!({"ok": true, "already": format!("{UNANNOUNCED}{code}")}),
+                ))
             }
         }
-        Err(error) => {
+        error => {
             if error.may_have_posted() {
                 steps.doubtful = true;
-                if stands || steps.provisional {
+                if announcement.stands || steps.provisional {
                     // No intent of its own in the ledger: the finish (or the hand-off) records
                     // one.
-                    steps.unrecorded.push(Settled::Unknown { step, intent });
+                    steps.unrecorded.push(Settled::Unknown {
+                        step,
+                        intent: announcement.intent,
+                    });
                 }
-                if steps.provisional && trigger_bound {
+                if steps.provisional && s.trigger_bound {
                     // Deferred mode's ingress: the hand-off goes on; the worker looks for the
                     // view rather than opening another with an expired trigger.
                     tracing::warn!(
@@ -390,26 +515,59 @@ async fn make_step(steps: &Mutex<Steps>, r: &For<'_>, call: Call<'_>) -> Result<
                         method,
                         "no answer to the view's call before the hand-off: the worker looks for it"
                     );
-                    return Ok(Made::HandOff);
+                    return Ok(Refused::Settled(Made::HandOff));
                 }
-            } else if earlier.is_none() && !stands {
+            } else if s.earlier.is_none() && !announcement.stands {
                 // Certainly not made, and no earlier claim tried: no one need look.
                 steps.unrecorded.push(Settled::NotDone { step });
             }
-            return Err(Error::Slack(error));
+            Err(Error::Slack(error))
         }
-    };
-    steps.tally.made += 1;
-    let result = match returns {
-        Returns::Ids => recordable(&answer),
-        Returns::Nothing => "{}".to_string(),
-    };
-    steps.unrecorded.push(Settled::Done {
-        step,
-        result,
-        op: Some(op),
-    });
-    Ok(Made::Answer(answer))
+    }
+}
+
+/// A view's trigger spent already (`exchanged_trigger_id`): an earlier run opened it and its
+/// answer was lost. The view is found by its external_id, and its id recorded.
+async fn spent_trigger(
+    steps: &mut Steps,
+    r: &For<'_>,
+    s: &Admitted<'_>,
+    announcement: Announcement,
+    code: String,
+) -> Result<Refused, Error> {
+    let (step, method) = (s.step, s.method);
+    match look_for_view(r, step, &s.args).await {
+        (Shows::Found, Seen::Taken(answer)) => {
+            tracing::info!(step, method, "the trigger opened a view already: found it");
+            Ok(Refused::Settled(Made::Answer(
+                steps.settled_earlier(step, &s.op, answer),
+            )))
+        }
+        (_, Seen::Failed(error)) => {
+            // Opened, its id unknown, and Slack cannot be asked now: held, in doubt.
+            if announcement.stands || steps.provisional {
+                steps.unrecorded.push(Settled::Unknown {
+                    step,
+                    intent: announcement.intent,
+                });
+            }
+            if steps.provisional {
+                // Deferred mode's ingress: handed on in doubt; the worker looks.
+                tracing::warn!(
+                    step,
+                    method,
+                    "the trigger opened a view already, and Slack cannot show it now: \
+                     the worker looks for it"
+                );
+                return Ok(Refused::Settled(Made::HandOff));
+            }
+            steps.held = true;
+            Err(Error::LookupUnavailable(error))
+        }
+        // Spent, and no view of ours under its external_id (closed since, or opened
+        // by a version that gave it none): nothing to open again.
+        _ => Ok(Refused::Already(json!({"ok": true, "already": code}))),
+    }
 }
 
 /// Looks for the view an earlier run opened (or pushed) as step `step`, by the `external_id`

@@ -25,6 +25,7 @@
 //! `engine` makes one step by these rules; [`crate::app::Ctx`] is the listener's surface.
 
 mod engine;
+pub mod record;
 pub mod settle;
 mod steps;
 
@@ -34,7 +35,9 @@ pub(crate) use engine::{Call, For, Made, RESPOND, UNANNOUNCED, inside_remember, 
 pub use settle::Settle;
 pub(crate) use steps::Steps;
 
-use crate::ledger::{LedgerError, step_op};
+use crate::ledger::LedgerError;
+
+use crate::journal::record::step_op;
 use crate::slack::SlackError;
 
 /// At most this many Slack writes (steps) per event. Each is a journal record in the event's

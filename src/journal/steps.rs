@@ -7,10 +7,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{Error, Tally};
-use crate::ledger::{
-    Held, Journal, Ledger, LedgerError, OwnerToken, Settled, StepRecord, first_absent_step,
-    keep_doubt, same_step,
+use crate::journal::record::{
+    Journal, Settled, StepRecord, first_absent_step, keep_doubt, same_step,
 };
+use crate::ledger::{Held, Ledger, LedgerError, OwnerToken};
 use crate::slack::envelope::EventId;
 
 pub(crate) struct Steps {

@@ -2,8 +2,9 @@
 //! ledger's unit tests and the DynamoDB Local tests run the same ones, and each then checks
 //! what its own storage holds.
 
-use super::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger};
-use super::{LedgerError, NotePut, OwnerToken, Settled, StepRecord};
+use super::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger};
+use super::{LedgerError, NotePut, OwnerToken};
+use crate::journal::record::{Journal, Settled, StepRecord};
 use crate::slack::envelope::EventId;
 
 /// The scenarios' clock: every write is at `NOW` plus a few milliseconds.

@@ -7,9 +7,11 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    Alias, AliasRequest, BeganWindow, Blocked, Claim, ClaimRequest, Finish, Held, Journal, Ledger,
-    LedgerError, Looked, OwnerToken, Settled, Status, StepRecord, applied_already,
-    existing_blocks_claim, other_app, with_began, with_looked,
+    Alias, AliasRequest, Blocked, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError,
+    OwnerToken, Status, applied_already, existing_blocks_claim, other_app,
+};
+use crate::journal::record::{
+    BeganWindow, Journal, Looked, Settled, StepRecord, with_began, with_looked,
 };
 use crate::slack::envelope::EventId;
 

@@ -9,10 +9,10 @@ use super::{
     ANSWER_MARGIN, EventDelivery, MAX_LEASE_MARGIN, Outcome, ProcessError, Processor, error_chain,
     metrics, unix_ms,
 };
+use crate::journal::record::{Journal, Settled, keep_doubt};
 use crate::keys::LedgerKeys;
 use crate::ledger::{
-    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, LedgerError, OwnerToken,
-    Settled, app_scoped, keep_doubt,
+    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, LedgerError, OwnerToken, app_scoped,
 };
 use crate::slack::envelope::EventId;
 
@@ -22,16 +22,14 @@ impl Processor {
     /// it under another `ts`, and is finished as a duplicate. Within the processing deadline.
     /// A key (or an alias) another Slack app holds, two apps sharing the table, is claimed
     /// under this app's own ([`app_scoped`]) instead: one more round trip, for that app only.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn claim(
         &self,
         keys: &LedgerKeys,
-        team: Option<&str>,
-        app: Option<&str>,
+        claimant: &Claimant<'_>,
         delivery: &EventDelivery<'_>,
         times: &Times,
-        owner: &OwnerToken,
     ) -> Result<Claimed, ProcessError> {
+        let Claimant { owner, team, app } = *claimant;
         let unscoped = &keys.primary;
         let expires_at_s = (unix_ms(delivery.now) + self.ttl.as_millis() as u64).div_ceil(1000);
         let first = ClaimRequest {
@@ -54,83 +52,15 @@ impl Processor {
             expires_at_s,
             app_id: app,
         });
-        // Only where a key is another app's: never on the path of every claim.
-        let scoped = |key: &EventId| app.and_then(|app| app_scoped(key, app));
-        let both = async {
-            let claim = self.ledger.claim(&first);
-            let (claim, alias) = match &first_alias {
-                Some(alias) => {
-                    let (claim, alias) = tokio::join!(claim, self.ledger.alias(alias));
-                    (claim, Some(alias))
-                }
-                None => (claim.await, None),
-            };
-            // Another app's: each part it holds is claimed again under this app's key.
-            let claim_here = matches!(claim, Ok(Claim::OtherApp { .. }))
-                .then(|| scoped(unscoped))
-                .flatten();
-            let alias_here = first_alias
-                .filter(|_| matches!(alias, Some(Ok(Alias::OtherApp { .. }))))
-                .and_then(|first| Some((scoped(first.alias)?, first)));
-            let (claim_again, alias_again) = tokio::join!(
-                async {
-                    match &claim_here {
-                        Some(key) => Some(
-                            self.ledger
-                                .claim(&ClaimRequest {
-                                    event_id: key,
-                                    ..first.clone()
-                                })
-                                .await,
-                        ),
-                        None => None,
-                    }
-                },
-                async {
-                    match &alias_here {
-                        Some((alias, first)) => {
-                            Some(self.ledger.alias(&AliasRequest { alias, ..*first }).await)
-                        }
-                        None => None,
-                    }
-                },
-            );
-            (
-                claim_again.unwrap_or(claim),
-                alias_again.or(alias),
-                claim_here,
-            )
-        };
+        let both = self.claim_with_alias(&first, first_alias, app);
         let (claim, alias, claim_here) = tokio::time::timeout_at(times.work_deadline, both)
             .await
             .map_err(|_| ledger_timeout())?;
         let key = claim_here.as_ref().unwrap_or(unscoped);
         let claim = claim.map_err(ProcessError::Ledger)?;
-        let (attempt, journal) = match claim {
-            Claim::AlreadyDone { ran } => return Ok(Claimed::Done { ran }),
-            Claim::AlreadyFailed { error } => {
-                tracing::info!(error, key = %key, "this event ended failed already: not answering");
-                return Ok(Claimed::Ended(Outcome::AlreadyFailed));
-            }
-            Claim::InProgress { lease_until_ms } => {
-                tracing::info!(
-                    lease_until_ms,
-                    key = %key,
-                    "another delivery holds a live claim: not answering"
-                );
-                return Ok(Claimed::Ended(Outcome::InProgress));
-            }
-            Claim::OtherApp { app_id } => {
-                // Even its own key another app's, or no key of its own: never another's.
-                tracing::error!(
-                    other_app = app_id,
-                    key = %key,
-                    "the ledger key is another Slack app's and this app has no key of its own: \
-                     not answering (give each app its own DEDUP_TABLE)"
-                );
-                return Ok(Claimed::Ended(Outcome::InProgress));
-            }
-            Claim::Acquired { attempt, journal } => (attempt, journal),
+        let (attempt, journal) = match acquired(claim, key) {
+            Ok(acquired) => acquired,
+            Err(claimed) => return Ok(claimed),
         };
         if key != unscoped {
             tracing::info!(
@@ -143,33 +73,7 @@ impl Processor {
             event_id: key,
             owner,
         };
-        let ended = match alias {
-            None | Some(Ok(Alias::Ours)) => None,
-            Some(Ok(Alias::CopyOf { key: of })) => {
-                tracing::info!(
-                    copy_of = of,
-                    "this message is a copy of another one (the same client_msg_id under \
-                     another ts): answered there, not here"
-                );
-                Some((Finish::Done, Ok(Claimed::Ended(Outcome::Duplicate))))
-            }
-            Some(Ok(Alias::Busy { lease_until_ms })) => {
-                tracing::info!(
-                    lease_until_ms,
-                    "an earlier version holds a live claim of this message's client_msg_id"
-                );
-                Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
-            }
-            Some(Ok(Alias::OtherApp { app_id })) => {
-                tracing::error!(
-                    other_app = app_id,
-                    "this message's client_msg_id is another Slack app's and this app has no \
-                     alias of its own: not answering (give each app its own DEDUP_TABLE)"
-                );
-                Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
-            }
-            Some(Err(error)) => Some((Finish::Released, Err(ProcessError::Ledger(error)))),
-        };
+        let ended = alias_ends(alias);
         if let Some((to, ended)) = ended {
             // Released before the listeners ran: what earlier claims may have posted stays in
             // doubt, as an intent.
@@ -197,6 +101,141 @@ impl Processor {
             journal,
             key: key.clone(),
         })
+    }
+
+    /// The claim of `first`, with its alias written in the same round trip; either part
+    /// another app holds is claimed again under this app's own key. With the key claimed
+    /// under this app's, where it is not `first`'s.
+    async fn claim_with_alias(
+        &self,
+        first: &ClaimRequest<'_>,
+        first_alias: Option<AliasRequest<'_>>,
+        app: Option<&str>,
+    ) -> (
+        Result<Claim, LedgerError>,
+        Option<Result<Alias, LedgerError>>,
+        Option<EventId>,
+    ) {
+        let unscoped = first.event_id;
+        // Only where a key is another app's: never on the path of every claim.
+        let scoped = |key: &EventId| app.and_then(|app| app_scoped(key, app));
+        let claim = self.ledger.claim(first);
+        let (claim, alias) = match &first_alias {
+            Some(alias) => {
+                let (claim, alias) = tokio::join!(claim, self.ledger.alias(alias));
+                (claim, Some(alias))
+            }
+            None => (claim.await, None),
+        };
+        // Another app's: each part it holds is claimed again under this app's key.
+        let claim_here = matches!(claim, Ok(Claim::OtherApp { .. }))
+            .then(|| scoped(unscoped))
+            .flatten();
+        let alias_here = first_alias
+            .filter(|_| matches!(alias, Some(Ok(Alias::OtherApp { .. }))))
+            .and_then(|first| Some((scoped(first.alias)?, first)));
+        let (claim_again, alias_again) = tokio::join!(
+            async {
+                match &claim_here {
+                    Some(key) => Some(
+                        self.ledger
+                            .claim(&ClaimRequest {
+                                event_id: key,
+                                ..first.clone()
+                            })
+                            .await,
+                    ),
+                    None => None,
+                }
+            },
+            async {
+                match &alias_here {
+                    Some((alias, first)) => {
+                        Some(self.ledger.alias(&AliasRequest { alias, ..*first }).await)
+                    }
+                    None => None,
+                }
+            },
+        );
+        (
+            claim_again.unwrap_or(claim),
+            alias_again.or(alias),
+            claim_here,
+        )
+    }
+}
+
+/// Who claims: the delivery's owner token, and the workspace and Slack app the request is for
+/// (a key another app holds is claimed under this app's own).
+#[derive(Clone, Copy)]
+pub(super) struct Claimant<'a> {
+    pub owner: &'a OwnerToken,
+    pub team: Option<&'a str>,
+    pub app: Option<&'a str>,
+}
+
+/// The claim's attempt and the journal it found, or how the request ends without one (done
+/// already, failed, held by another delivery, another app's).
+fn acquired(claim: Claim, key: &EventId) -> Result<(u32, Journal), Claimed> {
+    match claim {
+        Claim::AlreadyDone { ran } => Err(Claimed::Done { ran }),
+        Claim::AlreadyFailed { error } => {
+            tracing::info!(error, key = %key, "this event ended failed already: not answering");
+            Err(Claimed::Ended(Outcome::AlreadyFailed))
+        }
+        Claim::InProgress { lease_until_ms } => {
+            tracing::info!(
+                lease_until_ms,
+                key = %key,
+                "another delivery holds a live claim: not answering"
+            );
+            Err(Claimed::Ended(Outcome::InProgress))
+        }
+        Claim::OtherApp { app_id } => {
+            // Even its own key another app's, or no key of its own: never another's.
+            tracing::error!(
+                other_app = app_id,
+                key = %key,
+                "the ledger key is another Slack app's and this app has no key of its own: \
+                 not answering (give each app its own DEDUP_TABLE)"
+            );
+            Err(Claimed::Ended(Outcome::InProgress))
+        }
+        Claim::Acquired { attempt, journal } => Ok((attempt, journal)),
+    }
+}
+
+/// How the request ends when its message's alias says it is not this claim's to answer: with
+/// the claim's finish, and what the request comes to.
+fn alias_ends(
+    alias: Option<Result<Alias, LedgerError>>,
+) -> Option<(Finish, Result<Claimed, ProcessError>)> {
+    match alias {
+        None | Some(Ok(Alias::Ours)) => None,
+        Some(Ok(Alias::CopyOf { key: of })) => {
+            tracing::info!(
+                copy_of = of,
+                "this message is a copy of another one (the same client_msg_id under \
+                 another ts): answered there, not here"
+            );
+            Some((Finish::Done, Ok(Claimed::Ended(Outcome::Duplicate))))
+        }
+        Some(Ok(Alias::Busy { lease_until_ms })) => {
+            tracing::info!(
+                lease_until_ms,
+                "an earlier version holds a live claim of this message's client_msg_id"
+            );
+            Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
+        }
+        Some(Ok(Alias::OtherApp { app_id })) => {
+            tracing::error!(
+                other_app = app_id,
+                "this message's client_msg_id is another Slack app's and this app has no \
+                 alias of its own: not answering (give each app its own DEDUP_TABLE)"
+            );
+            Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
+        }
+        Some(Err(error)) => Some((Finish::Released, Err(ProcessError::Ledger(error)))),
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::workspaces::Requester;
 use std::sync::Arc;
 
-use super::claim::{Claimed, Times};
+use super::claim::{Claimant, Claimed, Times};
 use super::work::Work;
 use super::{EventDelivery, Outcome, ProcessError, Processor, unix_ms};
 use crate::app::{AckMode, Identity, Route, Run, Source, Unit};
@@ -214,7 +214,16 @@ impl Processor {
         let owner = OwnerToken::random();
         let app = callback.api_app_id.as_deref();
         let (attempt, journal, key) = match self
-            .claim(keys, callback.team(), app, delivery, times, &owner)
+            .claim(
+                keys,
+                &Claimant {
+                    owner: &owner,
+                    team: callback.team(),
+                    app,
+                },
+                delivery,
+                times,
+            )
             .await?
         {
             Claimed::Acquired {

@@ -7,13 +7,14 @@ use crate::workspaces::Requester;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::claim::{Claimed, Times};
+use super::claim::{Claimant, Claimed, Times};
 use super::work::listener_failed;
 use super::work::{Work, Worked};
 use super::{Delivery, EventDelivery, Outcome, ProcessError, Processor, unix_ms};
 use crate::app::{Ack, AckMode, Ctx, Identity, Run, Source, Steps, Unit};
+use crate::journal::record::Settled;
 use crate::keys::LedgerKeys;
-use crate::ledger::{OwnerToken, Settled};
+use crate::ledger::OwnerToken;
 use crate::queue::QueuedStep;
 use crate::slack::SlackClient;
 use crate::slack::envelope::EventId;
@@ -92,7 +93,16 @@ impl Processor {
         let owner = OwnerToken::random();
         let app = interaction.api_app_id.as_deref();
         let claimed = self
-            .claim(&keys, interaction.team(), app, delivery, &times, &owner)
+            .claim(
+                &keys,
+                &Claimant {
+                    owner: &owner,
+                    team: interaction.team(),
+                    app,
+                },
+                delivery,
+                &times,
+            )
             .await?;
         let (attempt, journal, key) = match claimed {
             Claimed::Acquired {

@@ -342,7 +342,7 @@ pub enum Queued {
     Event(Arc<EventCallback>),
     /// With the steps its listener made in the ingress before the acknowledgement, and
     /// whether the ingress acknowledged empty on the listener's behalf.
-    Interaction(Arc<Interaction>, Vec<crate::ledger::Settled>, bool),
+    Interaction(Arc<Interaction>, Vec<crate::journal::record::Settled>, bool),
 }
 
 impl Processor {

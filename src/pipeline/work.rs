@@ -5,9 +5,13 @@
 use tokio::time::Instant;
 
 use super::claim::Times;
+use super::finish::WorkEnded;
 use super::{EventDelivery, Outcome, ProcessError, Processor, metrics};
-use crate::app::{Ack, AckMode, BotError, Ctx, Error as StepError, Identity, Source, Steps, Unit};
-use crate::ledger::{Held, Journal, OwnerToken, Settled};
+use crate::app::{
+    Ack, AckMode, BotError, Ctx, Error as StepError, Identity, Run, Source, Steps, Unit,
+};
+use crate::journal::record::{Journal, Settled};
+use crate::ledger::{Held, OwnerToken};
 use crate::slack::SlackError;
 use crate::slack::envelope::EventId;
 
@@ -73,60 +77,12 @@ impl Processor {
             steps,
             (self.app.functions(), self.app.hears_stops()),
         );
-        let listeners = async {
-            for run in unit.runs {
-                ctx.set_listener(&run.id);
-                if let Err(error) = (run.work)(ctx.clone()).await {
-                    return Err(listener_failed(&run.name, error));
-                }
-            }
-            Ok(())
-        };
-        let until_ack = async {
-            if ack_mode != AckMode::StopAfter {
-                return (listeners.await, false);
-            }
-            tokio::select! {
-                worked = listeners => (worked, false),
-                () = ctx.acknowledged() => (Ok(()), true),
-            }
-        };
-        let working = Instant::now();
         let (worked, handed_off) =
-            match tokio::time::timeout_at(times.work_deadline, until_ack).await {
-                Ok(ran) => ran,
-                Err(_) => (Err(ProcessError::Deadline), false),
-            };
-        metrics::time_ms("HandlerLatency", working.elapsed().as_secs_f64() * 1e3);
+            run_listeners(&ctx, unit.runs, ack_mode, times.work_deadline).await;
         if worked.is_ok() && !handed_off {
-            for name in ctx.unanswered_state_conflicts() {
-                // A lost update: another request wrote the value between this one's read and
-                // its `put`, and the listeners ended without reading it again.
-                tracing::warn!(
-                    state = %name,
-                    "a state put met a conflict and the listener ended without reading the \
-                     value again: this request's change is lost (use State::update or \
-                     State::change, or read again and put again on Put::Conflict)"
-                );
-                if let Some(hooks) = crate::hooks::installed() {
-                    hooks.state_conflict_ignored(key.as_str(), &name);
-                }
-            }
+            warn_lost_updates(&ctx, key);
         }
-        // An acknowledgement chosen too late to reach Slack: the request says so. A step held
-        // back (the listener carried on past the error): released, never done.
-        let held = ctx.held_back().await;
-        let worked = match (worked, ctx.lost_ack()) {
-            (Ok(()), _) if held => Err(ProcessError::LookupUnavailable(
-                crate::slack::SlackError::InvalidResponse(
-                    "a step was held back, or a write failed in a way a retry could fix (or \
-                     its fate is unknown), and the listener went on"
-                        .into(),
-                ),
-            )),
-            (Ok(()), Some(_)) => Err(ProcessError::AckTooLate),
-            (worked, _) => worked,
-        };
+        let worked = judged(&ctx, worked).await;
         let (mut settled, tally) = ctx.close().await;
         if unit.identity == Identity::Message && worked.is_ok() {
             // Which listeners answered the message: another of its events runs only others.
@@ -149,10 +105,12 @@ impl Processor {
                 attempt,
                 delivery.last_chance,
                 times,
-                worked,
-                settled,
-                tally,
-                handed_off || refused,
+                WorkEnded {
+                    worked,
+                    settled,
+                    tally,
+                    handoff: handed_off || refused,
+                },
             )
             .await;
         Worked {
@@ -160,6 +118,77 @@ impl Processor {
             ack,
             handed_off,
         }
+    }
+}
+
+/// Runs the listeners in order, within the claim's deadline: what they came to, and whether
+/// they stopped at the acknowledgement to go on from the queue (deferred mode's ingress).
+async fn run_listeners(
+    ctx: &Ctx,
+    runs: Vec<Run>,
+    ack_mode: AckMode,
+    deadline: Instant,
+) -> (Result<(), ProcessError>, bool) {
+    let listeners = async {
+        for run in runs {
+            ctx.set_listener(&run.id);
+            if let Err(error) = (run.work)(ctx.clone()).await {
+                return Err(listener_failed(&run.name, error));
+            }
+        }
+        Ok(())
+    };
+    let until_ack = async {
+        if ack_mode != AckMode::StopAfter {
+            return (listeners.await, false);
+        }
+        tokio::select! {
+            worked = listeners => (worked, false),
+            () = ctx.acknowledged() => (Ok(()), true),
+        }
+    };
+    let working = Instant::now();
+    let (worked, handed_off) = match tokio::time::timeout_at(deadline, until_ack).await {
+        Ok(ran) => ran,
+        Err(_) => (Err(ProcessError::Deadline), false),
+    };
+    metrics::time_ms("HandlerLatency", working.elapsed().as_secs_f64() * 1e3);
+    (worked, handed_off)
+}
+
+/// Says each state change the listeners lost: a put that met a conflict and was never read
+/// again.
+fn warn_lost_updates(ctx: &Ctx, key: &EventId) {
+    for name in ctx.unanswered_state_conflicts() {
+        // A lost update: another request wrote the value between this one's read and
+        // its `put`, and the listeners ended without reading it again.
+        tracing::warn!(
+            state = %name,
+            "a state put met a conflict and the listener ended without reading the \
+             value again: this request's change is lost (use State::update or \
+             State::change, or read again and put again on Put::Conflict)"
+        );
+        if let Some(hooks) = crate::hooks::installed() {
+            hooks.state_conflict_ignored(key.as_str(), &name);
+        }
+    }
+}
+
+/// What the listeners' result means to the claim, with what they left behind.
+async fn judged(ctx: &Ctx, worked: Result<(), ProcessError>) -> Result<(), ProcessError> {
+    // An acknowledgement chosen too late to reach Slack: the request says so. A step held
+    // back (the listener carried on past the error): released, never done.
+    let held = ctx.held_back().await;
+    match (worked, ctx.lost_ack()) {
+        (Ok(()), _) if held => Err(ProcessError::LookupUnavailable(
+            crate::slack::SlackError::InvalidResponse(
+                "a step was held back, or a write failed in a way a retry could fix (or \
+                 its fate is unknown), and the listener went on"
+                    .into(),
+            ),
+        )),
+        (Ok(()), Some(_)) => Err(ProcessError::AckTooLate),
+        (worked, _) => worked,
     }
 }
 

@@ -117,7 +117,7 @@ pub struct QueuedStep {
     pub step: u32,
     /// What a replay returns, as JSON text (empty when `unknown`).
     pub result: String,
-    /// The step's identity ([`crate::ledger::step_op`]); `None` where it is not known.
+    /// The step's identity ([`crate::journal::record::step_op`]); `None` where it is not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
     /// Its fate unknown (a view whose answer the hand-off cut off): the worker looks for it.

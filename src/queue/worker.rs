@@ -152,14 +152,14 @@ fn parse(queued: &QueuedEvent) -> Parsed {
                         .steps
                         .iter()
                         .map(|s| match s.unknown {
-                            false => crate::ledger::Settled::Done {
+                            false => crate::journal::record::Settled::Done {
                                 step: s.step,
                                 result: s.result.clone(),
                                 op: s.op.clone(),
                             },
-                            true => crate::ledger::Settled::Unknown {
+                            true => crate::journal::record::Settled::Unknown {
                                 step: s.step,
-                                intent: crate::ledger::StepRecord::Intent {
+                                intent: crate::journal::record::StepRecord::Intent {
                                     attempt: 0,
                                     op: s.op.clone(),
                                     at_ms: Some(queued.received_at_ms),
@@ -624,7 +624,7 @@ mod tests {
         };
         assert!(matches!(
             steps.as_slice(),
-            [crate::ledger::Settled::Unknown { step: 1, .. }]
+            [crate::journal::record::Settled::Unknown { step: 1, .. }]
         ));
     }
 

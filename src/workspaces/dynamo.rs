@@ -17,8 +17,8 @@ use aws_sdk_dynamodb::primitives::Blob;
 
 use super::seal::{ReadyKey, SEAL_FORMAT, Seal, SealError, Sealed, Tokens};
 use super::{
-    Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
-    read_interval_ms, state_key,
+    Installation, InstallationKey, InstallationStore, Owns, Place, RefreshHold, Revoked,
+    StoreError, Stored, read_interval_ms, state_key,
 };
 
 /// The attributes of an installation's item.
@@ -70,6 +70,16 @@ pub struct DynamoInstallations {
     seal: std::sync::Arc<Seal>,
 }
 
+/// What an update of an installation's item does beside keeping its tokens
+/// ([`DynamoInstallations::update_kept`]): its own `SET`, `REMOVE` and `ADD` clauses (`""`:
+/// none), its condition, and the values they name.
+struct AlsoUpdated<'a> {
+    set: &'a str,
+    remove: &'a str,
+    add: &'a str,
+    condition: &'a str,
+    values: Vec<(&'a str, AttributeValue)>,
+}
 impl DynamoInstallations {
     /// The store of the app whose client id is `app` in `table` (the ledger's), through
     /// `client`.
@@ -173,9 +183,13 @@ impl DynamoInstallations {
             pk,
             Place::Own,
             &stored.installation,
-            ("", "", ""),
-            unchanged,
-            values,
+            AlsoUpdated {
+                set: "",
+                remove: "",
+                add: "",
+                condition: unchanged,
+                values,
+            },
             &no_key_ready,
         );
         // A write given up mid-way is no harm: conditioned on the item as read, it stores the
@@ -260,17 +274,21 @@ impl DynamoInstallations {
     /// Sets the attributes that keep `installation` at `pk` (see [`Self::kept`]) in an update
     /// that also does `set` and `remove`, conditioned on `condition`; sealed with `ready`'s key
     /// where it holds one.
-    #[allow(clippy::too_many_arguments)]
     async fn update_kept(
         &self,
         pk: &str,
         place: Place,
         installation: &Installation,
-        (set, remove, add): (&str, &str, &str),
-        condition: &str,
-        mut values: Vec<(&str, AttributeValue)>,
+        with: AlsoUpdated<'_>,
         ready: &ReadyKey,
     ) -> Result<bool, StoreError> {
+        let AlsoUpdated {
+            set,
+            remove,
+            add,
+            condition,
+            mut values,
+        } = with;
         let (kept, removed) = self.kept(pk, place, installation, ready).await?;
         let mut sets: Vec<String> = set
             .split(", ")
@@ -365,9 +383,13 @@ impl DynamoInstallations {
                             &pk,
                             Place::Own,
                             &stored.installation,
-                            ("", "", ""),
-                            unchanged,
-                            values,
+                            AlsoUpdated {
+                                set: "",
+                                remove: "",
+                                add: "",
+                                condition: unchanged,
+                                values,
+                            },
                             &ReadyKey::none(),
                         )
                         .await?;
@@ -754,11 +776,14 @@ impl InstallationStore for DynamoInstallations {
         &self,
         key: &InstallationKey,
         place: Place,
-        users: &[String],
-        bots: &[String],
-        before_ms: u64,
+        revoked: Revoked<'_>,
         owns: Owns<'_>,
     ) -> Result<bool, StoreError> {
+        let Revoked {
+            users,
+            bots,
+            before_ms,
+        } = revoked;
         // Read, then write conditioned on what was read (the installation's JSON): a refresh or
         // a reinstall in between makes the write fail, and it is read again.
         let item_key = self.key(key, place);
@@ -815,9 +840,13 @@ impl InstallationStore for DynamoInstallations {
                     &item_key,
                     place,
                     &installation,
-                    ("", "", "#revision :one"),
-                    unchanged,
-                    read.into_iter().chain([(":one", n(1))]).collect(),
+                    AlsoUpdated {
+                        set: "",
+                        remove: "",
+                        add: "#revision :one",
+                        condition: unchanged,
+                        values: read.into_iter().chain([(":one", n(1))]).collect(),
+                    },
                     &ReadyKey::none(),
                 )
                 .await?
@@ -835,10 +864,13 @@ impl InstallationStore for DynamoInstallations {
         key: &InstallationKey,
         place: Place,
         rotation: &str,
-        owner: &str,
-        now_ms: u64,
-        until_ms: u64,
+        hold: RefreshHold<'_>,
     ) -> Result<bool, StoreError> {
+        let RefreshHold {
+            owner,
+            now_ms,
+            until_ms,
+        } = hold;
         self.update(
             &self.key(key, place),
             "SET #refresh_owner = :owner, #refresh_until = :until",
@@ -899,15 +931,20 @@ impl InstallationStore for DynamoInstallations {
             &self.key(key, place),
             place,
             refreshed,
-            ("#rotation = :new", "#refresh_owner, #refresh_until", ""),
-            "(#rotation = :replaced AND #refresh_owner = :owner AND \
-              (attribute_not_exists(#revision) OR #revision = :revision)) OR #rotation = :new",
-            vec![
-                (":new", s(&refreshed.bot.rotation())),
-                (":replaced", s(replaced)),
-                (":owner", s(owner)),
-                (":revision", n(revision)),
-            ],
+            AlsoUpdated {
+                set: "#rotation = :new",
+                remove: "#refresh_owner, #refresh_until",
+                add: "",
+                condition: "(#rotation = :replaced AND #refresh_owner = :owner AND \
+                            (attribute_not_exists(#revision) OR #revision = :revision)) \
+                            OR #rotation = :new",
+                values: vec![
+                    (":new", s(&refreshed.bot.rotation())),
+                    (":replaced", s(replaced)),
+                    (":owner", s(owner)),
+                    (":revision", n(revision)),
+                ],
+            },
             ready,
         )
         .await

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
-    read_interval_ms, state_key,
+    Installation, InstallationKey, InstallationStore, Owns, Place, RefreshHold, Revoked,
+    StoreError, Stored, read_interval_ms, state_key,
 };
 
 #[derive(Clone)]
@@ -174,11 +174,14 @@ impl InstallationStore for MemoryInstallations {
         &self,
         key: &InstallationKey,
         place: Place,
-        users: &[String],
-        bots: &[String],
-        before_ms: u64,
+        revoked: Revoked<'_>,
         owns: Owns<'_>,
     ) -> Result<bool, StoreError> {
+        let Revoked {
+            users,
+            bots,
+            before_ms,
+        } = revoked;
         let mut items = self.shared.items.lock().expect("store lock");
         let k = self.key(key, place);
         let Some(item) = items.get_mut(&k) else {
@@ -208,10 +211,13 @@ impl InstallationStore for MemoryInstallations {
         key: &InstallationKey,
         place: Place,
         rotation: &str,
-        owner: &str,
-        now_ms: u64,
-        until_ms: u64,
+        hold: RefreshHold<'_>,
     ) -> Result<bool, StoreError> {
+        let RefreshHold {
+            owner,
+            now_ms,
+            until_ms,
+        } = hold;
         let mut items = self.shared.items.lock().expect("store lock");
         let Some(item) = items.get_mut(&self.key(key, place)) else {
             return Ok(false);

@@ -328,6 +328,31 @@ pub enum StoreError {
 /// [`Requester::owns_legacy`].
 pub type Owns<'a> = &'a (dyn Fn(&Stored) -> bool + Send + Sync);
 
+/// What a `tokens_revoked` event revokes of one installation: the user tokens of `users`, the
+/// whole installation where its bot user is among `bots`; only for an installation made before
+/// the event (`before_ms`).
+#[derive(Clone, Copy, Debug)]
+pub struct Revoked<'a> {
+    /// The users whose tokens were revoked.
+    pub users: &'a [String],
+    /// The bot users whose tokens were revoked.
+    pub bots: &'a [String],
+    /// When the event happened (epoch ms): a later installation is not revoked.
+    pub before_ms: u64,
+}
+
+/// A hold on a token's refresh, as an instance asks for it: its owner, from `now_ms` (a hold
+/// of another owner that ends before is over) until `until_ms` (epoch ms).
+#[derive(Clone, Copy, Debug)]
+pub struct RefreshHold<'a> {
+    /// Who holds the refresh.
+    pub owner: &'a str,
+    /// Now (epoch ms).
+    pub now_ms: u64,
+    /// When the hold ends (epoch ms).
+    pub until_ms: u64,
+}
+
 /// The installation store's seam: the memory and DynamoDB implementations share these
 /// semantics (a contract test runs both). A store is one app's ([`InstallationStore::app`]):
 /// every item it writes is keyed by that app, and it never writes another app's.
@@ -366,29 +391,23 @@ pub trait InstallationStore: Send + Sync + 'static {
     /// when its bot user is. Only for an installation made before `before_ms`, and one `owns`
     /// says is the asker's (at either place: [`Requester::may_change`]). Whether it changed
     /// anything.
-    #[allow(clippy::too_many_arguments)]
     async fn revoke(
         &self,
         key: &InstallationKey,
         place: Place,
-        users: &[String],
-        bots: &[String],
-        before_ms: u64,
+        revoked: Revoked<'_>,
         owns: Owns<'_>,
     ) -> Result<bool, StoreError>;
 
     /// Takes the refresh of the bot token whose refresh token `rotation` names (at `place`),
     /// for `owner` until `until_ms`: only when no other owner holds it past `now_ms`. Whether
     /// taken.
-    #[allow(clippy::too_many_arguments)]
     async fn take_refresh(
         &self,
         key: &InstallationKey,
         place: Place,
         rotation: &str,
-        owner: &str,
-        now_ms: u64,
-        until_ms: u64,
+        hold: RefreshHold<'_>,
     ) -> Result<bool, StoreError>;
 
     /// Readies the writes of the installation at `place` (a refresh's store, next): what they

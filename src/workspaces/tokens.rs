@@ -30,9 +30,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::seal::ReadyKey;
 use super::{
-    Installation, InstallationKey, InstallationStore, Place, Requester, StoreError, Stored, Token,
+    Installation, InstallationKey, InstallationStore, Place, ReadyKey, RefreshHold, Requester,
+    Revoked, StoreError, Stored, Token,
 };
 use crate::config::{OAuthConfig, Secret};
 use crate::secrets::{Refused, SlackSecrets};
@@ -118,6 +118,15 @@ struct Known {
     key: InstallationKey,
     /// The installation, and where its item is.
     current: RwLock<(Arc<Installation>, Place)>,
+}
+
+/// The refresh lease an instance took on an installation's item: the token it refreshes (by
+/// its rotation), the item it is stored in, the lease's owner, and the time left for it all.
+struct RefreshLease {
+    rotation: String,
+    place: Place,
+    owner: String,
+    budget: Instant,
 }
 
 impl Known {
@@ -637,6 +646,37 @@ impl Workspaces {
         let _ = tokio::time::timeout_at(deadline, done.wait_for(|ended| *ended)).await;
     }
 
+    /// Another instance is refreshing: the current token serves until it expires. One about to
+    /// expire waits for the other's pair, within `budget`.
+    async fn wait_for_other(
+        &self,
+        known: &Arc<Known>,
+        rotation: &str,
+        place: Place,
+        budget: Instant,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let key = &known.key;
+        crate::metrics::count("TokenRefreshesDeferred");
+        while self
+            .left(&known.get().bot)
+            .is_some_and(|l| l <= INLINE_BELOW)
+            && Instant::now() + Duration::from_millis(250) < budget
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self
+                .judge_for(key, self.store.find(key).await?, known)
+                .await?;
+            let changed = now.as_ref().is_none_or(|s| {
+                s.installation.bot.rotation() != rotation || s.broken.is_some() || s.place != place
+            });
+            if changed {
+                self.remember(key, now);
+                break;
+            }
+        }
+        Ok(())
+    }
+
     async fn refresh_held(
         &self,
         known: &Arc<Known>,
@@ -645,29 +685,89 @@ impl Workspaces {
         let key = &known.key;
         let budget = Instant::now() + REFRESH_BUDGET;
         let rotation = seen.bot.rotation();
-        // The item the pair is stored in: the app's own, or the previous release's (in place,
-        // so that both releases refresh one installation once).
-        let Some(place) = self.still_to_refresh(known, &rotation).await? else {
+        // The table may hold a newer token already (another instance refreshed).
+        let stored = self
+            .judge_for(key, self.store.find(key).await?, known)
+            .await?;
+        let Some(stored) = stored else {
+            self.remember(key, None);
             return Ok(());
         };
+        if stored.installation.bot.rotation() != rotation
+            || stored.broken.is_some()
+            || stored.place != known.place()
+        {
+            self.remember(key, Some(stored));
+            return Ok(());
+        }
+        // The item the pair is stored in: the app's own, or the previous release's (in place,
+        // so that both releases refresh one installation once).
+        let place = stored.place;
         let owner = uuid::Uuid::new_v4().simple().to_string();
         let now = crate::clock::now_ms();
         let until = now + REFRESH_LEASE.as_millis() as u64;
         if !self
             .store
-            .take_refresh(key, place, &rotation, &owner, now, until)
+            .take_refresh(
+                key,
+                place,
+                &rotation,
+                RefreshHold {
+                    owner: &owner,
+                    now_ms: now,
+                    until_ms: until,
+                },
+            )
             .await?
         {
-            self.wait_for_the_other_refresh(known, &rotation, place, budget)
-                .await?;
-            return Ok(());
+            return self.wait_for_other(known, &rotation, place, budget).await;
         }
-        let released = || async {
-            let _ = self.store.release_refresh(key, place, &owner).await;
+        let lease = RefreshLease {
+            rotation,
+            place,
+            owner,
+            budget,
         };
-        let held = match self.held_for_refresh(known, &rotation, place).await {
-            Ok(Held::Due(held)) => held,
-            Ok(Held::Not(other)) => {
+        self.refresh_leased(known, &lease).await
+    }
+
+    /// Refreshes the installation's token under the refresh lease this instance took: read
+    /// again, exchanged with Slack, stored before any use; the lease released on any failure.
+    async fn refresh_leased(
+        &self,
+        known: &Arc<Known>,
+        lease: &RefreshLease,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let RefreshLease {
+            rotation,
+            place,
+            owner,
+            budget,
+        } = lease;
+        let (key, place, budget) = (&known.key, *place, *budget);
+        let released = || async {
+            let _ = self.store.release_refresh(key, place, owner).await;
+        };
+        // Taken: read again (a refresh may have ended between the read and the lease). The
+        // pair is stored over what this read found, and nothing else.
+        let due = |i: &Installation| {
+            self.left(&i.bot)
+                .is_some_and(|l| l <= self.oauth.refresh_before)
+        };
+        let found = match self.store.find(key).await {
+            Ok(found) => self.judge_for(key, found, known).await,
+            Err(e) => Err(e),
+        };
+        let held = match found {
+            Ok(Some(s))
+                if s.installation.bot.rotation() == *rotation
+                    && s.broken.is_none()
+                    && s.place == place
+                    && due(&s.installation) =>
+            {
+                s
+            }
+            Ok(other) => {
                 released().await;
                 self.remember(key, other);
                 return Ok(());
@@ -692,11 +792,20 @@ impl Workspaces {
                 "no client secret (SLACK_CLIENT_SECRET, or client_secret in the secret)".into(),
             );
         };
-        let answer = match self.exchange(&secret, &held, budget).await {
+        let refresh_token = held
+            .installation
+            .bot
+            .refresh_token
+            .clone()
+            .unwrap_or_default();
+        let answer = self
+            .exchange(refresh_token.as_str(), secret.expose(), budget)
+            .await;
+        let answer = match answer {
             Ok(answer) => answer,
             Err(SlackError::Api { code }) if BROKEN_CODES.contains(&code.as_str()) => {
                 // Only if no other refresh replaced the token meanwhile.
-                if self.store.mark_broken(key, place, &rotation, &code).await? {
+                if self.store.mark_broken(key, place, rotation, &code).await? {
                     crate::metrics::count("InstallationsBroken");
                     self.say_broken(key, &code);
                 }
@@ -727,117 +836,25 @@ impl Workspaces {
                 .as_u64()
                 .map(|s| crate::clock::now_ms().saturating_add(s.saturating_mul(1000))),
         };
-        self.keep_refreshed(known, place, (&rotation, &owner), &held, refreshed, &ready)
+        self.store_pair(known, lease, &held, refreshed, &ready)
             .await
     }
 
-    /// Where `known`'s pair of `rotation` stands in the table, if it is still the one to
-    /// refresh: the table may hold a newer token already (another instance refreshed), which
-    /// is remembered instead.
-    async fn still_to_refresh(
-        &self,
-        known: &Arc<Known>,
-        rotation: &str,
-    ) -> Result<Option<Place>, StoreError> {
-        let key = &known.key;
-        let stored = self
-            .judge_for(key, self.store.find(key).await?, known)
-            .await?;
-        let Some(stored) = stored else {
-            self.remember(key, None);
-            return Ok(None);
-        };
-        if stored.installation.bot.rotation() != rotation
-            || stored.broken.is_some()
-            || stored.place != known.place()
-        {
-            self.remember(key, Some(stored));
-            return Ok(None);
-        }
-        Ok(Some(stored.place))
-    }
-
-    /// Another instance is refreshing `known`'s pair (of `rotation`, in `place`): the current
-    /// token serves until it expires. One about to expire waits for the other's pair, within
-    /// `budget`.
-    async fn wait_for_the_other_refresh(
-        &self,
-        known: &Arc<Known>,
-        rotation: &str,
-        place: Place,
-        budget: Instant,
-    ) -> Result<(), StoreError> {
-        let key = &known.key;
-        crate::metrics::count("TokenRefreshesDeferred");
-        while self
-            .left(&known.get().bot)
-            .is_some_and(|l| l <= INLINE_BELOW)
-            && Instant::now() + Duration::from_millis(250) < budget
-        {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            let now = self
-                .judge_for(key, self.store.find(key).await?, known)
-                .await?;
-            let changed = now.as_ref().is_none_or(|s| {
-                s.installation.bot.rotation() != rotation || s.broken.is_some() || s.place != place
-            });
-            if changed {
-                self.remember(key, now);
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Under the refresh lease: read again (a refresh may have ended between the read and the
-    /// lease). The pair is stored over what this read found, and nothing else: the item as
-    /// taken (`rotation`, in `place`) and due, or what the table holds instead.
-    async fn held_for_refresh(
-        &self,
-        known: &Arc<Known>,
-        rotation: &str,
-        place: Place,
-    ) -> Result<Held, StoreError> {
-        let key = &known.key;
-        let found = self
-            .judge_for(key, self.store.find(key).await?, known)
-            .await?;
-        Ok(match found {
-            Some(s)
-                if s.installation.bot.rotation() == rotation
-                    && s.broken.is_none()
-                    && s.place == place
-                    && self
-                        .left(&s.installation.bot)
-                        .is_some_and(|l| l <= self.oauth.refresh_before) =>
-            {
-                Held::Due(s)
-            }
-            other => Held::Not(other),
-        })
-    }
-
-    /// Exchanges `held`'s refresh token for a new pair (`oauth.v2.access`), within `budget`.
+    /// Exchanges a refresh token for a new pair (`oauth.v2.access`, `grant_type=refresh_token`).
     async fn exchange(
         &self,
-        secret: &Secret,
-        held: &Stored,
+        refresh_token: &str,
+        client_secret: &str,
         budget: Instant,
     ) -> Result<serde_json::Value, SlackError> {
-        let refresh_token = held
-            .installation
-            .bot
-            .refresh_token
-            .clone()
-            .unwrap_or_default();
         self.slack
             .call_with(
                 "oauth.v2.access",
                 &[
                     ("client_id", self.oauth.client_id.as_str()),
-                    ("client_secret", secret.expose()),
+                    ("client_secret", client_secret),
                     ("grant_type", "refresh_token"),
-                    ("refresh_token", refresh_token.as_str()),
+                    ("refresh_token", refresh_token),
                 ],
                 None,
                 budget,
@@ -845,22 +862,28 @@ impl Workspaces {
             .await
     }
 
-    /// Stores the `refreshed` pair over `held` (conditioned on its rotation and revision and
-    /// the lease `owner` holds), before any use: a pair not stored is never used, and the next
-    /// try exchanges the same refresh token again.
-    async fn keep_refreshed(
+    /// Stores the refreshed pair over the item as it was read, and takes it into use; the
+    /// lease released where it was not stored.
+    async fn store_pair(
         &self,
         known: &Arc<Known>,
-        place: Place,
-        (rotation, owner): (&str, &str),
+        lease: &RefreshLease,
         held: &Stored,
         refreshed: Installation,
         ready: &ReadyKey,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        let key = &known.key;
+        let RefreshLease {
+            rotation,
+            place,
+            owner,
+            ..
+        } = lease;
+        let (key, place) = (&known.key, *place);
         let released = || async {
             let _ = self.store.release_refresh(key, place, owner).await;
         };
+        // Stored before any use: a pair not stored is never used, and the next try exchanges
+        // the same refresh token again.
         match self
             .store
             .store_refreshed(
@@ -973,7 +996,16 @@ impl Workspaces {
         for place in [Place::Own, Place::Legacy] {
             changed |= self
                 .store
-                .revoke(key, place, users, bots, event_ms, &owns)
+                .revoke(
+                    key,
+                    place,
+                    Revoked {
+                        users,
+                        bots,
+                        before_ms: event_ms,
+                    },
+                    &owns,
+                )
                 .await?;
         }
         self.forget(key);
@@ -1091,11 +1123,4 @@ impl TokenSource for InstalledToken {
             .read_slot(&self.pace, method, deadline)
             .await
     }
-}
-
-/// What the read under the refresh lease found: the item as taken and due for a refresh, or
-/// what the table holds instead (nothing to refresh).
-enum Held {
-    Due(Stored),
-    Not(Option<Stored>),
 }

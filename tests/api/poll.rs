@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use slack_once::journal::record::{Settled, StepRecord};
 use slack_once::ledger::{
-    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, NotePut, Settled,
-    StateItem, StatePut, StateWrite, StepRecord,
+    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, NotePut,
+    StateItem, StatePut, StateWrite,
 };
 use slack_once::slack::envelope::EventId;
 use slack_once::testing::TestBot;

@@ -17,7 +17,7 @@ use slack_once::testing::FakeSlack;
 use slack_once::workspaces::seal::ReadyKey;
 use slack_once::workspaces::{
     DynamoInstallations, Installation, InstallationKey, InstallationStore, MemoryInstallations,
-    Place, Stored, Token,
+    Place, RefreshHold, Revoked, Stored, Token,
 };
 use tokio::sync::oneshot;
 
@@ -667,19 +667,46 @@ async fn contract(store: &dyn InstallationStore) {
     // One refresh holder at a time; the lease taken again by its holder (a write sent again).
     assert!(
         store
-            .take_refresh(&key, Place::Own, &r1, "a", 2_000, 22_000)
+            .take_refresh(
+                &key,
+                Place::Own,
+                &r1,
+                RefreshHold {
+                    owner: "a",
+                    now_ms: 2_000,
+                    until_ms: 22_000
+                }
+            )
             .await
             .unwrap()
     );
     assert!(
         store
-            .take_refresh(&key, Place::Own, &r1, "a", 2_000, 22_000)
+            .take_refresh(
+                &key,
+                Place::Own,
+                &r1,
+                RefreshHold {
+                    owner: "a",
+                    now_ms: 2_000,
+                    until_ms: 22_000
+                }
+            )
             .await
             .unwrap()
     );
     assert!(
         !store
-            .take_refresh(&key, Place::Own, &r1, "b", 3_000, 23_000)
+            .take_refresh(
+                &key,
+                Place::Own,
+                &r1,
+                RefreshHold {
+                    owner: "b",
+                    now_ms: 3_000,
+                    until_ms: 23_000
+                }
+            )
             .await
             .unwrap()
     );
@@ -711,27 +738,63 @@ async fn contract(store: &dyn InstallationStore) {
     // A refresh of the replaced token can no longer be taken; an expired lease can.
     assert!(
         !store
-            .take_refresh(&key, Place::Own, &r1, "c", 30_000, 50_000)
+            .take_refresh(
+                &key,
+                Place::Own,
+                &r1,
+                RefreshHold {
+                    owner: "c",
+                    now_ms: 30_000,
+                    until_ms: 50_000
+                }
+            )
             .await
             .unwrap()
     );
     let r2 = second.bot.rotation();
     assert!(
         store
-            .take_refresh(&key, Place::Own, &r2, "c", 30_000, 50_000)
+            .take_refresh(
+                &key,
+                Place::Own,
+                &r2,
+                RefreshHold {
+                    owner: "c",
+                    now_ms: 30_000,
+                    until_ms: 50_000
+                }
+            )
             .await
             .unwrap()
     );
     assert!(
         store
-            .take_refresh(&key, Place::Own, &r2, "d", 50_001, 70_000)
+            .take_refresh(
+                &key,
+                Place::Own,
+                &r2,
+                RefreshHold {
+                    owner: "d",
+                    now_ms: 50_001,
+                    until_ms: 70_000
+                }
+            )
             .await
             .unwrap()
     );
     store.release_refresh(&key, Place::Own, "d").await.unwrap();
     assert!(
         store
-            .take_refresh(&key, Place::Own, &r2, "e", 50_002, 70_000)
+            .take_refresh(
+                &key,
+                Place::Own,
+                &r2,
+                RefreshHold {
+                    owner: "e",
+                    now_ms: 50_002,
+                    until_ms: 70_000
+                }
+            )
             .await
             .unwrap()
     );
@@ -757,7 +820,16 @@ async fn contract(store: &dyn InstallationStore) {
     );
     assert!(
         !store
-            .take_refresh(&key, Place::Own, &r2, "f", 90_000, 99_000)
+            .take_refresh(
+                &key,
+                Place::Own,
+                &r2,
+                RefreshHold {
+                    owner: "f",
+                    now_ms: 90_000,
+                    until_ms: 99_000
+                }
+            )
             .await
             .unwrap()
     );
@@ -774,13 +846,31 @@ async fn contract(store: &dyn InstallationStore) {
     // an installation made after the event.
     assert!(
         !store
-            .revoke(&key, Place::Own, &["U1".into()], &[], 4_000, &|_| true)
+            .revoke(
+                &key,
+                Place::Own,
+                Revoked {
+                    users: &["U1".into()],
+                    bots: &[],
+                    before_ms: 4_000
+                },
+                &|_| true
+            )
             .await
             .unwrap()
     );
     assert!(
         store
-            .revoke(&key, Place::Own, &["U1".into()], &[], 6_000, &|_| true)
+            .revoke(
+                &key,
+                Place::Own,
+                Revoked {
+                    users: &["U1".into()],
+                    bots: &[],
+                    before_ms: 6_000
+                },
+                &|_| true
+            )
             .await
             .unwrap()
     );
@@ -796,13 +886,31 @@ async fn contract(store: &dyn InstallationStore) {
     );
     assert!(
         !store
-            .revoke(&key, Place::Own, &["U1".into()], &[], 6_000, &|_| true)
+            .revoke(
+                &key,
+                Place::Own,
+                Revoked {
+                    users: &["U1".into()],
+                    bots: &[],
+                    before_ms: 6_000
+                },
+                &|_| true
+            )
             .await
             .unwrap()
     );
     assert!(
         store
-            .revoke(&key, Place::Own, &[], &["UBOT1".into()], 6_000, &|_| true)
+            .revoke(
+                &key,
+                Place::Own,
+                Revoked {
+                    users: &[],
+                    bots: &["UBOT1".into()],
+                    before_ms: 6_000
+                },
+                &|_| true
+            )
             .await
             .unwrap()
     );
@@ -817,9 +925,11 @@ async fn contract(store: &dyn InstallationStore) {
             .revoke(
                 &key,
                 Place::Own,
-                &["U1".into()],
-                &["UBOT1".into()],
-                6_000,
+                Revoked {
+                    users: &["U1".into()],
+                    bots: &["UBOT1".into()],
+                    before_ms: 6_000
+                },
                 &others
             )
             .await

@@ -83,7 +83,12 @@ fn computing(key: &str, step: u32, name: &str) {
     let recorded = crate::slack::envelope::EventId::try_from(key.to_string())
         .ok()
         .and_then(|k| world.ledger.journal(&k))
-        .is_some_and(|j| matches!(j.get(&step), Some(crate::ledger::StepRecord::Done { .. })));
+        .is_some_and(|j| {
+            matches!(
+                j.get(&step),
+                Some(crate::journal::record::StepRecord::Done { .. })
+            )
+        });
     world.say(
         None,
         format!("the listener computes the result it remembers as {name:?} (step {step} of {key})"),

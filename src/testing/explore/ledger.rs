@@ -9,13 +9,12 @@ use async_trait::async_trait;
 
 use super::schedule::{Fault, SiteKind};
 use super::world::{Decision, World};
-use crate::ledger::{
-    Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, Settled,
-    StepRecord,
-};
+use crate::journal::record::{Settled, StepRecord};
+use crate::ledger::{Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError};
 use crate::slack::envelope::EventId;
 use crate::workspaces::{
-    Installation, InstallationKey, InstallationStore, Owns, Place, StoreError, Stored,
+    Installation, InstallationKey, InstallationStore, Owns, Place, RefreshHold, Revoked,
+    StoreError, Stored,
 };
 
 pub(crate) struct SimLedger {
@@ -215,13 +214,11 @@ impl InstallationStore for SimInstallations {
         &self,
         key: &InstallationKey,
         place: Place,
-        users: &[String],
-        bots: &[String],
-        before_ms: u64,
+        revoked: Revoked<'_>,
         owns: Owns<'_>,
     ) -> Result<bool, StoreError> {
         self.site(format!("revoke {} ({place:?})", key.id()), || {
-            self.store.revoke(key, place, users, bots, before_ms, owns)
+            self.store.revoke(key, place, revoked, owns)
         })
         .await
     }
@@ -231,13 +228,10 @@ impl InstallationStore for SimInstallations {
         key: &InstallationKey,
         place: Place,
         rotation: &str,
-        owner: &str,
-        now_ms: u64,
-        until_ms: u64,
+        hold: RefreshHold<'_>,
     ) -> Result<bool, StoreError> {
         self.site(format!("take the refresh of {}", key.id()), || {
-            self.store
-                .take_refresh(key, place, rotation, owner, now_ms, until_ms)
+            self.store.take_refresh(key, place, rotation, hold)
         })
         .await
     }
