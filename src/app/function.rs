@@ -50,6 +50,14 @@ pub const EXECUTION_RECORD_TTL: Duration = Duration::from_secs(30 * 86_400);
 /// Slack's answer to a completion of an execution that is no longer running.
 pub(crate) const NOT_RUNNING: &str = "execution_not_in_running_state";
 
+/// The time a run keeps, after its last look at a record another request's run is sending, to
+/// take the mark over and send the completion itself before its own deadline.
+const SENDING_MARGIN: Duration = Duration::from_secs(2);
+
+/// How often a run waiting for another request's run to complete the decision reads the
+/// execution's record again.
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
+
 /// The types a function's parameters may have (`type` in the manifest).
 pub mod types {
     /// Text.
@@ -615,19 +623,19 @@ impl Ctx {
         let name = record_name(&execution.id);
         let me = self.ledger_key().to_string();
         let theirs = || Completion::DecidedElsewhere(Box::new(decision.clone()));
-        let now_ms = crate::clock::now_ms();
         let until_ms = self.lease_end_ms();
-        // Whether another request's run is completing the decision (its lease is on).
+        // Whether another request's run is completing the decision (its lease is on at `at`).
         let completing_elsewhere =
-            |r: &Record| !decision.mine && r.closed.is_none() && now_ms < r.until_ms;
+            |r: &Record, at: u64| !decision.mine && r.closed.is_none() && at < r.until_ms;
         let closed_by_other =
             |r: &Record| r.closed.is_some() && r.closed_by.as_deref() != Some(me.as_str());
-        // The mark is another request's, whose run may be sending (its lease is on).
-        let held_elsewhere = |r: &Record| {
+        // The mark is another request's, whose run may be sending (its lease is on at `at`).
+        let held_elsewhere = |r: &Record, at: u64| {
             r.closed.is_none()
                 && r.sending.as_deref().is_some_and(|s| s != me)
-                && now_ms < r.sending_until_ms.unwrap_or(r.until_ms)
+                && at < r.sending_until_ms.unwrap_or(r.until_ms)
         };
+        let now_ms = crate::clock::now_ms();
         // The record as it is now, read by the change that marks it `sending` just before the
         // completion call (another request may have sent this decision, or closed it, since it
         // was decided). Every run of the request makes the same state changes and takes the
@@ -637,7 +645,7 @@ impl Ctx {
             .state()
             .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
                 let mut r = found?;
-                if r.sending.is_some() || r.closed.is_some() || completing_elsewhere(&r) {
+                if r.sending.is_some() || r.closed.is_some() || completing_elsewhere(&r, now_ms) {
                     return None;
                 }
                 r.sending = Some(me.clone());
@@ -649,36 +657,83 @@ impl Ctx {
         // request's; left as it was: another's mark, or none.
         let mut now = marked.value.unwrap_or_else(|| decision.record.clone());
         // The mark this run's send follows: a request that may have sent the decision before.
+        // Another request's, once seen, is kept whatever a later read finds (this run's own
+        // mark, read again after the ledger's SDK sent the take-over twice).
         let mut replaced = now.sending.clone();
-        let held_by_this_run =
-            now.sending.as_deref() == Some(me.as_str()) && now.sending_until_ms == Some(until_ms);
-        if now.closed.is_none()
-            && !held_by_this_run
-            && !held_elsewhere(&now)
-            && !completing_elsewhere(&now)
-        {
-            // About to send under a mark this run did not write: an earlier run's of this
-            // request, or another request's whose run ended (past its lease), which may have
-            // sent the decision. The mark's change above is made once per request (a later
-            // run finds it made, whatever the record holds since), so this run holds the
-            // mark by a write of its own, on the version it reads: of two runs about to send
-            // (the decider's redelivery, and a click sending for the decider), one writes it
-            // and sends; the other reads the mark taken, and sends nothing.
-            let held = self
-                .state()
-                .change_for_this_run(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
-                    let mut r = found?;
-                    if r.closed.is_some() || held_elsewhere(&r) || completing_elsewhere(&r) {
-                        return None;
-                    }
-                    replaced = r.sending.clone();
-                    r.sending = Some(me.clone());
-                    r.sending_until_ms = Some(until_ms);
-                    Some(r)
-                })
-                .await?;
-            if let Some(record) = held.value {
-                now = record;
+        loop {
+            let at = crate::clock::now_ms();
+            let held_by_this_run = now.sending.as_deref() == Some(me.as_str())
+                && now.sending_until_ms == Some(until_ms);
+            if now.closed.is_none()
+                && !held_by_this_run
+                && !held_elsewhere(&now, at)
+                && !completing_elsewhere(&now, at)
+            {
+                // About to send under a mark this run did not write: an earlier run's of this
+                // request, or another request's whose run ended (past its lease), which may
+                // have sent the decision. The mark's change above is made once per request (a
+                // later run finds it made, whatever the record holds since), so this run holds
+                // the mark by a write of its own, on the version it reads: of two runs about
+                // to send (the decider's redelivery, and a click sending for the decider), one
+                // writes it and sends; the other reads the mark taken, and waits for it.
+                let held = self
+                    .state()
+                    .change_for_this_run(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                        let mut r = found?;
+                        let at = crate::clock::now_ms();
+                        if r.closed.is_some()
+                            || held_elsewhere(&r, at)
+                            || completing_elsewhere(&r, at)
+                        {
+                            return None;
+                        }
+                        if !replaced.as_deref().is_some_and(|s| s != me) {
+                            replaced = r.sending.clone();
+                        }
+                        r.sending = Some(me.clone());
+                        r.sending_until_ms = Some(until_ms);
+                        Some(r)
+                    })
+                    .await?;
+                if let Some(record) = held.value {
+                    now = record;
+                }
+            }
+            let at = crate::clock::now_ms();
+            if !completing_elsewhere(&now, at) && !held_elsewhere(&now, at) {
+                break;
+            }
+            // Another request's run is sending (or may send) the decision. It may still fail
+            // (its completion refused for a while, its process gone, its later deliveries too
+            // late for the execution's token): this run reports nothing on trust. It waits,
+            // within its own deadline, for the record to close or that run's lease to end;
+            // where the lease outlasts this run, the request is released, and a later
+            // delivery finds the record closed, or sends the decision itself.
+            let theirs_until = match held_elsewhere(&now, at) {
+                true => now.sending_until_ms.unwrap_or(now.until_ms),
+                false => now.until_ms,
+            };
+            let last_look = until_ms.saturating_sub(SENDING_MARGIN.as_millis() as u64);
+            if at >= last_look {
+                tracing::info!(
+                    "another request's run is completing the execution's decision past this \
+                     run's deadline: released for a later delivery"
+                );
+                self.doubtful().await;
+                return Err(Error::LookupUnavailable(
+                    crate::slack::SlackError::InvalidResponse(
+                        "another request's run is completing the step's decision, and its \
+                         lease outlasts this run's"
+                            .into(),
+                    ),
+                ));
+            }
+            let wake = theirs_until
+                .min(at + LOOK_AGAIN.as_millis() as u64)
+                .min(last_look);
+            tokio::time::sleep(Duration::from_millis(wake.saturating_sub(at).max(1))).await;
+            if let Some(found) = self.state().get::<Record>(&name).await? {
+                now = found.value;
             }
         }
         let (method, args) = match &now.end {
@@ -691,34 +746,6 @@ impl Ctx {
                 json!({"function_execution_id": execution.id, "error": message}),
             ),
         };
-        if completing_elsewhere(&now) || held_elsewhere(&now) {
-            tracing::info!(
-                "another request's run is completing the execution's decision: not sending it"
-            );
-            // The completion's step number is taken here too, as on the other paths, and
-            // nothing is recorded at it: a later run of this request (a redelivery after a
-            // failure further on) may find that run's lease over with the record still
-            // open (it died), and then sends the decision at this same number, which no run
-            // recorded, so it is made rather than replayed (a "passed" record there would be
-            // replayed by every later run, and the decision never sent). Without the
-            // number, the steps after the completion would move by one between the runs: the
-            // later run's completion would meet this run's next step at its number
-            // (`nondeterministic_listener`, final) and the click's answer would be lost. The
-            // later run sends only where any request would (past that lease, the record
-            // open).
-            self.pass_step(method, &args).await?;
-            // The same state changes as the other paths (none made here), so that a later run
-            // of this request, which may find that lease over, counts its changes as this one
-            // did.
-            self.state()
-                .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
-                .await?;
-            return Ok(match decision.mine {
-                // Its own decision, which the other request's run is sending for it.
-                true => Completion::Completed,
-                false => theirs(),
-            });
-        }
         let closed_elsewhere = closed_by_other(&now);
         let answer = if closed_elsewhere {
             // Closed by a request that sent it, or found the execution ended: nothing to send.
@@ -742,9 +769,9 @@ impl Ctx {
             // `not running` is then that send's, not the workflow's end. A mark this run made
             // first announces nothing: nobody sent before it.
             let marked_before = decision.record.sending.as_deref() == Some(me.as_str());
-            let announced_elsewhere = replaced
-                .as_deref()
-                .is_some_and(|s| s != me || (marked_before && now_ms >= now.until_ms));
+            let announced_elsewhere = replaced.as_deref().is_some_and(|s| {
+                s != me || (marked_before && crate::clock::now_ms() >= now.until_ms)
+            });
             self.completion_step(method, args, announced_elsewhere)
                 .await?
         };

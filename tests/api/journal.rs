@@ -135,9 +135,12 @@ async fn a_listener_that_would_outgrow_its_journal_ends_the_event_failed_once() 
         slack_once::app::MAX_STEPS as usize,
         "the write past the bound was not made"
     );
-    let key =
-        slack_once::slack::envelope::EventId::try_from(message_key(TEAM, "D0001", &ts_of("EvOutgrow")))
-            .unwrap();
+    let key = slack_once::slack::envelope::EventId::try_from(message_key(
+        TEAM,
+        "D0001",
+        &ts_of("EvOutgrow"),
+    ))
+    .unwrap();
     assert_eq!(ledger.status(&key), Some(Status::Failed));
 }
 
