@@ -429,7 +429,7 @@ struct Record {
     #[serde(default)]
     sending: Option<String>,
     /// When the lease of the run that holds `sending` ends (epoch ms): till then no other
-    /// request takes it over. `None` (a mark of an earlier release): `until_ms`.
+    /// request takes it over. `None` (no mark): `until_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sending_until_ms: Option<u64>,
 }
@@ -762,16 +762,11 @@ impl Ctx {
                 );
             }
             // Another request was about to send it before this one (this run took its mark
-            // over): the decision may be in Slack. So may it be under this request's own mark,
-            // made by an earlier run (the record held it when this run decided), once the
-            // decider's lease has ended: a request of the release before this one sends the
-            // marked decision for the dead run without taking the mark, and Slack's
-            // `not running` is then that send's, not the workflow's end. A mark this run made
-            // first announces nothing: nobody sent before it.
-            let marked_before = decision.record.sending.as_deref() == Some(me.as_str());
-            let announced_elsewhere = replaced.as_deref().is_some_and(|s| {
-                s != me || (marked_before && crate::clock::now_ms() >= now.until_ms)
-            });
+            // over): the decision may be in Slack, and Slack's `not running` is then that
+            // send's, not the workflow's end. This request's own mark, made by an earlier run,
+            // announces nothing here: every other sender takes the mark over before it sends
+            // (the record would name it), and the earlier run's own call is its journal's.
+            let announced_elsewhere = replaced.as_deref().is_some_and(|s| s != me);
             self.completion_step(method, args, announced_elsewhere)
                 .await?
         };
