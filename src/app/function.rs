@@ -10,8 +10,10 @@
 //! redeliveries and redrives find it made (see [`crate::app::State::change`]).
 //! [`Ctx::complete_decision`] then sends it (`functions.completeSuccess` or
 //! `functions.completeError`) as a journaled step, and closes the record. A request that finds
-//! another's decision sends nothing while that request's lease lasts (it is completing it); past
-//! that lease, with the record still open (the decider died between its decision and its
+//! another request's run completing the decision (its lease on, or its mark held) sends nothing
+//! while that lease lasts, and reports nothing on trust (that run may still fail): it waits,
+//! within its own deadline, for the record to close, or is released for a later delivery.
+//! Past that lease, with the record still open (the decider died between its decision and its
 //! completion), it sends the recorded decision itself: the decider's, never its own. Only the
 //! run that holds the record's mark (`sending`: its request and its lease) sends: a run about
 //! to send under a mark it did not write takes it first, by a write of its own conditioned on
@@ -394,8 +396,8 @@ pub struct Decision {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Completion {
     /// The execution ended with this request's decision: completed now, or by an earlier run
-    /// of the request (or another request's run, which took the mark over from a dead run of
-    /// this one, is completing it).
+    /// of the request (or by another request's run, which took the mark over from a dead run
+    /// of this one, and closed the record).
     Completed,
     /// Another request decided first (a faster approver, the other button, a first click): its
     /// decision. This request sent nothing, unless the other's run had died with the
@@ -605,7 +607,10 @@ impl Ctx {
 
     /// Sends `decision` (from [`Ctx::decide`]) to Slack, once per execution: this request's
     /// own decision; another's only when that request's lease has ended with the record still
-    /// open (it died before it completed). Then closes the record.
+    /// open (it died before it completed). Then closes the record. Where another request's run
+    /// is completing it, waits for the record to close within this run's deadline; past it,
+    /// `Err` ([`Error::LookupUnavailable`]), and the request is not done whatever the listener
+    /// does with it: a later delivery looks again.
     pub async fn complete_decision(&self, decision: &Decision) -> Result<Completion, Error> {
         let completed = self.complete_decision_once(decision).await;
         if let Err(Error::Ledger(_)) = &completed {
