@@ -700,8 +700,10 @@ impl Ctx {
                         Some(r)
                     })
                     .await?;
-                if let Some(record) = held.value {
-                    now = record;
+                match held.value {
+                    Some(record) => now = record,
+                    // Gone (its TTL): sent on what this run read, as nothing is left to wait on.
+                    None => break,
                 }
             }
             let at = crate::clock::now_ms();
