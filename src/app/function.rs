@@ -692,7 +692,7 @@ impl Ctx {
                         {
                             return None;
                         }
-                        if !replaced.as_deref().is_some_and(|s| s != me) {
+                        if replaced.as_deref().is_none_or(|s| s == me) {
                             replaced = r.sending.clone();
                         }
                         r.sending = Some(me.clone());
