@@ -1998,13 +1998,12 @@ mod steps {
     /// The decider's completion reaches Slack and its process dies before the answer; past its
     /// lease the other click takes the mark over to send the decision for it, and the ledger's
     /// SDK sends that conditioned write twice (the first answer lost: the second is refused as
-    /// a conflict). The run reads the record again, finds the mark its own, and writes it again;
-    /// but it then takes the mark it replaced for its own (the decider's is forgotten), so
-    /// Slack's `execution_not_in_running_state` (the decider's completion) is read as the
-    /// workflow's end: the record is closed `ended` and both clicks' DM says the request ended
-    /// before a decision, while the step completed with the decider's approval.
+    /// a conflict). The run reads the record again, finds the mark its own, and writes it again,
+    /// keeping the decider's as the mark it replaced: Slack's `execution_not_in_running_state`
+    /// is the decider's completion, and the DM shows the approval. When the re-read took this
+    /// run's own mark for the one replaced, the answer was read as the workflow's end: the
+    /// record closed `ended`, the DM saying the request ended before a decision.
     #[test]
-    #[ignore = "fails: a lost answer to the mark's takeover write makes a completed step read as ended"]
     fn a_lost_answer_to_taking_the_mark_over_does_not_show_a_completed_step_as_ended() {
         two_deciders("U0DEPUTY")
             .deferred()
@@ -2038,14 +2037,12 @@ mod steps {
     /// The decider dies just after marking its completion `sending`, and the other click's
     /// first receive dies. Past the decider's lease, at once: the click's second receive takes
     /// the mark over and its completion meets Slack's 503 (handed back to the queue); the
-    /// decider's redelivery reads the mark held (that run's lease is on), sends nothing, gets
-    /// `Completed` and shows the approval without the buttons. The click's next receive dies,
-    /// and the one after comes when its token has expired (`token_expired`, for good): the
-    /// step is left running with the decision recorded and shown, no request left that can
-    /// send it and no button left to click. Before each run took the mark by a write of its
-    /// own, the decider's redelivery sent under its own mark.
+    /// decider's redelivery reads the mark held (that run's lease is on). It waits for the
+    /// record to close or that lease to end, then takes the mark over and sends. When it sent
+    /// nothing and got `Completed` on trust, it showed the approval without the buttons; the
+    /// click's next receive died and the one after came when its token had expired
+    /// (`token_expired`, for good): the step was left running, no button left to click.
     #[test]
-    #[ignore = "fails: the decider's redelivery defers to a click holding the mark, whose completion then never goes through"]
     fn a_deciders_redelivery_deferring_to_a_click_holding_the_mark_does_not_leave_the_step_running()
     {
         two_deciders("U0DEPUTY")
@@ -2060,13 +2057,13 @@ mod steps {
             .assert_ok();
     }
 
-    /// The same hole on the path that was there before the mark could be taken over: the
-    /// decider's completion meets Slack's 503 (handed back to the queue), and the other click,
-    /// reading the decider's lease on, sends nothing, removes the buttons and says "Decided
-    /// already"; the decider's next two receives die, and the one after comes when its token
-    /// has expired. A click that defers to a live run is not told when that run fails.
+    /// The same on the path that was there before the mark could be taken over: the decider's
+    /// completion meets Slack's 503 (handed back to the queue), and the other click reads the
+    /// decider's lease on; the decider's next two receives die, and the one after comes when
+    /// its token has expired. The click waits for that lease to end (or is handed back to the
+    /// queue) and sends the decision itself. When it deferred on trust, it removed the buttons
+    /// and said "Decided already", and the step was left running.
     #[test]
-    #[ignore = "fails: a click defers to the decider's lease, whose completion then never goes through"]
     fn a_click_deferring_to_the_deciders_lease_does_not_leave_the_step_running() {
         two_deciders("U0DEPUTY")
             .deferred()

@@ -10,8 +10,10 @@
 //! redeliveries and redrives find it made (see [`crate::app::State::change`]).
 //! [`Ctx::complete_decision`] then sends it (`functions.completeSuccess` or
 //! `functions.completeError`) as a journaled step, and closes the record. A request that finds
-//! another's decision sends nothing while that request's lease lasts (it is completing it); past
-//! that lease, with the record still open (the decider died between its decision and its
+//! another request's run completing the decision (its lease on, or its mark held) sends nothing
+//! while that lease lasts, and reports nothing on trust (that run may still fail): it waits,
+//! within its own deadline, for the record to close, or is released for a later delivery.
+//! Past that lease, with the record still open (the decider died between its decision and its
 //! completion), it sends the recorded decision itself: the decider's, never its own. Only the
 //! run that holds the record's mark (`sending`: its request and its lease) sends: a run about
 //! to send under a mark it did not write takes it first, by a write of its own conditioned on
@@ -49,6 +51,14 @@ pub const EXECUTION_RECORD_TTL: Duration = Duration::from_secs(30 * 86_400);
 
 /// Slack's answer to a completion of an execution that is no longer running.
 pub(crate) const NOT_RUNNING: &str = "execution_not_in_running_state";
+
+/// The time a run keeps, after its last look at a record another request's run is sending, to
+/// take the mark over and send the completion itself before its own deadline.
+const SENDING_MARGIN: Duration = Duration::from_secs(2);
+
+/// How often a run waiting for another request's run to complete the decision reads the
+/// execution's record again.
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
 /// The types a function's parameters may have (`type` in the manifest).
 pub mod types {
@@ -386,8 +396,8 @@ pub struct Decision {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Completion {
     /// The execution ended with this request's decision: completed now, or by an earlier run
-    /// of the request (or another request's run, which took the mark over from a dead run of
-    /// this one, is completing it).
+    /// of the request (or by another request's run, which took the mark over from a dead run
+    /// of this one, and closed the record).
     Completed,
     /// Another request decided first (a faster approver, the other button, a first click): its
     /// decision. This request sent nothing, unless the other's run had died with the
@@ -421,7 +431,7 @@ struct Record {
     #[serde(default)]
     sending: Option<String>,
     /// When the lease of the run that holds `sending` ends (epoch ms): till then no other
-    /// request takes it over. `None` (a mark of an earlier release): `until_ms`.
+    /// request takes it over. `None` (no mark): `until_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sending_until_ms: Option<u64>,
 }
@@ -597,7 +607,10 @@ impl Ctx {
 
     /// Sends `decision` (from [`Ctx::decide`]) to Slack, once per execution: this request's
     /// own decision; another's only when that request's lease has ended with the record still
-    /// open (it died before it completed). Then closes the record.
+    /// open (it died before it completed). Then closes the record. Where another request's run
+    /// is completing it, waits for the record to close within this run's deadline; past it,
+    /// `Err` ([`Error::LookupUnavailable`]), and the request is not done whatever the listener
+    /// does with it: a later delivery looks again.
     pub async fn complete_decision(&self, decision: &Decision) -> Result<Completion, Error> {
         let completed = self.complete_decision_once(decision).await;
         if let Err(Error::Ledger(_)) = &completed {
@@ -615,19 +628,19 @@ impl Ctx {
         let name = record_name(&execution.id);
         let me = self.ledger_key().to_string();
         let theirs = || Completion::DecidedElsewhere(Box::new(decision.clone()));
-        let now_ms = crate::clock::now_ms();
         let until_ms = self.lease_end_ms();
-        // Whether another request's run is completing the decision (its lease is on).
+        // Whether another request's run is completing the decision (its lease is on at `at`).
         let completing_elsewhere =
-            |r: &Record| !decision.mine && r.closed.is_none() && now_ms < r.until_ms;
+            |r: &Record, at: u64| !decision.mine && r.closed.is_none() && at < r.until_ms;
         let closed_by_other =
             |r: &Record| r.closed.is_some() && r.closed_by.as_deref() != Some(me.as_str());
-        // The mark is another request's, whose run may be sending (its lease is on).
-        let held_elsewhere = |r: &Record| {
+        // The mark is another request's, whose run may be sending (its lease is on at `at`).
+        let held_elsewhere = |r: &Record, at: u64| {
             r.closed.is_none()
                 && r.sending.as_deref().is_some_and(|s| s != me)
-                && now_ms < r.sending_until_ms.unwrap_or(r.until_ms)
+                && at < r.sending_until_ms.unwrap_or(r.until_ms)
         };
+        let now_ms = crate::clock::now_ms();
         // The record as it is now, read by the change that marks it `sending` just before the
         // completion call (another request may have sent this decision, or closed it, since it
         // was decided). Every run of the request makes the same state changes and takes the
@@ -637,7 +650,7 @@ impl Ctx {
             .state()
             .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
                 let mut r = found?;
-                if r.sending.is_some() || r.closed.is_some() || completing_elsewhere(&r) {
+                if r.sending.is_some() || r.closed.is_some() || completing_elsewhere(&r, now_ms) {
                     return None;
                 }
                 r.sending = Some(me.clone());
@@ -649,36 +662,85 @@ impl Ctx {
         // request's; left as it was: another's mark, or none.
         let mut now = marked.value.unwrap_or_else(|| decision.record.clone());
         // The mark this run's send follows: a request that may have sent the decision before.
+        // Another request's, once seen, is kept whatever a later read finds (this run's own
+        // mark, read again after the ledger's SDK sent the take-over twice).
         let mut replaced = now.sending.clone();
-        let held_by_this_run =
-            now.sending.as_deref() == Some(me.as_str()) && now.sending_until_ms == Some(until_ms);
-        if now.closed.is_none()
-            && !held_by_this_run
-            && !held_elsewhere(&now)
-            && !completing_elsewhere(&now)
-        {
-            // About to send under a mark this run did not write: an earlier run's of this
-            // request, or another request's whose run ended (past its lease), which may have
-            // sent the decision. The mark's change above is made once per request (a later
-            // run finds it made, whatever the record holds since), so this run holds the
-            // mark by a write of its own, on the version it reads: of two runs about to send
-            // (the decider's redelivery, and a click sending for the decider), one writes it
-            // and sends; the other reads the mark taken, and sends nothing.
-            let held = self
-                .state()
-                .change_for_this_run(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
-                    let mut r = found?;
-                    if r.closed.is_some() || held_elsewhere(&r) || completing_elsewhere(&r) {
-                        return None;
-                    }
-                    replaced = r.sending.clone();
-                    r.sending = Some(me.clone());
-                    r.sending_until_ms = Some(until_ms);
-                    Some(r)
-                })
-                .await?;
-            if let Some(record) = held.value {
-                now = record;
+        loop {
+            let at = crate::clock::now_ms();
+            let held_by_this_run = now.sending.as_deref() == Some(me.as_str())
+                && now.sending_until_ms == Some(until_ms);
+            if now.closed.is_none()
+                && !held_by_this_run
+                && !held_elsewhere(&now, at)
+                && !completing_elsewhere(&now, at)
+            {
+                // About to send under a mark this run did not write: an earlier run's of this
+                // request, or another request's whose run ended (past its lease), which may
+                // have sent the decision. The mark's change above is made once per request (a
+                // later run finds it made, whatever the record holds since), so this run holds
+                // the mark by a write of its own, on the version it reads: of two runs about
+                // to send (the decider's redelivery, and a click sending for the decider), one
+                // writes it and sends; the other reads the mark taken, and waits for it.
+                let held = self
+                    .state()
+                    .change_for_this_run(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                        let mut r = found?;
+                        let at = crate::clock::now_ms();
+                        if r.closed.is_some()
+                            || held_elsewhere(&r, at)
+                            || completing_elsewhere(&r, at)
+                        {
+                            return None;
+                        }
+                        if replaced.as_deref().is_none_or(|s| s == me) {
+                            replaced = r.sending.clone();
+                        }
+                        r.sending = Some(me.clone());
+                        r.sending_until_ms = Some(until_ms);
+                        Some(r)
+                    })
+                    .await?;
+                match held.value {
+                    Some(record) => now = record,
+                    // Gone (its TTL): sent on what this run read, as nothing is left to wait on.
+                    None => break,
+                }
+            }
+            let at = crate::clock::now_ms();
+            if !completing_elsewhere(&now, at) && !held_elsewhere(&now, at) {
+                break;
+            }
+            // Another request's run is sending (or may send) the decision. It may still fail
+            // (its completion refused for a while, its process gone, its later deliveries too
+            // late for the execution's token): this run reports nothing on trust. It waits,
+            // within its own deadline, for the record to close or that run's lease to end;
+            // where the lease outlasts this run, the request is released, and a later
+            // delivery finds the record closed, or sends the decision itself.
+            let theirs_until = match held_elsewhere(&now, at) {
+                true => now.sending_until_ms.unwrap_or(now.until_ms),
+                false => now.until_ms,
+            };
+            let last_look = until_ms.saturating_sub(SENDING_MARGIN.as_millis() as u64);
+            if at >= last_look {
+                tracing::info!(
+                    "another request's run is completing the execution's decision past this \
+                     run's deadline: released for a later delivery"
+                );
+                self.doubtful().await;
+                return Err(Error::LookupUnavailable(
+                    crate::slack::SlackError::InvalidResponse(
+                        "another request's run is completing the step's decision, and its \
+                         lease outlasts this run's"
+                            .into(),
+                    ),
+                ));
+            }
+            let wake = theirs_until
+                .min(at + LOOK_AGAIN.as_millis() as u64)
+                .min(last_look);
+            tokio::time::sleep(Duration::from_millis(wake.saturating_sub(at).max(1))).await;
+            if let Some(found) = self.state().get::<Record>(&name).await? {
+                now = found.value;
             }
         }
         let (method, args) = match &now.end {
@@ -691,34 +753,6 @@ impl Ctx {
                 json!({"function_execution_id": execution.id, "error": message}),
             ),
         };
-        if completing_elsewhere(&now) || held_elsewhere(&now) {
-            tracing::info!(
-                "another request's run is completing the execution's decision: not sending it"
-            );
-            // The completion's step number is taken here too, as on the other paths, and
-            // nothing is recorded at it: a later run of this request (a redelivery after a
-            // failure further on) may find that run's lease over with the record still
-            // open (it died), and then sends the decision at this same number, which no run
-            // recorded, so it is made rather than replayed (a "passed" record there would be
-            // replayed by every later run, and the decision never sent). Without the
-            // number, the steps after the completion would move by one between the runs: the
-            // later run's completion would meet this run's next step at its number
-            // (`nondeterministic_listener`, final) and the click's answer would be lost. The
-            // later run sends only where any request would (past that lease, the record
-            // open).
-            self.pass_step(method, &args).await?;
-            // The same state changes as the other paths (none made here), so that a later run
-            // of this request, which may find that lease over, counts its changes as this one
-            // did.
-            self.state()
-                .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
-                .await?;
-            return Ok(match decision.mine {
-                // Its own decision, which the other request's run is sending for it.
-                true => Completion::Completed,
-                false => theirs(),
-            });
-        }
         let closed_elsewhere = closed_by_other(&now);
         let answer = if closed_elsewhere {
             // Closed by a request that sent it, or found the execution ended: nothing to send.
@@ -735,16 +769,11 @@ impl Ctx {
                 );
             }
             // Another request was about to send it before this one (this run took its mark
-            // over): the decision may be in Slack. So may it be under this request's own mark,
-            // made by an earlier run (the record held it when this run decided), once the
-            // decider's lease has ended: a request of the release before this one sends the
-            // marked decision for the dead run without taking the mark, and Slack's
-            // `not running` is then that send's, not the workflow's end. A mark this run made
-            // first announces nothing: nobody sent before it.
-            let marked_before = decision.record.sending.as_deref() == Some(me.as_str());
-            let announced_elsewhere = replaced
-                .as_deref()
-                .is_some_and(|s| s != me || (marked_before && now_ms >= now.until_ms));
+            // over): the decision may be in Slack, and Slack's `not running` is then that
+            // send's, not the workflow's end. This request's own mark, made by an earlier run,
+            // announces nothing here: every other sender takes the mark over before it sends
+            // (the record would name it), and the earlier run's own call is its journal's.
+            let announced_elsewhere = replaced.as_deref().is_some_and(|s| s != me);
             self.completion_step(method, args, announced_elsewhere)
                 .await?
         };
