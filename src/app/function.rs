@@ -436,6 +436,34 @@ struct Record {
     sending_until_ms: Option<u64>,
 }
 
+/// One run's completion of an execution's decision: the record's name, this request's key,
+/// this run's lease, and the decision it sends.
+struct Completing<'a> {
+    name: String,
+    me: String,
+    until_ms: u64,
+    decision: &'a Decision,
+}
+
+impl Completing<'_> {
+    /// Whether another request's run is completing the decision (its lease is on at `at`).
+    fn completing_elsewhere(&self, r: &Record, at: u64) -> bool {
+        !self.decision.mine && r.closed.is_none() && at < r.until_ms
+    }
+
+    /// Whether the mark is another request's, whose run may be sending (its lease is on at `at`).
+    fn held_elsewhere(&self, r: &Record, at: u64) -> bool {
+        r.closed.is_none()
+            && r.sending.as_deref().is_some_and(|s| s != self.me)
+            && at < r.sending_until_ms.unwrap_or(r.until_ms)
+    }
+
+    /// Whether another request closed the record.
+    fn closed_by_other(&self, r: &Record) -> bool {
+        r.closed.is_some() && r.closed_by.as_deref() != Some(self.me.as_str())
+    }
+}
+
 fn record_name(execution: &str) -> String {
     format!("slack-once/execution/{execution}")
 }
@@ -625,124 +653,14 @@ impl Ctx {
         let execution = self.execution().ok_or_else(|| Error::NotAStep {
             what: "ctx.complete_decision".into(),
         })?;
-        let name = record_name(&execution.id);
-        let me = self.ledger_key().to_string();
-        let theirs = || Completion::DecidedElsewhere(Box::new(decision.clone()));
-        let until_ms = self.lease_end_ms();
-        // Whether another request's run is completing the decision (its lease is on at `at`).
-        let completing_elsewhere =
-            |r: &Record, at: u64| !decision.mine && r.closed.is_none() && at < r.until_ms;
-        let closed_by_other =
-            |r: &Record| r.closed.is_some() && r.closed_by.as_deref() != Some(me.as_str());
-        // The mark is another request's, whose run may be sending (its lease is on at `at`).
-        let held_elsewhere = |r: &Record, at: u64| {
-            r.closed.is_none()
-                && r.sending.as_deref().is_some_and(|s| s != me)
-                && at < r.sending_until_ms.unwrap_or(r.until_ms)
+        let c = Completing {
+            name: record_name(&execution.id),
+            me: self.ledger_key().to_string(),
+            until_ms: self.lease_end_ms(),
+            decision,
         };
-        let now_ms = crate::clock::now_ms();
-        // The record as it is now, read by the change that marks it `sending` just before the
-        // completion call (another request may have sent this decision, or closed it, since it
-        // was decided). Every run of the request makes the same state changes and takes the
-        // same step number for the completion, whatever it finds: the journal and the state
-        // changes are told apart by their places.
-        let marked = self
-            .state()
-            .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
-                let mut r = found?;
-                if r.sending.is_some() || r.closed.is_some() || completing_elsewhere(&r, now_ms) {
-                    return None;
-                }
-                r.sending = Some(me.clone());
-                r.sending_until_ms = Some(until_ms);
-                Some(r)
-            })
-            .await?;
-        // Marked now (by this run or an earlier one of this request): `sending` is this
-        // request's; left as it was: another's mark, or none.
-        let mut now = marked.value.unwrap_or_else(|| decision.record.clone());
-        // The mark this run's send follows: a request that may have sent the decision before.
-        // Another request's, once seen, is kept whatever a later read finds (this run's own
-        // mark, read again after the ledger's SDK sent the take-over twice).
-        let mut replaced = now.sending.clone();
-        loop {
-            let at = crate::clock::now_ms();
-            let held_by_this_run = now.sending.as_deref() == Some(me.as_str())
-                && now.sending_until_ms == Some(until_ms);
-            if now.closed.is_none()
-                && !held_by_this_run
-                && !held_elsewhere(&now, at)
-                && !completing_elsewhere(&now, at)
-            {
-                // About to send under a mark this run did not write: an earlier run's of this
-                // request, or another request's whose run ended (past its lease), which may
-                // have sent the decision. The mark's change above is made once per request (a
-                // later run finds it made, whatever the record holds since), so this run holds
-                // the mark by a write of its own, on the version it reads: of two runs about
-                // to send (the decider's redelivery, and a click sending for the decider), one
-                // writes it and sends; the other reads the mark taken, and waits for it.
-                let held = self
-                    .state()
-                    .change_for_this_run(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
-                        let mut r = found?;
-                        let at = crate::clock::now_ms();
-                        if r.closed.is_some()
-                            || held_elsewhere(&r, at)
-                            || completing_elsewhere(&r, at)
-                        {
-                            return None;
-                        }
-                        if replaced.as_deref().is_none_or(|s| s == me) {
-                            replaced = r.sending.clone();
-                        }
-                        r.sending = Some(me.clone());
-                        r.sending_until_ms = Some(until_ms);
-                        Some(r)
-                    })
-                    .await?;
-                match held.value {
-                    Some(record) => now = record,
-                    // Gone (its TTL): sent on what this run read, as nothing is left to wait on.
-                    None => break,
-                }
-            }
-            let at = crate::clock::now_ms();
-            if !completing_elsewhere(&now, at) && !held_elsewhere(&now, at) {
-                break;
-            }
-            // Another request's run is sending (or may send) the decision. It may still fail
-            // (its completion refused for a while, its process gone, its later deliveries too
-            // late for the execution's token): this run reports nothing on trust. It waits,
-            // within its own deadline, for the record to close or that run's lease to end;
-            // where the lease outlasts this run, the request is released, and a later
-            // delivery finds the record closed, or sends the decision itself.
-            let theirs_until = match held_elsewhere(&now, at) {
-                true => now.sending_until_ms.unwrap_or(now.until_ms),
-                false => now.until_ms,
-            };
-            let last_look = until_ms.saturating_sub(SENDING_MARGIN.as_millis() as u64);
-            if at >= last_look {
-                tracing::info!(
-                    "another request's run is completing the execution's decision past this \
-                     run's deadline: released for a later delivery"
-                );
-                self.doubtful().await;
-                return Err(Error::LookupUnavailable(
-                    crate::slack::SlackError::InvalidResponse(
-                        "another request's run is completing the step's decision, and its \
-                         lease outlasts this run's"
-                            .into(),
-                    ),
-                ));
-            }
-            let wake = theirs_until
-                .min(at + LOOK_AGAIN.as_millis() as u64)
-                .min(last_look);
-            tokio::time::sleep(Duration::from_millis(wake.saturating_sub(at).max(1))).await;
-            if let Some(found) = self.state().get::<Record>(&name).await? {
-                now = found.value;
-            }
-        }
+        let marked = self.mark_once(&c).await?;
+        let (now, replaced) = self.hold_the_mark(&c, marked).await?;
         let (method, args) = match &now.end {
             StepEnd::Success(outputs) => (
                 "functions.completeSuccess",
@@ -753,7 +671,7 @@ impl Ctx {
                 json!({"function_execution_id": execution.id, "error": message}),
             ),
         };
-        let closed_elsewhere = closed_by_other(&now);
+        let closed_elsewhere = c.closed_by_other(&now);
         let answer = if closed_elsewhere {
             // Closed by a request that sent it, or found the execution ended: nothing to send.
             self.pass_step(method, &args).await?;
@@ -773,7 +691,7 @@ impl Ctx {
             // send's, not the workflow's end. This request's own mark, made by an earlier run,
             // announces nothing here: every other sender takes the mark over before it sends
             // (the record would name it), and the earlier run's own call is its journal's.
-            let announced_elsewhere = replaced.as_deref().is_some_and(|s| s != me);
+            let announced_elsewhere = replaced.as_deref().is_some_and(|s| s != c.me);
             self.completion_step(method, args, announced_elsewhere)
                 .await?
         };
@@ -783,31 +701,168 @@ impl Ctx {
         if ended && !closed_elsewhere {
             // Not running, and never announced: ended elsewhere, unless a request that sent
             // this decision closed the record meanwhile.
-            let after = self.state().get::<Record>(&name).await?.map(|v| v.value);
+            let after = self.state().get::<Record>(&c.name).await?.map(|v| v.value);
             if after.is_some_and(|r| r.closed.as_deref() == Some("completed")) {
                 ended = false;
             }
         }
+        self.close_record(&c, ended).await?;
+        Ok(match (ended, decision.mine) {
+            (true, _) => Completion::Ended,
+            (false, true) => Completion::Completed,
+            (false, false) => Completion::DecidedElsewhere(Box::new(decision.clone())),
+        })
+    }
+
+    /// Marks the record `sending` just before the completion call, once per request: the record
+    /// as it is now (another request may have sent this decision, or closed it, since it was
+    /// decided). Every run of the request makes the same state changes and takes the same step
+    /// number for the completion, whatever it finds: the journal and the state changes are told
+    /// apart by their places.
+    async fn mark_once(&self, c: &Completing<'_>) -> Result<Record, Error> {
+        let now_ms = crate::clock::now_ms();
+        let marked = self
+            .state()
+            .change(&c.name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                let mut r = found?;
+                if r.sending.is_some() || r.closed.is_some() || c.completing_elsewhere(&r, now_ms) {
+                    return None;
+                }
+                r.sending = Some(c.me.clone());
+                r.sending_until_ms = Some(c.until_ms);
+                Some(r)
+            })
+            .await?;
+        // Marked now (by this run or an earlier one of this request): `sending` is this
+        // request's; left as it was: another's mark, or none.
+        Ok(marked.value.unwrap_or_else(|| c.decision.record.clone()))
+    }
+
+    /// Holds the mark before sending, or waits for the run that holds it: the record this run
+    /// goes on with, and the mark its send follows (a request that may have sent the decision
+    /// before). Another request's mark, once seen, is kept whatever a later read finds (this
+    /// run's own mark, read again after the ledger's SDK sent the take-over twice).
+    async fn hold_the_mark(
+        &self,
+        c: &Completing<'_>,
+        mut now: Record,
+    ) -> Result<(Record, Option<String>), Error> {
+        let mut replaced = now.sending.clone();
+        loop {
+            let at = crate::clock::now_ms();
+            let held_by_this_run = now.sending.as_deref() == Some(c.me.as_str())
+                && now.sending_until_ms == Some(c.until_ms);
+            if now.closed.is_none()
+                && !held_by_this_run
+                && !c.held_elsewhere(&now, at)
+                && !c.completing_elsewhere(&now, at)
+            {
+                match self.take_the_mark(c, &mut replaced).await? {
+                    Some(record) => now = record,
+                    // Gone (its TTL): sent on what this run read, as nothing is left to wait on.
+                    None => break,
+                }
+            }
+            let at = crate::clock::now_ms();
+            if !c.completing_elsewhere(&now, at) && !c.held_elsewhere(&now, at) {
+                break;
+            }
+            now = self.wait_for_the_holder(c, now, at).await?;
+        }
+        Ok((now, replaced))
+    }
+
+    /// About to send under a mark this run did not write: an earlier run's of this request, or
+    /// another request's whose run ended (past its lease), which may have sent the decision.
+    /// The mark's change in `mark_once` is made once per request (a later run finds it
+    /// made, whatever the record holds since), so this run holds the mark by a write of its
+    /// own, on the version it reads: of two runs about to send (the decider's redelivery, and a
+    /// click sending for the decider), one writes it and sends; the other reads the mark
+    /// taken, and waits for it.
+    async fn take_the_mark(
+        &self,
+        c: &Completing<'_>,
+        replaced: &mut Option<String>,
+    ) -> Result<Option<Record>, Error> {
+        let held = self
+            .state()
+            .change_for_this_run(&c.name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                let mut r = found?;
+                let at = crate::clock::now_ms();
+                if r.closed.is_some() || c.held_elsewhere(&r, at) || c.completing_elsewhere(&r, at)
+                {
+                    return None;
+                }
+                if replaced.as_deref().is_none_or(|s| s == c.me) {
+                    *replaced = r.sending.clone();
+                }
+                r.sending = Some(c.me.clone());
+                r.sending_until_ms = Some(c.until_ms);
+                Some(r)
+            })
+            .await?;
+        Ok(held.value)
+    }
+
+    /// Another request's run is sending (or may send) the decision. It may still fail (its
+    /// completion refused for a while, its process gone, its later deliveries too late for the
+    /// execution's token): this run reports nothing on trust. It waits, within its own
+    /// deadline, for the record to close or that run's lease to end, and reads it again; where
+    /// the lease outlasts this run, the request is released, and a later delivery finds the
+    /// record closed, or sends the decision itself.
+    async fn wait_for_the_holder(
+        &self,
+        c: &Completing<'_>,
+        now: Record,
+        at: u64,
+    ) -> Result<Record, Error> {
+        let theirs_until = match c.held_elsewhere(&now, at) {
+            true => now.sending_until_ms.unwrap_or(now.until_ms),
+            false => now.until_ms,
+        };
+        let last_look = c.until_ms.saturating_sub(SENDING_MARGIN.as_millis() as u64);
+        if at >= last_look {
+            tracing::info!(
+                "another request's run is completing the execution's decision past this \
+                 run's deadline: released for a later delivery"
+            );
+            self.doubtful().await;
+            return Err(Error::LookupUnavailable(
+                crate::slack::SlackError::InvalidResponse(
+                    "another request's run is completing the step's decision, and its \
+                     lease outlasts this run's"
+                        .into(),
+                ),
+            ));
+        }
+        let wake = theirs_until
+            .min(at + LOOK_AGAIN.as_millis() as u64)
+            .min(last_look);
+        tokio::time::sleep(Duration::from_millis(wake.saturating_sub(at).max(1))).await;
+        Ok(match self.state().get::<Record>(&c.name).await? {
+            Some(found) => found.value,
+            None => now,
+        })
+    }
+
+    /// Closes the record `ended` or `completed`, unless another request closed it first.
+    async fn close_record(&self, c: &Completing<'_>, ended: bool) -> Result<(), Error> {
         if ended {
             tracing::warn!("the execution was no longer running: nothing completed");
         }
         let closed = if ended { "ended" } else { "completed" };
         self.state()
-            .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+            .change(&c.name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
                 let mut r = found?;
                 if r.closed.is_some() {
                     return None;
                 }
                 r.closed = Some(closed.to_string());
-                r.closed_by = Some(me.clone());
+                r.closed_by = Some(c.me.clone());
                 Some(r)
             })
             .await?;
-        Ok(match (ended, decision.mine) {
-            (true, _) => Completion::Ended,
-            (false, true) => Completion::Completed,
-            (false, false) => theirs(),
-        })
+        Ok(())
     }
 
     /// The completion as a journaled step: made again when an earlier run's fate is unknown,
