@@ -2,8 +2,8 @@
 # Runs every test: starts DynamoDB Local and the SQS server (moto) on 127.0.0.1 if nothing
 # answers there, runs `cargo test` with the ignored tests included, and stops the servers it
 # started (only those, by PID). A plain `cargo test` runs only the hermetic tests: the others
-# are `#[ignore = "needs …"]` (DynamoDB Local, the SQS server, the built binary, the Python
-# stand-in, the previous release), and this script runs them too (docs/test-suite.md, "Tiers").
+# are `#[ignore = "needs …"]` (DynamoDB Local, the SQS server, the built binary,
+# the previous release), and this script runs them too (docs/test-suite.md, "Tiers").
 # Extra arguments go to cargo test, e.g. `scripts/test.sh processes` or
 # `scripts/test.sh --test api -- takeovers::`.
 set -euo pipefail
