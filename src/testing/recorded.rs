@@ -14,13 +14,13 @@ use super::workspace::{Identity, Workspace};
 pub(crate) struct Recorded {
     pub(crate) calls: Vec<(String, Value)>,
     pub(crate) workspace: Workspace,
-    /// Multi-workspace mode ([`FakeSlack::with_oauth`]): the app's grants and tokens.
+    /// Multi-workspace mode ([`FakeSlack::with_oauth`](super::FakeSlack::with_oauth)): the app's grants and tokens.
     pub(crate) grants: Option<OAuthGrants>,
     /// The other workspaces the app is installed in, by team (or enterprise).
     pub(crate) others: HashMap<String, Workspace>,
     /// Each call's installation, by the token it came with: (method, team), in order.
     pub(crate) callers: Vec<(String, String)>,
-    /// The stand-ins of other apps on the same Slack ([`FakeSlack::same_slack_as`]): a token
+    /// The stand-ins of other apps on the same Slack ([`FakeSlack::same_slack_as`](super::FakeSlack::same_slack_as)): a token
     /// one of them issued is served there, as that app, wherever it is presented.
     pub(crate) peers: Vec<std::sync::Weak<Mutex<Recorded>>>,
     /// `auth.test` answers without `app_id` (Slack's documented example names none).
@@ -28,23 +28,23 @@ pub(crate) struct Recorded {
     /// Each call's method and the token it came with, in order (kept in the test's memory,
     /// never printed).
     pub(crate) bearers: Vec<(String, String)>,
-    /// What the next calls of a method meet, by method ([`FakeSlack::fail_next`],
+    /// What the next calls of a method meet, by method ([`FakeSlack::fail_next`](super::FakeSlack::fail_next),
     /// `/_standin/script`): a failure, or `None` (answered as ever).
     pub(crate) failures: HashMap<String, VecDeque<Option<SlackFailure>>>,
     /// Every call as `slack-once standin` prints it and `/_standin/state` lists it: `n`,
     /// `method`, `bearer` (whether a token came), `args` (tokens and secrets as `***`),
     /// `error` (the refusal's code, or null).
     pub(crate) log: Vec<Value>,
-    /// The tokens a call needs when no OAuth is set up ([`FakeSlack::require_bot_token`]).
+    /// The tokens a call needs when no OAuth is set up ([`FakeSlack::require_bot_token`](super::FakeSlack::require_bot_token)).
     pub(crate) token_rule: Option<TokenRule>,
     /// The calls of `conversations.history`, and separately of `.replies`, allowed in a
-    /// rolling minute ([`FakeSlack::limit_reads_per_minute`]), and when the last were made.
+    /// rolling minute ([`FakeSlack::limit_reads_per_minute`](super::FakeSlack::limit_reads_per_minute)), and when the last were made.
     pub(crate) reads_per_minute: Option<(usize, HashMap<String, VecDeque<std::time::Instant>>)>,
-    /// The calls made around slack-once's client (under [`FakeSlack::around_base`]), in order.
+    /// The calls made around slack-once's client (under [`FakeSlack::around_base`](super::FakeSlack::around_base)), in order.
     pub(crate) around: Vec<(String, Value)>,
 }
 
-/// How Slack fails a call it did not make: what [`FakeSlack::fail_next`] scripts.
+/// How Slack fails a call it did not make: what [`FakeSlack::fail_next`](super::FakeSlack::fail_next) scripts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlackFailure {
     /// HTTP 200 with `{"ok": false, "error": code}` (`internal_error`, `fatal_error`,
@@ -59,7 +59,7 @@ pub enum SlackFailure {
     MadeUnanswered,
 }
 
-/// Which tokens a call needs without OAuth ([`FakeSlack::require_bot_token`]).
+/// Which tokens a call needs without OAuth ([`FakeSlack::require_bot_token`](super::FakeSlack::require_bot_token)).
 #[derive(Clone, Debug)]
 pub(crate) struct TokenRule {
     /// The one bot token taken; `None`: any `xoxb-` token.
