@@ -2236,6 +2236,82 @@ mod steps {
             .assert_ok();
     }
 
+    /// The approval example's click, but the completion's errors of unknown fate swallowed
+    /// (`let _ = ctx.complete_decision(..)`, Slack's refusals surfaced).
+    fn swallowing_app() -> App {
+        approval::app().action("approval_swallow", |ctx: Ctx, _c: BlockAction| async move {
+            let outputs = json!({"decision": "approved", "decided_by": "U0APPROVER"});
+            let decision = ctx
+                .decide(slack_once::app::function::StepEnd::Success(outputs))
+                .await?;
+            match ctx.complete_decision(&decision).await {
+                // Slack's refusal is surfaced; a release, a timeout, a lost answer, a ledger
+                // that did not answer are swallowed.
+                Err(e) if e.slack_code().is_some() => Err(e.into()),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    /// Two clicks at once whose listener swallows the completion's error (`let _ =
+    /// ctx.complete_decision(..)`), the approver's and a deputy's, in both modes: a click that
+    /// finds the other completing and is released for it (the other's lease outlasts its own)
+    /// is still not done, whatever its listener returns, so its next delivery sends the
+    /// decision should the other's run have died.
+    #[test]
+    fn two_swallowing_clicks_complete_it_once() {
+        Explorer::new(swallowing_app)
+            .with_execution(CALLBACK_ID, inputs())
+            .with_message(dm_with("approval_swallow"))
+            .together([
+                click("approval_swallow"),
+                click_as("approval_swallow", "U0DEPUTY"),
+            ])
+            .both_modes()
+            .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// The decider dies just after marking its completion `sending`; the other click, whose
+    /// listener swallows the completion's error, waits for the decider's lease and is released
+    /// past its own: not done, its redelivery sends the decision.
+    #[test]
+    fn a_swallowed_release_is_redelivered_and_sends_the_decision() {
+        Explorer::new(swallowing_app)
+            .with_execution(CALLBACK_ID, inputs())
+            .with_message(dm_with("approval_swallow"))
+            .together([
+                click("approval_swallow"),
+                click_as("approval_swallow", "U0DEPUTY"),
+            ])
+            .deferred()
+            .replay("plain; 4.5=dies-after")
+            .invariant("completed once", completed_once)
+            .invariant("completed by the released click's redelivery", |end| {
+                let completed = end
+                    .executions
+                    .iter()
+                    .all(|e| e["completions"].as_u64() == Some(1));
+                let released_then_sent = end.runs.iter().any(|r| {
+                    r.number == 3
+                        && matches!(
+                            &r.end,
+                            Some(slack_once::testing::explore::RunEnd::Handled {
+                                deleted: false,
+                                ..
+                            })
+                        )
+                });
+                match completed && released_then_sent {
+                    true => Ok(()),
+                    false => Err(format!("executions {:?}", end.executions)),
+                }
+            })
+            .run()
+            .assert_ok();
+    }
+
     /// A planted defect: a click that records its decision and never completes the step.
     #[test]
     fn a_decision_never_completed_is_caught() {
