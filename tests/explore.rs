@@ -2077,6 +2077,44 @@ mod steps {
             .assert_ok();
     }
 
+    /// A double click in synchronous mode (Slack delivers each click once) whose first click's
+    /// completion is rate-limited once: that click completes the step a moment later. The
+    /// second click, finding the first completing, must not answer Slack with an error (the
+    /// person shown a failure) when the step completes with the decision it shows.
+    #[test]
+    #[ignore = "fails on main: in synchronous mode a waiting click has its 2.5 s budget less the 2 s kept to send (about 0.4 s) to wait, then answers Slack 503 though the first click completes the step 0.6 s later"]
+    fn a_double_click_waiting_for_a_slow_completion_is_not_shown_a_failure() {
+        two_deciders("U0APPROVER")
+            .replay("plain; 2.8=rate-limited")
+            .invariant("completed once", completed_once)
+            .invariant("no click failed where the step completed", |end| {
+                let completed = end
+                    .executions
+                    .iter()
+                    .all(|e| e["completions"].as_u64() == Some(1));
+                let failed: Vec<String> = end
+                    .runs
+                    .iter()
+                    .filter_map(|r| match &r.end {
+                        Some(slack_once::testing::explore::RunEnd::Answered {
+                            status,
+                            outcome,
+                            ..
+                        }) if *status >= 500 => {
+                            Some(format!("run {}: {status} {outcome}", r.number))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                match completed && !failed.is_empty() {
+                    true => Err(format!("the step completed, yet {failed:?}")),
+                    false => Ok(()),
+                }
+            })
+            .run()
+            .assert_ok();
+    }
+
     /// Where the DM shows a decision without its buttons, or a person was told "Decided
     /// already", the step is completed: the approval example removes the buttons only once it
     /// holds the completion sent (by its request, or by another that is sending it).
