@@ -2115,6 +2115,46 @@ mod steps {
             .assert_ok();
     }
 
+    /// Three clicks 30 s apart in deferred mode; the first (the decider) dies just after
+    /// marking its completion `sending`. The two later clicks both wait for its lease, which
+    /// ends within their own, and both wake as it ends: one takes the mark over and sends; the
+    /// other finds the mark taken, waits for the record to close, and sends nothing: one
+    /// completion call (the decider's lease seen ending at its processing deadline, 1.25 s
+    /// before its claim's).
+    #[test]
+    fn two_clicks_waiting_out_a_dead_deciders_lease_send_once() {
+        Explorer::new(approval::app)
+            .with_execution(CALLBACK_ID, inputs())
+            .with_message(seeded(approval::request("Ship the release")))
+            .sequence(["U0APPROVER", "U0DEPUTY", "U0APPROVER"].map(|user| {
+                Request::click(APPROVE, "x")
+                    .as_user(user)
+                    .in_channel(DM)
+                    .on_message("Approval requested:\n>Ship the release")
+                    .in_step()
+            }))
+            .deferred()
+            .replay("plain; 2.6=dies-after")
+            .invariant("completed once", completed_once)
+            .invariant("one completion call", |end| {
+                let sent = end
+                    .calls
+                    .iter()
+                    .filter(|(method, _)| method.starts_with("functions.complete"))
+                    .count();
+                match sent {
+                    1 => Ok(()),
+                    n => Err(format!("{n} completion calls")),
+                }
+            })
+            .invariant(
+                "a decision shown as final is completed",
+                a_decision_shown_as_final_is_completed,
+            )
+            .run()
+            .assert_ok();
+    }
+
     /// Where the DM shows a decision without its buttons, or a person was told "Decided
     /// already", the step is completed: the approval example removes the buttons only once it
     /// holds the completion sent (by its request, or by another that is sending it).
