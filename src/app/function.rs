@@ -10,9 +10,15 @@
 //! redeliveries and redrives find it made (see [`crate::app::State::change`]).
 //! [`Ctx::complete_decision`] then sends it (`functions.completeSuccess` or
 //! `functions.completeError`) as a journaled step, and closes the record. A request that finds
-//! another's decision sends nothing while that request's lease lasts (it is completing it); past
-//! that lease, with the record still open (the decider died between its decision and its
-//! completion), it sends the recorded decision itself: the decider's, never its own.
+//! another request's run completing the decision (its lease on, or its mark held) sends nothing
+//! while that lease lasts, and reports nothing on trust (that run may still fail): it waits,
+//! within its own deadline, for the record to close, or is released for a later delivery.
+//! Past that lease, with the record still open (the decider died between its decision and its
+//! completion), it sends the recorded decision itself: the decider's, never its own. Only the
+//! run that holds the record's mark (`sending`: its request and its lease) sends: a run about
+//! to send under a mark it did not write takes it first, by a write of its own conditioned on
+//! the record's version and made anew by every run, so that of two runs about to send (the
+//! decider's redelivery, a click sending for the dead decider) one sends.
 //!
 //! **A completion whose answer was lost** is settled by what the journal knows: sent again, an
 //! announced completion (this step's intent, or an earlier claim standing for it, or another
@@ -45,6 +51,14 @@ pub const EXECUTION_RECORD_TTL: Duration = Duration::from_secs(30 * 86_400);
 
 /// Slack's answer to a completion of an execution that is no longer running.
 pub(crate) const NOT_RUNNING: &str = "execution_not_in_running_state";
+
+/// The time a run keeps, after its last look at a record another request's run is sending, to
+/// take the mark over and send the completion itself before its own deadline.
+const SENDING_MARGIN: Duration = Duration::from_secs(2);
+
+/// How often a run waiting for another request's run to complete the decision reads the
+/// execution's record again.
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
 /// The types a function's parameters may have (`type` in the manifest).
 pub mod types {
@@ -382,7 +396,8 @@ pub struct Decision {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Completion {
     /// The execution ended with this request's decision: completed now, or by an earlier run
-    /// of the request.
+    /// of the request (or by another request's run, which took the mark over from a dead run
+    /// of this one, and closed the record).
     Completed,
     /// Another request decided first (a faster approver, the other button, a first click): its
     /// decision. This request sent nothing, unless the other's run had died with the
@@ -409,10 +424,44 @@ struct Record {
     /// The ledger key of the request that closed it.
     #[serde(default)]
     closed_by: Option<String>,
-    /// The ledger key of the first request about to send the decision (written just before its
+    /// The ledger key of the request about to send the decision (written just before its
     /// completion call): a request that finds it set knows the decision may be in Slack already.
+    /// Only the run that holds it sends: it wrote it, or took it over from a request whose run
+    /// ended, by a write of its own conditioned on the record's version.
     #[serde(default)]
     sending: Option<String>,
+    /// When the lease of the run that holds `sending` ends (epoch ms): till then no other
+    /// request takes it over. `None` (no mark): `until_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sending_until_ms: Option<u64>,
+}
+
+/// One run's completion of an execution's decision: the record's name, this request's key,
+/// this run's lease, and the decision it sends.
+struct Completing<'a> {
+    name: String,
+    me: String,
+    until_ms: u64,
+    decision: &'a Decision,
+}
+
+impl Completing<'_> {
+    /// Whether another request's run is completing the decision (its lease is on at `at`).
+    fn completing_elsewhere(&self, r: &Record, at: u64) -> bool {
+        !self.decision.mine && r.closed.is_none() && at < r.until_ms
+    }
+
+    /// Whether the mark is another request's, whose run may be sending (its lease is on at `at`).
+    fn held_elsewhere(&self, r: &Record, at: u64) -> bool {
+        r.closed.is_none()
+            && r.sending.as_deref().is_some_and(|s| s != self.me)
+            && at < r.sending_until_ms.unwrap_or(r.until_ms)
+    }
+
+    /// Whether another request closed the record.
+    fn closed_by_other(&self, r: &Record) -> bool {
+        r.closed.is_some() && r.closed_by.as_deref() != Some(self.me.as_str())
+    }
 }
 
 fn record_name(execution: &str) -> String {
@@ -522,11 +571,7 @@ impl Ctx {
         }
         let by = self.interaction().and_then(|i| i.user_id.clone());
         let key = self.ledger_key().to_string();
-        let until_ms = self
-            .deadline_at()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default();
+        let until_ms = self.lease_end_ms();
         let mine = Record {
             end: end.clone(),
             by: by.clone(),
@@ -535,6 +580,7 @@ impl Ctx {
             closed: None,
             closed_by: None,
             sending: None,
+            sending_until_ms: None,
         };
         let changed = self
             .state()
@@ -560,6 +606,14 @@ impl Ctx {
         })
     }
 
+    /// When this run's lease ends (epoch ms): its deadline.
+    fn lease_end_ms(&self) -> u64 {
+        self.deadline_at()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default()
+    }
+
     /// The decision recorded for the request's execution, if one is (by any request: `mine`
     /// says whether by this one). A read: nothing is recorded or sent.
     pub async fn decision(&self) -> Result<Option<Decision>, Error> {
@@ -581,7 +635,10 @@ impl Ctx {
 
     /// Sends `decision` (from [`Ctx::decide`]) to Slack, once per execution: this request's
     /// own decision; another's only when that request's lease has ended with the record still
-    /// open (it died before it completed). Then closes the record.
+    /// open (it died before it completed). Then closes the record. Where another request's run
+    /// is completing it, waits for the record to close within this run's deadline; past it,
+    /// `Err` ([`Error::LookupUnavailable`]), and the request is not done whatever the listener
+    /// does with it: a later delivery looks again.
     pub async fn complete_decision(&self, decision: &Decision) -> Result<Completion, Error> {
         let completed = self.complete_decision_once(decision).await;
         if let Err(Error::Ledger(_)) = &completed {
@@ -596,60 +653,25 @@ impl Ctx {
         let execution = self.execution().ok_or_else(|| Error::NotAStep {
             what: "ctx.complete_decision".into(),
         })?;
-        let name = record_name(&execution.id);
-        let me = self.ledger_key().to_string();
-        let theirs = || Completion::DecidedElsewhere(Box::new(decision.clone()));
-        let now_ms = crate::clock::now_ms();
-        // Whether another request's run is completing the decision (its lease is on).
-        let completing_elsewhere =
-            |r: &Record| !decision.mine && r.closed.is_none() && now_ms < r.until_ms;
-        let closed_by_other =
-            |r: &Record| r.closed.is_some() && r.closed_by.as_deref() != Some(me.as_str());
-        // The record as it is now, read by the change that marks it `sending` just before the
-        // completion call (another request may have sent this decision, or closed it, since it
-        // was decided). Every run of the request makes the same state changes and takes the
-        // same step number for the completion, whatever it finds: the journal and the state
-        // changes are told apart by their places.
-        let marked = self
-            .state()
-            .change(&name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
-                let mut r = found?;
-                if r.sending.is_some() || r.closed.is_some() || completing_elsewhere(&r) {
-                    return None;
-                }
-                r.sending = Some(me.clone());
-                Some(r)
-            })
-            .await?;
-        // Marked now (by this run or an earlier one of this request): `sending` is this
-        // request's; left as it was: another's mark, or none.
-        let now = marked.value.unwrap_or_else(|| decision.record.clone());
-        let (method, args) = completion_call(&execution.id, &now.end);
-        if completing_elsewhere(&now) {
-            tracing::info!(
-                "the execution was decided by another request, whose run is completing it"
-            );
-            // The completion's step number is taken here too, as on the other paths, and
-            // nothing is recorded at it: a later run of this request (a redelivery after a
-            // failure further on) may find the decider's lease over with the record still
-            // open (the decider died), and then sends the decision at this same number, which
-            // no run recorded, so it is made rather than replayed (a "passed" record there
-            // would be replayed by every later run, and the decision never sent). Without the
-            // number, the steps after the completion would move by one between the runs: the
-            // later run's completion would meet this run's next step at its number
-            // (`nondeterministic_listener`, final) and the click's answer would be lost. The
-            // later run sends only where any request would (past the decider's lease, the
-            // record open).
-            self.pass_step(method, &args).await?;
-            // The same state changes as the other paths (none made here), so that a later run
-            // of this request, which may find the decider's lease over, counts its changes as
-            // this one did.
-            self.state()
-                .change(&name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
-                .await?;
-            return Ok(theirs());
-        }
-        let closed_elsewhere = closed_by_other(&now);
+        let c = Completing {
+            name: record_name(&execution.id),
+            me: self.ledger_key().to_string(),
+            until_ms: self.lease_end_ms(),
+            decision,
+        };
+        let marked = self.mark_once(&c).await?;
+        let (now, replaced) = self.hold_the_mark(&c, marked).await?;
+        let (method, args) = match &now.end {
+            StepEnd::Success(outputs) => (
+                "functions.completeSuccess",
+                json!({"function_execution_id": execution.id, "outputs": outputs}),
+            ),
+            StepEnd::Error(message) => (
+                "functions.completeError",
+                json!({"function_execution_id": execution.id, "error": message}),
+            ),
+        };
+        let closed_elsewhere = c.closed_by_other(&now);
         let answer = if closed_elsewhere {
             // Closed by a request that sent it, or found the execution ended: nothing to send.
             self.pass_step(method, &args).await?;
@@ -664,17 +686,12 @@ impl Ctx {
                      with the record open: sending that decision"
                 );
             }
-            // Another request about to send it before this one: the decision may be in Slack.
-            // So may it be under this request's own mark, made by an earlier run (the record
-            // held it when this run decided), once the decider's lease has ended: from then on
-            // any request in the step may send the marked decision for the dead run, and
-            // Slack's `not running` is then that send's, not the workflow's end. A mark this
-            // run made first announces nothing: nobody sent before it.
-            let marked_before = decision.record.sending.as_deref() == Some(me.as_str());
-            let announced_elsewhere = now
-                .sending
-                .as_deref()
-                .is_some_and(|s| s != me || (marked_before && now_ms >= now.until_ms));
+            // Another request was about to send it before this one (this run took its mark
+            // over): the decision may be in Slack, and Slack's `not running` is then that
+            // send's, not the workflow's end. This request's own mark, made by an earlier run,
+            // announces nothing here: every other sender takes the mark over before it sends
+            // (the record would name it), and the earlier run's own call is its journal's.
+            let announced_elsewhere = replaced.as_deref().is_some_and(|s| s != c.me);
             self.completion_step(method, args, announced_elsewhere)
                 .await?
         };
@@ -684,33 +701,164 @@ impl Ctx {
         if ended && !closed_elsewhere {
             // Not running, and never announced: ended elsewhere, unless a request that sent
             // this decision closed the record meanwhile.
-            let after = self.state().get::<Record>(&name).await?.map(|v| v.value);
+            let after = self.state().get::<Record>(&c.name).await?.map(|v| v.value);
             if after.is_some_and(|r| r.closed.as_deref() == Some("completed")) {
                 ended = false;
             }
         }
-        self.close_record(&name, &me, ended).await?;
+        self.close_record(&c, ended).await?;
         Ok(match (ended, decision.mine) {
             (true, _) => Completion::Ended,
             (false, true) => Completion::Completed,
-            (false, false) => theirs(),
+            (false, false) => Completion::DecidedElsewhere(Box::new(decision.clone())),
+        })
+    }
+
+    /// Marks the record `sending` just before the completion call, once per request: the record
+    /// as it is now (another request may have sent this decision, or closed it, since it was
+    /// decided). Every run of the request makes the same state changes and takes the same step
+    /// number for the completion, whatever it finds: the journal and the state changes are told
+    /// apart by their places.
+    async fn mark_once(&self, c: &Completing<'_>) -> Result<Record, Error> {
+        let now_ms = crate::clock::now_ms();
+        let marked = self
+            .state()
+            .change(&c.name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                let mut r = found?;
+                if r.sending.is_some() || r.closed.is_some() || c.completing_elsewhere(&r, now_ms) {
+                    return None;
+                }
+                r.sending = Some(c.me.clone());
+                r.sending_until_ms = Some(c.until_ms);
+                Some(r)
+            })
+            .await?;
+        // Marked now (by this run or an earlier one of this request): `sending` is this
+        // request's; left as it was: another's mark, or none.
+        Ok(marked.value.unwrap_or_else(|| c.decision.record.clone()))
+    }
+
+    /// Holds the mark before sending, or waits for the run that holds it: the record this run
+    /// goes on with, and the mark its send follows (a request that may have sent the decision
+    /// before). Another request's mark, once seen, is kept whatever a later read finds (this
+    /// run's own mark, read again after the ledger's SDK sent the take-over twice).
+    async fn hold_the_mark(
+        &self,
+        c: &Completing<'_>,
+        mut now: Record,
+    ) -> Result<(Record, Option<String>), Error> {
+        let mut replaced = now.sending.clone();
+        loop {
+            let at = crate::clock::now_ms();
+            let held_by_this_run = now.sending.as_deref() == Some(c.me.as_str())
+                && now.sending_until_ms == Some(c.until_ms);
+            if now.closed.is_none()
+                && !held_by_this_run
+                && !c.held_elsewhere(&now, at)
+                && !c.completing_elsewhere(&now, at)
+            {
+                match self.take_the_mark(c, &mut replaced).await? {
+                    Some(record) => now = record,
+                    // Gone (its TTL): sent on what this run read, as nothing is left to wait on.
+                    None => break,
+                }
+            }
+            let at = crate::clock::now_ms();
+            if !c.completing_elsewhere(&now, at) && !c.held_elsewhere(&now, at) {
+                break;
+            }
+            now = self.wait_for_the_holder(c, now, at).await?;
+        }
+        Ok((now, replaced))
+    }
+
+    /// About to send under a mark this run did not write: an earlier run's of this request, or
+    /// another request's whose run ended (past its lease), which may have sent the decision.
+    /// The mark's change in `mark_once` is made once per request (a later run finds it
+    /// made, whatever the record holds since), so this run holds the mark by a write of its
+    /// own, on the version it reads: of two runs about to send (the decider's redelivery, and a
+    /// click sending for the decider), one writes it and sends; the other reads the mark
+    /// taken, and waits for it.
+    async fn take_the_mark(
+        &self,
+        c: &Completing<'_>,
+        replaced: &mut Option<String>,
+    ) -> Result<Option<Record>, Error> {
+        let held = self
+            .state()
+            .change_for_this_run(&c.name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+                let mut r = found?;
+                let at = crate::clock::now_ms();
+                if r.closed.is_some() || c.held_elsewhere(&r, at) || c.completing_elsewhere(&r, at)
+                {
+                    return None;
+                }
+                if replaced.as_deref().is_none_or(|s| s == c.me) {
+                    *replaced = r.sending.clone();
+                }
+                r.sending = Some(c.me.clone());
+                r.sending_until_ms = Some(c.until_ms);
+                Some(r)
+            })
+            .await?;
+        Ok(held.value)
+    }
+
+    /// Another request's run is sending (or may send) the decision. It may still fail (its
+    /// completion refused for a while, its process gone, its later deliveries too late for the
+    /// execution's token): this run reports nothing on trust. It waits, within its own
+    /// deadline, for the record to close or that run's lease to end, and reads it again; where
+    /// the lease outlasts this run, the request is released, and a later delivery finds the
+    /// record closed, or sends the decision itself.
+    async fn wait_for_the_holder(
+        &self,
+        c: &Completing<'_>,
+        now: Record,
+        at: u64,
+    ) -> Result<Record, Error> {
+        let theirs_until = match c.held_elsewhere(&now, at) {
+            true => now.sending_until_ms.unwrap_or(now.until_ms),
+            false => now.until_ms,
+        };
+        let last_look = c.until_ms.saturating_sub(SENDING_MARGIN.as_millis() as u64);
+        if at >= last_look {
+            tracing::info!(
+                "another request's run is completing the execution's decision past this \
+                 run's deadline: released for a later delivery"
+            );
+            self.doubtful().await;
+            return Err(Error::LookupUnavailable(
+                crate::slack::SlackError::InvalidResponse(
+                    "another request's run is completing the step's decision, and its \
+                     lease outlasts this run's"
+                        .into(),
+                ),
+            ));
+        }
+        let wake = theirs_until
+            .min(at + LOOK_AGAIN.as_millis() as u64)
+            .min(last_look);
+        tokio::time::sleep(Duration::from_millis(wake.saturating_sub(at).max(1))).await;
+        Ok(match self.state().get::<Record>(&c.name).await? {
+            Some(found) => found.value,
+            None => now,
         })
     }
 
     /// Closes the record `ended` or `completed`, unless another request closed it first.
-    async fn close_record(&self, name: &str, me: &str, ended: bool) -> Result<(), Error> {
+    async fn close_record(&self, c: &Completing<'_>, ended: bool) -> Result<(), Error> {
         if ended {
             tracing::warn!("the execution was no longer running: nothing completed");
         }
         let closed = if ended { "ended" } else { "completed" };
         self.state()
-            .change(name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
+            .change(&c.name, EXECUTION_RECORD_TTL, |found: Option<Record>| {
                 let mut r = found?;
                 if r.closed.is_some() {
                     return None;
                 }
                 r.closed = Some(closed.to_string());
-                r.closed_by = Some(me.to_string());
+                r.closed_by = Some(c.me.clone());
                 Some(r)
             })
             .await?;
@@ -735,20 +883,6 @@ impl Ctx {
             Returns::Nothing,
         )
         .await
-    }
-}
-
-/// The completion call that sends `end` for the execution `id`.
-fn completion_call(id: &str, end: &StepEnd) -> (&'static str, Value) {
-    match end {
-        StepEnd::Success(outputs) => (
-            "functions.completeSuccess",
-            json!({"function_execution_id": id, "outputs": outputs}),
-        ),
-        StepEnd::Error(message) => (
-            "functions.completeError",
-            json!({"function_execution_id": id, "error": message}),
-        ),
     }
 }
 

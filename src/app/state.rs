@@ -391,6 +391,103 @@ impl State {
         )))
     }
 
+    /// As [`State::change`], but made anew by every run of the request that calls it, on the
+    /// value as that run reads it: not recorded with the request's claim (a later run does not
+    /// find it made: it reads the value as it is then and decides again) and not counted among
+    /// the request's changes (the changes after it keep their places). `applied`: this run
+    /// wrote it. For what a run must hold by a write of its own, conditioned on the version it
+    /// read (a step's completion about to be sent), never for a change the request makes once.
+    pub(crate) async fn change_for_this_run<T, F>(
+        &self,
+        name: &str,
+        ttl: Duration,
+        change: F,
+    ) -> Result<Changed<T>, Error>
+    where
+        T: Serialize + DeserializeOwned + Clone,
+        F: FnMut(Option<T>) -> Option<T>,
+    {
+        if let Ok(key) = self.key(name) {
+            self.ctx.state_looked_at_again(&key);
+        }
+        let changed = self.change_for_this_run_once(name, ttl, change).await;
+        self.unknown_if_failed(&changed).await;
+        changed
+    }
+
+    async fn change_for_this_run_once<T, F>(
+        &self,
+        name: &str,
+        ttl: Duration,
+        mut change: F,
+    ) -> Result<Changed<T>, Error>
+    where
+        T: Serialize + DeserializeOwned + Clone,
+        F: FnMut(Option<T>) -> Option<T>,
+    {
+        refuse_inside_remember(name)?;
+        self.ctx.state_is_a_workers(true).await?;
+        let (claim, _) = self.claim(name).await?;
+        let key = self.key(name)?;
+        // Never one of the writers a change of the request writes (`key#digest#n`), which the
+        // previous release looks for.
+        let writer = format!("{claim}#this-run");
+        for attempt in 0..UPDATE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(self.wait_after_conflict(attempt)).await;
+            }
+            let (found, version, writers) = match self.read(&key).await? {
+                Some(item) => (
+                    Some(parse::<T>(name, &item.value)?),
+                    item.version,
+                    item.writers,
+                ),
+                None => (None, 0, Vec::new()),
+            };
+            let Some(value) = change(found.clone()) else {
+                return Ok(Changed {
+                    value: found,
+                    applied: false,
+                });
+            };
+            let text = self.text_of(name, &value)?;
+            let expires_at_s = (crate::clock::now_ms() / 1000).saturating_add(ttl.as_secs().max(1));
+            let written = self
+                .ledger_call(|ledger, now| {
+                    let (key, text, writer, writers) =
+                        (key.clone(), text.clone(), writer.clone(), writers.clone());
+                    async move {
+                        let write = StateWrite {
+                            value: &text,
+                            expected: version,
+                            writer: &writer,
+                            read_writers: &writers,
+                            expires_at_s,
+                            request: None,
+                        };
+                        ledger.put_state(&key, &write, now).await
+                    }
+                })
+                .await?;
+            match written {
+                StatePut::Written { .. } => {
+                    return Ok(Changed {
+                        value: Some(value),
+                        applied: true,
+                    });
+                }
+                // No request's record: only another write coming in between refuses it.
+                StatePut::Conflict | StatePut::MadeAlready { .. } => continue,
+            }
+        }
+        Err(Error::Ledger(LedgerError::Unavailable(
+            format!(
+                "the state value {name:?} kept changing: {UPDATE_ATTEMPTS} writes came in between"
+            )
+            .into(),
+        )))
+    }
+
     /// How long to wait before the `attempt`th read after a conflict: growing to 50 ms, half
     /// of it random, so that a burst settles and writers who met do not meet again.
     fn wait_after_conflict(&self, attempt: u32) -> Duration {

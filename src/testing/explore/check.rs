@@ -440,7 +440,7 @@ pub(crate) fn check(compare: &Compare, reference: &End, end: &End) -> Vec<String
     let end = &as_one_message(end);
     let mut broken = Vec::new();
     match end.requests.len() {
-        0 | 1 => broken.extend(check_request(compare, reference, end, false)),
+        0 | 1 => broken.extend(check_request(compare, reference, end, false, &held(end))),
         _ => {
             let reference = &named_by_request(&as_one_message(reference));
             let end = &named_by_request(end);
@@ -564,7 +564,7 @@ fn check_group(
             }
             let others_off = off.iter().enumerate().any(|(m, o)| m != k && *o);
             broken.extend(
-                check_request(compare, measure, part, relaxed || others_off)
+                check_request(compare, measure, part, relaxed || others_off, &held(end))
                     .into_iter()
                     .map(|b| format!("request {} ({}): {b}", i + 1, end.requests[*i])),
             );
@@ -645,7 +645,29 @@ fn refused_write(end: &End) -> bool {
 /// beside it) did not go as in the fault-free run, so it may take another path: it is held to
 /// at most once (no write twice, no step twice) and to failing only for a reason, not to the
 /// fault-free run's writes.
-fn check_request(compare: &Compare, reference: &End, end: &End, relaxed: bool) -> Vec<String> {
+/// The runs of the schedule (any request's) that a worker held to its deadline: killed (its
+/// message waits out the visibility timeout) or stopped at its deadline. A request that waits
+/// for another's run to complete a step (a double click) is delayed by it as much as that
+/// run's own request.
+fn held(end: &End) -> Vec<u32> {
+    end.runs
+        .iter()
+        .filter(|d| {
+            matches!(d.kind, RunKind::Receive { .. })
+                && (matches!(d.end, Some(RunEnd::Died))
+                    || d.counts.contains_key("DeadlineExceeded"))
+        })
+        .map(|d| d.number)
+        .collect()
+}
+
+fn check_request(
+    compare: &Compare,
+    reference: &End,
+    end: &End,
+    relaxed: bool,
+    held: &[u32],
+) -> Vec<String> {
     let mut broken = Vec::new();
     // A write Slack refused for good certainly did not happen: a listener may go on without
     // it, on another path than the fault-free run's (a reply saying why).
@@ -765,8 +787,9 @@ fn check_request(compare: &Compare, reference: &End, end: &End, relaxed: bool) -
                 }
                 // Slack's own limits (a response_url's 30 minutes and 5 posts, a trigger_id's
                 // 3 s, a step token's 15 minutes) excuse no passing failure: its retry comes
-                // within a minute. Only a worker that held the request to its deadline delays
-                // it past them: killed, its message waits out the visibility timeout (6 x
+                // within a minute. Only a worker that held the request (or the run it waited
+                // for: another click completing the same step) to its deadline delays it past
+                // them: killed, its message waits out the visibility timeout (6 x
                 // WorkerTimeout); stopped at its deadline, it released the claim WorkerTimeout
                 // after its receive. For the template's longer timeouts either outlasts them
                 // (docs/cost-and-scale.md says which).
@@ -776,12 +799,7 @@ fn check_request(compare: &Compare, reference: &End, end: &End, relaxed: bool) -
                     "expired_trigger_id",
                     "token_expired",
                 ];
-                let held_to_its_deadline = end.runs.iter().any(|d| {
-                    d.number < r.number
-                        && matches!(d.kind, RunKind::Receive { .. })
-                        && (matches!(d.end, Some(RunEnd::Died))
-                            || d.counts.contains_key("DeadlineExceeded"))
-                });
+                let held_to_its_deadline = held.iter().any(|d| *d < r.number);
                 if limit.contains(&code.as_str()) && held_to_its_deadline {
                     continue;
                 }
