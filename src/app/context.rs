@@ -691,6 +691,13 @@ impl Ctx {
         acking.implicit || acking.ack.is_none()
     }
 
+    /// Whether a request released now is delivered again: not a click, a submission or a command
+    /// answered synchronously, which Slack sends once (only the Events API redelivers; the
+    /// queue redelivers whatever it holds).
+    pub(crate) fn delivered_again_if_released(&self) -> bool {
+        self.inner.acking.lock().expect("ack lock").mode != AckMode::Inline
+    }
+
     /// Whether Slack has been (or is being) acknowledged: the request's `trigger_id` can no
     /// longer be spent.
     fn past_ack(&self) -> bool {

@@ -56,9 +56,14 @@ pub(crate) const NOT_RUNNING: &str = "execution_not_in_running_state";
 /// take the mark over and send the completion itself before its own deadline.
 const SENDING_MARGIN: Duration = Duration::from_secs(2);
 
-/// How often a run waiting for another request's run to complete the decision reads the
-/// execution's record again.
+/// How soon a run waiting for another request's run to complete the decision first reads the
+/// execution's record again; each later look waits twice as long, up to [`LOOK_AGAIN_AT_MOST`]
+/// (a run held 15 minutes by a Slack that does not answer costs its waiter about a hundred
+/// reads, not thousands).
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
+
+/// The longest wait between two looks at a record another request's run is completing.
+const LOOK_AGAIN_AT_MOST: Duration = Duration::from_secs(8);
 
 /// The types a function's parameters may have (`type` in the manifest).
 pub mod types {
@@ -660,17 +665,10 @@ impl Ctx {
             decision,
         };
         let marked = self.mark_once(&c).await?;
-        let (now, replaced) = self.hold_the_mark(&c, marked).await?;
-        let (method, args) = match &now.end {
-            StepEnd::Success(outputs) => (
-                "functions.completeSuccess",
-                json!({"function_execution_id": execution.id, "outputs": outputs}),
-            ),
-            StepEnd::Error(message) => (
-                "functions.completeError",
-                json!({"function_execution_id": execution.id, "error": message}),
-            ),
+        let Some((now, replaced)) = self.hold_the_mark(&c, marked).await? else {
+            return self.trust_the_holder(&c, &execution.id).await;
         };
+        let (method, args) = completion_call(&execution.id, &now.end);
         let closed_elsewhere = c.closed_by_other(&now);
         let answer = if closed_elsewhere {
             // Closed by a request that sent it, or found the execution ended: nothing to send.
@@ -714,6 +712,22 @@ impl Ctx {
         })
     }
 
+    /// Shows the decision another request's run is completing, where this request is
+    /// delivered once and that run's lease outlasts this one. It takes the completion's step
+    /// number and makes the same state changes as the other paths (none here), so that the
+    /// steps after it keep their numbers, and nothing is recorded at it.
+    async fn trust_the_holder(&self, c: &Completing<'_>, id: &str) -> Result<Completion, Error> {
+        let (method, args) = completion_call(id, &c.decision.end);
+        self.pass_step(method, &args).await?;
+        self.state()
+            .change(&c.name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
+            .await?;
+        Ok(match c.decision.mine {
+            true => Completion::Completed,
+            false => Completion::DecidedElsewhere(Box::new(c.decision.clone())),
+        })
+    }
+
     /// Marks the record `sending` just before the completion call, once per request: the record
     /// as it is now (another request may have sent this decision, or closed it, since it was
     /// decided). Every run of the request makes the same state changes and takes the same step
@@ -740,14 +754,16 @@ impl Ctx {
 
     /// Holds the mark before sending, or waits for the run that holds it: the record this run
     /// goes on with, and the mark its send follows (a request that may have sent the decision
-    /// before). Another request's mark, once seen, is kept whatever a later read finds (this
-    /// run's own mark, read again after the ledger's SDK sent the take-over twice).
+    /// before), or `None` where this run trusts the holder (see `wait_for_the_holder`). Another
+    /// request's mark, once seen, is kept whatever a later read finds (this run's own mark, read
+    /// again after the ledger's SDK sent the take-over twice).
     async fn hold_the_mark(
         &self,
         c: &Completing<'_>,
         mut now: Record,
-    ) -> Result<(Record, Option<String>), Error> {
+    ) -> Result<Option<(Record, Option<String>)>, Error> {
         let mut replaced = now.sending.clone();
+        let mut looks = 0;
         loop {
             let at = crate::clock::now_ms();
             let held_by_this_run = now.sending.as_deref() == Some(c.me.as_str())
@@ -767,9 +783,13 @@ impl Ctx {
             if !c.completing_elsewhere(&now, at) && !c.held_elsewhere(&now, at) {
                 break;
             }
-            now = self.wait_for_the_holder(c, now, at).await?;
+            looks += 1;
+            match self.wait_for_the_holder(c, now, at, looks).await? {
+                Some(read) => now = read,
+                None => return Ok(None),
+            }
         }
-        Ok((now, replaced))
+        Ok(Some((now, replaced)))
     }
 
     /// About to send under a mark this run did not write: an earlier run's of this request, or
@@ -806,21 +826,30 @@ impl Ctx {
 
     /// Another request's run is sending (or may send) the decision. It may still fail (its
     /// completion refused for a while, its process gone, its later deliveries too late for the
-    /// execution's token): this run reports nothing on trust. It waits, within its own
-    /// deadline, for the record to close or that run's lease to end, and reads it again; where
-    /// the lease outlasts this run, the request is released, and a later delivery finds the
-    /// record closed, or sends the decision itself.
+    /// execution's token), so this run waits, within its own deadline, for the record to close
+    /// or that run's lease to end, and reads it again (`Some`). Where the lease outlasts this
+    /// run, the request is released, and a later delivery finds the record closed, or sends the
+    /// decision itself; a request Slack delivers once (a click answered synchronously), which
+    /// no later delivery would finish, trusts the other run instead (`None`).
     async fn wait_for_the_holder(
         &self,
         c: &Completing<'_>,
         now: Record,
         at: u64,
-    ) -> Result<Record, Error> {
+        looks: u32,
+    ) -> Result<Option<Record>, Error> {
         let theirs_until = match c.held_elsewhere(&now, at) {
             true => now.sending_until_ms.unwrap_or(now.until_ms),
             false => now.until_ms,
         };
         let last_look = c.until_ms.saturating_sub(SENDING_MARGIN.as_millis() as u64);
+        if at >= last_look && !self.delivered_again_if_released() {
+            tracing::info!(
+                "another request's run is completing the execution's decision past this \
+                 run's deadline, and this request is delivered once: its decision is shown"
+            );
+            return Ok(None);
+        }
         if at >= last_look {
             tracing::info!(
                 "another request's run is completing the execution's decision past this \
@@ -835,14 +864,17 @@ impl Ctx {
                 ),
             ));
         }
+        let interval = LOOK_AGAIN
+            .saturating_mul(1 << looks.saturating_sub(1).min(8))
+            .min(LOOK_AGAIN_AT_MOST);
         let wake = theirs_until
-            .min(at + LOOK_AGAIN.as_millis() as u64)
+            .min(at + interval.as_millis() as u64)
             .min(last_look);
         tokio::time::sleep(Duration::from_millis(wake.saturating_sub(at).max(1))).await;
-        Ok(match self.state().get::<Record>(&c.name).await? {
+        Ok(Some(match self.state().get::<Record>(&c.name).await? {
             Some(found) => found.value,
             None => now,
-        })
+        }))
     }
 
     /// Closes the record `ended` or `completed`, unless another request closed it first.
@@ -883,6 +915,20 @@ impl Ctx {
             Returns::Nothing,
         )
         .await
+    }
+}
+
+/// The completion call that sends `end` for the execution `id`.
+fn completion_call(id: &str, end: &StepEnd) -> (&'static str, Value) {
+    match end {
+        StepEnd::Success(outputs) => (
+            "functions.completeSuccess",
+            json!({"function_execution_id": id, "outputs": outputs}),
+        ),
+        StepEnd::Error(message) => (
+            "functions.completeError",
+            json!({"function_execution_id": id, "error": message}),
+        ),
     }
 }
 
