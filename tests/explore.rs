@@ -1955,6 +1955,46 @@ mod steps {
             .assert_ok();
     }
 
+    /// The decider dies just after marking its completion `sending`; past its lease, its
+    /// redelivery and the other click's first run (its first receive died) run at once, each
+    /// about to send the decider's decision. Each must hold the mark by a write of its own on
+    /// the record's version first: one sends, the other finds the mark taken and sends
+    /// nothing. Before, the click sent it for the dead decider and the redelivery, finding its
+    /// own mark, sent it too: Slack refused the second (`execution_not_in_running_state`),
+    /// a call made although no completion's answer was lost.
+    #[test]
+    fn a_deciders_redelivery_and_a_click_sending_for_it_make_one_completion_call() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.1=dies-before 4.6=dies-after")
+            .invariant("completed once", completed_once)
+            .invariant("one completion call, one decision shown", |end| {
+                let sent: Vec<_> = end
+                    .calls
+                    .iter()
+                    .filter(|(method, _)| method.starts_with("functions.complete"))
+                    .collect();
+                if sent.len() != 1 {
+                    return Err(format!("{} completion calls: {sent:?}", sent.len()));
+                }
+                let shown: Vec<String> = end
+                    .messages
+                    .iter()
+                    .map(|m| m["text"].as_str().unwrap_or_default().to_string())
+                    .collect();
+                let decided_by = end.executions[0]["outputs"]["decided_by"].as_str();
+                let decision = format!("Approved by <@{}>", decided_by.unwrap_or("nobody"));
+                match shown.as_slice() {
+                    [text] if *text == decision => Ok(()),
+                    _ => Err(format!(
+                        "the DM reads {shown:?}, the step completed as {decision:?}"
+                    )),
+                }
+            })
+            .run()
+            .assert_ok();
+    }
+
     /// The decider's completion reaches Slack and its process dies before the answer; past its
     /// lease the other click takes the mark over to send the decision for it, and the ledger's
     /// SDK sends that conditioned write twice (the first answer lost: the second is refused as
@@ -2008,6 +2048,26 @@ mod steps {
         two_deciders("U0DEPUTY")
             .deferred()
             .replay("plain; 3.1=dies-before 4.6=dies-after 5.10=unavailable 7.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "a decision shown as final is completed",
+                a_decision_shown_as_final_is_completed,
+            )
+            .run()
+            .assert_ok();
+    }
+
+    /// The same on the path that was there before the mark could be taken over: the decider's
+    /// completion meets Slack's 503 (handed back to the queue), and the other click reads the
+    /// decider's lease on; the decider's next two receives die, and the one after comes when
+    /// its token has expired. The click waits for that lease to end (or is handed back to the
+    /// queue) and sends the decision itself. When it deferred on trust, it removed the buttons
+    /// and said "Decided already", and the step was left running.
+    #[test]
+    fn a_click_deferring_to_the_deciders_lease_does_not_leave_the_step_running() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 4.8=unavailable 5.1=dies-before 6.1=dies-before")
             .invariant("completed once", completed_once)
             .invariant(
                 "a decision shown as final is completed",
@@ -2286,6 +2346,45 @@ mod steps {
             ])
             .both_modes()
             .invariant("completed once", completed_once)
+            .run()
+            .assert_ok();
+    }
+
+    /// The decider dies just after marking its completion `sending`; the other click, whose
+    /// listener swallows the completion's error, waits for the decider's lease and is released
+    /// past its own: not done, its redelivery sends the decision.
+    #[test]
+    fn a_swallowed_release_is_redelivered_and_sends_the_decision() {
+        Explorer::new(swallowing_app)
+            .with_execution(CALLBACK_ID, inputs())
+            .with_message(dm_with("approval_swallow"))
+            .together([
+                click("approval_swallow"),
+                click_as("approval_swallow", "U0DEPUTY"),
+            ])
+            .deferred()
+            .replay("plain; 4.5=dies-after")
+            .invariant("completed once", completed_once)
+            .invariant("completed by the released click's redelivery", |end| {
+                let completed = end
+                    .executions
+                    .iter()
+                    .all(|e| e["completions"].as_u64() == Some(1));
+                let released_then_sent = end.runs.iter().any(|r| {
+                    r.number == 3
+                        && matches!(
+                            &r.end,
+                            Some(slack_once::testing::explore::RunEnd::Handled {
+                                deleted: false,
+                                ..
+                            })
+                        )
+                });
+                match completed && released_then_sent {
+                    true => Ok(()),
+                    false => Err(format!("executions {:?}", end.executions)),
+                }
+            })
             .run()
             .assert_ok();
     }
