@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use http::HeaderMap;
 use slack_once::Application;
-use slack_once::app::reference_app;
 use slack_once::config::{Config, Secret, SigningSecrets};
 use slack_once::ledger::MemoryLedger;
+use slack_once::reference_app;
 use slack_once::slack::envelope::Envelope;
 use support::*;
 use tower::ServiceExt;
@@ -144,7 +144,7 @@ fn router(c: &mut Criterion) {
 fn metrics_line(c: &mut Criterion) {
     c.bench_function("metrics/line_of_a_delivery", |b| {
         b.iter(|| {
-            let metrics = slack_once::metrics::Metrics::new();
+            let metrics = slack_once::testing::wiring::Metrics::new();
             for name in ["Deliveries", "Answered"] {
                 metrics.count(name);
             }

@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use slack_once::Application;
-use slack_once::app::{App, AppMention, Ctx, reference_app};
+use slack_once::app::{App, AppMention, Ctx};
 use slack_once::config::Config;
 use slack_once::ledger::{DynamoLedger, MemoryLedger};
+use slack_once::reference_app;
 use support::*;
 use tokio::io::AsyncBufReadExt;
 use tower::ServiceExt;
@@ -283,7 +284,7 @@ fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
         .region(Region::new("us-east-1"))
         .endpoint_url(endpoint)
         .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
-        .http_client(slack_once::aws::http_client())
+        .http_client(slack_once::testing::wiring::aws_http_client())
         .build();
     aws_sdk_dynamodb::Client::from_conf(config)
 }
@@ -296,7 +297,7 @@ fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
             .region(Region::new("us-east-1"))
             .endpoint_url(endpoint)
             .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
-            .http_client(slack_once::aws::http_client())
+            .http_client(slack_once::testing::wiring::aws_http_client())
             .build(),
     )
 }
@@ -1042,7 +1043,7 @@ async fn bench_secret() -> Vec<(&'static str, String)> {
             .region(Region::new("us-east-1"))
             .endpoint_url(&endpoint)
             .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
-            .http_client(slack_once::aws::http_client())
+            .http_client(slack_once::testing::wiring::aws_http_client())
             .build(),
     );
     let name = format!("slack-once/bench-{}-{}", std::process::id(), now_unix());

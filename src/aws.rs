@@ -168,6 +168,7 @@ pub fn http_client() -> SharedHttpClient {
 /// A new SDK HTTP client with a pool of its own. A connection belongs to the tokio runtime that
 /// opened it: a process runs one, and shares [`http_client`]; tests, whose every test has a
 /// runtime of its own, take one of these per client.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))] // the test kit's, and tests'
 pub fn new_http_client() -> SharedHttpClient {
     SharedHttpClient::new(SdkHttp::new())
 }

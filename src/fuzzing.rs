@@ -117,7 +117,7 @@ pub fn check_envelope(data: &[u8]) {
         // Every typed listener reads the event (or declines it) without a panic, and the
         // ledger keys derived from it are valid ledger keys.
         let _ = typed_listeners().takes(&callback);
-        let _ = crate::app::reference_app().takes(&callback);
+        let _ = crate::reference_app().takes(&callback);
         for by_message in [false, true] {
             let (primary, alias) = crate::keys::ledger_keys(&callback, by_message);
             for key in std::iter::once(&primary).chain(&alias) {
@@ -153,7 +153,7 @@ pub fn check_interaction(data: &[u8]) {
         }
         assert!(i.selector().is_some(), "{:?} without a selector", i.kind);
         let _ = (i.team(), i.message_ts(), i.thread_ts(), i.block_id());
-        let _ = crate::app::reference_app().route_interaction(&i).is_some();
+        let _ = crate::reference_app().route_interaction(&i).is_some();
     }
     let url = String::from_utf8_lossy(data);
     for base in ["https://slack.com/api", "http://127.0.0.1:4000/api"] {

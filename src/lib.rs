@@ -2,6 +2,7 @@
 //! copies of it arrive, by passing each event through one ledger (DynamoDB in production).
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
+#![warn(unnameable_types)]
 
 /// `println!` for the tools' output, through [`tools::say`]: a reader that has gone
 /// (`mybot --help | grep -q …`, `| head -1`) ends nothing with a panic.
@@ -12,25 +13,27 @@ macro_rules! say {
 }
 
 pub mod app;
-pub mod aws;
+mod aws;
 pub mod clock;
 pub mod config;
-pub mod errors;
+mod errors;
 #[doc(hidden)]
 pub mod fuzzing;
 mod hooks;
-pub mod http;
-pub mod journal;
+mod http;
+mod journal;
 mod keys;
 pub mod ledger;
-pub mod metrics;
-pub mod net;
-pub mod pipeline;
+mod metrics;
+mod net;
+mod pipeline;
 pub mod queue;
+mod reference;
 mod run;
-pub mod secrets;
-pub mod server;
+mod secrets;
+mod server;
 pub mod slack;
+#[cfg(feature = "testing")]
 #[allow(clippy::too_many_lines)]
 pub mod testing;
 pub mod tools;
@@ -42,24 +45,21 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
-use crate::app::{App, reference_app};
+use crate::app::App;
 use crate::config::{Config, Role};
 use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
 use crate::pipeline::{Processor, Settings};
 use crate::workspaces::seal::Seal;
 use crate::workspaces::{DynamoInstallations, InstallationStore, MemoryInstallations, Workspaces};
 
-/// The pipeline's former name, kept for code written against it.
-pub use crate::pipeline as process;
 use crate::queue::sqs::CallBudget;
 use crate::queue::worker::Worker;
 use crate::queue::{SqsQueue, WorkQueue};
 use crate::secrets::{Needs, SecretsError, SlackSecrets};
 use crate::slack::SlackClient;
-/// The workspaces' former name, kept for code written against it.
-#[doc(hidden)]
-pub use crate::workspaces as installations;
 
+pub use crate::http::OUTCOME_HEADER;
+pub use crate::reference::reference_app;
 pub use crate::run::{VERSION, run, serve, usage};
 pub use crate::server::LocalServer;
 

@@ -18,6 +18,6 @@ fn main() -> ExitCode {
             ));
             ExitCode::SUCCESS
         }
-        _ => slack_once::run(slack_once::app::reference_app()),
+        _ => slack_once::run(slack_once::reference_app()),
     }
 }

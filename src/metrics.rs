@@ -37,6 +37,7 @@ pub enum MetricsOut {
     /// Not made (`METRICS=off`).
     Off,
     /// Kept in memory, in order (tests read them: a `TestBot`'s `metrics`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     Kept(Arc<Mutex<Vec<String>>>),
 }
 
@@ -136,6 +137,7 @@ impl Metrics {
 
     /// Writes the EMF line on stdout (where Lambda's log agent takes it from), whole, in one
     /// write: the one place this crate writes to stdout outside `tracing`.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn emit(&self, version: &str, properties: &[(&str, &str)]) {
         self.emit_to(&MetricsOut::Stdout, version, properties)
     }
@@ -161,6 +163,7 @@ impl Metrics {
     }
 
     /// The counts recorded so far, by name.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn counts(&self) -> BTreeMap<&'static str, f64> {
         self.0.lock().expect("metrics lock").counts.clone()
     }

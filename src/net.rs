@@ -27,10 +27,11 @@ pub type Serve = Arc<dyn Fn(DuplexStream) + Send + Sync>;
 
 /// How the Slack client connects.
 #[derive(Clone)]
-pub enum Connector {
+pub(crate) enum Connector {
     /// To Slack's hosts over TLS (or to a stand-in on this machine over plain HTTP).
     Https(HttpsConnector<HttpConnector>),
     /// In process: every connection, whatever its host, is a pipe `Serve` answers.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     Memory(Serve),
 }
 
@@ -44,7 +45,7 @@ impl std::fmt::Debug for Connector {
 }
 
 /// One connection of either kind.
-pub enum Io {
+pub(crate) enum Io {
     /// A TCP connection, over TLS or plain HTTP.
     Https(Box<MaybeHttpsStream<TokioIo<TcpStream>>>),
     /// An in-process pipe, whose other end a [`Serve`] answers.
@@ -131,6 +132,8 @@ impl hyper::rt::Write for Io {
 }
 
 /// Serves `service` (an HTTP service such as an axum `Router`) on every in-process connection.
+/// (The test kit's: a bot's own build connects only to Slack.)
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn serve_http<S>(service: S) -> Serve
 where
     S: tower::Service<

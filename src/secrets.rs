@@ -25,7 +25,7 @@ use crate::config::{Secret, SigningSecrets};
 
 /// The secrets in use.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SecretValues {
+pub(crate) struct SecretValues {
     /// The signing secrets (`SLACK_SIGNING_SECRET`, or the secret's `signing_secret`); `None`
     /// when neither gives them.
     pub signing: Option<SigningSecrets>,
@@ -43,7 +43,7 @@ pub struct SecretValues {
 
 /// The install flow's settings as the secret holds them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InstallSettings {
+pub(crate) struct InstallSettings {
     /// The secret's `scopes`: bot scopes, comma-separated; `None` when absent or empty.
     pub scopes: Option<String>,
     /// The secret's `user_scopes`: user scopes, comma-separated; `None` when absent or empty.
@@ -97,7 +97,7 @@ struct Stored {
 
 /// What a process needs of the secret: a value read again without it is not taken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Needs {
+pub(crate) struct Needs {
     /// An ingress verifies requests.
     pub signing_secret: bool,
     /// A process that answers events (a synchronous ingress, a worker) on Lambda posts: it
@@ -181,7 +181,7 @@ impl SlackSecrets {
     /// Reads the secret `id` (a name or an ARN) from Secrets Manager, where the environment
     /// points the client (`AWS_ENDPOINT_URL_SECRETS_MANAGER` for a local server). A secret that
     /// lacks what `needs` names stops the start, naming the field.
-    pub async fn from_manager(
+    pub(crate) async fn from_manager(
         id: &str,
         min_interval: Duration,
         needs: Needs,
@@ -227,7 +227,7 @@ impl SlackSecrets {
     }
 
     /// The secrets in use now.
-    pub fn current(&self) -> Arc<SecretValues> {
+    pub(crate) fn current(&self) -> Arc<SecretValues> {
         self.current.read().expect("secrets lock").clone()
     }
 
@@ -238,7 +238,7 @@ impl SlackSecrets {
     /// one that comes within the bound waits for the next read allowed, as long as `until`
     /// allows; concurrent ones share one read. Returns whether the values in use now differ
     /// from `seen` (then the signature is worth checking again). `why` is logged.
-    pub async fn refresh(
+    pub(crate) async fn refresh(
         &self,
         why: &'static str,
         seen: &Arc<SecretValues>,

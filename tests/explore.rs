@@ -147,12 +147,12 @@ fn the_assistant_streams_one_complete_answer_per_question() {
 
 #[test]
 fn the_reference_bot_answers_mentions_dms_once_and_its_button() {
-    Explorer::new(slack_once::app::reference_app)
+    Explorer::new(slack_once::reference_app)
         .request(Request::mention("hello"))
         .request(Request::dm("hello"))
         .request(Request::command("/once", "hello"))
         .request(
-            Request::click(slack_once::app::THANKS_ACTION, "helpful")
+            Request::click("once_thanks", "helpful")
                 .on_message("<@U0USER> you said: “hello”. This is my one answer to it."),
         )
         .both_modes()
@@ -225,13 +225,13 @@ mod regressions {
     /// the claim and the follow-up: nothing was sent, so nothing may be taken as sent.
     #[test]
     fn a_follow_up_the_bot_cannot_look_for_is_never_taken_as_sent() {
-        Explorer::new(slack_once::app::reference_app)
+        Explorer::new(slack_once::reference_app)
             .request(Request::command("/once", "hi").in_channel("D0PEOPLE"))
             .deferred()
             .replay("plain; 2.1=dies-after 3.2=refused")
             .run()
             .assert_ok();
-        Explorer::new(slack_once::app::reference_app)
+        Explorer::new(slack_once::reference_app)
             .request(Request::command("/once", "hi").in_channel("D0PEOPLE"))
             .both_modes()
             .run()
@@ -675,7 +675,7 @@ fn installed_through_oauth_each_request_refreshes_once_and_answers_once_with_its
         // Expired: a workspace idle for half a day.
         std::time::Duration::ZERO,
     ] {
-        Explorer::new(slack_once::app::reference_app)
+        Explorer::new(slack_once::reference_app)
             .installed(left)
             .request(Request::mention("hello"))
             .request(Request::command("/once", "hi"))
@@ -713,7 +713,7 @@ fn installed_through_oauth_a_workspaces_state_change_is_made_once() {
 /// channel still answers once.
 #[test]
 fn installed_through_oauth_a_takeovers_look_ups_are_paced_per_workspace() {
-    Explorer::new(slack_once::app::reference_app)
+    Explorer::new(slack_once::reference_app)
         .installed(std::time::Duration::from_secs(3600))
         .history_limit()
         .busy(20)

@@ -1282,7 +1282,7 @@ impl Ctx {
     /// retry or a redelivery that runs the listener again gets the remembered value and does
     /// not run `compute` again, so a listener that branches on it stays deterministic. It is a
     /// step like a write: `name` must be the same, at the same place, each time the listener
-    /// runs. A result larger than [`crate::journal::MAX_REMEMBERED_BYTES`] serialised is not remembered (a
+    /// runs. A result larger than 16 KiB serialised is not remembered (a
     /// warning says so): a later run computes it again.
     ///
     /// # Example

@@ -128,6 +128,46 @@ impl From<&String> for Message {
     }
 }
 
+/// `text` made safe to repeat in a message: Slack's special mentions (`<!here>`,
+/// `<!channel>`, `<!everyone>`, `<!subteam^…>`) become plain text that notifies no one, and
+/// mentions of users are removed. Whitespace is collapsed.
+pub fn safe_text(text: &str) -> String {
+    defuse(text)
+}
+
+fn defuse(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find('<') {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let Some(end) = tail.find('>') else {
+            // No closing bracket: not a control sequence, but never let one form.
+            out.push_str(&tail.replace('<', "&lt;"));
+            rest = "";
+            break;
+        };
+        let inner = &tail[1..end];
+        if let Some(special) = inner.strip_prefix('!') {
+            // `<!here>`, `<!subteam^S1|@team>`: keep the label, as plain text with a
+            // zero-width space after the `@`.
+            let label = special
+                .split_once('|')
+                .map_or(special, |(_, label)| label)
+                .trim_start_matches('@');
+            let label = label.split('^').next().unwrap_or(label);
+            out.push_str("@\u{200B}");
+            out.push_str(label);
+        } else if !inner.starts_with('@') {
+            // Links and channel references (`<#C1|general>`, `<https://…|text>`) are harmless.
+            out.push_str(&tail[..=end]);
+        }
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

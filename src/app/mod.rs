@@ -27,15 +27,14 @@
 //! listeners built with [`Listener::including_bots`]; the bot's own messages never are.
 #![warn(missing_docs)]
 
-pub mod agent;
+pub(crate) mod agent;
 pub mod blocks;
 mod context;
-pub mod events;
+pub(crate) mod events;
 pub mod function;
 mod interactive;
 pub mod manifest;
 mod message;
-mod reference;
 mod state;
 mod stream;
 
@@ -45,9 +44,7 @@ use std::sync::Arc;
 
 use regex::Regex;
 
-pub use crate::journal::{
-    Error, MAX_JOURNAL_BYTES, MAX_REMEMBERED_BYTES, MAX_STEPS, Settle, Tally,
-};
+pub use crate::journal::{Error, Settle, Tally};
 pub use crate::slack::interaction::{
     BlockAction, Command, OptionsRequest, Shortcut, ViewSubmission, ViewValues,
 };
@@ -57,18 +54,15 @@ pub use agent::{
 };
 pub use context::{Ctx, Posted, Respond};
 pub use events::{
-    AppHomeOpened, AppMention, AssistantThread, ChannelCreated, MemberJoinedChannel, MessageEvent,
-    Reaction, TeamJoin,
+    AppHomeOpened, AppMention, AssistantThread, Channel, ChannelCreated, MemberJoinedChannel,
+    MessageEvent, Reaction, ReactionItem, TeamJoin, User,
 };
 pub use interactive::{Ack, InteractiveListener, Selector};
-pub use message::Message;
-pub use reference::{THANKS_ACTION, reference_app, safe_text};
+pub use message::{Message, safe_text};
 #[cfg_attr(not(feature = "explore"), allow(unused_imports))]
 pub(crate) use state::state_key;
-pub use state::{Changed, Put, State, UPDATE_ATTEMPTS, Versioned};
-pub use stream::{
-    APPEND_BUFFER_CHARS, APPEND_TIMEOUT, PART_CHARS, ROTATE_AFTER, Stream, StreamOptions,
-};
+pub use state::{Changed, Put, State, Versioned};
+pub use stream::{Stream, StreamOptions};
 
 use crate::slack::envelope::{Event, EventCallback};
 use events::{Typed, typed};

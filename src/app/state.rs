@@ -34,7 +34,7 @@ use crate::slack::envelope::EventId;
 /// click is not retried). Each conflict lets one contending writer through, so a burst of N
 /// writers at once needs N attempts for the last: 64 serve a burst of 64 clicks on one value,
 /// in about 3 s of waiting at most (the claim's deadline bounds it too).
-pub const UPDATE_ATTEMPTS: u32 = 64;
+pub(crate) const UPDATE_ATTEMPTS: u32 = 64;
 
 /// A state value and its version (1 for the first write, one more each write since).
 #[derive(Clone, Debug, PartialEq, Eq)]

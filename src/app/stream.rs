@@ -88,7 +88,7 @@ impl Default for StreamOptions {
 }
 
 impl StreamOptions {
-    /// Slack's defaults; parts switched after [`ROTATE_AFTER`].
+    /// Slack's defaults; parts switched after 4 minutes.
     pub fn new() -> Self {
         Self::default()
     }
@@ -99,7 +99,7 @@ impl StreamOptions {
         self
     }
 
-    /// Switch to a new part this long after a part started (default [`ROTATE_AFTER`]; keep it
+    /// Switch to a new part this long after a part started (default 4 minutes; keep it
     /// below Slack's 5 minutes by more than a model's pause between words).
     pub fn rotate_after(mut self, after: Duration) -> Self {
         self.rotate_after = after;
@@ -422,7 +422,7 @@ impl Stream {
         self.stopped
     }
 
-    /// Appends `text` (buffered: sent by [`APPEND_BUFFER_CHARS`]). An append Slack refuses
+    /// Appends `text` (buffered: sent by 256 characters). An append Slack refuses
     /// (the stream expired: `message_not_in_streaming_state`, or any failure) ends the
     /// appending to this part: the next switches to a new part (outside
     /// [`Ctx::remember`], where no step can be made), and the end replaces each part with its

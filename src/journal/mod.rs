@@ -47,7 +47,7 @@ pub const MAX_STEPS: u32 = 500;
 /// The journal is kept under this many bytes (DynamoDB holds 400 KB an item).
 pub const MAX_JOURNAL_BYTES: usize = 64 * 1024;
 /// A remembered result ([`crate::app::Ctx::remember`]) is kept in the journal up to this size
-/// serialised (the journal holds [`MAX_JOURNAL_BYTES`] in all).
+/// serialised (the journal holds [64 KiB] in all).
 pub const MAX_REMEMBERED_BYTES: usize = 16 * 1024;
 /// What a replay returns of a step is kept under this size: the ids (a message's `ts` and
 /// `channel`, a file's or a view's id), never Slack's whole answer.
@@ -85,7 +85,7 @@ pub enum Error {
     #[error("the event's claim has ended: no more writes")]
     Closed,
     /// The listener would make more Slack writes for one event than its journal holds
-    /// ([`MAX_STEPS`], [`MAX_JOURNAL_BYTES`]): the write is not made, and the event ends
+    /// (500 steps, 64 KiB): the write is not made, and the event ends
     /// `failed` (`journal_full`). Make fewer, larger writes (one `chat.update` with the final
     /// text rather than one per token).
     #[error(

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 ///
 /// A record holds what a later claim needs to replay or settle the step, and nothing more (an
 /// item is billed one write unit per KB on every write): the step's identity (`op`: the Web API
-/// method and a short hash of its target, see [`step_op`]), and for an intent the window in
+/// method and a short hash of its target, see `step_op`), and for an intent the window in
 /// which its call could have reached Slack; for a done step the ids the call returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepRecord {
@@ -19,10 +19,10 @@ pub enum StepRecord {
     /// carry neither time.
     Intent {
         /// The number of the claim that wrote it (as [`Claim::Acquired`](crate::ledger::Claim::Acquired) counts); 0 where no
-        /// claim's number is known. A kept doubt ([`kept_doubt`]) has 0 or
-        /// [`KEPT_BY_ANNOUNCING`].
+        /// claim's number is known. A kept doubt (`kept_doubt`) has 0 or
+        /// `KEPT_BY_ANNOUNCING`.
         attempt: u32,
-        /// The step's identity ([`step_op`]); `None` where unknown (older records, a record
+        /// The step's identity (`step_op`); `None` where unknown (older records, a record
         /// that does not parse) and in kept doubts.
         op: Option<String>,
         /// When the claim was about to make the call (epoch ms); `None` where unknown.
@@ -38,14 +38,14 @@ pub enum StepRecord {
     Done {
         /// What a replay returns, as JSON text.
         result: String,
-        /// The step's identity ([`step_op`]); `None` in records of versions before it.
+        /// The step's identity (`step_op`); `None` in records of versions before it.
         op: Option<String>,
     },
     /// Never stored as a step: earlier claims that may have made this step (the lowest absent
     /// from the journal) without an intent of its own, their claim standing for it; the window
     /// spans their claims' times and lease ends. `announces`: every one of those claims was of
     /// a version that announces each step a look-up might not settle with an intent of its
-    /// own (see [`BeganWindow::announces`]), so the window stands only for a step a later claim
+    /// own (see `BeganWindow::announces`), so the window stands only for a step a later claim
     /// can settle by looking.
     Began {
         /// The earliest of those claims' times (epoch ms).
@@ -291,7 +291,7 @@ pub enum Settled {
         step: u32,
         /// What a replay returns, as JSON text.
         result: String,
-        /// The step's identity ([`step_op`]); `None` where it is not known.
+        /// The step's identity (`step_op`); `None` where it is not known.
         op: Option<String>,
     },
     /// The call certainly did not take effect: its intent is removed, so no later claim looks.

@@ -19,19 +19,20 @@
 //!   earlier claims sees them in its journal as [`StepRecord::Began`] at that step.
 
 #[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod contract;
-pub mod dynamo;
-pub mod memory;
+pub(crate) mod dynamo;
+pub(crate) mod memory;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::journal::record::{Journal, Settled, StepRecord};
 use crate::slack::envelope::EventId;
 
-pub use dynamo::DynamoLedger;
+pub use crate::journal::record::{Journal, Looked, Settled, StepRecord};
+pub use dynamo::{DynamoLedger, ITEM_FORMAT, ITEM_FORMAT_READ};
 pub use memory::MemoryLedger;
 
 /// Identifies one claim: a random token made per delivery, so a takeover changes the owner and

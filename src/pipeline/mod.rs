@@ -24,8 +24,6 @@ mod interactions;
 mod verify;
 mod work;
 
-pub use interactions::ACK_BUDGET;
-
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -71,7 +69,7 @@ pub const ENQUEUE_BUDGET: Duration = Duration::from_millis(2500);
 
 /// One delivery of a request, as received.
 #[derive(Clone, Copy, Debug)]
-pub struct Delivery<'a> {
+pub(crate) struct Delivery<'a> {
     /// The request's headers (the signature and its timestamp among them).
     pub headers: &'a HeaderMap,
     /// The raw body, as signed.
@@ -88,7 +86,7 @@ pub struct Delivery<'a> {
 
 /// A message of the work queue, as the worker received it.
 #[derive(Clone, Copy, Debug)]
-pub struct QueuedMessage<'a> {
+pub(crate) struct QueuedMessage<'a> {
     /// SQS's message id (for the logs and the metrics line).
     pub message_id: &'a str,
     /// SQS's ApproximateReceiveCount.
@@ -101,7 +99,7 @@ pub struct QueuedMessage<'a> {
 
 /// What the protocol needs to know of one delivery of a verified event.
 #[derive(Clone, Copy, Debug)]
-pub struct EventDelivery<'a> {
+pub(crate) struct EventDelivery<'a> {
     /// `X-Slack-Retry-Num`: absent on the original.
     pub retry_num: Option<u32>,
     /// `X-Slack-Retry-Reason`: absent on the original.
@@ -129,7 +127,7 @@ pub struct EventDelivery<'a> {
 
 /// How a delivery ended, when nothing failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A url_verification: answer with its challenge.
     Challenge(String),
     /// This delivery claimed the event, and its reply was posted (or, without a token, logged).
@@ -258,7 +256,7 @@ impl Outcome {
 
 /// Why a delivery failed; [`crate::http::status_of`] gives each its HTTP status.
 #[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
+pub(crate) enum ProcessError {
     /// The request's signature did not verify: the ledger was not touched.
     #[error("the request signature is invalid: {0}")]
     Signature(#[from] SignatureError),
@@ -304,7 +302,7 @@ pub enum ProcessError {
 }
 
 /// Everything a delivery needs, built once per process and shared by every request.
-pub struct Processor {
+pub(crate) struct Processor {
     /// The signing secrets (a worker, which serves no HTTP request, has none).
     secrets: Arc<SlackSecrets>,
     ledger: Arc<dyn Ledger>,
@@ -323,7 +321,7 @@ pub struct Processor {
 
 /// The protocol's settings, from the configuration.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// How long an event is remembered.
     pub ttl: Duration,
     /// The lease when the runtime gives no deadline.
@@ -337,7 +335,7 @@ pub struct Settings {
 /// What a worker takes from the queue: an event, or a command or interaction whose listener
 /// acknowledged in the ingress.
 #[derive(Clone, Debug)]
-pub enum Queued {
+pub(crate) enum Queued {
     /// An event, to be claimed and answered.
     Event(Arc<EventCallback>),
     /// With the steps its listener made in the ingress before the acknowledgement, and
@@ -560,11 +558,6 @@ impl Processor {
         record_result(&result);
         metrics::time_ms("TimeToAck", delivery.started.elapsed().as_secs_f64() * 1e3);
         result
-    }
-
-    /// The version answering (`AWS_LAMBDA_FUNCTION_VERSION`, or `local`).
-    pub fn version(&self) -> &str {
-        &self.version
     }
 
     /// Prints `metrics`' line (or keeps it: [`Settings::metrics`]), unless `METRICS=off`.

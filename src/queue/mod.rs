@@ -6,8 +6,8 @@
 //! and an in-memory one for tests; `worker.rs` holds what a worker does with each message, on
 //! Lambda (an SQS event batch) and locally (a long-polling loop).
 
-pub mod memory;
-pub mod sqs;
+pub(crate) mod memory;
+pub(crate) mod sqs;
 pub mod worker;
 
 use std::time::Duration;
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 pub use memory::MemoryQueue;
-pub use sqs::SqsQueue;
+pub use sqs::{CallBudget, SqsQueue};
 
 /// The format version of a [`QueuedEvent`] holding an event's envelope; a worker refuses a
 /// message of a version it does not know.
@@ -117,7 +117,7 @@ pub struct QueuedStep {
     pub step: u32,
     /// What a replay returns, as JSON text (empty when `unknown`).
     pub result: String,
-    /// The step's identity ([`crate::journal::record::step_op`]); `None` where it is not known.
+    /// The step's identity (`record::step_op`); `None` where it is not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
     /// Its fate unknown (a view whose answer the hand-off cut off): the worker looks for it.

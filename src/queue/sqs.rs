@@ -34,7 +34,7 @@ impl std::fmt::Debug for SqsQueue {
 pub enum CallBudget {
     /// The ingress's: 1.2 s an attempt, 2.5 s a call, within Slack's 3 s.
     Ingress,
-    /// A worker's: [`MAX_WAIT`] and 5 s more an attempt, [`MAX_WAIT`] and 15 s more a call.
+    /// A worker's: `MAX_WAIT` and 5 s more an attempt, `MAX_WAIT` and 15 s more a call.
     Worker,
 }
 
@@ -54,7 +54,7 @@ pub async fn client_from_env(budget: CallBudget) -> Client {
 }
 
 impl SqsQueue {
-    /// The queue at `url`, through `client` (built once per process: [`client_from_env`]).
+    /// The queue at `url`, through `client` (built once per process: `client_from_env`).
     pub fn new(client: Client, url: impl Into<String>) -> Self {
         Self {
             client,
@@ -64,7 +64,7 @@ impl SqsQueue {
     }
 
     /// The queue at `url`, through a client built from the environment with `budget`'s
-    /// timeouts ([`client_from_env`]). Call once per process.
+    /// timeouts (`client_from_env`). Call once per process.
     pub async fn from_env(url: impl Into<String>, budget: CallBudget) -> Self {
         Self::new(client_from_env(budget).await, url)
     }

@@ -9,7 +9,7 @@
 //!   back to come again after a backoff ([`retry_after`]: 10 s, then 5 times longer with each
 //!   receive, at least Slack's `Retry-After`, at most the visibility timeout), each receive
 //!   inside the `response_url`'s 30 minutes or a step token's 15 where the request has one
-//!   ([`answer_window`]; docs/cost-and-scale.md's numbers), and after a failed ledger call no sooner than
+//!   (`answer_window`; docs/cost-and-scale.md's numbers), and after a failed ledger call no sooner than
 //!   the run's own lease ends (the call may have left its claim); on the last receive the event
 //!   ends `failed` (retryable, so a redrive from the dead-letter queue takes it again) and the
 //!   message goes to the dead-letter queue;
@@ -77,7 +77,7 @@ pub fn retry_after(receive_count: u32) -> Duration {
 /// How long after it reached the ingress Slack still takes `request`'s answer: a Workflow
 /// Builder step's (its execution's token) 15 minutes, a command's or an interaction's (its
 /// `response_url`) 30; an event other than a step's has no such deadline (`None`).
-pub fn answer_window(request: &Queued) -> Option<Duration> {
+pub(crate) fn answer_window(request: &Queued) -> Option<Duration> {
     match request {
         Queued::Event(callback) => {
             (callback.event.kind == "function_executed").then_some(STEP_TOKEN_LIFETIME)
@@ -182,7 +182,7 @@ fn parse(queued: &QueuedEvent) -> Parsed {
 
 impl Worker {
     /// A worker on `processor`, for a queue whose `maxReceiveCount` is `max_receives`.
-    pub fn new(processor: Arc<Processor>, max_receives: u32) -> Self {
+    pub(crate) fn new(processor: Arc<Processor>, max_receives: u32) -> Self {
         Self {
             processor,
             max_receives,

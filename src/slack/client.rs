@@ -138,7 +138,7 @@ impl SlackClient {
 
     /// `base_url` is the Web API base (`https://slack.com/api`); method names are appended.
     /// The token is the secrets' current one.
-    pub fn with_secrets(base_url: impl Into<String>, secrets: Arc<SlackSecrets>) -> Self {
+    pub(crate) fn with_secrets(base_url: impl Into<String>, secrets: Arc<SlackSecrets>) -> Self {
         // The process's one TLS configuration, shared with the AWS SDK's clients.
         let connector = Connector::Https(crate::aws::https_connector(Duration::from_secs(2)));
         Self::with_connector(base_url, secrets, connector)
@@ -146,7 +146,7 @@ impl SlackClient {
 
     /// As [`Self::with_secrets`], connecting with `connector` (the crash explorer's Slack is
     /// in process: [`Connector::Memory`]).
-    pub fn with_connector(
+    pub(crate) fn with_connector(
         base_url: impl Into<String>,
         secrets: Arc<SlackSecrets>,
         connector: Connector,
@@ -625,6 +625,7 @@ static UNDER_TEST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 /// nothing listens on (9, discard), so the call fails there and never reaches Slack.
 const NOWHERE: &str = "http://127.0.0.1:9/api";
 
+#[cfg(feature = "testing")]
 /// Runs `work` (the serving of a request) with `base` as [`api_url`]'s answer inside it.
 pub(crate) async fn with_own_client_base<F: std::future::Future>(
     base: String,
@@ -634,6 +635,7 @@ pub(crate) async fn with_own_client_base<F: std::future::Future>(
     OWN_CLIENT_BASE.scope(base, work).await
 }
 
+#[cfg(feature = "testing")]
 /// This process is a test's: [`api_url`] never gives Slack's own base from now on.
 pub(crate) fn under_test() {
     UNDER_TEST.store(true, std::sync::atomic::Ordering::SeqCst);

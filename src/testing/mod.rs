@@ -27,6 +27,7 @@ mod oauth;
 mod recorded;
 mod scripts;
 mod slack;
+pub mod wiring;
 mod workspace;
 
 pub use bot::{Acked, Actor, CHANNEL, TestBot, USER};

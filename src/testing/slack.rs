@@ -16,7 +16,6 @@ use super::recorded::{Recorded, SlackFailure, TokenRule, log_call};
 use super::scripts;
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
-use crate::net::Connector;
 
 /// A stand-in for Slack's Web API, for tests: one [`Workspace`] served as Slack serves it.
 /// Every method takes its arguments as Slack does: a JSON body, a form, or a query string
@@ -99,14 +98,9 @@ impl FakeSlack {
         Self::start_for(default_identity()).await
     }
 
-    /// The same Slack, reached through [`FakeSlack::connector`] only: no socket.
+    /// The same Slack, reached in process only (the explorer serves its router): no socket.
     pub fn in_process(identity: Identity) -> Self {
         Self::new(identity, IN_PROCESS_BASE.to_string())
-    }
-
-    /// Connections to this Slack in process (give it to [`crate::slack::SlackClient`]).
-    pub fn connector(&self) -> Connector {
-        Connector::Memory(crate::net::serve_http(self.router.clone()))
     }
 
     /// The HTTP service, to wrap (the explorer puts its faults in front of it).

@@ -1,6 +1,6 @@
 //! `slack-once standin`: a stand-in for Slack's Web API on 127.0.0.1, for a bot run locally
 //! (`SLACK_API_URL=http://127.0.0.1:4000/api`), in every bot's binary: the same stand-in its
-//! tests run against ([`crate::testing::FakeSlack`]), which keeps what the bot posts as Slack
+//! tests run against (`slack_once::testing::FakeSlack`), which keeps what the bot posts as Slack
 //! would (conversations, threads, history newest first, the bot's `bot_id` and `app_id` on its
 //! messages, streams, agent sessions, views and their trigger ids, ephemerals, reactions,
 //! workflow executions and their tokens, OAuth installs with `--client-id`) and prints each
@@ -12,9 +12,11 @@
 //! about it.
 
 use std::process::ExitCode;
+#[cfg(feature = "testing")]
 use std::time::Duration;
 
 use super::args::{Args, Item, Spec};
+#[cfg(feature = "testing")]
 use crate::testing::{FakeSlack, Identity};
 
 /// `standin [PORT] [--seed FILE]… [--team T] [--app-id A] [--bot-id B] [--bot-user U] …`.
@@ -83,6 +85,7 @@ pub static SPEC: Spec = Spec {
     env: &[],
 };
 
+#[cfg(feature = "testing")]
 /// What `standin` was asked for, read from its arguments.
 struct Options {
     port: u16,
@@ -96,6 +99,7 @@ struct Options {
     oauth: Option<(String, String)>,
 }
 
+#[cfg(feature = "testing")]
 fn options(args: &Args) -> Result<Options, ExitCode> {
     let port = match args.operand(0).map(str::parse::<u16>) {
         None => 4000,
@@ -140,6 +144,7 @@ fn options(args: &Args) -> Result<Options, ExitCode> {
     })
 }
 
+#[cfg(feature = "testing")]
 /// Sets `slack` up as `options` say.
 fn configure(slack: FakeSlack, options: &Options) -> FakeSlack {
     let slack = match &options.oauth {
@@ -167,8 +172,24 @@ fn configure(slack: FakeSlack, options: &Options) -> FakeSlack {
     slack
 }
 
-/// Runs `standin` with its arguments (until Ctrl-C).
+/// Runs `standin` with its arguments (until Ctrl-C). The stand-in is the test kit's
+/// (`slack_once::testing::FakeSlack`): a binary built without the `testing` feature (a bot's Lambda
+/// build) says which build has it.
 pub fn run(args: &Args) -> ExitCode {
+    #[cfg(feature = "testing")]
+    return serve(args);
+    #[cfg(not(feature = "testing"))]
+    args.failed(
+        "this binary was built without the Slack stand-in, which is slack-once's test kit: \
+         run it from a build with the `testing` feature (in a bot: \
+         `cargo run --features slack-once/testing -- standin`; in slack-once: \
+         `cargo run --features testing -- standin`)",
+    )
+}
+
+/// The stand-in on its port, printing each call, until Ctrl-C.
+#[cfg(feature = "testing")]
+fn serve(args: &Args) -> ExitCode {
     let options = match options(args) {
         Ok(options) => options,
         Err(code) => return code,
@@ -207,6 +228,7 @@ pub fn run(args: &Args) -> ExitCode {
     })
 }
 
+#[cfg(feature = "testing")]
 /// A call as the stand-in prints it: the method, where, the text, and Slack's refusal if any
 /// (tokens and secrets are `***` already).
 fn line(call: &serde_json::Value) -> String {
@@ -247,7 +269,7 @@ fn line(call: &serde_json::Value) -> String {
     parts.join(" ")
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
 

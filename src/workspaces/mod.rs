@@ -5,7 +5,7 @@
 //!   ([`DynamoInstallations`]) implementation sharing its semantics; a store is one app's
 //!   (named by its client id), and touches no other app's items in a table they share;
 //! - [`Workspaces`]: which installation serves a request, its client, and the one refresh of a
-//!   rotating token across every instance ([`tokens`]);
+//!   rotating token across every instance (`tokens`);
 //! - [`oauth`]: the install flow (`/slack/install`, `/slack/oauth_redirect`).
 //!
 //! **Apps sharing a table.** Every key the store writes names the app by its client id
@@ -27,13 +27,13 @@ mod dynamo;
 mod memory;
 pub mod oauth;
 pub mod seal;
-pub mod tokens;
+pub(crate) mod tokens;
 
 use seal::ReadyKey;
 
 pub use dynamo::{DynamoInstallations, Sealing};
 pub use memory::MemoryInstallations;
-pub use tokens::{Authorized, Workspaces};
+pub use tokens::{Authorized, NO_APP, Workspaces};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -107,7 +107,7 @@ pub enum Authorized {
     Broken {
         /// Which installation.
         key: InstallationKey,
-        /// Slack's answer to the refresh that broke it (one of [`BROKEN_CODES`]).
+        /// Slack's answer to the refresh that broke it (one of `BROKEN_CODES`).
         code: String,
     },
 }
@@ -206,7 +206,7 @@ impl Workspaces {
     }
 
     /// Where a refresh's metrics line goes (the processor's settings).
-    pub fn set_metrics(&self, out: crate::metrics::MetricsOut, version: &str) {
+    pub(crate) fn set_metrics(&self, out: crate::metrics::MetricsOut, version: &str) {
         *self.metrics.lock().expect("lock") = (out, version.to_string());
     }
 
@@ -247,7 +247,7 @@ impl Workspaces {
     /// The install flow's scopes, user scopes and redirect URI: the environment's, or else the
     /// secret's (read at run time: the SAM template keeps them there). `Err` names what is
     /// wrong.
-    pub fn install_settings(&self) -> Result<InstallSettings, crate::config::ConfigError> {
+    pub(crate) fn install_settings(&self) -> Result<InstallSettings, crate::config::ConfigError> {
         use crate::config::{redirect_of, scopes_of};
         let from_secret = self.secrets.current().install.clone();
         let scopes = match self.oauth.scopes.is_empty() {

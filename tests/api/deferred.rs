@@ -300,7 +300,7 @@ async fn a_deferred_command_whose_first_follow_up_gets_http_500_is_followed_up_o
     let answer = deliver_form(&http, &d.ingress.url(), &form, None).await;
     let outcome = answer
         .headers
-        .get(slack_once::http::OUTCOME_HEADER)
+        .get(slack_once::OUTCOME_HEADER)
         .and_then(|v| v.to_str().ok());
     assert_eq!(
         (answer.status, outcome),

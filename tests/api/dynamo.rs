@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use http::StatusCode;
-use slack_once::journal::record::{Journal, StepRecord};
 use slack_once::ledger::contract::{LEASE, NOW, TTL_S, request};
 use slack_once::ledger::{
     Claim, ClaimRequest, DynamoLedger, Ledger, LedgerError, OwnerToken, contract,
 };
+use slack_once::ledger::{Journal, StepRecord};
 use slack_once::slack::envelope::EventId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

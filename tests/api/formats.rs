@@ -63,7 +63,7 @@ async fn rig() -> Rig {
     let config =
         Config::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
             .expect("a worker's configuration");
-    let app = Application::with_parts(config, ledger, slack_once::app::reference_app());
+    let app = Application::with_parts(config, ledger, slack_once::reference_app());
     Rig { slack, app, table }
 }
 
@@ -411,7 +411,7 @@ async fn a_journal_record_this_release_does_not_know_is_looked_for_before_writin
 async fn an_item_of_a_later_format_is_never_taken_over() {
     let rig = rig().await;
     put_item(&rig, "ledger/released.json").await;
-    let later = (slack_once::ledger::dynamo::ITEM_FORMAT_READ + 1).to_string();
+    let later = (slack_once::ledger::ITEM_FORMAT_READ + 1).to_string();
     rewrite_item(&rig, "SET #fmt = :f", &[(":f", AttributeValue::N(later))]).await;
     assert!(matches!(
         handle(&rig, "queue/v1_event.json").await,
@@ -420,7 +420,7 @@ async fn an_item_of_a_later_format_is_never_taken_over() {
     assert!(replies(&rig).is_empty(), "{:?}", rig.slack.calls());
 
     // The same item of this release's format is taken over and answered once.
-    let ours = slack_once::ledger::dynamo::ITEM_FORMAT.to_string();
+    let ours = slack_once::ledger::ITEM_FORMAT.to_string();
     rewrite_item(
         &rig,
         "SET #fmt = :f",
@@ -449,6 +449,6 @@ async fn this_releases_claims_write_their_format() {
     let item = message_item(&rig).await;
     assert_eq!(
         item["fmt"].as_n().unwrap(),
-        &slack_once::ledger::dynamo::ITEM_FORMAT.to_string()
+        &slack_once::ledger::ITEM_FORMAT.to_string()
     );
 }

@@ -108,7 +108,7 @@ async fn send_form(http: &HttpClient, url: &str, body: &str) -> (Answer, Duratio
 fn outcome(answer: &Answer) -> String {
     answer
         .headers
-        .get(slack_once::http::OUTCOME_HEADER)
+        .get(slack_once::OUTCOME_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string()
@@ -150,7 +150,7 @@ async fn once_is_acknowledged_ephemerally_then_answered_in_the_channel_once_and_
     assert_eq!(app.slack.calls_of("response_url"), 1);
 
     // The button on the answer updates that message, once however often it is clicked.
-    let click_body = click(&app.slack, slack_once::app::THANKS_ACTION, message);
+    let click_body = click(&app.slack, "once_thanks", message);
     let (clicked, took) = send_form(&app.http, &app.url("/slack/events"), &click_body).await;
     assert_eq!(clicked.status, StatusCode::OK);
     assert!(took < Duration::from_secs(3));
@@ -601,7 +601,7 @@ async fn the_modal_example_opens_validates_and_posts_once_in_deferred_mode() {
 
 #[test]
 fn every_sample_form_is_the_kind_its_name_says() {
-    use slack_once::slack::interaction::{Incoming, Kind};
+    use slack_once::slack::{Incoming, Kind};
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/interactions");
     let mut seen = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -639,7 +639,7 @@ async fn the_lambda_sample_command_and_submission_are_acknowledged_through_lambd
     let app = slack_once::Application::with_parts(
         config,
         Arc::new(slack_once::ledger::MemoryLedger::new()),
-        slack_once::app::reference_app().view_submission(
+        slack_once::reference_app().view_submission(
             "note_modal",
             |ctx: Ctx, _v: ViewSubmission| async move {
                 ctx.ack(Ack::clear()).await?;
@@ -676,7 +676,7 @@ async fn the_lambda_sample_command_and_submission_are_acknowledged_through_lambd
         let response = app.router().oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{file}");
         assert_eq!(
-            response.headers()[slack_once::http::OUTCOME_HEADER],
+            response.headers()[slack_once::OUTCOME_HEADER],
             expected,
             "{file}"
         );

@@ -11,6 +11,10 @@ use slack_once::ledger::{Ledger, MemoryLedger, Status};
 
 use crate::helpers::*;
 
+/// The most steps a request's journal holds (docs/listeners.md): a listener that would make
+/// more writes ends `failed` (`journal_full`).
+const MAX_STEPS: u32 = 500;
+
 /// An item's size as DynamoDB counts it (attribute names and values; numbers as stored).
 fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
     fn value(v: &AttributeValue) -> usize {
@@ -101,7 +105,7 @@ async fn a_listener_that_would_outgrow_its_journal_ends_the_event_failed_once() 
             let attempts = attempts.clone();
             async move {
                 *attempts.lock().unwrap() += 1;
-                for n in 0..=slack_once::app::MAX_STEPS {
+                for n in 0..=MAX_STEPS {
                     ctx.react(&m.channel, &m.ts, &format!("emoji{n}")).await?;
                 }
                 Ok(())
@@ -131,8 +135,7 @@ async fn a_listener_that_would_outgrow_its_journal_ends_the_event_failed_once() 
     assert_eq!(*attempts.lock().unwrap(), 1);
     let made = app.slack.calls_of("reactions.add");
     assert_eq!(
-        made,
-        slack_once::app::MAX_STEPS as usize,
+        made, MAX_STEPS as usize,
         "the write past the bound was not made"
     );
     let key = slack_once::slack::envelope::EventId::try_from(message_key(

@@ -12,9 +12,9 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use slack_once::Application;
-use slack_once::app::reference_app;
 use slack_once::config::{Config, Secret};
 use slack_once::ledger::MemoryLedger;
+use slack_once::reference_app;
 use tokio::sync::{mpsc, oneshot};
 use tower::ServiceExt;
 

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use slack_once::journal::record::{Settled, StepRecord};
 use slack_once::ledger::{
     Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, NotePut,
     StateItem, StatePut, StateWrite,
 };
+use slack_once::ledger::{Settled, StepRecord};
 use slack_once::slack::envelope::EventId;
 use slack_once::testing::TestBot;
 use tokio::sync::Barrier;

@@ -127,7 +127,7 @@ async fn set_attribute(stack: &DeferredStack, pk: &str, name: &str, value: Attri
 
 /// The ledger key the pipeline claims a command's or an interaction's form under.
 fn form_key(form: &str) -> String {
-    slack_once::slack::interaction::Interaction::from_form(form.as_bytes())
+    slack_once::slack::Interaction::from_form(form.as_bytes())
         .unwrap()
         .key()
         .unwrap()

@@ -1024,7 +1024,7 @@ async fn a_passing_failure_of_auth_test_never_disowns_the_previous_releases_impo
         attribute_of(&endpoint, &table, "install#WORKSPACE#T0000DEAD", "app")
             .await
             .as_deref(),
-        Some(slack_once::workspaces::tokens::NO_APP)
+        Some(slack_once::workspaces::NO_APP)
     );
 }
 

@@ -41,7 +41,7 @@ fn kms_client(endpoint: &str) -> aws_sdk_kms::Client {
         .region(Region::new("us-east-1"))
         .endpoint_url(endpoint)
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-        .http_client(slack_once::aws::new_http_client())
+        .http_client(slack_once::testing::wiring::new_aws_http_client())
         .build();
     aws_sdk_kms::Client::from_conf(config)
 }

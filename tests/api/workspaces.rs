@@ -83,7 +83,7 @@ async fn spawn(
     ledger: Arc<dyn Ledger>,
     store: Arc<dyn InstallationStore>,
 ) -> Distributed {
-    spawn_bot(slack, ledger, store, slack_once::app::reference_app()).await
+    spawn_bot(slack, ledger, store, slack_once::reference_app()).await
 }
 
 /// The bot `bot` in multi-workspace mode on `ledger` and `store`.
@@ -1265,9 +1265,13 @@ async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
             store,
             slack_once::slack::SlackClient::new(slack.base_url(), None),
             oauth,
-            Arc::new(slack_once::secrets::SlackSecrets::fixed(None, None)),
+            Arc::new(slack_once::config::SlackSecrets::fixed(None, None)),
         );
-        w.set_metrics(slack_once::metrics::MetricsOut::Kept(lines.clone()), "test");
+        slack_once::testing::wiring::keep_metrics(
+            &w,
+            slack_once::testing::wiring::MetricsOut::Kept(lines.clone()),
+            "test",
+        );
         w
     };
     let call = |w: Arc<Workspaces>| async move {
@@ -1308,7 +1312,7 @@ async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
             store,
             slack_once::slack::SlackClient::new(slack.base_url(), None),
             oauth,
-            Arc::new(slack_once::secrets::SlackSecrets::fixed(None, None)),
+            Arc::new(slack_once::config::SlackSecrets::fixed(None, None)),
         )
     };
     for _ in 0..3 {

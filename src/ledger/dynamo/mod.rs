@@ -54,7 +54,7 @@ impl std::fmt::Debug for DynamoLedger {
 }
 
 impl DynamoLedger {
-    /// The ledger on `table`, through `client` (built once per process: [`client_from_env`]).
+    /// The ledger on `table`, through `client` (built once per process: `client_from_env`).
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         Self {
             client,
@@ -147,8 +147,6 @@ pub async fn client_from_env() -> Client {
         .build();
     Client::from_conf(config)
 }
-
-pub use crate::aws::http_client;
 
 #[async_trait]
 impl Ledger for DynamoLedger {

@@ -71,7 +71,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     let ledger = options
         .ledger
         .unwrap_or_else(|| Arc::new(MemoryLedger::new()) as Arc<dyn Ledger>);
-    let app = options.app.unwrap_or_else(slack_once::app::reference_app);
+    let app = options.app.unwrap_or_else(slack_once::reference_app);
     let app = Application::with_parts(config, ledger, app);
     let server = app.bind().await.unwrap();
     let addr = server.local_addr();

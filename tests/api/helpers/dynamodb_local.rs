@@ -13,7 +13,7 @@ macro_rules! local_client {
             .region(Region::new("us-east-1"))
             .endpoint_url($endpoint)
             .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-            .http_client(slack_once::aws::new_http_client())
+            .http_client(slack_once::testing::wiring::new_aws_http_client())
             .build();
         $sdk::Client::from_conf(config)
     }};

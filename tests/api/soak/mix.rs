@@ -386,7 +386,7 @@ pub fn plan(
 
 /// The ledger key of an interaction's form.
 fn interaction_key(form: &str) -> Option<String> {
-    slack_once::slack::interaction::Interaction::from_form(form.as_bytes())
+    slack_once::slack::Interaction::from_form(form.as_bytes())
         .ok()
         .and_then(|c| c.key())
         .map(|k| k.to_string())

@@ -3,14 +3,15 @@
 //! acknowledges at once (only the user sees it) and then answers in the channel through the
 //! command's `response_url`, once; the button on its answers updates the message it sits in.
 
-use super::blocks::{actions, button, context, section};
-use super::manifest::Manifest;
-use super::{
+use crate::app::blocks::{actions, button, context, section};
+use crate::app::manifest::Manifest;
+use crate::app::{
     Ack, App, AppMention, BlockAction, Command, Ctx, HandlerResult, Message, MessageEvent, Respond,
+    safe_text,
 };
 
 /// The `action_id` of the button on the reference bot's answers.
-pub const THANKS_ACTION: &str = "once_thanks";
+const THANKS_ACTION: &str = "once_thanks";
 
 /// Echoed text is cut to this many characters.
 const MAX_ECHO_CHARS: usize = 200;
@@ -118,56 +119,16 @@ async fn answer_dm(ctx: Ctx, message: MessageEvent) -> HandlerResult {
     Ok(())
 }
 
-/// `text` made safe to repeat in a message: Slack's special mentions (`<!here>`,
-/// `<!channel>`, `<!everyone>`, `<!subteam^…>`) become plain text that notifies no one, and
-/// mentions of users are removed. Whitespace is collapsed.
-pub fn safe_text(text: &str) -> String {
-    defuse(text)
-}
-
 /// The user's text made safe to echo: mentions of users (`<@U123>`) removed, and Slack's
 /// special mentions (`<!here>`, `<!channel>`, `<!everyone>`, `<!subteam^S123|@team>`, any
 /// `<!…>`) turned into plain text that notifies no one, so a user cannot make the bot ping a
 /// channel or a group; trimmed and cut to a short length.
 fn echo(text: &str) -> String {
-    let trimmed = defuse(text);
+    let trimmed = safe_text(text);
     match trimmed.char_indices().nth(MAX_ECHO_CHARS) {
         Some((cut, _)) => format!("{}…", &trimmed[..cut]),
         None => trimmed,
     }
-}
-
-fn defuse(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(MAX_ECHO_CHARS * 4));
-    let mut rest = text;
-    while let Some(start) = rest.find('<') {
-        out.push_str(&rest[..start]);
-        let tail = &rest[start..];
-        let Some(end) = tail.find('>') else {
-            // No closing bracket: not a control sequence, but never let one form.
-            out.push_str(&tail.replace('<', "&lt;"));
-            rest = "";
-            break;
-        };
-        let inner = &tail[1..end];
-        if let Some(special) = inner.strip_prefix('!') {
-            // `<!here>`, `<!subteam^S1|@team>`: keep the label, as plain text with a
-            // zero-width space after the `@`.
-            let label = special
-                .split_once('|')
-                .map_or(special, |(_, label)| label)
-                .trim_start_matches('@');
-            let label = label.split('^').next().unwrap_or(label);
-            out.push_str("@\u{200B}");
-            out.push_str(label);
-        } else if !inner.starts_with('@') {
-            // Links and channel references (`<#C1|general>`, `<https://…|text>`) are harmless.
-            out.push_str(&tail[..=end]);
-        }
-        rest = &tail[end + 1..];
-    }
-    out.push_str(rest);
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
