@@ -43,6 +43,14 @@ for name in $rebuilt; do
   esac
 done
 echo "cargo build after cargo test compiled only: ${rebuilt:-nothing}"
+# The bot's own build (the features its Lambda build has) links none of slack-once's test kit,
+# and its `standin` says which build has the stand-in.
+if nm -C "$CARGO_TARGET_DIR/debug/mybot" | grep -q 'slack_once::testing::'; then
+  echo "mybot links slack-once's test kit, built without the testing feature" >&2; exit 1
+fi
+standin="$("$CARGO_TARGET_DIR/debug/mybot" standin 2>&1 || true)"
+grep -q -- "--features slack-once/testing" <<< "$standin" || { echo "mybot standin: $standin" >&2; exit 1; }
+echo "mybot's own build links no test kit; its standin names the feature that has it"
 # The checked-in manifest is the one the bot's code needs (as the bot's own CI checks it).
 "$CARGO_TARGET_DIR/debug/mybot" manifest --check slack-app-manifest.json
 # The README's try-it: the bot's own binary serves, signs, and answers once.
