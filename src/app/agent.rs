@@ -490,6 +490,9 @@ impl TaskDisplay {
     }
 }
 
+/// The agent view (`agents.sessions.*`): a session's status and title, its suggested prompts,
+/// and a person's stop. The assistant container's status and title are another Slack API
+/// ([`Ctx::set_status`], [`Ctx::set_title`]).
 impl Ctx {
     /// `agents.sessions.setStatus`: the session of the thread `thread_ts` in `channel` (a
     /// session channel's when `None`) shows `status`; `title` names a session this call

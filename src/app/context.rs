@@ -180,6 +180,8 @@ impl std::fmt::Debug for Ctx {
     }
 }
 
+/// The request: what Slack sent, whose it is, its deadline and attempt, its acknowledgement,
+/// and the app's state.
 impl Ctx {
     pub(crate) fn new(
         source: Source,
@@ -787,7 +789,11 @@ impl Ctx {
     }
 
     // ------------------------------------------------------------ writes, each a step
+}
 
+/// Writes to Slack, each a journaled step of the request: made once whatever runs it again
+/// (a retry, a takeover, a redelivery), or replayed from the journal.
+impl Ctx {
     /// Posts `message` in `channel` (`chat.postMessage`).
     ///
     /// # Example
@@ -1168,7 +1174,10 @@ impl Ctx {
             refused("response_url_refused")
         })
     }
+}
 
+/// Views (modals), opened with the request's `trigger_id`, pushed and updated, each a step.
+impl Ctx {
     /// Opens a modal with the request's `trigger_id` (`views.open`); returns the view's id.
     /// Only before [`Ctx::ack`]: a `trigger_id` lives 3 s and works once, so after the
     /// acknowledgement (and on a deferred worker) the call is not made and fails with
@@ -1276,7 +1285,11 @@ impl Ctx {
     }
 
     // ------------------------------------------------------------ remembered results
+}
 
+/// What a request computes once (`remember`), and reads from Slack, which are not steps: a
+/// run that reads again may see newer data, and writes nothing.
+impl Ctx {
     /// Runs `compute` once per event and remembers its result (any serialisable value, such as
     /// a model's answer) in the event's journal, written before this returns: a takeover, a
     /// retry or a redelivery that runs the listener again gets the remembered value and does

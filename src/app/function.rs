@@ -473,6 +473,8 @@ fn record_name(execution: &str) -> String {
     format!("slack-once/execution/{execution}")
 }
 
+/// Workflow Builder steps: the request's execution, its decision (the first wins), and the
+/// completion, once per execution whichever request sends it.
 impl Ctx {
     /// The step execution this request belongs to: `function_executed`'s, or a click's or view
     /// submission's in a message or view the step made (`function_data`). `None` elsewhere.

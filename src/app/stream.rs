@@ -185,6 +185,8 @@ fn slice(text: &str, from: usize, to: Option<usize>) -> String {
     }
 }
 
+/// Streamed answers (`chat.startStream`, `appendStream`, `stopStream`), in parts, with plans
+/// and tasks: one whole answer per request, whoever finishes it.
 impl Ctx {
     /// Starts a streamed reply in the thread `thread_ts` of `channel` (`chat.startStream`).
     /// `recipient` (user, and the user's team) is required outside a DM. A recipient Slack
@@ -987,6 +989,9 @@ fn markdown(text: &str) -> Value {
     json!({"type": "markdown", "text": text})
 }
 
+/// The assistant container (`assistant.threads.*`): the status under the composer, the
+/// suggested prompts, the thread's title. The agent view's sessions have their own
+/// ([`Ctx::set_session_status`], [`Ctx::rename_session`]).
 impl Ctx {
     /// `assistant.threads.setStatus`: the status under the thread's composer while the answer
     /// is made ("is thinking…"), with `loading_messages` shown in turn; an empty status clears
