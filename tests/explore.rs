@@ -2017,6 +2017,30 @@ mod steps {
             .assert_ok();
     }
 
+    /// The decider's completion reaches Slack and its process dies before the answer; past its
+    /// lease the other click takes the mark over to send the decision for it, and the answer
+    /// to that conditioned write is lost (it took effect): the click's run ends unfinished,
+    /// and its redelivery finds the record marked with its own request's key. The decider's
+    /// mark it replaced is still the one Slack's `execution_not_in_running_state` answers for:
+    /// the DM shows the approval, never that the request ended. (The decider's redelivery
+    /// dies, so that the click's redelivery is the next to send.) When only the run that
+    /// took the mark knew whose mark it replaced, the redelivery took the refusal for the
+    /// workflow's end: the record closed `ended`, and both clicks showed the request ended
+    /// before a decision, on a step completed with the approval.
+    #[test]
+    fn a_lost_answer_to_taking_the_mark_over_is_remembered_by_the_redelivery() {
+        two_deciders("U0DEPUTY")
+            .deferred()
+            .replay("plain; 3.1=dies-before 4.8=dies-after 5.8=answer-lost 6.1=dies-before")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "the DM tells how the step ended",
+                the_dm_tells_how_the_step_ended,
+            )
+            .run()
+            .assert_ok();
+    }
+
     /// The same schedule without the SDK's second send: the click sends for the dead decider,
     /// Slack refuses it as completed already, and the DM shows the approval (the control of
     /// the test above).

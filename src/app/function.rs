@@ -439,6 +439,12 @@ struct Record {
     /// request takes it over. `None` (no mark): `until_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sending_until_ms: Option<u64>,
+    /// The ledger key of the other request whose mark the holder took over (that request may
+    /// have sent the decision): written with the take-over, so that a later run of the holder's
+    /// request, which finds only its own mark (the take-over's answer lost), still takes
+    /// Slack's `execution_not_in_running_state` for that request's completion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    replaced: Option<String>,
 }
 
 /// One run's completion of an execution's decision: the record's name, this request's key,
@@ -588,6 +594,7 @@ impl Ctx {
             closed_by: None,
             sending: None,
             sending_until_ms: None,
+            replaced: None,
         };
         let changed = self
             .state()
@@ -691,7 +698,11 @@ impl Ctx {
             // send's, not the workflow's end. This request's own mark, made by an earlier run,
             // announces nothing here: every other sender takes the mark over before it sends
             // (the record would name it), and the earlier run's own call is its journal's.
-            let announced_elsewhere = replaced.as_deref().is_some_and(|s| s != c.me);
+            // The record keeps it too, for a later run whose take-over's answer was lost.
+            let announced_elsewhere = [replaced.as_deref(), now.replaced.as_deref()]
+                .into_iter()
+                .flatten()
+                .any(|s| s != c.me);
             self.completion_step(method, args, announced_elsewhere)
                 .await?
         };
@@ -817,6 +828,9 @@ impl Ctx {
                 }
                 if replaced.as_deref().is_none_or(|s| s == c.me) {
                     *replaced = r.sending.clone();
+                }
+                if let Some(other) = r.sending.as_deref().filter(|s| *s != c.me) {
+                    r.replaced = Some(other.to_string());
                 }
                 r.sending = Some(c.me.clone());
                 r.sending_until_ms = Some(c.until_ms);
