@@ -2138,6 +2138,26 @@ mod steps {
             .assert_ok();
     }
 
+    /// In synchronous mode (Slack delivers each click once), two approvers click at once; the
+    /// deputy's click records its decision and its process dies at once. The approver's
+    /// click finds the deputy's lease on past its own deadline and shows the decision on
+    /// trust: the step must then not be left running with no button left to click (the docs:
+    /// "the step waits for the next click, as the buttons are still there"). Today the click
+    /// gets `DecidedElsewhere`, the same answer as for a step completed, so the example
+    /// removes the buttons and says "Decided already", and the step is never completed.
+    #[test]
+    fn a_click_trusting_a_decider_that_died_leaves_a_button_to_complete_the_step() {
+        two_deciders("U0DEPUTY")
+            .replay("plain; 2.3=dies-after")
+            .invariant("completed once", completed_once)
+            .invariant(
+                "a decision shown as final is completed",
+                a_decision_shown_as_final_is_completed,
+            )
+            .run()
+            .assert_ok();
+    }
+
     /// Three clicks 30 s apart in deferred mode; the first (the decider) dies just after
     /// marking its completion `sending`. The two later clicks both wait for its lease, which
     /// ends within their own, and both wake as it ends: one takes the mark over and sends; the
