@@ -179,6 +179,14 @@ async fn settle(ctx: &Ctx, click: &BlockAction, decision: Decision) -> HandlerRe
                 ctx.respond(Respond::ephemeral(text)).await?;
             }
         }
+        // Another click is sending its decision and had not confirmed it in time: the DM
+        // keeps showing it with its buttons (should that click fail, the next one sends it).
+        Completion::Pending(d) => {
+            if ctx.interaction().is_some_and(|i| i.response_url.is_some()) {
+                let text = format!("Being completed by another click: {}", verdict(&d));
+                ctx.respond(Respond::ephemeral(text)).await?;
+            }
+        }
         Completion::Ended => replace(ctx, Message::text(ENDED)).await?,
     }
     Ok(())

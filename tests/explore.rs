@@ -2140,13 +2140,13 @@ mod steps {
 
     /// In synchronous mode (Slack delivers each click once), two approvers click at once; the
     /// deputy's click records its decision and its process dies at once. The approver's
-    /// click finds the deputy's lease on past its own deadline and shows the decision on
-    /// trust: the step must then not be left running with no button left to click (the docs:
-    /// "the step waits for the next click, as the buttons are still there"). Today the click
-    /// gets `DecidedElsewhere`, the same answer as for a step completed, so the example
-    /// removes the buttons and says "Decided already", and the step is never completed.
+    /// click finds the deputy's lease on past its own deadline: the step must then not be left
+    /// running with no button left to click. When that click got `DecidedElsewhere`, the same
+    /// answer as for a step completed, the example removed the buttons and said "Decided
+    /// already", and the step was never completed; it gets `Completion::Pending`, and the
+    /// example keeps the buttons.
     #[test]
-    fn a_click_trusting_a_decider_that_died_leaves_a_button_to_complete_the_step() {
+    fn a_click_finding_a_decider_that_died_pending_leaves_a_button_to_complete_the_step() {
         two_deciders("U0DEPUTY")
             .replay("plain; 2.3=dies-after")
             .invariant("completed once", completed_once)

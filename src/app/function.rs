@@ -408,6 +408,12 @@ pub enum Completion {
     /// decision. This request sent nothing, unless the other's run had died with the
     /// completion unsent: then this one sent that decision for it.
     DecidedElsewhere(Box<Decision>),
+    /// Another request's run is sending this decision (its lease outlasts this request's
+    /// answer) and had not confirmed it when this request, which Slack delivers once (a click
+    /// in synchronous mode), had to answer: nothing was sent by this request. Show the decision
+    /// as being completed and keep what lets a person act again (the step's buttons): should
+    /// that run fail, the next click sends the decision.
+    Pending(Box<Decision>),
     /// Slack said the execution was no longer running before any completion of slack-once's
     /// (the workflow was stopped, the step timed out, or it was completed outside slack-once):
     /// nothing was completed.
@@ -675,7 +681,7 @@ impl Ctx {
         };
         let marked = self.mark_once(&c).await?;
         let Some((now, replaced)) = self.hold_the_mark(&c, marked).await? else {
-            return self.trust_the_holder(&c, &execution.id).await;
+            return self.leave_pending(&c, &execution.id).await;
         };
         let (method, args) = completion_call(&execution.id, &now.end);
         let closed_elsewhere = c.closed_by_other(&now);
@@ -725,20 +731,17 @@ impl Ctx {
         })
     }
 
-    /// Shows the decision another request's run is completing, where this request is
-    /// delivered once and that run's lease outlasts this one. It takes the completion's step
+    /// The decision another request's run is completing, as pending ([`Completion::Pending`]),
+    /// where this request is delivered once and that run's lease outlasts this one. It takes the completion's step
     /// number and makes the same state changes as the other paths (none here), so that the
     /// steps after it keep their numbers, and nothing is recorded at it.
-    async fn trust_the_holder(&self, c: &Completing<'_>, id: &str) -> Result<Completion, Error> {
+    async fn leave_pending(&self, c: &Completing<'_>, id: &str) -> Result<Completion, Error> {
         let (method, args) = completion_call(id, &c.decision.end);
         self.pass_step(method, &args).await?;
         self.state()
             .change(&c.name, EXECUTION_RECORD_TTL, |_: Option<Record>| None)
             .await?;
-        Ok(match c.decision.mine {
-            true => Completion::Completed,
-            false => Completion::DecidedElsewhere(Box::new(c.decision.clone())),
-        })
+        Ok(Completion::Pending(Box::new(c.decision.clone())))
     }
 
     /// Marks the record `sending` just before the completion call, once per request: the record
