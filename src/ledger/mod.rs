@@ -255,9 +255,9 @@ pub struct StateItem {
     pub writers: Vec<String>,
 }
 
-/// How many of a state value's latest writers it keeps. This release decides whether a
-/// request made a change by the request's own record ([`RequestChange`]); the writers are kept
-/// for the previous release, which decides by them, while both run during a rolling deploy.
+/// How many of a state value's latest writers it keeps. Whether a request made a change is
+/// decided by the request's own record ([`RequestChange`]); the writers are kept for releases
+/// before that record, which decide by them and may still serve during a rolling deploy.
 pub const STATE_WRITERS_KEPT: usize = 32;
 
 /// The largest state value the ledger keeps (bytes of JSON): far below DynamoDB's 400 KB item.
