@@ -127,8 +127,9 @@ pub enum Alias {
         /// The key of the message the alias belongs to.
         key: String,
     },
-    /// An alias written as a claim by a version before aliases were pointers, still live:
-    /// answered as a live claim (a non-2xx; the next delivery tries again).
+    /// An alias written as a claim (a status and a lease rather than a pointer), as versions
+    /// before aliases were pointers wrote it, still live: answered as a live claim (a non-2xx;
+    /// the next delivery tries again).
     Busy {
         /// When that claim's lease ends (epoch ms; 0 if the item holds none).
         lease_until_ms: u64,
