@@ -134,8 +134,8 @@ pub struct OAuthConfig {
     /// The KMS key the installations' tokens are sealed with in the table
     /// (`SLACK_TOKEN_KEY_ID`: a key id, an ARN or `alias/…`); `None`: kept as they are.
     pub token_key_id: Option<String>,
-    /// The Slack app's id (`SLACK_APP_ID`, `A…`), where it is given: which of the previous
-    /// release's installations are this app's, for the app's own work outside a request before
+    /// The Slack app's id (`SLACK_APP_ID`, `A…`), where it is given: which unscoped
+    /// installations are this app's, for the app's own work outside a request before
     /// any request has named the app (requests and installs name it otherwise).
     pub app_id: Option<String>,
 }

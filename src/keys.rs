@@ -138,12 +138,13 @@ pub(crate) fn ledger_key(raw: &str) -> Option<EventId> {
 /// Where an app's note is: its key followed by the app (`…-A0123`, as a claim of a key another
 /// app holds is kept: [`app_scoped`]), so two apps whose deployments share a table never read
 /// or overwrite each other's; a request without `api_app_id` keeps it under the key alone.
-/// The releases before kept every app's note under the key alone (`legacy`): read there
-/// while a deploy overlaps, when the app's own is absent, never written.
+/// Releases before the app was in the key kept every app's note under the key alone: that
+/// unscoped note (`unscoped`) is read while a deploy overlaps, when the app's own is absent,
+/// never written.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct NoteKeys {
     pub own: EventId,
-    pub legacy: Option<EventId>,
+    pub unscoped: Option<EventId>,
 }
 
 impl NoteKeys {
@@ -152,11 +153,11 @@ impl NoteKeys {
         Some(match app.and_then(|app| app_scoped(&key, app)) {
             Some(own) => Self {
                 own,
-                legacy: Some(key),
+                unscoped: Some(key),
             },
             None => Self {
                 own: key,
-                legacy: None,
+                unscoped: None,
             },
         })
     }
@@ -200,7 +201,7 @@ impl StopNote {
         }
     }
 
-    /// The note as kept (this release's or the one before's); `None` when it is not one.
+    /// The note as kept (with `streams`, or of `value` alone); `None` when it is not one.
     pub(crate) fn read(note: &str) -> Option<Self> {
         let kept: Value = serde_json::from_str(note).ok()?;
         let at_ms = kept["at_ms"].as_u64()?;
@@ -271,8 +272,8 @@ const STOP_WRITE_ATTEMPTS: u32 = 16;
 /// conditioned on the note being still as read ([`Ledger::replace_note`]), again from the
 /// read where another stop came in between, so two stops of one thread kept at the same
 /// instant both stand. None is written where the note has it already (a stop's event sent
-/// again, a write whose answer was lost). Where the app's own note is absent, the stops the
-/// release before kept without the app are kept with it: a reader of the app's own note no
+/// again, a write whose answer was lost). Where the app's own note is absent, the stops of the
+/// unscoped note (kept without the app) are kept with it: a reader of the app's own note no
 /// longer reads those.
 pub(crate) async fn keep_stop(
     ledger: &dyn Ledger,
@@ -284,8 +285,8 @@ pub(crate) async fn keep_stop(
     let key = &keys.own;
     for _ in 0..STOP_WRITE_ATTEMPTS {
         let read = ledger.note(key, now_ms).await?;
-        let earlier = match (&read, &keys.legacy) {
-            (None, Some(legacy)) => ledger.note(legacy, now_ms).await?,
+        let earlier = match (&read, &keys.unscoped) {
+            (None, Some(unscoped)) => ledger.note(unscoped, now_ms).await?,
             _ => read.clone(),
         };
         let kept = stop
@@ -332,7 +333,7 @@ mod tests {
     }
 
     #[test]
-    fn a_later_stop_keeps_the_earlier_ones_and_the_previous_release_s_note_is_read() {
+    fn a_later_stop_keeps_the_earlier_ones_and_a_note_of_value_alone_is_read() {
         let earlier = StopNote::pressed(1_000, vec!["1.5".into()]);
         let later = StopNote::pressed(3_000, vec!["1.7".into()]).with(Some(earlier.clone()));
         let read = StopNote::read(&later.kept()).unwrap();
@@ -341,18 +342,19 @@ mod tests {
         // Delivered late: the later stop's time stands.
         let late = StopNote::pressed(500, vec![]).with(Some(read));
         assert_eq!((late.at_ms, late.unnamed_at_ms), (3_000, Some(500)));
-        // The previous release's: `value` alone, which named its streams.
-        let old = StopNote::read(r#"{"at_ms": 2000, "value": "[\"1.5\"]"}"#).unwrap();
-        assert!(old.stops(&["1.5"], 0) && !old.stops(&["1.7"], 0));
-        let old = StopNote::read(r#"{"at_ms": 2000, "value": "[]"}"#).unwrap();
-        assert!(old.stops(&[], 1_500) && !old.stops(&[], 2_500));
+        // A note of `value` alone (no `streams`), as releases before `streams` kept it, which
+        // named its streams.
+        let value_alone = StopNote::read(r#"{"at_ms": 2000, "value": "[\"1.5\"]"}"#).unwrap();
+        assert!(value_alone.stops(&["1.5"], 0) && !value_alone.stops(&["1.7"], 0));
+        let value_alone = StopNote::read(r#"{"at_ms": 2000, "value": "[]"}"#).unwrap();
+        assert!(value_alone.stops(&[], 1_500) && !value_alone.stops(&[], 2_500));
     }
 
     #[tokio::test]
     async fn a_stop_kept_already_leaves_the_note_as_it_is_and_a_new_one_is_added() {
         let ledger = crate::ledger::MemoryLedger::new();
-        let old = EventId::try_from("astop-T1-D1-1_1".to_string()).ok();
-        let keys = NoteKeys::of(old, Some("A1")).unwrap();
+        let key = EventId::try_from("astop-T1-D1-1_1".to_string()).ok();
+        let keys = NoteKeys::of(key, Some("A1")).unwrap();
         let (now_ms, expires_at_s) = (10_000, 100);
         let keep = |stop: StopNote| keep_stop(&ledger, &keys, stop, expires_at_s, now_ms);
         keep(StopNote::pressed(2_000, vec!["1.5".into()]))
@@ -375,16 +377,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_app_s_first_stop_keeps_the_stops_the_release_before_kept_without_the_app() {
+    async fn the_app_s_first_stop_keeps_the_stops_of_the_unscoped_note() {
         let ledger = crate::ledger::MemoryLedger::new();
-        let old = EventId::try_from("astop-T1-D1-1_1".to_string()).ok();
-        let keys = NoteKeys::of(old, Some("A1")).unwrap();
-        let legacy = keys.legacy.clone().unwrap();
+        let key = EventId::try_from("astop-T1-D1-1_1".to_string()).ok();
+        let keys = NoteKeys::of(key, Some("A1")).unwrap();
+        let unscoped = keys.unscoped.clone().unwrap();
         let (now_ms, expires_at_s) = (10_000, 100);
-        // As the release before kept a stop: `value` alone, naming its stream.
+        // As releases before the app was in the key kept a stop: `value` alone, naming its
+        // stream, without the app.
         let before = r#"{"at_ms": 2000, "value": "[\"1.5\"]"}"#;
         ledger
-            .set_note(&legacy, before, 2_000, expires_at_s)
+            .set_note(&unscoped, before, 2_000, expires_at_s)
             .await
             .unwrap();
         let stop = StopNote::pressed(3_000, vec!["1.7".into()]);
@@ -393,9 +396,9 @@ mod tests {
             .unwrap();
         let own = ledger.note(&keys.own, now_ms).await.unwrap().unwrap();
         let own = StopNote::read(&own).unwrap();
-        assert!(own.stops(&["1.5"], 0), "the release before's stop: {own:?}");
+        assert!(own.stops(&["1.5"], 0), "the unscoped note's stop: {own:?}");
         assert!(own.stops(&["1.7"], 0));
-        let legacy_now = ledger.note(&legacy, now_ms).await.unwrap();
-        assert_eq!(legacy_now.as_deref(), Some(before), "never written");
+        let unscoped_now = ledger.note(&unscoped, now_ms).await.unwrap();
+        assert_eq!(unscoped_now.as_deref(), Some(before), "never written");
     }
 }

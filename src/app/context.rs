@@ -416,8 +416,8 @@ impl Ctx {
         if let Some(note) = self.note(&keys.own).await? {
             return Ok(Some(note));
         }
-        match &keys.legacy {
-            Some(legacy) => self.note(legacy).await,
+        match &keys.unscoped {
+            Some(unscoped) => self.note(unscoped).await,
             None => Ok(None),
         }
     }

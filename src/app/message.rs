@@ -22,7 +22,8 @@ pub struct Message {
     /// Block Kit blocks (`blocks`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocks: Option<Vec<Value>>,
-    /// Legacy attachments (`attachments`).
+    /// Secondary attachments (`attachments`), as Slack names them: fields and text beside a
+    /// colored bar.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attachments: Option<Vec<Value>>,
     /// The thread's parent `ts`.
@@ -60,7 +61,7 @@ impl Message {
         self
     }
 
-    /// Legacy attachments.
+    /// Secondary attachments (`attachments`).
     pub fn attachments(mut self, attachments: impl IntoIterator<Item = Value>) -> Self {
         self.attachments = Some(attachments.into_iter().collect());
         self

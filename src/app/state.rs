@@ -194,7 +194,7 @@ impl State {
         let ids = self.ctx.next_state_change(&key, name);
         if version > 0
             && writers.contains(&ids.0)
-            && self.made_by_previous_release(&key, &claim.0).await?
+            && self.made_without_claim_record(&key, &claim.0).await?
         {
             return Ok(Put::Written { version });
         }
@@ -318,9 +318,13 @@ impl State {
             let (found, version, writers) = match self.read(&key).await? {
                 Some(item)
                     if item.writers.contains(&ids.0)
-                        && self.made_by_previous_release(&key, &claim.0).await? =>
+                        && self.made_without_claim_record(&key, &claim.0).await? =>
                 {
-                    tracing::info!(name, "state change made already (by the previous release)");
+                    tracing::info!(
+                        name,
+                        "state change made already (among the value's writers, not in the claim's \
+                         record)"
+                    );
                     return Ok(Changed {
                         value: now(Some(item))?,
                         applied: true,
@@ -429,8 +433,8 @@ impl State {
         self.ctx.state_is_a_workers(true).await?;
         let (claim, _) = self.claim(name).await?;
         let key = self.key(name)?;
-        // Never one of the writers a change of the request writes (`key#digest#n`), which the
-        // previous release looks for.
+        // Never one of the writers a change of the request writes (`key#digest#n`), which a
+        // release that decides by the writers alone looks for.
         let writer = format!("{claim}#this-run");
         for attempt in 0..UPDATE_ATTEMPTS {
             if attempt > 0 {
@@ -502,12 +506,14 @@ impl State {
             .await
     }
 
-    /// Whether the previous release made this request's change of the value under `key`: the
-    /// value keeps the writer that release writes for it (this release writes it too, for that
-    /// release to find), and the request's claim records no change of this release to that
-    /// value (so no listener of this release wrote that writer). A read of the claim, only where
-    /// the writer was found: a request run again.
-    async fn made_by_previous_release(
+    /// Whether this request's change of the value under `key` was made without a record in the
+    /// claim, by a release that decides by the value's writers alone (one before changes were
+    /// recorded with the claim, which may still serve during a rolling deploy): the value keeps
+    /// the writer that release writes for it (this release writes it too, for that release to
+    /// find), and the request's claim records no change to that value (so no listener of this
+    /// release wrote that writer). A read of the claim, only where the writer was found: a
+    /// request run again.
+    async fn made_without_claim_record(
         &self,
         key: &EventId,
         claim: &EventId,

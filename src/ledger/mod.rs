@@ -127,8 +127,9 @@ pub enum Alias {
         /// The key of the message the alias belongs to.
         key: String,
     },
-    /// An alias written as a claim by a version before aliases were pointers, still live:
-    /// answered as a live claim (a non-2xx; the next delivery tries again).
+    /// An alias written as a claim (a status and a lease rather than a pointer), as versions
+    /// before aliases were pointers wrote it, still live: answered as a live claim (a non-2xx;
+    /// the next delivery tries again).
     Busy {
         /// When that claim's lease ends (epoch ms; 0 if the item holds none).
         lease_until_ms: u64,
@@ -255,9 +256,9 @@ pub struct StateItem {
     pub writers: Vec<String>,
 }
 
-/// How many of a state value's latest writers it keeps. This release decides whether a
-/// request made a change by the request's own record ([`RequestChange`]); the writers are kept
-/// for the previous release, which decides by them, while both run during a rolling deploy.
+/// How many of a state value's latest writers it keeps. Whether a request made a change is
+/// decided by the request's own record ([`RequestChange`]); the writers are kept for releases
+/// before that record, which decide by them and may still serve during a rolling deploy.
 pub const STATE_WRITERS_KEPT: usize = 32;
 
 /// The largest state value the ledger keeps (bytes of JSON): far below DynamoDB's 400 KB item.

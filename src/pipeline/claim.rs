@@ -223,7 +223,8 @@ fn alias_ends(
         Some(Ok(Alias::Busy { lease_until_ms })) => {
             tracing::info!(
                 lease_until_ms,
-                "an earlier version holds a live claim of this message's client_msg_id"
+                "a live claim is kept at this message's client_msg_id key (an alias written as a \
+                 claim, not a pointer)"
             );
             Some((Finish::Released, Ok(Claimed::Ended(Outcome::InProgress))))
         }

@@ -37,11 +37,11 @@ pub const READS: &[u32] = &[
     QUEUED_FORM_VERSION_UNKNOWN,
 ];
 
-/// The formats the release before this one read (e596cea's worker): the ingress writes no
-/// other, so that the previous release's workers, serving beside this one during a gradual
-/// shift or after a rollback, read every message. A new format joins [`READS`] in one
-/// release and this list (and the ingress) in the next: read first, write later.
-pub const PREVIOUS_RELEASE_READS: &[u32] = &[1, 2, 3];
+/// The formats the ingress may write: those every worker that may serve reads, this release's
+/// ([`READS`]) and the release's before it (e596cea's worker reads 1, 2 and 3), which serves
+/// beside this one during a gradual shift or after a rollback. A new format joins [`READS`]
+/// in one release and this list (and the ingress) in the next: read first, write later.
+pub const WRITES: &[u32] = &[1, 2, 3];
 
 /// The format the ingress writes for a request: an event's envelope (JSON), or a form, with
 /// or without a step of unknown fate (which a worker before format 3 would take as made).
@@ -57,14 +57,14 @@ pub fn format_for(envelope: bool, unknown_step: bool) -> u32 {
 mod format_tests {
     use super::*;
 
-    /// Read first, write later: every format the ingress writes is one the previous release
-    /// reads, and this one too.
+    /// Read first, write later: every format the ingress writes is one it may write (the
+    /// release before this one reads it), and one this release reads.
     #[test]
-    fn the_ingress_writes_only_formats_the_previous_release_reads() {
+    fn the_ingress_writes_only_formats_every_serving_worker_reads() {
         for envelope in [true, false] {
             for unknown in [true, false] {
                 let v = format_for(envelope, unknown);
-                assert!(PREVIOUS_RELEASE_READS.contains(&v), "format {v}");
+                assert!(WRITES.contains(&v), "format {v}");
                 assert!(READS.contains(&v), "format {v}");
             }
         }

@@ -588,9 +588,9 @@ mod tests {
         }
     }
 
-    /// The previous release's message of format `v` (tests/data/formats/previous/queue/), its
-    /// placeholders filled in.
-    fn previous(v: u32) -> QueuedEvent {
+    /// A message of format `v` as the release before this one wrote it
+    /// (tests/data/formats/previous/queue/), its placeholders filled in.
+    fn message_of_format(v: u32) -> QueuedEvent {
         let text = match v {
             1 => include_str!("../../tests/data/formats/previous/queue/v1_event.json"),
             2 => include_str!("../../tests/data/formats/previous/queue/v2_command.json"),
@@ -610,7 +610,7 @@ mod tests {
     #[test]
     fn every_format_the_worker_declares_it_reads() {
         for &v in READS {
-            let queued = previous(v);
+            let queued = message_of_format(v);
             assert_eq!(queued.v, v);
             assert!(
                 matches!(parse(&queued), Parsed::Request(_)),
@@ -619,7 +619,7 @@ mod tests {
         }
         // Format 3's step of unknown fate stays unknown: a worker that took it as made would
         // never look for the view it may have opened.
-        let Parsed::Request(Queued::Interaction(_, steps, _)) = parse(&previous(3)) else {
+        let Parsed::Request(Queued::Interaction(_, steps, _)) = parse(&message_of_format(3)) else {
             panic!("format 3 is a form")
         };
         assert!(matches!(
@@ -631,10 +631,10 @@ mod tests {
     /// A message of a known format without what that format carries is not read as another.
     #[test]
     fn a_known_format_without_its_envelope_or_form_is_invalid() {
-        let mut event = previous(1);
+        let mut event = message_of_format(1);
         event.envelope = None;
         assert!(matches!(parse(&event), Parsed::Invalid(_)));
-        let mut form = previous(2);
+        let mut form = message_of_format(2);
         form.v = QUEUED_EVENT_VERSION;
         assert!(matches!(parse(&form), Parsed::Invalid(_)));
     }

@@ -4,8 +4,8 @@
 //! - `sign` ([`sign`]): re-sign a Slack body or a Lambda event file;
 //! - `create-table`, `create-queue` ([`setup`]): the ledger table, deferred mode's queues;
 //! - `import-token` ([`setup`]): keep `SLACK_BOT_TOKEN` as its workspace's installation;
-//! - `seal-installations` ([`setup`]): seal the tokens kept as they are, move the previous
-//!   release's installations to the app's own keys;
+//! - `seal-installations` ([`setup`]): seal the tokens kept as they are, move the unscoped
+//!   installations to the app's own keys;
 //! - `redrive` ([`redrive`]): the dead-letter queue back to the work queue;
 //! - `sweep` ([`sweep`]): claims left in progress past their lease ended failed;
 //! - `manifest` ([`manifest`]): the app manifest the bot's code needs (run by the bot's

@@ -10,7 +10,7 @@ use crate::errors::error_chain;
 use crate::ledger::DynamoLedger;
 use crate::queue::SqsQueue;
 use crate::queue::sqs::{self, CallBudget};
-use crate::workspaces::LegacyFound;
+use crate::workspaces::UnscopedFound;
 use crate::workspaces::seal::Seal;
 
 /// `create-table [TABLE]`.
@@ -96,8 +96,8 @@ pub static IMPORT_TOKEN: Spec = Spec {
 pub static SEAL_INSTALLATIONS: Spec = Spec {
     name: "seal-installations",
     about: "seal with KMS (SLACK_TOKEN_KEY_ID) the tokens of this app's installations still\n\
-            kept as they are, and move the previous release's (keyed without the app) to\n\
-            the app's own key: once the previous release no longer runs",
+            kept as they are, and move its unscoped ones (keyed without the app) to the\n\
+            app's own key: once no release that reads them there runs",
     operands: &[],
     options: &[
         Item {
@@ -106,7 +106,7 @@ pub static SEAL_INSTALLATIONS: Spec = Spec {
         },
         Item {
             name: "--app APP_ID",
-            help: "the app's id (A…), which the previous release's items name (default: SLACK_APP_ID, else as the app's own items name it)",
+            help: "the app's id (A…), which its unscoped items name (default: SLACK_APP_ID, else as the app's own items name it)",
         },
     ],
     env: &[
@@ -295,14 +295,14 @@ pub fn import_token(args: &Args) -> ExitCode {
                     .key()
                     .map(|k| k.id().to_string())
                     .unwrap_or_default();
-                match &imported.legacy {
-                    Some(LegacyFound::Ours) => say!(
-                        "the previous release kept this app's installation of {id} without \
-                         the app: this app's own takes its place"
+                match &imported.unscoped {
+                    Some(UnscopedFound::Ours) => say!(
+                        "this app's installation of {id} is kept unscoped (without the app): \
+                         this app's own takes its place"
                     ),
-                    Some(LegacyFound::OtherApp(app)) => say!(
-                        "the previous release's installation of {id} is another app's ({}), \
-                         not this token's: left to it",
+                    Some(UnscopedFound::OtherApp(app)) => say!(
+                        "the unscoped installation of {id} is another app's ({}), not this \
+                         token's: left to it",
                         app.as_deref().unwrap_or("its app unnamed")
                     ),
                     None => {}

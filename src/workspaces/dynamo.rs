@@ -1,8 +1,8 @@
 //! The installation store in the ledger's DynamoDB table: one item per app and installation
 //! (`install#CLIENT#WORKSPACE#T…`, `install#CLIENT#ENTERPRISE#E…`), without `expires_at`
 //! (never expired by the table's TTL); OAuth states (`oauth-state#CLIENT#…`) and history-read
-//! pacing (`install-pace#CLIENT#…`) with one. Items the previous release kept without the app
-//! (`install#WORKSPACE#T…`) are read where the app has none, and written in place only as the
+//! pacing (`install-pace#CLIENT#…`) with one. Unscoped items, kept without the app
+//! (`install#WORKSPACE#T…`), are read where the app has none, and written in place only as the
 //! caller's ownership check allows (see [`super`]). Every write is one conditional request,
 //! and each stays right when the SDK sends it again after its answer was lost.
 
@@ -24,9 +24,9 @@ use super::{
 /// The attributes of an installation's item.
 pub mod attr {
     pub const PK: &str = "pk";
-    /// The installation as JSON. Its tokens are in it where no KMS key seals them (an item of
-    /// the previous release, or of a deployment without `SLACK_TOKEN_KEY_ID`: readable by
-    /// anyone who can read the table); else every token is empty, and `sealed` holds them.
+    /// The installation as JSON. Its tokens are in it where no KMS key seals them (an unscoped
+    /// item, or an item of a deployment without `SLACK_TOKEN_KEY_ID`: readable by anyone who
+    /// can read the table); else every token is empty, and `sealed` holds them.
     pub const INSTALLATION: &str = "installation";
     /// Names the bot's refresh token ([`super::super::Token::rotation`]): what a refreshed
     /// pair is conditioned on.
@@ -131,8 +131,8 @@ impl DynamoInstallations {
 
     /// The attributes that keep `installation` in the item `pk` at `place`: sealed at the app's
     /// own key when a key is set (the JSON then holds no token), as it is otherwise (and always
-    /// at the previous release's, which reads it in place); and those to remove. Sealed with
-    /// `ready`'s key where it holds one for `pk`.
+    /// at the unscoped key, where releases before the app was in the key read it in place); and
+    /// those to remove. Sealed with `ready`'s key where it holds one for `pk`.
     async fn kept(
         &self,
         pk: &str,
@@ -149,7 +149,7 @@ impl DynamoInstallations {
                     .map_err(|e| StoreError::Unavailable(Box::new(e)))?
                     .map(|sealed| (sealed, bare))
             }
-            Place::Legacy => None,
+            Place::Unscoped => None,
         };
         Ok(match sealed {
             Some((sealed, bare)) => (
@@ -319,10 +319,10 @@ impl DynamoInstallations {
         self.update(pk, &update, condition, values).await
     }
 
-    /// Seals every installation of the app still kept as it is, and moves the previous
-    /// release's (keyed without the app) to the app's own key, sealed, removing each: what
-    /// `seal-installations` does once the previous release no longer runs. `app_id` says which
-    /// of the previous release's items are this app's (those that name it); without it, it is
+    /// Seals every installation of the app still kept as it is, and moves its unscoped items
+    /// (keyed without the app) to the app's own key, sealed, removing each: what
+    /// `seal-installations` does once no release that reads unscoped items in place runs.
+    /// `app_id` says which unscoped items are this app's (those that name it); without it, it is
     /// learnt from the app's own items. An item that names no app (an import), or changes while
     /// this runs, is left and reported. With `dry_run`, only reports.
     pub async fn seal_all(
@@ -369,7 +369,7 @@ impl DynamoInstallations {
         };
         for item in items {
             let pk = pk_of(&item).to_string();
-            let legacy_key = legacy_key_of(&pk);
+            let unscoped_key = unscoped_key_of(&pk);
             if pk.starts_with(&own_prefix) {
                 if item.contains_key(attr::SEALED) {
                     report.sealed_already += 1;
@@ -399,8 +399,8 @@ impl DynamoInstallations {
                     }
                 }
                 report.sealed.push(pk);
-            } else if let Some(key) = legacy_key {
-                let stored = self.stored_of(&item, Place::Legacy).await?;
+            } else if let Some(key) = unscoped_key {
+                let stored = self.stored_of(&item, Place::Unscoped).await?;
                 let named = stored.installation.app_id.clone().or(stored.tag.clone());
                 match (&named, &app_id) {
                     (Some(named), Some(ours)) if named == ours => {}
@@ -413,7 +413,7 @@ impl DynamoInstallations {
                         continue;
                     }
                 }
-                if !dry_run && !self.move_legacy(&key, &item, stored).await? {
+                if !dry_run && !self.move_unscoped(&key, &item, stored).await? {
                     report.changed.push(pk);
                     continue;
                 }
@@ -425,10 +425,10 @@ impl DynamoInstallations {
         Ok(report)
     }
 
-    /// Moves the previous release's item of `key` (as read: `item`, `stored`) to the app's own
+    /// Moves the unscoped item of `key` (as read: `item`, `stored`) to the app's own
     /// key, sealed, in one transaction that removes it only as read; where the app has an item
     /// of its own already (a reinstall since), only removes it. Whether done.
-    async fn move_legacy(
+    async fn move_unscoped(
         &self,
         key: &InstallationKey,
         item: &HashMap<String, AttributeValue>,
@@ -438,7 +438,7 @@ impl DynamoInstallations {
         // Not while a refresh holds its lease (it is about to store a new pair there).
         let mut remove = aws_sdk_dynamodb::types::Delete::builder()
             .table_name(&self.table)
-            .key(attr::PK, s(&self.key(key, Place::Legacy)))
+            .key(attr::PK, s(&self.key(key, Place::Unscoped)))
             .condition_expression(format!(
                 "{unchanged} AND \
                  (attribute_not_exists(#refresh_until) OR #refresh_until < :now)"
@@ -564,17 +564,17 @@ fn named(expressions: &[&str]) -> Vec<(String, &'static str)> {
 /// What [`DynamoInstallations::seal_all`] found and did.
 #[derive(Clone, Debug, Default)]
 pub struct Sealing {
-    /// The app's id the previous release's items were judged by, if known.
+    /// The app's id the unscoped items were judged by, if known.
     pub app_id: Option<String>,
     /// The app's own items sealed (with `dry_run`: to seal).
     pub sealed: Vec<String>,
-    /// The previous release's items of the app moved to its own key, sealed (or to move).
+    /// The app's unscoped items moved to its own key, sealed (or to move).
     pub moved: Vec<String>,
     /// The app's own items sealed already.
     pub sealed_already: usize,
     /// Other apps' items, passed over.
     pub others: usize,
-    /// The previous release's items that name no app: left (`import-token` with their token
+    /// Unscoped items that name no app: left (`import-token` with their token
     /// moves them).
     pub undecided: Vec<String>,
     /// Items that changed while this ran: left (run it again).
@@ -612,9 +612,9 @@ fn pk_of(item: &HashMap<String, AttributeValue>) -> &str {
         .unwrap_or_default()
 }
 
-/// The installation the previous release's item `pk` keeps (`install#WORKSPACE#T…`,
+/// The installation the unscoped item `pk` keeps (`install#WORKSPACE#T…`,
 /// `install#ENTERPRISE#E…`), if it is one.
-fn legacy_key_of(pk: &str) -> Option<InstallationKey> {
+fn unscoped_key_of(pk: &str) -> Option<InstallationKey> {
     let rest = pk.strip_prefix("install#")?;
     let (scope, id) = rest.split_once('#')?;
     if id.contains('#') || id.is_empty() {
@@ -719,8 +719,8 @@ impl InstallationStore for DynamoInstallations {
             self.seal_as_read(&item, &stored).await;
             return Ok(Some(stored));
         }
-        match self.get(key, Place::Legacy).await? {
-            Some(item) => self.stored_of(&item, Place::Legacy).await.map(Some),
+        match self.get(key, Place::Unscoped).await? {
+            Some(item) => self.stored_of(&item, Place::Unscoped).await.map(Some),
             None => Ok(None),
         }
     }
@@ -898,7 +898,7 @@ impl InstallationStore for DynamoInstallations {
                 .ready(&self.app, &self.key(key, place))
                 .await
                 .map_err(|e| StoreError::Unavailable(Box::new(e))),
-            Place::Legacy => Ok(ReadyKey::none()),
+            Place::Unscoped => Ok(ReadyKey::none()),
         }
     }
 
@@ -1006,10 +1006,11 @@ impl InstallationStore for DynamoInstallations {
         }
     }
 
-    async fn tag_legacy(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
-        // `app` beside the installation's JSON, which the previous release reads as ever.
+    async fn tag_unscoped(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
+        // `app` beside the installation's JSON, which releases that read unscoped items in
+        // place read as ever.
         self.update(
-            &self.key(key, Place::Legacy),
+            &self.key(key, Place::Unscoped),
             "SET #app = :app",
             "attribute_exists(#installation) AND attribute_not_exists(#app)",
             vec![(":app", s(app_id))],

@@ -72,14 +72,15 @@ impl MemoryInstallations {
         items.values().map(|i| i.stored.clone()).collect()
     }
 
-    /// Keeps `installation` as the previous release kept it, without the app
-    /// ([`Place::Legacy`]): for tests of what this release does with such items.
-    pub fn save_legacy(&self, installation: &Installation) -> Result<(), StoreError> {
+    /// Keeps `installation` as an unscoped item, without the app ([`Place::Unscoped`]), as
+    /// releases before the app was in the key kept it: for tests of what is done with such
+    /// items.
+    pub fn save_unscoped(&self, installation: &Installation) -> Result<(), StoreError> {
         let key = installation.key().ok_or_else(no_key)?;
         self.put(
-            key.item_key(&self.app, Place::Legacy),
+            key.item_key(&self.app, Place::Unscoped),
             installation,
-            Place::Legacy,
+            Place::Unscoped,
         );
         Ok(())
     }
@@ -148,7 +149,7 @@ impl InstallationStore for MemoryInstallations {
         let items = self.shared.items.lock().expect("store lock");
         Ok(items
             .get(&self.key(key, Place::Own))
-            .or_else(|| items.get(&self.key(key, Place::Legacy)))
+            .or_else(|| items.get(&self.key(key, Place::Unscoped)))
             .map(|i| i.stored.clone()))
     }
 
@@ -310,9 +311,9 @@ impl InstallationStore for MemoryInstallations {
         Ok(None)
     }
 
-    async fn tag_legacy(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
+    async fn tag_unscoped(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
         let mut items = self.shared.items.lock().expect("store lock");
-        match items.get_mut(&self.key(key, Place::Legacy)) {
+        match items.get_mut(&self.key(key, Place::Unscoped)) {
             Some(item)
                 if item.stored.tag.is_none() && item.stored.installation.app_id.is_none() =>
             {

@@ -11,14 +11,16 @@
 //! **Apps sharing a table.** Every key the store writes names the app by its client id
 //! (`install#CLIENT#WORKSPACE#T…`, `install-pace#CLIENT#…`, `oauth-state#CLIENT#…`): the
 //! client id is the one name of the app that every part of a deployment has (the install flow,
-//! a refresh outside any request, the tools). The previous release wrote its installations
-//! without the app (`install#WORKSPACE#T…`: [`Place::Legacy`]); this release reads such an
-//! item where the app has none of its own, and uses it, in place, only when it is this app's
-//! (the app the item names is the request's; an item that names none, imported with
-//! `import-token`, is this app's when its bot user is the one the request names, or the
-//! request names none), so that both releases serve and refresh one installation during a
-//! rolling deploy. A new install, a reinstall or an import writes the app's own key, which wins
-//! from then on: that is how the previous release's items are moved.
+//! a refresh outside any request, the tools).
+//!
+//! **Unscoped items.** Releases before the app was in the key wrote installations without it
+//! (`install#WORKSPACE#T…`: [`Place::Unscoped`]), and may still serve during a rolling deploy.
+//! An unscoped item is read where the app has none of its own, and used, in place, only when
+//! it is this app's (the app the item names is the request's; an item that names none,
+//! imported with `import-token`, is this app's when its bot user is the one the request names,
+//! or the request names none), so that both releases serve and refresh one installation during
+//! a rolling deploy. A new install, a reinstall or an import writes the app's own key, which
+//! wins from then on: that is how unscoped items are moved.
 //!
 //! Keys cannot collide with the ledger's: an event's key is Slack's `Ev…` id or a `msg-`,
 //! `cmid-`, `asst-`, `actx-`, `cmd-`… name, never `install#…` or `oauth-state#…`.
@@ -82,7 +84,7 @@ impl InstallationKey {
     pub fn item_key(&self, app: &str, place: Place) -> String {
         match place {
             Place::Own => format!("install#{app}#{}", self.scope()),
-            Place::Legacy => format!("install#{}", self.scope()),
+            Place::Unscoped => format!("install#{}", self.scope()),
         }
     }
 
@@ -108,15 +110,16 @@ pub fn state_key(app: &str, state: &str) -> String {
 /// Where an installation's item is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Place {
-    /// Under the app's own key (`install#CLIENT#…`): this release's.
+    /// Under the app's own key (`install#CLIENT#…`), the one every write of this store makes.
     Own,
-    /// Under the key the previous release wrote, without the app (`install#WORKSPACE#T…`):
-    /// used in place only where it is this app's (see the module's documentation).
-    Legacy,
+    /// Under the unscoped key, without the app (`install#WORKSPACE#T…`), as releases before the
+    /// app was in the key wrote it: used in place only where it is this app's (see the
+    /// module's documentation).
+    Unscoped,
 }
 
 /// Who asks for an installation: what a verified request says of its app and its bot, which
-/// decides whether an item the previous release wrote without the app is this app's.
+/// decides whether an unscoped item (written without the app) is this app's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Requester<'a> {
     /// The request's `api_app_id`.
@@ -126,18 +129,18 @@ pub struct Requester<'a> {
 }
 
 impl Requester<'_> {
-    /// Whether `stored`, found where the previous release kept it, is the requester's
-    /// (`our_app`: the app learnt from earlier requests, where this one names none):
+    /// Whether `stored`, an unscoped item, is the requester's (`our_app`: the app learnt from
+    /// earlier requests, where this one names none):
     /// - an item that names its app (an OAuth install's, or one tagged since), when that app
     ///   is the requester's;
-    /// - one that names none (imported with the previous release's `import-token`), when its
-    ///   bot user is the one the request names (each app has its own bot user in a
+    /// - one that names none (an `import-token` of a release before the app was in the key),
+    ///   when its bot user is the one the request names (each app has its own bot user in a
     ///   workspace).
     ///
     /// `None` when this cannot tell (an untagged import, a request that names no bot user):
     /// the caller asks Slack whose token it is ([`Workspaces`] does, with `auth.test`, and
     /// tags the item), or, where it cannot ask, takes it as not the requester's.
-    pub fn owns_legacy(&self, stored: &Stored, our_app: Option<&str>) -> Option<bool> {
+    pub fn owns_unscoped(&self, stored: &Stored, our_app: Option<&str>) -> Option<bool> {
         let app = stored
             .installation
             .app_id
@@ -164,13 +167,12 @@ impl Requester<'_> {
     }
 
     /// Whether `stored` may be removed or changed for the requester (an uninstall, a
-    /// revocation), wherever it is: under the app's own key, [`Requester::may_use_own`]; where
-    /// the previous release kept it, only when surely the requester's
-    /// ([`Requester::owns_legacy`]).
+    /// revocation), wherever it is: under the app's own key, [`Requester::may_use_own`]; an
+    /// unscoped item, only when surely the requester's ([`Requester::owns_unscoped`]).
     pub fn may_change(&self, stored: &Stored, our_app: Option<&str>) -> bool {
         match stored.place {
             Place::Own => self.may_use_own(stored),
-            Place::Legacy => self.owns_legacy(stored, our_app) == Some(true),
+            Place::Unscoped => self.owns_unscoped(stored, our_app) == Some(true),
         }
     }
 }
@@ -288,10 +290,10 @@ pub struct Stored {
     /// Counts the changes other than a refresh (a revoked user token): a refresh stores its
     /// pair only over the revision it read, so it never undoes one.
     pub revision: u64,
-    /// Where it was found: the app's own key, or the previous release's.
+    /// Where it was found: the app's own key, or the unscoped one.
     pub place: Place,
     /// The app the item is tagged with (its `app` attribute), where its installation names
-    /// none: an import the previous release kept, whose app `auth.test` has told since.
+    /// none: an unscoped import, whose app `auth.test` has told since.
     pub tag: Option<String>,
 }
 
@@ -324,8 +326,7 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-/// Whether an item found where the previous release kept it is the asker's: see
-/// [`Requester::owns_legacy`].
+/// Whether an unscoped item is the asker's: see [`Requester::owns_unscoped`].
 pub type Owns<'a> = &'a (dyn Fn(&Stored) -> bool + Send + Sync);
 
 /// What a `tokens_revoked` event revokes of one installation: the user tokens of `users`, the
@@ -369,9 +370,9 @@ pub trait InstallationStore: Send + Sync + 'static {
     /// kept.
     async fn save_new(&self, installation: &Installation) -> Result<bool, StoreError>;
 
-    /// The installation `key` names, read strongly: the app's own; where it has none, the one
-    /// the previous release kept without the app ([`Place::Legacy`]), whichever app's it is
-    /// (the caller decides whether it is its own).
+    /// The installation `key` names, read strongly: the app's own; where it has none, the
+    /// unscoped one, without the app ([`Place::Unscoped`]), whichever app's it is (the caller
+    /// decides whether it is its own).
     async fn find(&self, key: &InstallationKey) -> Result<Option<Stored>, StoreError>;
 
     /// Removes the installation at `place` if it was installed before `before_ms` (an
@@ -463,10 +464,10 @@ pub trait InstallationStore: Send + Sync + 'static {
         per_minute: u32,
     ) -> Result<Option<u64>, StoreError>;
 
-    /// Tags the previous release's item of `key` that names no app (an import) as the app
+    /// Tags the unscoped item of `key` that names no app (an import) as the app
     /// `app_id`'s, as `auth.test` with its token told: later reads need not ask again. Only
     /// where it is untagged and still names no app. Whether tagged.
-    async fn tag_legacy(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError>;
+    async fn tag_unscoped(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError>;
 
     /// Spends the app's OAuth state's nonce (the state itself is signed, and checked before
     /// this: an unsigned request never reaches the table), kept until `expires_at_ms`: whether
@@ -502,13 +503,13 @@ pub struct Imported {
     /// Whether it was kept: `false` when the app has an installation there already (an OAuth
     /// install's rotating token, an earlier import), which stays.
     pub kept: bool,
-    /// What the previous release kept there without the app, if anything.
-    pub legacy: Option<LegacyFound>,
+    /// The unscoped item there (kept without the app), if any.
+    pub unscoped: Option<UnscopedFound>,
 }
 
-/// An installation the previous release kept without the app, as `import-token` judged it.
+/// An unscoped installation (kept without the app), as `import-token` judged it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LegacyFound {
+pub enum UnscopedFound {
     /// This app's (its bot user is the token's): the app's own item now takes its place.
     Ours,
     /// Another app's (its bot user is not the token's): left to it; its app, where it names one.
@@ -554,15 +555,17 @@ pub async fn import_token(
         installed_at_ms: crate::clock::now_ms(),
     };
     let key = installation.key().ok_or(ImportError::NoTeam)?;
-    let legacy = match store.find(&key).await? {
-        Some(found) if found.place == Place::Legacy => {
+    let unscoped = match store.find(&key).await? {
+        Some(found) if found.place == Place::Unscoped => {
             let asker = Requester {
                 app_id: installation.app_id.as_deref(),
                 bot_user: installation.bot_user_id.as_deref(),
             };
-            Some(match asker.owns_legacy(&found, None) {
-                Some(true) => LegacyFound::Ours,
-                _ => LegacyFound::OtherApp(found.installation.app_id.clone().or(found.tag.clone())),
+            Some(match asker.owns_unscoped(&found, None) {
+                Some(true) => UnscopedFound::Ours,
+                _ => {
+                    UnscopedFound::OtherApp(found.installation.app_id.clone().or(found.tag.clone()))
+                }
             })
         }
         _ => None,
@@ -573,7 +576,7 @@ pub async fn import_token(
     Ok(Imported {
         installation,
         kept,
-        legacy,
+        unscoped,
     })
 }
 

@@ -23,7 +23,7 @@
 //! - Without a key (local mode, tests that set none) tokens are kept as they are, and the
 //!   process says so at start. An item at the app's own key kept as it is (written before the
 //!   key was set) is sealed at its first read by a process with the key (the store's `find`);
-//!   the previous release's items are read as they are, and written in place as they are,
+//!   unscoped items are read as they are, and written in place as they are,
 //!   until `seal-installations` moves them to the app's own keys, sealed.
 
 use std::collections::HashMap;

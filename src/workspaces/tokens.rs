@@ -38,7 +38,7 @@ use crate::config::{OAuthConfig, Secret};
 use crate::secrets::{Refused, SlackSecrets};
 use crate::slack::{SlackClient, SlackError, TokenSource};
 
-/// The tag of an import of the previous release whose token Slack refuses: no app's.
+/// The tag of an unscoped import whose token Slack refuses: no app's.
 pub const NO_APP: &str = "-";
 
 /// How long a found installation (or its absence) is used without reading the table again.
@@ -167,7 +167,7 @@ pub struct Workspaces {
     /// Where a refresh's own metrics line goes (it runs outside any request), and the version.
     metrics: Mutex<(crate::metrics::MetricsOut, String)>,
     /// The app's id (`A…`), as its verified requests and its installs name it: what decides
-    /// whether an item the previous release kept is this app's where a caller names no app.
+    /// whether an unscoped item is this app's where a caller names no app.
     app_id: Mutex<Option<String>>,
     me: std::sync::Weak<Workspaces>,
 }
@@ -303,11 +303,11 @@ impl Workspaces {
         self.app_id.lock().expect("lock").clone()
     }
 
-    /// What the table holds for `key`, as `who` may use it: an item the previous release kept
-    /// is dropped unless it is `who`'s ([`Requester::owns_legacy`]; where that cannot tell,
-    /// `auth.test` with the item's token names its app, and the item is tagged with it), and
-    /// an item of the app's own whose installation names another app than the request's is
-    /// refused (a deployment given another app's client id).
+    /// What the table holds for `key`, as `who` may use it: an unscoped item is dropped unless
+    /// it is `who`'s ([`Requester::owns_unscoped`]; where that cannot tell, `auth.test` with
+    /// the item's token names its app, and the item is tagged with it), and an item of the
+    /// app's own whose installation names another app than the request's is refused (a
+    /// deployment given another app's client id).
     async fn judged(
         &self,
         key: &InstallationKey,
@@ -321,14 +321,14 @@ impl Workspaces {
         let asker = who.app_id.or(our_app.as_deref());
         let app_of = found.installation.app_id.as_deref();
         match found.place {
-            Place::Legacy => {
-                let ours = match who.owns_legacy(&found, our_app.as_deref()) {
+            Place::Unscoped => {
+                let ours = match who.owns_unscoped(&found, our_app.as_deref()) {
                     // An import that names no app, shown the requester's by its bot user: tagged
                     // with the request's app, so that requests naming no bot user (clicks,
                     // commands) know it too.
                     Some(true) if found.installation.app_id.is_none() && found.tag.is_none() => {
                         if let Some(app) = who.app_id {
-                            self.store.tag_legacy(key, app).await?;
+                            self.store.tag_unscoped(key, app).await?;
                         }
                         true
                     }
@@ -341,7 +341,7 @@ impl Workspaces {
                         None => {
                             tracing::warn!(
                                 installation = key.id(),
-                                "the previous release's import here names no app, and Slack did \
+                                "the unscoped import here names no app, and Slack did \
                                  not say whose token it is: not used for a request that names no \
                                  bot user; run import-token with that workspace's token"
                             );
@@ -365,7 +365,7 @@ impl Workspaces {
         }
     }
 
-    /// The app whose token the previous release's import `found` holds, as `auth.test` names
+    /// The app whose token the unscoped import `found` holds, as `auth.test` names
     /// it, tagged on the item so that no later read asks again. `None` where Slack names none.
     /// A token Slack refuses ([`SlackError::refuses_token`]: `invalid_auth`, `token_revoked`,
     /// `account_inactive`, …) is nobody's to use here: tagged and answered [`NO_APP`]. Any
@@ -386,7 +386,7 @@ impl Workspaces {
         {
             Ok(me) => match me["app_id"].as_str().filter(|a| !a.is_empty()) {
                 Some(app) => {
-                    self.store.tag_legacy(key, app).await?;
+                    self.store.tag_unscoped(key, app).await?;
                     Ok(Some(app.to_string()))
                 }
                 None => Ok(None),
@@ -395,17 +395,17 @@ impl Workspaces {
                 tracing::warn!(
                     installation = key.id(),
                     code = e.code().unwrap_or_default(),
-                    "the previous release's import here holds a token Slack refuses: not used"
+                    "the unscoped import here holds a token Slack refuses: not used"
                 );
                 // Tagged as no app's: no later request asks Slack again.
-                self.store.tag_legacy(key, NO_APP).await?;
+                self.store.tag_unscoped(key, NO_APP).await?;
                 Ok(Some(NO_APP.to_string()))
             }
             Err(e) => {
                 tracing::warn!(
                     installation = key.id(),
                     error = %crate::errors::error_chain(&e),
-                    "Slack could not say whose token the previous release's import here holds: \
+                    "Slack could not say whose token the unscoped import here holds: \
                      the request is refused for Slack to send again"
                 );
                 Err(StoreError::Unavailable(Box::new(e)))
@@ -700,8 +700,8 @@ impl Workspaces {
             self.remember(key, Some(stored));
             return Ok(());
         }
-        // The item the pair is stored in: the app's own, or the previous release's (in place,
-        // so that both releases refresh one installation once).
+        // The item the pair is stored in: the app's own, or the unscoped one (in place, so that
+        // a release that reads it there and this one refresh one installation once).
         let place = stored.place;
         let owner = uuid::Uuid::new_v4().simple().to_string();
         let now = crate::clock::now_ms();
@@ -957,7 +957,7 @@ impl Workspaces {
     }
 
     /// An `app_uninstalled` event (at `event_ms`) of `who`: removes the app's installation
-    /// (its own item, and the previous release's where that one is `who`'s).
+    /// (its own item, and the unscoped one where that one is `who`'s).
     pub async fn uninstalled(
         &self,
         key: &InstallationKey,
@@ -971,16 +971,16 @@ impl Workspaces {
         // app's own key whose installation is another app's.
         let owns = |s: &Stored| self.may_change(key, s, who, our_app.as_deref());
         let own = self.store.delete(key, Place::Own, event_ms, &owns).await?;
-        let legacy = self
+        let unscoped = self
             .store
-            .delete(key, Place::Legacy, event_ms, &owns)
+            .delete(key, Place::Unscoped, event_ms, &owns)
             .await?;
         self.forget(key);
-        Ok(own || legacy)
+        Ok(own || unscoped)
     }
 
     /// A `tokens_revoked` event (at `event_ms`) of `who`: removes the revoked tokens from the
-    /// app's installation (its own item, and the previous release's where that one is `who`'s).
+    /// app's installation (its own item, and the unscoped one where that one is `who`'s).
     pub async fn revoked(
         &self,
         key: &InstallationKey,
@@ -993,7 +993,7 @@ impl Workspaces {
         let our_app = self.app_id();
         let owns = |s: &Stored| self.may_change(key, s, who, our_app.as_deref());
         let mut changed = false;
-        for place in [Place::Own, Place::Legacy] {
+        for place in [Place::Own, Place::Unscoped] {
             changed |= self
                 .store
                 .revoke(

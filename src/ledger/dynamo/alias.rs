@@ -150,7 +150,7 @@ pub(super) fn alias_found(
     }
     match text(attr::STATUS).and_then(|v| Status::parse(v)) {
         Some(Status::Done | Status::Failed) => Alias::CopyOf {
-            key: "(a claim of an earlier version)".into(),
+            key: "(a claim kept at the alias key)".into(),
         },
         _ => Alias::Busy {
             lease_until_ms: item

@@ -364,9 +364,9 @@ mod tests {
     }
 
     #[test]
-    fn a_journal_written_by_an_earlier_version_as_maps_is_still_read() {
+    fn a_journal_written_as_maps_is_still_read() {
         let record = |fields: &[(&str, AttributeValue)]| AttributeValue::M(item(fields));
-        let old = item(&[(
+        let as_maps = item(&[(
             attr::JOURNAL,
             AttributeValue::M(HashMap::from([
                 (
@@ -386,7 +386,7 @@ mod tests {
                 ),
             ])),
         )]);
-        let journal = journal_of(Some(&old));
+        let journal = journal_of(Some(&as_maps));
         assert_eq!(
             journal.get(&1),
             Some(&StepRecord::Done {
@@ -407,7 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn an_alias_item_names_its_message_and_a_claim_of_an_earlier_version_is_read() {
+    fn an_alias_item_names_its_message_and_an_alias_written_as_a_claim_is_read() {
         assert_eq!(
             alias_found(Some(&item(&[(attr::ALIAS_OF, s("msg-T-C-1"))])), None),
             Alias::CopyOf {

@@ -285,9 +285,9 @@ impl InstallationStore for SimInstallations {
         .await
     }
 
-    async fn tag_legacy(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
+    async fn tag_unscoped(&self, key: &InstallationKey, app_id: &str) -> Result<bool, StoreError> {
         self.site(format!("tag {} as {app_id}'s", key.id()), || {
-            self.store.tag_legacy(key, app_id)
+            self.store.tag_unscoped(key, app_id)
         })
         .await
     }
