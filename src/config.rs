@@ -4,8 +4,6 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use crate::secrets::{SecretsError, SlackSecrets};
-
 /// A secret string whose `Debug` and `Display` never print its value.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);

@@ -30,7 +30,7 @@ mod pipeline;
 pub mod queue;
 mod reference;
 mod run;
-mod secrets;
+pub mod secrets;
 mod server;
 pub mod slack;
 #[cfg(feature = "testing")]

@@ -506,7 +506,7 @@ impl Ctx {
     }
 
     /// The ids of this request's next change to the state value under `key` (named `name`):
-    /// the writer kept on the value, as the previous release writes and looks for it (the
+    /// the writer kept on the value, as a change made without a claim record is found (the
     /// request's ledger key, a digest of the name and the change's place among this run's
     /// changes to that name), and the change's id the claim records (the listener running, a
     /// digest of the key, and the change's place among that listener's changes to it): both

@@ -1265,7 +1265,7 @@ async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
             store,
             slack_once::slack::SlackClient::new(slack.base_url(), None),
             oauth,
-            Arc::new(slack_once::config::SlackSecrets::fixed(None, None)),
+            Arc::new(slack_once::secrets::SlackSecrets::fixed(None, None)),
         );
         slack_once::testing::wiring::keep_metrics(
             &w,
@@ -1312,7 +1312,7 @@ async fn a_refresh_counts_its_own_metrics_and_a_failed_one_backs_off() {
             store,
             slack_once::slack::SlackClient::new(slack.base_url(), None),
             oauth,
-            Arc::new(slack_once::config::SlackSecrets::fixed(None, None)),
+            Arc::new(slack_once::secrets::SlackSecrets::fixed(None, None)),
         )
     };
     for _ in 0..3 {
