@@ -2,7 +2,8 @@
 //! DynamoDB Local): a data key handed out before a refresh's exchange seals the store after it
 //! however late that comes; an installation the app's key keeps as it is is sealed at its first
 //! read; `import-token` seals, or keeps a token as it is only when told to; the write guards
-//! tell apart two items whose sealed tokens alone differ.
+//! tell apart two items whose sealed tokens alone differ; a refresh of an unscoped item keeps
+//! the new pair sealed at the app's own key.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -318,4 +319,123 @@ async fn import_token_seals_the_token_and_keeps_one_as_it_is_only_when_told() {
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(said.contains("kept as it is"), "{said}");
     assert!(table_text(&other).await.contains(token));
+}
+
+/// A refresh of an unscoped item (kept without the app in its key, by releases before the app
+/// was in it, which read it in place) with the key set: the new pair is written sealed at the
+/// app's own key, and the unscoped item keeps only the pair it had, its refresh lease given
+/// up. No token of the new pair is in the table as it is, and the store finds the
+/// installation at the app's own key with the new pair. The same store sent again (the lease
+/// given up) is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the SQS server"]
+async fn a_refresh_of_an_unscoped_item_keeps_the_new_pair_sealed_at_the_apps_key() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use slack_once::workspaces::{Place, RefreshHold};
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let (kms, key) = kms_key().await;
+    let old = installation("T0UNSCOPED", "xoxe.xoxb-old-bot", "xoxp-old-user");
+    let s = |v: &str| AttributeValue::S(v.to_string());
+    dynamodb_client(&endpoint)
+        .put_item()
+        .table_name(&table)
+        .item("pk", s("install#WORKSPACE#T0UNSCOPED"))
+        .item("kind", s("installation"))
+        .item("installation", s(&serde_json::to_string(&old).unwrap()))
+        .item("rotation", s(&old.bot.rotation()))
+        .item(
+            "installed_at",
+            AttributeValue::N(old.installed_at_ms.to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let store = DynamoInstallations::new(dynamodb_client(&endpoint), table.clone(), CLIENT_ID)
+        .with_seal(Arc::new(Seal::kms(kms, key)));
+    let id = InstallationKey::Workspace("T0UNSCOPED".into());
+    let found = store.find(&id).await.unwrap().unwrap();
+    assert_eq!(found.place, Place::Unscoped);
+    let rotation = found.installation.bot.rotation();
+    let now = slack_once::clock::now_ms();
+    let hold = RefreshHold {
+        owner: "refresher",
+        now_ms: now,
+        until_ms: now + 60_000,
+    };
+    assert!(
+        store
+            .take_refresh(&id, Place::Unscoped, &rotation, hold)
+            .await
+            .unwrap()
+    );
+    let ready = store.ready_to_store(&id, Place::Unscoped).await.unwrap();
+    let mut refreshed = old.clone();
+    refreshed.bot = Token {
+        token: "xoxe.xoxb-new-bot".into(),
+        refresh_token: Some("xoxe-1-new-refresh".into()),
+        expires_at_ms: Some(now + 12 * 3600 * 1000),
+    };
+    let replaced = (rotation.as_str(), found.revision);
+    let stored = store
+        .store_refreshed(
+            &id,
+            Place::Unscoped,
+            replaced,
+            "refresher",
+            &refreshed,
+            &ready,
+        )
+        .await
+        .unwrap();
+    assert!(stored);
+    let text = table_text(&table).await;
+    for token in ["xoxe.xoxb-new-bot", "xoxe-1-new-refresh"] {
+        assert!(!text.contains(token), "the new pair kept as it is: {text}");
+    }
+    assert!(
+        text.contains("xoxe.xoxb-old-bot") && !text.contains("refresh_owner"),
+        "the unscoped item keeps the pair it had, its lease given up: {text}"
+    );
+    let now_found = store.find(&id).await.unwrap().unwrap();
+    assert_eq!(now_found.place, Place::Own);
+    assert_eq!(now_found.installation, refreshed);
+    assert_eq!(store.refreshed_place(Place::Unscoped), Place::Own);
+
+    let items = table_items(&table).await;
+    let again = store
+        .store_refreshed(
+            &id,
+            Place::Unscoped,
+            replaced,
+            "refresher",
+            &refreshed,
+            &ready,
+        )
+        .await
+        .unwrap();
+    assert!(!again, "stored once");
+    assert_eq!(table_items(&table).await, items);
+}
+
+/// Every item of the table, each attribute as text, in key order.
+async fn table_items(table: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let scanned = dynamodb_client(&dynamodb_endpoint())
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let mut items: Vec<_> = scanned
+        .items()
+        .iter()
+        .map(|item| {
+            item.iter()
+                .map(|(k, v)| (k.clone(), format!("{v:?}")))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+        .collect();
+    items.sort_by(|a, b| a.get("pk").cmp(&b.get("pk")));
+    items
 }
