@@ -481,18 +481,7 @@ impl DynamoInstallations {
             )
             .send()
             .await;
-        match sent {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(e))
-                if matches!(
-                    e.err(),
-                    aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(_)
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+        written(sent)
     }
 
     /// A refresh of an unscoped item with a key: the new pair is written sealed at the app's
@@ -545,18 +534,7 @@ impl DynamoInstallations {
             .transact_items(TransactWriteItem::builder().update(release).build())
             .send()
             .await;
-        match sent {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(e))
-                if matches!(
-                    e.err(),
-                    aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(_)
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+        written(sent)
     }
 
     /// A conditional update: `Ok(false)` when its condition failed.
@@ -702,6 +680,27 @@ fn s(value: &str) -> AttributeValue {
 
 fn n(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
+}
+
+/// A transaction's answer: `Ok(false)` when a condition of it failed (nothing written).
+fn written<T>(
+    sent: Result<
+        T,
+        SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError>,
+    >,
+) -> Result<bool, StoreError> {
+    match sent {
+        Ok(_) => Ok(true),
+        Err(SdkError::ServiceError(e))
+            if matches!(
+                e.err(),
+                aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(_)
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(unavailable(e)),
+    }
 }
 
 fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
