@@ -250,7 +250,7 @@ async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
 async fn crash_with(
     at: CrashAt,
     slack_searchable: bool,
-    lookups: Vec<LookupBehaviour>,
+    lookups: Vec<SlackFailure>,
 ) -> CrashResult {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -410,7 +410,7 @@ async fn a_refused_look_up_after_a_crash_keeps_the_doubt_for_the_next_delivery()
     let r = crash_with(
         CrashAt::AfterPostBeforeCompletion,
         true,
-        vec![LookupBehaviour::Error("ratelimited")],
+        vec![SlackFailure::Code("ratelimited")],
     )
     .await;
     println!(

@@ -662,7 +662,7 @@ async fn evidence_a_release_converting_the_window_whose_answer_is_lost_keeps_the
     assert_eq!(app.send(&body, None).await.outcome(), "answered");
     fault.heal(Op::Complete);
     until(t0, Duration::from_millis(2_300)).await;
-    app.slack.script_lookups([LookupBehaviour::RateLimited(30)]);
+    app.slack.script_lookups([SlackFailure::RateLimited(30)]);
     drop.hold_next(LedgerOp::Release, HoldAt::DropAnswer);
     let held_back = app.send(&body, Some(1)).await;
     assert_eq!(
@@ -876,7 +876,7 @@ async fn a_look_up_refused_once_is_made_again_by_the_next_delivery() {
         posted: true,
     }]);
     app.slack
-        .script_lookups([LookupBehaviour::Error("missing_scope")]);
+        .script_lookups([SlackFailure::Code("missing_scope")]);
     let body = app_mention("EvLookAgain", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     assert_eq!(
@@ -895,7 +895,7 @@ async fn a_rate_limited_look_up_is_waited_out_within_the_deadline() {
         code: "internal_error",
         posted: true,
     }]);
-    app.slack.script_lookups([LookupBehaviour::RateLimited(1)]);
+    app.slack.script_lookups([SlackFailure::RateLimited(1)]);
     let body = app_mention("EvLookWait", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     let started = Instant::now();
@@ -920,7 +920,7 @@ async fn a_look_up_longer_than_the_deadline_allows_is_held_back() {
         code: "fatal_error",
         posted: true,
     }]);
-    app.slack.script_lookups([LookupBehaviour::RateLimited(60)]);
+    app.slack.script_lookups([SlackFailure::RateLimited(60)]);
     let body = app_mention("EvLookTooLong", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     let started = Instant::now();
