@@ -242,14 +242,18 @@ impl FakeSlack {
 
     /// The next calls of `method` (or `response_url`) answer as a script says, one each:
     /// `None` as ever, or as the failure says (what `/_standin/script` takes).
-    pub fn script(&self, method: &str, script: impl IntoIterator<Item = Option<SlackFailure>>) {
+    pub fn script<F: Into<Option<SlackFailure>>>(
+        &self,
+        method: &str,
+        script: impl IntoIterator<Item = F>,
+    ) {
         self.state
             .lock()
             .expect("lock")
             .failures
             .entry(method.to_string())
             .or_default()
-            .extend(script);
+            .extend(script.into_iter().map(Into::into));
     }
 
     /// Without OAuth, as Slack: a call without a token is `not_authed`, and one whose token is

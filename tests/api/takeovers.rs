@@ -370,7 +370,8 @@ async fn window_a_post_slack_applies_after_the_look_up_window_is_posted_again_by
     .await;
     // Slack accepts the post and applies it 9 s later (an incident): the claimant gives up at
     // its deadline, not knowing.
-    app.slack.script([Behaviour::Delay(Duration::from_secs(9))]);
+    app.slack
+        .script([SlackFailure::Slow(Duration::from_secs(9))]);
     let body = app_mention("EvRtLate", "x");
     let t0 = Instant::now();
     let first = app.send(&body, None).await;
@@ -785,7 +786,7 @@ async fn a_takeover_whose_earlier_claim_never_reached_its_post_does_not_look_in_
     // Look-ups would fail: a takeover that needed one could not answer.
     app.slack.fail_lookups("ratelimited");
     // A 429 longer than the lease: the post certainly did not happen.
-    app.slack.script([Behaviour::RateLimited(30)]);
+    app.slack.script([SlackFailure::RateLimited(30)]);
     let body = app_mention("EvNoLook", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     let retry = app.send(&body, Some(1)).await;
@@ -828,10 +829,7 @@ async fn a_bot_failure_before_the_post_leaves_nothing_to_look_for() {
 async fn a_takeover_that_cannot_look_holds_back_on_every_retry_and_never_posts_blind() {
     let app = spawn_app().await;
     // internal_error: the post may have gone through (here it did not).
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: false,
-    }]);
+    app.slack.script([SlackFailure::Code("internal_error")]);
     app.slack.fail_lookups("ratelimited");
     let body = app_mention("EvHoldBack", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
@@ -871,10 +869,8 @@ async fn a_takeover_that_cannot_look_holds_back_on_every_retry_and_never_posts_b
 #[tokio::test]
 async fn a_look_up_refused_once_is_made_again_by_the_next_delivery() {
     let app = spawn_app().await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: true,
-    }]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("internal_error")]);
     app.slack
         .script_lookups([SlackFailure::Code("missing_scope")]);
     let body = app_mention("EvLookAgain", "x");
@@ -891,10 +887,8 @@ async fn a_look_up_refused_once_is_made_again_by_the_next_delivery() {
 #[tokio::test]
 async fn a_rate_limited_look_up_is_waited_out_within_the_deadline() {
     let app = spawn_app().await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: true,
-    }]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("internal_error")]);
     app.slack.script_lookups([SlackFailure::RateLimited(1)]);
     let body = app_mention("EvLookWait", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
@@ -916,10 +910,8 @@ async fn a_look_up_longer_than_the_deadline_allows_is_held_back() {
         ..Default::default()
     })
     .await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "fatal_error",
-        posted: true,
-    }]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("fatal_error")]);
     app.slack.script_lookups([SlackFailure::RateLimited(60)]);
     let body = app_mention("EvLookTooLong", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
@@ -954,9 +946,10 @@ async fn ambiguous_first_post(posted: bool) -> TestApp {
         ..Default::default()
     })
     .await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted,
+    app.slack.script([if posted {
+        SlackFailure::MadeThenCode("internal_error")
+    } else {
+        SlackFailure::Code("internal_error")
     }]);
     app
 }
@@ -1117,10 +1110,8 @@ async fn a_post_to_a_user_is_looked_for_in_their_dm() {
         ..Default::default()
     })
     .await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: true,
-    }]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("internal_error")]);
     let body = direct_message("EvToUser", "U0777", "hello")
         .replace("D0001", "C0001")
         .replace("\"im\"", "\"channel\"");

@@ -7,48 +7,6 @@ use super::*;
 use slack_once::testing::{FakeSlack, Workspace};
 pub use slack_once::testing::{RandomFaults, SlackFailure};
 
-/// What the stand-in does with the next call of a method: as ever, or as a
-/// [`SlackFailure`] says (`Hang` is [`SlackFailure::Unanswered`], `PostThenHang`
-/// [`SlackFailure::MadeUnanswered`], `OkFalse` [`SlackFailure::Code`] or, `posted`,
-/// [`SlackFailure::MadeThenCode`], `Delay` [`SlackFailure::Slow`]).
-#[derive(Clone, Debug)]
-pub enum Behaviour {
-    /// `{"ok": true}`: the message is posted.
-    Ok,
-    /// HTTP 429 with `Retry-After` in seconds: nothing posted.
-    RateLimited(u64),
-    /// This HTTP status: nothing posted.
-    Status(u16),
-    /// `{"ok": false, "error": code}`; `posted` says whether Slack posted it anyway (as it may
-    /// for `internal_error`).
-    OkFalse { code: &'static str, posted: bool },
-    /// Wait, then post.
-    Delay(Duration),
-    /// Never answer and never post: a request lost on its way to Slack.
-    Hang,
-    /// Post, then never answer: the answer is lost on its way back.
-    PostThenHang,
-}
-
-impl Behaviour {
-    /// The test kit's script entry: `None` answers as ever.
-    pub fn failure(self) -> Option<SlackFailure> {
-        Some(match self {
-            Behaviour::Ok => return None,
-            Behaviour::RateLimited(secs) => SlackFailure::RateLimited(secs),
-            Behaviour::Status(status) => SlackFailure::Status(status),
-            Behaviour::OkFalse {
-                code,
-                posted: false,
-            } => SlackFailure::Code(code),
-            Behaviour::OkFalse { code, posted: true } => SlackFailure::MadeThenCode(code),
-            Behaviour::Delay(delay) => SlackFailure::Slow(delay),
-            Behaviour::Hang => SlackFailure::Unanswered,
-            Behaviour::PostThenHang => SlackFailure::MadeUnanswered,
-        })
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct Post {
     pub authorization: Option<String>,
@@ -148,11 +106,14 @@ impl SlackStandin {
         self.slack.require_bot_token(Some(token));
     }
 
-    /// Queues behaviours for the next calls of `method` (other than chat.postMessage): `Ok`,
-    /// `Hang`, `PostThenHang` (applied, never answered), `OkFalse`, `Status`, `RateLimited`.
-    pub fn script_method(&self, method: &str, behaviours: impl IntoIterator<Item = Behaviour>) {
-        self.slack
-            .script(method, behaviours.into_iter().map(Behaviour::failure));
+    /// Queues failures for the next calls of `method` (or `response_url`), one each (`None`
+    /// in the queue: answered as ever); after the queue, calls are answered.
+    pub fn script_method<F: Into<Option<SlackFailure>>>(
+        &self,
+        method: &str,
+        failures: impl IntoIterator<Item = F>,
+    ) {
+        self.slack.script(method, failures);
     }
 
     /// The stand-in's origin (`http://127.0.0.1:PORT`): its response URLs live there.
@@ -205,9 +166,9 @@ impl SlackStandin {
         self.slack.ephemerals()
     }
 
-    /// Queues behaviours for the next posts; after the queue, every post succeeds.
-    pub fn script(&self, behaviours: impl IntoIterator<Item = Behaviour>) {
-        self.script_method("chat.postMessage", behaviours);
+    /// Queues failures for the next posts (chat.postMessage), as [`Self::script_method`].
+    pub fn script<F: Into<Option<SlackFailure>>>(&self, failures: impl IntoIterator<Item = F>) {
+        self.script_method("chat.postMessage", failures);
     }
 
     /// For `duration` from now, every chat.postMessage answers HTTP 500 and posts nothing.
