@@ -703,13 +703,11 @@ async fn serve(
             token.is_some(),
         );
         move |code: &str| {
-            let keep = state.lock().expect("lock").keep_requests;
-            if keep {
-                state
-                    .lock()
-                    .expect("lock")
-                    .calls
-                    .push((method.clone(), redacted(&args)));
+            {
+                let mut s = state.lock().expect("lock");
+                if s.keep_requests {
+                    s.calls.push((method.clone(), redacted(&args)));
+                }
             }
             let refused = serde_json::json!({"ok": false, "error": code});
             log_call(&state, &method, bearer, &args, &refused);
