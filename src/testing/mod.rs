@@ -35,7 +35,7 @@ pub use functions::{StartedExecution, WORKFLOW_TOKEN_MS};
 pub use oauth::{
     Exchange, OAuthGrants, TOKEN_LIFETIME_S, bot_id_for, bot_id_of, bot_user_for, bot_user_of,
 };
-pub use recorded::SlackFailure;
+pub use recorded::{RandomFaults, SlackFailure, SlackRequest};
 pub use slack::{FakeSlack, IN_PROCESS_BASE, default_identity};
 pub use workspace::{Identity, OTHER_APP, PAGE_CAP, Workspace, hook_answer, micros};
 

@@ -4,7 +4,8 @@
 //! import it, and it imports neither.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -42,16 +43,67 @@ pub(crate) struct Recorded {
     pub(crate) reads_per_minute: Option<(usize, HashMap<String, VecDeque<std::time::Instant>>)>,
     /// The calls made around slack-once's client (under [`FakeSlack::around_base`](super::FakeSlack::around_base)), in order.
     pub(crate) around: Vec<(String, Value)>,
+    /// Every request to a Web API method or a response URL, as it came, before any script
+    /// or refusal decided its fate ([`FakeSlack::requests`](super::FakeSlack::requests)).
+    pub(crate) requests: Vec<SlackRequest>,
+    /// Whether requests and calls are kept (`requests`, `calls`, `log`, `bearers`, `callers`,
+    /// the tokens of messages); off, only `counts` are ([`FakeSlack::keep_counts_only`](super::FakeSlack::keep_counts_only)).
+    pub(crate) keep_requests: bool,
+    /// Requests per method (`response_url` for posts to a response URL), kept always.
+    pub(crate) counts: HashMap<String, usize>,
+    /// Until when a method answers HTTP 500 and makes nothing, by method ([`FakeSlack::outage`](super::FakeSlack::outage)).
+    pub(crate) outages: HashMap<String, tokio::time::Instant>,
+    /// What the next reads (`conversations.history` or `.replies`, whichever comes) meet, after
+    /// each method's own queue ([`FakeSlack::fail_next_reads`](super::FakeSlack::fail_next_reads)).
+    pub(crate) read_failures: VecDeque<SlackFailure>,
+    /// Every read answers `ok: false` with this code ([`FakeSlack::fail_reads`](super::FakeSlack::fail_reads)).
+    pub(crate) reads_fail_with: Option<&'static str>,
+    /// How many reads were answered (refused ones not counted).
+    pub(crate) reads_answered: usize,
+    /// Faults drawn at random for the calls no script decides ([`FakeSlack::random_faults`](super::FakeSlack::random_faults)).
+    pub(crate) random: Option<RandomFaults>,
+    /// The random faults drawn so far: (method, failure) → count.
+    pub(crate) drawn: HashMap<(String, String), u64>,
+    /// `HEAD` requests: connections a client opened ahead of a first call.
+    pub(crate) warm_ups: usize,
+    /// The token each of the app's messages was posted with, by `ts`.
+    pub(crate) posted_with: HashMap<String, Option<String>>,
+    /// Run on the workspace before each Web API call is answered, with its arguments
+    /// ([`FakeSlack::before_each_call`](super::FakeSlack::before_each_call)).
+    pub(crate) before_call: Option<BeforeCall>,
 }
 
-/// How Slack fails a call it did not make: what [`FakeSlack::fail_next`](super::FakeSlack::fail_next) scripts.
+/// What [`FakeSlack::before_each_call`](super::FakeSlack::before_each_call) runs.
+pub(crate) type BeforeCall = Arc<dyn Fn(&mut Workspace, &Value) + Send + Sync>;
+
+/// One request as it reached the stand-in ([`FakeSlack::requests`](super::FakeSlack::requests)).
+#[derive(Clone, Debug)]
+pub struct SlackRequest {
+    /// The Web API method, or `response_url` for a post to a response URL.
+    pub method: String,
+    /// The token it came with (the `Authorization: Bearer` header's, or a form's `token`).
+    pub token: Option<String>,
+    /// Its arguments: the JSON body, or the form and query as a JSON object of strings.
+    pub args: Value,
+}
+
+/// How Slack fails (or delays) a call: what [`FakeSlack::fail_next`](super::FakeSlack::fail_next) scripts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlackFailure {
     /// HTTP 200 with `{"ok": false, "error": code}` (`internal_error`, `fatal_error`,
-    /// `ratelimited`, `request_timeout`, or a token's refusal: `invalid_auth`…).
+    /// `ratelimited`, `request_timeout`, or a token's refusal: `invalid_auth`…); nothing made.
     Code(&'static str),
-    /// That HTTP status (a 5xx), with Slack's `internal_error` in the body.
+    /// The call is made, and answered `{"ok": false, "error": code}`: Slack may post a
+    /// message and still answer `internal_error`.
+    MadeThenCode(&'static str),
+    /// That HTTP status (a 5xx), nothing made; a Web API method's body is Slack's
+    /// `internal_error`, a response URL's is empty.
     Status(u16),
+    /// HTTP 429 with `Retry-After` in seconds; nothing made.
+    RateLimited(u64),
+    /// Answered (and made) this long after it came; Slack finishes a call it accepted even
+    /// when the caller has gone.
+    Slow(Duration),
     /// No answer ever comes, and nothing is made (the connection stays open): a call lost
     /// on its way.
     Unanswered,
@@ -66,7 +118,101 @@ pub(crate) struct TokenRule {
     pub(crate) only: Option<String>,
 }
 
+/// Slack's faults at random, each at its rate per 10,000 calls, drawn from a seed for every
+/// call no script decides: on writes (every `chat.`, `reactions.`, `assistant.` and `views.`
+/// method), on posts to response URLs (`hooks`), and on reads (`conversations.history`,
+/// `.replies`).
+#[derive(Clone, Debug)]
+pub struct RandomFaults {
+    /// (rate per 10,000, failure) for writes.
+    pub writes: Vec<(u64, SlackFailure)>,
+    /// (rate per 10,000, failure) for posts to response URLs.
+    pub hooks: Vec<(u64, SlackFailure)>,
+    /// (rate per 10,000, failure) for reads.
+    pub reads: Vec<(u64, SlackFailure)>,
+    /// The seed of the draws (not 0: xorshift stays at 0).
+    pub seed: u64,
+}
+
+impl RandomFaults {
+    /// The fault drawn for the next call of `method`, if any.
+    pub(crate) fn draw(&mut self, method: &str) -> Option<SlackFailure> {
+        // xorshift64*: one draw per call, whatever its method.
+        self.seed ^= self.seed >> 12;
+        self.seed ^= self.seed << 25;
+        self.seed ^= self.seed >> 27;
+        let roll = self.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) % 10_000;
+        let table = match method {
+            "response_url" => &self.hooks,
+            m if is_read(m) => &self.reads,
+            m if is_write(m) => &self.writes,
+            _ => return None,
+        };
+        let mut upto = 0;
+        table.iter().find_map(|(rate, failure)| {
+            upto += rate;
+            (roll < upto).then(|| failure.clone())
+        })
+    }
+}
+
+/// Whether `method` writes to Slack (the random write faults apply to it).
+fn is_write(method: &str) -> bool {
+    ["chat.", "reactions.", "assistant.", "views."]
+        .iter()
+        .any(|p| method.starts_with(p))
+}
+
+/// Whether `method` reads a conversation.
+pub(crate) fn is_read(method: &str) -> bool {
+    matches!(method, "conversations.history" | "conversations.replies")
+}
+
 impl Recorded {
+    /// The refusal of a call's token under [`FakeSlack::require_bot_token`](super::FakeSlack::require_bot_token), as Slack's: none is
+    /// `not_authed`; one not a bot token (`xoxb-`), or not the one required, `invalid_auth`.
+    pub(crate) fn token_rule_refusal(&self, token: Option<&str>) -> Option<&'static str> {
+        let rule = self.token_rule.as_ref()?;
+        match token {
+            None => Some("not_authed"),
+            Some(t) if !t.starts_with("xoxb-") => Some("invalid_auth"),
+            Some(t) if rule.only.as_deref().is_some_and(|only| only != t) => Some("invalid_auth"),
+            Some(_) => None,
+        }
+    }
+
+    /// What the next call of `method` meets: an outage's 500; else its own script's next
+    /// entry (`None` in a script: answered as ever); else, for a read, the reads' script;
+    /// else a random fault; else, for a read, the failure every read meets.
+    pub(crate) fn next_failure(&mut self, method: &str) -> Option<SlackFailure> {
+        if self
+            .outages
+            .get(method)
+            .is_some_and(|until| tokio::time::Instant::now() < *until)
+        {
+            return Some(SlackFailure::Status(500));
+        }
+        if let Some(scripted) = self.failures.get_mut(method).and_then(VecDeque::pop_front) {
+            return scripted;
+        }
+        if is_read(method)
+            && let Some(scripted) = self.read_failures.pop_front()
+        {
+            return Some(scripted);
+        }
+        if let Some(drawn) = self.random.as_mut().and_then(|r| r.draw(method)) {
+            *self
+                .drawn
+                .entry((method.to_string(), format!("{drawn:?}")))
+                .or_default() += 1;
+            return Some(drawn);
+        }
+        match self.reads_fail_with {
+            Some(code) if is_read(method) => Some(SlackFailure::Code(code)),
+            _ => None,
+        }
+    }
+
     /// The workspace `owner`'s installation serves.
     pub(crate) fn workspace_of(&mut self, owner: &str) -> &mut Workspace {
         if owner == self.workspace.identity.team {
@@ -113,6 +259,9 @@ pub(crate) fn log_call(
         }
     }
     let mut s = state.lock().expect("lock");
+    if !s.keep_requests {
+        return;
+    }
     let n = s.log.len() + 1;
     let error = match answer["ok"] {
         Value::Bool(false) => answer["error"].clone(),

@@ -10,7 +10,10 @@
 //!   newest of all: `{ok, ts: [...]}`.
 //! - `POST /_standin/script {method, behaviours}`: the next calls of a Web API method (or
 //!   `response_url`) behave so, one each: `ok` (as ever), `hang` (never answered, nothing
-//!   made), `post_then_hang` (made, never answered), `fail:CODE` (`{ok: false, error: CODE}`).
+//!   made), `post_then_hang` (made, never answered), `fail:CODE` (`{ok: false, error: CODE}`),
+//!   `post_then_fail:CODE` (made, then `{ok: false, error: CODE}`), `status:NNN` (that HTTP
+//!   status, nothing made), `ratelimited:SECS` (HTTP 429 with `Retry-After`), `slow:MS` (made
+//!   and answered that many milliseconds later).
 //! - `POST /_standin/grant {team, scope?, user_scope?, rotation?}` or `{enterprise,
 //!   is_enterprise_install: true, scope?, rotation?}`: a person approved the install (with
 //!   OAuth set up): `{ok, code}`, a code that works once; else `oauth_not_configured`.
@@ -234,6 +237,29 @@ fn behaviour(text: &str) -> Option<Option<SlackFailure>> {
         "ok" => None,
         "hang" => Some(SlackFailure::Unanswered),
         "post_then_hang" => Some(SlackFailure::MadeUnanswered),
+        _ if text.starts_with("status:") => Some(SlackFailure::Status(
+            text["status:".len()..]
+                .parse()
+                .ok()
+                .filter(|s| (100..600).contains(s))?,
+        )),
+        _ if text.starts_with("ratelimited:") => Some(SlackFailure::RateLimited(
+            text["ratelimited:".len()..].parse().ok()?,
+        )),
+        _ if text.starts_with("slow:") => Some(SlackFailure::Slow(
+            std::time::Duration::from_millis(text["slow:".len()..].parse().ok()?),
+        )),
+        _ if text.starts_with("post_then_fail:") => {
+            let code = &text["post_then_fail:".len()..];
+            let code = if code.is_empty() {
+                "internal_error"
+            } else {
+                code
+            };
+            Some(SlackFailure::MadeThenCode(Box::leak(
+                code.to_string().into_boxed_str(),
+            )))
+        }
         _ => {
             let code = text.strip_prefix("fail:")?;
             let code = if code.is_empty() {

@@ -12,7 +12,9 @@ use serde_json::Value;
 
 use super::functions::{Authenticated, Executions, StartedExecution};
 use super::oauth::OAuthGrants;
-use super::recorded::{Recorded, SlackFailure, TokenRule, log_call};
+use super::recorded::{
+    RandomFaults, Recorded, SlackFailure, SlackRequest, TokenRule, is_read, log_call,
+};
 use super::scripts;
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
@@ -48,6 +50,18 @@ impl FakeSlack {
             log: Vec::new(),
             token_rule: None,
             reads_per_minute: None,
+            requests: Vec::new(),
+            keep_requests: true,
+            counts: HashMap::new(),
+            outages: HashMap::new(),
+            read_failures: std::collections::VecDeque::new(),
+            reads_fail_with: None,
+            reads_answered: 0,
+            random: None,
+            drawn: HashMap::new(),
+            warm_ups: 0,
+            posted_with: HashMap::new(),
+            before_call: None,
         }));
         let router = Router::new()
             .route("/api/{method}", post(call).get(call_by_query))
@@ -226,6 +240,22 @@ impl FakeSlack {
             .extend(failures.into_iter().map(Some));
     }
 
+    /// The next calls of `method` (or `response_url`) answer as a script says, one each:
+    /// `None` as ever, or as the failure says (what `/_standin/script` takes).
+    pub fn script<F: Into<Option<SlackFailure>>>(
+        &self,
+        method: &str,
+        script: impl IntoIterator<Item = F>,
+    ) {
+        self.state
+            .lock()
+            .expect("lock")
+            .failures
+            .entry(method.to_string())
+            .or_default()
+            .extend(script.into_iter().map(Into::into));
+    }
+
     /// Without OAuth, as Slack: a call without a token is `not_authed`, and one whose token is
     /// not a bot token (`xoxb-`), or not `only` when given, is `invalid_auth` (a rotated or
     /// another app's token). By default any token, or none, is taken.
@@ -332,6 +362,94 @@ impl FakeSlack {
     }
 }
 
+impl FakeSlack {
+    /// Every request to a Web API method or a response URL (`response_url`), in order, as it
+    /// came: refused, failed and unanswered ones too (none after [`FakeSlack::keep_counts_only`]).
+    pub fn requests(&self) -> Vec<SlackRequest> {
+        self.state.lock().expect("lock").requests.clone()
+    }
+
+    /// Requests per method so far (`response_url` for posts to a response URL), kept always.
+    pub fn counts(&self) -> HashMap<String, usize> {
+        self.state.lock().expect("lock").counts.clone()
+    }
+
+    /// From now on only [`FakeSlack::counts`] are kept, not requests or calls (what is kept
+    /// stays): for a soak of a million calls.
+    pub fn keep_counts_only(&self) {
+        self.state.lock().expect("lock").keep_requests = false;
+    }
+
+    /// For `duration` from now, every call of `method` answers HTTP 500 and makes nothing
+    /// (its script waits).
+    pub fn outage(&self, method: &str, duration: std::time::Duration) {
+        let until = tokio::time::Instant::now() + duration;
+        self.state
+            .lock()
+            .expect("lock")
+            .outages
+            .insert(method.to_string(), until);
+    }
+
+    /// The next reads (`conversations.history` or `.replies`, whichever comes, after a
+    /// method's own [`FakeSlack::fail_next`]) fail as `failures` say, one each.
+    pub fn fail_next_reads(&self, failures: impl IntoIterator<Item = SlackFailure>) {
+        self.state
+            .lock()
+            .expect("lock")
+            .read_failures
+            .extend(failures);
+    }
+
+    /// From now on every read no script decides answers `{"ok": false, "error": code}`
+    /// (`None`: answered again).
+    pub fn fail_reads(&self, code: Option<&'static str>) {
+        self.state.lock().expect("lock").reads_fail_with = code;
+    }
+
+    /// How many reads (`conversations.history`, `.replies`) were answered.
+    pub fn reads_answered(&self) -> usize {
+        self.state.lock().expect("lock").reads_answered
+    }
+
+    /// From now on, every call no script decides draws its fault from `faults` (`None`: no
+    /// more random faults).
+    pub fn random_faults(&self, faults: Option<RandomFaults>) {
+        self.state.lock().expect("lock").random = faults;
+    }
+
+    /// The random faults drawn so far: (method, failure) → count.
+    pub fn faults_drawn(&self) -> HashMap<(String, String), u64> {
+        self.state.lock().expect("lock").drawn.clone()
+    }
+
+    /// How many `HEAD` requests came: connections a client opened ahead of a first call.
+    pub fn warm_ups(&self) -> usize {
+        self.state.lock().expect("lock").warm_ups
+    }
+
+    /// The token the app's message `ts` was posted with (`None`: none, or not posted here).
+    pub fn token_of_message(&self, ts: &str) -> Option<String> {
+        self.state
+            .lock()
+            .expect("lock")
+            .posted_with
+            .get(ts)
+            .cloned()
+            .flatten()
+    }
+
+    /// Runs `before` on the workspace before each Web API call is answered, with the call's
+    /// arguments: a test fills a conversation as its events come (the message an event is
+    /// about is in its conversation, as in Slack).
+    pub fn before_each_call(
+        &self,
+        before: impl Fn(&mut Workspace, &Value) + Send + Sync + 'static,
+    ) {
+        self.state.lock().expect("lock").before_call = Some(Arc::new(before));
+    }
+}
+
 /// The identity of the app a [`super::TestBot`] is ([`TEAM`], [`APP_ID`], [`BOT_ID`],
 /// [`BOT_USER`]).
 pub fn default_identity() -> Identity {
@@ -411,14 +529,19 @@ pub(crate) fn answer(
     let s = &mut *guard;
     let now_ms = crate::clock::now_ms();
     let mut owner = s.workspace.identity.team.clone();
-    if let Some(token) = token {
+    let keep = s.keep_requests;
+    if let Some(token) = token
+        && keep
+    {
         s.bearers.push((method.to_string(), token.to_string()));
     }
     if matches!(
         method,
         "functions.completeSuccess" | "functions.completeError"
     ) {
-        s.calls.push((method.to_string(), args.clone()));
+        if keep {
+            s.calls.push((method.to_string(), args.clone()));
+        }
         return s.workspace.executions.complete(method, &args, token);
     }
     if Executions::is_workflow_token(token) {
@@ -435,7 +558,9 @@ pub(crate) fn answer(
         }
     } else if let Some(grants) = s.grants.as_mut() {
         if method == "oauth.v2.access" {
-            s.calls.push((method.to_string(), redacted(&args)));
+            if keep {
+                s.calls.push((method.to_string(), redacted(&args)));
+            }
             return grants.exchange(&args, now_ms);
         }
         // As Slack: a call without a token is `not_authed`, and one with a token Slack never
@@ -447,27 +572,40 @@ pub(crate) fn answer(
             Ok(o) => owner = o,
             Err(code) => return serde_json::json!({"ok": false, "error": code}),
         }
-    } else if let Some(rule) = &s.token_rule {
-        let refusal = match token {
-            None => Some("not_authed"),
-            Some(t) if !t.starts_with("xoxb-") => Some("invalid_auth"),
-            Some(t) if rule.only.as_deref().is_some_and(|only| only != t) => Some("invalid_auth"),
-            Some(_) => None,
-        };
-        if let Some(code) = refusal {
-            return serde_json::json!({"ok": false, "error": code});
-        }
+    } else if let Some(code) = s.token_rule_refusal(token) {
+        return serde_json::json!({"ok": false, "error": code});
     }
-    s.callers.push((method.to_string(), owner.clone()));
+    if keep {
+        s.callers.push((method.to_string(), owner.clone()));
+    }
+    if let Some(before) = s.before_call.clone() {
+        before(s.workspace_of(&owner), &args);
+    }
     match method {
-        "conversations.history" => s.workspace_of(&owner).history(&strings(&args)),
-        "conversations.replies" => s.workspace_of(&owner).replies(&strings(&args)),
+        "conversations.history" | "conversations.replies" => {
+            s.reads_answered += 1;
+            let query = strings(&args);
+            let w = s.workspace_of(&owner);
+            match method {
+                "conversations.history" => w.history(&query),
+                _ => w.replies(&query),
+            }
+        }
         _ => {
-            s.calls.push((method.to_string(), args.clone()));
+            if keep {
+                s.calls.push((method.to_string(), args.clone()));
+            }
             let without_app = method == "auth.test" && s.auth_test_without_app;
             let mut answer = s.workspace_of(&owner).call(method, &args);
             if without_app && let Some(fields) = answer.as_object_mut() {
                 fields.remove("app_id");
+            }
+            if method == "chat.postMessage"
+                && keep
+                && let Some(ts) = answer["ts"].as_str()
+            {
+                s.posted_with
+                    .insert(ts.to_string(), token.map(str::to_string));
             }
             answer
         }
@@ -513,68 +651,144 @@ async fn call(
     serve(state, &method, args, token).await
 }
 
-/// A Web API call, answered as [`FakeSlack::fail_next`] or `/_standin/script` scripted it,
-/// as Slack's rate limit answers it, or as Slack does ([`answer`]); kept in the call log.
+/// A Web API call, answered as [`FakeSlack::fail_next`] or `/_standin/script` scripted it
+/// (or an outage, or a random fault), as Slack's rate limit answers it, or as Slack does
+/// ([`answer`]); kept in the call log. A token the stand-in's rule refuses is refused first,
+/// as Slack refuses it before the method runs.
 async fn serve(
     state: Arc<Mutex<Recorded>>,
     method: &str,
     args: Value,
     token: Option<String>,
 ) -> Response {
-    let scripted = scripted(&state, method);
-    if let Some(failure) = scripted
-        .clone()
-        .filter(|f| *f != SlackFailure::MadeUnanswered)
+    let failure = {
+        let mut s = state.lock().expect("lock");
+        *s.counts.entry(method.to_string()).or_default() += 1;
+        if s.keep_requests {
+            s.requests.push(SlackRequest {
+                method: method.to_string(),
+                token: token.clone(),
+                args: args.clone(),
+            });
+        }
+        let ruled = s.grants.is_none()
+            && !Executions::is_workflow_token(token.as_deref())
+            && !matches!(
+                method,
+                "functions.completeSuccess" | "functions.completeError"
+            );
+        if let Some(code) = ruled
+            .then(|| s.token_rule_refusal(token.as_deref()))
+            .flatten()
+        {
+            drop(s);
+            let refused = serde_json::json!({"ok": false, "error": code});
+            log_call(&state, method, token.is_some(), &args, &refused);
+            return json_response(refused);
+        }
+        s.next_failure(method)
+    };
+    if failure.is_none()
+        && let Some(limited) = rate_limited(&state, method)
     {
-        state
-            .lock()
-            .expect("lock")
-            .calls
-            .push((method.to_string(), redacted(&args)));
-        let code = match &failure {
-            SlackFailure::Code(code) => code,
-            _ => "internal_error",
-        };
-        let refused = serde_json::json!({"ok": false, "error": code});
-        log_call(&state, method, token.is_some(), &args, &refused);
-        return failure_response(failure).await;
-    }
-    if let Some(limited) = rate_limited(&state, method) {
         let refused = serde_json::json!({"ok": false, "error": "ratelimited"});
         log_call(&state, method, token.is_some(), &args, &refused);
         return limited;
     }
-    let answered = answer(&state, method, args.clone(), token.as_deref());
-    log_call(&state, method, token.is_some(), &args, &answered);
-    if scripted == Some(SlackFailure::MadeUnanswered) {
-        return std::future::pending().await;
-    }
-    json_response(answered)
-}
-
-/// What the next call of `method` meets, taken off its queue: a failure, or nothing.
-fn scripted(state: &Mutex<Recorded>, method: &str) -> Option<SlackFailure> {
-    let mut s = state.lock().expect("lock");
-    s.failures.get_mut(method)?.pop_front().flatten()
-}
-
-/// Slack's answer of a failure (never, for one that is never answered).
-async fn failure_response(failure: SlackFailure) -> Response {
+    let refused = {
+        let (state, method, args, bearer) = (
+            state.clone(),
+            method.to_string(),
+            args.clone(),
+            token.is_some(),
+        );
+        move |code: &str| {
+            {
+                let mut s = state.lock().expect("lock");
+                if s.keep_requests {
+                    s.calls.push((method.clone(), redacted(&args)));
+                }
+            }
+            let refused = serde_json::json!({"ok": false, "error": code});
+            log_call(&state, &method, bearer, &args, &refused);
+        }
+    };
+    let method = method.to_string();
+    let make = move || {
+        let answered = answer(&state, &method, args.clone(), token.as_deref());
+        log_call(&state, &method, token.is_some(), &args, &answered);
+        json_response(answered)
+    };
     match failure {
-        SlackFailure::Code(code) => json_response(serde_json::json!({"ok": false, "error": code})),
-        SlackFailure::Status(status) => (
-            http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-            [("content-type", "application/json")],
-            serde_json::json!({"ok": false, "error": "internal_error"}).to_string(),
-        )
-            .into_response(),
-        SlackFailure::Unanswered | SlackFailure::MadeUnanswered => std::future::pending().await,
+        None => make(),
+        Some(failure) => scripted_answer(failure, false, make, refused).await,
+    }
+}
+
+/// Answers a call as `failure` scripts it: `make` makes the call and gives Slack's answer;
+/// `refused` keeps a call refused unmade, with its code. A response URL (`hook`) answers a
+/// status with an empty body.
+async fn scripted_answer(
+    failure: SlackFailure,
+    hook: bool,
+    make: impl FnOnce() -> Response + Send + 'static,
+    refused: impl FnOnce(&str),
+) -> Response {
+    match failure {
+        SlackFailure::Slow(delay) => tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            make()
+        })
+        .await
+        .unwrap_or_else(|_| http::StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        SlackFailure::MadeUnanswered => {
+            make();
+            std::future::pending().await
+        }
+        SlackFailure::MadeThenCode(code) => {
+            make();
+            json_response(serde_json::json!({"ok": false, "error": code}))
+        }
+        SlackFailure::Code(code) => {
+            refused(code);
+            json_response(serde_json::json!({"ok": false, "error": code}))
+        }
+        SlackFailure::RateLimited(secs) => {
+            refused("ratelimited");
+            (
+                http::StatusCode::TOO_MANY_REQUESTS,
+                [
+                    ("content-type", "application/json".to_string()),
+                    ("retry-after", secs.to_string()),
+                ],
+                serde_json::json!({"ok": false, "error": "ratelimited"}).to_string(),
+            )
+                .into_response()
+        }
+        SlackFailure::Status(status) => {
+            refused("internal_error");
+            let status = http::StatusCode::from_u16(status)
+                .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+            if hook {
+                return status.into_response();
+            }
+            (
+                status,
+                [("content-type", "application/json")],
+                serde_json::json!({"ok": false, "error": "internal_error"}).to_string(),
+            )
+                .into_response()
+        }
+        SlackFailure::Unanswered => {
+            refused("internal_error");
+            std::future::pending().await
+        }
     }
 }
 
 /// HTTP 429 with `Retry-After`, when a read is past [`FakeSlack::limit_reads_per_minute`].
 fn rate_limited(state: &Mutex<Recorded>, method: &str) -> Option<Response> {
-    if !matches!(method, "conversations.history" | "conversations.replies") {
+    if !is_read(method) {
         return None;
     }
     let mut s = state.lock().expect("lock");
@@ -618,6 +832,7 @@ async fn call_by_query(
 ) -> Response {
     if verb == http::Method::HEAD {
         // A client opening its connection ahead of a call (`HEAD api.test`): no call at all.
+        state.lock().expect("lock").warm_ups += 1;
         return json_response(serde_json::json!({"ok": true}));
     }
     let args = arguments(query.as_deref(), b"");
@@ -641,42 +856,54 @@ async fn call_around(
     json_response(answer(&state, &method, args, bearer(&headers).as_deref()))
 }
 
-/// A post to a response URL: recorded as the call `response_url`, answered as Slack does.
+/// A post to a response URL: recorded as the call `response_url`, answered as Slack does, or
+/// as a script, an outage or a random fault says.
 async fn hook(
     State(state): State<Arc<Mutex<Recorded>>>,
     uri: http::Uri,
     body: axum::body::Bytes,
 ) -> Response {
     let args: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let scripted = scripted(&state, "response_url");
-    if let Some(failure) = scripted
-        .clone()
-        .filter(|f| *f != SlackFailure::MadeUnanswered)
-    {
-        let code = match &failure {
-            SlackFailure::Code(code) => code,
-            _ => "internal_error",
-        };
-        let refused = serde_json::json!({"ok": false, "error": code});
-        log_call(&state, "response_url", false, &args, &refused);
-        return failure_response(failure).await;
-    }
-    let (status, answer) = {
+    let failure = {
         let mut s = state.lock().expect("lock");
-        s.calls.push(("response_url".into(), args.clone()));
-        s.workspace.respond(uri.path(), &args)
+        *s.counts.entry("response_url".into()).or_default() += 1;
+        if s.keep_requests {
+            s.requests.push(SlackRequest {
+                method: "response_url".into(),
+                token: None,
+                args: args.clone(),
+            });
+        }
+        s.next_failure("response_url")
     };
-    log_call(&state, "response_url", false, &args, &answer);
-    if scripted == Some(SlackFailure::MadeUnanswered) {
-        return std::future::pending().await;
+    let refused = {
+        let (state, args) = (state.clone(), args.clone());
+        move |code: &str| {
+            let refused = serde_json::json!({"ok": false, "error": code});
+            log_call(&state, "response_url", false, &args, &refused);
+        }
+    };
+    let make = move || {
+        let (status, answer) = {
+            let mut s = state.lock().expect("lock");
+            if s.keep_requests {
+                s.calls.push(("response_url".into(), args.clone()));
+            }
+            s.workspace.respond(uri.path(), &args)
+        };
+        log_call(&state, "response_url", false, &args, &answer);
+        let status = http::StatusCode::from_u16(status).unwrap_or_default();
+        (
+            status,
+            [("content-type", "text/plain")],
+            workspace::hook_answer(&answer),
+        )
+            .into_response()
+    };
+    match failure {
+        None => make(),
+        Some(failure) => scripted_answer(failure, true, make, refused).await,
     }
-    let status = http::StatusCode::from_u16(status).unwrap_or_default();
-    (
-        status,
-        [("content-type", "text/plain")],
-        workspace::hook_answer(&answer),
-    )
-        .into_response()
 }
 
 fn json_response(value: Value) -> Response {

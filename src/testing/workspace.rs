@@ -87,6 +87,8 @@ pub struct Workspace {
     reactions: BTreeSet<(String, String, String)>,
     ephemerals: Vec<Value>,
     last_micros: u128,
+    /// How far Slack's clock (the `ts` it gives messages) runs behind this process's.
+    clock_behind_micros: u128,
     /// Each response URL's uses so far, and when it was first used (epoch ms).
     hooks: HashMap<String, (u32, u64)>,
     /// The trigger ids spent.
@@ -267,6 +269,7 @@ impl Workspace {
             reactions: BTreeSet::new(),
             ephemerals: Vec::new(),
             last_micros: 0,
+            clock_behind_micros: 0,
             hooks: HashMap::new(),
             triggers: BTreeSet::new(),
             views: Vec::new(),
@@ -277,6 +280,12 @@ impl Workspace {
             task_updates: HashMap::new(),
             executions: Default::default(),
         }
+    }
+
+    /// Slack's clock runs `behind` the bot's: the `ts` of each new message is that much
+    /// earlier than the bot's clock says (a message's `ts` is Slack's time of posting).
+    pub fn set_clock_behind(&mut self, behind: std::time::Duration) {
+        self.clock_behind_micros = behind.as_micros();
     }
 
     /// Streams stop taking appends this long after they start (Slack: about 5 minutes).
@@ -368,7 +377,8 @@ impl Workspace {
         let now = crate::clock::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_micros())
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .saturating_sub(self.clock_behind_micros);
         self.last_micros = now.max(self.last_micros + 1);
         ts_of_micros(self.last_micros)
     }

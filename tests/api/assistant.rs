@@ -277,7 +277,7 @@ impl Deferred {
 async fn killed(
     event_id: &str,
     words: usize,
-    script: (&str, Vec<Behaviour>),
+    script: (&str, Vec<Option<SlackFailure>>),
     killed_at: impl Fn(&SlackStandin) -> bool,
     model_asked: usize,
 ) {
@@ -297,7 +297,7 @@ async fn killed_asking(
     ask: fn(&str, &str) -> String,
     event_id: &str,
     words: usize,
-    script: (&str, Vec<Behaviour>),
+    script: (&str, Vec<Option<SlackFailure>>),
     killed_at: impl Fn(&SlackStandin) -> bool,
     (model_asked, streams): (usize, usize),
 ) {
@@ -353,7 +353,10 @@ async fn killed_before_the_stream_starts_one_answer() {
     killed(
         "EvKillA",
         10,
-        ("assistant.threads.setStatus", vec![Behaviour::Hang]),
+        (
+            "assistant.threads.setStatus",
+            vec![Some(SlackFailure::Unanswered)],
+        ),
         |s| s.calls_of("assistant.threads.setStatus") >= 1,
         1,
     )
@@ -368,7 +371,7 @@ async fn killed_after_start_stream_whose_answer_was_lost_the_stream_is_found_and
     killed(
         "EvKillB",
         10,
-        ("chat.startStream", vec![Behaviour::PostThenHang]),
+        ("chat.startStream", vec![Some(SlackFailure::MadeUnanswered)]),
         |s| s.calls_of("chat.startStream") >= 1,
         1,
     )
@@ -382,7 +385,7 @@ async fn killed_at_the_first_append_the_journaled_stream_is_finished() {
     killed(
         "EvKillC",
         90,
-        ("chat.appendStream", vec![Behaviour::Hang]),
+        ("chat.appendStream", vec![Some(SlackFailure::Unanswered)]),
         |s| s.calls_of("chat.appendStream") >= 1,
         2,
     )
@@ -396,7 +399,10 @@ async fn killed_mid_appends_the_same_stream_is_finished_complete() {
     killed(
         "EvKillD",
         150,
-        ("chat.appendStream", vec![Behaviour::Ok, Behaviour::Hang]),
+        (
+            "chat.appendStream",
+            vec![None, Some(SlackFailure::Unanswered)],
+        ),
         |s| s.calls_of("chat.appendStream") >= 2,
         2,
     )
@@ -545,7 +551,7 @@ async fn killed_with_the_whole_answer_to_a_slack_connect_author_posted_unanswere
         connect_question,
         "EvKillF",
         40,
-        ("chat.postMessage", vec![Behaviour::PostThenHang]),
+        ("chat.postMessage", vec![Some(SlackFailure::MadeUnanswered)]),
         |s| !s.received().is_empty(),
         (1, 0),
     )
@@ -642,10 +648,10 @@ async fn a_refused_recipient_after_an_ambiguous_start_is_recorded_and_its_post_f
     })
     .await;
     app.slack
-        .script_method("chat.startStream", [Behaviour::Status(500)]);
+        .script_method("chat.startStream", [SlackFailure::Status(500)]);
     let first = app.send(&connect_mention("EvChan4"), None).await;
     assert!(!first.status.is_success(), "{}", first.body);
-    app.slack.script([Behaviour::PostThenHang]);
+    app.slack.script([SlackFailure::MadeUnanswered]);
     let second = app.send(&connect_mention("EvChan4"), Some(1)).await;
     assert!(!second.status.is_success(), "{}", second.body);
     tokio::time::sleep(Duration::from_millis(2100)).await;
@@ -668,7 +674,7 @@ async fn killed_after_stop_stream_the_remembered_answer_is_not_asked_again() {
     killed(
         "EvKillE",
         10,
-        ("chat.update", vec![Behaviour::Hang]),
+        ("chat.update", vec![Some(SlackFailure::Unanswered)]),
         |s| s.calls_of("chat.update") >= 1,
         1,
     )
@@ -744,7 +750,7 @@ async fn a_remembered_result_is_reused_by_the_retry_after_a_failed_post() {
     );
     let app = spawn_bot(app).await;
     // The post fails (Slack 503, nothing posted): released; Slack's retry answers.
-    app.slack.script([Behaviour::Status(503)]);
+    app.slack.script([SlackFailure::Status(503)]);
     let first = app.send(&app_mention("EvRem", "hi"), None).await;
     assert_eq!(first.status.as_u16(), 502, "{}", first.body);
     let retry = app.send(&app_mention("EvRem", "hi"), Some(1)).await;
@@ -804,7 +810,7 @@ async fn a_lost_stream_start_is_found_among_unmarked_messages_never_taking_an_ea
     );
     // A follow-up in the same thread: Slack starts its stream and the answer never comes back.
     app.slack
-        .script_method("chat.startStream", [Behaviour::PostThenHang]);
+        .script_method("chat.startStream", [SlackFailure::MadeUnanswered]);
     let hung = app.send(&follow_up("EvF2", "second", &thread), None).await;
     assert_eq!(hung.status.as_u16(), 504, "{}", hung.body);
     tokio::time::sleep(Duration::from_millis(300)).await;

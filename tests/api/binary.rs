@@ -55,7 +55,7 @@ fn on_lambda_a_missing_table_stops_the_start() {
 #[ignore = "needs the built binary"]
 async fn sigterm_finishes_the_request_in_flight_and_exits_0() {
     let slack = SlackStandin::start().await;
-    slack.script([Behaviour::Delay(Duration::from_millis(700))]);
+    slack.script([SlackFailure::Slow(Duration::from_millis(700))]);
     let bot = BotProcess::spawn(&[
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
         ("SLACK_API_URL", slack.base_url.clone()),

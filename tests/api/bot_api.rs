@@ -256,10 +256,7 @@ async fn an_ephemeral_whose_fate_is_unknown_is_not_sent_again() {
     // Sent, but Slack answers internal_error: the delivery cannot know.
     app.slack.script_method(
         "chat.postEphemeral",
-        [Behaviour::OkFalse {
-            code: "internal_error",
-            posted: true,
-        }],
+        [SlackFailure::MadeThenCode("internal_error")],
     );
     let body = message(
         "EvEphemeral",
@@ -318,7 +315,7 @@ async fn a_listener_whose_writes_change_between_runs_ends_the_event_failed() {
     })
     .await;
     app.slack
-        .script_method("reactions.add", [Behaviour::Status(500)]);
+        .script_method("reactions.add", [SlackFailure::Status(500)]);
     let body = message(
         "EvNondet",
         "C0001",
@@ -622,9 +619,11 @@ async fn thinking_killed(at: KillAt) {
     let body = app_mention(&id, "what now?");
     match at {
         KillAt::Claim(how) => proxy.hold_next(LedgerOp::Claim, how),
-        KillAt::ReactionMade => slack.script_method("reactions.add", [Behaviour::PostThenHang]),
+        KillAt::ReactionMade => {
+            slack.script_method("reactions.add", [SlackFailure::MadeUnanswered])
+        }
         KillAt::Intent(n, how) => proxy.hold_nth(LedgerOp::Intent, n, how),
-        KillAt::PlaceholderPosted => slack.script([Behaviour::PostThenHang]),
+        KillAt::PlaceholderPosted => slack.script([SlackFailure::MadeUnanswered]),
         KillAt::BeforeCompletion => proxy.hold_next(LedgerOp::Complete, HoldAt::BeforeForwarding),
     }
     let original = {
@@ -768,7 +767,7 @@ async fn the_welcome_example_killed_after_its_dm_is_taken_over_without_a_second_
     let (table, _) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
     // The DM is posted, its answer never comes back: then A dies.
-    slack.script([Behaviour::PostThenHang]);
+    slack.script([SlackFailure::MadeUnanswered]);
     let vars = || {
         let mut vars = bot_vars(&slack, &endpoint, &table);
         vars.push(("DEDUP_LEASE_SECONDS", "2".to_string()));

@@ -85,7 +85,7 @@ async fn four_concurrent_copies_get_exactly_one_reply() {
     let app = spawn_app().await;
     // A slow Slack keeps the first claim live while the copies arrive.
     app.slack
-        .script([Behaviour::Delay(Duration::from_millis(300))]);
+        .script([SlackFailure::Slow(Duration::from_millis(300))]);
     let body = app_mention("Ev0003", "hello");
     let (a, b, c, d) = tokio::join!(
         app.send(&body, None),
@@ -119,7 +119,7 @@ async fn four_concurrent_copies_get_exactly_one_reply() {
 async fn a_copy_that_finds_a_live_claim_gets_409_and_no_reply() {
     let app = spawn_app().await;
     app.slack
-        .script([Behaviour::Delay(Duration::from_millis(800))]);
+        .script([SlackFailure::Slow(Duration::from_millis(800))]);
     let body = app_mention("Ev0004", "slow");
     let (first, copy) = tokio::join!(app.send(&body, None), async {
         // Once the first holds the claim and is posting (Slack takes 800 ms to answer).
@@ -193,7 +193,7 @@ async fn app_rate_limited_and_unknown_envelopes_are_acknowledged() {
 #[tokio::test]
 async fn a_429_is_waited_out_within_the_deadline_and_then_answered() {
     let app = spawn_app().await;
-    app.slack.script([Behaviour::RateLimited(1)]);
+    app.slack.script([SlackFailure::RateLimited(1)]);
     let started = std::time::Instant::now();
     let answer = app.send(&app_mention("Ev0010", "busy"), None).await;
     assert_eq!(answer.outcome(), "answered", "{}", answer.body);
@@ -212,7 +212,7 @@ async fn a_429_longer_than_the_lease_releases_the_claim_for_the_next_copy() {
         ..Default::default()
     })
     .await;
-    app.slack.script([Behaviour::RateLimited(30)]);
+    app.slack.script([SlackFailure::RateLimited(30)]);
     let body = app_mention("Ev0011", "busy");
     let answer = app.send(&body, None).await;
     assert_eq!(answer.status, StatusCode::BAD_GATEWAY, "{}", answer.body);
@@ -231,7 +231,7 @@ async fn a_slack_call_still_running_at_the_deadline_is_abandoned_and_released() 
     })
     .await;
     app.slack
-        .script([Behaviour::Delay(Duration::from_secs(10))]);
+        .script([SlackFailure::Slow(Duration::from_secs(10))]);
     let body = app_mention("Ev0013", "slow");
     let started = std::time::Instant::now();
     let answer = app.send(&body, None).await;
@@ -270,10 +270,8 @@ async fn without_a_bot_token_local_mode_logs_the_reply_instead_of_posting() {
 async fn a_takeover_finds_the_earlier_claims_reply_in_slack_and_does_not_post_again() {
     let app = spawn_app().await;
     // Slack posted the message but answered internal_error: the first delivery cannot know.
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: true,
-    }]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("internal_error")]);
     let body = app_mention("Ev0020", "did it post?");
     let first = app.send(&body, None).await;
     assert_eq!(first.status, StatusCode::BAD_GATEWAY, "{}", first.body);
@@ -308,10 +306,8 @@ async fn a_first_claim_never_looks_in_slack() {
 #[tokio::test]
 async fn a_takeover_in_a_direct_message_looks_in_the_conversations_history() {
     let app = spawn_app().await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "fatal_error",
-        posted: true,
-    }]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("fatal_error")]);
     let body = direct_message("Ev0023", "U0001", "ping");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     assert_eq!(app.send(&body, Some(1)).await.outcome(), "recovered");

@@ -67,7 +67,7 @@ async fn a_slow_bot_is_acknowledged_in_milliseconds_and_answered_once_from_the_q
     let d = Deferred::start(5).await;
     // Every post takes Slack 5 s: inside Slack's request this would be a retry each time.
     d.slack
-        .script((0..5).map(|_| Behaviour::Delay(Duration::from_secs(5))));
+        .script((0..5).map(|_| SlackFailure::Slow(Duration::from_secs(5))));
     let _worker = d.worker(30, 5);
     let http = HttpClient::default();
     let mut slowest = Duration::ZERO;
@@ -223,7 +223,7 @@ async fn two_hundred_events_each_queued_three_times_over_four_workers_are_answer
 async fn a_worker_killed_mid_post_is_taken_over_after_the_visibility_timeout_with_one_reply() {
     let d = Deferred::start(5).await;
     // Slack posts, and the answer never comes back: then the worker dies.
-    d.slack.script([Behaviour::PostThenHang]);
+    d.slack.script([SlackFailure::MadeUnanswered]);
     let mut a = d.worker(3, 5);
     let http = HttpClient::default();
     let answer = deliver_as_slack(&http, &d.ingress.url(), &app_mention("EvKilled", "x")).await;
@@ -292,7 +292,7 @@ async fn a_deferred_command_whose_first_follow_up_gets_http_500_is_followed_up_o
  {
     let d = Deferred::start(5).await;
     d.slack
-        .script_method("response_url", [Behaviour::Status(500)]);
+        .script_method("response_url", [SlackFailure::Status(500)]);
     let worker = d.worker(120, 5);
     let http = HttpClient::default();
     let started = Instant::now();
@@ -518,7 +518,7 @@ async fn a_forged_request_never_reaches_the_queue() {
 #[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn sigterm_stops_the_worker_receiving_and_it_finishes_what_it_holds() {
     let d = Deferred::start(5).await;
-    d.slack.script([Behaviour::Delay(Duration::from_secs(2))]);
+    d.slack.script([SlackFailure::Slow(Duration::from_secs(2))]);
     let worker = d.worker(30, 5);
     let http = HttpClient::default();
     deliver_as_slack(&http, &d.ingress.url(), &app_mention("EvTermQ", "x")).await;

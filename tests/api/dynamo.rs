@@ -790,7 +790,7 @@ async fn a_completion_whose_answer_was_lost_is_success_not_an_error() {
 async fn a_release_whose_answer_was_lost_is_success_and_the_retry_takes_over_at_once() {
     let (slack, proxy, bot, ledger, _) = behind_proxy("20").await;
     // A 429 longer than the lease: certainly not posted, released.
-    slack.script([Behaviour::RateLimited(60)]);
+    slack.script([SlackFailure::RateLimited(60)]);
     proxy.hold_next(LedgerOp::Release, HoldAt::DropAnswer);
     let http = HttpClient::default();
     let body = app_mention("EvLostRelease", "hi");

@@ -250,7 +250,7 @@ async fn crash(at: CrashAt, slack_searchable: bool) -> CrashResult {
 async fn crash_with(
     at: CrashAt,
     slack_searchable: bool,
-    lookups: Vec<LookupBehaviour>,
+    lookups: Vec<SlackFailure>,
 ) -> CrashResult {
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
@@ -267,8 +267,8 @@ async fn crash_with(
     match at {
         CrashAt::BeforeClaim => proxy.hold_next(LedgerOp::Claim, HoldAt::BeforeForwarding),
         CrashAt::AfterClaim => proxy.hold_next(LedgerOp::Claim, HoldAt::AfterForwarding),
-        CrashAt::DuringSlackCallUnposted => slack.script([Behaviour::Hang]),
-        CrashAt::DuringSlackCallPosted => slack.script([Behaviour::PostThenHang]),
+        CrashAt::DuringSlackCallUnposted => slack.script([SlackFailure::Unanswered]),
+        CrashAt::DuringSlackCallPosted => slack.script([SlackFailure::MadeUnanswered]),
         CrashAt::AfterPostBeforeCompletion => {
             proxy.hold_next(LedgerOp::Complete, HoldAt::BeforeForwarding)
         }
@@ -366,7 +366,7 @@ async fn a_claim_released_before_its_post_is_taken_over_without_looking_in_slack
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
-    slack.script([Behaviour::RateLimited(30)]);
+    slack.script([SlackFailure::RateLimited(30)]);
     let bot = BotProcess::spawn(&bot_vars_leased(&slack, &endpoint, &table));
     let url = bot.url();
     let body = app_mention("EvReleasedFirst", "x");
@@ -410,7 +410,7 @@ async fn a_refused_look_up_after_a_crash_keeps_the_doubt_for_the_next_delivery()
     let r = crash_with(
         CrashAt::AfterPostBeforeCompletion,
         true,
-        vec![LookupBehaviour::Error("ratelimited")],
+        vec![SlackFailure::Code("ratelimited")],
     )
     .await;
     println!(
@@ -530,19 +530,13 @@ async fn bursts_of_slack_429_and_5xx_cause_no_double_and_no_loss_while_retries_r
     let slack = SlackStandin::start().await;
     let mut rng = Rng::from_env();
     const EVENTS: usize = 80;
-    let script: Vec<Behaviour> = (0..EVENTS * 3)
+    let script: Vec<Option<SlackFailure>> = (0..EVENTS * 3)
         .map(|_| match rng.below(10) {
-            0..=2 => Behaviour::RateLimited(1 + rng.below(3) as u64),
-            3 | 4 => Behaviour::Status(500),
-            5 => Behaviour::OkFalse {
-                code: "internal_error",
-                posted: true,
-            },
-            6 => Behaviour::OkFalse {
-                code: "fatal_error",
-                posted: false,
-            },
-            _ => Behaviour::Ok,
+            0..=2 => Some(SlackFailure::RateLimited(1 + rng.below(3) as u64)),
+            3 | 4 => Some(SlackFailure::Status(500)),
+            5 => Some(SlackFailure::MadeThenCode("internal_error")),
+            6 => Some(SlackFailure::Code("fatal_error")),
+            _ => None,
         })
         .collect();
     slack.script(script);
@@ -610,7 +604,7 @@ async fn slow_slack(event_id: &str, retry_after: Duration) -> (usize, Vec<u16>) 
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
-    slack.script([Behaviour::Delay(LEASE + Duration::from_secs(1))]);
+    slack.script([SlackFailure::Slow(LEASE + Duration::from_secs(1))]);
     let bot = BotProcess::spawn(&bot_vars_leased(&slack, &endpoint, &table));
     let url = bot.url();
     let body = app_mention(event_id, "slow slack");
@@ -766,10 +760,7 @@ async fn slack_errors_no_retry_can_fix_end_the_event_failed_with_200() {
             ..Default::default()
         })
         .await;
-        app.slack.script([Behaviour::OkFalse {
-            code,
-            posted: false,
-        }]);
+        app.slack.script([SlackFailure::Code(code)]);
         let body = app_mention("EvFail", "x");
         let answer = app.send(&body, None).await;
         assert_eq!(
@@ -796,24 +787,12 @@ async fn slack_errors_no_retry_can_fix_end_the_event_failed_with_200() {
 #[tokio::test]
 async fn transient_slack_errors_still_release_for_the_next_copy() {
     for behaviour in [
-        Behaviour::Status(500),
-        Behaviour::Status(503),
-        Behaviour::OkFalse {
-            code: "internal_error",
-            posted: false,
-        },
-        Behaviour::OkFalse {
-            code: "fatal_error",
-            posted: false,
-        },
-        Behaviour::OkFalse {
-            code: "ratelimited",
-            posted: false,
-        },
-        Behaviour::OkFalse {
-            code: "service_unavailable",
-            posted: false,
-        },
+        SlackFailure::Status(500),
+        SlackFailure::Status(503),
+        SlackFailure::Code("internal_error"),
+        SlackFailure::Code("fatal_error"),
+        SlackFailure::Code("ratelimited"),
+        SlackFailure::Code("service_unavailable"),
     ] {
         let app = spawn_app().await;
         app.slack.script([behaviour.clone()]);
@@ -833,10 +812,7 @@ async fn a_failed_event_is_logged_at_error_level_with_its_id_and_slacks_error() 
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
-    slack.script([Behaviour::OkFalse {
-        code: "is_archived",
-        posted: false,
-    }]);
+    slack.script([SlackFailure::Code("is_archived")]);
     let bot = BotProcess::spawn(&bot_vars(&slack, &endpoint, &table));
     let http = HttpClient::default();
     let answer = deliver(&http, &bot.url(), &app_mention("EvArchived", "x"), None).await;

@@ -490,7 +490,7 @@ impl DeferredBot {
 /// A worker killed while its follow-up's post to the response_url is out (`behaviour`: never
 /// made, or made and never answered): the queue's redelivery, taken by another worker after
 /// the lease, leaves exactly one answer in the channel.
-async fn killed_between_ack_and_follow_up(behaviour: Behaviour) {
+async fn killed_between_ack_and_follow_up(behaviour: SlackFailure) {
     let d = DeferredBot::start().await;
     d.slack.script_method("response_url", [behaviour]);
     let mut a = d.worker();
@@ -538,13 +538,13 @@ async fn killed_between_ack_and_follow_up(behaviour: Behaviour) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the built binary"]
 async fn a_worker_killed_before_its_follow_up_reached_slack_leaves_one_answer_after_redelivery() {
-    killed_between_ack_and_follow_up(Behaviour::Hang).await;
+    killed_between_ack_and_follow_up(SlackFailure::Unanswered).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the built binary"]
 async fn a_worker_killed_after_its_follow_up_reached_slack_leaves_one_answer_after_redelivery() {
-    killed_between_ack_and_follow_up(Behaviour::PostThenHang).await;
+    killed_between_ack_and_follow_up(SlackFailure::MadeUnanswered).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -907,7 +907,7 @@ async fn slacks_refusal_of_a_used_up_response_url_ends_the_request_failed() {
 async fn an_answer_that_may_have_gone_out_where_the_bot_cannot_read_is_not_sent_again() {
     let slack = SlackStandin::start().await;
     // The first run's post reaches Slack and its answer never comes back.
-    slack.script_method("response_url", [Behaviour::PostThenHang]);
+    slack.script_method("response_url", [SlackFailure::MadeUnanswered]);
     let mut vars = WORKER.to_vec();
     vars.retain(|(k, _)| *k != "DEDUP_LEASE_SECONDS");
     vars.push(("DEDUP_LEASE_SECONDS", "2"));
@@ -1069,7 +1069,7 @@ async fn a_commands_one_delivery_is_its_last_a_transient_failure_ends_it_failed_
     })
     .await;
     app.slack
-        .script_method("response_url", [Behaviour::Status(500)]);
+        .script_method("response_url", [SlackFailure::Status(500)]);
     let body = command(&app.slack, "hello", &Workspace::trigger_id());
     let (answer, _) = send_form(&app.http, &app.url("/slack/events"), &body).await;
     assert!(!answer.status.is_success(), "{}", answer.body);

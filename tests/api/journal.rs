@@ -176,7 +176,7 @@ async fn a_replay_that_posts_to_another_channel_or_thread_ends_the_event_failed(
             }
         });
         let app = spawn_bot(bot).await;
-        app.slack.script([Behaviour::Status(500)]);
+        app.slack.script([SlackFailure::Status(500)]);
         let body = message_in("EvMoved", moved, "C0001");
         assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
         let retry = app.send(&body, Some(1)).await;

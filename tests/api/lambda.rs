@@ -298,7 +298,7 @@ async fn four_at_once(max_concurrency: Option<&str>) -> (usize, Vec<serde_json::
     let endpoint = dynamodb_endpoint();
     let (table, _) = fresh_table(&endpoint).await;
     let slack = Arc::new(SlackStandin::start().await);
-    slack.script((0..4).map(|_| Behaviour::Delay(Duration::from_millis(1500))));
+    slack.script((0..4).map(|_| SlackFailure::Slow(Duration::from_millis(1500))));
     let runtime = Arc::new(RuntimeApi::start().await);
     let mut vars = lambda_vars(&runtime, &slack, &endpoint, &table);
     if let Some(n) = max_concurrency {
@@ -353,7 +353,7 @@ async fn on_lambda_a_slack_call_is_abandoned_before_the_invocation_deadline() {
     let endpoint = dynamodb_endpoint();
     let (table, ledger) = fresh_table(&endpoint).await;
     let slack = SlackStandin::start().await;
-    slack.script([Behaviour::Hang]);
+    slack.script([SlackFailure::Unanswered]);
     let runtime = RuntimeApi::start().await;
     let mut child = spawn_lambda(&lambda_vars(&runtime, &slack, &endpoint, &table));
 
@@ -517,7 +517,7 @@ async fn on_lambda_a_record_released_for_a_passing_failure_comes_back_within_its
     let sqs = sqs_endpoint();
     let queue = TestQueue::create(&sqs, 5).await;
     let slack = SlackStandin::start().await;
-    slack.script([Behaviour::Status(500)]);
+    slack.script([SlackFailure::Status(500)]);
     let runtime = RuntimeApi::start().await;
     let mut vars = lambda_vars(&runtime, &slack, &endpoint, &table);
     vars.extend([

@@ -42,13 +42,7 @@ fn assert_emf(line: &serde_json::Value) {
 #[ignore = "needs the built binary"]
 async fn a_scripted_run_prints_emf_lines_with_the_right_counts() {
     let slack = SlackStandin::start().await;
-    slack.script([
-        Behaviour::Ok,
-        Behaviour::OkFalse {
-            code: "channel_not_found",
-            posted: false,
-        },
-    ]);
+    slack.script([None, Some(SlackFailure::Code("channel_not_found"))]);
     let bot = BotProcess::spawn(&[
         ("SLACK_BOT_TOKEN", TOKEN.to_string()),
         ("SLACK_API_URL", slack.base_url.clone()),

@@ -59,7 +59,7 @@ async fn a_claimant_killed_before_replying_is_taken_over_after_its_lease_and_ans
     let body = app_mention("EvCrash", "are you there?");
 
     // A claims, then its Slack call hangs: kill it there, after the claim, before any reply.
-    slack.script([Behaviour::Hang]);
+    slack.script([SlackFailure::Unanswered]);
     let url_a = a.url();
     let (h, bd) = (http.clone(), body.clone());
     let original = tokio::spawn(async move {

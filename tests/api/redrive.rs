@@ -561,7 +561,7 @@ async fn a_sweep_leaves_other_apps_claims_and_a_queued_request_the_queue_brings_
     // A worker claims a queued mention, then Slack hangs and the worker is killed: its claim
     // is left in progress, its message hidden until the visibility timeout.
     let mut worker = BotProcess::spawn_worker(&stack.worker_vars(1, 3));
-    stack.slack.script([Behaviour::Hang]);
+    stack.slack.script([SlackFailure::Unanswered]);
     let body = app_mention("EvSweepQueued", "killed mid-way");
     assert_eq!(
         deliver(&http, &ingress.url(), &body, None).await.outcome(),

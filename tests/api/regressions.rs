@@ -87,7 +87,7 @@ async fn a_copy_under_another_ts_does_not_fail_the_message_for_good() {
 
     // Slack neither answers nor makes the original's post: the claim is released with the
     // post's intent (fate unknown), its identity naming the original's thread.
-    app.slack.script([Behaviour::Hang]);
+    app.slack.script([SlackFailure::Unanswered]);
     let first = app.send(&original, None).await;
     assert!(!first.status.is_success(), "{}", first.body);
 

@@ -16,7 +16,7 @@ async fn a_delivery_whose_client_went_away_still_completes_its_claim() {
     })
     .await;
     app.slack
-        .script([Behaviour::Delay(Duration::from_millis(1500))]);
+        .script([SlackFailure::Slow(Duration::from_millis(1500))]);
     let body = app_mention("EvGone", "x");
     // Slack gives up (here after 300 ms) and closes the connection.
     let gone = tokio::time::timeout(Duration::from_millis(300), app.send(&body, None)).await;

@@ -79,6 +79,73 @@ async fn scripted_behaviours_meet_the_next_calls_one_each() {
 
 #[tokio::test]
 #[ignore = "needs the built binary"]
+async fn scripted_statuses_rate_limits_slow_answers_and_posts_refused_after_posting() {
+    let standin = StandinProcess::start().await;
+    let scripted = standin
+        .post(
+            "script",
+            json!({"method": "chat.postMessage",
+                   "behaviours": ["status:503", "ratelimited:7", "post_then_fail:internal_error",
+                                  "slow:600"]}),
+        )
+        .await;
+    assert_eq!(scripted["ok"], true, "{scripted}");
+    let headers = [
+        ("content-type".to_string(), "application/json".to_string()),
+        ("authorization".to_string(), "Bearer xoxb-local".to_string()),
+    ];
+    let url = format!("{}/chat.postMessage", standin.base_url);
+    let http = HttpClient::default();
+    let post = |text: &str| {
+        let body = json!({"channel": "C1", "text": text}).to_string();
+        http.request("POST", &url, &headers, body)
+    };
+    let unavailable = post("one").await;
+    assert_eq!(unavailable.status.as_u16(), 503, "{}", unavailable.body);
+    let limited = post("two").await;
+    assert_eq!(limited.status.as_u16(), 429, "{}", limited.body);
+    assert_eq!(limited.headers["retry-after"], "7");
+    let refused = post("three").await;
+    assert_eq!(
+        refused.json()["error"],
+        "internal_error",
+        "{}",
+        refused.body
+    );
+    let started = std::time::Instant::now();
+    let slow = post("four").await;
+    assert_eq!(slow.json()["ok"], true, "{}", slow.body);
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "answered late"
+    );
+    let texts: Vec<Value> = standin.state().await["messages"]["C1"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].clone())
+        .collect();
+    assert_eq!(
+        texts,
+        [json!("three"), json!("four")],
+        "made: post_then_fail and slow; not the 503 or the 429"
+    );
+    for unknown in ["status:abc", "status:99", "slow:", "ratelimited:-1"] {
+        let refused = standin
+            .post(
+                "script",
+                json!({"method": "chat.update", "behaviours": [unknown]}),
+            )
+            .await;
+        assert_eq!(
+            refused["error"], "invalid_arguments",
+            "{unknown}: {refused}"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the built binary"]
 async fn an_executions_tokens_act_while_it_runs_and_expire() {
     let standin = StandinProcess::start_with(&["--workflow-token-seconds", "1"]).await;
     let started = standin

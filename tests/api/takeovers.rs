@@ -10,10 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use axum::Router;
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
@@ -370,7 +366,8 @@ async fn window_a_post_slack_applies_after_the_look_up_window_is_posted_again_by
     .await;
     // Slack accepts the post and applies it 9 s later (an incident): the claimant gives up at
     // its deadline, not knowing.
-    app.slack.script([Behaviour::Delay(Duration::from_secs(9))]);
+    app.slack
+        .script([SlackFailure::Slow(Duration::from_secs(9))]);
     let body = app_mention("EvRtLate", "x");
     let t0 = Instant::now();
     let first = app.send(&body, None).await;
@@ -397,132 +394,25 @@ async fn window_a_post_slack_applies_after_the_look_up_window_is_posted_again_by
     );
 }
 
-struct SkewedSlackState {
-    workspace: slack_once::testing::Workspace,
-    /// Slack's clock is this far behind the instance's.
-    behind: Duration,
-    last_micros: u128,
-    posts: usize,
-    lookups: Vec<String>,
-}
-
-/// A Slack stand-in whose clock (the `ts` it gives messages) runs `behind` the instance's:
-/// the first post answers `internal_error` but is posted (as Slack says it may be).
-struct SkewedSlack {
-    base_url: String,
-    state: Arc<Mutex<SkewedSlackState>>,
-    _shutdown: oneshot::Sender<()>,
-}
-
-impl SkewedSlack {
-    async fn start(behind: Duration) -> Self {
-        let state = Arc::new(Mutex::new(SkewedSlackState {
-            workspace: slack_once::testing::Workspace::new(slack_once::testing::Identity {
-                team: TEAM.into(),
-                app_id: APP_ID.into(),
-                bot_id: BOT_ID.into(),
-                bot_user: BOT_USER.into(),
-            }),
-            behind,
-            last_micros: 0,
-            posts: 0,
-            lookups: Vec::new(),
-        }));
-        async fn post_message(
-            State(state): State<Arc<Mutex<SkewedSlackState>>>,
-            body: Bytes,
-        ) -> Response {
-            let args: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            let mut s = state.lock().unwrap();
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_micros()
-                - s.behind.as_micros();
-            s.last_micros = now.max(s.last_micros + 1);
-            let ts = format!(
-                "{}.{:06}",
-                s.last_micros / 1_000_000,
-                s.last_micros % 1_000_000
-            );
-            let mut message = serde_json::json!({
-                "channel": args["channel"], "ts": ts, "user": BOT_USER, "bot_id": BOT_ID,
-                "app_id": APP_ID, "text": args["text"], "metadata": args["metadata"],
-                "bot_profile": {"id": BOT_ID, "app_id": APP_ID},
-            });
-            if !args["thread_ts"].is_null() {
-                message["thread_ts"] = args["thread_ts"].clone();
-            }
-            s.workspace.add_message(message);
-            s.posts += 1;
-            let answer = if s.posts == 1 {
-                serde_json::json!({"ok": false, "error": "internal_error"})
-            } else {
-                serde_json::json!({"ok": true, "channel": args["channel"], "ts": ts})
-            };
-            ([("content-type", "application/json")], answer.to_string()).into_response()
-        }
-        async fn lookup(
-            State(state): State<Arc<Mutex<SkewedSlackState>>>,
-            uri: http::Uri,
-        ) -> Response {
-            let query: std::collections::HashMap<String, String> = uri
-                .query()
-                .unwrap_or("")
-                .split('&')
-                .filter_map(|p| p.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.replace("%2E", ".")))
-                .collect();
-            let mut s = state.lock().unwrap();
-            s.lookups.push(uri.query().unwrap_or("").to_string());
-            let answer = if uri.path().ends_with("conversations.replies") {
-                s.workspace.replies(&query)
-            } else {
-                s.workspace.history(&query)
-            };
-            ([("content-type", "application/json")], answer.to_string()).into_response()
-        }
-        let app = Router::new()
-            .route("/api/chat.postMessage", post(post_message))
-            .route("/api/conversations.replies", get(lookup))
-            .route("/api/conversations.history", get(lookup))
-            .with_state(state.clone());
-        let (addr, shutdown) = serve_loopback(app).await;
-        Self {
-            base_url: format!("http://{addr}/api"),
-            state,
-            _shutdown: shutdown,
-        }
-    }
-
-    fn messages_of_ours(&self) -> usize {
-        self.state.lock().unwrap().workspace.ours().len()
-    }
-}
-
 #[tokio::test]
 async fn window_an_instance_clock_8s_ahead_of_slack_misses_its_earlier_post_and_answers_twice() {
-    let slack = SkewedSlack::start(Duration::from_secs(8)).await;
     let app = spawn_app_with(Options {
-        vars: vec![
-            ("DEDUP_LEASE_SECONDS", "2".into()),
-            ("SLACK_API_URL", slack.base_url.clone()),
-        ],
+        vars: vec![("DEDUP_LEASE_SECONDS", "2".into())],
         ..Default::default()
     })
     .await;
+    // Slack's clock (the ts it gives posts) 8 s behind the instance's; the first post answers
+    // `internal_error` but is posted (as Slack says it may be). The event's message is in the
+    // channel as Slack would have it (the signed request puts it there).
+    app.slack
+        .with_workspace(|w| w.set_clock_behind(Duration::from_secs(8)));
+    app.slack
+        .script([SlackFailure::MadeThenCode("internal_error")]);
     let body = app_mention("EvRtSkew", "x");
-    // The event's message is in the channel (Slack's clock), as Slack would have it.
-    slack
-        .state
-        .lock()
-        .unwrap()
-        .workspace
-        .add_event_message(body.as_bytes());
     let first = app.send(&body, None).await;
     assert_eq!(first.status, StatusCode::BAD_GATEWAY, "{}", first.body);
     assert_eq!(
-        slack.messages_of_ours(),
+        app.slack.posted_count(),
         1,
         "posted although Slack said internal_error"
     );
@@ -530,10 +420,10 @@ async fn window_an_instance_clock_8s_ahead_of_slack_misses_its_earlier_post_and_
     println!(
         "retry: {}; look-ups: {:?}",
         retry.body,
-        slack.state.lock().unwrap().lookups
+        app.slack.lookup_queries()
     );
     assert_eq!(
-        slack.messages_of_ours(),
+        app.slack.posted_count(),
         2,
         "the documented window (RELIABILITY.md): the look-up window comes from the instance's \
          clock, compared with the ts Slack's clock gave the post; 8 s of skew (beyond the 5 s \
@@ -662,7 +552,7 @@ async fn evidence_a_release_converting_the_window_whose_answer_is_lost_keeps_the
     assert_eq!(app.send(&body, None).await.outcome(), "answered");
     fault.heal(Op::Complete);
     until(t0, Duration::from_millis(2_300)).await;
-    app.slack.script_lookups([LookupBehaviour::RateLimited(30)]);
+    app.slack.script_lookups([SlackFailure::RateLimited(30)]);
     drop.hold_next(LedgerOp::Release, HoldAt::DropAnswer);
     let held_back = app.send(&body, Some(1)).await;
     assert_eq!(
@@ -785,7 +675,7 @@ async fn a_takeover_whose_earlier_claim_never_reached_its_post_does_not_look_in_
     // Look-ups would fail: a takeover that needed one could not answer.
     app.slack.fail_lookups("ratelimited");
     // A 429 longer than the lease: the post certainly did not happen.
-    app.slack.script([Behaviour::RateLimited(30)]);
+    app.slack.script([SlackFailure::RateLimited(30)]);
     let body = app_mention("EvNoLook", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     let retry = app.send(&body, Some(1)).await;
@@ -828,10 +718,7 @@ async fn a_bot_failure_before_the_post_leaves_nothing_to_look_for() {
 async fn a_takeover_that_cannot_look_holds_back_on_every_retry_and_never_posts_blind() {
     let app = spawn_app().await;
     // internal_error: the post may have gone through (here it did not).
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: false,
-    }]);
+    app.slack.script([SlackFailure::Code("internal_error")]);
     app.slack.fail_lookups("ratelimited");
     let body = app_mention("EvHoldBack", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
@@ -871,12 +758,10 @@ async fn a_takeover_that_cannot_look_holds_back_on_every_retry_and_never_posts_b
 #[tokio::test]
 async fn a_look_up_refused_once_is_made_again_by_the_next_delivery() {
     let app = spawn_app().await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: true,
-    }]);
     app.slack
-        .script_lookups([LookupBehaviour::Error("missing_scope")]);
+        .script([SlackFailure::MadeThenCode("internal_error")]);
+    app.slack
+        .script_lookups([SlackFailure::Code("missing_scope")]);
     let body = app_mention("EvLookAgain", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     assert_eq!(
@@ -891,11 +776,9 @@ async fn a_look_up_refused_once_is_made_again_by_the_next_delivery() {
 #[tokio::test]
 async fn a_rate_limited_look_up_is_waited_out_within_the_deadline() {
     let app = spawn_app().await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: true,
-    }]);
-    app.slack.script_lookups([LookupBehaviour::RateLimited(1)]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("internal_error")]);
+    app.slack.script_lookups([SlackFailure::RateLimited(1)]);
     let body = app_mention("EvLookWait", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     let started = Instant::now();
@@ -916,11 +799,9 @@ async fn a_look_up_longer_than_the_deadline_allows_is_held_back() {
         ..Default::default()
     })
     .await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "fatal_error",
-        posted: true,
-    }]);
-    app.slack.script_lookups([LookupBehaviour::RateLimited(60)]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("fatal_error")]);
+    app.slack.script_lookups([SlackFailure::RateLimited(60)]);
     let body = app_mention("EvLookTooLong", "x");
     assert_eq!(app.send(&body, None).await.status, StatusCode::BAD_GATEWAY);
     let started = Instant::now();
@@ -954,9 +835,10 @@ async fn ambiguous_first_post(posted: bool) -> TestApp {
         ..Default::default()
     })
     .await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted,
+    app.slack.script([if posted {
+        SlackFailure::MadeThenCode("internal_error")
+    } else {
+        SlackFailure::Code("internal_error")
     }]);
     app
 }
@@ -1117,10 +999,8 @@ async fn a_post_to_a_user_is_looked_for_in_their_dm() {
         ..Default::default()
     })
     .await;
-    app.slack.script([Behaviour::OkFalse {
-        code: "internal_error",
-        posted: true,
-    }]);
+    app.slack
+        .script([SlackFailure::MadeThenCode("internal_error")]);
     let body = direct_message("EvToUser", "U0777", "hello")
         .replace("D0001", "C0001")
         .replace("\"im\"", "\"channel\"");

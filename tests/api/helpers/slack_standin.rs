@@ -1,27 +1,11 @@
-//! Test helpers: `SlackStandin`, a Slack stand-in over a `testing::Workspace` whose faults a
-//! test scripts (statuses, delays, hangs, outages, random faults, look-up refusals).
+//! Test helpers: `SlackStandin`, the API tests' view of [`slack_once::testing::FakeSlack`] (the
+//! one HTTP stand-in for Slack's Web API): the app the tests' events are for, the messages
+//! those events are about in every conversation, and the faults the tests script (statuses,
+//! delays, hangs, outages, random faults, look-up refusals), all served by the test kit.
 
 use super::*;
-
-/// What the stand-in does with the next `chat.postMessage`.
-#[derive(Clone, Debug)]
-pub enum Behaviour {
-    /// `{"ok": true}`: the message is posted.
-    Ok,
-    /// HTTP 429 with `Retry-After` in seconds: nothing posted.
-    RateLimited(u64),
-    /// This HTTP status with an empty body: nothing posted.
-    Status(u16),
-    /// `{"ok": false, "error": code}`; `posted` says whether Slack posted it anyway (as it may
-    /// for `internal_error`).
-    OkFalse { code: &'static str, posted: bool },
-    /// Wait, then post.
-    Delay(Duration),
-    /// Never answer and never post: a request lost on its way to Slack.
-    Hang,
-    /// Post, then never answer: the answer is lost on its way back.
-    PostThenHang,
-}
+use slack_once::testing::{FakeSlack, Workspace};
+pub use slack_once::testing::{RandomFaults, SlackFailure};
 
 #[derive(Clone, Debug)]
 pub struct Post {
@@ -30,15 +14,6 @@ pub struct Post {
     pub body: serde_json::Value,
     /// The `ts` Slack gave the message (empty until posted).
     pub ts: String,
-}
-
-/// What the stand-in does with the next conversations.replies / .history call.
-#[derive(Clone, Debug)]
-pub enum LookupBehaviour {
-    /// HTTP 429 with `Retry-After` in seconds.
-    RateLimited(u64),
-    /// `{"ok": false, "error": code}`.
-    Error(&'static str),
 }
 
 /// The app the tests' events are for (their `api_app_id`, team and bot user).
@@ -58,7 +33,7 @@ pub fn register_event_message(body: &[u8]) {
     if by_a_bot {
         return;
     }
-    let mut scratch = slack_once::testing::Workspace::new(identity());
+    let mut scratch = Workspace::new(identity());
     scratch.add_event_message(body);
     let mut all = EVENT_MESSAGES.lock().unwrap();
     let all = all.get_or_insert_with(HashMap::new);
@@ -77,226 +52,68 @@ fn identity() -> slack_once::testing::Identity {
     }
 }
 
-struct StandinState {
-    workspace: slack_once::testing::Workspace,
-    /// When set, a request with another bearer token gets `ok:false, invalid_auth`.
-    required_token: Option<String>,
-    script: VecDeque<Behaviour>,
-    /// Until then, every chat.postMessage answers HTTP 500 and posts nothing.
-    outage_until: Option<tokio::time::Instant>,
-    lookup_script: VecDeque<LookupBehaviour>,
-    /// When set, conversations.replies / conversations.history answer `ok:false` with it.
-    lookup_error: Option<&'static str>,
-    /// At most this many look-ups a minute per method (Slack's 1 a minute for new commercially
-    /// distributed apps since 2025): more answer 429 with the seconds left in `Retry-After`.
-    lookups_per_minute: Option<usize>,
-    lookup_times: HashMap<String, Vec<tokio::time::Instant>>,
-    lookups: usize,
-    /// The query of every look-up request, answered or not.
-    lookup_queries: Vec<HashMap<String, String>>,
-    /// Every post request received, in order.
-    received: Vec<Post>,
-    /// The bearer token each message was posted with, by `ts`.
-    posted_with: HashMap<String, Option<String>>,
-    /// Every other write method called: (method, arguments), in order.
-    calls: Vec<(String, serde_json::Value)>,
-    /// Behaviours for the next calls of other methods, by method.
-    method_script: HashMap<String, VecDeque<Behaviour>>,
-    /// `HEAD api.test` requests: connections opened ahead of a first call.
-    warm_ups: usize,
-    /// How many of each channel's event messages are in the workspace already.
-    synced: HashMap<String, usize>,
-    /// Whether every request's arguments are kept (`received`, `calls`, `lookup_queries`);
-    /// a long soak keeps only the counts.
-    keep_requests: bool,
-    /// Requests per method (`response_url` for posts to a response URL), kept always.
-    counts: HashMap<String, usize>,
-    /// Faults drawn at random for the calls no script decides.
-    random: Option<RandomFaults>,
-    /// The faults drawn so far: (method, behaviour's name) → count.
-    drawn: HashMap<(String, String), u64>,
-}
+/// How many of each channel's event messages a workspace holds already.
+type Synced = Arc<Mutex<HashMap<String, usize>>>;
 
-/// Slack's faults at random, each at its rate per 10,000 calls, drawn from a seed for every
-/// call no script decides: on writes (chat.postMessage and every `chat.`, `reactions.`,
-/// `assistant.` and `views.` method), on posts to response URLs, and on look-ups.
-#[derive(Clone, Debug)]
-pub struct RandomFaults {
-    pub writes: Vec<(u64, Behaviour)>,
-    pub hooks: Vec<(u64, Behaviour)>,
-    pub lookups: Vec<(u64, LookupBehaviour)>,
-    pub seed: u64,
-}
-
-impl RandomFaults {
-    fn roll(&mut self) -> u64 {
-        // xorshift64*
-        self.seed ^= self.seed >> 12;
-        self.seed ^= self.seed << 25;
-        self.seed ^= self.seed >> 27;
-        self.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) % 10_000
-    }
-
-    fn pick<T: Clone>(roll: u64, table: &[(u64, T)]) -> Option<T> {
-        let mut upto = 0;
-        table.iter().find_map(|(rate, b)| {
-            upto += rate;
-            (roll < upto).then(|| b.clone())
-        })
-    }
-}
-
-/// Whether `method` writes to Slack (the random write faults apply to it).
-fn is_write(method: &str) -> bool {
-    ["chat.", "reactions.", "assistant.", "views."]
-        .iter()
-        .any(|p| method.starts_with(p))
-}
-
-impl StandinState {
-    /// The behaviour of the next call of `method`: its script's, else a random fault's (or
-    /// none: `Ok`).
-    fn next_behaviour(&mut self, method: &str) -> Behaviour {
-        let scripted = match method {
-            "chat.postMessage" => self.script.pop_front(),
-            m => self.method_script.get_mut(m).and_then(|q| q.pop_front()),
-        };
-        if let Some(b) = scripted {
-            return b;
+/// The event messages of `channel` are in the conversation (see [`EVENT_MESSAGES`]): those
+/// registered since the last sync (a soak registers thousands).
+fn sync(synced: &Synced, workspace: &mut Workspace, channel: &str) {
+    let all = EVENT_MESSAGES.lock().unwrap();
+    if let Some(messages) = all.as_ref().and_then(|a| a.get(channel)) {
+        let mut synced = synced.lock().unwrap();
+        let synced = synced.entry(channel.to_string()).or_insert(0);
+        for m in &messages[(*synced).min(messages.len())..] {
+            workspace.add_message(m.clone());
         }
-        let drawn = match self.random.as_mut() {
-            Some(r) => {
-                let roll = r.roll();
-                match method {
-                    "response_url" => RandomFaults::pick(roll, &r.hooks),
-                    m if is_write(m) => RandomFaults::pick(roll, &r.writes),
-                    _ => None,
-                }
-            }
-            None => None,
-        };
-        match drawn {
-            Some(b) => {
-                let name = format!("{b:?}");
-                *self.drawn.entry((method.to_string(), name)).or_default() += 1;
-                b
-            }
-            None => Behaviour::Ok,
-        }
-    }
-
-    /// The look-up fault of the next look-up: its script's, else a random one's.
-    fn next_lookup(&mut self, method: &str) -> Option<LookupBehaviour> {
-        if let Some(b) = self.lookup_script.pop_front() {
-            return Some(b);
-        }
-        let r = self.random.as_mut()?;
-        let roll = r.roll();
-        let b = RandomFaults::pick(roll, &r.lookups)?;
-        *self
-            .drawn
-            .entry((method.to_string(), format!("{b:?}")))
-            .or_default() += 1;
-        Some(b)
+        *synced = messages.len();
     }
 }
 
-impl StandinState {
-    /// The event messages of `channel` are in the conversation (see [`EVENT_MESSAGES`]).
-    fn sync(&mut self, channel: &str) {
-        let all = EVENT_MESSAGES.lock().unwrap();
-        if let Some(messages) = all.as_ref().and_then(|a| a.get(channel)) {
-            // Only those registered since the last sync (a soak registers thousands).
-            let synced = self.synced.entry(channel.to_string()).or_insert(0);
-            for m in &messages[(*synced).min(messages.len())..] {
-                self.workspace.add_message(m.clone());
-            }
-            *synced = messages.len();
-        }
-    }
-
-    fn refused(&self, authorization: Option<&String>) -> bool {
-        self.required_token
-            .as_ref()
-            .is_some_and(|t| authorization != Some(t))
-    }
+fn is_read(method: &str) -> bool {
+    matches!(method, "conversations.history" | "conversations.replies")
 }
 
-/// A real HTTP server on 127.0.0.1 standing in for `https://slack.com/api`, serving a
-/// [`slack_once::testing::Workspace`] as Slack does, with faults to script.
+/// [`FakeSlack`] on 127.0.0.1 for the tests' app, its conversations holding the messages the
+/// tests' events are about.
 pub struct SlackStandin {
     pub base_url: String,
-    state: Arc<Mutex<StandinState>>,
-    _shutdown: oneshot::Sender<()>,
+    slack: FakeSlack,
+    synced: Synced,
 }
 
 impl SlackStandin {
     pub async fn start() -> Self {
-        let state = Arc::new(Mutex::new(StandinState {
-            workspace: slack_once::testing::Workspace::new(identity()),
-            required_token: None,
-            script: VecDeque::new(),
-            outage_until: None,
-            lookup_script: VecDeque::new(),
-            lookup_error: None,
-            lookups_per_minute: None,
-            lookup_times: HashMap::new(),
-            lookups: 0,
-            lookup_queries: Vec::new(),
-            received: Vec::new(),
-            posted_with: HashMap::new(),
-            calls: Vec::new(),
-            method_script: HashMap::new(),
-            warm_ups: 0,
-            synced: HashMap::new(),
-            keep_requests: true,
-            counts: HashMap::new(),
-            random: None,
-            drawn: HashMap::new(),
-        }));
-        let app = Router::new()
-            .route("/api/chat.postMessage", post(post_message))
-            .route(
-                "/api/api.test",
-                axum::routing::head(warm_up).post(other_method_at_api_test),
-            )
-            .route("/api/{method}", post(other_method))
-            .route("/commands/{*rest}", post(hook))
-            .route("/actions/{*rest}", post(hook))
-            // Reads as Slack takes them: a GET query, or a POST form (Ctx::read posts one).
-            .route(
-                "/api/conversations.replies",
-                axum::routing::get(lookup).post(lookup),
-            )
-            .route(
-                "/api/conversations.history",
-                axum::routing::get(lookup).post(lookup),
-            )
-            .with_state(state.clone());
-        let (addr, shutdown) = serve_loopback(app).await;
+        let slack = FakeSlack::start_for(identity()).await;
+        let synced = Synced::default();
+        let before = synced.clone();
+        slack.before_each_call(move |workspace, args| {
+            sync(
+                &before,
+                workspace,
+                args["channel"].as_str().unwrap_or_default(),
+            );
+        });
         Self {
-            base_url: format!("http://{addr}/api"),
-            state,
-            _shutdown: shutdown,
+            base_url: slack.base_url().to_string(),
+            slack,
+            synced,
         }
     }
 
     /// From now on, only `token` is good: any other gets `ok:false` with `invalid_auth` (as
     /// after a rotation) and changes nothing.
     pub fn require_token(&self, token: &str) {
-        self.state.lock().unwrap().required_token = Some(format!("Bearer {token}"));
+        self.slack.require_bot_token(Some(token));
     }
 
-    /// Queues behaviours for the next calls of `method` (other than chat.postMessage): `Ok`,
-    /// `Hang`, `PostThenHang` (applied, never answered), `OkFalse`, `Status`, `RateLimited`.
-    pub fn script_method(&self, method: &str, behaviours: impl IntoIterator<Item = Behaviour>) {
-        self.state
-            .lock()
-            .unwrap()
-            .method_script
-            .entry(method.to_string())
-            .or_default()
-            .extend(behaviours);
+    /// Queues failures for the next calls of `method` (or `response_url`), one each (`None`
+    /// in the queue: answered as ever); after the queue, calls are answered.
+    pub fn script_method<F: Into<Option<SlackFailure>>>(
+        &self,
+        method: &str,
+        failures: impl IntoIterator<Item = F>,
+    ) {
+        self.slack.script(method, failures);
     }
 
     /// The stand-in's origin (`http://127.0.0.1:PORT`): its response URLs live there.
@@ -306,37 +123,33 @@ impl SlackStandin {
 
     /// Streams stop taking appends this long after they start (Slack: about 5 minutes).
     pub fn set_stream_expiry(&self, expiry: Duration) {
-        self.state
-            .lock()
-            .unwrap()
-            .workspace
-            .set_stream_expiry(expiry);
+        self.slack.set_stream_expiry(expiry);
     }
 
     /// Works on the stand-in's workspace directly (a session's statuses, a person's stop).
-    pub fn with_workspace<T>(&self, f: impl FnOnce(&mut slack_once::testing::Workspace) -> T) -> T {
-        f(&mut self.state.lock().unwrap().workspace)
+    pub fn with_workspace<T>(&self, f: impl FnOnce(&mut Workspace) -> T) -> T {
+        self.slack.with_workspace(f)
     }
 
     /// The assistant calls: (method, channel, thread_ts, arguments).
     pub fn assistant_calls(&self) -> Vec<(String, String, String, serde_json::Value)> {
-        self.state
-            .lock()
-            .unwrap()
-            .workspace
-            .assistant_calls()
-            .to_vec()
+        self.slack.assistant_calls()
     }
 
     /// The views open or pushed, as Slack shows them.
     pub fn views(&self) -> Vec<serde_json::Value> {
-        self.state.lock().unwrap().workspace.views().to_vec()
+        self.slack.views()
     }
 
     /// Every other write method called, in order: (method, arguments). Posts to a response
     /// URL are the method `response_url`.
     pub fn calls(&self) -> Vec<(String, serde_json::Value)> {
-        self.state.lock().unwrap().calls.clone()
+        self.slack
+            .requests()
+            .into_iter()
+            .filter(|r| r.method != "chat.postMessage" && !is_read(&r.method))
+            .map(|r| (r.method, r.args))
+            .collect()
     }
 
     /// How many times `method` was called.
@@ -346,55 +159,80 @@ impl SlackStandin {
 
     /// The reactions in place: (channel, ts, name).
     pub fn reactions(&self) -> Vec<(String, String, String)> {
-        self.state.lock().unwrap().workspace.reactions()
+        self.slack.reactions()
     }
 
     pub fn ephemerals(&self) -> Vec<serde_json::Value> {
-        self.state.lock().unwrap().workspace.ephemerals().to_vec()
+        self.slack.ephemerals()
     }
 
-    /// Queues behaviours for the next posts; after the queue, every post succeeds.
-    pub fn script(&self, behaviours: impl IntoIterator<Item = Behaviour>) {
-        self.state.lock().unwrap().script.extend(behaviours);
+    /// Queues failures for the next posts (chat.postMessage), as [`Self::script_method`].
+    pub fn script<F: Into<Option<SlackFailure>>>(&self, failures: impl IntoIterator<Item = F>) {
+        self.script_method("chat.postMessage", failures);
     }
 
     /// For `duration` from now, every chat.postMessage answers HTTP 500 and posts nothing.
     pub fn outage(&self, duration: Duration) {
-        self.state.lock().unwrap().outage_until = Some(tokio::time::Instant::now() + duration);
+        self.slack.outage("chat.postMessage", duration);
     }
 
     /// Makes conversations.replies / .history fail with this Slack error code.
     pub fn fail_lookups(&self, code: &'static str) {
-        self.state.lock().unwrap().lookup_error = Some(code);
+        self.slack.fail_reads(Some(code));
     }
 
-    /// Queues behaviours for the next look-ups; after the queue, look-ups are answered.
-    pub fn script_lookups(&self, behaviours: impl IntoIterator<Item = LookupBehaviour>) {
-        self.state.lock().unwrap().lookup_script.extend(behaviours);
+    /// Queues failures for the next look-ups (conversations.replies or .history, whichever
+    /// comes); after the queue, look-ups are answered.
+    pub fn script_lookups(&self, failures: impl IntoIterator<Item = SlackFailure>) {
+        self.slack.fail_next_reads(failures);
     }
 
     /// Slack's 2025 limits for commercially distributed apps outside the Marketplace: `n`
     /// look-ups a minute per method (15 messages a page always).
     pub fn limit_lookups_per_minute(&self, n: usize) {
-        self.state.lock().unwrap().lookups_per_minute = Some(n);
+        self.slack.limit_reads_per_minute(n);
     }
 
     /// How many conversations.replies / .history calls were answered.
     pub fn lookups(&self) -> usize {
-        self.state.lock().unwrap().lookups
+        self.slack.reads_answered()
     }
 
     /// The query of every look-up request received, answered or refused.
     pub fn lookup_queries(&self) -> Vec<HashMap<String, String>> {
-        self.state.lock().unwrap().lookup_queries.clone()
+        self.slack
+            .requests()
+            .into_iter()
+            .filter(|r| is_read(&r.method))
+            .map(|r| {
+                r.args
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            serde_json::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Works on the workspace with `channel`'s event messages in it.
+    fn with_synced<T>(&self, channel: &str, f: impl FnOnce(&mut Workspace) -> T) -> T {
+        self.slack.with_workspace(|w| {
+            sync(&self.synced, w, channel);
+            f(w)
+        })
     }
 
     /// Adds `count` messages of people to `channel` (in the thread `thread_ts`), newer than
     /// everything, so that a look-up has pages to turn.
     pub fn add_other_messages(&self, channel: &str, thread_ts: Option<&str>, count: usize) {
-        let mut s = self.state.lock().unwrap();
-        s.sync(channel);
-        s.workspace.add_chatter(channel, thread_ts, count);
+        self.with_synced(channel, |w| w.add_chatter(channel, thread_ts, count));
     }
 
     /// Adds a message of another app carrying `metadata` (see
@@ -405,43 +243,39 @@ impl SlackStandin {
         thread_ts: Option<&str>,
         metadata: serde_json::Value,
     ) -> String {
-        let mut s = self.state.lock().unwrap();
-        s.sync(channel);
-        s.workspace.add_foreign(channel, thread_ts, metadata)
+        self.with_synced(channel, |w| w.add_foreign(channel, thread_ts, metadata))
     }
 
     /// From now on, every call no script decides draws its fault from `faults` (`None`: no
     /// more random faults).
     pub fn random_faults(&self, faults: Option<RandomFaults>) {
-        self.state.lock().unwrap().random = faults;
+        self.slack.random_faults(faults);
     }
 
-    /// The random faults drawn so far: (method, behaviour) → count.
+    /// The random faults drawn so far: (method, failure) → count.
     pub fn faults_drawn(&self) -> HashMap<(String, String), u64> {
-        self.state.lock().unwrap().drawn.clone()
+        self.slack.faults_drawn()
     }
 
-    /// From now on only the count of requests per method is kept, not their arguments
-    /// (`received`, `calls` and `lookup_queries` stay as they are): for a soak of a million.
+    /// From now on only the count of requests per method is kept, not their arguments: for a
+    /// soak of a million.
     pub fn keep_counts_only(&self) {
-        self.state.lock().unwrap().keep_requests = false;
+        self.slack.keep_counts_only();
     }
 
     /// Requests received per method so far (`response_url` for posts to a response URL).
     pub fn counts(&self) -> HashMap<String, usize> {
-        self.state.lock().unwrap().counts.clone()
+        self.slack.counts()
     }
 
     /// A message of `channel` and its thread's replies, as Slack holds them.
     pub fn thread(&self, channel: &str, ts: &str) -> Vec<serde_json::Value> {
-        let mut s = self.state.lock().unwrap();
-        s.sync(channel);
-        s.workspace.thread(channel, ts)
+        self.with_synced(channel, |w| w.thread(channel, ts))
     }
 
     /// How many messages this app has in Slack now.
     pub fn posted_count(&self) -> usize {
-        self.state.lock().unwrap().workspace.ours_count()
+        self.slack.with_workspace(|w| w.ours_count())
     }
 
     /// This app's messages in Slack (what a user sees of the bot: updates applied, deletions
@@ -452,14 +286,16 @@ impl SlackStandin {
 
     /// This app's messages from the `first`-th (0: the oldest) on, as [`Self::posted`].
     pub fn posted_from(&self, first: usize) -> Vec<Post> {
-        let s = self.state.lock().unwrap();
-        s.workspace
-            .ours_from(first)
+        self.slack
+            .with_workspace(|w| w.ours_from(first))
             .into_iter()
             .map(|m| {
                 let ts = m["ts"].as_str().unwrap_or_default().to_string();
                 Post {
-                    authorization: s.posted_with.get(&ts).cloned().flatten(),
+                    authorization: self
+                        .slack
+                        .token_of_message(&ts)
+                        .map(|t| format!("Bearer {t}")),
                     body: m,
                     ts,
                 }
@@ -469,11 +305,21 @@ impl SlackStandin {
 
     /// How many times a connection was opened ahead of a first call (`HEAD api.test`).
     pub fn warm_ups(&self) -> usize {
-        self.state.lock().unwrap().warm_ups
+        self.slack.warm_ups()
     }
 
+    /// Every chat.postMessage request received, in order, answered or not.
     pub fn received(&self) -> Vec<Post> {
-        self.state.lock().unwrap().received.clone()
+        self.slack
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "chat.postMessage")
+            .map(|r| Post {
+                authorization: r.token.map(|t| format!("Bearer {t}")),
+                body: r.args,
+                ts: String::new(),
+            })
+            .collect()
     }
 
     /// Posts per event id, read from the metadata slack-once attaches to each reply.
@@ -488,283 +334,4 @@ impl SlackStandin {
         }
         counts
     }
-}
-
-fn bearer(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-}
-
-async fn post_message(
-    State(state): State<Arc<Mutex<StandinState>>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let args = arguments(&headers, &body);
-    let authorization = bearer(&headers);
-    let behaviour = {
-        let mut s = state.lock().unwrap();
-        *s.counts.entry("chat.postMessage".into()).or_default() += 1;
-        if s.keep_requests {
-            s.received.push(Post {
-                authorization: authorization.clone(),
-                body: args.clone(),
-                ts: String::new(),
-            });
-        }
-        if s.refused(authorization.as_ref()) {
-            return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
-        }
-        match s.outage_until {
-            Some(until) if tokio::time::Instant::now() < until => Behaviour::Status(500),
-            _ => s.next_behaviour("chat.postMessage"),
-        }
-    };
-    scripted(behaviour, move || {
-        let mut s = state.lock().unwrap();
-        s.sync(args["channel"].as_str().unwrap_or_default());
-        let answer = s.workspace.call("chat.postMessage", &args);
-        if let Some(ts) = answer["ts"].as_str()
-            && s.keep_requests
-        {
-            s.posted_with.insert(ts.to_string(), authorization);
-        }
-        json_response(answer)
-    })
-    .await
-}
-
-/// The arguments of a Web API request: a JSON body, or a form (as a JSON object of strings).
-fn arguments(headers: &HeaderMap, body: &[u8]) -> serde_json::Value {
-    let json = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if json {
-        return serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
-    }
-    serde_json::Value::Object(query_pairs(&String::from_utf8_lossy(body)))
-}
-
-fn query_pairs(text: &str) -> serde_json::Map<String, serde_json::Value> {
-    text.split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (percent_decode(k), percent_decode(v).into()))
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Every other method, as Slack answers it (see [`slack_once::testing::Workspace::call`]).
-async fn other_method(
-    State(state): State<Arc<Mutex<StandinState>>>,
-    axum::extract::Path(method): axum::extract::Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let args = arguments(&headers, &body);
-    let authorization = bearer(&headers);
-    let behaviour = {
-        let mut s = state.lock().unwrap();
-        *s.counts.entry(method.clone()).or_default() += 1;
-        if s.keep_requests {
-            s.calls.push((method.clone(), args.clone()));
-        }
-        if s.refused(authorization.as_ref()) {
-            return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
-        }
-        s.next_behaviour(&method)
-    };
-    scripted(behaviour, move || {
-        let mut s = state.lock().unwrap();
-        s.sync(args["channel"].as_str().unwrap_or_default());
-        json_response(s.workspace.call(&method, &args))
-    })
-    .await
-}
-
-/// A post to a response URL, as Slack answers it, with the behaviours scripted for the method
-/// `response_url`.
-async fn hook(
-    State(state): State<Arc<Mutex<StandinState>>>,
-    uri: http::Uri,
-    body: Bytes,
-) -> Response {
-    let args: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-    let behaviour = {
-        let mut s = state.lock().unwrap();
-        *s.counts.entry("response_url".into()).or_default() += 1;
-        if s.keep_requests {
-            s.calls.push(("response_url".into(), args.clone()));
-        }
-        s.next_behaviour("response_url")
-    };
-    let path = uri.path().to_string();
-    scripted(behaviour, move || {
-        let mut s = state.lock().unwrap();
-        let (status, answer) = s.workspace.respond(&path, &args);
-        (
-            StatusCode::from_u16(status).unwrap(),
-            [("content-type", "text/plain")],
-            slack_once::testing::hook_answer(&answer),
-        )
-            .into_response()
-    })
-    .await
-}
-
-async fn warm_up(State(state): State<Arc<Mutex<StandinState>>>) -> StatusCode {
-    state.lock().unwrap().warm_ups += 1;
-    // Slack's api.test is a GET or POST method: a HEAD has no answer of its own.
-    StatusCode::OK
-}
-
-async fn other_method_at_api_test(
-    state: State<Arc<Mutex<StandinState>>>,
-    headers: http::HeaderMap,
-    body: Bytes,
-) -> Response {
-    other_method(
-        state,
-        axum::extract::Path("api.test".to_string()),
-        headers,
-        body,
-    )
-    .await
-}
-
-/// Answers a Web API call as `behaviour` scripts it; `apply` does the call's work and gives
-/// the `ok` answer. Slack finishes a call it accepted even if the caller has gone, so a delayed
-/// call runs on its own.
-async fn scripted(
-    behaviour: Behaviour,
-    apply: impl FnOnce() -> Response + Send + 'static,
-) -> Response {
-    match behaviour {
-        Behaviour::Ok => apply(),
-        Behaviour::Delay(d) => tokio::spawn(async move {
-            tokio::time::sleep(d).await;
-            apply()
-        })
-        .await
-        .unwrap(),
-        Behaviour::Hang => std::future::pending().await,
-        Behaviour::PostThenHang => {
-            apply();
-            std::future::pending().await
-        }
-        Behaviour::RateLimited(secs) => (
-            StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after", secs.to_string())],
-            "",
-        )
-            .into_response(),
-        Behaviour::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
-        Behaviour::OkFalse { code, posted } => {
-            if posted {
-                apply();
-            }
-            json_response(serde_json::json!({"ok": false, "error": code}))
-        }
-    }
-}
-
-/// conversations.replies (with `ts`) and conversations.history, as Slack answers them (see
-/// [`slack_once::testing::Workspace::history`]), with the scripted faults and rate limits.
-async fn lookup(
-    State(state): State<Arc<Mutex<StandinState>>>,
-    headers: HeaderMap,
-    uri: http::Uri,
-    body: Bytes,
-) -> Response {
-    let form = String::from_utf8_lossy(&body);
-    let query: HashMap<String, String> = query_pairs(uri.query().unwrap_or(""))
-        .into_iter()
-        .chain(query_pairs(&form))
-        .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
-        .collect();
-    let method = uri
-        .path()
-        .rsplit('/')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let mut s = state.lock().unwrap();
-    *s.counts.entry(method.clone()).or_default() += 1;
-    if s.keep_requests {
-        s.lookup_queries.push(query.clone());
-    }
-    if s.refused(bearer(&headers).as_ref()) {
-        return json_response(serde_json::json!({"ok": false, "error": "invalid_auth"}));
-    }
-    match s.next_lookup(&method) {
-        Some(LookupBehaviour::RateLimited(secs)) => {
-            return (
-                StatusCode::TOO_MANY_REQUESTS,
-                [("retry-after", secs.to_string())],
-                "",
-            )
-                .into_response();
-        }
-        Some(LookupBehaviour::Error(code)) => {
-            return json_response(serde_json::json!({"ok": false, "error": code}));
-        }
-        None => {}
-    }
-    if let Some(code) = s.lookup_error {
-        return json_response(serde_json::json!({"ok": false, "error": code}));
-    }
-    if let Some(per_minute) = s.lookups_per_minute {
-        let now = tokio::time::Instant::now();
-        let times = s.lookup_times.entry(method.clone()).or_default();
-        times.retain(|t| now.duration_since(*t) < Duration::from_secs(60));
-        if times.len() >= per_minute {
-            let wait = Duration::from_secs(60) - now.duration_since(times[0]);
-            return (
-                StatusCode::TOO_MANY_REQUESTS,
-                [("retry-after", wait.as_secs().max(1).to_string())],
-                "",
-            )
-                .into_response();
-        }
-        times.push(now);
-    }
-    s.lookups += 1;
-    let channel = query.get("channel").cloned().unwrap_or_default();
-    s.sync(&channel);
-    let answer = if method == "conversations.replies" {
-        s.workspace.replies(&query)
-    } else {
-        s.workspace.history(&query)
-    };
-    json_response(answer)
-}
-
-fn json_response(value: serde_json::Value) -> Response {
-    ([("content-type", "application/json")], value.to_string()).into_response()
 }

@@ -87,22 +87,16 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn slack_faults(seed: u64) -> RandomFaults {
     RandomFaults {
         writes: vec![
-            (150, Behaviour::Status(500)),
-            (150, Behaviour::RateLimited(1)),
-            (
-                80,
-                Behaviour::OkFalse {
-                    code: "internal_error",
-                    posted: true,
-                },
-            ),
-            (30, Behaviour::Hang),
-            (30, Behaviour::PostThenHang),
+            (150, SlackFailure::Status(500)),
+            (150, SlackFailure::RateLimited(1)),
+            (80, SlackFailure::MadeThenCode("internal_error")),
+            (30, SlackFailure::Unanswered),
+            (30, SlackFailure::MadeUnanswered),
         ],
-        hooks: vec![(150, Behaviour::Status(500))],
-        lookups: vec![
-            (200, LookupBehaviour::RateLimited(1)),
-            (50, LookupBehaviour::Error("ratelimited")),
+        hooks: vec![(150, SlackFailure::Status(500))],
+        reads: vec![
+            (200, SlackFailure::RateLimited(1)),
+            (50, SlackFailure::Code("ratelimited")),
         ],
         seed,
     }
