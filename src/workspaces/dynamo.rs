@@ -249,10 +249,11 @@ impl DynamoInstallations {
         &self,
         key: &InstallationKey,
         installation: &Installation,
-        ready: &ReadyKey,
     ) -> Result<HashMap<String, AttributeValue>, StoreError> {
         let pk = self.key(key, Place::Own);
-        let (kept, _) = self.kept(&pk, Place::Own, installation, ready).await?;
+        let (kept, _) = self
+            .kept(&pk, Place::Own, installation, &ReadyKey::none())
+            .await?;
         let mut item: HashMap<String, AttributeValue> = [
             (attr::PK, s(&pk)),
             (attr::KIND, s("installation")),
@@ -453,9 +454,7 @@ impl DynamoInstallations {
         let own = self.get(key, Place::Own).await?;
         let mut transaction = self.client.transact_write_items();
         if own.is_none() {
-            let mut moved = self
-                .item_of(key, &stored.installation, &ReadyKey::none())
-                .await?;
+            let mut moved = self.item_of(key, &stored.installation).await?;
             if let Some(code) = &stored.broken {
                 moved.insert(attr::BROKEN.into(), s(code));
             }
@@ -479,59 +478,6 @@ impl DynamoInstallations {
                     .delete(remove)
                     .build(),
             )
-            .send()
-            .await;
-        written(sent)
-    }
-
-    /// A refresh of an unscoped item with a key: the new pair is written sealed at the app's
-    /// own key (which this release reads first), and the unscoped item keeps the pair it had,
-    /// now spent, with the refresh lease given up, in one transaction conditioned on the
-    /// unscoped item as the refresh took it. No new token is ever kept as it is; a release that
-    /// reads the unscoped item in place still has the old access token until it expires (its
-    /// refresh of the spent token is then refused, and marks only that item broken), and
-    /// `seal-installations` removes the item. Whether stored (`false`: the item changed since,
-    /// or the app has an item of its own at the key).
-    async fn store_refreshed_sealed(
-        &self,
-        key: &InstallationKey,
-        (replaced, revision): (&str, u64),
-        owner: &str,
-        refreshed: &Installation,
-        ready: &ReadyKey,
-    ) -> Result<bool, StoreError> {
-        use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
-        let mut item = self.item_of(key, refreshed, ready).await?;
-        item.insert(attr::REVISION.into(), n(revision));
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", attr::PK)
-            .build()
-            .map_err(unavailable)?;
-        let release = Update::builder()
-            .table_name(&self.table)
-            .key(attr::PK, s(&self.key(key, Place::Unscoped)))
-            .update_expression("REMOVE #refresh_owner, #refresh_until")
-            .condition_expression(
-                "#rotation = :replaced AND #refresh_owner = :owner AND \
-                 (attribute_not_exists(#revision) OR #revision = :revision)",
-            )
-            .expression_attribute_names("#rotation", attr::ROTATION)
-            .expression_attribute_names("#refresh_owner", attr::REFRESH_OWNER)
-            .expression_attribute_names("#refresh_until", attr::REFRESH_UNTIL)
-            .expression_attribute_names("#revision", attr::REVISION)
-            .expression_attribute_values(":replaced", s(replaced))
-            .expression_attribute_values(":owner", s(owner))
-            .expression_attribute_values(":revision", n(revision))
-            .build()
-            .map_err(unavailable)?;
-        let sent = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put).build())
-            .transact_items(TransactWriteItem::builder().update(release).build())
             .send()
             .await;
         written(sent)
@@ -741,9 +687,7 @@ impl InstallationStore for DynamoInstallations {
         self.client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(
-                self.item_of(&key, installation, &ReadyKey::none()).await?,
-            ))
+            .set_item(Some(self.item_of(&key, installation).await?))
             .send()
             .await
             .map_err(unavailable)?;
@@ -754,7 +698,7 @@ impl InstallationStore for DynamoInstallations {
         let key = installation.key().ok_or_else(|| {
             StoreError::Corrupt("an installation without a team or enterprise".into())
         })?;
-        let item = self.item_of(&key, installation, &ReadyKey::none()).await?;
+        let item = self.item_of(&key, installation).await?;
         // Or over itself: this put sent again after its answer was lost.
         let (itself, values) = as_read(&item);
         let mut request = self
@@ -953,26 +897,19 @@ impl InstallationStore for DynamoInstallations {
         .await
     }
 
-    fn refreshed_place(&self, place: Place) -> Place {
-        match self.seal.key_id() {
-            Some(_) => Place::Own,
-            None => place,
-        }
-    }
-
     async fn ready_to_store(
         &self,
         key: &InstallationKey,
         place: Place,
     ) -> Result<ReadyKey, StoreError> {
-        // An unscoped item's refresh with a key stores the new pair at the app's own key.
-        if place == Place::Unscoped && self.seal.key_id().is_none() {
-            return Ok(ReadyKey::none());
+        match place {
+            Place::Own => self
+                .seal
+                .ready(&self.app, &self.key(key, place))
+                .await
+                .map_err(|e| StoreError::Unavailable(Box::new(e))),
+            Place::Unscoped => Ok(ReadyKey::none()),
         }
-        self.seal
-            .ready(&self.app, &self.key(key, Place::Own))
-            .await
-            .map_err(|e| StoreError::Unavailable(Box::new(e)))
     }
 
     async fn release_refresh(
@@ -1000,11 +937,6 @@ impl InstallationStore for DynamoInstallations {
         refreshed: &Installation,
         ready: &ReadyKey,
     ) -> Result<bool, StoreError> {
-        if place == Place::Unscoped && self.seal.key_id().is_some() {
-            return self
-                .store_refreshed_sealed(key, (replaced, revision), owner, refreshed, ready)
-                .await;
-        }
         self.update_kept(
             &self.key(key, place),
             place,

@@ -411,13 +411,6 @@ pub trait InstallationStore: Send + Sync + 'static {
         hold: RefreshHold<'_>,
     ) -> Result<bool, StoreError>;
 
-    /// Where [`InstallationStore::store_refreshed`] keeps the pair of an installation read at
-    /// `place`: there, unless the store moves it (an unscoped item's pair, sealed at the app's
-    /// own key where tokens are sealed).
-    fn refreshed_place(&self, place: Place) -> Place {
-        place
-    }
-
     /// Readies the writes of the installation at `place` (a refresh's store, next): what they
     /// need from elsewhere (a KMS data key) is had now, before the refresh exchanges its token,
     /// and handed to [`InstallationStore::store_refreshed`], which then needs nothing more.

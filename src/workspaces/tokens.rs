@@ -899,7 +899,6 @@ impl Workspaces {
             Ok(true) => {
                 crate::metrics::count("TokensRefreshed");
                 tracing::info!(installation = key.id(), "token refreshed");
-                let place = self.store.refreshed_place(place);
                 known.set(refreshed.clone(), place);
                 // And the cache's, should it hold another copy (a forget since).
                 self.remember(

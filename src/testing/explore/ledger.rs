@@ -236,10 +236,6 @@ impl InstallationStore for SimInstallations {
         .await
     }
 
-    fn refreshed_place(&self, place: Place) -> Place {
-        self.store.refreshed_place(place)
-    }
-
     async fn ready_to_store(
         &self,
         key: &InstallationKey,
