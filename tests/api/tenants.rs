@@ -1087,3 +1087,39 @@ async fn another_apps_uninstall_under_this_apps_key_leaves_its_installation() {
     assert_eq!(ra.outcome(), "answered", "{}", ra.body);
     assert_eq!(a.answers_in(team), 1);
 }
+
+/// A rolling deploy with the token key set: app A installed (rotating tokens, refreshed at
+/// every request) through the previous release, which keeps the installation without the app
+/// and reads it in place; this release serving beside it on the same table. Every mention, to
+/// either release, is answered once, and no refresh exchanges a spent refresh token (Slack
+/// revokes the one a refresh used).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the previous release and the built binary"]
+async fn a_rolling_deploy_with_the_token_key_set_answers_through_both_releases() {
+    let mut vars = kms_key_vars().await;
+    vars.push(("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string()));
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let a = Tenant::start(A, &endpoint, &table, &vars).await;
+    a.slack.with_grants(|g| g.set_lifetime(600));
+    let old = a.process(true);
+    let installed = a.install_via(&old, "T0000ROLK", true).await;
+    assert_eq!(installed.status, 200, "{}", installed.body);
+    assert!(
+        scan_keys(&endpoint, &table)
+            .await
+            .iter()
+            .any(|k| k == "install#WORKSPACE#T0000ROLK"),
+        "the previous release keeps it without the app"
+    );
+    for n in 1..=6u32 {
+        let to = if n % 2 == 0 { &old } else { &a.bot };
+        let answer = a.send_to(to, &a.mention("T0000ROLK", n)).await;
+        assert_eq!(answer.outcome(), "answered", "A {n}: {}", answer.body);
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    assert_eq!(a.answers_in("T0000ROLK"), 6);
+    if let Err(exchanges) = refreshes_all_taken(&a) {
+        panic!("the refreshes, each taken: {exchanges}");
+    }
+}
