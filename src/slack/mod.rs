@@ -3,6 +3,12 @@
 //! (`interaction`), and the Web API: its client (methods, their classification into reads
 //! and writes, the 429 rule), its error taxonomy, the look-up of an earlier post by its
 //! metadata, and where the bot token comes from.
+//!
+//! What a refused token comes to, [`crate::secrets::Refused`], has that one path:
+//!
+//! ```compile_fail,E0432
+//! use slack_once::slack::Refused;
+//! ```
 
 mod client;
 pub mod envelope;
@@ -12,7 +18,6 @@ mod lookup;
 pub mod signature;
 mod tokens;
 
-pub use crate::secrets::Refused;
 pub use client::{Args, SlackClient, api_url, is_read_method};
 #[cfg(feature = "testing")]
 pub(crate) use client::{under_test, with_own_client_base};
