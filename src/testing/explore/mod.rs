@@ -60,6 +60,11 @@
 //!
 //! A fleet's traffic, many requests of a mix each with faults drawn at given rates, is
 //! [`Simulation`]'s: every schedule checked by the same invariants, the fates tallied per kind.
+//! It and its report have one path each, here:
+//!
+//! ```compile_fail,E0603
+//! use slack_once::testing::explore::simulate::Simulation;
+//! ```
 //!
 //! The budget: `SLACK_ONCE_EXPLORE` unset gives each exploration 250 schedules or 20 s,
 //! whichever ends first; `long`, 20,000 or 10 minutes; a number, that many schedules (within
@@ -74,7 +79,7 @@ mod ledger;
 mod request;
 mod run;
 mod schedule;
-pub mod simulate;
+mod simulate;
 mod slack;
 mod tenants;
 mod world;
@@ -90,7 +95,7 @@ pub use end::{End, RunView};
 pub use request::Request;
 pub use run::AppFactory;
 pub use schedule::{At, Fault, FaultRates, Schedule, SiteKind, Story};
-pub use simulate::{Simulation, SimulationReport};
+pub use simulate::{PerMillion, SimFailure, Simulation, SimulationReport, Tally};
 pub use world::{RunEnd, RunKind};
 
 use crate::app::App;
