@@ -31,7 +31,7 @@ pub(crate) enum Connector {
     /// To Slack's hosts over TLS (or to a stand-in on this machine over plain HTTP).
     Https(HttpsConnector<HttpConnector>),
     /// In process: every connection, whatever its host, is a pipe `Serve` answers.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(feature = "explore"), allow(dead_code))]
     Memory(Serve),
 }
 
@@ -132,8 +132,8 @@ impl hyper::rt::Write for Io {
 }
 
 /// Serves `service` (an HTTP service such as an axum `Router`) on every in-process connection.
-/// (The test kit's: a bot's own build connects only to Slack.)
-#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+/// (The explorer's: a bot's own build connects only to Slack.)
+#[cfg_attr(not(feature = "explore"), allow(dead_code))]
 pub fn serve_http<S>(service: S) -> Serve
 where
     S: tower::Service<

@@ -101,14 +101,14 @@ impl MemoryLedger {
         entries.map.get(event_id).map(|e| e.status)
     }
 
-    #[cfg(feature = "testing")]
+    #[cfg(feature = "explore")]
     /// The failure code an event's claim ended with, as stored (for tests).
     pub(crate) fn error(&self, event_id: &EventId) -> Option<String> {
         let entries = self.entries.lock().expect("ledger lock");
         entries.map.get(event_id).and_then(|e| e.error.clone())
     }
 
-    #[cfg(feature = "testing")]
+    #[cfg(feature = "explore")]
     /// Ends `failed` (`code`, retryable) the claim of `event_id` if it is in progress past its
     /// lease at `now_ms`, as `slack-once redrive` ends a refused dead letter's claim (for the
     /// simulation); whether it did.
