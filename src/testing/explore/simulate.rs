@@ -1,49 +1,4 @@
-//! The simulation: a fleet's traffic, many requests of a mix, each with its copies, retries,
-//! redeliveries and faults drawn from a seed, run through the explorer's world on virtual
-//! time and checked by every invariant the explorer checks.
-//!
-//! ```no_run
-//! use slack_once::app::App;
-//! use slack_once::testing::explore::{Request, Simulation};
-//!
-//! fn app() -> App {
-//!     App::new()
-//! }
-//!
-//! let report = Simulation::new(app)
-//!     .mix(30, [("mention", Request::mention("hi"))])
-//!     .mix(10, [("slash command", Request::command("/once", "now"))])
-//!     .requests(10_000)
-//!     .seed(1)
-//!     .run();
-//! println!("{report}");
-//! report.assert_ok();
-//! ```
-//!
-//! Each *schedule* of the simulation is one scene of the mix (a request, or a sequence of
-//! requests: a mention, then a click on the answer it posted) in one mode (synchronous, or
-//! deferred: an ingress, the work queue, workers), with a story drawn for how Slack delivers
-//! it (one copy after another, every copy at once to instances of their own, a repeat, the
-//! first delivery to the old version of a rolling deploy, a replay by someone who captured
-//! it) and faults drawn at every call it makes: processes killed before or after a call, and
-//! at their deadline as Lambda kills them, answers lost, the ledger's SDK sending a call
-//! twice, DynamoDB throttling, Slack's 5xx, 429s with `Retry-After` and refusals, the
-//! queue's redeliveries (after a released run's backoff, or a killed worker's visibility
-//! timeout, with the template's longest `WorkerTimeout`) and the dead-letter queue after
-//! `maxReceiveCount` receives, redriven an hour later by an operator. Each run is a process
-//! of its own (an instance of the fleet), on one ledger and one Slack.
-//!
-//! Every schedule is checked as the explorer checks one (answered at most once, complete when
-//! claimed or counted when lost, failed only for a reason, acknowledgements kept, tokens in
-//! their place, no claim outliving the process that holds it…), and every request's fate is
-//! tallied by kind: answered, failed with its reason, dead-lettered, Slack gave up, not taken;
-//! with the ledger's reads and writes, Slack's calls and the queue's, per request. The first
-//! schedule that breaks an invariant (the lowest-numbered, whatever the threads: the report is
-//! the same for the same seed) is shrunk to the fewest faults that still break it, and printed
-//! with its trace and the schedule to replay.
-//!
-//! Each schedule draws from its own generator (the seed and its number), so the threads
-//! ([`Simulation::threads`]) change how fast, not what.
+//! The simulation of a fleet's traffic: [`Simulation`], documented there.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -64,7 +19,52 @@ use crate::testing::explore::Request;
 /// lets them be.
 pub const LONGEST_WORKER_TIMEOUT: Duration = Duration::from_secs(900);
 
-/// A simulation: see the [module](self).
+/// The simulation: a fleet's traffic, many requests of a mix, each with its copies, retries,
+/// redeliveries and faults drawn from a seed, run through the explorer's world on virtual
+/// time and checked by every invariant the explorer checks.
+///
+/// ```no_run
+/// use slack_once::app::App;
+/// use slack_once::testing::explore::{Request, Simulation};
+///
+/// fn app() -> App {
+///     App::new()
+/// }
+///
+/// let report = Simulation::new(app)
+///     .mix(30, [("mention", Request::mention("hi"))])
+///     .mix(10, [("slash command", Request::command("/once", "now"))])
+///     .requests(10_000)
+///     .seed(1)
+///     .run();
+/// println!("{report}");
+/// report.assert_ok();
+/// ```
+///
+/// Each *schedule* of the simulation is one scene of the mix (a request, or a sequence of
+/// requests: a mention, then a click on the answer it posted) in one mode (synchronous, or
+/// deferred: an ingress, the work queue, workers), with a story drawn for how Slack delivers
+/// it (one copy after another, every copy at once to instances of their own, a repeat, the
+/// first delivery to the old version of a rolling deploy, a replay by someone who captured
+/// it) and faults drawn at every call it makes: processes killed before or after a call, and
+/// at their deadline as Lambda kills them, answers lost, the ledger's SDK sending a call
+/// twice, DynamoDB throttling, Slack's 5xx, 429s with `Retry-After` and refusals, the
+/// queue's redeliveries (after a released run's backoff, or a killed worker's visibility
+/// timeout, with the template's longest `WorkerTimeout`) and the dead-letter queue after
+/// `maxReceiveCount` receives, redriven an hour later by an operator. Each run is a process
+/// of its own (an instance of the fleet), on one ledger and one Slack.
+///
+/// Every schedule is checked as the explorer checks one (answered at most once, complete when
+/// claimed or counted when lost, failed only for a reason, acknowledgements kept, tokens in
+/// their place, no claim outliving the process that holds it…), and every request's fate is
+/// tallied by kind: answered, failed with its reason, dead-lettered, Slack gave up, not taken;
+/// with the ledger's reads and writes, Slack's calls and the queue's, per request. The first
+/// schedule that breaks an invariant (the lowest-numbered, whatever the threads: the report is
+/// the same for the same seed) is shrunk to the fewest faults that still break it, and printed
+/// with its trace and the schedule to replay.
+///
+/// Each schedule draws from its own generator (the seed and its number), so the threads
+/// ([`Simulation::threads`]) change how fast, not what.
 pub struct Simulation {
     explorer: Explorer,
     scenes: Vec<Scene>,
