@@ -298,6 +298,27 @@ pub fn bot_template_yaml(ours: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The bot's README names every tool its binary's `--help` lists.
+    #[test]
+    fn the_bot_readme_names_every_tool_of_the_usage() {
+        let readme = include_str!("../../templates/bot/README.md");
+        let usage = crate::run::usage();
+        let program = crate::tools::program();
+        let tools: Vec<&str> = usage
+            .lines()
+            .filter_map(|line| line.trim_start().strip_prefix(program.as_str()))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .filter(|tool| !tool.starts_with('-'))
+            .collect();
+        assert!(tools.contains(&"sign"), "{usage}");
+        for tool in tools {
+            assert!(
+                readme.contains(&format!("`{tool}`")),
+                "templates/bot/README.md does not name `{tool}`"
+            );
+        }
+    }
+
     /// The bot's template.yaml is ours with its name: regenerate it with
     /// `SLACK_ONCE_BLESS=1 cargo test --lib init` after changing template.yaml.
     #[test]
