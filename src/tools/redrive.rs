@@ -46,7 +46,7 @@ use crate::slack::interaction::Interaction;
 
 /// How long after the request a redriven command or interaction may still be answered through
 /// its `response_url`: Slack takes posts for 30 minutes, less 5 for the worker to get to it.
-pub const RESPONSE_URL_LIFETIME: Duration = Duration::from_secs(25 * 60);
+pub const REDRIVE_RESPONSE_URL_WITHIN: Duration = Duration::from_secs(25 * 60);
 
 /// The failure code of a claim `redrive` ends because it refused the request's dead letter:
 /// nothing brings the request back (retryable all the same, as a lapsed claim is).
@@ -419,7 +419,7 @@ fn request_of(body: &str, options: &Options) -> Request {
                          which expired 3 s after the request"
                             .to_string(),
                     )
-                } else if age > RESPONSE_URL_LIFETIME {
+                } else if age > REDRIVE_RESPONSE_URL_WITHIN {
                     Some(format!(
                         "its response_url expired, or will before a worker answers: Slack takes \
                          posts for 30 minutes after the request ({} min ago)",

@@ -959,7 +959,7 @@ async fn receives(shared: Arc<Shared>, request: usize, index: usize, body: Strin
             tokio::time::sleep(REDRIVE_AFTER).await;
             // As the tool judges a form: its response_url (and so its answer) expired.
             let form = !spec.steps[request].request.is_event();
-            if form && sent_at.elapsed() > crate::tools::redrive::RESPONSE_URL_LIFETIME {
+            if form && sent_at.elapsed() > crate::tools::redrive::REDRIVE_RESPONSE_URL_WITHIN {
                 // As the tool does: a claim of it left in progress past its lease ends failed
                 // (`dead_letter_refused`), nothing bringing the request back.
                 let keys: Vec<String> = {
