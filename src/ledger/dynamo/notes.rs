@@ -10,15 +10,17 @@ use super::item::{attr, n, number, s};
 use super::{DynamoLedger, unavailable};
 use crate::ledger::LedgerError;
 
-pub(super) async fn set_note(
+/// The put of a note's item (`value`, written at `at_ms`, kept until `expires_at_s`), counted
+/// as a ledger request; its condition is the caller's.
+fn note_put(
     ledger: &DynamoLedger,
     key: &crate::slack::envelope::EventId,
     value: &str,
     at_ms: u64,
     expires_at_s: u64,
-) -> Result<(), LedgerError> {
+) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
     ledger.requests.fetch_add(1, Ordering::Relaxed);
-    let result = ledger
+    ledger
         .client
         .put_item()
         .table_name(&ledger.table)
@@ -26,6 +28,16 @@ pub(super) async fn set_note(
         .item(attr::NOTE, s(value))
         .item(attr::NOTE_AT, n(at_ms))
         .item(attr::EXPIRES_AT, n(expires_at_s))
+}
+
+pub(super) async fn set_note(
+    ledger: &DynamoLedger,
+    key: &crate::slack::envelope::EventId,
+    value: &str,
+    at_ms: u64,
+    expires_at_s: u64,
+) -> Result<(), LedgerError> {
+    let result = note_put(ledger, key, value, at_ms, expires_at_s)
         .condition_expression(
             "attribute_not_exists(#pk) OR #note_at <= :at OR #expires_at < :now_s",
         )
@@ -57,15 +69,7 @@ pub(super) async fn replace_note(
     expires_at_s: u64,
     now_ms: u64,
 ) -> Result<crate::ledger::NotePut, LedgerError> {
-    ledger.requests.fetch_add(1, Ordering::Relaxed);
-    let put = ledger
-        .client
-        .put_item()
-        .table_name(&ledger.table)
-        .item(attr::PK, s(key.as_str()))
-        .item(attr::NOTE, s(value))
-        .item(attr::NOTE_AT, n(at_ms))
-        .item(attr::EXPIRES_AT, n(expires_at_s))
+    let put = note_put(ledger, key, value, at_ms, expires_at_s)
         .expression_attribute_names("#note", attr::NOTE)
         .expression_attribute_names("#expires_at", attr::EXPIRES_AT)
         .expression_attribute_values(":now_s", n(now_ms / 1000));
