@@ -19,6 +19,7 @@ pub mod config;
 mod errors;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gateway;
 mod hooks;
 mod http;
 mod journal;
@@ -60,7 +61,7 @@ use crate::slack::SlackClient;
 
 pub use crate::http::OUTCOME_HEADER;
 pub use crate::reference::reference_app;
-pub use crate::run::{VERSION, run, serve, usage};
+pub use crate::run::{VERSION, run, run_gateway, serve, usage};
 pub use crate::server::LocalServer;
 
 /// What can stop the start once the configuration is read.
@@ -85,6 +86,8 @@ pub struct Application {
     config: Config,
     processor: Arc<Processor>,
     in_flight: TaskTracker,
+    /// Routes served beside Slack's (the gateway's Web API proxy).
+    routes: Option<Router>,
 }
 
 impl Application {
@@ -297,6 +300,7 @@ impl Application {
             config,
             processor: Arc::new(processor),
             in_flight: TaskTracker::new(),
+            routes: None,
         }
     }
 
@@ -307,10 +311,24 @@ impl Application {
 
     /// The router, each delivery run inline (Lambda: the invocation is the request).
     pub fn router(&self) -> Router {
-        http::router(http::AppState {
+        self.with_own_routes(http::router(http::AppState {
             processor: self.processor.clone(),
             in_flight: None,
-        })
+        }))
+    }
+
+    /// `slack-once gateway`: this application forwards to the bot `gateway` names, and serves
+    /// the gateway's Web API proxy beside Slack's routes.
+    pub fn with_gateway(mut self, gateway: Arc<gateway::Gateway>) -> Self {
+        self.routes = Some(gateway::routes(gateway, self.processor.clone()));
+        self
+    }
+
+    fn with_own_routes(&self, router: Router) -> Router {
+        match &self.routes {
+            Some(routes) => router.merge(routes.clone()),
+            None => router,
+        }
     }
 
     /// The worker of deferred mode, on this application's ledger, Slack client and bot.
@@ -325,10 +343,10 @@ impl Application {
     pub async fn bind(self) -> std::io::Result<LocalServer> {
         let listener = TcpListener::bind(self.config.listen_addr).await?;
         // Local mode: clients can go away mid-request; deliveries run detached.
-        let router = http::router(http::AppState {
+        let router = self.with_own_routes(http::router(http::AppState {
             processor: self.processor.clone(),
             in_flight: Some(self.in_flight.clone()),
-        });
+        }));
         Ok(LocalServer {
             listener,
             router,

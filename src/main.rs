@@ -10,6 +10,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("init") => slack_once::tools::init::run(&args[1..]),
+        Some("gateway") => slack_once::run_gateway(),
         Some("-h" | "--help" | "help") if args.len() == 1 => {
             slack_once::tools::say(format_args!(
                 "{}\n{}",

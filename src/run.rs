@@ -10,6 +10,7 @@ use tracing_subscriber::filter::{LevelFilter, Targets};
 use crate::Application;
 use crate::app::App;
 use crate::config::{Config, Mode, Role};
+use crate::gateway::{Gateway, GatewayConfig};
 use crate::queue::SqsQueue;
 use crate::queue::sqs::CallBudget;
 
@@ -173,31 +174,14 @@ fn init_logging(on_lambda: bool) {
 /// Serves `app` in `role` (or `SLACK_ONCE_ROLE`'s).
 pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
     init_logging(std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some());
-
-    let config = match Config::from_lookup(|name| match (name, role) {
-        ("SLACK_ONCE_ROLE", Some(Role::Worker)) => Some("worker".to_string()),
-        _ => std::env::var(name).ok(),
-    }) {
+    let config = match configured(role) {
         Ok(config) => config,
-        Err(error) => {
-            tracing::error!("configuration error: {error}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let (mode, role) = (config.mode, config.role);
-    tracing::info!(
-        version = VERSION,
-        function_version = %config.function_version,
-        role = ?role,
-        runtime = ?mode,
-        "slack-once starting"
-    );
-    let app = match Application::build_with_app(config, app).await {
+    let app = match built(config, app).await {
         Ok(app) => app,
-        Err(error) => {
-            tracing::error!("cannot start: {}", crate::errors::error_chain(&error));
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match (role, mode) {
         // Several invocations at once when Lambda says so (`AWS_LAMBDA_MAX_CONCURRENCY`, set
@@ -208,6 +192,107 @@ pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
         (Role::Worker, Mode::Lambda) => worker_on_lambda(app).await,
         (Role::Worker, Mode::Local) => worker_locally(app).await,
     }
+}
+
+/// The configuration from the environment (`role` overriding `SLACK_ONCE_ROLE`), or the
+/// exit code of a configuration error, logged.
+fn configured(role: Option<Role>) -> Result<Config, ExitCode> {
+    let config = Config::from_lookup(|name| match (name, role) {
+        ("SLACK_ONCE_ROLE", Some(Role::Worker)) => Some("worker".to_string()),
+        _ => std::env::var(name).ok(),
+    })
+    .map_err(|error| {
+        tracing::error!("configuration error: {error}");
+        ExitCode::from(2)
+    })?;
+    tracing::info!(
+        version = VERSION,
+        function_version = %config.function_version,
+        role = ?config.role,
+        runtime = ?config.mode,
+        "slack-once starting"
+    );
+    Ok(config)
+}
+
+/// The application wired for `config` and `app`, or the exit code of why it cannot start.
+async fn built(config: Config, app: App) -> Result<Application, ExitCode> {
+    Application::build_with_app(config, app)
+        .await
+        .map_err(|error| {
+            tracing::error!("cannot start: {}", crate::errors::error_chain(&error));
+            ExitCode::from(2)
+        })
+}
+
+/// `slack-once gateway`: the gateway in front of a bot in any language (see
+/// `docs/gateway.md`), served on `LISTEN_ADDR` until SIGTERM. Exit code 2 on a configuration
+/// error, named.
+pub fn run_gateway() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [] => {}
+        ["-h" | "--help" | "help"] => {
+            say!("{GATEWAY_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        other => {
+            eprintln!("unknown arguments {other:?}\n{GATEWAY_USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts")
+        .block_on(serve_gateway())
+}
+
+const GATEWAY_USAGE: &str = "\
+usage: slack-once gateway   verify, claim and forward Slack's requests to SLACK_ONCE_BOT_URL,
+                            and serve the bot's Web API calls on /api/ (docs/gateway.md)";
+
+async fn serve_gateway() -> ExitCode {
+    init_logging(false);
+    let config = match configured(None) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    if config.mode == Mode::Lambda || config.role == Role::Worker || config.work_queue_url.is_some()
+    {
+        tracing::error!(
+            "configuration error: the gateway runs as a process of its own, in synchronous \
+             mode (not on Lambda, not with WORK_QUEUE_URL or SLACK_ONCE_ROLE=worker)"
+        );
+        return ExitCode::from(2);
+    }
+    let lookup = |name: &str| std::env::var(name).ok();
+    let gateway = match GatewayConfig::from_lookup(lookup) {
+        Ok(gateway) => Gateway::new(gateway),
+        Err(error) => {
+            tracing::error!("configuration error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let app = match built(config, gateway.app()).await {
+        Ok(app) => app.with_gateway(gateway.clone()),
+        Err(code) => return code,
+    };
+    let server = match app.bind().await {
+        Ok(server) => server,
+        Err(error) => {
+            tracing::error!(error = %error, "cannot listen on LISTEN_ADDR");
+            return ExitCode::FAILURE;
+        }
+    };
+    gateway.listening_on(server.local_addr());
+    tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events (Slack), POST /api/{{method}} (the bot's Web API calls), GET /healthz");
+    serve_until_stopped(server).await
 }
 
 /// The ingress on Lambda: the router as the function's handler, until the runtime stops.
@@ -236,6 +321,11 @@ async fn ingress_locally(app: Application) -> ExitCode {
     } else {
         tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events, GET /healthz");
     }
+    serve_until_stopped(server).await
+}
+
+/// Serves until SIGTERM.
+async fn serve_until_stopped(server: crate::LocalServer) -> ExitCode {
     match server.run_until(shutdown_signal()).await {
         Ok(()) => {
             tracing::info!("stopped");

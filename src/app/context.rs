@@ -1595,6 +1595,25 @@ impl Ctx {
         steps.tally.made = steps.tally.made.saturating_sub(1);
     }
 
+    /// The request as Slack sent it, byte for byte, and its content type: an event's envelope
+    /// (JSON), or a command's or an interaction's form. What the gateway forwards to a bot.
+    pub(crate) fn delivered(&self) -> Option<(Arc<str>, &'static str)> {
+        const JSON: &str = "application/json";
+        const FORM: &str = "application/x-www-form-urlencoded";
+        match &self.inner.source {
+            Source::Event(cb) => cb.delivered.clone().map(|body| (body, JSON)),
+            Source::Interaction { interaction, .. } => {
+                interaction.delivered.clone().map(|body| (body, FORM))
+            }
+        }
+    }
+
+    /// The listener is run again under this claim (the gateway's forward to another replica):
+    /// its steps are numbered from the first again, so those this claim made replay.
+    pub(crate) async fn run_again_from_first_step(&self) {
+        self.inner.steps.lock().await.rewind();
+    }
+
     /// The Web API client (for calls that are not steps: a stream's appends).
     pub(crate) fn slack(&self) -> &SlackClient {
         &self.inner.slack
@@ -1743,6 +1762,24 @@ impl Respond {
             kind: RespondKind::Delete,
             body: json!({"delete_original": true}),
         }
+    }
+}
+
+impl Respond {
+    /// A `response_url` body as a bot sends it: its kind read from `delete_original`,
+    /// `replace_original` and `response_type`.
+    pub(crate) fn from_body(body: Value) -> Self {
+        let flag = |key: &str| body[key] == true || body[key] == "true";
+        let kind = if flag("delete_original") {
+            RespondKind::Delete
+        } else if flag("replace_original") {
+            RespondKind::Replace
+        } else if body["response_type"] == "in_channel" {
+            RespondKind::InChannel
+        } else {
+            RespondKind::Ephemeral
+        };
+        Self { kind, body }
     }
 }
 

@@ -316,6 +316,20 @@ impl InteractiveListener {
         )
     }
 
+    /// Every command and interaction, whatever its kind and id: what the gateway forwards.
+    pub(crate) fn any<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Ctx, Interaction) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        InteractiveListener {
+            name: "any interaction".into(),
+            declares: Declares::Interactivity,
+            take: Box::new(move |i| Some(prepared(handler.clone(), i.clone()))),
+        }
+    }
+
     /// An external select's options, by `action_id`: the listener acknowledges with
     /// [`Ack::options`]. Never claimed (it writes nothing); its writes fail with
     /// [`super::Error::Closed`].

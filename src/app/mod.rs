@@ -226,6 +226,47 @@ impl Listener {
         .for_events(&[])
     }
 
+    /// Every event of type `kind` exactly, other bots' included, untyped: one listener per
+    /// event type, so that the several events of one message (a `message` and an
+    /// `app_mention`) each run once. What the gateway forwards.
+    pub(crate) fn of_type<F, Fut>(kind: &str, handler: F) -> Self
+    where
+        F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let wanted = kind.to_string();
+        let mut listener = Self::new(
+            kind,
+            Box::new(move |heard| {
+                (heard.callback.event.kind == wanted)
+                    .then(|| prepared(handler.clone(), heard.callback.event.clone()))
+            }),
+        )
+        .for_events(&[kind]);
+        listener.including_bots = true;
+        listener
+    }
+
+    /// Every event whose type is not one of `kinds`, other bots' included, untyped.
+    pub(crate) fn of_types_other_than<F, Fut>(kinds: &[&str], handler: F) -> Self
+    where
+        F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let others: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
+        let mut listener = Self::new(
+            "other events",
+            Box::new(move |heard| {
+                (!others.contains(&heard.callback.event.kind))
+                    .then(|| prepared(handler.clone(), heard.callback.event.clone()))
+            }),
+        );
+        listener.including_bots = true;
+        listener
+    }
+
     /// A message that mentions the bot: an `app_mention`, or a `message` event whose text
     /// mentions the bot user (Slack sends both for one message when the app subscribes to
     /// both; either one runs this listener, once).

@@ -170,6 +170,18 @@ impl Steps {
         }
     }
 
+    /// Numbers the steps from the first again, for the same claim's listener run again: the
+    /// steps this claim made are in the journal, and replay.
+    /// The steps made since the ledger was last written are in the journal (kept, too, for
+    /// the next write); the step the claim's began window stands for stays the one it was, so
+    /// that every later step is announced before it is made.
+    pub(crate) fn rewind(&mut self) {
+        self.dropped_in_flight();
+        let fates = self.unrecorded.clone();
+        apply(&mut self.journal, &fates);
+        self.next = 1;
+    }
+
     /// A covered step whose call the listener dropped while it was out (a timeout or a select
     /// around it): its fate is unknown, and the next write records it so (it ends the began
     /// window that stood for it).

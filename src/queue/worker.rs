@@ -137,7 +137,7 @@ enum Parsed {
 fn parse(queued: &QueuedEvent) -> Parsed {
     match (queued.v, &queued.envelope, &queued.form) {
         (QUEUED_EVENT_VERSION, Some(envelope), None) => {
-            match serde_json::from_str::<Envelope>(envelope.get()) {
+            match Envelope::from_delivered(envelope.get()) {
                 Ok(Envelope::EventCallback(callback)) => {
                     Parsed::Request(Queued::Event(Arc::from(callback)))
                 }

@@ -104,6 +104,9 @@ pub struct EventCallback {
     /// The installation this delivery is for (one entry; `is_bot` marks the bot user).
     #[serde(default, deserialize_with = "lenient_authorizations")]
     pub authorizations: Vec<Authorization>,
+    /// The envelope as Slack sent it, byte for byte (what the gateway forwards to a bot).
+    #[serde(skip)]
+    pub(crate) delivered: Option<std::sync::Arc<str>>,
 }
 
 /// One entry of `authorizations`: an installation the event is visible to.
@@ -296,6 +299,17 @@ impl SkipReason {
 /// Events whose `user` may be the bot itself and still matter (as in Bolt's ignoreSelf): the bot
 /// joining or leaving a channel.
 const KEPT_WHEN_BY_THE_BOT: &[&str] = &["member_joined_channel", "member_left_channel"];
+
+impl Envelope {
+    /// Parses a verified body, keeping an event's envelope as Slack sent it.
+    pub(crate) fn from_delivered(body: &str) -> Result<Envelope, serde_json::Error> {
+        let mut envelope: Envelope = serde_json::from_str(body)?;
+        if let Envelope::EventCallback(callback) = &mut envelope {
+            callback.delivered = Some(std::sync::Arc::from(body));
+        }
+        Ok(envelope)
+    }
+}
 
 impl EventCallback {
     /// What picks the installation this delivery is for: its team, its enterprise, and

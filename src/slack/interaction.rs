@@ -55,7 +55,8 @@ impl Incoming {
             .find(|b| !b.is_ascii_whitespace())
             .is_some_and(|b| *b == b'{');
         if json || opens_json {
-            return serde_json::from_slice(body).map(Incoming::Envelope);
+            let text = std::str::from_utf8(body).map_err(|_| custom("the body is not UTF-8"))?;
+            return Envelope::from_delivered(text).map(Incoming::Envelope);
         }
         match Interaction::from_form(body) {
             Ok(interaction) => Ok(Incoming::Interaction(Box::new(interaction))),
@@ -138,6 +139,9 @@ pub struct Interaction {
     pub raw: Value,
     /// A step execution's token (an interaction in a step: its `bot_access_token`).
     pub(crate) execution_token: Option<crate::config::Secret>,
+    /// The form as Slack sent it, byte for byte (what the gateway forwards to a bot), when
+    /// the interaction was read from one.
+    pub(crate) delivered: Option<std::sync::Arc<str>>,
 }
 
 /// A form's fields, each at most once (a field given twice is not Slack's).
@@ -165,12 +169,13 @@ fn text(v: &Value, path: &[&str]) -> Option<String> {
 impl Interaction {
     /// A slash command's form, or an interaction's (`payload=<JSON>`).
     pub fn from_form(body: &[u8]) -> Result<Self, Malformed> {
+        let delivered = std::str::from_utf8(body).ok().map(std::sync::Arc::from);
         let fields = form_fields(body)?;
         if let Some(payload) = fields.get("payload") {
             let payload = payload.as_str().unwrap_or_default();
             let raw: Value = serde_json::from_str(payload)
                 .map_err(|e| Malformed(format!("the payload is not JSON: {e}")))?;
-            return Self::from_payload(raw);
+            return Self::from_payload(raw).map(|i| Self { delivered, ..i });
         }
         let raw = Value::Object(fields);
         let Some(command) = text(&raw, &["command"]) else {
@@ -195,6 +200,7 @@ impl Interaction {
             response_url: text(&raw, &["response_url"]),
             raw,
             execution_token: None,
+            delivered,
         })
     }
 
@@ -276,6 +282,7 @@ impl Interaction {
             response_url,
             raw,
             execution_token,
+            delivered: None,
         })
     }
 

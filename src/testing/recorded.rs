@@ -96,6 +96,9 @@ pub enum SlackFailure {
     /// The call is made, and answered `{"ok": false, "error": code}`: Slack may post a
     /// message and still answer `internal_error`.
     MadeThenCode(&'static str),
+    /// The call is made, and answered with that HTTP status (a 5xx from a load balancer in
+    /// front of Slack after the write went through).
+    MadeThenStatus(u16),
     /// That HTTP status (a 5xx), nothing made; a Web API method's body is Slack's
     /// `internal_error`, a response URL's is empty.
     Status(u16),

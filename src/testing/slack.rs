@@ -749,6 +749,12 @@ async fn scripted_answer(
             make();
             json_response(serde_json::json!({"ok": false, "error": code}))
         }
+        SlackFailure::MadeThenStatus(status) => {
+            make();
+            http::StatusCode::from_u16(status)
+                .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response()
+        }
         SlackFailure::Code(code) => {
             refused(code);
             json_response(serde_json::json!({"ok": false, "error": code}))

@@ -15,6 +15,7 @@ mod deploy;
 mod dynamo;
 mod faults;
 mod formats;
+mod gateway;
 mod helpers;
 mod identity;
 mod interactivity;

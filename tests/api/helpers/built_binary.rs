@@ -93,6 +93,11 @@ impl BotProcess {
         Self::spawn_with(&[], vars)
     }
 
+    /// Starts `slack-once gateway` with `vars` and waits until it says where it listens.
+    pub fn spawn_gateway(vars: &[(&str, String)]) -> Self {
+        Self::spawn_with(&["gateway"], vars)
+    }
+
     /// Starts `slack-once worker` with `vars` and waits until it receives.
     pub fn spawn_worker(vars: &[(&str, String)]) -> Self {
         Self::spawn_with(&["worker"], vars)

@@ -44,6 +44,7 @@ mod built_binary;
 #[macro_use]
 mod dynamodb_local;
 mod dynamodb_proxy;
+mod gateway;
 mod private_dynamodb;
 mod secrets_manager;
 mod signed_requests;
@@ -54,6 +55,7 @@ pub use app::*;
 pub use built_binary::*;
 pub use dynamodb_local::*;
 pub use dynamodb_proxy::*;
+pub use gateway::*;
 pub use private_dynamodb::*;
 pub use secrets_manager::*;
 pub use signed_requests::*;

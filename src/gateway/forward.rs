@@ -1,0 +1,108 @@
+//! The forward: a request, as Slack sent it, `POST`ed to a replica of the bot, signed again
+//! with the gateway's secret and a fresh timestamp, with the run's name and the proxy's
+//! address; the bot's answer read within the run's deadline.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::app::Ctx;
+use crate::config::Secret;
+
+/// The headers of the protocol (`docs/gateway-protocol.md`).
+pub(crate) const RUN_HEADER: &str = "x-slack-once-request";
+const API_URL_HEADER: &str = "x-slack-once-api-url";
+const KEY_HEADER: &str = "x-slack-once-key";
+const ATTEMPT_HEADER: &str = "x-slack-once-attempt";
+const DEADLINE_HEADER: &str = "x-slack-once-deadline";
+/// A bot's answer is an acknowledgement: a few KB at most. Above this it is not read.
+const MAX_ANSWER_BYTES: usize = 1 << 20;
+/// How long a connection to a replica may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The HTTP client the forwards go through: plain HTTP or TLS, one pool per process.
+pub(crate) struct BotClient {
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+/// One forward's request.
+pub(crate) struct Forward<'a> {
+    pub url: &'a http::Uri,
+    pub run: &'a str,
+    pub api_url: &'a str,
+    pub secret: &'a Secret,
+    pub body: &'a [u8],
+    pub content_type: &'static str,
+}
+
+/// What a replica answered.
+#[derive(Debug)]
+pub(crate) struct BotAnswer {
+    pub status: StatusCode,
+    pub body: Bytes,
+}
+
+impl BotClient {
+    pub(crate) fn new() -> Self {
+        let http = Client::builder(TokioExecutor::new())
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(crate::aws::https_connector(CONNECT_TIMEOUT));
+        Self { http }
+    }
+
+    /// Forwards the request to one replica and reads its answer, by the run's deadline. An
+    /// error says why no answer came.
+    pub(crate) async fn forward(&self, ctx: &Ctx, f: Forward<'_>) -> Result<BotAnswer, String> {
+        let request = request(ctx, &f).await?;
+        let answer = async {
+            let response = self
+                .http
+                .request(request)
+                .await
+                .map_err(|e| crate::errors::error_chain(&e))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map_err(|e| format!("the answer could not be read: {e}"))?
+                .to_bytes();
+            Ok(BotAnswer { status, body })
+        };
+        tokio::time::timeout_at(ctx.deadline(), answer)
+            .await
+            .map_err(|_| "no answer before the run's deadline".to_string())?
+    }
+}
+
+async fn request(ctx: &Ctx, f: &Forward<'_>) -> Result<Request<Full<Bytes>>, String> {
+    let now = crate::clock::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let deadline_ms = ctx
+        .deadline_at()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    Request::post(f.url.clone())
+        .header(http::header::CONTENT_TYPE, f.content_type)
+        .header(crate::slack::signature::TIMESTAMP_HEADER, now)
+        .header(
+            crate::slack::signature::SIGNATURE_HEADER,
+            crate::slack::signature::sign(f.secret, now, f.body),
+        )
+        .header(RUN_HEADER, f.run)
+        .header(API_URL_HEADER, f.api_url)
+        .header(KEY_HEADER, ctx.ledger_key())
+        .header(ATTEMPT_HEADER, ctx.attempt().await)
+        .header(DEADLINE_HEADER, deadline_ms.to_string())
+        .body(Full::new(Bytes::copy_from_slice(f.body)))
+        .map_err(|e| format!("the forward could not be built: {e}"))
+}

@@ -1,0 +1,209 @@
+//! The Web API proxy: `POST /api/{method}` as Slack's Web API takes it (a form, a JSON body,
+//! query parameters), authorized by the placeholder token the bot is given; handed to the run
+//! the call names, or passed through to Slack unjournaled when it names none.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use http::HeaderMap;
+use http_body_util::{BodyExt, Limited};
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+
+use super::forward::RUN_HEADER;
+use super::{Answered, Call, Gateway};
+use crate::pipeline::Processor;
+use crate::slack::{Args, SlackClient, SlackError};
+
+/// Names the installation a call with no run is for (many-workspace mode).
+const TEAM_HEADER: &str = "x-slack-once-team";
+/// A Web API call's arguments are small; file uploads are not proxied.
+const MAX_CALL_BYTES: usize = 1 << 20;
+/// How long a call with no run may take at Slack.
+const PASS_THROUGH_TIME: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+struct Proxy {
+    gateway: Arc<Gateway>,
+    processor: Arc<Processor>,
+}
+
+/// The proxy's routes: `POST /api/{method}` (and `POST /api/respond`, a post to the request's
+/// `response_url`).
+pub(crate) fn routes(gateway: Arc<Gateway>, processor: Arc<Processor>) -> Router {
+    Router::new()
+        .route("/api/{method}", post(call))
+        .with_state(Proxy { gateway, processor })
+}
+
+async fn call(
+    State(proxy): State<Proxy>,
+    Path(method): Path<String>,
+    request: Request,
+) -> Response {
+    let answered = answer(&proxy, &method, request).await;
+    (
+        [(
+            http::header::CONTENT_TYPE,
+            "application/json; charset=utf-8",
+        )],
+        answered.0.to_string(),
+    )
+        .into_response()
+}
+
+async fn answer(proxy: &Proxy, method: &str, request: Request) -> Answered {
+    let (parts, body) = request.into_parts();
+    if method.is_empty()
+        || method.len() > 100
+        || !method
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
+    {
+        return Answered::error("unknown_method");
+    }
+    let mut args = match arguments(&parts.headers, parts.uri.query(), body).await {
+        Ok(args) => args,
+        Err(code) => return Answered::error(code),
+    };
+    // The token, in the header as the SDKs send it, or as an argument: the placeholder's.
+    // The gateway's own token is the one used.
+    let given = match args.as_object_mut().and_then(|a| a.remove("token")) {
+        Some(Value::String(token)) => Some(token),
+        _ => header(&parts.headers, "authorization")
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::to_string),
+    };
+    if !given.is_some_and(|g| same(&g, proxy.gateway.config.proxy_token.expose())) {
+        return Answered::error("invalid_auth");
+    }
+    match header(&parts.headers, RUN_HEADER) {
+        Some(run) => in_run(proxy, run, method, args).await,
+        None => pass_through(proxy, &parts.headers, method, args).await,
+    }
+}
+
+/// The call handed to its run, whose listener makes it and answers.
+async fn in_run(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered {
+    let Some(calls) = proxy.gateway.runs.calls_of(run) else {
+        return Answered::error("slack_once_request_ended");
+    };
+    let (answer, answered) = oneshot::channel();
+    let call = Call {
+        method: method.to_string(),
+        args,
+        answer,
+    };
+    if calls.send(call).await.is_err() {
+        return Answered::error("slack_once_request_ended");
+    }
+    // The run dropped the call unanswered: it ended before making it.
+    answered
+        .await
+        .unwrap_or_else(|_| Answered::error("slack_once_request_ended"))
+}
+
+/// A call that names no run (a scheduled job, a start-up `auth.test`): made as it is, counted.
+async fn pass_through(proxy: &Proxy, headers: &HeaderMap, method: &str, args: Value) -> Answered {
+    if method == super::writes::RESPOND_METHOD {
+        return Answered::error("slack_once_request_ended");
+    }
+    let client = match client(proxy, header(headers, TEAM_HEADER)).await {
+        Ok(client) => client,
+        Err(code) => return Answered::error(code),
+    };
+    let writes = !crate::slack::is_read_method(method);
+    tracing::info!(
+        method,
+        writes,
+        "a call with no request: passed through, not journaled"
+    );
+    crate::metrics::count("UnjournaledCalls");
+    let deadline = tokio::time::Instant::now() + PASS_THROUGH_TIME;
+    // Slack takes JSON bodies for writes only.
+    let args = match writes {
+        true => Args::Json(args),
+        false => Args::form_from(&args),
+    };
+    match client.api(method, &args, deadline).await {
+        Ok(answer) => Answered::ok(answer),
+        Err(SlackError::Api { code }) => Answered::error(&code),
+        Err(SlackError::RateLimited { .. }) => Answered::error("ratelimited"),
+        Err(_) => Answered::error("slack_once_unavailable"),
+    }
+}
+
+/// The one workspace's client, or the installation's `team` names.
+async fn client(proxy: &Proxy, team: Option<&str>) -> Result<SlackClient, &'static str> {
+    let Some(workspaces) = proxy.processor.workspaces() else {
+        return Ok(proxy.processor.base_slack().clone());
+    };
+    let Some(team) = team else {
+        return Err("slack_once_team_required");
+    };
+    match workspaces.client_for(team, None).await {
+        Ok(Some(client)) => Ok(client),
+        Ok(None) => Err("team_not_found"),
+        Err(_) => Err("slack_once_unavailable"),
+    }
+}
+
+/// Whether `given` is the placeholder token (compared in constant time).
+fn same(given: &str, token: &str) -> bool {
+    let (given, token) = (given.trim().as_bytes(), token.as_bytes());
+    given.len() == token.len()
+        && given
+            .iter()
+            .zip(token)
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// The call's arguments as one JSON object: the query's, then the body's (a form or a JSON
+/// object), a body's winning.
+async fn arguments(
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Body,
+) -> Result<Value, &'static str> {
+    let content_type = header(headers, "content-type").unwrap_or_default();
+    if content_type.starts_with("multipart/") {
+        return Err("slack_once_multipart_unsupported");
+    }
+    let bytes = Limited::new(body, MAX_CALL_BYTES)
+        .collect()
+        .await
+        .map_err(|_| "request_too_large")?
+        .to_bytes();
+    let mut args = Map::new();
+    let pairs = form_urlencoded::parse(query.unwrap_or_default().as_bytes());
+    for (k, v) in pairs {
+        args.insert(k.into_owned(), Value::String(v.into_owned()));
+    }
+    let json = content_type.starts_with("application/json")
+        || bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if json {
+        let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&bytes) else {
+            return Err("invalid_json");
+        };
+        args.extend(body);
+    } else {
+        for (k, v) in form_urlencoded::parse(&bytes) {
+            args.insert(k.into_owned(), Value::String(v.into_owned()));
+        }
+    }
+    Ok(Value::Object(args))
+}

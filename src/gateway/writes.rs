@@ -1,0 +1,202 @@
+//! The bot's calls, made under the run's claim: each write a step of the request's journal,
+//! settled by the rule its method needs when a later run does not know its fate; reads
+//! passed through; the same call sent again at once (an SDK's own retry) answered as the first.
+
+use serde_json::{Value, json};
+
+use super::{Answered, Call};
+use crate::app::{BotError, Ctx, Error as StepError, Respond, Settle};
+use crate::journal::Returns;
+use crate::ledger::LedgerError;
+use crate::slack::SlackError;
+
+/// The method name under which the proxy takes a post to the request's `response_url`.
+pub(crate) const RESPOND_METHOD: &str = "respond";
+
+/// Arguments Slack takes as JSON, which a form carries as JSON text.
+const JSON_ARGUMENTS: [&str; 8] = [
+    "blocks",
+    "attachments",
+    "metadata",
+    "view",
+    "unfurls",
+    "outputs",
+    "chunks",
+    "user_auth_blocks",
+];
+
+/// One run's calls: the last one made (an SDK's retry of it is the same step), and the
+/// first write that failed.
+#[derive(Default)]
+pub(crate) struct RunWrites {
+    last: Option<(String, Value, Answered)>,
+    failed: Option<BotError>,
+}
+
+impl RunWrites {
+    /// Makes `call` and sends its answer back to the proxy.
+    pub(crate) async fn make(&mut self, ctx: &Ctx, call: Call) {
+        let Call {
+            method,
+            args,
+            answer,
+        } = call;
+        let args = with_json_arguments(args);
+        let answered = match &self.last {
+            Some((m, a, answered)) if *m == method && *a == args => {
+                tracing::info!(method, "the same call again at once: answered as the first");
+                answered.clone()
+            }
+            _ => {
+                let answered = match write(ctx, &method, args.clone()).await {
+                    Ok(body) => Answered::ok(body),
+                    Err(error) => self.refused(&method, error),
+                };
+                self.last = Some((method, args, answered.clone()));
+                answered
+            }
+        };
+        // The bot may have gone: its answer has nowhere to go, and that is no failure here.
+        let _ = answer.send(answered);
+    }
+
+    /// The listener is run again from its first step (another replica): a call is no longer
+    /// the retry of the one before.
+    pub(crate) fn run_again(&mut self) {
+        self.last = None;
+    }
+
+    /// The first write that failed, if one did.
+    pub(crate) fn failed_step(&self) -> Option<&BotError> {
+        self.failed.as_ref()
+    }
+
+    /// The run's result when the bot answered: the journal's own record of doubtful steps
+    /// decides whether the request is done.
+    pub(crate) fn outcome(self) -> Result<(), BotError> {
+        Ok(())
+    }
+
+    /// The run's failure when no replica answered: the failed write's, if one failed.
+    pub(crate) fn failure_or(self, why: &str) -> BotError {
+        self.failed.unwrap_or_else(|| why.into())
+    }
+
+    fn refused(&mut self, method: &str, error: StepError) -> Answered {
+        let code = error_code(&error).to_string();
+        match &error {
+            StepError::Nondeterministic { .. } => {
+                tracing::error!(method, error = %error, "the bot made a different write than its earlier run at this step: not made");
+            }
+            _ => tracing::warn!(method, code = %code, "a write of the bot's was not made"),
+        }
+        if self.failed.is_none() {
+            self.failed = Some(Box::new(error));
+        }
+        Answered::error(&code)
+    }
+}
+
+/// The Slack-shaped error code the bot is answered with.
+fn error_code(error: &StepError) -> &str {
+    match error {
+        StepError::Slack(SlackError::Api { code }) => code,
+        StepError::Slack(SlackError::RateLimited { .. }) => "ratelimited",
+        StepError::Slack(_) | StepError::LookupUnavailable(_) => "slack_once_unavailable",
+        StepError::Ledger(LedgerError::NotOwner { .. }) | StepError::Closed => {
+            "slack_once_request_ended"
+        }
+        StepError::Ledger(_) => "slack_once_unavailable",
+        StepError::Nondeterministic { .. } | StepError::InsideRemember { .. } => {
+            "slack_once_different_write"
+        }
+        StepError::JournalFull { .. } => "slack_once_journal_full",
+        _ => "slack_once_refused",
+    }
+}
+
+/// A call made under the run's claim: a read passed through, a write made as a step.
+async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError> {
+    if method == RESPOND_METHOD {
+        ctx.respond(Respond::from_body(args)).await?;
+        return Ok(json!({"ok": true}));
+    }
+    if crate::slack::is_read_method(method) {
+        return ctx.read(method, args).await;
+    }
+    let text = |key: &str| args[key].as_str().map(str::to_string);
+    let (channel, thread_ts) = (text("channel").unwrap_or_default(), text("thread_ts"));
+    let (settle, benign): (Settle<'_>, &[&str]) = match method {
+        "chat.postMessage" => (
+            Settle::Lookup {
+                channel: &channel,
+                thread_ts: thread_ts.as_deref(),
+            },
+            &[],
+        ),
+        "chat.update" | "views.update" | "views.publish" | "conversations.open" => {
+            (Settle::Idempotent, &[])
+        }
+        "chat.delete" => (Settle::Idempotent, &["message_not_found"]),
+        "reactions.add" => (Settle::Idempotent, &["already_reacted"]),
+        "reactions.remove" => (Settle::Idempotent, &["no_reaction"]),
+        "views.open" | "views.push" => (Settle::View, &[]),
+        _ => (Settle::AtMostOnce, &[]),
+    };
+    let answer = ctx
+        .journaled(method, args.clone(), settle, benign, Returns::Ids)
+        .await?;
+    if answer["unknown"] == true {
+        // An earlier run may have made it, and Slack keeps nothing to look it up by.
+        return Ok(json!({"ok": false, "error": "slack_once_unconfirmed_write"}));
+    }
+    Ok(answer)
+}
+
+/// A form's JSON arguments (`blocks`, `view`…) as JSON, so that the same write reads the same
+/// whichever way the bot's SDK encodes it, and the metadata slack-once adds to a post merges
+/// with the bot's own.
+fn with_json_arguments(mut args: Value) -> Value {
+    if let Some(map) = args.as_object_mut() {
+        for key in JSON_ARGUMENTS {
+            if let Some(Value::String(text)) = map.get(key)
+                && let Ok(parsed @ (Value::Array(_) | Value::Object(_))) =
+                    serde_json::from_str::<Value>(text)
+            {
+                map.insert(key.to_string(), parsed);
+            }
+        }
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forms_json_arguments_read_as_the_same_json_body() {
+        let form = json!({"channel": "C1", "blocks": "[{\"type\":\"divider\"}]", "text": "[x]"});
+        let body = json!({"channel": "C1", "blocks": [{"type": "divider"}], "text": "[x]"});
+        assert_eq!(with_json_arguments(form), body);
+    }
+
+    #[test]
+    fn every_failure_is_answered_with_a_slack_shaped_code() {
+        let api = StepError::Slack(SlackError::Api {
+            code: "channel_not_found".into(),
+        });
+        assert_eq!(error_code(&api), "channel_not_found");
+        assert_eq!(error_code(&StepError::Closed), "slack_once_request_ended");
+        let different = StepError::Nondeterministic {
+            step: 2,
+            recorded: "chat.postMessage C1".into(),
+            now: "reactions.add C1".into(),
+        };
+        assert_eq!(error_code(&different), "slack_once_different_write");
+        assert_eq!(
+            error_code(&StepError::Slack(SlackError::Timeout)),
+            "slack_once_unavailable"
+        );
+    }
+}

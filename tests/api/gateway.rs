@@ -1,0 +1,408 @@
+//! `slack-once gateway` (the built binary, on DynamoDB Local) in front of bots that are not
+//! Rust: here, bots written as plain HTTP servers, for the wire protocol's edges
+//! (`docs/gateway-protocol.md`); in `gateway_bolt.rs`, real Bolt for JavaScript and Python apps.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// A bot that reacts to the mention's message, then replies in its thread: answering 500 when
+/// a call fails, and dying (its connection dropped unanswered) after the reaction when `dies`.
+async fn reacting_bot(dies: bool) -> HttpBot {
+    HttpBot::start(move |f: Forwarded| async move {
+        let event = f.json()["event"].clone();
+        let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+        let reacted = f
+            .call(
+                "reactions.add",
+                json!({"channel": channel, "timestamp": ts, "name": "eyes"}),
+            )
+            .await;
+        if dies {
+            panic!("killed between its two writes");
+        }
+        let replied = f
+            .call(
+                "chat.postMessage",
+                json!({"channel": channel, "thread_ts": ts, "text": "Hello"}),
+            )
+            .await;
+        match reacted["ok"] == true && replied["ok"] == true {
+            true => (StatusCode::OK, String::new()),
+            false => (StatusCode::INTERNAL_SERVER_ERROR, replied.to_string()),
+        }
+    })
+    .await
+}
+
+fn replies(slack: &SlackStandin, ts: &str) -> usize {
+    slack
+        .posted()
+        .iter()
+        .filter(|p| p.body["thread_ts"] == ts && p.body["text"] == "Hello")
+        .count()
+}
+
+fn eyes(slack: &SlackStandin, ts: &str) -> usize {
+    slack
+        .reactions()
+        .iter()
+        .filter(|(_, t, n)| t == ts && n == "eyes")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_forward_is_the_requests_bytes_signed_again_and_names_its_run() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let bot = reacting_bot(false).await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwForward1", "hello");
+    let answer = deliver(&http, &gateway.url(), &body, Some(1)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+
+    let received = bot.received();
+    assert_eq!(received.len(), 1);
+    let f = &received[0];
+    assert_eq!(
+        f.body,
+        body.as_bytes(),
+        "the body as Slack sent it, byte for byte"
+    );
+    assert!(
+        f.signed_by_the_gateway(),
+        "signed with the gateway's secret"
+    );
+    let ts: u64 = f.header("x-slack-request-timestamp").parse().unwrap();
+    assert!(now_unix().abs_diff(ts) <= 5, "a fresh timestamp");
+    assert_eq!(f.header("content-type"), "application/json");
+    assert_eq!(f.header("x-slack-once-request").len(), 32);
+    let api_url = gateway.url().replace("/slack/events", "/api/");
+    assert_eq!(f.header("x-slack-once-api-url"), api_url);
+    assert_eq!(f.header("x-slack-once-key"), mention_key("EvGwForward1"));
+    assert_eq!(f.header("x-slack-once-attempt"), "1");
+    let deadline: u128 = f.header("x-slack-once-deadline").parse().unwrap();
+    assert!(
+        deadline > u128::from(now_unix()) * 1000,
+        "the lease ends later"
+    );
+    assert!(
+        f.headers.get("x-slack-retry-num").is_none(),
+        "Slack's retry number is not forwarded: the bot handles every forward"
+    );
+    let ts = ts_of("EvGwForward1");
+    assert_eq!((eyes(&slack, &ts), replies(&slack, &ts)), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_mention_with_slacks_retries_and_a_copy_under_another_event_id_is_answered_once() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let bot = reacting_bot(false).await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwRetries1", "hello");
+    let mut copy: Value = serde_json::from_str(&body).unwrap();
+    copy["event_id"] = "EvGwRetriesCopy".into();
+    let copy = copy.to_string();
+    // The original and Slack's first retry at once, then the other retries and the copy.
+    let url = gateway.url();
+    let (a, b) = tokio::join!(
+        deliver(&http, &url, &body, None),
+        deliver(&http, &url, &body, Some(1))
+    );
+    let mut statuses = vec![a.status, b.status];
+    for (body, retry) in [(&body, Some(2)), (&body, Some(3)), (&copy, None)] {
+        statuses.push(deliver(&http, &gateway.url(), body, retry).await.status);
+    }
+    assert!(
+        statuses.iter().filter(|s| s.is_success()).count() >= 4,
+        "{statuses:?}"
+    );
+
+    let ts = ts_of("EvGwRetries1");
+    assert_eq!((eyes(&slack, &ts), replies(&slack, &ts)), (1, 1));
+    assert_eq!(
+        bot.received().len(),
+        1,
+        "only the first delivery reached the bot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_replica_dying_between_two_writes_is_followed_by_the_next_which_makes_only_the_second() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let dying = reacting_bot(true).await;
+    let healthy = reacting_bot(false).await;
+    let gateway = spawn_gateway(&slack, &table, &[dying.url(), healthy.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwReplica1", "hello");
+    let answer = deliver(&http, &gateway.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+
+    let ts = ts_of("EvGwReplica1");
+    assert_eq!((eyes(&slack, &ts), replies(&slack, &ts)), (1, 1));
+    assert_eq!(dying.received().len(), 1);
+    assert_eq!(healthy.received().len(), 1);
+    assert_eq!(
+        slack.calls_of("reactions.add"),
+        1,
+        "the second replica's reaction was answered from the journal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_post_made_by_a_replica_that_died_is_replayed_to_the_next_not_posted_again() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let posting = |dies: bool| {
+        HttpBot::start(move |f: Forwarded| async move {
+            let event = f.json()["event"].clone();
+            let post =
+                json!({"channel": event["channel"], "thread_ts": event["ts"], "text": "Hello"});
+            let posted = f.call("chat.postMessage", post).await;
+            if dies {
+                panic!("killed after its post");
+            }
+            let eyes =
+                json!({"channel": event["channel"], "timestamp": posted["ts"], "name": "eyes"});
+            f.call("reactions.add", eyes).await;
+            (StatusCode::OK, String::new())
+        })
+    };
+    let (dying, healthy) = (posting(true).await, posting(false).await);
+    let gateway = spawn_gateway(&slack, &table, &[dying.url(), healthy.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwReplica2", "hello");
+    let answer = deliver(&http, &gateway.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    let ts = ts_of("EvGwReplica2");
+    assert_eq!(replies(&slack, &ts), 1);
+    assert_eq!(
+        slack.received().len(),
+        1,
+        "the post was replayed, not sent again"
+    );
+    let reply = &slack.posted()[0];
+    assert_eq!(
+        eyes(&slack, &reply.ts),
+        1,
+        "the reaction on the replayed post's ts"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_write_sent_again_at_once_is_the_same_step() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let bot = HttpBot::start(|f: Forwarded| async move {
+        let event = f.json()["event"].clone();
+        let post = json!({"channel": event["channel"], "thread_ts": event["ts"], "text": "Hello"});
+        // An SDK's retry of a call whose answer it never read: the very same call again.
+        let first = f.call("chat.postMessage", post.clone()).await;
+        let again = f.call("chat.postMessage", post).await;
+        assert_eq!(first["ts"], again["ts"], "the first attempt's answer");
+        (StatusCode::OK, String::new())
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwSdkRetry1", "hello");
+    let answer = deliver(&http, &gateway.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    assert_eq!(replies(&slack, &ts_of("EvGwSdkRetry1")), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_run_again_that_makes_a_different_write_is_refused() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let first = HttpBot::start(|f: Forwarded| async move {
+        let event = f.json()["event"].clone();
+        f.call(
+            "chat.postMessage",
+            json!({"channel": event["channel"], "thread_ts": event["ts"], "text": "one"}),
+        )
+        .await;
+        panic!("killed after its first write");
+    })
+    .await;
+    let answers = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = answers.clone();
+    let second = HttpBot::start(move |f: Forwarded| {
+        let kept = kept.clone();
+        async move {
+            // Another version of the bot: its first write goes elsewhere.
+            let answer = f
+                .call(
+                    "chat.postMessage",
+                    json!({"channel": "C0OTHER", "text": "two"}),
+                )
+                .await;
+            kept.lock().unwrap().push(answer);
+            (StatusCode::INTERNAL_SERVER_ERROR, String::new())
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[first.url(), second.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwDifferent1", "hello");
+    // The request ends failed: no retry would make the same writes.
+    deliver(&http, &gateway.url(), &body, None).await;
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers.len(), 1, "{}", gateway.log());
+    assert_eq!(answers[0]["error"], "slack_once_different_write");
+    assert!(
+        gateway.log().contains("different write"),
+        "{}",
+        gateway.log()
+    );
+    assert_eq!(slack.posted().len(), 1, "only the first run's write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn calls_of_a_run_that_ended_or_without_the_token_are_refused_unmade() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let wrong_token = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let kept = wrong_token.clone();
+    let bot = HttpBot::start(move |f: Forwarded| {
+        let kept = kept.clone();
+        async move {
+            let answer = f
+                .call_as(
+                    "chat.postMessage",
+                    json!({"channel": "C0001", "text": "x"}),
+                    "xoxb-real",
+                )
+                .await;
+            *kept.lock().unwrap() = answer;
+            (StatusCode::OK, String::new())
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwEnded1", "hello");
+    assert!(
+        deliver(&http, &gateway.url(), &body, None)
+            .await
+            .status
+            .is_success()
+    );
+    assert_eq!(wrong_token.lock().unwrap()["error"], "invalid_auth");
+
+    // The run is over: a late write of it (a fire-and-forget call, a bot past its lease).
+    let late = bot.received()[0]
+        .call(
+            "chat.postMessage",
+            json!({"channel": "C0001", "text": "late"}),
+        )
+        .await;
+    assert_eq!(late["error"], "slack_once_request_ended");
+    assert_eq!(slack.posted().len(), 0, "nothing reached Slack");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_request_not_signed_by_slack_never_reaches_the_bot() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let bot = reacting_bot(false).await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwUnsigned1", "hello");
+    // Signed with the gateway's secret (a forward replayed at the gateway), not Slack's.
+    let headers = signed_headers(GATEWAY_SECRET, now_unix(), body.as_bytes());
+    let answer = http
+        .request("POST", &gateway.url(), &headers, body.into_bytes())
+        .await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert!(bot.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_post_slack_made_but_answered_with_a_5xx_is_found_in_slack_by_the_retry() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    slack.script_method("chat.postMessage", [SlackFailure::MadeThenStatus(503)]);
+    let bot = reacting_bot(false).await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGw5xx1", "hello");
+    let first = deliver(&http, &gateway.url(), &body, None).await;
+    assert!(
+        !first.status.is_success(),
+        "Slack keeps a retry: {}",
+        gateway.log()
+    );
+    let retry = deliver(&http, &gateway.url(), &body, Some(1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", gateway.log());
+
+    let ts = ts_of("EvGw5xx1");
+    assert_eq!((eyes(&slack, &ts), replies(&slack, &ts)), (1, 1));
+    assert_eq!(bot.received().len(), 2, "the retry ran the bot again");
+    assert_eq!(slack.received().len(), 1, "looked up, not posted again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_command_is_acknowledged_with_the_bots_answer_and_its_respond_goes_through() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let bot = HttpBot::start(|f: Forwarded| async move {
+        let answer = f
+            .call(
+                "respond",
+                json!({"response_type": "in_channel", "text": "Ticket: printer"}),
+            )
+            .await;
+        assert_eq!(answer["ok"], true, "{answer}");
+        let ack = json!({"response_type": "ephemeral", "text": "Filing your ticket…"});
+        (StatusCode::OK, ack.to_string())
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let form = command_form(&slack, "/ticket", "printer");
+    let answer = deliver_form(&http, &gateway.url(), &form, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    assert_eq!(answer.json()["text"], "Filing your ticket…");
+    let received = bot.received();
+    assert_eq!(received[0].body, form.as_bytes());
+    assert_eq!(
+        received[0].header("content-type"),
+        "application/x-www-form-urlencoded"
+    );
+    let responded: Vec<_> = slack
+        .calls()
+        .into_iter()
+        .filter(|(m, _)| m == "response_url")
+        .collect();
+    assert_eq!(responded.len(), 1);
+    assert_eq!(responded[0].1["text"], "Ticket: printer");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}

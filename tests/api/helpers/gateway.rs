@@ -1,0 +1,289 @@
+//! Test helpers: `slack-once gateway` (the built binary) and the bots behind it: the Bolt for
+//! JavaScript and Bolt for Python apps of `tests/bots/` (real Bolt, installed by
+//! `scripts/bolt-bots.sh`), and bots written here as plain HTTP servers, for the protocol's
+//! edges.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// The secret the gateway signs its forwards with, which the bots verify them with.
+pub const GATEWAY_SECRET: &str = "gateway-secret-shared-with-the-bot";
+/// The placeholder the bots are given as their bot token.
+pub const PROXY_TOKEN: &str = "xoxb-placeholder-for-the-gateway";
+
+/// A free port of 127.0.0.1 (bound and let go: a bot is told to listen there).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `slack-once gateway` on DynamoDB Local's `table`, Slack at `slack`, forwarding to `bots`.
+pub fn spawn_gateway(slack: &SlackStandin, table: &str, bots: &[String]) -> BotProcess {
+    spawn_gateway_with(slack, table, bots, &[])
+}
+
+/// As [`spawn_gateway`], with `extra` variables.
+pub fn spawn_gateway_with(
+    slack: &SlackStandin,
+    table: &str,
+    bots: &[String],
+    extra: &[(&'static str, String)],
+) -> BotProcess {
+    let mut vars = bot_vars(slack, &dynamodb_endpoint(), table);
+    vars.extend([
+        ("SLACK_ONCE_BOT_URL", bots.join(",")),
+        ("SLACK_ONCE_GATEWAY_SECRET", GATEWAY_SECRET.to_string()),
+        ("SLACK_ONCE_PROXY_TOKEN", PROXY_TOKEN.to_string()),
+    ]);
+    vars.extend(extra.iter().cloned());
+    BotProcess::spawn_gateway(&vars)
+}
+
+/// Which Bolt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bolt {
+    /// Bolt for JavaScript 5 (`tests/bots/bolt-js/app.js`).
+    JavaScript,
+    /// Bolt for Python 1.30 (`tests/bots/bolt-python/app.py`).
+    Python,
+}
+
+/// A replica of a Bolt app of `tests/bots/`, listening on 127.0.0.1; killed (by its PID) when
+/// dropped.
+pub struct BoltReplica {
+    child: std::process::Child,
+    pub port: u16,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+fn repository() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl BoltReplica {
+    /// Starts `bolt`'s app on a free port, calling the gateway at `api_url` outside requests,
+    /// with `extra` variables (`BOT_EXIT_AFTER_REACTION`, `BOT_REPLY_DELAY_MS`…); waits until it
+    /// listens.
+    pub fn start(bolt: Bolt, port: u16, api_url: &str, extra: &[(&str, &str)]) -> Self {
+        let root = repository();
+        let (program, script): (PathBuf, PathBuf) = match bolt {
+            Bolt::JavaScript => (
+                PathBuf::from("node"),
+                root.join("tests/bots/bolt-js/app.js"),
+            ),
+            Bolt::Python => (
+                root.join(".venv-bolt/bin/python"),
+                root.join("tests/bots/bolt-python/app.py"),
+            ),
+        };
+        let installed = match bolt {
+            Bolt::JavaScript => root.join("tests/bots/bolt-js/node_modules/@slack/bolt"),
+            Bolt::Python => root.join(".venv-bolt/bin/python"),
+        };
+        assert!(
+            installed.exists(),
+            "{bolt:?}'s Bolt app is not installed ({} is missing): run scripts/bolt-bots.sh \
+             (scripts/test.sh runs it for you)",
+            installed.display()
+        );
+        let mut command = std::process::Command::new(&program);
+        command
+            .arg(&script)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PORT", port.to_string())
+            .env("SLACK_SIGNING_SECRET", GATEWAY_SECRET)
+            .env("SLACK_BOT_TOKEN", PROXY_TOKEN)
+            .env("SLACK_ONCE_API_URL", api_url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} does not start: {e}", program.display()));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (ready, listening) = std::sync::mpsc::channel();
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let (log, ready) = (log.clone(), ready.clone());
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    if line.starts_with("listening on") {
+                        let _ = ready.send(());
+                    }
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        if listening.recv_timeout(Duration::from_secs(30)).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{bolt:?}'s Bolt app did not start; its log:\n{}",
+                log.lock().unwrap().join("\n")
+            );
+        }
+        Self { child, port, log }
+    }
+
+    /// The URL the gateway forwards to.
+    pub fn url(&self) -> String {
+        Self::url_on(self.port)
+    }
+
+    /// The URL of a replica on `port`.
+    pub fn url_on(port: u16) -> String {
+        format!("http://127.0.0.1:{port}/slack/events")
+    }
+
+    /// What it printed so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Whether the process has ended (killed itself, say), waiting up to `limit`.
+    pub fn ended_within(&mut self, limit: Duration) -> bool {
+        let until = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < until {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for BoltReplica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A request as a bot behind the gateway received it.
+#[derive(Clone, Debug)]
+pub struct Forwarded {
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Forwarded {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    /// Whether it carries a signature of the gateway's secret over its exact bytes.
+    pub fn signed_by_the_gateway(&self) -> bool {
+        let secrets =
+            slack_once::config::SigningSecrets::new(vec![Secret::new(GATEWAY_SECRET)]).unwrap();
+        slack_once::slack::signature::verify_at(&secrets, &self.headers, &self.body, now_unix())
+            .is_ok()
+    }
+
+    /// The JSON body (an event's envelope).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_default()
+    }
+
+    /// Calls `method` on the gateway's proxy as this request's run, as an SDK does (a JSON
+    /// body, the placeholder token).
+    pub async fn call(&self, method: &str, args: serde_json::Value) -> serde_json::Value {
+        self.call_as(method, args, PROXY_TOKEN).await
+    }
+
+    /// As [`Forwarded::call`], with `token` as the bot token.
+    pub async fn call_as(
+        &self,
+        method: &str,
+        args: serde_json::Value,
+        token: &str,
+    ) -> serde_json::Value {
+        let url = format!("{}{method}", self.header("x-slack-once-api-url"));
+        let headers = [
+            ("content-type".to_string(), "application/json".to_string()),
+            ("authorization".to_string(), format!("Bearer {token}")),
+            (
+                "x-slack-once-request".to_string(),
+                self.header("x-slack-once-request").to_string(),
+            ),
+        ];
+        let answer = HttpClient::default()
+            .request("POST", &url, &headers, args.to_string())
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "the proxy answers 200");
+        answer.json()
+    }
+}
+
+type BotHandler = Arc<
+    dyn Fn(Forwarded) -> std::pin::Pin<Box<dyn Future<Output = (StatusCode, String)> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A bot written here: a real HTTP server on 127.0.0.1 that hands each forward to `handler`,
+/// which answers it (or panics, dropping the connection unanswered: a process killed
+/// mid-request). Every forward is kept.
+pub struct HttpBot {
+    pub addr: SocketAddr,
+    pub received: Arc<Mutex<Vec<Forwarded>>>,
+    _stop: oneshot::Sender<()>,
+}
+
+use std::future::Future;
+
+impl HttpBot {
+    pub async fn start<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Forwarded) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = (StatusCode, String)> + Send + 'static,
+    {
+        let handler: BotHandler = Arc::new(move |f| Box::pin(handler(f)));
+        let received: Arc<Mutex<Vec<Forwarded>>> = Arc::default();
+        let kept = received.clone();
+        let router = Router::new().route(
+            "/slack/events",
+            axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+                let (handler, kept) = (handler.clone(), kept.clone());
+                async move {
+                    let forwarded = Forwarded { headers, body };
+                    kept.lock().unwrap().push(forwarded.clone());
+                    handler(forwarded).await
+                }
+            }),
+        );
+        let (addr, stop) = serve_loopback(router).await;
+        Self {
+            addr,
+            received,
+            _stop: stop,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/slack/events", self.addr)
+    }
+
+    pub fn received(&self) -> Vec<Forwarded> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+/// Whether a path exists under the repository (a bot's dependencies installed).
+pub fn in_repository(path: &str) -> bool {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path).exists()
+}
