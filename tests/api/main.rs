@@ -16,6 +16,7 @@ mod dynamo;
 mod faults;
 mod formats;
 mod gateway;
+mod gateway_bolt;
 mod helpers;
 mod identity;
 mod interactivity;

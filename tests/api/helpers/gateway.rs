@@ -4,7 +4,7 @@
 //! edges.
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::*;
 
@@ -57,7 +57,6 @@ pub enum Bolt {
 /// dropped.
 pub struct BoltReplica {
     child: std::process::Child,
-    pub port: u16,
     log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -133,12 +132,7 @@ impl BoltReplica {
                 log.lock().unwrap().join("\n")
             );
         }
-        Self { child, port, log }
-    }
-
-    /// The URL the gateway forwards to.
-    pub fn url(&self) -> String {
-        Self::url_on(self.port)
+        Self { child, log }
     }
 
     /// The URL of a replica on `port`.
@@ -281,9 +275,4 @@ impl HttpBot {
     pub fn received(&self) -> Vec<Forwarded> {
         self.received.lock().unwrap().clone()
     }
-}
-
-/// Whether a path exists under the repository (a bot's dependencies installed).
-pub fn in_repository(path: &str) -> bool {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path).exists()
 }

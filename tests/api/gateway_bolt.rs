@@ -1,0 +1,325 @@
+//! Real Bolt apps behind `slack-once gateway`: Bolt for JavaScript 5 and Bolt for Python 1.30
+//! (`tests/bots/`, installed from npm and PyPI by `scripts/bolt-bots.sh`), changed by the few
+//! lines of their adapter, on DynamoDB Local and the Slack stand-in: Slack's retries and copies,
+//! a replica killed between its two writes, two versions during a deploy, a command, a modal.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// The gateway's proxy, as a bot reaches it.
+fn api_url(gateway: &BotProcess) -> String {
+    gateway.url().replace("/slack/events", "/api/")
+}
+
+/// The Bolt apps' answer to a mention by U0001: `eyes` on it, `Hello <@U0001>` in its thread.
+fn answered(slack: &SlackStandin, event_id: &str) -> (usize, usize) {
+    let ts = ts_of(event_id);
+    let eyes = slack
+        .reactions()
+        .iter()
+        .filter(|(_, t, n)| *t == ts && n == "eyes")
+        .count();
+    let replies = slack
+        .posted()
+        .iter()
+        .filter(|p| p.body["thread_ts"] == ts.as_str() && p.body["text"] == "Hello <@U0001>")
+        .count();
+    (eyes, replies)
+}
+
+/// The same message as `body` delivered under another event id (a copy Slack sends as another
+/// event).
+fn copy_of(body: &str, event_id: &str) -> String {
+    let mut copy: Value = serde_json::from_str(body).unwrap();
+    copy["event_id"] = event_id.into();
+    copy.to_string()
+}
+
+/// Delivers a mention as Slack does when its first answer is slow: the original and a retry
+/// at once, two later retries, and a copy under another event id.
+async fn deliver_with_retries(http: &HttpClient, url: &str, event_id: &str) {
+    let body = app_mention(event_id, "hello");
+    let (first, retry) = tokio::join!(
+        deliver(http, url, &body, None),
+        deliver(http, url, &body, Some(1))
+    );
+    let mut statuses = vec![first.status, retry.status];
+    for retry in [Some(2), Some(3)] {
+        statuses.push(deliver(http, url, &body, retry).await.status);
+    }
+    let copy = copy_of(&body, &format!("{event_id}Copy"));
+    statuses.push(deliver(http, url, &copy, None).await.status);
+    assert!(statuses.iter().any(StatusCode::is_success), "{statuses:?}");
+}
+
+async fn mentions_through_retries_and_copies(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let port = free_port();
+    let gateway = spawn_gateway(&slack, &table, &[BoltReplica::url_on(port)]);
+    let bot = BoltReplica::start(bolt, port, &api_url(&gateway), &[]);
+    let http = HttpClient::default();
+
+    for n in 0..3 {
+        let event_id = format!("EvBolt{bolt:?}Retry{n}");
+        deliver_with_retries(&http, &gateway.url(), &event_id).await;
+        assert_eq!(
+            answered(&slack, &event_id),
+            (1, 1),
+            "bot:\n{}\ngateway:\n{}",
+            bot.log(),
+            gateway.log()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_answers_each_mention_once_through_slacks_retries_and_a_copy() {
+    mentions_through_retries_and_copies(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_answers_each_mention_once_through_slacks_retries_and_a_copy() {
+    mentions_through_retries_and_copies(Bolt::Python).await;
+}
+
+async fn a_replica_killed_between_its_writes(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let (dying_port, healthy_port) = (free_port(), free_port());
+    let urls = [
+        BoltReplica::url_on(dying_port),
+        BoltReplica::url_on(healthy_port),
+    ];
+    let gateway = spawn_gateway(&slack, &table, &urls);
+    let api = api_url(&gateway);
+    let exits = [("BOT_EXIT_AFTER_REACTION", "1")];
+    let mut dying = BoltReplica::start(bolt, dying_port, &api, &exits);
+    let healthy = BoltReplica::start(bolt, healthy_port, &api, &[]);
+    let http = HttpClient::default();
+
+    // The first mention goes to the first replica, which reacts and is killed before it
+    // replies; the others find it gone. Slack retries all the while.
+    for n in 0..3 {
+        let event_id = format!("EvBolt{bolt:?}Kill{n}");
+        deliver_with_retries(&http, &gateway.url(), &event_id).await;
+        assert_eq!(
+            answered(&slack, &event_id),
+            (1, 1),
+            "healthy:\n{}\ndying:\n{}\ngateway:\n{}",
+            healthy.log(),
+            dying.log(),
+            gateway.log()
+        );
+    }
+    assert!(dying.ended_within(Duration::from_secs(5)), "the replica was killed");
+    assert_eq!(slack.calls_of("reactions.add"), 3, "no reaction made twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_replica_killed_between_reaction_and_reply_leaves_one_of_each() {
+    a_replica_killed_between_its_writes(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_replica_killed_between_reaction_and_reply_leaves_one_of_each() {
+    a_replica_killed_between_its_writes(Bolt::Python).await;
+}
+
+async fn two_versions_during_a_deploy(old: Bolt, new: Bolt) {
+    // Two gateways (each a sidecar of its own replica) on one table: the old version and the
+    // new, each delivery of a mention to either.
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let (old_port, new_port) = (free_port(), free_port());
+    let old_gateway = spawn_gateway(&slack, &table, &[BoltReplica::url_on(old_port)]);
+    let new_gateway = spawn_gateway(&slack, &table, &[BoltReplica::url_on(new_port)]);
+    let _old = BoltReplica::start(old, old_port, &api_url(&old_gateway), &[]);
+    let _new = BoltReplica::start(new, new_port, &api_url(&new_gateway), &[]);
+    let http = HttpClient::default();
+
+    for n in 0..6 {
+        let event_id = format!("EvBoltDeploy{n}");
+        let body = app_mention(&event_id, "during the deploy");
+        let (first, second) = match n % 2 {
+            0 => (old_gateway.url(), new_gateway.url()),
+            _ => (new_gateway.url(), old_gateway.url()),
+        };
+        let (a, b) = tokio::join!(
+            deliver(&http, &first, &body, None),
+            deliver(&http, &second, &body, Some(1))
+        );
+        if !a.status.is_success() && !b.status.is_success() {
+            deliver(&http, &first, &body, Some(2)).await;
+        }
+        assert_eq!(answered(&slack, &event_id), (1, 1), "{event_id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_old_and_new_versions_during_a_deploy_answer_each_mention_once() {
+    two_versions_during_a_deploy(Bolt::JavaScript, Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_old_and_new_versions_during_a_deploy_answer_each_mention_once() {
+    two_versions_during_a_deploy(Bolt::Python, Bolt::Python).await;
+}
+
+async fn a_command_answered_with_content_and_a_respond(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let port = free_port();
+    let gateway = spawn_gateway(&slack, &table, &[BoltReplica::url_on(port)]);
+    let bot = BoltReplica::start(bolt, port, &api_url(&gateway), &[]);
+    let http = HttpClient::default();
+
+    let form = command_form(&slack, "/ticket", "printer on fire");
+    let answer = deliver_form(&http, &gateway.url(), &form, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", bot.log());
+    assert_eq!(answer.json()["text"], "Filing your ticket…", "{}", answer.body);
+    assert_eq!(answer.json()["response_type"], "ephemeral");
+    let responded: Vec<Value> = slack
+        .calls()
+        .into_iter()
+        .filter(|(m, _)| m == "response_url")
+        .map(|(_, args)| args)
+        .collect();
+    assert_eq!(responded.len(), 1, "{}\n{}", bot.log(), gateway.log());
+    assert_eq!(responded[0]["text"], "Ticket: printer on fire");
+    assert_eq!(responded[0]["response_type"], "in_channel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_command_is_answered_with_content_and_a_respond_through_the_gateway() {
+    a_command_answered_with_content_and_a_respond(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_command_is_answered_with_content_and_a_respond_through_the_gateway() {
+    a_command_answered_with_content_and_a_respond(Bolt::Python).await;
+}
+
+fn interaction_form(payload: Value) -> String {
+    let mut payload = payload;
+    payload["team"] = json!({"id": TEAM});
+    payload["user"] = json!({"id": "U0001", "team_id": TEAM});
+    payload["api_app_id"] = json!(APP_ID);
+    payload["trigger_id"] = json!(slack_once::testing::Workspace::trigger_id());
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish()
+}
+
+fn submission(view: &Value, summary: &str) -> String {
+    interaction_form(json!({
+        "type": "view_submission",
+        "view": {
+            "id": view["id"], "callback_id": "ticket_modal", "team_id": TEAM, "app_id": APP_ID,
+            "hash": format!("{}.{}", now_unix(), summary.len()),
+            "private_metadata": "",
+            "state": {"values": {"summary": {"summary_text": {
+                "type": "plain_text_input", "value": summary
+            }}}}
+        }
+    }))
+}
+
+async fn a_modal_refused_then_submitted(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let port = free_port();
+    let gateway = spawn_gateway(&slack, &table, &[BoltReplica::url_on(port)]);
+    let bot = BoltReplica::start(bolt, port, &api_url(&gateway), &[]);
+    let http = HttpClient::default();
+
+    let shortcut = interaction_form(json!({"type": "shortcut", "callback_id": "new_ticket"}));
+    let answer = deliver_form(&http, &gateway.url(), &shortcut, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", bot.log());
+    let views = slack.views();
+    assert_eq!(views.len(), 1, "{}\n{}", bot.log(), gateway.log());
+    assert_eq!(views[0]["callback_id"], "ticket_modal");
+
+    let short = deliver_form(&http, &gateway.url(), &submission(&views[0], "ab"), None).await;
+    assert_eq!(short.status, StatusCode::OK);
+    assert_eq!(short.json()["response_action"], "errors", "{}", short.body);
+    assert_eq!(short.json()["errors"]["summary"], "Say a little more");
+
+    let good = submission(&views[0], "Printer on fire");
+    let url = gateway.url();
+    let (a, b) = tokio::join!(
+        deliver_form(&http, &url, &good, None),
+        deliver_form(&http, &url, &good, None)
+    );
+    assert!(a.status.is_success() || b.status.is_success());
+    let tickets = slack
+        .posted()
+        .iter()
+        .filter(|p| p.body["text"] == "New ticket: Printer on fire")
+        .count();
+    assert_eq!(tickets, 1, "{}\n{}", bot.log(), gateway.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_modal_submission_answered_with_errors_then_taken_once() {
+    a_modal_refused_then_submitted(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_modal_submission_answered_with_errors_then_taken_once() {
+    a_modal_refused_then_submitted(Bolt::Python).await;
+}
+
+async fn a_post_made_but_answered_5xx(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    slack.script_method("chat.postMessage", [SlackFailure::MadeThenStatus(503)]);
+    let port = free_port();
+    let gateway = spawn_gateway(&slack, &table, &[BoltReplica::url_on(port)]);
+    let bot = BoltReplica::start(bolt, port, &api_url(&gateway), &[]);
+    let http = HttpClient::default();
+
+    let event_id = format!("EvBolt{bolt:?}5xx");
+    let body = app_mention(&event_id, "hello");
+    for retry in [None, Some(1), Some(2), Some(3)] {
+        if deliver(&http, &gateway.url(), &body, retry).await.status.is_success()
+            && answered(&slack, &event_id).1 == 1
+        {
+            break;
+        }
+    }
+    assert_eq!(
+        answered(&slack, &event_id),
+        (1, 1),
+        "{}\n{}",
+        bot.log(),
+        gateway.log()
+    );
+    assert_eq!(slack.received().len(), 1, "found in Slack, not posted again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_post_slack_made_but_answered_5xx_is_not_posted_again() {
+    a_post_made_but_answered_5xx(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_post_slack_made_but_answered_5xx_is_not_posted_again() {
+    a_post_made_but_answered_5xx(Bolt::Python).await;
+}
