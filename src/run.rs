@@ -230,13 +230,14 @@ async fn built(config: Config, app: App) -> Result<Application, ExitCode> {
 /// error, named.
 pub fn run_gateway() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(2).collect();
-    match args
+    let role = match args
         .iter()
         .map(String::as_str)
         .collect::<Vec<_>>()
         .as_slice()
     {
-        [] => {}
+        [] => None,
+        ["worker"] => Some(Role::Worker),
         ["-h" | "--help" | "help"] => {
             say!("{GATEWAY_USAGE}");
             return ExitCode::SUCCESS;
@@ -245,29 +246,32 @@ pub fn run_gateway() -> ExitCode {
             eprintln!("unknown arguments {other:?}\n{GATEWAY_USAGE}");
             return ExitCode::from(2);
         }
-    }
+    };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("the tokio runtime starts")
-        .block_on(serve_gateway())
+        .block_on(serve_gateway(role))
 }
 
 const GATEWAY_USAGE: &str = "\
-usage: slack-once gateway   verify, claim and forward Slack's requests to SLACK_ONCE_BOT_URL,
-                            and serve the bot's Web API calls on /api/ (docs/gateway.md)";
+usage: slack-once gateway          verify, claim and forward Slack's requests to SLACK_ONCE_BOT_URL
+                                   (with WORK_QUEUE_URL: acknowledge them and queue them), and serve
+                                   the bot's Web API calls on /api/ (docs/gateway.md)
+       slack-once gateway worker   deferred mode's worker: forward each queued request to the bot,
+                                   with DEDUP_LEASE_SECONDS to answer, serving its calls on /api/";
 
-async fn serve_gateway() -> ExitCode {
+async fn serve_gateway(role: Option<Role>) -> ExitCode {
     init_logging(false);
-    let config = match configured(None) {
+    let config = match configured(role) {
         Ok(config) => config,
         Err(code) => return code,
     };
-    if config.mode == Mode::Lambda || config.role == Role::Worker || config.work_queue_url.is_some()
-    {
+    if config.mode == Mode::Lambda {
         tracing::error!(
-            "configuration error: the gateway runs as a process of its own, in synchronous \
-             mode (not on Lambda, not with WORK_QUEUE_URL or SLACK_ONCE_ROLE=worker)"
+            "configuration error: the gateway runs as a process of its own (a container, a \
+             sidecar, a server), not on Lambda: the bot's calls must reach the process that \
+             holds their request"
         );
         return ExitCode::from(2);
     }
@@ -279,10 +283,12 @@ async fn serve_gateway() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let role = config.role;
     let app = match built(config, gateway.app()).await {
         Ok(app) => app.with_gateway(gateway.clone()),
         Err(code) => return code,
     };
+    let worker = (role == Role::Worker).then(|| (app.worker(), app.config().clone()));
     let server = match app.bind().await {
         Ok(server) => server,
         Err(error) => {
@@ -292,7 +298,46 @@ async fn serve_gateway() -> ExitCode {
     };
     gateway.listening_on(server.local_addr());
     tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events (Slack), POST /api/{{method}} (the bot's Web API calls), GET /healthz");
-    serve_until_stopped(server).await
+    match worker {
+        None => serve_until_stopped(server).await,
+        Some((worker, config)) => gateway_worker(server, worker, &config).await,
+    }
+}
+
+/// The gateway's worker: the queue long-polled, and the bot's calls served, until SIGTERM.
+async fn gateway_worker(
+    server: crate::LocalServer,
+    worker: Arc<crate::Worker>,
+    config: &Config,
+) -> ExitCode {
+    let Some(url) = config.work_queue_url.clone() else {
+        tracing::error!("configuration error: WORK_QUEUE_URL is required by the worker");
+        return ExitCode::from(2);
+    };
+    let queue = Arc::new(SqsQueue::from_env(url.clone(), CallBudget::Worker).await);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let until = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    };
+    tracing::info!(queue = %url, lease_s = config.lease.as_secs(), "worker: receiving");
+    let polled = worker.run_local(
+        queue,
+        config.worker_concurrency,
+        config.lease,
+        until(stopping.clone()),
+    );
+    let (_, served) = tokio::join!(polled, server.run_until(until(stopping)));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %error, "the server failed");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The ingress on Lambda: the router as the function's handler, until the runtime stops.

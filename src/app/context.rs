@@ -1608,6 +1608,17 @@ impl Ctx {
         }
     }
 
+    /// Deferred mode's ingress: the request is handed to a worker here (acknowledged empty on
+    /// the listener's behalf, so that a message it acknowledges with on the worker goes
+    /// through the `response_url`). Elsewhere, nothing.
+    pub(crate) async fn to_a_worker_from_the_ingress(&self) -> Result<(), Error> {
+        let mode = self.inner.acking.lock().expect("ack lock").mode;
+        match mode {
+            AckMode::StopAfter => self.hand_off().await,
+            _ => Ok(()),
+        }
+    }
+
     /// The listener is run again under this claim (the gateway's forward to another replica):
     /// its steps are numbered from the first again, so those this claim made replay.
     pub(crate) async fn run_again_from_first_step(&self) {

@@ -115,6 +115,8 @@ impl Gateway {
     /// One run of a request: forwarded to a replica, the bot's calls made as they come, until
     /// a replica answers; then the acknowledgement the bot chose.
     async fn run(self: Arc<Self>, ctx: Ctx, kind: Option<Kind>) -> HandlerResult {
+        // Deferred mode: the bot is a worker's to call, with the worker's lease.
+        ctx.to_a_worker_from_the_ingress().await?;
         let Some((body, content_type)) = ctx.delivered() else {
             return Err("the request's body as Slack sent it is not at hand".into());
         };

@@ -406,3 +406,39 @@ async fn a_command_is_acknowledged_with_the_bots_answer_and_its_respond_goes_thr
     assert_eq!(responded[0].1["text"], "Ticket: printer");
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn a_bot_slower_than_slacks_3_s_answers_once_from_the_deferred_gateways_worker() {
+    let stack = DeferredStack::start(5).await;
+    let bot = HttpBot::start(|f: Forwarded| async move {
+        let event = f.json()["event"].clone();
+        let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+        let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
+        f.call("reactions.add", eyes).await;
+        // An LLM's answer: longer than Slack waits for an acknowledgement.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
+        f.call("chat.postMessage", reply).await;
+        (StatusCode::OK, String::new())
+    })
+    .await;
+    let (ingress, worker) = spawn_deferred_gateway(&stack, &[bot.url()], 60);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwSlow1", "hello");
+    let started = std::time::Instant::now();
+    let answer = deliver(&http, &ingress.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", ingress.log());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "acknowledged within Slack's 3 s"
+    );
+    let ts = ts_of("EvGwSlow1");
+    let done = eventually(Duration::from_secs(30), || replies(&stack.slack, &ts) == 1).await;
+    assert!(done, "worker:\n{}", worker.log());
+    assert_eq!(eyes(&stack.slack, &ts), 1);
+    assert_eq!(bot.received().len(), 1, "the ingress never called the bot");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(replies(&stack.slack, &ts), 1);
+}

@@ -118,7 +118,10 @@ async fn a_replica_killed_between_its_writes(bolt: Bolt) {
             gateway.log()
         );
     }
-    assert!(dying.ended_within(Duration::from_secs(5)), "the replica was killed");
+    assert!(
+        dying.ended_within(Duration::from_secs(5)),
+        "the replica was killed"
+    );
     assert_eq!(slack.calls_of("reactions.add"), 3, "no reaction made twice");
 }
 
@@ -187,7 +190,12 @@ async fn a_command_answered_with_content_and_a_respond(bolt: Bolt) {
     let form = command_form(&slack, "/ticket", "printer on fire");
     let answer = deliver_form(&http, &gateway.url(), &form, None).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", bot.log());
-    assert_eq!(answer.json()["text"], "Filing your ticket…", "{}", answer.body);
+    assert_eq!(
+        answer.json()["text"],
+        "Filing your ticket…",
+        "{}",
+        answer.body
+    );
     assert_eq!(answer.json()["response_type"], "ephemeral");
     let responded: Vec<Value> = slack
         .calls()
@@ -296,7 +304,10 @@ async fn a_post_made_but_answered_5xx(bolt: Bolt) {
     let event_id = format!("EvBolt{bolt:?}5xx");
     let body = app_mention(&event_id, "hello");
     for retry in [None, Some(1), Some(2), Some(3)] {
-        if deliver(&http, &gateway.url(), &body, retry).await.status.is_success()
+        if deliver(&http, &gateway.url(), &body, retry)
+            .await
+            .status
+            .is_success()
             && answered(&slack, &event_id).1 == 1
         {
             break;
@@ -309,7 +320,11 @@ async fn a_post_made_but_answered_5xx(bolt: Bolt) {
         bot.log(),
         gateway.log()
     );
-    assert_eq!(slack.received().len(), 1, "found in Slack, not posted again");
+    assert_eq!(
+        slack.received().len(),
+        1,
+        "found in Slack, not posted again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

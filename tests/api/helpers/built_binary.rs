@@ -98,6 +98,12 @@ impl BotProcess {
         Self::spawn_with(&["gateway"], vars)
     }
 
+    /// Starts `slack-once gateway worker` with `vars` and waits until it says where it listens
+    /// (the bot's calls).
+    pub fn spawn_gateway_worker(vars: &[(&str, String)]) -> Self {
+        Self::spawn_with(&["gateway", "worker"], vars)
+    }
+
     /// Starts `slack-once worker` with `vars` and waits until it receives.
     pub fn spawn_worker(vars: &[(&str, String)]) -> Self {
         Self::spawn_with(&["worker"], vars)

@@ -35,13 +35,35 @@ pub fn spawn_gateway_with(
     extra: &[(&'static str, String)],
 ) -> BotProcess {
     let mut vars = bot_vars(slack, &dynamodb_endpoint(), table);
-    vars.extend([
+    vars.extend(gateway_vars(bots));
+    vars.extend(extra.iter().cloned());
+    BotProcess::spawn_gateway(&vars)
+}
+
+/// The variables that make a `slack-once` process a gateway forwarding to `bots`.
+pub fn gateway_vars(bots: &[String]) -> Vec<(&'static str, String)> {
+    vec![
         ("SLACK_ONCE_BOT_URL", bots.join(",")),
         ("SLACK_ONCE_GATEWAY_SECRET", GATEWAY_SECRET.to_string()),
         ("SLACK_ONCE_PROXY_TOKEN", PROXY_TOKEN.to_string()),
-    ]);
-    vars.extend(extra.iter().cloned());
-    BotProcess::spawn_gateway(&vars)
+    ]
+}
+
+/// A deferred-mode gateway: its ingress, acknowledging Slack once the queue holds each request,
+/// and its worker, forwarding from the queue with a lease of `lease_s`.
+pub fn spawn_deferred_gateway(
+    stack: &DeferredStack,
+    bots: &[String],
+    lease_s: u64,
+) -> (BotProcess, BotProcess) {
+    let mut ingress = stack.ingress_vars();
+    ingress.extend(gateway_vars(bots));
+    let mut worker = stack.worker_vars(lease_s, 5);
+    worker.extend(gateway_vars(bots));
+    (
+        BotProcess::spawn_gateway(&ingress),
+        BotProcess::spawn_gateway_worker(&worker),
+    )
 }
 
 /// Which Bolt.
