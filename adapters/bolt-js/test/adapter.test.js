@@ -11,7 +11,7 @@ const JSON_TYPE = 'application/json';
 const FORM_TYPE = 'application/x-www-form-urlencoded';
 
 /** Starts the gateway's stand-in and a Bolt app behind it on 127.0.0.1; both stop after the test. */
-async function setUp(t, register) {
+async function setUp(t, register, { logger } = {}) {
   const standin = await new GatewayStandin().start();
   t.after(() => standin.stop());
   const once = slackOnce({ apiUrl: standin.apiUrl('configured') });
@@ -20,7 +20,8 @@ async function setUp(t, register) {
     signingSecret: GATEWAY_SECRET,
     botId: 'B0BOT',
     botUserId: 'UBOT',
-    logLevel: LogLevel.ERROR,
+    logger,
+    logLevel: logger ? undefined : LogLevel.ERROR,
     clientOptions: { retryConfig: { retries: 0 } },
   }));
   register(app);
@@ -244,4 +245,27 @@ test("the request's identity is the listener's context.slackOnce", async (t) => 
   const deadline = Date.now() + 30_000;
   await forward(botUrl, { ...mention(standin, { run: 'run-k', channel: 'C0K', ts: '1700000006.000600' }), key: 'T0001:C0K:1700000006.000600', attempt: 2, deadline });
   assert.deepEqual(seen, { key: 'T0001:C0K:1700000006.000600', attempt: 2, deadline, request: 'run-k', apiUrl: standin.apiUrl() });
+});
+
+test('a forward without a valid run is handled with a warning, its calls named by no run', async (t) => {
+  const warnings = [];
+  const logger = {
+    debug() {}, info() {}, error() {}, warn: (...msg) => warnings.push(msg.join(' ')),
+    setLevel() {}, getLevel: () => LogLevel.WARN, setName() {},
+  };
+  const { standin, botUrl } = await setUp(t, (app) => {
+    app.event('app_mention', async ({ say, context }) => {
+      await say(`identity: ${context.slackOnce}`);
+    });
+  }, { logger });
+  for (const run of [undefined, 'not a run name!']) {
+    const answer = await forward(botUrl, mention(standin, { run, channel: 'C0N', ts: '1700000007.000700', prefix: 'gw-n' }));
+    assert.equal(answer.status, 200);
+  }
+  const posts = standin.apiCalls('chat.postMessage');
+  assert.deepEqual(posts.map((c) => [c.prefix, c.headers['x-slack-once-request'], c.args.text]), [
+    ['configured', undefined, 'identity: undefined'],
+    ['configured', undefined, 'identity: undefined'],
+  ]);
+  assert.equal(warnings.filter((w) => w.includes('X-Slack-Once-Request')).length, 2);
 });

@@ -92,20 +92,18 @@ function parseBody(contentType = '', raw) {
 async function forward(botUrl, { body, contentType, run, apiUrl, key = `key-${run}`, attempt = 1, deadline = Date.now() + 60_000, secret = GATEWAY_SECRET }) {
   const timestamp = String(Math.floor(Date.now() / 1000));
   const signature = `v0=${crypto.createHmac('sha256', secret).update(`v0:${timestamp}:${body}`).digest('hex')}`;
-  const response = await fetch(botUrl, {
-    method: 'POST',
-    headers: {
-      'content-type': contentType,
-      'x-slack-request-timestamp': timestamp,
-      'x-slack-signature': signature,
-      'x-slack-once-request': run,
-      'x-slack-once-api-url': apiUrl,
-      'x-slack-once-key': key,
-      'x-slack-once-attempt': String(attempt),
-      'x-slack-once-deadline': String(deadline),
-    },
-    body,
-  });
+  const headers = {
+    'content-type': contentType,
+    'x-slack-request-timestamp': timestamp,
+    'x-slack-signature': signature,
+    'x-slack-once-request': run,
+    'x-slack-once-api-url': apiUrl,
+    'x-slack-once-key': key,
+    'x-slack-once-attempt': String(attempt),
+    'x-slack-once-deadline': String(deadline),
+  };
+  for (const [name, value] of Object.entries(headers)) if (value === undefined) delete headers[name];
+  const response = await fetch(botUrl, { method: 'POST', headers, body });
   const text = await response.text();
   return { status: response.status, text, at: performance.now() };
 }
