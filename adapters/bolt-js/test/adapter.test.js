@@ -47,7 +47,8 @@ test('two concurrent requests each send their own run on every call, to their ow
   const { standin, botUrl } = await setUp(t, (app) => {
     app.event('app_mention', async ({ event, client, say }) => {
       await client.reactions.add({ channel: event.channel, timestamp: event.ts, name: 'eyes' });
-      await delay(150); // the other request makes its calls meanwhile
+      // Each waits for the other's first call, so that the two requests' calls interleave.
+      await until(() => standin.apiCalls('reactions.add').length === 2, "the other request's first call");
       await app.client.conversations.info({ channel: event.channel });
       await say({ text: 'Hello <@U0001>', thread_ts: event.ts });
     });
@@ -90,7 +91,7 @@ test("a call made while another request has many calls in flight is not queued b
   const first = forward(botUrl, mention(standin, { run: 'run-a', channel: 'C0A', ts: '1700000001.000100' }));
   await until(() => standin.apiCalls('conversations.info').length >= 100, "the first request's calls");
   const second = forward(botUrl, mention(standin, { run: 'run-b', channel: 'C0B', ts: '1700000002.000200' }));
-  await until(() => standin.apiCalls('chat.postMessage').length === 1, "the second request's post, made while the first request's calls are in flight", 3000);
+  await until(() => standin.apiCalls('chat.postMessage').length === 1, "the second request's post, made while the first request's calls are in flight");
   const [post] = standin.apiCalls('chat.postMessage');
   assert.equal(post.headers['x-slack-once-request'], 'run-b');
   assert.equal((await second).status, 200);
