@@ -11,7 +11,7 @@ const JSON_TYPE = 'application/json';
 const FORM_TYPE = 'application/x-www-form-urlencoded';
 
 /** Starts the gateway's stand-in and a Bolt app behind it on 127.0.0.1; both stop after the test. */
-async function setUp(t, register, { logger } = {}) {
+async function setUp(t, register, { logger, retryConfig = { retries: 0 } } = {}) {
   const standin = await new GatewayStandin().start();
   t.after(() => standin.stop());
   const once = slackOnce({ apiUrl: standin.apiUrl('configured') });
@@ -22,7 +22,7 @@ async function setUp(t, register, { logger } = {}) {
     botUserId: 'UBOT',
     logger,
     logLevel: logger ? undefined : LogLevel.ERROR,
-    clientOptions: { retryConfig: { retries: 0 } },
+    clientOptions: { retryConfig },
   }));
   register(app);
   const server = await app.start({ port: 0, host: '127.0.0.1' });
@@ -127,6 +127,29 @@ test("one request's rate-limited read does not hold another request's call, nor 
   assert.equal(post.headers['x-slack-once-request'], 'run-b');
   assert.equal(errors.length, 1);
   assert.ok(errors[0] instanceof webApi.WebAPIRateLimitedError, `${errors[0]}`);
+});
+
+test("the client's own retry of a call after a 5xx names the same run, while another request's calls go on", async (t) => {
+  const { standin, botUrl } = await setUp(t, (app) => {
+    app.event('app_mention', async ({ event, say }) => {
+      await say({ text: `Hello from ${event.channel}`, thread_ts: event.ts });
+    });
+  }, { retryConfig: { retries: 1, minTimeout: 1000, maxTimeout: 1000 } });
+  let failed = false;
+  standin.answers.set('chat.postMessage', async (call) => {
+    if (call.args.channel === 'C0A' && !failed) {
+      failed = true;
+      return { status: 503, body: { ok: false, error: 'slack_once_unavailable' } };
+    }
+    return { body: { ok: true, channel: call.args.channel, ts: '1700000009.000900' } };
+  });
+  const first = forward(botUrl, mention(standin, { run: 'run-a', channel: 'C0A', ts: '1700000001.000100' }));
+  await until(() => failed, "the first request's failed post");
+  await forward(botUrl, mention(standin, { run: 'run-b', channel: 'C0B', ts: '1700000002.000200' }));
+  assert.equal((await first).status, 200);
+  const posts = standin.apiCalls('chat.postMessage');
+  assert.deepEqual(posts.map((c) => [c.args.channel, c.headers['x-slack-once-request']]), [['C0A', 'run-a'], ['C0B', 'run-b'], ['C0A', 'run-a']]);
+  assert.equal(posts[0].raw, posts[2].raw, 'the retry sends the same arguments');
 });
 
 test('respond() is a POST to {api-url}respond with the run and the body, never to the response_url', async (t) => {
