@@ -53,7 +53,7 @@ function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fet
     if (!signingSecret && signatureVerification !== false) {
       throw new Error("slack-once: signingSecret is required: the gateway's SLACK_ONCE_GATEWAY_SECRET");
     }
-    const receiver = new GatewayReceiver(runs, configuredApiUrl, {
+    const receiver = new GatewayReceiver(runs, {
       signingSecret, endpoints, port, customRoutes, signatureVerification,
       dispatchErrorHandler, processEventErrorHandler, unhandledRequestHandler, unhandledRequestTimeoutMillis, bodyLimit,
       logger: options.logger,
@@ -75,7 +75,7 @@ function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fet
  * error handler) inside the request's run, so that the Web API calls it makes name it.
  */
 class GatewayReceiver extends HTTPReceiver {
-  constructor(runs, configuredApiUrl, options) {
+  constructor(runs, options) {
     super(options);
     this.slackOnceRuns = runs;
     this.slackOnceLogger = options.logger;
