@@ -21,6 +21,9 @@ const API_URL_HEADER: &str = "x-slack-once-api-url";
 const KEY_HEADER: &str = "x-slack-once-key";
 const ATTEMPT_HEADER: &str = "x-slack-once-attempt";
 const DEADLINE_HEADER: &str = "x-slack-once-deadline";
+/// The run's name and the proxy's address, signed: a bot follows the address only if this
+/// verifies, so that a forward replayed with another address cannot send its token elsewhere.
+const HEADERS_SIGNATURE_HEADER: &str = "x-slack-once-signature";
 /// A bot's answer is an acknowledgement: a few KB at most. Above this it is not read.
 const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// How long a connection to a replica may take to open.
@@ -100,9 +103,42 @@ async fn request(ctx: &Ctx, f: &Forward<'_>) -> Result<Request<Full<Bytes>>, Str
         )
         .header(RUN_HEADER, f.run)
         .header(API_URL_HEADER, f.api_url)
+        .header(
+            HEADERS_SIGNATURE_HEADER,
+            headers_signature(f.secret, now, f.run, f.api_url),
+        )
         .header(KEY_HEADER, ctx.ledger_key())
         .header(ATTEMPT_HEADER, ctx.attempt().await)
         .header(DEADLINE_HEADER, deadline_ms.to_string())
         .body(Full::new(Bytes::copy_from_slice(f.body)))
         .map_err(|e| format!("the forward could not be built: {e}"))
+}
+
+/// `v0=` and the hex HMAC-SHA256 of `v0:{timestamp}:{run}:{api_url}` under the gateway's
+/// secret: the protocol's signature of the headers a bot acts on.
+pub(crate) fn headers_signature(
+    secret: &Secret,
+    timestamp: u64,
+    run: &str,
+    api_url: &str,
+) -> String {
+    let signed = format!("{run}:{api_url}");
+    crate::slack::signature::sign(secret, timestamp, signed.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_headers_signature_is_slacks_scheme_over_the_run_and_the_address() {
+        let secret = Secret::new("gateway-secret-shared-with-the-bot");
+        let signature =
+            headers_signature(&secret, 1_700_000_000, "abc", "http://127.0.0.1:3000/api/");
+        // printf 'v0:1700000000:abc:http://127.0.0.1:3000/api/' | openssl dgst -sha256 -hmac …
+        assert_eq!(
+            signature,
+            "v0=f8721d2d12c8ea818ecd3513490f8dfad69cebff714c1cf0e457ceaec749e28d"
+        );
+    }
 }
