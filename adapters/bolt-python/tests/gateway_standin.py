@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 BOT_USER_ID = "UBOTUSER"
 
@@ -171,21 +171,24 @@ def forward(
         connection.close()
 
 
-def app_mention_body(*, channel: str, ts: str, text: str = f"<@{BOT_USER_ID}> hello", user: str = "U0PERSON") -> str:
-    """An Events API envelope of an `app_mention`, as Slack sends it."""
+def app_mention_body(
+    *,
+    channel: str,
+    ts: str,
+    thread_ts: Optional[str] = None,
+    text: str = f"<@{BOT_USER_ID}> hello",
+    user: str = "U0PERSON",
+) -> str:
+    """An Events API envelope of an `app_mention` (in a thread when `thread_ts`), as Slack sends it."""
+    event: Dict[str, Any] = {"type": "app_mention", "user": user, "text": text, "ts": ts, "channel": channel, "event_ts": ts}
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
     return json.dumps(
         {
             "token": "unused",
             "team_id": "T0EXAMPLE",
             "api_app_id": "A0APP",
-            "event": {
-                "type": "app_mention",
-                "user": user,
-                "text": text,
-                "ts": ts,
-                "channel": channel,
-                "event_ts": ts,
-            },
+            "event": event,
             "type": "event_callback",
             "event_id": f"Ev{ts.replace('.', '')}",
             "event_time": int(float(ts)),
@@ -196,8 +199,6 @@ def app_mention_body(*, channel: str, ts: str, text: str = f"<@{BOT_USER_ID}> he
 
 def slash_command_body(*, command: str, text: str, response_url: str) -> str:
     """A slash command's form body, as Slack sends it."""
-    from urllib.parse import urlencode
-
     return urlencode(
         {
             "token": "unused",
@@ -214,3 +215,45 @@ def slash_command_body(*, command: str, text: str, response_url: str) -> str:
             "trigger_id": "1337.42.abcdef",
         }
     )
+
+
+def interaction_body(payload: Dict[str, Any]) -> str:
+    """An interaction's form body (`payload=` and its JSON), as Slack sends it."""
+    return urlencode({"payload": json.dumps(payload)})
+
+
+def global_shortcut_payload(*, callback_id: str, trigger_id: str = "1337.42.shortcut") -> Dict[str, Any]:
+    """A global shortcut's payload."""
+    return {
+        "type": "shortcut",
+        "token": "unused",
+        "action_ts": "1700000000.000900",
+        "team": {"id": "T0EXAMPLE", "domain": "example"},
+        "user": {"id": "U0PERSON", "username": "person", "team_id": "T0EXAMPLE"},
+        "is_enterprise_install": False,
+        "callback_id": callback_id,
+        "trigger_id": trigger_id,
+    }
+
+
+def view_submission_payload(*, callback_id: str, values: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """A modal's submission payload, its input values as `state.values`."""
+    return {
+        "type": "view_submission",
+        "token": "unused",
+        "api_app_id": "A0APP",
+        "trigger_id": "1337.42.submission",
+        "team": {"id": "T0EXAMPLE", "domain": "example"},
+        "user": {"id": "U0PERSON", "username": "person", "team_id": "T0EXAMPLE"},
+        "is_enterprise_install": False,
+        "view": {
+            "id": "V0MODAL",
+            "team_id": "T0EXAMPLE",
+            "type": "modal",
+            "callback_id": callback_id,
+            "state": {"values": values},
+            "hash": "1700000000.abcdef",
+            "private_metadata": "",
+        },
+        "response_urls": [],
+    }
