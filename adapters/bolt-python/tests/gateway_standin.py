@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 BOT_USER_ID = "UBOTUSER"
@@ -27,12 +27,12 @@ class RecordedCall:
     """One Web API call the bot made to the proxy."""
 
     method: str
-    headers: Dict[str, str]  # lower-cased names
-    args: Dict[str, Any]
+    headers: dict[str, str]  # lower-cased names
+    args: dict[str, Any]
     at: float  # time.monotonic() when it arrived
 
     @property
-    def run(self) -> Optional[str]:
+    def run(self) -> str | None:
         return self.headers.get("x-slack-once-request")
 
 
@@ -49,8 +49,8 @@ class GatewayStandin:
     """The Web API proxy at `api_url` (`http://127.0.0.1:<port>/api/`) and the forward."""
 
     def __init__(self) -> None:
-        self.calls: List[RecordedCall] = []
-        self.answers: Dict[str, Dict[str, Any]] = {}  # method -> the answer to give instead
+        self.calls: list[RecordedCall] = []
+        self.answers: dict[str, dict[str, Any]] = {}  # method -> the answer to give instead
         self._lock = threading.Lock()
         self._ts = itertools.count(1)
         standin = self
@@ -58,7 +58,7 @@ class GatewayStandin:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length).decode("utf-8")
                 if not self.path.startswith("/api/"):
@@ -73,7 +73,7 @@ class GatewayStandin:
                 standin._record(RecordedCall(method, headers, args, time.monotonic()))
                 self._send(200, standin._answer(method, args))
 
-            def _send(self, status: int, body: Dict[str, Any]) -> None:
+            def _send(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode("utf-8")
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -81,7 +81,7 @@ class GatewayStandin:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -99,7 +99,7 @@ class GatewayStandin:
         with self._lock:
             self.calls.append(call)
 
-    def _answer(self, method: str, args: Dict[str, Any]) -> Dict[str, Any]:
+    def _answer(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
         if method in self.answers:
             return self.answers[method]
         if method == "auth.test":
@@ -114,16 +114,21 @@ class GatewayStandin:
             }
         if method == "chat.postMessage":
             ts = f"1700000000.{next(self._ts):06d}"
-            return {"ok": True, "channel": args.get("channel"), "ts": ts, "message": {"text": args.get("text"), "ts": ts}}
+            return {
+                "ok": True,
+                "channel": args.get("channel"),
+                "ts": ts,
+                "message": {"text": args.get("text"), "ts": ts},
+            }
         if method == "views.open":
             return {"ok": True, "view": {"id": "V0MODAL"}}
         return {"ok": True}
 
-    def calls_of(self, method: str) -> List[RecordedCall]:
+    def calls_of(self, method: str) -> list[RecordedCall]:
         with self._lock:
             return [c for c in self.calls if c.method == method]
 
-    def calls_of_run(self, run: Optional[str]) -> List[RecordedCall]:
+    def calls_of_run(self, run: str | None) -> list[RecordedCall]:
         with self._lock:
             return [c for c in self.calls if c.run == run]
 
@@ -140,11 +145,11 @@ def forward(
     secret: str,
     body: str,
     content_type: str,
-    run: Optional[str],
-    api_url: Optional[str],
+    run: str | None,
+    api_url: str | None,
     key: str = "T0EXAMPLE:C0GENERAL:1700000000.000100",
     attempt: int = 1,
-    deadline_ms: Optional[int] = None,
+    deadline_ms: int | None = None,
     timeout: float = 30,
 ) -> Answer:
     """POSTs `body` to the bot as the gateway forwards a request from Slack."""
@@ -175,12 +180,19 @@ def app_mention_body(
     *,
     channel: str,
     ts: str,
-    thread_ts: Optional[str] = None,
+    thread_ts: str | None = None,
     text: str = f"<@{BOT_USER_ID}> hello",
     user: str = "U0PERSON",
 ) -> str:
     """An Events API envelope of an `app_mention` (in a thread when `thread_ts`), as Slack sends it."""
-    event: Dict[str, Any] = {"type": "app_mention", "user": user, "text": text, "ts": ts, "channel": channel, "event_ts": ts}
+    event: dict[str, Any] = {
+        "type": "app_mention",
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "channel": channel,
+        "event_ts": ts,
+    }
     if thread_ts is not None:
         event["thread_ts"] = thread_ts
     return json.dumps(
@@ -217,12 +229,12 @@ def slash_command_body(*, command: str, text: str, response_url: str) -> str:
     )
 
 
-def interaction_body(payload: Dict[str, Any]) -> str:
+def interaction_body(payload: dict[str, Any]) -> str:
     """An interaction's form body (`payload=` and its JSON), as Slack sends it."""
     return urlencode({"payload": json.dumps(payload)})
 
 
-def global_shortcut_payload(*, callback_id: str, trigger_id: str = "1337.42.shortcut") -> Dict[str, Any]:
+def global_shortcut_payload(*, callback_id: str, trigger_id: str = "1337.42.shortcut") -> dict[str, Any]:
     """A global shortcut's payload."""
     return {
         "type": "shortcut",
@@ -236,7 +248,7 @@ def global_shortcut_payload(*, callback_id: str, trigger_id: str = "1337.42.shor
     }
 
 
-def view_submission_payload(*, callback_id: str, values: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+def view_submission_payload(*, callback_id: str, values: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A modal's submission payload, its input values as `state.values`."""
     return {
         "type": "view_submission",

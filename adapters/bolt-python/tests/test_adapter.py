@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from socketserver import ThreadingMixIn
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
+from gateway_standin import GatewayStandin, app_mention_body, forward, slash_command_body
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
-from slack_sdk.errors import SlackApiError
-
-from gateway_standin import GatewayStandin, app_mention_body, forward, slash_command_body
 from slack_once_bolt import SlackOnce, SlackOnceRequest
+from slack_sdk.errors import SlackApiError
 
 SECRET = "gateway-secret-for-tests"
 PROXY_TOKEN = "xoxb-slack-once-placeholder"
@@ -28,7 +28,7 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -39,7 +39,7 @@ class Bot:
         self,
         api_url: str,
         listeners: Callable[[App], None],
-        before_install: Optional[Callable[[App], None]] = None,
+        before_install: Callable[[App], None] | None = None,
     ) -> None:
         self.once = SlackOnce(api_url=api_url)
         self.app = App(signing_secret=SECRET, **self.once.app_options(token=PROXY_TOKEN))
@@ -47,9 +47,7 @@ class Bot:
             before_install(self.app)
         self.once.install(self.app)
         listeners(self.app)
-        self._server = make_server(
-            "127.0.0.1", 0, SlackRequestHandler(self.app), _ThreadingWSGIServer, _QuietHandler
-        )
+        self._server = make_server("127.0.0.1", 0, SlackRequestHandler(self.app), _ThreadingWSGIServer, _QuietHandler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -68,7 +66,7 @@ def gateway() -> Iterator[GatewayStandin]:
 
 @pytest.fixture
 def bots() -> Iterator[Callable[..., Bot]]:
-    started: List[Bot] = []
+    started: list[Bot] = []
 
     def start(api_url: str, listeners: Callable[[App], None], **options: Any) -> Bot:
         bot = Bot(api_url, listeners, **options)
@@ -80,7 +78,7 @@ def bots() -> Iterator[Callable[..., Bot]]:
         bot.close()
 
 
-def _eventually(look: Callable[[], List[Any]], within: float = 5.0) -> List[Any]:
+def _eventually(look: Callable[[], list[Any]], within: float = 5.0) -> list[Any]:
     """What `look` finds once it finds something (a listener still running after the answer)."""
     give_up = time.monotonic() + within
     while not (found := look()) and time.monotonic() < give_up:
@@ -103,7 +101,7 @@ def test_concurrent_requests_each_send_their_own_run_on_every_call(gateway, bots
                 context.client.chat_postMessage(channel=event["channel"], text="done", thread_ts=event["ts"])
 
         bot = bots(gateway.api_url, listeners)
-        answers: Dict[str, Any] = {}
+        answers: dict[str, Any] = {}
 
         def deliver(run: str, api_url: str, ts: str) -> None:
             answers[run] = forward(
@@ -125,7 +123,10 @@ def test_concurrent_requests_each_send_their_own_run_on_every_call(gateway, bots
             d.join(timeout=20)
         assert answers["run-a"].status == 200 and answers["run-b"].status == 200
 
-        for standin, run, ts in ((gateway, "run-a", "1700000000.000100"), (other_gateway, "run-b", "1700000000.000200")):
+        for standin, run, ts in (
+            (gateway, "run-a", "1700000000.000100"),
+            (other_gateway, "run-b", "1700000000.000200"),
+        ):
             calls = [c for c in standin.calls if c.method != "auth.test"]
             assert [c.method for c in calls] == ["reactions.add", "chat.postMessage", "chat.postMessage"]
             assert [c.run for c in calls] == [run, run, run], "a call carried another request's run"
@@ -195,7 +196,7 @@ def test_the_answer_comes_only_after_the_listener_ended(gateway, bots):
 
 
 def test_a_request_signed_with_another_secret_is_refused(gateway, bots):
-    ran: List[str] = []
+    ran: list[str] = []
 
     def listeners(app: App) -> None:
         @app.event("app_mention")
@@ -249,7 +250,7 @@ def test_a_call_outside_any_request_goes_to_the_configured_url_without_a_run(gat
 def test_a_refusal_of_the_gateway_is_the_sdks_slack_api_error(gateway, bots):
     gateway.answers["chat.postMessage"] = {"ok": False, "error": "slack_once_request_ended"}
     gateway.answers["respond"] = {"ok": False, "error": "slack_once_different_write"}
-    errors: List[str] = []
+    errors: list[str] = []
 
     def listeners(app: App) -> None:
         @app.command("/ticket")
@@ -276,7 +277,7 @@ def test_a_refusal_of_the_gateway_is_the_sdks_slack_api_error(gateway, bots):
 
 
 def test_the_listener_reads_the_requests_identity_from_the_context(gateway, bots):
-    seen: List[SlackOnceRequest] = []
+    seen: list[SlackOnceRequest] = []
 
     def listeners(app: App) -> None:
         @app.event("app_mention")
@@ -335,7 +336,7 @@ def test_say_bound_by_an_earlier_middleware_still_carries_the_run(gateway, bots)
 
 
 def test_a_malformed_run_name_is_refused_before_any_listener(gateway, bots):
-    ran: List[str] = []
+    ran: list[str] = []
 
     def listeners(app: App) -> None:
         @app.event("app_mention")

@@ -14,7 +14,6 @@ from wsgiref.simple_server import WSGIServer, make_server
 
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
-
 from slack_once_bolt import SlackOnce
 
 once = SlackOnce(api_url=os.environ.get("SLACK_ONCE_API_URL"))

@@ -7,9 +7,8 @@ import json
 import os
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, Optional
 
 import pytest
 
@@ -36,7 +35,7 @@ FORM = "application/x-www-form-urlencoded"
 class BotProcess:
     """app.py in its own process, on a port it chose (`PORT=0`)."""
 
-    def __init__(self, api_url: str, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, api_url: str, env: dict[str, str] | None = None) -> None:
         environment = {
             **os.environ,
             "PORT": "0",
@@ -82,7 +81,9 @@ def bot(gateway: GatewayStandin) -> Iterator[BotProcess]:
 
 
 def test_a_mention_gets_eyes_then_a_reply_in_its_thread(gateway, bot):
-    answer = bot.send(app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url)
+    answer = bot.send(
+        app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url
+    )
     assert answer.status == 200
     in_thread = bot.send(
         app_mention_body(channel="C0GENERAL", ts="1700000000.000300", thread_ts="1700000000.000200"),
@@ -99,7 +100,12 @@ def test_a_mention_gets_eyes_then_a_reply_in_its_thread(gateway, bot):
         ("reactions.add", "run-2"),
         ("chat.postMessage", "run-2"),
     ]
-    assert writes[0].args == {"channel": "C0GENERAL", "timestamp": "1700000000.000100", "name": "eyes", "team_id": "T0EXAMPLE"}
+    assert writes[0].args == {
+        "channel": "C0GENERAL",
+        "timestamp": "1700000000.000100",
+        "name": "eyes",
+        "team_id": "T0EXAMPLE",
+    }
     assert writes[1].args["text"] == "Hello <@U0PERSON>"
     assert writes[1].args["thread_ts"] == "1700000000.000100"
     assert writes[3].args["thread_ts"] == "1700000000.000200"
@@ -108,7 +114,9 @@ def test_a_mention_gets_eyes_then_a_reply_in_its_thread(gateway, bot):
 def test_bot_exit_after_reaction_kills_the_bot_between_its_two_writes(gateway):
     bot = BotProcess(gateway.api_url, {"BOT_EXIT_AFTER_REACTION": "1"})
     with pytest.raises(ConnectionError):
-        bot.send(app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url)
+        bot.send(
+            app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url
+        )
     assert bot.process.wait(timeout=10) == -9
     assert [c.method for c in gateway.calls if c.method != "auth.test"] == ["reactions.add"]
 
@@ -116,7 +124,9 @@ def test_bot_exit_after_reaction_kills_the_bot_between_its_two_writes(gateway):
 def test_bot_reply_delay_ms_waits_between_the_reaction_and_the_reply(gateway):
     bot = BotProcess(gateway.api_url, {"BOT_REPLY_DELAY_MS": "600"})
     try:
-        answer = bot.send(app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url)
+        answer = bot.send(
+            app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url
+        )
         assert answer.status == 200
         [reaction] = gateway.calls_of("reactions.add")
         [reply] = gateway.calls_of("chat.postMessage")
@@ -127,7 +137,9 @@ def test_bot_reply_delay_ms_waits_between_the_reaction_and_the_reply(gateway):
 
 
 def test_ticket_is_acknowledged_with_content_then_responded_through_the_gateway(gateway, bot):
-    body = slash_command_body(command="/ticket", text="printer on fire", response_url="https://hooks.slack.com/commands/T0EXAMPLE/1/x")
+    body = slash_command_body(
+        command="/ticket", text="printer on fire", response_url="https://hooks.slack.com/commands/T0EXAMPLE/1/x"
+    )
     answer = bot.send(body, FORM, "run-ticket", gateway.api_url)
 
     assert answer.status == 200
@@ -175,6 +187,10 @@ def test_a_summary_is_posted_to_the_ticket_channel(gateway):
         answer = bot.send(_submission("printer on fire"), FORM, "run-submit", gateway.api_url)
         assert answer.status == 200 and answer.body == ""
         [post] = gateway.calls_of("chat.postMessage")
-        assert (post.run, post.args["channel"], post.args["text"]) == ("run-submit", "C0OTHER", "New ticket: printer on fire")
+        assert (post.run, post.args["channel"], post.args["text"]) == (
+            "run-submit",
+            "C0OTHER",
+            "New ticket: printer on fire",
+        )
     finally:
         bot.stop()

@@ -15,9 +15,11 @@ write once. This module is the bot's side of that contract (docs/gateway-protoco
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any
 
 from slack_bolt import App, BoltRequest, BoltResponse
 from slack_bolt.context.respond import Respond
@@ -61,10 +63,10 @@ class SlackOnceRequest:
     - `api_url`: the Web API proxy this run's calls go to.
     """
 
-    run: Optional[str]
-    key: Optional[str]
-    attempt: Optional[int]
-    deadline_ms: Optional[int]
+    run: str | None
+    key: str | None
+    attempt: int | None
+    deadline_ms: int | None
     api_url: str
 
 
@@ -76,22 +78,22 @@ class GatewayRespond(Respond):
     A refusal of the gateway (`{"ok": false, "error": "slack_once_…"}`) raises `SlackApiError`.
     """
 
-    def __init__(self, *, client: WebClient, response_url: Optional[str]):
+    def __init__(self, *, client: WebClient, response_url: str | None):
         super().__init__(response_url=response_url, proxy=client.proxy, ssl=client.ssl)
         self.client = client
 
     def __call__(
         self,
-        text: Union[str, dict] = "",
-        blocks: Optional[Sequence[Any]] = None,
-        attachments: Optional[Sequence[Any]] = None,
-        response_type: Optional[str] = None,
-        replace_original: Optional[bool] = None,
-        delete_original: Optional[bool] = None,
-        unfurl_links: Optional[bool] = None,
-        unfurl_media: Optional[bool] = None,
-        thread_ts: Optional[str] = None,
-        metadata: Optional[Dict[str, Any]] = None,
+        text: str | dict = "",
+        blocks: Sequence[Any] | None = None,
+        attachments: Sequence[Any] | None = None,
+        response_type: str | None = None,
+        replace_original: bool | None = None,
+        delete_original: bool | None = None,
+        unfurl_links: bool | None = None,
+        unfurl_media: bool | None = None,
+        thread_ts: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> WebhookResponse:
         if self.response_url is None:
             raise ValueError("respond is unsupported here as there is no response_url")
@@ -130,7 +132,7 @@ class GatewayRespond(Respond):
 class SlackOnce:
     """The gateway's side of a Bolt app: `app_options()` for `App(...)`, then `install(app)`."""
 
-    def __init__(self, api_url: Optional[str] = None):
+    def __init__(self, api_url: str | None = None):
         api_url = api_url or DEFAULT_API_URL
         if not api_url.endswith("/"):
             api_url += "/"
@@ -138,17 +140,20 @@ class SlackOnce:
             raise ValueError(f"api_url must be an http(s) URL such as {DEFAULT_API_URL!r}, got {api_url!r}")
         self.api_url = api_url
 
-    def app_options(self, token: Optional[str] = None, **client_options: Any) -> Dict[str, Any]:
+    def app_options(self, token: str | None = None, **client_options: Any) -> dict[str, Any]:
         """`App(**once.app_options(token=...))`: a client whose calls go to the gateway, and
         `process_before_response=True` (the app answers when its listener has ended, which the
         gateway reads as the end of the run).
 
-        `token` is the gateway's `SLACK_ONCE_PROXY_TOKEN` (a placeholder, never a Slack token);
-        Bolt takes the token from the client, so it is given here rather than to `App`.
-        `client_options` go to `WebClient` (`timeout`, `retry_handlers`, `logger`…).
+        `token` is the gateway's `SLACK_ONCE_PROXY_TOKEN` (a placeholder, never a Slack token),
+        by default `SLACK_BOT_TOKEN` as Bolt reads it. Bolt takes the token from the client it is
+        given, so it goes here rather than to `App`. `client_options` go to `WebClient`
+        (`timeout`, `retry_handlers`, `logger`…).
         """
         return {
-            "client": WebClient(token=token, base_url=self.api_url, **client_options),
+            "client": WebClient(
+                token=token or os.environ.get("SLACK_BOT_TOKEN"), base_url=self.api_url, **client_options
+            ),
             "process_before_response": True,
         }
 
@@ -192,9 +197,7 @@ class SlackOnce:
         headers.pop(RUN_HEADER, None)
         if request.run is not None:
             headers[RUN_HEADER] = request.run
-        return _client_like(
-            base, base_url=request.api_url, headers=headers, team_id=base.default_params.get("team_id")
-        )
+        return _client_like(base, base_url=request.api_url, headers=headers, team_id=base.default_params.get("team_id"))
 
 
 class _RunMiddleware(Middleware):
@@ -208,8 +211,8 @@ class _RunMiddleware(Middleware):
         *,
         req: BoltRequest,
         resp: BoltResponse,
-        next: Callable[[], BoltResponse],  # noqa: A002 (Bolt's name for it)
-    ) -> Optional[BoltResponse]:
+        next: Callable[[], BoltResponse],
+    ) -> BoltResponse | None:
         try:
             request = self.once.request_of(req)
         except ValueError as error:
@@ -228,7 +231,7 @@ class _RunMiddleware(Middleware):
         return "SlackOnce"
 
 
-def _client_like(base: WebClient, *, base_url: str, headers: Dict[str, str], team_id: Optional[str]) -> WebClient:
+def _client_like(base: WebClient, *, base_url: str, headers: dict[str, str], team_id: str | None) -> WebClient:
     """A client with `base`'s settings (as Bolt builds each request's client) and these."""
     return WebClient(
         token=base.token,
@@ -243,7 +246,7 @@ def _client_like(base: WebClient, *, base_url: str, headers: Dict[str, str], tea
     )
 
 
-def _header(req: BoltRequest, name: str) -> Optional[str]:
+def _header(req: BoltRequest, name: str) -> str | None:
     values = req.headers.get(name.lower())
     if not values:
         return None
@@ -251,7 +254,7 @@ def _header(req: BoltRequest, name: str) -> Optional[str]:
     return value or None
 
 
-def _integer_header(req: BoltRequest, name: str) -> Optional[int]:
+def _integer_header(req: BoltRequest, name: str) -> int | None:
     value = _header(req, name)
     if value is None:
         return None
