@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,9 +33,9 @@ FORM = "application/x-www-form-urlencoded"
 
 
 class BotProcess:
-    """app.py in its own process, on a port it chose (`PORT=0`)."""
+    """app.py in its own process, on a port it chose (`PORT=0`); its stderr in `log`."""
 
-    def __init__(self, api_url: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, api_url: str, log: Path, env: dict[str, str] | None = None) -> None:
         environment = {
             **os.environ,
             "PORT": "0",
@@ -44,26 +44,29 @@ class BotProcess:
             "SLACK_BOT_TOKEN": PROXY_TOKEN,
             **(env or {}),
         }
-        self.process = subprocess.Popen(
-            [sys.executable, str(APP)],
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        self.log = log
+        with log.open("w") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, str(APP)], env=environment, stdout=subprocess.PIPE, stderr=stderr, text=True
+            )
         line = self.process.stdout.readline()
-        assert line.startswith("listening on "), f"the bot's first line: {line!r}"
+        if not line.startswith("listening on "):
+            self.stop()
+            raise AssertionError(f"the bot's first line: {line!r}; its log:\n{log.read_text()}")
         self.port = int(line.split()[-1])
 
     def send(self, body: str, content_type: str, run: str, api_url: str) -> Answer:
         return forward(self.port, secret=SECRET, body=body, content_type=content_type, run=run, api_url=api_url)
 
     def stop(self) -> str:
-        """Stops the bot; what else it printed to stdout."""
+        """Stops the bot (if it still runs); what else it printed to stdout."""
         if self.process.poll() is None:
             self.process.terminate()
-        rest, _ = self.process.communicate(timeout=10)
-        return rest
+        self.process.wait(timeout=10)
+        # Read through the same buffered reader as the first line: `communicate()` would read the
+        # pipe beneath it and miss what that reader already holds.
+        with self.process.stdout:
+            return self.process.stdout.read()
 
 
 @pytest.fixture
@@ -74,10 +77,23 @@ def gateway() -> Iterator[GatewayStandin]:
 
 
 @pytest.fixture
-def bot(gateway: GatewayStandin) -> Iterator[BotProcess]:
-    process = BotProcess(gateway.api_url)
-    yield process
-    assert process.stop() == "", "the bot printed more than its one line"
+def start_bot(gateway: GatewayStandin, tmp_path: Path) -> Iterator[Callable[..., BotProcess]]:
+    """Starts app.py with these environment variables; every bot started is stopped at the end."""
+    started: list[BotProcess] = []
+
+    def start(**env: str) -> BotProcess:
+        process = BotProcess(gateway.api_url, tmp_path / f"bot-{len(started)}.log", env)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        assert process.stop() == "", "the bot printed more than its one line"
+
+
+@pytest.fixture
+def bot(start_bot: Callable[..., BotProcess]) -> BotProcess:
+    return start_bot()
 
 
 def test_a_mention_gets_eyes_then_a_reply_in_its_thread(gateway, bot):
@@ -111,8 +127,8 @@ def test_a_mention_gets_eyes_then_a_reply_in_its_thread(gateway, bot):
     assert writes[3].args["thread_ts"] == "1700000000.000200"
 
 
-def test_bot_exit_after_reaction_kills_the_bot_between_its_two_writes(gateway):
-    bot = BotProcess(gateway.api_url, {"BOT_EXIT_AFTER_REACTION": "1"})
+def test_bot_exit_after_reaction_kills_the_bot_between_its_two_writes(gateway, start_bot):
+    bot = start_bot(BOT_EXIT_AFTER_REACTION="1")
     with pytest.raises(ConnectionError):
         bot.send(
             app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url
@@ -121,19 +137,16 @@ def test_bot_exit_after_reaction_kills_the_bot_between_its_two_writes(gateway):
     assert [c.method for c in gateway.calls if c.method != "auth.test"] == ["reactions.add"]
 
 
-def test_bot_reply_delay_ms_waits_between_the_reaction_and_the_reply(gateway):
-    bot = BotProcess(gateway.api_url, {"BOT_REPLY_DELAY_MS": "600"})
-    try:
-        answer = bot.send(
-            app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url
-        )
-        assert answer.status == 200
-        [reaction] = gateway.calls_of("reactions.add")
-        [reply] = gateway.calls_of("chat.postMessage")
-        assert reply.at - reaction.at >= 0.6
-        assert answer.at >= reply.at
-    finally:
-        bot.stop()
+def test_bot_reply_delay_ms_waits_between_the_reaction_and_the_reply(gateway, start_bot):
+    bot = start_bot(BOT_REPLY_DELAY_MS="600")
+    answer = bot.send(
+        app_mention_body(channel="C0GENERAL", ts="1700000000.000100"), "application/json", "run-1", gateway.api_url
+    )
+    assert answer.status == 200
+    [reaction] = gateway.calls_of("reactions.add")
+    [reply] = gateway.calls_of("chat.postMessage")
+    assert reply.at - reaction.at >= 0.6
+    assert answer.at >= reply.at
 
 
 def test_ticket_is_acknowledged_with_content_then_responded_through_the_gateway(gateway, bot):
@@ -181,16 +194,13 @@ def test_a_short_summary_is_answered_with_errors_and_nothing_posted(gateway, bot
     assert gateway.calls_of("chat.postMessage") == []
 
 
-def test_a_summary_is_posted_to_the_ticket_channel(gateway):
-    bot = BotProcess(gateway.api_url, {"BOT_TICKET_CHANNEL": "C0OTHER"})
-    try:
-        answer = bot.send(_submission("printer on fire"), FORM, "run-submit", gateway.api_url)
-        assert answer.status == 200 and answer.body == ""
-        [post] = gateway.calls_of("chat.postMessage")
-        assert (post.run, post.args["channel"], post.args["text"]) == (
-            "run-submit",
-            "C0OTHER",
-            "New ticket: printer on fire",
-        )
-    finally:
-        bot.stop()
+def test_a_summary_is_posted_to_the_ticket_channel(gateway, start_bot):
+    bot = start_bot(BOT_TICKET_CHANNEL="C0OTHER")
+    answer = bot.send(_submission("printer on fire"), FORM, "run-submit", gateway.api_url)
+    assert answer.status == 200 and answer.body == ""
+    [post] = gateway.calls_of("chat.postMessage")
+    assert (post.run, post.args["channel"], post.args["text"]) == (
+        "run-submit",
+        "C0OTHER",
+        "New ticket: printer on fire",
+    )
