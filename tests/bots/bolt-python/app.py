@@ -16,6 +16,10 @@ from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_once_bolt import SlackOnce
 
+for required in ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"):
+    if not os.environ.get(required):
+        sys.exit(f"bolt-python test bot: {required} is not set")
+
 once = SlackOnce(api_url=os.environ.get("SLACK_ONCE_API_URL"))
 app = App(
     signing_secret=os.environ["SLACK_SIGNING_SECRET"],
@@ -88,7 +92,8 @@ class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    server = make_server("127.0.0.1", int(os.environ["PORT"]), SlackRequestHandler(app), ThreadingWSGIServer)
+    port = int(os.environ.get("PORT", "3000"))
+    server = make_server("127.0.0.1", port, SlackRequestHandler(app), ThreadingWSGIServer)
     print(f"listening on {server.server_address[1]}", flush=True)
     server.serve_forever()
 
