@@ -12,6 +12,8 @@ import hmac
 import http.client
 import itertools
 import json
+import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -51,6 +53,7 @@ class GatewayStandin:
     def __init__(self) -> None:
         self.calls: list[RecordedCall] = []
         self.answers: dict[str, dict[str, Any]] = {}  # method -> the answer to give instead
+        self.resets: dict[str, int] = {}  # method -> how many of its next calls get a reset, no answer
         self._lock = threading.Lock()
         self._ts = itertools.count(1)
         standin = self
@@ -71,6 +74,11 @@ class GatewayStandin:
                     args = dict(parse_qsl(raw))
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 standin._record(RecordedCall(method, headers, args, time.monotonic()))
+                if standin._drops(method):
+                    # The connection reset with no answer (SO_LINGER 0 makes the close an RST).
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    return
                 self._send(200, standin._answer(method, args))
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
@@ -98,6 +106,13 @@ class GatewayStandin:
     def _record(self, call: RecordedCall) -> None:
         with self._lock:
             self.calls.append(call)
+
+    def _drops(self, method: str) -> bool:
+        with self._lock:
+            if self.resets.get(method, 0) > 0:
+                self.resets[method] -= 1
+                return True
+            return False
 
     def _answer(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
         if method in self.answers:

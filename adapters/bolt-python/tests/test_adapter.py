@@ -11,11 +11,13 @@ from typing import Any, Callable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
-from gateway_standin import GatewayStandin, app_mention_body, forward, slash_command_body
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
-from slack_once_bolt import SlackOnce, SlackOnceRequest
 from slack_sdk.errors import SlackApiError
+
+from slack_once_bolt import SlackOnce, SlackOnceRequest
+
+from gateway_standin import GatewayStandin, app_mention_body, forward, slash_command_body
 
 SECRET = "gateway-secret-for-tests"
 PROXY_TOKEN = "xoxb-slack-once-placeholder"
@@ -134,6 +136,36 @@ def test_concurrent_requests_each_send_their_own_run_on_every_call(gateway, bots
             assert all(c.headers["authorization"] == f"Bearer {PROXY_TOKEN}" for c in calls)
     finally:
         other_gateway.close()
+
+
+def test_the_sdks_retry_after_a_reset_connection_is_sent_again_under_the_same_run(gateway, bots):
+    gateway.resets["chat.postMessage"] = 1  # the first post's connection is reset, unanswered
+    gateway.resets["respond"] = 1
+    posted: list[str] = []
+
+    def listeners(app: App) -> None:
+        @app.command("/ticket")
+        def ticket(ack, client, respond):
+            ack()
+            posted.append(client.chat_postMessage(channel="C0GENERAL", text="filed")["ts"])
+            respond(text="filed")
+
+    bot = bots(gateway.api_url, listeners)
+    answer = forward(
+        bot.port,
+        secret=SECRET,
+        body=slash_command_body(command="/ticket", text="x", response_url="https://hooks.slack.com/commands/T/1/x"),
+        content_type=FORM,
+        run="run-retried",
+        api_url=gateway.api_url,
+    )
+
+    assert answer.status == 200
+    assert len(posted) == 1, "the listener saw the reset instead of the retry's answer"
+    for method in ("chat.postMessage", "respond"):
+        first, retry = gateway.calls_of(method)
+        assert (first.run, retry.run) == ("run-retried", "run-retried")
+        assert first.args == retry.args  # the same write: the gateway answers it as the same step
 
 
 def test_respond_is_posted_to_the_gateway_with_the_run_never_to_the_response_url(gateway, bots):

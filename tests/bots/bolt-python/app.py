@@ -14,6 +14,7 @@ from wsgiref.simple_server import WSGIServer, make_server
 
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
+
 from slack_once_bolt import SlackOnce
 
 for required in ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"):
