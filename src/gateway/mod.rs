@@ -124,6 +124,7 @@ impl Gateway {
         let run = self.runs.open(calls);
         let mut writes = RunWrites::default();
         let mut answered = None;
+        let mut unanswered = String::from("no replica was tried in the time left");
         for (n, url) in self.replica_order().into_iter().enumerate() {
             if n > 0 {
                 if ctx.remaining() < LEAST_TIME_FOR_A_FORWARD {
@@ -161,12 +162,16 @@ impl Gateway {
                 }
                 Ok(answer) => {
                     tracing::warn!(replica = %url, status = %answer.status, "the bot answered with a failure");
+                    unanswered = format!("the bot answered HTTP {}", answer.status.as_u16());
                     if writes.failed_step().is_some() {
                         // It failed at a write: another replica would fail there too.
                         break;
                     }
                 }
-                Err(why) => tracing::warn!(replica = %url, reason = why, "the bot did not answer"),
+                Err(why) => {
+                    tracing::warn!(replica = %url, reason = why, "the bot did not answer");
+                    unanswered = format!("no replica of the bot answered ({why})");
+                }
             }
         }
         drop(run);
@@ -177,7 +182,7 @@ impl Gateway {
                 }
                 writes.outcome()
             }
-            None => Err(writes.failure_or("no replica of the bot answered the request")),
+            None => Err(writes.failure_or(&unanswered)),
         }
     }
 }

@@ -235,7 +235,7 @@ fn submission(view: &Value, summary: &str) -> String {
     interaction_form(json!({
         "type": "view_submission",
         "view": {
-            "id": view["id"], "callback_id": "ticket_modal", "team_id": TEAM, "app_id": APP_ID,
+            "id": view["id"], "type": "modal", "callback_id": "ticket_modal", "team_id": TEAM, "app_id": APP_ID,
             "hash": format!("{}.{}", now_unix(), summary.len()),
             "private_metadata": "",
             "state": {"values": {"summary": {"summary_text": {
@@ -261,7 +261,13 @@ async fn a_modal_refused_then_submitted(bolt: Bolt) {
     assert_eq!(views[0]["callback_id"], "ticket_modal");
 
     let short = deliver_form(&http, &gateway.url(), &submission(&views[0], "ab"), None).await;
-    assert_eq!(short.status, StatusCode::OK);
+    assert_eq!(
+        short.status,
+        StatusCode::OK,
+        "{}\n{}",
+        bot.log(),
+        gateway.log()
+    );
     assert_eq!(short.json()["response_action"], "errors", "{}", short.body);
     assert_eq!(short.json()["errors"]["summary"], "Say a little more");
 
