@@ -2,6 +2,7 @@
 // A Bolt for JavaScript app behind the slack-once gateway. The contract this follows is
 // docs/gateway-protocol.md in the slack-once repository.
 const { AsyncLocalStorage } = require('node:async_hooks');
+const { createHmac, timingSafeEqual } = require('node:crypto');
 const { HTTPReceiver, webApi } = require('@slack/bolt');
 
 const DEFAULT_API_URL = 'http://127.0.0.1:3000/api/';
@@ -61,7 +62,7 @@ function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fet
       processBeforeResponse: true,
       customPropertiesExtractor: (req) => ({
         ...(customPropertiesExtractor ? customPropertiesExtractor(req) : {}),
-        slackOnce: requestIdentity(req.headers, configuredApiUrl),
+        slackOnce: requestIdentity(req.headers, configuredApiUrl, signingSecret),
       }),
     });
     return { ...rest, receiver, processBeforeResponse: true, clientOptions: clientOptions(options.clientOptions) };
@@ -88,6 +89,11 @@ class GatewayReceiver extends HTTPReceiver {
     super.init({
       processEvent(event) {
         const identity = event.customProperties.slackOnce;
+        if (identity === FORGED) {
+          // A forward replayed with an address of its own: the calls would take the token there.
+          logger.error('slack-once: refused a forward whose X-Slack-Once-Signature does not sign its run and address');
+          throw new Error('slack-once: the forward is not signed by the gateway');
+        }
         if (identity === undefined) {
           logger.warn('slack-once: a request without a valid X-Slack-Once-Request: its Web API calls are not journaled');
           return app.processEvent(event);
@@ -99,11 +105,20 @@ class GatewayReceiver extends HTTPReceiver {
   }
 }
 
-/** The forwarded request's identity, from the protocol's headers; undefined without a valid run. */
-function requestIdentity(headers, configuredApiUrl) {
+/** What `requestIdentity` gives for a run and address that the gateway did not sign. */
+const FORGED = Symbol('slack-once: forged');
+
+/**
+ * The forwarded request's identity, from the protocol's headers; undefined without a valid run;
+ * FORGED when `X-Slack-Once-Signature` does not sign the run and the address.
+ */
+function requestIdentity(headers, configuredApiUrl, signingSecret) {
   const request = headers['x-slack-once-request'];
   if (typeof request !== 'string' || !RUN_NAME.test(request)) return undefined;
   const apiUrl = headers['x-slack-once-api-url'];
+  if (typeof apiUrl === 'string' && apiUrl !== '' && !signed(headers, request, apiUrl, signingSecret)) {
+    return FORGED;
+  }
   return {
     key: headers['x-slack-once-key'],
     attempt: Number(headers['x-slack-once-attempt'] ?? 1),
@@ -111,6 +126,18 @@ function requestIdentity(headers, configuredApiUrl) {
     request,
     apiUrl: typeof apiUrl === 'string' && apiUrl !== '' ? withTrailingSlash(apiUrl) : configuredApiUrl,
   };
+}
+
+/**
+ * Whether `X-Slack-Once-Signature` is `v0=` and the hex HMAC-SHA256 of
+ * `v0:{timestamp}:{run}:{api-url}` under the signing secret (the timestamp Bolt verified).
+ */
+function signed(headers, run, apiUrl, signingSecret) {
+  const given = headers['x-slack-once-signature'];
+  const timestamp = headers['x-slack-request-timestamp'];
+  if (!signingSecret || typeof given !== 'string' || typeof timestamp !== 'string') return false;
+  const expected = `v0=${createHmac('sha256', signingSecret).update(`v0:${timestamp}:${run}:${apiUrl}`).digest('hex')}`;
+  return given.length === expected.length && timingSafeEqual(Buffer.from(given), Buffer.from(expected));
 }
 
 /** Where Bolt's respond() posts: a command's, a click's, or a submission's first response_url. */

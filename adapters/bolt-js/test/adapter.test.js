@@ -241,6 +241,23 @@ test('a request signed with another secret is refused and reaches no listener', 
   assert.deepEqual(standin.calls, []);
 });
 
+test('a forward whose run and address the gateway did not sign is refused and makes no call', async (t) => {
+  let ran = false;
+  const { standin, botUrl } = await setUp(t, (app) => {
+    app.event('app_mention', async ({ say }) => {
+      ran = true;
+      await say('should not be said');
+    });
+  });
+  // A forward replayed with an address of its own: the bot's calls would carry its token there.
+  const replayed = { ...mention(standin, { run: 'run-x', channel: 'C0X', ts: '1700000004.000900' }), headersSecret: 'not-the-gateway-secret' };
+  const answer = await forward(botUrl, replayed);
+  assert.notEqual(answer.status, 200);
+  await delay(50);
+  assert.equal(ran, false);
+  assert.deepEqual(standin.calls, []);
+});
+
 test('a call outside any request goes to the configured API URL without a run', async (t) => {
   const { standin, app, botUrl } = await setUp(t, (app) => {
     app.event('app_mention', async ({ say }) => {

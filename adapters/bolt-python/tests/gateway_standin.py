@@ -166,6 +166,7 @@ def forward(
     attempt: int = 1,
     deadline_ms: int | None = None,
     timeout: float = 30,
+    headers_secret: str | None = None,
 ) -> Answer:
     """POSTs `body` to the bot as the gateway forwards a request from Slack."""
     timestamp = str(int(time.time()))
@@ -181,6 +182,11 @@ def forward(
         headers["X-Slack-Once-Request"] = run
     if api_url is not None:
         headers["X-Slack-Once-Api-Url"] = api_url
+    if run is not None and api_url is not None:
+        # The run and the address, signed as the gateway signs them (another secret: a forward
+        # replayed with an address of its own).
+        signed = f"{run}:{api_url}"
+        headers["X-Slack-Once-Signature"] = sign(headers_secret or secret, timestamp, signed)
     connection = http.client.HTTPConnection("127.0.0.1", bot_port, timeout=timeout)
     try:
         connection.request("POST", "/slack/events", body=body.encode("utf-8"), headers=headers)

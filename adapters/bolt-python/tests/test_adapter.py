@@ -418,3 +418,29 @@ def test_install_refuses_an_app_that_answers_before_its_listeners_end(gateway):
     app = App(signing_secret=SECRET, **options)
     with pytest.raises(ValueError, match="process_before_response"):
         once.install(app)
+
+
+def test_a_forward_whose_address_is_not_signed_by_the_gateway_is_refused(gateway, bots):
+    # A forward replayed with an address of its own: the bot would send its token there.
+    ran: list[str] = []
+
+    def listeners(app: App) -> None:
+        @app.event("app_mention")
+        def answer(event, client):
+            ran.append(event["ts"])
+            client.reactions_add(channel=event["channel"], timestamp=event["ts"], name="eyes")
+
+    bot = bots(gateway.api_url, listeners)
+    answer = forward(
+        bot.port,
+        secret=SECRET,
+        body=app_mention_body(channel="C0GENERAL", ts="1700000000.000800"),
+        content_type=JSON,
+        run="run-elsewhere",
+        api_url=gateway.api_url,
+        headers_secret="another-secret-than-the-apps",
+    )
+
+    assert answer.status == 400
+    assert ran == []
+    assert gateway.calls_of_run("run-elsewhere") == []

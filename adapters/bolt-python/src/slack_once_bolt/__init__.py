@@ -14,6 +14,8 @@ write once. This module is the bot's side of that contract (docs/gateway-protoco
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -38,6 +40,8 @@ API_URL_HEADER = "X-Slack-Once-Api-Url"
 KEY_HEADER = "X-Slack-Once-Key"
 ATTEMPT_HEADER = "X-Slack-Once-Attempt"
 DEADLINE_HEADER = "X-Slack-Once-Deadline"
+SIGNATURE_HEADER = "X-Slack-Once-Signature"
+TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
 
 # The protocol's run name: opaque, at most 64 characters of [A-Za-z0-9-].
 _RUN_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -168,16 +172,22 @@ class SlackOnce:
                 "slack-once needs App(process_before_response=True): the gateway reads the app's "
                 "answer as the end of the run (use App(**once.app_options(...)))"
             )
+        self.signing_secret = app._signing_secret
         app.use(_RunMiddleware(self))
 
     def request_of(self, req: BoltRequest) -> SlackOnceRequest:
-        """The gateway's headers of a forwarded request (`ValueError` if one is malformed)."""
+        """The gateway's headers of a forwarded request (`ValueError` if one is malformed, or if
+        the run and the proxy's address are not signed with the app's signing secret)."""
         run = _header(req, RUN_HEADER)
         if run is not None and not _RUN_NAME.fullmatch(run):
             raise ValueError(f"{RUN_HEADER} is not a run name")
-        api_url = _header(req, API_URL_HEADER) or self.api_url
+        forwarded_api_url = _header(req, API_URL_HEADER)
+        api_url = forwarded_api_url or self.api_url
         if not _API_URL.fullmatch(api_url):
             raise ValueError(f"{API_URL_HEADER} is not an http(s) URL ending with /")
+        if run is not None and forwarded_api_url is not None and not self._signed(req, run, api_url):
+            # A forward replayed with another address must not send the token there.
+            raise ValueError(f"{SIGNATURE_HEADER} does not sign {RUN_HEADER} and {API_URL_HEADER}")
         return SlackOnceRequest(
             run=run,
             key=_header(req, KEY_HEADER),
@@ -185,6 +195,17 @@ class SlackOnce:
             deadline_ms=_integer_header(req, DEADLINE_HEADER),
             api_url=api_url,
         )
+
+    def _signed(self, req: BoltRequest, run: str, api_url: str) -> bool:
+        """Whether `X-Slack-Once-Signature` is `v0=` and the hex HMAC-SHA256 of
+        `v0:{timestamp}:{run}:{api_url}` under the signing secret (the timestamp Bolt verified)."""
+        secret = getattr(self, "signing_secret", None)
+        given, timestamp = _header(req, SIGNATURE_HEADER), _header(req, TIMESTAMP_HEADER)
+        if not secret or given is None or timestamp is None:
+            return False
+        signed = f"v0:{timestamp}:{run}:{api_url}".encode()
+        expected = "v0=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(expected, given)
 
     def client_for(self, request: SlackOnceRequest, base: WebClient) -> WebClient:
         """A new client for one request: `base`'s settings (the token authorization chose), the
