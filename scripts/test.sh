@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test: starts DynamoDB Local and the SQS server (moto) on 127.0.0.1 if nothing
-# answers there, runs `cargo test` with the ignored tests included, and stops the servers it
-# started (only those, by PID). A plain `cargo test` runs only the hermetic tests: the others
+# Runs every test: installs the Bolt apps the gateway's tests run (scripts/bolt-bots.sh: Bolt for
+# JavaScript and Python from npm and PyPI, up to date in a second), runs the Bolt adapters' own
+# suites (when run with no arguments), starts DynamoDB Local and the SQS server (moto) on
+# 127.0.0.1 if nothing answers there, runs `cargo test` with the ignored tests included, and
+# stops the servers it started (only those, by PID). A plain `cargo test` runs only the hermetic tests: the others
 # are `#[ignore = "needs …"]` (DynamoDB Local, the SQS server, the built binary,
 # the previous release), and this script runs them too (docs/test-suite.md, "Tiers").
 # Extra arguments go to cargo test, e.g. `scripts/test.sh processes` or
@@ -19,6 +21,13 @@ if [ -z "${SLACK_ONCE_PREVIOUS_BIN:-}" ]; then
     echo "test.sh: the previous release's binary could not be built (above): the tests" \
       "that run it beside this release will fail" >&2
   fi
+fi
+scripts/bolt-bots.sh
+if [ "$#" -eq 0 ]; then
+  echo "test.sh: the Bolt adapters' own tests (real Bolt against a gateway stand-in)"
+  npm test --prefix adapters/bolt-js --silent
+  npm test --prefix tests/bots/bolt-js --silent
+  .venv-bolt/bin/python -m pytest -q adapters/bolt-python/tests tests/bots/bolt-python
 fi
 # Most tests wait (on leases, on Slack's retries, on a process to start) rather than compute:
 # eight at a time on two cores takes the API tests from about 210 s to 70 s.
