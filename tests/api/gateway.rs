@@ -2,6 +2,7 @@
 //! Rust: here, bots written as plain HTTP servers, for the wire protocol's edges
 //! (`docs/gateway-protocol.md`); in `gateway_bolt.rs`, real Bolt for JavaScript and Python apps.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -449,4 +450,144 @@ async fn a_bot_slower_than_slacks_3_s_answers_once_from_the_deferred_gateways_wo
     assert_eq!(bot.received().len(), 1, "the ingress never called the bot");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(replies(&stack.slack, &ts), 1);
+}
+
+/// A mention of the bot in `team`, its message in that workspace of `slack`.
+fn mention_in_workspace(slack: &slack_once::testing::FakeSlack, team: &str) -> String {
+    let bot_user = slack_once::testing::bot_user_of(team);
+    let body = json!({
+        "token": "unused", "team_id": team, "api_app_id": slack_once::testing::APP_ID,
+        "type": "event_callback", "event_id": format!("Ev{team}1"), "event_time": 1_700_000_000,
+        "event": {
+            "type": "app_mention", "user": "U0PERSON", "text": format!("<@{bot_user}> hello"),
+            "ts": "1700000001.000100", "channel": "C0GENERAL", "event_ts": "1700000001.000100"
+        },
+        "authorizations": [{"team_id": team, "user_id": bot_user, "is_bot": true}]
+    })
+    .to_string();
+    slack.with_workspace_of(team, |w| w.add_event_message(body.as_bytes()));
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn in_many_workspaces_each_requests_writes_use_its_workspaces_token() {
+    const CLIENT_ID: &str = "1234.5678";
+    let slack = slack_once::testing::FakeSlack::start()
+        .await
+        .with_oauth(CLIENT_ID, "test-client-secret");
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let mut vars = dynamodb_env(&endpoint);
+    vars.extend([
+        ("DEDUP_TABLE", table.clone()),
+        ("SLACK_CLIENT_ID", CLIENT_ID.to_string()),
+        ("SLACK_API_URL", slack.base_url().to_string()),
+    ]);
+    for (token, team) in [("xoxb-workspace-a", "T0WSA"), ("xoxb-workspace-b", "T0WSB")] {
+        slack.with_grants(|g| g.accept(token, team));
+        let imported = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+            .env_clear()
+            .args(["import-token", "--plaintext"])
+            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("SLACK_BOT_TOKEN", token)
+            .output()
+            .unwrap();
+        assert!(imported.status.success(), "{imported:?}");
+    }
+    let bot = reacting_bot(false).await;
+    vars.extend([
+        ("SLACK_CLIENT_SECRET", "test-client-secret".to_string()),
+        (
+            "SLACK_SCOPES",
+            "app_mentions:read,chat:write,reactions:write".to_string(),
+        ),
+    ]);
+    vars.extend(gateway_vars(&[bot.url()]));
+    let gateway = BotProcess::spawn_gateway(&vars);
+    let http = HttpClient::default();
+
+    for team in ["T0WSA", "T0WSB"] {
+        let body = mention_in_workspace(&slack, team);
+        let answer = deliver(&http, &gateway.url(), &body, None).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+        let ours = slack.messages_of(team);
+        assert_eq!(ours.len(), 1, "{team}: {ours:?}\n{}", gateway.log());
+        assert_eq!(ours[0]["text"], "Hello");
+    }
+
+    // A call that names no request (a scheduled job) names its workspace.
+    let api = gateway
+        .url()
+        .replace("/slack/events", "/api/chat.postMessage");
+    let post = json!({"channel": "C0GENERAL", "text": "The daily digest"}).to_string();
+    let mut headers = vec![
+        ("content-type".to_string(), "application/json".to_string()),
+        ("authorization".to_string(), format!("Bearer {PROXY_TOKEN}")),
+    ];
+    let unnamed = http.request("POST", &api, &headers, post.clone()).await;
+    assert_eq!(unnamed.json()["error"], "slack_once_team_required");
+    headers.push(("x-slack-once-team".to_string(), "T0WSB".to_string()));
+    let named = http.request("POST", &api, &headers, post).await;
+    assert_eq!(named.json()["ok"], true, "{}", named.body);
+    assert_eq!(slack.messages_of("T0WSB").len(), 2);
+    assert_eq!(slack.messages_of("T0WSA").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_bot_running_past_its_lease_has_its_later_writes_refused() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let late_answers = Arc::new(Mutex::new(Vec::new()));
+    let forwards = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (kept, counted) = (late_answers.clone(), forwards.clone());
+    let bot = HttpBot::start(move |f: Forwarded| {
+        let (kept, counted) = (kept.clone(), counted.clone());
+        async move {
+            let event = f.json()["event"].clone();
+            let reply =
+                json!({"channel": event["channel"], "thread_ts": event["ts"], "text": "Hello"});
+            if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                // Stuck past the lease (a slow dependency), then writing as if nothing happened:
+                // a process goes on when the gateway stops waiting for it.
+                let stuck = tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(2500)).await;
+                    let late = f.call("chat.postMessage", reply).await;
+                    kept.lock().unwrap().push(late);
+                });
+                let _ = stuck.await;
+                return (StatusCode::OK, String::new());
+            }
+            f.call("chat.postMessage", reply).await;
+            (StatusCode::OK, String::new())
+        }
+    })
+    .await;
+    let lease = [("DEDUP_LEASE_SECONDS", "2".to_string())];
+    let gateway = spawn_gateway_with(&slack, &table, &[bot.url()], &lease);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwLease1", "hello");
+    let first = deliver(&http, &gateway.url(), &body, None).await;
+    assert!(
+        !first.status.is_success(),
+        "no answer within the lease: Slack keeps a retry"
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let retry = deliver(&http, &gateway.url(), &body, Some(1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", gateway.log());
+    assert!(
+        eventually(Duration::from_secs(5), || !late_answers
+            .lock()
+            .unwrap()
+            .is_empty())
+        .await,
+        "the stuck run wrote at last"
+    );
+    assert_eq!(
+        late_answers.lock().unwrap()[0]["error"],
+        "slack_once_request_ended"
+    );
+    assert_eq!(replies(&slack, &ts_of("EvGwLease1")), 1);
 }
