@@ -344,3 +344,37 @@ async fn bolt_js_post_slack_made_but_answered_5xx_is_not_posted_again() {
 async fn bolt_python_post_slack_made_but_answered_5xx_is_not_posted_again() {
     a_post_made_but_answered_5xx(Bolt::Python).await;
 }
+
+async fn a_slow_bot_in_deferred_mode(bolt: Bolt) {
+    let stack = DeferredStack::start(5).await;
+    let port = free_port();
+    let (ingress, worker) = spawn_deferred_gateway(&stack, &[BoltReplica::url_on(port)], 60);
+    let api = worker.url().replace("/slack/events", "/api/");
+    // An LLM's answer: four seconds between the reaction and the reply.
+    let bot = BoltReplica::start(bolt, port, &api, &[("BOT_REPLY_DELAY_MS", "4000")]);
+    let http = HttpClient::default();
+
+    let event_id = format!("EvBolt{bolt:?}Slow");
+    let body = app_mention(&event_id, "take your time");
+    let started = std::time::Instant::now();
+    let answer = deliver(&http, &ingress.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", ingress.log());
+    assert!(started.elapsed() < Duration::from_secs(3), "acknowledged within Slack's 3 s");
+    let slack = &stack.slack;
+    let done = eventually(Duration::from_secs(30), || answered(slack, &event_id) == (1, 1)).await;
+    assert!(done, "bot:\n{}\nworker:\n{}", bot.log(), worker.log());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(answered(slack, &event_id), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_slower_than_slacks_3_s_answers_once_behind_the_deferred_gateway() {
+    a_slow_bot_in_deferred_mode(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_slower_than_slacks_3_s_answers_once_behind_the_deferred_gateway() {
+    a_slow_bot_in_deferred_mode(Bolt::Python).await;
+}
