@@ -1,11 +1,11 @@
 //! `slack-once gateway`: exactly once for a bot in any language. The gateway is a bot of this
-//! crate whose one listener forwards each request, claimed, to the bot's own HTTP server
-//! (re-signed: [`forward`]), and whose Web API proxy ([`proxy`]) makes every write the bot makes
-//! while handling it a step of the request's journal ([`writes`]). The contract with the bot is
-//! `docs/gateway-protocol.md`.
+//! crate whose listeners forward each request, claimed, to the bot's own HTTP server (re-signed,
+//! `forward.rs`), and whose Web API proxy (`proxy.rs`) makes every write the bot makes while
+//! handling it a step of the request's journal (`writes.rs`). The contract with the bot is
+//! `docs/gateway-protocol.md`; how to deploy it, `docs/gateway.md`.
 //!
 //! One run: the claim's listener opens the run (a name the bot sends back on each call) in
-//! [`Runs`], forwards, and, until the bot answers, makes the calls the proxy hands it, in the
+//! `Runs`, forwards, and, until the bot answers, makes the calls the proxy hands it, in the
 //! order they arrive. A replica that fails before answering is followed by the next, under the
 //! same claim, its steps numbered from the first again so that what the first made replays.
 

@@ -359,9 +359,15 @@ async fn a_slow_bot_in_deferred_mode(bolt: Bolt) {
     let started = std::time::Instant::now();
     let answer = deliver(&http, &ingress.url(), &body, None).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", ingress.log());
-    assert!(started.elapsed() < Duration::from_secs(3), "acknowledged within Slack's 3 s");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "acknowledged within Slack's 3 s"
+    );
     let slack = &stack.slack;
-    let done = eventually(Duration::from_secs(30), || answered(slack, &event_id) == (1, 1)).await;
+    let done = eventually(Duration::from_secs(30), || {
+        answered(slack, &event_id) == (1, 1)
+    })
+    .await;
     assert!(done, "bot:\n{}\nworker:\n{}", bot.log(), worker.log());
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(answered(slack, &event_id), (1, 1));

@@ -89,7 +89,8 @@ async fn black_box_bot(forwards: Arc<Mutex<HashMap<String, u64>>>) -> HttpBot {
             let plan = plan(&event_id);
             // Half the forwards die after one of their writes (or after the last, before
             // the answer): the next replica runs the bot again under the same claim.
-            let dies_before = (mix(&event_id, 100 + n) % 2 == 0)
+            let dies_before = mix(&event_id, 100 + n)
+                .is_multiple_of(2)
                 .then(|| 1 + (mix(&event_id, 200 + n) % plan.len() as u64) as usize);
             let mut first_post: Option<Value> = None;
             for (i, write) in plan.iter().enumerate() {
