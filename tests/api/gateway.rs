@@ -591,3 +591,47 @@ async fn a_bot_running_past_its_lease_has_its_later_writes_refused() {
     );
     assert_eq!(replies(&slack, &ts_of("EvGwLease1")), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn a_command_behind_the_deferred_gateway_gets_its_content_through_the_response_url() {
+    let stack = DeferredStack::start(5).await;
+    let bot = HttpBot::start(|f: Forwarded| async move {
+        let answer = f
+            .call(
+                "respond",
+                json!({"response_type": "in_channel", "text": "Ticket: printer"}),
+            )
+            .await;
+        assert_eq!(answer["ok"], true, "{answer}");
+        let ack = json!({"response_type": "ephemeral", "text": "Filing your ticket…"});
+        (StatusCode::OK, ack.to_string())
+    })
+    .await;
+    let (ingress, worker) = spawn_deferred_gateway(&stack, &[bot.url()], 60);
+    let http = HttpClient::default();
+
+    let form = command_form(&stack.slack, "/ticket", "printer");
+    let answer = deliver_form(&http, &ingress.url(), &form, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", ingress.log());
+    assert!(
+        answer.body.is_empty(),
+        "acknowledged at once, empty: {}",
+        answer.body
+    );
+    let responded = || {
+        stack
+            .slack
+            .calls()
+            .into_iter()
+            .filter(|(m, _)| m == "response_url")
+            .map(|(_, args)| args["text"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    let both = eventually(Duration::from_secs(20), || responded().len() == 2).await;
+    assert!(both, "{:?}\n{}", responded(), worker.log());
+    let mut texts = responded();
+    texts.sort();
+    assert_eq!(texts, ["Filing your ticket…", "Ticket: printer"]);
+    assert_eq!(bot.received().len(), 1, "the ingress never called the bot");
+}
