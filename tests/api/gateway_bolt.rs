@@ -384,3 +384,56 @@ async fn bolt_js_slower_than_slacks_3_s_answers_once_behind_the_deferred_gateway
 async fn bolt_python_slower_than_slacks_3_s_answers_once_behind_the_deferred_gateway() {
     a_slow_bot_in_deferred_mode(Bolt::Python).await;
 }
+
+async fn two_gateway_instances_sharing_two_replicas(bolt: Bolt) {
+    // One gateway service of two instances on one table, in front of the same two replicas:
+    // each forward names its instance, so each replica's calls reach the instance that holds
+    // their request, whichever instance Slack's delivery (or its retry) came to.
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let ports = [free_port(), free_port()];
+    let urls: Vec<String> = ports.iter().map(|p| BoltReplica::url_on(*p)).collect();
+    let first = spawn_gateway(&slack, &table, &urls);
+    let second = spawn_gateway(&slack, &table, &urls);
+    // The replicas' own setting names the first instance only.
+    let _replicas: Vec<BoltReplica> = ports
+        .iter()
+        .map(|p| BoltReplica::start(bolt, *p, &api_url(&first), &[]))
+        .collect();
+    let http = HttpClient::default();
+
+    for n in 0..6 {
+        let event_id = format!("EvBolt{bolt:?}Instances{n}");
+        let body = app_mention(&event_id, "hello");
+        let (one, other) = match n % 2 {
+            0 => (first.url(), second.url()),
+            _ => (second.url(), first.url()),
+        };
+        let (a, b) = tokio::join!(
+            deliver(&http, &one, &body, None),
+            deliver(&http, &other, &body, Some(1))
+        );
+        if !a.status.is_success() && !b.status.is_success() {
+            deliver(&http, &one, &body, Some(2)).await;
+        }
+        assert_eq!(
+            answered(&slack, &event_id),
+            (1, 1),
+            "{event_id}\n{}\n{}",
+            first.log(),
+            second.log()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_replicas_behind_two_gateway_instances_call_the_one_holding_each_request() {
+    two_gateway_instances_sharing_two_replicas(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_replicas_behind_two_gateway_instances_call_the_one_holding_each_request() {
+    two_gateway_instances_sharing_two_replicas(Bolt::Python).await;
+}
