@@ -1088,7 +1088,8 @@ fn throughput(url: &str, n: usize, concurrency: usize, prefix: &str) -> f64 {
 }
 
 /// `url n concurrency prefix [budget_s]`: prints events per second, events sent (fewer than
-/// `n` when the budget ran out), and the sender's p50 and p99 in µs.
+/// `n` when the budget ran out), and the sender's p50 and p99 in µs; then, on a line of their
+/// own, every event's latency in µs.
 fn load_generator(spec: &str) {
     let parts: Vec<&str> = spec.split_whitespace().collect();
     let (url, n, concurrency, prefix) = (
@@ -1100,7 +1101,7 @@ fn load_generator(spec: &str) {
     let budget = parts
         .get(4)
         .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs)
+        .map(Duration::from_secs_f64)
         .unwrap_or(Duration::MAX);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -1139,8 +1140,10 @@ fn load_generator(spec: &str) {
         (lat.len() as f64 / started.elapsed().as_secs_f64(), lat)
     });
     let sent = lat.len();
+    let each: Vec<String> = lat.iter().map(|us| format!("{us:.0}")).collect();
     let lat = latency(lat);
-    println!("{rate:.0} {sent} {:.0} {:.0}", lat.p50_us, lat.p99_us);
+    println!("{rate:.1} {sent} {:.0} {:.0}", lat.p50_us, lat.p99_us);
+    println!("{}", each.join(" "));
 }
 
 struct Managed {

@@ -11,7 +11,8 @@
 //!
 //! All three answer Slack only when the listener has ended (`processBeforeResponse`), so the
 //! sender's latency covers both writes. Sequential events go to the three in turn, one by one;
-//! then each takes a bounded load at a fixed concurrency from a second process. Memory is each
+//! then each takes a bounded load at a fixed concurrency from a second process, in rounds, the
+//! three in turn. Memory is each
 //! process's RSS from `/proc`. The gateway's ledger requests are counted at the counting proxy
 //! by a second gateway, in front of the same bot, whose DynamoDB endpoint is the proxy.
 
@@ -220,24 +221,28 @@ async fn sequential(
     measured
 }
 
-/// `n` events at `concurrency` in flight from a second process (this bench binary again, as
-/// [`throughput`] runs it), within `budget`.
-async fn load(
+/// The load is sent in this many rounds, the services in turn within each, so that each service
+/// sees the same machine (the others' builds and tests on it come and go).
+const LOAD_ROUNDS: usize = 4;
+
+/// One run of the load generator against `service`: `n` events at `concurrency` in flight from
+/// a second process (this bench binary again, as [`throughput`] runs it), within `budget`.
+/// Returns every event's latency (µs) and the seconds the run took.
+async fn load_run(
     service: &Service,
     slack: &SlackStub,
+    prefix: &str,
     n: usize,
     concurrency: usize,
     budget: Duration,
-) -> Load {
-    let prefix = format!("EvGwLoad{}", service.tag);
+) -> (Vec<f64>, f64) {
     for i in 0..n {
         slack.saw(&person_message(&format!("{prefix}{i}")));
     }
-    let calls = slack.posts();
     let spec = format!(
         "{} {n} {concurrency} {prefix} {}",
         service.url,
-        budget.as_secs()
+        budget.as_secs_f64()
     );
     let out = tokio::task::spawn_blocking(move || {
         Command::new(std::env::current_exe().unwrap())
@@ -247,25 +252,72 @@ async fn load(
     })
     .await
     .unwrap();
-    let line = String::from_utf8_lossy(&out.stdout);
-    let fields: Vec<f64> = line
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    let summary: Vec<f64> = lines
+        .next()
+        .unwrap_or_default()
         .split_whitespace()
         .filter_map(|f| f.parse().ok())
         .collect();
-    let [per_s, sent, p50_us, p99_us] = fields[..] else {
+    let lat: Vec<f64> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let [per_s, sent, ..] = summary[..] else {
         panic!(
-            "load generator for {}: {line} {}",
+            "load generator for {}: {stdout} {}",
             service.name,
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    let sent = sent as usize;
-    Load {
-        sent,
-        per_s,
-        lat: Latency { p50_us, p99_us },
-        slack_calls_per_request: (slack.posts() - calls) as f64 / sent.max(1) as f64,
+    assert_eq!(lat.len(), sent as usize, "{}: {stdout}", service.name);
+    (lat, sent / per_s.max(f64::MIN_POSITIVE))
+}
+
+/// The bounded load: `n` events to each service in [`LOAD_ROUNDS`] rounds, within `budget`
+/// per service.
+async fn load(
+    services: &[Service],
+    slack: &SlackStub,
+    n: usize,
+    concurrency: usize,
+    budget: Duration,
+) -> Vec<Load> {
+    let per_round = n.div_ceil(LOAD_ROUNDS);
+    let mut runs: Vec<(Vec<f64>, f64, usize)> =
+        services.iter().map(|_| (Vec::new(), 0.0, 0)).collect();
+    for round in 0..LOAD_ROUNDS {
+        for turn in 0..services.len() {
+            let s = (round + turn) % services.len();
+            let (lat, seconds, calls) = &mut runs[s];
+            let left = n.saturating_sub(lat.len()).min(per_round);
+            let time_left = budget.saturating_sub(Duration::from_secs_f64(*seconds));
+            if left == 0 || time_left.is_zero() {
+                continue;
+            }
+            let prefix = format!("EvGwLoad{}R{round}-", services[s].tag);
+            let before = slack.posts();
+            let (run, took) =
+                load_run(&services[s], slack, &prefix, left, concurrency, time_left).await;
+            *calls += slack.posts() - before;
+            *seconds += took;
+            lat.extend(run);
+        }
     }
+    runs.into_iter()
+        .map(|(lat, seconds, calls)| {
+            let sent = lat.len();
+            Load {
+                sent,
+                per_s: sent as f64 / seconds.max(f64::MIN_POSITIVE),
+                lat: latency(lat),
+                slack_calls_per_request: calls as f64 / sent.max(1) as f64,
+            }
+        })
+        .collect()
 }
 
 /// The ledger requests of `n` first deliveries to `url`, then of the same `n` again (Slack's
@@ -381,8 +433,16 @@ pub async fn gateway_section(slack: &SlackStub, endpoint: &str, knobs: &Knobs) -
         });
     }
     if knobs.load_events > 0 {
-        for (service, m) in services.iter().zip(&mut measured) {
-            m.load = Some(load(service, slack, knobs.load_events, knobs.concurrency, budget).await);
+        let loads = load(
+            &services,
+            slack,
+            knobs.load_events,
+            knobs.concurrency,
+            budget,
+        )
+        .await;
+        for (m, l) in measured.iter_mut().zip(loads) {
+            m.load = Some(l);
         }
     }
     let mut start = rss_start.into_iter();
@@ -479,7 +539,7 @@ fn print_gateway(
         "Each service answers a signed `app_mention` (a person's message) with a reaction, then a \
          reply in its thread, on the same Slack stand-in, and answers the HTTP request once both \
          are made. Sequential: {} events each, the three in turn, one at a time. Load: {} events \
-         each at {} in flight from a second process, one service after another. RSS from \
+         each at {} in flight from a second process, in {LOAD_ROUNDS} rounds, the three in turn. RSS from \
          `/proc`: after the warm-up → **peak** (MiB).\n",
         knobs.events,
         knobs.load_events,
