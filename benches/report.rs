@@ -2,7 +2,8 @@
 //! items, counted at a proxy), its warm latency beside the run's own floor and beside Bolt for
 //! Python with Powertools idempotency and Bolt for JavaScript (interleaved, in one run), cold
 //! start (init, first invocation, total) beside a no-op `lambda_http` fixture, deferred mode's
-//! acknowledgement beside a raw `SendMessage`, Lambda Managed Instances' concurrency, sizes.
+//! acknowledgement beside a raw `SendMessage`, Lambda Managed Instances' concurrency, sizes, and
+//! what `slack-once gateway` adds to a Bolt app's answer (`report/gateway.rs`).
 //! It prints the report and writes it to BENCHMARKS.md (`BENCH_REPORT_FILE` names another file),
 //! under a header that names the command regenerating it and the targets' table.
 //!
@@ -41,6 +42,9 @@ macro_rules! out {
         let _ = writeln!($md, $($arg)*);
     }};
 }
+
+#[path = "report/gateway.rs"]
+mod gateway;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -1076,11 +1080,16 @@ fn throughput(url: &str, n: usize, concurrency: usize, prefix: &str) -> f64 {
         .output()
         .expect("the load generator runs");
     String::from_utf8_lossy(&out.stdout)
-        .trim()
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
         .parse()
         .unwrap_or_else(|_| panic!("load generator: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// `url n concurrency prefix [budget_s]`: prints events per second, events sent (fewer than
+/// `n` when the budget ran out), and the sender's p50 and p99 in µs; then, on a line of their
+/// own, every event's latency in µs.
 fn load_generator(spec: &str) {
     let parts: Vec<&str> = spec.split_whitespace().collect();
     let (url, n, concurrency, prefix) = (
@@ -1089,12 +1098,17 @@ fn load_generator(spec: &str) {
         parts[2].parse::<usize>().unwrap(),
         parts[3].to_string(),
     );
+    let budget = parts
+        .get(4)
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs_f64)
+        .unwrap_or(Duration::MAX);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let rate = rt.block_on(async move {
+    let (rate, lat) = rt.block_on(async move {
         let http = HttpClient::default();
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let started = Instant::now();
@@ -1103,25 +1117,33 @@ fn load_generator(spec: &str) {
                 let (http, next, url, prefix) =
                     (http.clone(), next.clone(), url.clone(), prefix.clone());
                 tokio::spawn(async move {
+                    let mut lat = Vec::new();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if i >= n {
+                        if i >= n || started.elapsed() > budget {
                             break;
                         }
-                        let status = http
-                            .send_event(&url, &person_message(&format!("{prefix}{i}")))
-                            .await;
+                        let body = person_message(&format!("{prefix}{i}"));
+                        let sent = Instant::now();
+                        let status = http.send_event(&url, &body).await;
+                        lat.push(since_us(sent));
                         assert_eq!(status, 200);
                     }
+                    lat
                 })
             })
             .collect();
+        let mut lat = Vec::with_capacity(n);
         for w in workers {
-            w.await.unwrap();
+            lat.extend(w.await.unwrap());
         }
-        n as f64 / started.elapsed().as_secs_f64()
+        (lat.len() as f64 / started.elapsed().as_secs_f64(), lat)
     });
-    println!("{rate:.0}");
+    let sent = lat.len();
+    let each: Vec<String> = lat.iter().map(|us| format!("{us:.0}")).collect();
+    let lat = latency(lat);
+    println!("{rate:.1} {sent} {:.0} {:.0}", lat.p50_us, lat.p99_us);
+    println!("{}", each.join(" "));
 }
 
 struct Managed {
@@ -1613,14 +1635,22 @@ async fn report() {
     let deferred_n = env_usize("BENCH_DEFERRED_EVENTS", 400);
     let deferred_e2e = env_usize("BENCH_DEFERRED_E2E", 200);
     let endpoint = dynamodb_endpoint();
-    assert!(
-        bolt_dir().join("node_modules/@slack/bolt").exists(),
-        "Bolt is not installed in benches/bolt: run scripts/bench.sh"
-    );
     let slack = SlackStub::start().await;
     let table = fresh_table(&endpoint, "main").await;
     eprintln!("warming DynamoDB Local up…");
     warm_up_dynamodb_local(&endpoint, &table).await;
+    let gateway_knobs = gateway::Knobs::from_env();
+    if std::env::var_os("BENCH_ONLY_GATEWAY").is_some() {
+        print!(
+            "{}",
+            gateway::gateway_section(&slack, &endpoint, &gateway_knobs).await
+        );
+        return;
+    }
+    assert!(
+        bolt_dir().join("node_modules/@slack/bolt").exists(),
+        "Bolt is not installed in benches/bolt: run scripts/bench.sh"
+    );
     eprintln!(
         "measuring… (cold starts: {runs} runs each; warm: 2 rounds of {n} events each; \
          load: {load_n} events, {concurrency} in flight)"
@@ -1815,6 +1845,9 @@ async fn report() {
     // 4. Deferred mode.
     eprintln!("deferred mode…");
     let def = deferred(&slack, &endpoint, &table, deferred_n, deferred_e2e).await;
+
+    // 8. A Bolt app behind the gateway.
+    let gateway_md = gateway::gateway_section(&slack, &endpoint, &gateway_knobs).await;
 
     // 5. Sizes.
     let release = Path::new(BIN);
@@ -2270,6 +2303,7 @@ async fn report() {
         md,
         "| throughput, {concurrency} in flight from a second process (events/s): in-memory / DynamoDB ledger | {tput_mem:.0} / {tput_ddb:.0} | | |"
     );
+    md.push_str(&gateway_md);
     out!(md, "\nposts at the Slack stand-in: {}", slack.posts());
     targets.push([
         "Lambda Managed Instances: events per second and memory at 1, 8, 32 at once".into(),

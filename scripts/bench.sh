@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark report (benches/report.rs): starts DynamoDB Local (127.0.0.1:8000) and the SQS
 # server (127.0.0.1:9324) if nothing answers there, installs Bolt for JavaScript into benches/bolt/node_modules
-# and Bolt for Python with Powertools into .tools/bolt-python (neither committed), builds the
+# and Bolt for Python with Powertools into .tools/bolt-python (neither committed), the Bolt test
+# bots and adapters (scripts/bolt-bots.sh, for the gateway's part), builds the
 # release binary, the no-op lambda_http fixture and the arm64 Lambda bootstrap (cargo-lambda,
 # into .tools/lambda), prints the report and writes it to BENCHMARKS.md; stops only what it started.
 #   scripts/bench.sh            the report
@@ -15,6 +16,9 @@ if [ ! -d benches/bolt/node_modules/@slack/bolt ]; then
   echo "bench: installing Bolt for JavaScript into benches/bolt" >&2
   (cd benches/bolt && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
 fi
+
+# The gateway's part runs the Bolt for JavaScript test bot's install and the adapter.
+scripts/bolt-bots.sh >&2
 
 # The venv keeps a copy of the requirements it was installed from: a change reinstalls.
 if ! cmp -s benches/bolt-python/requirements.txt .tools/bolt-python/requirements.txt; then

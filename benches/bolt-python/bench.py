@@ -12,6 +12,10 @@
 #                               BENCH_TABLE): first deliveries, or Slack's retry 1 of each; exit 1
 #                               unless each first posts once and each retry posts nothing (the
 #                               report counts their DynamoDB requests at its proxy)
+#   python bench.py serve PORT  the same Lambda handler behind an HTTP server on 127.0.0.1:PORT
+#                               (one thread per connection), its listener a reaction then the
+#                               reply, as the report's gateway section's Bolt for JavaScript app;
+#                               prints {"listening":PORT}
 #
 # Environment: SECRET, SLACK_API_URL (the stand-in, e.g. http://127.0.0.1:PORT/api/),
 # AWS_ENDPOINT_URL_DYNAMODB (or DYNAMODB_ENDPOINT), AWS_REGION, AWS_ACCESS_KEY_ID,
@@ -149,6 +153,7 @@ from slack_sdk import WebClient  # noqa: E402
 logger = logging.getLogger("bolt-python-bench")
 logger.setLevel(logging.ERROR)
 CRASH_AFTER_POST = os.environ.get("BENCH_CRASH_AFTER_POST") == "1"  # `check` only
+REACT_FIRST = sys.argv[1:2] == ["serve"]  # the gateway section's listener: a reaction, then the reply
 posts = 0
 
 
@@ -170,8 +175,10 @@ app = App(
 
 
 @app.event("app_mention")
-def answer_mention(event, say):
+def answer_mention(event, say, client):
     global posts
+    if REACT_FIRST:
+        client.reactions_add(channel=event["channel"], timestamp=event["ts"], name="eyes")
     say(text=f"<@{event['user']}> you said it. This is my one answer to it.",
         thread_ts=event.get("thread_ts") or event["ts"])
     posts += 1
@@ -398,6 +405,41 @@ def costs(phase, n):
     return True
 
 
+def serve(port):
+    """Slack's requests over HTTP, each handed to the Lambda handler as a Function URL event."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as Slack's and the report's clients use it
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("content-length") or 0)).decode()
+            event = {
+                "version": "2.0", "routeKey": "$default", "rawPath": self.path, "rawQueryString": "",
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "requestContext": {"http": {"method": "POST", "path": self.path}},
+                "body": body, "isBase64Encoded": False,
+            }
+            response = lambda_handler(event, LambdaContext())
+            payload = (response.get("body") or "").encode()
+            self.send_response(response["statusCode"])
+            for k, v in (response.get("headers") or {}).items():
+                if k.lower() != "content-length":
+                    self.send_header(k, v if isinstance(v, str) else ",".join(v))
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    print_json({"listening": port})
+    server.serve_forever()
+    return True
+
+
 def one():
     """`check`'s child: handle the Lambda event read from standard input."""
     print_json(lambda_handler(json.load(sys.stdin), LambdaContext()))
@@ -422,12 +464,14 @@ if __name__ == "__main__":
             passed = warm(int(sys.argv[2]) if len(sys.argv) > 2 else 2000)
         elif mode == "check":
             passed = check()
+        elif mode == "serve":
+            passed = serve(int(sys.argv[2]))
         elif mode == "one":
             passed = one()
         elif mode == "costs":
             passed = costs(sys.argv[2], int(sys.argv[3]))
         else:
-            sys.exit("usage: bench.py cold | warm N | check | costs first|again N")
+            sys.exit("usage: bench.py cold | warm N | check | costs first|again N | serve PORT")
     except Exception:
         import traceback
 
