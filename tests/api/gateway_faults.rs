@@ -1,0 +1,326 @@
+//! `slack-once gateway` (the built binary, on DynamoDB Local) under the faults a production
+//! deployment meets: a replica whose load balancer gave up while its listener went on, an
+//! SDK's retry of a write whose answer was lost while another write of the same listener was
+//! under way, the gateway itself killed mid-call after a replica failover, and malformed calls
+//! to the Web API proxy. Each test says what must hold (`docs/gateway-protocol.md`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// Messages the bots posted in the thread of the message `ts`.
+fn thread_posts(slack: &SlackStandin, ts: &str) -> Vec<Post> {
+    slack
+        .posted()
+        .into_iter()
+        .filter(|p| p.body["thread_ts"] == ts)
+        .collect()
+}
+
+fn eyes(slack: &SlackStandin, ts: &str) -> usize {
+    slack
+        .reactions()
+        .iter()
+        .filter(|(_, t, n)| t == ts && n == "eyes")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_replica_whose_balancer_gave_up_cannot_write_into_the_next_replicas_run() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let late_answers: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let kept = late_answers.clone();
+    // Replica A sits behind its own load balancer, which answers 504 at once; A's listener
+    // goes on and replies a moment later (its LLM's answer, worded its own way).
+    let given_up = HttpBot::start(move |f: Forwarded| {
+        let kept = kept.clone();
+        async move {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let event = f.json()["event"].clone();
+                let reply = json!({"channel": event["channel"], "thread_ts": event["ts"],
+                                   "text": "Hello (worded by replica A)"});
+                let answer = f.call("chat.postMessage", reply).await;
+                kept.lock().unwrap().push(answer);
+            });
+            (StatusCode::GATEWAY_TIMEOUT, String::new())
+        }
+    })
+    .await;
+    // Replica B gets the request next, and replies after a moment of its own.
+    let next = HttpBot::start(|f: Forwarded| async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let event = f.json()["event"].clone();
+        let reply = json!({"channel": event["channel"], "thread_ts": event["ts"],
+                           "text": "Hello (worded by replica B)"});
+        let answer = f.call("chat.postMessage", reply).await;
+        match answer["ok"] == true {
+            true => (StatusCode::OK, String::new()),
+            false => (StatusCode::INTERNAL_SERVER_ERROR, answer.to_string()),
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[given_up.url(), next.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwLateReplica1", "hello");
+    let answer = deliver(&http, &gateway.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    assert_eq!(next.received().len(), 1, "{}", gateway.log());
+    let answered = eventually(Duration::from_secs(5), || {
+        !late_answers.lock().unwrap().is_empty()
+    })
+    .await;
+    assert!(answered, "replica A's late call got an answer");
+
+    let posts = thread_posts(&slack, &ts_of("EvGwLateReplica1"));
+    let texts: Vec<&Value> = posts.iter().map(|p| &p.body["text"]).collect();
+    assert_eq!(
+        posts.len(),
+        1,
+        "one reply: replica A's run ended when the gateway gave its request to replica B, so \
+         A's late write is refused (slack_once_request_ended), not made as B's next step; \
+         replies: {texts:?}; A's late call was answered {:?}",
+        late_answers.lock().unwrap()
+    );
+    assert_eq!(
+        late_answers.lock().unwrap()[0]["error"],
+        "slack_once_request_ended"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn an_sdk_retry_of_a_post_that_comes_after_another_write_of_the_run_is_the_same_step() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    // Slack takes its time over the post: the bot's HTTP client gives up on its answer first.
+    slack.script_method(
+        "chat.postMessage",
+        [SlackFailure::Slow(Duration::from_millis(800))],
+    );
+    let bot = HttpBot::start(|f: Forwarded| async move {
+        let event = f.json()["event"].clone();
+        let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+        let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
+        // `Promise.all([say(…), client.reactions.add(…)])`: the post and the reaction at once.
+        // The post's connection is reset before its answer comes, and the SDK sends the very
+        // same post again (the Node client retries a request error up to 10 times).
+        let post_with_the_sdks_retry = async {
+            let lost = tokio::time::timeout(
+                Duration::from_millis(300),
+                f.call("chat.postMessage", reply.clone()),
+            )
+            .await;
+            assert!(lost.is_err(), "the first attempt's answer is lost");
+            f.call("chat.postMessage", reply.clone()).await
+        };
+        let reaction = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
+            f.call("reactions.add", eyes).await
+        };
+        let (posted, reacted) = tokio::join!(post_with_the_sdks_retry, reaction);
+        match posted["ok"] == true && reacted["ok"] == true {
+            true => (StatusCode::OK, String::new()),
+            false => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwSdkRetryBetween1", "hello");
+    let answer = deliver(&http, &gateway.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+
+    let ts = ts_of("EvGwSdkRetryBetween1");
+    assert_eq!(eyes(&slack, &ts), 1);
+    assert_eq!(
+        thread_posts(&slack, &ts).len(),
+        1,
+        "the SDK's retry of the post is the post's own step, answered with its answer, even \
+         though the run's reaction came in between: {}",
+        gateway.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_gateway_killed_during_a_post_after_a_replica_failover_leaves_it_to_be_looked_up() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    // The post is made, and Slack's answer never comes back: the gateway is killed waiting.
+    slack.script_method("chat.postMessage", [SlackFailure::MadeUnanswered]);
+    let posting = Arc::new(tokio::sync::Notify::new());
+    let reacting_then = |dies: bool, posting: Option<Arc<tokio::sync::Notify>>| {
+        HttpBot::start(move |f: Forwarded| {
+            let posting = posting.clone();
+            async move {
+                let event = f.json()["event"].clone();
+                let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+                let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
+                let reacted = f.call("reactions.add", eyes).await;
+                if dies {
+                    panic!("killed between its two writes");
+                }
+                if let Some(posting) = posting {
+                    posting.notify_one();
+                }
+                let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
+                let replied = f.call("chat.postMessage", reply).await;
+                match reacted["ok"] == true && replied["ok"] == true {
+                    true => (StatusCode::OK, String::new()),
+                    false => (StatusCode::INTERNAL_SERVER_ERROR, replied.to_string()),
+                }
+            }
+        })
+    };
+    // Replica A reacts and dies; replica B replays the reaction and posts (step 2).
+    let dying = reacting_then(true, None).await;
+    let healthy = reacting_then(false, Some(posting.clone())).await;
+    let lease = [("DEDUP_LEASE_SECONDS", "2".to_string())];
+    let mut first = spawn_gateway_with(&slack, &table, &[dying.url(), healthy.url()], &lease[..]);
+    let http = HttpClient::default();
+    let body = app_mention("EvGwKilledAfterFailover1", "hello");
+    let url = first.url();
+    let delivered = tokio::spawn({
+        let (http, body) = (http.clone(), body.clone());
+        async move {
+            http.try_request("POST", &url, &signed(&body), body.into_bytes())
+                .await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(5), posting.notified())
+        .await
+        .expect("replica B came to its post");
+    let made = eventually(Duration::from_secs(5), || slack.posted_count() == 1).await;
+    assert!(made, "the post is in Slack: {}", first.log());
+    first.kill();
+    let _ = delivered.await;
+
+    // After the lease, Slack's retry reaches another gateway on the same table.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let third = reacting_then(false, None).await;
+    let second = spawn_gateway_with(&slack, &table, &[third.url()], &lease[..]);
+    let retry = deliver(&http, &second.url(), &body, Some(1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", second.log());
+
+    let ts = ts_of("EvGwKilledAfterFailover1");
+    assert_eq!(eyes(&slack, &ts), 1);
+    assert_eq!(
+        thread_posts(&slack, &ts).len(),
+        1,
+        "the post the killed gateway made is looked up, not made again: {}",
+        second.log()
+    );
+}
+
+/// Slack's headers for `body`, signed now.
+fn signed(body: &str) -> Vec<(String, String)> {
+    signed_headers(SECRET, now_unix(), body.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn malformed_calls_to_the_proxy_are_answered_slack_shaped_and_make_nothing() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let answers: Arc<Mutex<Vec<(String, u16, Value)>>> = Arc::default();
+    let kept = answers.clone();
+    let bot = HttpBot::start(move |f: Forwarded| {
+        let kept = kept.clone();
+        async move {
+            let api = f.header("x-slack-once-api-url").to_string();
+            let run = f.header("x-slack-once-request").to_string();
+            let auth = format!("Bearer {PROXY_TOKEN}");
+            let with = |content_type: &str| {
+                vec![
+                    ("content-type".to_string(), content_type.to_string()),
+                    ("authorization".to_string(), auth.clone()),
+                    ("x-slack-once-request".to_string(), run.clone()),
+                ]
+            };
+            let mut huge = br#"{"channel":"C0001","text":""#.to_vec();
+            huge.extend(std::iter::repeat_n(b'x', 2 << 20));
+            huge.extend(br#""}"#);
+            let cases: Vec<(&str, String, Vec<(String, String)>, Vec<u8>)> = vec![
+                (
+                    "a JSON array",
+                    "chat.postMessage".into(),
+                    with("application/json"),
+                    b"[{\"channel\":\"C0001\",\"text\":\"x\"}]".to_vec(),
+                ),
+                (
+                    "not UTF-8",
+                    "chat.postMessage".into(),
+                    with("application/json"),
+                    b"{\"channel\":\"C0001\",\"text\":\"\xff\xfe\"}".to_vec(),
+                ),
+                (
+                    "a body larger than 1 MiB",
+                    "chat.postMessage".into(),
+                    with("application/json"),
+                    huge,
+                ),
+                (
+                    "a method with a path trick",
+                    "..".into(),
+                    with("application/x-www-form-urlencoded"),
+                    b"channel=C0001&text=x".to_vec(),
+                ),
+                (
+                    "a method name with a dot path",
+                    "chat.postMessage%2F..%2F..%2Fchat.postMessage".into(),
+                    with("application/x-www-form-urlencoded"),
+                    b"channel=C0001&text=x".to_vec(),
+                ),
+                (
+                    "a multipart upload",
+                    "files.upload".into(),
+                    with("multipart/form-data; boundary=x"),
+                    b"--x\r\n\r\n--x--".to_vec(),
+                ),
+            ];
+            for (what, method, headers, body) in cases {
+                // A connection of its own: the proxy may close one whose body it did not read.
+                let answer = HttpClient::default()
+                    .request("POST", &format!("{api}{method}"), &headers, body)
+                    .await;
+                let json = answer.json();
+                kept.lock()
+                    .unwrap()
+                    .push((what.to_string(), answer.status.as_u16(), json));
+            }
+            (StatusCode::OK, String::new())
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwMalformed1", "hello");
+    let answer = deliver(&http, &gateway.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers.len(), 6, "{}", gateway.log());
+    let accepted: Vec<String> = answers
+        .iter()
+        .filter(|(_, status, json)| {
+            *status != 200 || json["ok"] != false || !json["error"].is_string()
+        })
+        .map(|(what, status, json)| format!("{what}: HTTP {status} {json}"))
+        .collect();
+    assert!(
+        accepted.is_empty() && slack.received().is_empty(),
+        "each malformed call is refused with HTTP 200 and a Slack error code, and nothing \
+         reaches Slack; accepted: {accepted:?}; Slack got {:?}",
+        slack.calls()
+    );
+}
