@@ -324,3 +324,135 @@ async fn malformed_calls_to_the_proxy_are_answered_slack_shaped_and_make_nothing
         slack.calls()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn a_deferred_gateways_worker_killed_during_a_post_leaves_it_to_the_redelivery_once() {
+    let stack = DeferredStack::start(5).await;
+    // The post is made, and Slack's answer never comes back: the worker is killed waiting.
+    stack
+        .slack
+        .script_method("chat.postMessage", [SlackFailure::MadeUnanswered]);
+    let bot = HttpBot::start(|f: Forwarded| async move {
+        let event = f.json()["event"].clone();
+        let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+        let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
+        let reacted = f.call("reactions.add", eyes).await;
+        let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
+        let replied = f.call("chat.postMessage", reply).await;
+        match reacted["ok"] == true && replied["ok"] == true {
+            true => (StatusCode::OK, String::new()),
+            false => (StatusCode::INTERNAL_SERVER_ERROR, replied.to_string()),
+        }
+    })
+    .await;
+    let (ingress, mut worker) = spawn_deferred_gateway(&stack, &[bot.url()], 3);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwWorkerKilled1", "hello");
+    let answer = deliver(&http, &ingress.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", ingress.log());
+    let made = eventually(Duration::from_secs(20), || stack.slack.posted_count() == 1).await;
+    assert!(made, "the post is in Slack: {}", worker.log());
+    worker.kill();
+
+    // Another worker receives the request again once the queue lets it go.
+    let mut vars = stack.worker_vars(3, 5);
+    vars.extend(gateway_vars(&[bot.url()]));
+    let next = BotProcess::spawn_gateway_worker(&vars);
+    let ts = ts_of("EvGwWorkerKilled1");
+    let again = eventually(Duration::from_secs(40), || bot.received().len() >= 2).await;
+    assert!(again, "redelivered to the bot: {}", next.log());
+    let drained = eventually_async(Duration::from_secs(30), || async {
+        stack.queue.depth(&stack.queue.url).await == 0
+    })
+    .await;
+    assert!(drained, "{}", next.log());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(eyes(&stack.slack, &ts), 1);
+    assert_eq!(
+        thread_posts(&stack.slack, &ts).len(),
+        1,
+        "the killed worker's post is looked up by the redelivery, not made again: {}",
+        next.log()
+    );
+}
+
+/// A bot that answers an options request (`block_suggestion`) with one option, and a slash
+/// command with a message of its own.
+async fn options_and_command_bot() -> HttpBot {
+    HttpBot::start(|f: Forwarded| async move {
+        let form: std::collections::HashMap<String, String> =
+            form_urlencoded::parse(&f.body).into_owned().collect();
+        let answer = match form.get("payload") {
+            Some(_) => json!({"options": [{"text": {"type": "plain_text", "text": "Apples"},
+                                           "value": "apples"}]}),
+            None => json!({"response_type": "ephemeral", "text": "Filing your ticket"}),
+        };
+        (StatusCode::OK, answer.to_string())
+    })
+    .await
+}
+
+fn options_request() -> String {
+    let payload = json!({
+        "type": "block_suggestion", "action_id": "fruit", "block_id": "b", "value": "ap",
+        "team": {"id": TEAM}, "user": {"id": "U0001", "team_id": TEAM}, "api_app_id": APP_ID,
+        "container": {"type": "view", "view_id": "V0001"},
+        "view": {"id": "V0001", "type": "modal", "team_id": TEAM, "app_id": APP_ID},
+    });
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn an_options_request_to_a_deferred_gateway_gets_the_bots_options() {
+    let stack = DeferredStack::start(5).await;
+    let bot = options_and_command_bot().await;
+    let (ingress, worker) = spawn_deferred_gateway(&stack, &[bot.url()], 30);
+    let http = HttpClient::default();
+
+    // Slack shows the options it reads in the answer to this very request, within 3 s: a
+    // worker answering later has no one to answer.
+    let answer = deliver_form(&http, &ingress.url(), &options_request(), None).await;
+    assert_eq!(
+        answer.json()["options"][0]["value"],
+        "apples",
+        "the bot's options, in the answer Slack reads; got HTTP {} {:?}; bot got {} forwards; \
+         ingress:\n{}\nworker:\n{}",
+        answer.status,
+        answer.body,
+        bot.received().len(),
+        ingress.log(),
+        worker.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn a_command_answered_with_content_by_a_deferred_gateways_bot_is_posted_once() {
+    let stack = DeferredStack::start(5).await;
+    let bot = options_and_command_bot().await;
+    let (ingress, worker) = spawn_deferred_gateway(&stack, &[bot.url()], 30);
+    let http = HttpClient::default();
+
+    let form = command_form(&stack.slack, "/ticket", "printer");
+    let answer = deliver_form(&http, &ingress.url(), &form, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", ingress.log());
+    let retry = deliver_form(&http, &ingress.url(), &form, Some(1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", ingress.log());
+    let responded = || {
+        stack
+            .slack
+            .calls()
+            .into_iter()
+            .filter(|(m, a)| m == "response_url" && a["text"] == "Filing your ticket")
+            .count()
+    };
+    let posted = eventually(Duration::from_secs(20), || responded() >= 1).await;
+    assert!(posted, "worker:\n{}", worker.log());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(responded(), 1, "worker:\n{}", worker.log());
+}
