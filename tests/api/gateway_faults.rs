@@ -456,3 +456,47 @@ async fn a_command_answered_with_content_by_a_deferred_gateways_bot_is_posted_on
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(responded(), 1, "worker:\n{}", worker.log());
 }
+
+/// A Bolt app whose authorization's `auth.test` (made outside any run, on the first request a
+/// replica handles) fails once at Slack: the mention must still be answered, by Slack's retry.
+/// (Bolt for JavaScript makes it at start and exits when it fails: a process manager's matter.)
+async fn a_failed_authorization_leaves_the_mention_to_the_retry(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    slack.script_method("auth.test", [SlackFailure::Code("internal_error")]);
+    let port = free_port();
+    let gateway = spawn_gateway(&slack, &table, &[BoltReplica::url_on(port)]);
+    let api = gateway.url().replace("/slack/events", "/api/");
+    let bot = BoltReplica::start(bolt, port, &api, &[]);
+    let http = HttpClient::default();
+
+    let event_id = format!("EvGwBolt{bolt:?}AuthFailed1");
+    let body = app_mention(&event_id, "hello");
+    let first = deliver(&http, &gateway.url(), &body, None).await;
+    let retry = deliver(&http, &gateway.url(), &body, Some(1)).await;
+    let ts = ts_of(&event_id);
+    let replies = slack
+        .posted()
+        .iter()
+        .filter(|p| p.body["thread_ts"] == ts.as_str() && p.body["text"] == "Hello <@U0001>")
+        .count();
+    assert_eq!(
+        (eyes(&slack, &ts), replies),
+        (1, 1),
+        "the first delivery's bot could not authorize and made no write: that run is no \
+         answer, and Slack's retry answers the mention; the first was answered HTTP {} {:?}, \
+         the retry {} {:?}\nbot:\n{}\ngateway:\n{}",
+        first.status,
+        first.body,
+        retry.status,
+        retry.body,
+        bot.log(),
+        gateway.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_whose_authorization_failed_once_still_answers_the_mention() {
+    a_failed_authorization_leaves_the_mention_to_the_retry(Bolt::Python).await;
+}
