@@ -500,3 +500,39 @@ async fn a_failed_authorization_leaves_the_mention_to_the_retry(bolt: Bolt) {
 async fn bolt_python_whose_authorization_failed_once_still_answers_the_mention() {
     a_failed_authorization_leaves_the_mention_to_the_retry(Bolt::Python).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_message_edit_reaches_a_bot_that_listens_for_edits() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    // `app.message(subtype('message_changed'), …)` in Bolt: the bot answers edits itself.
+    let bot = HttpBot::start(|_: Forwarded| async move { (StatusCode::OK, String::new()) }).await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let ts = ts_of("EvGwEdited1");
+    let edit = json!({
+        "token": "unused", "team_id": TEAM, "api_app_id": APP_ID, "type": "event_callback",
+        "event_id": "EvGwEdited1", "event_time": 1_700_000_100,
+        "event": {
+            "type": "message", "subtype": "message_changed", "hidden": true,
+            "channel": "C0001", "ts": "1700000100.000200", "event_ts": "1700000100.000200",
+            "message": {"type": "message", "user": "U0001", "text": "hello, edited", "ts": ts,
+                        "edited": {"user": "U0001", "ts": "1700000100.000000"}},
+            "previous_message": {"type": "message", "user": "U0001", "text": "hello", "ts": ts},
+        },
+        "authorizations": [{"enterprise_id": null, "team_id": TEAM, "user_id": BOT_USER,
+                            "is_bot": true}],
+    })
+    .to_string();
+    let answer = deliver(&http, &gateway.url(), &edit, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    assert_eq!(
+        bot.received().len(),
+        1,
+        "the edit is forwarded to the bot, which decides what it listens to (Slack sent it \
+         because the app subscribes to message events); the gateway answered {:?}",
+        answer.body
+    );
+}
