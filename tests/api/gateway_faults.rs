@@ -536,3 +536,61 @@ async fn a_message_edit_reaches_a_bot_that_listens_for_edits() {
         answer.body
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn twenty_writes_of_one_run_at_once_are_each_made_once_and_answered_to_their_caller() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let mismatches: Arc<Mutex<Vec<String>>> = Arc::default();
+    let kept = mismatches.clone();
+    let bot = HttpBot::start(move |f: Forwarded| {
+        let kept = kept.clone();
+        async move {
+            let event = f.json()["event"].clone();
+            // More at once than the run's queue holds (16): `Promise.all` over a list.
+            let posts: Vec<_> = (0..20)
+                .map(|n| {
+                    let f = f.clone();
+                    let post = json!({"channel": event["channel"], "thread_ts": event["ts"],
+                                      "text": format!("part {n}")});
+                    tokio::spawn(async move { (n, f.call("chat.postMessage", post).await) })
+                })
+                .collect();
+            for post in posts {
+                let (n, answer) = post.await.expect("a call");
+                if answer["message"]["text"] != format!("part {n}").as_str() {
+                    kept.lock()
+                        .unwrap()
+                        .push(format!("part {n} answered {answer}"));
+                }
+            }
+            (StatusCode::OK, String::new())
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwTwentyAtOnce1", "hello");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        deliver(&http, &gateway.url(), &body, None),
+    )
+    .await
+    .expect("no deadlock: answered within 10 s");
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    assert!(
+        mismatches.lock().unwrap().is_empty(),
+        "{:?}",
+        mismatches.lock().unwrap()
+    );
+    let posts = thread_posts(&slack, &ts_of("EvGwTwentyAtOnce1"));
+    let mut texts: Vec<String> = posts
+        .iter()
+        .map(|p| p.body["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    texts.sort();
+    texts.dedup();
+    assert_eq!((posts.len(), texts.len()), (20, 20), "each part once");
+}
