@@ -594,3 +594,45 @@ async fn twenty_writes_of_one_run_at_once_are_each_made_once_and_answered_to_the
     texts.dedup();
     assert_eq!((posts.len(), texts.len()), (20, 20), "each part once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_read_made_again_sees_what_changed_in_slack_since() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = Arc::new(SlackStandin::start().await);
+    let counts: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let (kept, people) = (counts.clone(), slack.clone());
+    // A bot that waits for the thread to move: it reads the replies, and reads them again.
+    let bot = HttpBot::start(move |f: Forwarded| {
+        let (kept, people) = (kept.clone(), people.clone());
+        async move {
+            let event = f.json()["event"].clone();
+            let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+            let read = json!({"channel": channel, "ts": ts});
+            let before = f.call("conversations.replies", read.clone()).await;
+            // Meanwhile, people answer in the thread.
+            let (c, t) = (channel.as_str().unwrap(), ts.as_str().unwrap());
+            people.add_other_messages(c, Some(t), 2);
+            let after = f.call("conversations.replies", read).await;
+            let n = |v: &Value| v["messages"].as_array().map_or(0, Vec::len);
+            kept.lock().unwrap().extend([n(&before), n(&after)]);
+            (StatusCode::OK, String::new())
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwReadAgain1", "hello");
+    let answer = deliver(&http, &gateway.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    let counts = counts.lock().unwrap().clone();
+    assert_eq!(counts.len(), 2, "{}", gateway.log());
+    assert_eq!(
+        counts[1],
+        counts[0] + 2,
+        "reads pass through to Slack: the second read is Slack's answer now, not the first \
+         read's answer again (taken for an SDK's retry); {}",
+        gateway.log()
+    );
+}
