@@ -636,3 +636,67 @@ async fn a_read_made_again_sees_what_changed_in_slack_since() {
         gateway.log()
     );
 }
+
+/// A Bolt app behind a gateway that serves many workspaces (OAuth, its installation store),
+/// installed in `T0000ONE`: a mention there is answered, once.
+async fn a_mention_in_an_installed_workspace_is_answered(bolt: Bolt) {
+    use crate::tenants::{A, Tenant, tenant_vars};
+    use slack_once::testing::{FakeSlack, Identity, bot_id_for, bot_user_for};
+
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let slack = FakeSlack::start_for(Identity {
+        team: "T0000HOME".into(),
+        app_id: A.0.into(),
+        bot_id: bot_id_for(A.0, "T0000HOME"),
+        bot_user: bot_user_for(A.0, "T0000HOME"),
+    })
+    .await
+    .with_oauth(A.1, A.2);
+    let port = free_port();
+    let mut vars = tenant_vars(A, &slack, &endpoint, &table);
+    vars.extend(gateway_vars(&[BoltReplica::url_on(port)]));
+    let how = Spawn {
+        signing_secret_env: false,
+        ..Spawn::default()
+    };
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_slack-once"));
+    let gateway = BotProcess::spawn_program_with(&program, &["gateway"], &vars, &how);
+    let api = gateway.url().replace("/slack/events", "/api/");
+    let tenant = Tenant {
+        app_id: A.0,
+        signing_secret: A.3,
+        slack,
+        bot: gateway,
+        http: HttpClient::default(),
+        vars,
+    };
+    assert_eq!(tenant.install("T0000ONE", false).await.status, 200);
+    let bot = BoltReplica::start(bolt, port, &api, &[]);
+
+    let mention = tenant.mention("T0000ONE", 1);
+    let first = tenant.send(&mention).await;
+    let retry = tenant.send(&mention).await;
+    assert_eq!(
+        tenant.answers_in("T0000ONE"),
+        1,
+        "the Bolt app's reply, made with T0000ONE's installation; the gateway answered {:?}, \
+         then {:?}\nbot:\n{}\ngateway:\n{}",
+        first.body,
+        retry.body,
+        bot.log(),
+        tenant.bot.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_behind_a_gateway_of_many_workspaces_answers_a_mention() {
+    a_mention_in_an_installed_workspace_is_answered(Bolt::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_behind_a_gateway_of_many_workspaces_answers_a_mention() {
+    a_mention_in_an_installed_workspace_is_answered(Bolt::JavaScript).await;
+}
