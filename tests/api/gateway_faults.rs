@@ -222,6 +222,9 @@ async fn a_gateway_killed_during_a_post_after_a_replica_failover_leaves_it_to_be
     );
 }
 
+/// A malformed call to the proxy: what it is, its method, its headers and its body.
+type MalformedCall = (&'static str, String, Vec<(String, String)>, Vec<u8>);
+
 /// Slack's headers for `body`, signed now.
 fn signed(body: &str) -> Vec<(String, String)> {
     signed_headers(SECRET, now_unix(), body.as_bytes())
@@ -250,7 +253,7 @@ async fn malformed_calls_to_the_proxy_are_answered_slack_shaped_and_make_nothing
             let mut huge = br#"{"channel":"C0001","text":""#.to_vec();
             huge.extend(std::iter::repeat_n(b'x', 2 << 20));
             huge.extend(br#""}"#);
-            let cases: Vec<(&str, String, Vec<(String, String)>, Vec<u8>)> = vec![
+            let cases: Vec<MalformedCall> = vec![
                 (
                     "a JSON array",
                     "chat.postMessage".into(),
