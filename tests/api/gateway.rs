@@ -88,7 +88,11 @@ async fn a_forward_is_the_requests_bytes_signed_again_and_names_its_run() {
     let headers_signed = format!("{}:{api_url}", f.header("x-slack-once-request"));
     let secret = slack_once::config::Secret::new(GATEWAY_SECRET);
     let expected = slack_once::slack::signature::sign(&secret, ts, headers_signed.as_bytes());
-    assert_eq!(f.header("x-slack-once-signature"), expected, "the run and the address signed");
+    assert_eq!(
+        f.header("x-slack-once-signature"),
+        expected,
+        "the run and the address signed"
+    );
     assert_eq!(f.header("x-slack-once-key"), mention_key("EvGwForward1"));
     assert_eq!(f.header("x-slack-once-attempt"), "1");
     let deadline: u128 = f.header("x-slack-once-deadline").parse().unwrap();
