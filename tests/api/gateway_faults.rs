@@ -703,3 +703,63 @@ async fn bolt_python_behind_a_gateway_of_many_workspaces_answers_a_mention() {
 async fn bolt_js_behind_a_gateway_of_many_workspaces_answers_a_mention() {
     a_mention_in_an_installed_workspace_is_answered(Bolt::JavaScript).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_messages_two_events_each_reach_their_listener_and_each_writes_once() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let answers: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let kept = answers.clone();
+    // `app.message(/hello/, …)` reacts; `app.event('app_mention', …)` replies.
+    let bot = HttpBot::start(move |f: Forwarded| {
+        let kept = kept.clone();
+        async move {
+            let event = f.json()["event"].clone();
+            let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+            let kind = event["type"].as_str().unwrap_or_default().to_string();
+            let answer = match kind.as_str() {
+                "message" => {
+                    let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
+                    f.call("reactions.add", eyes).await
+                }
+                _ => {
+                    let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
+                    f.call("chat.postMessage", reply).await
+                }
+            };
+            let ok = answer["ok"] == true;
+            kept.lock().unwrap().push((kind, answer));
+            match ok {
+                true => (StatusCode::OK, String::new()),
+                false => (StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+            }
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    // Slack sends both for a mention in a channel whose messages the app subscribes to.
+    let mention = app_mention("EvGwBothEvents1", "hello");
+    let mut message: Value = serde_json::from_str(&mention).unwrap();
+    message["event_id"] = "EvGwBothEvents1Msg".into();
+    message["event"]["type"] = "message".into();
+    message["event"]["channel_type"] = "channel".into();
+    let message = message.to_string();
+    let a = deliver(&http, &gateway.url(), &message, None).await;
+    let b = deliver(&http, &gateway.url(), &mention, None).await;
+
+    let ts = ts_of("EvGwBothEvents1");
+    let replies = thread_posts(&slack, &ts).len();
+    assert_eq!(
+        (eyes(&slack, &ts), replies),
+        (1, 1),
+        "the message's listener reacted and the mention's replied; the gateway answered {:?} \
+         and {:?}; the bot's calls were answered {:?}\n{}",
+        a.body,
+        b.body,
+        answers.lock().unwrap(),
+        gateway.log()
+    );
+}
