@@ -7,7 +7,8 @@
 //! One run: the claim's listener opens the run (a name the bot sends back on each call) in
 //! `Runs`, forwards, and, until the bot answers, makes the calls the proxy hands it, in the
 //! order they arrive. A replica that fails before answering is followed by the next, under the
-//! same claim, its steps numbered from the first again so that what the first made replays.
+//! same claim (a run name of its own, so that the first's late calls are refused), its steps
+//! numbered from the first again so that what the first made replays.
 
 mod config;
 mod forward;
@@ -120,8 +121,6 @@ impl Gateway {
         let Some((body, content_type)) = ctx.delivered() else {
             return Err("the request's body as Slack sent it is not at hand".into());
         };
-        let (calls, mut queued) = mpsc::channel(16);
-        let run = self.runs.open(calls);
         let mut writes = RunWrites::default();
         let mut answered = None;
         let mut unanswered = String::from("no replica was tried in the time left");
@@ -134,6 +133,11 @@ impl Gateway {
                 ctx.run_again_from_first_step().await;
                 writes.run_again();
             }
+            // A run name of its own for each forward: a replica given up on may still be
+            // running, and its late calls must end refused rather than be made as the next
+            // replica's steps. Both are dropped when this forward's turn ends.
+            let (calls, mut queued) = mpsc::channel(16);
+            let run = self.runs.open(calls);
             let request = forward::Forward {
                 url,
                 run: run.name(),
@@ -174,7 +178,6 @@ impl Gateway {
                 }
             }
         }
-        drop(run);
         match answered {
             Some(answer) => {
                 if let Some(kind) = kind {

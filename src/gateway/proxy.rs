@@ -59,8 +59,10 @@ async fn call(
 
 async fn answer(proxy: &Proxy, method: &str, request: Request) -> Answered {
     let (parts, body) = request.into_parts();
-    if method.is_empty()
-        || method.len() > 100
+    // Slack's method names are words joined by dots: `..` or `.x` would name another path
+    // at Slack's end.
+    if method.len() > 100
+        || method.split('.').any(str::is_empty)
         || !method
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')

@@ -1,6 +1,6 @@
 //! The bot's calls, made under the run's claim: each write a step of the request's journal,
 //! settled by the rule its method needs when a later run does not know its fate; reads
-//! passed through; the same call sent again at once (an SDK's own retry) answered as the first.
+//! passed through; the same write sent again at once (an SDK's own retry) answered as the first.
 
 use serde_json::{Value, json};
 
@@ -43,7 +43,10 @@ impl RunWrites {
         } = call;
         let args = with_json_arguments(args);
         let answered = match &self.last {
-            Some((m, a, answered)) if *m == method && *a == args => {
+            // A read is made again: its answer may have changed (a bot waiting for a thread).
+            Some((m, a, answered))
+                if *m == method && *a == args && !crate::slack::is_read_method(&method) =>
+            {
                 tracing::info!(method, "the same call again at once: answered as the first");
                 answered.clone()
             }

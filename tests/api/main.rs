@@ -17,6 +17,7 @@ mod faults;
 mod formats;
 mod gateway;
 mod gateway_bolt;
+mod gateway_faults;
 mod gateway_fleet;
 mod helpers;
 mod identity;
