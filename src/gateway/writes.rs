@@ -25,11 +25,17 @@ const JSON_ARGUMENTS: [&str; 8] = [
     "user_auth_blocks",
 ];
 
-/// One run's calls: the last one made (an SDK's retry of it is the same step), and the
-/// first write that failed.
+/// A write made, its arguments and the answer it was given.
+type Made = (String, Value, Answered);
+
+/// One run's calls: the last one made and the writes whose answers could not be handed back
+/// (an SDK's retry of either is the same step), and the first write that failed.
 #[derive(Default)]
 pub(crate) struct RunWrites {
-    last: Option<(String, Value, Answered)>,
+    last: Option<Made>,
+    /// Writes whose caller had gone when their answer came (its HTTP client gave up, its
+    /// connection was reset): the SDK sends them again, whatever the run made in between.
+    unanswered: Vec<Made>,
     failed: Option<BotError>,
 }
 
@@ -42,31 +48,49 @@ impl RunWrites {
             answer,
         } = call;
         let args = with_json_arguments(args);
-        let answered = match &self.last {
-            // A read is made again: its answer may have changed (a bot waiting for a thread).
-            Some((m, a, answered))
-                if *m == method && *a == args && !crate::slack::is_read_method(&method) =>
-            {
-                tracing::info!(method, "the same call again at once: answered as the first");
-                answered.clone()
+        let answered = match self.sent_again(&method, &args) {
+            Some(answered) => {
+                tracing::info!(method, "the same write sent again: answered as the first");
+                answered
             }
-            _ => {
+            None => {
                 let answered = match write(ctx, &method, args.clone()).await {
                     Ok(body) => Answered::ok(body),
                     Err(error) => self.refused(&method, error),
                 };
-                self.last = Some((method, args, answered.clone()));
+                self.last = Some((method.clone(), args.clone(), answered.clone()));
                 answered
             }
         };
-        // The bot may have gone: its answer has nowhere to go, and that is no failure here.
-        let _ = answer.send(answered);
+        if let Err(answered) = answer.send(answered) {
+            // The caller has gone: its SDK will send the write again.
+            if !crate::slack::is_read_method(&method) {
+                self.unanswered.push((method, args, answered));
+            }
+        }
+    }
+
+    /// The answer of a write this call repeats: the run's last call, or a write whose answer
+    /// never reached its caller. A read is made again (its answer may have changed).
+    fn sent_again(&mut self, method: &str, args: &Value) -> Option<Answered> {
+        if crate::slack::is_read_method(method) {
+            return None;
+        }
+        let same = |(m, a, _): &Made| m == method && a == args;
+        if let Some(i) = self.unanswered.iter().position(same) {
+            return Some(self.unanswered.remove(i).2);
+        }
+        self.last
+            .as_ref()
+            .filter(|made| same(made))
+            .map(|(_, _, answered)| answered.clone())
     }
 
     /// The listener is run again from its first step (another replica): a call is no longer
     /// the retry of the one before.
     pub(crate) fn run_again(&mut self) {
         self.last = None;
+        self.unanswered.clear();
     }
 
     /// The first write that failed, if one did.
