@@ -17,7 +17,9 @@ const RUN_NAME = /^[A-Za-z0-9-]{1,64}$/;
 function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fetch } = {}) {
   const configuredApiUrl = withTrailingSlash(apiUrl);
   const runs = new AsyncLocalStorage();
-  const fetch = gatewayFetch(runs, configuredApiUrl, baseFetch);
+  // The placeholder token, once appOptions has it: every call to the gateway carries it.
+  const placeholder = { token: undefined };
+  const fetch = gatewayFetch(runs, configuredApiUrl, baseFetch, placeholder);
 
   function clientOptions(options = {}) {
     return {
@@ -49,8 +51,26 @@ function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fet
     const {
       signingSecret, endpoints, port, customRoutes, signatureVerification, customPropertiesExtractor,
       dispatchErrorHandler, processEventErrorHandler, unhandledRequestHandler, unhandledRequestTimeoutMillis,
-      bodyLimit, ...rest
+      bodyLimit, token, ...rest
     } = options;
+    if (token !== undefined && rest.authorize !== undefined) {
+      throw new Error('slack-once: give appOptions the token or an authorize function, not both');
+    }
+    if (token !== undefined) {
+      // The gateway says which workspace and bot user each request is for: Bolt's single-token
+      // authorization would ask auth.test, once, outside any request, and take its answer for
+      // every workspace.
+      placeholder.token = token;
+      rest.authorize = async (source) => {
+        const run = runs.getStore();
+        return {
+          botToken: token,
+          botUserId: run?.botUser,
+          teamId: run?.team ?? source.teamId,
+          enterpriseId: source.enterpriseId,
+        };
+      };
+    }
     if (!signingSecret && signatureVerification !== false) {
       throw new Error("slack-once: signingSecret is required: the gateway's SLACK_ONCE_GATEWAY_SECRET");
     }
@@ -64,7 +84,7 @@ function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fet
         ...(customPropertiesExtractor ? customPropertiesExtractor(req) : {}),
         slackOnce: requestIdentity(req.headers, configuredApiUrl, signingSecret),
       }),
-    });
+    }, placeholder);
     return { ...rest, receiver, processBeforeResponse: true, clientOptions: clientOptions(options.clientOptions) };
   }
 
@@ -76,15 +96,19 @@ function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fet
  * error handler) inside the request's run, so that the Web API calls it makes name it.
  */
 class GatewayReceiver extends HTTPReceiver {
-  constructor(runs, options) {
+  constructor(runs, options, placeholder) {
     super(options);
     this.slackOnceRuns = runs;
     this.slackOnceLogger = options.logger;
+    this.slackOncePlaceholder = placeholder;
+  }
+
+  get slackOnceToken() {
+    return this.slackOncePlaceholder.token;
   }
 
   init(app) {
-    const { slackOnceRuns: runs } = this;
-    const token = app.client.token;
+    const { slackOnceRuns: runs, slackOnceToken: token } = this;
     const logger = this.slackOnceLogger ?? app.logger;
     super.init({
       processEvent(event) {
@@ -123,6 +147,8 @@ function requestIdentity(headers, configuredApiUrl, signingSecret) {
     key: headers['x-slack-once-key'],
     attempt: Number(headers['x-slack-once-attempt'] ?? 1),
     deadline: Number(headers['x-slack-once-deadline']),
+    team: headerValue(headers['x-slack-once-team']),
+    botUser: headerValue(headers['x-slack-once-bot-user']),
     request,
     apiUrl: typeof apiUrl === 'string' && apiUrl !== '' ? withTrailingSlash(apiUrl) : configuredApiUrl,
   };
@@ -155,18 +181,21 @@ function responseUrlsOf(body) {
  * goes to the run's gateway with `X-Slack-Once-Request`, and a post to the request's
  * response_url becomes `POST {api-url}respond`. Anything else passes as it is.
  */
-function gatewayFetch(runs, configuredApiUrl, baseFetch) {
+function gatewayFetch(runs, configuredApiUrl, baseFetch, placeholder) {
   return async function slackOnceFetch(resource, init = {}) {
     const run = runs.getStore();
     const url = typeof resource === 'string' ? resource : String(resource.href ?? resource.url);
-    if (run === undefined) return baseFetch(resource, init);
-    if (run.responseUrls.includes(url)) return respond(run, init, baseFetch);
-    if (url.startsWith(configuredApiUrl)) {
-      const headers = new Headers(init.headers);
-      headers.set('X-Slack-Once-Request', run.request);
-      return baseFetch(run.apiUrl + url.slice(configuredApiUrl.length), { ...init, headers });
+    if (!url.startsWith(configuredApiUrl) && (run === undefined || !run.responseUrls.includes(url))) {
+      return baseFetch(resource, init);
     }
-    return baseFetch(resource, init);
+    const headers = new Headers(init.headers);
+    // app.client has no token of its own when Bolt authorizes each request: its calls (a
+    // scheduled job's) carry the placeholder as every other call does.
+    if (!headers.has('Authorization') && placeholder.token) headers.set('Authorization', `Bearer ${placeholder.token}`);
+    if (run === undefined) return baseFetch(resource, { ...init, headers });
+    if (run.responseUrls.includes(url)) return respond(run, { ...init, headers }, baseFetch);
+    headers.set('X-Slack-Once-Request', run.request);
+    return baseFetch(run.apiUrl + url.slice(configuredApiUrl.length), { ...init, headers });
   };
 }
 
@@ -190,6 +219,10 @@ async function respond(run, init, baseFetch) {
   }
   if (result && result.ok === false) throw new webApi.WebAPIPlatformError(result);
   return new Response(text, { status: response.status, statusText: response.statusText, headers: response.headers });
+}
+
+function headerValue(value) {
+  return typeof value === 'string' && value !== '' ? value : undefined;
 }
 
 function withTrailingSlash(url) {

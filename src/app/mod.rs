@@ -97,6 +97,8 @@ pub struct Listener {
     take: Take,
     /// The events it is for, as the manifest subscribes them (`message`: any message).
     events: Vec<String>,
+    /// It hears the changes of messages ([`Listener::message_changes`]).
+    hears_changes: bool,
 }
 
 impl std::fmt::Debug for Listener {
@@ -126,6 +128,7 @@ impl Listener {
             including_bots: false,
             take,
             events: Vec::new(),
+            hears_changes: false,
         }
     }
 
@@ -239,12 +242,38 @@ impl Listener {
         let mut listener = Self::new(
             kind,
             Box::new(move |heard| {
-                (heard.callback.event.kind == wanted)
-                    .then(|| prepared(handler.clone(), heard.callback.event.clone()))
+                let event = &heard.callback.event;
+                (event.kind == wanted && !event.changes_a_message())
+                    .then(|| prepared(handler.clone(), event.clone()))
             }),
         )
         .for_events(&[kind]);
         listener.including_bots = true;
+        listener
+    }
+
+    /// Every change of a message (`message_changed`, `message_deleted`, any `message` event of
+    /// a subtype that is not a new message), each event claimed by its own id: what the gateway
+    /// forwards, its bot deciding what it listens to.
+    pub(crate) fn message_changes<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Ctx, Event) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let mut listener = Self::new(
+            "message changes",
+            Box::new(move |heard| {
+                let event = &heard.callback.event;
+                event
+                    .changes_a_message()
+                    .then(|| prepared(handler.clone(), event.clone()))
+            }),
+        )
+        .for_events(&["message"]);
+        listener.including_bots = true;
+        listener.per_event_id = true;
+        listener.hears_changes = true;
         listener
     }
 
@@ -816,6 +845,9 @@ pub struct App {
     assistant: bool,
     /// A listener hears the stop button (`agent_session_stopped`), however it was registered.
     stops: bool,
+    /// A listener hears the changes of messages (`message_changed`, `message_deleted`…), which
+    /// are otherwise acknowledged unanswered (the gateway's bot decides what it listens to).
+    message_changes: bool,
     /// The Workflow Builder steps registered ([`App::function`]), in order.
     functions: Arc<Vec<function::Function>>,
     /// What the author says of the app for its manifest ([`App::with_manifest`]).
@@ -888,6 +920,7 @@ impl App {
     /// ```
     pub fn listen(mut self, listener: Listener) -> Self {
         self.stops |= listener.events.iter().any(|e| e == "agent_session_stopped");
+        self.message_changes |= listener.hears_changes;
         self.listeners.push(listener);
         self
     }
@@ -1319,6 +1352,11 @@ impl App {
     /// Whether the app has an assistant's listener: the threads' contexts are then kept.
     pub(crate) fn keeps_thread_contexts(&self) -> bool {
         self.assistant
+    }
+
+    /// Whether a listener hears the changes of messages (`message_changed`…).
+    pub(crate) fn hears_message_changes(&self) -> bool {
+        self.message_changes
     }
 
     /// Whether the app hears the stop button (`agent_session_stopped`): Slack shows it only

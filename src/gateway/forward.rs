@@ -21,6 +21,10 @@ const API_URL_HEADER: &str = "x-slack-once-api-url";
 const KEY_HEADER: &str = "x-slack-once-key";
 const ATTEMPT_HEADER: &str = "x-slack-once-attempt";
 const DEADLINE_HEADER: &str = "x-slack-once-deadline";
+/// The workspace the request is for, and the bot's user there (an event names it): what a
+/// bot's framework would otherwise ask `auth.test` (Bolt's authorization).
+const TEAM_HEADER: &str = "x-slack-once-team";
+const BOT_USER_HEADER: &str = "x-slack-once-bot-user";
 /// The run's name and the proxy's address, signed: a bot follows the address only if this
 /// verifies, so that a forward replayed with another address cannot send its token elsewhere.
 const HEADERS_SIGNATURE_HEADER: &str = "x-slack-once-signature";
@@ -94,7 +98,16 @@ async fn request(ctx: &Ctx, f: &Forward<'_>) -> Result<Request<Full<Bytes>>, Str
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis();
-    Request::post(f.url.clone())
+    let mut request = Request::post(f.url.clone());
+    for (name, value) in [
+        (TEAM_HEADER, ctx.team()),
+        (BOT_USER_HEADER, ctx.bot_user_id()),
+    ] {
+        if let Some(value) = value.filter(|v| v.bytes().all(|b| b.is_ascii_alphanumeric())) {
+            request = request.header(name, value);
+        }
+    }
+    request
         .header(http::header::CONTENT_TYPE, f.content_type)
         .header(crate::slack::signature::TIMESTAMP_HEADER, now)
         .header(

@@ -78,7 +78,8 @@ impl Gateway {
     }
 
     /// The app whose listeners forward every request to the bot: one per message event type,
-    /// one for every other event, one for every command and interaction.
+    /// one for the changes of messages (each by its event id), one for every other event, one
+    /// for every command and interaction.
     pub fn app(self: &Arc<Self>) -> App {
         let mut app = App::new();
         for kind in MESSAGE_EVENT_TYPES {
@@ -88,6 +89,11 @@ impl Gateway {
                 async move { gateway.run(ctx, None).await }
             }));
         }
+        let gateway = self.clone();
+        app = app.listen(Listener::message_changes(move |ctx: Ctx, _: Event| {
+            let gateway = gateway.clone();
+            async move { gateway.run(ctx, None).await }
+        }));
         let gateway = self.clone();
         app = app.listen(Listener::of_types_other_than(
             &MESSAGE_EVENT_TYPES,

@@ -131,8 +131,12 @@ impl Processor {
             span.record("team", team);
         }
         if let Some(reason) = callback.skip_reason() {
-            tracing::debug!(reason = reason.as_str(), "not answering this event");
-            return Err(Outcome::Skipped(reason));
+            let heard = reason == crate::slack::envelope::SkipReason::NotANewMessage
+                && self.app.hears_message_changes();
+            if !heard {
+                tracing::debug!(reason = reason.as_str(), "not answering this event");
+                return Err(Outcome::Skipped(reason));
+            }
         }
         let route = self.app.route(callback);
         if route.is_empty() {

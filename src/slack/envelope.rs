@@ -300,6 +300,18 @@ impl SkipReason {
 /// joining or leaving a channel.
 const KEPT_WHEN_BY_THE_BOT: &[&str] = &["member_joined_channel", "member_left_channel"];
 
+impl Event {
+    /// A `message` event that changes a message rather than posting one (`message_changed`,
+    /// `message_deleted`, `channel_join`…: a subtype not of [`NEW_MESSAGE_SUBTYPES`]).
+    pub(crate) fn changes_a_message(&self) -> bool {
+        self.kind == "message"
+            && self
+                .subtype
+                .as_deref()
+                .is_some_and(|subtype| !NEW_MESSAGE_SUBTYPES.contains(&subtype))
+    }
+}
+
 impl Envelope {
     /// Parses a verified body, keeping an event's envelope as Slack sent it.
     pub(crate) fn from_delivered(body: &str) -> Result<Envelope, serde_json::Error> {
@@ -385,10 +397,7 @@ impl EventCallback {
                 _ => return Some(SkipReason::OwnMessage),
             }
         }
-        if event.kind == "message"
-            && let Some(subtype) = event.subtype.as_deref()
-            && !NEW_MESSAGE_SUBTYPES.contains(&subtype)
-        {
+        if event.changes_a_message() {
             return Some(SkipReason::NotANewMessage);
         }
         None

@@ -285,7 +285,23 @@ test("the request's identity is the listener's context.slackOnce", async (t) => 
   });
   const deadline = Date.now() + 30_000;
   await forward(botUrl, { ...mention(standin, { run: 'run-k', channel: 'C0K', ts: '1700000006.000600' }), key: 'T0001:C0K:1700000006.000600', attempt: 2, deadline });
-  assert.deepEqual(seen, { key: 'T0001:C0K:1700000006.000600', attempt: 2, deadline, request: 'run-k', apiUrl: standin.apiUrl() });
+  assert.deepEqual(seen, {
+    key: 'T0001:C0K:1700000006.000600', attempt: 2, deadline, request: 'run-k', apiUrl: standin.apiUrl(), team: undefined, botUser: undefined,
+  });
+});
+
+test("Bolt's authorization is the workspace and bot user the gateway names, with no auth.test", async (t) => {
+  const seen = [];
+  const { standin, botUrl } = await setUp(t, (app) => {
+    app.event('app_mention', async ({ context }) => {
+      seen.push([context.teamId, context.botUserId, context.botToken]);
+    });
+  });
+  for (const [team, botUser, ts] of [['T0WSA', 'U0BOTA', '1700000007.000700'], ['T0WSB', 'U0BOTB', '1700000007.000800']]) {
+    await forward(botUrl, { ...mention(standin, { run: `run-${team}`, channel: 'C0A', ts }), team, botUser });
+  }
+  assert.deepEqual(seen, [['T0WSA', 'U0BOTA', PLACEHOLDER_TOKEN], ['T0WSB', 'U0BOTB', PLACEHOLDER_TOKEN]]);
+  assert.deepEqual(standin.apiCalls('auth.test'), [], 'no auth.test: the gateway named the workspace');
 });
 
 test('a forward without a valid run is handled with a warning, its calls named by no run', async (t) => {

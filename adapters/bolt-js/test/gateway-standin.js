@@ -89,7 +89,7 @@ function parseBody(contentType = '', raw) {
  * POSTs `body` to the bot as the gateway forwards it: re-signed with `secret` and a fresh
  * timestamp, with the run's headers. Resolves when the bot's answer has been read.
  */
-async function forward(botUrl, { body, contentType, run, apiUrl, key = `key-${run}`, attempt = 1, deadline = Date.now() + 60_000, secret = GATEWAY_SECRET, headersSecret = secret }) {
+async function forward(botUrl, { body, contentType, run, apiUrl, key = `key-${run}`, attempt = 1, deadline = Date.now() + 60_000, secret = GATEWAY_SECRET, headersSecret = secret, team, botUser }) {
   const timestamp = String(Math.floor(Date.now() / 1000));
   const sign = (key, signed) => `v0=${crypto.createHmac('sha256', key).update(`v0:${timestamp}:${signed}`).digest('hex')}`;
   const signature = sign(secret, body);
@@ -102,6 +102,8 @@ async function forward(botUrl, { body, contentType, run, apiUrl, key = `key-${ru
     'x-slack-once-key': key,
     'x-slack-once-attempt': String(attempt),
     'x-slack-once-deadline': String(deadline),
+    'x-slack-once-team': team,
+    'x-slack-once-bot-user': botUser,
     // The run and the address, signed as the gateway signs them.
     'x-slack-once-signature': run !== undefined && apiUrl !== undefined ? sign(headersSecret, `${run}:${apiUrl}`) : undefined,
   };

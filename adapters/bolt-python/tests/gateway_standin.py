@@ -167,6 +167,8 @@ def forward(
     deadline_ms: int | None = None,
     timeout: float = 30,
     headers_secret: str | None = None,
+    team: str | None = None,
+    bot_user: str | None = None,
 ) -> Answer:
     """POSTs `body` to the bot as the gateway forwards a request from Slack."""
     timestamp = str(int(time.time()))
@@ -182,6 +184,10 @@ def forward(
         headers["X-Slack-Once-Request"] = run
     if api_url is not None:
         headers["X-Slack-Once-Api-Url"] = api_url
+    if team is not None:
+        headers["X-Slack-Once-Team"] = team
+    if bot_user is not None:
+        headers["X-Slack-Once-Bot-User"] = bot_user
     if run is not None and api_url is not None:
         # The run and the address, signed as the gateway signs them (another secret: a forward
         # replayed with an address of its own).
@@ -204,6 +210,7 @@ def app_mention_body(
     thread_ts: str | None = None,
     text: str = f"<@{BOT_USER_ID}> hello",
     user: str = "U0PERSON",
+    team: str = "T0EXAMPLE",
 ) -> str:
     """An Events API envelope of an `app_mention` (in a thread when `thread_ts`), as Slack sends it."""
     event: dict[str, Any] = {
@@ -219,13 +226,13 @@ def app_mention_body(
     return json.dumps(
         {
             "token": "unused",
-            "team_id": "T0EXAMPLE",
+            "team_id": team,
             "api_app_id": "A0APP",
             "event": event,
             "type": "event_callback",
             "event_id": f"Ev{ts.replace('.', '')}",
             "event_time": int(float(ts)),
-            "authorizations": [{"team_id": "T0EXAMPLE", "user_id": BOT_USER_ID, "is_bot": True}],
+            "authorizations": [{"team_id": team, "user_id": BOT_USER_ID, "is_bot": True}],
         }
     )
 

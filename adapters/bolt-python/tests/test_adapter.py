@@ -270,7 +270,7 @@ def test_a_request_signed_with_another_secret_is_refused(gateway, bots):
 
     assert answer.status == 401
     assert ran == []
-    assert [c.method for c in gateway.calls] == ["auth.test"]
+    assert gateway.calls == []
 
 
 def test_a_call_outside_any_request_goes_to_the_configured_url_without_a_run(gateway, bots):
@@ -292,11 +292,11 @@ def test_a_call_outside_any_request_goes_to_the_configured_url_without_a_run(gat
 
     bot.app.client.chat_postMessage(channel="C0REPORTS", text="the nightly report")
 
-    [startup] = gateway.calls_of("auth.test")
+    assert gateway.calls_of("auth.test") == [], "the gateway names the workspace: no auth.test"
     [during, outside] = gateway.calls_of("chat.postMessage")
     assert during.run == "run-before"
     assert outside.args["channel"] == "C0REPORTS"
-    assert startup.run is None and outside.run is None
+    assert outside.run is None
     assert outside.headers["authorization"] == f"Bearer {PROXY_TOKEN}"
     assert [name for name in bot.app.client.headers if name.lower().startswith("x-slack-once")] == []
 
@@ -444,3 +444,29 @@ def test_a_forward_whose_address_is_not_signed_by_the_gateway_is_refused(gateway
     assert answer.status == 400
     assert ran == []
     assert gateway.calls_of_run("run-elsewhere") == []
+
+
+def test_bolts_authorization_is_the_workspace_and_bot_user_the_gateway_names(gateway, bots):
+    seen: list[tuple[str | None, str | None, str | None]] = []
+
+    def listeners(app: App) -> None:
+        @app.event("app_mention")
+        def answer(context):
+            seen.append((context.team_id, context.bot_user_id, context.bot_token))
+
+    bot = bots(gateway.api_url, listeners)
+    for team, bot_user, ts in [("T0WSA", "U0BOTA", "1700000000.000910"), ("T0WSB", "U0BOTB", "1700000000.000920")]:
+        answer = forward(
+            bot.port,
+            secret=SECRET,
+            body=app_mention_body(channel="C0GENERAL", ts=ts, team=team),
+            content_type=JSON,
+            run=f"run-{team}",
+            api_url=gateway.api_url,
+            team=team,
+            bot_user=bot_user,
+        )
+        assert answer.status == 200
+
+    assert seen == [("T0WSA", "U0BOTA", PROXY_TOKEN), ("T0WSB", "U0BOTB", PROXY_TOKEN)]
+    assert gateway.calls_of("auth.test") == []

@@ -76,9 +76,8 @@ async function main(env) {
   for (const name of ['SLACK_BOT_TOKEN', 'SLACK_SIGNING_SECRET']) {
     if (!env[name]) throw new Error(`${name} is not set`);
   }
-  // Bolt's start-up auth.test (no run: the gateway passes it through) runs in the background with
-  // the client's retries; the first request waits for its answer. So the bot and the gateway may
-  // start in either order.
+  // No call at start: the adapter authorizes each request with what the gateway's forward
+  // names. So the bot and the gateway may start in either order.
   const app = buildApp(env);
   const server = await app.start({ port: Number(env.PORT || 3000), host: '127.0.0.1' });
   process.stdout.write(`listening on ${server.address().port}\n`);

@@ -24,9 +24,6 @@ for required in ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"):
 once = SlackOnce(api_url=os.environ.get("SLACK_ONCE_API_URL"))
 app = App(
     signing_secret=os.environ["SLACK_SIGNING_SECRET"],
-    # No auth.test at start, so that the bot may start before the gateway; Bolt's authorization
-    # makes it on the first request instead (a read, outside any run).
-    token_verification_enabled=False,
     **once.app_options(token=os.environ["SLACK_BOT_TOKEN"]),
 )
 once.install(app)

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slack_bolt import App, BoltRequest, BoltResponse
+from slack_bolt import App, BoltContext, BoltRequest, BoltResponse
+from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.context.respond import Respond
 from slack_bolt.context.respond.internals import _build_message
 from slack_bolt.middleware import Middleware
@@ -40,6 +41,8 @@ API_URL_HEADER = "X-Slack-Once-Api-Url"
 KEY_HEADER = "X-Slack-Once-Key"
 ATTEMPT_HEADER = "X-Slack-Once-Attempt"
 DEADLINE_HEADER = "X-Slack-Once-Deadline"
+TEAM_HEADER = "X-Slack-Once-Team"
+BOT_USER_HEADER = "X-Slack-Once-Bot-User"
 SIGNATURE_HEADER = "X-Slack-Once-Signature"
 TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
 
@@ -65,6 +68,8 @@ class SlackOnceRequest:
       finish (its recorded writes are answered from the journal, not made again).
     - `deadline_ms`: Unix milliseconds at which the run's lease ends; a write after it is refused.
     - `api_url`: the Web API proxy this run's calls go to.
+    - `team`, `bot_user`: the workspace the request is for and the bot's user there, when the
+      gateway names them: Bolt's authorization takes them from here, with no `auth.test`.
     """
 
     run: str | None
@@ -72,6 +77,8 @@ class SlackOnceRequest:
     attempt: int | None
     deadline_ms: int | None
     api_url: str
+    team: str | None = None
+    bot_user: str | None = None
 
 
 class GatewayRespond(Respond):
@@ -154,12 +161,28 @@ class SlackOnce:
         given, so it goes here rather than to `App`. `client_options` go to `WebClient`
         (`timeout`, `retry_handlers`, `logger`…).
         """
+        self.token = token or os.environ.get("SLACK_BOT_TOKEN")
         return {
-            "client": WebClient(
-                token=token or os.environ.get("SLACK_BOT_TOKEN"), base_url=self.api_url, **client_options
-            ),
+            "client": WebClient(token=self.token, base_url=self.api_url, **client_options),
             "process_before_response": True,
+            # The gateway names each request's workspace and bot user: Bolt's single-workspace
+            # authorization would ask auth.test outside any request, and take one workspace's
+            # answer for every other.
+            "before_authorize": _ForwardedIdentity(self),
+            # A function of its own: Bolt passes arguments by their names.
+            "authorize": lambda context: self._authorize(context),
         }
+
+    def _authorize(self, context: BoltContext) -> AuthorizeResult:
+        """Bolt's authorization of a forwarded request: the placeholder token, and the workspace
+        and bot user the gateway names."""
+        request = context.get("slack_once")
+        return AuthorizeResult(
+            enterprise_id=context.enterprise_id,
+            team_id=(request.team if request else None) or context.team_id,
+            bot_token=self.token,
+            bot_user_id=request.bot_user if request else None,
+        )
 
     def install(self, app: App) -> None:
         """Adds the global middleware that gives each request its own client bound to its run.
@@ -194,6 +217,8 @@ class SlackOnce:
             attempt=_integer_header(req, ATTEMPT_HEADER),
             deadline_ms=_integer_header(req, DEADLINE_HEADER),
             api_url=api_url,
+            team=_header(req, TEAM_HEADER),
+            bot_user=_header(req, BOT_USER_HEADER),
         )
 
     def _signed(self, req: BoltRequest, run: str, api_url: str) -> bool:
@@ -219,6 +244,32 @@ class SlackOnce:
         if request.run is not None:
             headers[RUN_HEADER] = request.run
         return _client_like(base, base_url=request.api_url, headers=headers, team_id=base.default_params.get("team_id"))
+
+
+class _ForwardedIdentity(Middleware):
+    """Right before Bolt's authorization: the forward's identity read (a malformed or unsigned
+    one answered 400) into `context["slack_once"]`, where authorization finds it."""
+
+    def __init__(self, once: SlackOnce):
+        self.once = once
+
+    def process(
+        self,
+        *,
+        req: BoltRequest,
+        resp: BoltResponse,
+        next: Callable[[], BoltResponse],
+    ) -> BoltResponse | None:
+        try:
+            req.context["slack_once"] = self.once.request_of(req)
+        except ValueError as error:
+            req.context.logger.error(f"slack-once: refused a forwarded request: {error}")
+            return BoltResponse(status=400, body=str(error))
+        return next()
+
+    @property
+    def name(self) -> str:
+        return "SlackOnceForwardedIdentity"
 
 
 class _RunMiddleware(Middleware):
