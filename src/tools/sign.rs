@@ -161,7 +161,11 @@ pub fn freshen_form(bytes: &[u8], now_ms: u64) -> String {
                     // A view submitted is the same submission however often it is sent.
                     if payload["type"] != "view_submission" && payload["type"] != "view_closed" {
                         let action_ts = format!("{}.{}", now_ms / 1000, &n[..6]);
-                        if let Some(actions) = payload["actions"].as_array_mut() {
+                        // `get_mut`: indexing a missing key would add it, as `null` (Bolt then
+                        // fails on a shortcut's `actions: null`, which Slack never sends).
+                        if let Some(actions) =
+                            payload.get_mut("actions").and_then(Value::as_array_mut)
+                        {
                             for action in actions {
                                 action["action_ts"] = action_ts.clone().into();
                             }
@@ -358,6 +362,28 @@ mod tests {
         assert_eq!(
             event["multiValueHeaders"][SIGNATURE_HEADER][0],
             headers[SIGNATURE_HEADER]
+        );
+    }
+
+    #[test]
+    fn a_shortcut_signed_again_gets_no_field_slack_does_not_send() {
+        let shortcut = serde_json::json!({
+            "type": "shortcut", "callback_id": "new_ticket", "trigger_id": "1.2.3",
+            "team": {"id": "T1"}, "user": {"id": "U1"}
+        });
+        let form = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &shortcut.to_string())
+            .finish();
+        let sent = freshen_form(form.as_bytes(), 1_767_225_600_000);
+        let payload: Value = form_urlencoded::parse(sent.as_bytes())
+            .find(|(k, _)| k == "payload")
+            .map(|(_, v)| serde_json::from_str(&v).unwrap())
+            .unwrap();
+        assert!(payload.get("actions").is_none(), "{payload}");
+        assert_ne!(
+            payload["action_ts"],
+            Value::Null,
+            "a new shortcut, its own action_ts"
         );
     }
 
