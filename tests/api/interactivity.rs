@@ -621,7 +621,7 @@ fn every_sample_form_is_the_kind_its_name_says() {
         assert_eq!(i.team(), Some("T0001TEAM"), "{name}");
         seen += 1;
     }
-    assert_eq!(seen, 8);
+    assert_eq!(seen, 12);
 }
 
 #[tokio::test]
