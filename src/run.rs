@@ -88,6 +88,11 @@ pub fn run(app: App) -> ExitCode {
         std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some(),
         std::env::var("AWS_LAMBDA_MAX_CONCURRENCY").ok().as_deref(),
     );
+    block_on(one_thread, serve(app, role))
+}
+
+/// Runs `serving` to its exit code on a runtime of one thread or of every core.
+fn block_on(one_thread: bool, serving: impl std::future::Future<Output = ExitCode>) -> ExitCode {
     let mut builder = if one_thread {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -97,7 +102,7 @@ pub fn run(app: App) -> ExitCode {
         .enable_all()
         .build()
         .expect("the tokio runtime starts")
-        .block_on(serve(app, role))
+        .block_on(serving)
 }
 
 /// Whether the process runs on one thread: on Lambda with one invocation at a time (no
@@ -247,11 +252,7 @@ pub fn run_gateway() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("the tokio runtime starts")
-        .block_on(serve_gateway(role))
+    block_on(false, serve_gateway(role))
 }
 
 const GATEWAY_USAGE: &str = "\

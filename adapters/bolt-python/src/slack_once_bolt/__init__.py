@@ -246,6 +246,15 @@ class SlackOnce:
         return _client_like(base, base_url=request.api_url, headers=headers, team_id=base.default_params.get("team_id"))
 
 
+def _identity_or_refusal(once: SlackOnce, req: BoltRequest) -> SlackOnceRequest | BoltResponse:
+    """The forward's identity, or the 400 a malformed or unsigned one is answered with."""
+    try:
+        return once.request_of(req)
+    except ValueError as error:
+        req.context.logger.error(f"slack-once: refused a forwarded request: {error}")
+        return BoltResponse(status=400, body=str(error))
+
+
 class _ForwardedIdentity(Middleware):
     """Right before Bolt's authorization: the forward's identity read (a malformed or unsigned
     one answered 400) into `context["slack_once"]`, where authorization finds it."""
@@ -260,11 +269,10 @@ class _ForwardedIdentity(Middleware):
         resp: BoltResponse,
         next: Callable[[], BoltResponse],
     ) -> BoltResponse | None:
-        try:
-            req.context["slack_once"] = self.once.request_of(req)
-        except ValueError as error:
-            req.context.logger.error(f"slack-once: refused a forwarded request: {error}")
-            return BoltResponse(status=400, body=str(error))
+        request = _identity_or_refusal(self.once, req)
+        if isinstance(request, BoltResponse):
+            return request
+        req.context["slack_once"] = request
         return next()
 
     @property
@@ -285,11 +293,10 @@ class _RunMiddleware(Middleware):
         resp: BoltResponse,
         next: Callable[[], BoltResponse],
     ) -> BoltResponse | None:
-        try:
-            request = self.once.request_of(req)
-        except ValueError as error:
-            req.context.logger.error(f"slack-once: refused a forwarded request: {error}")
-            return BoltResponse(status=400, body=str(error))
+        # Read before authorization already, unless the app was built without app_options.
+        request = req.context.get("slack_once") or _identity_or_refusal(self.once, req)
+        if isinstance(request, BoltResponse):
+            return request
         client = self.once.client_for(request, req.context.client)
         req.context["slack_once"] = request
         req.context["client"] = client
