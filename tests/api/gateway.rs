@@ -47,14 +47,6 @@ fn replies(slack: &SlackStandin, ts: &str) -> usize {
         .count()
 }
 
-fn eyes(slack: &SlackStandin, ts: &str) -> usize {
-    slack
-        .reactions()
-        .iter()
-        .filter(|(_, t, n)| t == ts && n == "eyes")
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_forward_is_the_requests_bytes_signed_again_and_names_its_run() {

@@ -21,14 +21,6 @@ fn thread_posts(slack: &SlackStandin, ts: &str) -> Vec<Post> {
         .collect()
 }
 
-fn eyes(slack: &SlackStandin, ts: &str) -> usize {
-    slack
-        .reactions()
-        .iter()
-        .filter(|(_, t, n)| t == ts && n == "eyes")
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_replica_whose_balancer_gave_up_cannot_write_into_the_next_replicas_run() {

@@ -13,6 +13,15 @@ pub const GATEWAY_SECRET: &str = "gateway-secret-shared-with-the-bot";
 /// The placeholder the bots are given as their bot token.
 pub const PROXY_TOKEN: &str = "xoxb-placeholder-for-the-gateway";
 
+/// How many `eyes` reactions Slack holds on the message `ts`.
+pub fn eyes(slack: &SlackStandin, ts: &str) -> usize {
+    slack
+        .reactions()
+        .iter()
+        .filter(|(_, t, n)| t == ts && n == "eyes")
+        .count()
+}
+
 /// A free port of 127.0.0.1 (bound and let go: a bot is told to listen there).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
