@@ -19,6 +19,7 @@ import hmac
 import json
 import os
 import re
+from contextvars import ContextVar
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,9 @@ TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
 # The protocol's run name: opaque, at most 64 characters of [A-Za-z0-9-].
 _RUN_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 _API_URL = re.compile(r"https?://[^\s/]+/(\S*/)?")
+
+# The request this thread handles (or handled last): its client, where `app.client`'s calls go.
+_request_client: ContextVar[WebClient | None] = ContextVar("slack_once_request_client", default=None)
 
 # The context keys whose values Bolt binds to the request's client when something reads them
 # (a global middleware's arguments read `say` and `respond`): dropped so that they are built
@@ -163,7 +167,7 @@ class SlackOnce:
         """
         self.token = token or os.environ.get("SLACK_BOT_TOKEN")
         return {
-            "client": WebClient(token=self.token, base_url=self.api_url, **client_options),
+            "client": _AppClient(token=self.token, base_url=self.api_url, **client_options),
             "process_before_response": True,
             # The gateway names each request's workspace and bot user: Bolt's single-workspace
             # authorization would ask auth.test outside any request, and take one workspace's
@@ -296,11 +300,26 @@ class _RunMiddleware(Middleware):
         for name in _CLIENT_BOUND_UTILITIES:
             req.context.pop(name, None)
         req.context["respond"] = GatewayRespond(client=client, response_url=req.context.response_url)
+        # Bolt runs the listeners after the middleware chain has returned, in this thread: the
+        # request's client stays this thread's until the next request it handles sets its own
+        # (a late call names an ended run, and is refused rather than made unjournaled).
+        _request_client.set(client)
         return next()
 
     @property
     def name(self) -> str:
         return "SlackOnce"
+
+
+class _AppClient(WebClient):
+    """The app's own client (`app.client`): a call made while a request is handled in this
+    thread goes through that request's client, under its run, as `client` and `say` do."""
+
+    def api_call(self, api_method: str, **kwargs: Any) -> Any:
+        request_client = _request_client.get()
+        if request_client is not None:
+            return request_client.api_call(api_method, **kwargs)
+        return super().api_call(api_method, **kwargs)
 
 
 def _client_like(base: WebClient, *, base_url: str, headers: dict[str, str], team_id: str | None) -> WebClient:
