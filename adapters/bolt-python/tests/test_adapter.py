@@ -42,9 +42,10 @@ class Bot:
         api_url: str,
         listeners: Callable[[App], None],
         before_install: Callable[[App], None] | None = None,
+        **app_options: Any,
     ) -> None:
         self.once = SlackOnce(api_url=api_url)
-        self.app = App(signing_secret=SECRET, **self.once.app_options(token=PROXY_TOKEN))
+        self.app = App(signing_secret=SECRET, **self.once.app_options(token=PROXY_TOKEN, **app_options))
         if before_install is not None:
             before_install(self.app)
         self.once.install(self.app)
@@ -534,3 +535,35 @@ def test_an_edit_of_the_bots_own_message_is_ignored_as_bolt_ignores_its_own_even
     )
     assert answer.status == 200
     assert heard == [], "the bot's own edit (its chat.update) reached the listener: a bot that edits on edits loops"
+
+
+def test_the_bots_own_events_are_ignored_with_its_own_ids_when_the_forward_names_no_bot_user(gateway, bots):
+    heard: list[str] = []
+
+    def listeners(app: App) -> None:
+        @app.event("message")
+        def changed(event):
+            heard.append(event.get("subtype"))
+
+        @app.event("reaction_added")
+        def reacted(event):
+            heard.append(f"reaction by {event['user']}")
+
+    bot = bots(gateway.api_url, listeners, bot_user_id="U0BOTSELF", bot_id="B0BOT")
+    # An event whose one authorization is a person's (an app with user scopes): the gateway
+    # names no bot user. Bolt with auth.test would know its own and ignore these.
+    own_edit = json.loads(_message_changed_body(author="U0BOTSELF", ts="1700000000.000950"))
+    own_edit["authorizations"] = [{"team_id": "T0EXAMPLE", "user_id": "U0PERSON", "is_bot": False}]
+    own_reaction = dict(own_edit, event_id="EvOwnReaction")
+    own_reaction["event"] = {
+        "type": "reaction_added", "user": "U0BOTSELF", "reaction": "eyes",
+        "item": {"type": "message", "channel": "C0GENERAL", "ts": "1700000000.000950"},
+        "event_ts": "1700000000.000960",
+    }
+    for n, body in enumerate([own_edit, own_reaction]):
+        answer = forward(
+            bot.port, secret=SECRET, body=json.dumps(body), content_type=JSON,
+            run=f"run-own-{n}", api_url=gateway.api_url, team="T0EXAMPLE",
+        )
+        assert answer.status == 200
+    assert heard == [], "the bot's own events reached its listeners"
