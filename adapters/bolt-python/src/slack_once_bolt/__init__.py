@@ -155,7 +155,14 @@ class SlackOnce:
             raise ValueError(f"api_url must be an http(s) URL such as {DEFAULT_API_URL!r}, got {api_url!r}")
         self.api_url = api_url
 
-    def app_options(self, token: str | None = None, **client_options: Any) -> dict[str, Any]:
+    def app_options(
+        self,
+        token: str | None = None,
+        *,
+        bot_user_id: str | None = None,
+        bot_id: str | None = None,
+        **client_options: Any,
+    ) -> dict[str, Any]:
         """`App(**once.app_options(token=...))`: a client whose calls go to the gateway, and
         `process_before_response=True` (the app answers when its listener has ended, which the
         gateway reads as the end of the run).
@@ -164,8 +171,13 @@ class SlackOnce:
         by default `SLACK_BOT_TOKEN` as Bolt reads it. Bolt takes the token from the client it is
         given, so it goes here rather than to `App`. `client_options` go to `WebClient`
         (`timeout`, `retry_handlers`, `logger`…).
+
+        `bot_user_id` and `bot_id` (what `auth.test` would say) are the bot's own where the forward
+        names no bot user (an event authorized for a person): Bolt ignores the bot's own events by
+        them.
         """
         self.token = token or os.environ.get("SLACK_BOT_TOKEN")
+        self.bot_user_id, self.bot_id = bot_user_id, bot_id
         return {
             "client": _AppClient(token=self.token, base_url=self.api_url, **client_options),
             "process_before_response": True,
@@ -185,7 +197,8 @@ class SlackOnce:
             enterprise_id=context.enterprise_id,
             team_id=(request.team if request else None) or context.team_id,
             bot_token=self.token,
-            bot_user_id=request.bot_user if request else None,
+            bot_user_id=(request.bot_user if request else None) or self.bot_user_id,
+            bot_id=self.bot_id,
         )
 
     def install(self, app: App) -> None:
