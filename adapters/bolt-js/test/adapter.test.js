@@ -350,3 +350,25 @@ test("Bolt's ignoreSelf skips the bot's own events with the botId and botUserId 
   }
   assert.deepEqual(heard, [], "the bot's own events reached its listeners");
 });
+
+test('an org-wide (Enterprise Grid) installation: the context names the enterprise, the workspace and the bot user, with no auth.test', async (t) => {
+  const seen = [];
+  const { standin, botUrl } = await setUp(t, (app) => {
+    app.event('app_mention', async ({ context, client, event }) => {
+      seen.push([context.enterpriseId, context.isEnterpriseInstall, context.teamId, context.botUserId]);
+      await client.reactions.add({ channel: event.channel, timestamp: event.ts, name: 'eyes' });
+    });
+  });
+  const body = JSON.stringify({
+    token: 'unused', enterprise_id: 'E0ORG', team_id: 'T0WS', api_app_id: 'A0001', type: 'event_callback', event_id: 'EvOrgWide1', event_time: 1700000000,
+    event: { type: 'app_mention', user: 'U0001', text: '<@UBOT> hello', ts: '1700000009.000100', channel: 'C0ORG', event_ts: '1700000009.000100' },
+    authorizations: [{ enterprise_id: 'E0ORG', team_id: null, user_id: 'UBOT', is_bot: true, is_enterprise_install: true }],
+    is_ext_shared_channel: false,
+  });
+  const answer = await forward(botUrl, { body, contentType: JSON_TYPE, run: 'run-org', apiUrl: standin.apiUrl(), team: 'T0WS', botUser: 'UBOT' });
+  assert.equal(answer.status, 200);
+  assert.deepEqual(seen, [['E0ORG', true, 'T0WS', 'UBOT']]);
+  const [reaction] = standin.apiCalls('reactions.add');
+  assert.equal(reaction.headers['x-slack-once-request'], 'run-org');
+  assert.deepEqual(standin.apiCalls('auth.test'), []);
+});
