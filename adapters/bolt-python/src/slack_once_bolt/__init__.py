@@ -19,8 +19,8 @@ import hmac
 import json
 import os
 import re
-from contextvars import ContextVar
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
