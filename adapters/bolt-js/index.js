@@ -51,7 +51,7 @@ function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fet
     const {
       signingSecret, endpoints, port, customRoutes, signatureVerification, customPropertiesExtractor,
       dispatchErrorHandler, processEventErrorHandler, unhandledRequestHandler, unhandledRequestTimeoutMillis,
-      bodyLimit, token, ...rest
+      bodyLimit, token, botId, botUserId, ...rest
     } = options;
     if (token !== undefined && rest.authorize !== undefined) {
       throw new Error('slack-once: give appOptions the token or an authorize function, not both');
@@ -63,9 +63,12 @@ function slackOnce({ apiUrl = DEFAULT_API_URL, fetch: baseFetch = globalThis.fet
       placeholder.token = token;
       rest.authorize = async (source) => {
         const run = runs.getStore();
+        // The app's own botId and botUserId (Bolt's options that skip auth.test) where the
+        // forward names no bot user: Bolt's ignoreSelf needs them to skip the bot's own events.
         return {
           botToken: token,
-          botUserId: run?.botUser,
+          botId,
+          botUserId: run?.botUser ?? botUserId,
           teamId: run?.team ?? source.teamId,
           enterpriseId: source.enterpriseId,
         };

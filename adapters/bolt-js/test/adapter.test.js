@@ -326,3 +326,49 @@ test('a forward without a valid run is handled with a warning, its calls named b
   ]);
   assert.equal(warnings.filter((w) => w.includes('X-Slack-Once-Request')).length, 2);
 });
+
+test("Bolt's ignoreSelf skips the bot's own events with the botId and botUserId the app gives, when the forward names no bot user", async (t) => {
+  const heard = [];
+  const { standin, botUrl } = await setUp(t, (app) => {
+    app.event('reaction_added', async ({ event }) => { heard.push(`reaction by ${event.user}`); });
+    app.message(async ({ message }) => { heard.push(`message ${message.subtype} by ${message.bot_id}`); });
+  });
+  const envelope = (eventId, event) => JSON.stringify({
+    token: 'unused', team_id: 'T0001', api_app_id: 'A0001', type: 'event_callback', event_id: eventId, event_time: 1700000000,
+    // An event whose one authorization is a person's (an app with user scopes): it names no bot user.
+    event, authorizations: [{ team_id: 'T0001', user_id: 'U0001', is_bot: false }],
+  });
+  // The bot's own reaction, and its own bot_message: Bolt with the app's botUserId and botId
+  // (given to skip auth.test) ignores both.
+  const own = [
+    envelope('EvOwnReaction', { type: 'reaction_added', user: 'UBOT', reaction: 'eyes', item: { type: 'message', channel: 'C0R', ts: '1700000008.000100' }, event_ts: '1700000008.000200' }),
+    envelope('EvOwnBotMessage', { type: 'message', subtype: 'bot_message', bot_id: 'B0BOT', text: 'deploy done', channel: 'C0R', ts: '1700000008.000300', event_ts: '1700000008.000300' }),
+  ];
+  for (const [n, body] of own.entries()) {
+    const answer = await forward(botUrl, { body, contentType: JSON_TYPE, run: `run-self-${n}`, apiUrl: standin.apiUrl(), team: 'T0001' });
+    assert.equal(answer.status, 200);
+  }
+  assert.deepEqual(heard, [], "the bot's own events reached its listeners");
+});
+
+test('an org-wide (Enterprise Grid) installation: the context names the enterprise, the workspace and the bot user, with no auth.test', async (t) => {
+  const seen = [];
+  const { standin, botUrl } = await setUp(t, (app) => {
+    app.event('app_mention', async ({ context, client, event }) => {
+      seen.push([context.enterpriseId, context.isEnterpriseInstall, context.teamId, context.botUserId]);
+      await client.reactions.add({ channel: event.channel, timestamp: event.ts, name: 'eyes' });
+    });
+  });
+  const body = JSON.stringify({
+    token: 'unused', enterprise_id: 'E0ORG', team_id: 'T0WS', api_app_id: 'A0001', type: 'event_callback', event_id: 'EvOrgWide1', event_time: 1700000000,
+    event: { type: 'app_mention', user: 'U0001', text: '<@UBOT> hello', ts: '1700000009.000100', channel: 'C0ORG', event_ts: '1700000009.000100' },
+    authorizations: [{ enterprise_id: 'E0ORG', team_id: null, user_id: 'UBOT', is_bot: true, is_enterprise_install: true }],
+    is_ext_shared_channel: false,
+  });
+  const answer = await forward(botUrl, { body, contentType: JSON_TYPE, run: 'run-org', apiUrl: standin.apiUrl(), team: 'T0WS', botUser: 'UBOT' });
+  assert.equal(answer.status, 200);
+  assert.deepEqual(seen, [['E0ORG', true, 'T0WS', 'UBOT']]);
+  const [reaction] = standin.apiCalls('reactions.add');
+  assert.equal(reaction.headers['x-slack-once-request'], 'run-org');
+  assert.deepEqual(standin.apiCalls('auth.test'), []);
+});

@@ -42,9 +42,10 @@ class Bot:
         api_url: str,
         listeners: Callable[[App], None],
         before_install: Callable[[App], None] | None = None,
+        **app_options: Any,
     ) -> None:
         self.once = SlackOnce(api_url=api_url)
-        self.app = App(signing_secret=SECRET, **self.once.app_options(token=PROXY_TOKEN))
+        self.app = App(signing_secret=SECRET, **self.once.app_options(token=PROXY_TOKEN, **app_options))
         if before_install is not None:
             before_install(self.app)
         self.once.install(self.app)
@@ -470,3 +471,99 @@ def test_bolts_authorization_is_the_workspace_and_bot_user_the_gateway_names(gat
 
     assert seen == [("T0WSA", "U0BOTA", PROXY_TOKEN), ("T0WSB", "U0BOTB", PROXY_TOKEN)]
     assert gateway.calls_of("auth.test") == []
+
+
+def test_app_client_used_inside_a_listener_names_the_requests_run(gateway, bots):
+    def listeners(app: App) -> None:
+        @app.event("app_mention")
+        def answer(event):
+            # The app's module-level client, as many Bolt apps call it from a listener: a write
+            # made while the request is handled, which a second run must not make again.
+            app.client.chat_postMessage(channel=event["channel"], text="hello", thread_ts=event["ts"])
+
+    bot = bots(gateway.api_url, listeners)
+    answer = forward(
+        bot.port,
+        secret=SECRET,
+        body=app_mention_body(channel="C0GENERAL", ts="1700000000.000930"),
+        content_type=JSON,
+        run="run-app-client",
+        api_url=gateway.api_url,
+    )
+    assert answer.status == 200
+    [post] = gateway.calls_of("chat.postMessage")
+    assert post.run == "run-app-client", (
+        "a write through app.client inside a listener went to the gateway unjournaled (no run): "
+        "Slack's retry of the request would make it again"
+    )
+
+
+def _message_changed_body(*, author: str, ts: str) -> str:
+    return json.dumps(
+        {
+            "token": "unused", "team_id": "T0EXAMPLE", "api_app_id": "A0EXAMPLE", "type": "event_callback",
+            "event_id": f"Ev{ts.replace('.', '')}", "event_time": 1700000000,
+            "event": {
+                "type": "message", "subtype": "message_changed", "hidden": True, "channel": "C0GENERAL",
+                "ts": "1700000100.000200", "event_ts": "1700000100.000200",
+                "message": {"type": "message", "user": author, "bot_id": "B0BOT", "text": "edited", "ts": ts},
+                "previous_message": {"type": "message", "user": author, "bot_id": "B0BOT", "text": "before", "ts": ts},
+            },
+            "authorizations": [{"team_id": "T0EXAMPLE", "user_id": author, "is_bot": True}],
+        }
+    )
+
+
+def test_an_edit_of_the_bots_own_message_is_ignored_as_bolt_ignores_its_own_events(gateway, bots):
+    heard: list[str] = []
+
+    def listeners(app: App) -> None:
+        @app.event("message")
+        def changed(event):
+            heard.append(event.get("subtype"))
+
+    bot = bots(gateway.api_url, listeners)
+    answer = forward(
+        bot.port,
+        secret=SECRET,
+        body=_message_changed_body(author="U0BOTSELF", ts="1700000000.000940"),
+        content_type=JSON,
+        run="run-own-edit",
+        api_url=gateway.api_url,
+        team="T0EXAMPLE",
+        bot_user="U0BOTSELF",
+    )
+    assert answer.status == 200
+    assert heard == [], "the bot's own edit (its chat.update) reached the listener: a bot that edits on edits loops"
+
+
+def test_the_bots_own_events_are_ignored_with_its_own_ids_when_the_forward_names_no_bot_user(gateway, bots):
+    heard: list[str] = []
+
+    def listeners(app: App) -> None:
+        @app.event("message")
+        def changed(event):
+            heard.append(event.get("subtype"))
+
+        @app.event("reaction_added")
+        def reacted(event):
+            heard.append(f"reaction by {event['user']}")
+
+    bot = bots(gateway.api_url, listeners, bot_user_id="U0BOTSELF", bot_id="B0BOT")
+    # An event whose one authorization is a person's (an app with user scopes): the gateway
+    # names no bot user. Bolt with auth.test would know its own and ignore these.
+    own_edit = json.loads(_message_changed_body(author="U0BOTSELF", ts="1700000000.000950"))
+    own_edit["authorizations"] = [{"team_id": "T0EXAMPLE", "user_id": "U0PERSON", "is_bot": False}]
+    own_reaction = dict(own_edit, event_id="EvOwnReaction")
+    own_reaction["event"] = {
+        "type": "reaction_added", "user": "U0BOTSELF", "reaction": "eyes",
+        "item": {"type": "message", "channel": "C0GENERAL", "ts": "1700000000.000950"},
+        "event_ts": "1700000000.000960",
+    }
+    for n, body in enumerate([own_edit, own_reaction]):
+        answer = forward(
+            bot.port, secret=SECRET, body=json.dumps(body), content_type=JSON,
+            run=f"run-own-{n}", api_url=gateway.api_url, team="T0EXAMPLE",
+        )
+        assert answer.status == 200
+    assert heard == [], "the bot's own events reached its listeners"

@@ -20,6 +20,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,9 @@ TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
 # The protocol's run name: opaque, at most 64 characters of [A-Za-z0-9-].
 _RUN_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 _API_URL = re.compile(r"https?://[^\s/]+/(\S*/)?")
+
+# The request this thread handles (or handled last): its client, where `app.client`'s calls go.
+_request_client: ContextVar[WebClient | None] = ContextVar("slack_once_request_client", default=None)
 
 # The context keys whose values Bolt binds to the request's client when something reads them
 # (a global middleware's arguments read `say` and `respond`): dropped so that they are built
@@ -151,7 +155,14 @@ class SlackOnce:
             raise ValueError(f"api_url must be an http(s) URL such as {DEFAULT_API_URL!r}, got {api_url!r}")
         self.api_url = api_url
 
-    def app_options(self, token: str | None = None, **client_options: Any) -> dict[str, Any]:
+    def app_options(
+        self,
+        token: str | None = None,
+        *,
+        bot_user_id: str | None = None,
+        bot_id: str | None = None,
+        **client_options: Any,
+    ) -> dict[str, Any]:
         """`App(**once.app_options(token=...))`: a client whose calls go to the gateway, and
         `process_before_response=True` (the app answers when its listener has ended, which the
         gateway reads as the end of the run).
@@ -160,10 +171,15 @@ class SlackOnce:
         by default `SLACK_BOT_TOKEN` as Bolt reads it. Bolt takes the token from the client it is
         given, so it goes here rather than to `App`. `client_options` go to `WebClient`
         (`timeout`, `retry_handlers`, `logger`…).
+
+        `bot_user_id` and `bot_id` (what `auth.test` would say) are the bot's own where the forward
+        names no bot user (an event authorized for a person): Bolt ignores the bot's own events by
+        them.
         """
         self.token = token or os.environ.get("SLACK_BOT_TOKEN")
+        self.bot_user_id, self.bot_id = bot_user_id, bot_id
         return {
-            "client": WebClient(token=self.token, base_url=self.api_url, **client_options),
+            "client": _AppClient(token=self.token, base_url=self.api_url, **client_options),
             "process_before_response": True,
             # The gateway names each request's workspace and bot user: Bolt's single-workspace
             # authorization would ask auth.test outside any request, and take one workspace's
@@ -181,7 +197,8 @@ class SlackOnce:
             enterprise_id=context.enterprise_id,
             team_id=(request.team if request else None) or context.team_id,
             bot_token=self.token,
-            bot_user_id=request.bot_user if request else None,
+            bot_user_id=(request.bot_user if request else None) or self.bot_user_id,
+            bot_id=self.bot_id,
         )
 
     def install(self, app: App) -> None:
@@ -303,11 +320,26 @@ class _RunMiddleware(Middleware):
         for name in _CLIENT_BOUND_UTILITIES:
             req.context.pop(name, None)
         req.context["respond"] = GatewayRespond(client=client, response_url=req.context.response_url)
+        # Bolt runs the listeners after the middleware chain has returned, in this thread: the
+        # request's client stays this thread's until the next request it handles sets its own
+        # (a late call names an ended run, and is refused rather than made unjournaled).
+        _request_client.set(client)
         return next()
 
     @property
     def name(self) -> str:
         return "SlackOnce"
+
+
+class _AppClient(WebClient):
+    """The app's own client (`app.client`): a call made while a request is handled in this
+    thread goes through that request's client, under its run, as `client` and `say` do."""
+
+    def api_call(self, api_method: str, **kwargs: Any) -> Any:
+        request_client = _request_client.get()
+        if request_client is not None:
+            return request_client.api_call(api_method, **kwargs)
+        return super().api_call(api_method, **kwargs)
 
 
 def _client_like(base: WebClient, *, base_url: str, headers: dict[str, str], team_id: str | None) -> WebClient:
