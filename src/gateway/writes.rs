@@ -28,14 +28,12 @@ const JSON_ARGUMENTS: [&str; 8] = [
 /// A write made, its arguments and the answer it was given.
 type Made = (String, Value, Answered);
 
-/// One run's calls: the last one made and the writes whose answers could not be handed back
-/// (an SDK's retry of either is the same step), and the first write that failed.
+/// One run's calls: the writes made (an SDK's retry of one is the same step), and the first
+/// write that failed.
 #[derive(Default)]
 pub(crate) struct RunWrites {
-    last: Option<Made>,
-    /// Writes whose caller had gone when their answer came (its HTTP client gave up, its
-    /// connection was reset): the SDK sends them again, whatever the run made in between.
-    unanswered: Vec<Made>,
+    /// The writes Slack took, in order.
+    made: Vec<Made>,
     failed: Option<BotError>,
 }
 
@@ -53,44 +51,44 @@ impl RunWrites {
                 tracing::info!(method, "the same write sent again: answered as the first");
                 answered
             }
-            None => {
-                let answered = match write(ctx, &method, args.clone()).await {
-                    Ok(body) => Answered::ok(body),
-                    Err(error) => self.refused(&method, error),
-                };
-                self.last = Some((method.clone(), args.clone(), answered.clone()));
-                answered
-            }
+            None => match write(ctx, &method, args.clone()).await {
+                Ok(body) => {
+                    let answered = Answered::ok(body);
+                    if !crate::slack::is_read_method(&method) && answered.0["ok"] == true {
+                        self.made.push((method, args, answered.clone()));
+                    }
+                    answered
+                }
+                Err(error) => self.refused(&method, error),
+            },
         };
-        if let Err(answered) = answer.send(answered) {
-            // The caller has gone: its SDK will send the write again.
-            if !crate::slack::is_read_method(&method) {
-                self.unanswered.push((method, args, answered));
-            }
-        }
+        // The bot may have gone: its answer has nowhere to go, and its SDK sends the write again.
+        let _ = answer.send(answered);
     }
 
-    /// The answer of a write this call repeats: the run's last call, or a write whose answer
-    /// never reached its caller. A read is made again (its answer may have changed).
-    fn sent_again(&mut self, method: &str, args: &Value) -> Option<Answered> {
+    /// The answer of an earlier write of the run that this call repeats, with nothing made
+    /// since that changed what it made (the reaction removed, the message updated again): an
+    /// SDK's retry after a lost answer, whatever the run wrote in between. A read, or a write
+    /// that failed, is made again.
+    fn sent_again(&self, method: &str, args: &Value) -> Option<Answered> {
         if crate::slack::is_read_method(method) {
             return None;
         }
-        let same = |(m, a, _): &Made| m == method && a == args;
-        if let Some(i) = self.unanswered.iter().position(same) {
-            return Some(self.unanswered.remove(i).2);
+        for (m, a, answered) in self.made.iter().rev() {
+            if m == method && a == args {
+                return Some(answered.clone());
+            }
+            if undoes(m, a, method, args) {
+                return None;
+            }
         }
-        self.last
-            .as_ref()
-            .filter(|made| same(made))
-            .map(|(_, _, answered)| answered.clone())
+        None
     }
 
     /// The listener is run again from its first step (another replica): a call is no longer
-    /// the retry of the one before.
+    /// the retry of one before.
     pub(crate) fn run_again(&mut self) {
-        self.last = None;
-        self.unanswered.clear();
+        self.made.clear();
     }
 
     /// The first write that failed, if one did.
@@ -180,6 +178,21 @@ async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError>
     Ok(answer)
 }
 
+/// Whether `later(later_args)`, made after `method(args)`, changes what that made, so that
+/// making `method(args)` again is a write of its own (a reaction added again after its removal).
+fn undoes(later: &str, later_args: &Value, method: &str, args: &Value) -> bool {
+    let same = |keys: &[&str]| keys.iter().all(|k| later_args.get(*k) == args.get(*k));
+    match (method, later) {
+        ("reactions.add", "reactions.remove") | ("reactions.remove", "reactions.add") => {
+            same(&["channel", "timestamp", "name"])
+        }
+        ("chat.update", "chat.update" | "chat.delete") => same(&["channel", "ts"]),
+        ("views.update", "views.update") => same(&["view_id", "external_id"]),
+        ("views.publish", "views.publish") => same(&["user_id"]),
+        _ => false,
+    }
+}
+
 /// A form's JSON arguments (`blocks`, `view`…) as JSON, so that the same write reads the same
 /// whichever way the bot's SDK encodes it, and the metadata slack-once adds to a post merges
 /// with the bot's own.
@@ -206,6 +219,22 @@ mod tests {
         let form = json!({"channel": "C1", "blocks": "[{\"type\":\"divider\"}]", "text": "[x]"});
         let body = json!({"channel": "C1", "blocks": [{"type": "divider"}], "text": "[x]"});
         assert_eq!(with_json_arguments(form), body);
+    }
+
+    #[test]
+    fn a_reaction_removed_since_makes_adding_it_again_a_write_of_its_own() {
+        let eyes = json!({"channel": "C1", "timestamp": "1.2", "name": "eyes"});
+        let tada = json!({"channel": "C1", "timestamp": "1.2", "name": "tada"});
+        assert!(undoes("reactions.remove", &eyes, "reactions.add", &eyes));
+        assert!(!undoes("reactions.remove", &tada, "reactions.add", &eyes));
+        assert!(!undoes("chat.postMessage", &eyes, "reactions.add", &eyes));
+        let edit = json!({"channel": "C1", "ts": "1.3", "text": "b"});
+        assert!(undoes(
+            "chat.update",
+            &edit,
+            "chat.update",
+            &json!({"channel": "C1", "ts": "1.3", "text": "a"})
+        ));
     }
 
     #[test]
