@@ -22,13 +22,24 @@ pub fn eyes(slack: &SlackStandin, ts: &str) -> usize {
         .count()
 }
 
-/// A free port of 127.0.0.1 (bound and let go: a bot is told to listen there).
+/// A free port of 127.0.0.1 for a bot to listen on, told to the gateway before the bot starts.
+/// It is taken below the kernel's ephemeral range (32768 and up here, `ip_local_port_range`),
+/// where nothing binding port 0 and no outgoing connection can take it in the meantime, and
+/// each call of this process takes another.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    // Each test process starts at its own place in the range (by its PID).
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % u32::from(SPAN)) as u16;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = FIRST + (start + n) % SPAN;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// `slack-once gateway` on DynamoDB Local's `table`, Slack at `slack`, forwarding to `bots`.
