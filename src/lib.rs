@@ -320,6 +320,7 @@ impl Application {
     /// `slack-once gateway`: this application forwards to the bot `gateway` names, and serves
     /// the gateway's Web API proxy beside Slack's routes.
     pub fn with_gateway(mut self, gateway: Arc<gateway::Gateway>) -> Self {
+        gateway.relay_through(self.processor.ledger().clone());
         self.routes = Some(gateway::routes(gateway, self.processor.clone()));
         self
     }

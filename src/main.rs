@@ -11,6 +11,12 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("init") => slack_once::tools::init::run(&args[1..]),
         Some("gateway") => slack_once::run_gateway(),
+        // On Lambda, a zip's handler names the gateway (a container image's CMD is an argument).
+        _ if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some()
+            && std::env::var("_HANDLER").is_ok_and(|h| h == "gateway") =>
+        {
+            slack_once::run_gateway()
+        }
         Some("-h" | "--help" | "help") if args.len() == 1 => {
             slack_once::tools::say(format_args!(
                 "{}\n{}",

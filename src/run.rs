@@ -231,10 +231,15 @@ async fn built(config: Config, app: App) -> Result<Application, ExitCode> {
 }
 
 /// `slack-once gateway`: the gateway in front of a bot in any language (see
-/// `docs/gateway.md`), served on `LISTEN_ADDR` until SIGTERM. Exit code 2 on a configuration
+/// `docs/gateway.md`), served on `LISTEN_ADDR` until SIGTERM, or on Lambda (the function's
+/// handler, or its image's command, `gateway`). Exit code 2 on a configuration
 /// error, named.
 pub fn run_gateway() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(2).collect();
+    let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    let args: Vec<String> = std::env::args()
+        .skip_while(|arg| arg != "gateway")
+        .skip(1)
+        .collect();
     let role = match args
         .iter()
         .map(String::as_str)
@@ -252,7 +257,11 @@ pub fn run_gateway() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    block_on(false, serve_gateway(role))
+    let one_thread = one_thread(
+        on_lambda,
+        std::env::var("AWS_LAMBDA_MAX_CONCURRENCY").ok().as_deref(),
+    );
+    block_on(one_thread, serve_gateway(role))
 }
 
 const GATEWAY_USAGE: &str = "\
@@ -263,19 +272,11 @@ usage: slack-once gateway          verify, claim and forward Slack's requests to
                                    with DEDUP_LEASE_SECONDS to answer, serving its calls on /api/";
 
 async fn serve_gateway(role: Option<Role>) -> ExitCode {
-    init_logging(false);
+    init_logging(std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some());
     let config = match configured(role) {
         Ok(config) => config,
         Err(code) => return code,
     };
-    if config.mode == Mode::Lambda {
-        tracing::error!(
-            "configuration error: the gateway runs as a process of its own (a container, a \
-             sidecar, a server), not on Lambda: the bot's calls must reach the process that \
-             holds their request"
-        );
-        return ExitCode::from(2);
-    }
     let lookup = |name: &str| std::env::var(name).ok();
     let gateway = match GatewayConfig::from_lookup(lookup) {
         Ok(gateway) => Gateway::new(gateway),
@@ -284,11 +285,23 @@ async fn serve_gateway(role: Option<Role>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let role = config.role;
+    if gateway.relays_calls() && config.dedup_table.is_none() {
+        tracing::error!(
+            "configuration error: DEDUP_TABLE: the bot's calls are relayed through the ledger \
+             (on Lambda, or with SLACK_ONCE_RELAY_CALLS), which every process must share"
+        );
+        return ExitCode::from(2);
+    }
+    let (role, mode) = (config.role, config.mode);
     let app = match built(config, gateway.app()).await {
         Ok(app) => app.with_gateway(gateway.clone()),
         Err(code) => return code,
     };
+    match (role, mode) {
+        (Role::Ingress, Mode::Lambda) => return ingress_on_lambda(app).await,
+        (Role::Worker, Mode::Lambda) => return worker_on_lambda(app).await,
+        _ => {}
+    }
     let worker = (role == Role::Worker).then(|| (app.worker(), app.config().clone()));
     let server = match app.bind().await {
         Ok(server) => server,

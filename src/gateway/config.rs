@@ -20,6 +20,10 @@ pub struct GatewayConfig {
     /// `None`: `http://` and the address the gateway listens on (127.0.0.1 for an address on
     /// every interface), then `/api/` (see [`api_url_on`]).
     pub api_url: Option<String>,
+    /// `SLACK_ONCE_RELAY_CALLS`: the bot's calls may reach another process of the gateway than
+    /// the one that holds their request (on Lambda, where it is the default; several gateway
+    /// processes behind one address), so the holder takes them from the ledger too.
+    pub relay_calls: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -27,6 +31,7 @@ impl std::fmt::Debug for GatewayConfig {
         f.debug_struct("GatewayConfig")
             .field("bot_urls", &self.bot_urls)
             .field("api_url", &self.api_url)
+            .field("relay_calls", &self.relay_calls)
             .finish_non_exhaustive()
     }
 }
@@ -68,11 +73,32 @@ impl GatewayConfig {
             Some(url) => Some(api_url(url.trim())?),
             None => None,
         };
+        let on_lambda = lookup("AWS_LAMBDA_RUNTIME_API").is_some();
+        let relay_calls = match lookup("SLACK_ONCE_RELAY_CALLS").as_deref().map(str::trim) {
+            None | Some("") => on_lambda,
+            Some("1" | "true") => true,
+            Some("0" | "false") => false,
+            Some(other) => {
+                return Err(GatewayConfigError {
+                    variable: "SLACK_ONCE_RELAY_CALLS",
+                    why: format!("is {other:?}: true or false"),
+                });
+            }
+        };
+        if on_lambda && api_url.is_none() {
+            return Err(GatewayConfigError {
+                variable: "SLACK_ONCE_API_URL",
+                why: "is required on Lambda: the function's URL, then `/api/`, where the bot \
+                      reaches the proxy"
+                    .into(),
+            });
+        }
         Ok(Self {
             bot_urls,
             secret,
             proxy_token,
             api_url,
+            relay_calls,
         })
     }
 }

@@ -13,6 +13,7 @@
 mod config;
 mod forward;
 mod proxy;
+mod relay;
 mod writes;
 
 use std::collections::HashMap;
@@ -29,6 +30,7 @@ use crate::app::{Ack, App, Ctx, HandlerResult, InteractiveListener, Listener};
 use crate::slack::envelope::Event;
 use crate::slack::interaction::{Interaction, Kind};
 use forward::{BotAnswer, BotClient};
+use relay::{Posted, Relay};
 use writes::RunWrites;
 
 /// The event types a message arrives under: each its own listener, so that a message's
@@ -45,6 +47,8 @@ pub struct Gateway {
     api_url: std::sync::OnceLock<String>,
     bot: BotClient,
     runs: Runs,
+    /// The ledger's inboxes of runs: where a call of a run held by another process goes.
+    relay: std::sync::OnceLock<Relay>,
     next_replica: AtomicUsize,
 }
 
@@ -68,6 +72,7 @@ impl Gateway {
             bot: BotClient::new(),
             config,
             runs: Runs::default(),
+            relay: std::sync::OnceLock::new(),
             next_replica: AtomicUsize::new(0),
         })
     }
@@ -75,6 +80,23 @@ impl Gateway {
     /// The gateway listens on `addr`: without `SLACK_ONCE_API_URL`, its proxy is reached there.
     pub fn listening_on(&self, addr: std::net::SocketAddr) {
         let _ = self.api_url.set(api_url_on(addr));
+    }
+
+    /// The gateway's runs are in `ledger`: a call of a run this process does not hold is handed
+    /// to its holder there and, with `SLACK_ONCE_RELAY_CALLS`, this process's runs take calls
+    /// from there.
+    pub(crate) fn relay_through(&self, ledger: Arc<dyn crate::ledger::Ledger>) {
+        let _ = self.relay.set(Relay::new(ledger));
+    }
+
+    /// Whether this process's runs take calls from the ledger too (`SLACK_ONCE_RELAY_CALLS`).
+    pub fn relays_calls(&self) -> bool {
+        self.config.relay_calls
+    }
+
+    /// Where this process's runs take calls from the ledger too.
+    fn relay_for_runs(&self) -> Option<&Relay> {
+        self.relay.get().filter(|_| self.config.relay_calls)
     }
 
     /// The app whose listeners forward every request to the bot: one per message event type,
@@ -152,18 +174,33 @@ impl Gateway {
                 body: body.as_bytes(),
                 content_type,
             };
+            let relay = self.relay_for_runs();
+            let deadline_ms = epoch_ms(ctx.deadline_at());
+            if let Some(relay) = relay {
+                relay.open(run.name(), ctx.team(), deadline_ms).await?;
+            }
+            tracing::debug!(replica = %url, run = run.name(), "forwarding to the bot");
             let forwarded = self.bot.forward(&ctx, request);
             tokio::pin!(forwarded);
+            let mut inbox = tokio::time::interval(relay::RELAY_POLL);
+            inbox.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let result = loop {
                 tokio::select! {
                     biased;
                     Some(call) = queued.recv() => writes.make(&ctx, call).await,
                     result = &mut forwarded => break result,
+                    _ = inbox.tick(), if relay.is_some() => {
+                        let relay = relay.expect("relaying");
+                        relayed(relay, run.name(), false, &mut writes, &ctx, deadline_ms).await;
+                    }
                 }
             };
             // Calls that came in before the answer: the bot made them.
             while let Ok(call) = queued.try_recv() {
                 writes.make(&ctx, call).await;
+            }
+            if let Some(relay) = relay {
+                relayed(relay, run.name(), true, &mut writes, &ctx, deadline_ms).await;
             }
             match result {
                 Ok(answer) if answer.status.is_success() => {
@@ -194,6 +231,50 @@ impl Gateway {
             None => Err(writes.failure_or(&unanswered)),
         }
     }
+}
+
+/// Takes the calls in run `run`'s inbox (`closing`: and closes it), makes them in order, and
+/// writes their answers. A ledger that fails leaves them to the next reading; a closing that
+/// fails leaves them to their proxies, which withdraw them once the run's deadline passed.
+async fn relayed(
+    relay: &Relay,
+    run: &str,
+    closing: bool,
+    writes: &mut RunWrites,
+    ctx: &Ctx,
+    deadline_ms: u64,
+) {
+    let taken = match relay.take(run, closing).await {
+        Ok(taken) => taken,
+        Err(error) => {
+            tracing::warn!(error = %error, "the run's inbox could not be read");
+            return;
+        }
+    };
+    for Posted { id, method, args } in taken {
+        let (answer, answered) = oneshot::channel();
+        writes
+            .make(
+                ctx,
+                Call {
+                    method,
+                    args,
+                    answer,
+                },
+            )
+            .await;
+        let answered = answered
+            .await
+            .unwrap_or_else(|_| Answered::error("slack_once_request_ended"));
+        if let Err(error) = relay.answer(run, &id, &answered, deadline_ms).await {
+            tracing::warn!(error = %error, "a relayed call's answer could not be written");
+        }
+    }
+}
+
+fn epoch_ms(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The acknowledgement Slack gets for a command or an interaction: the bot's answer where

@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
 use super::forward::RUN_HEADER;
+use super::relay::Found;
 use super::{Answered, Call, Gateway};
 use crate::pipeline::Processor;
 use crate::slack::{Args, SlackClient, SlackError};
@@ -93,7 +94,7 @@ async fn answer(proxy: &Proxy, method: &str, request: Request) -> Answered {
 /// The call handed to its run, whose listener makes it and answers.
 async fn in_run(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered {
     let Some(calls) = proxy.gateway.runs.calls_of(run) else {
-        return Answered::error("slack_once_request_ended");
+        return held_elsewhere(proxy, run, method, args).await;
     };
     let (answer, answered) = oneshot::channel();
     let call = Call {
@@ -108,6 +109,32 @@ async fn in_run(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered
     answered
         .await
         .unwrap_or_else(|_| Answered::error("slack_once_request_ended"))
+}
+
+/// A call of a run this process does not hold: handed to its holder through the ledger, or,
+/// a read, made here with the run's workspace while the run is open.
+async fn held_elsewhere(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered {
+    let Some(relay) = proxy.gateway.relay.get() else {
+        return Answered::error("slack_once_request_ended");
+    };
+    if !super::relay::is_run_name(run) {
+        return Answered::error("slack_once_request_ended");
+    }
+    if method == super::writes::RESPOND_METHOD || !crate::slack::is_read_method(method) {
+        return relay.call(run, method, args).await;
+    }
+    let (team, deadline_ms) = match relay.find(run).await {
+        Ok(Found::Open { team, deadline_ms }) => (team, deadline_ms),
+        Ok(Found::Ended) => return Answered::error("slack_once_request_ended"),
+        Err(_) => return Answered::error("slack_once_unavailable"),
+    };
+    let client = match client(proxy, team.as_deref()).await {
+        Ok(client) => client,
+        Err(code) => return Answered::error(code),
+    };
+    let left = deadline_ms.saturating_sub(crate::clock::now_ms());
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(left);
+    slack_answer(client.api(method, &Args::form_from(&args), deadline).await)
 }
 
 /// A call that names no run (a scheduled job, a start-up `auth.test`): made as it is, counted.
@@ -132,7 +159,12 @@ async fn pass_through(proxy: &Proxy, headers: &HeaderMap, method: &str, args: Va
         true => Args::Json(args),
         false => Args::form_from(&args),
     };
-    match client.api(method, &args, deadline).await {
+    slack_answer(client.api(method, &args, deadline).await)
+}
+
+/// Slack's answer to the bot, its errors as Slack's.
+fn slack_answer(answer: Result<Value, SlackError>) -> Answered {
+    match answer {
         Ok(answer) => Answered::ok(answer),
         Err(SlackError::Api { code }) => Answered::error(&code),
         Err(SlackError::RateLimited { .. }) => Answered::error("ratelimited"),

@@ -399,6 +399,11 @@ impl Processor {
         &self.slack
     }
 
+    /// The ledger every request is claimed in.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
     /// The Slack secrets.
     pub fn secrets(&self) -> &Arc<SlackSecrets> {
         &self.secrets

@@ -15,47 +15,6 @@ fn api_url(gateway: &BotProcess) -> String {
     gateway.url().replace("/slack/events", "/api/")
 }
 
-/// The Bolt apps' answer to a mention by U0001: `eyes` on it, `Hello <@U0001>` in its thread.
-fn answered(slack: &SlackStandin, event_id: &str) -> (usize, usize) {
-    let ts = ts_of(event_id);
-    let eyes = slack
-        .reactions()
-        .iter()
-        .filter(|(_, t, n)| *t == ts && n == "eyes")
-        .count();
-    let replies = slack
-        .posted()
-        .iter()
-        .filter(|p| p.body["thread_ts"] == ts.as_str() && p.body["text"] == "Hello <@U0001>")
-        .count();
-    (eyes, replies)
-}
-
-/// The same message as `body` delivered under another event id (a copy Slack sends as another
-/// event).
-fn copy_of(body: &str, event_id: &str) -> String {
-    let mut copy: Value = serde_json::from_str(body).unwrap();
-    copy["event_id"] = event_id.into();
-    copy.to_string()
-}
-
-/// Delivers a mention as Slack does when its first answer is slow: the original and a retry
-/// at once, two later retries, and a copy under another event id.
-async fn deliver_with_retries(http: &HttpClient, url: &str, event_id: &str) {
-    let body = app_mention(event_id, "hello");
-    let (first, retry) = tokio::join!(
-        deliver(http, url, &body, None),
-        deliver(http, url, &body, Some(1))
-    );
-    let mut statuses = vec![first.status, retry.status];
-    for retry in [Some(2), Some(3)] {
-        statuses.push(deliver(http, url, &body, retry).await.status);
-    }
-    let copy = copy_of(&body, &format!("{event_id}Copy"));
-    statuses.push(deliver(http, url, &copy, None).await.status);
-    assert!(statuses.iter().any(StatusCode::is_success), "{statuses:?}");
-}
-
 async fn mentions_through_retries_and_copies(bolt: Bolt) {
     let (table, _) = fresh_table(&dynamodb_endpoint()).await;
     let slack = SlackStandin::start().await;

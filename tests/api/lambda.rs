@@ -2,20 +2,14 @@
 //! binary under a stand-in of the Lambda Runtime API on 127.0.0.1.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use slack_once::Application;
 use slack_once::config::{Config, Secret};
 use slack_once::ledger::MemoryLedger;
 use slack_once::reference_app;
-use tokio::sync::{mpsc, oneshot};
 use tower::ServiceExt;
 
 use crate::helpers::*;
@@ -93,127 +87,7 @@ async fn every_sample_event_gets_the_status_it_should_through_lambda_http_and_th
     );
 }
 
-// ---------------------------------------------------------------- a Lambda Runtime API stand-in
-
-type Invocation = (String, String, u64);
-type Waiting = Arc<Mutex<HashMap<String, oneshot::Sender<Result<String, String>>>>>;
-
-#[derive(Clone)]
-struct RuntimeState {
-    next: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Invocation>>>,
-    waiting: Waiting,
-}
-
-/// Serves `/2018-06-01/runtime/...` as Lambda does, one invocation at a time.
-struct RuntimeApi {
-    addr: std::net::SocketAddr,
-    queue: mpsc::UnboundedSender<Invocation>,
-    state: RuntimeState,
-    _shutdown: oneshot::Sender<()>,
-}
-
-impl RuntimeApi {
-    async fn start() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let state = RuntimeState {
-            next: Arc::new(tokio::sync::Mutex::new(rx)),
-            waiting: Arc::new(Mutex::new(HashMap::new())),
-        };
-        let app = Router::new()
-            .route("/2018-06-01/runtime/invocation/next", get(next))
-            .route(
-                "/2018-06-01/runtime/invocation/{id}/response",
-                post(response),
-            )
-            .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
-            .route("/2018-06-01/runtime/init/error", post(init_error))
-            .with_state(state.clone());
-        let (addr, shutdown) = serve_loopback(app).await;
-        Self {
-            addr,
-            queue: tx,
-            state,
-            _shutdown: shutdown,
-        }
-    }
-
-    /// Invokes the function with `event`, `timeout` from now as its deadline; returns the
-    /// function's response (the API Gateway v2 response JSON) and the deadline in epoch ms.
-    async fn invoke(
-        &self,
-        event: &serde_json::Value,
-        timeout: Duration,
-    ) -> (serde_json::Value, u64) {
-        let id = uuid::Uuid::new_v4().to_string();
-        let deadline = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            + timeout.as_millis() as u64;
-        let (tx, rx) = oneshot::channel();
-        self.state.waiting.lock().unwrap().insert(id.clone(), tx);
-        self.queue.send((id, event.to_string(), deadline)).unwrap();
-        let answer = tokio::time::timeout(timeout + Duration::from_secs(5), rx)
-            .await
-            .expect("the function answered")
-            .unwrap()
-            .unwrap_or_else(|e| panic!("the invocation failed: {e}"));
-        (serde_json::from_str(&answer).unwrap(), deadline)
-    }
-}
-
-async fn next(State(state): State<RuntimeState>) -> Response {
-    let Some((id, event, deadline)) = state.next.lock().await.recv().await else {
-        return http::StatusCode::GONE.into_response();
-    };
-    (
-        [
-            ("lambda-runtime-aws-request-id", id),
-            ("lambda-runtime-deadline-ms", deadline.to_string()),
-            (
-                "lambda-runtime-invoked-function-arn",
-                "arn:aws:lambda:us-east-1:123456789012:function:slack-once".to_string(),
-            ),
-            (
-                "lambda-runtime-trace-id",
-                "Root=1-5bef4de7-ad49b0e87f6ef6c87fc2e700".to_string(),
-            ),
-            ("content-type", "application/json".to_string()),
-        ],
-        event,
-    )
-        .into_response()
-}
-
-async fn response(
-    State(state): State<RuntimeState>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> &'static str {
-    if let Some(tx) = state.waiting.lock().unwrap().remove(&id) {
-        let _ = tx.send(Ok(String::from_utf8_lossy(&body).into_owned()));
-    }
-    "{}"
-}
-
-async fn init_error(body: Bytes) -> &'static str {
-    eprintln!(
-        "the function reported an init error: {}",
-        String::from_utf8_lossy(&body)
-    );
-    "{}"
-}
-
-async fn error(
-    State(state): State<RuntimeState>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> &'static str {
-    if let Some(tx) = state.waiting.lock().unwrap().remove(&id) {
-        let _ = tx.send(Err(String::from_utf8_lossy(&body).into_owned()));
-    }
-    "{}"
-}
+// ---------------------------------------------------------------- the built binary on Lambda
 
 fn lambda_vars(
     runtime: &RuntimeApi,

@@ -19,6 +19,7 @@ mod gateway;
 mod gateway_bolt;
 mod gateway_faults;
 mod gateway_fleet;
+mod gateway_lambda;
 mod gateway_review;
 mod helpers;
 mod identity;

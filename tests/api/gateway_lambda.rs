@@ -1,0 +1,238 @@
+//! `slack-once gateway` on Lambda: the built binary as environments of one function under the
+//! Runtime API stand-in, behind a function URL that makes each request an invocation, on
+//! DynamoDB Local. Slack's requests and the bot's Web API calls reach the same URL, so a call
+//! lands in an environment other than the busy one that holds its request, and is relayed to it
+//! through the ledger.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::json;
+
+use crate::helpers::*;
+
+/// The function's timeout, and so its requests' lease.
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// A function URL in front of `environments` environments of the gateway, forwarding to
+/// `bots`, on DynamoDB Local's `table`.
+struct GatewayFunction {
+    url: FunctionUrl,
+    runtime: Arc<RuntimeApi>,
+    environments: Vec<LambdaEnvironment>,
+    vars: Vec<(&'static str, String)>,
+}
+
+impl GatewayFunction {
+    async fn start(
+        slack: &SlackStandin,
+        table: &str,
+        bots: &[String],
+        environments: usize,
+    ) -> Self {
+        let runtime = Arc::new(RuntimeApi::start().await);
+        let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
+        let mut vars = bot_vars(slack, &dynamodb_endpoint(), table);
+        vars.extend(gateway_vars(bots));
+        vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+        // The forward's line names the event: which environment holds it.
+        vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
+        let mut function = Self {
+            url,
+            runtime,
+            environments: Vec::new(),
+            vars,
+        };
+        for _ in 0..environments {
+            function.add_environment();
+        }
+        function
+    }
+
+    /// Another environment, as Lambda starts one when every other is busy.
+    fn add_environment(&mut self) {
+        let environment = LambdaEnvironment::start(&self.runtime, &["gateway"], &self.vars);
+        self.environments.push(environment);
+    }
+
+    fn logs(&self) -> String {
+        self.environments
+            .iter()
+            .enumerate()
+            .map(|(n, e)| format!("--- environment {n}\n{}", e.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+async fn mentions_on_lambda(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let port = free_port();
+    let function = GatewayFunction::start(&slack, &table, &[BoltReplica::url_on(port)], 3).await;
+    let bot = BoltReplica::start(bolt, port, &function.url.api_url(), &[]);
+    let http = HttpClient::default();
+
+    for n in 0..3 {
+        let event_id = format!("EvLambda{bolt:?}{n}");
+        deliver_with_retries(&http, &function.url.events_url(), &event_id).await;
+        assert_eq!(
+            answered(&slack, &event_id),
+            (1, 1),
+            "bot:\n{}\ngateway:\n{}",
+            bot.log(),
+            function.logs()
+        );
+    }
+    assert_eq!(slack.calls_of("reactions.add"), 3, "no reaction made twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_behind_the_gateway_on_lambda_answers_each_mention_once() {
+    mentions_on_lambda(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_behind_the_gateway_on_lambda_answers_each_mention_once() {
+    mentions_on_lambda(Bolt::Python).await;
+}
+
+/// The environment that holds the request `event_id` is killed after the bot's reaction and
+/// before its reply: the reply, relayed to a holder that is gone, is refused once the run's
+/// deadline has passed; Slack's retry after the lease takes the request over, and the bot, run
+/// again, gets its reaction's recorded answer and replies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_a_holder_killed_between_two_writes_leaves_one_of_each() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let reacted = Arc::new(tokio::sync::Notify::new());
+    let forwards = Arc::new(AtomicUsize::new(0));
+    let replies: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let (reacted, forwards, replies) = (reacted.clone(), forwards.clone(), replies.clone());
+        move |forwarded: Forwarded| {
+            let (reacted, forwards, replies) = (reacted.clone(), forwards.clone(), replies.clone());
+            // A task of its own: a bot's handler goes on when the gateway's connection drops.
+            let handled = tokio::spawn(async move {
+                let first = forwards.fetch_add(1, Ordering::SeqCst) == 0;
+                let event = forwarded.json()["event"].clone();
+                let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+                let reaction = forwarded
+                    .call(
+                        "reactions.add",
+                        json!({"channel": channel, "timestamp": ts, "name": "eyes"}),
+                    )
+                    .await;
+                assert_eq!(reaction["ok"], true, "{reaction}");
+                if first {
+                    reacted.notify_one();
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                let reply = forwarded
+                    .call(
+                        "chat.postMessage",
+                        json!({"channel": channel, "thread_ts": ts, "text": "Hello <@U0001>"}),
+                    )
+                    .await;
+                replies.lock().unwrap().push(reply);
+                (StatusCode::OK, String::new())
+            });
+            async move { handled.await.unwrap() }
+        }
+    })
+    .await;
+    let mut function = GatewayFunction::start(&slack, &table, &[bot.url()], 2).await;
+    let events_url = function.url.events_url();
+    let event_id = "EvLambdaHolderKilled";
+    let body = app_mention(event_id, "hello");
+
+    let first = tokio::spawn({
+        let (url, body) = (events_url.clone(), body.clone());
+        async move {
+            deliver(&HttpClient::default(), &url, &body, None)
+                .await
+                .status
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), reacted.notified())
+        .await
+        .expect("the bot reacted");
+    let holder = function
+        .environments
+        .iter()
+        .position(|e| e.log().contains(event_id))
+        .unwrap_or_else(|| panic!("no environment names the event:\n{}", function.logs()));
+    function.environments[holder].kill();
+    function.add_environment();
+    assert_eq!(
+        first.await.unwrap(),
+        StatusCode::BAD_GATEWAY,
+        "the holder died unanswered"
+    );
+    // The reply waits for the run's holder until the run's deadline, then is withdrawn.
+    for _ in 0..100 {
+        if !replies.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = replies.lock().unwrap().clone();
+    assert_eq!(
+        refused,
+        [json!({"ok": false, "error": "slack_once_request_ended"})],
+        "the dead holder's reply is refused: {}",
+        function.logs()
+    );
+
+    // Slack's retry, once the dead holder's lease has passed.
+    tokio::time::sleep(FUNCTION_TIMEOUT).await;
+    let retry = deliver(&HttpClient::default(), &events_url, &body, Some(1)).await;
+    assert!(
+        retry.status.is_success(),
+        "{:?}\n{}",
+        retry.status,
+        function.logs()
+    );
+    // The reaction's fate died with its holder: made again, as an idempotent write is, it is
+    // still one reaction.
+    let ts = ts_of(event_id);
+    assert_eq!(eyes(&slack, &ts), 1, "{}", function.logs());
+    let thread: Vec<_> = slack
+        .posted()
+        .into_iter()
+        .filter(|p| p.body["thread_ts"] == ts.as_str())
+        .collect();
+    assert_eq!(thread.len(), 1, "one reply: {}", function.logs());
+    assert_eq!(forwards.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the built binary"]
+async fn on_lambda_the_gateway_without_its_url_stops_naming_it() {
+    let runtime = RuntimeApi::start().await;
+    let slack = SlackStandin::start().await;
+    let mut vars = bot_vars(&slack, "http://127.0.0.1:9", "slack-once-test");
+    vars.extend(gateway_vars(&[
+        "http://127.0.0.1:3000/slack/events".to_string()
+    ]));
+    let mut environment = LambdaEnvironment::start(&runtime, &["gateway"], &vars);
+    let mut code = None;
+    for _ in 0..100 {
+        code = environment.exit_code();
+        if code.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(code, Some(2), "{}", environment.log());
+    assert!(
+        environment.log().contains("SLACK_ONCE_API_URL"),
+        "{}",
+        environment.log()
+    );
+}
