@@ -213,4 +213,30 @@ mod tests {
         let api_url = config(&vars).unwrap().api_url;
         assert_eq!(api_url.as_deref(), Some("http://10.0.0.5:3000/api/"));
     }
+
+    #[test]
+    fn on_lambda_calls_are_relayed_and_the_functions_url_is_required() {
+        let mut vars = SECRETS.to_vec();
+        vars.push(("SLACK_ONCE_BOT_URL", "https://bot.example.com/slack/events"));
+        assert!(
+            !config(&vars).unwrap().relay_calls,
+            "a process of its own holds its runs"
+        );
+        vars.push(("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"));
+        let missing = config(&vars).unwrap_err();
+        assert_eq!(missing.variable, "SLACK_ONCE_API_URL");
+        vars.push((
+            "SLACK_ONCE_API_URL",
+            "https://abc.lambda-url.us-east-1.on.aws/api/",
+        ));
+        assert!(config(&vars).unwrap().relay_calls);
+        vars.push(("SLACK_ONCE_RELAY_CALLS", "false"));
+        assert!(!config(&vars).unwrap().relay_calls);
+        vars.pop();
+        vars.push(("SLACK_ONCE_RELAY_CALLS", "sometimes"));
+        assert_eq!(
+            config(&vars).unwrap_err().variable,
+            "SLACK_ONCE_RELAY_CALLS"
+        );
+    }
 }

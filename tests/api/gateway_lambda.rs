@@ -236,3 +236,84 @@ async fn on_lambda_the_gateway_without_its_url_stops_naming_it() {
         environment.log()
     );
 }
+
+/// Deferred mode on Lambda: the ingress function acknowledges Slack once the queue holds the
+/// request; the worker function, invoked with the queue's record as the event source mapping
+/// invokes it, forwards it to a bot slower than Slack's 3 s, whose calls reach the ingress
+/// function's URL and are relayed through the ledger to the worker's invocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn on_lambda_a_slow_bot_in_deferred_mode_answers_once_through_the_worker_function() {
+    let stack = DeferredStack::start(5).await;
+    let bot = HttpBot::start(|forwarded: Forwarded| async move {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let event = forwarded.json()["event"].clone();
+        let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+        let reaction = forwarded
+            .call(
+                "reactions.add",
+                json!({"channel": channel, "timestamp": ts, "name": "eyes"}),
+            )
+            .await;
+        let reply = forwarded
+            .call(
+                "chat.postMessage",
+                json!({"channel": channel, "thread_ts": ts, "text": "Hello <@U0001>"}),
+            )
+            .await;
+        assert_eq!(
+            (&reaction["ok"], &reply["ok"]),
+            (&json!(true), &json!(true))
+        );
+        (StatusCode::OK, String::new())
+    })
+    .await;
+    let ingress_runtime = Arc::new(RuntimeApi::start().await);
+    let ingress_url = FunctionUrl::start(ingress_runtime.clone(), FUNCTION_TIMEOUT).await;
+    let mut ingress_vars = stack.ingress_vars();
+    // The ingress is the proxy too: it relays the bot's calls through the ledger.
+    ingress_vars.extend(dynamodb_env(&stack.dynamodb));
+    ingress_vars.push(("DEDUP_TABLE", stack.table.clone()));
+    ingress_vars.extend(gateway_vars(&[bot.url()]));
+    ingress_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
+    let _ingress: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&ingress_runtime, &["gateway"], &ingress_vars))
+        .collect();
+    let worker_runtime = RuntimeApi::start().await;
+    let mut worker_vars = stack.worker_vars(60, 5);
+    worker_vars.extend(gateway_vars(&[bot.url()]));
+    worker_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
+    worker_vars.push(("SLACK_ONCE_ROLE", "worker".to_string()));
+    let worker = LambdaEnvironment::start(&worker_runtime, &["gateway"], &worker_vars);
+
+    let event_id = "EvLambdaDeferredSlow";
+    let body = app_mention(event_id, "hello");
+    let http = HttpClient::default();
+    let acknowledged = deliver(&http, &ingress_url.events_url(), &body, None).await;
+    assert_eq!(acknowledged.status, StatusCode::OK, "{}", worker.log());
+    let received = stack
+        .queue
+        .client
+        .receive_message()
+        .queue_url(&stack.queue.url)
+        .wait_time_seconds(5)
+        .send()
+        .await
+        .unwrap();
+    let messages = received.messages();
+    assert_eq!(messages.len(), 1, "the ingress queued the request");
+    let message = &messages[0];
+    let batch = json!({"Records": [sqs_record(
+        message.message_id().unwrap(),
+        message.body().unwrap(),
+        1,
+    )]});
+    let (answer, _) = worker_runtime.invoke(&batch, Duration::from_secs(30)).await;
+    assert_eq!(
+        answer["batchItemFailures"],
+        json!([]),
+        "{answer}\n{}",
+        worker.log()
+    );
+    assert_eq!(answered(&stack.slack, event_id), (1, 1), "{}", worker.log());
+}

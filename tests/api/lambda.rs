@@ -285,26 +285,6 @@ async fn on_lambda_the_answer_gets_out_before_the_deadline_though_the_ledger_han
     let _ = child.wait();
 }
 
-/// An SQS record as the event source mapping hands it to the function.
-fn sqs_record(message_id: &str, body: &str, receive_count: u32) -> serde_json::Value {
-    serde_json::json!({
-        "messageId": message_id,
-        "receiptHandle": format!("handle-{message_id}"),
-        "body": body,
-        "attributes": {
-            "ApproximateReceiveCount": receive_count.to_string(),
-            "SentTimestamp": "1767225600000",
-            "SenderId": "AIDAEXAMPLE",
-            "ApproximateFirstReceiveTimestamp": "1767225600001"
-        },
-        "messageAttributes": {},
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:slack-once-work",
-        "awsRegion": "us-east-1"
-    })
-}
-
 /// What the ingress puts on the queue for `envelope`.
 fn queued(envelope: &str) -> String {
     serde_json::json!({

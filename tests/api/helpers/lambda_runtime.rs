@@ -153,6 +153,26 @@ impl RuntimeApi {
     }
 }
 
+/// An SQS record as the event source mapping hands it to the function.
+pub fn sqs_record(message_id: &str, body: &str, receive_count: u32) -> serde_json::Value {
+    serde_json::json!({
+        "messageId": message_id,
+        "receiptHandle": format!("handle-{message_id}"),
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": receive_count.to_string(),
+            "SentTimestamp": "1767225600000",
+            "SenderId": "AIDAEXAMPLE",
+            "ApproximateFirstReceiveTimestamp": "1767225600001"
+        },
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:slack-once-work",
+        "awsRegion": "us-east-1"
+    })
+}
+
 /// A function URL on 127.0.0.1: each request made an invocation of the function behind
 /// `runtime`, with `timeout` as the function's; a function that gives no answer in time is a
 /// 502, as Lambda's URL answers it.
