@@ -51,6 +51,10 @@ pub const EXECUTION_RECORD_TTL: Duration = Duration::from_secs(30 * 86_400);
 
 /// Slack's answer to a completion of an execution that is no longer running.
 pub(crate) const NOT_RUNNING: &str = "execution_not_in_running_state";
+/// Slack's answers to a completion made again after the first was made: the step is no longer
+/// running, its token revoked with it, or the execution gone.
+pub(crate) const COMPLETION_MADE_ALREADY: [&str; 3] =
+    [NOT_RUNNING, "token_revoked", "function_execution_not_found"];
 
 /// The time a run keeps, after its last look at a record another request's run is sending, to
 /// take the mark over and send the completion itself before its own deadline.
@@ -929,7 +933,7 @@ impl Ctx {
             method,
             args,
             Settle::Idempotent,
-            &[NOT_RUNNING, "token_revoked", "function_execution_not_found"],
+            &COMPLETION_MADE_ALREADY,
             announced_elsewhere,
             Returns::Nothing,
         )

@@ -33,6 +33,42 @@ const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// How long a connection to a replica may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The body the bot gets: Slack's, with a Workflow Builder step's own token (`bot_access_token`
+/// of `function_executed`, or of a click or a submission in a step) replaced by the placeholder,
+/// so that the bot's calls with it go through the proxy, which makes them with the step's
+/// token, and a write around the gateway fails at Slack. Every other body is Slack's, byte for
+/// byte.
+pub(crate) fn without_step_token<'b>(
+    body: &'b str,
+    content_type: &str,
+    placeholder: &Secret,
+) -> std::borrow::Cow<'b, str> {
+    let form = content_type.starts_with("application/x-www-form-urlencoded");
+    let token = match form {
+        true => form_urlencoded::parse(body.as_bytes())
+            .find(|(k, _)| k == "payload")
+            .and_then(|(_, payload)| serde_json::from_str::<serde_json::Value>(&payload).ok())
+            .and_then(|p| p["bot_access_token"].as_str().map(str::to_string)),
+        false => serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["event"]["bot_access_token"].as_str().map(str::to_string)),
+    };
+    // Slack's tokens are letters, digits and dashes: the same bytes in a form and in JSON.
+    let Some(token) =
+        token.filter(|t| t.len() >= 8 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    else {
+        return std::borrow::Cow::Borrowed(body);
+    };
+    let placeholder = match form {
+        true => form_urlencoded::byte_serialize(placeholder.expose().as_bytes()).collect(),
+        false => {
+            let quoted = serde_json::Value::from(placeholder.expose()).to_string();
+            quoted[1..quoted.len() - 1].to_string()
+        }
+    };
+    std::borrow::Cow::Owned(body.replace(&token, &placeholder))
+}
+
 /// The HTTP client the forwards go through: plain HTTP or TLS, one pool per process.
 pub(crate) struct BotClient {
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
@@ -142,6 +178,36 @@ pub(crate) fn headers_signature(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steps_token_is_replaced_by_the_placeholder_in_an_event_and_in_a_click() {
+        let placeholder = Secret::new("xoxb-place/holder+of=the-gateway");
+        let event = r#"{"type":"event_callback","event":{"type":"function_executed","bot_access_token":"xwfp-123-abc"}}"#;
+        let forwarded = without_step_token(event, "application/json", &placeholder);
+        assert_eq!(
+            forwarded,
+            event.replace("xwfp-123-abc", "xoxb-place/holder+of=the-gateway")
+        );
+        let payload =
+            r#"{"type":"block_actions","bot_access_token":"xwfp-123-abc","function_data":{}}"#;
+        let form: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", payload)
+            .finish();
+        let forwarded =
+            without_step_token(&form, "application/x-www-form-urlencoded", &placeholder);
+        let (_, sent) = form_urlencoded::parse(forwarded.as_bytes()).next().unwrap();
+        let sent: serde_json::Value = serde_json::from_str(&sent).unwrap();
+        assert_eq!(sent["bot_access_token"], "xoxb-place/holder+of=the-gateway");
+        let message =
+            r#"{"type":"event_callback","event":{"type":"app_mention","text":"xwfp-123-abc"}}"#;
+        assert!(
+            matches!(
+                without_step_token(message, "application/json", &placeholder),
+                std::borrow::Cow::Borrowed(_)
+            ),
+            "a body without a step's token is Slack's, byte for byte"
+        );
+    }
 
     #[test]
     fn the_headers_signature_is_slacks_scheme_over_the_run_and_the_address() {

@@ -146,9 +146,10 @@ impl Gateway {
     async fn run(self: Arc<Self>, ctx: Ctx, kind: Option<Kind>) -> HandlerResult {
         // Deferred mode: the bot is a worker's to call, with the worker's lease.
         ctx.to_a_worker_from_the_ingress().await?;
-        let Some((body, content_type)) = ctx.delivered() else {
+        let Some((delivered, content_type)) = ctx.delivered() else {
             return Err("the request's body as Slack sent it is not at hand".into());
         };
+        let body = forward::without_step_token(&delivered, content_type, &self.config.proxy_token);
         let mut writes = RunWrites::default();
         let mut answered = None;
         let mut unanswered = String::from("no replica was tried in the time left");

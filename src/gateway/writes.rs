@@ -166,6 +166,11 @@ async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError>
         "reactions.add" => (Settle::Idempotent, &["already_reacted"]),
         "reactions.remove" => (Settle::Idempotent, &["no_reaction"]),
         "views.open" | "views.push" => (Settle::View, &[]),
+        // As a step's own completion is made: again, Slack's refusal of a second one its success.
+        "functions.completeSuccess" | "functions.completeError" => (
+            Settle::Idempotent,
+            &crate::app::function::COMPLETION_MADE_ALREADY,
+        ),
         _ => (Settle::AtMostOnce, &[]),
     };
     let answer = ctx

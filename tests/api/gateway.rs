@@ -627,3 +627,94 @@ async fn a_command_behind_the_deferred_gateway_gets_its_content_through_the_resp
     assert_eq!(texts, ["Filing your ticket…", "Ticket: printer"]);
     assert_eq!(bot.received().len(), 1, "the ingress never called the bot");
 }
+
+/// `function_executed` for the execution `execution` of this app's step `summarize`.
+fn step_executed(event_id: &str, execution: &slack_once::testing::StartedExecution) -> String {
+    json!({
+        "token": "unused", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
+        "event_id": event_id, "event_time": now_unix(),
+        "event": {
+            "type": "function_executed",
+            "function": {"id": "Fn0SUMMARY", "callback_id": "summarize", "title": "Summarize",
+                         "type": "app", "app_id": "A0001",
+                         "input_parameters": [], "output_parameters": []},
+            "inputs": {"text": "the quarter"},
+            "function_execution_id": execution.function_execution_id,
+            "workflow_execution_id": execution.workflow_execution_id,
+            "event_ts": format!("{}.000100", now_unix()),
+            "bot_access_token": execution.bot_access_token,
+        },
+        "authorizations": [{"team_id": "T0001", "user_id": BOT_USER, "is_bot": true}]
+    })
+    .to_string()
+}
+
+/// A Workflow Builder step behind the gateway: the bot is given the placeholder in place of the
+/// step's own token, so a write around the gateway fails at Slack; its completion, made through
+/// the proxy with the step's token, is refused by Slack with a 500 on the first run and made
+/// on Slack's retry, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_steps_token_stays_with_the_gateway_and_its_completion_survives_a_5xx() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let execution = slack.start_execution("summarize", json!({"text": "the quarter"}));
+    let tokens: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let tokens = tokens.clone();
+        move |f: Forwarded| {
+            let tokens = tokens.clone();
+            async move {
+                let event = f.json()["event"].clone();
+                tokens
+                    .lock()
+                    .unwrap()
+                    .push(event["bot_access_token"].clone());
+                let done = f
+                    .call(
+                        "functions.completeSuccess",
+                        json!({"function_execution_id": event["function_execution_id"],
+                               "outputs": {"summary": "up"}}),
+                    )
+                    .await;
+                match done["ok"] == true {
+                    true => (StatusCode::OK, String::new()),
+                    false => (StatusCode::INTERNAL_SERVER_ERROR, done.to_string()),
+                }
+            }
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    slack.script_method("functions.completeSuccess", [SlackFailure::Status(500)]);
+    let http = HttpClient::default();
+    let body = step_executed("EvGatewayStep", &execution);
+
+    let first = deliver(&http, &gateway.url(), &body, None).await;
+    assert!(!first.status.is_success(), "{:?}", first.status);
+    let retry = deliver(&http, &gateway.url(), &body, Some(1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", gateway.log());
+
+    let shown = slack.executions();
+    assert_eq!(
+        shown[0]["state"],
+        "completed",
+        "{shown:?}\n{}",
+        gateway.log()
+    );
+    assert_eq!(shown[0]["completions"], 1, "{shown:?}");
+    let tokens = tokens.lock().unwrap().clone();
+    assert_eq!(tokens, [json!(PROXY_TOKEN), json!(PROXY_TOKEN)]);
+    assert!(!gateway.log().contains(&execution.bot_access_token));
+    // What the bot holds opens nothing at Slack.
+    let around = HttpClient::default()
+        .request(
+            "POST",
+            &format!("{}/functions.completeError", slack.base_url),
+            &[("authorization".to_string(), format!("Bearer {PROXY_TOKEN}"))],
+            json!({"function_execution_id": execution.function_execution_id, "error": "no"})
+                .to_string(),
+        )
+        .await;
+    assert_eq!(around.json()["ok"], false, "{}", around.json());
+}

@@ -116,6 +116,20 @@ impl SlackStandin {
         self.slack.script(method, failures);
     }
 
+    /// A workflow reaches a step of this app's (`callback_id`): Slack starts an execution.
+    pub fn start_execution(
+        &self,
+        callback_id: &str,
+        inputs: serde_json::Value,
+    ) -> slack_once::testing::StartedExecution {
+        self.slack.start_execution(callback_id, inputs)
+    }
+
+    /// The executions, as [`FakeSlack::executions`] shows them.
+    pub fn executions(&self) -> Vec<serde_json::Value> {
+        self.slack.executions()
+    }
+
     /// The stand-in's origin (`http://127.0.0.1:PORT`): its response URLs live there.
     pub fn origin(&self) -> String {
         self.base_url.trim_end_matches("/api").to_string()
