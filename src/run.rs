@@ -61,38 +61,47 @@ pub fn run(app: App) -> ExitCode {
             Err(code) => code,
         };
     }
-    let role = match args
+    match role_of(&args, &usage()) {
+        Ok(role) => block_on(serve(app, role)),
+        Err(code) => code,
+    }
+}
+
+/// The role the arguments name (none: serve; `worker`), or the exit code when they ask for
+/// the usage or the version, or are unknown (on Lambda, a container image's command, the
+/// handler's name, is served as ever).
+fn role_of(args: &[String], usage: &str) -> Result<Option<Role>, ExitCode> {
+    match args
         .iter()
         .map(String::as_str)
         .collect::<Vec<_>>()
         .as_slice()
     {
-        [] => None,
-        ["worker"] => Some(Role::Worker),
+        [] => Ok(None),
+        ["worker"] => Ok(Some(Role::Worker)),
         ["-h" | "--help" | "help"] => {
-            say!("{}", usage());
-            return ExitCode::SUCCESS;
+            say!("{usage}");
+            Err(ExitCode::SUCCESS)
         }
         ["-V" | "--version"] => {
             say!("slack-once {VERSION}");
-            return ExitCode::SUCCESS;
+            Err(ExitCode::SUCCESS)
         }
-        // A container image's CMD (the handler's name) on Lambda: served as ever.
-        _ if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() => None,
+        _ if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() => Ok(None),
         other => {
-            eprintln!("unknown arguments {other:?}\n{}", usage());
-            return ExitCode::from(2);
+            eprintln!("unknown arguments {other:?}\n{usage}");
+            Err(ExitCode::from(2))
         }
-    };
+    }
+}
+
+/// Runs `serving` to its exit code on a runtime of one thread (see [`one_thread`]) or of every
+/// core.
+fn block_on(serving: impl std::future::Future<Output = ExitCode>) -> ExitCode {
     let one_thread = one_thread(
         std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some(),
         std::env::var("AWS_LAMBDA_MAX_CONCURRENCY").ok().as_deref(),
     );
-    block_on(one_thread, serve(app, role))
-}
-
-/// Runs `serving` to its exit code on a runtime of one thread or of every core.
-fn block_on(one_thread: bool, serving: impl std::future::Future<Output = ExitCode>) -> ExitCode {
     let mut builder = if one_thread {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -235,33 +244,14 @@ async fn built(config: Config, app: App) -> Result<Application, ExitCode> {
 /// handler, or its image's command, `gateway`). Exit code 2 on a configuration
 /// error, named.
 pub fn run_gateway() -> ExitCode {
-    let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     let args: Vec<String> = std::env::args()
         .skip_while(|arg| arg != "gateway")
         .skip(1)
         .collect();
-    let role = match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [] => None,
-        ["worker"] => Some(Role::Worker),
-        ["-h" | "--help" | "help"] => {
-            say!("{GATEWAY_USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        other => {
-            eprintln!("unknown arguments {other:?}\n{GATEWAY_USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let one_thread = one_thread(
-        on_lambda,
-        std::env::var("AWS_LAMBDA_MAX_CONCURRENCY").ok().as_deref(),
-    );
-    block_on(one_thread, serve_gateway(role))
+    match role_of(&args, GATEWAY_USAGE) {
+        Ok(role) => block_on(serve_gateway(role)),
+        Err(code) => code,
+    }
 }
 
 const GATEWAY_USAGE: &str = "\
