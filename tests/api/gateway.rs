@@ -10,35 +10,6 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-/// A bot that reacts to the mention's message, then replies in its thread: answering 500 when
-/// a call fails, and dying (its connection dropped unanswered) after the reaction when `dies`.
-async fn reacting_bot(dies: bool) -> HttpBot {
-    HttpBot::start(move |f: Forwarded| async move {
-        let event = f.json()["event"].clone();
-        let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
-        let reacted = f
-            .call(
-                "reactions.add",
-                json!({"channel": channel, "timestamp": ts, "name": "eyes"}),
-            )
-            .await;
-        if dies {
-            panic!("killed between its two writes");
-        }
-        let replied = f
-            .call(
-                "chat.postMessage",
-                json!({"channel": channel, "thread_ts": ts, "text": "Hello"}),
-            )
-            .await;
-        match reacted["ok"] == true && replied["ok"] == true {
-            true => (StatusCode::OK, String::new()),
-            false => (StatusCode::INTERNAL_SERVER_ERROR, replied.to_string()),
-        }
-    })
-    .await
-}
-
 fn replies(slack: &SlackStandin, ts: &str) -> usize {
     slack
         .posted()
@@ -52,7 +23,7 @@ fn replies(slack: &SlackStandin, ts: &str) -> usize {
 async fn a_forward_is_the_requests_bytes_signed_again_and_names_its_run() {
     let (table, _) = fresh_table(&dynamodb_endpoint()).await;
     let slack = SlackStandin::start().await;
-    let bot = reacting_bot(false).await;
+    let bot = reacting_bot(false, None).await;
     let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
     let http = HttpClient::default();
 
@@ -106,7 +77,7 @@ async fn a_forward_is_the_requests_bytes_signed_again_and_names_its_run() {
 async fn a_mention_with_slacks_retries_and_a_copy_under_another_event_id_is_answered_once() {
     let (table, _) = fresh_table(&dynamodb_endpoint()).await;
     let slack = SlackStandin::start().await;
-    let bot = reacting_bot(false).await;
+    let bot = reacting_bot(false, None).await;
     let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
     let http = HttpClient::default();
 
@@ -143,8 +114,8 @@ async fn a_mention_with_slacks_retries_and_a_copy_under_another_event_id_is_answ
 async fn a_replica_dying_between_two_writes_is_followed_by_the_next_which_makes_only_the_second() {
     let (table, _) = fresh_table(&dynamodb_endpoint()).await;
     let slack = SlackStandin::start().await;
-    let dying = reacting_bot(true).await;
-    let healthy = reacting_bot(false).await;
+    let dying = reacting_bot(true, None).await;
+    let healthy = reacting_bot(false, None).await;
     let gateway = spawn_gateway(&slack, &table, &[dying.url(), healthy.url()]);
     let http = HttpClient::default();
 
@@ -328,7 +299,7 @@ async fn calls_of_a_run_that_ended_or_without_the_token_are_refused_unmade() {
 async fn a_request_not_signed_by_slack_never_reaches_the_bot() {
     let (table, _) = fresh_table(&dynamodb_endpoint()).await;
     let slack = SlackStandin::start().await;
-    let bot = reacting_bot(false).await;
+    let bot = reacting_bot(false, None).await;
     let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
     let http = HttpClient::default();
 
@@ -348,7 +319,7 @@ async fn a_post_slack_made_but_answered_with_a_5xx_is_found_in_slack_by_the_retr
     let (table, _) = fresh_table(&dynamodb_endpoint()).await;
     let slack = SlackStandin::start().await;
     slack.script_method("chat.postMessage", [SlackFailure::MadeThenStatus(503)]);
-    let bot = reacting_bot(false).await;
+    let bot = reacting_bot(false, None).await;
     let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
     let http = HttpClient::default();
 
@@ -368,12 +339,10 @@ async fn a_post_slack_made_but_answered_with_a_5xx_is_found_in_slack_by_the_retr
     assert_eq!(slack.received().len(), 1, "looked up, not posted again");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DynamoDB Local and the built binary"]
-async fn a_command_is_acknowledged_with_the_bots_answer_and_its_respond_goes_through() {
-    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
-    let slack = SlackStandin::start().await;
-    let bot = HttpBot::start(|f: Forwarded| async move {
+/// A bot answering `/ticket`: `Ticket: printer` in the channel through its `respond`, and
+/// `Filing your ticket…` as its acknowledgement.
+async fn ticket_bot() -> HttpBot {
+    HttpBot::start(|f: Forwarded| async move {
         let answer = f
             .call(
                 "respond",
@@ -384,7 +353,15 @@ async fn a_command_is_acknowledged_with_the_bots_answer_and_its_respond_goes_thr
         let ack = json!({"response_type": "ephemeral", "text": "Filing your ticket…"});
         (StatusCode::OK, ack.to_string())
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_command_is_acknowledged_with_the_bots_answer_and_its_respond_goes_through() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let bot = ticket_bot().await;
     let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
     let http = HttpClient::default();
 
@@ -413,14 +390,10 @@ async fn a_command_is_acknowledged_with_the_bots_answer_and_its_respond_goes_thr
 async fn a_bot_slower_than_slacks_3_s_answers_once_from_the_deferred_gateways_worker() {
     let stack = DeferredStack::start(5).await;
     let bot = HttpBot::start(|f: Forwarded| async move {
-        let event = f.json()["event"].clone();
-        let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
-        let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
-        f.call("reactions.add", eyes).await;
+        f.react().await;
         // An LLM's answer: longer than Slack waits for an acknowledgement.
         tokio::time::sleep(Duration::from_secs(4)).await;
-        let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
-        f.call("chat.postMessage", reply).await;
+        f.reply("Hello").await;
         (StatusCode::OK, String::new())
     })
     .await;
@@ -487,7 +460,7 @@ async fn in_many_workspaces_each_requests_writes_use_its_workspaces_token() {
             .unwrap();
         assert!(imported.status.success(), "{imported:?}");
     }
-    let bot = reacting_bot(false).await;
+    let bot = reacting_bot(false, None).await;
     vars.extend([
         ("SLACK_CLIENT_SECRET", "test-client-secret".to_string()),
         (
@@ -588,18 +561,7 @@ async fn a_bot_running_past_its_lease_has_its_later_writes_refused() {
 #[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn a_command_behind_the_deferred_gateway_gets_its_content_through_the_response_url() {
     let stack = DeferredStack::start(5).await;
-    let bot = HttpBot::start(|f: Forwarded| async move {
-        let answer = f
-            .call(
-                "respond",
-                json!({"response_type": "in_channel", "text": "Ticket: printer"}),
-            )
-            .await;
-        assert_eq!(answer["ok"], true, "{answer}");
-        let ack = json!({"response_type": "ephemeral", "text": "Filing your ticket…"});
-        (StatusCode::OK, ack.to_string())
-    })
-    .await;
+    let bot = ticket_bot().await;
     let (ingress, worker) = spawn_deferred_gateway(&stack, &[bot.url()], 60);
     let http = HttpClient::default();
 

@@ -151,32 +151,9 @@ async fn a_gateway_killed_during_a_post_after_a_replica_failover_leaves_it_to_be
     // The post is made, and Slack's answer never comes back: the gateway is killed waiting.
     slack.script_method("chat.postMessage", [SlackFailure::MadeUnanswered]);
     let posting = Arc::new(tokio::sync::Notify::new());
-    let reacting_then = |dies: bool, posting: Option<Arc<tokio::sync::Notify>>| {
-        HttpBot::start(move |f: Forwarded| {
-            let posting = posting.clone();
-            async move {
-                let event = f.json()["event"].clone();
-                let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
-                let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
-                let reacted = f.call("reactions.add", eyes).await;
-                if dies {
-                    panic!("killed between its two writes");
-                }
-                if let Some(posting) = posting {
-                    posting.notify_one();
-                }
-                let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
-                let replied = f.call("chat.postMessage", reply).await;
-                match reacted["ok"] == true && replied["ok"] == true {
-                    true => (StatusCode::OK, String::new()),
-                    false => (StatusCode::INTERNAL_SERVER_ERROR, replied.to_string()),
-                }
-            }
-        })
-    };
     // Replica A reacts and dies; replica B replays the reaction and posts (step 2).
-    let dying = reacting_then(true, None).await;
-    let healthy = reacting_then(false, Some(posting.clone())).await;
+    let dying = reacting_bot(true, None).await;
+    let healthy = reacting_bot(false, Some(posting.clone())).await;
     let lease = [("DEDUP_LEASE_SECONDS", "2".to_string())];
     let mut first = spawn_gateway_with(&slack, &table, &[dying.url(), healthy.url()], &lease[..]);
     let http = HttpClient::default();
@@ -199,7 +176,7 @@ async fn a_gateway_killed_during_a_post_after_a_replica_failover_leaves_it_to_be
 
     // After the lease, Slack's retry reaches another gateway on the same table.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let third = reacting_then(false, None).await;
+    let third = reacting_bot(false, None).await;
     let second = spawn_gateway_with(&slack, &table, &[third.url()], &lease[..]);
     let retry = deliver(&http, &second.url(), &body, Some(1)).await;
     assert_eq!(retry.status, StatusCode::OK, "{}", second.log());
@@ -328,19 +305,7 @@ async fn a_deferred_gateways_worker_killed_during_a_post_leaves_it_to_the_redeli
     stack
         .slack
         .script_method("chat.postMessage", [SlackFailure::MadeUnanswered]);
-    let bot = HttpBot::start(|f: Forwarded| async move {
-        let event = f.json()["event"].clone();
-        let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
-        let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
-        let reacted = f.call("reactions.add", eyes).await;
-        let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
-        let replied = f.call("chat.postMessage", reply).await;
-        match reacted["ok"] == true && replied["ok"] == true {
-            true => (StatusCode::OK, String::new()),
-            false => (StatusCode::INTERNAL_SERVER_ERROR, replied.to_string()),
-        }
-    })
-    .await;
+    let bot = reacting_bot(false, None).await;
     let (ingress, mut worker) = spawn_deferred_gateway(&stack, &[bot.url()], 3);
     let http = HttpClient::default();
 
@@ -707,18 +672,13 @@ async fn a_messages_two_events_each_reach_their_listener_and_each_writes_once() 
     let bot = HttpBot::start(move |f: Forwarded| {
         let kept = kept.clone();
         async move {
-            let event = f.json()["event"].clone();
-            let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
-            let kind = event["type"].as_str().unwrap_or_default().to_string();
+            let kind = f.json()["event"]["type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let answer = match kind.as_str() {
-                "message" => {
-                    let eyes = json!({"channel": channel, "timestamp": ts, "name": "eyes"});
-                    f.call("reactions.add", eyes).await
-                }
-                _ => {
-                    let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello"});
-                    f.call("chat.postMessage", reply).await
-                }
+                "message" => f.react().await,
+                _ => f.reply("Hello").await,
             };
             let ok = answer["ok"] == true;
             kept.lock().unwrap().push((kind, answer));

@@ -276,6 +276,26 @@ impl Forwarded {
         serde_json::from_slice(&self.body).unwrap_or_default()
     }
 
+    /// The channel and `ts` of the message the forwarded event is about.
+    pub fn message(&self) -> (serde_json::Value, serde_json::Value) {
+        let event = self.json()["event"].clone();
+        (event["channel"].clone(), event["ts"].clone())
+    }
+
+    /// `eyes` on the event's message, through the gateway's proxy.
+    pub async fn react(&self) -> serde_json::Value {
+        let (channel, ts) = self.message();
+        let eyes = serde_json::json!({"channel": channel, "timestamp": ts, "name": "eyes"});
+        self.call("reactions.add", eyes).await
+    }
+
+    /// `text` in the thread of the event's message, through the gateway's proxy.
+    pub async fn reply(&self, text: &str) -> serde_json::Value {
+        let (channel, ts) = self.message();
+        let reply = serde_json::json!({"channel": channel, "thread_ts": ts, "text": text});
+        self.call("chat.postMessage", reply).await
+    }
+
     /// Calls `method` on the gateway's proxy as this request's run, as an SDK does (a JSON
     /// body, the placeholder token).
     pub async fn call(&self, method: &str, args: serde_json::Value) -> serde_json::Value {
@@ -304,6 +324,30 @@ impl Forwarded {
         assert_eq!(answer.status, StatusCode::OK, "the proxy answers 200");
         answer.json()
     }
+}
+
+/// A bot that reacts to the mention's message, then replies `Hello` in its thread: answering
+/// 500 when a call fails, and dying (its connection dropped unanswered) after the reaction when
+/// `dies`; telling `posting`, if given, before it replies.
+pub async fn reacting_bot(dies: bool, posting: Option<Arc<tokio::sync::Notify>>) -> HttpBot {
+    HttpBot::start(move |f: Forwarded| {
+        let posting = posting.clone();
+        async move {
+            let reacted = f.react().await;
+            if dies {
+                panic!("killed between its two writes");
+            }
+            if let Some(posting) = posting {
+                posting.notify_one();
+            }
+            let replied = f.reply("Hello").await;
+            match reacted["ok"] == true && replied["ok"] == true {
+                true => (StatusCode::OK, String::new()),
+                false => (StatusCode::INTERNAL_SERVER_ERROR, replied.to_string()),
+            }
+        }
+    })
+    .await
 }
 
 type BotHandler = Arc<
