@@ -42,10 +42,18 @@ struct Inbox {
     /// The workspace the run answers (a read is made with its token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     team: Option<String>,
-    /// How many calls the holder has taken.
-    taken: usize,
+    /// The names of the calls the holder has taken, in order: a call is taken once, and a
+    /// proxy or a holder whose write's answer was lost reads here whether it was written.
+    taken: Vec<String>,
     /// The calls appended and not yet taken, in order.
     calls: Vec<Posted>,
+}
+
+impl Inbox {
+    /// Whether call `id` was appended (and is waiting, or taken).
+    fn holds(&self, id: &str) -> bool {
+        self.taken.iter().any(|t| t == id) || self.calls.iter().any(|c| c.id == id)
+    }
 }
 
 /// A call appended to an inbox.
@@ -57,6 +65,13 @@ pub(crate) struct Posted {
     pub method: String,
     /// Its arguments, as one JSON object.
     pub args: Value,
+}
+
+/// The calls a holder's take may have taken, its write's answer lost: whether the write was
+/// made is read at the next take, in the names the inbox holds as taken.
+#[derive(Default)]
+pub(crate) struct Takes {
+    unconfirmed: Vec<Posted>,
 }
 
 /// What a proxy learns of a run it does not hold.
@@ -93,7 +108,7 @@ impl Relay {
             open: true,
             deadline_ms,
             team: team.map(str::to_string),
-            taken: 0,
+            taken: Vec::new(),
             calls: Vec::new(),
         };
         let now = crate::clock::now_ms();
@@ -108,33 +123,50 @@ impl Relay {
     }
 
     /// The holder takes the calls appended since it last took (none read: no write); `closing`,
-    /// and closes the inbox with them, so that a later call is refused.
-    pub(crate) async fn take(&self, run: &str, closing: bool) -> Result<Vec<Posted>, LedgerError> {
+    /// and closes the inbox with them, so that a later call is refused. A take whose write's
+    /// answer was lost (an error, or a conflict with itself sent again) is kept in `takes`: its
+    /// calls are returned once the inbox shows them taken.
+    pub(crate) async fn take(
+        &self,
+        run: &str,
+        closing: bool,
+        takes: &mut Takes,
+    ) -> Result<Vec<Posted>, LedgerError> {
         let key = inbox_key(run);
         loop {
             let now = crate::clock::now_ms();
             let Some((read, mut inbox)) = self.inbox(&key, now).await? else {
                 return Ok(Vec::new());
             };
+            let mut taken: Vec<Posted> = std::mem::take(&mut takes.unconfirmed)
+                .into_iter()
+                .filter(|call| inbox.taken.contains(&call.id))
+                .collect();
             if inbox.calls.is_empty() && (!closing || !inbox.open) {
-                return Ok(Vec::new());
+                return Ok(taken);
             }
-            let taken: Vec<Posted> = inbox.calls.drain(..).collect();
-            inbox.taken += taken.len();
+            let new: Vec<Posted> = inbox.calls.drain(..).collect();
+            inbox.taken.extend(new.iter().map(|call| call.id.clone()));
             inbox.open &= !closing;
+            taken.extend(new);
             let until = kept_until(inbox.deadline_ms);
             match self
                 .ledger
                 .replace_note(&key, Some(&read), &to_json(&inbox), now, until, now)
-                .await?
+                .await
             {
-                NotePut::Written => return Ok(taken),
-                NotePut::Conflict => continue,
+                Ok(NotePut::Written) => return Ok(taken),
+                Ok(NotePut::Conflict) => takes.unconfirmed = taken,
+                Err(error) => {
+                    takes.unconfirmed = taken;
+                    return Err(error);
+                }
             }
         }
     }
 
-    /// The holder writes the answer to call `id` of run `run`.
+    /// The holder writes the answer to call `id` of run `run`. A write that fails is tried
+    /// again while its proxy waits for it (until a little past the run's deadline).
     pub(crate) async fn answer(
         &self,
         run: &str,
@@ -142,15 +174,27 @@ impl Relay {
         answered: &Answered,
         deadline_ms: u64,
     ) -> Result<(), LedgerError> {
-        let now = crate::clock::now_ms();
-        self.ledger
-            .set_note(
-                &answer_key(run, id),
-                &answered.0.to_string(),
-                now,
-                kept_until(deadline_ms),
-            )
-            .await
+        let key = answer_key(run, id);
+        let value = answered.0.to_string();
+        let mut pause = RELAY_POLL;
+        loop {
+            let now = crate::clock::now_ms();
+            match self
+                .ledger
+                .set_note(&key, &value, now, kept_until(deadline_ms))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(error @ LedgerError::Unavailable(_))
+                    if now < deadline_ms + TAKEN_GRACE.as_millis() as u64 =>
+                {
+                    tracing::warn!(error = %error, "a relayed call's answer could not be written: writing it again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// What a proxy finds of run `run`.
@@ -188,34 +232,47 @@ impl Relay {
             method: method.to_string(),
             args,
         };
-        let Some((index, deadline_ms)) = self.post(run, &posted).await? else {
+        let Some(deadline_ms) = self.post(run, &posted).await? else {
             tracing::debug!(run, method, "a call of a run that is not open: refused");
             return Ok(Answered::error("slack_once_request_ended"));
         };
-        tracing::debug!(run, method, index, "a call relayed to its run's holder");
+        tracing::debug!(run, method, "a call relayed to its run's holder");
         let answer = answer_key(run, &posted.id);
-        let mut withdrawn_at = None;
+        let grace = TAKEN_GRACE.as_millis() as u64;
+        let mut taken_at = None;
         loop {
             tokio::time::sleep(RELAY_POLL).await;
             let now = crate::clock::now_ms();
-            if let Some(answered) = self.ledger.note(&answer, now).await? {
-                let body = serde_json::from_str(&answered).unwrap_or_else(
-                    |_| serde_json::json!({"ok": false, "error": "slack_once_unavailable"}),
-                );
-                return Ok(Answered(body));
+            match self.ledger.note(&answer, now).await {
+                Ok(Some(answered)) => {
+                    let body = serde_json::from_str(&answered).unwrap_or_else(
+                        |_| serde_json::json!({"ok": false, "error": "slack_once_unavailable"}),
+                    );
+                    return Ok(Answered(body));
+                }
+                Ok(None) => {}
+                // The call is in the inbox, or made: a read that failed is read again, the
+                // call not given up while its holder may make it.
+                Err(error) => {
+                    tracing::debug!(error = %error, "a relayed call's answer could not be read")
+                }
             }
             if now < deadline_ms {
                 continue;
             }
             // Past the run's deadline: the holder is gone, or about to end the run.
-            match withdrawn_at {
-                None if self.withdraw(run, &posted.id, index).await? => {
-                    tracing::debug!(run, method, "a call its holder never took: withdrawn");
-                    return Ok(Answered::error("slack_once_request_ended"));
-                }
-                // Taken: its answer is on the way, unless the holder died making it.
-                None => withdrawn_at = Some(now),
-                Some(at) if now > at + TAKEN_GRACE.as_millis() as u64 => {
+            match taken_at {
+                None => match self.withdraw(run, &posted.id).await {
+                    Ok(true) => {
+                        tracing::debug!(run, method, "a call its holder never took: withdrawn");
+                        return Ok(Answered::error("slack_once_request_ended"));
+                    }
+                    // Taken: its answer is on the way, unless the holder died making it.
+                    Ok(false) => taken_at = Some(now),
+                    Err(error) if now > deadline_ms + grace => return Err(error),
+                    Err(_) => {}
+                },
+                Some(at) if now > at + grace => {
                     tracing::warn!(
                         method,
                         "the run's holder took a call and wrote no answer: it may have been made"
@@ -227,19 +284,23 @@ impl Relay {
         }
     }
 
-    /// Appends `posted` to the open inbox of run `run`: its place among the run's calls, and the
-    /// run's deadline; `None` when the run is not open.
-    async fn post(&self, run: &str, posted: &Posted) -> Result<Option<(usize, u64)>, LedgerError> {
+    /// Appends `posted` to the open inbox of run `run`: the run's deadline; `None` when the run
+    /// is not open. A write whose answer was lost (a conflict with itself sent again, or an
+    /// error) is read in the inbox: appended once, whether taken since or not.
+    async fn post(&self, run: &str, posted: &Posted) -> Result<Option<u64>, LedgerError> {
         let key = inbox_key(run);
+        let mut tried = false;
         loop {
             let now = crate::clock::now_ms();
             let Some((read, mut inbox)) = self.inbox(&key, now).await? else {
                 return Ok(None);
             };
+            if tried && inbox.holds(&posted.id) {
+                return Ok(Some(inbox.deadline_ms));
+            }
             if !inbox.open || now >= inbox.deadline_ms {
                 return Ok(None);
             }
-            let index = inbox.taken + inbox.calls.len();
             inbox.calls.push(posted.clone());
             let value = to_json(&inbox);
             if value.len() > MAX_INBOX_BYTES {
@@ -251,25 +312,38 @@ impl Relay {
             match self
                 .ledger
                 .replace_note(&key, Some(&read), &value, now, until, now)
-                .await?
+                .await
             {
-                NotePut::Written => return Ok(Some((index, inbox.deadline_ms))),
-                NotePut::Conflict => continue,
+                Ok(NotePut::Written) => return Ok(Some(inbox.deadline_ms)),
+                Ok(NotePut::Conflict) => tried = true,
+                Err(error) => {
+                    let now = crate::clock::now_ms();
+                    return match self.inbox(&key, now).await {
+                        Ok(Some((_, inbox))) if inbox.holds(&posted.id) => {
+                            Ok(Some(inbox.deadline_ms))
+                        }
+                        _ => Err(error),
+                    };
+                }
             }
         }
     }
 
-    /// Withdraws call `id` (at `index`) from run `run`'s inbox unless it was taken: whether it
-    /// was withdrawn (or its inbox is gone), so that it will never be made.
-    async fn withdraw(&self, run: &str, id: &str, index: usize) -> Result<bool, LedgerError> {
+    /// Withdraws call `id` from run `run`'s inbox unless it was taken: whether it was
+    /// withdrawn (or its inbox is gone), so that it will never be made.
+    async fn withdraw(&self, run: &str, id: &str) -> Result<bool, LedgerError> {
         let key = inbox_key(run);
         loop {
             let now = crate::clock::now_ms();
             let Some((read, mut inbox)) = self.inbox(&key, now).await? else {
                 return Ok(true);
             };
-            if inbox.taken > index {
+            if inbox.taken.iter().any(|t| t == id) {
                 return Ok(false);
+            }
+            if !inbox.calls.iter().any(|call| call.id == id) {
+                // Withdrawn already: this very write, its answer lost.
+                return Ok(true);
             }
             inbox.calls.retain(|call| call.id != id);
             let until = kept_until(inbox.deadline_ms);
@@ -326,13 +400,184 @@ pub(crate) fn is_run_name(run: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
     use super::*;
-    use crate::ledger::MemoryLedger;
+    use crate::ledger::{
+        Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, MemoryLedger, Settled, StateItem,
+        StatePut, StateWrite, StepRecord,
+    };
 
     const RUN: &str = "0123456789abcdef0123456789abcdef";
 
     fn relay() -> Relay {
         Relay::new(Arc::new(MemoryLedger::new()))
+    }
+
+    /// A note operation of the ledger.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum NoteOp {
+        Read,
+        Set,
+        Replace,
+    }
+
+    /// What happens to a note operation, as DynamoDB and its SDK can make it happen.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Fault {
+        /// Refused, not applied (throttled past the SDK's own retries).
+        Refused,
+        /// Applied, its answer lost: the SDK sends it again, and the retry's condition finds
+        /// the write applied (a conflict).
+        AppliedThenConflict,
+        /// Applied, and every answer lost: an error.
+        AppliedThenRefused,
+    }
+
+    /// The memory ledger, with a fault on the next note operation of a kind on keys that start
+    /// with a prefix.
+    struct FaultyLedger {
+        inner: MemoryLedger,
+        armed: Mutex<Option<(NoteOp, &'static str, Fault)>>,
+    }
+
+    impl FaultyLedger {
+        fn new() -> Arc<Self> {
+            Arc::new(Self {
+                inner: MemoryLedger::new(),
+                armed: Mutex::new(None),
+            })
+        }
+
+        fn arm(&self, op: NoteOp, prefix: &'static str, fault: Fault) {
+            *self.armed.lock().unwrap() = Some((op, prefix, fault));
+        }
+
+        fn fired(&self) -> bool {
+            self.armed.lock().unwrap().is_none()
+        }
+
+        fn fault(&self, op: NoteOp, key: &EventId) -> Option<Fault> {
+            let mut armed = self.armed.lock().unwrap();
+            match *armed {
+                Some((o, prefix, fault)) if o == op && key.as_str().starts_with(prefix) => {
+                    *armed = None;
+                    Some(fault)
+                }
+                _ => None,
+            }
+        }
+    }
+
+    fn refused() -> LedgerError {
+        LedgerError::Unavailable("ProvisionedThroughputExceededException".into())
+    }
+
+    #[async_trait]
+    impl Ledger for FaultyLedger {
+        async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, LedgerError> {
+            self.inner.claim(request).await
+        }
+        async fn begin_step(
+            &self,
+            held: Held<'_>,
+            step: u32,
+            intent: &StepRecord,
+            settled: &[Settled],
+            now_ms: u64,
+        ) -> Result<(), LedgerError> {
+            self.inner
+                .begin_step(held, step, intent, settled, now_ms)
+                .await
+        }
+        async fn alias(&self, request: &AliasRequest<'_>) -> Result<Alias, LedgerError> {
+            self.inner.alias(request).await
+        }
+        async fn set_note(
+            &self,
+            key: &EventId,
+            value: &str,
+            at_ms: u64,
+            expires_at_s: u64,
+        ) -> Result<(), LedgerError> {
+            let fault = self.fault(NoteOp::Set, key);
+            if fault == Some(Fault::Refused) {
+                return Err(refused());
+            }
+            self.inner.set_note(key, value, at_ms, expires_at_s).await?;
+            match fault {
+                Some(Fault::AppliedThenRefused) => Err(refused()),
+                _ => Ok(()),
+            }
+        }
+        async fn replace_note(
+            &self,
+            key: &EventId,
+            read: Option<&str>,
+            value: &str,
+            at_ms: u64,
+            expires_at_s: u64,
+            now_ms: u64,
+        ) -> Result<NotePut, LedgerError> {
+            let fault = self.fault(NoteOp::Replace, key);
+            if fault == Some(Fault::Refused) {
+                return Err(refused());
+            }
+            let put = self
+                .inner
+                .replace_note(key, read, value, at_ms, expires_at_s, now_ms)
+                .await?;
+            match (fault, put) {
+                (Some(Fault::AppliedThenConflict), NotePut::Written) => Ok(NotePut::Conflict),
+                (Some(Fault::AppliedThenRefused), NotePut::Written) => Err(refused()),
+                (_, put) => Ok(put),
+            }
+        }
+        async fn note(&self, key: &EventId, now_ms: u64) -> Result<Option<String>, LedgerError> {
+            if self.fault(NoteOp::Read, key).is_some() {
+                return Err(refused());
+            }
+            self.inner.note(key, now_ms).await
+        }
+        async fn state_changes(&self, key: &EventId) -> Result<BTreeMap<String, u64>, LedgerError> {
+            self.inner.state_changes(key).await
+        }
+        async fn state(
+            &self,
+            key: &EventId,
+            now_ms: u64,
+        ) -> Result<Option<StateItem>, LedgerError> {
+            self.inner.state(key, now_ms).await
+        }
+        async fn put_state(
+            &self,
+            key: &EventId,
+            write: &StateWrite<'_>,
+            now_ms: u64,
+        ) -> Result<StatePut, LedgerError> {
+            self.inner.put_state(key, write, now_ms).await
+        }
+        async fn finish(
+            &self,
+            held: Held<'_>,
+            to: &Finish,
+            settled: &[Settled],
+            now_ms: u64,
+        ) -> Result<(), LedgerError> {
+            self.inner.finish(held, to, settled, now_ms).await
+        }
+    }
+
+    fn calling(relay: &Relay, method: &'static str) -> tokio::task::JoinHandle<Answered> {
+        let relay = relay.clone();
+        tokio::spawn(async move { relay.call(RUN, method, serde_json::json!({})).await })
+    }
+
+    fn ok() -> Answered {
+        Answered(serde_json::json!({"ok": true}))
     }
 
     fn in_a_minute() -> u64 {
@@ -374,11 +619,15 @@ mod tests {
             }
         });
         tokio::time::sleep(RELAY_POLL * 3).await;
-        let taken = relay.take(RUN, false).await.unwrap();
+        let taken = relay.take(RUN, false, &mut Takes::default()).await.unwrap();
         let methods: Vec<&str> = taken.iter().map(|c| c.method.as_str()).collect();
         assert_eq!(methods, ["reactions.add", "chat.postMessage"]);
         assert!(
-            relay.take(RUN, false).await.unwrap().is_empty(),
+            relay
+                .take(RUN, false, &mut Takes::default())
+                .await
+                .unwrap()
+                .is_empty(),
             "each call is taken once"
         );
         for (n, call) in taken.iter().enumerate() {
@@ -405,7 +654,7 @@ mod tests {
             }
         });
         tokio::time::sleep(RELAY_POLL * 3).await;
-        let left = relay.take(RUN, true).await.unwrap();
+        let left = relay.take(RUN, true, &mut Takes::default()).await.unwrap();
         assert_eq!(left.len(), 1, "a call that came before the close is made");
         relay
             .answer(
@@ -421,7 +670,13 @@ mod tests {
             .call(RUN, "chat.postMessage", serde_json::json!({}))
             .await;
         assert_eq!(late.0["error"], "slack_once_request_ended");
-        assert!(relay.take(RUN, true).await.unwrap().is_empty());
+        assert!(
+            relay
+                .take(RUN, true, &mut Takes::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[tokio::test]
@@ -434,8 +689,158 @@ mod tests {
             .await;
         assert_eq!(answered.0["error"], "slack_once_request_ended");
         assert!(
-            relay.take(RUN, true).await.unwrap().is_empty(),
+            relay
+                .take(RUN, true, &mut Takes::default())
+                .await
+                .unwrap()
+                .is_empty(),
             "a withdrawn call is never made"
+        );
+    }
+
+    /// Waits until the inbox holds `n` calls not taken.
+    async fn until_posted(ledger: &dyn Ledger, n: usize) {
+        for _ in 0..250 {
+            let read = ledger
+                .note(&inbox_key(RUN), crate::clock::now_ms())
+                .await
+                .unwrap();
+            let inbox: Option<Inbox> = read.map(|r| serde_json::from_str(&r).unwrap());
+            if inbox.is_some_and(|i| i.calls.len() >= n) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no call was posted");
+    }
+
+    #[tokio::test]
+    async fn a_call_taken_after_an_earlier_one_was_withdrawn_is_known_taken() {
+        let relay = relay();
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        let posted = |n: u32| Posted {
+            id: format!("{n:032x}"),
+            method: "chat.postMessage".into(),
+            args: serde_json::json!({ "n": n }),
+        };
+        let (first, second) = (posted(1), posted(2));
+        relay.post(RUN, &first).await.unwrap().unwrap();
+        relay.post(RUN, &second).await.unwrap().unwrap();
+        // The first call's proxy, its clock ahead of the holder's, withdraws it at what it
+        // reads as the deadline; the holder, its run not over yet, takes the second.
+        assert!(relay.withdraw(RUN, &first.id).await.unwrap());
+        let taken = relay.take(RUN, false, &mut Takes::default()).await.unwrap();
+        assert_eq!(taken.len(), 1);
+        assert!(
+            !relay.withdraw(RUN, &second.id).await.unwrap(),
+            "the second call was taken: it is made, and its proxy waits for its answer"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_read_of_the_answer_that_failed_is_read_again() {
+        let ledger = FaultyLedger::new();
+        let relay = Relay::new(ledger.clone());
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        ledger.arm(NoteOp::Read, "gwcall-", Fault::Refused);
+        let call = calling(&relay, "chat.postMessage");
+        until_posted(&*ledger, 1).await;
+        for _ in 0..100 {
+            if ledger.fired() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            ledger.fired(),
+            "the proxy's first read of its answer failed"
+        );
+        let taken = relay.take(RUN, false, &mut Takes::default()).await.unwrap();
+        relay
+            .answer(RUN, &taken[0].id, &ok(), in_a_minute())
+            .await
+            .unwrap();
+        assert_eq!(
+            call.await.unwrap(),
+            ok(),
+            "the call is made: its answer is the holder's"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_take_whose_answer_was_lost_makes_its_calls() {
+        let ledger = FaultyLedger::new();
+        let relay = Relay::new(ledger.clone());
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        let _call = calling(&relay, "chat.postMessage");
+        until_posted(&*ledger, 1).await;
+        ledger.arm(NoteOp::Replace, "gwrun-", Fault::AppliedThenConflict);
+        let taken = relay.take(RUN, false, &mut Takes::default()).await.unwrap();
+        assert!(ledger.fired());
+        assert_eq!(taken.len(), 1, "the call taken is the holder's to make");
+    }
+
+    #[tokio::test]
+    async fn a_take_that_failed_once_written_makes_its_calls_at_the_next_reading() {
+        let ledger = FaultyLedger::new();
+        let relay = Relay::new(ledger.clone());
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        let _call = calling(&relay, "chat.postMessage");
+        until_posted(&*ledger, 1).await;
+        ledger.arm(NoteOp::Replace, "gwrun-", Fault::AppliedThenRefused);
+        let mut takes = Takes::default();
+        assert!(relay.take(RUN, false, &mut takes).await.is_err());
+        let taken = relay.take(RUN, false, &mut takes).await.unwrap();
+        assert_eq!(taken.len(), 1, "the call taken is the holder's to make");
+    }
+
+    #[tokio::test]
+    async fn an_answer_whose_first_write_failed_reaches_its_proxy() {
+        let ledger = FaultyLedger::new();
+        let relay = Relay::new(ledger.clone());
+        let deadline = crate::clock::now_ms() + 1_000;
+        relay.open(RUN, None, deadline).await.unwrap();
+        let call = calling(&relay, "chat.postMessage");
+        until_posted(&*ledger, 1).await;
+        let taken = relay.take(RUN, false, &mut Takes::default()).await.unwrap();
+        ledger.arm(NoteOp::Set, "gwcall-", Fault::Refused);
+        let _ = relay.answer(RUN, &taken[0].id, &ok(), deadline).await;
+        assert!(ledger.fired());
+        assert_eq!(call.await.unwrap(), ok(), "the call was made");
+    }
+
+    #[tokio::test]
+    async fn a_post_whose_answer_was_lost_is_in_the_inbox_once() {
+        let ledger = FaultyLedger::new();
+        let relay = Relay::new(ledger.clone());
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        ledger.arm(NoteOp::Replace, "gwrun-", Fault::AppliedThenConflict);
+        let _call = calling(&relay, "chat.postMessage");
+        until_posted(&*ledger, 1).await;
+        tokio::time::sleep(RELAY_POLL * 3).await;
+        assert!(ledger.fired());
+        let taken = relay.take(RUN, false, &mut Takes::default()).await.unwrap();
+        assert_eq!(taken.len(), 1, "one call, made once");
+    }
+
+    #[tokio::test]
+    async fn a_post_that_failed_once_written_waits_for_its_answer() {
+        let ledger = FaultyLedger::new();
+        let relay = Relay::new(ledger.clone());
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        ledger.arm(NoteOp::Replace, "gwrun-", Fault::AppliedThenRefused);
+        let call = calling(&relay, "chat.postMessage");
+        until_posted(&*ledger, 1).await;
+        let taken = relay.take(RUN, false, &mut Takes::default()).await.unwrap();
+        assert_eq!(taken.len(), 1, "the holder makes the call");
+        relay
+            .answer(RUN, &taken[0].id, &ok(), in_a_minute())
+            .await
+            .unwrap();
+        assert_eq!(
+            call.await.unwrap(),
+            ok(),
+            "its proxy answers as the holder made it"
         );
     }
 }
