@@ -177,7 +177,9 @@ impl Gateway {
             let relay = self.relay_for_runs();
             let deadline_ms = epoch_ms(ctx.deadline_at());
             if let Some(relay) = relay {
-                relay.open(run.name(), ctx.team(), deadline_ms).await?;
+                relay
+                    .open(run.name(), ctx.installation(), deadline_ms)
+                    .await?;
             }
             let mut takes = relay::Takes::default();
             tracing::debug!(replica = %url, run = run.name(), "forwarding to the bot");

@@ -123,12 +123,15 @@ async fn held_elsewhere(proxy: &Proxy, run: &str, method: &str, args: Value) -> 
     if method == super::writes::RESPOND_METHOD || !crate::slack::is_read_method(method) {
         return relay.call(run, method, args).await;
     }
-    let (team, deadline_ms) = match relay.find(run).await {
-        Ok(Found::Open { team, deadline_ms }) => (team, deadline_ms),
+    let (installation, deadline_ms) = match relay.find(run).await {
+        Ok(Found::Open {
+            installation,
+            deadline_ms,
+        }) => (installation, deadline_ms),
         Ok(Found::Ended) => return Answered::error("slack_once_request_ended"),
         Err(_) => return Answered::error("slack_once_unavailable"),
     };
-    let client = match client(proxy, team.as_deref()).await {
+    let client = match client_of_installation(proxy, installation.as_deref()).await {
         Ok(client) => client,
         Err(code) => return Answered::error(code),
     };
@@ -181,6 +184,29 @@ async fn client(proxy: &Proxy, team: Option<&str>) -> Result<SlackClient, &'stat
         return Err("slack_once_team_required");
     };
     match workspaces.client_for(team, None).await {
+        Ok(Some(client)) => Ok(client),
+        Ok(None) => Err("team_not_found"),
+        Err(_) => Err("slack_once_unavailable"),
+    }
+}
+
+/// The client of the installation a run is answered with, as its holder's is: the one
+/// workspace's, or the installation whose key's id is `installation` (a workspace's team id,
+/// or an org-wide install's enterprise id). Not the request's `team`: in a channel shared with
+/// another organisation, that is the team of the person who wrote, perhaps another tenant's
+/// installation of the app.
+async fn client_of_installation(
+    proxy: &Proxy,
+    installation: Option<&str>,
+) -> Result<SlackClient, &'static str> {
+    let Some(workspaces) = proxy.processor.workspaces() else {
+        return Ok(proxy.processor.base_slack().clone());
+    };
+    let Some(id) = installation else {
+        return Err("slack_once_team_required");
+    };
+    // Slack's team ids and enterprise ids never meet: at most one of the two keys is found.
+    match workspaces.client_for(id, Some(id)).await {
         Ok(Some(client)) => Ok(client),
         Ok(None) => Err("team_not_found"),
         Err(_) => Err("slack_once_unavailable"),

@@ -39,9 +39,10 @@ struct Inbox {
     open: bool,
     /// The run's deadline (epoch ms): a proxy waits no longer.
     deadline_ms: u64,
-    /// The workspace the run answers (a read is made with its token).
+    /// The installation the run is answered with (many-workspace mode: the id of its key, a
+    /// workspace's team or an org-wide install's enterprise): a read is made with its token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    team: Option<String>,
+    installation: Option<String>,
     /// The names of the calls the holder has taken, in order: a call is taken once, and a
     /// proxy or a holder whose write's answer was lost reads here whether it was written.
     taken: Vec<String>,
@@ -77,9 +78,9 @@ pub(crate) struct Takes {
 /// What a proxy learns of a run it does not hold.
 #[derive(Debug)]
 pub(crate) enum Found {
-    /// The run is open, for `team`'s workspace, until `deadline_ms`.
+    /// The run is open, answered with `installation`, until `deadline_ms`.
     Open {
-        team: Option<String>,
+        installation: Option<String>,
         deadline_ms: u64,
     },
     /// No such run, or it has ended.
@@ -97,17 +98,17 @@ impl Relay {
         Self { ledger }
     }
 
-    /// The holder opens run `run`'s inbox, until `deadline_ms`.
+    /// The holder opens run `run`'s inbox, answered with `installation`, until `deadline_ms`.
     pub(crate) async fn open(
         &self,
         run: &str,
-        team: Option<&str>,
+        installation: Option<&str>,
         deadline_ms: u64,
     ) -> Result<(), LedgerError> {
         let inbox = Inbox {
             open: true,
             deadline_ms,
-            team: team.map(str::to_string),
+            installation: installation.map(str::to_string),
             taken: Vec::new(),
             calls: Vec::new(),
         };
@@ -202,7 +203,7 @@ impl Relay {
         let now = crate::clock::now_ms();
         Ok(match self.inbox(&inbox_key(run), now).await? {
             Some((_, inbox)) if inbox.open && now < inbox.deadline_ms => Found::Open {
-                team: inbox.team,
+                installation: inbox.installation,
                 deadline_ms: inbox.deadline_ms,
             },
             _ => Found::Ended,
@@ -599,7 +600,7 @@ mod tests {
         let relay = relay();
         relay.open(RUN, Some("T1"), in_a_minute()).await.unwrap();
         assert!(
-            matches!(relay.find(RUN).await.unwrap(), Found::Open { team: Some(t), .. } if t == "T1")
+            matches!(relay.find(RUN).await.unwrap(), Found::Open { installation: Some(t), .. } if t == "T1")
         );
         let first = tokio::spawn({
             let relay = relay.clone();

@@ -317,3 +317,106 @@ async fn on_lambda_a_slow_bot_in_deferred_mode_answers_once_through_the_worker_f
     );
     assert_eq!(answered(&stack.slack, event_id), (1, 1), "{}", worker.log());
 }
+
+/// Many workspaces on Lambda, in a channel shared with another organisation that installed the
+/// app too: Slack's request names the team of the person who wrote (`team_id`), and the
+/// installation it is for in `authorizations`. The bot's read lands in an environment other than
+/// its run's holder, and is made there with the run's installation, as the holder makes its own:
+/// never with the other organisation's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_a_relayed_read_in_a_shared_channel_uses_the_runs_installation() {
+    const CLIENT_ID: &str = "1234.5678";
+    let slack = slack_once::testing::FakeSlack::start()
+        .await
+        .with_oauth(CLIENT_ID, "test-client-secret");
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let mut vars = dynamodb_env(&endpoint);
+    vars.extend([
+        ("DEDUP_TABLE", table.clone()),
+        ("SLACK_CLIENT_ID", CLIENT_ID.to_string()),
+        ("SLACK_API_URL", slack.base_url().to_string()),
+    ]);
+    for (token, team) in [("xoxb-ours", "T0OURS"), ("xoxb-theirs", "T0THEIRS")] {
+        slack.with_grants(|g| g.accept(token, team));
+        let imported = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+            .env_clear()
+            .args(["import-token", "--plaintext"])
+            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("SLACK_BOT_TOKEN", token)
+            .output()
+            .unwrap();
+        assert!(imported.status.success(), "{imported:?}");
+    }
+    let reads: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let reads = reads.clone();
+        move |forwarded: Forwarded| {
+            let reads = reads.clone();
+            async move {
+                let event = forwarded.json()["event"].clone();
+                let thread = forwarded
+                    .call(
+                        "conversations.replies",
+                        json!({"channel": event["channel"], "ts": event["ts"]}),
+                    )
+                    .await;
+                reads.lock().unwrap().push(thread);
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    vars.extend([
+        ("SLACK_CLIENT_SECRET", "test-client-secret".to_string()),
+        (
+            "SLACK_SCOPES",
+            "app_mentions:read,chat:write,channels:history".to_string(),
+        ),
+    ]);
+    vars.extend(gateway_vars(&[bot.url()]));
+    let runtime = Arc::new(RuntimeApi::start().await);
+    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
+    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
+    let environments: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
+        .collect();
+    let logs = || {
+        environments
+            .iter()
+            .map(LambdaEnvironment::log)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+
+    let ours = slack_once::testing::bot_user_of("T0OURS");
+    let body = json!({
+        "token": "unused", "team_id": "T0THEIRS", "api_app_id": slack_once::testing::APP_ID,
+        "type": "event_callback", "event_id": "EvSharedChannel1", "event_time": 1_700_000_000,
+        "event": {
+            "type": "app_mention", "user": "U0THEIRPERSON", "text": format!("<@{ours}> hello"),
+            "ts": "1700000001.000100", "channel": "C0SHARED", "event_ts": "1700000001.000100"
+        },
+        "authorizations": [{"team_id": "T0OURS", "user_id": ours, "is_bot": true}]
+    })
+    .to_string();
+    slack.with_workspace_of("T0OURS", |w| w.add_event_message(body.as_bytes()));
+    let answer = deliver(&HttpClient::default(), &url.events_url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", logs());
+    assert_eq!(reads.lock().unwrap().len(), 1, "{}", logs());
+    let readers: Vec<String> = slack
+        .callers()
+        .into_iter()
+        .filter(|(method, _)| method == "conversations.replies")
+        .map(|(_, team)| team)
+        .collect();
+    assert_eq!(
+        readers,
+        ["T0OURS"],
+        "the read is the run's installation's: {:?}\n{}",
+        reads.lock().unwrap(),
+        logs()
+    );
+}
