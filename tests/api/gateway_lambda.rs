@@ -420,3 +420,68 @@ async fn on_lambda_a_relayed_read_in_a_shared_channel_uses_the_runs_installation
         logs()
     );
 }
+
+/// The holder's take of the bot's call is written, and DynamoDB's answer to it lost: the SDK
+/// sends the write again, which finds the inbox changed (the write itself). The call taken is
+/// made, once, and the bot has its answer at once, not a refusal once the run's deadline passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_a_take_whose_answer_was_lost_makes_the_call_once() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let ledger = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let reactions: Arc<std::sync::Mutex<Vec<(serde_json::Value, Duration)>>> = Arc::default();
+    let bot = HttpBot::start({
+        let reactions = reactions.clone();
+        move |forwarded: Forwarded| {
+            let reactions = reactions.clone();
+            async move {
+                let event = forwarded.json()["event"].clone();
+                let started = std::time::Instant::now();
+                let reaction = forwarded
+                    .call(
+                        "reactions.add",
+                        json!({"channel": event["channel"], "timestamp": event["ts"], "name": "eyes"}),
+                    )
+                    .await;
+                reactions
+                    .lock()
+                    .unwrap()
+                    .push((reaction, started.elapsed()));
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    let runtime = Arc::new(RuntimeApi::start().await);
+    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
+    let mut vars = bot_vars(&slack, &ledger.url, &table);
+    vars.extend(gateway_vars(&[bot.url()]));
+    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
+    let environments: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
+        .collect();
+    let logs = || {
+        environments
+            .iter()
+            .map(LambdaEnvironment::log)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    // The inbox's writes: the holder opens it, the proxy appends the call, the holder takes it.
+    ledger.hold_nth(LedgerOp::RunInbox, 3, HoldAt::DropAnswer);
+
+    let event_id = "EvLambdaTakeAnswerLost";
+    let body = app_mention(event_id, "hello");
+    let answer = deliver(&HttpClient::default(), &url.events_url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", logs());
+    assert_eq!(ledger.held(), 1, "the take's answer was lost: {}", logs());
+    let reactions = reactions.lock().unwrap().clone();
+    assert_eq!(reactions.len(), 1, "{}", logs());
+    let (reaction, took) = &reactions[0];
+    assert_eq!(reaction["ok"], true, "{reaction}\n{}", logs());
+    assert!(*took < Duration::from_secs(2), "answered in {took:?}");
+    assert_eq!(eyes(&slack, &ts_of(event_id)), 1);
+    assert_eq!(slack.calls_of("reactions.add"), 1, "made once");
+}

@@ -13,6 +13,8 @@ pub enum LedgerOp {
     Complete,
     Release,
     Fail,
+    /// A write of a run's inbox (`gwrun-…`): the gateway's calls relayed through the ledger.
+    RunInbox,
     Other,
 }
 
@@ -147,6 +149,12 @@ pub fn classify(body: &[u8]) -> LedgerOp {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return LedgerOp::Other;
     };
+    if v["Item"]["pk"]["S"]
+        .as_str()
+        .is_some_and(|key| key.starts_with("gwrun-"))
+    {
+        return LedgerOp::RunInbox;
+    }
     // An alias: the put of a new one, or the update of one that exists.
     if v["Item"]["alias_of"].is_object() || v["ExpressionAttributeValues"][":of"].is_object() {
         return LedgerOp::Alias;
