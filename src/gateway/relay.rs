@@ -215,6 +215,10 @@ impl Relay {
     pub(crate) async fn call(&self, run: &str, method: &str, args: Value) -> Answered {
         match self.post_and_wait(run, method, args).await {
             Ok(answered) => answered,
+            Err(LedgerError::ItemTooLarge(why)) => {
+                tracing::warn!(method, error = %why, "a call too large to relay: refused");
+                Answered::error("request_too_large")
+            }
             Err(error) => {
                 tracing::warn!(error = %error, "the ledger failed while relaying a call");
                 Answered::error("slack_once_unavailable")
@@ -273,12 +277,14 @@ impl Relay {
                     Err(error) if now > deadline_ms + grace => return Err(error),
                     Err(_) => {}
                 },
+                // Its fate is unknown (`slack_once_request_ended` would tell the bot that it
+                // was not made): the request's next run finds it out before writing.
                 Some(at) if now > at + grace => {
                     tracing::warn!(
                         method,
                         "the run's holder took a call and wrote no answer: it may have been made"
                     );
-                    return Ok(Answered::error("slack_once_request_ended"));
+                    return Ok(Answered::error("slack_once_unavailable"));
                 }
                 Some(_) => {}
             }
@@ -305,6 +311,16 @@ impl Relay {
             inbox.calls.push(posted.clone());
             let value = to_json(&inbox);
             if value.len() > MAX_INBOX_BYTES {
+                let alone = Inbox {
+                    taken: Vec::new(),
+                    calls: vec![posted.clone()],
+                    ..inbox
+                };
+                if to_json(&alone).len() > MAX_INBOX_BYTES {
+                    return Err(LedgerError::ItemTooLarge(
+                        "the call is larger than a run's inbox holds".into(),
+                    ));
+                }
                 return Err(LedgerError::Unavailable(
                     "the run's inbox is full: its holder takes no calls".into(),
                 ));
@@ -842,6 +858,41 @@ mod tests {
             call.await.unwrap(),
             ok(),
             "its proxy answers as the holder made it"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_taken_by_a_holder_that_died_unanswered_has_an_unknown_fate() {
+        let relay = relay();
+        let deadline = crate::clock::now_ms() + 300;
+        relay.open(RUN, None, deadline).await.unwrap();
+        let call = calling(&relay, "chat.postMessage");
+        until_posted(&*relay.ledger, 1).await;
+        // The holder takes the call and dies before it writes the answer: it may have made it.
+        let taken = relay.take(RUN, false, &mut Takes::default()).await.unwrap();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(
+            call.await.unwrap().0["error"],
+            "slack_once_unavailable",
+            "not `slack_once_request_ended`, which tells the bot the write was not made"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_larger_than_an_inbox_holds_is_refused_as_too_large_and_not_posted() {
+        let relay = relay();
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        let text = "x".repeat(MAX_INBOX_BYTES);
+        let answered = relay
+            .call(RUN, "chat.postMessage", serde_json::json!({ "text": text }))
+            .await;
+        assert_eq!(answered.0["error"], "request_too_large");
+        assert!(
+            relay
+                .take(RUN, false, &mut Takes::default())
+                .await
+                .unwrap()
+                .is_empty()
         );
     }
 }
