@@ -485,3 +485,55 @@ async fn on_lambda_a_take_whose_answer_was_lost_makes_the_call_once() {
     assert_eq!(eyes(&slack, &ts_of(event_id)), 1);
     assert_eq!(slack.calls_of("reactions.add"), 1, "made once");
 }
+
+/// The bot's SDK sends a relayed write again, its first answer lost on the way back (the
+/// function URL's connection dropped): the retry is another invocation, in whichever
+/// environment is free, and is answered as the first, the message posted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_an_sdks_retry_of_a_relayed_write_is_answered_as_the_first() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let answers: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let answers = answers.clone();
+        move |forwarded: Forwarded| {
+            let answers = answers.clone();
+            async move {
+                let event = forwarded.json()["event"].clone();
+                let reply =
+                    json!({"channel": event["channel"], "thread_ts": event["ts"], "text": "Hello"});
+                let first = forwarded.call("chat.postMessage", reply.clone()).await;
+                let again = forwarded.call("chat.postMessage", reply).await;
+                answers.lock().unwrap().extend([first, again]);
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    let function = GatewayFunction::start(&slack, &table, &[bot.url()], 3).await;
+    let event_id = "EvLambdaSdkRetry";
+    let body = app_mention(event_id, "hello");
+    let answer = deliver(
+        &HttpClient::default(),
+        &function.url.events_url(),
+        &body,
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", function.logs());
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers.len(), 2, "{}", function.logs());
+    assert_eq!(answers[0]["ok"], true, "{answers:?}");
+    assert_eq!(
+        answers[0]["ts"], answers[1]["ts"],
+        "the retry's answer is the first's"
+    );
+    let ts = ts_of(event_id);
+    let thread = slack
+        .posted()
+        .into_iter()
+        .filter(|p| p.body["thread_ts"] == ts.as_str())
+        .count();
+    assert_eq!(thread, 1, "posted once: {}", function.logs());
+}
