@@ -6,7 +6,8 @@
 //! the bot runs. A proxy that gets a call of a run it does not hold appends the call to the
 //! inbox (a conditional write: the inbox as read), and waits for its answer, a note of its own
 //! (`gwcall-RUN-CALL`). The holder takes the calls in the order they were appended (a
-//! conditional write again, so that a call is taken once), makes them as it makes its own
+//! conditional write again, so that a call is taken once, its name kept among those taken: a
+//! write whose answer was lost is read back), makes them as it makes its own
 //! process's, and writes their answers. When the bot has answered, the holder closes the inbox,
 //! taking the calls still in it: a call is either taken, and answered, or refused as a call of an
 //! ended request, never both. A call its holder never took (the holder's process died) is
