@@ -30,7 +30,8 @@ pub(crate) const RELAY_POLL: Duration = Duration::from_millis(20);
 const TAKEN_GRACE: Duration = Duration::from_secs(3);
 /// An inbox or an answer outlives the run by this long before the table's TTL removes it.
 const KEPT_AFTER_THE_DEADLINE_S: u64 = 600;
-/// An inbox holds at most this much of calls not yet taken (DynamoDB's items end at 400 KB).
+/// An inbox holds at most this much of calls not yet taken, and names of calls taken
+/// (DynamoDB's items end at 400 KB): a call waits for room.
 const MAX_INBOX_BYTES: usize = 300 * 1024;
 
 /// A run's inbox, as the note holds it.
@@ -322,9 +323,10 @@ impl Relay {
                         "the call is larger than a run's inbox holds".into(),
                     ));
                 }
-                return Err(LedgerError::Unavailable(
-                    "the run's inbox is full: its holder takes no calls".into(),
-                ));
+                // Full of calls its holder has not taken yet (it is making a slow one): this
+                // one waits for room, as a sidecar's proxy waits for its run to take it.
+                tokio::time::sleep(RELAY_POLL).await;
+                continue;
             }
             let until = kept_until(inbox.deadline_ms);
             match self
@@ -895,5 +897,49 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[tokio::test]
+    async fn a_call_that_finds_the_inbox_full_waits_for_the_holder_to_take() {
+        let relay = relay();
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        let third = "x".repeat(MAX_INBOX_BYTES / 3);
+        let calls: Vec<_> = (0..3)
+            .map(|n| {
+                let (relay, text) = (relay.clone(), third.clone());
+                tokio::spawn(async move {
+                    relay
+                        .call(
+                            RUN,
+                            "chat.postMessage",
+                            serde_json::json!({"n": n, "text": text}),
+                        )
+                        .await
+                })
+            })
+            .collect();
+        // The holder, slow (a write waiting out a 429), has not taken the first two yet.
+        until_posted(&*relay.ledger, 2).await;
+        tokio::time::sleep(RELAY_POLL * 5).await;
+        let mut takes = Takes::default();
+        for _ in 0..50 {
+            if calls.iter().all(|call| call.is_finished()) {
+                break;
+            }
+            for call in relay.take(RUN, false, &mut takes).await.unwrap() {
+                relay
+                    .answer(RUN, &call.id, &ok(), in_a_minute())
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(RELAY_POLL).await;
+        }
+        for call in calls {
+            assert_eq!(
+                call.await.unwrap(),
+                ok(),
+                "every call is made, as on a sidecar"
+            );
+        }
     }
 }
