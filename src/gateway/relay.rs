@@ -169,7 +169,7 @@ impl Relay {
     }
 
     /// The holder writes the answer to call `id` of run `run`. A write that fails is tried
-    /// again while its proxy waits for it (until a little past the run's deadline).
+    /// again until the run's deadline (its proxy waits for it a little longer).
     pub(crate) async fn answer(
         &self,
         run: &str,
@@ -188,9 +188,8 @@ impl Relay {
                 .await
             {
                 Ok(()) => return Ok(()),
-                Err(error @ LedgerError::Unavailable(_))
-                    if now < deadline_ms + TAKEN_GRACE.as_millis() as u64 =>
-                {
+                // Until the run's deadline only: past it, the holder's time is its claim's.
+                Err(error @ LedgerError::Unavailable(_)) if now < deadline_ms => {
                     tracing::warn!(error = %error, "a relayed call's answer could not be written: writing it again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
