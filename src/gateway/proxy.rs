@@ -86,15 +86,29 @@ async fn answer(proxy: &Proxy, method: &str, request: Request) -> Answered {
         return Answered::error("invalid_auth");
     }
     match header(&parts.headers, RUN_HEADER) {
-        Some(run) => in_run(proxy, run, method, args).await,
+        Some(run) => {
+            // On Lambda, this invocation's own deadline: a relayed call is answered by then.
+            let answer_by_ms = parts
+                .extensions
+                .get::<lambda_http::Context>()
+                .and_then(|context| crate::http::invocation_deadline(context.deadline))
+                .map(super::epoch_ms);
+            in_run(proxy, run, method, args, answer_by_ms).await
+        }
         None => pass_through(proxy, &parts.headers, method, args).await,
     }
 }
 
 /// The call handed to its run, whose listener makes it and answers.
-async fn in_run(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered {
+async fn in_run(
+    proxy: &Proxy,
+    run: &str,
+    method: &str,
+    args: Value,
+    answer_by_ms: Option<u64>,
+) -> Answered {
     let Some(calls) = proxy.gateway.runs.calls_of(run) else {
-        return held_elsewhere(proxy, run, method, args).await;
+        return held_elsewhere(proxy, run, method, args, answer_by_ms).await;
     };
     let (answer, answered) = oneshot::channel();
     let call = Call {
@@ -112,8 +126,15 @@ async fn in_run(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered
 }
 
 /// A call of a run this process does not hold: handed to its holder through the ledger, or,
-/// a read, made here with the run's workspace while the run is open.
-async fn held_elsewhere(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered {
+/// a read, made here with the run's installation while the run is open; answered by
+/// `answer_by_ms` (this invocation's own deadline on Lambda) at the latest.
+async fn held_elsewhere(
+    proxy: &Proxy,
+    run: &str,
+    method: &str,
+    args: Value,
+    answer_by_ms: Option<u64>,
+) -> Answered {
     let Some(relay) = proxy.gateway.relay.get() else {
         return Answered::error("slack_once_request_ended");
     };
@@ -121,7 +142,7 @@ async fn held_elsewhere(proxy: &Proxy, run: &str, method: &str, args: Value) -> 
         return Answered::error("slack_once_request_ended");
     }
     if method == super::writes::RESPOND_METHOD || !crate::slack::is_read_method(method) {
-        return relay.call(run, method, args).await;
+        return relay.call(run, method, args, answer_by_ms).await;
     }
     let (installation, deadline_ms) = match relay.find(run).await {
         Ok(Found::Open {
@@ -135,6 +156,7 @@ async fn held_elsewhere(proxy: &Proxy, run: &str, method: &str, args: Value) -> 
         Ok(client) => client,
         Err(code) => return Answered::error(code),
     };
+    let deadline_ms = answer_by_ms.map_or(deadline_ms, |by| by.min(deadline_ms));
     let left = deadline_ms.saturating_sub(crate::clock::now_ms());
     let deadline = tokio::time::Instant::now() + Duration::from_millis(left);
     slack_answer(client.api(method, &Args::form_from(&args), deadline).await)

@@ -28,6 +28,9 @@ use crate::slack::envelope::EventId;
 pub(crate) const RELAY_POLL: Duration = Duration::from_millis(20);
 /// How long past the run's deadline a proxy waits for the answer of a call its holder took.
 const TAKEN_GRACE: Duration = Duration::from_secs(3);
+/// A proxy with a deadline of its own (a Lambda invocation's) answers this long before it, so
+/// that its answer gets out before Lambda ends it.
+const OWN_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
 /// An inbox or an answer outlives the run by this long before the table's TTL removes it.
 const KEPT_AFTER_THE_DEADLINE_S: u64 = 600;
 /// An inbox holds at most this much of calls not yet taken, and names of calls taken
@@ -212,9 +215,17 @@ impl Relay {
     }
 
     /// A proxy hands `method(args)` to run `run`'s holder and waits for its answer: the
-    /// holder's, or the refusal of a call of an ended request.
-    pub(crate) async fn call(&self, run: &str, method: &str, args: Value) -> Answered {
-        match self.post_and_wait(run, method, args).await {
+    /// holder's, or the refusal of a call of an ended request; by `answer_by_ms` (its own
+    /// deadline, epoch ms) at the latest.
+    pub(crate) async fn call(
+        &self,
+        run: &str,
+        method: &str,
+        args: Value,
+        answer_by_ms: Option<u64>,
+    ) -> Answered {
+        let answer_by_ms = answer_by_ms.map(|by| by - OWN_DEADLINE_MARGIN.as_millis() as u64);
+        match self.post_and_wait(run, method, args, answer_by_ms).await {
             Ok(answered) => answered,
             Err(LedgerError::ItemTooLarge(why)) => {
                 tracing::warn!(method, error = %why, "a call too large to relay: refused");
@@ -232,13 +243,14 @@ impl Relay {
         run: &str,
         method: &str,
         args: Value,
+        answer_by_ms: Option<u64>,
     ) -> Result<Answered, LedgerError> {
         let posted = Posted {
             id: uuid::Uuid::new_v4().simple().to_string(),
             method: method.to_string(),
             args,
         };
-        let Some(deadline_ms) = self.post(run, &posted).await? else {
+        let Some(deadline_ms) = self.post(run, &posted, answer_by_ms).await? else {
             tracing::debug!(run, method, "a call of a run that is not open: refused");
             return Ok(Answered::error("slack_once_request_ended"));
         };
@@ -262,6 +274,23 @@ impl Relay {
                 Err(error) => {
                     tracing::debug!(error = %error, "a relayed call's answer could not be read")
                 }
+            }
+            if answer_by_ms.is_some_and(|by| now >= by) {
+                // This proxy's own time ends first: the call is withdrawn if it can be, and
+                // answered before Lambda ends the invocation with a 502 an SDK sends again.
+                return Ok(match self.withdraw(run, &posted.id).await {
+                    Ok(true) if now >= deadline_ms => Answered::error("slack_once_request_ended"),
+                    // Not made, its run still under way: the bot may make it again.
+                    Ok(true) => Answered::error("slack_once_unavailable"),
+                    // Taken, or its fate unread: it may be made.
+                    Ok(false) | Err(_) => {
+                        tracing::warn!(
+                            method,
+                            "a relayed call's invocation ran out of time before its answer: it may have been made"
+                        );
+                        Answered::error("slack_once_unavailable")
+                    }
+                });
             }
             if now < deadline_ms {
                 continue;
@@ -292,10 +321,16 @@ impl Relay {
         }
     }
 
-    /// Appends `posted` to the open inbox of run `run`: the run's deadline; `None` when the run
-    /// is not open. A write whose answer was lost (a conflict with itself sent again, or an
-    /// error) is read in the inbox: appended once, whether taken since or not.
-    async fn post(&self, run: &str, posted: &Posted) -> Result<Option<u64>, LedgerError> {
+    /// Appends `posted` to the open inbox of run `run`, waiting for room until `answer_by_ms`:
+    /// the run's deadline; `None` when the run is not open. A write whose answer was lost
+    /// (a conflict with itself sent again, or an error) is read in the inbox: appended once,
+    /// whether taken since or not.
+    async fn post(
+        &self,
+        run: &str,
+        posted: &Posted,
+        answer_by_ms: Option<u64>,
+    ) -> Result<Option<u64>, LedgerError> {
         let key = inbox_key(run);
         let mut tried = false;
         loop {
@@ -308,6 +343,11 @@ impl Relay {
             }
             if !inbox.open || now >= inbox.deadline_ms {
                 return Ok(None);
+            }
+            if answer_by_ms.is_some_and(|by| now >= by) {
+                return Err(LedgerError::Unavailable(
+                    "the run's inbox had no room in this invocation's time".into(),
+                ));
             }
             inbox.calls.push(posted.clone());
             let value = to_json(&inbox);
@@ -592,7 +632,7 @@ mod tests {
 
     fn calling(relay: &Relay, method: &'static str) -> tokio::task::JoinHandle<Answered> {
         let relay = relay.clone();
-        tokio::spawn(async move { relay.call(RUN, method, serde_json::json!({})).await })
+        tokio::spawn(async move { relay.call(RUN, method, serde_json::json!({}), None).await })
     }
 
     fn ok() -> Answered {
@@ -607,7 +647,7 @@ mod tests {
     async fn a_call_of_a_run_no_holder_opened_is_refused_at_once() {
         let relay = relay();
         let answered = relay
-            .call(RUN, "chat.postMessage", serde_json::json!({}))
+            .call(RUN, "chat.postMessage", serde_json::json!({}), None)
             .await;
         assert_eq!(answered.0["error"], "slack_once_request_ended");
         assert!(matches!(relay.find(RUN).await.unwrap(), Found::Ended));
@@ -624,7 +664,7 @@ mod tests {
             let relay = relay.clone();
             async move {
                 relay
-                    .call(RUN, "reactions.add", serde_json::json!({"n": 1}))
+                    .call(RUN, "reactions.add", serde_json::json!({"n": 1}), None)
                     .await
             }
         });
@@ -633,7 +673,7 @@ mod tests {
             let relay = relay.clone();
             async move {
                 relay
-                    .call(RUN, "chat.postMessage", serde_json::json!({"n": 2}))
+                    .call(RUN, "chat.postMessage", serde_json::json!({"n": 2}), None)
                     .await
             }
         });
@@ -668,7 +708,7 @@ mod tests {
             let relay = relay.clone();
             async move {
                 relay
-                    .call(RUN, "chat.postMessage", serde_json::json!({}))
+                    .call(RUN, "chat.postMessage", serde_json::json!({}), None)
                     .await
             }
         });
@@ -686,7 +726,7 @@ mod tests {
             .unwrap();
         assert_eq!(early.await.unwrap().0["ok"], true);
         let late = relay
-            .call(RUN, "chat.postMessage", serde_json::json!({}))
+            .call(RUN, "chat.postMessage", serde_json::json!({}), None)
             .await;
         assert_eq!(late.0["error"], "slack_once_request_ended");
         assert!(
@@ -704,7 +744,7 @@ mod tests {
         let deadline = crate::clock::now_ms() + 200;
         relay.open(RUN, None, deadline).await.unwrap();
         let answered = relay
-            .call(RUN, "chat.postMessage", serde_json::json!({}))
+            .call(RUN, "chat.postMessage", serde_json::json!({}), None)
             .await;
         assert_eq!(answered.0["error"], "slack_once_request_ended");
         assert!(
@@ -743,8 +783,8 @@ mod tests {
             args: serde_json::json!({ "n": n }),
         };
         let (first, second) = (posted(1), posted(2));
-        relay.post(RUN, &first).await.unwrap().unwrap();
-        relay.post(RUN, &second).await.unwrap().unwrap();
+        relay.post(RUN, &first, None).await.unwrap().unwrap();
+        relay.post(RUN, &second, None).await.unwrap().unwrap();
         // The first call's proxy, its clock ahead of the holder's, withdraws it at what it
         // reads as the deadline; the holder, its run not over yet, takes the second.
         assert!(relay.withdraw(RUN, &first.id).await.unwrap());
@@ -886,7 +926,12 @@ mod tests {
         relay.open(RUN, None, in_a_minute()).await.unwrap();
         let text = "x".repeat(MAX_INBOX_BYTES);
         let answered = relay
-            .call(RUN, "chat.postMessage", serde_json::json!({ "text": text }))
+            .call(
+                RUN,
+                "chat.postMessage",
+                serde_json::json!({ "text": text }),
+                None,
+            )
             .await;
         assert_eq!(answered.0["error"], "request_too_large");
         assert!(
@@ -912,6 +957,7 @@ mod tests {
                             RUN,
                             "chat.postMessage",
                             serde_json::json!({"n": n, "text": text}),
+                            None,
                         )
                         .await
                 })
@@ -940,5 +986,46 @@ mod tests {
                 "every call is made, as on a sidecar"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_proxy_answers_by_its_own_deadline_withdrawing_the_call_it_can() {
+        let relay = relay();
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        let answer_by =
+            || Some(crate::clock::now_ms() + OWN_DEADLINE_MARGIN.as_millis() as u64 + 200);
+        // Not taken by then: withdrawn, never made, its run still under way.
+        let started = std::time::Instant::now();
+        let answered = relay
+            .call(RUN, "chat.postMessage", serde_json::json!({}), answer_by())
+            .await;
+        assert_eq!(answered.0["error"], "slack_once_unavailable");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(
+            relay
+                .take(RUN, false, &mut Takes::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // Taken and not answered by then: its fate unknown.
+        let call = tokio::spawn({
+            let (relay, by) = (relay.clone(), answer_by());
+            async move {
+                relay
+                    .call(RUN, "chat.postMessage", serde_json::json!({}), by)
+                    .await
+            }
+        });
+        until_posted(&*relay.ledger, 1).await;
+        assert_eq!(
+            relay
+                .take(RUN, false, &mut Takes::default())
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(call.await.unwrap().0["error"], "slack_once_unavailable");
     }
 }

@@ -537,3 +537,133 @@ async fn on_lambda_an_sdks_retry_of_a_relayed_write_is_answered_as_the_first() {
         .count();
     assert_eq!(thread, 1, "posted once: {}", function.logs());
 }
+
+/// The environment that holds the request is killed after it made the bot's reply and before
+/// it wrote the reply's answer. The reply's invocation answers the bot before its own time ends
+/// (a Slack-shaped answer, HTTP 200, not the function URL's 502 that an SDK sends again), and
+/// as a write whose fate is unknown, not one that was not made. Slack's retry, after the lease,
+/// finds the reply made: one of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_a_holder_killed_between_making_a_write_and_answering_it_leaves_its_fate_unknown()
+{
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let ledger = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let forwards = Arc::new(AtomicUsize::new(0));
+    let replies: Arc<std::sync::Mutex<Vec<(StatusCode, serde_json::Value)>>> = Arc::default();
+    let bot = HttpBot::start({
+        let (forwards, replies) = (forwards.clone(), replies.clone());
+        move |forwarded: Forwarded| {
+            let (forwards, replies) = (forwards.clone(), replies.clone());
+            // A task of its own: a bot's handler goes on when the gateway's connection drops.
+            let handled = tokio::spawn(async move {
+                forwards.fetch_add(1, Ordering::SeqCst);
+                let event = forwarded.json()["event"].clone();
+                let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+                let reaction = forwarded
+                    .call(
+                        "reactions.add",
+                        json!({"channel": channel, "timestamp": ts, "name": "eyes"}),
+                    )
+                    .await;
+                assert_eq!(reaction["ok"], true, "{reaction}");
+                // The call as an SDK makes it, its HTTP status seen.
+                let url = format!(
+                    "{}chat.postMessage",
+                    forwarded.header("x-slack-once-api-url")
+                );
+                let headers = [
+                    ("content-type".to_string(), "application/json".to_string()),
+                    ("authorization".to_string(), format!("Bearer {PROXY_TOKEN}")),
+                    (
+                        "x-slack-once-request".to_string(),
+                        forwarded.header("x-slack-once-request").to_string(),
+                    ),
+                ];
+                let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello <@U0001>"});
+                let answer = HttpClient::default()
+                    .request("POST", &url, &headers, reply.to_string())
+                    .await;
+                let body = serde_json::from_str(&answer.body).unwrap_or_default();
+                replies.lock().unwrap().push((answer.status, body));
+                (StatusCode::OK, String::new())
+            });
+            async move { handled.await.unwrap() }
+        }
+    })
+    .await;
+    let runtime = Arc::new(RuntimeApi::start().await);
+    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
+    let mut vars = bot_vars(&slack, &ledger.url, &table);
+    vars.extend(gateway_vars(&[bot.url()]));
+    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
+    let mut environments: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
+        .collect();
+    let logs = |environments: &[LambdaEnvironment]| {
+        environments
+            .iter()
+            .map(LambdaEnvironment::log)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    // The holder's answers: the reaction's passes; the reply's, made, never gets written.
+    ledger.hold_nth(LedgerOp::RunAnswer, 2, HoldAt::BeforeForwarding);
+
+    let event_id = "EvLambdaKilledBeforeAnswering";
+    let body = app_mention(event_id, "hello");
+    let events_url = url.events_url();
+    let first = tokio::spawn({
+        let (url, body) = (events_url.clone(), body.clone());
+        async move {
+            deliver(&HttpClient::default(), &url, &body, None)
+                .await
+                .status
+        }
+    });
+    ledger.wait_held().await;
+    let ts = ts_of(event_id);
+    let thread = || {
+        slack
+            .posted()
+            .into_iter()
+            .filter(|p| p.body["thread_ts"] == ts.as_str())
+            .count()
+    };
+    assert_eq!(thread(), 1, "the reply was made: {}", logs(&environments));
+    let holder = environments
+        .iter()
+        .position(|e| e.log().contains(event_id))
+        .unwrap_or_else(|| panic!("no environment names the event"));
+    environments[holder].kill();
+    environments.push(LambdaEnvironment::start(&runtime, &["gateway"], &vars));
+    assert_ne!(first.await.unwrap(), StatusCode::OK, "the holder died");
+    for _ in 0..200 {
+        if !replies.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let unknown = replies.lock().unwrap().clone();
+    assert_eq!(
+        unknown,
+        [(
+            StatusCode::OK,
+            json!({"ok": false, "error": "slack_once_unavailable"})
+        )],
+        "the reply's fate is unknown to its invocation: {}",
+        logs(&environments)
+    );
+
+    // Slack's retry, once the dead holder's lease has passed.
+    tokio::time::sleep(FUNCTION_TIMEOUT).await;
+    let retry = deliver(&HttpClient::default(), &events_url, &body, Some(1)).await;
+    assert!(retry.status.is_success(), "{}", logs(&environments));
+    assert_eq!(forwards.load(Ordering::SeqCst), 2);
+    assert_eq!(eyes(&slack, &ts), 1);
+    assert_eq!(thread(), 1, "one reply: {}", logs(&environments));
+    let replies = replies.lock().unwrap().clone();
+    assert_eq!(replies[1].1["ok"], true, "the retry's reply: {replies:?}");
+}

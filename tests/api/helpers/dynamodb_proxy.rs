@@ -15,6 +15,8 @@ pub enum LedgerOp {
     Fail,
     /// A write of a run's inbox (`gwrun-…`): the gateway's calls relayed through the ledger.
     RunInbox,
+    /// A relayed call's answer (`gwcall-…`), written by its run's holder.
+    RunAnswer,
     Other,
 }
 
@@ -149,11 +151,10 @@ pub fn classify(body: &[u8]) -> LedgerOp {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return LedgerOp::Other;
     };
-    if v["Item"]["pk"]["S"]
-        .as_str()
-        .is_some_and(|key| key.starts_with("gwrun-"))
-    {
-        return LedgerOp::RunInbox;
+    match v["Item"]["pk"]["S"].as_str() {
+        Some(key) if key.starts_with("gwrun-") => return LedgerOp::RunInbox,
+        Some(key) if key.starts_with("gwcall-") => return LedgerOp::RunAnswer,
+        _ => {}
     }
     // An alias: the put of a new one, or the update of one that exists.
     if v["Item"]["alias_of"].is_object() || v["ExpressionAttributeValues"][":of"].is_object() {
