@@ -156,7 +156,8 @@ async fn held_elsewhere(
         Ok(client) => client,
         Err(code) => return Answered::error(code),
     };
-    let deadline_ms = answer_by_ms.map_or(deadline_ms, |by| by.min(deadline_ms));
+    let margin = super::relay::OWN_DEADLINE_MARGIN.as_millis() as u64;
+    let deadline_ms = answer_by_ms.map_or(deadline_ms, |by| (by - margin).min(deadline_ms));
     let left = deadline_ms.saturating_sub(crate::clock::now_ms());
     let deadline = tokio::time::Instant::now() + Duration::from_millis(left);
     slack_answer(client.api(method, &Args::form_from(&args), deadline).await)

@@ -30,7 +30,7 @@ pub(crate) const RELAY_POLL: Duration = Duration::from_millis(20);
 const TAKEN_GRACE: Duration = Duration::from_secs(3);
 /// A proxy with a deadline of its own (a Lambda invocation's) answers this long before it, so
 /// that its answer gets out before Lambda ends it.
-const OWN_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
+pub(crate) const OWN_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
 /// An inbox or an answer outlives the run by this long before the table's TTL removes it.
 const KEPT_AFTER_THE_DEADLINE_S: u64 = 600;
 /// An inbox holds at most this much of calls not yet taken, and names of calls taken
