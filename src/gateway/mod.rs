@@ -247,8 +247,8 @@ impl Gateway {
 
 /// Takes the calls in run `run`'s inbox (`closing`: and closes it), makes them in order, and
 /// writes their answers. A ledger that fails leaves them to the next reading (`takes`: those a
-/// take may have taken); a closing that fails leaves them to their proxies, which withdraw them
-/// once the run's deadline passed.
+/// take may have taken); a closing that fails again and again leaves them to their proxies,
+/// which withdraw them once the run's deadline passed.
 async fn relayed(
     relay: &Relay,
     run: &str,

@@ -31,6 +31,8 @@ const TAKEN_GRACE: Duration = Duration::from_secs(3);
 /// A proxy with a deadline of its own (a Lambda invocation's) answers this long before it, so
 /// that its answer gets out before Lambda ends it.
 pub(crate) const OWN_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
+/// How many times the holder tries to close its run's inbox.
+const CLOSING_TRIES: u32 = 4;
 /// An inbox or an answer outlives the run by this long before the table's TTL removes it.
 const KEPT_AFTER_THE_DEADLINE_S: u64 = 600;
 /// An inbox holds at most this much of calls not yet taken, and names of calls taken
@@ -131,8 +133,30 @@ impl Relay {
     /// The holder takes the calls appended since it last took (none read: no write); `closing`,
     /// and closes the inbox with them, so that a later call is refused. A take whose write's
     /// answer was lost (an error, or a conflict with itself sent again) is kept in `takes`: its
-    /// calls are returned once the inbox shows them taken.
+    /// calls are returned once the inbox shows them taken. A closing that fails is tried again
+    /// (there is no next reading to leave it to).
     pub(crate) async fn take(
+        &self,
+        run: &str,
+        closing: bool,
+        takes: &mut Takes,
+    ) -> Result<Vec<Posted>, LedgerError> {
+        let mut pause = RELAY_POLL;
+        let mut tries = 1;
+        loop {
+            match self.take_once(run, closing, takes).await {
+                Err(error) if closing && tries < CLOSING_TRIES => {
+                    tracing::warn!(error = %error, "the run's inbox could not be closed: trying again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    tries += 1;
+                }
+                taken => return taken,
+            }
+        }
+    }
+
+    async fn take_once(
         &self,
         run: &str,
         closing: bool,
@@ -1027,5 +1051,25 @@ mod tests {
             1
         );
         assert_eq!(call.await.unwrap().0["error"], "slack_once_unavailable");
+    }
+
+    #[tokio::test]
+    async fn a_closing_that_failed_once_is_tried_again_and_takes_the_calls_left() {
+        let ledger = FaultyLedger::new();
+        let relay = Relay::new(ledger.clone());
+        relay.open(RUN, None, in_a_minute()).await.unwrap();
+        let _call = calling(&relay, "chat.postMessage");
+        until_posted(&*ledger, 1).await;
+        ledger.arm(NoteOp::Replace, "gwrun-", Fault::Refused);
+        let left = relay.take(RUN, true, &mut Takes::default()).await.unwrap();
+        assert!(ledger.fired());
+        assert_eq!(left.len(), 1, "the call left is made");
+        let late = relay
+            .call(RUN, "chat.postMessage", serde_json::json!({}), None)
+            .await;
+        assert_eq!(
+            late.0["error"], "slack_once_request_ended",
+            "a later call is refused at once, not left to wait for the run's deadline"
+        );
     }
 }
