@@ -126,7 +126,8 @@ async fn in_run(
 }
 
 /// A call of a run this process does not hold: handed to its holder through the ledger, or,
-/// a read, made here with the run's installation while the run is open; answered by
+/// a read, made here with the run's installation while the run is open (by the holder, where
+/// this process holds no token); answered by
 /// `answer_by_ms` (this invocation's own deadline on Lambda) at the latest.
 async fn held_elsewhere(
     proxy: &Proxy,
@@ -141,7 +142,12 @@ async fn held_elsewhere(
     if !super::relay::is_run_name(run) {
         return Answered::error("slack_once_request_ended");
     }
-    if method == super::writes::RESPOND_METHOD || !crate::slack::is_read_method(method) {
+    // A process with no token of its own (deferred mode's ingress: it only queues Slack's
+    // requests) hands its reads to the holder too, which makes them with the run's.
+    let tokenless =
+        proxy.processor.workspaces().is_none() && !proxy.processor.base_slack().has_token();
+    if method == super::writes::RESPOND_METHOD || !crate::slack::is_read_method(method) || tokenless
+    {
         return relay.call(run, method, args, answer_by_ms).await;
     }
     let (installation, deadline_ms) = match relay.find(run).await {

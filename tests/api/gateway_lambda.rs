@@ -667,3 +667,100 @@ async fn on_lambda_a_holder_killed_between_making_a_write_and_answering_it_leave
     let replies = replies.lock().unwrap().clone();
     assert_eq!(replies[1].1["ok"], true, "the retry's reply: {replies:?}");
 }
+
+/// Deferred mode on Lambda: the bot's read reaches the ingress function, which holds no bot
+/// token (it only queues Slack's requests: none is required of it). The read is made with the
+/// run's token all the same, by its holder, the worker: Slack answers it, not a tokenless
+/// client's made-up answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn on_lambda_in_deferred_mode_a_read_through_the_ingress_is_slacks_answer() {
+    let stack = DeferredStack::start(5).await;
+    let reads: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let reads = reads.clone();
+        move |forwarded: Forwarded| {
+            let reads = reads.clone();
+            async move {
+                let event = forwarded.json()["event"].clone();
+                let thread = forwarded
+                    .call(
+                        "conversations.replies",
+                        json!({"channel": event["channel"], "ts": event["ts"]}),
+                    )
+                    .await;
+                reads.lock().unwrap().push(thread);
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    let ingress_runtime = Arc::new(RuntimeApi::start().await);
+    let ingress_url = FunctionUrl::start(ingress_runtime.clone(), FUNCTION_TIMEOUT).await;
+    let mut ingress_vars = stack.ingress_vars();
+    ingress_vars.extend(dynamodb_env(&stack.dynamodb));
+    ingress_vars.push(("DEDUP_TABLE", stack.table.clone()));
+    // Slack's address (the stand-in's), and no bot token: the ingress has none to hold.
+    ingress_vars.push(("SLACK_API_URL", format!("{}/api", stack.slack.origin())));
+    ingress_vars.extend(gateway_vars(&[bot.url()]));
+    ingress_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
+    let ingress: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&ingress_runtime, &["gateway"], &ingress_vars))
+        .collect();
+    let worker_runtime = RuntimeApi::start().await;
+    let mut worker_vars = stack.worker_vars(60, 5);
+    worker_vars.extend(gateway_vars(&[bot.url()]));
+    worker_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
+    worker_vars.push(("SLACK_ONCE_ROLE", "worker".to_string()));
+    let worker = LambdaEnvironment::start(&worker_runtime, &["gateway"], &worker_vars);
+    let logs = || {
+        let ingress: Vec<String> = ingress.iter().map(LambdaEnvironment::log).collect();
+        format!(
+            "ingress:\n{}\nworker:\n{}",
+            ingress.join("\n---\n"),
+            worker.log()
+        )
+    };
+
+    let event_id = "EvLambdaDeferredRead";
+    let body = app_mention(event_id, "hello");
+    let acknowledged = deliver(
+        &HttpClient::default(),
+        &ingress_url.events_url(),
+        &body,
+        None,
+    )
+    .await;
+    assert_eq!(acknowledged.status, StatusCode::OK, "{}", logs());
+    let received = stack
+        .queue
+        .client
+        .receive_message()
+        .queue_url(&stack.queue.url)
+        .wait_time_seconds(5)
+        .send()
+        .await
+        .unwrap();
+    let message = &received.messages()[0];
+    let batch = json!({"Records": [sqs_record(
+        message.message_id().unwrap(),
+        message.body().unwrap(),
+        1,
+    )]});
+    let (answer, _) = worker_runtime.invoke(&batch, Duration::from_secs(30)).await;
+    assert_eq!(
+        answer["batchItemFailures"],
+        json!([]),
+        "{answer}\n{}",
+        logs()
+    );
+    let reads = reads.lock().unwrap().clone();
+    assert_eq!(reads.len(), 1, "{}", logs());
+    assert_eq!(
+        stack.slack.lookups(),
+        1,
+        "Slack answered the read: {reads:?}\n{}",
+        logs()
+    );
+    assert_eq!(reads[0]["ok"], true, "{reads:?}");
+}
