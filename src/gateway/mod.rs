@@ -178,8 +178,11 @@ impl Gateway {
             let relay = self.relay_for_runs();
             let deadline_ms = epoch_ms(ctx.deadline_at());
             if let Some(relay) = relay {
-                relay.open(run.name(), ctx.team(), deadline_ms).await?;
+                relay
+                    .open(run.name(), ctx.installation(), deadline_ms)
+                    .await?;
             }
+            let mut takes = relay::Takes::default();
             tracing::debug!(replica = %url, run = run.name(), "forwarding to the bot");
             let forwarded = self.bot.forward(&ctx, request);
             tokio::pin!(forwarded);
@@ -192,7 +195,7 @@ impl Gateway {
                     result = &mut forwarded => break result,
                     _ = inbox.tick(), if relay.is_some() => {
                         let relay = relay.expect("relaying");
-                        relayed(relay, run.name(), false, &mut writes, &ctx, deadline_ms).await;
+                        relayed(relay, run.name(), false, &mut takes, &mut writes, &ctx, deadline_ms).await;
                     }
                 }
             };
@@ -201,7 +204,16 @@ impl Gateway {
                 writes.make(&ctx, call).await;
             }
             if let Some(relay) = relay {
-                relayed(relay, run.name(), true, &mut writes, &ctx, deadline_ms).await;
+                relayed(
+                    relay,
+                    run.name(),
+                    true,
+                    &mut takes,
+                    &mut writes,
+                    &ctx,
+                    deadline_ms,
+                )
+                .await;
             }
             match result {
                 Ok(answer) if answer.status.is_success() => {
@@ -235,17 +247,19 @@ impl Gateway {
 }
 
 /// Takes the calls in run `run`'s inbox (`closing`: and closes it), makes them in order, and
-/// writes their answers. A ledger that fails leaves them to the next reading; a closing that
-/// fails leaves them to their proxies, which withdraw them once the run's deadline passed.
+/// writes their answers. A ledger that fails leaves them to the next reading (`takes`: those a
+/// take may have taken); a closing that fails again and again leaves them to their proxies,
+/// which withdraw them once the run's deadline passed.
 async fn relayed(
     relay: &Relay,
     run: &str,
     closing: bool,
+    takes: &mut relay::Takes,
     writes: &mut RunWrites,
     ctx: &Ctx,
     deadline_ms: u64,
 ) {
-    let taken = match relay.take(run, closing).await {
+    let taken = match relay.take(run, closing, takes).await {
         Ok(taken) => taken,
         Err(error) => {
             tracing::warn!(error = %error, "the run's inbox could not be read");

@@ -86,15 +86,29 @@ async fn answer(proxy: &Proxy, method: &str, request: Request) -> Answered {
         return Answered::error("invalid_auth");
     }
     match header(&parts.headers, RUN_HEADER) {
-        Some(run) => in_run(proxy, run, method, args).await,
+        Some(run) => {
+            // On Lambda, this invocation's own deadline: a relayed call is answered by then.
+            let answer_by_ms = parts
+                .extensions
+                .get::<lambda_http::Context>()
+                .and_then(|context| crate::http::invocation_deadline(context.deadline))
+                .map(super::epoch_ms);
+            in_run(proxy, run, method, args, answer_by_ms).await
+        }
         None => pass_through(proxy, &parts.headers, method, args).await,
     }
 }
 
 /// The call handed to its run, whose listener makes it and answers.
-async fn in_run(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered {
+async fn in_run(
+    proxy: &Proxy,
+    run: &str,
+    method: &str,
+    args: Value,
+    answer_by_ms: Option<u64>,
+) -> Answered {
     let Some(calls) = proxy.gateway.runs.calls_of(run) else {
-        return held_elsewhere(proxy, run, method, args).await;
+        return held_elsewhere(proxy, run, method, args, answer_by_ms).await;
     };
     let (answer, answered) = oneshot::channel();
     let call = Call {
@@ -112,26 +126,44 @@ async fn in_run(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered
 }
 
 /// A call of a run this process does not hold: handed to its holder through the ledger, or,
-/// a read, made here with the run's workspace while the run is open.
-async fn held_elsewhere(proxy: &Proxy, run: &str, method: &str, args: Value) -> Answered {
+/// a read, made here with the run's installation while the run is open (by the holder, where
+/// this process holds no token); answered by
+/// `answer_by_ms` (this invocation's own deadline on Lambda) at the latest.
+async fn held_elsewhere(
+    proxy: &Proxy,
+    run: &str,
+    method: &str,
+    args: Value,
+    answer_by_ms: Option<u64>,
+) -> Answered {
     let Some(relay) = proxy.gateway.relay.get() else {
         return Answered::error("slack_once_request_ended");
     };
     if !super::relay::is_run_name(run) {
         return Answered::error("slack_once_request_ended");
     }
-    if method == super::writes::RESPOND_METHOD || !crate::slack::is_read_method(method) {
-        return relay.call(run, method, args).await;
+    // A process with no token of its own (deferred mode's ingress: it only queues Slack's
+    // requests) hands its reads to the holder too, which makes them with the run's.
+    let tokenless =
+        proxy.processor.workspaces().is_none() && !proxy.processor.base_slack().has_token();
+    if method == super::writes::RESPOND_METHOD || !crate::slack::is_read_method(method) || tokenless
+    {
+        return relay.call(run, method, args, answer_by_ms).await;
     }
-    let (team, deadline_ms) = match relay.find(run).await {
-        Ok(Found::Open { team, deadline_ms }) => (team, deadline_ms),
+    let (installation, deadline_ms) = match relay.find(run).await {
+        Ok(Found::Open {
+            installation,
+            deadline_ms,
+        }) => (installation, deadline_ms),
         Ok(Found::Ended) => return Answered::error("slack_once_request_ended"),
         Err(_) => return Answered::error("slack_once_unavailable"),
     };
-    let client = match client(proxy, team.as_deref()).await {
+    let client = match client_of_installation(proxy, installation.as_deref()).await {
         Ok(client) => client,
         Err(code) => return Answered::error(code),
     };
+    let margin = super::relay::OWN_DEADLINE_MARGIN.as_millis() as u64;
+    let deadline_ms = answer_by_ms.map_or(deadline_ms, |by| (by - margin).min(deadline_ms));
     let left = deadline_ms.saturating_sub(crate::clock::now_ms());
     let deadline = tokio::time::Instant::now() + Duration::from_millis(left);
     slack_answer(client.api(method, &Args::form_from(&args), deadline).await)
@@ -181,6 +213,29 @@ async fn client(proxy: &Proxy, team: Option<&str>) -> Result<SlackClient, &'stat
         return Err("slack_once_team_required");
     };
     match workspaces.client_for(team, None).await {
+        Ok(Some(client)) => Ok(client),
+        Ok(None) => Err("team_not_found"),
+        Err(_) => Err("slack_once_unavailable"),
+    }
+}
+
+/// The client of the installation a run is answered with, as its holder's is: the one
+/// workspace's, or the installation whose key's id is `installation` (a workspace's team id,
+/// or an org-wide install's enterprise id). Not the request's `team`: in a channel shared with
+/// another organisation, that is the team of the person who wrote, perhaps another tenant's
+/// installation of the app.
+async fn client_of_installation(
+    proxy: &Proxy,
+    installation: Option<&str>,
+) -> Result<SlackClient, &'static str> {
+    let Some(workspaces) = proxy.processor.workspaces() else {
+        return Ok(proxy.processor.base_slack().clone());
+    };
+    let Some(id) = installation else {
+        return Err("slack_once_team_required");
+    };
+    // Slack's team ids and enterprise ids never meet: at most one of the two keys is found.
+    match workspaces.client_for(id, Some(id)).await {
         Ok(Some(client)) => Ok(client),
         Ok(None) => Err("team_not_found"),
         Err(_) => Err("slack_once_unavailable"),

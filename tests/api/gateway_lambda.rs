@@ -317,3 +317,450 @@ async fn on_lambda_a_slow_bot_in_deferred_mode_answers_once_through_the_worker_f
     );
     assert_eq!(answered(&stack.slack, event_id), (1, 1), "{}", worker.log());
 }
+
+/// Many workspaces on Lambda, in a channel shared with another organisation that installed the
+/// app too: Slack's request names the team of the person who wrote (`team_id`), and the
+/// installation it is for in `authorizations`. The bot's read lands in an environment other than
+/// its run's holder, and is made there with the run's installation, as the holder makes its own:
+/// never with the other organisation's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_a_relayed_read_in_a_shared_channel_uses_the_runs_installation() {
+    const CLIENT_ID: &str = "1234.5678";
+    let slack = slack_once::testing::FakeSlack::start()
+        .await
+        .with_oauth(CLIENT_ID, "test-client-secret");
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let mut vars = dynamodb_env(&endpoint);
+    vars.extend([
+        ("DEDUP_TABLE", table.clone()),
+        ("SLACK_CLIENT_ID", CLIENT_ID.to_string()),
+        ("SLACK_API_URL", slack.base_url().to_string()),
+    ]);
+    for (token, team) in [("xoxb-ours", "T0OURS"), ("xoxb-theirs", "T0THEIRS")] {
+        slack.with_grants(|g| g.accept(token, team));
+        let imported = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+            .env_clear()
+            .args(["import-token", "--plaintext"])
+            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("SLACK_BOT_TOKEN", token)
+            .output()
+            .unwrap();
+        assert!(imported.status.success(), "{imported:?}");
+    }
+    let reads: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let reads = reads.clone();
+        move |forwarded: Forwarded| {
+            let reads = reads.clone();
+            async move {
+                let event = forwarded.json()["event"].clone();
+                let thread = forwarded
+                    .call(
+                        "conversations.replies",
+                        json!({"channel": event["channel"], "ts": event["ts"]}),
+                    )
+                    .await;
+                reads.lock().unwrap().push(thread);
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    vars.extend([
+        ("SLACK_CLIENT_SECRET", "test-client-secret".to_string()),
+        (
+            "SLACK_SCOPES",
+            "app_mentions:read,chat:write,channels:history".to_string(),
+        ),
+    ]);
+    vars.extend(gateway_vars(&[bot.url()]));
+    let runtime = Arc::new(RuntimeApi::start().await);
+    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
+    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
+    let environments: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
+        .collect();
+    let logs = || {
+        environments
+            .iter()
+            .map(LambdaEnvironment::log)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+
+    let ours = slack_once::testing::bot_user_of("T0OURS");
+    let body = json!({
+        "token": "unused", "team_id": "T0THEIRS", "api_app_id": slack_once::testing::APP_ID,
+        "type": "event_callback", "event_id": "EvSharedChannel1", "event_time": 1_700_000_000,
+        "event": {
+            "type": "app_mention", "user": "U0THEIRPERSON", "text": format!("<@{ours}> hello"),
+            "ts": "1700000001.000100", "channel": "C0SHARED", "event_ts": "1700000001.000100"
+        },
+        "authorizations": [{"team_id": "T0OURS", "user_id": ours, "is_bot": true}]
+    })
+    .to_string();
+    slack.with_workspace_of("T0OURS", |w| w.add_event_message(body.as_bytes()));
+    let answer = deliver(&HttpClient::default(), &url.events_url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", logs());
+    assert_eq!(reads.lock().unwrap().len(), 1, "{}", logs());
+    let readers: Vec<String> = slack
+        .callers()
+        .into_iter()
+        .filter(|(method, _)| method == "conversations.replies")
+        .map(|(_, team)| team)
+        .collect();
+    assert_eq!(
+        readers,
+        ["T0OURS"],
+        "the read is the run's installation's: {:?}\n{}",
+        reads.lock().unwrap(),
+        logs()
+    );
+}
+
+/// The holder's take of the bot's call is written, and DynamoDB's answer to it lost: the SDK
+/// sends the write again, which finds the inbox changed (the write itself). The call taken is
+/// made, once, and the bot has its answer at once, not a refusal once the run's deadline passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_a_take_whose_answer_was_lost_makes_the_call_once() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let ledger = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let reactions: Arc<std::sync::Mutex<Vec<(serde_json::Value, Duration)>>> = Arc::default();
+    let bot = HttpBot::start({
+        let reactions = reactions.clone();
+        move |forwarded: Forwarded| {
+            let reactions = reactions.clone();
+            async move {
+                let event = forwarded.json()["event"].clone();
+                let started = std::time::Instant::now();
+                let reaction = forwarded
+                    .call(
+                        "reactions.add",
+                        json!({"channel": event["channel"], "timestamp": event["ts"], "name": "eyes"}),
+                    )
+                    .await;
+                reactions
+                    .lock()
+                    .unwrap()
+                    .push((reaction, started.elapsed()));
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    let runtime = Arc::new(RuntimeApi::start().await);
+    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
+    let mut vars = bot_vars(&slack, &ledger.url, &table);
+    vars.extend(gateway_vars(&[bot.url()]));
+    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
+    let environments: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
+        .collect();
+    let logs = || {
+        environments
+            .iter()
+            .map(LambdaEnvironment::log)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    // The inbox's writes: the holder opens it, the proxy appends the call, the holder takes it.
+    ledger.hold_nth(LedgerOp::RunInbox, 3, HoldAt::DropAnswer);
+
+    let event_id = "EvLambdaTakeAnswerLost";
+    let body = app_mention(event_id, "hello");
+    let answer = deliver(&HttpClient::default(), &url.events_url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", logs());
+    assert_eq!(ledger.held(), 1, "the take's answer was lost: {}", logs());
+    let reactions = reactions.lock().unwrap().clone();
+    assert_eq!(reactions.len(), 1, "{}", logs());
+    let (reaction, took) = &reactions[0];
+    assert_eq!(reaction["ok"], true, "{reaction}\n{}", logs());
+    assert!(*took < Duration::from_secs(2), "answered in {took:?}");
+    assert_eq!(eyes(&slack, &ts_of(event_id)), 1);
+    assert_eq!(slack.calls_of("reactions.add"), 1, "made once");
+}
+
+/// The bot's SDK sends a relayed write again, its first answer lost on the way back (the
+/// function URL's connection dropped): the retry is another invocation, in whichever
+/// environment is free, and is answered as the first, the message posted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_an_sdks_retry_of_a_relayed_write_is_answered_as_the_first() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let answers: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let answers = answers.clone();
+        move |forwarded: Forwarded| {
+            let answers = answers.clone();
+            async move {
+                let event = forwarded.json()["event"].clone();
+                let reply =
+                    json!({"channel": event["channel"], "thread_ts": event["ts"], "text": "Hello"});
+                let first = forwarded.call("chat.postMessage", reply.clone()).await;
+                let again = forwarded.call("chat.postMessage", reply).await;
+                answers.lock().unwrap().extend([first, again]);
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    let function = GatewayFunction::start(&slack, &table, &[bot.url()], 3).await;
+    let event_id = "EvLambdaSdkRetry";
+    let body = app_mention(event_id, "hello");
+    let answer = deliver(
+        &HttpClient::default(),
+        &function.url.events_url(),
+        &body,
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", function.logs());
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers.len(), 2, "{}", function.logs());
+    assert_eq!(answers[0]["ok"], true, "{answers:?}");
+    assert_eq!(
+        answers[0]["ts"], answers[1]["ts"],
+        "the retry's answer is the first's"
+    );
+    let ts = ts_of(event_id);
+    let thread = slack
+        .posted()
+        .into_iter()
+        .filter(|p| p.body["thread_ts"] == ts.as_str())
+        .count();
+    assert_eq!(thread, 1, "posted once: {}", function.logs());
+}
+
+/// The environment that holds the request is killed after it made the bot's reply and before
+/// it wrote the reply's answer. The reply's invocation answers the bot before its own time ends
+/// (a Slack-shaped answer, HTTP 200, not the function URL's 502 that an SDK sends again), and
+/// as a write whose fate is unknown, not one that was not made. Slack's retry, after the lease,
+/// finds the reply made: one of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn on_lambda_a_holder_killed_between_making_a_write_and_answering_it_leaves_its_fate_unknown()
+{
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let ledger = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let forwards = Arc::new(AtomicUsize::new(0));
+    let replies: Arc<std::sync::Mutex<Vec<(StatusCode, serde_json::Value)>>> = Arc::default();
+    let bot = HttpBot::start({
+        let (forwards, replies) = (forwards.clone(), replies.clone());
+        move |forwarded: Forwarded| {
+            let (forwards, replies) = (forwards.clone(), replies.clone());
+            // A task of its own: a bot's handler goes on when the gateway's connection drops.
+            let handled = tokio::spawn(async move {
+                forwards.fetch_add(1, Ordering::SeqCst);
+                let event = forwarded.json()["event"].clone();
+                let (channel, ts) = (event["channel"].clone(), event["ts"].clone());
+                let reaction = forwarded
+                    .call(
+                        "reactions.add",
+                        json!({"channel": channel, "timestamp": ts, "name": "eyes"}),
+                    )
+                    .await;
+                assert_eq!(reaction["ok"], true, "{reaction}");
+                // The call as an SDK makes it, its HTTP status seen.
+                let url = format!(
+                    "{}chat.postMessage",
+                    forwarded.header("x-slack-once-api-url")
+                );
+                let headers = [
+                    ("content-type".to_string(), "application/json".to_string()),
+                    ("authorization".to_string(), format!("Bearer {PROXY_TOKEN}")),
+                    (
+                        "x-slack-once-request".to_string(),
+                        forwarded.header("x-slack-once-request").to_string(),
+                    ),
+                ];
+                let reply = json!({"channel": channel, "thread_ts": ts, "text": "Hello <@U0001>"});
+                let answer = HttpClient::default()
+                    .request("POST", &url, &headers, reply.to_string())
+                    .await;
+                let body = serde_json::from_str(&answer.body).unwrap_or_default();
+                replies.lock().unwrap().push((answer.status, body));
+                (StatusCode::OK, String::new())
+            });
+            async move { handled.await.unwrap() }
+        }
+    })
+    .await;
+    let runtime = Arc::new(RuntimeApi::start().await);
+    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
+    let mut vars = bot_vars(&slack, &ledger.url, &table);
+    vars.extend(gateway_vars(&[bot.url()]));
+    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
+    let mut environments: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
+        .collect();
+    let logs = |environments: &[LambdaEnvironment]| {
+        environments
+            .iter()
+            .map(LambdaEnvironment::log)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    // The holder's answers: the reaction's passes; the reply's, made, never gets written.
+    ledger.hold_nth(LedgerOp::RunAnswer, 2, HoldAt::BeforeForwarding);
+
+    let event_id = "EvLambdaKilledBeforeAnswering";
+    let body = app_mention(event_id, "hello");
+    let events_url = url.events_url();
+    let first = tokio::spawn({
+        let (url, body) = (events_url.clone(), body.clone());
+        async move {
+            deliver(&HttpClient::default(), &url, &body, None)
+                .await
+                .status
+        }
+    });
+    ledger.wait_held().await;
+    let ts = ts_of(event_id);
+    let thread = || {
+        slack
+            .posted()
+            .into_iter()
+            .filter(|p| p.body["thread_ts"] == ts.as_str())
+            .count()
+    };
+    assert_eq!(thread(), 1, "the reply was made: {}", logs(&environments));
+    let holder = environments
+        .iter()
+        .position(|e| e.log().contains(event_id))
+        .unwrap_or_else(|| panic!("no environment names the event"));
+    environments[holder].kill();
+    environments.push(LambdaEnvironment::start(&runtime, &["gateway"], &vars));
+    assert_ne!(first.await.unwrap(), StatusCode::OK, "the holder died");
+    for _ in 0..200 {
+        if !replies.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let unknown = replies.lock().unwrap().clone();
+    assert_eq!(
+        unknown,
+        [(
+            StatusCode::OK,
+            json!({"ok": false, "error": "slack_once_unavailable"})
+        )],
+        "the reply's fate is unknown to its invocation: {}",
+        logs(&environments)
+    );
+
+    // Slack's retry, once the dead holder's lease has passed.
+    tokio::time::sleep(FUNCTION_TIMEOUT).await;
+    let retry = deliver(&HttpClient::default(), &events_url, &body, Some(1)).await;
+    assert!(retry.status.is_success(), "{}", logs(&environments));
+    assert_eq!(forwards.load(Ordering::SeqCst), 2);
+    assert_eq!(eyes(&slack, &ts), 1);
+    assert_eq!(thread(), 1, "one reply: {}", logs(&environments));
+    let replies = replies.lock().unwrap().clone();
+    assert_eq!(replies[1].1["ok"], true, "the retry's reply: {replies:?}");
+}
+
+/// Deferred mode on Lambda: the bot's read reaches the ingress function, which holds no bot
+/// token (it only queues Slack's requests: none is required of it). The read is made with the
+/// run's token all the same, by its holder, the worker: Slack answers it, not a tokenless
+/// client's made-up answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn on_lambda_in_deferred_mode_a_read_through_the_ingress_is_slacks_answer() {
+    let stack = DeferredStack::start(5).await;
+    let reads: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let reads = reads.clone();
+        move |forwarded: Forwarded| {
+            let reads = reads.clone();
+            async move {
+                let event = forwarded.json()["event"].clone();
+                let thread = forwarded
+                    .call(
+                        "conversations.replies",
+                        json!({"channel": event["channel"], "ts": event["ts"]}),
+                    )
+                    .await;
+                reads.lock().unwrap().push(thread);
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    let ingress_runtime = Arc::new(RuntimeApi::start().await);
+    let ingress_url = FunctionUrl::start(ingress_runtime.clone(), FUNCTION_TIMEOUT).await;
+    let mut ingress_vars = stack.ingress_vars();
+    ingress_vars.extend(dynamodb_env(&stack.dynamodb));
+    ingress_vars.push(("DEDUP_TABLE", stack.table.clone()));
+    // Slack's address (the stand-in's), and no bot token: the ingress has none to hold.
+    ingress_vars.push(("SLACK_API_URL", format!("{}/api", stack.slack.origin())));
+    ingress_vars.extend(gateway_vars(&[bot.url()]));
+    ingress_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
+    let ingress: Vec<_> = (0..2)
+        .map(|_| LambdaEnvironment::start(&ingress_runtime, &["gateway"], &ingress_vars))
+        .collect();
+    let worker_runtime = RuntimeApi::start().await;
+    let mut worker_vars = stack.worker_vars(60, 5);
+    worker_vars.extend(gateway_vars(&[bot.url()]));
+    worker_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
+    worker_vars.push(("SLACK_ONCE_ROLE", "worker".to_string()));
+    let worker = LambdaEnvironment::start(&worker_runtime, &["gateway"], &worker_vars);
+    let logs = || {
+        let ingress: Vec<String> = ingress.iter().map(LambdaEnvironment::log).collect();
+        format!(
+            "ingress:\n{}\nworker:\n{}",
+            ingress.join("\n---\n"),
+            worker.log()
+        )
+    };
+
+    let event_id = "EvLambdaDeferredRead";
+    let body = app_mention(event_id, "hello");
+    let acknowledged = deliver(
+        &HttpClient::default(),
+        &ingress_url.events_url(),
+        &body,
+        None,
+    )
+    .await;
+    assert_eq!(acknowledged.status, StatusCode::OK, "{}", logs());
+    let received = stack
+        .queue
+        .client
+        .receive_message()
+        .queue_url(&stack.queue.url)
+        .wait_time_seconds(5)
+        .send()
+        .await
+        .unwrap();
+    let message = &received.messages()[0];
+    let batch = json!({"Records": [sqs_record(
+        message.message_id().unwrap(),
+        message.body().unwrap(),
+        1,
+    )]});
+    let (answer, _) = worker_runtime.invoke(&batch, Duration::from_secs(30)).await;
+    assert_eq!(
+        answer["batchItemFailures"],
+        json!([]),
+        "{answer}\n{}",
+        logs()
+    );
+    let reads = reads.lock().unwrap().clone();
+    assert_eq!(reads.len(), 1, "{}", logs());
+    assert_eq!(
+        stack.slack.lookups(),
+        1,
+        "Slack answered the read: {reads:?}\n{}",
+        logs()
+    );
+    assert_eq!(reads[0]["ok"], true, "{reads:?}");
+}

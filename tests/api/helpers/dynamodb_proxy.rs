@@ -13,6 +13,10 @@ pub enum LedgerOp {
     Complete,
     Release,
     Fail,
+    /// A write of a run's inbox (`gwrun-…`): the gateway's calls relayed through the ledger.
+    RunInbox,
+    /// A relayed call's answer (`gwcall-…`), written by its run's holder.
+    RunAnswer,
     Other,
 }
 
@@ -147,6 +151,11 @@ pub fn classify(body: &[u8]) -> LedgerOp {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return LedgerOp::Other;
     };
+    match v["Item"]["pk"]["S"].as_str() {
+        Some(key) if key.starts_with("gwrun-") => return LedgerOp::RunInbox,
+        Some(key) if key.starts_with("gwcall-") => return LedgerOp::RunAnswer,
+        _ => {}
+    }
     // An alias: the put of a new one, or the update of one that exists.
     if v["Item"]["alias_of"].is_object() || v["ExpressionAttributeValues"][":of"].is_object() {
         return LedgerOp::Alias;
