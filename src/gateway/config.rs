@@ -85,6 +85,14 @@ impl GatewayConfig {
                 });
             }
         };
+        if on_lambda && !relay_calls {
+            return Err(GatewayConfigError {
+                variable: "SLACK_ONCE_RELAY_CALLS",
+                why: "cannot be false on Lambda: each of the bot's calls is an invocation of its \
+                      own, in another environment than the one that holds its request"
+                    .into(),
+            });
+        }
         if on_lambda && api_url.is_none() {
             return Err(GatewayConfigError {
                 variable: "SLACK_ONCE_API_URL",
@@ -231,7 +239,10 @@ mod tests {
         ));
         assert!(config(&vars).unwrap().relay_calls);
         vars.push(("SLACK_ONCE_RELAY_CALLS", "false"));
-        assert!(!config(&vars).unwrap().relay_calls);
+        assert_eq!(
+            config(&vars).unwrap_err().variable,
+            "SLACK_ONCE_RELAY_CALLS"
+        );
         vars.pop();
         vars.push(("SLACK_ONCE_RELAY_CALLS", "sometimes"));
         assert_eq!(
