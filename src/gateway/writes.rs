@@ -96,12 +96,6 @@ impl RunWrites {
         self.failed.as_ref()
     }
 
-    /// The run's result when the bot answered: the journal's own record of doubtful steps
-    /// decides whether the request is done.
-    pub(crate) fn outcome(self) -> Result<(), BotError> {
-        Ok(())
-    }
-
     /// The run's failure when no replica answered: the failed write's, if one failed.
     pub(crate) fn failure_or(self, why: &str) -> BotError {
         self.failed.unwrap_or_else(|| why.into())
