@@ -32,9 +32,18 @@ impl GatewayFunction {
         bots: &[String],
         environments: usize,
     ) -> Self {
+        let vars = bot_vars(slack, &dynamodb_endpoint(), table);
+        Self::on(vars, bots, environments).await
+    }
+
+    /// The function with `vars` (its ledger, Slack, its workspaces) and the gateway's own.
+    async fn on(
+        mut vars: Vec<(&'static str, String)>,
+        bots: &[String],
+        environments: usize,
+    ) -> Self {
         let runtime = Arc::new(RuntimeApi::start().await);
         let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
-        let mut vars = bot_vars(slack, &dynamodb_endpoint(), table);
         vars.extend(gateway_vars(bots));
         vars.push(("SLACK_ONCE_API_URL", url.api_url()));
         // The forward's line names the event: which environment holds it.
@@ -51,6 +60,18 @@ impl GatewayFunction {
         function
     }
 
+    /// Kills the environment that holds the request `event_id` (its forward's line names the
+    /// event), and starts another in its place.
+    fn kill_the_holder_of(&mut self, event_id: &str) {
+        let holder = self
+            .environments
+            .iter()
+            .position(|e| e.log().contains(event_id))
+            .unwrap_or_else(|| panic!("no environment names the event:\n{}", self.logs()));
+        self.environments[holder].kill();
+        self.add_environment();
+    }
+
     /// Another environment, as Lambda starts one when every other is busy.
     fn add_environment(&mut self) {
         let environment = LambdaEnvironment::start(&self.runtime, &["gateway"], &self.vars);
@@ -65,6 +86,115 @@ impl GatewayFunction {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// Deferred mode's two functions: the ingress behind its URL (two environments: it serves the
+/// bot's calls too, relaying them through the ledger) and the worker, invoked with the queue's
+/// records as the event source mapping invokes it.
+struct DeferredFunctions {
+    url: FunctionUrl,
+    ingress: Vec<LambdaEnvironment>,
+    worker_runtime: RuntimeApi,
+    worker: LambdaEnvironment,
+}
+
+impl DeferredFunctions {
+    /// The functions on `stack`'s queue and table, forwarding to `bots`; `ingress_extra` set on
+    /// the ingress after the rest.
+    async fn start(
+        stack: &DeferredStack,
+        bots: &[String],
+        ingress_extra: &[(&'static str, String)],
+    ) -> Self {
+        let ingress_runtime = Arc::new(RuntimeApi::start().await);
+        let url = FunctionUrl::start(ingress_runtime.clone(), FUNCTION_TIMEOUT).await;
+        let mut ingress_vars = stack.ingress_vars();
+        // The ingress is the proxy too: it relays the bot's calls through the ledger.
+        ingress_vars.extend(dynamodb_env(&stack.dynamodb));
+        ingress_vars.push(("DEDUP_TABLE", stack.table.clone()));
+        ingress_vars.extend(gateway_vars(bots));
+        ingress_vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+        ingress_vars.extend(ingress_extra.iter().cloned());
+        let ingress = (0..2)
+            .map(|_| LambdaEnvironment::start(&ingress_runtime, &["gateway"], &ingress_vars))
+            .collect();
+        let worker_runtime = RuntimeApi::start().await;
+        let mut worker_vars = stack.worker_vars(60, 5);
+        worker_vars.extend(gateway_vars(bots));
+        worker_vars.push(("SLACK_ONCE_API_URL", url.api_url()));
+        worker_vars.push(("SLACK_ONCE_ROLE", "worker".to_string()));
+        let worker = LambdaEnvironment::start(&worker_runtime, &["gateway"], &worker_vars);
+        Self {
+            url,
+            ingress,
+            worker_runtime,
+            worker,
+        }
+    }
+
+    /// Slack's request `body` to the ingress, acknowledged once queued; then the queued record
+    /// to the worker: the worker's answer to its batch.
+    async fn deliver_and_work(&self, stack: &DeferredStack, body: &str) -> serde_json::Value {
+        let http = HttpClient::default();
+        let acknowledged = deliver(&http, &self.url.events_url(), body, None).await;
+        assert_eq!(acknowledged.status, StatusCode::OK, "{}", self.logs());
+        let received = stack
+            .queue
+            .client
+            .receive_message()
+            .queue_url(&stack.queue.url)
+            .wait_time_seconds(5)
+            .send()
+            .await
+            .unwrap();
+        let messages = received.messages();
+        assert_eq!(messages.len(), 1, "the ingress queued the request");
+        let message = &messages[0];
+        let batch = json!({"Records": [sqs_record(
+            message.message_id().unwrap(),
+            message.body().unwrap(),
+            1,
+        )]});
+        let (answer, _) = self
+            .worker_runtime
+            .invoke(&batch, Duration::from_secs(30))
+            .await;
+        answer
+    }
+
+    fn logs(&self) -> String {
+        let ingress: Vec<String> = self.ingress.iter().map(LambdaEnvironment::log).collect();
+        format!(
+            "ingress:\n{}\nworker:\n{}",
+            ingress.join("\n---\n"),
+            self.worker.log()
+        )
+    }
+}
+
+/// A bot that reads the thread of the event's message through the gateway's proxy, keeping
+/// each answer.
+async fn reading_bot() -> (HttpBot, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+    let reads: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let reads = reads.clone();
+        move |forwarded: Forwarded| {
+            let reads = reads.clone();
+            async move {
+                let (channel, ts) = forwarded.message();
+                let thread = forwarded
+                    .call(
+                        "conversations.replies",
+                        json!({"channel": channel, "ts": ts}),
+                    )
+                    .await;
+                reads.lock().unwrap().push(thread);
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    (bot, reads)
 }
 
 async fn mentions_on_lambda(bolt: Bolt) {
@@ -162,13 +292,7 @@ async fn on_lambda_a_holder_killed_between_two_writes_leaves_one_of_each() {
     tokio::time::timeout(Duration::from_secs(10), reacted.notified())
         .await
         .expect("the bot reacted");
-    let holder = function
-        .environments
-        .iter()
-        .position(|e| e.log().contains(event_id))
-        .unwrap_or_else(|| panic!("no environment names the event:\n{}", function.logs()));
-    function.environments[holder].kill();
-    function.add_environment();
+    function.kill_the_holder_of(event_id);
     assert_eq!(
         first.await.unwrap(),
         StatusCode::BAD_GATEWAY,
@@ -268,54 +392,23 @@ async fn on_lambda_a_slow_bot_in_deferred_mode_answers_once_through_the_worker_f
         (StatusCode::OK, String::new())
     })
     .await;
-    let ingress_runtime = Arc::new(RuntimeApi::start().await);
-    let ingress_url = FunctionUrl::start(ingress_runtime.clone(), FUNCTION_TIMEOUT).await;
-    let mut ingress_vars = stack.ingress_vars();
-    // The ingress is the proxy too: it relays the bot's calls through the ledger.
-    ingress_vars.extend(dynamodb_env(&stack.dynamodb));
-    ingress_vars.push(("DEDUP_TABLE", stack.table.clone()));
-    ingress_vars.extend(gateway_vars(&[bot.url()]));
-    ingress_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
-    let _ingress: Vec<_> = (0..2)
-        .map(|_| LambdaEnvironment::start(&ingress_runtime, &["gateway"], &ingress_vars))
-        .collect();
-    let worker_runtime = RuntimeApi::start().await;
-    let mut worker_vars = stack.worker_vars(60, 5);
-    worker_vars.extend(gateway_vars(&[bot.url()]));
-    worker_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
-    worker_vars.push(("SLACK_ONCE_ROLE", "worker".to_string()));
-    let worker = LambdaEnvironment::start(&worker_runtime, &["gateway"], &worker_vars);
-
+    let functions = DeferredFunctions::start(&stack, &[bot.url()], &[]).await;
     let event_id = "EvLambdaDeferredSlow";
-    let body = app_mention(event_id, "hello");
-    let http = HttpClient::default();
-    let acknowledged = deliver(&http, &ingress_url.events_url(), &body, None).await;
-    assert_eq!(acknowledged.status, StatusCode::OK, "{}", worker.log());
-    let received = stack
-        .queue
-        .client
-        .receive_message()
-        .queue_url(&stack.queue.url)
-        .wait_time_seconds(5)
-        .send()
-        .await
-        .unwrap();
-    let messages = received.messages();
-    assert_eq!(messages.len(), 1, "the ingress queued the request");
-    let message = &messages[0];
-    let batch = json!({"Records": [sqs_record(
-        message.message_id().unwrap(),
-        message.body().unwrap(),
-        1,
-    )]});
-    let (answer, _) = worker_runtime.invoke(&batch, Duration::from_secs(30)).await;
+    let answer = functions
+        .deliver_and_work(&stack, &app_mention(event_id, "hello"))
+        .await;
     assert_eq!(
         answer["batchItemFailures"],
         json!([]),
         "{answer}\n{}",
-        worker.log()
+        functions.logs()
     );
-    assert_eq!(answered(&stack.slack, event_id), (1, 1), "{}", worker.log());
+    assert_eq!(
+        answered(&stack.slack, event_id),
+        (1, 1),
+        "{}",
+        functions.logs()
+    );
 }
 
 /// Many workspaces on Lambda, in a channel shared with another organisation that installed the
@@ -349,25 +442,7 @@ async fn on_lambda_a_relayed_read_in_a_shared_channel_uses_the_runs_installation
             .unwrap();
         assert!(imported.status.success(), "{imported:?}");
     }
-    let reads: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
-    let bot = HttpBot::start({
-        let reads = reads.clone();
-        move |forwarded: Forwarded| {
-            let reads = reads.clone();
-            async move {
-                let event = forwarded.json()["event"].clone();
-                let thread = forwarded
-                    .call(
-                        "conversations.replies",
-                        json!({"channel": event["channel"], "ts": event["ts"]}),
-                    )
-                    .await;
-                reads.lock().unwrap().push(thread);
-                (StatusCode::OK, String::new())
-            }
-        }
-    })
-    .await;
+    let (bot, reads) = reading_bot().await;
     vars.extend([
         ("SLACK_CLIENT_SECRET", "test-client-secret".to_string()),
         (
@@ -375,21 +450,8 @@ async fn on_lambda_a_relayed_read_in_a_shared_channel_uses_the_runs_installation
             "app_mentions:read,chat:write,channels:history".to_string(),
         ),
     ]);
-    vars.extend(gateway_vars(&[bot.url()]));
-    let runtime = Arc::new(RuntimeApi::start().await);
-    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
-    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
-    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
-    let environments: Vec<_> = (0..2)
-        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
-        .collect();
-    let logs = || {
-        environments
-            .iter()
-            .map(LambdaEnvironment::log)
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    };
+    let function = GatewayFunction::on(vars, &[bot.url()], 2).await;
+    let (url, logs) = (&function.url, || function.logs());
 
     let ours = slack_once::testing::bot_user_of("T0OURS");
     let body = json!({
@@ -453,22 +515,9 @@ async fn on_lambda_a_take_whose_answer_was_lost_makes_the_call_once() {
         }
     })
     .await;
-    let runtime = Arc::new(RuntimeApi::start().await);
-    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
-    let mut vars = bot_vars(&slack, &ledger.url, &table);
-    vars.extend(gateway_vars(&[bot.url()]));
-    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
-    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
-    let environments: Vec<_> = (0..2)
-        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
-        .collect();
-    let logs = || {
-        environments
-            .iter()
-            .map(LambdaEnvironment::log)
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    };
+    let vars = bot_vars(&slack, &ledger.url, &table);
+    let function = GatewayFunction::on(vars, &[bot.url()], 2).await;
+    let (url, logs) = (&function.url, || function.logs());
     // The inbox's writes: the holder opens it, the proxy appends the call, the holder takes it.
     ledger.hold_nth(LedgerOp::RunInbox, 3, HoldAt::DropAnswer);
 
@@ -593,28 +642,14 @@ async fn on_lambda_a_holder_killed_between_making_a_write_and_answering_it_leave
         }
     })
     .await;
-    let runtime = Arc::new(RuntimeApi::start().await);
-    let url = FunctionUrl::start(runtime.clone(), FUNCTION_TIMEOUT).await;
-    let mut vars = bot_vars(&slack, &ledger.url, &table);
-    vars.extend(gateway_vars(&[bot.url()]));
-    vars.push(("SLACK_ONCE_API_URL", url.api_url()));
-    vars.push(("RUST_LOG", "info,slack_once::gateway=debug".into()));
-    let mut environments: Vec<_> = (0..2)
-        .map(|_| LambdaEnvironment::start(&runtime, &["gateway"], &vars))
-        .collect();
-    let logs = |environments: &[LambdaEnvironment]| {
-        environments
-            .iter()
-            .map(LambdaEnvironment::log)
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    };
+    let vars = bot_vars(&slack, &ledger.url, &table);
+    let mut function = GatewayFunction::on(vars, &[bot.url()], 2).await;
     // The holder's answers: the reaction's passes; the reply's, made, never gets written.
     ledger.hold_nth(LedgerOp::RunAnswer, 2, HoldAt::BeforeForwarding);
 
     let event_id = "EvLambdaKilledBeforeAnswering";
     let body = app_mention(event_id, "hello");
-    let events_url = url.events_url();
+    let events_url = function.url.events_url();
     let first = tokio::spawn({
         let (url, body) = (events_url.clone(), body.clone());
         async move {
@@ -632,13 +667,8 @@ async fn on_lambda_a_holder_killed_between_making_a_write_and_answering_it_leave
             .filter(|p| p.body["thread_ts"] == ts.as_str())
             .count()
     };
-    assert_eq!(thread(), 1, "the reply was made: {}", logs(&environments));
-    let holder = environments
-        .iter()
-        .position(|e| e.log().contains(event_id))
-        .unwrap_or_else(|| panic!("no environment names the event"));
-    environments[holder].kill();
-    environments.push(LambdaEnvironment::start(&runtime, &["gateway"], &vars));
+    assert_eq!(thread(), 1, "the reply was made: {}", function.logs());
+    function.kill_the_holder_of(event_id);
     assert_ne!(first.await.unwrap(), StatusCode::OK, "the holder died");
     for _ in 0..200 {
         if !replies.lock().unwrap().is_empty() {
@@ -654,16 +684,16 @@ async fn on_lambda_a_holder_killed_between_making_a_write_and_answering_it_leave
             json!({"ok": false, "error": "slack_once_unavailable"})
         )],
         "the reply's fate is unknown to its invocation: {}",
-        logs(&environments)
+        function.logs()
     );
 
     // Slack's retry, once the dead holder's lease has passed.
     tokio::time::sleep(FUNCTION_TIMEOUT).await;
     let retry = deliver(&HttpClient::default(), &events_url, &body, Some(1)).await;
-    assert!(retry.status.is_success(), "{}", logs(&environments));
+    assert!(retry.status.is_success(), "{}", function.logs());
     assert_eq!(forwards.load(Ordering::SeqCst), 2);
     assert_eq!(eyes(&slack, &ts), 1);
-    assert_eq!(thread(), 1, "one reply: {}", logs(&environments));
+    assert_eq!(thread(), 1, "one reply: {}", function.logs());
     let replies = replies.lock().unwrap().clone();
     assert_eq!(replies[1].1["ok"], true, "the retry's reply: {replies:?}");
 }
@@ -676,78 +706,14 @@ async fn on_lambda_a_holder_killed_between_making_a_write_and_answering_it_leave
 #[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
 async fn on_lambda_in_deferred_mode_a_read_through_the_ingress_is_slacks_answer() {
     let stack = DeferredStack::start(5).await;
-    let reads: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
-    let bot = HttpBot::start({
-        let reads = reads.clone();
-        move |forwarded: Forwarded| {
-            let reads = reads.clone();
-            async move {
-                let event = forwarded.json()["event"].clone();
-                let thread = forwarded
-                    .call(
-                        "conversations.replies",
-                        json!({"channel": event["channel"], "ts": event["ts"]}),
-                    )
-                    .await;
-                reads.lock().unwrap().push(thread);
-                (StatusCode::OK, String::new())
-            }
-        }
-    })
-    .await;
-    let ingress_runtime = Arc::new(RuntimeApi::start().await);
-    let ingress_url = FunctionUrl::start(ingress_runtime.clone(), FUNCTION_TIMEOUT).await;
-    let mut ingress_vars = stack.ingress_vars();
-    ingress_vars.extend(dynamodb_env(&stack.dynamodb));
-    ingress_vars.push(("DEDUP_TABLE", stack.table.clone()));
+    let (bot, reads) = reading_bot().await;
     // Slack's address (the stand-in's), and no bot token: the ingress has none to hold.
-    ingress_vars.push(("SLACK_API_URL", format!("{}/api", stack.slack.origin())));
-    ingress_vars.extend(gateway_vars(&[bot.url()]));
-    ingress_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
-    let ingress: Vec<_> = (0..2)
-        .map(|_| LambdaEnvironment::start(&ingress_runtime, &["gateway"], &ingress_vars))
-        .collect();
-    let worker_runtime = RuntimeApi::start().await;
-    let mut worker_vars = stack.worker_vars(60, 5);
-    worker_vars.extend(gateway_vars(&[bot.url()]));
-    worker_vars.push(("SLACK_ONCE_API_URL", ingress_url.api_url()));
-    worker_vars.push(("SLACK_ONCE_ROLE", "worker".to_string()));
-    let worker = LambdaEnvironment::start(&worker_runtime, &["gateway"], &worker_vars);
-    let logs = || {
-        let ingress: Vec<String> = ingress.iter().map(LambdaEnvironment::log).collect();
-        format!(
-            "ingress:\n{}\nworker:\n{}",
-            ingress.join("\n---\n"),
-            worker.log()
-        )
-    };
-
-    let event_id = "EvLambdaDeferredRead";
-    let body = app_mention(event_id, "hello");
-    let acknowledged = deliver(
-        &HttpClient::default(),
-        &ingress_url.events_url(),
-        &body,
-        None,
-    )
-    .await;
-    assert_eq!(acknowledged.status, StatusCode::OK, "{}", logs());
-    let received = stack
-        .queue
-        .client
-        .receive_message()
-        .queue_url(&stack.queue.url)
-        .wait_time_seconds(5)
-        .send()
-        .await
-        .unwrap();
-    let message = &received.messages()[0];
-    let batch = json!({"Records": [sqs_record(
-        message.message_id().unwrap(),
-        message.body().unwrap(),
-        1,
-    )]});
-    let (answer, _) = worker_runtime.invoke(&batch, Duration::from_secs(30)).await;
+    let no_token = [("SLACK_API_URL", format!("{}/api", stack.slack.origin()))];
+    let functions = DeferredFunctions::start(&stack, &[bot.url()], &no_token).await;
+    let logs = || functions.logs();
+    let answer = functions
+        .deliver_and_work(&stack, &app_mention("EvLambdaDeferredRead", "hello"))
+        .await;
     assert_eq!(
         answer["batchItemFailures"],
         json!([]),
