@@ -659,6 +659,15 @@ mod tests {
         tokio::spawn(async move { relay.call(RUN, method, serde_json::json!({}), None).await })
     }
 
+    /// Whether the holder's take (`closing`: and close) finds no call.
+    async fn takes_nothing(relay: &Relay, closing: bool) -> bool {
+        relay
+            .take(RUN, closing, &mut Takes::default())
+            .await
+            .unwrap()
+            .is_empty()
+    }
+
     fn ok() -> Answered {
         Answered(serde_json::json!({"ok": true}))
     }
@@ -706,11 +715,7 @@ mod tests {
         let methods: Vec<&str> = taken.iter().map(|c| c.method.as_str()).collect();
         assert_eq!(methods, ["reactions.add", "chat.postMessage"]);
         assert!(
-            relay
-                .take(RUN, false, &mut Takes::default())
-                .await
-                .unwrap()
-                .is_empty(),
+            takes_nothing(&relay, false).await,
             "each call is taken once"
         );
         for (n, call) in taken.iter().enumerate() {
@@ -753,13 +758,7 @@ mod tests {
             .call(RUN, "chat.postMessage", serde_json::json!({}), None)
             .await;
         assert_eq!(late.0["error"], "slack_once_request_ended");
-        assert!(
-            relay
-                .take(RUN, true, &mut Takes::default())
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(takes_nothing(&relay, true).await);
     }
 
     #[tokio::test]
@@ -772,11 +771,7 @@ mod tests {
             .await;
         assert_eq!(answered.0["error"], "slack_once_request_ended");
         assert!(
-            relay
-                .take(RUN, true, &mut Takes::default())
-                .await
-                .unwrap()
-                .is_empty(),
+            takes_nothing(&relay, true).await,
             "a withdrawn call is never made"
         );
     }
@@ -958,13 +953,7 @@ mod tests {
             )
             .await;
         assert_eq!(answered.0["error"], "request_too_large");
-        assert!(
-            relay
-                .take(RUN, false, &mut Takes::default())
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(takes_nothing(&relay, false).await);
     }
 
     #[tokio::test]
@@ -1025,13 +1014,7 @@ mod tests {
             .await;
         assert_eq!(answered.0["error"], "slack_once_unavailable");
         assert!(started.elapsed() < Duration::from_secs(1));
-        assert!(
-            relay
-                .take(RUN, false, &mut Takes::default())
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(takes_nothing(&relay, false).await);
         // Taken and not answered by then: its fate unknown.
         let call = tokio::spawn({
             let (relay, by) = (relay.clone(), answer_by());

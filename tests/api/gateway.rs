@@ -437,37 +437,9 @@ fn mention_in_workspace(slack: &slack_once::testing::FakeSlack, team: &str) -> S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs DynamoDB Local and the built binary"]
 async fn in_many_workspaces_each_requests_writes_use_its_workspaces_token() {
-    const CLIENT_ID: &str = "1234.5678";
-    let slack = slack_once::testing::FakeSlack::start()
-        .await
-        .with_oauth(CLIENT_ID, "test-client-secret");
-    let endpoint = dynamodb_endpoint();
-    let (table, _) = fresh_table(&endpoint).await;
-    let mut vars = dynamodb_env(&endpoint);
-    vars.extend([
-        ("DEDUP_TABLE", table.clone()),
-        ("SLACK_CLIENT_ID", CLIENT_ID.to_string()),
-        ("SLACK_API_URL", slack.base_url().to_string()),
-    ]);
-    for (token, team) in [("xoxb-workspace-a", "T0WSA"), ("xoxb-workspace-b", "T0WSB")] {
-        slack.with_grants(|g| g.accept(token, team));
-        let imported = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
-            .env_clear()
-            .args(["import-token", "--plaintext"])
-            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("SLACK_BOT_TOKEN", token)
-            .output()
-            .unwrap();
-        assert!(imported.status.success(), "{imported:?}");
-    }
+    let installed = [("xoxb-workspace-a", "T0WSA"), ("xoxb-workspace-b", "T0WSB")];
+    let (slack, _table, mut vars) = many_workspaces(&installed).await;
     let bot = reacting_bot(false, None).await;
-    vars.extend([
-        ("SLACK_CLIENT_SECRET", "test-client-secret".to_string()),
-        (
-            "SLACK_SCOPES",
-            "app_mentions:read,chat:write,reactions:write".to_string(),
-        ),
-    ]);
     vars.extend(gateway_vars(&[bot.url()]));
     let gateway = BotProcess::spawn_gateway(&vars);
     let http = HttpClient::default();

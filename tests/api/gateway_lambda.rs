@@ -419,37 +419,9 @@ async fn on_lambda_a_slow_bot_in_deferred_mode_answers_once_through_the_worker_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs DynamoDB Local and the built binary"]
 async fn on_lambda_a_relayed_read_in_a_shared_channel_uses_the_runs_installation() {
-    const CLIENT_ID: &str = "1234.5678";
-    let slack = slack_once::testing::FakeSlack::start()
-        .await
-        .with_oauth(CLIENT_ID, "test-client-secret");
-    let endpoint = dynamodb_endpoint();
-    let (table, _) = fresh_table(&endpoint).await;
-    let mut vars = dynamodb_env(&endpoint);
-    vars.extend([
-        ("DEDUP_TABLE", table.clone()),
-        ("SLACK_CLIENT_ID", CLIENT_ID.to_string()),
-        ("SLACK_API_URL", slack.base_url().to_string()),
-    ]);
-    for (token, team) in [("xoxb-ours", "T0OURS"), ("xoxb-theirs", "T0THEIRS")] {
-        slack.with_grants(|g| g.accept(token, team));
-        let imported = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
-            .env_clear()
-            .args(["import-token", "--plaintext"])
-            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("SLACK_BOT_TOKEN", token)
-            .output()
-            .unwrap();
-        assert!(imported.status.success(), "{imported:?}");
-    }
+    let installed = [("xoxb-ours", "T0OURS"), ("xoxb-theirs", "T0THEIRS")];
+    let (slack, _table, vars) = many_workspaces(&installed).await;
     let (bot, reads) = reading_bot().await;
-    vars.extend([
-        ("SLACK_CLIENT_SECRET", "test-client-secret".to_string()),
-        (
-            "SLACK_SCOPES",
-            "app_mentions:read,chat:write,channels:history".to_string(),
-        ),
-    ]);
     let function = GatewayFunction::on(vars, &[bot.url()], 2).await;
     let (url, logs) = (&function.url, || function.logs());
 

@@ -403,3 +403,46 @@ impl HttpBot {
         self.received.lock().unwrap().clone()
     }
 }
+
+/// Slack (a stand-in of many workspaces, the app's client id `1234.5678`) and a fresh table
+/// holding each of `installed` (a bot token, its team), imported as an operator does: the
+/// variables of a gateway serving them all, but the gateway's own.
+pub async fn many_workspaces(
+    installed: &[(&str, &str)],
+) -> (
+    slack_once::testing::FakeSlack,
+    String,
+    Vec<(&'static str, String)>,
+) {
+    const CLIENT_ID: &str = "1234.5678";
+    let slack = slack_once::testing::FakeSlack::start()
+        .await
+        .with_oauth(CLIENT_ID, "test-client-secret");
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let mut vars = dynamodb_env(&endpoint);
+    vars.extend([
+        ("DEDUP_TABLE", table.clone()),
+        ("SLACK_CLIENT_ID", CLIENT_ID.to_string()),
+        ("SLACK_API_URL", slack.base_url().to_string()),
+    ]);
+    for (token, team) in installed {
+        slack.with_grants(|g| g.accept(token, team));
+        let imported = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+            .env_clear()
+            .args(["import-token", "--plaintext"])
+            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("SLACK_BOT_TOKEN", token)
+            .output()
+            .unwrap();
+        assert!(imported.status.success(), "{imported:?}");
+    }
+    vars.extend([
+        ("SLACK_CLIENT_SECRET", "test-client-secret".to_string()),
+        (
+            "SLACK_SCOPES",
+            "app_mentions:read,chat:write,reactions:write,channels:history".to_string(),
+        ),
+    ]);
+    (slack, table, vars)
+}
