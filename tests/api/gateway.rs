@@ -652,3 +652,40 @@ async fn a_steps_token_stays_with_the_gateway_and_its_completion_survives_a_5xx(
         .await;
     assert_eq!(around.json()["ok"], false, "{}", around.json());
 }
+
+/// Two gateway processes behind one address (`SLACK_ONCE_RELAY_CALLS`): the bot's calls of a
+/// run the one process holds reach the other, which relays them through the ledger; the
+/// mention is answered once, with one reaction and one reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn behind_one_address_a_gateway_relays_the_calls_of_a_run_another_holds() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let bot = reacting_bot(false, None).await;
+    let relaying = [("SLACK_ONCE_RELAY_CALLS", "true".to_string())];
+    let other = spawn_gateway_with(&slack, &table, &[bot.url()], &relaying);
+    let one_address = [
+        ("SLACK_ONCE_RELAY_CALLS", "true".to_string()),
+        ("SLACK_ONCE_API_URL", format!("http://{}/api/", other.addr)),
+    ];
+    let holder = spawn_gateway_with(&slack, &table, &[bot.url()], &one_address);
+    let http = HttpClient::default();
+
+    let body = app_mention("EvGwOneAddress1", "hello");
+    let answer = deliver(&http, &holder.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", holder.log());
+    let ts = ts_of("EvGwOneAddress1");
+    assert_eq!(
+        (eyes(&slack, &ts), replies(&slack, &ts)),
+        (1, 1),
+        "holder:\n{}\nother:\n{}",
+        holder.log(),
+        other.log()
+    );
+    let forwarded = bot.received();
+    assert_eq!(
+        forwarded[0].header("x-slack-once-api-url"),
+        format!("http://{}/api/", other.addr),
+        "the calls went to the other process"
+    );
+}
