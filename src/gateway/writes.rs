@@ -143,6 +143,12 @@ async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError>
     if crate::slack::is_read_method(method) {
         return ctx.read(method, args).await;
     }
+    if matches!(
+        method,
+        "functions.completeSuccess" | "functions.completeError"
+    ) {
+        return completion(ctx, method, args).await;
+    }
     let text = |key: &str| args[key].as_str().map(str::to_string);
     let (channel, thread_ts) = (text("channel").unwrap_or_default(), text("thread_ts"));
     let (settle, benign): (Settle<'_>, &[&str]) = match method {
@@ -160,11 +166,6 @@ async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError>
         "reactions.add" => (Settle::Idempotent, &["already_reacted"]),
         "reactions.remove" => (Settle::Idempotent, &["no_reaction"]),
         "views.open" | "views.push" => (Settle::View, &[]),
-        // As a step's own completion is made: again, Slack's refusal of a second one its success.
-        "functions.completeSuccess" | "functions.completeError" => (
-            Settle::Idempotent,
-            &crate::app::function::COMPLETION_MADE_ALREADY,
-        ),
         _ => (Settle::AtMostOnce, &[]),
     };
     let answer = ctx
@@ -175,6 +176,34 @@ async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError>
         return Ok(json!({"ok": false, "error": "slack_once_unconfirmed_write"}));
     }
     Ok(answer)
+}
+
+/// A step's completion, made as the Rust listeners' is: again when an earlier run of this
+/// request announced it and its fate is unknown, and then Slack's refusal of a second
+/// completion (`execution_not_in_running_state`, `token_revoked`,
+/// `function_execution_not_found`) is that earlier call's success. Never announced by this
+/// request, the same refusal is Slack's own answer to the bot: another request (a second
+/// approver's click) or this run's own earlier completion decided the step, not this call.
+async fn completion(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError> {
+    let answer = ctx
+        .journaled_announced(
+            method,
+            args,
+            Settle::Idempotent,
+            &crate::app::function::COMPLETION_MADE_ALREADY,
+            false,
+            Returns::Ids,
+        )
+        .await?;
+    match answer["already"]
+        .as_str()
+        .and_then(|a| a.strip_prefix(crate::journal::UNANNOUNCED))
+    {
+        Some(code) => Err(StepError::Slack(SlackError::Api {
+            code: code.to_string(),
+        })),
+        None => Ok(answer),
+    }
 }
 
 /// Whether `later(later_args)`, made after `method(args)`, changes what that made, so that

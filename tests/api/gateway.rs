@@ -689,3 +689,163 @@ async fn behind_one_address_a_gateway_relays_the_calls_of_a_run_another_holds() 
         "the calls went to the other process"
     );
 }
+
+/// A click on `action_id` in the step `execution` (its `function_data`, and a token of its
+/// own, new with each request, as Slack sends it), from `user`.
+fn click_in_step(
+    slack: &SlackStandin,
+    execution: &slack_once::testing::StartedExecution,
+    user: &str,
+    action_id: &str,
+) -> String {
+    let id = &execution.function_execution_id;
+    let payload = json!({
+        "type": "block_actions",
+        "team": {"id": "T0001"}, "user": {"id": user, "team_id": "T0001"},
+        "api_app_id": "A0001",
+        "container": {"type": "message", "message_ts": "1700000000.000100", "channel_id": "D0001"},
+        "channel": {"id": "D0001"},
+        "actions": [{"type": "button", "action_id": action_id, "block_id": "approval", "value": "x",
+                     "action_ts": format!("{}.{:06}", now_unix(), uuid::Uuid::new_v4().as_u128() % 1_000_000)}],
+        "trigger_id": slack_once::testing::Workspace::trigger_id(),
+        "bot_access_token": slack.execution_token(id),
+        "function_data": {"execution_id": id, "function": {"callback_id": "summarize"},
+                          "inputs": {"text": "the quarter"}},
+    });
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish()
+}
+
+/// A bot that completes the step a click is in: `approve` with success, `deny` with an error;
+/// keeping each completion's answer, and answering the click 200 whatever it was.
+async fn deciding_bot(answers: Arc<Mutex<Vec<Value>>>) -> HttpBot {
+    HttpBot::start(move |f: Forwarded| {
+        let answers = answers.clone();
+        async move {
+            let (_, payload) = form_urlencoded::parse(&f.body)
+                .find(|(k, _)| k == "payload")
+                .expect("a click");
+            let payload: Value = serde_json::from_str(&payload).unwrap();
+            let id = payload["function_data"]["execution_id"].clone();
+            let answer = match payload["actions"][0]["action_id"].as_str() {
+                Some("approve") => {
+                    f.call(
+                        "functions.completeSuccess",
+                        json!({"function_execution_id": id, "outputs": {"decision": "approved"}}),
+                    )
+                    .await
+                }
+                _ => {
+                    f.call(
+                        "functions.completeError",
+                        json!({"function_execution_id": id, "error": "denied"}),
+                    )
+                    .await
+                }
+            };
+            answers.lock().unwrap().push(answer);
+            (StatusCode::OK, String::new())
+        }
+    })
+    .await
+}
+
+/// Two approvers decide one step differently, each with a click of their own: the second
+/// decision is not the one Slack took, so its completion is answered with Slack's
+/// `execution_not_in_running_state`, not `ok` (the bot would tell the second approver the
+/// workflow stopped on their denial while it went on approved).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_second_approvers_completion_of_a_step_completed_already_is_answered_not_running() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let execution = slack.start_execution("summarize", json!({"text": "the quarter"}));
+    let answers: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let bot = deciding_bot(answers.clone()).await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let approve = click_in_step(&slack, &execution, "U0001", "approve");
+    let answer = deliver_form(&http, &gateway.url(), &approve, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    let deny = click_in_step(&slack, &execution, "U0002", "deny");
+    let answer = deliver_form(&http, &gateway.url(), &deny, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers.len(), 2, "{answers:?}\n{}", gateway.log());
+    assert_eq!(answers[0]["ok"], true, "{answers:?}");
+    assert_eq!(
+        answers[1],
+        json!({"ok": false, "error": "execution_not_in_running_state"}),
+        "the denial was not taken"
+    );
+    let shown = slack.executions();
+    assert_eq!(shown[0]["state"], "completed", "{shown:?}");
+    assert_eq!(shown[0]["outputs"], json!({"decision": "approved"}));
+    // Each click's own token, never the placeholder, made its completion.
+    let used: Vec<_> = slack
+        .tokens_used()
+        .into_iter()
+        .filter(|(method, _)| method.starts_with("functions."))
+        .collect();
+    assert_eq!(used.len(), 2, "{used:?}");
+    assert!(
+        used.iter().all(|(_, token)| token.starts_with("xwfp-")),
+        "{used:?}"
+    );
+    assert!(!gateway.log().contains("xwfp-"), "no step token in the log");
+}
+
+/// A step's completion that Slack made but answered with a 500: Slack's retry of
+/// `function_executed` makes it again, and Slack's `execution_not_in_running_state` is that
+/// first call's success: the bot is answered `ok`, and the step completed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_steps_completion_made_but_answered_5xx_is_ok_on_slacks_retry() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let execution = slack.start_execution("summarize", json!({"text": "the quarter"}));
+    let answers: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let answers = answers.clone();
+        move |f: Forwarded| {
+            let answers = answers.clone();
+            async move {
+                let event = f.json()["event"].clone();
+                let done = f
+                    .call(
+                        "functions.completeSuccess",
+                        json!({"function_execution_id": event["function_execution_id"],
+                               "outputs": {"summary": "up"}}),
+                    )
+                    .await;
+                answers.lock().unwrap().push(done.clone());
+                match done["ok"] == true {
+                    true => (StatusCode::OK, String::new()),
+                    false => (StatusCode::INTERNAL_SERVER_ERROR, done.to_string()),
+                }
+            }
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    slack.script_method(
+        "functions.completeSuccess",
+        [SlackFailure::MadeThenStatus(500)],
+    );
+    let http = HttpClient::default();
+    let body = step_executed("EvGatewayStepMade", &execution);
+
+    let first = deliver(&http, &gateway.url(), &body, None).await;
+    assert!(!first.status.is_success(), "{:?}", first.status);
+    let retry = deliver(&http, &gateway.url(), &body, Some(1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", gateway.log());
+
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers.last().unwrap()["ok"], true, "{answers:?}");
+    let shown = slack.executions();
+    assert_eq!(shown[0]["state"], "completed", "{shown:?}");
+    assert_eq!(shown[0]["completions"], 1, "{shown:?}");
+}

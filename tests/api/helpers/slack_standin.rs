@@ -125,6 +125,17 @@ impl SlackStandin {
         self.slack.start_execution(callback_id, inputs)
     }
 
+    /// A new token of the execution `id`, as Slack sends one with each click or submission in
+    /// the step ([`FakeSlack::execution_token`]).
+    pub fn execution_token(&self, id: &str) -> String {
+        self.slack.execution_token(id).expect("a started execution")
+    }
+
+    /// Each Web API call's method and the token it came with ([`FakeSlack::tokens_used`]).
+    pub fn tokens_used(&self) -> Vec<(String, String)> {
+        self.slack.tokens_used()
+    }
+
     /// The executions, as [`FakeSlack::executions`] shows them.
     pub fn executions(&self) -> Vec<serde_json::Value> {
         self.slack.executions()
