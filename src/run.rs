@@ -244,7 +244,9 @@ async fn built(config: Config, app: App) -> Result<Application, ExitCode> {
 /// handler, or its image's command, `gateway`). Exit code 2 on a configuration
 /// error, named.
 pub fn run_gateway() -> ExitCode {
+    // After the program's own name, which may be `gateway` too (a binary installed so).
     let args: Vec<String> = std::env::args()
+        .skip(1)
         .skip_while(|arg| arg != "gateway")
         .skip(1)
         .collect();

@@ -849,3 +849,34 @@ async fn a_steps_completion_made_but_answered_5xx_is_ok_on_slacks_retry() {
     assert_eq!(shown[0]["state"], "completed", "{shown:?}");
     assert_eq!(shown[0]["completions"], 1, "{shown:?}");
 }
+
+/// `slack-once gateway --version` and `slack-once gateway --help` answer whatever
+/// name the binary runs under: installed as `gateway` (its `argv[0]`), its own name is not
+/// the subcommand.
+#[test]
+#[ignore = "needs the built binary"]
+fn the_gateways_arguments_are_read_after_the_subcommand_whatever_the_binarys_name() {
+    use std::os::unix::process::CommandExt;
+    for name in ["slack-once", "gateway"] {
+        let run = |args: &[&str]| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+                .arg0(name)
+                .args(args)
+                .env_remove("AWS_LAMBDA_RUNTIME_API")
+                .output()
+                .expect("the binary runs")
+        };
+        let version = run(&["gateway", "--version"]);
+        assert!(version.status.success(), "{name}: {version:?}");
+        assert!(
+            String::from_utf8_lossy(&version.stdout).starts_with("slack-once "),
+            "{name}: {version:?}"
+        );
+        let usage = run(&["gateway", "--help"]);
+        assert!(usage.status.success(), "{name}: {usage:?}");
+        assert!(
+            String::from_utf8_lossy(&usage.stdout).contains("slack-once gateway worker"),
+            "{name}: {usage:?}"
+        );
+    }
+}
