@@ -27,8 +27,16 @@ fi
 build=""
 if [ "$#" -eq 0 ]; then
   build_log="$(mktemp)"
+  # In a process group of its own (set -m), which the script ends with its compilers should it
+  # stop before the build (Ctrl-C, a CI timeout's SIGTERM): a build in the background ignores
+  # Ctrl-C and outlives its script, still writing target/.
+  set -m
   cargo test --locked --no-run >"$build_log" 2>&1 &
   build=$!
+  set +m
+  trap 'kill -- -"$build" 2>/dev/null || true; rm -f "$build_log"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
 fi
 installed=yes
 scripts/bolt-bots.sh || installed=no
@@ -39,6 +47,7 @@ if [ -n "$build" ]; then
   fi
   tail -n 1 "$build_log"
   rm -f "$build_log"
+  trap - EXIT INT TERM
 fi
 [ "$installed" = yes ] || { echo "test.sh: the Bolt apps did not install (above)" >&2; exit 1; }
 if [ "$#" -eq 0 ]; then
