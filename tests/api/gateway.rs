@@ -563,7 +563,10 @@ async fn a_command_behind_the_deferred_gateway_gets_its_content_through_the_resp
 }
 
 /// `function_executed` for the execution `execution` of this app's step `summarize`.
-fn step_executed(event_id: &str, execution: &slack_once::testing::StartedExecution) -> String {
+pub(crate) fn step_executed(
+    event_id: &str,
+    execution: &slack_once::testing::StartedExecution,
+) -> String {
     json!({
         "token": "unused", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
         "event_id": event_id, "event_time": now_unix(),

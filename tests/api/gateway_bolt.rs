@@ -396,3 +396,69 @@ async fn bolt_js_replicas_behind_two_gateway_instances_call_the_one_holding_each
 async fn bolt_python_replicas_behind_two_gateway_instances_call_the_one_holding_each_request() {
     two_gateway_instances_sharing_two_replicas(Bolt::Python).await;
 }
+
+/// A Workflow Builder step behind the gateway, in Bolt's own `app.function` with `complete()`:
+/// Bolt builds the step's client from the event's `bot_access_token`, which the gateway gave as
+/// the placeholder, so its post and its completion still go through the proxy under the run,
+/// made with the step's own token; Slack's retry finds both made.
+async fn a_step_completed_by_bolts_function_listener(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let execution = slack.start_execution("summarize", json!({"text": "the quarter"}));
+    let port = free_port();
+    let gateway = spawn_gateway(&slack, &table, &[BoltReplica::url_on(port)]);
+    let bot = BoltReplica::start(bolt, port, &api_url(&gateway), &[]);
+    let http = HttpClient::default();
+    slack.script_method(
+        "functions.completeSuccess",
+        [SlackFailure::MadeThenStatus(500)],
+    );
+
+    let body = crate::gateway::step_executed(&format!("EvBolt{bolt:?}Step"), &execution);
+    let first = deliver(&http, &gateway.url(), &body, None).await;
+    let retry = deliver(&http, &gateway.url(), &body, Some(1)).await;
+    assert_eq!(
+        retry.status,
+        StatusCode::OK,
+        "first: {:?}\nbot:\n{}\ngateway:\n{}",
+        first.status,
+        bot.log(),
+        gateway.log()
+    );
+
+    let shown = slack.executions();
+    assert_eq!(shown[0]["state"], "completed", "{shown:?}\n{}", bot.log());
+    assert_eq!(shown[0]["outputs"], json!({"summary": "the quarter: up"}));
+    assert_eq!(shown[0]["completions"], 1, "{shown:?}");
+    let posts: Vec<_> = slack
+        .posted()
+        .into_iter()
+        .filter(|p| p.body["text"] == "Summary of the quarter")
+        .collect();
+    assert_eq!(posts.len(), 1, "{}", gateway.log());
+    let used: Vec<_> = slack
+        .tokens_used()
+        .into_iter()
+        .filter(|(m, _)| m == "chat.postMessage" || m.starts_with("functions."))
+        .collect();
+    assert!(
+        !used.is_empty() && used.iter().all(|(_, token)| token.starts_with("xwfp-")),
+        "the step's own token made them: {used:?}"
+    );
+    assert!(
+        !bot.log().contains("xwfp-"),
+        "the bot never held the step's token"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_function_listener_completes_its_step_once_through_the_gateway() {
+    a_step_completed_by_bolts_function_listener(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_function_listener_completes_its_step_once_through_the_gateway() {
+    a_step_completed_by_bolts_function_listener(Bolt::Python).await;
+}

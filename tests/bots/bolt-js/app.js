@@ -69,6 +69,12 @@ function buildApp(env) {
     await client.chat.postMessage({ channel: env.BOT_TICKET_CHANNEL || 'C0TICKETS', text: `New ticket: ${summary}` });
   });
 
+  // A Workflow Builder step: a post with the step's client, then its completion.
+  app.function('summarize', async ({ inputs, client, complete }) => {
+    await client.chat.postMessage({ channel: env.BOT_TICKET_CHANNEL || 'C0TICKETS', text: `Summary of ${inputs.text}` });
+    await complete({ outputs: { summary: `${inputs.text}: up` } });
+  });
+
   return app;
 }
 

@@ -72,6 +72,13 @@ def new_ticket(ack, shortcut, client):
     ack()
 
 
+@app.function("summarize")
+def summarize(inputs, client, complete):
+    # A Workflow Builder step: a post with the step's client, then its completion.
+    client.chat_postMessage(channel=TICKET_CHANNEL, text=f"Summary of {inputs['text']}")
+    complete(outputs={"summary": f"{inputs['text']}: up"})
+
+
 @app.view("ticket_modal")
 def ticket_modal(ack, view, client):
     summary = view["state"]["values"]["summary"]["summary_text"]["value"] or ""
