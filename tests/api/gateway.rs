@@ -883,3 +883,54 @@ fn the_gateways_arguments_are_read_after_the_subcommand_whatever_the_binarys_nam
         );
     }
 }
+
+/// A bot that completes its step with success and then, in the same run, with an error: Slack
+/// took the first, so the second is answered as Slack answers it, `execution_not_in_running_state`,
+/// and the step stays completed with the first's outputs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_completion_after_the_runs_own_first_one_is_answered_not_running() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let execution = slack.start_execution("summarize", json!({"text": "the quarter"}));
+    let answers: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let answers = answers.clone();
+        move |f: Forwarded| {
+            let answers = answers.clone();
+            async move {
+                let id = f.json()["event"]["function_execution_id"].clone();
+                let success = f
+                    .call(
+                        "functions.completeSuccess",
+                        json!({"function_execution_id": id, "outputs": {"summary": "up"}}),
+                    )
+                    .await;
+                let error = f
+                    .call(
+                        "functions.completeError",
+                        json!({"function_execution_id": id, "error": "changed my mind"}),
+                    )
+                    .await;
+                answers.lock().unwrap().extend([success, error]);
+                (StatusCode::OK, String::new())
+            }
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    let http = HttpClient::default();
+
+    let body = step_executed("EvGatewayStepTwice", &execution);
+    let answer = deliver(&http, &gateway.url(), &body, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", gateway.log());
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers[0]["ok"], true, "{answers:?}");
+    assert_eq!(
+        answers[1],
+        json!({"ok": false, "error": "execution_not_in_running_state"})
+    );
+    let shown = slack.executions();
+    assert_eq!(shown[0]["state"], "completed", "{shown:?}");
+    assert_eq!(shown[0]["outputs"], json!({"summary": "up"}));
+}
