@@ -34,6 +34,8 @@ type Made = (String, Value, Answered);
 pub(crate) struct RunWrites {
     /// The writes Slack took, in order.
     made: Vec<Made>,
+    /// The step completions this run sent whose fate is unknown (Slack may have made them).
+    completions_in_doubt: Vec<(String, Value)>,
     failed: Option<BotError>,
 }
 
@@ -51,7 +53,14 @@ impl RunWrites {
                 tracing::info!(method, "the same write sent again: answered as the first");
                 answered
             }
-            None => match write(ctx, &method, args.clone()).await {
+            None => match write(
+                ctx,
+                &method,
+                args.clone(),
+                self.sent_in_doubt(&method, &args),
+            )
+            .await
+            {
                 Ok(body) => {
                     let answered = Answered::ok(body);
                     if !crate::slack::is_read_method(&method) && answered.0["ok"] == true {
@@ -59,7 +68,14 @@ impl RunWrites {
                     }
                     answered
                 }
-                Err(error) => self.refused(&method, error),
+                Err(error) => {
+                    if is_completion(&method)
+                        && matches!(&error, StepError::Slack(e) if e.may_have_posted())
+                    {
+                        self.completions_in_doubt.push((method.clone(), args));
+                    }
+                    self.refused(&method, error)
+                }
             },
         };
         // The bot may have gone: its answer has nowhere to go, and its SDK sends the write again.
@@ -85,10 +101,19 @@ impl RunWrites {
         None
     }
 
+    /// Whether this run sent this completion before and does not know whether Slack made it:
+    /// sent again, Slack's refusal of a second completion is that first one's success.
+    fn sent_in_doubt(&self, method: &str, args: &Value) -> bool {
+        self.completions_in_doubt
+            .iter()
+            .any(|(m, a)| m == method && a == args)
+    }
+
     /// The listener is run again from its first step (another replica): a call is no longer
     /// the retry of one before.
     pub(crate) fn run_again(&mut self) {
         self.made.clear();
+        self.completions_in_doubt.clear();
     }
 
     /// The first write that failed, if one did.
@@ -134,8 +159,22 @@ fn error_code(error: &StepError) -> &str {
     }
 }
 
-/// A call made under the run's claim: a read passed through, a write made as a step.
-async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError> {
+/// A Workflow Builder step's completion.
+fn is_completion(method: &str) -> bool {
+    matches!(
+        method,
+        "functions.completeSuccess" | "functions.completeError"
+    )
+}
+
+/// A call made under the run's claim: a read passed through, a write made as a step (a
+/// completion `sent_in_doubt` by this run before, see [`completion`]).
+async fn write(
+    ctx: &Ctx,
+    method: &str,
+    args: Value,
+    sent_in_doubt: bool,
+) -> Result<Value, StepError> {
     if method == RESPOND_METHOD {
         ctx.respond(Respond::from_body(args)).await?;
         return Ok(json!({"ok": true}));
@@ -143,11 +182,8 @@ async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError>
     if crate::slack::is_read_method(method) {
         return ctx.read(method, args).await;
     }
-    if matches!(
-        method,
-        "functions.completeSuccess" | "functions.completeError"
-    ) {
-        return completion(ctx, method, args).await;
+    if is_completion(method) {
+        return completion(ctx, method, args, sent_in_doubt).await;
     }
     let text = |key: &str| args[key].as_str().map(str::to_string);
     let (channel, thread_ts) = (text("channel").unwrap_or_default(), text("thread_ts"));
@@ -179,19 +215,25 @@ async fn write(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError>
 }
 
 /// A step's completion, made as the Rust listeners' is: again when an earlier run of this
-/// request announced it and its fate is unknown, and then Slack's refusal of a second
-/// completion (`execution_not_in_running_state`, `token_revoked`,
-/// `function_execution_not_found`) is that earlier call's success. Never announced by this
-/// request, the same refusal is Slack's own answer to the bot: another request (a second
-/// approver's click) or this run's own earlier completion decided the step, not this call.
-async fn completion(ctx: &Ctx, method: &str, args: Value) -> Result<Value, StepError> {
+/// request announced it and its fate is unknown (or this run sent it, `sent_in_doubt`, and
+/// sends it again), and then Slack's refusal of a second completion
+/// (`execution_not_in_running_state`, `token_revoked`, `function_execution_not_found`) is that
+/// earlier call's success. Never sent before by this request, the same refusal is Slack's own
+/// answer to the bot: another request (a second approver's click) or another completion of
+/// this run decided the step, not this call.
+async fn completion(
+    ctx: &Ctx,
+    method: &str,
+    args: Value,
+    sent_in_doubt: bool,
+) -> Result<Value, StepError> {
     let answer = ctx
         .journaled_announced(
             method,
             args,
             Settle::Idempotent,
             &crate::app::function::COMPLETION_MADE_ALREADY,
-            false,
+            sent_in_doubt,
             Returns::Ids,
         )
         .await?;

@@ -934,3 +934,55 @@ async fn a_completion_after_the_runs_own_first_one_is_answered_not_running() {
     assert_eq!(shown[0]["state"], "completed", "{shown:?}");
     assert_eq!(shown[0]["outputs"], json!({"summary": "up"}));
 }
+
+/// A bot that sends its completion again in the same run after the gateway answered it
+/// `slack_once_unavailable` (Slack made it, but answered with a 500): the completion was its
+/// own, so the second is answered `ok` (not Slack's `execution_not_in_running_state`), and
+/// the step completed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_completion_sent_again_in_its_run_after_a_5xx_is_answered_ok() {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let execution = slack.start_execution("summarize", json!({"text": "the quarter"}));
+    let answers: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let bot = HttpBot::start({
+        let answers = answers.clone();
+        move |f: Forwarded| {
+            let answers = answers.clone();
+            async move {
+                let id = f.json()["event"]["function_execution_id"].clone();
+                let complete = json!({"function_execution_id": id, "outputs": {"summary": "up"}});
+                for _ in 0..2 {
+                    let answer = f.call("functions.completeSuccess", complete.clone()).await;
+                    let done = answer["ok"] == true;
+                    answers.lock().unwrap().push(answer);
+                    if done {
+                        return (StatusCode::OK, String::new());
+                    }
+                }
+                (StatusCode::INTERNAL_SERVER_ERROR, String::new())
+            }
+        }
+    })
+    .await;
+    let gateway = spawn_gateway(&slack, &table, &[bot.url()]);
+    slack.script_method(
+        "functions.completeSuccess",
+        [SlackFailure::MadeThenStatus(500)],
+    );
+    let http = HttpClient::default();
+
+    let body = step_executed("EvGatewayStepAgain", &execution);
+    deliver(&http, &gateway.url(), &body, None).await;
+    let sent = answers.lock().unwrap().clone();
+    assert_eq!(sent.len(), 2, "{sent:?}\n{}", gateway.log());
+    assert_eq!(sent[1]["ok"], true, "the completion was its own: {sent:?}");
+    // The run's first write failed in doubt, so its claim is released (as for any write):
+    // Slack's retry finds the completion made.
+    let retry = deliver(&http, &gateway.url(), &body, Some(1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", gateway.log());
+    let shown = slack.executions();
+    assert_eq!(shown[0]["state"], "completed", "{shown:?}");
+    assert_eq!(shown[0]["completions"], 1, "{shown:?}");
+}
