@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use super::{Answered, Call};
+use crate::app::function::{Completion, NOT_RUNNING, StepEnd};
 use crate::app::{BotError, Ctx, Error as StepError, Respond, Settle};
 use crate::journal::Returns;
 use crate::ledger::LedgerError;
@@ -227,6 +228,9 @@ async fn completion(
     args: Value,
     sent_in_doubt: bool,
 ) -> Result<Value, StepError> {
+    if !sent_in_doubt && let Some(end) = own_step_end(ctx, method, &args) {
+        return decided(ctx, end).await;
+    }
     let answer = ctx
         .journaled_announced(
             method,
@@ -246,6 +250,51 @@ async fn completion(
         })),
         None => Ok(answer),
     }
+}
+
+/// How the bot ends the request's own step execution (`functions.completeSuccess` with an
+/// object of outputs, `functions.completeError` with a message), or `None` for a completion of
+/// another execution, or one Slack refuses for its arguments.
+fn own_step_end(ctx: &Ctx, method: &str, args: &Value) -> Option<StepEnd> {
+    let execution = ctx.execution()?;
+    if args["function_execution_id"].as_str() != Some(execution.id.as_str()) {
+        return None;
+    }
+    match method {
+        "functions.completeSuccess" if args["outputs"].is_object() => {
+            Some(StepEnd::Success(args["outputs"].clone()))
+        }
+        "functions.completeError" => args["error"]
+            .as_str()
+            .filter(|e| !e.is_empty())
+            .map(|e| StepEnd::Error(e.to_string())),
+        _ => None,
+    }
+}
+
+/// The request's own step ended with `end` as the Rust listeners end theirs
+/// (`Ctx::decide`, then `Ctx::complete_decision`): the first decision recorded for the
+/// execution is the one sent, once, whichever request sends it. The bot is answered `ok` when
+/// the step ended with its decision, else as Slack answers a completion of an execution that
+/// another decision ended: `execution_not_in_running_state`.
+async fn decided(ctx: &Ctx, end: StepEnd) -> Result<Value, StepError> {
+    let decision = ctx.decide(end.clone()).await?;
+    if decision.mine && decision.end != end {
+        // This request decided otherwise before (its run's earlier completion): that stands.
+        return Err(not_running());
+    }
+    match ctx.complete_decision(&decision).await? {
+        Completion::Completed => Ok(json!({"ok": true})),
+        Completion::DecidedElsewhere(_) | Completion::Pending(_) | Completion::Ended => {
+            Err(not_running())
+        }
+    }
+}
+
+fn not_running() -> StepError {
+    StepError::Slack(SlackError::Api {
+        code: NOT_RUNNING.to_string(),
+    })
 }
 
 /// Whether `later(later_args)`, made after `method(args)`, changes what that made, so that
