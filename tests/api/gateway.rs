@@ -1069,3 +1069,47 @@ async fn a_takeovers_completion_of_a_step_another_request_decided_is_not_answere
         "the click's bot was told {denied}, the step is {shown:?}"
     );
 }
+
+/// Two approvers click in a step behind the deferred gateway: each click is acknowledged at
+/// once and forwarded by the worker, with its own token; the first decision completes the
+/// step, once, and the second approver's bot is answered `execution_not_in_running_state`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn two_approvers_in_a_step_behind_the_deferred_gateway_complete_it_once() {
+    let stack = DeferredStack::start(5).await;
+    let execution = stack
+        .slack
+        .start_execution("summarize", json!({"text": "the quarter"}));
+    let answers: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let bot = deciding_bot(answers.clone()).await;
+    let (ingress, worker) = spawn_deferred_gateway(&stack, &[bot.url()], 60);
+    let http = HttpClient::default();
+
+    let approve = click_in_step(&stack.slack, &execution, "U0001", "approve");
+    let answer = deliver_form(&http, &ingress.url(), &approve, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", ingress.log());
+    let first = eventually(Duration::from_secs(20), || {
+        answers.lock().unwrap().len() == 1
+    })
+    .await;
+    assert!(first, "{}", worker.log());
+    let deny = click_in_step(&stack.slack, &execution, "U0002", "deny");
+    let answer = deliver_form(&http, &ingress.url(), &deny, None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", ingress.log());
+    let both = eventually(Duration::from_secs(20), || {
+        answers.lock().unwrap().len() == 2
+    })
+    .await;
+    assert!(both, "{}", worker.log());
+
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers[0]["ok"], true, "{answers:?}\n{}", worker.log());
+    assert_eq!(
+        answers[1],
+        json!({"ok": false, "error": "execution_not_in_running_state"})
+    );
+    let shown = stack.slack.executions();
+    assert_eq!(shown[0]["state"], "completed", "{shown:?}");
+    assert_eq!(shown[0]["outputs"], json!({"decision": "approved"}));
+    assert_eq!(shown[0]["completions"], 1, "{shown:?}");
+}
