@@ -20,7 +20,7 @@ mod gateway_bolt;
 mod gateway_faults;
 mod gateway_fleet;
 mod gateway_lambda;
-mod gateway_review;
+mod gateway_sdk_retries;
 mod helpers;
 mod identity;
 mod interactivity;
