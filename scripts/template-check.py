@@ -123,7 +123,8 @@ OWN_CLIENT, OTHER_CLIENT = "1111.0001", "2222.0002"
 def app_keys(client):
     return {"installation": [f"install#{client}#WORKSPACE#T0001", f"install#{client}#ENTERPRISE#E0001"],
             "pacing": [f"install-pace#{client}#WORKSPACE#T0001#conversations.history"],
-            "oauth-state": [f"oauth-state#{client}#0123456789abcdef0123456789abcdef"]}
+            "oauth-state": [f"oauth-state#{client}#0123456789abcdef0123456789abcdef"],
+            "sealing mark": [f"install-sealed#{client}"]}
 
 
 PREVIOUS_RELEASE_KEYS = {"installation": ["install#WORKSPACE#T0001", "install#ENTERPRISE#E0001"],
@@ -1531,6 +1532,9 @@ MUTATIONS = [
     ("the OAuth states left out of the statement", {"own-items"},
      _on_every_deny(lambda s: s["Condition"]["ForAnyValue:StringLike"].__setitem__(
          "dynamodb:LeadingKeys", ["install#*#*#*", "install-pace#*#*#*#*"]))),
+    ("the sealing marks left out of the statement", {"own-items"},
+     _on_every_deny(lambda s: s["Condition"]["ForAnyValue:StringLike"].__setitem__(
+         "dynamodb:LeadingKeys", ["install#*#*#*", "install-pace#*#*#*#*", "oauth-state#*#*"]))),
     ("the statement on DeleteItem alone", {"own-items"},
      _on_every_deny(lambda s: s.__setitem__("Action", "dynamodb:DeleteItem"))),
 ]

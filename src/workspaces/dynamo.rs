@@ -53,6 +53,17 @@ pub mod attr {
     pub const SEALED_KEY: &str = "sealed_key";
     /// The sealed format ([`super::super::seal::SEAL_FORMAT`]).
     pub const SEAL: &str = "seal";
+    /// On the app's sealing mark ([`super::sealing_mark_key`]): when `seal-installations` first
+    /// ran (epoch ms).
+    pub const SINCE: &str = "since";
+}
+
+/// The key of the app's sealing mark: `seal-installations` writes it before it moves anything,
+/// saying that no release reading unscoped items in place runs any more. From then on a refresh
+/// of an unscoped item (one a rolled-back or late previous release made since) stores its new
+/// pair sealed.
+pub fn sealing_mark_key(client_id: &str) -> String {
+    format!("install-sealed#{client_id}")
 }
 
 /// The longest a read waits to seal the tokens of an item kept as it is (KMS down must not make
@@ -110,6 +121,14 @@ impl DynamoInstallations {
                 .and_then(|v| v.as_b().ok())
                 .map(|b| b.as_ref().to_vec())
         };
+        let sealed_by_another = place == Place::Unscoped
+            && item.contains_key(attr::SEALED)
+            && item.get(attr::CLIENT).and_then(|v| v.as_s().ok()) != Some(&self.app);
+        if sealed_by_another {
+            // Another app's refresh sealed it (its mark set): its tokens open only for that
+            // app, and the item, which names its app, is not this one's.
+            return Ok(stored);
+        }
         if let (Some(text), Some(key)) = (blob(attr::SEALED), blob(attr::SEALED_KEY)) {
             let pk = item
                 .get(attr::PK)
@@ -130,9 +149,11 @@ impl DynamoInstallations {
     }
 
     /// The attributes that keep `installation` in the item `pk` at `place`: sealed at the app's
-    /// own key when a key is set (the JSON then holds no token), as it is otherwise (and always
-    /// at the unscoped key, where releases before the app was in the key read it in place); and
-    /// those to remove. Sealed with `ready`'s key where it holds one for `pk`.
+    /// own key when a key is set (the JSON then holds no token), as it is otherwise; at the
+    /// unscoped key, where releases before the app was in the key read it in place, as it is
+    /// unless `ready` holds a key (a refresh after the app's sealing mark:
+    /// [`InstallationStore::ready_to_store`]); and those to remove. Sealed with `ready`'s key
+    /// where it holds one for `pk`.
     async fn kept(
         &self,
         pk: &str,
@@ -149,6 +170,14 @@ impl DynamoInstallations {
                     .map_err(|e| StoreError::Unavailable(Box::new(e)))?
                     .map(|sealed| (sealed, bare))
             }
+            Place::Unscoped if ready.holds_key() => {
+                let (tokens, bare) = Tokens::taken_from(installation);
+                self.seal
+                    .seal_ready(ready, &self.app, pk, &tokens)
+                    .await
+                    .map_err(|e| StoreError::Unavailable(Box::new(e)))?
+                    .map(|sealed| (sealed, bare))
+            }
             Place::Unscoped => None,
         };
         Ok(match sealed {
@@ -158,6 +187,7 @@ impl DynamoInstallations {
                     (attr::SEALED, AttributeValue::B(Blob::new(sealed.text))),
                     (attr::SEALED_KEY, AttributeValue::B(Blob::new(sealed.key))),
                     (attr::SEAL, n(SEAL_FORMAT)),
+                    (attr::CLIENT, s(&self.app)),
                 ],
                 vec![],
             ),
@@ -319,12 +349,58 @@ impl DynamoInstallations {
         self.update(pk, &update, condition, values).await
     }
 
+    /// A data key for the refresh of the unscoped item of `key`, where the app's sealing mark is
+    /// set and tokens are sealed: the refreshed pair is then stored sealed, in place. Without
+    /// the mark, none (the pair is kept as it is, for the previous release that reads it there).
+    async fn ready_after_mark(&self, key: &InstallationKey) -> Result<ReadyKey, StoreError> {
+        if !self.seal.seals() || !self.sealing_marked().await? {
+            return Ok(ReadyKey::none());
+        }
+        self.seal
+            .ready(&self.app, &self.key(key, Place::Unscoped))
+            .await
+            .map_err(|e| StoreError::Unavailable(Box::new(e)))
+    }
+
+    /// Whether the app's sealing mark is set ([`sealing_mark_key`]).
+    async fn sealing_marked(&self) -> Result<bool, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(&sealing_mark_key(&self.app)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(got.item.is_some())
+    }
+
+    /// Sets the app's sealing mark (kept where it is set already).
+    async fn mark_sealing(&self) -> Result<(), StoreError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(&sealing_mark_key(&self.app)))
+            .update_expression("SET #since = if_not_exists(#since, :now), #client = :client")
+            .expression_attribute_names("#since", attr::SINCE)
+            .expression_attribute_names("#client", attr::CLIENT)
+            .expression_attribute_values(":now", n(crate::clock::now_ms()))
+            .expression_attribute_values(":client", s(&self.app))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     /// Seals every installation of the app still kept as it is, and moves its unscoped items
     /// (keyed without the app) to the app's own key, sealed, removing each: what
     /// `seal-installations` does once no release that reads unscoped items in place runs.
     /// `app_id` says which unscoped items are this app's (those that name it); without it, it is
     /// learnt from the app's own items. An item that names no app (an import), or changes while
-    /// this runs, is left and reported. With `dry_run`, only reports.
+    /// this runs, is left and reported. Before anything, sets the app's sealing mark, so that a
+    /// refresh of an unscoped item made since stores its pair sealed. With `dry_run`, only
+    /// reports.
     pub async fn seal_all(
         &self,
         app_id: Option<&str>,
@@ -334,6 +410,9 @@ impl DynamoInstallations {
             return Err(StoreError::Unavailable(
                 "no KMS key: set SLACK_TOKEN_KEY_ID (the stack's output TokenKeyId)".into(),
             ));
+        }
+        if !dry_run {
+            self.mark_sealing().await?;
         }
         let mut items = Vec::new();
         let mut start = None;
@@ -908,7 +987,7 @@ impl InstallationStore for DynamoInstallations {
                 .ready(&self.app, &self.key(key, place))
                 .await
                 .map_err(|e| StoreError::Unavailable(Box::new(e))),
-            Place::Unscoped => Ok(ReadyKey::none()),
+            Place::Unscoped => self.ready_after_mark(key).await,
         }
     }
 

@@ -151,6 +151,11 @@ impl ReadyKey {
     pub fn none() -> Self {
         Self::default()
     }
+
+    /// Whether a data key is held (the write that follows seals with it).
+    pub fn holds_key(&self) -> bool {
+        self.held.is_some()
+    }
 }
 
 impl std::fmt::Debug for ReadyKey {

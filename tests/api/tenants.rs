@@ -742,21 +742,7 @@ async fn plaintext_installations_are_read_then_sealed_at_their_next_write_or_by_
     );
 
     // seal-installations: a dry run changes nothing; the run moves the previous release's.
-    let tool = |args: &[&str]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
-        command.env_clear().arg("seal-installations").args(args);
-        for (k, v) in &vars {
-            command.env(k, v);
-        }
-        let out = command.output().unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "{said}");
-        said
-    };
+    let tool = |args: &[&str]| seal_installations(&vars, args);
     let said = tool(&["--dry-run"]);
     assert!(
         said.contains("would move install#WORKSPACE#T0000OLD"),
@@ -779,6 +765,88 @@ async fn plaintext_installations_are_read_then_sealed_at_their_next_write_or_by_
             .await;
         assert_eq!(answer.outcome(), "answered", "{team}: {}", answer.body);
     }
+}
+
+/// What `slack-once seal-installations ARGS` said, run with `vars` (it succeeded).
+fn seal_installations(vars: &[(&'static str, String)], args: &[&str]) -> String {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"));
+    command.env_clear().arg("seal-installations").args(args);
+    for (k, v) in vars {
+        command.env(k, v);
+    }
+    let out = command.output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    said
+}
+
+/// Once `seal-installations` has run (the operator saying no previous release runs), an
+/// installation the previous release made later (a rollback, a straggler) is refreshed sealed
+/// in place: its new pair is never kept as it is. It still answers, read sealed, and another
+/// app on the same table that reads that workspace's unscoped item is told "not installed",
+/// never an error. A dry run sets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the previous release and the built binary"]
+async fn after_seal_installations_a_refresh_of_the_previous_releases_item_is_stored_sealed() {
+    let mut vars = kms_key_vars().await;
+    vars.push(("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string()));
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let (a, b) = tokio::join!(
+        Tenant::start(A, &endpoint, &table, &vars),
+        Tenant::start(B, &endpoint, &table, &vars)
+    );
+    a.slack.same_slack_as(&b.slack);
+    a.slack.with_grants(|g| g.set_lifetime(600));
+    seal_installations(&a.vars, &["--dry-run", "--app", A.0]);
+    assert!(
+        !scan_keys(&endpoint, &table)
+            .await
+            .iter()
+            .any(|k| k.starts_with("install-sealed#")),
+        "a dry run sets no mark"
+    );
+    let said = seal_installations(&a.vars, &["--app", A.0]);
+    assert!(said.contains("0 moved"), "{said}");
+
+    let old = a.process(true);
+    let installed = a.install_via(&old, "T0000LATE", true).await;
+    assert_eq!(installed.status, 200, "{}", installed.body);
+    let unscoped = "install#WORKSPACE#T0000LATE";
+    assert!(
+        scan_keys(&endpoint, &table)
+            .await
+            .iter()
+            .any(|k| k == unscoped)
+    );
+    drop(old);
+
+    for n in 1..=2u32 {
+        let answer = a.send(&a.mention("T0000LATE", n)).await;
+        assert_eq!(answer.outcome(), "answered", "A {n}: {}", answer.body);
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    assert_eq!(a.answers_in("T0000LATE"), 2);
+    if let Err(exchanges) = refreshes_all_taken(&a) {
+        panic!("the refreshes, each taken: {exchanges}");
+    }
+    let text = table_text(&endpoint, &table).await;
+    assert!(
+        has_attribute(&endpoint, &table, unscoped, "sealed").await,
+        "refreshed sealed, in place:\n{text}"
+    );
+    for token in tokens_of(&a, "T0000LATE") {
+        assert!(!text.contains(&token), "no token kept as it is:\n{text}");
+    }
+
+    let other = b.send(&b.mention("T0000LATE", 1)).await;
+    assert_eq!(other.status, 200, "{}", other.body);
+    assert_ne!(other.outcome(), "answered", "{}", other.body);
+    assert_eq!(b.answers_in("T0000LATE"), 0);
 }
 
 /// The KMS key changed (`SLACK_TOKEN_KEY_ID` names another key): what the first sealed still
@@ -934,6 +1002,20 @@ async fn seed_previous_import(
 }
 
 /// The attribute `name` of the item `pk` in `table`, if there is one.
+/// Whether the item `pk` of `table` has the attribute `name`, of any type.
+async fn has_attribute(endpoint: &str, table: &str, pk: &str, name: &str) -> bool {
+    let item = dynamodb_client(endpoint)
+        .get_item()
+        .table_name(table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item;
+    item.is_some_and(|item| item.contains_key(name))
+}
+
 async fn attribute_of(endpoint: &str, table: &str, pk: &str, name: &str) -> Option<String> {
     let item = dynamodb_client(endpoint)
         .get_item()
