@@ -27,6 +27,7 @@ mod oauth;
 mod recorded;
 mod scripts;
 mod slack;
+mod socket_mode;
 pub mod wiring;
 mod workspace;
 
@@ -37,6 +38,11 @@ pub use oauth::{
 };
 pub use recorded::{RandomFaults, SlackFailure, SlackRequest};
 pub use slack::{FakeSlack, IN_PROCESS_BASE, default_identity};
+pub use socket_mode::{
+    ACK_DEADLINE, CONNECTION_LIFETIME, Connection, ConnectionState, DEBUG_CONNECTION_LIFETIME,
+    Delivery, EVENT_RETRIES, EnvelopeKind, EventCopy, EventDelivery, LostEnvelope, MAX_CONNECTIONS,
+    NOTICE_GRACE, Notice, Recycling, SocketAck, SocketMode,
+};
 pub use workspace::{Identity, OTHER_APP, PAGE_CAP, Workspace, hook_answer, micros};
 
 /// The workspace a [`TestBot`] runs in: its team, its app and its bot.

@@ -10,10 +10,13 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::oauth::{OAuthGrants, bot_id_for, bot_user_for};
+use super::socket_mode::Links;
 use super::workspace::{Identity, Workspace};
 
 pub(crate) struct Recorded {
     pub(crate) calls: Vec<(String, Value)>,
+    /// Socket Mode: the app's connections, the envelopes sent them and their acknowledgements.
+    pub(crate) socket: Links,
     pub(crate) workspace: Workspace,
     /// Multi-workspace mode ([`FakeSlack::with_oauth`](super::FakeSlack::with_oauth)): the app's grants and tokens.
     pub(crate) grants: Option<OAuthGrants>,

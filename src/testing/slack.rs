@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::Value;
 
 use super::functions::{Authenticated, Executions, StartedExecution};
@@ -16,6 +16,7 @@ use super::recorded::{
     RandomFaults, Recorded, SlackFailure, SlackRequest, TokenRule, is_read, log_call,
 };
 use super::scripts;
+use super::socket_mode::{self, Links, SocketMode};
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
 
@@ -38,6 +39,7 @@ impl FakeSlack {
     fn new(identity: Identity, base_url: String) -> Self {
         let state = Arc::new(Mutex::new(Recorded {
             calls: Vec::new(),
+            socket: Links::new(identity.clone(), &base_url),
             workspace: Workspace::new(identity),
             grants: None,
             others: HashMap::new(),
@@ -70,6 +72,8 @@ impl FakeSlack {
             .route("/_standin/{*endpoint}", post(scripts::endpoint))
             .route("/commands/{*rest}", post(hook))
             .route("/actions/{*rest}", post(hook))
+            .route("/link", get(socket_mode::link))
+            .route("/link/", get(socket_mode::link))
             .with_state(state.clone());
         Self {
             base_url,
@@ -183,6 +187,13 @@ impl FakeSlack {
     /// The ephemeral messages sent (by `chat.postEphemeral` or a `response_url`).
     pub fn ephemerals(&self) -> Vec<Value> {
         self.with_workspace(|w| w.ephemerals().to_vec())
+    }
+
+    /// Slack's Socket Mode for this app, over the same workspace: its app-level token, the
+    /// connections `apps.connections.open` leads to, the envelopes a test sends them and what
+    /// became of them.
+    pub fn socket_mode(&self) -> SocketMode {
+        SocketMode::new(self.state.clone())
     }
 
     /// Works on the workspace directly (add people's messages, another app's, chatter).
@@ -504,6 +515,10 @@ pub(crate) fn answer(
     args: Value,
     token: Option<&str>,
 ) -> Value {
+    if method == "apps.connections.open" {
+        // The app-level token's method: Socket Mode's own rule, whatever the Web API's.
+        return state.lock().expect("lock").socket.open(token);
+    }
     // Another app's token, or an exchange of another app's client id, on the same Slack: that
     // app's stand-in answers it.
     let peer = {
@@ -672,6 +687,7 @@ async fn serve(
             });
         }
         let ruled = s.grants.is_none()
+            && method != "apps.connections.open"
             && !Executions::is_workflow_token(token.as_deref())
             && !matches!(
                 method,

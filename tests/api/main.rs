@@ -35,6 +35,7 @@ mod regressions;
 mod rejections;
 mod serving;
 mod soak;
+mod socket_mode;
 mod standin;
 mod steps;
 mod steps_processes;
