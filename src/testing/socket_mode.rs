@@ -5,8 +5,8 @@
 //! connections; what was sent where, acknowledged with what, redelivered and lost is kept for the
 //! test to read.
 //!
-//! What Slack does, and so the stand-in (docs.slack.dev, "Using Socket Mode"; the SDKs' sources;
-//! users' reports, see `/work/shared/REFERENCE.md`, "Socket Mode"):
+//! What Slack does, and so the stand-in (docs.slack.dev, "Using Socket Mode"; the Slack SDKs'
+//! sources; users' reports: bolt-js#2487, python-slack-sdk#1940):
 //! - an app holds up to [`MAX_CONNECTIONS`]; the next one is sent `disconnect`
 //!   `too_many_websockets` and closed. Ghost registrations count, as in Slack.
 //! - each envelope goes to any one registration, drawn at random (a seed: [`SocketMode::seed`]),

@@ -482,6 +482,24 @@ async fn a_ghost_swallows_what_it_is_sent_and_only_events_come_back() {
     );
     assert_eq!(next_json(&mut live, Duration::from_millis(300)).await, None);
 
+    // Unrouted, envelopes are drawn among the registrations, the ghost's too: of 20 commands
+    // the live connection acknowledges, some go to the ghost and are lost there.
+    let commands: Vec<String> = (0..20)
+        .map(|_| socket_mode.send_command(json!({"command": "/once"})))
+        .collect();
+    let mut acked = 0;
+    while let Some(envelope) = next_json(&mut live, Duration::from_millis(400)).await {
+        ack(&mut live, &envelope, None).await;
+        acked += 1;
+    }
+    let swallowed = socket_mode.lost().len() - 2;
+    assert!(
+        acked > 0 && swallowed > 0,
+        "{acked} acked, {swallowed} swallowed"
+    );
+    assert_eq!(acked + swallowed, commands.len());
+    assert!(socket_mode.lost()[2..].iter().all(|l| l.to_ghost));
+
     // The half-open side reads nothing, and its ping goes unanswered.
     half_open.send(Message::Ping(vec![1].into())).await.unwrap();
     let answered = tokio::time::timeout(Duration::from_millis(500), half_open.next()).await;
