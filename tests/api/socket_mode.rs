@@ -212,7 +212,7 @@ async fn an_unacknowledged_event_is_redelivered_with_retry_attempt_and_a_command
     let slack = FakeSlack::start().await;
     let socket_mode = slack.socket_mode();
     let (mut socket, _) = connect(&slack).await;
-    let short = Duration::from_millis(200);
+    let short = Duration::from_millis(300);
     let delivery = EventDelivery {
         ack_deadline: short,
         ..EventDelivery::default()
@@ -385,15 +385,34 @@ async fn a_connection_is_refreshed_on_schedule_then_closed_and_warned_on_demand(
     );
     assert_eq!(socket_mode.num_connections(), 0);
 
+    // debug_reconnects: a life of its own, shorter.
+    socket_mode.set_recycling(Recycling {
+        debug_lifetime: Duration::from_millis(200),
+        grace: Duration::from_millis(200),
+        ..Recycling::default()
+    });
+    let (mut lasting, _) = connect(&slack).await;
+    let (mut debugged, _) = connect_with(&slack, "&debug_reconnects=true").await;
+    let notice = next_json(&mut debugged, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(notice["reason"], "refresh_requested");
+    assert!(closed_within(&mut debugged, Duration::from_secs(2)).await);
+    assert_eq!(
+        next_json(&mut lasting, Duration::from_millis(200)).await,
+        None
+    );
+    lasting.close(None).await.unwrap();
+
     socket_mode.set_recycling(Recycling::default());
     let (mut warned, _) = connect(&slack).await;
-    assert!(socket_mode.disconnect(2, Notice::Warning, Duration::from_millis(200)));
+    assert!(socket_mode.disconnect(4, Notice::Warning, Duration::from_millis(200)));
     let notice = next_json(&mut warned, Duration::from_secs(2))
         .await
         .unwrap();
     assert_eq!(notice["reason"], "warning");
     assert!(closed_within(&mut warned, Duration::from_secs(2)).await);
-    assert_eq!(socket_mode.connections()[1].notices, ["warning"]);
+    assert_eq!(socket_mode.connections()[3].notices, ["warning"]);
 
     let (mut disabled, _) = connect(&slack).await;
     socket_mode.disable_link();
@@ -484,6 +503,7 @@ async fn a_ghost_swallows_what_it_is_sent_and_only_events_come_back() {
 
     // Unrouted, envelopes are drawn among the registrations, the ghost's too: of 20 commands
     // the live connection acknowledges, some go to the ghost and are lost there.
+    socket_mode.set_ack_deadline(Duration::from_secs(1));
     let commands: Vec<String> = (0..20)
         .map(|_| socket_mode.send_command(json!({"command": "/once"})))
         .collect();
@@ -492,6 +512,12 @@ async fn a_ghost_swallows_what_it_is_sent_and_only_events_come_back() {
         ack(&mut live, &envelope, None).await;
         acked += 1;
     }
+    let all_settled = |s: &slack_once::testing::SocketMode| s.lost().len() - 2 + acked == 20;
+    assert!(
+        socket_mode
+            .wait_for(Duration::from_secs(3), all_settled)
+            .await
+    );
     let swallowed = socket_mode.lost().len() - 2;
     assert!(
         acked > 0 && swallowed > 0,
@@ -511,4 +537,33 @@ async fn a_ghost_swallows_what_it_is_sent_and_only_events_come_back() {
     assert_eq!(hello["num_connections"], 3, "{hello}");
     assert!(socket_mode.forget_ghost(2));
     assert_eq!(socket_mode.num_connections(), 2);
+}
+
+#[tokio::test]
+async fn with_no_connection_a_command_is_lost_and_an_event_waits_for_its_redelivery() {
+    // The gap of a client that closes its connection before opening the next.
+    let slack = FakeSlack::start().await;
+    let socket_mode = slack.socket_mode();
+    let event = socket_mode.send_event_with(
+        mention(&slack, "hi"),
+        EventDelivery {
+            ack_deadline: Duration::from_millis(300),
+            ..EventDelivery::default()
+        },
+    );
+    let command = socket_mode.send_command(json!({"command": "/once"}));
+    let lost = socket_mode.lost();
+    assert_eq!(lost.len(), 1, "the command at once: {lost:?}");
+    assert_eq!(
+        (lost[0].envelope_id.as_str(), lost[0].connection),
+        (command.as_str(), None)
+    );
+
+    let (mut socket, _) = connect(&slack).await;
+    let redelivered = next_json(&mut socket, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(redelivered["envelope_id"], event.as_str());
+    assert_eq!(redelivered["retry_attempt"], 1);
+    assert_eq!(socket_mode.deliveries()[0].connection, None);
 }
