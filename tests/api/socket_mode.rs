@@ -86,6 +86,20 @@ async fn closed_within(socket: &mut Socket, within: Duration) -> bool {
     .unwrap_or(false)
 }
 
+/// Whether a ping frame comes within `within`.
+async fn pinged_within(socket: &mut Socket, within: Duration) -> bool {
+    tokio::time::timeout(within, async {
+        while let Some(Ok(message)) = socket.next().await {
+            if let Message::Ping(_) = message {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false)
+}
+
 async fn ack(socket: &mut Socket, envelope: &Value, payload: Option<Value>) {
     let mut ack = json!({"envelope_id": envelope["envelope_id"]});
     if let Some(payload) = payload {
@@ -458,9 +472,23 @@ async fn an_eleventh_connection_is_refused_with_too_many_websockets() {
 async fn a_ghost_swallows_what_it_is_sent_and_only_events_come_back() {
     let slack = FakeSlack::start().await;
     let socket_mode = slack.socket_mode();
+    socket_mode.set_server_ping(Some(Duration::from_millis(100)));
     let (mut live, _) = connect(&slack).await;
     let (mut half_open, _) = connect(&slack).await;
+    assert!(
+        pinged_within(&mut half_open, Duration::from_secs(2)).await,
+        "Slack pings"
+    );
     assert!(socket_mode.make_ghost(2));
+    // Half-open from here: what was written before is read, then nothing, not even a ping.
+    let mut buffered = 0;
+    while tokio::time::timeout(Duration::from_millis(300), half_open.next())
+        .await
+        .is_ok()
+    {
+        buffered += 1;
+        assert!(buffered < 5, "the ghost still writes");
+    }
     socket_mode.set_ack_deadline(Duration::from_millis(200));
 
     socket_mode.route_next(2);

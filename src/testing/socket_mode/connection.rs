@@ -42,7 +42,7 @@ async fn serve_link(state: Arc<Mutex<Recorded>>, mut socket: WebSocket, debug_re
         .expect("lock")
         .socket
         .admit(debug_reconnects, outbox);
-    let (id, hello, lifetime, notice, grace) = match admitted {
+    let (id, hello, lifetime, notice, grace, ping) = match admitted {
         Admitted::Refused(text) => {
             let _ = socket.send(Message::Text(text.into())).await;
             let _ = socket.send(close_frame()).await;
@@ -54,15 +54,24 @@ async fn serve_link(state: Arc<Mutex<Recorded>>, mut socket: WebSocket, debug_re
             lifetime,
             notice,
             grace,
-        } => (id, hello, lifetime, notice, grace),
+            ping,
+        } => (id, hello, lifetime, notice, grace, ping),
     };
     if socket.send(Message::Text(hello.into())).await.is_err() {
         state.lock().expect("lock").socket.ended(id);
         return;
     }
     tokio::spawn(recycle(state.clone(), id, lifetime, notice, grace));
+    // A connection never pinged still needs an interval to build: a day's is never reached.
+    let mut pings = tokio::time::interval(ping.unwrap_or(Duration::from_secs(86_400)));
+    pings.tick().await;
     loop {
         tokio::select! {
+            _ = pings.tick(), if ping.is_some() => {
+                if socket.send(Message::Ping(b"standin"[..].into())).await.is_err() {
+                    break;
+                }
+            }
             what = told.recv() => match what {
                 Some(Outgoing::Text(text)) => {
                     if socket.send(Message::Text(text.into())).await.is_err() {

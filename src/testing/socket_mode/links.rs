@@ -11,7 +11,8 @@ use tokio::sync::mpsc;
 
 use super::{
     ACK_DEADLINE, Connection, ConnectionState, Delivery, EVENT_RETRIES, EnvelopeKind,
-    EventDelivery, LostEnvelope, MAX_CONNECTIONS, Notice, Recycling, SocketAck,
+    EventDelivery, LostEnvelope, MAX_CONNECTIONS, Notice, Recycling, SERVER_PING_INTERVAL,
+    SocketAck,
 };
 use crate::testing::workspace::Identity;
 
@@ -63,6 +64,8 @@ pub(crate) struct Links {
     pub(super) lost: Vec<LostEnvelope>,
     pub(super) recycling: Recycling,
     pub(super) ack_deadline: Duration,
+    /// How often Slack pings each live connection (`None`: never).
+    pub(super) server_ping: Option<Duration>,
     pub(super) routes: VecDeque<u64>,
     pub(super) random: u64,
     pub(super) made: u64,
@@ -84,6 +87,7 @@ impl Links {
             lost: Vec::new(),
             recycling: Recycling::default(),
             ack_deadline: ACK_DEADLINE,
+            server_ping: Some(SERVER_PING_INTERVAL),
             routes: VecDeque::new(),
             random: 0x5EED_50C3,
             made: 0,
@@ -196,6 +200,7 @@ impl Links {
             lifetime,
             notice: self.recycling.notice,
             grace: self.recycling.grace,
+            ping: self.server_ping,
         }
     }
 
@@ -377,6 +382,7 @@ pub(super) enum Admitted {
         lifetime: Duration,
         notice: Notice,
         grace: Duration,
+        ping: Option<Duration>,
     },
 }
 

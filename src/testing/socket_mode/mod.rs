@@ -18,6 +18,8 @@
 //! - connections are recycled: after their lifetime (the `hello`'s `approximate_connection_time`;
 //!   360 s with `debug_reconnects=true`) Slack sends `disconnect` `refresh_requested` (or
 //!   `warning`), and closes the connection a grace period later ([`Recycling`]).
+//! - Slack pings live connections ([`SERVER_PING_INTERVAL`]); a ghost is neither pinged nor
+//!   answers a ping, so a client finds a half-open connection by the pings that stop.
 //!
 //! Where Slack is not documented the stand-in chooses, and says so: a ticket opens one
 //! connection (a used or unknown one is refused with HTTP 401); an acknowledgement is taken from
@@ -50,6 +52,10 @@ pub const EVENT_RETRIES: u32 = 3;
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(3600);
 /// How long a connection opened with `debug_reconnects=true` lives (Slack: 360 s).
 pub const DEBUG_CONNECTION_LIFETIME: Duration = Duration::from_secs(360);
+/// How often the stand-in pings each live connection (a WebSocket ping frame). Slack pings its
+/// clients: node-slack-sdk deems a connection stale after 30 s without a ping
+/// (`serverPingTimeoutMS`); the interval itself is not documented, this one is the stand-in's.
+pub const SERVER_PING_INTERVAL: Duration = Duration::from_secs(10);
 /// From a `disconnect` notice to Slack's close (Slack: a `warning` comes about 10 s before).
 pub const NOTICE_GRACE: Duration = Duration::from_secs(10);
 
@@ -268,6 +274,12 @@ impl SocketMode {
     /// How connections opened from now on are recycled.
     pub fn set_recycling(&self, recycling: Recycling) {
         self.with(|l| l.recycling = recycling);
+    }
+
+    /// How often live connections opened from now on are pinged ([`SERVER_PING_INTERVAL`];
+    /// `None`: never). A ghost is never pinged.
+    pub fn set_server_ping(&self, interval: Option<Duration>) {
+        self.with(|l| l.server_ping = interval);
     }
 
     /// The ack deadline of commands and interactive payloads sent from now on ([`ACK_DEADLINE`];
