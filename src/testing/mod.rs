@@ -41,7 +41,7 @@ pub use slack::{FakeSlack, IN_PROCESS_BASE, default_identity};
 pub use socket_mode::{
     ACK_DEADLINE, CONNECTION_LIFETIME, Connection, ConnectionState, DEBUG_CONNECTION_LIFETIME,
     Delivery, EVENT_RETRIES, EnvelopeKind, EventCopy, EventDelivery, LostEnvelope, MAX_CONNECTIONS,
-    NOTICE_GRACE, Notice, Recycling, SocketAck, SocketMode,
+    NOTICE_GRACE, Notice, Recycling, SERVER_PING_INTERVAL, SocketAck, SocketMode,
 };
 pub use workspace::{Identity, OTHER_APP, PAGE_CAP, Workspace, hook_answer, micros};
 
