@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::oauth::{OAuthGrants, bot_id_for, bot_user_for};
-use super::socket_mode::Links;
+use super::socket_mode::links::Links;
 use super::workspace::{Identity, Workspace};
 
 pub(crate) struct Recorded {

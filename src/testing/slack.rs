@@ -16,7 +16,8 @@ use super::recorded::{
     RandomFaults, Recorded, SlackFailure, SlackRequest, TokenRule, is_read, log_call,
 };
 use super::scripts;
-use super::socket_mode::{self, Links, SocketMode};
+use super::socket_mode::links::Links;
+use super::socket_mode::{self, SocketMode};
 use super::workspace::{self, Identity, Workspace};
 use super::{APP_ID, BOT_ID, BOT_USER, TEAM};
 

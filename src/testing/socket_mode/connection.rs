@@ -2,17 +2,17 @@
 //! `hello`, what [`Links`](super::links::Links) tells it to write, the acknowledgements it reads), and the timers of
 //! recycling and of each delivery's deadline.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::Notice;
 use super::links::{Admitted, Outgoing};
+use super::protocol::Notice;
 use crate::testing::recorded::Recorded;
 
 /// `GET /link/?ticket=…`: the WebSocket of a ticket `apps.connections.open` issued (once).
@@ -21,12 +21,12 @@ pub(crate) async fn link(
     RawQuery(query): RawQuery,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let query = crate::testing::slack::form(query.as_deref().unwrap_or(""));
-    let ticket = query
-        .get("ticket")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let debug_reconnects = query.get("debug_reconnects").and_then(Value::as_str) == Some("true");
+    let query: HashMap<String, String> =
+        form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let ticket = query.get("ticket").map(String::as_str).unwrap_or_default();
+    let debug_reconnects = query.get("debug_reconnects").map(String::as_str) == Some("true");
     if !state.lock().expect("lock").socket.tickets.remove(ticket) {
         return (http::StatusCode::UNAUTHORIZED, "invalid_ticket").into_response();
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{
+use super::protocol::{
     ACK_DEADLINE, Connection, ConnectionState, Delivery, EVENT_RETRIES, EnvelopeKind,
     EventDelivery, LostEnvelope, MAX_CONNECTIONS, Notice, Recycling, SERVER_PING_INTERVAL,
     SocketAck,
@@ -26,7 +26,7 @@ pub(super) enum Outgoing {
 
 /// An app's registration with Slack: a live connection's outbox, or a ghost.
 pub(super) struct Registration {
-    /// `None`: a ghost with no socket at all ([`super::SocketMode::add_ghost`]).
+    /// `None`: a ghost with no socket at all (`SocketMode::add_ghost`).
     pub(super) outbox: Option<mpsc::UnboundedSender<Outgoing>>,
     pub(super) ghost: bool,
 }
