@@ -1,4 +1,4 @@
-//! Slack's Socket Mode, served by [`FakeSlack`] beside its Web API and over the same workspace:
+//! Slack's Socket Mode, served by [`FakeSlack`](super::FakeSlack) beside its Web API and over the same workspace:
 //! `apps.connections.open` answers a WebSocket URL of the stand-in's own router
 //! (`ws://127.0.0.1:PORT/link/?ticket=…`), the connection opens with a `hello`, and a test sends
 //! envelopes through [`SocketMode`] (`slack.socket_mode()`), each to one of the app's
@@ -26,6 +26,10 @@
 //! any connection; a late one, once the next attempt is due but not yet sent, cancels it; a ghost
 //! stays until [`SocketMode::forget_ghost`]; opens after `link_disabled` still succeed (a client
 //! that reconnects shows in `counts()["apps.connections.open"]`).
+//!
+//! Here the handle a test holds; in `protocol.rs` the limits, kinds, schedules and records; in
+//! `links.rs` Slack's side, without I/O; in `connection.rs` the WebSockets and the timers.
+//! `tests/api/socket_mode.rs` drives it with a tokio-tungstenite client, as an ingress would.
 
 mod connection;
 pub(super) mod links;
