@@ -155,6 +155,14 @@ async fn apps_connections_open_takes_only_the_app_level_token() {
     let again = tokio_tungstenite::connect_async(url).await;
     assert!(again.is_err(), "a ticket opens one connection");
     assert_eq!(slack.counts()["apps.connections.open"], 4);
+
+    // Whatever rule the Web API's tokens follow, the app-level token opens connections.
+    slack.require_bot_token(None);
+    let ruled = open(&slack, Some(&slack.socket_mode().app_token())).await;
+    assert_eq!(ruled["ok"], true, "{ruled}");
+    let oauth = FakeSlack::start().await.with_oauth("1.2", "secret");
+    let installed = open(&oauth, Some(&oauth.socket_mode().app_token())).await;
+    assert_eq!(installed["ok"], true, "{installed}");
 }
 
 #[tokio::test]
