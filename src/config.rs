@@ -185,7 +185,24 @@ pub struct Config {
     pub metrics: bool,
     /// Multi-workspace mode: `None` with a single bot token (`SLACK_BOT_TOKEN`).
     pub oauth: Option<OAuthConfig>,
+    /// Socket Mode (`SLACK_APP_TOKEN`): requests come over WebSockets this process opens,
+    /// instead of (or beside) `POST /slack/events`.
+    pub socket_mode: Option<SocketModeConfig>,
 }
+
+/// Socket Mode's settings: the app-level token and how many connections a process holds.
+#[derive(Clone, Debug)]
+pub struct SocketModeConfig {
+    /// The app-level token (`xapp-…`, scope `connections:write`): `SLACK_APP_TOKEN`.
+    pub app_token: Secret,
+    /// Connections this process holds at once (`SLACK_SOCKET_CONNECTIONS`, 2 by default, at
+    /// most 10: Slack's limit for the app, every process's together).
+    pub connections: usize,
+}
+
+/// Connections a Socket Mode process holds by default: one can be recycled while the other
+/// serves.
+pub const DEFAULT_SOCKET_CONNECTIONS: usize = 2;
 
 impl Config {
     /// Whether this ingress answers events itself, inside Slack's request.
@@ -240,7 +257,10 @@ impl Config {
         // From Secrets Manager, the values are checked when the secret is read.
         let from_manager = secrets_arn.is_some();
 
-        let signing_secrets = signing_secrets_of(&get, role, from_manager)?;
+        let socket_mode = socket_mode_of(&get, role, mode)?;
+        // Over Socket Mode the connection authenticates the requests: no signature to check.
+        let signing_secrets =
+            signing_secrets_of(&get, role, from_manager || socket_mode.is_some())?;
 
         let bot_token = get("SLACK_BOT_TOKEN").map(|t| Secret::new(t.trim()));
         let oauth = oauth_of(&get, from_manager, bot_token.is_some())?;
@@ -298,6 +318,7 @@ impl Config {
             signing_secrets,
             bot_token,
             slack_api_url,
+            socket_mode,
             dedup_table,
             ttl,
             lease,
@@ -430,6 +451,48 @@ fn secrets_refresh_of(get: &impl Fn(&str) -> Option<String>) -> Result<Duration,
         }
     };
     Ok(secrets_refresh)
+}
+
+/// `SLACK_APP_TOKEN` and `SLACK_SOCKET_CONNECTIONS`: Socket Mode, for a local ingress (a
+/// long-running process: Lambda cannot hold a WebSocket between invocations).
+fn socket_mode_of(
+    get: &impl Fn(&str) -> Option<String>,
+    role: Role,
+    mode: Mode,
+) -> Result<Option<SocketModeConfig>, ConfigError> {
+    let Some(token) = get("SLACK_APP_TOKEN") else {
+        return Ok(None);
+    };
+    let token = token.trim();
+    if !token.starts_with("xapp-") {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_APP_TOKEN",
+            reason: "an app-level token starts with xapp- (Basic Information, App-Level \
+                     Tokens, with the scope connections:write)"
+                .into(),
+        });
+    }
+    if mode == Mode::Lambda {
+        return Err(ConfigError::Invalid {
+            var: "SLACK_APP_TOKEN",
+            reason: "Socket Mode needs a process that keeps its connections open; on Lambda \
+                     Slack sends requests to the function URL (unset SLACK_APP_TOKEN)"
+                .into(),
+        });
+    }
+    if role == Role::Worker {
+        return Ok(None);
+    }
+    let connections = parse_count(
+        "SLACK_SOCKET_CONNECTIONS",
+        get("SLACK_SOCKET_CONNECTIONS"),
+        DEFAULT_SOCKET_CONNECTIONS,
+        10,
+    )?;
+    Ok(Some(SocketModeConfig {
+        app_token: Secret::new(token),
+        connections,
+    }))
 }
 
 /// `SLACK_SIGNING_SECRET`: an ingress needs it, unless the secret in Secrets Manager holds it.

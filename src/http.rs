@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::ledger::LedgerError;
 use crate::metrics::Metrics;
-use crate::pipeline::{Delivery, Outcome, ProcessError, Processor};
+use crate::pipeline::{Delivery, Outcome, ProcessError, Processor, Transport};
 use crate::queue::QueueError;
 
 /// Slack's event payloads are small; a body above 1 MiB is refused before more is read.
@@ -33,6 +33,9 @@ pub struct AppState {
     /// `Some`: each delivery runs detached from its connection. `None` (Lambda, where the
     /// invocation is the request): inline.
     pub in_flight: Option<TaskTracker>,
+    /// Socket Mode: whether a connection is open (`GET /readyz`). `None`: requests come over
+    /// HTTP, and the process is ready once it listens.
+    pub readiness: Option<crate::socket_mode::Readiness>,
 }
 /// What became of a command or an interaction (its body is the acknowledgement).
 pub const OUTCOME_HEADER: &str = "x-slack-once-outcome";
@@ -41,19 +44,32 @@ const NO_RETRY: (&str, &str) = ("x-slack-no-retry", "1");
 
 /// The router both modes serve: `POST /slack/events` (also `POST /`, for a Request URL that is
 /// the bare Function URL, and `POST /{stage}/slack/events`, as lambda_http presents REST API
-/// paths with their stage) and `GET /healthz`.
+/// paths with their stage), `GET /healthz` (the process runs) and `GET /readyz` (it takes
+/// requests: over Socket Mode, once a connection is open and until it drains).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/slack/events", post(slack_events))
         .route("/", post(slack_events))
         .route("/{stage}/slack/events", post(slack_events))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
         // Multi-workspace mode's install flow (404 without SLACK_CLIENT_ID).
         .route("/slack/install", get(install))
         .route("/{stage}/slack/install", get(install))
         .route("/slack/oauth_redirect", get(oauth_redirect))
         .route("/{stage}/slack/oauth_redirect", get(oauth_redirect))
         .with_state(state)
+}
+
+async fn ready(State(state): State<AppState>) -> Response {
+    match state.readiness.as_ref().is_none_or(|r| r.ready()) {
+        true => "ready".into_response(),
+        false => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "no Socket Mode connection is open (starting, or draining)",
+        ),
+    }
 }
 
 async fn install(State(state): State<AppState>) -> Response {
@@ -149,6 +165,7 @@ async fn slack_events(State(state): State<AppState>, request: Request) -> Respon
                 started,
                 invocation_deadline,
                 request_id: request_id.as_deref(),
+                transport: Transport::Http,
             }))
             .await;
         let response = respond(result);

@@ -34,6 +34,7 @@ mod run;
 pub mod secrets;
 mod server;
 pub mod slack;
+mod socket_mode;
 #[cfg(feature = "testing")]
 #[allow(clippy::too_many_lines)]
 pub mod testing;
@@ -314,6 +315,7 @@ impl Application {
         self.with_own_routes(http::router(http::AppState {
             processor: self.processor.clone(),
             in_flight: None,
+            readiness: None,
         }))
     }
 
@@ -344,15 +346,25 @@ impl Application {
     pub async fn bind(self) -> std::io::Result<LocalServer> {
         let listener = TcpListener::bind(self.config.listen_addr).await?;
         // Local mode: clients can go away mid-request; deliveries run detached.
+        let socket_mode = self.config.socket_mode.as_ref().map(|socket_mode| {
+            socket_mode::SocketModeIngress::new(
+                self.processor.clone(),
+                socket_mode,
+                &self.config.slack_api_url,
+                self.in_flight.clone(),
+            )
+        });
         let router = self.with_own_routes(http::router(http::AppState {
             processor: self.processor.clone(),
             in_flight: Some(self.in_flight.clone()),
+            readiness: socket_mode.as_ref().map(|s| s.readiness()),
         }));
         Ok(LocalServer {
             listener,
             router,
             in_flight: self.in_flight.clone(),
             max_connections: self.config.max_connections,
+            socket_mode,
         })
     }
 }

@@ -32,6 +32,8 @@ pub struct LocalServer {
     pub(crate) router: Router,
     pub(crate) in_flight: TaskTracker,
     pub(crate) max_connections: usize,
+    /// Socket Mode's connections, opened when it runs and drained first at shutdown.
+    pub(crate) socket_mode: Option<crate::socket_mode::SocketModeIngress>,
 }
 
 impl LocalServer {
@@ -54,6 +56,9 @@ impl LocalServer {
         builder
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT);
+        if let Some(socket_mode) = &self.socket_mode {
+            socket_mode.start();
+        }
         tokio::pin!(shutdown);
         loop {
             let slot = tokio::select! {
@@ -82,6 +87,9 @@ impl LocalServer {
                 }
                 drop(slot);
             });
+        }
+        if let Some(socket_mode) = &self.socket_mode {
+            socket_mode.drain().await;
         }
         drop(self.listener);
         // Idle and keep-alive connections close now; a request in flight finishes first.

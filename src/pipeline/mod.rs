@@ -82,6 +82,18 @@ pub(crate) struct Delivery<'a> {
     pub invocation_deadline: Option<SystemTime>,
     /// On Lambda, the invocation's request id (for the logs and the metrics line).
     pub request_id: Option<&'a str>,
+    /// How it reached this process, which says how it is authenticated.
+    pub transport: Transport,
+}
+
+/// How a delivery reached this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// An HTTP request from Slack: its signature is checked on the exact bytes.
+    Http,
+    /// An envelope read from a Socket Mode connection this process opened with the app-level
+    /// token: the connection authenticates it (Slack signs no envelope).
+    SocketMode,
 }
 
 /// A message of the work queue, as the worker received it.

@@ -99,6 +99,7 @@ impl TestBot {
         let router = crate::http::router(AppState {
             processor: Arc::new(processor),
             in_flight: None,
+            readiness: None,
         });
         Self {
             router,

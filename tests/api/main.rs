@@ -36,6 +36,7 @@ mod rejections;
 mod serving;
 mod soak;
 mod socket_mode;
+mod socket_mode_ingress;
 mod standin;
 mod steps;
 mod steps_processes;

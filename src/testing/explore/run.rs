@@ -808,6 +808,7 @@ async fn deliver(
     let router = crate::http::router(AppState {
         processor,
         in_flight: None,
+        readiness: None,
     });
     let now_ms = crate::clock::now_ms();
     let deadline_ms = now_ms + shared.spec.timeout.as_millis() as u64;

@@ -1,0 +1,293 @@
+//! The Socket Mode ingress (`SLACK_APP_TOKEN`): the built binary's processes, each holding its
+//! connections to the Socket Mode stand-in (`FakeSlack::socket_mode`), on one DynamoDB Local
+//! table. Slack's redeliveries, copies of one event, recycled connections, a claim whose answer
+//! is lost with its process killed, and a drain at SIGTERM: every request answered once, and
+//! none lost while Slack has a delivery left.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use slack_once::testing::{
+    ConnectionState, EnvelopeKind, EventCopy, EventDelivery, FakeSlack, Notice, Recycling,
+    default_identity,
+};
+
+use crate::helpers::*;
+
+/// The app's Socket Mode deployment: its Slack, its table, its processes' variables.
+struct SocketApp {
+    slack: FakeSlack,
+    vars: Vec<(&'static str, String)>,
+}
+
+impl SocketApp {
+    /// The reference bot over Socket Mode on a fresh table, its ledger reached through
+    /// `ledger_endpoint` (DynamoDB Local, or a proxy in front of it), `extra` added.
+    async fn start(ledger_endpoint: Option<&str>, extra: &[(&'static str, &str)]) -> Self {
+        let slack = FakeSlack::start_for(default_identity()).await;
+        let endpoint = dynamodb_endpoint();
+        let (table, _) = fresh_table(&endpoint).await;
+        let mut vars = dynamodb_env(ledger_endpoint.unwrap_or(&endpoint));
+        vars.extend([
+            ("DEDUP_TABLE", table),
+            ("SLACK_APP_TOKEN", slack.socket_mode().app_token()),
+            ("SLACK_API_URL", slack.base_url().to_string()),
+            ("SLACK_BOT_TOKEN", "xoxb-socket-mode-test".to_string()),
+        ]);
+        for (k, v) in extra {
+            vars.retain(|(name, _)| name != k);
+            vars.push((k, v.to_string()));
+        }
+        Self { slack, vars }
+    }
+
+    /// A process of the app (no signing secret: Socket Mode needs none), once it holds its two
+    /// connections.
+    async fn process(&self) -> BotProcess {
+        let how = Spawn {
+            signing_secret_env: false,
+            ..Spawn::default()
+        };
+        let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_slack-once"));
+        let bot = BotProcess::spawn_program_with(&program, &[], &self.vars, &how);
+        let log = bot
+            .log_when(Duration::from_secs(15), |log| {
+                log.matches("Socket Mode connection open").count() >= 2
+            })
+            .await;
+        assert!(
+            log.matches("Socket Mode connection open").count() >= 2,
+            "two connections opened; its log:\n{log}"
+        );
+        bot
+    }
+
+    /// An `app_mention` of the bot, `n`, as its event callback (its own message in `C0SOCKET`).
+    fn mention(&self, n: u32) -> Value {
+        let ts = format!("1700002{n:03}.000100");
+        self.slack.with_workspace(|w| {
+            w.add_message(json!({
+                "channel": "C0SOCKET", "user": "U0PERSON", "text": format!("hello {n}"), "ts": ts,
+            }))
+        });
+        self.slack.socket_mode().event_callback(json!({
+            "type": "app_mention", "user": "U0PERSON", "text": format!("<@U0BOT> hello {n}"),
+            "channel": "C0SOCKET", "ts": ts, "event_ts": ts,
+        }))
+    }
+
+    /// The bot's answers in the thread of mention `n`.
+    fn answers_to(&self, n: u32) -> usize {
+        let ts = format!("1700002{n:03}.000100");
+        self.slack
+            .messages()
+            .iter()
+            .filter(|m| m["thread_ts"] == ts.as_str())
+            .count()
+    }
+}
+
+/// Three processes of two connections each; mentions sent with Slack's copies (the same
+/// envelope again with `retry_attempt` 0, and a new envelope) while the connections are
+/// recycled every 2 s (`refresh_requested`, closed 1 s later), and one process killed half-way:
+/// every mention answered exactly once, none lost, and the processes opened replacements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn mentions_over_three_processes_are_answered_once_through_copies_recycling_and_a_kill() {
+    let app = SocketApp::start(None, &[("DEDUP_LEASE_SECONDS", "5")]).await;
+    let socket = app.slack.socket_mode();
+    socket.set_recycling(Recycling {
+        lifetime: Duration::from_secs(2),
+        debug_lifetime: Duration::from_secs(2),
+        notice: Notice::RefreshRequested,
+        grace: Duration::from_secs(1),
+    });
+    let mut processes = Vec::new();
+    for _ in 0..3 {
+        processes.push(app.process().await);
+    }
+    const MENTIONS: u32 = 120;
+    let delivery = EventDelivery {
+        retry_gaps: [
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+            Duration::from_secs(5),
+        ],
+        copies: vec![
+            (Duration::from_millis(300), EventCopy::SameEnvelope),
+            (Duration::from_millis(700), EventCopy::NewEnvelope),
+        ],
+        ..EventDelivery::default()
+    };
+    for n in 1..=MENTIONS {
+        socket.send_event_with(app.mention(n), delivery.clone());
+        if n == MENTIONS / 2 {
+            processes[0].kill();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let all = socket
+        .wait_for(Duration::from_secs(60), |_| {
+            (1..=MENTIONS).all(|n| app.answers_to(n) >= 1)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let unanswered: Vec<u32> = (1..=MENTIONS).filter(|n| app.answers_to(*n) == 0).collect();
+    let twice: Vec<u32> = (1..=MENTIONS).filter(|n| app.answers_to(*n) > 1).collect();
+    assert!(all && unanswered.is_empty(), "unanswered: {unanswered:?}");
+    assert!(twice.is_empty(), "answered more than once: {twice:?}");
+    let lost: Vec<_> = socket
+        .lost()
+        .into_iter()
+        .filter(|l| l.kind == EnvelopeKind::EventsApi)
+        .filter(|l| {
+            let n: u32 = l.payload["event"]["text"]
+                .as_str()
+                .and_then(|t| t.rsplit(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            app.answers_to(n) == 0
+        })
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "events Slack gave up on, unanswered: {lost:?}"
+    );
+    let opened = app.slack.counts().get("apps.connections.open").copied();
+    assert!(
+        opened.unwrap_or(0) > 12,
+        "the recycled connections were replaced: {opened:?} opens"
+    );
+}
+
+/// `/once` over Socket Mode: acknowledged with the listener's answer as the acknowledgement's
+/// payload (the ephemeral "On it"), then answered once in the channel through its
+/// `response_url`, though two processes hold connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_command_is_acknowledged_with_its_answer_and_answered_once() {
+    let app = SocketApp::start(None, &[]).await;
+    let (_a, _b) = (app.process().await, app.process().await);
+    let socket = app.slack.socket_mode();
+    let envelope_id = socket.send_command(json!({
+        "command": "/once", "text": "over a socket", "user_id": "U0PERSON",
+        "channel_id": "C0SOCKET",
+    }));
+    let acked = socket
+        .wait_for(Duration::from_secs(10), |s| {
+            s.acks().iter().any(|a| a.envelope_id == envelope_id)
+        })
+        .await;
+    assert!(acked, "acknowledged");
+    let ack = socket
+        .acks()
+        .into_iter()
+        .find(|a| a.envelope_id == envelope_id)
+        .unwrap();
+    assert!(ack.settled, "in time");
+    let payload = ack.payload.expect("the answer as its payload");
+    assert!(
+        payload["text"].as_str().unwrap_or("").contains("On it"),
+        "{payload}"
+    );
+    let answered = socket
+        .wait_for(Duration::from_secs(10), |_| {
+            app.slack
+                .messages()
+                .iter()
+                .any(|m| m["text"].as_str().unwrap_or("").contains("over a socket"))
+        })
+        .await;
+    assert!(answered, "answered in the channel");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let answers = app
+        .slack
+        .messages()
+        .iter()
+        .filter(|m| m["text"].as_str().unwrap_or("").contains("over a socket"))
+        .count();
+    assert_eq!(answers, 1);
+    assert!(socket.lost().is_empty(), "{:?}", socket.lost());
+}
+
+/// The process holding an event's claim killed after DynamoDB wrote the claim and before its
+/// answer came back: no acknowledgement went out, so Slack redelivers the event to another
+/// connection; once the claim's lease lapses a redelivery takes it over and answers, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_process_killed_between_its_claim_and_the_acknowledgement_loses_nothing() {
+    let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let app = SocketApp::start(Some(&proxy.url), &[("DEDUP_LEASE_SECONDS", "4")]).await;
+    let mut first = app.process().await;
+    proxy.hold_next(LedgerOp::Claim, HoldAt::AfterForwarding);
+    let socket = app.slack.socket_mode();
+    let delivery = EventDelivery {
+        retry_gaps: [
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            Duration::from_secs(3),
+        ],
+        ..EventDelivery::default()
+    };
+    socket.send_event_with(app.mention(1), delivery);
+    proxy.wait_held().await;
+    first.kill();
+    let _second = app.process().await;
+    let answered = socket
+        .wait_for(Duration::from_secs(30), |_| app.answers_to(1) >= 1)
+        .await;
+    assert!(
+        answered,
+        "answered after the kill: {:?}",
+        socket.deliveries()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(app.answers_to(1), 1);
+    let attempts: Vec<u32> = socket
+        .deliveries()
+        .iter()
+        .filter(|d| d.kind == EnvelopeKind::EventsApi)
+        .map(|d| d.retry_attempt)
+        .collect();
+    assert!(attempts.len() >= 2, "redelivered: {attempts:?}");
+}
+
+/// `GET /readyz` answers 200 while a connection is open; at SIGTERM the process stops taking
+/// envelopes, closes its connections itself and exits 0; a mention sent after is answered by
+/// the process left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn at_sigterm_a_process_closes_its_connections_and_another_answers() {
+    let app = SocketApp::start(None, &[]).await;
+    let leaving = app.process().await;
+    let staying = app.process().await;
+    let http = HttpClient::default();
+    let ready = http
+        .request(
+            "GET",
+            &format!("http://{}/readyz", leaving.addr),
+            &[],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    leaving.terminate();
+    let (code, log) = leaving.exited().await;
+    assert_eq!(code, Some(0), "{log}");
+    let socket = app.slack.socket_mode();
+    let closed = socket
+        .connections()
+        .iter()
+        .filter(|c| c.state == ConnectionState::ClosedByClient)
+        .count();
+    assert_eq!(closed, 2, "{:?}", socket.connections());
+    socket.send_event(app.mention(7));
+    let answered = socket
+        .wait_for(Duration::from_secs(10), |_| app.answers_to(7) == 1)
+        .await;
+    assert!(
+        answered,
+        "answered by the process left; its log:\n{}",
+        staying.log()
+    );
+}
