@@ -462,3 +462,96 @@ async fn bolt_js_function_listener_completes_its_step_once_through_the_gateway()
 async fn bolt_python_function_listener_completes_its_step_once_through_the_gateway() {
     a_step_completed_by_bolts_function_listener(Bolt::Python).await;
 }
+
+/// `slack-once gateway` over Socket Mode (`SLACK_APP_TOKEN`) in front of a real Bolt app: three
+/// gateway processes of two connections each, sharing one table, forwarding to one Bolt
+/// replica each; mentions sent with Slack's copies and redeliveries while the connections are
+/// recycled and one gateway is killed: each mention gets one reaction and one reply.
+async fn mentions_over_socket_mode(bolt: Bolt) {
+    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+    let slack = SlackStandin::start().await;
+    let socket = slack.socket_mode();
+    socket.set_recycling(slack_once::testing::Recycling {
+        lifetime: Duration::from_secs(2),
+        debug_lifetime: Duration::from_secs(2),
+        notice: slack_once::testing::Notice::RefreshRequested,
+        grace: Duration::from_secs(1),
+    });
+    let mut gateways = Vec::new();
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let vars = [
+            ("SLACK_APP_TOKEN", socket.app_token()),
+            ("DEDUP_LEASE_SECONDS", "5".to_string()),
+        ];
+        let gateway = spawn_gateway_with(&slack, &table, &[BoltReplica::url_on(port)], &vars);
+        replicas.push(BoltReplica::start(bolt, port, &api_url(&gateway), &[]));
+        let up = gateway
+            .log_when(Duration::from_secs(15), |log| {
+                log.contains("Socket Mode connection open")
+            })
+            .await;
+        assert!(up.contains("Socket Mode connection open"), "{up}");
+        gateways.push(gateway);
+    }
+    let delivery = slack_once::testing::EventDelivery {
+        retry_gaps: [
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+            Duration::from_secs(5),
+        ],
+        copies: vec![
+            (
+                Duration::from_millis(200),
+                slack_once::testing::EventCopy::SameEnvelope,
+            ),
+            (
+                Duration::from_millis(500),
+                slack_once::testing::EventCopy::NewEnvelope,
+            ),
+        ],
+        ..slack_once::testing::EventDelivery::default()
+    };
+    const MENTIONS: usize = 30;
+    let ids: Vec<String> = (0..MENTIONS)
+        .map(|n| format!("EvBolt{bolt:?}Socket{n}"))
+        .collect();
+    for (n, event_id) in ids.iter().enumerate() {
+        let body = app_mention(event_id, "hello");
+        register_event_message(body.as_bytes());
+        socket.send_event_with(serde_json::from_str(&body).unwrap(), delivery.clone());
+        if n == MENTIONS / 2 {
+            gateways[0].kill();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let all = socket
+        .wait_for(Duration::from_secs(60), |_| {
+            ids.iter().all(|id| answered(&slack, id).1 >= 1)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let wrong: Vec<(&String, (usize, usize))> = ids
+        .iter()
+        .map(|id| (id, answered(&slack, id)))
+        .filter(|(_, a)| *a != (1, 1))
+        .collect();
+    assert!(
+        all && wrong.is_empty(),
+        "not one reaction and one reply: {wrong:?}\ngateway:\n{}",
+        gateways[1].log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_behind_the_gateway_over_socket_mode_answers_each_mention_once() {
+    mentions_over_socket_mode(Bolt::JavaScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_behind_the_gateway_over_socket_mode_answers_each_mention_once() {
+    mentions_over_socket_mode(Bolt::Python).await;
+}

@@ -100,6 +100,11 @@ impl SlackStandin {
         }
     }
 
+    /// Slack's Socket Mode for the tests' app ([`FakeSlack::socket_mode`]).
+    pub fn socket_mode(&self) -> slack_once::testing::SocketMode {
+        self.slack.socket_mode()
+    }
+
     /// From now on, only `token` is good: any other gets `ok:false` with `invalid_auth` (as
     /// after a rotation) and changes nothing.
     pub fn require_token(&self, token: &str) {
