@@ -82,6 +82,10 @@ pub enum Role {
 pub const MIN_TTL: Duration = Duration::from_secs(25 * 3600);
 /// The claim's lease when `DEDUP_LEASE_SECONDS` is unset.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The lease where a Socket Mode ingress answers events itself: Slack redelivers an
+/// unacknowledged Events API envelope within seconds (every 3 s or so, three times), so a
+/// claim whose process died must lapse before the last redelivery comes, or the event is lost.
+pub const DEFAULT_SOCKET_LEASE: Duration = Duration::from_secs(10);
 /// Longer than Lambda's 15-minute maximum timeout makes no sense for a lease.
 pub const MAX_LEASE: Duration = Duration::from_secs(900);
 /// Answering inside Slack's request, a lease must end before Slack's one-minute retry (with
@@ -283,7 +287,7 @@ impl Config {
 
         let ttl = ttl_of(&get)?;
 
-        let lease = lease_of(&get, role, work_queue_url.is_some())?;
+        let lease = lease_of(&get, role, work_queue_url.is_some(), socket_mode.is_some())?;
 
         let max_connections = parse_count(
             "MAX_CONNECTIONS",
@@ -623,8 +627,10 @@ fn lease_of(
     get: &impl Fn(&str) -> Option<String>,
     role: Role,
     deferred: bool,
+    socket_mode: bool,
 ) -> Result<Duration, ConfigError> {
     let lease = match get("DEDUP_LEASE_SECONDS") {
+        None if socket_mode && role == Role::Ingress && !deferred => DEFAULT_SOCKET_LEASE,
         None => DEFAULT_LEASE,
         Some(v) => {
             let lease = Duration::from_secs(parse_seconds("DEDUP_LEASE_SECONDS", &v)?);

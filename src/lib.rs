@@ -351,6 +351,7 @@ impl Application {
                 self.processor.clone(),
                 socket_mode,
                 &self.config.slack_api_url,
+                self.config.lease,
                 self.in_flight.clone(),
             )
         });

@@ -27,7 +27,7 @@ use crate::config::{Secret, SocketModeConfig};
 use crate::metrics::Metrics;
 use crate::pipeline::{Delivery, Processor, Transport};
 use crate::slack::SlackClient;
-use envelope::Envelope;
+use envelope::{Envelope, Kind};
 use link::{End, Link, LinkEvent};
 
 use link::SILENCE_LIMIT;
@@ -102,31 +102,49 @@ impl Shared {
 /// Runs each envelope through the pipeline.
 struct Dispatch {
     processor: Arc<Processor>,
+    /// The claims' lease: how long an event found held elsewhere is kept in hand.
+    lease: Duration,
 }
+
+/// An event found held by another delivery is run again this often while it is kept in hand.
+const HELD_RETRY: Duration = Duration::from_millis(500);
 
 impl Dispatch {
     /// The acknowledgement of `envelope` once the pipeline has run it (`None`: none).
+    ///
+    /// An event whose claim another delivery holds live is kept in hand, run again until that
+    /// claim ends (acknowledged then: answered) or lapses (taken over here, and answered), for
+    /// at most a lease and a margin. Slack redelivers an unacknowledged event within seconds,
+    /// all of its tries perhaps inside the lease of a claimant that died: the envelope in hand
+    /// is the delivery left, and the event is not lost with the claimant.
     async fn run(&self, envelope: &Envelope) -> Option<String> {
         let (headers, body) = envelope.as_http();
-        let metrics = Metrics::new();
-        let result = metrics
-            .scope(self.processor.handle(Delivery {
-                headers: &headers,
-                body: &body,
-                now: crate::clock::now(),
-                started: Instant::now(),
-                invocation_deadline: None,
-                request_id: None,
-                transport: Transport::SocketMode,
-            }))
-            .await;
-        metrics.count("SocketEnvelopes");
-        let ack = envelope.acknowledgement(&result);
-        if ack.is_none() {
-            metrics.count("SocketUnacknowledged");
+        let kept_until = Instant::now() + self.lease + Duration::from_secs(2);
+        loop {
+            let metrics = Metrics::new();
+            let result = metrics
+                .scope(self.processor.handle(Delivery {
+                    headers: &headers,
+                    body: &body,
+                    now: crate::clock::now(),
+                    started: Instant::now(),
+                    invocation_deadline: None,
+                    request_id: None,
+                    transport: Transport::SocketMode,
+                }))
+                .await;
+            metrics.count("SocketEnvelopes");
+            let ack = envelope.acknowledgement(&result);
+            let held = matches!(result, Ok(crate::pipeline::Outcome::InProgress));
+            if ack.is_none() {
+                metrics.count("SocketUnacknowledged");
+            }
+            self.processor.emit_metrics(&metrics, &[]);
+            if !(held && envelope.kind == Kind::EventsApi && Instant::now() < kept_until) {
+                return ack;
+            }
+            tokio::time::sleep(HELD_RETRY).await;
         }
-        self.processor.emit_metrics(&metrics, &[]);
-        ack
     }
 }
 
@@ -140,17 +158,19 @@ pub struct SocketModeIngress {
 
 impl SocketModeIngress {
     /// The ingress for `processor`, its deliveries tracked by `in_flight` (waited for at
-    /// shutdown); Slack's Web API at `api_base`. Nothing is opened before [`Self::start`].
+    /// shutdown); Slack's Web API at `api_base`; the claims' lease `lease`. Nothing is opened
+    /// before [`Self::start`].
     pub(crate) fn new(
         processor: Arc<Processor>,
         config: &SocketModeConfig,
         api_base: &str,
+        lease: Duration,
         in_flight: TaskTracker,
     ) -> Self {
         let shared = Arc::new(Shared {
             slack: SlackClient::new(api_base, None),
             app_token: config.app_token.clone(),
-            dispatch: Dispatch { processor },
+            dispatch: Dispatch { processor, lease },
             in_flight,
             readiness: Readiness::default(),
             next_id: AtomicU64::new(1),

@@ -28,7 +28,16 @@
 //!   token of that execution (as each request of the step carries one).
 //! - `POST /_standin/execution/end {function_execution_id}`: the workflow stopped, or the step
 //!   timed out: a running execution ends, its tokens revoked.
-//! - `GET /_standin/state`: what Slack holds now (see [`state`]).
+//! - `POST /_standin/socket/mention {channel?, text?, user?, copies?}`: over Socket Mode, a
+//!   person's message mentioning the bot (added to its conversation) and its `app_mention`
+//!   sent as Slack sends it: redelivered while unacknowledged, and with `copies: true` also sent
+//!   again under the same envelope and under a new one: `{ok, envelope_id, event_id, ts}`.
+//! - `POST /_standin/socket/command {command, text?, user_id?, channel_id?}`: a slash command
+//!   over Socket Mode (never redelivered): `{ok, envelope_id}`.
+//! - `POST /_standin/socket/recycle {every_seconds}`: connections opened from now on are
+//!   recycled that often (`refresh_requested`, closed a second later).
+//! - `GET /_standin/state`: what Slack holds now (see [`state`]); its `socket_mode` holds the
+//!   app-level token, the connections, the acknowledgements and what Slack gave up on.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -51,9 +60,12 @@ pub(crate) async fn endpoint(
 ) -> Response {
     let (status, answer) = match serde_json::from_slice::<Value>(&body) {
         Ok(body @ Value::Object(_)) => {
-            let answer = {
-                let mut s = state.lock().expect("lock");
-                run(&mut s, &endpoint, &body)
+            let answer = match endpoint.strip_prefix("socket/") {
+                Some(socket) => socket_mode(&state, socket, &body),
+                None => {
+                    let mut s = state.lock().expect("lock");
+                    run(&mut s, &endpoint, &body)
+                }
             };
             let (status, answer) = match answer {
                 Ok(answer) => (200, answer),
@@ -76,6 +88,79 @@ pub(crate) async fn endpoint(
         answer.to_string(),
     )
         .into_response()
+}
+
+/// What a `socket/…` endpoint does: Slack's side of Socket Mode, sending on tasks of its own.
+fn socket_mode(
+    state: &Arc<Mutex<Recorded>>,
+    endpoint: &str,
+    body: &Value,
+) -> Result<Value, Refused> {
+    let socket = super::SocketMode::new(state.clone());
+    let text = |k: &str| body[k].as_str().filter(|v| !v.is_empty());
+    match endpoint {
+        "mention" => {
+            let (channel, ts, bot_user) = {
+                let mut s = state.lock().expect("lock");
+                let w = &mut s.workspace;
+                let channel = conversation(text("channel").or(Some("C0SOCKET")))?;
+                let ts = w.next_ts();
+                let bot_user = w.identity.bot_user.clone();
+                let message = json!({
+                    "channel": channel, "ts": ts, "user": text("user").unwrap_or("U0123USER"),
+                    "text": format!("<@{bot_user}> {}", text("text").unwrap_or("hello")),
+                    "team": w.identity.team, "client_msg_id": uuid::Uuid::new_v4().to_string(),
+                });
+                w.add_message(message);
+                (channel, ts, bot_user)
+            };
+            let callback = socket.event_callback(json!({
+                "type": "app_mention", "user": text("user").unwrap_or("U0123USER"),
+                "text": format!("<@{bot_user}> {}", text("text").unwrap_or("hello")),
+                "channel": channel, "ts": ts, "event_ts": ts,
+            }));
+            let event_id = callback["event_id"].clone();
+            let mut delivery = super::EventDelivery::default();
+            if body["copies"] == true {
+                delivery.copies = vec![
+                    (
+                        std::time::Duration::from_millis(300),
+                        super::EventCopy::SameEnvelope,
+                    ),
+                    (
+                        std::time::Duration::from_millis(700),
+                        super::EventCopy::NewEnvelope,
+                    ),
+                ];
+            }
+            let envelope_id = socket.send_event_with(callback, delivery);
+            Ok(json!({"ok": true, "envelope_id": envelope_id, "event_id": event_id, "ts": ts}))
+        }
+        "command" => {
+            let command = text("command").ok_or(Refused(400, "missing_command"))?;
+            let envelope_id = socket.send_command(json!({
+                "command": command, "text": text("text").unwrap_or_default(),
+                "user_id": text("user_id").unwrap_or("U0123USER"),
+                "channel_id": text("channel_id").unwrap_or("C0SOCKET"),
+            }));
+            Ok(json!({"ok": true, "envelope_id": envelope_id}))
+        }
+        "recycle" => {
+            let every = body["every_seconds"]
+                .as_u64()
+                .filter(|s| (1..=86_400).contains(s))
+                .ok_or(Refused(400, "invalid_every_seconds"))?;
+            let every = std::time::Duration::from_secs(every);
+            socket.set_recycling(super::Recycling {
+                lifetime: every,
+                debug_lifetime: every,
+                notice: super::Notice::RefreshRequested,
+                grace: std::time::Duration::from_secs(1),
+            });
+            Ok(json!({"ok": true}))
+        }
+        _ => Err(Refused(404, "unknown_endpoint")),
+    }
 }
 
 /// What the endpoint does.
@@ -347,6 +432,7 @@ pub(crate) async fn state(State(state): State<Arc<Mutex<Recorded>>>) -> Response
         "sessions": sessions,
         "assistant": assistant,
         "task_updates": task_updates,
+        "socket_mode": s.socket.shown(),
     });
     if let Some(grants) = &s.grants {
         let exchanges: Vec<Value> = grants

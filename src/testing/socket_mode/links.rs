@@ -98,6 +98,32 @@ impl Links {
         format!("xapp-1-{}-1-standin", self.identity.app_id)
     }
 
+    /// What `/_standin/state` shows of Socket Mode: the app-level token, each connection's
+    /// state, the registrations Slack counts, the acknowledgements and what Slack gave up on.
+    pub(crate) fn shown(&self) -> Value {
+        let connections: Vec<Value> = self
+            .connections
+            .iter()
+            .map(|c| json!({"id": c.id, "state": format!("{:?}", c.state), "notices": c.notices}))
+            .collect();
+        let lost: Vec<Value> = self
+            .lost
+            .iter()
+            .map(|l| {
+                json!({"envelope_id": l.envelope_id, "type": l.kind.wire_name(),
+                       "retry_attempt": l.retry_attempt, "to_ghost": l.to_ghost})
+            })
+            .collect();
+        json!({
+            "app_token": self.app_token(),
+            "num_connections": self.registrations.len(),
+            "connections": connections,
+            "envelopes": self.deliveries.len(),
+            "acks": self.acks.len(),
+            "lost": lost,
+        })
+    }
+
     /// `apps.connections.open`, as Slack answers it: only the app-level token opens a
     /// connection; a bot's, a user's or a step's token is `not_allowed_token_type`, an unknown
     /// one `invalid_auth`, none `not_authed`.
