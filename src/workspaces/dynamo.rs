@@ -362,6 +362,27 @@ impl DynamoInstallations {
             .map_err(|e| StoreError::Unavailable(Box::new(e)))
     }
 
+    /// The data key a change other than a refresh (a revocation) writes the unscoped item
+    /// `item` of `key` back with: an item sealed as read, or any after the app's sealing mark,
+    /// stays sealed (its tokens never go back into the table as they are); none at the app's own
+    /// key, which [`Self::kept`] always seals where a key is set.
+    async fn ready_for_rewrite(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<ReadyKey, StoreError> {
+        match place {
+            Place::Own => Ok(ReadyKey::none()),
+            Place::Unscoped if item.contains_key(attr::SEALED) => self
+                .seal
+                .ready(&self.app, &self.key(key, place))
+                .await
+                .map_err(|e| StoreError::Unavailable(Box::new(e))),
+            Place::Unscoped => self.ready_after_mark(key).await,
+        }
+    }
+
     /// Whether the app's sealing mark is set ([`sealing_mark_key`]).
     async fn sealing_marked(&self) -> Result<bool, StoreError> {
         let got = self
@@ -924,6 +945,7 @@ impl InstallationStore for DynamoInstallations {
                 return Ok(false);
             }
             installation.user = None;
+            let ready = self.ready_for_rewrite(key, place, &item).await?;
             if self
                 .update_kept(
                     &item_key,
@@ -936,7 +958,7 @@ impl InstallationStore for DynamoInstallations {
                         condition: unchanged,
                         values: read.into_iter().chain([(":one", n(1))]).collect(),
                     },
-                    &ReadyKey::none(),
+                    &ready,
                 )
                 .await?
             {

@@ -849,6 +849,76 @@ async fn after_seal_installations_a_refresh_of_the_previous_releases_item_is_sto
     assert_eq!(b.answers_in("T0000LATE"), 0);
 }
 
+/// After `seal-installations`, a `tokens_revoked` of the installing person's token for an
+/// installation the previous release made later, refreshed sealed in place since, keeps the
+/// item sealed: the bot token and its refresh token are never written back as they are (before,
+/// the revocation rewrote the unscoped item without its seal, every token readable in the
+/// table), and the app still answers there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the previous release and the built binary"]
+async fn a_revocation_of_an_unscoped_item_sealed_in_place_keeps_its_tokens_sealed() {
+    let mut vars = kms_key_vars().await;
+    vars.push(("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string()));
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let a = Tenant::start(A, &endpoint, &table, &vars).await;
+    a.slack.with_grants(|g| g.set_lifetime(600));
+    seal_installations(&a.vars, &["--app", A.0]);
+    let team = "T0000REVS";
+    let old = a.process(true);
+    let code = a.slack.with_grants(|g| {
+        g.grant(
+            team,
+            "app_mentions:read,chat:write,commands",
+            "search:read",
+            true,
+        )
+    });
+    let installed = a.install_code(&old, &code).await;
+    assert_eq!(installed.status, 200, "{}", installed.body);
+    drop(old);
+    let unscoped = format!("install#WORKSPACE#{team}");
+    let answer = a.send(&a.mention(team, 1)).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    assert!(
+        eventually_async(std::time::Duration::from_secs(10), || async {
+            has_attribute(&endpoint, &table, &unscoped, "sealed").await
+        })
+        .await,
+        "refreshed sealed, in place"
+    );
+
+    let at = now_unix() + 1;
+    let revoked = json!({
+        "token": "unused", "team_id": team, "api_app_id": A.0, "type": "event_callback",
+        "event_id": format!("Ev{}revoked{team}", A.0), "event_time": at,
+        "event": {"type": "tokens_revoked", "event_ts": format!("{at}.000100"),
+            "tokens": {"oauth": ["U0INSTALLER"]}},
+        "authorizations": [{"team_id": team, "user_id": bot_user_for(A.0, team), "is_bot": true}]
+    })
+    .to_string();
+    let answer = a.send(&revoked).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let json = attribute_of(&endpoint, &table, &unscoped, "installation")
+        .await
+        .unwrap();
+    let installation: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        installation["user"].is_null(),
+        "the user token revoked: {json}"
+    );
+    let text = table_text(&endpoint, &table).await;
+    assert!(
+        has_attribute(&endpoint, &table, &unscoped, "sealed").await,
+        "still sealed after the revocation:\n{text}"
+    );
+    for token in tokens_of(&a, team) {
+        assert!(!text.contains(&token), "no token kept as it is:\n{text}");
+    }
+    let answer = a.send_to(&a.process(false), &a.mention(team, 2)).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+}
+
 /// The KMS key changed (`SLACK_TOKEN_KEY_ID` names another key): what the first sealed still
 /// opens (the wrapped key names its own), and new writes seal with the new one. KMS down (every
 /// call refused, through a proxy in front of moto's): a request is refused with a 5xx before
@@ -1001,7 +1071,6 @@ async fn seed_previous_import(
         .unwrap();
 }
 
-/// The attribute `name` of the item `pk` in `table`, if there is one.
 /// Whether the item `pk` of `table` has the attribute `name`, of any type.
 async fn has_attribute(endpoint: &str, table: &str, pk: &str, name: &str) -> bool {
     let item = dynamodb_client(endpoint)
@@ -1016,6 +1085,7 @@ async fn has_attribute(endpoint: &str, table: &str, pk: &str, name: &str) -> boo
     item.is_some_and(|item| item.contains_key(name))
 }
 
+/// The attribute `name` of the item `pk` in `table`, if there is one.
 async fn attribute_of(endpoint: &str, table: &str, pk: &str, name: &str) -> Option<String> {
     let item = dynamodb_client(endpoint)
         .get_item()
