@@ -121,10 +121,7 @@ impl DynamoInstallations {
                 .and_then(|v| v.as_b().ok())
                 .map(|b| b.as_ref().to_vec())
         };
-        let sealed_by_another = place == Place::Unscoped
-            && item.contains_key(attr::SEALED)
-            && item.get(attr::CLIENT).and_then(|v| v.as_s().ok()) != Some(&self.app);
-        if sealed_by_another {
+        if place == Place::Unscoped && self.sealed_by_another(item) {
             // Another app's refresh sealed it (its mark set): its tokens open only for that
             // app, and the item, which names its app, is not this one's.
             return Ok(stored);
@@ -146,6 +143,13 @@ impl DynamoInstallations {
             stored.installation = tokens.put_into(stored.installation);
         }
         Ok(stored)
+    }
+
+    /// Whether `item`, an unscoped item, holds tokens another app sealed (its refresh after its
+    /// own sealing mark): they open only for that app, and the item is not this one's.
+    fn sealed_by_another(&self, item: &HashMap<String, AttributeValue>) -> bool {
+        item.contains_key(attr::SEALED)
+            && item.get(attr::CLIENT).and_then(|v| v.as_s().ok()) != Some(&self.app)
     }
 
     /// The attributes that keep `installation` in the item `pk` at `place`: sealed at the app's
@@ -500,6 +504,12 @@ impl DynamoInstallations {
                 }
                 report.sealed.push(pk);
             } else if let Some(key) = unscoped_key {
+                // Whatever app it names (an `--app` given by mistake), tokens this app cannot
+                // open are never moved: the move would keep them empty and remove the only copy.
+                if self.sealed_by_another(&item) {
+                    report.others += 1;
+                    continue;
+                }
                 let stored = self.stored_of(&item, Place::Unscoped).await?;
                 let named = stored.installation.app_id.clone().or(stored.tag.clone());
                 match (&named, &app_id) {

@@ -919,6 +919,52 @@ async fn a_revocation_of_an_unscoped_item_sealed_in_place_keeps_its_tokens_seale
     assert_eq!(answer.outcome(), "answered", "{}", answer.body);
 }
 
+/// Another app's `seal-installations` given this app's id by mistake (`--app`), on the table
+/// both share: an unscoped item this app refreshed sealed in place, whose tokens that app cannot
+/// open, is passed over, never moved (before, it was moved under that app's key with every
+/// token empty and removed: this app's installation was gone, its tokens with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server, the previous release and the built binary"]
+async fn another_apps_seal_installations_never_moves_an_item_sealed_by_this_app() {
+    let mut vars = kms_key_vars().await;
+    vars.push(("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string()));
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let (a, b) = tokio::join!(
+        Tenant::start(A, &endpoint, &table, &vars),
+        Tenant::start(B, &endpoint, &table, &vars)
+    );
+    a.slack.same_slack_as(&b.slack);
+    a.slack.with_grants(|g| g.set_lifetime(600));
+    seal_installations(&a.vars, &["--app", A.0]);
+    let team = "T0000MOVE";
+    let old = a.process(true);
+    let installed = a.install_via(&old, team, true).await;
+    assert_eq!(installed.status, 200, "{}", installed.body);
+    drop(old);
+    let unscoped = format!("install#WORKSPACE#{team}");
+    let answer = a.send(&a.mention(team, 1)).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    assert!(
+        eventually_async(std::time::Duration::from_secs(10), || async {
+            has_attribute(&endpoint, &table, &unscoped, "sealed").await
+        })
+        .await,
+        "refreshed sealed, in place"
+    );
+
+    let said = seal_installations(&b.vars, &["--app", A.0]);
+    assert!(said.contains("0 moved"), "{said}");
+    let keys = scan_keys(&endpoint, &table).await;
+    assert!(keys.contains(&unscoped), "{said}\n{keys:?}");
+    assert!(
+        !keys.contains(&format!("install#{}#WORKSPACE#{team}", B.1)),
+        "{keys:?}"
+    );
+    let answer = a.send_to(&a.process(false), &a.mention(team, 2)).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+}
+
 /// The KMS key changed (`SLACK_TOKEN_KEY_ID` names another key): what the first sealed still
 /// opens (the wrapped key names its own), and new writes seal with the new one. KMS down (every
 /// call refused, through a proxy in front of moto's): a request is refused with a 5xx before
