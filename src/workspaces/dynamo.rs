@@ -439,27 +439,7 @@ impl DynamoInstallations {
         if !dry_run {
             self.mark_sealing().await?;
         }
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .filter_expression("begins_with(#pk, :install)")
-                .expression_attribute_names("#pk", attr::PK)
-                .expression_attribute_values(":install", s("install#"))
-                .set_exclusive_start_key(start)
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            items.extend(page.items().iter().cloned());
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
+        let items = self.scan_installations().await?;
         let own_prefix = format!("install#{}#", self.app);
         let app_id = app_id.map(str::to_string).or_else(|| {
             items
@@ -533,6 +513,32 @@ impl DynamoInstallations {
             }
         }
         Ok(report)
+    }
+
+    /// Every installation's item in the table (`install#…`: every app's, and the unscoped
+    /// ones), read strongly.
+    async fn scan_installations(&self) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(#pk, :install)")
+                .expression_attribute_names("#pk", attr::PK)
+                .expression_attribute_values(":install", s("install#"))
+                .set_exclusive_start_key(start)
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            items.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(items);
+            }
+        }
     }
 
     /// Moves the unscoped item of `key` (as read: `item`, `stored`) to the app's own
