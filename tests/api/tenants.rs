@@ -989,6 +989,67 @@ async fn seal_installations_not_knowing_the_apps_id_says_to_give_it() {
     assert!(said.contains("moved install#WORKSPACE#T0000NOID"), "{said}");
 }
 
+/// `seal-installations` run while two instances answer mentions in six workspaces the previous
+/// release installed (rotating tokens, each mention refreshing its workspace's): every mention is
+/// answered, no refresh exchanges a spent refresh token (an item under a refresh's lease, or
+/// changed since the scan, is left and reported, never moved under it), and a second run moves
+/// what the first left: the table then holds no token, and a fresh instance answers each
+/// workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs DynamoDB Local, the SQS server, the previous release and the built binary"]
+async fn seal_installations_beside_refreshing_instances_loses_no_pair_and_leaves_no_token() {
+    let mut vars = kms_key_vars().await;
+    vars.push(("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string()));
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let a = Tenant::start(A, &endpoint, &table, &vars).await;
+    a.slack.with_grants(|g| g.set_lifetime(600));
+    let old = a.process(true);
+    let teams: Vec<String> = (0..6).map(|i| format!("T0000CC{i:02}")).collect();
+    for t in &teams {
+        assert_eq!(a.install_via(&old, t, true).await.status, 200);
+    }
+    drop(old);
+    let second = a.process(false);
+    let sender = async {
+        let mut n = 0;
+        for round in 1..=6u32 {
+            for (i, t) in teams.iter().enumerate() {
+                let to = if i % 2 == 0 { &a.bot } else { &second };
+                let answer = a.send_to(to, &a.mention(t, round)).await;
+                assert_eq!(answer.outcome(), "answered", "{t} {round}: {}", answer.body);
+                n += 1;
+            }
+        }
+        n
+    };
+    let vars = a.vars.clone();
+    let tool = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        seal_installations(&vars, &["--app", A.0])
+    });
+    let (sent, first) = tokio::join!(sender, tool);
+    assert_eq!(sent, 36);
+    let first = first.unwrap();
+    let second = seal_installations(&a.vars, &["--app", A.0]);
+    assert!(second.contains(", 0 left"), "{first}\n{second}");
+    let text = table_text(&endpoint, &table).await;
+    for t in &teams {
+        for token in tokens_of(&a, t) {
+            assert!(!text.contains(&token), "{t}: {first}\n{second}\n{text}");
+        }
+        assert_eq!(a.answers_in(t), 6);
+    }
+    if let Err(exchanges) = refreshes_all_taken(&a) {
+        panic!("the refreshes, each taken: {exchanges}");
+    }
+    let fresh = a.process(false);
+    for t in &teams {
+        let answer = a.send_to(&fresh, &a.mention(t, 7)).await;
+        assert_eq!(answer.outcome(), "answered", "{t}: {}", answer.body);
+    }
+}
+
 /// The KMS key changed (`SLACK_TOKEN_KEY_ID` names another key): what the first sealed still
 /// opens (the wrapped key names its own), and new writes seal with the new one. KMS down (every
 /// call refused, through a proxy in front of moto's): a request is refused with a 5xx before
