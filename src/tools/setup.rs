@@ -172,7 +172,9 @@ pub fn seal_installations(args: &Args) -> ExitCode {
                 for pk in &done.changed {
                     say!("left {pk}: it changed meanwhile: run this again");
                 }
-                if done.app_id.is_none() && !done.undecided.is_empty() {
+                // Without the app's id, an unscoped item naming an app is counted another's,
+                // the app's own among them.
+                if done.app_id.is_none() && (!done.undecided.is_empty() || done.others > 0) {
                     say!("the app's id is not known: give --app A… to move what names it");
                 }
                 say!(

@@ -121,10 +121,7 @@ impl DynamoInstallations {
                 .and_then(|v| v.as_b().ok())
                 .map(|b| b.as_ref().to_vec())
         };
-        let sealed_by_another = place == Place::Unscoped
-            && item.contains_key(attr::SEALED)
-            && item.get(attr::CLIENT).and_then(|v| v.as_s().ok()) != Some(&self.app);
-        if sealed_by_another {
+        if place == Place::Unscoped && self.sealed_by_another(item) {
             // Another app's refresh sealed it (its mark set): its tokens open only for that
             // app, and the item, which names its app, is not this one's.
             return Ok(stored);
@@ -146,6 +143,13 @@ impl DynamoInstallations {
             stored.installation = tokens.put_into(stored.installation);
         }
         Ok(stored)
+    }
+
+    /// Whether `item`, an unscoped item, holds tokens another app sealed (its refresh after its
+    /// own sealing mark): they open only for that app, and the item is not this one's.
+    fn sealed_by_another(&self, item: &HashMap<String, AttributeValue>) -> bool {
+        item.contains_key(attr::SEALED)
+            && item.get(attr::CLIENT).and_then(|v| v.as_s().ok()) != Some(&self.app)
     }
 
     /// The attributes that keep `installation` in the item `pk` at `place`: sealed at the app's
@@ -362,6 +366,27 @@ impl DynamoInstallations {
             .map_err(|e| StoreError::Unavailable(Box::new(e)))
     }
 
+    /// The data key a change other than a refresh (a revocation) writes the unscoped item
+    /// `item` of `key` back with: an item sealed as read, or any after the app's sealing mark,
+    /// stays sealed (its tokens never go back into the table as they are); none at the app's own
+    /// key, which [`Self::kept`] always seals where a key is set.
+    async fn ready_for_rewrite(
+        &self,
+        key: &InstallationKey,
+        place: Place,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<ReadyKey, StoreError> {
+        match place {
+            Place::Own => Ok(ReadyKey::none()),
+            Place::Unscoped if item.contains_key(attr::SEALED) => self
+                .seal
+                .ready(&self.app, &self.key(key, place))
+                .await
+                .map_err(|e| StoreError::Unavailable(Box::new(e))),
+            Place::Unscoped => self.ready_after_mark(key).await,
+        }
+    }
+
     /// Whether the app's sealing mark is set ([`sealing_mark_key`]).
     async fn sealing_marked(&self) -> Result<bool, StoreError> {
         let got = self
@@ -414,27 +439,7 @@ impl DynamoInstallations {
         if !dry_run {
             self.mark_sealing().await?;
         }
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .filter_expression("begins_with(#pk, :install)")
-                .expression_attribute_names("#pk", attr::PK)
-                .expression_attribute_values(":install", s("install#"))
-                .set_exclusive_start_key(start)
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            items.extend(page.items().iter().cloned());
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
+        let items = self.scan_installations().await?;
         let own_prefix = format!("install#{}#", self.app);
         let app_id = app_id.map(str::to_string).or_else(|| {
             items
@@ -479,6 +484,12 @@ impl DynamoInstallations {
                 }
                 report.sealed.push(pk);
             } else if let Some(key) = unscoped_key {
+                // Whatever app it names (an `--app` given by mistake), tokens this app cannot
+                // open are never moved: the move would keep them empty and remove the only copy.
+                if self.sealed_by_another(&item) {
+                    report.others += 1;
+                    continue;
+                }
                 let stored = self.stored_of(&item, Place::Unscoped).await?;
                 let named = stored.installation.app_id.clone().or(stored.tag.clone());
                 match (&named, &app_id) {
@@ -502,6 +513,32 @@ impl DynamoInstallations {
             }
         }
         Ok(report)
+    }
+
+    /// Every installation's item in the table (`install#…`: every app's, and the unscoped
+    /// ones), read strongly.
+    async fn scan_installations(&self) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(#pk, :install)")
+                .expression_attribute_names("#pk", attr::PK)
+                .expression_attribute_values(":install", s("install#"))
+                .set_exclusive_start_key(start)
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            items.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(items);
+            }
+        }
     }
 
     /// Moves the unscoped item of `key` (as read: `item`, `stored`) to the app's own
@@ -924,6 +961,7 @@ impl InstallationStore for DynamoInstallations {
                 return Ok(false);
             }
             installation.user = None;
+            let ready = self.ready_for_rewrite(key, place, &item).await?;
             if self
                 .update_kept(
                     &item_key,
@@ -936,7 +974,7 @@ impl InstallationStore for DynamoInstallations {
                         condition: unchanged,
                         values: read.into_iter().chain([(":one", n(1))]).collect(),
                     },
-                    &ReadyKey::none(),
+                    &ready,
                 )
                 .await?
             {

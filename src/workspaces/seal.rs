@@ -23,8 +23,9 @@
 //! - Without a key (local mode, tests that set none) tokens are kept as they are, and the
 //!   process says so at start. An item at the app's own key kept as it is (written before the
 //!   key was set) is sealed at its first read by a process with the key (the store's `find`);
-//!   unscoped items are read as they are, and written in place as they are,
-//!   until `seal-installations` moves them to the app's own keys, sealed.
+//!   unscoped items are read as they are, and written in place as they are until
+//!   `seal-installations` sets the app's sealing mark (a refresh or a revocation then writes
+//!   them sealed, in place) and moves them to the app's own keys, sealed.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
