@@ -29,7 +29,7 @@ What it asserts (each line of its output names one check):
                      /readyz: Slack unreachable is no reason to restart), on LISTEN_ADDR's port,
                      which listens on every interface (the kubelet probes from outside the
                      container's loopback); ECS: the container's healthCheck requests /readyz on
-                     LISTEN_ADDR's port, with the image's /bin/wget
+                     LISTEN_ADDR's port, with the image's /bin/wget, its timings within ECS's ranges
   grace              the time between SIGTERM and SIGKILL (terminationGracePeriodSeconds, ECS
                      stopTimeout, at most Fargate's 120) covers the drain (10 s, then 1 s for the
                      connections to close), the work in flight (DEDUP_LEASE_SECONDS, 30 s by
@@ -95,6 +95,8 @@ RECYCLE_ROOM = 2
 DRAIN_SECONDS, DRAIN_CLOSE_SECONDS, SHUTDOWN_GRACE_SECONDS = 10, 1, 2
 DEFAULT_LEASE_SECONDS = 30  # DEDUP_LEASE_SECONDS' default (docs/configuration.md)
 FARGATE_MAX_STOP_TIMEOUT = 120
+# ECS's container health check: each field's allowed range and default (HealthCheck, ECS API reference).
+ECS_HEALTH_CHECK_RANGES = {"interval": (5, 300, 30), "timeout": (2, 60, 5), "retries": (1, 10, 3), "startPeriod": (0, 300, 0)}
 # Fargate's task sizes (cpu units -> memory MiB allowed), the small ones this bot could use.
 FARGATE_SIZES = {"256": {512, 1024, 2048}, "512": set(range(1024, 4097, 1024)),
                  "1024": set(range(2048, 8193, 1024)), "2048": set(range(4096, 16385, 1024))}
@@ -343,6 +345,11 @@ class Checks:
         require(command[:2] == ["CMD", "/bin/wget"], f"ECS: healthCheck {command!r} does not run /bin/wget (the image has no shell)")
         url = f"http://127.0.0.1:{ecs_port}/readyz"
         require(url in command, f"ECS: healthCheck {command!r} does not request {url}")
+        health = ecs["healthCheck"]
+        for field, (low, high, default) in ECS_HEALTH_CHECK_RANGES.items():
+            value = health.get(field, default)
+            require(low <= value <= high, f"ECS: healthCheck {field} {value} is not within ECS's {low}-{high}")
+        require(health.get("timeout", 5) < health.get("interval", 30), "ECS: healthCheck timeout is not under its interval")
         return f"Kubernetes readiness /readyz, liveness /healthz on {port}; ECS healthCheck {url}"
 
     def grace(self):
@@ -585,6 +592,8 @@ MUTATIONS = [
     ("the ECS health check through a shell (none in the image)", {"readiness"},
      lambda x: x.ecs_container()["healthCheck"].update(
          command=["CMD-SHELL", "curl -f http://127.0.0.1:3000/readyz || exit 1"])),
+    ("ECS health check retries 11 (ECS allows 1-10)", {"readiness"},
+     lambda x: x.ecs_container()["healthCheck"].update(retries=11)),
     ("terminationGracePeriodSeconds 30 (Kubernetes' default)", {"grace"},
      lambda x: deployment(x)["spec"]["template"]["spec"].update(terminationGracePeriodSeconds=30)),
     ("a 60 s lease with the 60 s grace", {"grace"},
@@ -662,6 +671,10 @@ def self_test(examples, schemas, quiet=False):
             bad.append(what)
             print(f"FAILED  self-test          {what}: want {', '.join(sorted(expected))} to fail, "
                   f"failed: {', '.join(sorted(failed)) or 'nothing'}")
+    untested = sorted(set(Checks.CHECKS) - set().union(*(expected for _, expected, _ in MUTATIONS)))
+    if untested:
+        bad.append("coverage")
+        print(f"FAILED  self-test          no breakage makes {', '.join(untested)} fail")
     return bad
 
 
