@@ -962,6 +962,47 @@ mod tests {
     }
 
     #[test]
+    fn socket_mode_needs_the_app_token_and_no_signing_secret_and_leases_10_s() {
+        let c = config(&[("SLACK_APP_TOKEN", "xapp-1-A1-1-x")]).unwrap();
+        let socket = c.socket_mode.expect("Socket Mode");
+        assert_eq!(socket.connections, DEFAULT_SOCKET_CONNECTIONS);
+        assert!(c.signing_secrets.is_none());
+        assert_eq!(c.lease, DEFAULT_SOCKET_LEASE);
+        let c = config(&[
+            ("SLACK_APP_TOKEN", "xapp-1-A1-1-x"),
+            ("DEDUP_LEASE_SECONDS", "20"),
+            ("SLACK_SOCKET_CONNECTIONS", "3"),
+        ])
+        .unwrap();
+        assert_eq!(c.lease, Duration::from_secs(20));
+        assert_eq!(c.socket_mode.unwrap().connections, 3);
+        for (var, value) in [
+            ("SLACK_APP_TOKEN", "xoxb-a-bot-token"),
+            ("SLACK_SOCKET_CONNECTIONS", "11"),
+        ] {
+            let mut vars = vec![("SLACK_APP_TOKEN", "xapp-1-A1-1-x")];
+            vars.retain(|(k, _)| *k != var);
+            vars.push((var, value));
+            let error = config(&vars).unwrap_err().to_string();
+            assert!(error.contains(var), "{error}");
+            assert!(
+                !error.contains(value) || var != "SLACK_APP_TOKEN",
+                "{error}"
+            );
+        }
+        let lambda = config(&[
+            ("SLACK_APP_TOKEN", "xapp-1-A1-1-x"),
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("SLACK_BOT_TOKEN", "xoxb-1"),
+            ("DEDUP_TABLE", "t"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(lambda.contains("SLACK_APP_TOKEN"), "{lambda}");
+    }
+
+    #[test]
     fn local_mode_needs_only_the_signing_secret() {
         let c = config(&[("SLACK_SIGNING_SECRET", "s3cret")]).unwrap();
         assert_eq!(c.mode, Mode::Local);
