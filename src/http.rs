@@ -222,6 +222,16 @@ pub fn invocation_deadline(deadline_ms: u64) -> Option<SystemTime> {
     Some(SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms))
 }
 
+/// Whether no retry of the request can change `error` (a body that is not a request, an event
+/// too large to queue): Slack is told not to send it again (over HTTP `x-slack-no-retry`, over
+/// Socket Mode an acknowledgement).
+pub(crate) fn no_retry_can_fix(error: &ProcessError) -> bool {
+    matches!(
+        error,
+        ProcessError::Malformed(_) | ProcessError::Queue(QueueError::TooLarge { .. })
+    )
+}
+
 /// The one mapping of outcomes and failures to statuses (see the README's status table).
 pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
     match result {
@@ -306,10 +316,7 @@ pub fn respond(result: Result<Outcome, ProcessError>) -> Response {
                     json(status, "internal_error", "internal error")
                 }
             };
-            if matches!(
-                error,
-                ProcessError::Malformed(_) | ProcessError::Queue(QueueError::TooLarge { .. })
-            ) {
+            if no_retry_can_fix(&error) {
                 response
                     .headers_mut()
                     .insert(NO_RETRY.0, HeaderValue::from_static(NO_RETRY.1));

@@ -175,7 +175,7 @@ impl Envelope {
     }
 
     /// The acknowledgement `result` earns, as the text to send, or `None` for none: exactly
-    /// where the HTTP ingress would answer 2xx. A request the ledger does not hold (its claim
+    /// where the HTTP ingress would answer 2xx, or tell Slack not to retry. A request the ledger does not hold (its claim
     /// could not be written, or another delivery holds it live) is not acknowledged, so Slack
     /// redelivers an event; a command's or an interaction's answer is the `payload` where
     /// the envelope accepts one.
@@ -184,7 +184,12 @@ impl Envelope {
             Ok(Outcome::InProgress) => return None,
             Ok(Outcome::Acked { body, .. }) => body.as_deref(),
             Ok(_) => None,
-            Err(error) if crate::http::status_of(error).is_success() => None,
+            Err(error)
+                if crate::http::status_of(error).is_success()
+                    || crate::http::no_retry_can_fix(error) =>
+            {
+                None
+            }
             Err(_) => return None,
         };
         let mut ack = serde_json::json!({ "envelope_id": self.envelope_id });
