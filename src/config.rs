@@ -94,8 +94,14 @@ pub const MAX_LEASE: Duration = Duration::from_secs(900);
 pub const MAX_SYNC_LEASE: Duration = Duration::from_secs(50);
 /// Local mode's connections served at once when `MAX_CONNECTIONS` is unset.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
-/// The template's `maxReceiveCount`.
-pub const DEFAULT_MAX_RECEIVES: u32 = 5;
+/// `WORK_QUEUE_MAX_RECEIVES` when unset, and the `maxReceiveCount` `create-queue` gives a queue
+/// (the SAM template has its own, `MaxReceiveCount`, and sets the variable): room for the
+/// retries of passing failures and for the receives spent on the long polls of local workers
+/// killed meanwhile (each such poll may be handed a message once).
+pub const DEFAULT_MAX_RECEIVES: u32 = 10;
+/// The local worker's long poll when `WORK_QUEUE_POLL_SECONDS` is unset: short, because SQS
+/// keeps a killed worker's poll open this long and may hand it a message.
+pub const DEFAULT_WORKER_POLL: Duration = Duration::from_secs(5);
 /// The local worker's messages in flight at once when `WORKER_CONCURRENCY` is unset.
 pub const DEFAULT_WORKER_CONCURRENCY: usize = 8;
 /// A signature that matches no cached signing secret reads the secret again at most this often
@@ -180,6 +186,8 @@ pub struct Config {
     pub max_receives: u32,
     /// The local worker: messages in flight at once.
     pub worker_concurrency: usize,
+    /// The local worker: how long each long poll waits for a message (1–20 s).
+    pub worker_poll: Duration,
     /// Secrets Manager's secret (name or ARN) holding the Slack secrets: read at run time
     /// instead of `SLACK_SIGNING_SECRET` / `SLACK_BOT_TOKEN`.
     pub secrets_arn: Option<String>,
@@ -307,6 +315,12 @@ impl Config {
             DEFAULT_WORKER_CONCURRENCY,
             1_000,
         )?;
+        let worker_poll = Duration::from_secs(parse_count(
+            "WORK_QUEUE_POLL_SECONDS",
+            get("WORK_QUEUE_POLL_SECONDS"),
+            DEFAULT_WORKER_POLL.as_secs() as usize,
+            crate::queue::sqs::MAX_WAIT.as_secs() as usize,
+        )? as u64);
 
         let metrics = metrics_of(&get)?;
 
@@ -332,6 +346,7 @@ impl Config {
             work_queue_url,
             max_receives,
             worker_concurrency,
+            worker_poll,
             secrets_arn,
             secrets_refresh,
             metrics,
@@ -1123,6 +1138,8 @@ mod tests {
             ("WORK_QUEUE_URL", "sqs/queue"),
             ("WORK_QUEUE_MAX_RECEIVES", "0"),
             ("WORKER_CONCURRENCY", "many"),
+            ("WORK_QUEUE_POLL_SECONDS", "0"),
+            ("WORK_QUEUE_POLL_SECONDS", "21"),
             ("LISTEN_ADDR", "localhost"),
             ("SLACK_API_URL", "slack.com/api"),
             ("DEDUP_TABLE", "a b"),
@@ -1159,7 +1176,10 @@ mod tests {
             Duration::from_secs(600),
             "a worker may lease up to 900 s"
         );
-        assert_eq!((c.max_receives, c.worker_concurrency), (5, 8));
+        assert_eq!(
+            (c.max_receives, c.worker_concurrency, c.worker_poll),
+            (10, 8, Duration::from_secs(5))
+        );
         // On Lambda the event source mapping feeds it: no queue URL needed, but a token.
         let err = config(&[
             ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),

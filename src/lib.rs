@@ -336,10 +336,10 @@ impl Application {
 
     /// The worker of deferred mode, on this application's ledger, Slack client and bot.
     pub fn worker(&self) -> Arc<Worker> {
-        Arc::new(Worker::new(
-            self.processor.clone(),
-            self.config.max_receives,
-        ))
+        Arc::new(
+            Worker::new(self.processor.clone(), self.config.max_receives)
+                .with_poll_wait(self.config.worker_poll),
+        )
     }
 
     /// Binds `LISTEN_ADDR` (port 0 picks a free port: see [`LocalServer::local_addr`]).

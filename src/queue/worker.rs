@@ -115,11 +115,23 @@ fn rate_limited_for(error: &ProcessError) -> Option<Duration> {
     }
 }
 
+/// How long a message the local worker receives stays hidden before the worker extends that to
+/// its lease, which it does as it starts on it: at least this, and at least the poll wait.
+/// SQS keeps a long poll open after its caller died and may still hand it a message: a
+/// receive spent, and the message hidden for the visibility timeout that poll asked for.
+/// Asked for this long, such a message is visible again within seconds instead of after a
+/// lease; and no sooner than every poll open when it was handed out has ended, so workers
+/// killed together spend one of its receives, not one each.
+pub(crate) const RECEIVE_VISIBILITY: Duration = Duration::from_secs(5);
+
 /// Deferred mode's worker: runs each queued event through the pipeline, on Lambda or locally.
 pub struct Worker {
     processor: Arc<Processor>,
     /// The queue's `maxReceiveCount`: a receive with this count is the message's last.
     max_receives: u32,
+    /// The local worker's long poll (`WORK_QUEUE_POLL_SECONDS`): at most SQS's 20 s. A worker
+    /// killed mid-poll leaves its poll open this long at most.
+    poll_wait: Duration,
 }
 
 /// What a queued message's body holds, read by the format its `v` names.
@@ -186,7 +198,14 @@ impl Worker {
         Self {
             processor,
             max_receives,
+            poll_wait: crate::config::DEFAULT_WORKER_POLL,
         }
+    }
+
+    /// The same worker, its local long polls waiting at most `wait` (at most SQS's 20 s).
+    pub(crate) fn with_poll_wait(mut self, wait: Duration) -> Self {
+        self.poll_wait = wait.min(super::sqs::MAX_WAIT);
+        self
     }
 
     /// Runs one received message's event. `started`/`now`: when it was received;
@@ -347,10 +366,12 @@ impl Worker {
 
     /// Locally: long-polls `queue` until `shutdown`, with at most `concurrency` messages in
     /// flight, each hidden (and leased) for `lease`; then stops receiving and finishes what it
-    /// holds. One long poll at a time, asking for as many messages as there are free slots: no
-    /// received message waits for a slot while its lease runs, and a worker that dies leaves at
-    /// most one long poll behind (SQS may still hand it a message, which then comes back after
-    /// its visibility timeout, one receive spent; many pollers would spend many).
+    /// holds. One long poll at a time, of the worker's poll wait, asking for as many messages
+    /// as there are free slots: no received message waits for a slot while its lease runs, and
+    /// a worker that dies leaves at most one long poll behind, open for that wait at most. SQS
+    /// may still hand that poll a message (one receive spent): each receive hides a message for
+    /// [`RECEIVE_VISIBILITY`] (or the poll wait, if longer) only, extended to `lease` as the
+    /// worker starts on it, so such a message is visible again within seconds.
     pub async fn run_local(
         self: Arc<Self>,
         queue: Arc<dyn WorkQueue>,
@@ -360,6 +381,7 @@ impl Worker {
     ) {
         let slots = Arc::new(Semaphore::new(concurrency.max(1)));
         let in_flight = TaskTracker::new();
+        let hidden = lease.min(RECEIVE_VISIBILITY.max(self.poll_wait));
         tokio::pin!(shutdown);
         loop {
             let first = tokio::select! {
@@ -374,11 +396,12 @@ impl Worker {
                 }
             }
             let received = tokio::select! {
-                received = queue.receive(permits.len(), lease, super::sqs::MAX_WAIT) => received,
+                received = queue.receive(permits.len(), hidden, self.poll_wait) => received,
                 () = &mut shutdown => break,
             };
-            // Each message's visibility timeout started when the long poll handed it out: so
-            // does its lease (the processing margin covers the way back).
+            // The lease starts when the long poll handed the messages out; each one's visibility
+            // is extended to the lease after that, so it ends later (the processing margin
+            // covers the way back).
             let (now, started) = (crate::clock::now(), Instant::now());
             let messages = match received {
                 Ok(messages) => messages,
@@ -396,6 +419,9 @@ impl Worker {
             for (message, permit) in messages.into_iter().zip(permits.drain(..)) {
                 let (worker, queue) = (self.clone(), queue.clone());
                 in_flight.spawn(async move {
+                    if lease > hidden {
+                        Self::hide_for_lease(&*queue, &message, lease).await;
+                    }
                     // One metrics line per message: the local worker's invocation.
                     let metrics = Metrics::new();
                     let disposition = metrics
@@ -412,6 +438,23 @@ impl Worker {
         tracing::info!("stopped receiving: finishing the messages in flight");
         in_flight.close();
         in_flight.wait().await;
+    }
+
+    /// Hides a message just received for `lease` (from now), as a worker starts on it: it was
+    /// received for [`RECEIVE_VISIBILITY`] only. When that fails the run goes on: a copy
+    /// another worker receives meanwhile finds this run's claim live and is left, or finds
+    /// the request done.
+    async fn hide_for_lease(queue: &dyn WorkQueue, message: &Received, lease: Duration) {
+        if let Err(error) = queue
+            .change_visibility(&message.receipt_handle, lease)
+            .await
+        {
+            tracing::warn!(
+                message_id = message.message_id,
+                error = %crate::errors::error_chain(&error),
+                "could not hide a received message for the lease; running it all the same"
+            );
+        }
     }
 
     /// On Lambda: one SQS event batch, its records run concurrently, each leased until the

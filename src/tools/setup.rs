@@ -47,7 +47,7 @@ pub static CREATE_QUEUE: Spec = Spec {
     env: &[
         Item {
             name: "WORK_QUEUE_MAX_RECEIVES",
-            help: "receives before a message goes to the dead-letter queue (default 5)",
+            help: "receives before a message goes to the dead-letter queue (default 10)",
         },
         Item {
             name: "AWS_ENDPOINT_URL_SQS",

@@ -43,4 +43,5 @@ mod steps_processes;
 mod takeovers;
 mod tenants;
 mod tokens_at_rest;
+mod worker_kills;
 mod workspaces;
