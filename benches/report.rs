@@ -45,6 +45,8 @@ macro_rules! out {
 
 #[path = "report/gateway.rs"]
 mod gateway;
+#[path = "report/socket_mode.rs"]
+mod socket_mode;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -1640,6 +1642,10 @@ async fn report() {
     eprintln!("warming DynamoDB Local up…");
     warm_up_dynamodb_local(&endpoint, &table).await;
     let gateway_knobs = gateway::Knobs::from_env();
+    if std::env::var_os("BENCH_ONLY_SOCKET").is_some() {
+        print!("{}", socket_mode::socket_mode_section(&endpoint).await);
+        return;
+    }
     if std::env::var_os("BENCH_ONLY_GATEWAY").is_some() {
         print!(
             "{}",
@@ -1848,6 +1854,10 @@ async fn report() {
 
     // 8. A Bolt app behind the gateway.
     let gateway_md = gateway::gateway_section(&slack, &endpoint, &gateway_knobs).await;
+
+    // 9. Socket Mode.
+    eprintln!("Socket Mode…");
+    let socket_md = socket_mode::socket_mode_section(&endpoint).await;
 
     // 5. Sizes.
     let release = Path::new(BIN);
@@ -2304,6 +2314,7 @@ async fn report() {
         "| throughput, {concurrency} in flight from a second process (events/s): in-memory / DynamoDB ledger | {tput_mem:.0} / {tput_ddb:.0} | | |"
     );
     md.push_str(&gateway_md);
+    md.push_str(&socket_md);
     out!(md, "\nposts at the Slack stand-in: {}", slack.posts());
     targets.push([
         "Lambda Managed Instances: events per second and memory at 1, 8, 32 at once".into(),

@@ -188,10 +188,11 @@ fn init_logging(on_lambda: bool) {
 /// Serves `app` in `role` (or `SLACK_ONCE_ROLE`'s).
 pub async fn serve(app: App, role: Option<Role>) -> ExitCode {
     init_logging(std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some());
-    let config = match configured(role) {
+    let mut config = match configured(role) {
         Ok(config) => config,
         Err(code) => return code,
     };
+    learn_max_receives(&mut config).await;
     let (mode, role) = (config.mode, config.role);
     let app = match built(config, app).await {
         Ok(app) => app,
@@ -227,6 +228,40 @@ fn configured(role: Option<Role>) -> Result<Config, ExitCode> {
         "slack-once starting"
     );
     Ok(config)
+}
+
+/// A local worker told no `WORK_QUEUE_MAX_RECEIVES` reads its queue's own `maxReceiveCount`
+/// (a queue made before the default changed has another): its last-chance receive is then the
+/// queue's, whatever made the queue. Where the queue cannot say, the default stands, logged.
+async fn learn_max_receives(config: &mut Config) {
+    let (Role::Worker, Mode::Local, Some(url)) = (config.role, config.mode, &config.work_queue_url)
+    else {
+        return;
+    };
+    if std::env::var_os("WORK_QUEUE_MAX_RECEIVES").is_some() {
+        return;
+    }
+    let queue = SqsQueue::from_env(url.clone(), CallBudget::Worker).await;
+    match queue.max_receives().await {
+        Ok(Some(n)) if n > 0 => {
+            if n != config.max_receives {
+                tracing::info!(
+                    max_receives = n,
+                    "the queue's maxReceiveCount, read from its redrive policy"
+                );
+            }
+            config.max_receives = n;
+        }
+        Ok(_) => tracing::warn!(
+            max_receives = config.max_receives,
+            "the work queue has no redrive policy: set WORK_QUEUE_MAX_RECEIVES to its receive budget"
+        ),
+        Err(error) => tracing::warn!(
+            error = %crate::errors::error_chain(&error),
+            max_receives = config.max_receives,
+            "the work queue's redrive policy could not be read: assuming the default"
+        ),
+    }
 }
 
 /// The application wired for `config` and `app`, or the exit code of why it cannot start.
@@ -265,10 +300,11 @@ usage: slack-once gateway          verify, claim and forward Slack's requests to
 
 async fn serve_gateway(role: Option<Role>) -> ExitCode {
     init_logging(std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some());
-    let config = match configured(role) {
+    let mut config = match configured(role) {
         Ok(config) => config,
         Err(code) => return code,
     };
+    learn_max_receives(&mut config).await;
     let lookup = |name: &str| std::env::var(name).ok();
     let gateway = match GatewayConfig::from_lookup(lookup) {
         Ok(gateway) => Gateway::new(gateway),

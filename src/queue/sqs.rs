@@ -84,6 +84,26 @@ impl SqsQueue {
         self.sent.load(Ordering::Relaxed)
     }
 
+    /// The queue's `maxReceiveCount` (its redrive policy), where it has one.
+    pub async fn max_receives(&self) -> Result<Option<u32>, QueueError> {
+        let attributes = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(QueueAttributeName::RedrivePolicy)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let policy = attributes
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
+            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok());
+        Ok(policy.and_then(|p| match &p["maxReceiveCount"] {
+            serde_json::Value::String(s) => s.parse().ok(),
+            n => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        }))
+    }
+
     /// Creates `name` and its dead-letter queue `name-dlq` (messages move there after
     /// `max_receives` receives), as the SAM template does; returns the queue's URL and the
     /// dead-letter queue's.

@@ -31,7 +31,7 @@ pub const SILENCE_LIMIT: Duration = Duration::from_secs(15);
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// `apps.connections.open` failed (a refused token is named as Slack names it).
-    #[error("apps.connections.open failed: {0}")]
+    #[error("apps.connections.open failed")]
     Open(#[source] SlackError),
     /// Slack answered a URL that is not Slack's (nor, against a local stand-in, 127.0.0.1).
     #[error("apps.connections.open answered a URL that is not Slack's: not followed")]

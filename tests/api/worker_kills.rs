@@ -122,3 +122,22 @@ async fn workers_killed_mid_poll_leave_each_request_to_a_live_worker_soon_and_ne
         "nothing dead-lettered"
     );
 }
+
+/// A local worker told no `WORK_QUEUE_MAX_RECEIVES` takes its queue's own `maxReceiveCount`
+/// (a queue made with another budget than the default, as one made before the default
+/// changed): its last-chance receive is the queue's, not a count SQS never reaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn a_worker_without_a_receive_budget_reads_its_queues_own() {
+    let stack = DeferredStack::start(3).await;
+    let mut vars = stack.worker_vars(LEASE_S, 3);
+    vars.retain(|(k, _)| *k != "WORK_QUEUE_MAX_RECEIVES");
+    let worker = BotProcess::spawn_worker(&vars);
+    let log = worker
+        .log_when(Duration::from_secs(10), |log| log.contains("max_receives="))
+        .await;
+    assert!(
+        log.contains("max_receives=3") && log.contains("redrive policy"),
+        "{log}"
+    );
+}

@@ -335,6 +335,7 @@ impl Links {
             to_ghost,
             retry_attempt: attempt,
             message,
+            sent_at: std::time::Instant::now(),
         });
         self.chains[chain].last = Some((target, to_ghost));
         if target.is_none() && kind != EnvelopeKind::EventsApi {
@@ -395,6 +396,7 @@ impl Links {
             connection: id,
             payload: ack.get("payload").cloned(),
             settled,
+            read_at: std::time::Instant::now(),
         });
     }
 }

@@ -175,6 +175,8 @@ pub struct Delivery {
     pub retry_attempt: u32,
     /// The envelope as sent.
     pub message: Value,
+    /// When it was handed to the connection's writer.
+    pub sent_at: std::time::Instant,
 }
 
 /// One acknowledgement read from a connection (`SocketMode::acks`).
@@ -189,6 +191,8 @@ pub struct SocketAck {
     /// It settled an envelope still waiting for it; `false`: too late (a command already lost,
     /// an event already acknowledged or given up) or naming no envelope.
     pub settled: bool,
+    /// When it was read (less its delivery's `sent_at`: the time from envelope to ack).
+    pub read_at: std::time::Instant,
 }
 
 /// An envelope Slack gave up on (`SocketMode::lost`).
