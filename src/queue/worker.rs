@@ -370,7 +370,7 @@ impl Worker {
     /// as there are free slots: no received message waits for a slot while its lease runs, and
     /// a worker that dies leaves at most one long poll behind, open for that wait at most. SQS
     /// may still hand that poll a message (one receive spent): each receive hides a message for
-    /// [`RECEIVE_VISIBILITY`] (or the poll wait, if longer) only, extended to `lease` as the
+    /// `RECEIVE_VISIBILITY` (5 s, or the poll wait, if longer) only, extended to `lease` as the
     /// worker starts on it, so such a message is visible again within seconds.
     pub async fn run_local(
         self: Arc<Self>,
