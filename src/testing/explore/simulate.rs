@@ -345,6 +345,8 @@ impl Simulation {
             state_of_other_workspace: self.state_of_other_workspace,
             lease_past_deadline: self.lease_past_deadline,
             drop_takeover_finish: self.drop_takeover_finish,
+            socket_mode: false,
+            socket_lets_held_go: false,
         })
     }
 
