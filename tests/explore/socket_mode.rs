@@ -115,3 +115,23 @@ fn over_socket_mode_a_command_is_never_delivered_again() {
     assert!(trace.contains("ghost connection"), "{trace}");
     assert!(!trace.contains("Slack retries"), "{trace}");
 }
+
+/// The fleet's mix with half its schedules delivered over Socket Mode, the other half over
+/// HTTP: every invariant holds in both.
+#[test]
+fn a_fleet_with_half_its_traffic_over_socket_mode_keeps_every_invariant() {
+    use super::simulate::{fleet_app, fleet_mix};
+    use slack_once::testing::explore::Simulation;
+    let report = fleet_mix(Simulation::new(fleet_app).old_version(fleet_app))
+        .socket_mode(500)
+        .requests(600)
+        .seed(1)
+        .run();
+    eprintln!("{report}");
+    report.assert_ok();
+    assert!(
+        report.socket_mode > 0 && report.socket_mode < report.schedules,
+        "{report}"
+    );
+    assert!(report.to_string().contains("delivered over Socket Mode"));
+}
