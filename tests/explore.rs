@@ -32,6 +32,8 @@ mod reactions;
 #[path = "../examples/simulate.rs"]
 #[allow(dead_code)]
 mod simulate;
+#[path = "explore/socket_mode.rs"]
+mod socket_mode;
 // The approval step is the simulation's too: one copy of the module.
 use simulate::approval;
 #[path = "../examples/thinking.rs"]

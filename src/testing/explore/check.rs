@@ -12,7 +12,8 @@
 //! - counted when lost: a request whose writes are not all visible never said `answered`,
 //!   `recovered` or `no_reply`, and ended counted as failed (a `failed` outcome or ledger item,
 //!   an error answered to Slack or left on the queue, the dead-letter queue), or with the
-//!   process that held its last chance dead;
+//!   process that held its last chance dead (over Socket Mode, an event delivered again after
+//!   its holder died had a chance left: the dispatch keeps it in hand until the claim lapses);
 //! - `failed` only for a reason: no run ends `failed` unless a fault that no retry fixes was
 //!   placed (Slack refused for good), or a fault left unknown the fate of a write that can be
 //!   neither looked for nor made again (`unconfirmed_write`), or faults delayed the request
@@ -1155,6 +1156,8 @@ fn failure_code_in(logs: &[String]) -> Option<String> {
 /// Whether the request ended counted as failed: a `failed` outcome or ledger item, the
 /// dead-letter queue, the last run of a copy answering Slack with an error or leaving its
 /// message, or dying (the process that held the last chance is gone: nothing could count it).
+/// Over Socket Mode, an event delivered again after its holder died is not lost with it (the
+/// dispatch keeps the later delivery in hand until the dead holder's claim lapses).
 pub(crate) fn counted_failed(end: &End) -> bool {
     if end.dead_letters > 0
         || end
@@ -1166,20 +1169,29 @@ pub(crate) fn counted_failed(end: &End) -> bool {
     }
     // Each copy's (and queued message's) last run that held the request: one that found it
     // in progress or answered elsewhere decided nothing.
-    let mut last: BTreeMap<(u8, usize), &RunEnd> = BTreeMap::new();
+    let chain_of = |r: &RunView| match r.kind {
+        RunKind::Delivery { chain, .. } => (0, chain),
+        RunKind::Receive { message, .. } => (1, message),
+    };
+    let mut last: BTreeMap<(u8, usize), (&RunEnd, &RunView)> = BTreeMap::new();
     for r in &end.runs {
         let Some(e) = &r.end else { continue };
         if matches!(outcome(e), "in_progress" | "duplicate") {
             continue;
         }
-        let chain = match r.kind {
-            RunKind::Delivery { chain, .. } => (0, chain),
-            RunKind::Receive { message, .. } => (1, message),
-        };
-        last.insert(chain, e);
+        last.insert(chain_of(r), (e, r));
     }
-    last.values().any(|e| match e {
-        RunEnd::Died => true,
+    // Over Socket Mode, an event delivered again after its holder died was kept in hand
+    // until the dead holder's claim lapsed: that holder did not hold its last chance.
+    let delivered_after = |died: &RunView| {
+        end.kept_in_hand.get(died.request) == Some(&true)
+            && end
+                .runs
+                .iter()
+                .any(|r| r.number > died.number && chain_of(r) == chain_of(died))
+    };
+    last.values().any(|(e, r)| match e {
+        RunEnd::Died => !delivered_after(r),
         RunEnd::Answered {
             status, outcome, ..
         } => !(200..300).contains(status) || outcome == "failed" || outcome == "already_failed",

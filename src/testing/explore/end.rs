@@ -78,6 +78,9 @@ pub struct End {
     pub(crate) other_tenants: Vec<(String, String)>,
     /// The ledger keys of every state value a run read or wrote.
     pub(crate) state_keys: std::collections::BTreeSet<String>,
+    /// Per request: whether a delivery that finds it held elsewhere is kept in hand until
+    /// the claim ends or lapses (an event over Socket Mode).
+    pub(crate) kept_in_hand: Vec<bool>,
 }
 
 /// The app's state at the end of a schedule, for invariants to read ([`End::state`]).

@@ -44,6 +44,9 @@ const RETRY_AFTER: [Duration; 3] = [
     Duration::from_secs(60),
     Duration::from_secs(300),
 ];
+/// Socket Mode: an unacknowledged event is redelivered as soon as its 3 s are out, up to 3
+/// times (`retry_attempt` 1..3, `retry_reason` `timeout`); a command or an interaction never.
+const SOCKET_RETRY_AFTER: Duration = Duration::ZERO;
 /// A queued message reaches a worker this long after it is sent.
 const RECEIVE_AFTER: Duration = Duration::from_millis(20);
 /// Nothing of a request's life lasts longer (virtual time): past it, what still runs is cut.
@@ -126,6 +129,12 @@ pub(crate) struct Spec {
     /// A defect planted in the ledger, for checking the checker: a run that took a claim
     /// over (its attempt above 1) has its completion or release dropped, answered as if made.
     pub drop_takeover_finish: bool,
+    /// Slack delivers over Socket Mode ([`super::Explorer::socket_mode`]): each delivery an
+    /// envelope to a connection of a long-lived process, through the Socket Mode dispatch.
+    pub socket_mode: bool,
+    /// A defect planted in the Socket Mode dispatch, for checking the checker: an event found
+    /// held by another delivery is let go at once, not kept in hand.
+    pub socket_lets_held_go: bool,
 }
 
 /// An operator redrives a dead letter this long after it lands in the dead-letter queue.
@@ -523,6 +532,12 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
         tenant: shared.spec.tenant.clone(),
         other_tenants: s.other_tenants.clone(),
         state_keys: s.state_keys.clone(),
+        kept_in_hand: shared
+            .spec
+            .steps
+            .iter()
+            .map(|step| shared.spec.socket_mode && step.request.is_event())
+            .collect(),
     }
 }
 
@@ -623,7 +638,10 @@ impl Shared {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let settings = Settings {
             ttl: Duration::from_secs(90_000),
-            lease: Duration::from_secs(30),
+            lease: match role {
+                Role::Ingress if self.spec.socket_mode => self.socket_lease(),
+                _ => Duration::from_secs(30),
+            },
             version: version.into(),
             metrics: MetricsOut::Kept(lines.clone()),
         };
@@ -694,6 +712,15 @@ impl Shared {
             }));
         }
         (Arc::new(processor), lines)
+    }
+
+    /// A Socket Mode ingress's lease, as its configuration defaults it: 10 s where it answers
+    /// events itself, 30 s where it hands them to the work queue.
+    fn socket_lease(&self) -> Duration {
+        match self.spec.deferred {
+            true => crate::config::DEFAULT_LEASE,
+            false => crate::config::DEFAULT_SOCKET_LEASE,
+        }
     }
 
     /// Kills `run` at `deadline` unless it has ended (Lambda stops an invocation at its
@@ -771,6 +798,14 @@ async fn deliveries(shared: Arc<Shared>, request: usize, chain: usize, copy: Cop
             }
             break;
         }
+        if shared.spec.socket_mode {
+            shared.world.say(
+                None,
+                format!("Slack got no acknowledgement of {} within 3 s", copy.label),
+            );
+            tokio::time::sleep(SOCKET_RETRY_AFTER).await;
+            continue;
+        }
         if seen.is_none() {
             shared.world.say(
                 None,
@@ -794,6 +829,9 @@ async fn deliver(
     retry: Option<u32>,
     signed_at: Option<u64>,
 ) -> Option<(u16, Value, String)> {
+    if shared.spec.socket_mode {
+        return deliver_envelope(shared, copy, request_of, chain, try_, label, retry).await;
+    }
     let world = &shared.world;
     let run = world.begin_run(label, RunKind::Delivery { chain, try_ }, request_of);
     if world.down(run) {
@@ -878,6 +916,114 @@ async fn deliver(
     tokio::select! {
         done = &mut task => done.ok(),
         () = tokio::time::sleep(SLACK_WAITS) => None,
+    }
+}
+
+/// One delivery over Socket Mode: the copy as an envelope to a connection of a process of
+/// its own, run through the Socket Mode dispatch; what Slack saw within its 3 s (200 with the
+/// acknowledgement's payload; without an acknowledgement, 409 for an event found held, 503
+/// otherwise, seen only once the 3 s are out), if anything. A process is not killed at a
+/// deadline (it is long-lived); a delivery to a process that is down went to a ghost
+/// connection (a dead process's registration Slack still holds), which swallows it.
+async fn deliver_envelope(
+    shared: &Arc<Shared>,
+    copy: &Copy,
+    request_of: usize,
+    chain: usize,
+    try_: u32,
+    label: String,
+    retry: Option<u32>,
+) -> Option<(u16, Value, String)> {
+    let world = &shared.world;
+    let started = Instant::now();
+    let run = world.begin_run(label, RunKind::Delivery { chain, try_ }, request_of);
+    if world.down(run) {
+        world.die(
+            run,
+            "it went to a ghost connection (a dead process's, still registered at Slack), \
+             which swallows it",
+        );
+        tokio::time::sleep(SLACK_WAITS).await;
+        return None;
+    }
+    let envelope = envelope_of(copy, run, retry);
+    let (processor, lines) = shared.processor(run, Role::Ingress);
+    let dispatch = crate::socket_mode::Dispatch {
+        processor,
+        lease: shared.socket_lease(),
+        keep_held: !shared.spec.socket_lets_held_go,
+    };
+    let world2 = world.clone();
+    let task = shared.spawn_for(request_of, async move {
+        let ack = RUN.scope(run, dispatch.run(&envelope)).await;
+        let outcome = outcome_of(&counts_of(&lines));
+        let (status, body) = match &ack {
+            Some(text) => (
+                200,
+                serde_json::from_str::<Value>(text)
+                    .ok()
+                    .map(|a| a["payload"].clone())
+                    .unwrap_or(Value::Null),
+            ),
+            None if outcome == "in_progress" => (409, Value::Null),
+            None => (503, Value::Null),
+        };
+        world2.end_run(
+            run,
+            RunEnd::Answered {
+                status,
+                outcome: outcome.clone(),
+                body: body.clone(),
+            },
+            counts_of(&lines),
+        );
+        (status, body, outcome)
+    });
+    world.set_abort(run, task.abort_handle());
+    let mut task = task;
+    let seen = tokio::select! {
+        done = &mut task => done.ok(),
+        () = tokio::time::sleep(SLACK_WAITS) => None,
+    };
+    // No acknowledgement is silence: Slack waits out its 3 s before it redelivers.
+    if !matches!(&seen, Some((status, _, _)) if (200..300).contains(status)) {
+        tokio::time::sleep_until(started + SLACK_WAITS).await;
+    }
+    seen
+}
+
+/// The envelope Slack sends for `copy` (an event callback, a command's fields, an
+/// interaction), as a Socket Mode connection reads it.
+fn envelope_of(
+    copy: &Copy,
+    run: u32,
+    retry: Option<u32>,
+) -> crate::socket_mode::envelope::Envelope {
+    use crate::socket_mode::envelope::{Envelope, Kind};
+    let (kind, payload) = if copy.form {
+        let fields: serde_json::Map<String, Value> = form_urlencoded::parse(copy.body.as_bytes())
+            .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
+            .collect();
+        match fields.get("payload").and_then(Value::as_str) {
+            Some(payload) => (
+                Kind::Interactive,
+                serde_json::from_str(payload).unwrap_or(Value::Null),
+            ),
+            None => (Kind::SlashCommands, Value::Object(fields)),
+        }
+    } else {
+        (
+            Kind::EventsApi,
+            serde_json::from_str(&copy.body).unwrap_or(Value::Null),
+        )
+    };
+    Envelope {
+        envelope_id: format!("envelope-{run}"),
+        kind,
+        payload,
+        accepts_response_payload: kind != Kind::EventsApi,
+        retry_attempt: retry.unwrap_or(0),
+        retry_reason: retry.map(|_| "timeout".to_string()),
     }
 }
 

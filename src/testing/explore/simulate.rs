@@ -73,6 +73,7 @@ pub struct Simulation {
     rates: Arc<FaultRates>,
     deferred_per_mille: u64,
     installed_per_mille: u64,
+    socket_mode_per_mille: u64,
     lease_past_deadline: Duration,
     drop_takeover_finish: bool,
     other_apps_token: bool,
@@ -94,7 +95,7 @@ struct Scene {
 #[derive(Clone, Debug)]
 struct Drawn {
     scene: usize,
-    /// Bit 0 deferred mode, bit 1 installed through OAuth.
+    /// Bit 0 deferred mode, bit 1 installed through OAuth, bit 2 delivered over Socket Mode.
     setting: usize,
     story: Story,
     plan_seed: u64,
@@ -123,6 +124,7 @@ impl Simulation {
             rates: Arc::new(FaultRates::soak()),
             deferred_per_mille: 500,
             installed_per_mille: 0,
+            socket_mode_per_mille: 0,
             lease_past_deadline: Duration::ZERO,
             drop_takeover_finish: false,
             other_apps_token: false,
@@ -190,6 +192,13 @@ impl Simulation {
     /// The chance of each fault at each kind of call ([`FaultRates::soak`] unless set).
     pub fn faults(mut self, rates: FaultRates) -> Self {
         self.rates = Arc::new(rates);
+        self
+    }
+
+    /// The share of schedules Slack delivers over Socket Mode, per mille (none unless set):
+    /// as [`Explorer::socket_mode`] delivers them.
+    pub fn socket_mode(mut self, per_mille: u64) -> Self {
+        self.socket_mode_per_mille = per_mille.min(1000);
         self
     }
 
@@ -307,17 +316,29 @@ impl Simulation {
             _ if event => Story::Forged,
             _ => Story::Plain,
         };
+        let plan_seed = rng.next_u64();
+        let tenant = rng.below(4);
+        // Drawn last, and only when asked for: the other draws of a seed stay as they were.
+        let socket_mode =
+            self.socket_mode_per_mille > 0 && rng.next_u64() % 1000 < self.socket_mode_per_mille;
         Drawn {
             scene,
-            setting: usize::from(deferred) | (usize::from(installed) << 1),
-            story,
-            plan_seed: rng.next_u64(),
-            tenant: rng.below(4),
+            setting: usize::from(deferred)
+                | (usize::from(installed) << 1)
+                | (usize::from(socket_mode) << 2),
+            // A replayed HTTP signature is no story over Socket Mode.
+            story: match story {
+                Story::Forged if socket_mode => Story::Plain,
+                story => story,
+            },
+            plan_seed,
+            tenant,
         }
     }
 
     /// Setting: bit 0 deferred mode, bit 1 installed through OAuth (multi-workspace mode,
-    /// its token within the refresh window, Slack's history limit); tenant: bit 0 the app (of
+    /// its token within the refresh window, Slack's history limit), bit 2 delivered over
+    /// Socket Mode; tenant: bit 0 the app (of
     /// two), bit 1 the workspace (of two) the requests come from.
     fn spec(&self, explorer_id: u64, scene: &Scene, setting: usize, tenant: usize) -> Arc<Spec> {
         let (deferred, installed) = (setting & 1 == 1, setting & 2 == 2);
@@ -345,6 +366,8 @@ impl Simulation {
             state_of_other_workspace: self.state_of_other_workspace,
             lease_past_deadline: self.lease_past_deadline,
             drop_takeover_finish: self.drop_takeover_finish,
+            socket_mode: setting & 4 == 4,
+            socket_lets_held_go: false,
         })
     }
 
@@ -360,6 +383,7 @@ impl Simulation {
             seed,
             requests: 0,
             schedules: 0,
+            socket_mode: 0,
             tenants: BTreeMap::new(),
             kinds: BTreeMap::new(),
             order: Vec::new(),
@@ -388,7 +412,8 @@ impl Simulation {
         let mut references: References = Vec::new();
         for scene in &self.scenes {
             let mut settings = Vec::new();
-            for (setting, tenant) in (0..4).flat_map(|s| (0..4).map(move |t| (s, t))) {
+            let modes = if self.socket_mode_per_mille > 0 { 8 } else { 4 };
+            for (setting, tenant) in (0..modes).flat_map(|s| (0..4).map(move |t| (s, t))) {
                 if tenant == 0 {
                     settings.push(Vec::new());
                 }
@@ -472,6 +497,9 @@ impl Simulation {
                                 partial.trace = Some(super::trace_text(&end));
                             }
                             partial.schedules += 1;
+                            if drawn.setting & 4 == 4 {
+                                partial.socket_mode += 1;
+                            }
                             let tenant = &spec.tenant;
                             *partial
                                 .tenants
@@ -503,6 +531,7 @@ impl Simulation {
                 report.kinds.entry(kind).or_default().add(&tally);
             }
             report.schedules += partial.schedules;
+            report.socket_mode += partial.socket_mode;
             for (tenant, n) in partial.tenants {
                 *report.tenants.entry(tenant).or_default() += n;
             }
@@ -519,6 +548,7 @@ impl Simulation {
             report.kinds.clear();
             report.tenants.clear();
             report.schedules = 0;
+            report.socket_mode = 0;
             let (number, drawn) = &draws[n];
             let (spec, reference) = &references[drawn.scene][drawn.setting][drawn.tenant];
             let schedule = Schedule {
@@ -553,6 +583,8 @@ pub struct SimulationReport {
     pub requests: u64,
     /// Schedules run (each a scene of the mix).
     pub schedules: u64,
+    /// Of which delivered over Socket Mode ([`Simulation::socket_mode`]).
+    pub socket_mode: u64,
     /// Schedules run per tenant their requests came from: `A… in T…` (an app of two, in a
     /// workspace of two, on one ledger).
     pub tenants: BTreeMap<String, u64>,
@@ -664,6 +696,7 @@ impl Tally {
 struct Partial {
     kinds: BTreeMap<String, Tally>,
     schedules: u64,
+    socket_mode: u64,
     tenants: BTreeMap<String, u64>,
     failures: Vec<(usize, Vec<String>, End)>,
     trace: Option<String>,
@@ -944,13 +977,24 @@ fn describe_scene(scene: &Scene, spec: &Spec) -> String {
     )
 }
 
-/// A setting's name: bit 0 deferred mode, bit 1 installed through OAuth.
+/// A setting's name: bit 0 deferred mode, bit 1 installed through OAuth, bit 2 over Socket
+/// Mode.
 fn mode_name(setting: usize) -> &'static str {
     match setting {
         0 => "synchronous",
         1 => "deferred",
         2 => "synchronous, installed through OAuth (its token rotating, Slack's history limit)",
-        _ => "deferred, installed through OAuth (its token rotating, Slack's history limit)",
+        3 => "deferred, installed through OAuth (its token rotating, Slack's history limit)",
+        4 => "synchronous over Socket Mode",
+        5 => "deferred over Socket Mode",
+        6 => {
+            "synchronous over Socket Mode, installed through OAuth (its token rotating, \
+              Slack's history limit)"
+        }
+        _ => {
+            "deferred over Socket Mode, installed through OAuth (its token rotating, Slack's \
+              history limit)"
+        }
     }
 }
 
@@ -1061,6 +1105,13 @@ impl fmt::Display for SimulationReport {
                 "schedules by the app and workspace their requests came from (one ledger): {}",
                 tenants.join(", ")
             )?;
+            if self.socket_mode > 0 {
+                writeln!(
+                    f,
+                    "of which delivered over Socket Mode: {}",
+                    self.socket_mode
+                )?;
+            }
         }
         if self.requests > 0 {
             writeln!(

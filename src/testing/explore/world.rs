@@ -51,7 +51,8 @@ pub enum RunEnd {
     /// An ingress answered Slack: the status, the outcome (`answered`, `duplicate`…, or the
     /// error's code), the body (an acknowledgement's JSON; `Null` when empty).
     Answered {
-        /// The HTTP status.
+        /// The HTTP status. Over Socket Mode: 200 for an acknowledgement; without one, 409
+        /// for an event found held elsewhere, 503 otherwise.
         status: u16,
         /// The outcome, or the error's code.
         outcome: String,
