@@ -2629,10 +2629,12 @@ mod simulation {
             .unwrap_or(3_000)
     }
 
+    /// A quarter of the schedules delivered over Socket Mode (`Simulation::socket_mode`).
     #[test]
     fn the_fleets_mix_keeps_every_invariant_and_every_kind_is_answered() {
         let report = fleet_mix(Simulation::new(fleet_app).old_version(fleet_app))
             .installed(200)
+            .socket_mode(250)
             .requests(bounded())
             .seed(1)
             .run();
@@ -2663,6 +2665,10 @@ mod simulation {
                 "{kind}: {report}"
             );
         }
+        assert!(
+            report.socket_mode > 0 && report.socket_mode < report.schedules,
+            "{report}"
+        );
         let bare = &report.kinds["event no listener takes"];
         assert_eq!(bare.not_taken, bare.requests, "{report}");
         assert_eq!(bare.ledger_writes, 0, "{report}");
