@@ -210,6 +210,10 @@ pub struct SocketModeConfig {
     /// Connections this process holds at once (`SLACK_SOCKET_CONNECTIONS`, 2 by default, at
     /// most 10: Slack's limit for the app, every process's together).
     pub connections: usize,
+    /// The most connections all of the app's processes hold together, a rolling update's
+    /// included (`SLACK_SOCKET_FLEET_CONNECTIONS`): a `hello` counting more at Slack means
+    /// ghost registrations, which swallow envelopes, and is logged as a warning and counted.
+    pub fleet_connections: Option<usize>,
 }
 
 /// Connections a Socket Mode process holds by default: one can be recycled while the other
@@ -508,9 +512,19 @@ fn socket_mode_of(
         DEFAULT_SOCKET_CONNECTIONS,
         10,
     )?;
+    let fleet_connections = match get("SLACK_SOCKET_FLEET_CONNECTIONS") {
+        None => None,
+        Some(v) => Some(parse_count(
+            "SLACK_SOCKET_FLEET_CONNECTIONS",
+            Some(v),
+            0,
+            10,
+        )?),
+    };
     Ok(Some(SocketModeConfig {
         app_token: Secret::new(token),
         connections,
+        fleet_connections,
     }))
 }
 

@@ -66,6 +66,8 @@ pub(crate) struct Shared {
     in_flight: TaskTracker,
     readiness: Readiness,
     next_id: AtomicU64,
+    /// `SLACK_SOCKET_FLEET_CONNECTIONS`: what every process holds together, at most.
+    fleet_connections: Option<usize>,
 }
 
 impl Shared {
@@ -80,6 +82,20 @@ impl Shared {
             metrics.time_ms("SocketConnectionsAtSlack", n as f64);
         }
         metrics.time_ms("SocketConnectionsHeld", held as f64);
+        let ghosts = match (num_connections, self.fleet_connections) {
+            (Some(at_slack), Some(fleet)) => at_slack.saturating_sub(fleet as u64),
+            _ => 0,
+        };
+        if ghosts > 0 {
+            metrics.time_ms("SocketGhostConnections", ghosts as f64);
+            tracing::warn!(
+                at_slack = num_connections,
+                fleet = self.fleet_connections,
+                "Slack counts more connections than the app's processes hold together \
+                 (SLACK_SOCKET_FLEET_CONNECTIONS): ghost registrations, which swallow what \
+                 Slack sends them until Slack drops them"
+            );
+        }
         self.dispatch.processor.emit_metrics(&metrics, &[]);
         tracing::info!(
             connection = id,
@@ -183,6 +199,7 @@ impl SocketModeIngress {
             in_flight,
             readiness: Readiness::default(),
             next_id: AtomicU64::new(1),
+            fleet_connections: config.fleet_connections,
         });
         Self {
             shared,

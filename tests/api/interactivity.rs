@@ -952,7 +952,7 @@ async fn an_answer_that_may_have_gone_out_where_the_bot_cannot_read_is_not_sent_
     );
     assert_eq!(slack.posted().len(), 1, "not sent again");
     // The last receive: no receive follows, none could look.
-    let last = queued_form(&form_of(&message), 5);
+    let last = queued_form(&form_of(&message), slack_once::config::DEFAULT_MAX_RECEIVES);
     assert_eq!(
         handle(last).await,
         slack_once::queue::worker::Disposition::Delete,

@@ -450,3 +450,128 @@ async fn the_guides_three_replicas_against_slack_once_standin_answer_each_mentio
         "Slack gave up on: {lost}"
     );
 }
+
+/// Commands and clicks, which Slack never redelivers, sent while two processes' connections
+/// are recycled every second: each acknowledged in time on some connection, with the
+/// command's answer as the acknowledgement's payload; each command answered once in the
+/// channel, and each click on an answer's button updating that answer once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn commands_and_clicks_during_recycling_are_each_answered_once() {
+    let app = SocketApp::start(None, &[]).await;
+    let socket = app.slack.socket_mode();
+    socket.set_recycling(Recycling {
+        lifetime: Duration::from_secs(1),
+        debug_lifetime: Duration::from_secs(1),
+        notice: Notice::RefreshRequested,
+        grace: Duration::from_secs(1),
+    });
+    let (_a, _b) = (app.process().await, app.process().await);
+    const COMMANDS: usize = 8;
+    let mut envelopes = Vec::new();
+    for i in 0..COMMANDS {
+        envelopes.push(socket.send_command(json!({
+            "command": "/once", "text": format!("during a refresh {i}"),
+            "user_id": "U0PERSON", "channel_id": "C0SOCKET",
+        })));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let answer_of = |i: usize| {
+        let said = format!("during a refresh {i}”");
+        app.slack
+            .messages()
+            .into_iter()
+            .filter(|m| m["text"].as_str().unwrap_or("").contains(&said))
+            .collect::<Vec<_>>()
+    };
+    let answered = socket
+        .wait_for(Duration::from_secs(20), |_| {
+            (0..COMMANDS).all(|i| !answer_of(i).is_empty())
+        })
+        .await;
+    assert!(answered, "lost: {:?}", socket.lost());
+    let mut clicks = Vec::new();
+    for i in 0..COMMANDS {
+        let answers = answer_of(i);
+        assert_eq!(answers.len(), 1, "command {i}: {answers:?}");
+        let message = &answers[0];
+        let (channel, ts) = (message["channel"].clone(), message["ts"].clone());
+        clicks.push(socket.send_interactive(json!({
+            "type": "block_actions", "user": {"id": "U0CLICKER"},
+            "trigger_id": slack_once::testing::Workspace::trigger_id(),
+            "actions": [{"type": "button", "action_id": "once_thanks", "block_id": "b",
+                         "value": "helpful", "action_ts": format!("1700003000.{i:06}")}],
+            "container": {"type": "message", "message_ts": ts, "channel_id": channel},
+            "channel": {"id": channel}, "message": message,
+        })));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let all_acked = socket
+        .wait_for(Duration::from_secs(20), |s| {
+            envelopes
+                .iter()
+                .chain(&clicks)
+                .all(|e| s.acks().iter().any(|a| &a.envelope_id == e && a.settled))
+        })
+        .await;
+    assert!(
+        all_acked,
+        "acks: {:?}\nlost: {:?}",
+        socket.acks(),
+        socket.lost()
+    );
+    for e in &envelopes {
+        let ack = socket
+            .acks()
+            .into_iter()
+            .find(|a| &a.envelope_id == e)
+            .unwrap();
+        assert!(
+            ack.payload.is_some(),
+            "a command's answer in its ack: {ack:?}"
+        );
+    }
+    let updated = socket
+        .wait_for(Duration::from_secs(20), |_| {
+            app.slack
+                .calls()
+                .iter()
+                .filter(|(m, _)| m == "chat.update")
+                .count()
+                >= COMMANDS
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let updates = app
+        .slack
+        .calls()
+        .iter()
+        .filter(|(m, _)| m == "chat.update")
+        .count();
+    assert!(
+        updated && updates == COMMANDS,
+        "{updates} updates for {COMMANDS} clicks"
+    );
+    assert!(socket.lost().is_empty(), "{:?}", socket.lost());
+}
+
+/// `SLACK_SOCKET_FLEET_CONNECTIONS` says what every process holds together: a `hello` that
+/// counts more at Slack (a ghost registration kept after a half-open connection) is logged as
+/// a warning and counted (`SocketGhostConnections`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_ghost_registration_is_warned_of_when_slack_counts_more_than_the_fleet_holds() {
+    let app = SocketApp::start(None, &[("SLACK_SOCKET_FLEET_CONNECTIONS", "2")]).await;
+    app.slack.socket_mode().add_ghost();
+    let bot = app.process().await;
+    let log = bot
+        .log_when(Duration::from_secs(10), |log| {
+            log.contains("SocketGhostConnections")
+        })
+        .await;
+    assert!(
+        log.contains("Slack counts more connections than the app's processes hold"),
+        "{log}"
+    );
+    assert!(log.contains("SocketGhostConnections"), "{log}");
+}
