@@ -33,10 +33,14 @@ pub struct AppState {
     /// `Some`: each delivery runs detached from its connection. `None` (Lambda, where the
     /// invocation is the request): inline.
     pub in_flight: Option<TaskTracker>,
-    /// Socket Mode: whether a connection is open (`GET /readyz`). `None`: requests come over
-    /// HTTP, and the process is ready once it listens.
-    pub readiness: Option<crate::socket_mode::Readiness>,
+    /// Whether the process takes requests (`GET /readyz`): over Socket Mode, whether a
+    /// connection is open. `None`: requests come over HTTP, and the process is ready once it
+    /// listens.
+    pub readiness: Option<Readiness>,
 }
+/// Asked by `GET /readyz`: whether the process takes requests now.
+pub type Readiness = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// What became of a command or an interaction (its body is the acknowledgement).
 pub const OUTCOME_HEADER: &str = "x-slack-once-outcome";
 /// Tells Slack not to redeliver an event: only on answers no retry could change.
@@ -62,7 +66,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn ready(State(state): State<AppState>) -> Response {
-    match state.readiness.as_ref().is_none_or(|r| r.ready()) {
+    match state.readiness.as_ref().is_none_or(|ready| ready()) {
         true => "ready".into_response(),
         false => json(
             StatusCode::SERVICE_UNAVAILABLE,

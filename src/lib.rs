@@ -358,7 +358,10 @@ impl Application {
         let router = self.with_own_routes(http::router(http::AppState {
             processor: self.processor.clone(),
             in_flight: Some(self.in_flight.clone()),
-            readiness: socket_mode.as_ref().map(|s| s.readiness()),
+            readiness: socket_mode.as_ref().map(|s| {
+                let readiness = s.readiness();
+                std::sync::Arc::new(move || readiness.ready()) as http::Readiness
+            }),
         }));
         Ok(LocalServer {
             listener,

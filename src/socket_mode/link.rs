@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::Shared;
+use super::dispatch::Shared;
 use super::envelope::{Disconnect, Envelope, Received};
 use crate::slack::SlackError;
 
