@@ -59,12 +59,18 @@ impl SocketApp {
 
     /// A process of the app, not waited for.
     fn spawn(&self) -> BotProcess {
+        self.spawn_with(&[])
+    }
+
+    /// A process of the app run with `args` (`["worker"]`: deferred mode's worker), not
+    /// waited for.
+    fn spawn_with(&self, args: &[&str]) -> BotProcess {
         let how = Spawn {
             signing_secret_env: false,
             ..Spawn::default()
         };
         let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_slack-once"));
-        BotProcess::spawn_program_with(&program, &[], &self.vars, &how)
+        BotProcess::spawn_program_with(&program, args, &self.vars, &how)
     }
 
     /// `GET /readyz`'s status on `process`.
@@ -657,4 +663,44 @@ async fn an_envelope_whose_payload_is_not_an_object_is_acknowledged_once() {
     assert_eq!(socket.deliveries().len(), 1, "{:?}", socket.deliveries());
     assert!(socket.lost().is_empty(), "{:?}", socket.lost());
     assert!(app.slack.messages().is_empty());
+}
+
+/// Deferred mode over Socket Mode (`WORK_QUEUE_URL`): a mention, sent as two envelopes, is
+/// acknowledged once it is on the queue, before any worker runs; the worker started then
+/// answers it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn in_deferred_mode_an_event_is_acknowledged_once_queued_and_answered_once_by_the_worker() {
+    let sqs = sqs_endpoint();
+    let queue = TestQueue::create(&sqs, 5).await;
+    let app = SocketApp::start(
+        None,
+        &[
+            ("WORK_QUEUE_URL", &queue.url),
+            ("AWS_ENDPOINT_URL_SQS", &sqs),
+        ],
+    )
+    .await;
+    let ingress = app.process().await;
+    let socket = app.slack.socket_mode();
+    let delivery = EventDelivery {
+        copies: vec![(Duration::from_millis(300), EventCopy::NewEnvelope)],
+        ..EventDelivery::default()
+    };
+    socket.send_event_with(app.mention(1), delivery);
+    let acked = socket
+        .wait_for(Duration::from_secs(5), |s| {
+            s.acks().iter().filter(|a| a.settled).count() == 2
+        })
+        .await;
+    assert!(acked, "{:?}\n{}", socket.acks(), ingress.log());
+    assert_eq!(app.answers_to(1), 0, "no worker yet");
+    let worker = app.spawn_with(&["worker"]);
+    let answered = socket
+        .wait_for(Duration::from_secs(20), |_| app.answers_to(1) >= 1)
+        .await;
+    assert!(answered, "the worker's log:\n{}", worker.log());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(app.answers_to(1), 1);
+    assert!(socket.lost().is_empty(), "{:?}", socket.lost());
 }
