@@ -477,13 +477,8 @@ async fn the_guides_three_replicas_against_slack_once_standin_answer_each_mentio
 }
 
 /// One process (`SLACK_SOCKET_CONNECTIONS=1`) holding in hand the redelivery of an event whose
-/// claim (a 20 s lease) a killed process left live, when Slack recycles the connection it came
-/// on (`warning`, closed 30 s later): the process, once its replacement is open, and the ids
-/// of the recycled connection and of its replacement.
-async fn recycled_while_an_event_is_held(
-    app: &SocketApp,
-    proxy: &LedgerProxy,
-) -> (BotProcess, u64, u64) {
+/// claim a killed process left live: the process, and the id of the connection it came on.
+async fn holding_an_event_in_hand(app: &SocketApp, proxy: &LedgerProxy) -> (BotProcess, u64) {
     let socket = app.slack.socket_mode();
     let mut first = app.process().await;
     proxy.hold_next(LedgerOp::Claim, HoldAt::AfterForwarding);
@@ -508,6 +503,25 @@ async fn recycled_while_an_event_is_held(
         .await;
     assert!(redelivered, "{:?}", socket.deliveries());
     tokio::time::sleep(Duration::from_millis(300)).await;
+    (second, held)
+}
+
+/// [`holding_an_event_in_hand`] (a 20 s lease), when Slack recycles the connection the event
+/// came on (`warning`, closed 30 s later): the process, once its replacement is open, and the
+/// ids of the recycled connection and of its replacement.
+async fn recycled_while_an_event_is_held(
+    app: &SocketApp,
+    proxy: &LedgerProxy,
+) -> (BotProcess, u64, u64) {
+    let socket = app.slack.socket_mode();
+    let (second, held) = holding_an_event_in_hand(app, proxy).await;
+    let open = |s: &slack_once::testing::SocketMode| {
+        s.connections()
+            .iter()
+            .filter(|c| c.state == ConnectionState::Open)
+            .map(|c| c.id)
+            .max()
+    };
     assert!(socket.disconnect(held, Notice::Warning, Duration::from_secs(30)));
     let replaced = socket
         .wait_for(Duration::from_secs(10), |s| open(s) > Some(held))
@@ -703,4 +717,32 @@ async fn in_deferred_mode_an_event_is_acknowledged_once_queued_and_answered_once
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(app.answers_to(1), 1);
     assert!(socket.lost().is_empty(), "{:?}", socket.lost());
+}
+
+/// At SIGTERM, with an event kept in hand: a command Slack sends down the draining connection
+/// before it closes is answered there; the process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_command_read_on_a_draining_connection_is_answered() {
+    let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let app = SocketApp::start(Some(&proxy.url), &[("SLACK_SOCKET_CONNECTIONS", "1")]).await;
+    let (bot, draining) = holding_an_event_in_hand(&app, &proxy).await;
+    bot.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let socket = app.slack.socket_mode();
+    socket.route_next(draining);
+    let envelope_id = socket.send_command(json!({
+        "command": "/once", "text": "while draining", "user_id": "U0PERSON",
+        "channel_id": "C0SOCKET",
+    }));
+    let acked = socket
+        .wait_for(Duration::from_secs(5), |s| {
+            s.acks()
+                .iter()
+                .any(|a| a.envelope_id == envelope_id && a.settled)
+        })
+        .await;
+    let (code, log) = bot.exited().await;
+    assert!(acked, "lost: {:?}\nits log:\n{log}", socket.lost());
+    assert_eq!(code, Some(0), "{log}");
 }
