@@ -22,6 +22,13 @@ pub enum Received {
     Disconnect(Disconnect),
     /// A request: an Events API envelope, a slash command or an interactive payload.
     Envelope(Envelope),
+    /// An envelope whose `payload` is missing or not an object: no request, and no retry can
+    /// make one (over HTTP: 400 with `x-slack-no-retry`). Acknowledged, so Slack does not send
+    /// it again.
+    Unreadable {
+        /// What the acknowledgement names.
+        envelope_id: String,
+    },
     /// Anything else (a type Slack adds later): read and ignored.
     Other,
 }
@@ -109,11 +116,9 @@ impl Received {
             .filter(|id| !id.is_empty() && id.len() <= 128)
             .ok_or_else(|| ReadError::Malformed("an envelope without its envelope_id".into()))?
             .to_string();
-        let payload = value
-            .get("payload")
-            .filter(|p| p.is_object())
-            .cloned()
-            .ok_or_else(|| ReadError::Malformed("an envelope without its payload".into()))?;
+        let Some(payload) = value.get("payload").filter(|p| p.is_object()).cloned() else {
+            return Ok(Received::Unreadable { envelope_id });
+        };
         Ok(Received::Envelope(Envelope {
             envelope_id,
             kind: envelope_kind,
@@ -238,6 +243,12 @@ mod tests {
         }
         assert!(Received::parse("not json").is_err());
         assert!(Received::parse(r#"{"type":"events_api","payload":{}}"#).is_err());
+        assert_eq!(
+            Received::parse(r#"{"type":"events_api","envelope_id":"e-1","payload":[1]}"#).unwrap(),
+            Received::Unreadable {
+                envelope_id: "e-1".into()
+            }
+        );
     }
 
     #[test]

@@ -88,8 +88,8 @@ impl Link {
     }
 
     /// Closes it once the envelopes it read have been acknowledged (or given up), waiting at
-    /// most `within`: an envelope read after this is not acknowledged (an event comes again,
-    /// to another connection).
+    /// most `within`: until it closes, what Slack sends down it is still run and acknowledged
+    /// (a command or an interaction comes only once).
     pub async fn close(mut self, within: Duration) {
         if let Some(close) = self.close.take() {
             let _ = close.send(());
@@ -139,9 +139,13 @@ pub async fn open(shared: &Arc<Shared>, id: u64) -> Result<Link, OpenError> {
     .await
     .map_err(|_| OpenError::TimedOut)??;
     shared.hello(id, hello);
+    let counted = Counted {
+        shared: shared.clone(),
+        id,
+    };
     let (events_tx, events) = mpsc::channel(4);
     let (close, closing) = oneshot::channel();
-    let task = tokio::spawn(read(shared.clone(), id, socket, events_tx, closing));
+    let task = tokio::spawn(read(counted, socket, events_tx, closing));
     Ok(Link {
         id,
         events,
@@ -168,19 +172,34 @@ fn is_slacks(url: &str, api_base: &str) -> bool {
     }
 }
 
+/// An open connection as counted in [`super::Readiness`]: uncounted when dropped, even with
+/// its task aborted (a close that gave up on an envelope in hand), so that `GET /readyz` never
+/// says ready for a connection that is gone.
+struct Counted {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.shared.closed(self.id);
+    }
+}
+
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Reads the connection until it ends, handing each envelope to the pipeline and sending the
 /// acknowledgements back; pings every [`PING_INTERVAL`]; ends when nothing was read for
-/// [`SILENCE_LIMIT`], or once `closing` fires and no envelope is left unacknowledged.
+/// [`SILENCE_LIMIT`], or once `closing` fires and no envelope is left unacknowledged (an
+/// envelope read meanwhile is run too: Slack still sends to a connection until it closes).
 async fn read(
-    shared: Arc<Shared>,
-    id: u64,
+    counted: Counted,
     socket: Socket,
     events: mpsc::Sender<LinkEvent>,
     mut closing: oneshot::Receiver<()>,
 ) {
+    let (shared, id) = (counted.shared.clone(), counted.id);
     let (mut sink, mut stream) = socket.split();
     let (acks_tx, mut acks) = mpsc::channel::<Option<String>>(64);
     let pending = Arc::new(AtomicUsize::new(0));
@@ -202,16 +221,21 @@ async fn read(
                     _ => continue,
                 };
                 match Received::parse(&text) {
-                    Ok(Received::Envelope(envelope)) if !close_asked => {
+                    Ok(Received::Envelope(envelope)) => {
                         pending.fetch_add(1, Ordering::SeqCst);
                         dispatch(&shared, envelope, acks_tx.clone(), pending.clone());
                     }
-                    Ok(Received::Envelope(envelope)) => {
-                        tracing::info!(
+                    Ok(Received::Unreadable { envelope_id }) => {
+                        tracing::warn!(
                             connection = id,
-                            envelope_id = %envelope.envelope_id,
-                            "an envelope read while this connection closes: not acknowledged"
+                            %envelope_id,
+                            "an envelope without an object as its payload: acknowledged, so \
+                             that Slack does not send it again"
                         );
+                        let ack = serde_json::json!({ "envelope_id": envelope_id });
+                        if sink.send(Message::text(ack.to_string())).await.is_err() {
+                            break End::Closed;
+                        }
                     }
                     Ok(Received::Disconnect(Disconnect::TooMany)) => break End::TooMany,
                     Ok(Received::Disconnect(Disconnect::LinkDisabled)) => break End::LinkDisabled,
@@ -244,7 +268,7 @@ async fn read(
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
-    shared.closed(id);
+    drop(counted);
     let _ = events.send(LinkEvent::Ended(end)).await;
 }
 

@@ -29,6 +29,7 @@ use crate::slack::SlackClient;
 pub(crate) use dispatch::Dispatch;
 pub use dispatch::Readiness;
 use dispatch::Shared;
+use envelope::Disconnect;
 use link::{End, Link, LinkEvent};
 
 use link::SILENCE_LIMIT;
@@ -38,6 +39,9 @@ use link::SILENCE_LIMIT;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait between tries to open a connection.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// After `too_many_websockets` (the app holds Slack's 10 connections), the backoff is at least
+/// this long: every replica's tries count against `apps.connections.open`'s rate limit.
+const TOO_MANY_BACKOFF: Duration = Duration::from_secs(5);
 /// After `link_disabled` (Socket Mode turned off in the app's settings), tried again this often.
 const LINK_DISABLED_WAIT: Duration = Duration::from_secs(60);
 /// A recycled connection's envelopes get this long to be acknowledged before it is closed.
@@ -99,8 +103,9 @@ impl SocketModeIngress {
     }
 
     /// Stops taking envelopes: not ready from now; each connection closes once what it read
-    /// is acknowledged (at most [`DRAIN`]). An envelope read after that is not acknowledged:
-    /// an event comes again, to another process's connection.
+    /// is acknowledged (at most [`DRAIN`]), what Slack sends down it until then run too. An
+    /// envelope Slack sends after that is not read: an event comes again, to another
+    /// process's connection.
     pub async fn drain(&self) {
         self.shared.readiness.draining.store(true, Ordering::SeqCst);
         let _ = self.stop.send(true);
@@ -154,7 +159,7 @@ async fn hold(shared: Arc<Shared>, slot: usize, mut stop: watch::Receiver<bool>)
                     "too_many_websockets: the app holds Slack's 10 connections (every \
                      process's together, ghosts included); trying again later"
                 );
-                backoff = backoff.max(Duration::from_secs(5));
+                backoff = backoff.max(TOO_MANY_BACKOFF);
                 pause(&mut stop, jittered(backoff)).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -195,6 +200,10 @@ async fn open(
                 return Some(link);
             }
             Err(error) => {
+                if matches!(error, link::OpenError::Refused(Disconnect::TooMany)) {
+                    // Refused before its `hello`: the same limit as after one.
+                    *backoff = (*backoff).max(TOO_MANY_BACKOFF);
+                }
                 tracing::warn!(
                     slot,
                     error = %crate::errors::error_chain(&error),

@@ -44,12 +44,7 @@ impl SocketApp {
     /// A process of the app (no signing secret: Socket Mode needs none), once it holds a
     /// connection.
     async fn process(&self) -> BotProcess {
-        let how = Spawn {
-            signing_secret_env: false,
-            ..Spawn::default()
-        };
-        let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_slack-once"));
-        let bot = BotProcess::spawn_program_with(&program, &[], &self.vars, &how);
+        let bot = self.spawn();
         let log = bot
             .log_when(Duration::from_secs(15), |log| {
                 log.contains("Socket Mode connection open")
@@ -60,6 +55,36 @@ impl SocketApp {
             "a connection opened; its log:\n{log}"
         );
         bot
+    }
+
+    /// A process of the app, not waited for.
+    fn spawn(&self) -> BotProcess {
+        self.spawn_with(&[])
+    }
+
+    /// A process of the app run with `args` (`["worker"]`: deferred mode's worker), not
+    /// waited for.
+    fn spawn_with(&self, args: &[&str]) -> BotProcess {
+        let how = Spawn {
+            signing_secret_env: false,
+            ..Spawn::default()
+        };
+        let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_slack-once"));
+        BotProcess::spawn_program_with(&program, args, &self.vars, &how)
+    }
+
+    /// `GET /readyz`'s status on `process`.
+    async fn readyz(&self, process: &BotProcess) -> u16 {
+        HttpClient::default()
+            .request(
+                "GET",
+                &format!("http://{}/readyz", process.addr),
+                &[],
+                Vec::new(),
+            )
+            .await
+            .status
+            .as_u16()
     }
 
     /// An `app_mention` of the bot, `n`, as its event callback (its own message in `C0SOCKET`).
@@ -574,4 +599,275 @@ async fn a_ghost_registration_is_warned_of_when_slack_counts_more_than_the_fleet
         "{log}"
     );
     assert!(log.contains("SocketGhostConnections"), "{log}");
+}
+
+/// One process (`SLACK_SOCKET_CONNECTIONS=1`) holding in hand the redelivery of an event whose
+/// claim a killed process left live: the process, and the id of the connection it came on.
+async fn holding_an_event_in_hand(app: &SocketApp, proxy: &LedgerProxy) -> (BotProcess, u64) {
+    let socket = app.slack.socket_mode();
+    let mut first = app.process().await;
+    proxy.hold_next(LedgerOp::Claim, HoldAt::AfterForwarding);
+    socket.send_event(app.mention(1));
+    proxy.wait_held().await;
+    first.kill();
+    let second = app.process().await;
+    let open = |s: &slack_once::testing::SocketMode| {
+        s.connections()
+            .iter()
+            .filter(|c| c.state == ConnectionState::Open)
+            .map(|c| c.id)
+            .max()
+    };
+    let held = open(&socket).expect("the second process's connection");
+    let redelivered = socket
+        .wait_for(Duration::from_secs(15), |s| {
+            s.deliveries()
+                .iter()
+                .any(|d| d.connection == Some(held) && d.retry_attempt >= 1)
+        })
+        .await;
+    assert!(redelivered, "{:?}", socket.deliveries());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (second, held)
+}
+
+/// [`holding_an_event_in_hand`] (a 20 s lease), when Slack recycles the connection the event
+/// came on (`warning`, closed 30 s later): the process, once its replacement is open, and the
+/// ids of the recycled connection and of its replacement.
+async fn recycled_while_an_event_is_held(
+    app: &SocketApp,
+    proxy: &LedgerProxy,
+) -> (BotProcess, u64, u64) {
+    let socket = app.slack.socket_mode();
+    let (second, held) = holding_an_event_in_hand(app, proxy).await;
+    let open = |s: &slack_once::testing::SocketMode| {
+        s.connections()
+            .iter()
+            .filter(|c| c.state == ConnectionState::Open)
+            .map(|c| c.id)
+            .max()
+    };
+    assert!(socket.disconnect(held, Notice::Warning, Duration::from_secs(30)));
+    let replaced = socket
+        .wait_for(Duration::from_secs(10), |s| open(s) > Some(held))
+        .await;
+    assert!(replaced, "{:?}", socket.connections());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (second, held, open(&socket).unwrap())
+}
+
+/// A command Slack sends down a connection it is recycling, while that connection still
+/// waits for an event in hand: processed and acknowledged with its answer there (Slack never
+/// sends a command again; read and dropped, it was lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_command_read_on_a_connection_being_replaced_is_answered() {
+    let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let app = SocketApp::start(
+        Some(&proxy.url),
+        &[
+            ("SLACK_SOCKET_CONNECTIONS", "1"),
+            ("DEDUP_LEASE_SECONDS", "20"),
+        ],
+    )
+    .await;
+    let (bot, recycled, _) = recycled_while_an_event_is_held(&app, &proxy).await;
+    let socket = app.slack.socket_mode();
+    socket.route_next(recycled);
+    let envelope_id = socket.send_command(json!({
+        "command": "/once", "text": "while recycled", "user_id": "U0PERSON",
+        "channel_id": "C0SOCKET",
+    }));
+    let acked = socket
+        .wait_for(Duration::from_secs(10), |s| {
+            s.acks()
+                .iter()
+                .any(|a| a.envelope_id == envelope_id && a.settled)
+        })
+        .await;
+    let sent_to: Vec<_> = socket
+        .deliveries()
+        .into_iter()
+        .filter(|d| d.envelope_id == envelope_id)
+        .map(|d| d.connection)
+        .collect();
+    assert_eq!(sent_to, vec![Some(recycled)]);
+    assert!(acked, "lost: {:?}\nits log:\n{}", socket.lost(), bot.log());
+    let ack = socket
+        .acks()
+        .into_iter()
+        .find(|a| a.envelope_id == envelope_id)
+        .unwrap();
+    assert_eq!(ack.connection, recycled);
+    let text = ack.payload.expect("the answer")["text"].to_string();
+    assert!(text.contains("On it"), "{text}");
+}
+
+/// A recycled connection given up on while an event was kept in hand (its close waits 5 s,
+/// the event up to its lease) is counted closed: once its replacement goes too (Socket Mode
+/// turned off), `GET /readyz` says 503, not ready with no connection at all. Nothing the
+/// process logs holds the app-level token or a connection's ticket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_connection_closed_with_an_event_in_hand_no_longer_counts_as_ready() {
+    let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let app = SocketApp::start(
+        Some(&proxy.url),
+        &[
+            ("SLACK_SOCKET_CONNECTIONS", "1"),
+            ("DEDUP_LEASE_SECONDS", "20"),
+        ],
+    )
+    .await;
+    let (bot, recycled, _) = recycled_while_an_event_is_held(&app, &proxy).await;
+    let socket = app.slack.socket_mode();
+    let closed = socket
+        .wait_for(Duration::from_secs(10), |s| {
+            s.connections()[recycled as usize - 1].state == ConnectionState::ClosedByClient
+        })
+        .await;
+    assert!(closed, "{:?}", socket.connections());
+    socket.disable_link();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut status = app.readyz(&bot).await;
+    while status != 503 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = app.readyz(&bot).await;
+    }
+    let log = bot.log();
+    assert_eq!(
+        status,
+        503,
+        "no connection open: {:?}\nits log:\n{log}",
+        socket.connections()
+    );
+    assert!(
+        !log.contains(&socket.app_token()),
+        "the app-level token logged"
+    );
+    assert!(!log.contains("ticket="), "a connection's ticket logged");
+}
+
+/// The app at Slack's 10 connections (ghosts): a process refused `too_many_websockets` tries
+/// again from 5 s (jittered), not every half second, and opens its connections once Slack
+/// drops the ghosts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn too_many_websockets_at_the_handshake_backs_off_from_five_seconds() {
+    let app = SocketApp::start(None, &[]).await;
+    let socket = app.slack.socket_mode();
+    let ghosts: Vec<u64> = (0..10).map(|_| socket.add_ghost()).collect();
+    let bot = app.spawn();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let opens = app.slack.counts().get("apps.connections.open").copied();
+    let log = bot.log();
+    assert!(
+        opens.is_some_and(|n| (2..=4).contains(&n)),
+        "two slots, each tried at once and again after 5 s ± 25 %: {opens:?} opens\n{log}"
+    );
+    assert!(log.contains("TooMany"), "{log}");
+    for ghost in ghosts {
+        assert!(socket.forget_ghost(ghost));
+    }
+    let opened = socket
+        .wait_for(Duration::from_secs(25), |s| {
+            s.connections()
+                .iter()
+                .filter(|c| c.state == ConnectionState::Open)
+                .count()
+                == 2
+        })
+        .await;
+    assert!(opened, "{:?}\n{}", socket.connections(), bot.log());
+}
+
+/// An Events API envelope whose `payload` is not an object: acknowledged (as HTTP answers a
+/// body that is not a request with `x-slack-no-retry`), so Slack does not send it again, and
+/// nothing else happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn an_envelope_whose_payload_is_not_an_object_is_acknowledged_once() {
+    let app = SocketApp::start(None, &[]).await;
+    let bot = app.process().await;
+    let socket = app.slack.socket_mode();
+    let envelope_id =
+        socket.send_event_with(json!(["not", "an", "object"]), EventDelivery::default());
+    let acked = socket
+        .wait_for(Duration::from_secs(5), |s| {
+            s.acks().iter().any(|a| a.envelope_id == envelope_id)
+        })
+        .await;
+    assert!(acked, "{:?}\n{}", socket.deliveries(), bot.log());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(socket.deliveries().len(), 1, "{:?}", socket.deliveries());
+    assert!(socket.lost().is_empty(), "{:?}", socket.lost());
+    assert!(app.slack.messages().is_empty());
+}
+
+/// Deferred mode over Socket Mode (`WORK_QUEUE_URL`): a mention, sent as two envelopes, is
+/// acknowledged once it is on the queue, before any worker runs; the worker started then
+/// answers it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local, the SQS server and the built binary"]
+async fn in_deferred_mode_an_event_is_acknowledged_once_queued_and_answered_once_by_the_worker() {
+    let sqs = sqs_endpoint();
+    let queue = TestQueue::create(&sqs, 5).await;
+    let app = SocketApp::start(
+        None,
+        &[
+            ("WORK_QUEUE_URL", &queue.url),
+            ("AWS_ENDPOINT_URL_SQS", &sqs),
+        ],
+    )
+    .await;
+    let ingress = app.process().await;
+    let socket = app.slack.socket_mode();
+    let delivery = EventDelivery {
+        copies: vec![(Duration::from_millis(300), EventCopy::NewEnvelope)],
+        ..EventDelivery::default()
+    };
+    socket.send_event_with(app.mention(1), delivery);
+    let acked = socket
+        .wait_for(Duration::from_secs(5), |s| {
+            s.acks().iter().filter(|a| a.settled).count() == 2
+        })
+        .await;
+    assert!(acked, "{:?}\n{}", socket.acks(), ingress.log());
+    assert_eq!(app.answers_to(1), 0, "no worker yet");
+    let worker = app.spawn_with(&["worker"]);
+    let answered = socket
+        .wait_for(Duration::from_secs(20), |_| app.answers_to(1) >= 1)
+        .await;
+    assert!(answered, "the worker's log:\n{}", worker.log());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(app.answers_to(1), 1);
+    assert!(socket.lost().is_empty(), "{:?}", socket.lost());
+}
+
+/// At SIGTERM, with an event kept in hand: a command Slack sends down the draining connection
+/// before it closes is answered there; the process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_command_read_on_a_draining_connection_is_answered() {
+    let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let app = SocketApp::start(Some(&proxy.url), &[("SLACK_SOCKET_CONNECTIONS", "1")]).await;
+    let (bot, draining) = holding_an_event_in_hand(&app, &proxy).await;
+    bot.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let socket = app.slack.socket_mode();
+    socket.route_next(draining);
+    let envelope_id = socket.send_command(json!({
+        "command": "/once", "text": "while draining", "user_id": "U0PERSON",
+        "channel_id": "C0SOCKET",
+    }));
+    let acked = socket
+        .wait_for(Duration::from_secs(5), |s| {
+            s.acks()
+                .iter()
+                .any(|a| a.envelope_id == envelope_id && a.settled)
+        })
+        .await;
+    let (code, log) = bot.exited().await;
+    assert!(acked, "lost: {:?}\nits log:\n{log}", socket.lost());
+    assert_eq!(code, Some(0), "{log}");
 }
