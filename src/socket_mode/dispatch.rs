@@ -97,21 +97,31 @@ pub(crate) struct Dispatch {
     pub(crate) keep_held: bool,
 }
 
-/// An event found held by another delivery is run again this often while it is kept in hand.
+/// An event found held by another delivery is run again this often while it is kept in hand,
+/// for its first [`HELD_FAST_TRIES`] tries (a claimant answering), then every
+/// [`HELD_SLOW_RETRY`] (a claimant that died, its lease running out).
 const HELD_RETRY: Duration = Duration::from_millis(500);
+const HELD_FAST_TRIES: u32 = 10;
+const HELD_SLOW_RETRY: Duration = Duration::from_secs(2);
 
 impl Dispatch {
     /// The acknowledgement of `envelope` once the pipeline has run it (`None`: none).
     ///
     /// An event whose claim another delivery holds live is kept in hand, run again until that
     /// claim ends (acknowledged then: answered) or lapses (taken over here, and answered), for
-    /// at most a lease and a margin. Slack redelivers an unacknowledged event within seconds,
+    /// at most the longest lease a synchronous claim may have and a margin. Slack redelivers an unacknowledged event within seconds,
     /// all of its tries perhaps inside the lease of a claimant that died: the envelope in hand
     /// is the delivery left, and the event is not lost with the claimant.
     pub(crate) async fn run(&self, envelope: &Envelope) -> Option<String> {
         let (headers, body) = envelope.as_http();
-        let kept_until = Instant::now() + self.lease + Duration::from_secs(2);
+        // The claimant may be another process with a longer lease than this one's (an HTTP
+        // ingress on the same table): kept for the longest lease a claim answering inside
+        // Slack's request may have.
+        let kept_until =
+            Instant::now() + self.lease.max(crate::config::MAX_SYNC_LEASE) + Duration::from_secs(2);
+        let mut tries = 0u32;
         loop {
+            tries += 1;
             let metrics = Metrics::new();
             let result = metrics
                 .scope(self.processor.handle(Delivery {
@@ -135,7 +145,11 @@ impl Dispatch {
             if !(held && kept && Instant::now() < kept_until) {
                 return ack;
             }
-            tokio::time::sleep(HELD_RETRY).await;
+            let wait = match tries <= HELD_FAST_TRIES {
+                true => HELD_RETRY,
+                false => HELD_SLOW_RETRY,
+            };
+            tokio::time::sleep(wait).await;
         }
     }
 }

@@ -871,3 +871,43 @@ async fn a_command_read_on_a_draining_connection_is_answered() {
     assert!(acked, "lost: {:?}\nits log:\n{log}", socket.lost());
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// An HTTP ingress on the same table (its lease the HTTP default, 30 s, three times the Socket
+/// Mode process's) killed after DynamoDB wrote its claim of an event and before the answer came
+/// back; Slack also sends the event over Socket Mode, every try inside that 30 s: the
+/// redelivery kept in hand outlasts the other ingress's lease, takes the claim over and
+/// answers, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn an_event_claimed_by_a_dead_http_ingress_with_a_longer_lease_is_answered_over_socket_mode()
+{
+    let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let app = SocketApp::start(Some(&proxy.url), &[]).await;
+    let socket_process = app.process().await;
+    let http_vars: Vec<(&'static str, String)> = app
+        .vars
+        .iter()
+        .filter(|(k, _)| *k != "SLACK_APP_TOKEN")
+        .cloned()
+        .collect();
+    let mut http_ingress = BotProcess::spawn(&http_vars);
+    let callback = app.mention(1);
+    proxy.hold_next(LedgerOp::Claim, HoldAt::AfterForwarding);
+    let (url, body) = (http_ingress.url(), callback.to_string());
+    tokio::spawn(async move { deliver(&HttpClient::default(), &url, &body, None).await });
+    proxy.wait_held().await;
+    http_ingress.kill();
+    let socket = app.slack.socket_mode();
+    socket.send_event(callback);
+    let answered = socket
+        .wait_for(Duration::from_secs(50), |_| app.answers_to(1) >= 1)
+        .await;
+    assert!(
+        answered,
+        "answered: {:?}\n{}",
+        socket.lost(),
+        socket_process.log()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(app.answers_to(1), 1);
+}
