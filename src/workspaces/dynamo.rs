@@ -165,8 +165,12 @@ impl DynamoInstallations {
         installation: &Installation,
         ready: &ReadyKey,
     ) -> Result<(Vec<(&'static str, AttributeValue)>, Vec<&'static str>), StoreError> {
-        let sealed = match place {
-            Place::Own => {
+        let seals_here = match place {
+            Place::Own => true,
+            Place::Unscoped => ready.holds_key(),
+        };
+        let sealed = match seals_here {
+            true => {
                 let (tokens, bare) = Tokens::taken_from(installation);
                 self.seal
                     .seal_ready(ready, &self.app, pk, &tokens)
@@ -174,15 +178,7 @@ impl DynamoInstallations {
                     .map_err(|e| StoreError::Unavailable(Box::new(e)))?
                     .map(|sealed| (sealed, bare))
             }
-            Place::Unscoped if ready.holds_key() => {
-                let (tokens, bare) = Tokens::taken_from(installation);
-                self.seal
-                    .seal_ready(ready, &self.app, pk, &tokens)
-                    .await
-                    .map_err(|e| StoreError::Unavailable(Box::new(e)))?
-                    .map(|sealed| (sealed, bare))
-            }
-            Place::Unscoped => None,
+            false => None,
         };
         Ok(match sealed {
             Some((sealed, bare)) => (

@@ -656,12 +656,9 @@ async fn recycled_while_an_event_is_held(
     (second, held, open(&socket).unwrap())
 }
 
-/// A command Slack sends down a connection it is recycling, while that connection still
-/// waits for an event in hand: processed and acknowledged with its answer there (Slack never
-/// sends a command again; read and dropped, it was lost).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs DynamoDB Local and the built binary"]
-async fn a_command_read_on_a_connection_being_replaced_is_answered() {
+/// The app of one connection a process (`SLACK_SOCKET_CONNECTIONS=1`, a 20 s lease), its
+/// ledger behind a proxy that can hold a claim's answer.
+async fn one_connection_behind_a_proxy() -> (LedgerProxy, SocketApp) {
     let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
     let app = SocketApp::start(
         Some(&proxy.url),
@@ -671,6 +668,16 @@ async fn a_command_read_on_a_connection_being_replaced_is_answered() {
         ],
     )
     .await;
+    (proxy, app)
+}
+
+/// A command Slack sends down a connection it is recycling, while that connection still
+/// waits for an event in hand: processed and acknowledged with its answer there (Slack never
+/// sends a command again; read and dropped, it was lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn a_command_read_on_a_connection_being_replaced_is_answered() {
+    let (proxy, app) = one_connection_behind_a_proxy().await;
     let (bot, recycled, _) = recycled_while_an_event_is_held(&app, &proxy).await;
     let socket = app.slack.socket_mode();
     socket.route_next(recycled);
@@ -710,15 +717,7 @@ async fn a_command_read_on_a_connection_being_replaced_is_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs DynamoDB Local and the built binary"]
 async fn a_connection_closed_with_an_event_in_hand_no_longer_counts_as_ready() {
-    let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
-    let app = SocketApp::start(
-        Some(&proxy.url),
-        &[
-            ("SLACK_SOCKET_CONNECTIONS", "1"),
-            ("DEDUP_LEASE_SECONDS", "20"),
-        ],
-    )
-    .await;
+    let (proxy, app) = one_connection_behind_a_proxy().await;
     let (bot, recycled, _) = recycled_while_an_event_is_held(&app, &proxy).await;
     let socket = app.slack.socket_mode();
     let closed = socket
