@@ -910,3 +910,43 @@ async fn an_event_claimed_by_a_dead_http_ingress_with_a_longer_lease_is_answered
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(app.answers_to(1), 1);
 }
+
+/// DynamoDB unavailable when an event arrives (every request refused, through the proxy): the
+/// claim cannot be written, so the envelope is not acknowledged (`SocketUnacknowledged`) and
+/// nothing is posted; Slack's redelivery once DynamoDB is back is answered, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn an_event_whose_claim_cannot_be_written_is_not_acknowledged_and_its_redelivery_answered() {
+    let proxy = LedgerProxy::start(&dynamodb_endpoint()).await;
+    let app = SocketApp::start(Some(&proxy.url), &[]).await;
+    let bot = app.process().await;
+    let socket = app.slack.socket_mode();
+    proxy.set_down(true);
+    let envelope_id = socket.send_event(app.mention(1));
+    let unacknowledged = bot
+        .log_when(Duration::from_secs(10), |log| {
+            log.contains("SocketUnacknowledged")
+        })
+        .await;
+    assert!(
+        unacknowledged.contains("SocketUnacknowledged"),
+        "{unacknowledged}"
+    );
+    assert!(
+        !socket.acks().iter().any(|a| a.envelope_id == envelope_id),
+        "not acknowledged while the ledger is down"
+    );
+    assert_eq!(app.answers_to(1), 0);
+    proxy.set_down(false);
+    let answered = socket
+        .wait_for(Duration::from_secs(20), |_| app.answers_to(1) >= 1)
+        .await;
+    assert!(answered, "{:?}", socket.deliveries());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(app.answers_to(1), 1);
+    let retried = socket
+        .acks()
+        .iter()
+        .any(|a| a.envelope_id == envelope_id && a.settled);
+    assert!(retried, "a redelivery acknowledged: {:?}", socket.acks());
+}
