@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs the Bolt apps the gateway's tests run (scripts/bolt-bots.sh: Bolt for
 # JavaScript and Python from npm and PyPI, up to date in a second), runs the Bolt adapters' own
-# suites (when run with no arguments), starts DynamoDB Local and the SQS server (moto) on
-# 127.0.0.1 if nothing answers there, runs `cargo test` with the ignored tests included, and
+# suites (when run with no arguments), starts DynamoDB Local, the SQS server (moto) and
+# PostgreSQL (Debian's package, scripts/postgres-local.sh) on 127.0.0.1 if nothing answers there, runs `cargo test` with the ignored tests included, and
 # stops the servers it started (only those, by PID). A plain `cargo test` runs only the hermetic tests: the others
 # are `#[ignore = "needs …"]` (DynamoDB Local, the SQS server, the built binary,
 # the previous release), and this script runs them too (docs/test-suite.md, "Tiers").
@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
 export SQS_LOCAL_PORT="${SQS_LOCAL_PORT:-9324}"
+export POSTGRES_LOCAL_PORT="${POSTGRES_LOCAL_PORT:-5433}"
 # The previous release's binary, for the tests in which it serves beside this one.
 # Should it not build (no history, no python3), only those tests fail, naming why.
 if [ -z "${SLACK_ONCE_PREVIOUS_BIN:-}" ]; then
@@ -65,4 +66,4 @@ args=("$@")
 separator=no
 for arg in "$@"; do [ "$arg" = "--" ] && separator=yes; done
 if [ "$separator" = yes ]; then args+=("${tier[@]}"); else args+=(-- "${tier[@]}"); fi
-exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run cargo test --locked "${args[@]}"
+exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run scripts/postgres-local.sh run cargo test --locked "${args[@]}"

@@ -28,6 +28,7 @@ pub mod ledger;
 mod metrics;
 mod net;
 mod pipeline;
+pub mod postgres;
 pub mod queue;
 mod reference;
 mod run;

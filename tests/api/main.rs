@@ -29,6 +29,7 @@ mod lambda;
 mod operations;
 mod performance;
 mod poll;
+mod postgres;
 mod processes;
 mod redrive;
 mod regressions;

@@ -1,0 +1,1 @@
+-- 0001_ledger: filled in by its store

@@ -1,0 +1,1 @@
+-- 0002_installations: filled in by its store

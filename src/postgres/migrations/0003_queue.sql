@@ -1,0 +1,1 @@
+-- 0003_queue: filled in by its store

@@ -1,0 +1,53 @@
+//! Test helpers: PostgreSQL on 127.0.0.1 (scripts/postgres-local.sh), a schema of its own per
+//! test.
+
+use super::*;
+
+use slack_once::postgres::{Clock, Database};
+
+pub const POSTGRES_SCRIPT: &str = "scripts/postgres-local.sh start";
+
+/// The URL of the local PostgreSQL's `postgres` database (port from POSTGRES_LOCAL_PORT,
+/// default 5433). Fails the test, naming the script, when nothing answers there: never skips
+/// silently.
+pub fn postgres_url() -> String {
+    let port: u16 = std::env::var("POSTGRES_LOCAL_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(5433);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+        panic!(
+            "PostgreSQL is not answering on 127.0.0.1:{port}: start it with `{POSTGRES_SCRIPT}` \
+             (scripts/test.sh starts and stops it for you)"
+        );
+    }
+    format!("postgres://postgres@127.0.0.1:{port}/postgres")
+}
+
+/// A schema of its own on the local PostgreSQL, migrated: its `DATABASE_URL` (the schema on
+/// the connection's `search_path`, so every table the stores name is its own), and a
+/// database on it whose clock is given by each call (the contract tests move time by hand).
+pub async fn fresh_schema() -> (String, Database) {
+    let url = fresh_schema_url().await;
+    let database = Database::connect(&url, 8)
+        .expect("the test URL")
+        .with_clock(Clock::Given);
+    database.migrate().await.expect("migrate the test schema");
+    (url, database)
+}
+
+/// A new empty schema's `DATABASE_URL`, nothing migrated.
+pub async fn fresh_schema_url() -> String {
+    let base = postgres_url();
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let admin = Database::connect(&base, 1).expect("the local URL");
+    admin
+        .client()
+        .await
+        .expect("connect to the local PostgreSQL")
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .expect("create the test schema");
+    format!("{base}?options=-c%20search_path%3D{schema}")
+}
