@@ -181,7 +181,11 @@ pub struct Config {
     pub function_version: String,
     /// Deferred mode's work queue: the ingress sends to it, the local worker receives from it,
     /// and a worker on Lambda hands back on it what it released for a passing failure.
-    pub work_queue_url: Option<String>,
+    pub work_queue: Option<WorkQueueConfig>,
+    /// PostgreSQL as the store of everything a DynamoDB table holds otherwise (`DATABASE_URL`):
+    /// the ledger, the app's state, the installations; and the work queue with
+    /// `WORK_QUEUE_NAME`.
+    pub database: Option<DatabaseConfig>,
     /// The queue's `maxReceiveCount`: a receive with this count is a message's last.
     pub max_receives: u32,
     /// The local worker: messages in flight at once.
@@ -223,8 +227,54 @@ pub const DEFAULT_SOCKET_CONNECTIONS: usize = 2;
 impl Config {
     /// Whether this ingress answers events itself, inside Slack's request.
     pub fn answers_synchronously(&self) -> bool {
-        self.role == Role::Ingress && self.work_queue_url.is_none()
+        self.role == Role::Ingress && self.work_queue.is_none()
     }
+
+    /// Whether the ledger is one every process of the deployment shares (a DynamoDB table or
+    /// a PostgreSQL database), not this process's memory.
+    pub fn shared_store(&self) -> bool {
+        self.dedup_table.is_some() || self.database.is_some()
+    }
+}
+
+/// Deferred mode's work queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkQueueConfig {
+    /// A standard SQS queue (`WORK_QUEUE_URL`), with its dead-letter queue.
+    Sqs {
+        /// The queue's URL.
+        url: String,
+    },
+    /// A queue in the PostgreSQL database (`WORK_QUEUE_NAME`, with `DATABASE_URL`), with its
+    /// dead letters beside it.
+    Postgres {
+        /// The queue's name: several apps (and releases) share one database, each its queue.
+        name: String,
+    },
+}
+
+impl WorkQueueConfig {
+    /// Where the queue is, for the logs.
+    pub fn describe(&self) -> String {
+        match self {
+            WorkQueueConfig::Sqs { url } => url.clone(),
+            WorkQueueConfig::Postgres { name } => format!("PostgreSQL queue {name:?}"),
+        }
+    }
+}
+
+/// PostgreSQL's settings (`DATABASE_URL`).
+#[derive(Clone, Debug)]
+pub struct DatabaseConfig {
+    /// `postgres://user:password@host:port/database?sslmode=require`: redacted in `Debug`,
+    /// since it may hold a password.
+    pub url: Secret,
+    /// Connections this process keeps open at most (`DATABASE_POOL_SIZE`).
+    pub pool_size: usize,
+    /// Whether the process applies the migrations its release needs as it starts
+    /// (`DATABASE_MIGRATE`: `on`, the default, or `off`: then it only checks the schema, and
+    /// `slack-once create-table` migrates).
+    pub migrate: bool,
 }
 
 /// A configuration the process cannot start with; the message names the variable.
@@ -264,9 +314,10 @@ impl Config {
         };
         let role = role_of(&get)?;
 
-        let work_queue_url = work_queue_url_of(&get, role, mode)?;
+        let database = database_of(&get)?;
+        let work_queue = work_queue_of(&get, role, mode, database.is_some())?;
         // Where the ledger and Slack are used: a worker, or an ingress answering itself.
-        let answers = role == Role::Worker || work_queue_url.is_none();
+        let answers = role == Role::Worker || work_queue.is_none();
 
         let secrets_arn = get("SLACK_SECRETS_ARN").map(|v| v.trim().to_string());
         let secrets_refresh = secrets_refresh_of(&get)?;
@@ -295,11 +346,22 @@ impl Config {
 
         let slack_api_url = slack_api_url_of(&get)?;
 
-        let dedup_table = dedup_table_of(&get, role, mode, answers, oauth.is_some())?;
+        let dedup_table = match database {
+            Some(_) if get("DEDUP_TABLE").is_some() => {
+                return Err(ConfigError::Invalid {
+                    var: "DATABASE_URL, DEDUP_TABLE",
+                    reason: "name one store: DEDUP_TABLE for DynamoDB, DATABASE_URL for \
+                             PostgreSQL"
+                        .into(),
+                });
+            }
+            Some(_) => None,
+            None => dedup_table_of(&get, role, mode, answers, oauth.is_some())?,
+        };
 
         let ttl = ttl_of(&get)?;
 
-        let lease = lease_of(&get, role, work_queue_url.is_some(), socket_mode.is_some())?;
+        let lease = lease_of(&get, role, work_queue.is_some(), socket_mode.is_some())?;
 
         let max_connections = parse_count(
             "MAX_CONNECTIONS",
@@ -347,7 +409,8 @@ impl Config {
             listen_addr,
             max_connections,
             function_version,
-            work_queue_url,
+            work_queue,
+            database,
             max_receives,
             worker_concurrency,
             worker_poll,
@@ -419,12 +482,17 @@ fn role_of(get: &impl Fn(&str) -> Option<String>) -> Result<Role, ConfigError> {
     Ok(role)
 }
 
-/// `WORK_QUEUE_URL`: deferred mode's standard SQS queue; a local worker needs it.
-fn work_queue_url_of(
+/// `WORK_QUEUE_URL`: deferred mode's standard SQS queue; `WORK_QUEUE_NAME`, its queue in
+/// PostgreSQL (with `DATABASE_URL`). A local worker needs one.
+fn work_queue_of(
     get: &impl Fn(&str) -> Option<String>,
     role: Role,
     mode: Mode,
-) -> Result<Option<String>, ConfigError> {
+    database: bool,
+) -> Result<Option<WorkQueueConfig>, ConfigError> {
+    if let Some(name) = get("WORK_QUEUE_NAME").map(|n| n.trim().to_string()) {
+        return postgres_queue_of(get, name, mode, database).map(Some);
+    }
     let work_queue_url = get("WORK_QUEUE_URL").map(|u| u.trim().to_string());
     if let Some(url) = &work_queue_url {
         let valid = (url.starts_with("https://") || url.starts_with("http://"))
@@ -452,10 +520,95 @@ fn work_queue_url_of(
         return Err(ConfigError::Missing {
             var: "WORK_QUEUE_URL",
             hint: "the local worker long-polls this SQS queue: set its URL \
-                   (`slack-once create-queue NAME` prints one for a local server)",
+                   (`slack-once create-queue NAME` prints one for a local server), or, with \
+                   DATABASE_URL, name its queue in PostgreSQL with WORK_QUEUE_NAME",
         });
     }
-    Ok(work_queue_url)
+    Ok(work_queue_url.map(|url| WorkQueueConfig::Sqs { url }))
+}
+
+/// `WORK_QUEUE_NAME`: deferred mode's queue in the PostgreSQL database `DATABASE_URL` names.
+fn postgres_queue_of(
+    get: &impl Fn(&str) -> Option<String>,
+    name: String,
+    mode: Mode,
+    database: bool,
+) -> Result<WorkQueueConfig, ConfigError> {
+    if get("WORK_QUEUE_URL").is_some() {
+        return Err(ConfigError::Invalid {
+            var: "WORK_QUEUE_NAME, WORK_QUEUE_URL",
+            reason: "name one work queue: WORK_QUEUE_URL for SQS, WORK_QUEUE_NAME for a queue \
+                     in PostgreSQL"
+                .into(),
+        });
+    }
+    if !database {
+        return Err(ConfigError::Missing {
+            var: "DATABASE_URL",
+            hint: "WORK_QUEUE_NAME names a queue in PostgreSQL: set DATABASE_URL to the \
+                   database (postgres://user:password@host:5432/database)",
+        });
+    }
+    if mode == Mode::Lambda {
+        return Err(ConfigError::Invalid {
+            var: "WORK_QUEUE_NAME",
+            reason: "a queue in PostgreSQL is for processes that poll it (containers, \
+                     servers); on Lambda, deferred mode's queue is SQS (WORK_QUEUE_URL)"
+                .into(),
+        });
+    }
+    let valid = (1..=80).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+    if !valid {
+        return Err(ConfigError::Invalid {
+            var: "WORK_QUEUE_NAME",
+            reason: "a queue's name is 1-80 characters of a-z, A-Z, 0-9, _ and -".into(),
+        });
+    }
+    Ok(WorkQueueConfig::Postgres { name })
+}
+
+/// `DATABASE_URL`: PostgreSQL as the store; `DATABASE_POOL_SIZE`, `DATABASE_MIGRATE`.
+fn database_of(get: &impl Fn(&str) -> Option<String>) -> Result<Option<DatabaseConfig>, ConfigError> {
+    let Some(url) = get("DATABASE_URL").map(|u| u.trim().to_string()) else {
+        return Ok(None);
+    };
+    // Never echoed: the URL may hold a password.
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        || url.parse::<tokio_postgres::Config>().is_err()
+    {
+        return Err(ConfigError::Invalid {
+            var: "DATABASE_URL",
+            reason: "must be a PostgreSQL URL: postgres://user:password@host:5432/database \
+                     (?sslmode=require for TLS)"
+                .into(),
+        });
+    }
+    let pool_size = parse_count(
+        "DATABASE_POOL_SIZE",
+        get("DATABASE_POOL_SIZE"),
+        crate::postgres::DEFAULT_POOL_SIZE,
+        1_000,
+    )?;
+    let migrate = match get("DATABASE_MIGRATE").as_deref().map(str::trim) {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(_) => {
+            return Err(ConfigError::Invalid {
+                var: "DATABASE_MIGRATE",
+                reason: "must be on (the process migrates the schema as it starts) or off \
+                         (`slack-once create-table` migrates it)"
+                    .into(),
+            });
+        }
+    };
+    Ok(Some(DatabaseConfig {
+        url: Secret::new(url),
+        pool_size,
+        migrate,
+    }))
 }
 
 /// `SLACK_SECRETS_REFRESH_SECONDS`: how often the Secrets Manager secret is read again.
@@ -1029,6 +1182,72 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(lambda.contains("SLACK_APP_TOKEN"), "{lambda}");
+    }
+
+    #[test]
+    fn database_url_selects_postgresql_for_the_ledger_and_its_queue() {
+        const URL: &str = "postgres://bot:pw-never-printed@127.0.0.1:5433/slack";
+        let lambda = [
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("SLACK_BOT_TOKEN", "xoxb-1"),
+        ];
+        // On Lambda, the database is the shared ledger DEDUP_TABLE otherwise is.
+        let c = config(&[lambda.as_slice(), &[("DATABASE_URL", URL)]].concat()).unwrap();
+        assert!(c.dedup_table.is_none() && c.shared_store());
+        let database = c.database.unwrap();
+        assert!(database.migrate);
+        assert_eq!(database.pool_size, crate::postgres::DEFAULT_POOL_SIZE);
+        assert!(!format!("{database:?}").contains("pw-never-printed"));
+        // A local worker on the database's queue needs no AWS variable.
+        let worker = config(&[
+            ("SLACK_ONCE_ROLE", "worker"),
+            ("DATABASE_URL", URL),
+            ("WORK_QUEUE_NAME", "work"),
+            ("DATABASE_POOL_SIZE", "3"),
+            ("DATABASE_MIGRATE", "off"),
+        ])
+        .unwrap();
+        assert_eq!(
+            worker.work_queue,
+            Some(WorkQueueConfig::Postgres {
+                name: "work".into()
+            })
+        );
+        let database = worker.database.unwrap();
+        assert_eq!((database.pool_size, database.migrate), (3, false));
+        // What is refused, naming the variables and never the password.
+        for (vars, named) in [
+            (vec![("DATABASE_URL", "mysql://bot:pw-never-printed@h/d")], "DATABASE_URL"),
+            (vec![("DATABASE_URL", URL), ("DEDUP_TABLE", "t")], "DATABASE_URL, DEDUP_TABLE"),
+            (vec![("WORK_QUEUE_NAME", "work")], "DATABASE_URL"),
+            (
+                vec![
+                    ("DATABASE_URL", URL),
+                    ("WORK_QUEUE_NAME", "work"),
+                    ("WORK_QUEUE_URL", "http://127.0.0.1:9324/1/work"),
+                ],
+                "WORK_QUEUE_NAME, WORK_QUEUE_URL",
+            ),
+            (vec![("DATABASE_URL", URL), ("WORK_QUEUE_NAME", "no spaces")], "WORK_QUEUE_NAME"),
+            (vec![("DATABASE_URL", URL), ("DATABASE_MIGRATE", "yes")], "DATABASE_MIGRATE"),
+            (vec![("DATABASE_URL", URL), ("DATABASE_POOL_SIZE", "0")], "DATABASE_POOL_SIZE"),
+        ] {
+            let vars = [&[("SLACK_SIGNING_SECRET", "s")][..], &vars].concat();
+            let error = config(&vars).unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(named), "{named}: {text}");
+            assert!(!text.contains("pw-never-printed"), "{text}");
+        }
+        let queue_on_lambda = config(
+            &[
+                lambda.as_slice(),
+                &[("DATABASE_URL", URL), ("WORK_QUEUE_NAME", "work")],
+            ]
+            .concat(),
+        )
+        .unwrap_err();
+        assert!(queue_on_lambda.to_string().contains("WORK_QUEUE_NAME"));
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod secrets;
 mod server;
 pub mod slack;
 mod socket_mode;
+mod stores;
 #[cfg(feature = "testing")]
 #[allow(clippy::too_many_lines)]
 pub mod testing;
@@ -50,14 +51,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::App;
 use crate::config::{Config, Role};
-use crate::ledger::{DynamoLedger, Ledger, MemoryLedger};
+use crate::ledger::Ledger;
 use crate::pipeline::{Processor, Settings};
-use crate::workspaces::seal::Seal;
-use crate::workspaces::{DynamoInstallations, InstallationStore, MemoryInstallations, Workspaces};
+use crate::workspaces::{InstallationStore, MemoryInstallations, Workspaces};
 
 use crate::queue::sqs::CallBudget;
 use crate::queue::worker::Worker;
-use crate::queue::{SqsQueue, WorkQueue};
+use crate::queue::WorkQueue;
 use crate::secrets::{Needs, SecretsError, SlackSecrets};
 use crate::slack::SlackClient;
 
@@ -80,6 +80,10 @@ pub enum StartError {
     /// The install flow's settings are missing or invalid (scopes, redirect URI).
     #[error(transparent)]
     Install(#[from] config::ConfigError),
+    /// The PostgreSQL database (`DATABASE_URL`) could not be opened, or its schema is behind
+    /// this release and not to be migrated (`DATABASE_MIGRATE=off`).
+    #[error(transparent)]
+    Database(#[from] crate::postgres::DatabaseError),
 }
 
 /// The wired application: configuration, ledger, Slack client, work queue and the bot's
@@ -90,6 +94,9 @@ pub struct Application {
     in_flight: TaskTracker,
     /// Routes served beside Slack's (the gateway's Web API proxy).
     routes: Option<Router>,
+    /// The PostgreSQL database the stores are on (`DATABASE_URL`), whose pool a worker's
+    /// queue shares.
+    database: Option<crate::postgres::Database>,
 }
 
 impl Application {
@@ -103,10 +110,7 @@ impl Application {
     /// As [`Application::build`], with your own [`App`].
     pub async fn build_with_app(config: Config, app: App) -> Result<Self, StartError> {
         // The secrets' read (the one network call of a start, when SLACK_SECRETS_ARN is set)
-        // and the clients' construction overlap; the SDK's configuration is loaded once for all.
-        // Multi-workspace mode on DynamoDB: the store shares the ledger's client and table.
-        let installations: std::sync::Mutex<Option<Arc<dyn InstallationStore>>> =
-            std::sync::Mutex::new(None);
+        // and the stores' opening overlap.
         let secrets = async {
             Ok::<_, SecretsError>(match &config.secrets_arn {
                 Some(id) => {
@@ -127,73 +131,37 @@ impl Application {
                 }
             })
         };
-        let ledger = async {
-            let ledger: Arc<dyn Ledger> = match &config.dedup_table {
-                Some(table) => {
-                    tracing::info!(table = %table, "ledger: DynamoDB");
-                    let client = crate::ledger::dynamo::client_from_env().await;
-                    if let Some(oauth) = &config.oauth {
-                        let seal = match &oauth.token_key_id {
-                            Some(key) => {
-                                tracing::info!(
-                                    key = %key,
-                                    "installations' tokens sealed in the table with KMS"
-                                );
-                                Seal::kms_from_env(key.clone()).await
-                            }
-                            None => {
-                                tracing::warn!(
-                                    "SLACK_TOKEN_KEY_ID is not set: installations' tokens are \
-                                     kept in the table as they are, readable by anyone who can \
-                                     read the table (set it to a KMS key to seal them)"
-                                );
-                                Seal::none()
-                            }
-                        };
-                        let store = DynamoInstallations::new(
-                            client.clone(),
-                            table.clone(),
-                            oauth.client_id.clone(),
-                        )
-                        .with_seal(Arc::new(seal));
-                        *installations.lock().expect("lock") = Some(Arc::new(store));
-                    }
-                    Arc::new(DynamoLedger::new(client, table.clone()))
-                }
-                None => {
-                    if config.answers_synchronously() {
-                        tracing::info!(
-                            "ledger: in memory (this process only; set DEDUP_TABLE to share one)"
-                        );
-                    }
-                    Arc::new(MemoryLedger::new())
-                }
-            };
-            ledger
+        let stores = crate::stores::open(&config);
+        // The ingress's queue (a worker opens its own to receive from).
+        let sqs = async {
+            match config.role {
+                Role::Ingress => crate::stores::sqs_queue(&config, CallBudget::Ingress).await,
+                Role::Worker => None,
+            }
         };
-        let queue = async {
-            let queue: Option<Arc<dyn WorkQueue>> = match (&config.work_queue_url, config.role) {
-                (Some(url), Role::Ingress) => {
-                    tracing::info!(queue = %url, "deferred mode: events go to the work queue");
-                    Some(Arc::new(
-                        SqsQueue::from_env(url.clone(), CallBudget::Ingress).await,
-                    ))
-                }
-                _ => None,
-            };
-            queue
+        let (secrets, stores, sqs) = tokio::join!(secrets, stores, sqs);
+        let (secrets, stores) = (secrets?, stores?);
+        let queue = match (sqs, &stores.database, config.role) {
+            (Some(queue), _, _) => Some(queue),
+            (None, Some(database), Role::Ingress) => {
+                crate::stores::postgres_queue(&config, database)
+            }
+            _ => None,
         };
-        let (secrets, ledger, queue) = tokio::join!(secrets, ledger, queue);
-        let secrets = secrets?;
+        if let Some(queue) = &config.work_queue
+            && config.role == Role::Ingress
+        {
+            tracing::info!(queue = %queue.describe(), "deferred mode: events go to the work queue");
+        }
         if let Some(oauth) = &config.oauth
             && oauth.client_secret.is_none()
             && secrets.current().client_secret.is_none()
         {
             return Err(StartError::NoClientSecret);
         }
-        let store = installations.lock().expect("lock").take();
-        let mut application = Self::assemble(config, Arc::new(secrets), ledger, app, queue);
-        if let Some(store) = store {
+        let mut application = Self::assemble(config, Arc::new(secrets), stores.ledger, app, queue);
+        application.database = stores.database;
+        if let Some(store) = stores.installations {
             application = application.with_store(store);
         }
         if let Some(workspaces) = application.processor.workspaces() {
@@ -280,13 +248,19 @@ impl Application {
         if let Some(oauth) = &config.oauth {
             tracing::info!(
                 client_id = %oauth.client_id,
-                store = if config.dedup_table.is_some() { "DynamoDB" } else { "in memory" },
+                store = if config.database.is_some() {
+                    "PostgreSQL"
+                } else if config.dedup_table.is_some() {
+                    "DynamoDB"
+                } else {
+                    "in memory"
+                },
                 "multi-workspace mode: each workspace's installation from the installation store"
             );
-            if config.dedup_table.is_none() && oauth.token_key_id.is_some() {
+            if !config.shared_store() && oauth.token_key_id.is_some() {
                 tracing::info!(
                     "SLACK_TOKEN_KEY_ID is set but the installations are in this process's \
-                     memory (no DEDUP_TABLE): nothing is written at rest to seal"
+                     memory (no DATABASE_URL or DEDUP_TABLE): nothing is written at rest to seal"
                 );
             }
             // Without a table: in memory (local mode; [`Self::with_store`] replaces it).
@@ -303,12 +277,19 @@ impl Application {
             processor: Arc::new(processor),
             in_flight: TaskTracker::new(),
             routes: None,
+            database: None,
         }
     }
 
     /// The configuration it was built with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Deferred mode's work queue, as the configuration names it, for a caller with `budget`
+    /// (on PostgreSQL, on the stores' pool); `None`: not deferred.
+    pub(crate) async fn work_queue(&self, budget: CallBudget) -> Option<Arc<dyn WorkQueue>> {
+        crate::stores::work_queue(&self.config, self.database.as_ref(), budget).await
     }
 
     /// The router, each delivery run inline (Lambda: the invocation is the request).

@@ -9,7 +9,7 @@ use tracing_subscriber::filter::{LevelFilter, Targets};
 
 use crate::Application;
 use crate::app::App;
-use crate::config::{Config, Mode, Role};
+use crate::config::{Config, Mode, Role, WorkQueueConfig};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::queue::SqsQueue;
 use crate::queue::sqs::CallBudget;
@@ -20,7 +20,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 const USAGE: &str = "\
 usage: BOT           serve Slack's requests (Lambda when AWS_LAMBDA_RUNTIME_API is set, else on LISTEN_ADDR);
                      SLACK_ONCE_ROLE=worker runs the worker instead
-       BOT worker    the worker of deferred mode: long-poll WORK_QUEUE_URL, answer each event
+       BOT worker    the worker of deferred mode: receive from WORK_QUEUE_URL (SQS) or
+                     WORK_QUEUE_NAME (PostgreSQL), answer each event
        BOT --version";
 
 /// The usage text of a bot's binary (named as it was run): serving, `worker`, and the tools.
@@ -234,8 +235,10 @@ fn configured(role: Option<Role>) -> Result<Config, ExitCode> {
 /// (a queue made before the default changed has another): its last-chance receive is then the
 /// queue's, whatever made the queue. Where the queue cannot say, the default stands, logged.
 async fn learn_max_receives(config: &mut Config) {
-    let (Role::Worker, Mode::Local, Some(url)) = (config.role, config.mode, &config.work_queue_url)
+    let (Role::Worker, Mode::Local, Some(WorkQueueConfig::Sqs { url })) =
+        (config.role, config.mode, &config.work_queue)
     else {
+        // A queue in PostgreSQL dead-letters at this process's WORK_QUEUE_MAX_RECEIVES.
         return;
     };
     if std::env::var_os("WORK_QUEUE_MAX_RECEIVES").is_some() {
@@ -313,9 +316,9 @@ async fn serve_gateway(role: Option<Role>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if gateway.relays_calls() && config.dedup_table.is_none() {
+    if gateway.relays_calls() && !config.shared_store() {
         tracing::error!(
-            "configuration error: DEDUP_TABLE: the bot's calls are relayed through the ledger \
+            "configuration error: DATABASE_URL or DEDUP_TABLE: the bot's calls are relayed through the ledger \
              (on Lambda, or with SLACK_ONCE_RELAY_CALLS), which every process must share"
         );
         return ExitCode::from(2);
@@ -330,7 +333,14 @@ async fn serve_gateway(role: Option<Role>) -> ExitCode {
         (Role::Worker, Mode::Lambda) => return worker_on_lambda(app).await,
         _ => {}
     }
-    let worker = (role == Role::Worker).then(|| (app.worker(), app.config().clone()));
+    let worker = match role {
+        Role::Worker => Some((
+            app.worker(),
+            app.config().clone(),
+            app.work_queue(CallBudget::Worker).await,
+        )),
+        Role::Ingress => None,
+    };
     let server = match app.bind().await {
         Ok(server) => server,
         Err(error) => {
@@ -342,7 +352,7 @@ async fn serve_gateway(role: Option<Role>) -> ExitCode {
     tracing::info!(addr = %server.local_addr(), "listening: POST /slack/events (Slack), POST /api/{{method}} (the bot's Web API calls), GET /healthz");
     match worker {
         None => serve_until_stopped(server).await,
-        Some((worker, config)) => gateway_worker(server, worker, &config).await,
+        Some((worker, config, queue)) => gateway_worker(server, worker, &config, queue).await,
     }
 }
 
@@ -351,12 +361,14 @@ async fn gateway_worker(
     server: crate::LocalServer,
     worker: Arc<crate::Worker>,
     config: &Config,
+    queue: Option<Arc<dyn crate::queue::WorkQueue>>,
 ) -> ExitCode {
-    let Some(url) = config.work_queue_url.clone() else {
-        tracing::error!("configuration error: WORK_QUEUE_URL is required by the worker");
+    let (Some(queue), Some(named)) = (queue, &config.work_queue) else {
+        tracing::error!(
+            "configuration error: WORK_QUEUE_URL (or WORK_QUEUE_NAME) is required by the worker"
+        );
         return ExitCode::from(2);
     };
-    let queue = Arc::new(SqsQueue::from_env(url.clone(), CallBudget::Worker).await);
     let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -365,7 +377,11 @@ async fn gateway_worker(
     let until = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopping.wait_for(|stop| *stop).await;
     };
-    tracing::info!(queue = %url, lease_s = config.lease.as_secs(), "worker: receiving");
+    tracing::info!(
+        queue = %named.describe(),
+        lease_s = config.lease.as_secs(),
+        "worker: receiving"
+    );
     let polled = worker.run_local(
         queue,
         config.worker_concurrency,
@@ -430,9 +446,8 @@ async fn worker_on_lambda(app: Application) -> ExitCode {
     let worker = app.worker();
     // The queue the records come from, to hand a released record back after its
     // backoff rather than the queue's visibility timeout (the template sets it).
-    let queue: Option<Arc<dyn crate::queue::WorkQueue>> = match app.config().work_queue_url.clone()
-    {
-        Some(url) => Some(Arc::new(SqsQueue::from_env(url, CallBudget::Worker).await)),
+    let queue = match app.work_queue(CallBudget::Worker).await {
+        Some(queue) => Some(queue),
         None => {
             tracing::warn!(
                 "WORK_QUEUE_URL is not set: a record released for a passing failure \
@@ -468,13 +483,15 @@ async fn worker_on_lambda(app: Application) -> ExitCode {
 /// The worker locally: long-polls `WORK_QUEUE_URL`, until SIGTERM.
 async fn worker_locally(app: Application) -> ExitCode {
     let config = app.config();
-    let url = config
-        .work_queue_url
-        .clone()
-        .expect("the configuration requires WORK_QUEUE_URL for a local worker");
-    let queue = Arc::new(SqsQueue::from_env(url.clone(), CallBudget::Worker).await);
+    let (Some(queue), Some(named)) = (app.work_queue(CallBudget::Worker).await, &config.work_queue)
+    else {
+        tracing::error!(
+            "configuration error: WORK_QUEUE_URL (or WORK_QUEUE_NAME) is required by the worker"
+        );
+        return ExitCode::from(2);
+    };
     tracing::info!(
-        queue = %url,
+        queue = %named.describe(),
         concurrency = config.worker_concurrency,
         lease_s = config.lease.as_secs(),
         "worker: receiving"

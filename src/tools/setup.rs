@@ -16,13 +16,18 @@ use crate::workspaces::seal::Seal;
 /// `create-table [TABLE]`.
 pub static CREATE_TABLE: Spec = Spec {
     name: "create-table",
-    about: "create the ledger table (DEDUP_TABLE) where AWS_ENDPOINT_URL points",
+    about: "create the ledger table (DEDUP_TABLE) where AWS_ENDPOINT_URL points;\n\
+            with DATABASE_URL, migrate PostgreSQL's schema to this release's",
     operands: &[Item {
         name: "[TABLE]",
         help: "the table's name (default: DEDUP_TABLE)",
     }],
     options: &[],
     env: &[
+        Item {
+            name: "DATABASE_URL",
+            help: "PostgreSQL (no TABLE given): its schema migrated",
+        },
         Item {
             name: "DEDUP_TABLE",
             help: "the table's name, when TABLE is not given",
@@ -198,8 +203,12 @@ pub fn seal_installations(args: &Args) -> ExitCode {
     })
 }
 
-/// Runs `create-table`.
+/// Runs `create-table`: on PostgreSQL (`DATABASE_URL` set and no table named), applies the
+/// migrations the schema lacks.
 pub fn create_table(args: &Args) -> ExitCode {
+    if let (None, Some(url)) = (args.operand(0), env("DATABASE_URL")) {
+        return migrate(args, &url);
+    }
     let Some(table) = args
         .operand(0)
         .map(str::to_string)
@@ -212,6 +221,30 @@ pub fn create_table(args: &Args) -> ExitCode {
         match DynamoLedger::create_table(&client, &table).await {
             Ok(()) => {
                 say!("created table {table}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => args.failed(&error_chain(&error)),
+        }
+    })
+}
+
+/// Migrates the PostgreSQL database `url` names to this release's schema.
+fn migrate(args: &Args, url: &str) -> ExitCode {
+    let database = match crate::postgres::Database::connect(url, 1) {
+        Ok(database) => database,
+        Err(error) => return args.fail(&error.to_string()),
+    };
+    runtime().block_on(async {
+        match database.migrate().await {
+            Ok(applied) => {
+                let version = crate::postgres::SCHEMA_VERSION;
+                match applied.as_slice() {
+                    [] => say!("the schema of {} is at version {version} already", database.place()),
+                    _ => say!(
+                        "migrated {} to version {version} (applied {applied:?})",
+                        database.place()
+                    ),
+                }
                 ExitCode::SUCCESS
             }
             Err(error) => args.failed(&error_chain(&error)),

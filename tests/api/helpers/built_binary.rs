@@ -491,3 +491,40 @@ impl Drop for StandinProcess {
         let _ = self.child.wait();
     }
 }
+
+/// What a run of the built binary to its end printed, and how it ended.
+pub struct Ran {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the built binary with `args` and only `vars` (and PATH) to its end, within 60 s (killed
+/// past them: a server that should have refused to start fails the test, it does not hang it).
+pub fn run_binary(args: &[&str], vars: &[(&str, String)]) -> Ran {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("LISTEN_ADDR", "127.0.0.1:0")
+        .env("SLACK_SIGNING_SECRET", SECRET)
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the built binary");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    Ran {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

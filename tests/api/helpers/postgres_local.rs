@@ -51,3 +51,71 @@ pub async fn fresh_schema_url() -> String {
         .expect("create the test schema");
     format!("{base}?options=-c%20search_path%3D{schema}")
 }
+
+/// A PostgreSQL cluster of its own (scripts/postgres-local.sh on a free port, its data in a
+/// directory of its own), for a test that stops or restarts the server; stopped (by its PID
+/// file) and removed when dropped.
+pub struct PrivatePostgres {
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl PrivatePostgres {
+    /// Creates the cluster and starts it.
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("slack-once-pg-{}", uuid::Uuid::new_v4()));
+        let server = Self { port, dir };
+        server.script("start");
+        server
+    }
+
+    /// Its `DATABASE_URL`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server (its data stays).
+    pub fn stop(&mut self) {
+        self.script("stop");
+    }
+
+    /// Starts it again on the same port and data.
+    pub fn restart(&mut self) {
+        self.script("start");
+    }
+
+    fn script(&self, command: &str) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let status = std::process::Command::new(root.join("scripts/postgres-local.sh"))
+            .arg(command)
+            .env("POSTGRES_LOCAL_PORT", self.port.to_string())
+            .env("POSTGRES_LOCAL_DIR", &self.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run scripts/postgres-local.sh");
+        assert!(status.success(), "scripts/postgres-local.sh {command} failed");
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        self.script("stop");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The variables of a `slack-once` process posting to `slack` with its ledger in the
+/// PostgreSQL database `url`: no AWS variable at all.
+pub fn postgres_bot_vars(slack: &SlackStandin, url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("SLACK_BOT_TOKEN", TOKEN.to_string()),
+        ("SLACK_API_URL", slack.base_url.clone()),
+        ("DATABASE_URL", url.to_string()),
+    ]
+}

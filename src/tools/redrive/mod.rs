@@ -30,17 +30,20 @@
 //! that never took it) ends `failed` (`dead_letter_refused`, retryable as a lapsed claim is),
 //! so that the ledger says why it was never answered.
 
+mod dynamo;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use async_trait::async_trait;
 
 use super::args::{self, Args, Spec, env};
-use crate::ledger::dynamo::attr;
 use crate::queue::sqs::{self, CallBudget};
 use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
+
+pub use dynamo::Queues;
 use crate::slack::envelope::{Envelope, EventId};
 use crate::slack::interaction::Interaction;
 
@@ -210,145 +213,162 @@ impl fmt::Display for Report {
 /// Why `redrive` stopped.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum RedriveError {
-    /// SQS did not answer, or refused.
-    #[error("SQS: {0}")]
+    /// The queue (SQS, or PostgreSQL's) did not answer, or refused.
+    #[error("the queue: {0}")]
     Queue(String),
-    /// DynamoDB did not answer, or refused.
-    #[error("DynamoDB: {0}")]
+    /// The ledger (DynamoDB, or PostgreSQL) did not answer, or refused.
+    #[error("the ledger: {0}")]
     Ledger(String),
 }
 
-/// The queues and the table `redrive` works on.
-pub struct Queues<'a> {
-    /// The SQS client.
-    pub sqs: &'a aws_sdk_sqs::Client,
-    /// The dead-letter queue's URL.
-    pub dead_letters: &'a str,
-    /// The work queue's URL.
-    pub work: &'a str,
-    /// The DynamoDB client.
-    pub dynamodb: &'a aws_sdk_dynamodb::Client,
-    /// The ledger's table.
-    pub table: &'a str,
+/// A request's claim as `redrive` judges it, whichever ledger holds it.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimView {
+    /// `in_progress`, `done`, `released` or `failed`.
+    pub status: String,
+    /// Why it failed, as recorded.
+    pub error: Option<String>,
+    /// The format it was written in, where the ledger versions its items.
+    pub format: Option<u64>,
+    /// When its lease ends (epoch ms, on the caller's clock).
+    pub lease_until_ms: Option<u64>,
+    /// The Slack app whose claim it is.
+    pub app: Option<String>,
+    /// Its owner token, which a change made of it is conditioned on.
+    pub owner: Option<String>,
+    /// When it expires (epoch seconds).
+    pub expires_at_s: Option<u64>,
+}
+
+/// The ledger's side of `redrive`: read a request's claims, make a failed one claimable, end a
+/// lapsed one refused.
+#[async_trait]
+pub trait RedriveLedger: Send + Sync {
+    /// The claim at `key`, unless absent or past its TTL at `now_ms`.
+    async fn read(&self, key: &EventId, now_ms: u64) -> Result<Option<ClaimView>, RedriveError>;
+
+    /// Makes the failed claim at `key` claimable by a redriven copy (retryable), expiring no
+    /// sooner than `expires_at_s`, conditioned on it being as read (`view`): a claim in between
+    /// wins.
+    async fn make_claimable(
+        &self,
+        key: &EventId,
+        view: &ClaimView,
+        expires_at_s: u64,
+    ) -> Result<(), RedriveError>;
+
+    /// Ends `failed` ([`DEAD_LETTER_REFUSED`], retryable) the claim at `key` left in progress
+    /// past its lease, conditioned on its owner and lease as read; whether it did.
+    async fn end_refused(
+        &self,
+        key: &EventId,
+        view: &ClaimView,
+        now_ms: u64,
+    ) -> Result<bool, RedriveError>;
+}
+
+/// A message of the dead letters, as received.
+#[derive(Clone, Debug)]
+pub struct DeadLetter {
+    /// Its id (SQS's `MessageId`, or the queue's row id).
+    pub id: String,
+    /// What moves or leaves it (valid for this receive).
+    pub receipt: String,
+    /// The queued request, as sent.
+    pub body: String,
+}
+
+/// The queue's side of `redrive`: the dead letters, received, moved back or left.
+#[async_trait]
+pub trait DeadLetters: Send + Sync {
+    /// Up to `max` dead letters, each hidden for `visibility` from the next receive; none when
+    /// there are no more.
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<DeadLetter>, RedriveError>;
+
+    /// Moves `letter` back to the work queue: sent there, then removed from the dead letters
+    /// (a crash between leaves a copy, which the ledger answers once).
+    async fn move_back(&self, letter: &DeadLetter) -> Result<(), RedriveError>;
+
+    /// Makes the dead letters of `receipts` visible again at once: for the next look, or the
+    /// real run after a dry one.
+    async fn leave(&self, receipts: Vec<String>);
 }
 
 /// Looks at up to `options.max` messages of the dead-letter queue and moves or leaves each as
 /// the module's documentation says. An SQS or DynamoDB error stops it: the report says what
 /// was done before, and the error ([`Report::error`]).
 pub async fn redrive(q: &Queues<'_>, options: &Options) -> Report {
+    redrive_with(q, q, options).await
+}
+
+/// [`redrive`] on any queue and ledger.
+pub async fn redrive_with(
+    letters: &dyn DeadLetters,
+    ledger: &dyn RedriveLedger,
+    options: &Options,
+) -> Report {
     let mut report = Report {
         dry_run: options.dry_run,
         ..Report::default()
     };
     let mut held_back = Vec::new();
-    if let Err(error) = receive_all(q, options, &mut report, &mut held_back).await {
+    if let Err(error) = receive_all(letters, ledger, options, &mut report, &mut held_back).await
+    {
         report.error = Some(error);
     }
-    // What stays is visible again at once, for the next look (or the real run after a dry one).
-    for receipt in held_back {
-        let _ = q
-            .sqs
-            .change_message_visibility()
-            .queue_url(q.dead_letters)
-            .receipt_handle(receipt)
-            .visibility_timeout(0)
-            .send()
-            .await;
-    }
+    letters.leave(held_back).await;
     report
 }
 
 async fn receive_all(
-    q: &Queues<'_>,
+    letters: &dyn DeadLetters,
+    ledger: &dyn RedriveLedger,
     options: &Options,
     report: &mut Report,
     held_back: &mut Vec<String>,
 ) -> Result<(), RedriveError> {
     let mut seen = HashSet::new();
     'receiving: while report.entries.len() < options.max {
-        let want = (options.max - report.entries.len()).min(10) as i32;
-        let received = q
-            .sqs
-            .receive_message()
-            .queue_url(q.dead_letters)
-            .max_number_of_messages(want)
-            .visibility_timeout(options.visibility.as_secs().try_into().unwrap_or(i32::MAX))
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .map_err(|e| RedriveError::Queue(crate::errors::error_chain(&e)))?;
-        let messages = received.messages();
+        let want = (options.max - report.entries.len()).min(10);
+        let messages = letters.receive(want, options.visibility).await?;
         if messages.is_empty() {
             break;
         }
         // What of this batch was not looked at, should the run stop on an error mid-way: made
         // visible again at the end, as what was held back is.
-        let mut rest: Vec<String> = messages
-            .iter()
-            .filter_map(|m| m.receipt_handle().map(str::to_string))
-            .collect();
+        let mut rest: Vec<String> = messages.iter().map(|m| m.receipt.clone()).collect();
         rest.reverse();
-        for (i, message) in messages.iter().enumerate() {
+        for (i, letter) in messages.iter().enumerate() {
             rest.pop();
-            let (Some(id), Some(receipt)) = (message.message_id(), message.receipt_handle()) else {
-                continue;
-            };
-            let (id, receipt) = (id.to_string(), receipt.to_string());
-            if !seen.insert(id.clone()) {
+            if !seen.insert(letter.id.clone()) {
                 // A message seen already: this run has gone round. It, and the rest of its
                 // batch (received, not looked at), are visible again at once, not in 5 minutes.
                 report.came_back = true;
-                held_back.extend(
-                    messages[i..]
-                        .iter()
-                        .filter_map(|m| m.receipt_handle().map(str::to_string)),
-                );
+                held_back.extend(messages[i..].iter().map(|m| m.receipt.clone()));
                 break 'receiving;
             }
-            let body = message.body().unwrap_or_default().to_string();
-            let entry = match judge(q, options, &id, &body).await {
+            let entry = match judge(ledger, options, &letter.id, &letter.body).await {
                 Ok(entry) => entry,
                 Err(e) => {
-                    held_back.push(receipt);
+                    held_back.push(letter.receipt.clone());
                     held_back.extend(rest);
                     return Err(e);
                 }
             };
-            let keep = match (&entry.action, options.dry_run) {
-                (Action::Moved | Action::Answered, false) => {
-                    let sent = q
-                        .sqs
-                        .send_message()
-                        .queue_url(q.work)
-                        .message_body(&body)
-                        .send()
-                        .await;
-                    if let Err(e) = sent {
-                        held_back.push(receipt);
-                        held_back.extend(rest);
-                        return Err(RedriveError::Queue(crate::errors::error_chain(&e)));
-                    }
-                    false
-                }
-                _ => true,
-            };
-            if keep {
-                held_back.push(receipt);
-            } else {
-                // Sent first, then deleted: a crash between leaves a copy, which the ledger
-                // answers once.
-                let deleted = q
-                    .sqs
-                    .delete_message()
-                    .queue_url(q.dead_letters)
-                    .receipt_handle(&receipt)
-                    .send()
-                    .await;
-                if let Err(e) = deleted {
-                    held_back.push(receipt);
-                    held_back.extend(rest);
-                    return Err(RedriveError::Queue(crate::errors::error_chain(&e)));
-                }
+            let moving = matches!(
+                (&entry.action, options.dry_run),
+                (Action::Moved | Action::Answered, false)
+            );
+            if !moving {
+                held_back.push(letter.receipt.clone());
+            } else if let Err(e) = letters.move_back(letter).await {
+                held_back.push(letter.receipt.clone());
+                held_back.extend(rest);
+                return Err(e);
             }
             report.entries.push(entry);
         }
@@ -455,7 +475,7 @@ fn request_of(body: &str, options: &Options) -> Request {
 /// What to do with one message, its failed items made claimable (unless `--dry-run`) where it
 /// is to be moved.
 async fn judge(
-    q: &Queues<'_>,
+    ledger: &dyn RedriveLedger,
     options: &Options,
     message_id: &str,
     body: &str,
@@ -468,8 +488,8 @@ async fn judge(
         failure: None,
         action: Action::Moved,
     };
-    let items = read_items(q, options, &request, &mut entry).await?;
-    let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
+    let items = read_items(ledger, options, &request, &mut entry).await?;
+    let status = |i: &ClaimView| i.status.clone();
     // Answered: moved whatever else holds (the worker finds it done and drops it), so that a
     // done request never waits in the dead-letter queue for a refusal.
     // Not when its items may expire before the worker reads them: the worker would find them
@@ -483,7 +503,7 @@ async fn judge(
     }
     if let Some(fmt) = items
         .iter()
-        .filter_map(|(_, i)| number(i, attr::FORMAT))
+        .filter_map(|(_, i)| i.format)
         .find(|f| *f > crate::ledger::dynamo::ITEM_FORMAT_READ)
     {
         entry.action = Action::Refused(format!(
@@ -492,33 +512,34 @@ async fn judge(
         ));
         return Ok(entry);
     }
-    entry.failure = items
-        .iter()
-        .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
+    entry.failure = items.iter().find_map(|(_, i)| i.error.clone());
     if let Some(why) = request.refused {
-        entry.action = Action::Refused(end_lapsed_claims(q, options, &items, why).await?);
+        entry.action = Action::Refused(end_lapsed_claims(ledger, options, &items, why).await?);
         return Ok(entry);
     }
     if let Some((code, why)) = items
         .iter()
         .map(|(_, i)| i)
         .filter(|i| status(i) == "failed")
-        .filter_map(|i| text(i, attr::ERROR))
+        .filter_map(|i| i.error.as_deref())
         .find_map(|code| NEVER_REDRIVEN.iter().find(|(c, _)| *c == code))
     {
         entry.action = Action::Refused(format!("{code}: {why}"));
         return Ok(entry);
     }
     if items.iter().any(|(_, i)| {
-        status(i) == "in_progress"
-            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until > options.now_ms)
+        status(i) == "in_progress" && i.lease_until_ms.is_some_and(|until| until > options.now_ms)
     }) {
         entry.action = Action::Held;
         return Ok(entry);
     }
     if !options.dry_run {
         for (key, item) in items.iter().filter(|(_, i)| status(i) == "failed") {
-            reset(q, options, key, item).await?;
+            let expires_s = item
+                .expires_at_s
+                .unwrap_or(0)
+                .max((options.now_ms + TTL_MARGIN.as_millis() as u64) / 1000);
+            ledger.make_claimable(key, item, expires_s).await?;
         }
     }
     Ok(entry)
@@ -528,35 +549,34 @@ async fn judge(
 /// is none): where another app's item stands under a key, this app's own under the key scoped
 /// to it.
 async fn read_items(
-    q: &Queues<'_>,
+    ledger: &dyn RedriveLedger,
     options: &Options,
     request: &Request,
     entry: &mut Entry,
-) -> Result<Vec<(EventId, Item)>, RedriveError> {
-    let mut items: Vec<(EventId, Item)> = Vec::new();
+) -> Result<Vec<(EventId, ClaimView)>, RedriveError> {
+    let mut items: Vec<(EventId, ClaimView)> = Vec::new();
     for key in &request.keys {
         let mut key = key.clone();
-        let mut item = read_item(q, options, &key).await?;
+        let mut item = ledger.read(&key, options.now_ms).await?;
         // Another app's item in a shared table is not this request's: its own claim, if any,
         // is under its app's key (as the pipeline claims it), which decides instead.
         if let (Some(theirs), Some(ours)) = (
-            item.as_ref().and_then(|i| text(i, attr::APP)),
+            item.as_ref().and_then(|i| i.app.as_deref()),
             request.app.as_deref(),
         ) && theirs != ours
         {
             match crate::ledger::app_scoped(&key, ours) {
                 Some(scoped) => {
                     key = scoped;
-                    item = read_item(q, options, &key).await?;
+                    item = ledger.read(&key, options.now_ms).await?;
                 }
                 None => item = None,
             }
         }
         let status = item
             .as_ref()
-            .and_then(|i| text(i, attr::STATUS))
-            .unwrap_or("absent")
-            .to_string();
+            .map(|i| i.status.clone())
+            .unwrap_or_else(|| "absent".to_string());
         entry.items.push((key.to_string(), status));
         if let Some(item) = item {
             items.push((key.clone(), item));
@@ -570,17 +590,16 @@ async fn read_items(
 /// took it) ends failed with the reason, retryable as a lapsed claim is, so that the ledger
 /// says why it was never answered. The refusal, with what became of such claims.
 async fn end_lapsed_claims(
-    q: &Queues<'_>,
+    ledger: &dyn RedriveLedger,
     options: &Options,
-    items: &[(EventId, Item)],
+    items: &[(EventId, ClaimView)],
     why: String,
 ) -> Result<String, RedriveError> {
     let mut ended = 0;
     for (key, item) in items.iter().filter(|(_, i)| {
-        text(i, attr::STATUS) == Some("in_progress")
-            && number(i, attr::LEASE_UNTIL).is_some_and(|until| until <= options.now_ms)
+        i.status == "in_progress" && i.lease_until_ms.is_some_and(|until| until <= options.now_ms)
     }) {
-        if options.dry_run || end_refused(q, options, key, item).await? {
+        if options.dry_run || ledger.end_refused(key, item, options.now_ms).await? {
             ended += 1;
         }
     }
@@ -595,106 +614,6 @@ async fn end_lapsed_claims(
             }
         ),
     })
-}
-
-type Item = std::collections::HashMap<String, AttributeValue>;
-
-/// The item at `key`, read consistently; past its TTL it counts as absent, as every claim
-/// reads it.
-async fn read_item(
-    q: &Queues<'_>,
-    options: &Options,
-    key: &EventId,
-) -> Result<Option<Item>, RedriveError> {
-    Ok(q.dynamodb
-        .get_item()
-        .table_name(q.table)
-        .key(attr::PK, AttributeValue::S(key.to_string()))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| RedriveError::Ledger(crate::errors::error_chain(&e)))?
-        .item
-        .filter(|i| number(i, attr::EXPIRES_AT).is_none_or(|s| s * 1000 > options.now_ms)))
-}
-
-/// Makes a failed item claimable by a redriven copy (retryable), with a TTL a claim's worth
-/// ahead, conditioned on the item being as read: a claim in between wins.
-async fn reset(
-    q: &Queues<'_>,
-    options: &Options,
-    key: &EventId,
-    item: &Item,
-) -> Result<(), RedriveError> {
-    let expires_s = number(item, attr::EXPIRES_AT)
-        .unwrap_or(0)
-        .max((options.now_ms + TTL_MARGIN.as_millis() as u64) / 1000);
-    let mut update = q
-        .dynamodb
-        .update_item()
-        .table_name(q.table)
-        .key(attr::PK, AttributeValue::S(key.to_string()))
-        .update_expression("SET #retryable = :true, #expires_at = :expires")
-        .condition_expression("#status = :failed AND #owner = :owner")
-        .expression_attribute_names("#retryable", attr::RETRYABLE)
-        .expression_attribute_names("#expires_at", attr::EXPIRES_AT)
-        .expression_attribute_names("#status", attr::STATUS)
-        .expression_attribute_names("#owner", attr::OWNER)
-        .expression_attribute_values(":true", AttributeValue::Bool(true))
-        .expression_attribute_values(":expires", AttributeValue::N(expires_s.to_string()))
-        .expression_attribute_values(":failed", AttributeValue::S("failed".into()));
-    update = update.expression_attribute_values(
-        ":owner",
-        AttributeValue::S(text(item, attr::OWNER).unwrap_or_default().to_string()),
-    );
-    match update.send().await {
-        Ok(_) => Ok(()),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-        {
-            // Claimed, or changed, since it was read: the redriven copy meets it as it is.
-            Ok(())
-        }
-        Err(e) => Err(RedriveError::Ledger(crate::errors::error_chain(&e))),
-    }
-}
-
-/// Ends `failed` ([`DEAD_LETTER_REFUSED`], retryable) the claim at `key` that a refused dead
-/// letter's request left in progress past its lease, conditioned on its owner and lease as read
-/// (a takeover in between wins); whether it did.
-async fn end_refused(
-    q: &Queues<'_>,
-    options: &Options,
-    key: &EventId,
-    item: &Item,
-) -> Result<bool, RedriveError> {
-    let (Some(owner), Some(lease)) = (item.get(attr::OWNER), item.get(attr::LEASE_UNTIL)) else {
-        return Ok(false);
-    };
-    super::sweep::end_lapsed_claim(
-        q.dynamodb,
-        q.table,
-        AttributeValue::S(key.to_string()),
-        owner.clone(),
-        lease.clone(),
-        DEAD_LETTER_REFUSED,
-        options.now_ms,
-    )
-    .await
-    .map_err(RedriveError::Ledger)
-}
-
-fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
-    item.get(name)
-        .and_then(|v| v.as_s().ok())
-        .map(String::as_str)
-}
-
-fn number(item: &Item, name: &str) -> Option<u64> {
-    item.get(name)
-        .and_then(|v| v.as_n().ok())
-        .and_then(|n| n.parse().ok())
 }
 
 /// `redrive [--dry-run] [--max N]`.

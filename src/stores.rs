@@ -1,0 +1,183 @@
+//! The stores a configuration names, opened: the ledger, the installation store and the work
+//! queue, each on DynamoDB and SQS (`DEDUP_TABLE`, `WORK_QUEUE_URL`), on PostgreSQL
+//! (`DATABASE_URL`, `WORK_QUEUE_NAME`), or in this process's memory. The one place that knows
+//! which implementation each seam gets; everything above holds the seams' traits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{Config, DatabaseConfig, OAuthConfig, WorkQueueConfig};
+use crate::ledger::{DynamoLedger, Ledger, MemoryLedger, PostgresLedger};
+use crate::postgres::{Database, DatabaseError};
+use crate::queue::sqs::CallBudget;
+use crate::queue::{PostgresQueue, SqsQueue, WorkQueue};
+use crate::workspaces::seal::Seal;
+use crate::workspaces::{DynamoInstallations, InstallationStore, PostgresInstallations};
+
+/// How often a process on PostgreSQL deletes the rows past their TTL (PostgreSQL has no TTL
+/// of its own), and how many at a time: small batches, so that no delete holds many locks.
+pub const EXPIRED_ROWS_EVERY: Duration = Duration::from_secs(600);
+/// See [`EXPIRED_ROWS_EVERY`].
+pub const EXPIRED_ROWS_BATCH: usize = 500;
+
+/// The ledger, in multi-workspace mode the installation store, and on PostgreSQL the
+/// database's pool (which the work queue shares).
+pub(crate) struct Stores {
+    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) installations: Option<Arc<dyn InstallationStore>>,
+    pub(crate) database: Option<Database>,
+}
+
+/// Opens the stores `config` names. On PostgreSQL, the schema is migrated first
+/// (`DATABASE_MIGRATE=on`, the default) or checked (`off`), and expired rows are deleted in the
+/// background for as long as the process runs.
+pub(crate) async fn open(config: &Config) -> Result<Stores, DatabaseError> {
+    if let Some(settings) = &config.database {
+        let database = open_database(settings).await?;
+        let ledger = Arc::new(PostgresLedger::new(database.clone()));
+        delete_expired_rows(ledger.clone());
+        let installations = match &config.oauth {
+            Some(oauth) => {
+                let store = PostgresInstallations::new(database.clone(), oauth.client_id.clone())
+                    .with_seal(Arc::new(seal_of(oauth, "the database").await));
+                Some(Arc::new(store) as Arc<dyn InstallationStore>)
+            }
+            None => None,
+        };
+        return Ok(Stores {
+            ledger,
+            installations,
+            database: Some(database),
+        });
+    }
+    if let Some(table) = &config.dedup_table {
+        tracing::info!(table = %table, "ledger: DynamoDB");
+        let client = crate::ledger::dynamo::client_from_env().await;
+        let installations = match &config.oauth {
+            Some(oauth) => {
+                let store =
+                    DynamoInstallations::new(client.clone(), table.clone(), oauth.client_id.clone())
+                        .with_seal(Arc::new(seal_of(oauth, "the table").await));
+                Some(Arc::new(store) as Arc<dyn InstallationStore>)
+            }
+            None => None,
+        };
+        return Ok(Stores {
+            ledger: Arc::new(DynamoLedger::new(client, table.clone())),
+            installations,
+            database: None,
+        });
+    }
+    if config.answers_synchronously() {
+        tracing::info!(
+            "ledger: in memory (this process only; set DATABASE_URL or DEDUP_TABLE to share one)"
+        );
+    }
+    Ok(Stores {
+        ledger: Arc::new(MemoryLedger::new()),
+        installations: None,
+        database: None,
+    })
+}
+
+/// The database `settings` names, its schema migrated (or checked) for this release.
+pub(crate) async fn open_database(settings: &DatabaseConfig) -> Result<Database, DatabaseError> {
+    let database = Database::connect(settings.url.expose(), settings.pool_size)?;
+    if settings.migrate {
+        database.migrate().await?;
+    } else {
+        database.require_schema().await?;
+    }
+    tracing::info!(
+        database = %database.place(),
+        pool = settings.pool_size,
+        "ledger: PostgreSQL"
+    );
+    Ok(database)
+}
+
+/// Deferred mode's work queue, as `config` names it, on `database` where it is PostgreSQL's
+/// (`None`: not deferred).
+pub(crate) async fn work_queue(
+    config: &Config,
+    database: Option<&Database>,
+    budget: CallBudget,
+) -> Option<Arc<dyn WorkQueue>> {
+    match sqs_queue(config, budget).await {
+        Some(queue) => Some(queue),
+        None => postgres_queue(config, database?),
+    }
+}
+
+/// Deferred mode's SQS queue (`WORK_QUEUE_URL`), if that is the queue.
+pub(crate) async fn sqs_queue(config: &Config, budget: CallBudget) -> Option<Arc<dyn WorkQueue>> {
+    match &config.work_queue {
+        Some(WorkQueueConfig::Sqs { url }) => {
+            Some(Arc::new(SqsQueue::from_env(url.clone(), budget).await))
+        }
+        _ => None,
+    }
+}
+
+/// Deferred mode's queue in PostgreSQL (`WORK_QUEUE_NAME`), on `database`, if that is the
+/// queue.
+pub(crate) fn postgres_queue(config: &Config, database: &Database) -> Option<Arc<dyn WorkQueue>> {
+    match &config.work_queue {
+        Some(WorkQueueConfig::Postgres { name }) => Some(Arc::new(PostgresQueue::new(
+            database.clone(),
+            name.clone(),
+            config.max_receives,
+        ))),
+        _ => None,
+    }
+}
+
+/// How the installations' tokens are sealed at rest in `place`.
+async fn seal_of(oauth: &OAuthConfig, place: &str) -> Seal {
+    match &oauth.token_key_id {
+        Some(key) => {
+            tracing::info!(key = %key, "installations' tokens sealed in {place} with KMS");
+            Seal::kms_from_env(key.clone()).await
+        }
+        None => {
+            tracing::warn!(
+                "no key seals the installations' tokens: they are kept in {place} as they are, \
+                 readable by anyone who can read it (set SLACK_TOKEN_KEY_ID to a KMS key to \
+                 seal them)"
+            );
+            Seal::none()
+        }
+    }
+}
+
+/// Deletes the ledger's rows past their TTL every [`EXPIRED_ROWS_EVERY`], in batches, until
+/// the process ends; a failure is logged and tried again at the next turn.
+fn delete_expired_rows(ledger: Arc<PostgresLedger>) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(EXPIRED_ROWS_EVERY);
+        loop {
+            every.tick().await;
+            loop {
+                match ledger
+                    .delete_expired(crate::clock::now_ms(), EXPIRED_ROWS_BATCH)
+                    .await
+                {
+                    Ok(deleted) if deleted as usize >= EXPIRED_ROWS_BATCH => continue,
+                    Ok(deleted) => {
+                        if deleted > 0 {
+                            tracing::info!(deleted, "database: expired rows deleted");
+                        }
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            error = %crate::errors::error_chain(&error),
+                            "database: expired rows not deleted (tried again later)"
+                        );
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
