@@ -176,8 +176,15 @@ fn claim_of(row: &Row, request: &ClaimRequest<'_>) -> Option<Claim> {
     }
     let lease_until: i64 = row.get("lease_until");
     let expires_at: i64 = row.get("expires_at");
+    let Some(status) = status else {
+        // A status this release does not read: the safe answer is "in progress" (no reply,
+        // the next delivery tries again), as DynamoDB's ledger answers an unreadable item.
+        return Some(Claim::InProgress {
+            lease_until_ms: to_caller(lease_until, db_now, request.now_ms),
+        });
+    };
     let blocked = existing_blocks_claim_ms(
-        status?,
+        status,
         from_ms(lease_until),
         from_ms(expires_at),
         from_ms(db_now),
