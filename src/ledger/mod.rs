@@ -715,6 +715,63 @@ mod tests {
     }
 
     #[test]
+    fn a_journal_edit_is_its_fates_in_order_the_last_of_each_step_deciding() {
+        let looked = Looked {
+            oldest: "1.0".into(),
+            latest: "2.0".into(),
+            to: ">1.5".into(),
+        };
+        let edit = JournalEdit::of(&[
+            Settled::Looked {
+                step: 1,
+                looked: looked.clone(),
+            },
+            Settled::Done {
+                step: 1,
+                result: "{}".into(),
+                op: None,
+            },
+            Settled::Done {
+                step: 2,
+                result: "{}".into(),
+                op: None,
+            },
+            Settled::Looked {
+                step: 2,
+                looked: looked.clone(),
+            },
+            Settled::NotDone { step: 3 },
+        ])
+        .with_intent(
+            4,
+            &StepRecord::Intent {
+                attempt: 1,
+                op: None,
+                at_ms: None,
+                lease_until_ms: None,
+                looked: None,
+            },
+        );
+        let mut journal = Journal::from([(
+            3,
+            StepRecord::Done {
+                result: "{}".into(),
+                op: None,
+            },
+        )]);
+        let mut progress = BTreeMap::from([(4, looked.clone())]);
+        let mut ran = None;
+        edit.apply(&mut journal, &mut progress, &mut ran);
+        assert_eq!(journal.keys().copied().collect::<Vec<_>>(), [1, 2, 4]);
+        assert_eq!(
+            progress,
+            BTreeMap::from([(2, looked)]),
+            "step 1's look-up ended by its record, step 2's kept after it, step 4's by its intent"
+        );
+        assert_eq!(ran, None);
+    }
+
+    #[test]
     fn only_the_same_owner_in_the_target_status_is_a_write_already_applied() {
         let me = OwnerToken::from("me");
         assert!(applied_already(

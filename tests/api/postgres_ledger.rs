@@ -102,6 +102,53 @@ async fn an_absent_key_is_acquired_and_the_row_holds_the_claim() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL"]
+async fn every_operation_of_a_request_is_one_round_trip() {
+    let (ledger, _) = ledger().await;
+    let (e, a, b) = (id("EvTrips"), OwnerToken::random(), OwnerToken::random());
+    let mut sent = ledger.statements_sent();
+    let mut trips = |what: &str, ledger: &PostgresLedger| {
+        let now = ledger.statements_sent();
+        assert_eq!(now - sent, 1, "{what}");
+        sent = now;
+    };
+    ledger.claim(&request(&e, &a, NOW)).await.unwrap();
+    trips("a first claim", &ledger);
+    ledger.claim(&request(&e, &b, NOW + 1)).await.unwrap();
+    trips("a duplicate", &ledger);
+    let held = Held {
+        event_id: &e,
+        owner: &a,
+    };
+    let intent = contract::intent(1, NOW + 2, "chat.postMessage#00000001");
+    ledger
+        .begin_step(held, 1, &intent, &[], NOW + 2)
+        .await
+        .unwrap();
+    trips("a step's intent", &ledger);
+    let write = StateWrite {
+        value: "1",
+        expected: 0,
+        writer: "w",
+        read_writers: &[],
+        expires_at_s: NOW / 1000 + 60,
+        request: Some(RequestChange {
+            held,
+            change: "c#1",
+        }),
+    };
+    ledger
+        .put_state(&id("state-A-trips"), &write, NOW + 3)
+        .await
+        .unwrap();
+    trips("a state change with its record", &ledger);
+    ledger.complete(&e, &a, NOW + 4).await.unwrap();
+    trips("the completion", &ledger);
+    ledger.claim(&request(&e, &b, NOW + 5)).await.unwrap();
+    trips("a copy of an answered request", &ledger);
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL"]
 async fn a_lapsed_claim_is_taken_over_and_the_old_owner_is_refused() {
     let (ledger, database) = ledger().await;
     let (e, a, b) = (id("EvP2"), OwnerToken::random(), OwnerToken::random());

@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
+use super::PostgresLedger;
 use super::rows::{EditParams, after, began_of, journal_of, looked_of, to_caller};
-use super::{PostgresLedger, ledger_error};
 use crate::journal::record::{BeganWindow, Settled, StepRecord, with_began, with_looked};
 use crate::ledger::{
     Blocked, Claim, ClaimRequest, Finish, Held, JournalEdit, LedgerError, Status, applied_already,
@@ -109,7 +109,6 @@ pub(super) async fn claim(
     .encode();
     for _ in 0..CLAIM_STATEMENTS {
         let rows = ledger
-            .database
             .run(|client| {
                 let window = &window;
                 async move {
@@ -133,8 +132,7 @@ pub(super) async fn claim(
                         .await
                 }
             })
-            .await
-            .map_err(ledger_error)?;
+            .await?;
         if let Some(claim) = rows.first().and_then(|row| claim_of(row, request)) {
             return Ok(claim);
         }
@@ -214,7 +212,6 @@ pub(super) async fn begin_step(
     let (key, owner) = (held.event_id.as_str(), held.owner.as_str());
     // Sent again, the same update finds the claim as it left it: idempotent.
     let rows = ledger
-        .database
         .run(|client| {
             let edit = &edit;
             async move {
@@ -234,8 +231,7 @@ pub(super) async fn begin_step(
                     .await
             }
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     if rows.is_empty() {
         return Err(LedgerError::NotOwner {
             event_id: held.event_id.clone(),
@@ -260,7 +256,6 @@ pub(super) async fn finish(
         Finish::Done | Finish::Released => (None, None),
     };
     let rows = ledger
-        .database
         .run(|client| {
             let edit = &edit;
             async move {
@@ -284,8 +279,7 @@ pub(super) async fn finish(
                     .await
             }
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     let row = rows.first();
     if row.is_some_and(|row| row.get::<_, bool>(0)) {
         return Ok(());

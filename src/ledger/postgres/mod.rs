@@ -39,9 +39,13 @@
 //! under (check constraints in the migration).
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use deadpool_postgres::Object;
 
 use super::{
     Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError, NotePut,
@@ -62,12 +66,38 @@ pub use upkeep::ClaimRecord;
 #[derive(Clone, Debug)]
 pub struct PostgresLedger {
     database: Database,
+    statements: Arc<AtomicU64>,
 }
 
 impl PostgresLedger {
     /// The ledger on `database` (migrated: `Database::migrate`).
     pub fn new(database: Database) -> Self {
-        Self { database }
+        Self {
+            database,
+            statements: Arc::default(),
+        }
+    }
+
+    /// Statements this ledger has sent (each one round trip; one sent again on another
+    /// connection counts twice), for benchmarks and tests that count round trips rather than
+    /// assume them.
+    pub fn statements_sent(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+
+    /// Runs `call` as [`Database::run`] does, each statement it sends counted.
+    async fn run<T, F, Fut>(&self, call: F) -> Result<T, LedgerError>
+    where
+        F: Fn(Object) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        self.database
+            .run(|client| {
+                self.statements.fetch_add(1, Ordering::Relaxed);
+                call(client)
+            })
+            .await
+            .map_err(ledger_error)
     }
 
     /// The database it runs on.
@@ -188,7 +218,7 @@ impl Ledger for PostgresLedger {
 
 /// A failed call as the ledger says it: a row over its bound (a check constraint) is too large,
 /// anything else unavailable.
-pub(super) fn ledger_error(error: DatabaseError) -> LedgerError {
+fn ledger_error(error: DatabaseError) -> LedgerError {
     let too_large = match &error {
         DatabaseError::Unavailable(source) => source
             .downcast_ref::<tokio_postgres::Error>()

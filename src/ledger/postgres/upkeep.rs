@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio_postgres::types::Type;
 
+use super::PostgresLedger;
 use super::rows::{after, to_caller};
-use super::{PostgresLedger, ledger_error};
 use crate::ledger::{LedgerError, Status};
 use crate::postgres::{DB_NOW_MS, ms};
 use crate::slack::envelope::EventId;
@@ -46,14 +46,12 @@ pub(super) async fn delete_expired(
             let sql = &sql;
             // Deleting what is gone already deletes nothing: safe to send again.
             let rows = ledger
-                .database
                 .run(|client| async move {
                     client
                         .query_typed(sql, &[(&now, Type::INT8), (&limit, Type::INT8)])
                         .await
                 })
-                .await
-                .map_err(ledger_error)?;
+                .await?;
             let count: i64 = rows.first().map_or(0, |row| row.get(0));
             deleted += count.max(0) as u64;
             if count < limit {
@@ -92,7 +90,6 @@ pub(super) async fn sweep_abandoned(
     let code = crate::tools::sweep::ABANDONED;
     // Sent again, it finds the claims it ended no longer in progress.
     let rows = ledger
-        .database
         .run(|client| async move {
             client
                 .query_typed(
@@ -106,8 +103,7 @@ pub(super) async fn sweep_abandoned(
                 )
                 .await
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     for row in &rows {
         tracing::info!(
             key = row.get::<_, &str>(0),
@@ -152,14 +148,12 @@ pub(super) async fn claim_record(
     let now = ledger.database.now_param(caller_now);
     let key = key.as_str();
     let rows = ledger
-        .database
         .run(|client| async move {
             client
                 .query_typed(&CLAIM_RECORD, &[(&now, Type::INT8), (&key, Type::TEXT)])
                 .await
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     let Some(row) = rows.first() else {
         return Ok(None);
     };
@@ -202,7 +196,6 @@ pub(super) async fn make_retryable(
     let ttl_for = after(expires_at_ms, caller_now);
     // Sent again, it finds the claim retryable already, its TTL as far: the same.
     let rows = ledger
-        .database
         .run(|client| async move {
             client
                 .query_typed(
@@ -215,7 +208,6 @@ pub(super) async fn make_retryable(
                 )
                 .await
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     Ok(!rows.is_empty())
 }

@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use tokio_postgres::types::Type;
 
+use super::PostgresLedger;
 use super::rows::{after, changes_of};
-use super::{PostgresLedger, ledger_error};
 use crate::ledger::{
     Alias, AliasRequest, LedgerError, NotePut, RequestChange, StateItem, StatePut, StateWrite,
     Status, other_app, state_writers_after,
@@ -49,7 +49,6 @@ pub(super) async fn alias(
     let ttl_for = after(request.expires_at_s.saturating_mul(1000), request.now_ms);
     for _ in 0..ALIAS_STATEMENTS {
         let rows = ledger
-            .database
             .run(|client| async move {
                 client
                     .query_typed(
@@ -64,8 +63,7 @@ pub(super) async fn alias(
                     )
                     .await
             })
-            .await
-            .map_err(ledger_error)?;
+            .await?;
         let Some(row) = rows.first() else { continue };
         if row.get::<_, bool>(0) {
             return Ok(Alias::Ours);
@@ -119,7 +117,6 @@ pub(super) async fn set_note(
     let at = crate::postgres::ms(at_ms);
     let ttl_for = after(expires_at_s.saturating_mul(1000), at_ms);
     ledger
-        .database
         .run(|client| async move {
             client
                 .query_typed(
@@ -134,8 +131,7 @@ pub(super) async fn set_note(
                 )
                 .await
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     Ok(())
 }
 
@@ -181,7 +177,6 @@ pub(super) async fn replace_note(
     // Sent again after its answer was lost, it finds the note changed (by itself): a
     // conflict, as the trait says; the caller reads again.
     let rows = ledger
-        .database
         .run(|client| async move {
             let base: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 5] = [
                 (&now, Type::INT8),
@@ -199,8 +194,7 @@ pub(super) async fn replace_note(
                 }
             }
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     Ok(if rows.is_empty() {
         NotePut::Conflict
     } else {
@@ -223,14 +217,12 @@ pub(super) async fn note(
     let now = ledger.database.now_param(now_ms);
     let key = key.as_str();
     let rows = ledger
-        .database
         .run(|client| async move {
             client
                 .query_typed(&NOTE, &[(&now, Type::INT8), (&key, Type::TEXT)])
                 .await
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     Ok(rows.first().map(|row| row.get(0)))
 }
 
@@ -249,14 +241,12 @@ pub(super) async fn state(
     let now = ledger.database.now_param(now_ms);
     let key = key.as_str();
     let rows = ledger
-        .database
         .run(|client| async move {
             client
                 .query_typed(&STATE, &[(&now, Type::INT8), (&key, Type::TEXT)])
                 .await
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     Ok(rows.first().map(|row| StateItem {
         value: row.get(0),
         version: from_ms(row.get(1)),
@@ -270,7 +260,6 @@ pub(super) async fn state_changes(
 ) -> Result<BTreeMap<String, u64>, LedgerError> {
     let key = key.as_str();
     let rows = ledger
-        .database
         .run(|client| async move {
             client
                 .query_typed(
@@ -279,8 +268,7 @@ pub(super) async fn state_changes(
                 )
                 .await
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     Ok(rows
         .first()
         .map(|row| changes_of(&row.get(0)))
@@ -367,7 +355,6 @@ pub(super) async fn put_state(
     let Some(request) = write.request else {
         let sql = put_alone(write.expected);
         let rows = ledger
-            .database
             .run(|client| {
                 let (sql, writers) = (&sql, &writers);
                 async move {
@@ -386,8 +373,7 @@ pub(super) async fn put_state(
                         .await
                 }
             })
-            .await
-            .map_err(ledger_error)?;
+            .await?;
         let version: Option<i64> = rows.first().and_then(|row| row.get(0));
         return Ok(match version {
             Some(version) => StatePut::Written {
@@ -401,7 +387,6 @@ pub(super) async fn put_state(
     let change = request.change;
     // Sent again after its answer was lost, the claim records the change: made already.
     let rows = ledger
-        .database
         .run(|client| {
             let (sql, writers) = (&sql, &writers);
             async move {
@@ -423,8 +408,7 @@ pub(super) async fn put_state(
                     .await
             }
         })
-        .await
-        .map_err(ledger_error)?;
+        .await?;
     recorded(rows.first(), &request)
 }
 
