@@ -532,6 +532,55 @@ async fn two_hundred_concurrent_claims_of_one_key_have_exactly_one_winner() {
     assert_eq!((acquired, in_progress), (1, 199));
 }
 
+#[tokio::test]
+#[ignore = "needs PostgreSQL"]
+async fn a_claim_committed_after_the_statement_began_is_read_by_the_statement_sent_again() {
+    let (ledger, database) = ledger().await;
+    let ledger = Arc::new(ledger);
+    // Another claimant's transaction inserts the key and has not committed yet.
+    let mut other = database.client().await.unwrap();
+    let transaction = other.transaction().await.unwrap();
+    transaction
+        .execute(
+            "INSERT INTO slack_once_claims (key, status, owner, lease_until, expires_at, \
+             attempts, created_at, claimed_at) VALUES ('EvHidden', 'in_progress', 'someone', \
+             $1, $2, 1, $3, $3)",
+            &[
+                &((NOW + LEASE) as i64),
+                &((NOW / 1000 + TTL_S) as i64 * 1000),
+                &(NOW as i64),
+            ],
+        )
+        .await
+        .unwrap();
+    let before = ledger.statements_sent();
+    let claim = {
+        let ledger = ledger.clone();
+        tokio::spawn(async move {
+            let (e, b) = (id("EvHidden"), OwnerToken::random());
+            ledger.claim(&request(&e, &b, NOW + 1)).await
+        })
+    };
+    // The claim's statement waits for the other insert, its snapshot taken before the commit.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !claim.is_finished(),
+        "the claim waits for the other transaction"
+    );
+    transaction.commit().await.unwrap();
+    assert_eq!(
+        claim.await.unwrap().unwrap(),
+        Claim::InProgress {
+            lease_until_ms: NOW + LEASE
+        }
+    );
+    assert_eq!(
+        ledger.statements_sent() - before,
+        2,
+        "the first statement saw the row in its conflict, not in its read: sent again"
+    );
+}
+
 /// The current time in epoch ms, by this machine's clock (which the local database shares).
 fn wall_ms() -> u64 {
     std::time::SystemTime::now()
