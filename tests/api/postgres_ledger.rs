@@ -581,6 +581,51 @@ async fn a_claim_committed_after_the_statement_began_is_read_by_the_statement_se
     );
 }
 
+#[tokio::test]
+#[ignore = "needs PostgreSQL"]
+async fn an_alias_committed_after_the_statement_began_is_read_by_the_statement_sent_again() {
+    let (ledger, database) = ledger().await;
+    let ledger = Arc::new(ledger);
+    let mut other = database.client().await.unwrap();
+    let transaction = other.transaction().await.unwrap();
+    transaction
+        .execute(
+            "INSERT INTO slack_once_aliases (key, alias_of, expires_at) \
+             VALUES ('cmid-T1-hidden', 'msg-T1-C1-1', $1)",
+            &[&((NOW / 1000 + TTL_S) as i64 * 1000)],
+        )
+        .await
+        .unwrap();
+    let before = ledger.statements_sent();
+    let alias = {
+        let ledger = ledger.clone();
+        tokio::spawn(async move {
+            let (alias, of) = (id("cmid-T1-hidden"), id("msg-T1-C1-2"));
+            let write = AliasRequest {
+                alias: &alias,
+                of: &of,
+                now_ms: NOW,
+                expires_at_s: NOW / 1000 + TTL_S,
+                app_id: Some(contract::APP),
+            };
+            ledger.alias(&write).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !alias.is_finished(),
+        "the alias waits for the other transaction"
+    );
+    transaction.commit().await.unwrap();
+    assert_eq!(
+        alias.await.unwrap().unwrap(),
+        Alias::CopyOf {
+            key: "msg-T1-C1-1".into()
+        }
+    );
+    assert_eq!(ledger.statements_sent() - before, 2, "sent again once");
+}
+
 /// The current time in epoch ms, by this machine's clock (which the local database shares).
 fn wall_ms() -> u64 {
     std::time::SystemTime::now()
