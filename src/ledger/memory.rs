@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    Alias, AliasRequest, Blocked, Claim, ClaimRequest, Finish, Held, Ledger, LedgerError,
-    OwnerToken, Status, applied_already, existing_blocks_claim, other_app,
+    Alias, AliasRequest, Blocked, Claim, ClaimRequest, Finish, Held, JournalEdit, Ledger,
+    LedgerError, OwnerToken, Status, applied_already, existing_blocks_claim, other_app,
 };
 use crate::journal::record::{
     BeganWindow, Journal, Looked, Settled, StepRecord, with_began, with_looked,
@@ -126,54 +126,10 @@ impl MemoryLedger {
     }
 }
 
-fn record(entry: &mut Entry, settled: &[Settled]) {
+fn record(entry: &mut Entry, edit: &JournalEdit) {
     // Any write of the claimant ends the began windows: what they stood for is recorded now.
     entry.began.clear();
-    for fate in settled {
-        let journal = &mut entry.journal;
-        match fate {
-            Settled::Done { step, result, op } => {
-                journal.insert(
-                    *step,
-                    StepRecord::Done {
-                        result: result.clone(),
-                        op: op.clone(),
-                    },
-                );
-            }
-            Settled::NotDone { step } => {
-                journal.remove(step);
-            }
-            Settled::Unknown { step, intent } => {
-                journal.insert(*step, intent.clone());
-            }
-            Settled::Ran { listeners } => entry.ran = Some(listeners.clone()),
-            Settled::Looked { step, looked } => {
-                entry.looked.insert(*step, looked.clone());
-                continue;
-            }
-        }
-        // A step written again: a look-up's progress for what it was is no longer its, but
-        // for a doubt kept with it.
-        match fate {
-            Settled::Unknown {
-                step,
-                intent:
-                    StepRecord::Intent {
-                        looked: Some(looked),
-                        ..
-                    },
-            } => {
-                entry.looked.insert(*step, looked.clone());
-            }
-            Settled::Done { step, .. }
-            | Settled::NotDone { step }
-            | Settled::Unknown { step, .. } => {
-                entry.looked.remove(step);
-            }
-            _ => {}
-        }
-    }
+    edit.apply(&mut entry.journal, &mut entry.looked, &mut entry.ran);
 }
 
 #[async_trait]
@@ -293,9 +249,7 @@ impl Ledger for MemoryLedger {
         let mut entries = self.entries.lock().expect("ledger lock");
         match entries.map.get_mut(held.event_id) {
             Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
-                record(entry, settled);
-                entry.journal.insert(step, intent.clone());
-                entry.looked.remove(&step);
+                record(entry, &JournalEdit::of(settled).with_intent(step, intent));
                 Ok(())
             }
             _ => Err(LedgerError::NotOwner {
@@ -470,7 +424,7 @@ impl Ledger for MemoryLedger {
         let mut entries = self.entries.lock().expect("ledger lock");
         match entries.map.get_mut(held.event_id) {
             Some(entry) if entry.owner == *held.owner && entry.status == Status::InProgress => {
-                record(entry, settled);
+                record(entry, &JournalEdit::of(settled));
                 entry.status = to.status();
                 if let Finish::Failed { error, retryable } = to {
                     entry.error = Some(error.clone());

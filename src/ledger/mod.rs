@@ -23,6 +23,7 @@
 pub mod contract;
 pub(crate) mod dynamo;
 pub(crate) mod memory;
+pub(crate) mod postgres;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,6 +35,7 @@ use crate::slack::envelope::EventId;
 pub use crate::journal::record::{Journal, Looked, Settled, StepRecord};
 pub use dynamo::{DynamoLedger, ITEM_FORMAT, ITEM_FORMAT_READ};
 pub use memory::MemoryLedger;
+pub use postgres::{ClaimRecord, PostgresLedger};
 
 /// Identifies one claim: a random token made per delivery, so a takeover changes the owner and
 /// the previous claimant can no longer journal or finish.
@@ -526,7 +528,24 @@ pub fn existing_blocks_claim(
     now_ms: u64,
     retryable: bool,
 ) -> Option<Blocked> {
-    if expires_at_s.saturating_mul(1000) <= now_ms {
+    existing_blocks_claim_ms(
+        status,
+        lease_until_ms,
+        expires_at_s.saturating_mul(1000),
+        now_ms,
+        retryable,
+    )
+}
+
+/// [`existing_blocks_claim`] with the entry's TTL in milliseconds (PostgreSQL keeps it so).
+pub fn existing_blocks_claim_ms(
+    status: Status,
+    lease_until_ms: u64,
+    expires_at_ms: u64,
+    now_ms: u64,
+    retryable: bool,
+) -> Option<Blocked> {
+    if expires_at_ms <= now_ms {
         return None;
     }
     match status {
@@ -537,6 +556,99 @@ pub fn existing_blocks_claim(
             Some(Blocked::InProgress { lease_until_ms })
         }
         Status::InProgress | Status::Released => None,
+    }
+}
+
+/// What one write of a claim's owner does to its journal: the fates learnt (`settled`, in
+/// order) and a step's intent, as one edit where the last change of each step decides. The
+/// in-memory ledger applies it to its entry; PostgreSQL sends it as one update.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JournalEdit {
+    /// Step records written (`Some`) or removed (`None`), by step.
+    pub records: BTreeMap<u32, Option<StepRecord>>,
+    /// Look-ups' progress written (`Some`) or removed (`None`), by step.
+    pub looked: BTreeMap<u32, Option<Looked>>,
+    /// The listeners that ran, where a fate records them.
+    pub ran: Option<Vec<String>>,
+}
+
+impl JournalEdit {
+    /// The fates `settled`, applied in order.
+    pub fn of(settled: &[Settled]) -> Self {
+        let mut edit = Self::default();
+        for fate in settled {
+            match fate {
+                Settled::Done { step, result, op } => {
+                    let done = StepRecord::Done {
+                        result: result.clone(),
+                        op: op.clone(),
+                    };
+                    edit.records.insert(*step, Some(done));
+                }
+                Settled::NotDone { step } => {
+                    edit.records.insert(*step, None);
+                }
+                Settled::Unknown { step, intent } => {
+                    edit.records.insert(*step, Some(intent.clone()));
+                }
+                Settled::Ran { listeners } => edit.ran = Some(listeners.clone()),
+                Settled::Looked { step, looked } => {
+                    edit.looked.insert(*step, Some(looked.clone()));
+                }
+            }
+            // A step written again: a look-up's progress for what it was is no longer its, but
+            // for a doubt kept with it.
+            match fate {
+                Settled::Unknown {
+                    step,
+                    intent:
+                        StepRecord::Intent {
+                            looked: Some(looked),
+                            ..
+                        },
+                } => {
+                    edit.looked.insert(*step, Some(looked.clone()));
+                }
+                Settled::Done { step, .. }
+                | Settled::NotDone { step }
+                | Settled::Unknown { step, .. } => {
+                    edit.looked.insert(*step, None);
+                }
+                Settled::Ran { .. } | Settled::Looked { .. } => {}
+            }
+        }
+        edit
+    }
+
+    /// The edit, then `intent` recorded as step `step` (whose earlier look-up is no longer its).
+    pub fn with_intent(mut self, step: u32, intent: &StepRecord) -> Self {
+        self.records.insert(step, Some(intent.clone()));
+        self.looked.insert(step, None);
+        self
+    }
+
+    /// Applies the edit to a journal, its look-ups' progress and its listeners that ran.
+    pub fn apply(
+        &self,
+        journal: &mut Journal,
+        looked: &mut BTreeMap<u32, Looked>,
+        ran: &mut Option<Vec<String>>,
+    ) {
+        for (step, record) in &self.records {
+            match record {
+                Some(record) => journal.insert(*step, record.clone()),
+                None => journal.remove(step),
+            };
+        }
+        for (step, progress) in &self.looked {
+            match progress {
+                Some(progress) => looked.insert(*step, progress.clone()),
+                None => looked.remove(step),
+            };
+        }
+        if let Some(listeners) = &self.ran {
+            *ran = Some(listeners.clone());
+        }
     }
 }
 
@@ -600,6 +712,63 @@ mod tests {
             existing_blocks_claim(Status::Failed, 0, 2_000, now, true),
             None
         );
+    }
+
+    #[test]
+    fn a_journal_edit_is_its_fates_in_order_the_last_of_each_step_deciding() {
+        let looked = Looked {
+            oldest: "1.0".into(),
+            latest: "2.0".into(),
+            to: ">1.5".into(),
+        };
+        let edit = JournalEdit::of(&[
+            Settled::Looked {
+                step: 1,
+                looked: looked.clone(),
+            },
+            Settled::Done {
+                step: 1,
+                result: "{}".into(),
+                op: None,
+            },
+            Settled::Done {
+                step: 2,
+                result: "{}".into(),
+                op: None,
+            },
+            Settled::Looked {
+                step: 2,
+                looked: looked.clone(),
+            },
+            Settled::NotDone { step: 3 },
+        ])
+        .with_intent(
+            4,
+            &StepRecord::Intent {
+                attempt: 1,
+                op: None,
+                at_ms: None,
+                lease_until_ms: None,
+                looked: None,
+            },
+        );
+        let mut journal = Journal::from([(
+            3,
+            StepRecord::Done {
+                result: "{}".into(),
+                op: None,
+            },
+        )]);
+        let mut progress = BTreeMap::from([(4, looked.clone())]);
+        let mut ran = None;
+        edit.apply(&mut journal, &mut progress, &mut ran);
+        assert_eq!(journal.keys().copied().collect::<Vec<_>>(), [1, 2, 4]);
+        assert_eq!(
+            progress,
+            BTreeMap::from([(2, looked)]),
+            "step 1's look-up ended by its record, step 2's kept after it, step 4's by its intent"
+        );
+        assert_eq!(ran, None);
     }
 
     #[test]

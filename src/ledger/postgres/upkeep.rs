@@ -1,0 +1,213 @@
+//! What the service and the operator tools do to the ledger besides requests: rows past their
+//! TTL deleted, claims abandoned in progress ended (`sweep`), a claim read and made retryable
+//! (`redrive`).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use tokio_postgres::types::Type;
+
+use super::PostgresLedger;
+use super::rows::{after, to_caller};
+use crate::ledger::{LedgerError, Status};
+use crate::postgres::{DB_NOW_MS, ms};
+use crate::slack::envelope::EventId;
+
+/// The tables whose rows expire, each deleted in batches.
+const EXPIRING: [&str; 4] = [
+    "slack_once_claims",
+    "slack_once_aliases",
+    "slack_once_notes",
+    "slack_once_state",
+];
+
+pub(super) async fn delete_expired(
+    ledger: &PostgresLedger,
+    now_ms: u64,
+    batch: usize,
+) -> Result<u64, LedgerError> {
+    let now = ledger.database.now_param(now_ms);
+    let limit = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
+    let mut deleted = 0;
+    for table in EXPIRING {
+        // Rows another call holds (a claim taking an expired row over) are skipped, and the
+        // condition is read again on the row as locked.
+        let sql = format!(
+            "WITH now AS (SELECT coalesce($1::bigint, {DB_NOW_MS}) AS ms),
+             gone AS (
+               DELETE FROM {table} WHERE key IN (
+                 SELECT key FROM {table}, now WHERE expires_at <= now.ms
+                 ORDER BY expires_at LIMIT $2 FOR UPDATE OF {table} SKIP LOCKED)
+               AND expires_at <= (SELECT ms FROM now)
+               RETURNING 1)
+             SELECT count(*) FROM gone"
+        );
+        loop {
+            let sql = &sql;
+            // Deleting what is gone already deletes nothing: safe to send again.
+            let rows = ledger
+                .run(|client| async move {
+                    client
+                        .query_typed(sql, &[(&now, Type::INT8), (&limit, Type::INT8)])
+                        .await
+                })
+                .await?;
+            let count: i64 = rows.first().map_or(0, |row| row.get(0));
+            deleted += count.max(0) as u64;
+            if count < limit {
+                break;
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// `sweep`'s end of a claim abandoned in progress, as on DynamoDB
+/// ([`crate::tools::sweep::ABANDONED`], retryable: claimable as a lapsed claim is); one
+/// statement, each row's condition read again as it is locked (a takeover in between wins).
+static SWEEP: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH now AS (SELECT coalesce($1::bigint, {DB_NOW_MS}) AS ms)
+         UPDATE slack_once_claims SET
+           status = 'failed', error = $4, retryable = true, finished_at = now.ms,
+           redelivery = false
+         FROM now
+         WHERE status = 'in_progress' AND lease_until < now.ms - $2
+           AND (NOT redelivery OR lease_until < now.ms - $2 - $3)
+         RETURNING key"
+    )
+});
+
+pub(super) async fn sweep_abandoned(
+    ledger: &PostgresLedger,
+    now_ms: u64,
+    older_than: Duration,
+    redelivery_within: Duration,
+) -> Result<u64, LedgerError> {
+    let now = ledger.database.now_param(now_ms);
+    let older_than = ms(older_than.as_millis().try_into().unwrap_or(u64::MAX));
+    let within = ms(redelivery_within.as_millis().try_into().unwrap_or(u64::MAX));
+    let code = crate::tools::sweep::ABANDONED;
+    // Sent again, it finds the claims it ended no longer in progress.
+    let rows = ledger
+        .run(|client| async move {
+            client
+                .query_typed(
+                    &SWEEP,
+                    &[
+                        (&now, Type::INT8),
+                        (&older_than, Type::INT8),
+                        (&within, Type::INT8),
+                        (&code, Type::TEXT),
+                    ],
+                )
+                .await
+        })
+        .await?;
+    for row in &rows {
+        tracing::info!(
+            key = row.get::<_, &str>(0),
+            "ledger: abandoned claim ended failed"
+        );
+    }
+    Ok(rows.len() as u64)
+}
+
+/// A claim as the operator tools read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRecord {
+    /// Its status.
+    pub status: Status,
+    /// A `failed` claim that a redriven copy may claim again.
+    pub retryable: bool,
+    /// The failure's code, for a `failed` claim.
+    pub error: Option<String>,
+    /// When its lease ends (epoch ms, this process's clock).
+    pub lease_until_ms: u64,
+    /// When it counts as absent (epoch ms, this process's clock).
+    pub expires_at_ms: u64,
+    /// The Slack app whose claim it is (`None`: anyone's).
+    pub app_id: Option<String>,
+    /// A queued request's claim with receives left ([`crate::ledger::ClaimRequest::redelivery_due`]).
+    pub redelivery: bool,
+}
+
+static CLAIM_RECORD: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT coalesce($1::bigint, {DB_NOW_MS}), status, retryable, error, lease_until,
+                expires_at, app, redelivery
+         FROM slack_once_claims WHERE key = $2"
+    )
+});
+
+pub(super) async fn claim_record(
+    ledger: &PostgresLedger,
+    key: &EventId,
+) -> Result<Option<ClaimRecord>, LedgerError> {
+    let caller_now = crate::clock::now_ms();
+    let now = ledger.database.now_param(caller_now);
+    let key = key.as_str();
+    let rows = ledger
+        .run(|client| async move {
+            client
+                .query_typed(&CLAIM_RECORD, &[(&now, Type::INT8), (&key, Type::TEXT)])
+                .await
+        })
+        .await?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let db_now: i64 = row.get(0);
+    let status: &str = row.get(1);
+    let Some(status) = Status::parse(status) else {
+        return Err(LedgerError::Unavailable(
+            format!("the claim of {key} has a status this release does not read: {status}").into(),
+        ));
+    };
+    Ok(Some(ClaimRecord {
+        status,
+        retryable: row.get(2),
+        error: row.get(3),
+        lease_until_ms: to_caller(row.get(4), db_now, caller_now),
+        expires_at_ms: to_caller(row.get(5), db_now, caller_now),
+        app_id: row.get(6),
+        redelivery: row.get(7),
+    }))
+}
+
+static MAKE_RETRYABLE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE slack_once_claims SET
+           retryable = true,
+           expires_at = greatest(expires_at, coalesce($1::bigint, {DB_NOW_MS}) + $3)
+         WHERE key = $2 AND status = 'failed'
+         RETURNING 1"
+    )
+});
+
+pub(super) async fn make_retryable(
+    ledger: &PostgresLedger,
+    key: &EventId,
+    expires_at_ms: u64,
+) -> Result<bool, LedgerError> {
+    let caller_now = crate::clock::now_ms();
+    let now = ledger.database.now_param(caller_now);
+    let key = key.as_str();
+    let ttl_for = after(expires_at_ms, caller_now);
+    // Sent again, it finds the claim retryable already, its TTL as far: the same.
+    let rows = ledger
+        .run(|client| async move {
+            client
+                .query_typed(
+                    &MAKE_RETRYABLE,
+                    &[
+                        (&now, Type::INT8),
+                        (&key, Type::TEXT),
+                        (&ttl_for, Type::INT8),
+                    ],
+                )
+                .await
+        })
+        .await?;
+    Ok(!rows.is_empty())
+}
