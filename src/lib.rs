@@ -133,19 +133,29 @@ impl Application {
                     tracing::info!(table = %table, "ledger: DynamoDB");
                     let client = crate::ledger::dynamo::client_from_env().await;
                     if let Some(oauth) = &config.oauth {
-                        let seal = match &oauth.token_key_id {
-                            Some(key) => {
+                        let seal = match (&oauth.token_key_id, &oauth.token_keys) {
+                            (Some(key), _) => {
                                 tracing::info!(
                                     key = %key,
                                     "installations' tokens sealed in the table with KMS"
                                 );
                                 Seal::kms_from_env(key.clone()).await
                             }
-                            None => {
+                            (None, Some(keys)) => {
+                                tracing::info!(
+                                    key = %keys.current_id(),
+                                    keys = %keys.ids().join(", "),
+                                    "installations' tokens sealed in the table with the token \
+                                     keys given (AES-256-GCM)"
+                                );
+                                Seal::local(keys.clone())
+                            }
+                            (None, None) => {
                                 tracing::warn!(
                                     "SLACK_TOKEN_KEY_ID is not set: installations' tokens are \
                                      kept in the table as they are, readable by anyone who can \
-                                     read the table (set it to a KMS key to seal them)"
+                                     read the table (set it to a KMS key to seal them, or \
+                                     SLACK_TOKEN_KEYS to keys of your own)"
                                 );
                                 Seal::none()
                             }
@@ -283,9 +293,11 @@ impl Application {
                 store = if config.dedup_table.is_some() { "DynamoDB" } else { "in memory" },
                 "multi-workspace mode: each workspace's installation from the installation store"
             );
-            if config.dedup_table.is_none() && oauth.token_key_id.is_some() {
+            if config.dedup_table.is_none()
+                && (oauth.token_key_id.is_some() || oauth.token_keys.is_some())
+            {
                 tracing::info!(
-                    "SLACK_TOKEN_KEY_ID is set but the installations are in this process's \
+                    "a token key is set but the installations are in this process's \
                      memory (no DEDUP_TABLE): nothing is written at rest to seal"
                 );
             }

@@ -92,6 +92,56 @@ pub static IMPORT_TOKEN: Spec = Spec {
     ],
 };
 
+/// `new-token-key [--id ID]`.
+pub static NEW_TOKEN_KEY: Spec = Spec {
+    name: "new-token-key",
+    about: "print a new random key to seal installations' tokens without KMS, as\n\
+            ID=BASE64 (an entry of SLACK_TOKEN_KEYS: put it first to seal with it)",
+    operands: &[],
+    options: &[Item {
+        name: "--id ID",
+        help: "the key's id (default: key-YYYYMMDD, today's date in UTC)",
+    }],
+    env: &[],
+};
+
+/// Runs `new-token-key`: the key goes to standard output only.
+pub fn new_token_key(args: &Args) -> ExitCode {
+    let id = match args.value("--id") {
+        Some(id) => id.to_string(),
+        None => {
+            let (year, month, day) = civil_date(crate::clock::now_ms() / 86_400_000);
+            format!("key-{year:04}{month:02}{day:02}")
+        }
+    };
+    let entry = crate::workspaces::seal::TokenKeys::new_entry(&id);
+    // The entry is read back as a key would be: an id the keys refuse is refused here.
+    if let Err(e) = crate::workspaces::seal::TokenKeys::parse(&entry) {
+        return args.fail(&format!("--id: {e}"));
+    }
+    super::say(format_args!("{entry}"));
+    ExitCode::SUCCESS
+}
+
+/// The calendar date (UTC) `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_date(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 /// `seal-installations [--dry-run] [--app APP_ID]`.
 pub static SEAL_INSTALLATIONS: Spec = Spec {
     name: "seal-installations",
@@ -326,4 +376,16 @@ pub fn import_token(args: &Args) -> ExitCode {
             Err(error) => args.failed(&error_chain(&error)),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::civil_date;
+
+    #[test]
+    fn a_new_token_keys_default_id_is_the_days_date() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(19_782), (2024, 2, 29));
+        assert_eq!(civil_date(20_793), (2026, 12, 6));
+    }
 }
