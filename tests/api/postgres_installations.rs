@@ -1,0 +1,483 @@
+//! The installation store on PostgreSQL (scripts/postgres-local.sh): the stores' one contract,
+//! two instances refreshing one token, OAuth states spent once under concurrency, writes whose
+//! answer was lost (a proxy drops it after the commit) finding themselves when sent again, and
+//! tokens sealed under keys the operator gives: none in any row of the schema, rotated keys,
+//! a missing key said clearly, a sealed row bound to its app and workspace.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use slack_once::ledger::{Ledger, MemoryLedger};
+use slack_once::postgres::{Clock, Database};
+use slack_once::workspaces::seal::{ReadyKey, Seal, TokenKeys};
+use slack_once::workspaces::{
+    InstallationKey, InstallationStore, Place, PostgresInstallations, RefreshHold, StoreError,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::helpers::*;
+use crate::workspaces::{
+    CLIENT_ID, contract, fake_slack_oauth, install, installation, mention_in, rotating_install,
+    send_all, spawn,
+};
+
+const KEY_A: &str = "a=AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+const KEY_B: &str = "b=AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+
+fn sealed_by(keys: &str) -> Arc<Seal> {
+    Arc::new(Seal::local(TokenKeys::parse(keys).expect("test keys")))
+}
+
+/// A database on `url` judged on the database's own clock, as a deployment runs.
+async fn on_database_clock(url: &str) -> Database {
+    let database = Database::connect(url, 4).expect("the test URL");
+    database.migrate().await.expect("migrate");
+    database
+}
+
+/// Every text of every row of every table of the schema `database` is on.
+async fn every_row_text(database: &Database) -> Vec<String> {
+    let client = database.client().await.unwrap();
+    let tables: Vec<String> = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = current_schema()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        tables.iter().any(|t| t == "slack_once_installations"),
+        "{tables:?}"
+    );
+    let mut texts = Vec::new();
+    for table in tables {
+        for row in client
+            .query(&format!("SELECT t::text FROM {table} t"), &[])
+            .await
+            .unwrap()
+        {
+            texts.push(row.get::<_, String>(0));
+        }
+    }
+    texts
+}
+
+/// The key id the row of `team` is sealed under (`key:ID`), if sealed.
+async fn sealed_key_of(database: &Database, client_id: &str, team: &str) -> Option<String> {
+    let client = database.client().await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT convert_from(sealed_key, 'UTF8') FROM slack_once_installations \
+             WHERE client = $1 AND scope = $2",
+            &[&client_id, &format!("WORKSPACE#{team}")],
+        )
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL"]
+async fn the_installation_stores_contract_holds_on_postgresql_sealed_or_not() {
+    let (_, database) = fresh_schema().await;
+    contract(&PostgresInstallations::new(database, CLIENT_ID)).await;
+    let (_, database) = fresh_schema().await;
+    contract(&PostgresInstallations::new(database, CLIENT_ID).with_seal(sealed_by(KEY_A))).await;
+}
+
+/// Two instances, each its own pool on one database, with a token due to refresh: one
+/// exchange, and both answer with the new token; then an install through the flow. Nowhere in
+/// the schema is any token Slack issued, in clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL"]
+async fn two_instances_refresh_one_token_once_and_the_database_holds_no_token() {
+    let slack = fake_slack_oauth().await;
+    let url = fresh_schema_url().await;
+    let store = |database| {
+        Arc::new(PostgresInstallations::new(database, CLIENT_ID).with_seal(sealed_by(KEY_A)))
+    };
+    let store_one = store(on_database_clock(&url).await);
+    let store_two = store(on_database_clock(&url).await);
+    let ledger: Arc<dyn Ledger> = Arc::new(MemoryLedger::new());
+    // 30 minutes left: within the refresh window, refreshed beside the requests.
+    rotating_install(&slack, &*store_one, "T0002", 1800).await;
+    let one = spawn(&slack, ledger.clone(), store_one.clone()).await;
+    let two = spawn(&slack, ledger.clone(), store_two.clone()).await;
+    let sends = (1..=6)
+        .map(|n| {
+            let app = if n % 2 == 0 { &one } else { &two };
+            let body = mention_in(&slack, "T0002", None, false, "C0002", n);
+            (app.url("/slack/events"), body)
+        })
+        .collect();
+    for answer in send_all(sends).await {
+        assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+    }
+    let refreshes = || {
+        slack.with_grants(|g| {
+            g.exchanges()
+                .iter()
+                .filter(|e| e.grant_type == "refresh_token")
+                .count()
+        })
+    };
+    for _ in 0..50 {
+        if refreshes() >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(refreshes(), 1, "one refresh across both instances");
+    let key = InstallationKey::Workspace("T0002".into());
+    let stored = store_two.find(&key).await.unwrap().unwrap();
+    let now = slack_once::clock::now_ms();
+    assert!(slack.with_grants(|g| g.is_live(&stored.installation.bot.token, now)));
+    assert_eq!(
+        two.send(&mention_in(&slack, "T0002", None, false, "C0002", 7))
+            .await
+            .outcome(),
+        "answered"
+    );
+    // An install through the flow (its OAuth state spent in the database too).
+    let code = slack.with_grants(|g| g.grant("T0003", "chat:write", "", true));
+    assert_eq!(install(&one, code).await.status, 200);
+
+    let database = on_database_clock(&url).await;
+    let texts = every_row_text(&database).await;
+    let tokens: Vec<String> = ["T0002", "T0003"]
+        .iter()
+        .flat_map(|team| slack.with_grants(|g| g.secrets_of(team)))
+        .collect();
+    assert!(tokens.len() >= 6, "{}", tokens.len());
+    assert!(texts.len() >= 3, "{texts:?}");
+    for token in &tokens {
+        assert!(
+            texts.iter().all(|text| !text.contains(token.as_str())),
+            "a token in clear in the database"
+        );
+    }
+    // The scan sees a token where none is sealed: the same store without a key.
+    let (_, plain) = fresh_schema().await;
+    PostgresInstallations::new(plain.clone(), CLIENT_ID)
+        .save(&installation("T1", "r-plain", 1_000))
+        .await
+        .unwrap();
+    assert!(
+        every_row_text(&plain)
+            .await
+            .iter()
+            .any(|text| text.contains("r-plain"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL"]
+async fn an_oauth_state_is_spent_once_by_racing_callbacks_and_again_by_its_spender() {
+    let url = fresh_schema_url().await;
+    let mut racers = Vec::new();
+    for n in 0..8 {
+        let store = PostgresInstallations::new(on_database_clock(&url).await, CLIENT_ID);
+        racers.push(tokio::spawn(async move {
+            let spender = format!("callback-{n}");
+            let spent = store
+                .consume_state("nonce-1", &spender, slack_once::clock::now_ms() + 600_000)
+                .await
+                .unwrap();
+            (spender, spent, store)
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut stores = Vec::new();
+    for racer in racers {
+        let (spender, spent, store) = racer.await.unwrap();
+        if spent {
+            winners.push(spender.clone());
+        }
+        stores.push((spender, store));
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    for (spender, store) in &stores {
+        let again = store
+            .consume_state("nonce-1", spender, slack_once::clock::now_ms() + 600_000)
+            .await
+            .unwrap();
+        assert_eq!(again, winners.contains(spender), "{spender}");
+    }
+    // Another app's state of the same nonce is its own.
+    let other = PostgresInstallations::new(on_database_clock(&url).await, "9999.1111");
+    assert!(
+        other
+            .consume_state(
+                "nonce-1",
+                "callback-x",
+                slack_once::clock::now_ms() + 600_000
+            )
+            .await
+            .unwrap()
+    );
+}
+
+/// A TCP proxy to the local PostgreSQL that, when armed, lets the next statement reach the
+/// server and run, then drops its answer (everything up to its `ReadyForQuery`: the commit
+/// made) and closes the connection.
+struct AnswerDropper {
+    addr: std::net::SocketAddr,
+    armed: Arc<AtomicBool>,
+    dropped: Arc<AtomicUsize>,
+}
+
+impl AnswerDropper {
+    async fn start(server_port: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let armed = Arc::new(AtomicBool::new(false));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (armed_in, dropped_in) = (armed.clone(), dropped.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect(("127.0.0.1", server_port))
+                    .await
+                    .unwrap();
+                tokio::spawn(relay(client, server, armed_in.clone(), dropped_in.clone()));
+            }
+        });
+        Self {
+            addr,
+            armed,
+            dropped,
+        }
+    }
+}
+
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    armed: Arc<AtomicBool>,
+    dropped: Arc<AtomicUsize>,
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let upstream = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+    });
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut dropping = false;
+    loop {
+        let n = match server_read.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buffer[..n];
+        if !dropping && armed.swap(false, Ordering::SeqCst) {
+            dropping = true;
+        }
+        if dropping {
+            // The answer ends with ReadyForQuery ('Z', length 5, status): by then the
+            // statement has committed. Drop it all and close.
+            if n >= 6 && chunk[n - 6] == b'Z' {
+                dropped.fetch_add(1, Ordering::SeqCst);
+                break;
+            }
+            continue;
+        }
+        if client_write.write_all(chunk).await.is_err() {
+            break;
+        }
+    }
+    upstream.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL"]
+async fn a_write_whose_answer_was_lost_is_sent_again_and_finds_itself() {
+    let url = fresh_schema_url().await;
+    let port = std::env::var("POSTGRES_LOCAL_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(5433u16);
+    let proxy = AnswerDropper::start(port).await;
+    let through = url.replace(&format!("127.0.0.1:{port}"), &proxy.addr.to_string());
+    assert_ne!(through, url);
+    let database = Database::connect(&through, 2)
+        .unwrap()
+        .with_clock(Clock::Given);
+    database.migrate().await.unwrap();
+    let store = PostgresInstallations::new(database, CLIENT_ID).with_seal(sealed_by(KEY_A));
+    let key = InstallationKey::Workspace("T1".into());
+    let lost = |what: &str| {
+        assert_eq!(
+            proxy.dropped.swap(0, Ordering::SeqCst),
+            1,
+            "the answer to {what} was dropped"
+        );
+    };
+
+    let first = installation("T1", "r1", 1_000);
+    proxy.armed.store(true, Ordering::SeqCst);
+    assert!(store.save_new(&first).await.unwrap(), "a new install");
+    lost("save_new");
+    assert!(
+        !store
+            .save_new(&installation("T1", "r9", 2_000))
+            .await
+            .unwrap()
+    );
+
+    let r1 = first.bot.rotation();
+    let hold = RefreshHold {
+        owner: "a",
+        now_ms: 2_000,
+        until_ms: 22_000,
+    };
+    proxy.armed.store(true, Ordering::SeqCst);
+    assert!(
+        store
+            .take_refresh(&key, Place::Own, &r1, hold)
+            .await
+            .unwrap()
+    );
+    lost("take_refresh");
+
+    let second = installation("T1", "r2", 1_000);
+    proxy.armed.store(true, Ordering::SeqCst);
+    assert!(
+        store
+            .store_refreshed(&key, Place::Own, (&r1, 0), "a", &second, &ReadyKey::none())
+            .await
+            .unwrap()
+    );
+    lost("store_refreshed");
+    assert_eq!(
+        store.find(&key).await.unwrap().unwrap().installation,
+        second
+    );
+
+    proxy.armed.store(true, Ordering::SeqCst);
+    assert!(store.consume_state("s1", "n1", 10_000).await.unwrap());
+    lost("consume_state");
+    assert!(!store.consume_state("s1", "n2", 10_000).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL"]
+async fn rows_sealed_under_an_older_key_open_after_rotation_and_are_sealed_under_the_new_one() {
+    let (_, database) = fresh_schema().await;
+    let under_a =
+        PostgresInstallations::new(database.clone(), CLIENT_ID).with_seal(sealed_by(KEY_A));
+    let rotated = PostgresInstallations::new(database.clone(), CLIENT_ID)
+        .with_seal(sealed_by(&format!("{KEY_B}\n{KEY_A}")));
+    let (t1, t2) = (
+        installation("T1", "r1", 1_000),
+        installation("T2", "r1", 1_000),
+    );
+    under_a.save(&t1).await.unwrap();
+    under_a.save(&t2).await.unwrap();
+    assert_eq!(
+        sealed_key_of(&database, CLIENT_ID, "T1").await.as_deref(),
+        Some("key:a")
+    );
+
+    // A refresh after the rotation, with no read first: the refreshed pair sealed under B.
+    let k1 = InstallationKey::Workspace("T1".into());
+    let r1 = t1.bot.rotation();
+    let hold = RefreshHold {
+        owner: "a",
+        now_ms: 2_000,
+        until_ms: 22_000,
+    };
+    assert!(
+        rotated
+            .take_refresh(&k1, Place::Own, &r1, hold)
+            .await
+            .unwrap()
+    );
+    let ready = rotated.ready_to_store(&k1, Place::Own).await.unwrap();
+    let refreshed = installation("T1", "r2", 1_000);
+    assert!(
+        rotated
+            .store_refreshed(&k1, Place::Own, (&r1, 0), "a", &refreshed, &ready)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        sealed_key_of(&database, CLIENT_ID, "T1").await.as_deref(),
+        Some("key:b")
+    );
+    assert_eq!(
+        rotated.find(&k1).await.unwrap().unwrap().installation,
+        refreshed
+    );
+
+    // A row under A opens after the rotation, and its read seals it under B.
+    let k2 = InstallationKey::Workspace("T2".into());
+    assert_eq!(rotated.find(&k2).await.unwrap().unwrap().installation, t2);
+    assert_eq!(
+        sealed_key_of(&database, CLIENT_ID, "T2").await.as_deref(),
+        Some("key:b")
+    );
+
+    // A process given only A, or no keys: a clear error naming the key and the variables.
+    let corrupt = |found: Result<_, StoreError>| match found {
+        Err(StoreError::Corrupt(said)) => said,
+        other => panic!("{:?}", other.map(|_: Option<_>| ())),
+    };
+    let said = corrupt(under_a.find(&k1).await);
+    assert!(
+        said.contains("`b`") && said.contains("SLACK_TOKEN_KEYS"),
+        "{said}"
+    );
+    assert!(!said.contains(&KEY_B[2..]), "{said}");
+    let keyless = PostgresInstallations::new(database.clone(), CLIENT_ID);
+    let said = corrupt(keyless.find(&k1).await);
+    assert!(said.contains("SLACK_TOKEN_KEYS"), "{said}");
+    // The same id with another key's bytes: does not open.
+    let wrong = PostgresInstallations::new(database.clone(), CLIENT_ID)
+        .with_seal(sealed_by(&KEY_A.replacen("a=", "b=", 1)));
+    corrupt(wrong.find(&k1).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL"]
+async fn a_sealed_row_copied_to_another_workspace_or_app_does_not_open() {
+    let (_, database) = fresh_schema().await;
+    let seal = sealed_by(KEY_A);
+    let ours = PostgresInstallations::new(database.clone(), CLIENT_ID).with_seal(seal.clone());
+    let theirs = PostgresInstallations::new(database.clone(), "9999.1111").with_seal(seal);
+    ours.save(&installation("T1", "r1", 1_000)).await.unwrap();
+    ours.save(&installation("T2", "r2", 1_000)).await.unwrap();
+    theirs.save(&installation("T1", "r3", 1_000)).await.unwrap();
+    let client = database.client().await.unwrap();
+    let copy = "UPDATE slack_once_installations t SET sealed = s.sealed, \
+                sealed_key = s.sealed_key FROM slack_once_installations s \
+                WHERE s.client = $1 AND s.scope = 'WORKSPACE#T1' \
+                AND t.client = $2 AND t.scope = $3";
+    // T1's tokens copied over T2's row, and over the other app's T1.
+    client
+        .execute(copy, &[&CLIENT_ID, &CLIENT_ID, &"WORKSPACE#T2"])
+        .await
+        .unwrap();
+    client
+        .execute(copy, &[&CLIENT_ID, &"9999.1111", &"WORKSPACE#T1"])
+        .await
+        .unwrap();
+    for (store, team) in [(&ours, "T2"), (&theirs, "T1")] {
+        match store.find(&InstallationKey::Workspace(team.into())).await {
+            Err(StoreError::Corrupt(said)) => assert!(said.contains("do not open"), "{said}"),
+            other => panic!("{team}: {:?}", other.map(|_| ())),
+        }
+    }
+    // The row itself still opens where it is.
+    assert!(
+        ours.find(&InstallationKey::Workspace("T1".into()))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
