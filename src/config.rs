@@ -841,7 +841,9 @@ fn history_reads_per_minute_of(get: &impl Fn(&str) -> Option<String>) -> Result<
 }
 
 /// `SLACK_TOKEN_KEY_ID`: the KMS key that seals the installations' tokens.
-fn token_key_id_of(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, ConfigError> {
+pub(crate) fn token_key_id_of(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, ConfigError> {
     let token_key_id = get("SLACK_TOKEN_KEY_ID")
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty());
@@ -861,7 +863,7 @@ fn token_key_id_of(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Strin
 /// KMS ([`crate::workspaces::seal::TokenKeys`]). One of them at most, and neither beside
 /// `SLACK_TOKEN_KEY_ID` (`kms`: it is set). A refusal names the variable and the entry, never a
 /// key.
-fn token_keys_of(
+pub(crate) fn token_keys_of(
     get: &impl Fn(&str) -> Option<String>,
     kms: bool,
 ) -> Result<Option<crate::workspaces::seal::TokenKeys>, ConfigError> {

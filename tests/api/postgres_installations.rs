@@ -481,3 +481,84 @@ async fn a_sealed_row_copied_to_another_workspace_or_app_does_not_open() {
             .is_some()
     );
 }
+
+/// The seal is the store's, not the table's: the operator's keys seal on DynamoDB too, and
+/// `seal-installations`' sweep seals again, under the current key, what an older key sealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local"]
+async fn the_operators_keys_seal_on_dynamodb_too_and_sealing_all_moves_rows_to_the_current_key() {
+    use slack_once::workspaces::DynamoInstallations;
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let client = dynamodb_client(&endpoint);
+    let store = |keys: &str| {
+        DynamoInstallations::new(client.clone(), table.clone(), CLIENT_ID)
+            .with_seal(sealed_by(keys))
+    };
+    let t1 = installation("T1", "r-dynamo", 1_000);
+    store(KEY_A).save(&t1).await.unwrap();
+    let pk = format!("install#{CLIENT_ID}#WORKSPACE#T1");
+    let item = || async {
+        client
+            .get_item()
+            .table_name(&table)
+            .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap()
+    };
+    let sealed_key =
+        |item: &std::collections::HashMap<_, aws_sdk_dynamodb::types::AttributeValue>| {
+            String::from_utf8(item["sealed_key"].as_b().unwrap().as_ref().to_vec()).unwrap()
+        };
+    let kept = item().await;
+    assert_eq!(sealed_key(&kept), "key:a");
+    let text = format!("{kept:?}");
+    for token in ["xoxe.xoxb-r-dynamo", "r-dynamo\"", "xoxp-1"] {
+        assert!(!text.contains(token), "{token} in the table");
+    }
+    let key = InstallationKey::Workspace("T1".into());
+    let rotated = store(&format!("{KEY_B},{KEY_A}"));
+    assert_eq!(rotated.find(&key).await.unwrap().unwrap().installation, t1);
+    let done = rotated.seal_all(None, false).await.unwrap();
+    assert_eq!(done.sealed, [pk.clone()]);
+    assert_eq!(sealed_key(&item().await), "key:b");
+    assert_eq!(rotated.find(&key).await.unwrap().unwrap().installation, t1);
+    let again = rotated.seal_all(None, false).await.unwrap();
+    assert_eq!((again.sealed.len(), again.sealed_already), (0, 1));
+    match store(KEY_A).find(&key).await {
+        Err(StoreError::Corrupt(said)) => assert!(said.contains("`b`"), "{said}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
+
+/// `slack-once new-token-key` prints a new entry for SLACK_TOKEN_KEYS, read back as the server
+/// reads it; an id the keys would refuse is refused.
+#[test]
+fn new_token_key_prints_an_entry_the_keys_accept_and_refuses_a_bad_id() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_slack-once"))
+            .env_clear()
+            .arg("new-token-key")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let made = run(&["--id", "k2"]);
+    assert!(made.status.success());
+    let entry = String::from_utf8(made.stdout).unwrap();
+    let keys = TokenKeys::parse(entry.trim()).unwrap();
+    assert_eq!(keys.ids(), ["k2"]);
+    let other = String::from_utf8(run(&["--id", "k2"]).stdout).unwrap();
+    assert_ne!(entry, other, "each key is new");
+    let dated = String::from_utf8(run(&[]).stdout).unwrap();
+    assert!(dated.starts_with("key-20"), "{dated}");
+    let refused = run(&["--id", "a b"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(refused.stdout.is_empty());
+    let said = String::from_utf8(refused.stderr).unwrap();
+    assert!(said.contains("--id"), "{said}");
+}
