@@ -133,33 +133,7 @@ impl Application {
                     tracing::info!(table = %table, "ledger: DynamoDB");
                     let client = crate::ledger::dynamo::client_from_env().await;
                     if let Some(oauth) = &config.oauth {
-                        let seal = match (&oauth.token_key_id, &oauth.token_keys) {
-                            (Some(key), _) => {
-                                tracing::info!(
-                                    key = %key,
-                                    "installations' tokens sealed in the table with KMS"
-                                );
-                                Seal::kms_from_env(key.clone()).await
-                            }
-                            (None, Some(keys)) => {
-                                tracing::info!(
-                                    key = %keys.current_id(),
-                                    keys = %keys.ids().join(", "),
-                                    "installations' tokens sealed in the table with the token \
-                                     keys given (AES-256-GCM)"
-                                );
-                                Seal::local(keys.clone())
-                            }
-                            (None, None) => {
-                                tracing::warn!(
-                                    "SLACK_TOKEN_KEY_ID is not set: installations' tokens are \
-                                     kept in the table as they are, readable by anyone who can \
-                                     read the table (set it to a KMS key to seal them, or \
-                                     SLACK_TOKEN_KEYS to keys of your own)"
-                                );
-                                Seal::none()
-                            }
-                        };
+                        let seal = token_seal(oauth).await;
                         let store = DynamoInstallations::new(
                             client.clone(),
                             table.clone(),
@@ -383,5 +357,38 @@ impl Application {
             max_connections: self.config.max_connections,
             socket_mode,
         })
+    }
+}
+
+/// The seal of the installations' tokens the configuration names: KMS (`SLACK_TOKEN_KEY_ID`),
+/// the operator's keys (`SLACK_TOKEN_KEYS`, `SLACK_TOKEN_KEYS_FILE`), or none (said at start).
+/// Any store that keeps installations at rest takes it.
+pub(crate) async fn token_seal(oauth: &config::OAuthConfig) -> Seal {
+    match (&oauth.token_key_id, &oauth.token_keys) {
+        (Some(key), _) => {
+            tracing::info!(
+                key = %key,
+                "installations' tokens sealed in the table with KMS"
+            );
+            Seal::kms_from_env(key.clone()).await
+        }
+        (None, Some(keys)) => {
+            tracing::info!(
+                key = %keys.current_id(),
+                keys = %keys.ids().join(", "),
+                "installations' tokens sealed in the table with the token \
+                 keys given (AES-256-GCM)"
+            );
+            Seal::local(keys.clone())
+        }
+        (None, None) => {
+            tracing::warn!(
+                "SLACK_TOKEN_KEY_ID is not set: installations' tokens are \
+                 kept in the table as they are, readable by anyone who can \
+                 read the table (set it to a KMS key to seal them, or \
+                 SLACK_TOKEN_KEYS to keys of your own)"
+            );
+            Seal::none()
+        }
     }
 }

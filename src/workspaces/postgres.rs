@@ -323,9 +323,9 @@ impl PostgresInstallations {
         }
     }
 
-    /// Deletes up to `batch` of the app's OAuth states and history-read pacing rows past their
-    /// expiry (on the database's clock, or `now_ms` on a given one), which count as absent:
-    /// how many. What `sweep` runs beside the ledger's own.
+    /// Deletes up to `batch` of the app's OAuth states, and as many of its history-read pacing
+    /// rows, past their expiry (on the database's clock, or `now_ms` on a given one), which
+    /// count as absent: how many. What `sweep` runs beside the ledger's own.
     pub async fn sweep_expired(&self, now_ms: u64, batch: i64) -> Result<u64, StoreError> {
         let (app, now, batch) = (&self.app, &self.database.now_param(now_ms), &batch);
         let sql = format!(

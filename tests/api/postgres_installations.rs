@@ -524,7 +524,7 @@ async fn the_operators_keys_seal_on_dynamodb_too_and_sealing_all_moves_rows_to_t
     let rotated = store(&format!("{KEY_B},{KEY_A}"));
     assert_eq!(rotated.find(&key).await.unwrap().unwrap().installation, t1);
     let done = rotated.seal_all(None, false).await.unwrap();
-    assert_eq!(done.sealed, [pk.clone()]);
+    assert_eq!(done.sealed, vec![pk.clone()]);
     assert_eq!(sealed_key(&item().await), "key:b");
     assert_eq!(rotated.find(&key).await.unwrap().unwrap().installation, t1);
     let again = rotated.seal_all(None, false).await.unwrap();
@@ -561,4 +561,64 @@ fn new_token_key_prints_an_entry_the_keys_accept_and_refuses_a_bad_id() {
     assert!(refused.stdout.is_empty());
     let said = String::from_utf8(refused.stderr).unwrap();
     assert!(said.contains("--id"), "{said}");
+}
+
+/// Expired OAuth states and pacing rows count as absent and are deleted: the app's own, in
+/// batches, by `sweep_expired`; a spend sweeps the app's expired states on its way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL"]
+async fn expired_states_and_pacing_rows_are_swept_and_only_the_apps_own() {
+    let (_, database) = fresh_schema().await;
+    let ours = PostgresInstallations::new(database.clone(), CLIENT_ID);
+    let theirs = PostgresInstallations::new(database.clone(), "9999.1111");
+    let count = |table: &'static str, client_id: &'static str| {
+        let database = database.clone();
+        async move {
+            let client = database.client().await.unwrap();
+            let row = client
+                .query_one(
+                    &format!("SELECT count(*) FROM {table} WHERE client = $1"),
+                    &[&client_id],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0)
+        }
+    };
+    // Long expired (epoch 10 s), and one still live.
+    for n in 0..3 {
+        assert!(
+            ours.consume_state(&format!("old-{n}"), "x", 10_000)
+                .await
+                .unwrap()
+        );
+    }
+    assert!(theirs.consume_state("old-t", "x", 10_000).await.unwrap());
+    let live = slack_once::clock::now_ms() + 600_000;
+    let workspace = InstallationKey::Workspace("T1".into());
+    assert_eq!(
+        ours.take_read(&workspace, "conversations.history", 1_000, 1)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        theirs
+            .take_read(&workspace, "conversations.history", 1_000, 1)
+            .await
+            .unwrap(),
+        None
+    );
+    // A spend sweeps the app's expired states on its way (the other app's stay).
+    assert!(ours.consume_state("new", "y", live).await.unwrap());
+    assert_eq!(count("slack_once_oauth_states", CLIENT_ID).await, 1);
+    assert_eq!(count("slack_once_oauth_states", "9999.1111").await, 1);
+    // The pacing row, expired an hour after its read, swept with a batch; the other app's stays.
+    let now = slack_once::clock::now_ms();
+    assert_eq!(ours.sweep_expired(now, 100).await.unwrap(), 1);
+    assert_eq!(count("slack_once_read_pace", CLIENT_ID).await, 0);
+    assert_eq!(count("slack_once_read_pace", "9999.1111").await, 1);
+    assert_eq!(count("slack_once_oauth_states", CLIENT_ID).await, 1);
+    assert_eq!(theirs.sweep_expired(now, 1).await.unwrap(), 2);
+    assert_eq!(theirs.sweep_expired(now, 1).await.unwrap(), 0);
 }
