@@ -18,9 +18,14 @@
 //! - **Times** compared with a refresh's hold or a TTL are the database's
 //!   (`coalesce($n, DB_NOW_MS)`, [`Database::now_param`]): a hold lasts what the caller asked
 //!   (`until_ms - now_ms`) from the database's now.
-//! - **Sent again.** Every write that may be sent once more ([`Database::run`]) recognises
-//!   itself: a save over the same row, a refreshed pair over itself, a hold by its owner, a state
-//!   spent by its spender.
+//! - **Sent again.** A statement whose connection broke is sent once more ([`Database::run`]),
+//!   and the writes whose answer matters recognise themselves: a save over the same row (sealed
+//!   once, before the statement, so the second carries the same text), a refreshed pair over
+//!   itself, a hold by its owner, a state spent by its spender. The others, sent again after
+//!   their first run committed, find nothing left to do and say so, as the DynamoDB store's do
+//!   after an SDK retry: an uninstall or a revocation reports nothing removed, a broken mark
+//!   reports it marked already, and a history read reports the next one later (a read skipped,
+//!   never one too many).
 //!
 //! Round trips: `find` 1 (2 the one time a row is sealed again at its read); `save`, `save_new`,
 //! `take_refresh`, `release_refresh`, `store_refreshed`, `mark_broken`, `take_read` and
