@@ -622,3 +622,120 @@ async fn expired_states_and_pacing_rows_are_swept_and_only_the_apps_own() {
     assert_eq!(theirs.sweep_expired(now, 1).await.unwrap(), 2);
     assert_eq!(theirs.sweep_expired(now, 1).await.unwrap(), 0);
 }
+
+/// The built binary with its keys in a file (as a mounted Kubernetes Secret gives them), on
+/// DynamoDB: an install through the flow leaves no token in the table; a process given the
+/// rotated keys (`b`, then `a`) answers with the row sealed under `a`; one given only `b` refuses
+/// and says which key it lacks; one given a KMS key too does not start, naming both variables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs DynamoDB Local and the built binary"]
+async fn the_binary_seals_with_the_keys_of_its_file_and_opens_an_older_keys_rows_after_rotation() {
+    use crate::tenants::{A, Tenant};
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let file = |keys: &str| {
+        let path = std::env::temp_dir().join(format!("token-keys-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&path, format!("# slack-once token keys\n{keys}\n")).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (only_a, rotated) = (file(KEY_A), file(&format!("{KEY_B}\n{KEY_A}")));
+    let a = Tenant::start(
+        A,
+        &endpoint,
+        &table,
+        &[("SLACK_TOKEN_KEYS_FILE", only_a.clone())],
+    )
+    .await;
+    let team = "T0000KEYS";
+    let code = a
+        .slack
+        .with_grants(|g| g.grant(team, "app_mentions:read,chat:write", "search:read", true));
+    let page = a.install_code(&a.bot, &code).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+
+    let client = dynamodb_client(&endpoint);
+    let items = client.scan().table_name(&table).send().await.unwrap();
+    let mut text = String::new();
+    for item in items.items() {
+        for (name, value) in item {
+            text.push_str(&format!("{name}={value:?}\n"));
+            if let Ok(bytes) = value.as_b() {
+                text.push_str(&String::from_utf8_lossy(bytes.as_ref()));
+                text.push('\n');
+            }
+        }
+    }
+    let tokens = a.slack.with_grants(|g| g.secrets_of(team));
+    assert!(
+        tokens.len() >= 3,
+        "bot, refresh and user tokens: {tokens:?}"
+    );
+    for token in &tokens {
+        assert!(
+            !text.contains(token.as_str()),
+            "a token in the table:\n{text}"
+        );
+    }
+    assert!(text.contains("key:a"), "{text}");
+
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_slack-once"));
+    let how = Spawn {
+        signing_secret_env: false,
+        ..Spawn::default()
+    };
+    let with = |extra: &[(&'static str, String)]| {
+        let mut vars: Vec<(&str, String)> = a
+            .vars
+            .iter()
+            .filter(|(k, _)| *k != "SLACK_TOKEN_KEYS_FILE")
+            .cloned()
+            .collect();
+        vars.extend_from_slice(extra);
+        vars
+    };
+    let b = BotProcess::spawn_program_with(
+        &program,
+        &[],
+        &with(&[("SLACK_TOKEN_KEYS_FILE", rotated.clone())]),
+        &how,
+    );
+    let answer = a.send_to(&b, &a.mention(team, 1)).await;
+    assert_eq!(answer.outcome(), "answered", "{}", answer.body);
+
+    let c = BotProcess::spawn_program_with(
+        &program,
+        &[],
+        &with(&[("SLACK_TOKEN_KEYS", KEY_B.to_string())]),
+        &how,
+    );
+    let answer = a.send_to(&c, &a.mention(team, 2)).await;
+    assert_ne!(answer.outcome(), "answered", "{}", answer.body);
+    let said = c
+        .log_when(Duration::from_secs(10), |log| log.contains("token key `a`"))
+        .await;
+    assert!(
+        said.contains("token key `a`") && said.contains("SLACK_TOKEN_KEYS"),
+        "{said}"
+    );
+    assert!(!said.contains(&KEY_B[2..]), "a key in the log");
+
+    let refused = BotProcess::try_spawn_program_with(
+        &program,
+        &[],
+        &with(&[
+            ("SLACK_TOKEN_KEYS_FILE", rotated.clone()),
+            ("SLACK_TOKEN_KEY_ID", "alias/slack-once".to_string()),
+        ]),
+        &how,
+    )
+    .err()
+    .expect("a KMS key and keys of one's own: no start");
+    assert!(
+        refused.contains("SLACK_TOKEN_KEY_ID, SLACK_TOKEN_KEYS_FILE"),
+        "{refused}"
+    );
+    assert!(!refused.contains(&KEY_A[2..]), "a key in the log");
+    for path in [only_a, rotated] {
+        std::fs::remove_file(path).unwrap();
+    }
+}
