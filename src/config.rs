@@ -142,6 +142,10 @@ pub struct OAuthConfig {
     /// The KMS key the installations' tokens are sealed with in the table
     /// (`SLACK_TOKEN_KEY_ID`: a key id, an ARN or `alias/…`); `None`: kept as they are.
     pub token_key_id: Option<String>,
+    /// The keys the installations' tokens are sealed with where there is no KMS
+    /// (`SLACK_TOKEN_KEYS`, or the file `SLACK_TOKEN_KEYS_FILE` names): the first seals, every
+    /// one opens. Never with `token_key_id`.
+    pub token_keys: Option<crate::workspaces::seal::TokenKeys>,
     /// The Slack app's id (`SLACK_APP_ID`, `A…`), where it is given: which unscoped
     /// installations are this app's, for the app's own work outside a request before
     /// any request has named the app (requests and installs name it otherwise).
@@ -884,6 +888,8 @@ fn oauth_of(
         "SLACK_TOKEN_REFRESH_MINUTES",
         "SLACK_HISTORY_READS_PER_MINUTE",
         "SLACK_TOKEN_KEY_ID",
+        "SLACK_TOKEN_KEYS",
+        "SLACK_TOKEN_KEYS_FILE",
         "SLACK_APP_ID",
     ];
     let Some(client_id) = get("SLACK_CLIENT_ID").map(|v| v.trim().to_string()) else {
@@ -933,6 +939,7 @@ fn oauth_of(
     let refresh_before = refresh_before_of(get)?;
     let history_reads_per_minute = history_reads_per_minute_of(get)?;
     let token_key_id = token_key_id_of(get)?;
+    let token_keys = token_keys_of(get, token_key_id.is_some())?;
     let app_id = app_id_of(get)?;
     Ok(Some(OAuthConfig {
         client_id,
@@ -943,6 +950,7 @@ fn oauth_of(
         refresh_before,
         history_reads_per_minute,
         token_key_id,
+        token_keys,
         app_id,
     }))
 }
@@ -986,7 +994,9 @@ fn history_reads_per_minute_of(get: &impl Fn(&str) -> Option<String>) -> Result<
 }
 
 /// `SLACK_TOKEN_KEY_ID`: the KMS key that seals the installations' tokens.
-fn token_key_id_of(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, ConfigError> {
+pub(crate) fn token_key_id_of(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, ConfigError> {
     let token_key_id = get("SLACK_TOKEN_KEY_ID")
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty());
@@ -999,6 +1009,53 @@ fn token_key_id_of(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Strin
         });
     }
     Ok(token_key_id)
+}
+
+/// `SLACK_TOKEN_KEYS` (the keys themselves) or `SLACK_TOKEN_KEYS_FILE` (a file holding them,
+/// such as a mounted Kubernetes Secret): the keys that seal the installations' tokens without
+/// KMS ([`crate::workspaces::seal::TokenKeys`]). One of them at most, and neither beside
+/// `SLACK_TOKEN_KEY_ID` (`kms`: it is set). A refusal names the variable and the entry, never a
+/// key.
+pub(crate) fn token_keys_of(
+    get: &impl Fn(&str) -> Option<String>,
+    kms: bool,
+) -> Result<Option<crate::workspaces::seal::TokenKeys>, ConfigError> {
+    let given = |var: &str| get(var).filter(|v| !v.trim().is_empty());
+    let (var, text) = match (given("SLACK_TOKEN_KEYS"), given("SLACK_TOKEN_KEYS_FILE")) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Invalid {
+                var: "SLACK_TOKEN_KEYS, SLACK_TOKEN_KEYS_FILE",
+                reason: "both set: give the keys in one of them (the file, or the value)".into(),
+            });
+        }
+        (Some(keys), None) => ("SLACK_TOKEN_KEYS", keys),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path.trim()).map_err(|e| ConfigError::Invalid {
+                var: "SLACK_TOKEN_KEYS_FILE",
+                reason: format!("the file {} cannot be read: {e}", path.trim()),
+            })?;
+            ("SLACK_TOKEN_KEYS_FILE", text)
+        }
+    };
+    if kms {
+        return Err(ConfigError::Invalid {
+            var: if var == "SLACK_TOKEN_KEYS" {
+                "SLACK_TOKEN_KEY_ID, SLACK_TOKEN_KEYS"
+            } else {
+                "SLACK_TOKEN_KEY_ID, SLACK_TOKEN_KEYS_FILE"
+            },
+            reason: "both set (they contradict each other): SLACK_TOKEN_KEY_ID seals tokens \
+                     with KMS, the other with keys you give. Unset one of them"
+                .into(),
+        });
+    }
+    crate::workspaces::seal::TokenKeys::parse(&text)
+        .map(Some)
+        .map_err(|e| ConfigError::Invalid {
+            var,
+            reason: e.to_string(),
+        })
 }
 
 /// `SLACK_APP_ID`: the app's id, as Basic Information shows it.
@@ -1073,6 +1130,74 @@ mod tests {
             ConfigError::Missing { var, .. } => Some(var),
             ConfigError::Invalid { .. } => None,
         }
+    }
+
+    #[test]
+    fn token_keys_come_from_the_value_or_a_file_never_beside_kms_and_are_never_printed() {
+        const KEY: &str = "b=AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+        const SHORT: &str = "a=AQEBAQEBAQEBAQEBAQEBAQ==";
+        let base = [
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("SLACK_CLIENT_ID", "111.222"),
+            ("SLACK_CLIENT_SECRET", "cs"),
+            ("SLACK_SCOPES", "chat:write"),
+        ];
+        let with = |extra: &[(&str, &str)]| {
+            let mut vars: Vec<(&str, &str)> = base.to_vec();
+            vars.extend_from_slice(extra);
+            config(&vars)
+        };
+        let keys = with(&[("SLACK_TOKEN_KEYS", KEY)]).unwrap().oauth.unwrap();
+        assert_eq!(keys.token_keys.unwrap().ids(), ["b"]);
+        let file = std::env::temp_dir().join(format!("token-keys-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&file, format!("{KEY}\n")).unwrap();
+        let path = file.to_str().unwrap();
+        let from_file = with(&[("SLACK_TOKEN_KEYS_FILE", path)]).unwrap();
+        assert_eq!(
+            from_file.oauth.unwrap().token_keys.unwrap().current_id(),
+            "b"
+        );
+        let refused = [
+            (
+                vec![("SLACK_TOKEN_KEYS", KEY), ("SLACK_TOKEN_KEYS_FILE", path)],
+                "SLACK_TOKEN_KEYS, SLACK_TOKEN_KEYS_FILE",
+            ),
+            (
+                vec![("SLACK_TOKEN_KEYS", KEY), ("SLACK_TOKEN_KEY_ID", "alias/x")],
+                "SLACK_TOKEN_KEY_ID, SLACK_TOKEN_KEYS",
+            ),
+            (
+                vec![
+                    ("SLACK_TOKEN_KEYS_FILE", path),
+                    ("SLACK_TOKEN_KEY_ID", "alias/x"),
+                ],
+                "SLACK_TOKEN_KEY_ID, SLACK_TOKEN_KEYS_FILE",
+            ),
+            (
+                vec![("SLACK_TOKEN_KEYS", SHORT)],
+                "SLACK_TOKEN_KEYS is invalid: key `a` is 16",
+            ),
+            (
+                vec![("SLACK_TOKEN_KEYS_FILE", "/nonexistent/token-keys")],
+                "SLACK_TOKEN_KEYS_FILE is invalid: the file /nonexistent/token-keys",
+            ),
+        ];
+        for (extra, said) in refused {
+            let err = with(&extra).unwrap_err().to_string();
+            assert!(err.contains(said), "{err}");
+            assert!(
+                !err.contains(&KEY[2..]) && !err.contains(&SHORT[2..]),
+                "{err}"
+            );
+        }
+        std::fs::remove_file(&file).unwrap();
+        let alone = config(&[("SLACK_SIGNING_SECRET", "s"), ("SLACK_TOKEN_KEYS", KEY)]);
+        assert!(
+            alone
+                .unwrap_err()
+                .to_string()
+                .contains("SLACK_TOKEN_KEYS is invalid: is set but SLACK_CLIENT_ID")
+        );
     }
 
     #[test]

@@ -257,9 +257,11 @@ impl Application {
                 },
                 "multi-workspace mode: each workspace's installation from the installation store"
             );
-            if !config.shared_store() && oauth.token_key_id.is_some() {
+            if !config.shared_store()
+                && (oauth.token_key_id.is_some() || oauth.token_keys.is_some())
+            {
                 tracing::info!(
-                    "SLACK_TOKEN_KEY_ID is set but the installations are in this process's \
+                    "a token key is set but the installations are in this process's \
                      memory (no DATABASE_URL or DEDUP_TABLE): nothing is written at rest to seal"
                 );
             }
@@ -354,3 +356,4 @@ impl Application {
         })
     }
 }
+

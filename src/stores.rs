@@ -132,18 +132,28 @@ pub(crate) fn postgres_queue(config: &Config, database: &Database) -> Option<Arc
     }
 }
 
-/// How the installations' tokens are sealed at rest in `place`.
+/// How the installations' tokens are sealed at rest in `place`: with KMS
+/// (`SLACK_TOKEN_KEY_ID`), with the operator's own keys (`SLACK_TOKEN_KEYS`), or not at all
+/// (said in the log).
 async fn seal_of(oauth: &OAuthConfig, place: &str) -> Seal {
-    match &oauth.token_key_id {
-        Some(key) => {
+    match (&oauth.token_key_id, &oauth.token_keys) {
+        (Some(key), _) => {
             tracing::info!(key = %key, "installations' tokens sealed in {place} with KMS");
             Seal::kms_from_env(key.clone()).await
         }
-        None => {
+        (None, Some(keys)) => {
+            tracing::info!(
+                key = %keys.current_id(),
+                keys = %keys.ids().join(", "),
+                "installations' tokens sealed in {place} with the token keys given (AES-256-GCM)"
+            );
+            Seal::local(keys.clone())
+        }
+        (None, None) => {
             tracing::warn!(
                 "no key seals the installations' tokens: they are kept in {place} as they are, \
                  readable by anyone who can read it (set SLACK_TOKEN_KEY_ID to a KMS key to \
-                 seal them)"
+                 seal them, or SLACK_TOKEN_KEYS to keys of your own)"
             );
             Seal::none()
         }

@@ -6,6 +6,7 @@
 //! - `import-token` ([`setup`]): keep `SLACK_BOT_TOKEN` as its workspace's installation;
 //! - `seal-installations` ([`setup`]): seal the tokens kept as they are, move the unscoped
 //!   installations to the app's own keys;
+//! - `new-token-key` ([`setup`]): a key to seal tokens without KMS (`SLACK_TOKEN_KEYS`);
 //! - `redrive` ([`redrive`]): the dead-letter queue back to the work queue;
 //! - `sweep` ([`sweep`]): claims left in progress past their lease ended failed;
 //! - `manifest` ([`manifest`]): the app manifest the bot's code needs (run by the bot's
@@ -77,6 +78,10 @@ const TOOLS: &[Tool] = &[
     Tool {
         spec: &setup::SEAL_INSTALLATIONS,
         run: setup::seal_installations,
+    },
+    Tool {
+        spec: &setup::NEW_TOKEN_KEY,
+        run: setup::new_token_key,
     },
     Tool {
         spec: &redrive::SPEC,

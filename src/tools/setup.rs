@@ -65,12 +65,12 @@ pub static CREATE_QUEUE: Spec = Spec {
 pub static IMPORT_TOKEN: Spec = Spec {
     name: "import-token",
     about: "keep SLACK_BOT_TOKEN as its workspace's installation of this app in DEDUP_TABLE\n\
-            (moving to multi-workspace mode: DEPLOY.md), sealed with SLACK_TOKEN_KEY_ID;\n\
-            nothing if one is there",
+            (moving to multi-workspace mode: DEPLOY.md), sealed with SLACK_TOKEN_KEY_ID\n\
+            or SLACK_TOKEN_KEYS; nothing if one is there",
     operands: &[],
     options: &[Item {
         name: "--plaintext",
-        help: "without SLACK_TOKEN_KEY_ID, keep the token in the table as it is (readable by \
+        help: "without a token key, keep the token in the table as it is (readable by \
                anyone who can read the table)",
     }],
     env: &[
@@ -91,18 +91,110 @@ pub static IMPORT_TOKEN: Spec = Spec {
             help: "the KMS key the token is sealed with (unset: refused, unless --plaintext)",
         },
         Item {
+            name: "SLACK_TOKEN_KEYS",
+            help: "or keys of your own to seal it with (ID=BASE64; or SLACK_TOKEN_KEYS_FILE)",
+        },
+        Item {
             name: "SLACK_API_URL",
             help: "Slack's Web API (default https://slack.com/api)",
         },
     ],
 };
 
+/// The token seal the environment names: KMS (`SLACK_TOKEN_KEY_ID`) or keys of the operator's
+/// (`SLACK_TOKEN_KEYS`, `SLACK_TOKEN_KEYS_FILE`), read as the server reads them.
+enum TokenSeal {
+    Kms(String),
+    Keys(crate::workspaces::seal::TokenKeys),
+}
+
+impl TokenSeal {
+    /// The variable that set it.
+    fn variable(&self) -> &'static str {
+        match self {
+            TokenSeal::Kms(_) => "SLACK_TOKEN_KEY_ID",
+            TokenSeal::Keys(_) => "SLACK_TOKEN_KEYS",
+        }
+    }
+
+    async fn seal(self) -> Seal {
+        match self {
+            TokenSeal::Kms(key) => Seal::kms_from_env(key).await,
+            TokenSeal::Keys(keys) => Seal::local(keys),
+        }
+    }
+}
+
+/// The token seal the environment names, if any; a refusal says why, naming the variables
+/// (never a key).
+fn token_seal_of_env() -> Result<Option<TokenSeal>, String> {
+    let get = |name: &str| std::env::var(name).ok();
+    let kms = crate::config::token_key_id_of(&get).map_err(|e| e.to_string())?;
+    let keys = crate::config::token_keys_of(&get, kms.is_some()).map_err(|e| e.to_string())?;
+    Ok(match (kms, keys) {
+        (Some(key), _) => Some(TokenSeal::Kms(key)),
+        (None, Some(keys)) => Some(TokenSeal::Keys(keys)),
+        (None, None) => None,
+    })
+}
+
+/// `new-token-key [--id ID]`.
+pub static NEW_TOKEN_KEY: Spec = Spec {
+    name: "new-token-key",
+    about: "print a new random key to seal installations' tokens without KMS, as\n\
+            ID=BASE64 (an entry of SLACK_TOKEN_KEYS: put it first to seal with it)",
+    operands: &[],
+    options: &[Item {
+        name: "--id ID",
+        help: "the key's id (default: key-YYYYMMDD, today's date in UTC)",
+    }],
+    env: &[],
+};
+
+/// Runs `new-token-key`: the key goes to standard output only.
+pub fn new_token_key(args: &Args) -> ExitCode {
+    let id = match args.value("--id") {
+        Some(id) => id.to_string(),
+        None => {
+            let (year, month, day) = civil_date(crate::clock::now_ms() / 86_400_000);
+            format!("key-{year:04}{month:02}{day:02}")
+        }
+    };
+    let entry = crate::workspaces::seal::TokenKeys::new_entry(&id);
+    // The entry is read back as a key would be: an id the keys refuse is refused here.
+    if let Err(e) = crate::workspaces::seal::TokenKeys::parse(&entry) {
+        return args.fail(&format!("--id: {e}"));
+    }
+    super::say(format_args!("{entry}"));
+    ExitCode::SUCCESS
+}
+
+/// The calendar date (UTC) `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_date(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 /// `seal-installations [--dry-run] [--app APP_ID]`.
 pub static SEAL_INSTALLATIONS: Spec = Spec {
     name: "seal-installations",
-    about: "seal with KMS (SLACK_TOKEN_KEY_ID) the tokens of this app's installations still\n\
-            kept as they are, and move its unscoped ones (keyed without the app) to the\n\
-            app's own key: once no release that reads them there runs",
+    about: "seal with KMS (SLACK_TOKEN_KEY_ID) or SLACK_TOKEN_KEYS the tokens of this app's\n\
+            installations still kept as they are (or under an older key of SLACK_TOKEN_KEYS),\n\
+            and move its unscoped ones (keyed without the app) to the app's own key: once\n\
+            no release that reads them there runs",
     operands: &[],
     options: &[
         Item {
@@ -128,6 +220,11 @@ pub static SEAL_INSTALLATIONS: Spec = Spec {
             help: "the KMS key to seal with (the stack's output TokenKeyId)",
         },
         Item {
+            name: "SLACK_TOKEN_KEYS",
+            help: "or keys of your own (ID=BASE64, the first seals; or SLACK_TOKEN_KEYS_FILE): \
+                   tokens sealed under a later key than the first are sealed again under it",
+        },
+        Item {
             name: "SLACK_APP_ID",
             help: "as --app",
         },
@@ -136,15 +233,21 @@ pub static SEAL_INSTALLATIONS: Spec = Spec {
 
 /// Runs `seal-installations`.
 pub fn seal_installations(args: &Args) -> ExitCode {
-    let (Some(table), Some(client_id), Some(key)) = (
-        env("DEDUP_TABLE"),
-        env("SLACK_CLIENT_ID"),
-        env("SLACK_TOKEN_KEY_ID"),
-    ) else {
+    let (Some(table), Some(client_id)) = (env("DEDUP_TABLE"), env("SLACK_CLIENT_ID")) else {
         return args.fail(
             "set DEDUP_TABLE, SLACK_CLIENT_ID (the app whose installations to seal) and \
-             SLACK_TOKEN_KEY_ID (the KMS key: the stack's output TokenKeyId)",
+             SLACK_TOKEN_KEY_ID (the KMS key: the stack's output TokenKeyId) or SLACK_TOKEN_KEYS",
         );
+    };
+    let key = match token_seal_of_env() {
+        Ok(Some(key)) => key,
+        Ok(None) => {
+            return args.fail(
+                "set SLACK_TOKEN_KEY_ID (the KMS key: the stack's output TokenKeyId), or \
+                 SLACK_TOKEN_KEYS or SLACK_TOKEN_KEYS_FILE (keys of your own)",
+            );
+        }
+        Err(e) => return args.fail(&e),
     };
     let app_id = args
         .value("--app")
@@ -153,7 +256,7 @@ pub fn seal_installations(args: &Args) -> ExitCode {
     let dry_run = args.flag("--dry-run");
     runtime().block_on(async {
         let client = crate::ledger::dynamo::client_from_env().await;
-        let seal = Seal::kms_from_env(key.trim()).await;
+        let seal = key.seal().await;
         let store = crate::workspaces::DynamoInstallations::new(client, table, client_id.trim())
             .with_seal(std::sync::Arc::new(seal));
         match store.seal_all(app_id.as_deref(), dry_run).await {
@@ -288,21 +391,25 @@ pub fn import_token(args: &Args) -> ExitCode {
              app's client id: each app's installations are its own)",
         );
     };
-    let key = env("SLACK_TOKEN_KEY_ID");
+    let key = match token_seal_of_env() {
+        Ok(key) => key,
+        Err(e) => return args.fail(&e),
+    };
     let plaintext = args.flag("--plaintext");
     match (&key, plaintext) {
         (None, false) => {
             return args.fail(
-                "set SLACK_TOKEN_KEY_ID (the stack's output TokenKeyId) to seal the token, or \
-                 pass --plaintext to keep it in the table as it is, readable by anyone who can \
-                 read the table",
+                "set SLACK_TOKEN_KEY_ID (the stack's output TokenKeyId) or SLACK_TOKEN_KEYS to \
+                 seal the token, or pass --plaintext to keep it in the table as it is, readable \
+                 by anyone who can read the table",
             );
         }
-        (Some(_), true) => {
-            return args.fail(
-                "SLACK_TOKEN_KEY_ID is set and --plaintext given: the token is sealed with the \
-                 key, or kept as it is without one; unset one of them",
-            );
+        (Some(key), true) => {
+            return args.fail(&format!(
+                "{} is set and --plaintext given: the token is sealed with the key, or kept as \
+                 it is without one; unset one of them",
+                key.variable()
+            ));
         }
         _ => {}
     }
@@ -310,7 +417,7 @@ pub fn import_token(args: &Args) -> ExitCode {
     runtime().block_on(async {
         let client = crate::ledger::dynamo::client_from_env().await;
         let seal = match key {
-            Some(key) => Seal::kms_from_env(key.trim()).await,
+            Some(key) => key.seal().await,
             None => {
                 eprintln!(
                     "--plaintext: the token is kept in the table as it is (set \
@@ -359,4 +466,16 @@ pub fn import_token(args: &Args) -> ExitCode {
             Err(error) => args.failed(&error_chain(&error)),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::civil_date;
+
+    #[test]
+    fn a_new_token_keys_default_id_is_the_days_date() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(19_782), (2024, 2, 29));
+        assert_eq!(civil_date(20_793), (2026, 12, 6));
+    }
 }

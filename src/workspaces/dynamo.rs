@@ -145,6 +145,20 @@ impl DynamoInstallations {
         Ok(stored)
     }
 
+    /// Whether `item` holds tokens sealed as this store seals now: not kept as they are, nor
+    /// under an older key of the operator's than the current one ([`Seal::is_current`]).
+    fn sealed_currently(&self, item: &HashMap<String, AttributeValue>) -> bool {
+        let blob = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_b().ok())
+                .map(|b| b.as_ref().to_vec())
+        };
+        match (blob(attr::SEALED), blob(attr::SEALED_KEY)) {
+            (Some(text), Some(key)) => self.seal.is_current(&Sealed { text, key }),
+            _ => false,
+        }
+    }
+
     /// Whether `item`, an unscoped item, holds tokens another app sealed (its refresh after its
     /// own sealing mark): they open only for that app, and the item is not this one's.
     fn sealed_by_another(&self, item: &HashMap<String, AttributeValue>) -> bool {
@@ -414,7 +428,8 @@ impl DynamoInstallations {
         Ok(())
     }
 
-    /// Seals every installation of the app still kept as it is, and moves its unscoped items
+    /// Seals every installation of the app still kept as it is (or sealed under an older key of
+    /// the operator's than the current one), and moves its unscoped items
     /// (keyed without the app) to the app's own key, sealed, removing each: what
     /// `seal-installations` does once no release that reads unscoped items in place runs.
     /// `app_id` says which unscoped items are this app's (those that name it); without it, it is
@@ -429,7 +444,9 @@ impl DynamoInstallations {
     ) -> Result<Sealing, StoreError> {
         if !self.seal.seals() {
             return Err(StoreError::Unavailable(
-                "no KMS key: set SLACK_TOKEN_KEY_ID (the stack's output TokenKeyId)".into(),
+                "no token key: set SLACK_TOKEN_KEY_ID (the stack's output TokenKeyId) or \
+                 SLACK_TOKEN_KEYS"
+                    .into(),
             ));
         }
         if !dry_run {
@@ -451,7 +468,7 @@ impl DynamoInstallations {
             let pk = pk_of(&item).to_string();
             let unscoped_key = unscoped_key_of(&pk);
             if pk.starts_with(&own_prefix) {
-                if item.contains_key(attr::SEALED) {
+                if self.sealed_currently(&item) {
                     report.sealed_already += 1;
                     continue;
                 }

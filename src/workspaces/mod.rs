@@ -1,8 +1,9 @@
 //! Multi-workspace mode: one installation per app and workspace (or enterprise, for an
 //! org-wide install), each with its own bot token, kept in the ledger's table without a TTL.
 //!
-//! - [`InstallationStore`]: the seam, with a memory ([`MemoryInstallations`]) and a DynamoDB
-//!   ([`DynamoInstallations`]) implementation sharing its semantics; a store is one app's
+//! - [`InstallationStore`]: the seam, with a memory ([`MemoryInstallations`]), a DynamoDB
+//!   ([`DynamoInstallations`]) and a PostgreSQL ([`PostgresInstallations`]) implementation
+//!   sharing its semantics; a store is one app's
 //!   (named by its client id), and touches no other app's items in a table they share;
 //! - [`Workspaces`]: which installation serves a request, its client, and the one refresh of a
 //!   rotating token across every instance (`tokens`);
@@ -28,6 +29,7 @@
 mod dynamo;
 mod memory;
 pub mod oauth;
+mod postgres;
 pub mod seal;
 pub(crate) mod tokens;
 
@@ -35,6 +37,7 @@ use seal::ReadyKey;
 
 pub use dynamo::{DynamoInstallations, Sealing};
 pub use memory::MemoryInstallations;
+pub use postgres::PostgresInstallations;
 pub use tokens::{Authorized, NO_APP, Workspaces};
 
 use async_trait::async_trait;

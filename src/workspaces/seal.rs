@@ -1,5 +1,6 @@
 //! Tokens sealed at rest: envelope encryption with AWS KMS (`SLACK_TOKEN_KEY_ID`: a key id,
-//! ARN or alias). An installation's tokens (bot, refresh, user) are encrypted here with
+//! ARN or alias), or, off AWS, AES-256-GCM under keys the operator gives ([`TokenKeys`]:
+//! `SLACK_TOKEN_KEYS` or `SLACK_TOKEN_KEYS_FILE`). An installation's tokens (bot, refresh, user) are encrypted here with
 //! AES-256-GCM under a data key KMS makes (`GenerateDataKey`, AES_256) and returns wrapped;
 //! the item keeps the ciphertext and the wrapped key, never the tokens, and reading them asks
 //! KMS to unwrap the key (`Decrypt`). So anyone who can read the table (`dynamodb:Scan`, an
@@ -20,6 +21,13 @@
 //! - **Ready before an exchange.** [`Seal::ready`] hands out the data key a refresh's store
 //!   will seal with ([`ReadyKey`]), before the refresh exchanges its token: that store seals
 //!   with it however late it comes, and never needs KMS between the exchange and the write.
+//! - **Keys the operator gives** (no KMS): each key is named by an id; the first seals, every
+//!   one opens, so a key is rotated by putting the new one first and keeping the old after it
+//!   until every row was written again (a refresh, a reinstall, a read of the PostgreSQL store,
+//!   which seals again under the current key). A sealed text keeps its key's id where a KMS
+//!   text keeps its wrapped data key (`key:ID`, [`LOCAL_KEY_PREFIX`]); its associated data is
+//!   the same as under KMS (purpose, app, item), so a text copied to another item or app does
+//!   not open. Each text has its own random 96-bit nonce: far below 2^32 texts a key, rotate.
 //! - Without a key (local mode, tests that set none) tokens are kept as they are, and the
 //!   process says so at start. An item at the app's own key kept as it is (written before the
 //!   key was set) is sealed at its first read by a process with the key (the store's `find`);
@@ -68,6 +76,24 @@ pub enum SealError {
         "the installation's tokens are sealed with KMS and this process has no key: set SLACK_TOKEN_KEY_ID"
     )]
     NoKey,
+    /// Sealed under a key the operator gave, and this process was given none.
+    #[error(
+        "the installation's tokens are sealed under the token key `{0}` and this process has no \
+         token keys: set SLACK_TOKEN_KEYS or SLACK_TOKEN_KEYS_FILE (with that key among them)"
+    )]
+    NoLocalKey(String),
+    /// Sealed under a key id the keys given do not hold.
+    #[error(
+        "the installation's tokens are sealed under the token key `{id}`, which the keys given \
+         ({known}) do not hold: keep it in SLACK_TOKEN_KEYS (or its file) after the current key \
+         until every installation is sealed again"
+    )]
+    UnknownKey {
+        /// The id the sealed text names.
+        id: String,
+        /// The ids given, current first.
+        known: String,
+    },
 }
 
 /// An installation's tokens, as sealed.
@@ -139,11 +165,16 @@ pub struct ReadyKey {
     held: Option<Held>,
 }
 
-struct Held {
-    app: String,
-    item: String,
-    plain: [u8; 32],
-    wrapped: Vec<u8>,
+enum Held {
+    /// A KMS data key made for one item.
+    Kms {
+        app: String,
+        item: String,
+        plain: [u8; 32],
+        wrapped: Vec<u8>,
+    },
+    /// The operator's current key: nothing to have from elsewhere, sealed with at the write.
+    Local,
 }
 
 impl ReadyKey {
@@ -162,7 +193,8 @@ impl ReadyKey {
 impl std::fmt::Debug for ReadyKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.held {
-            Some(held) => write!(f, "ReadyKey({} [redacted])", held.item),
+            Some(Held::Kms { item, .. }) => write!(f, "ReadyKey({item} [redacted])"),
+            Some(Held::Local) => f.write_str("ReadyKey(the current token key)"),
             None => f.write_str("ReadyKey(none)"),
         }
     }
@@ -180,9 +212,11 @@ struct Unwrapped {
     at: Instant,
 }
 
-/// Where tokens are sealed: KMS with the key `SLACK_TOKEN_KEY_ID` names, or nowhere.
+/// Where tokens are sealed: KMS with the key `SLACK_TOKEN_KEY_ID` names, the keys the operator
+/// gives ([`TokenKeys`]), or nowhere.
 pub struct Seal {
     kms: Option<Kms>,
+    local: Option<TokenKeys>,
 }
 
 struct Kms {
@@ -196,9 +230,10 @@ struct Kms {
 
 impl std::fmt::Debug for Seal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kms {
-            Some(kms) => write!(f, "Seal(KMS {})", kms.key_id),
-            None => f.write_str("Seal(none)"),
+        match (&self.kms, &self.local) {
+            (Some(kms), _) => write!(f, "Seal(KMS {})", kms.key_id),
+            (None, Some(keys)) => write!(f, "Seal(token key {})", keys.current_id()),
+            (None, None) => f.write_str("Seal(none)"),
         }
     }
 }
@@ -206,7 +241,19 @@ impl std::fmt::Debug for Seal {
 impl Seal {
     /// Tokens kept as they are.
     pub fn none() -> Self {
-        Self { kms: None }
+        Self {
+            kms: None,
+            local: None,
+        }
+    }
+
+    /// Tokens sealed with AES-256-GCM under the operator's `keys`: the first seals, every one
+    /// opens.
+    pub fn local(keys: TokenKeys) -> Self {
+        Self {
+            kms: None,
+            local: Some(keys),
+        }
     }
 
     /// Tokens sealed with the KMS key `key_id` (an id, an ARN or `alias/…`), through `client`.
@@ -218,6 +265,7 @@ impl Seal {
                 making: Mutex::default(),
                 unwrapped: Mutex::default(),
             }),
+            local: None,
         }
     }
 
@@ -240,11 +288,11 @@ impl Seal {
     /// it comes (past [`DATA_KEY_AGE`] or [`DATA_KEY_USES`]: one text more, once), never with
     /// one it would have to ask KMS for.
     pub async fn ready(&self, app: &str, item: &str) -> Result<ReadyKey, SealError> {
-        match &self.kms {
-            Some(kms) => {
+        match (&self.kms, &self.local) {
+            (Some(kms), _) => {
                 let (plain, wrapped) = kms.data_key(app, item).await?;
                 Ok(ReadyKey {
-                    held: Some(Held {
+                    held: Some(Held::Kms {
                         app: app.to_string(),
                         item: item.to_string(),
                         plain,
@@ -252,18 +300,36 @@ impl Seal {
                     }),
                 })
             }
-            None => Ok(ReadyKey::none()),
+            (None, Some(_)) => Ok(ReadyKey {
+                held: Some(Held::Local),
+            }),
+            (None, None) => Ok(ReadyKey::none()),
         }
     }
 
     /// Whether tokens are sealed.
     pub fn seals(&self) -> bool {
-        self.kms.is_some()
+        self.kms.is_some() || self.local.is_some()
     }
 
-    /// The key's name, where tokens are sealed.
+    /// The key's name, where tokens are sealed: KMS's key, or the operator's current key's id.
     pub fn key_id(&self) -> Option<&str> {
-        self.kms.as_ref().map(|k| k.key_id.as_str())
+        match (&self.kms, &self.local) {
+            (Some(kms), _) => Some(kms.key_id.as_str()),
+            (None, Some(keys)) => Some(keys.current_id()),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether `sealed` is sealed as this seal seals now: under KMS (which rotates its own
+    /// keys), or under the operator's current key. `false` for a text under an older key id,
+    /// which a store writes again under the current one.
+    pub fn is_current(&self, sealed: &Sealed) -> bool {
+        match (&self.kms, &self.local, local_key_id(&sealed.key)) {
+            (Some(_), _, None) => true,
+            (None, Some(keys), Some(id)) => id == keys.current_id(),
+            _ => false,
+        }
     }
 
     /// `tokens` sealed for the item `item` of the app `app`; `None` without a key.
@@ -285,14 +351,21 @@ impl Seal {
         item: &str,
         tokens: &Tokens,
     ) -> Result<Option<Sealed>, SealError> {
-        let Some(kms) = &self.kms else {
-            return Ok(None);
-        };
-        let (plain, wrapped) = match &ready.held {
-            Some(held) if held.app == app && held.item == item => {
-                (held.plain, held.wrapped.clone())
+        let (plain, wrapped) = match (&self.kms, &self.local) {
+            (Some(kms), _) => match &ready.held {
+                Some(Held::Kms {
+                    app: held_app,
+                    item: held_item,
+                    plain,
+                    wrapped,
+                }) if held_app == app && held_item == item => (*plain, wrapped.clone()),
+                _ => kms.data_key(app, item).await?,
+            },
+            (None, Some(keys)) => {
+                let (id, key) = keys.current();
+                (*key, local_key_name(id))
             }
-            _ => kms.data_key(app, item).await?,
+            (None, None) => return Ok(None),
         };
         let cipher = Aes256Gcm::new_from_slice(&plain).expect("a 32-byte key");
         let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
@@ -317,10 +390,15 @@ impl Seal {
 
     /// The tokens `sealed` holds, for the item `item` of the app `app`.
     pub async fn open(&self, app: &str, item: &str, sealed: &Sealed) -> Result<Tokens, SealError> {
-        let Some(kms) = &self.kms else {
-            return Err(SealError::NoKey);
+        let plain = match (local_key_id(&sealed.key), &self.local, &self.kms) {
+            (Some(id), Some(keys), _) => *keys.get(id).ok_or_else(|| SealError::UnknownKey {
+                id: id.to_string(),
+                known: keys.ids().join(", "),
+            })?,
+            (Some(id), None, _) => return Err(SealError::NoLocalKey(id.to_string())),
+            (None, _, Some(kms)) => kms.unwrap_key(app, item, &sealed.key).await?,
+            (None, _, None) => return Err(SealError::NoKey),
         };
-        let plain = kms.unwrap_key(app, item, &sealed.key).await?;
         if sealed.text.len() < 12 + 16 {
             return Err(SealError::Tampered);
         }
@@ -352,6 +430,151 @@ fn context(app: &str, item: &str) -> [(&'static str, String); 3] {
 /// The ciphertext's associated data: the same names, as bytes.
 fn associated(app: &str, item: &str) -> Vec<u8> {
     format!("{PURPOSE}\0{app}\0{item}").into_bytes()
+}
+
+/// What a text sealed under an operator's key keeps where a KMS text keeps its wrapped data key:
+/// this, then the key's id. A KMS ciphertext blob starts with a version byte that is no ASCII
+/// letter, so the two never meet.
+pub const LOCAL_KEY_PREFIX: &[u8] = b"key:";
+
+/// The `key` of a text sealed under the operator's key `id`.
+fn local_key_name(id: &str) -> Vec<u8> {
+    [LOCAL_KEY_PREFIX, id.as_bytes()].concat()
+}
+
+/// The operator's key id a sealed text names, if it was sealed under one (else KMS's).
+fn local_key_id(key: &[u8]) -> Option<&str> {
+    key.strip_prefix(LOCAL_KEY_PREFIX)
+        .and_then(|id| std::str::from_utf8(id).ok())
+}
+
+/// The longest key id.
+const KEY_ID_MAX: usize = 64;
+
+/// The keys the operator gives to seal tokens without KMS (`SLACK_TOKEN_KEYS`, or the file
+/// `SLACK_TOKEN_KEYS_FILE` names): entries `ID=BASE64` (32 bytes, base64), one a line or
+/// separated by commas, the first the current one (it seals; every one opens). Blank lines and
+/// lines starting `#` are passed over. Its `Debug` names the ids, never a key.
+#[derive(Clone)]
+pub struct TokenKeys {
+    keys: Vec<(String, [u8; 32])>,
+}
+
+impl std::fmt::Debug for TokenKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenKeys({} [redacted])", self.ids().join(", "))
+    }
+}
+
+/// Why the keys given could not be read: never says a key's bytes.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenKeysError {
+    /// No entry at all.
+    #[error(
+        "holds no key: give one or more KEY_ID=BASE64_OF_32_BYTES entries (make one with `slack-once new-token-key`)"
+    )]
+    Empty,
+    /// An entry is not `ID=BASE64`.
+    #[error("entry {0} is not KEY_ID=BASE64_OF_32_BYTES")]
+    NotAnEntry(usize),
+    /// An entry's id has characters other than letters, digits, `.`, `_` and `-`, or is longer
+    /// than 64.
+    #[error("entry {0}'s key id must be 1 to 64 letters, digits, '.', '_' or '-'")]
+    BadId(usize),
+    /// The key is not base64.
+    #[error("key `{0}` is not base64")]
+    NotBase64(String),
+    /// The key is not 32 bytes (AES-256).
+    #[error(
+        "key `{id}` is {len} bytes, not 32 (AES-256): make one with `slack-once new-token-key`"
+    )]
+    WrongLength {
+        /// The key's id.
+        id: String,
+        /// Its length.
+        len: usize,
+    },
+    /// Two entries with one id.
+    #[error("key id `{0}` is given twice: each key needs an id of its own")]
+    Duplicate(String),
+}
+
+impl TokenKeys {
+    /// The keys `text` gives (see [`TokenKeys`]).
+    pub fn parse(text: &str) -> Result<Self, TokenKeysError> {
+        use base64::Engine;
+        let mut keys: Vec<(String, [u8; 32])> = Vec::new();
+        let entries = text
+            .split(['\n', ','])
+            .map(str::trim)
+            .filter(|e| !e.is_empty() && !e.starts_with('#'));
+        for (index, entry) in entries.enumerate() {
+            let number = index + 1;
+            let (id, value) = entry
+                .split_once('=')
+                .ok_or(TokenKeysError::NotAnEntry(number))?;
+            let id = id.trim();
+            if id.is_empty()
+                || id.len() > KEY_ID_MAX
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            {
+                return Err(TokenKeysError::BadId(number));
+            }
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(value.trim())
+                .map_err(|_| TokenKeysError::NotBase64(id.to_string()))?;
+            let key: [u8; 32] =
+                bytes
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| TokenKeysError::WrongLength {
+                        id: id.to_string(),
+                        len: bytes.len(),
+                    })?;
+            if keys.iter().any(|(known, _)| known == id) {
+                return Err(TokenKeysError::Duplicate(id.to_string()));
+            }
+            keys.push((id.to_string(), key));
+        }
+        if keys.is_empty() {
+            return Err(TokenKeysError::Empty);
+        }
+        Ok(Self { keys })
+    }
+
+    /// A new random key named `id`, as an entry (`ID=BASE64`): what `new-token-key` prints.
+    pub fn new_entry(id: &str) -> String {
+        use base64::Engine;
+        let key = Aes256Gcm::generate_key(&mut OsRng);
+        format!(
+            "{id}={}",
+            base64::engine::general_purpose::STANDARD.encode(key)
+        )
+    }
+
+    /// The current key's id (the first given): the one that seals.
+    pub fn current_id(&self) -> &str {
+        &self.keys[0].0
+    }
+
+    /// Every id, current first.
+    pub fn ids(&self) -> Vec<&str> {
+        self.keys.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    fn current(&self) -> (&str, &[u8; 32]) {
+        let (id, key) = &self.keys[0];
+        (id, key)
+    }
+
+    fn get(&self, id: &str) -> Option<&[u8; 32]> {
+        self.keys
+            .iter()
+            .find(|(known, _)| known == id)
+            .map(|(_, key)| key)
+    }
 }
 
 impl Kms {
@@ -537,5 +760,117 @@ mod tests {
                 )
                 .is_err()
         );
+    }
+
+    fn entry(id: &str, byte: u8, len: usize) -> String {
+        use base64::Engine;
+        format!(
+            "{id}={}",
+            base64::engine::general_purpose::STANDARD.encode(vec![byte; len])
+        )
+    }
+
+    #[test]
+    fn token_keys_are_read_from_lines_or_commas_the_first_current() {
+        let text = format!(
+            "# rotated 2026-12\n{}\n\n{}\n",
+            entry("b", 2, 32),
+            entry("a", 1, 32)
+        );
+        let keys = TokenKeys::parse(&text).unwrap();
+        assert_eq!(keys.ids(), ["b", "a"]);
+        assert_eq!(keys.current_id(), "b");
+        let keys = TokenKeys::parse(&format!(
+            " {} , {} ",
+            entry("k-2", 2, 32),
+            entry("k.1", 1, 32)
+        ))
+        .unwrap();
+        assert_eq!(keys.ids(), ["k-2", "k.1"]);
+        assert!(!format!("{keys:?}").contains(&entry("k-2", 2, 32)[4..]));
+        let made = TokenKeys::new_entry("fresh");
+        assert_eq!(TokenKeys::parse(&made).unwrap().ids(), ["fresh"]);
+        assert_ne!(made, TokenKeys::new_entry("fresh"));
+    }
+
+    #[test]
+    fn malformed_token_keys_are_refused_without_printing_the_key() {
+        let short = entry("a", 9, 16);
+        let refused = [
+            ("", TokenKeysError::Empty),
+            (" , \n", TokenKeysError::Empty),
+            ("no-equals-sign", TokenKeysError::NotAnEntry(1)),
+            (
+                &format!("{},x", entry("a", 1, 32)),
+                TokenKeysError::NotAnEntry(2),
+            ),
+            (
+                &format!("a b={}", &entry("a", 1, 32)[2..]),
+                TokenKeysError::BadId(1),
+            ),
+            (
+                &format!("={}", &entry("a", 1, 32)[2..]),
+                TokenKeysError::BadId(1),
+            ),
+            ("a=not base64!", TokenKeysError::NotBase64("a".into())),
+            (
+                &short,
+                TokenKeysError::WrongLength {
+                    id: "a".into(),
+                    len: 16,
+                },
+            ),
+            (
+                &format!("{},{}", entry("a", 1, 32), entry("a", 2, 32)),
+                TokenKeysError::Duplicate("a".into()),
+            ),
+        ];
+        for (text, error) in refused {
+            let got = TokenKeys::parse(text).unwrap_err();
+            assert_eq!(got, error, "{text:?}");
+            let said = got.to_string();
+            assert!(!said.contains(&short[2..]), "{said}");
+        }
+    }
+
+    #[tokio::test]
+    async fn tokens_sealed_under_a_key_open_after_rotation_and_only_for_their_item() {
+        let a = Seal::local(TokenKeys::parse(&entry("a", 1, 32)).unwrap());
+        let tokens = Tokens::taken_from(&installation()).0;
+        let item = "install#1.2#WORKSPACE#T1";
+        let sealed = a.seal("1.2", item, &tokens).await.unwrap().unwrap();
+        assert_eq!(sealed.key, b"key:a");
+        assert!(a.is_current(&sealed));
+        let rotated = Seal::local(
+            TokenKeys::parse(&format!("{},{}", entry("b", 2, 32), entry("a", 1, 32))).unwrap(),
+        );
+        assert_eq!(rotated.open("1.2", item, &sealed).await.unwrap(), tokens);
+        assert!(!rotated.is_current(&sealed));
+        let resealed = rotated.seal("1.2", item, &tokens).await.unwrap().unwrap();
+        assert_eq!(resealed.key, b"key:b");
+        // Bound to its item and app.
+        assert!(matches!(
+            rotated
+                .open("1.2", "install#1.2#WORKSPACE#T2", &sealed)
+                .await,
+            Err(SealError::Tampered)
+        ));
+        assert!(matches!(
+            rotated.open("9.9", item, &sealed).await,
+            Err(SealError::Tampered)
+        ));
+        // A key id not given, or no keys at all: said so.
+        let only_b = Seal::local(TokenKeys::parse(&entry("b", 2, 32)).unwrap());
+        let missing = only_b.open("1.2", item, &sealed).await.unwrap_err();
+        assert!(matches!(missing, SealError::UnknownKey { .. }));
+        assert!(missing.to_string().contains("`a`"), "{missing}");
+        let none = Seal::none().open("1.2", item, &sealed).await.unwrap_err();
+        assert!(none.to_string().contains("SLACK_TOKEN_KEYS"), "{none}");
+        // The same id with other bytes: does not open.
+        let wrong = Seal::local(TokenKeys::parse(&entry("a", 3, 32)).unwrap());
+        assert!(matches!(
+            wrong.open("1.2", item, &sealed).await,
+            Err(SealError::Tampered)
+        ));
     }
 }

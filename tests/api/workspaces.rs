@@ -23,21 +23,21 @@ use tokio::sync::oneshot;
 
 use crate::helpers::*;
 
-const CLIENT_ID: &str = "1234.5678";
+pub(crate) const CLIENT_ID: &str = "1234.5678";
 const CLIENT_SECRET: &str = "test-client-secret";
 
-struct Distributed {
+pub(crate) struct Distributed {
     addr: std::net::SocketAddr,
     http: HttpClient,
     _shutdown: oneshot::Sender<()>,
 }
 
 impl Distributed {
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
 
-    async fn send(&self, body: &str) -> Answer {
+    pub(crate) async fn send(&self, body: &str) -> Answer {
         let headers = signed_headers(SECRET, now_unix(), body.as_bytes());
         self.http
             .request(
@@ -78,7 +78,7 @@ fn config(slack: &FakeSlack, extra: &[(&str, &str)]) -> Config {
 }
 
 /// The reference bot in multi-workspace mode on `ledger` and `store`.
-async fn spawn(
+pub(crate) async fn spawn(
     slack: &FakeSlack,
     ledger: Arc<dyn Ledger>,
     store: Arc<dyn InstallationStore>,
@@ -125,7 +125,7 @@ async fn on_dynamo() -> (Arc<DynamoLedger>, Arc<DynamoInstallations>) {
 }
 
 /// A mention of the bot in `team`'s channel `channel`, its message in that workspace.
-fn mention_in(
+pub(crate) fn mention_in(
     slack: &FakeSlack,
     team: &str,
     enterprise: Option<&str>,
@@ -152,7 +152,7 @@ fn mention_in(
 
 /// Installs the app in `team` through the flow, as a browser would: the install page, Slack's
 /// approval (a code), the redirect with the state's cookie.
-async fn install(app: &Distributed, code: String) -> Answer {
+pub(crate) async fn install(app: &Distributed, code: String) -> Answer {
     let page = app.get("/slack/install", None).await;
     assert_eq!(page.status, 302, "{}", page.body);
     let location = page.headers["location"].to_str().unwrap().to_string();
@@ -173,7 +173,7 @@ fn query_of(url: &str) -> HashMap<String, String> {
         .collect()
 }
 
-async fn fake_slack_oauth() -> FakeSlack {
+pub(crate) async fn fake_slack_oauth() -> FakeSlack {
     FakeSlack::start()
         .await
         .with_oauth(CLIENT_ID, CLIENT_SECRET)
@@ -485,7 +485,7 @@ async fn uninstalls_and_revocations_remove_once_in_either_order_and_never_a_late
 }
 
 /// An installation with a rotating token that `left_s` seconds remain of, issued by `slack`.
-async fn rotating_install(
+pub(crate) async fn rotating_install(
     slack: &FakeSlack,
     store: &dyn InstallationStore,
     team: &str,
@@ -595,7 +595,7 @@ async fn a_refused_refresh_token_marks_the_installation_broken_and_its_events_ar
 }
 
 /// Sends each body to its URL, signed, all at once.
-async fn send_all(sends: Vec<(String, String)>) -> Vec<Answer> {
+pub(crate) async fn send_all(sends: Vec<(String, String)>) -> Vec<Answer> {
     let http = HttpClient::default();
     let tasks: Vec<_> = sends
         .into_iter()
@@ -629,7 +629,7 @@ async fn the_installation_stores_keep_one_contract() {
     }
 }
 
-fn installation(team: &str, refresh: &str, at: u64) -> Installation {
+pub(crate) fn installation(team: &str, refresh: &str, at: u64) -> Installation {
     Installation {
         team_id: Some(team.into()),
         team_name: None,
@@ -657,7 +657,7 @@ fn installation(team: &str, refresh: &str, at: u64) -> Installation {
     }
 }
 
-async fn contract(store: &dyn InstallationStore) {
+pub(crate) async fn contract(store: &dyn InstallationStore) {
     let key = InstallationKey::Workspace("T1".into());
     let first = installation("T1", "r1", 1_000);
     store.save(&first).await.unwrap();

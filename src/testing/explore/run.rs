@@ -674,6 +674,7 @@ impl Shared {
                 // SLACK_HISTORY_READS_PER_MINUTE's default does.
                 history_reads_per_minute: u32::from(self.spec.history_per_minute),
                 token_key_id: None,
+                token_keys: None,
                 app_id: None,
             };
             crate::workspaces::Workspaces::new(
