@@ -35,7 +35,7 @@ use crate::slack::envelope::EventId;
 pub use crate::journal::record::{Journal, Looked, Settled, StepRecord};
 pub use dynamo::{DynamoLedger, ITEM_FORMAT, ITEM_FORMAT_READ};
 pub use memory::MemoryLedger;
-pub use postgres::{ClaimRecord, PostgresLedger};
+pub use postgres::{ClaimRecord, PostgresLedger, Sweep, Swept};
 
 /// Identifies one claim: a random token made per delivery, so a takeover changes the owner and
 /// the previous claimant can no longer journal or finish.

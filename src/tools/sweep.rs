@@ -129,6 +129,41 @@ pub async fn sweep(
     }
 }
 
+/// [`sweep`] on a ledger in PostgreSQL (`url`): one statement; and the rows past their TTL
+/// deleted (PostgreSQL has no TTL of its own; each process deletes them as well, now and then).
+async fn sweep_postgres(
+    url: &str,
+    app: Option<&str>,
+    older_than: Duration,
+    now_ms: u64,
+    dry_run: bool,
+) -> Result<Swept, String> {
+    let database = crate::postgres::Database::connect(url, 1).map_err(|e| e.to_string())?;
+    let ledger = crate::ledger::PostgresLedger::new(database);
+    let error = |e: crate::ledger::LedgerError| crate::errors::error_chain(&e);
+    let sweep = crate::ledger::Sweep {
+        older_than,
+        redelivery_within: REDELIVERY_WITHIN,
+        app,
+        code: ABANDONED,
+        dry_run,
+    };
+    let swept = ledger.sweep_abandoned(now_ms, &sweep).await.map_err(error)?;
+    if !dry_run {
+        let deleted = ledger
+            .delete_expired(now_ms, crate::stores::EXPIRED_ROWS_BATCH)
+            .await
+            .map_err(error)?;
+        say!("{deleted} rows past their TTL deleted");
+    }
+    Ok(Swept {
+        keys: swept.keys,
+        scanned: swept.lapsed,
+        other_apps: swept.other_apps,
+        redelivery_due: swept.redelivery_due,
+    })
+}
+
 /// Ends `failed` (`code`, retryable: claimable as a lapsed claim is) the claim at `key` left in
 /// progress, conditioned on its `owner` and `lease` as read (a takeover in between wins; its
 /// `redelivery` mark removed); whether it did. `sweep`'s and `redrive`'s.
@@ -205,6 +240,10 @@ pub static SPEC: Spec = Spec {
             help: "the ledger's table (the stack's output LedgerTableName)",
         },
         Item {
+            name: "DATABASE_URL",
+            help: "the ledger in PostgreSQL instead (its expired rows deleted too)",
+        },
+        Item {
             name: "SLACK_APP_ID",
             help: "as --app; with neither, only claims that name no app are swept",
         },
@@ -218,26 +257,30 @@ pub fn run(args: &Args) -> ExitCode {
         Err(code) => return code,
     };
     let dry_run = args.flag("--dry-run");
-    let Some(table) = env("DEDUP_TABLE") else {
-        return args.fail("set DEDUP_TABLE (the stack's output LedgerTableName)");
+    let store = match (env("DEDUP_TABLE"), env("DATABASE_URL")) {
+        (Some(table), None) => Ok(table),
+        (None, Some(url)) => Err(url),
+        _ => {
+            return args.fail(
+                "set DEDUP_TABLE (the stack's output LedgerTableName), or DATABASE_URL for a \
+                 ledger in PostgreSQL (one of them)",
+            );
+        }
     };
     let app = args
         .value("--app")
         .map(str::to_string)
         .or_else(|| env("SLACK_APP_ID"));
     super::runtime().block_on(async {
-        let dynamodb = crate::ledger::dynamo::client_from_env().await;
         let now_ms = crate::clock::now_ms();
-        match sweep(
-            &dynamodb,
-            &table,
-            app.as_deref(),
-            older_than,
-            now_ms,
-            dry_run,
-        )
-        .await
-        {
+        let swept = match &store {
+            Ok(table) => {
+                let dynamodb = crate::ledger::dynamo::client_from_env().await;
+                sweep(&dynamodb, table, app.as_deref(), older_than, now_ms, dry_run).await
+            }
+            Err(url) => sweep_postgres(url, app.as_deref(), older_than, now_ms, dry_run).await,
+        };
+        match swept {
             Ok(swept) => {
                 for key in &swept.keys {
                     say!(

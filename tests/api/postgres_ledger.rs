@@ -11,7 +11,7 @@ use std::time::Duration;
 use slack_once::ledger::contract::{self, LEASE, NOW, TTL_S, request};
 use slack_once::ledger::{
     Alias, AliasRequest, Claim, ClaimRequest, Finish, Held, Journal, Ledger, LedgerError,
-    OwnerToken, PostgresLedger, RequestChange, StatePut, StateWrite, Status, StepRecord,
+    OwnerToken, PostgresLedger, RequestChange, StatePut, StateWrite, Status, StepRecord, Sweep,
 };
 use slack_once::postgres::{Clock, Database};
 use slack_once::slack::envelope::EventId;
@@ -1124,13 +1124,36 @@ async fn abandoned_claims_are_swept_failed_and_retryable_and_redeliveries_left_a
     claim("EvQueuedLong", cutoff - 12 * HOUR - 1, true).await;
     let done = claim("EvDone", cutoff - 1, false).await;
     ledger.complete(&id("EvDone"), &done, cutoff).await.unwrap();
+    let sweep = |app, dry_run| Sweep {
+        older_than,
+        redelivery_within: within,
+        app,
+        code: "abandoned",
+        dry_run,
+    };
+    // Another app's sweep (or one that names none) passes this app's claims over.
+    let others = ledger
+        .sweep_abandoned(now, &sweep(Some("AOTHER"), false))
+        .await
+        .unwrap();
+    assert!(others.keys.is_empty());
+    assert_eq!((others.other_apps, others.redelivery_due), (2, 1));
+    let listed = ledger
+        .sweep_abandoned(now, &sweep(Some(contract::APP), true))
+        .await
+        .unwrap();
+    assert_eq!(listed.keys, ["EvAbandoned", "EvQueuedLong"], "a dry run lists");
     assert_eq!(
-        ledger
-            .sweep_abandoned(now, older_than, within)
-            .await
-            .unwrap(),
-        2
+        ledger.claim_record(&id("EvAbandoned")).await.unwrap().unwrap().status,
+        Status::InProgress,
+        "and changes nothing"
     );
+    let swept = ledger
+        .sweep_abandoned(now, &sweep(Some(contract::APP), false))
+        .await
+        .unwrap();
+    assert_eq!(swept.keys, ["EvAbandoned", "EvQueuedLong"]);
+    assert_eq!((swept.redelivery_due, swept.other_apps), (1, 0));
     for (key, status) in [
         ("EvAbandoned", Status::Failed),
         ("EvRecent", Status::InProgress),
@@ -1149,12 +1172,13 @@ async fn abandoned_claims_are_swept_failed_and_retryable_and_redeliveries_left_a
     assert_eq!(record.error.as_deref(), Some("abandoned"));
     assert!(record.retryable && !record.redelivery);
     assert_eq!(record.lease_until_ms, cutoff - 1);
-    assert_eq!(
+    assert!(
         ledger
-            .sweep_abandoned(now, older_than, within)
+            .sweep_abandoned(now, &sweep(Some(contract::APP), false))
             .await
-            .unwrap(),
-        0
+            .unwrap()
+            .keys
+            .is_empty()
     );
     // A later delivery takes the swept claim over, as a lapsed one.
     assert!(matches!(

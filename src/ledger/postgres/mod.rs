@@ -60,7 +60,7 @@ mod rows;
 mod upkeep;
 mod values;
 
-pub use upkeep::ClaimRecord;
+pub use upkeep::{ClaimRecord, Sweep, Swept};
 
 /// The ledger on a PostgreSQL database (see the module's documentation).
 #[derive(Clone, Debug)]
@@ -111,17 +111,14 @@ impl PostgresLedger {
         upkeep::delete_expired(self, now_ms, batch).await
     }
 
-    /// Ends `failed` (`abandoned`, retryable) the claims in progress whose lease ended more than
-    /// `older_than` before `now_ms`, as `slack-once sweep` does on DynamoDB; those marked
-    /// `redelivery` (a queued request with receives left) only `redelivery_within` later. How
-    /// many.
+    /// Ends `failed` the claims in progress abandoned past their lease, as `slack-once sweep`
+    /// does on DynamoDB ([`Sweep`]); what it found and did.
     pub async fn sweep_abandoned(
         &self,
         now_ms: u64,
-        older_than: Duration,
-        redelivery_within: Duration,
-    ) -> Result<u64, LedgerError> {
-        upkeep::sweep_abandoned(self, now_ms, older_than, redelivery_within).await
+        sweep: &Sweep<'_>,
+    ) -> Result<Swept, LedgerError> {
+        upkeep::sweep_abandoned(self, now_ms, sweep).await
     }
 
     /// The claim at `key` as stored, its times on this process's clock

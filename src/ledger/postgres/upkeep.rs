@@ -62,32 +62,81 @@ pub(super) async fn delete_expired(
     Ok(deleted)
 }
 
-/// `sweep`'s end of a claim abandoned in progress, as on DynamoDB
-/// ([`crate::tools::sweep::ABANDONED`], retryable: claimable as a lapsed claim is); one
-/// statement, each row's condition read again as it is locked (a takeover in between wins).
+/// What `sweep` asks of the ledger: the claims in progress whose lease ended more than
+/// `older_than` ago ended `failed` with `code` (retryable: claimable as a lapsed claim is), but
+/// for those of queued requests with receives left (for `redelivery_within` more) and those of
+/// other apps than `app`.
+#[derive(Clone, Copy, Debug)]
+pub struct Sweep<'a> {
+    /// How long past its lease a claim must be.
+    pub older_than: Duration,
+    /// How much longer a claim marked `redelivery` is left to the queue.
+    pub redelivery_within: Duration,
+    /// The app whose claims to end (`None`: only claims that name no app).
+    pub app: Option<&'a str>,
+    /// The failure code they end with.
+    pub code: &'a str,
+    /// List them only: nothing changed.
+    pub dry_run: bool,
+}
+
+/// What a [`Sweep`] found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// The keys of the claims ended (with `dry_run`: that would be).
+    pub keys: Vec<String>,
+    /// Lapsed claims of other apps, passed over.
+    pub other_apps: usize,
+    /// Lapsed claims of queued requests with receives left, passed over.
+    pub redelivery_due: usize,
+    /// Lapsed claims looked at.
+    pub lapsed: usize,
+}
+
+/// One statement: the lapsed claims read, those due ended (each row's condition read again as
+/// it is locked: a takeover in between wins), and the counts.
 static SWEEP: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH now AS (SELECT coalesce($1::bigint, {DB_NOW_MS}) AS ms)
-         UPDATE slack_once_claims SET
-           status = 'failed', error = $4, retryable = true, finished_at = now.ms,
-           redelivery = false
-         FROM now
-         WHERE status = 'in_progress' AND lease_until < now.ms - $2
-           AND (NOT redelivery OR lease_until < now.ms - $2 - $3)
-         RETURNING key"
+        "WITH now AS (SELECT coalesce($1::bigint, {DB_NOW_MS}) AS ms),
+         lapsed AS (
+           SELECT key, app, redelivery AND lease_until >= now.ms - $2 - $3 AS left_to_queue
+           FROM slack_once_claims, now
+           WHERE status = 'in_progress' AND lease_until < now.ms - $2),
+         due AS (
+           SELECT key FROM lapsed
+           WHERE NOT left_to_queue AND (app IS NULL OR app = $5)),
+         ended AS (
+           UPDATE slack_once_claims c SET
+             status = 'failed', error = $4, retryable = true, finished_at = now.ms,
+             redelivery = false
+           FROM now
+           WHERE NOT $6 AND c.key IN (SELECT key FROM due)
+             AND c.status = 'in_progress' AND c.lease_until < now.ms - $2
+             AND NOT (c.redelivery AND c.lease_until >= now.ms - $2 - $3)
+           RETURNING c.key)
+         SELECT
+           coalesce((SELECT array_agg(key ORDER BY key) FROM ended), '{{}}'),
+           coalesce((SELECT array_agg(key ORDER BY key) FROM due), '{{}}'),
+           (SELECT count(*) FROM lapsed WHERE left_to_queue),
+           (SELECT count(*) FROM lapsed
+              WHERE NOT left_to_queue AND app IS NOT NULL AND app IS DISTINCT FROM $5),
+           (SELECT count(*) FROM lapsed)"
     )
 });
 
 pub(super) async fn sweep_abandoned(
     ledger: &PostgresLedger,
     now_ms: u64,
-    older_than: Duration,
-    redelivery_within: Duration,
-) -> Result<u64, LedgerError> {
+    sweep: &Sweep<'_>,
+) -> Result<Swept, LedgerError> {
     let now = ledger.database.now_param(now_ms);
-    let older_than = ms(older_than.as_millis().try_into().unwrap_or(u64::MAX));
-    let within = ms(redelivery_within.as_millis().try_into().unwrap_or(u64::MAX));
-    let code = crate::tools::sweep::ABANDONED;
+    let older_than = ms(sweep.older_than.as_millis().try_into().unwrap_or(u64::MAX));
+    let within = ms(sweep
+        .redelivery_within
+        .as_millis()
+        .try_into()
+        .unwrap_or(u64::MAX));
+    let (code, app, dry_run) = (sweep.code, sweep.app, sweep.dry_run);
     // Sent again, it finds the claims it ended no longer in progress.
     let rows = ledger
         .run(|client| async move {
@@ -99,18 +148,27 @@ pub(super) async fn sweep_abandoned(
                         (&older_than, Type::INT8),
                         (&within, Type::INT8),
                         (&code, Type::TEXT),
+                        (&app, Type::TEXT),
+                        (&dry_run, Type::BOOL),
                     ],
                 )
                 .await
         })
         .await?;
-    for row in &rows {
-        tracing::info!(
-            key = row.get::<_, &str>(0),
-            "ledger: abandoned claim ended failed"
-        );
+    let Some(row) = rows.first() else {
+        return Ok(Swept::default());
+    };
+    let count = |i: usize| row.get::<_, i64>(i).max(0) as usize;
+    let keys: Vec<String> = row.get(if dry_run { 1 } else { 0 });
+    for key in keys.iter().filter(|_| !dry_run) {
+        tracing::info!(key = %key, "ledger: abandoned claim ended failed");
     }
-    Ok(rows.len() as u64)
+    Ok(Swept {
+        keys,
+        redelivery_due: count(2),
+        other_apps: count(3),
+        lapsed: count(4),
+    })
 }
 
 /// A claim as the operator tools read it.
