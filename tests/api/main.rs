@@ -30,6 +30,7 @@ mod operations;
 mod performance;
 mod poll;
 mod postgres;
+mod postgres_queue;
 mod processes;
 mod redrive;
 mod regressions;
