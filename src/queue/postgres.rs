@@ -26,7 +26,7 @@
 //!   200, 400, 800, then every second until `wait` is over (an idle worker: about 1 a second);
 //! - `delete`, `change_visibility`: 1 (2 where the connection broke: a second run changes
 //!   nothing more);
-//! - `dead_letters`, `redrive_dead_letters`, `depth`: 1.
+//! - `dead_letters`, `redrive_dead_letters`, `expire_dead_letters`, `depth`: 1.
 //!
 //! A receive whose caller goes away mid-statement (a worker killed or stopped mid-poll) may
 //! still take messages, as SQS's open long poll does: each is hidden for the visibility that
@@ -360,6 +360,40 @@ impl PostgresQueue {
         let mut moved: Vec<i64> = rows.iter().map(|row| row.get(0)).collect();
         moved.sort_unstable();
         Ok(moved.into_iter().map(|id| id.to_string()).collect())
+    }
+
+    /// Removes the queue's dead letters dead for longer than `older_than` at `now_ms` (as SQS
+    /// drops a dead-letter queue's messages after its retention, 14 days in the template; the
+    /// ledger forgets a request long before, and `redrive` refuses what it forgot). How many.
+    pub async fn expire_dead_letters(
+        &self,
+        older_than: Duration,
+        now_ms: u64,
+    ) -> Result<u64, QueueError> {
+        let sql = format!(
+            "DELETE FROM slack_once_queue_dead_letters
+             WHERE queue = $1 AND dead_at_ms < coalesce($2::bigint, {DB_NOW_MS}) - $3"
+        );
+        let now = self.database.now_param(now_ms);
+        let older_than_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        self.database
+            .run(|client| {
+                let sql = &sql;
+                async move {
+                    client
+                        .execute_typed(
+                            sql,
+                            &[
+                                (&self.name, Type::TEXT),
+                                (&now, Type::INT8),
+                                (&older_than_ms, Type::INT8),
+                            ],
+                        )
+                        .await
+                }
+            })
+            .await
+            .map_err(unavailable)
     }
 
     /// Runs `call` once, within [`STATEMENT_TIMEOUT`] (for a statement whose second run would

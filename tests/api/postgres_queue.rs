@@ -198,7 +198,8 @@ async fn a_visibility_changed_makes_it_visible_then_with_its_receive_count_uncha
 #[tokio::test]
 #[ignore = "needs PostgreSQL"]
 async fn the_last_receives_failure_dead_letters_it_and_a_redrive_brings_it_back_once() {
-    let queue = Arc::new(queue(2).await);
+    let (_, database) = fresh_schema().await;
+    let queue = Arc::new(PostgresQueue::new(database.clone(), "work", 2));
     queue.send("doomed").await.unwrap();
     queue.send("kept").await.unwrap();
     let first = queue.receive_at(10, secs(30), T0).await.unwrap();
@@ -220,19 +221,46 @@ async fn the_last_receives_failure_dead_letters_it_and_a_redrive_brings_it_back_
     assert_eq!(dead[0].body, "doomed");
     assert_eq!(dead[0].receive_count, 2);
     assert_eq!(dead[0].dead_at_ms, T0 + 60_000);
+    // Kept for the retention asked, as SQS keeps a dead-letter queue's messages.
+    let retention = secs(14 * 24 * 3600);
+    let expires_at = T0 + 60_000 + retention.as_millis() as u64;
+    assert_eq!(
+        queue
+            .expire_dead_letters(retention, expires_at)
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(
         queue.delete_received(&doomed.receipt_handle).await.unwrap(),
         ReceiptOutcome::Stale,
         "a dead letter is out of its last holder's reach"
     );
     // Two redrives at once (two operators): moved back by one of them.
+    let other = PostgresQueue::new(database, "other", 2);
+    other.send("expires").await.unwrap();
+    other.receive_at(1, secs(1), T0).await.unwrap();
+    other.receive_at(1, secs(1), T0 + 1_000).await.unwrap();
+    assert!(nothing_at(&other, T0 + 2_000).await);
+    assert_eq!(
+        other
+            .expire_dead_letters(retention, expires_at + 1)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        queue.dead_letters(10).await.unwrap().len(),
+        1,
+        "another queue's"
+    );
     let ids = [dead[0].message_id.clone(), "not-an-id".to_string()];
     let (a, b) = tokio::join!(
         queue.redrive_dead_letters(Redrive::Messages(&ids)),
         queue.redrive_dead_letters(Redrive::All)
     );
     let moved = [a.unwrap(), b.unwrap()].concat();
-    assert_eq!(moved, [doomed.message_id.clone()]);
+    assert_eq!(moved, std::slice::from_ref(&doomed.message_id));
     assert!(queue.dead_letters(10).await.unwrap().is_empty());
     assert!(
         queue
@@ -453,7 +481,7 @@ impl PostgresDeferred {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL"]
 async fn events_queued_on_postgresql_are_answered_once_by_the_worker_and_deleted() {
-    let d = PostgresDeferred::start(30, 5).await;
+    let d = PostgresDeferred::start(4, 5).await;
     // Each event twice: Slack's original and its retry, two messages.
     for n in 0..5 {
         let event = format!("EvPg{n}");
@@ -465,8 +493,8 @@ async fn events_queued_on_postgresql_are_answered_once_by_the_worker_and_deleted
         "answered from the queue: {} posts",
         d.slack.posted().len()
     );
-    // The copy received beside its original finds the live claim and is left for its
-    // visibility (the worker's first seconds), then found done and deleted.
+    // A copy received while its original runs finds the live claim and is left, hidden for
+    // the lease (4 s), then found done and deleted.
     assert!(
         d.depth_reaches_zero(secs(20)).await,
         "every message deleted"
