@@ -18,6 +18,9 @@
 //! - a live claim: left (try again after its lease);
 //! - no item, or a claim given up: moved.
 //!
+//! Where the work queue is PostgreSQL, [`redrive_postgres`] judges the dead letters of its
+//! table the same way (each moved back by one statement, its receives restored).
+//!
 //! Items of another app sharing the table are not this request's, and are passed over. An
 //! item of a later format than this release reads is refused (its worker could not take it).
 //!
@@ -40,7 +43,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::args::{self, Args, Spec, env};
 use crate::ledger::dynamo::attr;
 use crate::queue::sqs::{self, CallBudget};
-use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
+use crate::queue::{
+    PostgresQueue, QUEUED_FORM_VERSION_UNKNOWN, QueueError, QueuedEvent, READS, Redrive,
+};
 use crate::slack::envelope::{Envelope, EventId};
 use crate::slack::interaction::Interaction;
 
@@ -216,6 +221,9 @@ pub enum RedriveError {
     /// DynamoDB did not answer, or refused.
     #[error("DynamoDB: {0}")]
     Ledger(String),
+    /// PostgreSQL (the work queue's dead letters there) did not answer, or refused.
+    #[error("PostgreSQL: {0}")]
+    Database(String),
 }
 
 /// The queues and the table `redrive` works on.
@@ -226,6 +234,25 @@ pub struct Queues<'a> {
     pub dead_letters: &'a str,
     /// The work queue's URL.
     pub work: &'a str,
+    /// The DynamoDB client.
+    pub dynamodb: &'a aws_sdk_dynamodb::Client,
+    /// The ledger's table.
+    pub table: &'a str,
+}
+
+impl Queues<'_> {
+    /// The ledger's side of them.
+    fn ledger(&self) -> LedgerTable<'_> {
+        LedgerTable {
+            dynamodb: self.dynamodb,
+            table: self.table,
+        }
+    }
+}
+
+/// The ledger `redrive` judges each dead letter by: its DynamoDB table (a PostgreSQL ledger's
+/// records are judged the same way once it offers them).
+pub struct LedgerTable<'a> {
     /// The DynamoDB client.
     pub dynamodb: &'a aws_sdk_dynamodb::Client,
     /// The ledger's table.
@@ -254,6 +281,50 @@ pub async fn redrive(q: &Queues<'_>, options: &Options) -> Report {
             .visibility_timeout(0)
             .send()
             .await;
+    }
+    report
+}
+
+/// The same judgement over the dead letters of a work queue on PostgreSQL: up to
+/// `options.max` of them, the longest dead first, each judged as [`redrive`] judges an SQS
+/// dead letter and, where it is to be moved, moved back by one statement (its receives
+/// restored; a crash leaves it either dead or back, never both). A listing hides nothing, so
+/// what is refused or held simply stays (`options.visibility` is unused, and the run never
+/// goes round). An error stops it: the report says what was done before, and the error.
+pub async fn redrive_postgres(
+    queue: &PostgresQueue,
+    ledger: &LedgerTable<'_>,
+    options: &Options,
+) -> Report {
+    let mut report = Report {
+        dry_run: options.dry_run,
+        ..Report::default()
+    };
+    let database = |e: QueueError| RedriveError::Database(crate::errors::error_chain(&e));
+    let dead = match queue.dead_letters(options.max).await {
+        Ok(dead) => dead,
+        Err(e) => {
+            report.error = Some(database(e));
+            return report;
+        }
+    };
+    for letter in dead {
+        let entry = match judge(ledger, options, &letter.message_id, &letter.body).await {
+            Ok(entry) => entry,
+            Err(e) => {
+                report.error = Some(e);
+                break;
+            }
+        };
+        if matches!(entry.action, Action::Moved | Action::Answered) && !options.dry_run {
+            // Moved by this statement, or by another redrive since the listing: back once.
+            let ids = std::slice::from_ref(&letter.message_id);
+            if let Err(e) = queue.redrive_dead_letters(Redrive::Messages(ids)).await {
+                report.error = Some(database(e));
+                break;
+            }
+        }
+        report.entries.push(entry);
     }
     report
 }
@@ -306,7 +377,7 @@ async fn receive_all(
                 break 'receiving;
             }
             let body = message.body().unwrap_or_default().to_string();
-            let entry = match judge(q, options, &id, &body).await {
+            let entry = match judge(&q.ledger(), options, &id, &body).await {
                 Ok(entry) => entry,
                 Err(e) => {
                     held_back.push(receipt);
@@ -455,7 +526,7 @@ fn request_of(body: &str, options: &Options) -> Request {
 /// What to do with one message, its failed items made claimable (unless `--dry-run`) where it
 /// is to be moved.
 async fn judge(
-    q: &Queues<'_>,
+    ledger: &LedgerTable<'_>,
     options: &Options,
     message_id: &str,
     body: &str,
@@ -468,7 +539,7 @@ async fn judge(
         failure: None,
         action: Action::Moved,
     };
-    let items = read_items(q, options, &request, &mut entry).await?;
+    let items = read_items(ledger, options, &request, &mut entry).await?;
     let status = |i: &Item| text(i, attr::STATUS).unwrap_or_default().to_string();
     // Answered: moved whatever else holds (the worker finds it done and drops it), so that a
     // done request never waits in the dead-letter queue for a refusal.
@@ -496,7 +567,7 @@ async fn judge(
         .iter()
         .find_map(|(_, i)| text(i, attr::ERROR).map(str::to_string));
     if let Some(why) = request.refused {
-        entry.action = Action::Refused(end_lapsed_claims(q, options, &items, why).await?);
+        entry.action = Action::Refused(end_lapsed_claims(ledger, options, &items, why).await?);
         return Ok(entry);
     }
     if let Some((code, why)) = items
@@ -518,7 +589,7 @@ async fn judge(
     }
     if !options.dry_run {
         for (key, item) in items.iter().filter(|(_, i)| status(i) == "failed") {
-            reset(q, options, key, item).await?;
+            reset(ledger, options, key, item).await?;
         }
     }
     Ok(entry)
@@ -528,7 +599,7 @@ async fn judge(
 /// is none): where another app's item stands under a key, this app's own under the key scoped
 /// to it.
 async fn read_items(
-    q: &Queues<'_>,
+    ledger: &LedgerTable<'_>,
     options: &Options,
     request: &Request,
     entry: &mut Entry,
@@ -536,7 +607,7 @@ async fn read_items(
     let mut items: Vec<(EventId, Item)> = Vec::new();
     for key in &request.keys {
         let mut key = key.clone();
-        let mut item = read_item(q, options, &key).await?;
+        let mut item = read_item(ledger, options, &key).await?;
         // Another app's item in a shared table is not this request's: its own claim, if any,
         // is under its app's key (as the pipeline claims it), which decides instead.
         if let (Some(theirs), Some(ours)) = (
@@ -547,7 +618,7 @@ async fn read_items(
             match crate::ledger::app_scoped(&key, ours) {
                 Some(scoped) => {
                     key = scoped;
-                    item = read_item(q, options, &key).await?;
+                    item = read_item(ledger, options, &key).await?;
                 }
                 None => item = None,
             }
@@ -570,7 +641,7 @@ async fn read_items(
 /// took it) ends failed with the reason, retryable as a lapsed claim is, so that the ledger
 /// says why it was never answered. The refusal, with what became of such claims.
 async fn end_lapsed_claims(
-    q: &Queues<'_>,
+    ledger: &LedgerTable<'_>,
     options: &Options,
     items: &[(EventId, Item)],
     why: String,
@@ -580,7 +651,7 @@ async fn end_lapsed_claims(
         text(i, attr::STATUS) == Some("in_progress")
             && number(i, attr::LEASE_UNTIL).is_some_and(|until| until <= options.now_ms)
     }) {
-        if options.dry_run || end_refused(q, options, key, item).await? {
+        if options.dry_run || end_refused(ledger, options, key, item).await? {
             ended += 1;
         }
     }
@@ -602,13 +673,14 @@ type Item = std::collections::HashMap<String, AttributeValue>;
 /// The item at `key`, read consistently; past its TTL it counts as absent, as every claim
 /// reads it.
 async fn read_item(
-    q: &Queues<'_>,
+    ledger: &LedgerTable<'_>,
     options: &Options,
     key: &EventId,
 ) -> Result<Option<Item>, RedriveError> {
-    Ok(q.dynamodb
+    Ok(ledger
+        .dynamodb
         .get_item()
-        .table_name(q.table)
+        .table_name(ledger.table)
         .key(attr::PK, AttributeValue::S(key.to_string()))
         .consistent_read(true)
         .send()
@@ -621,7 +693,7 @@ async fn read_item(
 /// Makes a failed item claimable by a redriven copy (retryable), with a TTL a claim's worth
 /// ahead, conditioned on the item being as read: a claim in between wins.
 async fn reset(
-    q: &Queues<'_>,
+    ledger: &LedgerTable<'_>,
     options: &Options,
     key: &EventId,
     item: &Item,
@@ -629,10 +701,10 @@ async fn reset(
     let expires_s = number(item, attr::EXPIRES_AT)
         .unwrap_or(0)
         .max((options.now_ms + TTL_MARGIN.as_millis() as u64) / 1000);
-    let mut update = q
+    let mut update = ledger
         .dynamodb
         .update_item()
-        .table_name(q.table)
+        .table_name(ledger.table)
         .key(attr::PK, AttributeValue::S(key.to_string()))
         .update_expression("SET #retryable = :true, #expires_at = :expires")
         .condition_expression("#status = :failed AND #owner = :owner")
@@ -664,7 +736,7 @@ async fn reset(
 /// letter's request left in progress past its lease, conditioned on its owner and lease as read
 /// (a takeover in between wins); whether it did.
 async fn end_refused(
-    q: &Queues<'_>,
+    ledger: &LedgerTable<'_>,
     options: &Options,
     key: &EventId,
     item: &Item,
@@ -673,8 +745,8 @@ async fn end_refused(
         return Ok(false);
     };
     super::sweep::end_lapsed_claim(
-        q.dynamodb,
-        q.table,
+        ledger.dynamodb,
+        ledger.table,
         AttributeValue::S(key.to_string()),
         owner.clone(),
         lease.clone(),

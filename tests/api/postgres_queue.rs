@@ -586,3 +586,121 @@ async fn receives_spent_dead_letter_the_event_and_a_redrive_answers_it_once() {
     assert_eq!(d.slack.posted().len(), 1, "once");
     d.stop().await;
 }
+
+/// Writes the ledger item a claim ended `failed` with `error` left (its lease long over).
+async fn put_failed(dynamodb: &aws_sdk_dynamodb::Client, table: &str, pk: &str, error: &str) {
+    use aws_sdk_dynamodb::types::AttributeValue as V;
+    let expires_at = slack_once::clock::now_ms() / 1000 + 86_400;
+    dynamodb
+        .put_item()
+        .table_name(table)
+        .item("pk", V::S(pk.into()))
+        .item("status", V::S("failed".into()))
+        .item("error", V::S(error.into()))
+        .item("owner", V::S("0b5c8a7e5a0e4f519a550d6f3c1a2b3c".into()))
+        .item("lease_until", V::N("1".into()))
+        .item("expires_at", V::N(expires_at.to_string()))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// `redrive`'s judgement over PostgreSQL's dead letters (the ledger on DynamoDB Local here): a
+/// request failed for a passing cause is made claimable and moved back, one with no item moved,
+/// one whose write's fate is unknown refused and left; a dry run changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL and DynamoDB Local"]
+async fn redrive_judges_postgresqls_dead_letters_by_the_ledger_and_keeps_its_refusals() {
+    use slack_once::tools::redrive::{Action, LedgerTable, Options, redrive_postgres};
+    let queue = queue(1).await;
+    let endpoint = dynamodb_endpoint();
+    let (table, _) = fresh_table(&endpoint).await;
+    let dynamodb = dynamodb_client(&endpoint);
+    put_failed(&dynamodb, &table, &mention_key("EvRdFailed"), "http_500").await;
+    put_failed(
+        &dynamodb,
+        &table,
+        &mention_key("EvRdUnknown"),
+        "unconfirmed_write",
+    )
+    .await;
+    let received_at = slack_once::clock::now_ms() - 60_000;
+    for event in ["EvRdFailed", "EvRdUnknown", "EvRdNone"] {
+        let envelope = app_mention(event, "x");
+        let body = format!(r#"{{"v":1,"envelope":{envelope},"received_at_ms":{received_at}}}"#);
+        queue.send(&body).await.unwrap();
+    }
+    assert_eq!(queue.receive_at(10, secs(1), T0).await.unwrap().len(), 3);
+    assert!(
+        nothing_at(&queue, T0 + 1_000).await,
+        "their one receive spent"
+    );
+    let dead = queue.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 3);
+    let ledger = LedgerTable {
+        dynamodb: &dynamodb,
+        table: &table,
+    };
+    let mut options = Options {
+        dry_run: true,
+        max: 100,
+        ttl: slack_once::config::MIN_TTL,
+        now_ms: slack_once::clock::now_ms(),
+        visibility: slack_once::tools::redrive::RECEIVE_VISIBILITY,
+    };
+    let action_of = |report: &slack_once::tools::redrive::Report, event: &str| {
+        let id = &dead
+            .iter()
+            .find(|d| d.body.contains(event))
+            .unwrap()
+            .message_id;
+        let entry = report.entries.iter().find(|e| &e.message_id == id);
+        entry.unwrap().action.clone()
+    };
+    let retryable = || async {
+        let item = dynamodb
+            .get_item()
+            .table_name(&table)
+            .key(
+                "pk",
+                aws_sdk_dynamodb::types::AttributeValue::S(mention_key("EvRdFailed")),
+            )
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        item.get("retryable")
+            .and_then(|v| v.as_bool().ok())
+            .copied()
+    };
+    let report = redrive_postgres(&queue, &ledger, &options).await;
+    assert!(report.error.is_none(), "{report}");
+    assert_eq!(report.entries.len(), 3, "{report}");
+    assert_eq!(action_of(&report, "EvRdFailed"), Action::Moved);
+    assert_eq!(action_of(&report, "EvRdNone"), Action::Moved);
+    assert!(
+        matches!(action_of(&report, "EvRdUnknown"), Action::Refused(why) if why.contains("unconfirmed_write")),
+        "{report}"
+    );
+    assert_eq!(queue.dead_letters(10).await.unwrap().len(), 3, "a dry run");
+    assert_eq!(queue.depth().await.unwrap(), 0);
+    assert_eq!(retryable().await, None, "nothing reset by a dry run");
+
+    options.dry_run = false;
+    let report = redrive_postgres(&queue, &ledger, &options).await;
+    assert!(report.error.is_none(), "{report}");
+    let left = queue.dead_letters(10).await.unwrap();
+    assert_eq!(left.len(), 1, "{report}");
+    assert!(
+        left[0].body.contains("EvRdUnknown"),
+        "the refused one stays"
+    );
+    assert_eq!(queue.depth().await.unwrap(), 2, "moved back");
+    assert_eq!(retryable().await, Some(true), "made claimable");
+    let back = queue.receive_at(10, secs(30), T0 + 2_000).await.unwrap();
+    assert!(
+        back.iter().all(|m| m.receive_count == 1),
+        "its receives restored"
+    );
+}
