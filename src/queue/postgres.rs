@@ -7,7 +7,7 @@
 //! - `receive` is one statement: `UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT
 //!   n) RETURNING …`, so two receivers never hold one message at once; each message taken is
 //!   hidden for the visibility asked, its receive count goes up by one, and it gets a new
-//!   receipt token. Every time is judged on one clock (the database's, or the one given:
+//!   receipt token (`gen_random_uuid()`: PostgreSQL 13 or later). Every time is judged on one clock (the database's, or the one given:
 //!   `Database::now_param`). With nothing visible it polls again (100 ms, doubling to 1 s)
 //!   until the wait is over: PostgreSQL's LISTEN needs a session of its own, which PgBouncer in
 //!   transaction mode does not give, and a message whose visibility lapses notifies nobody.
