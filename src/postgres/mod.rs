@@ -24,7 +24,10 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 /// add the next.
 const MIGRATIONS: &[(&str, &str)] = &[
     ("ledger", include_str!("migrations/0001_ledger.sql")),
-    ("installations", include_str!("migrations/0002_installations.sql")),
+    (
+        "installations",
+        include_str!("migrations/0002_installations.sql"),
+    ),
     ("work queue", include_str!("migrations/0003_queue.sql")),
 ];
 
@@ -223,7 +226,10 @@ impl Database {
             let version = index as i32 + 1;
             let transaction = client.transaction().await?;
             transaction
-                .execute("SELECT pg_advisory_xact_lock(hashtext('slack-once migrations'))", &[])
+                .execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('slack-once migrations'))",
+                    &[],
+                )
                 .await?;
             let done = transaction
                 .query_opt(
@@ -259,7 +265,10 @@ impl Database {
             return Ok(0);
         }
         let row = client
-            .query_one(&format!("SELECT coalesce(max(version), 0) FROM {SCHEMA_TABLE}"), &[])
+            .query_one(
+                &format!("SELECT coalesce(max(version), 0) FROM {SCHEMA_TABLE}"),
+                &[],
+            )
             .await?;
         Ok(row.get(0))
     }
@@ -353,9 +362,11 @@ mod tests {
             Database::connect("mysql://x@y/z", 2),
             Err(DatabaseError::BadUrl(_))
         ));
-        let database =
-            Database::connect("postgres://bot:hunter2@127.0.0.1:5433/slack?sslmode=disable", 2)
-                .expect("a PostgreSQL URL");
+        let database = Database::connect(
+            "postgres://bot:hunter2@127.0.0.1:5433/slack?sslmode=disable",
+            2,
+        )
+        .expect("a PostgreSQL URL");
         assert_eq!(database.place(), "127.0.0.1:5433/slack");
         assert!(!format!("{database:?}").contains("hunter2"));
     }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::{MAX_MESSAGE_BYTES, QueueError, Received, WorkQueue};
+#[cfg(test)]
+use super::MAX_MESSAGE_BYTES;
+use super::{QueueError, Received, WorkQueue, refuse_too_large};
 
 #[derive(Clone, Debug)]
 struct Message {
@@ -63,9 +65,7 @@ impl MemoryQueue {
 #[async_trait]
 impl WorkQueue for MemoryQueue {
     async fn send(&self, body: &str) -> Result<(), QueueError> {
-        if body.len() > MAX_MESSAGE_BYTES {
-            return Err(QueueError::TooLarge { size: body.len() });
-        }
+        refuse_too_large(body)?;
         let mut state = self.state.lock().expect("queue lock");
         state.next_id += 1;
         let id = state.next_id;

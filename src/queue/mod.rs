@@ -7,6 +7,7 @@
 //! Lambda (an SQS event batch) and locally (a long-polling loop).
 
 pub(crate) mod memory;
+pub(crate) mod postgres;
 pub(crate) mod sqs;
 pub mod worker;
 
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 pub use memory::MemoryQueue;
+pub use postgres::{DeadLetter, PostgresQueue, ReceiptOutcome, Redrive};
 pub use sqs::{CallBudget, SqsQueue};
 
 /// The format version of a [`QueuedEvent`] holding an event's envelope; a worker refuses a
@@ -74,6 +76,18 @@ mod format_tests {
 /// SQS's largest message body: 1 MiB since August 2025 (256 KiB before). SQS bills each 64 KiB
 /// of a message as one request; Slack's events are a few KiB.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// SQS's longest visibility timeout (12 hours): no queue hides a message longer.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(43_200);
+
+/// Every queue's first check of a body: larger than [`MAX_MESSAGE_BYTES`], it is refused with
+/// nothing sent.
+pub(crate) fn refuse_too_large(body: &str) -> Result<(), QueueError> {
+    match body.len() {
+        size if size > MAX_MESSAGE_BYTES => Err(QueueError::TooLarge { size }),
+        _ => Ok(()),
+    }
+}
 
 /// What the ingress puts on the queue: the verified request exactly as Slack sent it (an
 /// event's envelope, or a command's or interaction's form), and how it arrived. The queue is

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 
-use super::{MAX_MESSAGE_BYTES, QueueError, Received, WorkQueue};
+use super::{MAX_MESSAGE_BYTES, MAX_VISIBILITY, QueueError, Received, WorkQueue, refuse_too_large};
 
 /// SQS's longest long poll.
 pub const MAX_WAIT: Duration = Duration::from_secs(20);
@@ -160,9 +160,7 @@ impl SqsQueue {
 #[async_trait]
 impl WorkQueue for SqsQueue {
     async fn send(&self, body: &str) -> Result<(), QueueError> {
-        if body.len() > MAX_MESSAGE_BYTES {
-            return Err(QueueError::TooLarge { size: body.len() });
-        }
+        refuse_too_large(body)?;
         self.sent.fetch_add(1, Ordering::Relaxed);
         self.client
             .send_message()
@@ -185,7 +183,7 @@ impl WorkQueue for SqsQueue {
             .receive_message()
             .queue_url(&self.url)
             .max_number_of_messages(max.clamp(1, 10) as i32)
-            .visibility_timeout(visibility.as_secs().clamp(1, 43_200) as i32)
+            .visibility_timeout(visibility.as_secs().clamp(1, MAX_VISIBILITY.as_secs()) as i32)
             .wait_time_seconds(wait.min(MAX_WAIT).as_secs() as i32)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send()
@@ -229,7 +227,7 @@ impl WorkQueue for SqsQueue {
             .change_message_visibility()
             .queue_url(&self.url)
             .receipt_handle(receipt_handle)
-            .visibility_timeout(after.as_secs().min(43_200) as i32)
+            .visibility_timeout(after.as_secs().min(MAX_VISIBILITY.as_secs()) as i32)
             .send()
             .await
             .map_err(unavailable)?;

@@ -33,6 +33,7 @@ mod postgres;
 mod postgres_installations;
 mod postgres_ledger;
 mod postgres_processes;
+mod postgres_queue;
 mod processes;
 mod redrive;
 mod regressions;

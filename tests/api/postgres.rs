@@ -11,7 +11,10 @@ async fn migrations_apply_once_and_a_release_refuses_a_schema_behind_it() {
     let database = Database::connect(&url, 4).unwrap();
     assert!(matches!(
         database.require_schema().await,
-        Err(DatabaseError::SchemaBehind { found: 0, needed: SCHEMA_VERSION })
+        Err(DatabaseError::SchemaBehind {
+            found: 0,
+            needed: SCHEMA_VERSION
+        })
     ));
     // Two processes migrating at once: each migration applied once, by one of them.
     let other = Database::connect(&url, 4).unwrap();

@@ -245,7 +245,7 @@ async fn a_dead_letter_in_postgresql_is_redriven_and_answered_once() {
         eventually(Duration::from_secs(40), || {
             run_binary(&["redrive", "--dry-run"], &redrive_vars)
                 .stdout
-                .contains("1 dead letter")
+                .contains("1 would move")
         })
         .await,
         "{}",

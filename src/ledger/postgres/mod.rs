@@ -42,7 +42,6 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::Object;
@@ -125,6 +124,13 @@ impl PostgresLedger {
     /// ([`crate::clock::now_ms`]), whatever its TTL (`expires_at_ms` says it): for operators.
     pub async fn claim_record(&self, key: &EventId) -> Result<Option<ClaimRecord>, LedgerError> {
         upkeep::claim_record(self, key).await
+    }
+
+    /// Ends `failed` with `code` (retryable: claimable as a lapsed claim is) the claim at `key`
+    /// left in progress past its lease (a takeover since wins): `redrive`'s end of a claim whose
+    /// dead letter it refused. Whether it did.
+    pub async fn end_lapsed(&self, key: &EventId, code: &str) -> Result<bool, LedgerError> {
+        upkeep::end_lapsed(self, key, code).await
     }
 
     /// Makes the `failed` claim at `key` claimable again (retryable), its TTL at least

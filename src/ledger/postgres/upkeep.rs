@@ -269,3 +269,36 @@ pub(super) async fn make_retryable(
         .await?;
     Ok(!rows.is_empty())
 }
+
+static END_LAPSED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH now AS (SELECT coalesce($1::bigint, {DB_NOW_MS}) AS ms)
+         UPDATE slack_once_claims SET
+           status = 'failed', error = $3, retryable = true, finished_at = now.ms,
+           redelivery = false
+         FROM now
+         WHERE key = $2 AND status = 'in_progress' AND lease_until <= now.ms
+         RETURNING 1"
+    )
+});
+
+pub(super) async fn end_lapsed(
+    ledger: &PostgresLedger,
+    key: &EventId,
+    code: &str,
+) -> Result<bool, LedgerError> {
+    let now = ledger.database.now_param(crate::clock::now_ms());
+    let key = key.as_str();
+    // Sent again, it finds the claim ended: `false`, and the first run's end stands.
+    let rows = ledger
+        .run(|client| async move {
+            client
+                .query_typed(
+                    &END_LAPSED,
+                    &[(&now, Type::INT8), (&key, Type::TEXT), (&code, Type::TEXT)],
+                )
+                .await
+        })
+        .await?;
+    Ok(!rows.is_empty())
+}

@@ -31,6 +31,7 @@
 //! so that the ledger says why it was never answered.
 
 mod dynamo;
+mod postgres;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -44,6 +45,7 @@ use crate::queue::sqs::{self, CallBudget};
 use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
 
 pub use dynamo::Queues;
+pub use postgres::PostgresDeadLetters;
 use crate::slack::envelope::{Envelope, EventId};
 use crate::slack::interaction::Interaction;
 
@@ -640,6 +642,14 @@ pub static SPEC: Spec = Spec {
             help: "the work queue (the stack's output WorkQueueUrl)",
         },
         args::Item {
+            name: "DATABASE_URL",
+            help: "on PostgreSQL: the database of the queue and the ledger",
+        },
+        args::Item {
+            name: "WORK_QUEUE_NAME",
+            help: "on PostgreSQL: the queue whose dead letters to move back",
+        },
+        args::Item {
             name: "DEAD_LETTER_QUEUE_URL",
             help: "its dead-letter queue (default: WORK_QUEUE_URL-dlq)",
         },
@@ -661,19 +671,52 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(max) => max.unwrap_or(1000),
         Err(code) => return code,
     };
-    let (Some(work), Some(table)) = (env("WORK_QUEUE_URL"), env("DEDUP_TABLE")) else {
-        return args.fail(
-            "set WORK_QUEUE_URL and DEDUP_TABLE (the stack's outputs WorkQueueUrl and \
-             LedgerTableName), and DEAD_LETTER_QUEUE_URL unless it is WORK_QUEUE_URL-dlq",
-        );
-    };
-    let dead_letters = env("DEAD_LETTER_QUEUE_URL").unwrap_or_else(|| format!("{work}-dlq"));
     let ttl = match env("DEDUP_TTL_SECONDS").map(|v| v.parse::<u64>()) {
         None => crate::config::MIN_TTL,
         Some(Ok(s)) => Duration::from_secs(s),
         Some(Err(_)) => return args.fail("DEDUP_TTL_SECONDS is a number of seconds"),
     };
-    super::runtime().block_on(async {
+    let options = Options {
+        dry_run: args.flag("--dry-run"),
+        max,
+        ttl,
+        now_ms: crate::clock::now_ms(),
+        visibility: RECEIVE_VISIBILITY,
+    };
+    let report = match (env("DATABASE_URL"), env("WORK_QUEUE_NAME")) {
+        (Some(url), Some(name)) => match redrive_postgres(&url, &name, &options) {
+            Ok(report) => report,
+            Err(error) => return args.fail(&error),
+        },
+        (None, None) => match redrive_aws(args, &options) {
+            Ok(report) => report,
+            Err(code) => return code,
+        },
+        _ => {
+            return args.fail(
+                "on PostgreSQL, set both DATABASE_URL and WORK_QUEUE_NAME (the queue whose \
+                 dead letters to move back)",
+            );
+        }
+    };
+    say!("{report}");
+    match &report.error {
+        None => ExitCode::SUCCESS,
+        Some(error) => args.failed(&error.to_string()),
+    }
+}
+
+/// `redrive` on SQS and DynamoDB, as the environment names them.
+fn redrive_aws(args: &Args, options: &Options) -> Result<Report, ExitCode> {
+    let (Some(work), Some(table)) = (env("WORK_QUEUE_URL"), env("DEDUP_TABLE")) else {
+        return Err(args.fail(
+            "set WORK_QUEUE_URL and DEDUP_TABLE (the stack's outputs WorkQueueUrl and \
+             LedgerTableName), and DEAD_LETTER_QUEUE_URL unless it is WORK_QUEUE_URL-dlq; or, \
+             on PostgreSQL, DATABASE_URL and WORK_QUEUE_NAME",
+        ));
+    };
+    let dead_letters = env("DEAD_LETTER_QUEUE_URL").unwrap_or_else(|| format!("{work}-dlq"));
+    Ok(super::runtime().block_on(async {
         let sqs = sqs::client_from_env(CallBudget::Worker).await;
         let dynamodb = crate::ledger::dynamo::client_from_env().await;
         let queues = Queues {
@@ -683,20 +726,23 @@ pub fn run(args: &Args) -> ExitCode {
             dynamodb: &dynamodb,
             table: &table,
         };
-        let options = Options {
-            dry_run: args.flag("--dry-run"),
-            max,
-            ttl,
-            now_ms: crate::clock::now_ms(),
-            visibility: RECEIVE_VISIBILITY,
-        };
-        let report = redrive(&queues, &options).await;
-        say!("{report}");
-        match &report.error {
-            None => ExitCode::SUCCESS,
-            Some(error) => args.failed(&error.to_string()),
-        }
-    })
+        redrive(&queues, options).await
+    }))
+}
+
+/// `redrive` on PostgreSQL: the queue `name`'s dead letters, the ledger in the same database.
+fn redrive_postgres(url: &str, name: &str, options: &Options) -> Result<Report, String> {
+    let database = crate::postgres::Database::connect(url, 2).map_err(|e| e.to_string())?;
+    let queue = crate::queue::PostgresQueue::new(
+        database.clone(),
+        name,
+        crate::config::DEFAULT_MAX_RECEIVES,
+    );
+    let ledger = crate::ledger::PostgresLedger::new(database);
+    Ok(super::runtime().block_on(async {
+        let letters = PostgresDeadLetters::new(&queue, options.max);
+        redrive_with(&letters, &ledger, options).await
+    }))
 }
 
 #[cfg(test)]
