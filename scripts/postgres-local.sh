@@ -74,6 +74,21 @@ start() {
 # shellcheck source=scripts/server-lib.sh
 . "$ROOT/scripts/server-lib.sh"
 
+# Stops the server this script started, by its PID file: a fast shutdown (SIGINT: connected
+# clients are disconnected, not waited for), and SIGKILL only if it has not ended in 10 s.
+stop() {
+  if [ -f "$PIDFILE" ]; then
+    pid="$(cat "$PIDFILE")"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -INT "$pid"
+      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+      echo "$NAME: stopped (pid $pid)" >&2
+    fi
+    rm -f "$PIDFILE"
+  fi
+}
+
 case "${1:-}" in
   url) echo "postgres://postgres@127.0.0.1:$PORT/postgres" ;;
   run) shift; run "$@" ;;

@@ -575,7 +575,9 @@ fn postgres_queue_of(
 }
 
 /// `DATABASE_URL`: PostgreSQL as the store; `DATABASE_POOL_SIZE`, `DATABASE_MIGRATE`.
-fn database_of(get: &impl Fn(&str) -> Option<String>) -> Result<Option<DatabaseConfig>, ConfigError> {
+fn database_of(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<DatabaseConfig>, ConfigError> {
     let Some(url) = get("DATABASE_URL").map(|u| u.trim().to_string()) else {
         return Ok(None);
     };
@@ -1343,8 +1345,14 @@ mod tests {
         assert_eq!((database.pool_size, database.migrate), (3, false));
         // What is refused, naming the variables and never the password.
         for (vars, named) in [
-            (vec![("DATABASE_URL", "mysql://bot:pw-never-printed@h/d")], "DATABASE_URL"),
-            (vec![("DATABASE_URL", URL), ("DEDUP_TABLE", "t")], "DATABASE_URL, DEDUP_TABLE"),
+            (
+                vec![("DATABASE_URL", "mysql://bot:pw-never-printed@h/d")],
+                "DATABASE_URL",
+            ),
+            (
+                vec![("DATABASE_URL", URL), ("DEDUP_TABLE", "t")],
+                "DATABASE_URL, DEDUP_TABLE",
+            ),
             (vec![("WORK_QUEUE_NAME", "work")], "DATABASE_URL"),
             (
                 vec![
@@ -1354,9 +1362,18 @@ mod tests {
                 ],
                 "WORK_QUEUE_NAME, WORK_QUEUE_URL",
             ),
-            (vec![("DATABASE_URL", URL), ("WORK_QUEUE_NAME", "no spaces")], "WORK_QUEUE_NAME"),
-            (vec![("DATABASE_URL", URL), ("DATABASE_MIGRATE", "yes")], "DATABASE_MIGRATE"),
-            (vec![("DATABASE_URL", URL), ("DATABASE_POOL_SIZE", "0")], "DATABASE_POOL_SIZE"),
+            (
+                vec![("DATABASE_URL", URL), ("WORK_QUEUE_NAME", "no spaces")],
+                "WORK_QUEUE_NAME",
+            ),
+            (
+                vec![("DATABASE_URL", URL), ("DATABASE_MIGRATE", "yes")],
+                "DATABASE_MIGRATE",
+            ),
+            (
+                vec![("DATABASE_URL", URL), ("DATABASE_POOL_SIZE", "0")],
+                "DATABASE_POOL_SIZE",
+            ),
         ] {
             let vars = [&[("SLACK_SIGNING_SECRET", "s")][..], &vars].concat();
             let error = config(&vars).unwrap_err();

@@ -55,9 +55,9 @@ use crate::ledger::Ledger;
 use crate::pipeline::{Processor, Settings};
 use crate::workspaces::{InstallationStore, MemoryInstallations, Workspaces};
 
+use crate::queue::WorkQueue;
 use crate::queue::sqs::CallBudget;
 use crate::queue::worker::Worker;
-use crate::queue::WorkQueue;
 use crate::secrets::{Needs, SecretsError, SlackSecrets};
 use crate::slack::SlackClient;
 
@@ -356,4 +356,3 @@ impl Application {
         })
     }
 }
-

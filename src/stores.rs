@@ -55,9 +55,12 @@ pub(crate) async fn open(config: &Config) -> Result<Stores, DatabaseError> {
         let client = crate::ledger::dynamo::client_from_env().await;
         let installations = match &config.oauth {
             Some(oauth) => {
-                let store =
-                    DynamoInstallations::new(client.clone(), table.clone(), oauth.client_id.clone())
-                        .with_seal(Arc::new(seal_of(oauth, "the table").await));
+                let store = DynamoInstallations::new(
+                    client.clone(),
+                    table.clone(),
+                    oauth.client_id.clone(),
+                )
+                .with_seal(Arc::new(seal_of(oauth, "the table").await));
                 Some(Arc::new(store) as Arc<dyn InstallationStore>)
             }
             None => None,

@@ -342,7 +342,10 @@ fn migrate(args: &Args, url: &str) -> ExitCode {
             Ok(applied) => {
                 let version = crate::postgres::SCHEMA_VERSION;
                 match applied.as_slice() {
-                    [] => say!("the schema of {} is at version {version} already", database.place()),
+                    [] => say!(
+                        "the schema of {} is at version {version} already",
+                        database.place()
+                    ),
                     _ => say!(
                         "migrated {} to version {version} (applied {applied:?})",
                         database.place()

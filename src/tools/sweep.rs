@@ -148,7 +148,10 @@ async fn sweep_postgres(
         code: ABANDONED,
         dry_run,
     };
-    let swept = ledger.sweep_abandoned(now_ms, &sweep).await.map_err(error)?;
+    let swept = ledger
+        .sweep_abandoned(now_ms, &sweep)
+        .await
+        .map_err(error)?;
     if !dry_run {
         let deleted = ledger
             .delete_expired(now_ms, crate::stores::EXPIRED_ROWS_BATCH)
@@ -276,7 +279,15 @@ pub fn run(args: &Args) -> ExitCode {
         let swept = match &store {
             Ok(table) => {
                 let dynamodb = crate::ledger::dynamo::client_from_env().await;
-                sweep(&dynamodb, table, app.as_deref(), older_than, now_ms, dry_run).await
+                sweep(
+                    &dynamodb,
+                    table,
+                    app.as_deref(),
+                    older_than,
+                    now_ms,
+                    dry_run,
+                )
+                .await
             }
             Err(url) => sweep_postgres(url, app.as_deref(), older_than, now_ms, dry_run).await,
         };

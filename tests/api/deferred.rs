@@ -538,7 +538,7 @@ async fn sigterm_stops_the_worker_receiving_and_it_finishes_what_it_holds() {
 
 /// Delivers `body` as Slack does: the original, then up to 3 retries at once while the answer is
 /// not 2xx (an SQS server slowed down by the other tests may make the ingress answer 503).
-async fn deliver_as_slack(http: &HttpClient, url: &str, body: &str) -> Answer {
+pub(crate) async fn deliver_as_slack(http: &HttpClient, url: &str, body: &str) -> Answer {
     timed_as_slack(http, url, body).await.0
 }
 

@@ -1142,9 +1142,18 @@ async fn abandoned_claims_are_swept_failed_and_retryable_and_redeliveries_left_a
         .sweep_abandoned(now, &sweep(Some(contract::APP), true))
         .await
         .unwrap();
-    assert_eq!(listed.keys, ["EvAbandoned", "EvQueuedLong"], "a dry run lists");
     assert_eq!(
-        ledger.claim_record(&id("EvAbandoned")).await.unwrap().unwrap().status,
+        listed.keys,
+        ["EvAbandoned", "EvQueuedLong"],
+        "a dry run lists"
+    );
+    assert_eq!(
+        ledger
+            .claim_record(&id("EvAbandoned"))
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
         Status::InProgress,
         "and changes nothing"
     );

@@ -654,9 +654,8 @@ async fn redrive_judges_postgresqls_dead_letters_by_the_ledger_and_keeps_its_ref
         let entry = report.entries.iter().find(|e| &e.message_id == id);
         entry.unwrap().action.clone()
     };
-    let key = |event: &str| {
-        slack_once::slack::envelope::EventId::try_from(mention_key(event)).unwrap()
-    };
+    let key =
+        |event: &str| slack_once::slack::envelope::EventId::try_from(mention_key(event)).unwrap();
     let retryable = || async {
         ledger
             .claim_record(&key("EvRdFailed"))

@@ -44,10 +44,10 @@ use super::args::{self, Args, Spec, env};
 use crate::queue::sqs::{self, CallBudget};
 use crate::queue::{QUEUED_FORM_VERSION_UNKNOWN, QueuedEvent, READS};
 
-pub use dynamo::Queues;
-pub use postgres::PostgresDeadLetters;
 use crate::slack::envelope::{Envelope, EventId};
 use crate::slack::interaction::Interaction;
+pub use dynamo::Queues;
+pub use postgres::PostgresDeadLetters;
 
 /// How long after the request a redriven command or interaction may still be answered through
 /// its `response_url`: Slack takes posts for 30 minutes, less 5 for the worker to get to it.
@@ -318,8 +318,7 @@ pub async fn redrive_with(
         ..Report::default()
     };
     let mut held_back = Vec::new();
-    if let Err(error) = receive_all(letters, ledger, options, &mut report, &mut held_back).await
-    {
+    if let Err(error) = receive_all(letters, ledger, options, &mut report, &mut held_back).await {
         report.error = Some(error);
     }
     letters.leave(held_back).await;
@@ -599,7 +598,9 @@ async fn end_lapsed_claims(
 ) -> Result<String, RedriveError> {
     let mut ended = 0;
     for (key, item) in items.iter().filter(|(_, i)| {
-        i.status == "in_progress" && i.lease_until_ms.is_some_and(|until| until <= options.now_ms)
+        i.status == "in_progress"
+            && i.lease_until_ms
+                .is_some_and(|until| until <= options.now_ms)
     }) {
         if options.dry_run || ledger.end_refused(key, item, options.now_ms).await? {
             ended += 1;

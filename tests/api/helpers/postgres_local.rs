@@ -99,7 +99,10 @@ impl PrivatePostgres {
             .stderr(std::process::Stdio::null())
             .status()
             .expect("run scripts/postgres-local.sh");
-        assert!(status.success(), "scripts/postgres-local.sh {command} failed");
+        assert!(
+            status.success(),
+            "scripts/postgres-local.sh {command} failed"
+        );
     }
 }
 
