@@ -7,10 +7,11 @@
 //! - `receive` is one statement: `UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT
 //!   n) RETURNING …`, so two receivers never hold one message at once; each message taken is
 //!   hidden for the visibility asked, its receive count goes up by one, and it gets a new
-//!   receipt token (`gen_random_uuid()`: PostgreSQL 13 or later). Every time is judged on one clock (the database's, or the one given:
-//!   `Database::now_param`). With nothing visible it polls again (100 ms, doubling to 1 s)
-//!   until the wait is over: PostgreSQL's LISTEN needs a session of its own, which PgBouncer in
-//!   transaction mode does not give, and a message whose visibility lapses notifies nobody.
+//!   receipt token (`gen_random_uuid()`: PostgreSQL 13 or later). Every time is judged on one
+//!   clock (the database's, or the one given: `Database::now_param`). With nothing visible it
+//!   polls again (100 ms, doubling to 1 s) until the wait is over: PostgreSQL's LISTEN needs a
+//!   session of its own, which PgBouncer in transaction mode does not give, and a message
+//!   whose visibility lapses notifies nobody.
 //! - A receipt handle names the message and the receive that gave it (`<id>:<token>`): only
 //!   the handle of the message's latest receive deletes it or changes its visibility, as SQS's
 //!   does; an earlier one changes nothing ([`ReceiptOutcome::Stale`]).
@@ -24,8 +25,8 @@
 //!   so the second copy is one more delivery, which the ledger answers once);
 //! - `receive`: 1 per poll (2 where the connection broke: a first run whose answer was lost
 //!   left what it took hidden for its visibility, one receive spent, as below); a poll that
-//!   finds nothing is followed by another after 100 ms,
-//!   200, 400, 800, then every second until `wait` is over (an idle worker: about 1 a second);
+//!   finds nothing is followed by another after 100 ms, 200, 400, 800, then every second
+//!   until `wait` is over (an idle worker: about 1 a second);
 //! - `delete`, `change_visibility`: 1 (2 where the connection broke: a second run changes
 //!   nothing more);
 //! - `dead_letters`, `redrive_dead_letters`, `expire_dead_letters`, `depth`: 1.
