@@ -200,6 +200,12 @@ impl Database {
             };
             match result {
                 Err(e) if tries < 2 && worth_another_try(&e) => {
+                    // The connection that broke is back among the idle ones before its end is
+                    // seen (a server's FATAL comes before it closes the socket), and a restart
+                    // or a failover broke the others too: the second try opens a new one.
+                    if !chosen_to_fail(&e) {
+                        self.pool.retain(|_, _| false);
+                    }
                     tracing::debug!(error = %crate::errors::error_chain(&e), "database: trying again");
                 }
                 other => return other,
@@ -317,6 +323,21 @@ fn worth_another_try(error: &DatabaseError) -> bool {
         }
         None => true,
     }
+}
+
+/// Whether the server chose the transaction to fail (a serialization failure or a deadlock:
+/// its connection is sound).
+fn chosen_to_fail(error: &DatabaseError) -> bool {
+    let DatabaseError::Unavailable(source) = error else {
+        return false;
+    };
+    source
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        .is_some_and(|code| {
+            *code == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+        })
 }
 
 /// Two processes creating the schema table at once: one of them meets the other's row in the

@@ -7,10 +7,11 @@
 //! - `receive` is one statement: `UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT
 //!   n) RETURNING …`, so two receivers never hold one message at once; each message taken is
 //!   hidden for the visibility asked, its receive count goes up by one, and it gets a new
-//!   receipt token (`gen_random_uuid()`: PostgreSQL 13 or later). Every time is judged on one clock (the database's, or the one given:
-//!   `Database::now_param`). With nothing visible it polls again (100 ms, doubling to 1 s)
-//!   until the wait is over: PostgreSQL's LISTEN needs a session of its own, which PgBouncer in
-//!   transaction mode does not give, and a message whose visibility lapses notifies nobody.
+//!   receipt token (`gen_random_uuid()`: PostgreSQL 13 or later). Every time is judged on one
+//!   clock (the database's, or the one given: `Database::now_param`). With nothing visible it
+//!   polls again (100 ms, doubling to 1 s) until the wait is over: PostgreSQL's LISTEN needs a
+//!   session of its own, which PgBouncer in transaction mode does not give, and a message
+//!   whose visibility lapses notifies nobody.
 //! - A receipt handle names the message and the receive that gave it (`<id>:<token>`): only
 //!   the handle of the message's latest receive deletes it or changes its visibility, as SQS's
 //!   does; an earlier one changes nothing ([`ReceiptOutcome::Stale`]).
@@ -22,8 +23,10 @@
 //! Round trips (each statement one; a pool's connection is checked out without one):
 //! - `send`: 1 (2 where the connection broke and it is sent again: the queue is at least once,
 //!   so the second copy is one more delivery, which the ledger answers once);
-//! - `receive`: 1 per poll; a poll that finds nothing is followed by another after 100 ms,
-//!   200, 400, 800, then every second until `wait` is over (an idle worker: about 1 a second);
+//! - `receive`: 1 per poll (2 where the connection broke: a first run whose answer was lost
+//!   left what it took hidden for its visibility, one receive spent, as below); a poll that
+//!   finds nothing is followed by another after 100 ms, 200, 400, 800, then every second
+//!   until `wait` is over (an idle worker: about 1 a second);
 //! - `delete`, `change_visibility`: 1 (2 where the connection broke: a second run changes
 //!   nothing more);
 //! - `dead_letters`, `redrive_dead_letters`, `expire_dead_letters`, `depth`: 1.
@@ -39,7 +42,7 @@ use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
 use super::{MAX_VISIBILITY, QueueError, Received, WorkQueue, refuse_too_large};
-use crate::postgres::{DB_NOW_MS, Database, DatabaseError, STATEMENT_TIMEOUT, from_ms};
+use crate::postgres::{DB_NOW_MS, Database, DatabaseError, from_ms};
 
 #[cfg(doc)]
 use super::MAX_MESSAGE_BYTES;
@@ -163,25 +166,30 @@ impl PostgresQueue {
         let max_receives = i32::try_from(self.max_receives).unwrap_or(i32::MAX);
         let limit = max.clamp(1, MAX_BATCH) as i64;
         let visibility_ms = visibility.min(MAX_VISIBILITY).as_millis() as i64;
-        // Sent once: a second run would take other messages, the first's hidden until their
-        // visibility ends (the worker's next poll comes soon enough).
+        // Sent once more where the connection broke: a first run whose answer was lost left
+        // what it took hidden for its visibility, a receive spent, as an abandoned receive does.
         let rows = self
-            .once(|client| async move {
-                client
-                    .query_typed(
-                        &sql,
-                        &[
-                            (&self.name, Type::TEXT),
-                            (&now, Type::INT8),
-                            (&max_receives, Type::INT4),
-                            (&limit, Type::INT8),
-                            (&visibility_ms, Type::INT8),
-                            (&DEAD_LETTERS_PER_RECEIVE, Type::INT8),
-                        ],
-                    )
-                    .await
+            .database
+            .run(|client| {
+                let sql = &sql;
+                async move {
+                    client
+                        .query_typed(
+                            sql,
+                            &[
+                                (&self.name, Type::TEXT),
+                                (&now, Type::INT8),
+                                (&max_receives, Type::INT4),
+                                (&limit, Type::INT8),
+                                (&visibility_ms, Type::INT8),
+                                (&DEAD_LETTERS_PER_RECEIVE, Type::INT8),
+                            ],
+                        )
+                        .await
+                }
             })
-            .await?;
+            .await
+            .map_err(unavailable)?;
         let mut received = Vec::with_capacity(rows.len());
         for row in rows {
             let id: i64 = row.get(0);
@@ -394,23 +402,6 @@ impl PostgresQueue {
             })
             .await
             .map_err(unavailable)
-    }
-
-    /// Runs `call` once, within [`STATEMENT_TIMEOUT`] (for a statement whose second run would
-    /// not recognise the first's effect).
-    async fn once<T, F, Fut>(&self, call: F) -> Result<T, QueueError>
-    where
-        F: FnOnce(deadpool_postgres::Object) -> Fut,
-        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
-    {
-        let attempt = async {
-            let client = self.database.client().await?;
-            call(client).await.map_err(DatabaseError::from)
-        };
-        match tokio::time::timeout(STATEMENT_TIMEOUT, attempt).await {
-            Ok(result) => result.map_err(unavailable),
-            Err(elapsed) => Err(QueueError::Unavailable(Box::new(elapsed))),
-        }
     }
 }
 

@@ -697,3 +697,90 @@ async fn redrive_judges_postgresqls_dead_letters_by_the_ledger_and_keeps_its_ref
         "its receives restored"
     );
 }
+
+/// A receive whose caller went away before its answer (a worker stopped or killed mid-poll, the
+/// answer lost): the statement may still take the message, as SQS's open long poll does. It is
+/// not lost: hidden for that receive's visibility, with one receive spent, then received again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL"]
+async fn a_receive_whose_answer_is_lost_hides_the_message_for_its_visibility_only() {
+    let (_, database) = fresh_schema().await;
+    let queue = PostgresQueue::new(database.clone(), "work", 5);
+    queue.send("m").await.unwrap();
+    // Another session holds the table: the receive waits on the server, and its caller gives up.
+    let mut blocker = database.client().await.unwrap();
+    let lock = blocker.transaction().await.unwrap();
+    lock.batch_execute("LOCK TABLE slack_once_queue IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        queue.receive_at(10, secs(5), T0),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the receive was still waiting");
+    lock.commit().await.unwrap();
+    let observer = database.client().await.unwrap();
+    let counts = || async {
+        observer
+            .query("SELECT receive_count FROM slack_once_queue", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, i32>(0))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually_async(secs(5), || async { counts().await == [1] }).await,
+        "the abandoned receive took it: {:?}",
+        counts().await
+    );
+    assert!(
+        nothing_at(&queue, T0 + 4_999).await,
+        "hidden for that receive's 5 s"
+    );
+    let again = receive_one(&queue, secs(30), T0 + 5_000).await;
+    assert_eq!((again.body.as_str(), again.receive_count), ("m", 2));
+}
+
+/// The server closes every connection of the pool (a restart, a failover, an idle timeout in
+/// between), five times: each call after it opens a new one (sent once more where it met the
+/// closed one), and nothing sent is lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL"]
+async fn the_queue_goes_on_after_the_server_closes_its_connections() {
+    let name = format!("pgq_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{}&application_name={name}", fresh_schema_url().await);
+    let database = Database::connect(&url, 4).unwrap();
+    database.migrate().await.unwrap();
+    let queue = PostgresQueue::new(database, "work", 5);
+    let admin = Database::connect(&postgres_url(), 1).unwrap();
+    let admin = admin.client().await.unwrap();
+    let close_every_connection = || async {
+        let closed = admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = $1",
+                &[&name],
+            )
+            .await
+            .unwrap();
+        assert!(!closed.is_empty(), "the pool's connections closed");
+    };
+    for round in 0..5 {
+        let body = format!("m{round}");
+        queue.send(&body).await.unwrap();
+        close_every_connection().await;
+        let got = queue.receive_at(10, secs(30), T0).await.unwrap();
+        let bodies: Vec<&str> = got.iter().map(|m| m.body.as_str()).collect();
+        assert_eq!(
+            bodies,
+            [body.as_str()],
+            "round {round}: nothing lost, nothing doubled"
+        );
+        close_every_connection().await;
+        queue.delete(&got[0].receipt_handle).await.unwrap();
+        close_every_connection().await;
+        assert_eq!(queue.depth().await.unwrap(), 0, "round {round}: deleted");
+    }
+}
