@@ -463,12 +463,6 @@ pub async fn postgres_section(dynamodb: &str) -> String {
         ps.p50_us - pr.p50_us,
         ps.p99_us - pr.p99_us
     );
-    out!(
-        md,
-        "\nDeferred mode's queue, one worker process draining {} queued person's messages \
-         (the reference bot replying to each), messages a second: ",
-        queue_events()
-    );
     let runs: Vec<String> = drained
         .iter()
         .enumerate()
@@ -481,7 +475,13 @@ pub async fn postgres_section(dynamodb: &str) -> String {
             )
         })
         .collect();
-    out!(md, "{}.", runs.join("; "));
+    out!(
+        md,
+        "\nDeferred mode's queue, one worker process draining {} queued person's messages \
+         (the reference bot replying to each), messages a second: {}.",
+        queue_events(),
+        runs.join("; ")
+    );
     out!(
         md,
         "\nknobs: BENCH_POSTGRES_EVENTS={}, BENCH_POSTGRES_QUEUE_EVENTS={}",
