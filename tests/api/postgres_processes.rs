@@ -366,3 +366,52 @@ async fn two_apps_on_one_database_answer_with_their_own_rotated_tokens_and_it_ho
         "sealed under the operator's key a:\n{rows}"
     );
 }
+
+/// `import-token` on PostgreSQL (`DATABASE_URL`): a single workspace's token kept, sealed, as
+/// the app's installation there, once; the app then answers there with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL and the built binary"]
+async fn import_token_on_postgresql_keeps_the_token_sealed_once_and_the_app_answers_with_it() {
+    use crate::postgres_installations::{KEY_A, every_row_text};
+    use crate::tenants::{A, Tenant};
+    let url = fresh_schema_url().await;
+    let mut extra: Vec<(&'static str, String)> = vec![
+        ("DATABASE_URL", url.clone()),
+        ("SLACK_TOKEN_KEYS", KEY_A.to_string()),
+        ("DEDUP_TABLE", String::new()),
+    ];
+    for (name, _) in dynamodb_env("http://127.0.0.1:9") {
+        extra.push((name, String::new()));
+    }
+    let a = Tenant::start(A, "http://127.0.0.1:9", "", &extra).await;
+    let token = format!("xoxb-{}-single-workspace", A.0);
+    a.slack.with_grants(|g| g.accept(&token, "T0000PGIMP"));
+    a.slack.with_workspace_of("T0000PGIMP", |_| ());
+    let mut vars = a.vars.clone();
+    vars.push(("SLACK_BOT_TOKEN", token.clone()));
+    let first = run_binary(&["import-token"], &vars);
+    let said = format!("{}{}", first.stdout, first.stderr);
+    assert_eq!(first.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("imported the installation of T0000PGIMP"),
+        "{said}"
+    );
+    assert!(!said.contains(&token), "{said}");
+    let again = run_binary(&["import-token"], &vars);
+    assert!(
+        again.stdout.contains("nothing imported"),
+        "{}",
+        again.stdout
+    );
+    let answer = a.send(&a.mention("T0000PGIMP", 1)).await;
+    assert_eq!(
+        answer.outcome(),
+        "answered",
+        "{}\n{}",
+        answer.body,
+        a.bot.log()
+    );
+    let database = slack_once::postgres::Database::connect(&url, 1).unwrap();
+    let rows = every_row_text(&database).await.join("\n");
+    assert!(!rows.contains(&token), "the token in the database:\n{rows}");
+}
