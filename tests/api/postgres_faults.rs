@@ -235,3 +235,53 @@ async fn behind_a_transaction_pooler_no_statement_is_named_outside_a_transaction
          next message may reach a server connection that lacks them"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL and the built binary"]
+async fn a_process_with_its_queue_in_postgresql_deletes_its_dead_letters_past_their_retention() {
+    let url = fresh_schema_url().await;
+    let database = Database::connect(&url, 1).unwrap();
+    database.migrate().await.unwrap();
+    let now = slack_once::clock::now_ms() as i64;
+    let day = 24 * 3600 * 1000;
+    database
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO slack_once_queue_dead_letters
+               (id, queue, body, sent_at_ms, receive_count, dead_at_ms)
+             VALUES (1, 'work', '{}', $1, 10, $1), (2, 'work', '{}', $2, 10, $2),
+                    (3, 'another', '{}', $1, 10, $1)",
+            &[&(now - 15 * day), &(now - day)],
+        )
+        .await
+        .unwrap();
+    let dead_letters = || async {
+        let rows = database
+            .client()
+            .await
+            .unwrap()
+            .query(
+                "SELECT id FROM slack_once_queue_dead_letters ORDER BY id",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|row| row.get(0)).collect::<Vec<i64>>()
+    };
+    let process = BotProcess::spawn(&[
+        ("DATABASE_URL", url.clone()),
+        ("WORK_QUEUE_NAME", "work".into()),
+    ]);
+    assert!(
+        eventually_async(Duration::from_secs(15), || async {
+            dead_letters().await == [2, 3]
+        })
+        .await,
+        "the queue's dead letter past 14 days deleted, its recent one and another queue's \
+         kept: {:?}\n{}",
+        dead_letters().await,
+        process.log()
+    );
+}
