@@ -3,7 +3,8 @@
 //! Python with Powertools idempotency and Bolt for JavaScript (interleaved, in one run), cold
 //! start (init, first invocation, total) beside a no-op `lambda_http` fixture, deferred mode's
 //! acknowledgement beside a raw `SendMessage`, Lambda Managed Instances' concurrency, sizes, and
-//! what `slack-once gateway` adds to a Bolt app's answer (`report/gateway.rs`).
+//! what `slack-once gateway` adds to a Bolt app's answer (`report/gateway.rs`), and the ledger
+//! and the work queue on PostgreSQL against DynamoDB Local and SQS (`report/postgres.rs`).
 //! It prints the report and writes it to BENCHMARKS.md (`BENCH_REPORT_FILE` names another file),
 //! under a header that names the command regenerating it and the targets' table.
 //!
@@ -45,6 +46,8 @@ macro_rules! out {
 
 #[path = "report/gateway.rs"]
 mod gateway;
+#[path = "report/postgres.rs"]
+mod postgres;
 #[path = "report/socket_mode.rs"]
 mod socket_mode;
 
@@ -1646,6 +1649,10 @@ async fn report() {
         print!("{}", socket_mode::socket_mode_section(&endpoint).await);
         return;
     }
+    if std::env::var_os("BENCH_ONLY_POSTGRES").is_some() {
+        print!("{}", postgres::postgres_section(&endpoint).await);
+        return;
+    }
     if std::env::var_os("BENCH_ONLY_GATEWAY").is_some() {
         print!(
             "{}",
@@ -1858,6 +1865,10 @@ async fn report() {
     // 9. Socket Mode.
     eprintln!("Socket Mode…");
     let socket_md = socket_mode::socket_mode_section(&endpoint).await;
+
+    // 10. The ledger on PostgreSQL against DynamoDB Local.
+    eprintln!("PostgreSQL against DynamoDB Local…");
+    let postgres_md = postgres::postgres_section(&endpoint).await;
 
     // 5. Sizes.
     let release = Path::new(BIN);
@@ -2315,6 +2326,7 @@ async fn report() {
     );
     md.push_str(&gateway_md);
     md.push_str(&socket_md);
+    md.push_str(&postgres_md);
     out!(md, "\nposts at the Slack stand-in: {}", slack.posts());
     targets.push([
         "Lambda Managed Instances: events per second and memory at 1, 8, 32 at once".into(),

@@ -108,6 +108,14 @@ pub(crate) async fn open_database(settings: &DatabaseConfig) -> Result<Database,
         pool = settings.pool_size,
         "ledger: PostgreSQL"
     );
+    if let Ok(Some(standbys @ 1..)) = database.asynchronous_standbys().await {
+        tracing::warn!(
+            standbys,
+            "the database's standbys replicate asynchronously: a failover to one of them can \
+             lose claims this bot acted on, and a request would be answered twice (set \
+             synchronous_standby_names; docs/postgres.md)"
+        );
+    }
     Ok(database)
 }
 

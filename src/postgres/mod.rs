@@ -261,6 +261,30 @@ impl Database {
         Ok(applied)
     }
 
+    /// The standbys streaming from the server that replicate asynchronously, where none
+    /// replicates synchronously: a failover to one of them can lose commits the bot acted on
+    /// (docs/postgres.md). `None` where the server does not say (a managed service, a role
+    /// without `pg_monitor`): its own failover is then what the operator chose.
+    pub async fn asynchronous_standbys(&self) -> Result<Option<i64>, DatabaseError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE sync_state = 'async'),
+                        count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')),
+                        count(*) FILTER (WHERE sync_state IS NULL)
+                 FROM pg_stat_replication",
+                &[],
+            )
+            .await?;
+        let (asynchronous, synchronous, unknown): (i64, i64, i64) =
+            (row.get(0), row.get(1), row.get(2));
+        Ok(match (asynchronous, synchronous, unknown) {
+            (_, _, 1..) => None,
+            (n, 0, _) => Some(n.max(0)),
+            _ => Some(0),
+        })
+    }
+
     /// The schema's version: the highest migration applied (0: none).
     pub async fn schema_version(&self) -> Result<i32, DatabaseError> {
         let client = self.client().await?;

@@ -65,8 +65,8 @@ pub static CREATE_QUEUE: Spec = Spec {
 pub static IMPORT_TOKEN: Spec = Spec {
     name: "import-token",
     about: "keep SLACK_BOT_TOKEN as its workspace's installation of this app in DEDUP_TABLE\n\
-            (moving to multi-workspace mode: DEPLOY.md), sealed with SLACK_TOKEN_KEY_ID\n\
-            or SLACK_TOKEN_KEYS; nothing if one is there",
+            or DATABASE_URL (moving to multi-workspace mode: DEPLOY.md), sealed with\n\
+            SLACK_TOKEN_KEY_ID or SLACK_TOKEN_KEYS; nothing if one is there",
     operands: &[],
     options: &[Item {
         name: "--plaintext",
@@ -81,6 +81,10 @@ pub static IMPORT_TOKEN: Spec = Spec {
         Item {
             name: "DEDUP_TABLE",
             help: "the ledger's table, where installations are kept",
+        },
+        Item {
+            name: "DATABASE_URL",
+            help: "or PostgreSQL, where installations are kept (migrated first)",
         },
         Item {
             name: "SLACK_CLIENT_ID",
@@ -384,14 +388,16 @@ pub fn create_queue(args: &Args) -> ExitCode {
 
 /// Runs `import-token`.
 pub fn import_token(args: &Args) -> ExitCode {
-    let (Some(token), Some(table), Some(client_id)) = (
-        env("SLACK_BOT_TOKEN"),
-        env("DEDUP_TABLE"),
-        env("SLACK_CLIENT_ID"),
-    ) else {
+    let store = env("DEDUP_TABLE")
+        .map(Ok)
+        .or_else(|| env("DATABASE_URL").map(Err));
+    let (Some(token), Some(store), Some(client_id)) =
+        (env("SLACK_BOT_TOKEN"), store, env("SLACK_CLIENT_ID"))
+    else {
         return args.fail(
-            "set SLACK_BOT_TOKEN (the token to keep), DEDUP_TABLE and SLACK_CLIENT_ID (the \
-             app's client id: each app's installations are its own)",
+            "set SLACK_BOT_TOKEN (the token to keep), DEDUP_TABLE (or DATABASE_URL for \
+             PostgreSQL) and SLACK_CLIENT_ID (the app's client id: each app's installations \
+             are its own)",
         );
     };
     let key = match token_seal_of_env() {
@@ -418,7 +424,6 @@ pub fn import_token(args: &Args) -> ExitCode {
     }
     let api = env("SLACK_API_URL").unwrap_or_else(|| crate::config::DEFAULT_SLACK_API_URL.into());
     runtime().block_on(async {
-        let client = crate::ledger::dynamo::client_from_env().await;
         let seal = match key {
             Some(key) => key.seal().await,
             None => {
@@ -429,11 +434,32 @@ pub fn import_token(args: &Args) -> ExitCode {
                 Seal::none()
             }
         };
-        let store = crate::workspaces::DynamoInstallations::new(client, table, client_id.trim())
-            .with_seal(std::sync::Arc::new(seal));
+        let seal = std::sync::Arc::new(seal);
+        let store: Box<dyn crate::workspaces::InstallationStore> = match store {
+            Ok(table) => {
+                let client = crate::ledger::dynamo::client_from_env().await;
+                Box::new(
+                    crate::workspaces::DynamoInstallations::new(client, table, client_id.trim())
+                        .with_seal(seal),
+                )
+            }
+            Err(url) => {
+                let database = match crate::postgres::Database::connect(&url, 1) {
+                    Ok(database) => database,
+                    Err(e) => return args.fail(&e.to_string()),
+                };
+                if let Err(e) = database.require_schema().await {
+                    return args.failed(&error_chain(&e));
+                }
+                Box::new(
+                    crate::workspaces::PostgresInstallations::new(database, client_id.trim())
+                        .with_seal(seal),
+                )
+            }
+        };
         let slack = crate::slack::SlackClient::new(api, None);
         let token = crate::config::Secret::new(token);
-        match crate::workspaces::import_token(&store, &slack, &token).await {
+        match crate::workspaces::import_token(store.as_ref(), &slack, &token).await {
             Ok(imported) => {
                 let id = imported
                     .installation

@@ -1,7 +1,8 @@
 //! Real Bolt apps behind `slack-once gateway`: Bolt for JavaScript 5 and Bolt for Python 1.30
 //! (`tests/bots/`, installed from npm and PyPI by `scripts/bolt-bots.sh`), changed by the few
-//! lines of their adapter, on DynamoDB Local and the Slack stand-in: Slack's retries and copies,
-//! a replica killed between its two writes, two versions during a deploy, a command, a modal.
+//! lines of their adapter, on DynamoDB Local (and PostgreSQL) and the Slack stand-in: Slack's
+//! retries and copies, a replica killed between its two writes (on either store), two versions
+//! during a deploy, a command, a modal.
 
 use std::time::Duration;
 
@@ -48,15 +49,33 @@ async fn bolt_python_answers_each_mention_once_through_slacks_retries_and_a_copy
     mentions_through_retries_and_copies(Bolt::Python).await;
 }
 
-async fn a_replica_killed_between_its_writes(bolt: Bolt) {
-    let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+/// Where the gateway keeps its ledger.
+#[derive(Clone, Copy, Debug)]
+enum Store {
+    DynamoDb,
+    /// `DATABASE_URL`, and no AWS variable.
+    Postgres,
+}
+
+async fn a_replica_killed_between_its_writes(bolt: Bolt, store: Store) {
     let slack = SlackStandin::start().await;
     let (dying_port, healthy_port) = (free_port(), free_port());
     let urls = [
         BoltReplica::url_on(dying_port),
         BoltReplica::url_on(healthy_port),
     ];
-    let gateway = spawn_gateway(&slack, &table, &urls);
+    let gateway = match store {
+        Store::DynamoDb => {
+            let (table, _) = fresh_table(&dynamodb_endpoint()).await;
+            spawn_gateway(&slack, &table, &urls)
+        }
+        Store::Postgres => {
+            let url = fresh_schema_url().await;
+            let mut vars = postgres_bot_vars(&slack, &url);
+            vars.extend(gateway_vars(&urls));
+            BotProcess::spawn_gateway(&vars)
+        }
+    };
     let api = api_url(&gateway);
     let exits = [("BOT_EXIT_AFTER_REACTION", "1")];
     let mut dying = BoltReplica::start(bolt, dying_port, &api, &exits);
@@ -87,13 +106,25 @@ async fn a_replica_killed_between_its_writes(bolt: Bolt) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
 async fn bolt_js_replica_killed_between_reaction_and_reply_leaves_one_of_each() {
-    a_replica_killed_between_its_writes(Bolt::JavaScript).await;
+    a_replica_killed_between_its_writes(Bolt::JavaScript, Store::DynamoDb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs DynamoDB Local, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
 async fn bolt_python_replica_killed_between_reaction_and_reply_leaves_one_of_each() {
-    a_replica_killed_between_its_writes(Bolt::Python).await;
+    a_replica_killed_between_its_writes(Bolt::Python, Store::DynamoDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_js_on_postgresql_replica_killed_between_reaction_and_reply_leaves_one_of_each() {
+    a_replica_killed_between_its_writes(Bolt::JavaScript, Store::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL, the built binary and the Bolt apps (scripts/bolt-bots.sh)"]
+async fn bolt_python_on_postgresql_replica_killed_between_reaction_and_reply_leaves_one_of_each() {
+    a_replica_killed_between_its_writes(Bolt::Python, Store::Postgres).await;
 }
 
 async fn two_versions_during_a_deploy(old: Bolt, new: Bolt) {

@@ -30,6 +30,7 @@ mod operations;
 mod performance;
 mod poll;
 mod postgres;
+mod postgres_failover;
 mod postgres_faults;
 mod postgres_installations;
 mod postgres_ledger;

@@ -23,7 +23,7 @@ use crate::workspaces::{
     send_all, spawn,
 };
 
-const KEY_A: &str = "a=AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+pub(crate) const KEY_A: &str = "a=AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
 const KEY_B: &str = "b=AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
 
 fn sealed_by(keys: &str) -> Arc<Seal> {
@@ -38,7 +38,7 @@ async fn on_database_clock(url: &str) -> Database {
 }
 
 /// Every text of every row of every table of the schema `database` is on.
-async fn every_row_text(database: &Database) -> Vec<String> {
+pub(crate) async fn every_row_text(database: &Database) -> Vec<String> {
     let client = database.client().await.unwrap();
     let tables: Vec<String> = client
         .query(

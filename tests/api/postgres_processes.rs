@@ -289,3 +289,129 @@ async fn a_dead_letter_in_postgresql_is_redriven_and_answered_once() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(d.slack.posts_per_event()["EvPgDead"], 1);
 }
+
+/// Two Slack apps whose deployments share one database, each installed through the OAuth flow
+/// in one workspace with rotating tokens, refreshed at every request: each answers with its own
+/// token, and no token, refresh token or user token is anywhere in the database (sealed with
+/// the operator's key, `SLACK_TOKEN_KEYS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL and the built binary"]
+async fn two_apps_on_one_database_answer_with_their_own_rotated_tokens_and_it_holds_no_token() {
+    use crate::postgres_installations::{KEY_A, every_row_text};
+    use crate::tenants::{A, B, Tenant};
+    let url = fresh_schema_url().await;
+    let mut extra: Vec<(&'static str, String)> = vec![
+        ("DATABASE_URL", url.clone()),
+        ("SLACK_TOKEN_KEYS", KEY_A.to_string()),
+        ("SLACK_TOKEN_REFRESH_MINUTES", "600".to_string()),
+    ];
+    // No AWS variable: emptied, they count as unset.
+    for (name, _) in dynamodb_env("http://127.0.0.1:9") {
+        extra.push((name, String::new()));
+    }
+    extra.push(("DEDUP_TABLE", String::new()));
+    let (a, b) = tokio::join!(
+        Tenant::start(A, "http://127.0.0.1:9", "", &extra),
+        Tenant::start(B, "http://127.0.0.1:9", "", &extra)
+    );
+    a.slack.same_slack_as(&b.slack);
+    for t in [&a, &b] {
+        t.slack.with_grants(|g| g.set_lifetime(600));
+    }
+    const TEAM: &str = "T0000PGONE";
+    assert_eq!(a.install(TEAM, true).await.status, 200, "{}", a.bot.log());
+    assert_eq!(b.install(TEAM, true).await.status, 200, "{}", b.bot.log());
+    for n in 1..=2 {
+        let (ma, mb) = (a.mention(TEAM, n), b.mention(TEAM, n));
+        let (ra, rb) = tokio::join!(a.send(&ma), b.send(&mb));
+        assert_eq!(
+            (ra.outcome(), rb.outcome()),
+            ("answered".into(), "answered".into()),
+            "A: {}\n{}\nB: {}",
+            ra.body,
+            a.bot.log(),
+            rb.body
+        );
+    }
+    assert_eq!((a.answers_in(TEAM), b.answers_in(TEAM)), (2, 2));
+    for m in a.slack.messages_of(TEAM) {
+        let app = m["app_id"].as_str().unwrap_or_default().to_string();
+        assert!(app == A.0 || app == B.0, "{m}");
+    }
+    let refreshed = a.slack.with_grants(|g| {
+        g.exchanges()
+            .iter()
+            .filter(|e| e.grant_type == "refresh_token" && e.ok)
+            .count()
+    });
+    assert!(refreshed >= 2, "both apps' tokens refreshed: {refreshed}");
+
+    let database = slack_once::postgres::Database::connect(&url, 1).unwrap();
+    let rows = every_row_text(&database).await.join("\n");
+    let tokens = a.slack.with_grants(|g| g.secrets_of(TEAM));
+    assert!(
+        tokens.len() >= 4,
+        "both apps' bot and refresh tokens: {tokens:?}"
+    );
+    for token in &tokens {
+        assert!(
+            !rows.contains(token.as_str()),
+            "a token in the database:\n{rows}"
+        );
+    }
+    // The seal's key id, `key:a`, is kept as bytes (shown as hex).
+    let key_id: String = "key:a".bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        rows.contains(&key_id),
+        "sealed under the operator's key a:\n{rows}"
+    );
+}
+
+/// `import-token` on PostgreSQL (`DATABASE_URL`): a single workspace's token kept, sealed, as
+/// the app's installation there, once; the app then answers there with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL and the built binary"]
+async fn import_token_on_postgresql_keeps_the_token_sealed_once_and_the_app_answers_with_it() {
+    use crate::postgres_installations::{KEY_A, every_row_text};
+    use crate::tenants::{A, Tenant};
+    let url = fresh_schema_url().await;
+    let mut extra: Vec<(&'static str, String)> = vec![
+        ("DATABASE_URL", url.clone()),
+        ("SLACK_TOKEN_KEYS", KEY_A.to_string()),
+        ("DEDUP_TABLE", String::new()),
+    ];
+    for (name, _) in dynamodb_env("http://127.0.0.1:9") {
+        extra.push((name, String::new()));
+    }
+    let a = Tenant::start(A, "http://127.0.0.1:9", "", &extra).await;
+    let token = format!("xoxb-{}-single-workspace", A.0);
+    a.slack.with_grants(|g| g.accept(&token, "T0000PGIMP"));
+    a.slack.with_workspace_of("T0000PGIMP", |_| ());
+    let mut vars = a.vars.clone();
+    vars.push(("SLACK_BOT_TOKEN", token.clone()));
+    let first = run_binary(&["import-token"], &vars);
+    let said = format!("{}{}", first.stdout, first.stderr);
+    assert_eq!(first.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("imported the installation of T0000PGIMP"),
+        "{said}"
+    );
+    assert!(!said.contains(&token), "{said}");
+    let again = run_binary(&["import-token"], &vars);
+    assert!(
+        again.stdout.contains("nothing imported"),
+        "{}",
+        again.stdout
+    );
+    let answer = a.send(&a.mention("T0000PGIMP", 1)).await;
+    assert_eq!(
+        answer.outcome(),
+        "answered",
+        "{}\n{}",
+        answer.body,
+        a.bot.log()
+    );
+    let database = slack_once::postgres::Database::connect(&url, 1).unwrap();
+    let rows = every_row_text(&database).await.join("\n");
+    assert!(!rows.contains(&token), "the token in the database:\n{rows}");
+}

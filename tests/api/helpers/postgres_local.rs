@@ -79,6 +79,85 @@ impl PrivatePostgres {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// Its port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A streaming replica of it (`pg_basebackup -R`: a standby following it), started: a
+    /// cluster of its own, dropped as this one is.
+    pub fn replica(&self) -> PrivatePostgres {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("slack-once-pg-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let as_postgres = |program: &str, args: &[&str]| {
+            let bin = postgres_bin_dir().join(program);
+            let mut command = if running_as_root() {
+                let mut c = std::process::Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(&bin);
+                c
+            } else {
+                std::process::Command::new(&bin)
+            };
+            let status = command
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .unwrap_or_else(|e| panic!("run {program}: {e}"));
+            assert!(status.success(), "{program} {args:?} failed");
+        };
+        if running_as_root() {
+            let status = std::process::Command::new("chown")
+                .args(["postgres:", dir.to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let data = dir.join("data");
+        as_postgres(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                data.to_str().unwrap(),
+                "-R",
+                "-X",
+                "stream",
+            ],
+        );
+        let replica = Self { port, dir };
+        replica.script("start");
+        replica
+    }
+
+    /// Promotes this replica to a primary (`pg_ctl promote`, waiting until it is one).
+    pub fn promote(&self) {
+        let bin = postgres_bin_dir().join("pg_ctl");
+        let data = self.dir.join("data");
+        let mut command = if running_as_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&bin);
+            c
+        } else {
+            std::process::Command::new(&bin)
+        };
+        let status = command
+            .args(["-D", data.to_str().unwrap(), "-w", "promote"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "pg_ctl promote failed");
+    }
+
     /// Stops the server (its data stays).
     pub fn stop(&mut self) {
         self.script("stop");
@@ -121,4 +200,24 @@ pub fn postgres_bot_vars(slack: &SlackStandin, url: &str) -> Vec<(&'static str, 
         ("SLACK_API_URL", slack.base_url.clone()),
         ("DATABASE_URL", url.to_string()),
     ]
+}
+
+/// The directory of Debian's PostgreSQL programs (the newest installed).
+pub fn postgres_bin_dir() -> std::path::PathBuf {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL from Debian's package (scripts/postgres-local.sh install)")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("pg_ctl").exists())
+        .collect();
+    found.sort();
+    found.pop().expect("a PostgreSQL under /usr/lib/postgresql")
+}
+
+/// Whether this process runs as root (the server then runs as `postgres`).
+fn running_as_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
 }
