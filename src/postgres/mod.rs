@@ -268,7 +268,7 @@ impl Database {
     pub async fn asynchronous_standbys(&self) -> Result<Option<i64>, DatabaseError> {
         let client = self.client().await?;
         let row = client
-            .query_one(
+            .query_typed_one(
                 "SELECT count(*) FILTER (WHERE sync_state = 'async'),
                         count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')),
                         count(*) FILTER (WHERE sync_state IS NULL)

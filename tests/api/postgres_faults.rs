@@ -211,8 +211,10 @@ async fn behind_a_transaction_pooler_no_statement_is_named_outside_a_transaction
     // One connection: every statement below goes over it, one after another.
     let database = Database::connect(&proxy.url(&url), 1).unwrap();
     database.migrate().await.unwrap();
-    // A process started with DATABASE_MIGRATE=off checks the schema instead.
+    // A process started with DATABASE_MIGRATE=off checks the schema instead; every process
+    // asks about the server's standbys as it starts.
     database.require_schema().await.unwrap();
+    database.asynchronous_standbys().await.unwrap();
     let ledger = PostgresLedger::new(database.clone());
     let (e, a) = (id("EvPooled"), OwnerToken::random());
     let now = slack_once::clock::now_ms();
