@@ -19,6 +19,10 @@ use crate::workspaces::{DynamoInstallations, InstallationStore, PostgresInstalla
 pub const EXPIRED_ROWS_EVERY: Duration = Duration::from_secs(600);
 /// See [`EXPIRED_ROWS_EVERY`].
 pub const EXPIRED_ROWS_BATCH: usize = 500;
+/// How long a dead letter of a queue in PostgreSQL is kept (as the SQS dead-letter queue's
+/// retention in the template, 14 days): past it the ledger has forgotten the request, and
+/// `redrive` refuses it.
+pub const DEAD_LETTERS_KEPT: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// The ledger, in multi-workspace mode the installation store, and on PostgreSQL the
 /// database's pool (which the work queue shares).
@@ -35,7 +39,15 @@ pub(crate) async fn open(config: &Config) -> Result<Stores, DatabaseError> {
     if let Some(settings) = &config.database {
         let database = open_database(settings).await?;
         let ledger = Arc::new(PostgresLedger::new(database.clone()));
-        delete_expired_rows(ledger.clone());
+        let dead_letters = match &config.work_queue {
+            Some(WorkQueueConfig::Postgres { name }) => Some(PostgresQueue::new(
+                database.clone(),
+                name.clone(),
+                config.max_receives,
+            )),
+            _ => None,
+        };
+        delete_expired_rows(ledger.clone(), dead_letters);
         let installations = match &config.oauth {
             Some(oauth) => {
                 let store = PostgresInstallations::new(database.clone(), oauth.client_id.clone())
@@ -171,13 +183,27 @@ async fn seal_of(oauth: &OAuthConfig, place: &str) -> Seal {
     }
 }
 
-/// Deletes the ledger's rows past their TTL every [`EXPIRED_ROWS_EVERY`], in batches, until
-/// the process ends; a failure is logged and tried again at the next turn.
-fn delete_expired_rows(ledger: Arc<PostgresLedger>) {
+/// Deletes the ledger's rows past their TTL every [`EXPIRED_ROWS_EVERY`], in batches, and the
+/// work queue's dead letters older than [`DEAD_LETTERS_KEPT`], until the process ends; a
+/// failure is logged and tried again at the next turn.
+fn delete_expired_rows(ledger: Arc<PostgresLedger>, dead_letters: Option<PostgresQueue>) {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(EXPIRED_ROWS_EVERY);
         loop {
             every.tick().await;
+            if let Some(queue) = &dead_letters {
+                match queue
+                    .expire_dead_letters(DEAD_LETTERS_KEPT, crate::clock::now_ms())
+                    .await
+                {
+                    Ok(0) => {}
+                    Ok(deleted) => tracing::info!(deleted, "database: old dead letters deleted"),
+                    Err(error) => tracing::warn!(
+                        error = %crate::errors::error_chain(&error),
+                        "database: old dead letters not deleted (tried again later)"
+                    ),
+                }
+            }
             loop {
                 match ledger
                     .delete_expired(crate::clock::now_ms(), EXPIRED_ROWS_BATCH)

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::config::SslMode;
+use tokio_postgres::types::Type;
 
 /// The schema version this release needs: every migration up to it applied
 /// ([`Database::migrate`]). A later release's migrations only add (tables, columns with
@@ -267,7 +268,7 @@ impl Database {
     pub async fn asynchronous_standbys(&self) -> Result<Option<i64>, DatabaseError> {
         let client = self.client().await?;
         let row = client
-            .query_one(
+            .query_typed_one(
                 "SELECT count(*) FILTER (WHERE sync_state = 'async'),
                         count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')),
                         count(*) FILTER (WHERE sync_state IS NULL)
@@ -287,15 +288,19 @@ impl Database {
     /// The schema's version: the highest migration applied (0: none).
     pub async fn schema_version(&self) -> Result<i32, DatabaseError> {
         let client = self.client().await?;
+        // Unnamed statements, as every call outside a transaction (PgBouncer's transaction mode).
         let exists = client
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&SCHEMA_TABLE])
+            .query_typed_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[(&SCHEMA_TABLE, Type::TEXT)],
+            )
             .await?
             .get::<_, bool>(0);
         if !exists {
             return Ok(0);
         }
         let row = client
-            .query_one(
+            .query_typed_one(
                 &format!("SELECT coalesce(max(version), 0) FROM {SCHEMA_TABLE}"),
                 &[],
             )

@@ -513,6 +513,11 @@ impl TokenKeys {
             let (id, value) = entry
                 .split_once('=')
                 .ok_or(TokenKeysError::NotAnEntry(number))?;
+            if value.trim().trim_start_matches('=').is_empty() {
+                // A key given without its id: its padding read as the `=`, the key as the id,
+                // which an error would print.
+                return Err(TokenKeysError::NotAnEntry(number));
+            }
             let id = id.trim();
             if id.is_empty()
                 || id.len() > KEY_ID_MAX
@@ -791,6 +796,25 @@ mod tests {
         let made = TokenKeys::new_entry("fresh");
         assert_eq!(TokenKeys::parse(&made).unwrap().ids(), ["fresh"]);
         assert_ne!(made, TokenKeys::new_entry("fresh"));
+    }
+
+    #[test]
+    fn a_key_given_without_its_id_is_refused_without_printing_it() {
+        use base64::Engine;
+        // A key whose base64 is letters and digits only (a quarter of all keys): before its
+        // padding `=` it reads as an id.
+        let bare = base64::engine::general_purpose::STANDARD.encode((0u8..32).collect::<Vec<_>>());
+        let short = base64::engine::general_purpose::STANDARD.encode([7u8; 16]);
+        for text in [bare.clone(), format!("b={}\n{bare}", &bare), short.clone()] {
+            let error = TokenKeys::parse(&text).unwrap_err();
+            let said = error.to_string();
+            assert!(
+                !said.contains(bare.trim_end_matches('='))
+                    && !said.contains(short.trim_end_matches('=')),
+                "{said}"
+            );
+            assert!(matches!(error, TokenKeysError::NotAnEntry(_)), "{error:?}");
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod performance;
 mod poll;
 mod postgres;
 mod postgres_failover;
+mod postgres_faults;
 mod postgres_installations;
 mod postgres_ledger;
 mod postgres_processes;

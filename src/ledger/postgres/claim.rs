@@ -25,6 +25,10 @@ pub(super) const CLAIM_STATEMENTS: u32 = 5;
 /// is no other app's, unless it is this owner's own claim in progress (a claim sent again:
 /// left as it is); else the row as it is, read in the same statement. The journal, the began
 /// windows (this claim's appended), the look-ups and the state changes go on across claims.
+/// The row not taken is read locked (`FOR SHARE`): under READ COMMITTED a plain read gives the
+/// statement's snapshot, so a claim sent again that waited on another's takeover would read
+/// its own earlier claim and answer `Acquired` beside the claim that took it over; a locked
+/// read gives the row as the takeover committed it.
 static CLAIM: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH now AS (SELECT coalesce($1::bigint, {DB_NOW_MS}) AS ms),
@@ -49,11 +53,14 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                   OR c.status = 'released'
                   OR (c.status = 'failed' AND c.retryable)
                   OR (c.status = 'in_progress' AND c.lease_until <= excluded.claimed_at))
-           RETURNING c.*)
+           RETURNING c.*),
+         held AS (
+           SELECT {COLUMNS} FROM slack_once_claims
+           WHERE key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)
+           FOR SHARE)
          SELECT (SELECT ms FROM now) AS now_ms, {COLUMNS} FROM claimed
          UNION ALL
-         SELECT (SELECT ms FROM now), {COLUMNS} FROM slack_once_claims
-         WHERE key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"
+         SELECT (SELECT ms FROM now), {COLUMNS} FROM held"
     )
 });
 
