@@ -47,18 +47,22 @@ pub(crate) async fn open(config: &Config) -> Result<Stores, DatabaseError> {
             )),
             _ => None,
         };
-        delete_expired_rows(ledger.clone(), dead_letters);
         let installations = match &config.oauth {
-            Some(oauth) => {
-                let store = PostgresInstallations::new(database.clone(), oauth.client_id.clone())
-                    .with_seal(Arc::new(seal_of(oauth, "the database").await));
-                Some(Arc::new(store) as Arc<dyn InstallationStore>)
-            }
+            Some(oauth) => Some(Arc::new(
+                PostgresInstallations::new(database.clone(), oauth.client_id.clone())
+                    .with_seal(Arc::new(seal_of(oauth, "the database").await)),
+            )),
             None => None,
         };
+        let cleanup = Cleanup {
+            ledger: ledger.clone(),
+            dead_letters,
+            installations: installations.clone(),
+        };
+        tokio::spawn(cleanup.every(EXPIRED_ROWS_EVERY));
         return Ok(Stores {
             ledger,
-            installations,
+            installations: installations.map(|i| i as Arc<dyn InstallationStore>),
             database: Some(database),
         });
     }
@@ -183,48 +187,49 @@ async fn seal_of(oauth: &OAuthConfig, place: &str) -> Seal {
     }
 }
 
-/// Deletes the ledger's rows past their TTL every [`EXPIRED_ROWS_EVERY`], in batches, and the
-/// work queue's dead letters older than [`DEAD_LETTERS_KEPT`], until the process ends; a
-/// failure is logged and tried again at the next turn.
-fn delete_expired_rows(ledger: Arc<PostgresLedger>, dead_letters: Option<PostgresQueue>) {
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(EXPIRED_ROWS_EVERY);
+/// What a process on PostgreSQL deletes now and then, since PostgreSQL has no TTL: the
+/// ledger's rows past their TTL, its queue's dead letters older than [`DEAD_LETTERS_KEPT`], its
+/// app's spent OAuth states and pacing rows past theirs.
+struct Cleanup {
+    ledger: Arc<PostgresLedger>,
+    dead_letters: Option<PostgresQueue>,
+    installations: Option<Arc<PostgresInstallations>>,
+}
+
+impl Cleanup {
+    /// Cleans up every `period` until the process ends; a failure is logged and tried again at
+    /// the next turn.
+    async fn every(self, period: Duration) {
+        let mut every = tokio::time::interval(period);
         loop {
             every.tick().await;
-            if let Some(queue) = &dead_letters {
-                match queue
-                    .expire_dead_letters(DEAD_LETTERS_KEPT, crate::clock::now_ms())
-                    .await
-                {
-                    Ok(0) => {}
-                    Ok(deleted) => tracing::info!(deleted, "database: old dead letters deleted"),
-                    Err(error) => tracing::warn!(
-                        error = %crate::errors::error_chain(&error),
-                        "database: old dead letters not deleted (tried again later)"
-                    ),
-                }
-            }
-            loop {
-                match ledger
-                    .delete_expired(crate::clock::now_ms(), EXPIRED_ROWS_BATCH)
-                    .await
-                {
-                    Ok(deleted) if deleted as usize >= EXPIRED_ROWS_BATCH => continue,
-                    Ok(deleted) => {
-                        if deleted > 0 {
-                            tracing::info!(deleted, "database: expired rows deleted");
-                        }
-                        break;
-                    }
-                    Err(error) => {
-                        tracing::warn!(
-                            error = %crate::errors::error_chain(&error),
-                            "database: expired rows not deleted (tried again later)"
-                        );
-                        break;
-                    }
-                }
-            }
+            self.turn().await;
         }
-    });
+    }
+
+    async fn turn(&self) {
+        let now = crate::clock::now_ms();
+        if let Some(queue) = &self.dead_letters {
+            let deleted = queue.expire_dead_letters(DEAD_LETTERS_KEPT, now).await;
+            logged("old dead letters", deleted);
+        }
+        if let Some(store) = &self.installations {
+            let deleted = store.sweep_expired(now, EXPIRED_ROWS_BATCH as i64).await;
+            logged("expired OAuth states and pacing rows", deleted);
+        }
+        // Each table a batch at a time, until none is left.
+        let deleted = self.ledger.delete_expired(now, EXPIRED_ROWS_BATCH).await;
+        logged("the ledger's expired rows", deleted);
+    }
+}
+
+fn logged<E: std::error::Error + 'static>(what: &str, deleted: Result<u64, E>) {
+    match deleted {
+        Ok(0) => {}
+        Ok(deleted) => tracing::info!(deleted, "database: {what} deleted"),
+        Err(error) => tracing::warn!(
+            error = %crate::errors::error_chain(&error),
+            "database: {what} not deleted (tried again later)"
+        ),
+    }
 }

@@ -112,7 +112,8 @@ impl Database {
     /// `sslmode=require` connects over TLS, checking the server's certificate against the
     /// Mozilla roots; `prefer` (the default) and `disable` connect without TLS.
     pub fn connect(url: &str, pool_size: usize) -> Result<Self, DatabaseError> {
-        let mut config = tokio_postgres::Config::from_str(url)
+        let (url, tls) = libpq_tls_of(url)?;
+        let mut config = tokio_postgres::Config::from_str(&url)
             .map_err(|e| DatabaseError::BadUrl(e.to_string()))?;
         config.connect_timeout(CONNECT_TIMEOUT);
         config.keepalives_idle(Duration::from_secs(30));
@@ -124,7 +125,7 @@ impl Database {
             recycling_method: RecyclingMethod::Fast,
         };
         let manager = if config.get_ssl_mode() == SslMode::Require {
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config());
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(tls.root_cert)?);
             Manager::from_config(config, tls, manager_config)
         } else {
             config.ssl_mode(SslMode::Disable);
@@ -389,17 +390,71 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("{host}:{port}/{database}")
 }
 
-fn tls_config() -> rustls::ClientConfig {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+/// What libpq's URL says of TLS beyond what the client reads itself.
+struct LibpqTls {
+    /// `sslrootcert`: the certificate authorities (PEM) that sign the server's certificate
+    /// (a managed service's own: Amazon RDS's, Cloud SQL's), instead of the Mozilla roots.
+    root_cert: Option<String>,
+}
+
+/// `url` as the client reads it, with libpq's TLS parameters it does not read taken out:
+/// `sslrootcert=FILE`, and `sslmode=verify-ca` / `verify-full`, which are `require` here (the
+/// server's certificate and name are always checked over TLS).
+fn libpq_tls_of(url: &str) -> Result<(String, LibpqTls), DatabaseError> {
+    let mut tls = LibpqTls { root_cert: None };
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), tls));
     };
-    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("ring supports TLS 1.2 and 1.3")
-    .with_root_certificates(roots)
-    .with_no_client_auth()
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("sslrootcert", file)) => {
+                let file = form_urlencoded::parse(format!("f={file}").as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_default();
+                tls.root_cert = Some(file);
+            }
+            Some(("sslmode", "verify-ca" | "verify-full")) => kept.push("sslmode=require"),
+            _ => kept.push(pair),
+        }
+    }
+    let url = match kept.is_empty() {
+        true => base.to_string(),
+        false => format!("{base}?{}", kept.join("&")),
+    };
+    Ok((url, tls))
+}
+
+fn tls_config(root_cert: Option<String>) -> Result<rustls::ClientConfig, DatabaseError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match root_cert {
+        Some(file) => {
+            let unreadable = |e: &dyn std::fmt::Display| {
+                DatabaseError::BadUrl(format!("sslrootcert {file:?} is not readable PEM: {e}"))
+            };
+            let certs = CertificateDer::pem_file_iter(&file).map_err(|e| unreadable(&e))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| unreadable(&e))?;
+                roots.add(cert).map_err(|e| unreadable(&e))?;
+            }
+            if roots.is_empty() {
+                return Err(unreadable(&"no certificate in it"));
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    Ok(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports TLS 1.2 and 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
 }
 
 #[cfg(test)]
@@ -419,6 +474,22 @@ mod tests {
         .expect("a PostgreSQL URL");
         assert_eq!(database.place(), "127.0.0.1:5433/slack");
         assert!(!format!("{database:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn libpqs_tls_parameters_are_read_and_an_unreadable_authority_refused() {
+        let (url, tls) = libpq_tls_of(
+            "postgres://u@h/d?sslmode=verify-full&sslrootcert=%2Fetc%2Frds.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://u@h/d?sslmode=require&application_name=x");
+        assert_eq!(tls.root_cert.as_deref(), Some("/etc/rds.pem"));
+        assert!(matches!(
+            Database::connect("postgres://u@h/d?sslmode=require&sslrootcert=/nonexistent", 1),
+            Err(DatabaseError::BadUrl(why)) if why.contains("sslrootcert")
+        ));
+        let (url, tls) = libpq_tls_of("postgres://u@h/d").unwrap();
+        assert_eq!((url.as_str(), tls.root_cert), ("postgres://u@h/d", None));
     }
 
     #[test]

@@ -386,6 +386,36 @@ pub fn create_queue(args: &Args) -> ExitCode {
     })
 }
 
+/// The installation store `import-token` keeps the token in: the DynamoDB table (`Ok`) or the
+/// PostgreSQL database (`Err`: its URL, its schema checked), sealed with `seal`.
+async fn installation_store(
+    store: Result<String, String>,
+    client_id: &str,
+    seal: Seal,
+) -> Result<Box<dyn crate::workspaces::InstallationStore>, String> {
+    let seal = std::sync::Arc::new(seal);
+    Ok(match store {
+        Ok(table) => {
+            let client = crate::ledger::dynamo::client_from_env().await;
+            Box::new(
+                crate::workspaces::DynamoInstallations::new(client, table, client_id)
+                    .with_seal(seal),
+            )
+        }
+        Err(url) => {
+            let database =
+                crate::postgres::Database::connect(&url, 1).map_err(|e| e.to_string())?;
+            database
+                .require_schema()
+                .await
+                .map_err(|e| error_chain(&e))?;
+            Box::new(
+                crate::workspaces::PostgresInstallations::new(database, client_id).with_seal(seal),
+            )
+        }
+    })
+}
+
 /// Runs `import-token`.
 pub fn import_token(args: &Args) -> ExitCode {
     let store = env("DEDUP_TABLE")
@@ -434,28 +464,9 @@ pub fn import_token(args: &Args) -> ExitCode {
                 Seal::none()
             }
         };
-        let seal = std::sync::Arc::new(seal);
-        let store: Box<dyn crate::workspaces::InstallationStore> = match store {
-            Ok(table) => {
-                let client = crate::ledger::dynamo::client_from_env().await;
-                Box::new(
-                    crate::workspaces::DynamoInstallations::new(client, table, client_id.trim())
-                        .with_seal(seal),
-                )
-            }
-            Err(url) => {
-                let database = match crate::postgres::Database::connect(&url, 1) {
-                    Ok(database) => database,
-                    Err(e) => return args.fail(&e.to_string()),
-                };
-                if let Err(e) = database.require_schema().await {
-                    return args.failed(&error_chain(&e));
-                }
-                Box::new(
-                    crate::workspaces::PostgresInstallations::new(database, client_id.trim())
-                        .with_seal(seal),
-                )
-            }
+        let store = match installation_store(store, client_id.trim(), seal).await {
+            Ok(store) => store,
+            Err(e) => return args.failed(&e),
         };
         let slack = crate::slack::SlackClient::new(api, None);
         let token = crate::config::Secret::new(token);

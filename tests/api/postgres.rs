@@ -117,7 +117,11 @@ async fn this_release_runs_on_the_schema_a_later_release_migrated() {
     let queue = PostgresQueue::new(database, "work", 1);
     queue.send("a request").await.unwrap();
     let got = queue
-        .receive(10, std::time::Duration::from_secs(30), std::time::Duration::ZERO)
+        .receive(
+            10,
+            std::time::Duration::from_secs(30),
+            std::time::Duration::ZERO,
+        )
         .await
         .unwrap();
     assert_eq!(got.len(), 1);

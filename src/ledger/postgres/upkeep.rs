@@ -104,7 +104,8 @@ static SWEEP: LazyLock<String> = LazyLock::new(|| {
            WHERE status = 'in_progress' AND lease_until < now.ms - $2),
          due AS (
            SELECT key FROM lapsed
-           WHERE NOT left_to_queue AND (app IS NULL OR app = $5)),
+           WHERE NOT left_to_queue AND (app IS NULL OR app = $5)
+           ORDER BY key LIMIT $7),
          ended AS (
            UPDATE slack_once_claims c SET
              status = 'failed', error = $4, retryable = true, finished_at = now.ms,
@@ -137,39 +138,58 @@ pub(super) async fn sweep_abandoned(
         .try_into()
         .unwrap_or(u64::MAX));
     let (code, app, dry_run) = (sweep.code, sweep.app, sweep.dry_run);
-    // Sent again, it finds the claims it ended no longer in progress.
-    let rows = ledger
-        .run(|client| async move {
-            client
-                .query_typed(
-                    &SWEEP,
-                    &[
-                        (&now, Type::INT8),
-                        (&older_than, Type::INT8),
-                        (&within, Type::INT8),
-                        (&code, Type::TEXT),
-                        (&app, Type::TEXT),
-                        (&dry_run, Type::BOOL),
-                    ],
-                )
-                .await
-        })
-        .await?;
-    let Some(row) = rows.first() else {
-        return Ok(Swept::default());
-    };
-    let count = |i: usize| row.get::<_, i64>(i).max(0) as usize;
-    let keys: Vec<String> = row.get(if dry_run { 1 } else { 0 });
-    for key in keys.iter().filter(|_| !dry_run) {
-        tracing::info!(key = %key, "ledger: abandoned claim ended failed");
+    // A batch at a time, so that no statement holds many rows or runs past its deadline (a
+    // dry run lists them all).
+    let batch: i64 = if dry_run { i64::MAX } else { SWEEP_BATCH };
+    let mut swept: Option<Swept> = None;
+    loop {
+        // Sent again, it finds the claims it ended no longer in progress.
+        let rows = ledger
+            .run(|client| async move {
+                client
+                    .query_typed(
+                        &SWEEP,
+                        &[
+                            (&now, Type::INT8),
+                            (&older_than, Type::INT8),
+                            (&within, Type::INT8),
+                            (&code, Type::TEXT),
+                            (&app, Type::TEXT),
+                            (&dry_run, Type::BOOL),
+                            (&batch, Type::INT8),
+                        ],
+                    )
+                    .await
+            })
+            .await?;
+        let Some(row) = rows.first() else { break };
+        let count = |i: usize| row.get::<_, i64>(i).max(0) as usize;
+        let keys: Vec<String> = row.get(if dry_run { 1 } else { 0 });
+        for key in keys.iter().filter(|_| !dry_run) {
+            tracing::info!(key = %key, "ledger: abandoned claim ended failed");
+        }
+        let more = !dry_run && keys.len() as i64 >= batch;
+        match &mut swept {
+            Some(swept) => swept.keys.extend(keys),
+            // What the first batch saw of the others stands for the run.
+            None => {
+                swept = Some(Swept {
+                    keys,
+                    redelivery_due: count(2),
+                    other_apps: count(3),
+                    lapsed: count(4),
+                })
+            }
+        }
+        if !more {
+            break;
+        }
     }
-    Ok(Swept {
-        keys,
-        redelivery_due: count(2),
-        other_apps: count(3),
-        lapsed: count(4),
-    })
+    Ok(swept.unwrap_or_default())
 }
+
+/// How many claims one statement of a sweep ends at most.
+const SWEEP_BATCH: i64 = 500;
 
 /// A claim as the operator tools read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
