@@ -817,7 +817,8 @@ async fn soak() {
             vars.join(" "),
             current.display(),
             match store {
-                Store::DynamoDb => "DynamoDB Local and the SQS server keep them only while they run",
+                Store::DynamoDb =>
+                    "DynamoDB Local and the SQS server keep them only while they run",
                 Store::Postgres => "the schema stays until dropped",
             }
         );
@@ -1051,10 +1052,9 @@ impl Verdicts {
         // The previous release's known defect: a form answered synchronously by it (on
         // PostgreSQL the deploy rolls this release onto itself: no previous release served).
         let previous_sync = matches!(stack, Stack::Aws(_))
-            && r
-            .trail
-            .iter()
-            .any(|t| t.3 == Version::Previous && t.2 != "deferred");
+            && r.trail
+                .iter()
+                .any(|t| t.3 == Version::Previous && t.2 != "deferred");
         match (status, redrive) {
             // Moved back to the work queue by the redrive (faults over by then): it must have
             // been answered.

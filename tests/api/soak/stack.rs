@@ -103,7 +103,10 @@ impl Stack {
                 let mut vars = dynamodb_env(&aws.dynamo_proxy.url);
                 vars.extend([
                     ("AWS_ENDPOINT_URL_SQS", aws.aws_proxy.url.clone()),
-                    ("AWS_ENDPOINT_URL_SECRETS_MANAGER", aws.aws_proxy.url.clone()),
+                    (
+                        "AWS_ENDPOINT_URL_SECRETS_MANAGER",
+                        aws.aws_proxy.url.clone(),
+                    ),
                     ("SLACK_SECRETS_ARN", aws.secret_name.clone()),
                     ("SLACK_API_URL", slack.base_url.clone()),
                     ("DEDUP_TABLE", aws.table.clone()),
@@ -116,10 +119,7 @@ impl Stack {
                 vars
             }
         };
-        vars.extend([
-            ("MODEL_WORDS", "6".into()),
-            ("MODEL_WORD_MS", "20".into()),
-        ]);
+        vars.extend([("MODEL_WORDS", "6".into()), ("MODEL_WORD_MS", "20".into())]);
         vars
     }
 
@@ -282,11 +282,7 @@ impl Stack {
     pub async fn describe(&self, key: &str) -> String {
         match self {
             Stack::Aws(aws) => {
-                let item = aws
-                    .ledger
-                    .get_item(key)
-                    .await
-                    .unwrap();
+                let item = aws.ledger.get_item(key).await.unwrap();
                 let mut fields: Vec<String> = item
                     .unwrap_or_default()
                     .into_iter()
@@ -394,9 +390,7 @@ impl Stack {
     pub async fn remove(&self) {
         match self {
             Stack::Aws(aws) => {
-                let _ = aws
-                    .ddb
-                    .delete_table().table_name(&aws.table).send().await;
+                let _ = aws.ddb.delete_table().table_name(&aws.table).send().await;
                 for url in [&aws.queue.url, &aws.queue.dlq_url] {
                     let _ = aws.queue.client.delete_queue().queue_url(url).send().await;
                 }
