@@ -33,10 +33,14 @@ while [ $# -gt 0 ]; do
     --keep) export SOAK_KEEP=1; shift ;;
     --release) profile=(--profile release-fast); shift ;;
     --store) export SOAK_STORE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "soak.sh: unexpected argument $1" >&2; exit 2 ;;
   esac
 done
+case "${SOAK_STORE:-dynamodb}" in
+  dynamodb|postgres) ;;
+  *) echo "soak.sh: --store takes dynamodb or postgres, not ${SOAK_STORE}" >&2; exit 2 ;;
+esac
 # The bot the fleet runs (`cargo test` builds it, `--test api` alone does not).
 cargo build --locked --quiet "${profile[@]}" --example soak
 soak=(cargo test --locked "${profile[@]}" --test api soak::soak -- --ignored --nocapture --test-threads 1)
@@ -48,5 +52,4 @@ case "${SOAK_STORE:-dynamodb}" in
     SOAK_PREVIOUS_BIN="$(scripts/previous-release.sh --example soak)"
     export SOAK_PREVIOUS_BIN
     exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run "${soak[@]}" ;;
-  *) echo "soak.sh: --store takes dynamodb or postgres, not ${SOAK_STORE}" >&2; exit 2 ;;
 esac
