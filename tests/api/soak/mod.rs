@@ -723,7 +723,7 @@ async fn soak() {
             println!(
                 "  the queue saw of {:?}: {:?}",
                 record.marker,
-                stack.journey(i as u64)
+                stack.journey(i as u64).await
             );
             // The conversation its message is in: a message's key is msg-TEAM-CHANNEL-TS.
             for key in record.keys.iter().filter(|k| k.starts_with("msg-")) {

@@ -368,12 +368,38 @@ impl Stack {
         }
     }
 
-    /// What the queue saw of request `i`'s messages (SQS only: the PostgreSQL queue's are not
-    /// followed).
-    pub fn journey(&self, i: u64) -> Vec<String> {
+    /// What the queue saw of request `i`'s messages: on SQS what its proxy followed; on
+    /// PostgreSQL what the queue's tables still hold of them (a dead letter, a message left).
+    pub async fn journey(&self, i: u64) -> Vec<String> {
         match self {
             Stack::Aws(aws) => aws.aws_proxy.journey(i),
-            Stack::Postgres(_) => Vec::new(),
+            Stack::Postgres(pg) => {
+                let Ok(client) = pg.ledger.database().client().await else {
+                    return vec!["(the database could not be read)".into()];
+                };
+                let rows = client
+                    .query(
+                        "SELECT 'queued', id, receive_count, sent_at_ms FROM slack_once_queue \
+                         WHERE queue = $1 AND position(convert_to($2, 'UTF8') in body) > 0 \
+                         UNION ALL SELECT 'dead letter', id, receive_count, sent_at_ms \
+                         FROM slack_once_queue_dead_letters \
+                         WHERE queue = $1 AND position(convert_to($2, 'UTF8') in body) > 0",
+                        &[&pg.queue_name, &super::mix::marker(i)],
+                    )
+                    .await
+                    .unwrap_or_default();
+                rows.iter()
+                    .map(|row| {
+                        format!(
+                            "{} {} ({} receives, sent at {})",
+                            row.get::<_, &str>(0),
+                            row.get::<_, i64>(1),
+                            row.get::<_, i32>(2),
+                            row.get::<_, i64>(3)
+                        )
+                    })
+                    .collect()
+            }
         }
     }
 
