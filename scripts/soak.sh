@@ -6,7 +6,12 @@
 # release; checked from the stand-in's and the ledger's records, the dead-letter queue redriven,
 # and the cost per million printed. Loopback only; bounded by --events.
 #   scripts/soak.sh [--events N] [--rate PER_SECOND] [--seed S] [--kill-every SECONDS]
-#                   [--deploy-at PERCENT] [--calm] [--keep] [--release]
+#                   [--deploy-at PERCENT] [--calm] [--keep] [--release] [--store postgres]
+# --store postgres (or SOAK_STORE=postgres): the same fleet on PostgreSQL (started here with
+#   scripts/postgres-local.sh if nothing answers on its port, stopped after): DATABASE_URL (a
+#   fresh schema) and WORK_QUEUE_NAME, no AWS variable; the database's connections cut before a
+#   statement or after its answer, and answers slowed, by a proxy; the deploy rolls this release
+#   onto itself (the previous release has no PostgreSQL support); no cost per million.
 # --calm: no faults and no kills (the deploy still rolls): the cost per million's baseline.
 # --release: the bot, the driver and the stand-ins built optimised (the release-fast profile):
 #   a third of the CPU a request, for long runs at a higher --rate (the calibration of
@@ -27,14 +32,24 @@ while [ $# -gt 0 ]; do
     --calm) export SOAK_CALM=1; shift ;;
     --keep) export SOAK_KEEP=1; shift ;;
     --release) profile=(--profile release-fast); shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --store) export SOAK_STORE="$2"; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "soak.sh: unexpected argument $1" >&2; exit 2 ;;
   esac
 done
+case "${SOAK_STORE:-dynamodb}" in
+  dynamodb|postgres) ;;
+  *) echo "soak.sh: --store takes dynamodb or postgres, not ${SOAK_STORE}" >&2; exit 2 ;;
+esac
 # The bot the fleet runs (`cargo test` builds it, `--test api` alone does not).
 cargo build --locked --quiet "${profile[@]}" --example soak
-# The older binary of the rolling deploy: this checkout's soak bot built on the previous release.
-SOAK_PREVIOUS_BIN="$(scripts/previous-release.sh --example soak)"
-export SOAK_PREVIOUS_BIN
-exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run \
-  cargo test --locked "${profile[@]}" --test api soak::soak -- --ignored --nocapture --test-threads 1
+soak=(cargo test --locked "${profile[@]}" --test api soak::soak -- --ignored --nocapture --test-threads 1)
+case "${SOAK_STORE:-dynamodb}" in
+  postgres)
+    exec scripts/postgres-local.sh run "${soak[@]}" ;;
+  dynamodb)
+    # The older binary of the rolling deploy: this checkout's soak bot built on the previous release.
+    SOAK_PREVIOUS_BIN="$(scripts/previous-release.sh --example soak)"
+    export SOAK_PREVIOUS_BIN
+    exec scripts/dynamodb-local.sh run scripts/sqs-local.sh run "${soak[@]}" ;;
+esac

@@ -5,7 +5,7 @@
 //! deleted, abandoned claims swept).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use slack_once::ledger::contract::{self, LEASE, NOW, TTL_S, request};
@@ -15,8 +15,6 @@ use slack_once::ledger::{
 };
 use slack_once::postgres::{Clock, Database};
 use slack_once::slack::envelope::EventId;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::helpers::*;
 
@@ -681,149 +679,11 @@ async fn leases_are_judged_on_the_databases_clock_not_a_claimants() {
     );
 }
 
-/// What the proxy does to the next statement whose text holds its marker.
-#[derive(Clone, Copy, Debug)]
-enum Cut {
-    /// The statement reaches the server whole, which runs and commits it; its answer is read
-    /// and thrown away, and the client's connection closed: a lost answer.
-    DropAnswer,
-    /// Half the statement reaches the server; then both connections close: a reset before the
-    /// statement was whole.
-    HalfStatement,
-}
-
-/// A TCP proxy on 127.0.0.1 in front of the PostgreSQL server that cuts one connection in the
-/// middle of a chosen statement.
-struct CuttingProxy {
-    port: u16,
-    armed: Arc<std::sync::Mutex<Option<(&'static str, Cut)>>>,
-    cuts: Arc<AtomicUsize>,
-}
-
-impl CuttingProxy {
-    async fn start(upstream: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(std::sync::Mutex::new(None));
-        let cuts = Arc::new(AtomicUsize::new(0));
-        let (armed2, cuts2) = (armed.clone(), cuts.clone());
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let server = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
-                tokio::spawn(pipe(client, server, armed2.clone(), cuts2.clone()));
-            }
-        });
-        Self { port, armed, cuts }
-    }
-
-    fn arm(&self, marker: &'static str, cut: Cut) {
-        *self.armed.lock().unwrap() = Some((marker, cut));
-    }
-
-    /// The URL of `url`'s database through the proxy.
-    fn url(&self, url: &str) -> String {
-        url.replace(
-            &format!(":{}/", upstream_port()),
-            &format!(":{}/", self.port),
-        )
-    }
-}
-
-fn upstream_port() -> u16 {
-    std::env::var("POSTGRES_LOCAL_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(5433)
-}
-
-async fn pipe(
-    client: TcpStream,
-    server: TcpStream,
-    armed: Arc<std::sync::Mutex<Option<(&'static str, Cut)>>>,
-    cuts: Arc<AtomicUsize>,
-) {
-    let (mut from_client, mut to_client) = client.into_split();
-    let (mut from_server, mut to_server) = server.into_split();
-    let cut = Arc::new(AtomicBool::new(false));
-    let answer_dropped = Arc::new(tokio::sync::Notify::new());
-    let up = {
-        let (cut, answer_dropped) = (cut.clone(), answer_dropped.clone());
-        async move {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match from_client.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                let chunk = &buf[..n];
-                let hit = {
-                    let mut armed = armed.lock().unwrap();
-                    match *armed {
-                        Some((marker, how))
-                            if chunk.windows(marker.len()).any(|w| w == marker.as_bytes()) =>
-                        {
-                            *armed = None;
-                            Some(how)
-                        }
-                        _ => None,
-                    }
-                };
-                match hit {
-                    None => {
-                        if to_server.write_all(chunk).await.is_err() {
-                            return;
-                        }
-                    }
-                    Some(Cut::HalfStatement) => {
-                        let _ = to_server.write_all(&chunk[..n / 2]).await;
-                        cuts.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
-                    Some(Cut::DropAnswer) => {
-                        cut.store(true, Ordering::SeqCst);
-                        let _ = to_server.write_all(chunk).await;
-                        // Until the server's answer came (and went nowhere), or a while.
-                        let _ =
-                            tokio::time::timeout(Duration::from_secs(3), answer_dropped.notified())
-                                .await;
-                        cuts.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    let down = async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match from_server.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            if cut.load(Ordering::SeqCst) {
-                // ReadyForQuery: the statement's implicit transaction has ended (committed).
-                if buf[..n].windows(5).any(|w| w == [b'Z', 0, 0, 0, 5]) {
-                    answer_dropped.notify_one();
-                    std::future::pending::<()>().await;
-                }
-                continue;
-            }
-            if to_client.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
-        }
-    };
-    tokio::select! {
-        _ = up => {}
-        _ = down => {}
-    }
-}
-
 #[tokio::test]
 #[ignore = "needs PostgreSQL"]
 async fn a_claim_whose_answer_was_lost_is_sent_again_and_finds_itself_acquired() {
     let (url, direct) = fresh_schema().await;
-    let proxy = CuttingProxy::start(upstream_port()).await;
+    let proxy = CuttingProxy::start(postgres_port()).await;
     let database = Database::connect(&proxy.url(&url), 2)
         .unwrap()
         .with_clock(Clock::Given);
@@ -874,7 +734,7 @@ async fn a_claim_whose_answer_was_lost_is_sent_again_and_finds_itself_acquired()
 #[ignore = "needs PostgreSQL"]
 async fn a_connection_cut_in_a_state_change_leaves_both_or_neither_and_sent_again_makes_it_once() {
     let (url, direct) = fresh_schema().await;
-    let proxy = CuttingProxy::start(upstream_port()).await;
+    let proxy = CuttingProxy::start(postgres_port()).await;
     let database = Database::connect(&proxy.url(&url), 2)
         .unwrap()
         .with_clock(Clock::Given);

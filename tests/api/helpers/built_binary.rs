@@ -239,6 +239,9 @@ impl BotProcess {
                 }
             });
         }
+        // A process that exits before it listens closes both streams: its readers' senders
+        // go, and the wait ends then rather than after 20 s.
+        drop(tx);
         match rx.recv_timeout(Duration::from_secs(20)) {
             Ok(addr) => Ok(Self { child, addr, log }),
             Err(_) => {

@@ -44,11 +44,26 @@
 //! (Slack gave up, and the person saw an error); no claim left in progress past its lease once
 //! the sweep an operator runs has run; what the dead-letter queue held redriven and answered
 //! once; the memory of the processes that ran from the deploy to the end flat.
+//!
+//! **On PostgreSQL** (`SOAK_STORE=postgres`, `scripts/soak.sh --store postgres`): the same
+//! fleet, mix, Slack faults, kills and checks, with `DATABASE_URL` (a fresh schema) and
+//! `WORK_QUEUE_NAME` in place of `DEDUP_TABLE` and `WORK_QUEUE_URL`, and no AWS variable at
+//! all (the signing secret and the token in `SLACK_SIGNING_SECRET`, `SLACK_BOT_TOKEN`). The
+//! database's faults ([`stack::POSTGRES_FAULTS`]) replace DynamoDB's and SQS's: a TCP proxy
+//! (`helpers::CuttingProxy`) cuts a connection before a statement (50 per 10,000 statements),
+//! after the server answered but before the answer reaches the process (50: the lost answer),
+//! or slows an answer by 300 to 800 ms (50). The ledger is read with
+//! `PostgresLedger::claim_record`; the sweep is `slack-once sweep` and the redrive `slack-once
+//! redrive` with `DATABASE_URL` (and `WORK_QUEUE_NAME`). The rolling deploy rolls this release
+//! onto itself (each process replaced in turn, as above): the previous release has no
+//! PostgreSQL support (an older and a newer release on one database are tried by their own
+//! tests, not here). No cost per million is printed: AWS's prices do not apply.
 
 mod cost;
 mod fleet;
 mod mix;
 mod proxy;
+mod stack;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,7 +75,8 @@ use tokio::sync::Semaphore;
 use crate::helpers::*;
 use fleet::{Fleet, Role, Version};
 use mix::{Clickable, Kind, Rng};
-use proxy::{AwsProxy, Registry};
+use proxy::Registry;
+use stack::{Stack, Store};
 
 /// Deliveries in flight at most (each with its retries): far more than a steady rate needs.
 const MAX_IN_FLIGHT: usize = 4096;
@@ -223,16 +239,22 @@ async fn soak() {
     let calm = env_u64("SOAK_CALM", 0) == 1;
     // Leave the stack and the dead letters for a redrive by hand.
     let keep = env_u64("SOAK_KEEP", 0) == 1;
-    let previous = std::path::PathBuf::from(std::env::var("SOAK_PREVIOUS_BIN").expect(
-        "SOAK_PREVIOUS_BIN is not set: run the soak with scripts/soak.sh, which builds the soak \
-         bot on the previous release (scripts/previous-release.sh --example soak)",
-    ));
+    let store = Store::from_env();
     let current = std::env::current_exe()
         .unwrap()
         .parent()
         .and_then(|deps| deps.parent())
         .map(|dir| dir.join("examples/soak"))
         .unwrap();
+    // On PostgreSQL the deploy rolls this release onto itself: the previous one has no
+    // PostgreSQL support.
+    let previous = match store {
+        Store::DynamoDb => std::path::PathBuf::from(std::env::var("SOAK_PREVIOUS_BIN").expect(
+            "SOAK_PREVIOUS_BIN is not set: run the soak with scripts/soak.sh, which builds the \
+             soak bot on the previous release (scripts/previous-release.sh --example soak)",
+        )),
+        Store::Postgres => current.clone(),
+    };
     assert!(previous.exists(), "no binary at {}", previous.display());
     assert!(
         current.exists(),
@@ -240,8 +262,8 @@ async fn soak() {
         current.display()
     );
     println!(
-        "SOAK_EVENTS={events} SOAK_RATE={rate} SOAK_SEED={seed} SOAK_KILL_SECONDS={} \
-         deploy after request {deploy_at}{}",
+        "SOAK_STORE={store:?} SOAK_EVENTS={events} SOAK_RATE={rate} SOAK_SEED={seed} \
+         SOAK_KILL_SECONDS={} deploy after request {deploy_at}{}",
         kill_every.as_secs(),
         if calm {
             "; SOAK_CALM=1: no faults, no kills"
@@ -251,67 +273,28 @@ async fn soak() {
     );
     let mut rng = Rng(seed);
 
-    // ---- the stack: table, queues, the secret, Slack, the proxies
-    let dynamodb = dynamodb_endpoint();
-    let sqs = sqs_endpoint();
-    let (table, _) = fresh_table(&dynamodb).await;
-    let queue = TestQueue::create(&sqs, MAX_RECEIVES).await;
-    let secret_name = format!("soak-{}", uuid::Uuid::new_v4().simple());
-    secrets_client(&sqs)
-        .create_secret()
-        .name(&secret_name)
-        .secret_string(
-            serde_json::json!({"signing_secret": SECRET, "bot_token": TOKEN}).to_string(),
-        )
-        .send()
-        .await
-        .expect("the secret is created on the SQS server's Secrets Manager");
+    // ---- the stack: the stores and their proxies, Slack
+    let registry: Arc<Mutex<Registry>> = Default::default();
+    let stack = Arc::new(Stack::start(store, registry.clone(), seed, calm).await);
     let slack = SlackStandin::start().await;
     slack.keep_counts_only();
     if !calm {
         slack.random_faults(Some(slack_faults(seed.wrapping_mul(7) | 1)));
     }
-    let registry: Arc<Mutex<Registry>> = Default::default();
-    let dynamo_proxy = AwsProxy::start(
-        &dynamodb,
-        registry.clone(),
-        true,
-        (!calm).then_some(proxy::DYNAMO_FAULTS),
-        seed.wrapping_mul(11),
-    )
-    .await;
-    let aws_proxy = AwsProxy::start(
-        &sqs,
-        registry.clone(),
-        false,
-        (!calm).then_some(proxy::SQS_FAULTS),
-        seed.wrapping_mul(13),
-    )
-    .await;
-
-    let mut common = dynamodb_env(&dynamo_proxy.url);
-    common.extend([
-        ("AWS_ENDPOINT_URL_SQS", aws_proxy.url.clone()),
-        ("AWS_ENDPOINT_URL_SECRETS_MANAGER", aws_proxy.url.clone()),
-        ("SLACK_SECRETS_ARN", secret_name.clone()),
-        ("SLACK_API_URL", slack.base_url.clone()),
-        ("DEDUP_TABLE", table.clone()),
-        ("MODEL_WORDS", "6".into()),
-        ("MODEL_WORD_MS", "20".into()),
-    ]);
+    let common = stack.common_vars(&slack);
     let with = |extra: &[(&'static str, String)]| {
         let mut vars = common.clone();
         vars.extend(extra.iter().cloned());
         vars
     };
     let sync_vars = with(&[("DEDUP_LEASE_SECONDS", "2".into())]);
-    let ingress_vars = with(&[("WORK_QUEUE_URL", queue.url.clone())]);
+    let ingress_vars = with(&[stack.queue_var()]);
     // 32 messages in flight per worker: a batch of 10 on a few concurrent invocations, what an
     // operator sets for this rate (the default 8 falls behind the deferred half of 60 a second).
     // A lease of 10 s (the template's worker timeout is 120 s): on two busy cores a message's
     // work can take seconds, and a shorter lease would hand it out again while it runs.
     let worker_vars = with(&[
-        ("WORK_QUEUE_URL", queue.url.clone()),
+        stack.queue_var(),
         ("DEDUP_LEASE_SECONDS", "10".into()),
         ("WORK_QUEUE_MAX_RECEIVES", MAX_RECEIVES.to_string()),
         ("WORKER_CONCURRENCY", "32".into()),
@@ -369,25 +352,10 @@ async fn soak() {
     // The work queue's backlog (visible messages), read every half second: the pacing's brake.
     let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let backlog_reader = {
-        let (backlog, sending) = (backlog.clone(), sending.clone());
-        let (client, url) = (queue.client.clone(), queue.url.clone());
+        let (backlog, sending, stack) = (backlog.clone(), sending.clone(), stack.clone());
         tokio::spawn(async move {
-            use aws_sdk_sqs::types::QueueAttributeName as A;
             while sending.load(Ordering::Relaxed) {
-                let visible = client
-                    .get_queue_attributes()
-                    .queue_url(&url)
-                    .attribute_names(A::ApproximateNumberOfMessages)
-                    .send()
-                    .await
-                    .ok()
-                    .and_then(|out| {
-                        out.attributes()?
-                            .get(&A::ApproximateNumberOfMessages)?
-                            .parse()
-                            .ok()
-                    });
-                if let Some(n) = visible {
+                if let Some(n) = stack.backlog().await {
                     backlog.store(n, Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -568,7 +536,7 @@ async fn soak() {
                 started.elapsed().as_secs_f64(),
                 i + 1,
                 MAX_IN_FLIGHT - in_flight.available_permits(),
-                queue.depth(&queue.url).await,
+                stack.depth().await,
                 fleet.kills.load(Ordering::Relaxed),
                 slack.posted_count(),
             );
@@ -601,54 +569,29 @@ async fn soak() {
     // ---- the queue drains; what is left is dead-lettered
     let drain = Duration::from_secs(180).max(Duration::from_millis(events * 5));
     assert!(
-        eventually_async(drain, || async { queue.depth(&queue.url).await == 0 }).await,
+        eventually_async(drain, || async { stack.depth().await == 0 }).await,
         "the work queue did not drain within {drain:?}"
     );
     // A synchronous delivery Slack stopped waiting for may still run, within its lease.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let drained_in = started.elapsed();
-    let ddb = dynamodb_client(&dynamodb);
 
     // What an operator runs now and then (docs/operations.md): claims left in progress past their
     // lease (a process killed during a request's last delivery) end failed, retryable.
-    let stuck =
-        slack_once::tools::sweep::sweep(&ddb, &table, Some(APP_ID), Duration::ZERO, now_ms(), true)
-            .await
-            .unwrap();
+    let stuck = stack.lapsed().await;
     for key in stuck.keys.iter().take(8) {
-        let item = slack_once::ledger::DynamoLedger::new(ddb.clone(), table.clone())
-            .get_item(key)
-            .await
-            .unwrap();
-        let mut fields: Vec<String> = item
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(k, _)| k != "journal")
-            .map(|(k, v)| format!("{k}={v:?}"))
-            .collect();
-        fields.sort();
-        println!("  stuck: {}", fields.join(" "));
+        println!("  stuck: {}", stack.describe(key).await);
     }
-    let swept = slack_once::tools::sweep::sweep(
-        &ddb,
-        &table,
-        Some(APP_ID),
-        Duration::ZERO,
-        now_ms(),
-        false,
-    )
-    .await
-    .unwrap();
+    let swept = stack.sweep(&current).await;
     println!(
         "in progress past their lease before the sweep: {} ({:?}); swept: {}",
         stuck.keys.len(),
         &stuck.keys[..stuck.keys.len().min(10)],
-        swept.keys.len()
+        swept.len()
     );
 
     // ---- the dead-letter queue, redriven once Slack and DynamoDB are well again (as an
     // operator would, after the incident)
-    let ledger = slack_once::ledger::DynamoLedger::new(ddb.clone(), table.clone());
     let records = Arc::try_unwrap(records)
         .ok()
         .expect("every delivery has ended")
@@ -656,24 +599,14 @@ async fn soak() {
         .unwrap();
     let first = Answers::read(&slack, &records);
     slack.random_faults(None);
-    dynamo_proxy.stop_faults();
-    aws_proxy.stop_faults();
-    let direct = {
-        let mut vars = dynamodb_env(&dynamodb);
-        vars.extend([
-            ("AWS_ENDPOINT_URL_SQS", sqs.clone()),
-            ("WORK_QUEUE_URL", queue.url.clone()),
-            ("DEAD_LETTER_QUEUE_URL", queue.dlq_url.clone()),
-            ("DEDUP_TABLE", table.clone()),
-        ]);
-        vars
-    };
-    let dead_letters = queue.depth(&queue.dlq_url).await;
+    stack.stop_faults();
+    let direct = stack.operator_vars();
+    let dead_letters = stack.dead_letters().await;
     // Every dead letter in one run (the default stops at 1,000).
     let max = (dead_letters + 10).to_string();
     let dry = tool(&current, &["redrive", "--dry-run", "--max", &max], &direct);
     assert_eq!(
-        queue.depth(&queue.dlq_url).await,
+        stack.dead_letters().await,
         dead_letters,
         "a dry run moves nothing"
     );
@@ -729,7 +662,7 @@ async fn soak() {
     // completion DynamoDB failed (its writes out, the 2xx sent, the item left in progress for a
     // later copy to find answered; the sweep ends it `abandoned` all the same): counted.
     let mut answered_unrecorded = 0;
-    for key in &swept.keys {
+    for key in &swept {
         let r = by_key.get(key.as_str()).map(|&i| &records[i]);
         if r.is_some_and(|r| first.count(r) == 1) {
             answered_unrecorded += 1;
@@ -747,10 +680,14 @@ async fn soak() {
         );
     }
     println!(
-        "swept: {} answered whose completion DynamoDB failed (2xx sent, the item left in \
+        "swept: {} answered whose completion {} failed (2xx sent, the item left in \
          progress), {} left by a kill or a lost ledger answer",
         answered_unrecorded,
-        swept.keys.len() - answered_unrecorded
+        match store {
+            Store::DynamoDb => "DynamoDB",
+            Store::Postgres => "PostgreSQL",
+        },
+        swept.len() - answered_unrecorded
     );
     // Each dead letter's request, and what the redrive did with it (its report's line).
     let mut redrive: HashMap<usize, String> = HashMap::new();
@@ -764,12 +701,12 @@ async fn soak() {
         }
     }
     assert!(
-        eventually_async(drain, || async { queue.depth(&queue.url).await == 0 }).await,
+        eventually_async(drain, || async { stack.depth().await == 0 }).await,
         "the redriven messages were not handled within {drain:?}"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        queue.depth(&queue.dlq_url).await,
+        stack.dead_letters().await,
         kept,
         "the redrive left in the dead-letter queue what it did not move, and only that"
     );
@@ -780,13 +717,13 @@ async fn soak() {
     for (i, record) in records.iter().enumerate() {
         let lost_before = verdicts.unanswered.len();
         verdicts
-            .judge(i as u64, record, &first, &after, redrive.get(&i), &ledger)
+            .judge(i as u64, record, &first, &after, redrive.get(&i), &stack)
             .await;
         if verdicts.unanswered.len() > lost_before && lost_before < 20 {
             println!(
                 "  the queue saw of {:?}: {:?}",
                 record.marker,
-                aws_proxy.journey(i as u64)
+                stack.journey(i as u64).await
             );
             // The conversation its message is in: a message's key is msg-TEAM-CHANNEL-TS.
             for key in record.keys.iter().filter(|k| k.starts_with("msg-")) {
@@ -802,10 +739,7 @@ async fn soak() {
             }
         }
     }
-    let left_in_progress =
-        slack_once::tools::sweep::sweep(&ddb, &table, Some(APP_ID), Duration::ZERO, now_ms(), true)
-            .await
-            .unwrap();
+    let left_in_progress = stack.lapsed().await;
 
     // ---- the figures
     println!(
@@ -828,10 +762,8 @@ async fn soak() {
         .into_inner()
         .unwrap();
     println!(
-        "DynamoDB faults injected: {:?}; SQS's: {:?}; ingress answers by status: {:?}, {} \
-         unanswered (a process down, or 3 s passed)",
-        dynamo_proxy.injected(),
-        aws_proxy.injected(),
+        "{}; ingress answers by status: {:?}, {} unanswered (a process down, or 3 s passed)",
+        stack.faults_injected(),
         deliveries.statuses,
         deliveries.unanswered
     );
@@ -843,34 +775,11 @@ async fn soak() {
     );
     let rss_flat = rss_report(&fleet);
 
-    // ---- the cost per million requests
-    let mut usage: HashMap<Option<Kind>, cost::Usage> = HashMap::new();
-    for r in &records {
-        usage.entry(Some(r.kind)).or_default().requests += 1;
-    }
-    for (kind, (n, time)) in &deliveries.invocations {
-        let u = usage.entry(Some(*kind)).or_default();
-        u.ingress_invocations += n;
-        u.ingress_time += *time;
-    }
-    let (handled, left) = aws_proxy.worker_time();
-    for (kind, (n, time)) in handled {
-        let u = usage.entry(kind).or_default();
-        u.worker_invocations += n;
-        u.worker_time += time;
-    }
-    for (kind, n) in left {
-        let u = usage.entry(kind).or_default();
-        u.worker_invocations += n;
-        u.worker_time += Duration::from_secs(10) * n as u32;
-    }
-    let (dynamo_counts, sqs_counts) = (dynamo_proxy.counts(), aws_proxy.counts());
-    cost::add_counts(&mut usage, &dynamo_counts, &sqs_counts);
-    let secret_reads = sqs_counts
-        .iter()
-        .filter(|((_, op), _)| op == "GetSecretValue")
-        .map(|(_, t)| t.requests)
-        .sum();
+    // ---- the cost per million requests (on AWS: its list prices apply to what was counted)
+    let aws_usage = match &*stack {
+        Stack::Aws(aws) => Some(aws_usage(aws, &records, &deliveries)),
+        Stack::Postgres(_) => None,
+    };
     let fleet_cpu = fleet.cpu_seconds();
     fleet.stop();
     let own_cpu = fleet::cpu_ticks(std::process::id()) as f64 / 100.0;
@@ -881,18 +790,20 @@ async fn soak() {
         own_cpu * 1000.0 / events as f64
     );
     let (log_bytes, _lines, metric_lines) = fleet.printed();
-    cost::report(
-        &usage,
-        &cost::Fleetwide {
-            secret_reads,
-            starts: fleet.starts.load(Ordering::Relaxed),
-            log_bytes,
-            metric_lines,
-            requests: events,
-        },
-    );
+    if let Some((usage, secret_reads)) = aws_usage {
+        cost::report(
+            &usage,
+            &cost::Fleetwide {
+                secret_reads,
+                starts: fleet.starts.load(Ordering::Relaxed),
+                log_bytes,
+                metric_lines,
+                requests: events,
+            },
+        );
+    }
 
-    // What the run made, removed: DynamoDB Local and the SQS server keep serving the next run.
+    // What the run made, removed: the stores' servers keep serving the next run.
     if keep {
         let vars: Vec<String> = direct
             .iter()
@@ -900,23 +811,19 @@ async fn soak() {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         println!(
-            "\n--keep: the table, the queues and their {dead_letters} dead letters are left. \
-             The redrive an operator runs:\n  env {} {} redrive --dry-run\n(then without \
-             --dry-run; DynamoDB Local and the SQS server keep them only while they run)",
+            "\n--keep: {} and their {dead_letters} dead letters are left. The redrive an \
+             operator runs:\n  env {} {} redrive --dry-run\n(then without --dry-run; {})",
+            stack.describe_stores(),
             vars.join(" "),
-            current.display()
+            current.display(),
+            match store {
+                Store::DynamoDb =>
+                    "DynamoDB Local and the SQS server keep them only while they run",
+                Store::Postgres => "the schema stays until dropped",
+            }
         );
     } else {
-        let _ = ddb.delete_table().table_name(&table).send().await;
-        for url in [&queue.url, &queue.dlq_url] {
-            let _ = queue.client.delete_queue().queue_url(url).send().await;
-        }
-        let _ = secrets_client(&sqs)
-            .delete_secret()
-            .secret_id(&secret_name)
-            .force_delete_without_recovery(true)
-            .send()
-            .await;
+        stack.remove().await;
     }
 
     // ---- the verdict
@@ -943,6 +850,43 @@ async fn soak() {
 
 fn now_ms() -> u64 {
     slack_once::clock::now_ms()
+}
+
+/// What each kind of request used on AWS, from the deliveries and the proxies' counts; and the
+/// secret's reads.
+fn aws_usage(
+    aws: &stack::Aws,
+    records: &[Record],
+    deliveries: &Deliveries,
+) -> (HashMap<Option<Kind>, cost::Usage>, u64) {
+    let mut usage: HashMap<Option<Kind>, cost::Usage> = HashMap::new();
+    for r in records {
+        usage.entry(Some(r.kind)).or_default().requests += 1;
+    }
+    for (kind, (n, time)) in &deliveries.invocations {
+        let u = usage.entry(Some(*kind)).or_default();
+        u.ingress_invocations += n;
+        u.ingress_time += *time;
+    }
+    let (handled, left) = aws.aws_proxy.worker_time();
+    for (kind, (n, time)) in handled {
+        let u = usage.entry(kind).or_default();
+        u.worker_invocations += n;
+        u.worker_time += time;
+    }
+    for (kind, n) in left {
+        let u = usage.entry(kind).or_default();
+        u.worker_invocations += n;
+        u.worker_time += Duration::from_secs(10) * n as u32;
+    }
+    let (dynamo_counts, sqs_counts) = (aws.dynamo_proxy.counts(), aws.aws_proxy.counts());
+    cost::add_counts(&mut usage, &dynamo_counts, &sqs_counts);
+    let secret_reads = sqs_counts
+        .iter()
+        .filter(|((_, op), _)| op == "GetSecretValue")
+        .map(|(_, t)| t.requests)
+        .sum();
+    (usage, secret_reads)
 }
 
 /// This app's messages in Slack, read once: each request's answers, by its marker.
@@ -1030,29 +974,6 @@ struct Verdicts {
     lost_by_previous: Vec<String>,
 }
 
-/// What the ledger holds of a request: its claim's status and error (its message's claim,
-/// not the alias that names it).
-async fn ledger_status(
-    r: &Record,
-    ledger: &slack_once::ledger::DynamoLedger,
-) -> Option<(String, String)> {
-    for key in &r.keys {
-        if let Some(item) = ledger.get_item(key).await.unwrap() {
-            if item.contains_key("alias_of") {
-                continue;
-            }
-            let text = |name: &str| {
-                item.get(name)
-                    .and_then(|s| s.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            return Some((text("status"), text("error")));
-        }
-    }
-    None
-}
-
 impl Verdicts {
     /// What became of request `i`: `first` is Slack read once the queue drained, `after` once
     /// the dead letters were redriven and handled; `redrive` the redrive's line for it.
@@ -1063,7 +984,7 @@ impl Verdicts {
         first: &Answers,
         after: &Answers,
         redrive: Option<&String>,
-        ledger: &slack_once::ledger::DynamoLedger,
+        stack: &Stack,
     ) {
         let Some(marker) = &r.marker else { return };
         let (before, at_end) = (first.count(r), after.count(r));
@@ -1086,7 +1007,7 @@ impl Verdicts {
             if !whole {
                 // A stream not finished, a click's message not marked: the request must have
                 // ended failed, and say why (the answer's text may be in Slack all the same).
-                match ledger_status(r, ledger).await {
+                match stack.ledger_status(&r.keys).await {
                     Some((s, error)) if s == "failed" && !error.is_empty() => {
                         *self
                             .failed
@@ -1118,7 +1039,7 @@ impl Verdicts {
             return;
         }
         // No answer: the ledger says why.
-        let status = ledger_status(r, ledger).await;
+        let status = stack.ledger_status(&r.keys).await;
         // Slack gave up: no delivery was acknowledged, and no process took the last one (its
         // process down): no delivery of it could end it failed. (A last delivery a process
         // took ends it failed with its reason, answered or not within Slack's 3 s; one killed
@@ -1128,11 +1049,12 @@ impl Verdicts {
             .iter()
             .rfind(|t| t.0 == 0)
             .is_some_and(|t| t.4.is_none() && !t.5);
-        // The previous release's known defect: a form answered synchronously by it.
-        let previous_sync = r
-            .trail
-            .iter()
-            .any(|t| t.3 == Version::Previous && t.2 != "deferred");
+        // The previous release's known defect: a form answered synchronously by it (on
+        // PostgreSQL the deploy rolls this release onto itself: no previous release served).
+        let previous_sync = matches!(stack, Stack::Aws(_))
+            && r.trail
+                .iter()
+                .any(|t| t.3 == Version::Previous && t.2 != "deferred");
         match (status, redrive) {
             // Moved back to the work queue by the redrive (faults over by then): it must have
             // been answered.
