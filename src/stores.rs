@@ -14,6 +14,9 @@ use crate::queue::{PostgresQueue, SqsQueue, WorkQueue};
 use crate::workspaces::seal::Seal;
 use crate::workspaces::{DynamoInstallations, InstallationStore, PostgresInstallations};
 
+/// How many times a process tries to ready the database as it starts.
+const START_TRIES: u32 = 5;
+
 /// How often a process on PostgreSQL deletes the rows past their TTL (PostgreSQL has no TTL
 /// of its own), and how many at a time: small batches, so that no delete holds many locks.
 pub const EXPIRED_ROWS_EVERY: Duration = Duration::from_secs(600);
@@ -102,10 +105,25 @@ pub(crate) async fn open(config: &Config) -> Result<Stores, DatabaseError> {
 /// The database `settings` names, its schema migrated (or checked) for this release.
 pub(crate) async fn open_database(settings: &DatabaseConfig) -> Result<Database, DatabaseError> {
     let database = Database::connect(settings.url.expose(), settings.pool_size)?;
-    if settings.migrate {
-        database.migrate().await?;
-    } else {
-        database.require_schema().await?;
+    // A connection broken while starting (a failover, a proxy's restart) is tried again; a
+    // schema behind the release, or a refusal, is not.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let ready = match settings.migrate {
+            true => database.migrate().await.map(drop),
+            false => database.require_schema().await,
+        };
+        match ready {
+            Err(DatabaseError::Unavailable(error)) if tries < START_TRIES => {
+                tracing::warn!(
+                    error = %crate::errors::error_chain(error.as_ref()),
+                    "database: not ready at start, trying again in a second"
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => break other?,
+        }
     }
     tracing::info!(
         database = %database.place(),
