@@ -123,7 +123,7 @@ impl PostgresQueue {
     }
 
     /// One poll at `now_ms` (on a given clock; the database's otherwise): up to `max` visible
-    /// messages (at most [`MAX_BATCH`]), each hidden for `visibility` (at most SQS's 12 h),
+    /// messages (at most 10, as SQS), each hidden for `visibility` (at most SQS's 12 h),
     /// after the messages whose receives are spent and that are visible again are moved to
     /// the dead letters.
     pub async fn receive_at(
