@@ -13,8 +13,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio_postgres::Row;
 use tokio_postgres::config::SslMode;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 /// The schema version this release needs: every migration up to it applied
 /// ([`Database::migrate`]). A later release's migrations only add (tables, columns with
@@ -213,6 +214,18 @@ impl Database {
                 other => return other,
             }
         }
+    }
+
+    /// Runs `sql` with `params` (each with its type) as [`Database::run`] runs a call: one
+    /// round trip, an unnamed statement; sent once more on another connection where the first
+    /// broke, so only for statements whose second run recognises the first.
+    pub async fn query(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, DatabaseError> {
+        self.run(|client| async move { client.query_typed(sql, params).await })
+            .await
     }
 
     /// Applies the migrations the database lacks, in order, one transaction each, under a lock

@@ -289,14 +289,10 @@ impl PostgresQueue {
     pub async fn depth(&self) -> Result<u64, QueueError> {
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        "SELECT count(*) FROM slack_once_queue WHERE queue = $1",
-                        &[(&self.name, Type::TEXT)],
-                    )
-                    .await
-            })
+            .query(
+                "SELECT count(*) FROM slack_once_queue WHERE queue = $1",
+                &[(&self.name, Type::TEXT)],
+            )
             .await
             .map_err(unavailable)?;
         Ok(rows.first().map_or(0, |row| from_ms(row.get::<_, i64>(0))))
@@ -308,16 +304,12 @@ impl PostgresQueue {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        "SELECT id, body, receive_count, sent_at_ms, dead_at_ms
+            .query(
+                "SELECT id, body, receive_count, sent_at_ms, dead_at_ms
                          FROM slack_once_queue_dead_letters WHERE queue = $1
                          ORDER BY dead_at_ms, id LIMIT $2",
-                        &[(&self.name, Type::TEXT), (&limit, Type::INT8)],
-                    )
-                    .await
-            })
+                &[(&self.name, Type::TEXT), (&limit, Type::INT8)],
+            )
             .await
             .map_err(unavailable)?;
         Ok(rows

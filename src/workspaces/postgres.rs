@@ -162,11 +162,7 @@ impl PostgresInstallations {
         let sql = &sql;
         let row = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(sql, &[(app, Type::TEXT), (scope, Type::TEXT)])
-                    .await
-            })
+            .query(sql, &[(app, Type::TEXT), (scope, Type::TEXT)])
             .await
             .map_err(unavailable)?;
         Ok(row.first().map(Row::of))
@@ -237,22 +233,18 @@ impl PostgresInstallations {
         let sql = &sql;
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        sql,
-                        &[
-                            (app, Type::TEXT),
-                            (scope, Type::TEXT),
-                            (&kept.json, Type::TEXT),
-                            (&kept.sealed, Type::BYTEA),
-                            (&kept.sealed_key, Type::BYTEA),
-                            (&kept.seal, Type::INT4),
-                            (&row_version, Type::INT8),
-                        ],
-                    )
-                    .await
-            })
+            .query(
+                sql,
+                &[
+                    (app, Type::TEXT),
+                    (scope, Type::TEXT),
+                    (&kept.json, Type::TEXT),
+                    (&kept.sealed, Type::BYTEA),
+                    (&kept.sealed_key, Type::BYTEA),
+                    (&kept.seal, Type::INT4),
+                    (&row_version, Type::INT8),
+                ],
+            )
             .await
             .map_err(unavailable)?;
         Ok(!rows.is_empty())
@@ -269,20 +261,16 @@ impl PostgresInstallations {
         let (app, scope, before) = (&self.app, &key.scope(), &ms(before_ms));
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        "DELETE FROM slack_once_installations WHERE client = $1 AND scope = $2 \
+            .query(
+                "DELETE FROM slack_once_installations WHERE client = $1 AND scope = $2 \
                          AND row_version = $3 AND installed_at < $4 RETURNING true",
-                        &[
-                            (app, Type::TEXT),
-                            (scope, Type::TEXT),
-                            (&row_version, Type::INT8),
-                            (before, Type::INT8),
-                        ],
-                    )
-                    .await
-            })
+                &[
+                    (app, Type::TEXT),
+                    (scope, Type::TEXT),
+                    (&row_version, Type::INT8),
+                    (before, Type::INT8),
+                ],
+            )
             .await
             .map_err(unavailable)?;
         Ok(!rows.is_empty())
@@ -351,14 +339,10 @@ impl PostgresInstallations {
         let sql = &sql;
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        sql,
-                        &[(app, Type::TEXT), (now, Type::INT8), (batch, Type::INT8)],
-                    )
-                    .await
-            })
+            .query(
+                sql,
+                &[(app, Type::TEXT), (now, Type::INT8), (batch, Type::INT8)],
+            )
             .await
             .map_err(unavailable)?;
         Ok(rows.first().map_or(0, |r| from_ms(r.get::<_, i64>(0))))
@@ -521,21 +505,17 @@ impl InstallationStore for PostgresInstallations {
         let sql = &sql;
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        sql,
-                        &[
-                            (app, Type::TEXT),
-                            (scope, Type::TEXT),
-                            (&owner, Type::TEXT),
-                            (&rotation, Type::TEXT),
-                            (now, Type::INT8),
-                            (lasts, Type::INT8),
-                        ],
-                    )
-                    .await
-            })
+            .query(
+                sql,
+                &[
+                    (app, Type::TEXT),
+                    (scope, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&rotation, Type::TEXT),
+                    (now, Type::INT8),
+                    (lasts, Type::INT8),
+                ],
+            )
             .await
             .map_err(unavailable)?;
         Ok(!rows.is_empty())
@@ -567,16 +547,12 @@ impl InstallationStore for PostgresInstallations {
         }
         let (app, scope) = (&self.app, &key.scope());
         self.database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        "UPDATE slack_once_installations
+            .query(
+                "UPDATE slack_once_installations
                          SET refresh_owner = NULL, refresh_until = NULL
                          WHERE client = $1 AND scope = $2 AND refresh_owner = $3",
-                        &[(app, Type::TEXT), (scope, Type::TEXT), (&owner, Type::TEXT)],
-                    )
-                    .await
-            })
+                &[(app, Type::TEXT), (scope, Type::TEXT), (&owner, Type::TEXT)],
+            )
             .await
             .map_err(unavailable)?;
         Ok(())
@@ -602,10 +578,8 @@ impl InstallationStore for PostgresInstallations {
         let revision = &ms(revision);
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        "UPDATE slack_once_installations
+            .query(
+                "UPDATE slack_once_installations
                          SET installation = $3, sealed = $4, sealed_key = $5, seal = $6,
                              rotation = $7, refresh_owner = NULL, refresh_until = NULL,
                              row_version = row_version + 1
@@ -613,21 +587,19 @@ impl InstallationStore for PostgresInstallations {
                            AND ((rotation = $8 AND refresh_owner = $9 AND revision = $10)
                                 OR rotation = $7)
                          RETURNING true",
-                        &[
-                            (app, Type::TEXT),
-                            (scope, Type::TEXT),
-                            (&kept.json, Type::TEXT),
-                            (&kept.sealed, Type::BYTEA),
-                            (&kept.sealed_key, Type::BYTEA),
-                            (&kept.seal, Type::INT4),
-                            (new, Type::TEXT),
-                            (&replaced, Type::TEXT),
-                            (&owner, Type::TEXT),
-                            (revision, Type::INT8),
-                        ],
-                    )
-                    .await
-            })
+                &[
+                    (app, Type::TEXT),
+                    (scope, Type::TEXT),
+                    (&kept.json, Type::TEXT),
+                    (&kept.sealed, Type::BYTEA),
+                    (&kept.sealed_key, Type::BYTEA),
+                    (&kept.seal, Type::INT4),
+                    (new, Type::TEXT),
+                    (&replaced, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (revision, Type::INT8),
+                ],
+            )
             .await
             .map_err(unavailable)?;
         Ok(!rows.is_empty())
@@ -646,22 +618,18 @@ impl InstallationStore for PostgresInstallations {
         let (app, scope) = (&self.app, &key.scope());
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        "UPDATE slack_once_installations
+            .query(
+                "UPDATE slack_once_installations
                          SET broken = $3, refresh_owner = NULL, refresh_until = NULL
                          WHERE client = $1 AND scope = $2 AND rotation = $4 AND broken IS NULL
                          RETURNING true",
-                        &[
-                            (app, Type::TEXT),
-                            (scope, Type::TEXT),
-                            (&code, Type::TEXT),
-                            (&rotation, Type::TEXT),
-                        ],
-                    )
-                    .await
-            })
+                &[
+                    (app, Type::TEXT),
+                    (scope, Type::TEXT),
+                    (&code, Type::TEXT),
+                    (&rotation, Type::TEXT),
+                ],
+            )
             .await
             .map_err(unavailable)?;
         Ok(!rows.is_empty())
@@ -696,20 +664,16 @@ impl InstallationStore for PostgresInstallations {
         let sql = &sql;
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        sql,
-                        &[
-                            (app, Type::TEXT),
-                            (scope, Type::TEXT),
-                            (&method, Type::TEXT),
-                            (now, Type::INT8),
-                            (interval, Type::INT8),
-                        ],
-                    )
-                    .await
-            })
+            .query(
+                sql,
+                &[
+                    (app, Type::TEXT),
+                    (scope, Type::TEXT),
+                    (&method, Type::TEXT),
+                    (now, Type::INT8),
+                    (interval, Type::INT8),
+                ],
+            )
             .await
             .map_err(unavailable)?;
         let row = rows.first().ok_or_else(|| {
@@ -761,20 +725,16 @@ impl InstallationStore for PostgresInstallations {
         let sql = &sql;
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        sql,
-                        &[
-                            (app, Type::TEXT),
-                            (&nonce, Type::TEXT),
-                            (&spender, Type::TEXT),
-                            (expires, Type::INT8),
-                            (now, Type::INT8),
-                        ],
-                    )
-                    .await
-            })
+            .query(
+                sql,
+                &[
+                    (app, Type::TEXT),
+                    (&nonce, Type::TEXT),
+                    (&spender, Type::TEXT),
+                    (expires, Type::INT8),
+                    (now, Type::INT8),
+                ],
+            )
             .await
             .map_err(unavailable)?;
         Ok(!rows.is_empty())
@@ -817,24 +777,20 @@ impl PostgresInstallations {
         let sql = &sql;
         let rows = self
             .database
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        sql,
-                        &[
-                            (app, Type::TEXT),
-                            (scope, Type::TEXT),
-                            (&kept.json, Type::TEXT),
-                            (&kept.sealed, Type::BYTEA),
-                            (&kept.sealed_key, Type::BYTEA),
-                            (&kept.seal, Type::INT4),
-                            (rotation, Type::TEXT),
-                            (installed_at, Type::INT8),
-                            (app_id, Type::TEXT),
-                        ],
-                    )
-                    .await
-            })
+            .query(
+                sql,
+                &[
+                    (app, Type::TEXT),
+                    (scope, Type::TEXT),
+                    (&kept.json, Type::TEXT),
+                    (&kept.sealed, Type::BYTEA),
+                    (&kept.sealed_key, Type::BYTEA),
+                    (&kept.seal, Type::INT4),
+                    (rotation, Type::TEXT),
+                    (installed_at, Type::INT8),
+                    (app_id, Type::TEXT),
+                ],
+            )
             .await
             .map_err(unavailable)?;
         Ok(!rows.is_empty())

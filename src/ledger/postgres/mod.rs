@@ -99,6 +99,19 @@ impl PostgresLedger {
             .map_err(ledger_error)
     }
 
+    /// Runs `sql` with `params` as [`Database::query`] does, counted.
+    async fn query(
+        &self,
+        sql: &str,
+        params: &[(
+            &(dyn tokio_postgres::types::ToSql + Sync),
+            tokio_postgres::types::Type,
+        )],
+    ) -> Result<Vec<tokio_postgres::Row>, LedgerError> {
+        self.run(|client| async move { client.query_typed(sql, params).await })
+            .await
+    }
+
     /// The database it runs on.
     pub fn database(&self) -> &Database {
         &self.database

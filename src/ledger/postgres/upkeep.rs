@@ -46,11 +46,7 @@ pub(super) async fn delete_expired(
             let sql = &sql;
             // Deleting what is gone already deletes nothing: safe to send again.
             let rows = ledger
-                .run(|client| async move {
-                    client
-                        .query_typed(sql, &[(&now, Type::INT8), (&limit, Type::INT8)])
-                        .await
-                })
+                .query(sql, &[(&now, Type::INT8), (&limit, Type::INT8)])
                 .await?;
             let count: i64 = rows.first().map_or(0, |row| row.get(0));
             deleted += count.max(0) as u64;
@@ -145,22 +141,18 @@ pub(super) async fn sweep_abandoned(
     loop {
         // Sent again, it finds the claims it ended no longer in progress.
         let rows = ledger
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        &SWEEP,
-                        &[
-                            (&now, Type::INT8),
-                            (&older_than, Type::INT8),
-                            (&within, Type::INT8),
-                            (&code, Type::TEXT),
-                            (&app, Type::TEXT),
-                            (&dry_run, Type::BOOL),
-                            (&batch, Type::INT8),
-                        ],
-                    )
-                    .await
-            })
+            .query(
+                &SWEEP,
+                &[
+                    (&now, Type::INT8),
+                    (&older_than, Type::INT8),
+                    (&within, Type::INT8),
+                    (&code, Type::TEXT),
+                    (&app, Type::TEXT),
+                    (&dry_run, Type::BOOL),
+                    (&batch, Type::INT8),
+                ],
+            )
             .await?;
         let Some(row) = rows.first() else { break };
         let count = |i: usize| row.get::<_, i64>(i).max(0) as usize;
@@ -226,11 +218,7 @@ pub(super) async fn claim_record(
     let now = ledger.database.now_param(caller_now);
     let key = key.as_str();
     let rows = ledger
-        .run(|client| async move {
-            client
-                .query_typed(&CLAIM_RECORD, &[(&now, Type::INT8), (&key, Type::TEXT)])
-                .await
-        })
+        .query(&CLAIM_RECORD, &[(&now, Type::INT8), (&key, Type::TEXT)])
         .await?;
     let Some(row) = rows.first() else {
         return Ok(None);
@@ -274,18 +262,14 @@ pub(super) async fn make_retryable(
     let ttl_for = after(expires_at_ms, caller_now);
     // Sent again, it finds the claim retryable already, its TTL as far: the same.
     let rows = ledger
-        .run(|client| async move {
-            client
-                .query_typed(
-                    &MAKE_RETRYABLE,
-                    &[
-                        (&now, Type::INT8),
-                        (&key, Type::TEXT),
-                        (&ttl_for, Type::INT8),
-                    ],
-                )
-                .await
-        })
+        .query(
+            &MAKE_RETRYABLE,
+            &[
+                (&now, Type::INT8),
+                (&key, Type::TEXT),
+                (&ttl_for, Type::INT8),
+            ],
+        )
         .await?;
     Ok(!rows.is_empty())
 }
@@ -311,14 +295,10 @@ pub(super) async fn end_lapsed(
     let key = key.as_str();
     // Sent again, it finds the claim ended: `false`, and the first run's end stands.
     let rows = ledger
-        .run(|client| async move {
-            client
-                .query_typed(
-                    &END_LAPSED,
-                    &[(&now, Type::INT8), (&key, Type::TEXT), (&code, Type::TEXT)],
-                )
-                .await
-        })
+        .query(
+            &END_LAPSED,
+            &[(&now, Type::INT8), (&key, Type::TEXT), (&code, Type::TEXT)],
+        )
         .await?;
     Ok(!rows.is_empty())
 }

@@ -49,20 +49,16 @@ pub(super) async fn alias(
     let ttl_for = after(request.expires_at_s.saturating_mul(1000), request.now_ms);
     for _ in 0..ALIAS_STATEMENTS {
         let rows = ledger
-            .run(|client| async move {
-                client
-                    .query_typed(
-                        &ALIAS,
-                        &[
-                            (&now, Type::INT8),
-                            (&key, Type::TEXT),
-                            (&of, Type::TEXT),
-                            (&ttl_for, Type::INT8),
-                            (&request.app_id, Type::TEXT),
-                        ],
-                    )
-                    .await
-            })
+            .query(
+                &ALIAS,
+                &[
+                    (&now, Type::INT8),
+                    (&key, Type::TEXT),
+                    (&of, Type::TEXT),
+                    (&ttl_for, Type::INT8),
+                    (&request.app_id, Type::TEXT),
+                ],
+            )
             .await?;
         let Some(row) = rows.first() else { continue };
         if row.get::<_, bool>(0) {
@@ -117,20 +113,16 @@ pub(super) async fn set_note(
     let at = crate::postgres::ms(at_ms);
     let ttl_for = after(expires_at_s.saturating_mul(1000), at_ms);
     ledger
-        .run(|client| async move {
-            client
-                .query_typed(
-                    &SET_NOTE,
-                    &[
-                        (&now, Type::INT8),
-                        (&key, Type::TEXT),
-                        (&value, Type::TEXT),
-                        (&at, Type::INT8),
-                        (&ttl_for, Type::INT8),
-                    ],
-                )
-                .await
-        })
+        .query(
+            &SET_NOTE,
+            &[
+                (&now, Type::INT8),
+                (&key, Type::TEXT),
+                (&value, Type::TEXT),
+                (&at, Type::INT8),
+                (&ttl_for, Type::INT8),
+            ],
+        )
         .await?;
     Ok(())
 }
@@ -217,11 +209,7 @@ pub(super) async fn note(
     let now = ledger.database.now_param(now_ms);
     let key = key.as_str();
     let rows = ledger
-        .run(|client| async move {
-            client
-                .query_typed(&NOTE, &[(&now, Type::INT8), (&key, Type::TEXT)])
-                .await
-        })
+        .query(&NOTE, &[(&now, Type::INT8), (&key, Type::TEXT)])
         .await?;
     Ok(rows.first().map(|row| row.get(0)))
 }
@@ -241,11 +229,7 @@ pub(super) async fn state(
     let now = ledger.database.now_param(now_ms);
     let key = key.as_str();
     let rows = ledger
-        .run(|client| async move {
-            client
-                .query_typed(&STATE, &[(&now, Type::INT8), (&key, Type::TEXT)])
-                .await
-        })
+        .query(&STATE, &[(&now, Type::INT8), (&key, Type::TEXT)])
         .await?;
     Ok(rows.first().map(|row| StateItem {
         value: row.get(0),
@@ -260,14 +244,10 @@ pub(super) async fn state_changes(
 ) -> Result<BTreeMap<String, u64>, LedgerError> {
     let key = key.as_str();
     let rows = ledger
-        .run(|client| async move {
-            client
-                .query_typed(
-                    "SELECT state_changes FROM slack_once_claims WHERE key = $1",
-                    &[(&key, Type::TEXT)],
-                )
-                .await
-        })
+        .query(
+            "SELECT state_changes FROM slack_once_claims WHERE key = $1",
+            &[(&key, Type::TEXT)],
+        )
         .await?;
     Ok(rows
         .first()
