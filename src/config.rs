@@ -145,7 +145,7 @@ pub struct OAuthConfig {
     /// The keys the installations' tokens are sealed with where there is no KMS
     /// (`SLACK_TOKEN_KEYS`, or the file `SLACK_TOKEN_KEYS_FILE` names): the first seals, every
     /// one opens. Never with `token_key_id`.
-    pub token_keys: Option<crate::workspaces::seal::TokenKeys>,
+    pub token_keys: Option<crate::token_keys::TokenKeys>,
     /// The Slack app's id (`SLACK_APP_ID`, `A…`), where it is given: which unscoped
     /// installations are this app's, for the app's own work outside a request before
     /// any request has named the app (requests and installs name it otherwise).
@@ -1015,13 +1015,13 @@ pub(crate) fn token_key_id_of(
 
 /// `SLACK_TOKEN_KEYS` (the keys themselves) or `SLACK_TOKEN_KEYS_FILE` (a file holding them,
 /// such as a mounted Kubernetes Secret): the keys that seal the installations' tokens without
-/// KMS ([`crate::workspaces::seal::TokenKeys`]). One of them at most, and neither beside
+/// KMS ([`crate::token_keys::TokenKeys`]). One of them at most, and neither beside
 /// `SLACK_TOKEN_KEY_ID` (`kms`: it is set). A refusal names the variable and the entry, never a
 /// key.
 pub(crate) fn token_keys_of(
     get: &impl Fn(&str) -> Option<String>,
     kms: bool,
-) -> Result<Option<crate::workspaces::seal::TokenKeys>, ConfigError> {
+) -> Result<Option<crate::token_keys::TokenKeys>, ConfigError> {
     let given = |var: &str| get(var).filter(|v| !v.trim().is_empty());
     let (var, text) = match (given("SLACK_TOKEN_KEYS"), given("SLACK_TOKEN_KEYS_FILE")) {
         (None, None) => return Ok(None),
@@ -1052,7 +1052,7 @@ pub(crate) fn token_keys_of(
                 .into(),
         });
     }
-    crate::workspaces::seal::TokenKeys::parse(&text)
+    crate::token_keys::TokenKeys::parse(&text)
         .map(Some)
         .map_err(|e| ConfigError::Invalid {
             var,

@@ -40,6 +40,7 @@ mod stores;
 #[cfg(feature = "testing")]
 #[allow(clippy::too_many_lines)]
 pub mod testing;
+pub mod token_keys;
 pub mod tools;
 pub mod workspaces;
 
