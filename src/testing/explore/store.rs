@@ -254,8 +254,8 @@ impl Drop for PostgresStore {
 }
 
 impl PostgresStore {
-    /// `statement` with `params`, its rows (for the explorer's reads, which no store method
-    /// makes).
+    /// The rows of `statement` (its one parameter `key`, if any): the explorer's reads of the
+    /// claims' table, which no method of the store makes.
     fn query(&self, statement: &str, key: Option<&str>) -> Vec<tokio_postgres::Row> {
         let database = self.ledger.database();
         blocking(async {
