@@ -6,12 +6,13 @@
 use super::simulate::{fleet_app, fleet_mix, soak, soak_mix};
 use slack_once::testing::explore::Simulation;
 
-/// Requests in the bounded run on PostgreSQL: `SLACK_ONCE_SIMULATE_POSTGRES` (1,000 unless set).
+/// Requests in the bounded run on PostgreSQL: `SLACK_ONCE_SIMULATE_POSTGRES` (3,000 unless set:
+/// 35 to 65 s on two cores).
 fn bounded() -> u64 {
     std::env::var("SLACK_ONCE_SIMULATE_POSTGRES")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(1_000)
+        .unwrap_or(3_000)
 }
 
 /// The local PostgreSQL's `postgres` database; fails naming the script when nothing answers
