@@ -26,6 +26,8 @@ mod modal;
 #[path = "../examples/poll.rs"]
 #[allow(dead_code)]
 mod poll;
+#[path = "explore/postgres.rs"]
+mod postgres;
 #[path = "../examples/reactions.rs"]
 #[allow(dead_code)]
 mod reactions;

@@ -493,12 +493,7 @@ fn tenant_invariants(end: &End) -> Vec<String> {
         let Ok(id) = crate::slack::envelope::EventId::try_from(key.clone()) else {
             continue;
         };
-        let ledger = end.state.ledger.clone();
-        let now = end.state.now_ms;
-        let item = super::end::at_once(async move {
-            use crate::ledger::Ledger;
-            ledger.state(&id, now).await
-        });
+        let item = end.state.ledger.state(&id, end.state.now_ms);
         match item {
             Ok(Some(item)) if item.value == *seeded && item.version == 1 => {}
             Ok(Some(item)) => broken.push(format!(

@@ -86,7 +86,7 @@ pub struct End {
 /// The app's state at the end of a schedule, for invariants to read ([`End::state`]).
 #[derive(Clone)]
 pub(crate) struct StateView {
-    pub ledger: Arc<crate::ledger::MemoryLedger>,
+    pub ledger: Arc<dyn super::store::AtEnd>,
     /// The app the requests were for (`api_app_id`).
     pub app: String,
     /// The tenant [`crate::app::Ctx::state`] is for (multi-workspace mode: the workspace).
@@ -113,13 +113,7 @@ impl End {
         name: &str,
     ) -> Option<T> {
         let key = crate::app::state_key(Some(&self.state.app), tenant, name).ok()?;
-        let ledger = self.state.ledger.clone();
-        let now = self.state.now_ms;
-        let item = at_once(async move {
-            use crate::ledger::Ledger;
-            ledger.state(&key, now).await
-        })
-        .ok()??;
+        let item = self.state.ledger.state(&key, self.state.now_ms).ok()??;
         serde_json::from_str(&item.value).ok()
     }
 

@@ -81,6 +81,7 @@ mod run;
 mod schedule;
 mod simulate;
 mod slack;
+mod store;
 mod tenants;
 mod world;
 
@@ -470,6 +471,7 @@ impl Explorer {
                     drop_takeover_finish: false,
                     socket_mode: self.socket_mode,
                     socket_lets_held_go: self.socket_lets_held_go,
+                    store: store::Store::Memory,
                 });
                 explored.push(self.explore(spec, &logs));
             }

@@ -16,6 +16,7 @@ use super::ledger::SimLedger;
 use super::request::{Copy, Request, prepare};
 use super::schedule::Story;
 use super::slack::{SimQueue, SimSlack};
+use super::store::Store;
 use super::tenants::{APPS, CLIENT_SECRET, SIGNING_SECRET, TEAMS, Tenant};
 use super::world::RUN;
 use super::world::{Plan, RunEnd, RunKind, World, current};
@@ -135,6 +136,8 @@ pub(crate) struct Spec {
     /// A defect planted in the Socket Mode dispatch, for checking the checker: an event found
     /// held by another delivery is let go at once, not kept in hand.
     pub socket_lets_held_go: bool,
+    /// Where each schedule's ledger is: a new one in memory, or on PostgreSQL.
+    pub store: Store,
 }
 
 /// An operator redrives a dead letter this long after it lands in the dead-letter queue.
@@ -183,7 +186,6 @@ impl Shared {
 
 /// The world before the first request: the seeded state values and messages.
 fn seed(spec: &Spec, world: &World) {
-    use crate::ledger::Ledger;
     let tenant = spec.installed.map(|_| spec.tenant.team.as_str());
     let now = crate::clock::now_ms();
     // The other tenants' values, on the same ledger (the app's state is per app, and per
@@ -353,7 +355,7 @@ pub(crate) fn run(spec: Arc<Spec>, story: Story, plan: Plan, logs: Arc<Mutex<Vec
             slack = slack.with_oauth(&tenant.client_id, CLIENT_SECRET);
             install(&slack, &installations, tenant, left).await;
         }
-        let mut world = World::new(plan, slack);
+        let mut world = World::new(plan, slack, spec.store.ledger());
         world.busy = spec.busy;
         world.history_per_minute = spec.history_per_minute;
         let _ = world.door_id.set(door_id);
@@ -481,7 +483,7 @@ fn collect(shared: &Shared, unfinished: bool) -> End {
             .collect(),
         by_request: s.by_request.clone(),
         state: StateView {
-            ledger: world.ledger.clone(),
+            ledger: world.ledger.clone().at_end(crate::clock::now_ms()),
             app: shared.spec.tenant.app_id.clone(),
             tenant: shared
                 .spec

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::run::{Seeds, Spec, Start, Step};
 use super::schedule::{Fault, FaultRates, Rng, Schedule, SiteKind, Story};
+use super::store::{Schemas, Store};
 use super::tenants::Tenant;
 use super::world::{Plan, RunEnd, RunKind};
 use super::{End, Explorer, Failure, door};
@@ -81,6 +82,7 @@ pub struct Simulation {
     progress: bool,
     replay: Option<String>,
     only: Option<u64>,
+    store: Store,
 }
 
 /// One scene of the mix: requests a person makes one after the other, each named by its kind.
@@ -132,6 +134,7 @@ impl Simulation {
             progress: false,
             replay: None,
             only: None,
+            store: Store::Memory,
         }
     }
 
@@ -267,6 +270,18 @@ impl Simulation {
         self
     }
 
+    /// Each schedule's ledger on PostgreSQL (the database `url` names, `postgres://…`) rather
+    /// than in memory: [`crate::ledger::PostgresLedger`] on a schema of its own per schedule
+    /// running at once (made, migrated and dropped by the simulation, emptied before each
+    /// schedule), its leases and TTLs judged on the times the pipeline passes (the schedule's
+    /// virtual ones). Each call is made with the schedule's clock stopped: it takes no virtual
+    /// time, as an in-memory call takes none. The installation store and the queue stay the
+    /// simulation's own.
+    pub fn on_postgres(mut self, url: &str) -> Self {
+        self.store = Store::Postgres(Arc::new(Schemas::on(url)));
+        self
+    }
+
     /// Prints a line of progress to stderr at every tenth of the requests.
     pub fn progress(mut self) -> Self {
         self.progress = true;
@@ -368,6 +383,7 @@ impl Simulation {
             drop_takeover_finish: self.drop_takeover_finish,
             socket_mode: setting & 4 == 4,
             socket_lets_held_go: false,
+            store: self.store.clone(),
         })
     }
 

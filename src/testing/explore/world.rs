@@ -11,7 +11,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::schedule::{At, Fault, FaultRates, Rng, SiteKind};
-use crate::ledger::MemoryLedger;
+use super::store::SimStore;
 use crate::testing::FakeSlack;
 
 /// Where the faults of a run come from.
@@ -211,7 +211,7 @@ tokio::task_local! {
 /// The world of one schedule. Shared by every run of it.
 pub struct World {
     pub(crate) state: Mutex<State>,
-    pub(crate) ledger: Arc<MemoryLedger>,
+    pub(crate) ledger: Arc<dyn SimStore>,
     pub(crate) slack: FakeSlack,
     start: Instant,
     /// People's messages that follow the bot's first post in each conversation.
@@ -222,7 +222,7 @@ pub struct World {
 }
 
 impl World {
-    pub(crate) fn new(plan: Plan, slack: FakeSlack) -> Self {
+    pub(crate) fn new(plan: Plan, slack: FakeSlack, ledger: Arc<dyn SimStore>) -> Self {
         Self {
             state: Mutex::new(State {
                 plan,
@@ -242,7 +242,7 @@ impl World {
                 other_tenants: Vec::new(),
                 state_keys: Default::default(),
             }),
-            ledger: Arc::new(MemoryLedger::new()),
+            ledger,
             slack,
             start: Instant::now(),
             busy: 0,
