@@ -3,7 +3,8 @@
 //! (scripts/postgres-local.sh, 127.0.0.1, `POSTGRES_LOCAL_PORT`), checked by every invariant
 //! the in-memory run checks.
 
-use super::simulate::{fleet_app, fleet_mix, soak, soak_mix};
+use super::simulate::{soak, soak_mix};
+use super::simulation::{assert_the_fleets_mix_held, fleets_mix};
 use slack_once::testing::explore::Simulation;
 
 /// Requests in the bounded run on PostgreSQL: `SLACK_ONCE_SIMULATE_POSTGRES` (3,000 unless set:
@@ -37,47 +38,8 @@ fn postgres_url() -> String {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn on_postgresql_the_fleets_mix_keeps_every_invariant_and_every_kind_is_answered() {
-    let report = fleet_mix(Simulation::new(fleet_app).old_version(fleet_app))
-        .installed(200)
-        .socket_mode(250)
-        .requests(bounded())
-        .seed(1)
-        .on_postgres(&postgres_url())
-        .run();
-    eprintln!("{report}");
-    report.assert_ok();
-    assert!(report.requests >= bounded(), "{report}");
-    for kind in [
-        "mention",
-        "button click",
-        "assistant question",
-        "slash command",
-        "view submission",
-        "workflow step",
-        "its approval click",
-        "a double click's second click",
-        "a second approver's click",
-        "state change",
-    ] {
-        let t = &report.kinds[kind];
-        assert!(
-            t.requests > 0 && t.answered * 10 >= t.requests * 7,
-            "{kind}: {report}"
-        );
-        assert!(
-            t.ledger_writes > 0 && t.invocations >= t.requests,
-            "{kind}: {report}"
-        );
-    }
-    assert!(
-        report.socket_mode > 0 && report.socket_mode < report.schedules,
-        "{report}"
-    );
-    let bare = &report.kinds["event no listener takes"];
-    assert_eq!(bare.not_taken, bare.requests, "{report}");
-    assert_eq!(bare.ledger_writes, 0, "{report}");
-    assert_eq!(report.tenants.len(), 4, "{report}");
-    assert!(report.tenants.values().all(|n| *n > 0), "{report}");
+    let report = fleets_mix(bounded()).on_postgres(&postgres_url()).run();
+    assert_the_fleets_mix_held(&report, bounded());
 }
 
 /// The ledger planted with a defect, on PostgreSQL: a takeover's completion dropped and
